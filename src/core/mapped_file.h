@@ -1,0 +1,27 @@
+// Read-only memory-mapped files. The mapping lives as long as any shared_ptr to it, so tensors
+// that wrap mapped bytes keep the file mapped.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace reforge {
+
+class MappedFile {
+ public:
+  // Maps the whole file; throws an Error naming the path if it cannot be opened or mapped.
+  static std::shared_ptr<const MappedFile> open(const std::string& path);
+  ~MappedFile();
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace reforge

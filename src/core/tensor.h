@@ -1,0 +1,79 @@
+// Tensor: a dtype, a shape and a view into reference-counted storage.
+//
+// Storage is shared, never copied implicitly: a Tensor taken from a memory-mapped file, from an
+// ONNX initializer or from a caller's buffer keeps that memory alive through `owner`. Tensors are
+// always dense and C-ordered (row major); `offset` lets several tensors share one buffer (a
+// weight section, a Split's views). Mutation goes through mutable_data(), which the executor
+// only calls on freshly allocated outputs.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/half.h"
+
+namespace reforge {
+
+using Shape = std::vector<int64_t>;
+
+// Number of elements; throws on negative dims or overflow past 2^62.
+int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);  // "[2,3,4]"
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocates zero-initialized, 64-byte aligned storage.
+  static Tensor empty(DType dtype, Shape shape);
+  // Wraps memory owned by `owner` (which must keep `data` alive); no copy.
+  static Tensor wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
+  // Copies `nbytes` from data.
+  static Tensor copy_of(DType dtype, Shape shape, const void* data);
+  template <typename T>
+  static Tensor scalar(DType dtype, T value) {
+    Tensor t = empty(dtype, {});
+    *t.mutable_data<T>() = value;
+    return t;
+  }
+
+  bool defined() const { return dtype_ != DType::Undefined || owner_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_.at(static_cast<size_t>(i)); }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
+
+  const void* raw() const { return data_; }
+  void* mutable_raw() { return const_cast<void*>(data_); }
+  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
+  template <typename T> T* mutable_data() { return static_cast<T*>(const_cast<void*>(data_)); }
+
+  // Same storage, new shape with the same element count.
+  Tensor reshaped(Shape shape) const;
+  // Deep copy into fresh storage.
+  Tensor clone() const;
+  // Reads element i converted to double / int64 (any supported dtype); for scalars and shape
+  // tensors, not for hot loops.
+  double as_double(int64_t i = 0) const;
+  int64_t as_int64(int64_t i = 0) const;
+  std::vector<int64_t> to_int64_vector() const;
+  // Human description: "float32[2,3]".
+  std::string describe() const;
+
+ private:
+  DType dtype_ = DType::Undefined;
+  Shape shape_;
+  int64_t numel_ = 0;
+  std::shared_ptr<const void> owner_;
+  const void* data_ = nullptr;
+};
+
+// Converts any supported dtype to another, elementwise (Cast semantics for float/int/bool).
+Tensor cast_tensor(const Tensor& src, DType to);
+
+}  // namespace reforge

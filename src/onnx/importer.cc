@@ -1,0 +1,289 @@
+#include "onnx/importer.h"
+
+#include <climits>
+#include <cstring>
+#include <filesystem>
+
+#include "core/mapped_file.h"
+#include "onnx/proto/onnx.pb.h"
+
+namespace reforge::onnx {
+
+namespace fs = std::filesystem;
+using ::onnx::AttributeProto;
+using ::onnx::GraphProto;
+using ::onnx::ModelProto;
+using ::onnx::NodeProto;
+using ::onnx::TensorProto;
+
+namespace {
+
+struct Ctx {
+  std::string base_dir;  // external data folder; empty = external data not allowed
+  std::shared_ptr<const void> keepalive;  // owns the parsed proto, so raw_data can be wrapped
+};
+
+std::string norm_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
+
+template <typename T, typename Field>
+void store_field(Tensor& t, const Field& field) {
+  T* d = t.mutable_data<T>();
+  for (int64_t i = 0; i < t.numel(); ++i) d[i] = static_cast<T>(field.Get(static_cast<int>(i)));
+}
+
+template <typename Field>
+void check_count(const TensorProto& tp, const Field& field, int64_t n) {
+  if (static_cast<int64_t>(field.size()) != n)
+    fail("tensor '", tp.name(), "' has ", field.size(), " values in its typed field, its shape needs ", n);
+}
+
+// Returns (path, offset, length) of an external tensor after validating the location.
+Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, const Ctx& ctx) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (const auto& kv : tp.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      else if (kv.key() == "offset") offset = std::stoll(kv.value());
+      else if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (const std::exception&) {
+      fail("tensor '", tp.name(), "': external data field '", kv.key(), "' has invalid value '", kv.value(), "'");
+    }
+  }
+  if (location.empty()) fail("tensor '", tp.name(), "': external data without a location");
+  if (ctx.base_dir.empty()) fail("tensor '", tp.name(), "': external data '", location, "' but the model was not loaded from a file");
+  fs::path rel(location);
+  if (rel.is_absolute()) fail("tensor '", tp.name(), "': external data location '", location, "' is an absolute path");
+  fs::path base = fs::weakly_canonical(fs::path(ctx.base_dir));
+  fs::path full = fs::weakly_canonical(base / rel);
+  auto [b, f] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
+  if (b != base.end()) fail("tensor '", tp.name(), "': external data location '", location, "' escapes the model's folder");
+  auto file = MappedFile::open(full.string());
+  size_t need = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  if (offset < 0) fail("tensor '", tp.name(), "': negative external data offset ", offset);
+  if (length >= 0 && static_cast<size_t>(length) != need)
+    fail("tensor '", tp.name(), "': external data length ", length, " does not match ", dtype_name(dtype), shape_str(shape), " (", need, " bytes)");
+  if (static_cast<size_t>(offset) > file->size() || file->size() - static_cast<size_t>(offset) < need)
+    fail("tensor '", tp.name(), "': external data '", location, "' is ", file->size(), " bytes, too short for ", need,
+         " bytes at offset ", offset);
+  const unsigned char* p = file->data() + offset;
+  return Tensor::wrap(dtype, shape, file, p);
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
+  DType dtype = dtype_from_onnx(tp.data_type());
+  if (dtype == DType::Undefined) fail("tensor '", tp.name(), "' has unknown data type ", tp.data_type());
+  if (!is_supported(dtype)) fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
+  if (tp.has_segment()) fail("tensor '", tp.name(), "' is segmented, which reforge does not support");
+  Shape shape;
+  for (int64_t d : tp.dims()) {
+    if (d < 0) fail("tensor '", tp.name(), "' has negative dimension ", d);
+    shape.push_back(d);
+  }
+  int64_t n;
+  try {
+    n = shape_numel(shape);
+  } catch (Error& e) {
+    throw e.with_context("in tensor '" + tp.name() + "'");
+  }
+  if (tp.data_location() == TensorProto::EXTERNAL) return read_external(tp, dtype, shape, ctx);
+  size_t esize = dtype_size(dtype);
+  if (tp.has_raw_data()) {
+    const std::string& raw = tp.raw_data();
+    if (raw.size() != static_cast<size_t>(n) * esize)
+      fail("tensor '", tp.name(), "' raw_data has ", raw.size(), " bytes, ", dtype_name(dtype), shape_str(shape), " needs ",
+           static_cast<size_t>(n) * esize);
+    auto addr = reinterpret_cast<uintptr_t>(raw.data());
+    if (ctx.keepalive && addr % 64 == 0) return Tensor::wrap(dtype, shape, ctx.keepalive, raw.data());
+    return Tensor::copy_of(dtype, shape, raw.data());
+  }
+  Tensor t = Tensor::empty(dtype, shape);
+  switch (dtype) {
+    case DType::Float32: check_count(tp, tp.float_data(), n); store_field<float>(t, tp.float_data()); break;
+    case DType::Float64: check_count(tp, tp.double_data(), n); store_field<double>(t, tp.double_data()); break;
+    case DType::Int64: check_count(tp, tp.int64_data(), n); store_field<int64_t>(t, tp.int64_data()); break;
+    case DType::UInt32: check_count(tp, tp.uint64_data(), n); store_field<uint32_t>(t, tp.uint64_data()); break;
+    case DType::UInt64: check_count(tp, tp.uint64_data(), n); store_field<uint64_t>(t, tp.uint64_data()); break;
+    case DType::Int32: check_count(tp, tp.int32_data(), n); store_field<int32_t>(t, tp.int32_data()); break;
+    case DType::Int16: check_count(tp, tp.int32_data(), n); store_field<int16_t>(t, tp.int32_data()); break;
+    case DType::Int8: check_count(tp, tp.int32_data(), n); store_field<int8_t>(t, tp.int32_data()); break;
+    case DType::UInt16: check_count(tp, tp.int32_data(), n); store_field<uint16_t>(t, tp.int32_data()); break;
+    case DType::UInt8: check_count(tp, tp.int32_data(), n); store_field<uint8_t>(t, tp.int32_data()); break;
+    case DType::Bool: check_count(tp, tp.int32_data(), n); {
+      bool* d = t.mutable_data<bool>();
+      for (int64_t i = 0; i < n; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
+    } break;
+    case DType::Float16: case DType::BFloat16: check_count(tp, tp.int32_data(), n); {
+      uint16_t* d = t.mutable_data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<uint16_t>(tp.int32_data(static_cast<int>(i)));
+    } break;
+    default: fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
+  }
+  return t;
+}
+
+namespace {
+
+ir::ValueInfo value_info(const ::onnx::ValueInfoProto& vi) {
+  ir::ValueInfo v;
+  v.name = vi.name();
+  if (vi.has_type()) {
+    if (!vi.type().has_tensor_type())
+      fail("value '", vi.name(), "' is not a tensor (sequences, maps and optionals are not supported)");
+    const auto& tt = vi.type().tensor_type();
+    v.dtype = dtype_from_onnx(tt.elem_type());
+    if (tt.has_shape()) {
+      v.has_shape = true;
+      for (const auto& d : tt.shape().dim()) {
+        ir::Dim dim;
+        if (d.has_dim_value()) {
+          if (d.dim_value() < 0) fail("value '", vi.name(), "' has negative dimension ", d.dim_value());
+          dim.value = d.dim_value();
+        } else if (d.has_dim_param()) {
+          dim.symbol = d.dim_param();
+        }
+        v.shape.push_back(dim);
+      }
+    }
+  }
+  return v;
+}
+
+ir::Graph convert_graph(const GraphProto& gp, const std::map<std::string, int>& opsets, const Ctx& ctx);
+
+ir::Attribute convert_attr(const AttributeProto& ap, const std::map<std::string, int>& opsets, const Ctx& ctx) {
+  ir::Attribute a;
+  a.name = ap.name();
+  switch (ap.type()) {
+    case AttributeProto::FLOAT: a.type = ir::AttrType::Float; a.f = ap.f(); break;
+    case AttributeProto::INT: a.type = ir::AttrType::Int; a.i = ap.i(); break;
+    case AttributeProto::STRING: a.type = ir::AttrType::String; a.s = ap.s(); break;
+    case AttributeProto::TENSOR: a.type = ir::AttrType::Tensor; a.t = tensor_from_proto(ap.t(), ctx); break;
+    case AttributeProto::GRAPH:
+      a.type = ir::AttrType::Graph;
+      a.g = std::make_shared<ir::Graph>(convert_graph(ap.g(), opsets, ctx));
+      break;
+    case AttributeProto::FLOATS: a.type = ir::AttrType::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
+    case AttributeProto::INTS: a.type = ir::AttrType::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
+    case AttributeProto::STRINGS: a.type = ir::AttrType::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+    case AttributeProto::TENSORS:
+      a.type = ir::AttrType::Tensors;
+      for (const auto& t : ap.tensors()) a.tensors.push_back(tensor_from_proto(t, ctx));
+      break;
+    default:
+      // Older files may leave `type` unset; infer it from the populated field.
+      if (ap.has_f()) { a.type = ir::AttrType::Float; a.f = ap.f(); }
+      else if (ap.has_i()) { a.type = ir::AttrType::Int; a.i = ap.i(); }
+      else if (ap.has_s()) { a.type = ir::AttrType::String; a.s = ap.s(); }
+      else if (ap.has_t()) { a.type = ir::AttrType::Tensor; a.t = tensor_from_proto(ap.t(), ctx); }
+      else if (ap.ints_size()) { a.type = ir::AttrType::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); }
+      else if (ap.floats_size()) { a.type = ir::AttrType::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); }
+      else if (ap.strings_size()) { a.type = ir::AttrType::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); }
+      else if (ap.type() != AttributeProto::UNDEFINED)
+        fail("attribute '", ap.name(), "' has type ", static_cast<int>(ap.type()), ", which reforge does not support");
+  }
+  return a;
+}
+
+ir::Graph convert_graph(const GraphProto& gp, const std::map<std::string, int>& opsets, const Ctx& ctx) {
+  ir::Graph g;
+  g.name = gp.name();
+  g.opsets = opsets;
+  if (gp.sparse_initializer_size() > 0) fail("graph '", gp.name(), "' has sparse initializers, which reforge does not support");
+  for (const auto& tp : gp.initializer()) {
+    if (tp.name().empty()) fail("graph '", gp.name(), "' has an initializer without a name");
+    Tensor t;
+    try {
+      t = tensor_from_proto(tp, ctx);
+    } catch (Error& e) {
+      throw e.with_context("while reading initializer '" + tp.name() + "'");
+    }
+    if (!g.initializers.emplace(tp.name(), std::move(t)).second) fail("initializer '", tp.name(), "' is defined twice");
+  }
+  for (const auto& vi : gp.input())
+    if (!g.initializers.count(vi.name())) g.inputs.push_back(value_info(vi));
+  for (const auto& vi : gp.output()) g.outputs.push_back(value_info(vi));
+  g.nodes.reserve(static_cast<size_t>(gp.node_size()));
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const NodeProto& np = gp.node(i);
+    ir::Node n;
+    n.name = np.name();
+    n.op_type = np.op_type();
+    n.domain = norm_domain(np.domain());
+    auto it = opsets.find(n.domain);
+    n.opset = it == opsets.end() ? 0 : it->second;
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& m : np.metadata_props()) n.metadata.emplace_back(m.key(), m.value());
+    try {
+      for (const auto& ap : np.attribute()) n.attrs[ap.name()] = convert_attr(ap, opsets, ctx);
+    } catch (Error& e) {
+      throw e.with_context("while reading node #" + std::to_string(i) + " " + n.label());
+    }
+    g.nodes.push_back(std::move(n));
+  }
+  return g;
+}
+
+ir::Graph convert_model(std::shared_ptr<ModelProto> model, const Ctx& base_ctx) {
+  Ctx ctx = base_ctx;
+  ctx.keepalive = model;
+  if (!model->has_graph()) fail("the model has no graph");
+  std::map<std::string, int> opsets;
+  for (const auto& os : model->opset_import()) {
+    int64_t v = os.version();
+    if (v < 1 || v > 10000) fail("opset import for domain '", os.domain(), "' has invalid version ", v);
+    opsets[norm_domain(os.domain())] = static_cast<int>(v);
+  }
+  if (model->opset_import_size() == 0 && model->ir_version() < 3) opsets[""] = 1;
+  ir::Graph g = convert_graph(model->graph(), opsets, ctx);
+  g.ir_version = model->ir_version();
+  for (const auto& m : model->metadata_props()) g.metadata.emplace_back(m.key(), m.value());
+  return g;
+}
+
+std::shared_ptr<ModelProto> parse_model(const void* data, size_t size, const std::string& what) {
+  if (size > static_cast<size_t>(INT_MAX)) fail(what, " is larger than 2 GiB; store big tensors as external data");
+  auto model = std::make_shared<ModelProto>();
+  if (!model->ParseFromArray(data, static_cast<int>(size))) fail(what, " is not a valid ONNX model (protobuf parse failed)");
+  return model;
+}
+
+}  // namespace
+
+ir::Graph import_model_file(const std::string& path, const ImportOptions& options) {
+  try {
+    auto file = MappedFile::open(path);
+    auto model = parse_model(file->data(), file->size(), "'" + path + "'");
+    Ctx ctx;
+    ctx.base_dir = options.base_dir.empty() ? fs::absolute(fs::path(path)).parent_path().string() : options.base_dir;
+    return convert_model(model, ctx);
+  } catch (Error& e) {
+    throw e.with_context("while importing '" + path + "'");
+  }
+}
+
+ir::Graph import_model_bytes(const void* data, size_t size, const ImportOptions& options) {
+  auto model = parse_model(data, size, "model data");
+  Ctx ctx;
+  ctx.base_dir = options.base_dir;
+  return convert_model(model, ctx);
+}
+
+Tensor read_tensor_file(const std::string& path) {
+  try {
+    auto file = MappedFile::open(path);
+    if (file->size() > static_cast<size_t>(INT_MAX)) fail("file is larger than 2 GiB");
+    TensorProto tp;
+    if (!tp.ParseFromArray(file->data(), static_cast<int>(file->size()))) fail("not a valid TensorProto");
+    Ctx ctx;
+    ctx.base_dir = fs::absolute(fs::path(path)).parent_path().string();
+    return tensor_from_proto(tp, ctx);
+  } catch (Error& e) {
+    throw e.with_context("while reading tensor file '" + path + "'");
+  }
+}
+
+}  // namespace reforge::onnx

@@ -1,0 +1,76 @@
+#include "ops/registry.h"
+
+#include <algorithm>
+
+namespace reforge::ops {
+
+const Tensor& KernelContext::input(size_t i) const {
+  if (!has_input(i)) fail(node_.label(), ": required input ", i, " is missing");
+  return *inputs_[i];
+}
+
+Tensor& KernelContext::allocate_output(size_t i, DType dtype, Shape shape) {
+  REFORGE_ASSERT(i < outputs_.size());
+  outputs_[i] = Tensor::empty(dtype, std::move(shape));
+  return outputs_[i];
+}
+
+void KernelContext::set_output(size_t i, Tensor t) {
+  REFORGE_ASSERT(i < outputs_.size());
+  outputs_[i] = std::move(t);
+}
+
+const OpRegistry& OpRegistry::global() {
+  static const OpRegistry registry = [] {
+    OpRegistry r;
+    register_elementwise_ops(r);
+    register_tensor_ops(r);
+    register_reduce_ops(r);
+    register_nn_ops(r);
+    register_transformer_ops(r);
+    return r;
+  }();
+  return registry;
+}
+
+void OpRegistry::add(OpDef def) {
+  REFORGE_ASSERT(def.kernel != nullptr);
+  REFORGE_ASSERT(def.since_version <= def.end_version);
+  auto& v = defs_[{def.domain, def.op_type}];
+  for (const auto& d : v)
+    REFORGE_CHECK(def.end_version < d.since_version || def.since_version > d.end_version,
+                  "internal error: overlapping registrations for ", def.op_type);
+  v.push_back(std::move(def));
+}
+
+const OpDef* OpRegistry::find(const std::string& domain, const std::string& op_type, int opset) const {
+  auto it = defs_.find({domain, op_type});
+  if (it == defs_.end()) return nullptr;
+  for (const auto& d : it->second)
+    if (opset >= d.since_version && opset <= d.end_version) return &d;
+  return nullptr;
+}
+
+std::string OpRegistry::why_unsupported(const ir::Node& node) const {
+  auto it = defs_.find({node.domain, node.op_type});
+  if (it == defs_.end())
+    return "operator " + (node.domain.empty() ? std::string() : node.domain + "::") + node.op_type + " is not implemented";
+  const OpDef* def = find(node.domain, node.op_type, node.opset);
+  if (!def) return "operator " + node.op_type + " is not implemented for opset " + std::to_string(node.opset);
+  if (def->check) {
+    try {
+      return def->check(node);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> OpRegistry::op_types() const {
+  std::vector<std::string> v;
+  for (const auto& [k, d] : defs_) v.push_back(k.first.empty() ? k.second : k.first + "::" + k.second);
+  return v;
+}
+
+}  // namespace reforge::ops

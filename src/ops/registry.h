@@ -1,0 +1,95 @@
+// Operator registry: one entry per (domain, op type, opset version range), with its reference
+// CPU kernel and an optional checker.
+//
+// The checker answers "can reforge run this node?" from the node alone (attributes, opset),
+// before any data exists: `reforge check` and the engine builder call it, so an unsupported
+// attribute value is reported up front instead of failing mid-run. Kernels receive a
+// KernelContext: inputs (absent optional inputs are null), the node (attributes), and they
+// allocate or alias their outputs. Shapes are computed by the kernel from its actual inputs, so
+// symbolic dimensions resolve at run time.
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace reforge::ops {
+
+class KernelContext {
+ public:
+  KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, int threads)
+      : node_(node), inputs_(std::move(inputs)), outputs_(node.outputs.size()), threads_(threads) {}
+
+  const ir::Node& node() const { return node_; }
+  int opset() const { return node_.opset; }
+  int threads() const { return threads_; }
+
+  size_t num_inputs() const { return inputs_.size(); }
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  // Throws an Error naming the node when a required input is absent.
+  const Tensor& input(size_t i) const;
+
+  size_t num_outputs() const { return outputs_.size(); }
+  bool output_wanted(size_t i) const { return i < node_.outputs.size() && !node_.outputs[i].empty(); }
+  // Allocates output i (zero-filled) and returns it for writing.
+  Tensor& allocate_output(size_t i, DType dtype, Shape shape);
+  // Sets output i to an existing tensor (aliasing is fine: tensors are immutable once produced).
+  void set_output(size_t i, Tensor t);
+  std::vector<Tensor>& outputs() { return outputs_; }
+
+  // Attribute shortcuts.
+  int64_t attr_int(const std::string& n, int64_t def) const { return node_.attr_int(n, def); }
+  float attr_float(const std::string& n, float def) const { return node_.attr_float(n, def); }
+  std::string attr_string(const std::string& n, const std::string& def) const { return node_.attr_string(n, def); }
+  std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> def = {}) const { return node_.attr_ints(n, std::move(def)); }
+  std::vector<float> attr_floats(const std::string& n, std::vector<float> def = {}) const { return node_.attr_floats(n, std::move(def)); }
+
+ private:
+  const ir::Node& node_;
+  std::vector<const Tensor*> inputs_;
+  std::vector<Tensor> outputs_;
+  int threads_;
+};
+
+using KernelFn = std::function<void(KernelContext&)>;
+// Returns "" when the node can run, else the reason (e.g. "mode 'cubic' is not supported").
+using CheckFn = std::function<std::string(const ir::Node&)>;
+
+struct OpDef {
+  std::string domain;  // "" = default ONNX domain
+  std::string op_type;
+  int since_version = 1;
+  int end_version = INT_MAX;  // inclusive
+  KernelFn kernel;
+  CheckFn check;  // optional
+};
+
+class OpRegistry {
+ public:
+  // The registry with every built-in op; built once, thread-safe to read.
+  static const OpRegistry& global();
+
+  void add(OpDef def);
+  // The entry covering `opset` for (domain, op_type), or nullptr.
+  const OpDef* find(const std::string& domain, const std::string& op_type, int opset) const;
+  // "" if the node can run, else why not (unknown op, version outside every range, checker).
+  std::string why_unsupported(const ir::Node& node) const;
+  std::vector<std::string> op_types() const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, std::vector<OpDef>> defs_;
+};
+
+// Each op family registers itself here (one file or folder per family).
+void register_elementwise_ops(OpRegistry& r);  // math, activations, compare, logic, Cast, Where
+void register_tensor_ops(OpRegistry& r);       // shape, layout, gather/scatter, Pad, Range, ...
+void register_reduce_ops(OpRegistry& r);       // Reduce*, ArgMax/Min, Softmax, TopK, CumSum, Einsum
+void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, normalizations
+void register_transformer_ops(OpRegistry& r);  // Attention, RotaryEmbedding, RMSNormalization, Resize
+
+}  // namespace reforge::ops

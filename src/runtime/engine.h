@@ -1,0 +1,47 @@
+// Engine: runs a graph on the CPU.
+//
+// An Engine owns an immutable graph (nodes resolved to registry kernels once, at construction)
+// and runs it for any input sizes its symbolic dimensions allow. Construction checks that every
+// node is supported (listing all that are not) and that the graph is acyclic. run() validates
+// the inputs (names, dtypes, ranks, fixed dimensions, consistent symbolic dimensions) before any
+// kernel runs, and frees each intermediate value after its last use.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace reforge::runtime {
+
+struct EngineOptions {
+  int threads = 0;  // 0 = all cores
+};
+
+class Engine {
+ public:
+  Engine(ir::Graph graph, EngineOptions options = {});
+  ~Engine();
+  Engine(Engine&&) noexcept;
+  Engine& operator=(Engine&&) noexcept;
+
+  const std::vector<ir::ValueInfo>& inputs() const;
+  const std::vector<ir::ValueInfo>& outputs() const;
+  const ir::Graph& graph() const;
+
+  // Runs the graph. `inputs` must name every required graph input exactly once. Returns the
+  // graph outputs in declaration order. Thread-safe: concurrent calls share only immutable state.
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Every node of `graph` that reforge cannot run, as "node 'x' (Op), opset N: reason" lines.
+std::vector<std::string> unsupported_nodes(const ir::Graph& graph);
+
+}  // namespace reforge::runtime

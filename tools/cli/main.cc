@@ -1,0 +1,2 @@
+#include <iostream>
+int main() { std::cout << "reforge\n"; return 0; }
