@@ -24,6 +24,7 @@ const OpRegistry& OpRegistry::global() {
   static const OpRegistry registry = [] {
     OpRegistry r;
     register_elementwise_ops(r);
+    register_unary_ops(r);
     register_tensor_ops(r);
     register_reduce_ops(r);
     register_nn_ops(r);

@@ -86,7 +86,8 @@ class OpRegistry {
 };
 
 // Each op family registers itself here (one file or folder per family).
-void register_elementwise_ops(OpRegistry& r);  // math, activations, compare, logic, Cast, Where
+void register_elementwise_ops(OpRegistry& r);  // binary math, compare, logic, Cast, Where, Min/Max/Sum/Mean
+void register_unary_ops(OpRegistry& r);        // unary math and activations
 void register_tensor_ops(OpRegistry& r);       // shape, layout, gather/scatter, Pad, Range, ...
 void register_reduce_ops(OpRegistry& r);       // Reduce*, ArgMax/Min, Softmax, TopK, CumSum, Einsum
 void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, normalizations

@@ -1,2 +1,36 @@
+// reforge command-line tool. Every subcommand turns a reforge::Error into a message on stderr
+// and exit code 1; usage errors exit with 2.
 #include <iostream>
-int main() { std::cout << "reforge\n"; return 0; }
+
+#include "common.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"reforge: an inference-engine compiler for ONNX models with trustworthy refit"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, reforge::cli::Runner>> cmds;
+  auto add = [&](const char* name, const char* help, reforge::cli::Runner (*fn)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    cmds.emplace_back(sub, fn(*sub));
+  };
+  add("check", "List every node reforge cannot run (exit 1 if any)", reforge::cli::add_check);
+  add("run", "Run a model on .npy inputs and write .npy outputs", reforge::cli::add_run);
+  add("conformance", "Run ONNX backend node tests", reforge::cli::add_conformance);
+  add("bench", "Time a model in process; last line is JSON", reforge::cli::add_bench);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& [sub, runner] : cmds)
+      if (sub->parsed()) return runner();
+  } catch (const reforge::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 2;
+}

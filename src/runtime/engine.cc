@@ -1,0 +1,221 @@
+#include "runtime/engine.h"
+
+#include <omp.h>
+
+#include <thread>
+#include <unordered_map>
+
+#include "ops/registry.h"
+
+namespace reforge::runtime {
+
+namespace {
+
+// One node ready to execute: its kernel and value slots.
+struct Step {
+  size_t node_index;
+  const ops::OpDef* def;
+  std::vector<int> inputs;   // value slot or -1 for an absent optional input
+  std::vector<int> outputs;  // value slot or -1 for an unwanted output
+  std::vector<int> free_after;  // slots whose last use is this step
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  ir::Graph graph;
+  EngineOptions options;
+  std::vector<Step> steps;
+  std::vector<Tensor> constants;  // slot -> initializer (undefined for computed values)
+  std::vector<int> input_slots;   // per graph input
+  std::vector<int> output_slots;  // per graph output
+  size_t num_slots = 0;
+  int threads = 1;
+};
+
+std::vector<std::string> unsupported_nodes(const ir::Graph& graph) {
+  std::vector<std::string> out;
+  const auto& reg = ops::OpRegistry::global();
+  for (const auto& n : graph.nodes) {
+    std::string why = reg.why_unsupported(n);
+    if (!why.empty()) out.push_back(n.label() + ", opset " + std::to_string(n.opset) + ": " + why);
+  }
+  return out;
+}
+
+Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.graph = std::move(graph);
+  m.options = options;
+  m.threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto bad = unsupported_nodes(m.graph);
+  if (!bad.empty()) {
+    std::string msg = std::to_string(bad.size()) + " node(s) cannot run:";
+    for (size_t i = 0; i < bad.size() && i < 20; ++i) msg += "\n  " + bad[i];
+    if (bad.size() > 20) msg += "\n  ...";
+    fail(msg);
+  }
+  std::vector<size_t> order = m.graph.topological_order();
+
+  std::unordered_map<std::string, int> slot_of;
+  auto new_slot = [&](const std::string& name) {
+    int s = static_cast<int>(m.num_slots++);
+    slot_of[name] = s;
+    m.constants.emplace_back();
+    return s;
+  };
+  for (const auto& in : m.graph.inputs) {
+    if (slot_of.count(in.name)) fail("graph input '", in.name, "' is declared twice");
+    m.input_slots.push_back(new_slot(in.name));
+  }
+  for (const auto& [name, t] : m.graph.initializers) {
+    if (slot_of.count(name)) continue;
+    m.constants[static_cast<size_t>(new_slot(name))] = t;
+  }
+  const auto& reg = ops::OpRegistry::global();
+  for (size_t idx : order) {
+    const ir::Node& n = m.graph.nodes[idx];
+    Step st;
+    st.node_index = idx;
+    st.def = reg.find(n.domain, n.op_type, n.opset);
+    REFORGE_ASSERT(st.def != nullptr);
+    for (const auto& in : n.inputs) {
+      if (in.empty()) {
+        st.inputs.push_back(-1);
+        continue;
+      }
+      auto it = slot_of.find(in);
+      REFORGE_ASSERT(it != slot_of.end());  // topological_order checked this
+      st.inputs.push_back(it->second);
+    }
+    for (const auto& o : n.outputs) {
+      if (o.empty()) {
+        st.outputs.push_back(-1);
+        continue;
+      }
+      if (slot_of.count(o)) fail(n.label(), ": output '", o, "' redefines an existing value");
+      st.outputs.push_back(new_slot(o));
+    }
+    m.steps.push_back(std::move(st));
+  }
+  for (const auto& out : m.graph.outputs) {
+    auto it = slot_of.find(out.name);
+    if (it == slot_of.end()) fail("graph output '", out.name, "' is not produced by any node");
+    m.output_slots.push_back(it->second);
+  }
+  // Last use of each computed value: free it after that step (graph outputs are kept).
+  std::vector<int> last_use(m.num_slots, -1);
+  for (size_t s = 0; s < m.steps.size(); ++s)
+    for (int v : m.steps[s].inputs)
+      if (v >= 0) last_use[static_cast<size_t>(v)] = static_cast<int>(s);
+  for (int v : m.output_slots) last_use[static_cast<size_t>(v)] = -2;
+  for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
+  for (size_t v = 0; v < m.num_slots; ++v)
+    if (last_use[v] >= 0 && !m.constants[v].defined()) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+}
+
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+const std::vector<ir::ValueInfo>& Engine::inputs() const { return impl_->graph.inputs; }
+const std::vector<ir::ValueInfo>& Engine::outputs() const { return impl_->graph.outputs; }
+const ir::Graph& Engine::graph() const { return impl_->graph; }
+
+namespace {
+
+std::string declared_str(const ir::ValueInfo& vi) {
+  std::string s = dtype_name(vi.dtype);
+  if (!vi.has_shape) return s + "[?]";
+  s += "[";
+  for (size_t i = 0; i < vi.shape.size(); ++i) {
+    if (i) s += ",";
+    const auto& d = vi.shape[i];
+    s += d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol);
+  }
+  return s + "]";
+}
+
+void check_input(const ir::ValueInfo& vi, const Tensor& t, std::map<std::string, int64_t>& symbols) {
+  auto mismatch = [&]() {
+    fail("input '", vi.name, "' is ", t.describe(), ", the model expects ", declared_str(vi));
+  };
+  if (vi.dtype != DType::Undefined && t.dtype() != vi.dtype) mismatch();
+  if (!vi.has_shape) return;
+  if (t.rank() != static_cast<int64_t>(vi.shape.size())) mismatch();
+  for (size_t i = 0; i < vi.shape.size(); ++i) {
+    const auto& d = vi.shape[i];
+    int64_t actual = t.shape()[i];
+    if (d.fixed()) {
+      if (actual != d.value) mismatch();
+    } else if (!d.symbol.empty()) {
+      auto [it, inserted] = symbols.emplace(d.symbol, actual);
+      if (!inserted && it->second != actual)
+        fail("input '", vi.name, "' has ", d.symbol, " = ", actual, " but another input set ", d.symbol, " = ", it->second);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const {
+  const Impl& m = *impl_;
+  std::vector<Tensor> values(m.num_slots);
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, t] : inputs) {
+    bool known = false;
+    for (const auto& vi : m.graph.inputs) known |= vi.name == name;
+    if (!known) {
+      std::string names;
+      for (const auto& vi : m.graph.inputs) names += (names.empty() ? "" : ", ") + vi.name;
+      fail("unknown input '", name, "'; the model's inputs are: ", names);
+    }
+  }
+  for (size_t i = 0; i < m.graph.inputs.size(); ++i) {
+    const auto& vi = m.graph.inputs[i];
+    auto it = inputs.find(vi.name);
+    if (it == inputs.end()) fail("missing input '", vi.name, "' (", declared_str(vi), ")");
+    check_input(vi, it->second, symbols);
+    values[static_cast<size_t>(m.input_slots[i])] = it->second;
+  }
+  for (size_t v = 0; v < m.num_slots; ++v)
+    if (m.constants[v].defined()) values[v] = m.constants[v];
+
+  omp_set_num_threads(m.threads);
+  std::vector<const Tensor*> in_ptrs;
+  for (const Step& st : m.steps) {
+    const ir::Node& node = m.graph.nodes[st.node_index];
+    in_ptrs.clear();
+    for (int v : st.inputs) {
+      if (v < 0) {
+        in_ptrs.push_back(nullptr);
+        continue;
+      }
+      const Tensor& t = values[static_cast<size_t>(v)];
+      REFORGE_ASSERT(t.defined());
+      in_ptrs.push_back(&t);
+    }
+    ops::KernelContext ctx(node, in_ptrs, m.threads);
+    try {
+      st.def->kernel(ctx);
+    } catch (Error& e) {
+      throw e.with_context("while running " + node.label());
+    } catch (const std::bad_alloc&) {
+      fail("out of memory while running ", node.label());
+    }
+    for (size_t o = 0; o < st.outputs.size(); ++o) {
+      int slot = st.outputs[o];
+      if (slot < 0) continue;
+      Tensor& out = ctx.outputs()[o];
+      if (!out.defined()) fail(node.label(), ": kernel did not produce output ", o, " ('", node.outputs[o], "')");
+      values[static_cast<size_t>(slot)] = std::move(out);
+    }
+    for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+  }
+  std::vector<Tensor> outs;
+  outs.reserve(m.output_slots.size());
+  for (int s : m.output_slots) outs.push_back(values[static_cast<size_t>(s)]);
+  return outs;
+}
+
+}  // namespace reforge::runtime

@@ -1,0 +1,55 @@
+// `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]`
+// Times runs in process after warm-up; the last line printed is JSON.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "common.h"
+#include "onnx/importer.h"
+#include "runtime/engine.h"
+
+namespace reforge::cli {
+
+namespace {
+struct BenchArgs {
+  std::string model;
+  std::vector<std::string> inputs;
+  int threads = 0;
+  int iterations = 20;
+  int warmup = 3;
+};
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  app.add_option("model", a->model, "ONNX model file")->required();
+  app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
+  app.add_option("--threads", a->threads, "threads (default: all cores)");
+  app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  return [a]() {
+    auto inputs = load_inputs(a->inputs);
+    auto t0 = std::chrono::steady_clock::now();
+    runtime::EngineOptions opts;
+    opts.threads = a->threads;
+    runtime::Engine engine(onnx::import_model_file(a->model), opts);
+    double build_ms = ms_since(t0);
+    for (int i = 0; i < a->warmup; ++i) engine.run(inputs);
+    std::vector<double> times;
+    for (int i = 0; i < a->iterations; ++i) {
+      auto t = std::chrono::steady_clock::now();
+      engine.run(inputs);
+      times.push_back(ms_since(t));
+    }
+    std::sort(times.begin(), times.end());
+    double median = times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    std::cout << "{\"median_ms\": " << median << ", \"min_ms\": " << times.front() << ", \"max_ms\": " << times.back()
+              << ", \"iterations\": " << times.size() << ", \"build_ms\": " << build_ms << "}" << std::endl;
+    return 0;
+  };
+}
+
+}  // namespace reforge::cli

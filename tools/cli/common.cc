@@ -1,0 +1,43 @@
+#include "common.h"
+
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "core/npy.h"
+
+namespace reforge::cli {
+
+std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs) {
+  std::map<std::string, Tensor> inputs;
+  for (const auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--input '", spec, "' is not NAME=FILE.npy");
+    std::string name = spec.substr(0, eq);
+    if (inputs.count(name)) fail("input '", name, "' is given twice");
+    inputs[name] = read_npy(spec.substr(eq + 1));
+  }
+  return inputs;
+}
+
+std::string safe_file_name(const std::string& name) {
+  std::string s = name;
+  for (char& c : s)
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) c = '_';
+  if (s.empty() || s == "." || s == "..") s = "_" + s;
+  return s;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REFORGE_CHECK(a.shape() == b.shape(), "shapes differ: ", a.describe(), " vs ", b.describe());
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.as_double(i), y = b.as_double(i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    if (std::isnan(x) != std::isnan(y)) return NAN;
+    if (x == y) continue;  // equal infinities
+    worst = std::max(worst, std::fabs(x - y));
+  }
+  return worst;
+}
+
+}  // namespace reforge::cli

@@ -1,0 +1,32 @@
+// Shared pieces of the reforge command-line tool: subcommand registration and small helpers
+// for parsing NAME=FILE arguments and printing tensors.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace reforge::cli {
+
+// Each subcommand file defines one of these; main() wires them into CLI11. The returned
+// function runs after parsing and returns the process exit code.
+using Runner = std::function<int()>;
+Runner add_check(CLI::App& app);
+Runner add_run(CLI::App& app);
+Runner add_conformance(CLI::App& app);
+Runner add_bench(CLI::App& app);
+
+// Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
+std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);
+// Output file name for a tensor name: characters outside [A-Za-z0-9._-] become '_'.
+std::string safe_file_name(const std::string& name);
+
+// Largest |a - b| over all elements (NaN where exactly one side is NaN); shapes must match.
+double max_abs_diff(const Tensor& a, const Tensor& b);
+
+}  // namespace reforge::cli
