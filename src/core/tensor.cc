@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <unistd.h>
 
 #include "core/dispatch.h"
 
@@ -35,6 +36,11 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   t.numel_ = shape_numel(shape);
   t.shape_ = std::move(shape);
   size_t bytes = t.nbytes();
+  // Refuse sizes beyond physical memory up front: with overcommit a huge allocation "succeeds"
+  // and the process is killed later, which hostile model files must not be able to cause.
+  static const size_t phys = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+  if (bytes > phys)
+    fail("tensor ", dtype_name(dtype), shape_str(t.shape_), " needs ", bytes, " bytes, more than this machine's memory");
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
@@ -99,30 +105,42 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 std::string Tensor::describe() const { return dtype_name(dtype_) + shape_str(shape_); }
 
 namespace {
+// double -> float rounded to odd: truncate toward zero and set the lowest mantissa bit when the
+// conversion was inexact. A later float -> float16/bfloat16 round-to-nearest-even then equals a
+// single correct rounding of the double (float keeps > 2 extra bits), so Cast(double -> float16)
+// matches numpy's direct conversion instead of suffering double rounding.
+float double_to_float_round_odd(double d) {
+  float f = static_cast<float>(d);
+  if (std::isnan(d) || std::isinf(d) || static_cast<double>(f) == d) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) f = std::nextafter(f, 0.0f);
+  return bits_to_float(float_to_bits(f) | 1u);
+}
+
+// Float -> integer: truncates toward zero; NaN gives 0 and out-of-range values saturate (ONNX
+// leaves both implementation-defined; a plain C++ conversion would be undefined behaviour).
+template <typename To, typename C>
+To float_to_int(C c) {
+  if (std::isnan(c)) return To(0);
+  const long double x = std::trunc(static_cast<long double>(c));
+  if (x <= static_cast<long double>(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
+  if (x >= static_cast<long double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
+  return static_cast<To>(x);
+}
+
 template <typename To, typename From>
 To convert_one(From v) {
   if constexpr (std::is_same_v<To, bool>) {
     auto c = to_compute(v);
-    return c != decltype(c)(0);
+    return c != decltype(c)(0);  // NaN != 0: true, as in numpy
   } else if constexpr (std::is_same_v<To, float16> || std::is_same_v<To, bfloat16>) {
-    if constexpr (std::is_same_v<From, double>) {
-      // Round via float; double->float->half double-rounding is what numpy does too for casts.
-      return To(static_cast<float>(v));
-    } else {
-      return To(static_cast<float>(to_compute(v)));
-    }
+    if constexpr (std::is_same_v<From, double>) return To(double_to_float_round_odd(v));
+    else if constexpr (std::is_same_v<From, int64_t> || std::is_same_v<From, uint64_t>)
+      return To(double_to_float_round_odd(static_cast<double>(v)));
+    else return To(static_cast<float>(to_compute(v)));
   } else if constexpr (std::is_integral_v<To>) {
     auto c = to_compute(v);
-    if constexpr (std::is_floating_point_v<decltype(c)>) {
-      if (std::isnan(c)) return To(0);
-      // Saturate like numpy on common platforms would be UB; clamp explicitly.
-      long double x = std::trunc(static_cast<long double>(c));
-      if (x <= static_cast<long double>(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();
-      if (x >= static_cast<long double>(std::numeric_limits<To>::max())) return std::numeric_limits<To>::max();
-      return static_cast<To>(x);
-    } else {
-      return static_cast<To>(c);
-    }
+    if constexpr (std::is_floating_point_v<decltype(c)>) return float_to_int<To>(c);
+    else return static_cast<To>(c);  // integer narrowing wraps (two's complement, as numpy)
   } else {
     return static_cast<To>(to_compute(v));
   }
@@ -131,15 +149,27 @@ To convert_one(From v) {
 
 Tensor cast_tensor(const Tensor& src, DType to) {
   if (src.dtype() == to) return src;
+  REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ",
+                dtype_name(to), ": only standard numeric and bool types are supported");
   Tensor out = Tensor::empty(to, src.shape());
   const int64_t n = src.numel();
-  dispatch_all(src.dtype(), [&](auto from_tag) {
+  auto from_type = [&](auto f) {
+    // Bool is read as bytes (!= 0): loading a byte other than 0/1 as C++ bool is undefined.
+    if (src.dtype() == DType::Bool) return f(TypeTag<uint8_t>{}, true);
+    return dispatch_numeric(src.dtype(), [&](auto tag) { return f(tag, false); });
+  };
+  from_type([&](auto from_tag, bool from_bool) {
     using From = typename decltype(from_tag)::type;
     dispatch_all(to, [&](auto to_tag) {
       using To = typename decltype(to_tag)::type;
       const From* s = src.data<From>();
       To* d = out.mutable_data<To>();
-      for (int64_t i = 0; i < n; ++i) d[i] = convert_one<To>(s[i]);
+      if (from_bool) {
+        for (int64_t i = 0; i < n; ++i) d[i] = convert_one<To>(s[i] != 0);
+      } else {
+#pragma omp parallel for if (n > (int64_t{1} << 16))
+        for (int64_t i = 0; i < n; ++i) d[i] = convert_one<To>(s[i]);
+      }
     });
   });
   return out;

@@ -95,8 +95,10 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
     if (raw.size() != static_cast<size_t>(n) * esize)
       fail("tensor '", tp.name(), "' raw_data has ", raw.size(), " bytes, ", dtype_name(dtype), shape_str(shape), " needs ",
            static_cast<size_t>(n) * esize);
+    // The parsed proto already holds the one copy of these bytes; wrap it rather than copy again
+    // when it is naturally aligned (kernels do not assume more than element alignment on inputs).
     auto addr = reinterpret_cast<uintptr_t>(raw.data());
-    if (ctx.keepalive && addr % 64 == 0) return Tensor::wrap(dtype, shape, ctx.keepalive, raw.data());
+    if (ctx.keepalive && addr % 16 == 0) return Tensor::wrap(dtype, shape, ctx.keepalive, raw.data());
     return Tensor::copy_of(dtype, shape, raw.data());
   }
   Tensor t = Tensor::empty(dtype, shape);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit and model tests (gtest) and the ONNX backend node conformance
+# tests listed in tests/conformance/required-standard-types.txt. Run scripts/setup.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+# The ONNX 1.23.1 node suite ships as four .tar.xz parts; unpack once into the build tree.
+suite_src=""
+for d in "${REFORGE_ONNX_SUITE:-}" "$root/../shared/onnx-node-suite" /work/shared/onnx-node-suite; do
+  if [ -n "$d" ] && ls "$d"/node*.tar.xz >/dev/null 2>&1; then suite_src="$d"; break; fi
+done
+if [ -z "$suite_src" ]; then
+  echo "test: ONNX node suite not found (set REFORGE_ONNX_SUITE to the folder with node*.tar.xz)" >&2
+  exit 1
+fi
+suite="$root/build/onnx-node-suite"
+if [ ! -f "$suite/.unpacked" ]; then
+  rm -rf "$suite" && mkdir -p "$suite"
+  for f in "$suite_src"/node*.tar.xz; do tar -xJf "$f" -C "$suite"; done
+  touch "$suite/.unpacked"
+fi
+
+status=0
+echo "== unit and model tests"
+./build/reforge_tests --gtest_brief=1 || status=1
+echo "== ONNX node conformance (required list)"
+./build/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt || status=1
+exit $status
