@@ -1,0 +1,100 @@
+// Plan: the built, optimized engine in memory, and its serialized form.
+//
+// A Plan holds the optimized graph (nodes that name registry kernels), the weight table, the
+// refittable sources and the recipes that turn sources into engine weights. It is what the
+// builder produces, what a plan file stores, and what an Engine is made from.
+//
+// Provenance invariants (checked by the builder, relied on by the refitter):
+//  * every constant the graph reads is one WeightEntry, and its kind says where it came from:
+//    Literal (structure: shapes, axes, eps, masks; never refittable, never stripped), Derived
+//    (computed from sources by `recipe`, refittable), or Baked (computed from sources that are
+//    not refittable in this build mode; never stripped);
+//  * a recipe is a list of steps, each an operator (a registry kernel) applied to sources,
+//    literals or earlier steps; replaying it on the build-time sources gives the stored data
+//    bit for bit;
+//  * a source is one *use* of an ONNX initializer (consumer node position in the canonical
+//    topological order, input slot), so initializers that the exporter merged because their
+//    values happened to be equal are still separate sources.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ir/graph.h"
+
+namespace reforge::plan {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+enum class BuildMode { Baked, Refit, RefitIdentical, RefitIndividual };
+enum class WeightKind { Literal, Derived, Baked };
+
+const char* build_mode_name(BuildMode m);  // "baked", "refit", "refit-identical", "refit-individual"
+const char* weight_kind_name(WeightKind k);  // "literal", "derived", "baked"
+
+// An input of a recipe step, or a recipe's result.
+struct Operand {
+  enum class Kind { Source, Literal, Step };
+  Kind kind = Kind::Source;
+  uint32_t index = 0;  // into Plan::sources, Plan::literals, or Recipe::steps
+};
+
+struct RecipeStep {
+  std::string domain;   // "" for ONNX ops; "reforge" for our own transforms (BatchNorm folding, ...)
+  std::string op_type;
+  int opset = 0;
+  std::map<std::string, ir::Attribute> attrs;  // no graph attributes
+  std::vector<Operand> inputs;                 // Operand with kind Step refers to an earlier step
+  uint32_t output = 0;                         // which output of the op is taken
+};
+
+struct Recipe {
+  std::vector<RecipeStep> steps;
+  Operand result;  // a Source (identity recipe) or the last Step
+};
+
+struct Source {
+  std::string key;                 // unique and stable: "<initializer name>@<node position>:<slot>"
+  std::vector<std::string> names;  // initializer name(s) a user would recognize
+  std::string consumer;            // consumer node's name
+  std::string op_type;             // consumer node's op type
+  uint32_t node_position = 0;      // consumer's index in the canonical topological order
+  uint32_t slot = 0;               // input slot of the consumer
+  DType dtype = DType::Undefined;
+  Shape shape;
+  uint64_t hash = 0;               // XXH3-64 of the build-time bytes
+  bool refittable = true;
+};
+
+struct WeightEntry {
+  std::string name;  // value name the graph reads
+  WeightKind kind = WeightKind::Literal;
+  DType dtype = DType::Undefined;
+  Shape shape;
+  Recipe recipe;                  // empty (no steps, result unused) for literals
+  std::vector<uint32_t> sources;  // sources the recipe reads (sorted, unique)
+  uint64_t hash = 0;              // XXH3-64 of the data
+  Tensor data;                    // undefined when stripped
+};
+
+struct Plan {
+  uint32_t format_version = kFormatVersion;
+  BuildMode mode = BuildMode::Baked;
+  std::vector<std::string> individual_patterns;  // for RefitIndividual
+  bool stripped = false;
+  std::string producer;  // "reforge <version>"
+  std::string model_name;
+  ir::Graph graph;  // optimized graph; graph.initializers is empty: constants live in `weights`
+  std::vector<WeightEntry> weights;
+  std::vector<Source> sources;
+  std::vector<Tensor> literals;  // recipe literal operands
+  // Structural fingerprint of the original model, one line per node in canonical order
+  // (op type, attributes, where each input comes from, literal hashes; never initializer
+  // names). Refit from ONNX compares the new model's fingerprint with this one.
+  std::vector<std::string> fingerprint;
+};
+
+}  // namespace reforge::plan
