@@ -29,6 +29,7 @@ const OpRegistry& OpRegistry::global() {
     register_reduce_ops(r);
     register_nn_ops(r);
     register_transformer_ops(r);
+    register_reforge_ops(r);
     return r;
   }();
   return registry;

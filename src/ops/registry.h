@@ -92,5 +92,6 @@ void register_tensor_ops(OpRegistry& r);       // shape, layout, gather/scatter,
 void register_reduce_ops(OpRegistry& r);       // Reduce*, ArgMax/Min, Softmax, TopK, CumSum, Einsum
 void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, normalizations
 void register_transformer_ops(OpRegistry& r);  // Attention, RotaryEmbedding, RMSNormalization, Resize
+void register_reforge_ops(OpRegistry& r);      // reforge domain: recipe transforms and fused kernels
 
 }  // namespace reforge::ops

@@ -84,6 +84,7 @@ struct Plan {
   uint32_t format_version = kFormatVersion;
   BuildMode mode = BuildMode::Baked;
   std::vector<std::string> individual_patterns;  // for RefitIndividual
+  std::vector<std::string> literal_names;        // initializers the user declared literal (--literal)
   bool stripped = false;
   std::string producer;  // "reforge <version>"
   std::string model_name;

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 
@@ -26,7 +28,11 @@ struct Engine::Impl {
   ir::Graph graph;
   EngineOptions options;
   std::vector<Step> steps;
-  std::vector<Tensor> constants;  // slot -> initializer (undefined for computed values)
+  std::vector<bool> is_const;     // slot holds a constant (engine weight)
+  std::unordered_map<std::string, int> const_slot;
+  std::unordered_map<std::string, std::pair<DType, Shape>> const_desc;  // declared dtype/shape when known
+  mutable std::mutex constants_mutex;
+  std::shared_ptr<const std::vector<Tensor>> constants;  // slot -> value (undefined: computed or missing)
   std::vector<int> input_slots;   // per graph input
   std::vector<int> output_slots;  // per graph output
   size_t num_slots = 0;
@@ -58,10 +64,12 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   std::vector<size_t> order = m.graph.topological_order();
 
   std::unordered_map<std::string, int> slot_of;
+  auto consts = std::make_shared<std::vector<Tensor>>();
   auto new_slot = [&](const std::string& name) {
     int s = static_cast<int>(m.num_slots++);
     slot_of[name] = s;
-    m.constants.emplace_back();
+    consts->emplace_back();
+    m.is_const.push_back(false);
     return s;
   };
   for (const auto& in : m.graph.inputs) {
@@ -70,8 +78,16 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   }
   for (const auto& [name, t] : m.graph.initializers) {
     if (slot_of.count(name)) continue;
-    m.constants[static_cast<size_t>(new_slot(name))] = t;
+    int slot = new_slot(name);
+    (*consts)[static_cast<size_t>(slot)] = t;
+    m.is_const[static_cast<size_t>(slot)] = true;
+    m.const_slot[name] = slot;
+    if (t.defined()) m.const_desc[name] = {t.dtype(), t.shape()};
   }
+  m.constants = consts;
+  // The engine's constant table owns the weights from here on; the graph keeps only structure,
+  // so a refit that replaces them frees the old tensors.
+  for (auto& [name, t] : m.graph.initializers) t = Tensor();
   const auto& reg = ops::OpRegistry::global();
   for (size_t idx : order) {
     const ir::Node& n = m.graph.nodes[idx];
@@ -111,7 +127,7 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.output_slots) last_use[static_cast<size_t>(v)] = -2;
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
-    if (last_use[v] >= 0 && !m.constants[v].defined()) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+    if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
 }
 
 Engine::~Engine() = default;
@@ -178,8 +194,16 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     check_input(vi, it->second, symbols);
     values[static_cast<size_t>(m.input_slots[i])] = it->second;
   }
-  for (size_t v = 0; v < m.num_slots; ++v)
-    if (m.constants[v].defined()) values[v] = m.constants[v];
+  std::shared_ptr<const std::vector<Tensor>> consts;
+  {
+    std::lock_guard<std::mutex> lock(m.constants_mutex);
+    consts = m.constants;
+  }
+  for (size_t v = 0; v < m.num_slots; ++v) {
+    if (!m.is_const[v]) continue;
+    if (!(*consts)[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
+    values[v] = (*consts)[v];
+  }
 
   omp_set_num_threads(m.threads);
   std::vector<const Tensor*> in_ptrs;
@@ -216,6 +240,40 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
   outs.reserve(m.output_slots.size());
   for (int s : m.output_slots) outs.push_back(values[static_cast<size_t>(s)]);
   return outs;
+}
+
+std::vector<std::string> Engine::missing_constants() const {
+  std::lock_guard<std::mutex> lock(impl_->constants_mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, slot] : impl_->const_slot)
+    if (!(*impl_->constants)[static_cast<size_t>(slot)].defined()) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Tensor Engine::constant(const std::string& name) const {
+  auto it = impl_->const_slot.find(name);
+  if (it == impl_->const_slot.end()) return Tensor();
+  std::lock_guard<std::mutex> lock(impl_->constants_mutex);
+  return (*impl_->constants)[static_cast<size_t>(it->second)];
+}
+
+bool Engine::has_constant(const std::string& name) const { return impl_->const_slot.count(name) != 0; }
+
+void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.constants_mutex);
+  auto next = std::make_shared<std::vector<Tensor>>(*m.constants);
+  for (const auto& [name, t] : values) {
+    auto it = m.const_slot.find(name);
+    if (it == m.const_slot.end()) fail("'", name, "' is not an engine weight");
+    auto d = m.const_desc.find(name);
+    if (d != m.const_desc.end() && (d->second.first != t.dtype() || d->second.second != t.shape()))
+      fail("engine weight '", name, "' is ", dtype_name(d->second.first), shape_str(d->second.second), ", the replacement is ",
+           t.describe());
+    (*next)[static_cast<size_t>(it->second)] = t;
+  }
+  m.constants = std::move(next);
 }
 
 }  // namespace reforge::runtime

@@ -36,6 +36,16 @@ class Engine {
   // graph outputs in declaration order. Thread-safe: concurrent calls share only immutable state.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
 
+  // Constants (engine weights). A graph initializer may be undefined (a stripped weight): the
+  // engine then refuses to run until it is supplied.
+  std::vector<std::string> missing_constants() const;
+  Tensor constant(const std::string& name) const;  // undefined if not a constant or not set
+  bool has_constant(const std::string& name) const;
+  // Replaces constants all at once: runs that already started keep the old set, later runs see
+  // only the new one. Every name must be a constant of the engine with the same dtype and shape
+  // (checked before anything changes).
+  void replace_constants(const std::map<std::string, Tensor>& values);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

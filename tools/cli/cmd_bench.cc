@@ -6,7 +6,7 @@
 
 #include "common.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "plan_loading.h"
 
 namespace reforge::cli {
 
@@ -17,6 +17,7 @@ struct BenchArgs {
   int threads = 0;
   int iterations = 20;
   int warmup = 3;
+  std::vector<std::string> weights;
 };
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -25,7 +26,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  app.add_option("model", a->model, "ONNX model file")->required();
+  app.add_option("model", a->model, "ONNX model or plan file")->required();
+  app.add_option("--weights,-w", a->weights, "refit from these weights first");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
@@ -33,9 +35,12 @@ Runner add_bench(CLI::App& app) {
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
-    runtime::EngineOptions opts;
-    opts.threads = a->threads;
-    runtime::Engine engine(onnx::import_model_file(a->model), opts);
+    LoadOptions lo;
+    lo.threads = a->threads;
+    lo.weights = a->weights;
+    lo.quiet = true;
+    auto engine_ptr = load_engine(a->model, lo);
+    const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);
     for (int i = 0; i < a->warmup; ++i) engine.run(inputs);
     std::vector<double> times;

@@ -5,7 +5,7 @@
 #include "common.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
+#include "plan_loading.h"
 
 namespace reforge::cli {
 
@@ -17,12 +17,14 @@ struct RunArgs {
   std::string output_dir;
   double tolerance = 1e-4;
   int threads = 0;
+  std::vector<std::string> weights;
 };
 }  // namespace
 
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
-  app.add_option("model", a->model, "ONNX model file")->required();
+  app.add_option("model", a->model, "ONNX model or plan file")->required();
+  app.add_option("--weights,-w", a->weights, "refit in memory from these weights first (a re-exported ONNX model)");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
@@ -30,9 +32,11 @@ Runner add_run(CLI::App& app) {
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   return [a]() {
     auto inputs = load_inputs(a->inputs);
-    runtime::EngineOptions opts;
-    opts.threads = a->threads;
-    runtime::Engine engine(onnx::import_model_file(a->model), opts);
+    LoadOptions lo;
+    lo.threads = a->threads;
+    lo.weights = a->weights;
+    auto engine_ptr = load_engine(a->model, lo);
+    const runtime::PlanEngine& engine = *engine_ptr;
     auto outs = engine.run(inputs);
     if (!a->output_dir.empty()) std::filesystem::create_directories(a->output_dir);
     for (size_t i = 0; i < outs.size(); ++i) {

@@ -20,6 +20,9 @@ Runner add_check(CLI::App& app);
 Runner add_run(CLI::App& app);
 Runner add_conformance(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_build(CLI::App& app);
+Runner add_refit(CLI::App& app);
+Runner add_inspect(CLI::App& app);
 
 // Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);

@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     cmds.emplace_back(sub, fn(*sub));
   };
+  add("build", "Build a plan from an ONNX model", reforge::cli::add_build);
+  add("refit", "Give a plan new weights (fast, slow or verified)", reforge::cli::add_refit);
+  add("inspect", "Show a plan's weight table, provenance and sources", reforge::cli::add_inspect);
   add("check", "List every node reforge cannot run (exit 1 if any)", reforge::cli::add_check);
   add("run", "Run a model on .npy inputs and write .npy outputs", reforge::cli::add_run);
   add("conformance", "Run ONNX backend node tests", reforge::cli::add_conformance);

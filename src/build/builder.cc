@@ -1,0 +1,195 @@
+#include "build/builder.h"
+
+#include <iostream>
+
+#include "build/fingerprint.h"
+#include "passes/build_state.h"
+#include "refit/recipe.h"
+
+namespace reforge::build {
+
+bool glob_match(const std::string& p, const std::string& s) {
+  size_t pi = 0, si = 0, star = std::string::npos, mark = 0;
+  while (si < s.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == s[si])) {
+      ++pi;
+      ++si;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = si;
+    } else if (star != std::string::npos) {
+      pi = star + 1;
+      si = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+void BuildOptions::validate() const {
+  if (strip_weights && mode == plan::BuildMode::Baked)
+    fail("--strip-weights needs a refit mode (--refit, --refit-identical or --refit-individual)");
+  if (mode == plan::BuildMode::RefitIndividual && individual_patterns.empty())
+    fail("--refit-individual needs at least one pattern");
+}
+
+namespace {
+
+bool refittable_source(const BuildOptions& o, const plan::Source& s) {
+  switch (o.mode) {
+    case plan::BuildMode::Baked: return false;
+    case plan::BuildMode::Refit:
+    case plan::BuildMode::RefitIdentical: return true;
+    case plan::BuildMode::RefitIndividual:
+      for (const auto& p : o.individual_patterns)
+        for (const auto& n : s.names)
+          if (glob_match(p, n) || glob_match(p, s.key)) return true;
+      return false;
+  }
+  return false;
+}
+
+// Turns initializers into constants with provenance: literals stay shared by name; every use
+// of any other initializer becomes its own source and its own value.
+passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set<std::string>& literals) {
+  passes::BuildState s;
+  s.mode = o.mode;
+  for (size_t p = 0; p < g.nodes.size(); ++p) {
+    ir::Node& n = g.nodes[p];
+    for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
+      const std::string in = n.inputs[slot];
+      auto it = g.initializers.find(in);
+      if (in.empty() || it == g.initializers.end()) continue;
+      if (literals.count(in)) {
+        if (!s.consts.count(in)) s.consts[in] = passes::ConstValue{it->second, plan::WeightKind::Literal, {}, {}};
+        continue;
+      }
+      plan::Source src;
+      src.key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);  // display key; matched by position
+      src.names = {in};
+      src.consumer = n.name;
+      src.op_type = n.op_type;
+      src.node_position = static_cast<uint32_t>(p);
+      src.slot = static_cast<uint32_t>(slot);
+      src.dtype = it->second.dtype();
+      src.shape = it->second.shape();
+      src.hash = refit::hash_tensor(it->second);
+      src.refittable = refittable_source(o, src);
+      uint32_t id = static_cast<uint32_t>(s.sources.size());
+      passes::ConstValue cv;
+      cv.value = it->second;
+      if (src.refittable) {
+        cv.kind = plan::WeightKind::Derived;
+        cv.recipe.result = {plan::Operand::Kind::Source, id};
+        cv.sources = {id};
+      } else {
+        cv.kind = plan::WeightKind::Baked;
+      }
+      n.inputs[slot] = src.key;
+      s.consts[src.key] = std::move(cv);
+      s.sources.push_back(std::move(src));
+      s.source_values.push_back(it->second);
+    }
+  }
+  for (const auto& out : g.outputs) {
+    auto it = g.initializers.find(out.name);
+    if (it != g.initializers.end() && !s.consts.count(out.name))
+      s.consts[out.name] = passes::ConstValue{it->second, plan::WeightKind::Literal, {}, {}};
+  }
+  g.initializers.clear();
+  s.graph = std::move(g);
+  return s;
+}
+
+// Renames every constant to "w<k>", k in order of first use in the optimized graph, so two
+// builds of structurally equal models name their engine weights identically whatever the
+// initializer names were (slow refit matches weights by these names).
+void canonical_constant_names(passes::BuildState& s) {
+  std::map<std::string, std::string> rename;
+  auto visit = [&](std::string& v) {
+    if (v.empty() || !s.consts.count(v)) return;
+    auto [it, inserted] = rename.emplace(v, "");
+    if (inserted) it->second = "w" + std::to_string(rename.size() - 1);
+    v = it->second;
+  };
+  for (auto& n : s.graph.nodes)
+    for (auto& in : n.inputs) visit(in);
+  for (auto& o : s.graph.outputs) {
+    if (!s.consts.count(o.name)) continue;
+    // A constant graph output keeps its name; the graph reads it as is.
+    rename.emplace(o.name, o.name);
+  }
+  std::map<std::string, passes::ConstValue> renamed;
+  for (auto& [old, cv] : s.consts) {
+    auto it = rename.find(old);
+    if (it != rename.end()) renamed[it->second] = std::move(cv);
+  }
+  s.consts = std::move(renamed);
+}
+
+}  // namespace
+
+plan::Plan build_plan(const ir::Graph& input, const BuildOptions& o) {
+  o.validate();
+  ir::Graph g = canonicalize(input);
+  std::set<std::string> literals = literal_initializers(g, o.literal_names);
+  plan::Plan plan;
+  plan.fingerprint = structural_fingerprint(g, literals);
+  plan.mode = o.mode;
+  plan.individual_patterns = o.individual_patterns;
+  plan.literal_names = o.literal_names;
+  plan.producer = "reforge 0.1";
+  plan.model_name = g.name;
+
+  passes::BuildState s = make_state(std::move(g), o, literals);
+  for (const auto& pass : passes::default_passes()) {
+    bool allowed = !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
+    if (!allowed) continue;
+    try {
+      pass.run(s);
+    } catch (Error& e) {
+      throw e.with_context(std::string("in build pass '") + pass.name + "'");
+    }
+    if (o.print_passes)
+      std::cerr << "pass " << pass.name << ": " << s.graph.nodes.size() << " nodes, " << s.consts.size() << " constants\n";
+  }
+
+  canonical_constant_names(s);
+  plan.sources = s.sources;
+  plan.literals = s.literals;
+  for (auto& [name, cv] : s.consts) {
+    plan::WeightEntry w;
+    w.name = name;
+    w.kind = cv.kind;
+    w.dtype = cv.value.dtype();
+    w.shape = cv.value.shape();
+    w.hash = refit::hash_tensor(cv.value);
+    w.data = cv.value;
+    if (cv.kind == plan::WeightKind::Derived) {
+      w.recipe = cv.recipe;
+      w.sources.assign(cv.sources.begin(), cv.sources.end());
+    }
+    plan.weights.push_back(std::move(w));
+  }
+  plan.graph = std::move(s.graph);
+
+  if (o.verify_recipes) {
+    for (const auto& w : plan.weights) {
+      if (w.kind != plan::WeightKind::Derived) continue;
+      Tensor again = refit::replay_recipe(w.recipe, s.source_values, plan.literals);
+      if (!refit::bit_equal(again, w.data))
+        fail("build verification failed: replaying the recipe of engine weight '", w.name,
+             "' does not reproduce it bit for bit (this is a bug in a pass)");
+    }
+  }
+  if (o.strip_weights) {
+    for (auto& w : plan.weights)
+      if (w.kind == plan::WeightKind::Derived) w.data = Tensor();
+    plan.stripped = true;
+  }
+  return plan;
+}
+
+}  // namespace reforge::build

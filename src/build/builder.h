@@ -1,0 +1,32 @@
+// Builder: ir::Graph (imported) -> passes -> Plan, with provenance for every constant.
+//
+// The builder canonicalizes the node order, classifies every initializer as a literal or a
+// source (one source per *use*), runs the named passes, and emits the plan's weight table. It
+// then replays every recipe on the build-time sources and requires bit-identical results: a
+// transform that cannot be replayed exactly is a build error, not a silent refit bug later.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "plan/plan.h"
+
+namespace reforge::build {
+
+struct BuildOptions {
+  plan::BuildMode mode = plan::BuildMode::Baked;
+  std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names
+  std::vector<std::string> literal_names;        // initializers to treat as literals
+  bool strip_weights = false;                    // requires a refit mode
+  bool verify_recipes = true;                    // replay every recipe after the build
+  bool print_passes = false;                     // print node/constant counts after each pass
+  void validate() const;                         // throws on inconsistent options
+};
+
+plan::Plan build_plan(const ir::Graph& graph, const BuildOptions& options);
+
+// True when `name` matches the glob `pattern` ('*' any run, '?' one character).
+bool glob_match(const std::string& pattern, const std::string& name);
+
+}  // namespace reforge::build

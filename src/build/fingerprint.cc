@@ -1,0 +1,146 @@
+#include "build/fingerprint.h"
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "refit/recipe.h"
+
+namespace reforge::build {
+
+ir::Graph canonicalize(ir::Graph g) {
+  std::vector<size_t> order = g.topological_order();
+  std::vector<ir::Node> nodes;
+  nodes.reserve(order.size());
+  for (size_t i : order) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+  return g;
+}
+
+bool is_shape_like_input(const std::string& op, size_t slot) {
+  static const std::map<std::string, std::set<size_t>> table = {
+      {"Reshape", {1}}, {"Expand", {1}}, {"ConstantOfShape", {0}}, {"Tile", {1}}, {"Slice", {1, 2, 3, 4}},
+      {"Unsqueeze", {1}}, {"Squeeze", {1}}, {"Split", {1}}, {"Pad", {1, 3}}, {"Resize", {1, 2, 3}},
+      {"Upsample", {1}}, {"Range", {0, 1, 2}}, {"TopK", {1}}, {"OneHot", {1}}, {"CumSum", {1}},
+      {"ReduceMean", {1}}, {"ReduceSum", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
+      {"ReduceL1", {1}}, {"ReduceL2", {1}}, {"ReduceSumSquare", {1}}, {"ReduceLogSum", {1}},
+      {"ReduceLogSumExp", {1}}, {"Trilu", {1}}, {"RotaryEmbedding", {3}},
+  };
+  auto it = table.find(op);
+  return it != table.end() && it->second.count(slot);
+}
+
+std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector<std::string>& literal_names) {
+  std::set<std::string> lit;
+  std::map<std::string, bool> only_shape_like;
+  for (const auto& n : g.nodes)
+    for (size_t s = 0; s < n.inputs.size(); ++s) {
+      const std::string& in = n.inputs[s];
+      if (in.empty() || !g.initializers.count(in)) continue;
+      bool sl = n.domain.empty() && is_shape_like_input(n.op_type, s);
+      auto [it, inserted] = only_shape_like.emplace(in, sl);
+      if (!inserted) it->second = it->second && sl;
+    }
+  for (const auto& o : g.outputs)
+    if (g.initializers.count(o.name)) only_shape_like[o.name] = true;  // an output constant is structure
+  for (const auto& [name, t] : g.initializers) {
+    bool by_name = false;
+    for (const auto& l : literal_names) by_name |= l == name;
+    auto it = only_shape_like.find(name);
+    if (by_name || !is_float(t.dtype()) || (it != only_shape_like.end() && it->second)) lit.insert(name);
+  }
+  return lit;
+}
+
+namespace {
+
+std::string float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  std::ostringstream os;
+  os << std::hex << b;
+  return os.str();
+}
+
+std::string tensor_sig(const Tensor& t) {
+  std::ostringstream os;
+  os << t.describe() << "#" << std::hex << refit::hash_tensor(t);
+  return os.str();
+}
+
+std::string attr_str(const ir::Attribute& a) {
+  std::ostringstream os;
+  switch (a.type) {
+    case ir::AttrType::Float: os << "f:" << float_bits(a.f); break;
+    case ir::AttrType::Int: os << "i:" << a.i; break;
+    case ir::AttrType::String: os << "s:" << a.s.size() << ":" << a.s; break;
+    case ir::AttrType::Tensor: os << "t:" << tensor_sig(a.t); break;
+    case ir::AttrType::Floats:
+      os << "fs:";
+      for (float f : a.floats) os << float_bits(f) << ",";
+      break;
+    case ir::AttrType::Ints:
+      os << "is:";
+      for (int64_t i : a.ints) os << i << ",";
+      break;
+    case ir::AttrType::Strings:
+      os << "ss:";
+      for (const auto& s : a.strings) os << s.size() << ":" << s << ",";
+      break;
+    case ir::AttrType::Tensors:
+      os << "ts:";
+      for (const auto& t : a.tensors) os << tensor_sig(t) << ",";
+      break;
+    default: os << "graph"; break;
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<std::string> structural_fingerprint(const ir::Graph& g, const std::set<std::string>& literals) {
+  std::map<std::string, std::string> ref;
+  for (size_t i = 0; i < g.inputs.size(); ++i) ref[g.inputs[i].name] = "in" + std::to_string(i) + ":" + dtype_name(g.inputs[i].dtype);
+  for (const auto& [name, t] : g.initializers)
+    ref[name] = literals.count(name) ? "lit:" + tensor_sig(t) : "src:" + t.describe();
+  std::vector<std::string> lines;
+  for (size_t p = 0; p < g.nodes.size(); ++p) {
+    const ir::Node& n = g.nodes[p];
+    std::ostringstream os;
+    os << n.domain << "::" << n.op_type << "@" << n.opset << " (";
+    for (size_t s = 0; s < n.inputs.size(); ++s) {
+      if (s) os << ", ";
+      if (n.inputs[s].empty()) os << "-";
+      else {
+        auto it = ref.find(n.inputs[s]);
+        os << (it == ref.end() ? "?" : it->second);
+      }
+    }
+    os << ") {";
+    for (const auto& [k, a] : n.attrs) os << k << "=" << attr_str(a) << ";";
+    os << "} -> " << n.outputs.size();
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (!n.outputs[k].empty()) ref[n.outputs[k]] = "n" + std::to_string(p) + "." + std::to_string(k);
+    lines.push_back(os.str());
+  }
+  std::ostringstream outs;
+  outs << "outputs:";
+  for (const auto& o : g.outputs) {
+    auto it = ref.find(o.name);
+    outs << " " << (it == ref.end() ? "?" : it->second);
+  }
+  lines.push_back(outs.str());
+  return lines;
+}
+
+std::string fingerprint_difference(const std::vector<std::string>& expected, const std::vector<std::string>& actual) {
+  size_t n = std::min(expected.size(), actual.size());
+  for (size_t i = 0; i < n; ++i)
+    if (expected[i] != actual[i])
+      return "node " + std::to_string(i) + " differs:\n    plan:  " + expected[i] + "\n    model: " + actual[i];
+  if (expected.size() != actual.size())
+    return "the plan's model has " + std::to_string(expected.size() - 1) + " nodes, this model has " + std::to_string(actual.size() - 1);
+  return "";
+}
+
+}  // namespace reforge::build

@@ -1,0 +1,68 @@
+#include "build/onnx_refit.h"
+
+#include "build/builder.h"
+#include "build/fingerprint.h"
+#include "onnx/importer.h"
+
+namespace reforge::build {
+
+namespace {
+void check_structure(const plan::Plan& plan, const std::vector<std::string>& fp) {
+  std::string diff = fingerprint_difference(plan.fingerprint, fp);
+  if (!diff.empty())
+    fail("refit: the new model's structure differs from the plan's (", diff,
+         ")\n  a refit can only change weights; rebuild the plan for a changed model");
+}
+}  // namespace
+
+std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
+  ir::Graph g = canonicalize(model);
+  std::set<std::string> literals = literal_initializers(g, plan.literal_names);
+  check_structure(plan, structural_fingerprint(g, literals));
+  std::map<uint32_t, Tensor> out;
+  for (size_t id = 0; id < plan.sources.size(); ++id) {
+    const plan::Source& s = plan.sources[id];
+    if (!s.refittable) continue;
+    REFORGE_ASSERT(s.node_position < g.nodes.size());  // the fingerprint matched
+    const ir::Node& n = g.nodes[s.node_position];
+    if (n.op_type != s.op_type || s.slot >= n.inputs.size())
+      fail("refit: node ", s.node_position, " of the new model is ", n.label(), ", the plan expects a ", s.op_type);
+    auto it = g.initializers.find(n.inputs[s.slot]);
+    if (it == g.initializers.end())
+      fail("refit: input ", s.slot, " of ", n.label(), " is not an initializer in the new model (source '", s.key, "')");
+    const Tensor& t = it->second;
+    if (t.dtype() != s.dtype || t.shape() != s.shape)
+      fail("refit: source '", s.key, "' is ", t.describe(), " in the new model (initializer '", it->first, "'), the plan expects ",
+           dtype_name(s.dtype), shape_str(s.shape));
+    out[static_cast<uint32_t>(id)] = t;
+  }
+  return out;
+}
+
+std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const std::string& path) {
+  try {
+    return read_sources_from_onnx(plan, onnx::import_model_file(path));
+  } catch (Error& e) {
+    throw e.with_context("while reading new weights from '" + path + "'");
+  }
+}
+
+plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
+  BuildOptions o;
+  o.mode = plan.mode;
+  o.individual_patterns = plan.individual_patterns;
+  o.literal_names = plan.literal_names;
+  plan::Plan fresh = build_plan(model, o);
+  check_structure(plan, fresh.fingerprint);
+  if (fresh.weights.size() != plan.weights.size())
+    fail("refit: the rebuilt plan has ", fresh.weights.size(), " engine weights, the plan has ", plan.weights.size());
+  for (size_t i = 0; i < plan.weights.size(); ++i) {
+    const auto& a = plan.weights[i];
+    const auto& b = fresh.weights[i];
+    if (a.name != b.name || a.kind != b.kind || a.dtype != b.dtype || a.shape != b.shape)
+      fail("refit: engine weight '", a.name, "' does not match the rebuilt plan's '", b.name, "'");
+  }
+  return fresh;
+}
+
+}  // namespace reforge::build

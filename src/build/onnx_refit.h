@@ -1,0 +1,26 @@
+// Refit from a re-exported ONNX model (build side: it reads ONNX files).
+//
+// Fast path: read_sources_from_onnx() imports the new model without running any pass, checks
+// that its structure matches the plan's fingerprint, and returns each refittable source's new
+// tensor, found by graph position (node position in canonical order, input slot), so a
+// re-export that merged or split equal initializers differently still refits correctly.
+// Slow path: rebuild_from_onnx() re-runs the whole build on the new model with the plan's
+// options and returns the fresh plan, whose engine weights the refitter can swap in.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "ir/graph.h"
+#include "plan/plan.h"
+
+namespace reforge::build {
+
+// Sources by id. Throws an Error naming what differs when the structure does not match.
+std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const ir::Graph& model);
+std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const std::string& path);
+
+// A fresh build of `model` with `plan`'s build options (not stripped); checks the fingerprint.
+plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model);
+
+}  // namespace reforge::build

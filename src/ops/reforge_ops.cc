@@ -1,0 +1,95 @@
+// Operators of the "reforge" domain: the weight transforms that build passes record in recipes
+// (BatchNorm folding) and the fused kernels they emit (MatMulAdd). Because recipes are replayed
+// by these same kernels at refit, each transform has exactly one implementation.
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "ops/registry.h"
+
+namespace reforge::ops {
+
+namespace {
+
+void check_channel_vector(const KernelContext& ctx, const Tensor& t, int64_t channels, const char* what) {
+  if (t.rank() != 1 || t.dim(0) != channels || t.dtype() != ctx.input(0).dtype())
+    fail(ctx.node().label(), ": ", what, " is ", t.describe(), ", expected ", dtype_name(ctx.input(0).dtype()), "[", channels, "]");
+}
+
+// W'[m, ...] = W[m, ...] * scale[m] / sqrt(var[m] + eps)
+void bn_fold_weight(KernelContext& ctx) {
+  const Tensor& w = ctx.input(0);
+  REFORGE_CHECK(w.rank() >= 1, ctx.node().label(), ": weight must have an output-channel axis");
+  const int64_t m = w.dim(0);
+  check_channel_vector(ctx, ctx.input(1), m, "scale");
+  check_channel_vector(ctx, ctx.input(2), m, "variance");
+  const float eps = ctx.attr_float("epsilon", 1e-5f);
+  Tensor& out = ctx.allocate_output(0, w.dtype(), w.shape());
+  const int64_t inner = m ? w.numel() / m : 0;
+  dispatch_float(w.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pw = w.data<T>();
+    const T* ps = ctx.input(1).data<T>();
+    const T* pv = ctx.input(2).data<T>();
+    T* po = out.mutable_data<T>();
+    for (int64_t c = 0; c < m; ++c) {
+      auto f = to_compute(ps[c]) / std::sqrt(to_compute(pv[c]) + static_cast<decltype(to_compute(pv[c]))>(eps));
+      for (int64_t i = 0; i < inner; ++i) po[c * inner + i] = from_compute<T>(to_compute(pw[c * inner + i]) * f);
+    }
+  }, "BnFoldWeight");
+}
+
+// B'[m] = (B[m] - mean[m]) * scale[m] / sqrt(var[m] + eps) + bias[m]
+void bn_fold_bias(KernelContext& ctx) {
+  const Tensor& b = ctx.input(0);
+  REFORGE_CHECK(b.rank() == 1, ctx.node().label(), ": conv bias must be a vector, got ", b.describe());
+  const int64_t m = b.dim(0);
+  for (size_t k = 1; k < 5; ++k) check_channel_vector(ctx, ctx.input(k), m, "BatchNormalization parameter");
+  const float eps = ctx.attr_float("epsilon", 1e-5f);
+  Tensor& out = ctx.allocate_output(0, b.dtype(), b.shape());
+  dispatch_float(b.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* pb = b.data<T>();
+    const T* ps = ctx.input(1).data<T>();
+    const T* pbeta = ctx.input(2).data<T>();
+    const T* pmean = ctx.input(3).data<T>();
+    const T* pv = ctx.input(4).data<T>();
+    T* po = out.mutable_data<T>();
+    for (int64_t c = 0; c < m; ++c) {
+      auto f = to_compute(ps[c]) / std::sqrt(to_compute(pv[c]) + static_cast<decltype(to_compute(pv[c]))>(eps));
+      po[c] = from_compute<T>((to_compute(pb[c]) - to_compute(pmean[c])) * f + to_compute(pbeta[c]));
+    }
+  }, "BnFoldBias");
+}
+
+// Y = MatMul(X, W) + b, b a vector along the last axis. Runs the MatMul kernel, then adds the
+// bias in place: bit-identical to the unfused pair.
+void matmul_add(KernelContext& ctx) {
+  static const OpDef* mm = OpRegistry::global().find("", "MatMul", 13);
+  REFORGE_ASSERT(mm != nullptr);
+  const Tensor& b = ctx.input(2);
+  ir::Node node = ctx.node();
+  node.inputs.resize(2);
+  KernelContext inner(node, {&ctx.input(0), &ctx.input(1)}, ctx.threads());
+  mm->kernel(inner);
+  Tensor y = std::move(inner.outputs()[0]);
+  REFORGE_CHECK(y.dtype() == DType::Float32 && b.dtype() == DType::Float32 && b.rank() == 1 && y.rank() >= 1 &&
+                    y.shape().back() == b.dim(0),
+                ctx.node().label(), ": bias ", b.describe(), " does not match the product ", y.describe());
+  const int64_t n = b.dim(0), rows = n ? y.numel() / n : 0;
+  float* py = y.mutable_data<float>();
+  const float* pb = b.data<float>();
+#pragma omp parallel for if (rows * n > (1 << 16))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) py[r * n + j] += pb[j];
+  ctx.set_output(0, std::move(y));
+}
+
+}  // namespace
+
+void register_reforge_ops(OpRegistry& r) {
+  r.add({"reforge", "BnFoldWeight", 1, INT_MAX, bn_fold_weight, nullptr});
+  r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
+  r.add({"reforge", "MatMulAdd", 1, INT_MAX, matmul_add, nullptr});
+}
+
+}  // namespace reforge::ops

@@ -1,0 +1,100 @@
+#include "passes/build_state.h"
+
+#include "refit/recipe.h"
+
+namespace reforge::passes {
+
+std::string BuildState::fresh_name(const std::string& base) {
+  for (;;) {
+    std::string n = base + "#" + std::to_string(next_id++);
+    if (!consts.count(n)) {
+      bool used = false;
+      for (const auto& node : graph.nodes)
+        for (const auto& o : node.outputs) used |= o == n;
+      if (!used) return n;
+    }
+  }
+}
+
+namespace {
+
+// Appends `v`'s recipe steps to `r` and returns the operand for `v` inside `r`.
+plan::Operand splice(BuildState& s, plan::Recipe& r, const ConstValue& v) {
+  if (v.kind != plan::WeightKind::Derived) {
+    s.literals.push_back(v.value);
+    return {plan::Operand::Kind::Literal, static_cast<uint32_t>(s.literals.size() - 1)};
+  }
+  uint32_t offset = static_cast<uint32_t>(r.steps.size());
+  for (plan::RecipeStep st : v.recipe.steps) {
+    for (auto& o : st.inputs)
+      if (o.kind == plan::Operand::Kind::Step) o.index += offset;
+    r.steps.push_back(std::move(st));
+  }
+  plan::Operand res = v.recipe.result;
+  if (res.kind == plan::Operand::Kind::Step) res.index += offset;
+  return res;
+}
+
+}  // namespace
+
+std::vector<ConstValue> BuildState::fold_all(const std::string& domain, const std::string& op_type, int opset,
+                                             const std::map<std::string, ir::Attribute>& attrs,
+                                             const std::vector<std::string>& inputs, size_t num_outputs) {
+  std::vector<const Tensor*> ins;
+  bool any_derived = false, all_literal = true;
+  for (const auto& name : inputs) {
+    const ConstValue& c = consts.at(name);
+    ins.push_back(&c.value);
+    any_derived |= c.kind == plan::WeightKind::Derived;
+    all_literal &= c.kind == plan::WeightKind::Literal;
+  }
+  std::vector<Tensor> outs = refit::evaluate_op(domain, op_type, opset, attrs, ins, num_outputs);
+  std::vector<ConstValue> result(num_outputs);
+  for (size_t k = 0; k < num_outputs; ++k) {
+    ConstValue& cv = result[k];
+    cv.value = std::move(outs[k]);
+    cv.kind = any_derived ? plan::WeightKind::Derived : all_literal ? plan::WeightKind::Literal : plan::WeightKind::Baked;
+    if (!any_derived) continue;
+    plan::RecipeStep step;
+    step.domain = domain;
+    step.op_type = op_type;
+    step.opset = opset;
+    step.attrs = attrs;
+    step.output = static_cast<uint32_t>(k);
+    for (const auto& name : inputs) {
+      const ConstValue& c = consts.at(name);
+      step.inputs.push_back(splice(*this, cv.recipe, c));
+      cv.sources.insert(c.sources.begin(), c.sources.end());
+    }
+    cv.recipe.steps.push_back(std::move(step));
+    cv.recipe.result = {plan::Operand::Kind::Step, static_cast<uint32_t>(cv.recipe.steps.size() - 1)};
+  }
+  return result;
+}
+
+ConstValue BuildState::fold(const std::string& domain, const std::string& op_type, int opset,
+                            const std::map<std::string, ir::Attribute>& attrs, const std::vector<std::string>& inputs,
+                            size_t num_outputs, size_t output) {
+  return std::move(fold_all(domain, op_type, opset, attrs, inputs, num_outputs)[output]);
+}
+
+std::map<std::string, int> BuildState::use_counts() const {
+  std::map<std::string, int> uses;
+  for (const auto& n : graph.nodes)
+    for (const auto& i : n.inputs)
+      if (!i.empty()) ++uses[i];
+  for (const auto& o : graph.outputs) ++uses[o.name];
+  return uses;
+}
+
+const std::vector<Pass>& default_passes() {
+  static const std::vector<Pass> passes = {
+      {"constant-folding", false, constant_folding},
+      {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
+      {"fuse-matmul-add", false, fuse_matmul_add},
+      {"eliminate-dead-code", false, eliminate_dead_code},
+  };
+  return passes;
+}
+
+}  // namespace reforge::passes

@@ -1,0 +1,67 @@
+// The state the build passes share: the graph being optimized and, for every constant value
+// it reads, the value and its provenance (literal, derived from sources by a recipe, or baked).
+//
+// Passes never create a constant without provenance: they go through fold_constant(), which
+// evaluates an operator with the registry kernel and records that same call as a recipe step.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "plan/plan.h"
+
+namespace reforge::passes {
+
+struct ConstValue {
+  Tensor value;
+  plan::WeightKind kind = plan::WeightKind::Literal;
+  plan::Recipe recipe;           // for Derived: how `value` is made from sources
+  std::set<uint32_t> sources;    // sources the recipe reads
+};
+
+struct BuildState {
+  ir::Graph graph;  // graph.initializers is unused once the state is made: constants live in `consts`
+  std::map<std::string, ConstValue> consts;
+  std::vector<plan::Source> sources;
+  std::vector<Tensor> source_values;  // build-time value of each source
+  std::vector<Tensor> literals;       // recipe literal operands
+  plan::BuildMode mode = plan::BuildMode::Baked;
+  int next_id = 0;
+
+  bool is_const(const std::string& value) const { return consts.count(value) != 0; }
+  // A fresh value name that no node or constant uses yet.
+  std::string fresh_name(const std::string& base);
+  // Evaluates `op` on constant inputs (all must be constants) with the registry kernel and
+  // returns the provenance of output `output`: literal when every input is literal, derived
+  // when any input is derived (recording the step in a recipe), baked otherwise.
+  ConstValue fold(const std::string& domain, const std::string& op_type, int opset,
+                  const std::map<std::string, ir::Attribute>& attrs, const std::vector<std::string>& inputs,
+                  size_t num_outputs, size_t output);
+  // Same, for several outputs at once.
+  std::vector<ConstValue> fold_all(const std::string& domain, const std::string& op_type, int opset,
+                                   const std::map<std::string, ir::Attribute>& attrs,
+                                   const std::vector<std::string>& inputs, size_t num_outputs);
+  // Number of nodes reading each value (graph outputs count as readers).
+  std::map<std::string, int> use_counts() const;
+};
+
+// A named pass. `reads_weight_values` passes specialize on weight values and run only in baked
+// and refit-identical builds (none of the current passes does).
+struct Pass {
+  const char* name;
+  bool reads_weight_values;
+  void (*run)(BuildState&);
+};
+
+void constant_folding(BuildState& s);
+void fold_batchnorm_into_conv(BuildState& s);
+void fuse_matmul_add(BuildState& s);
+void eliminate_dead_code(BuildState& s);
+
+// The default pipeline, in order.
+const std::vector<Pass>& default_passes();
+
+}  // namespace reforge::passes

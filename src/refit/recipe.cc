@@ -1,0 +1,63 @@
+#include "refit/recipe.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "ops/registry.h"
+
+namespace reforge::refit {
+
+std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op_type, int opset,
+                                const std::map<std::string, ir::Attribute>& attrs,
+                                const std::vector<const Tensor*>& inputs, size_t num_outputs) {
+  ir::Node node;
+  node.op_type = op_type;
+  node.domain = domain;
+  node.opset = opset;
+  node.name = "recipe:" + op_type;
+  node.attrs = attrs;
+  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "in" + std::to_string(i) : "");
+  for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
+  const ops::OpDef* def = ops::OpRegistry::global().find(domain, op_type, opset);
+  if (!def) fail("operator ", domain.empty() ? "" : domain + "::", op_type, " (opset ", opset, ") is not available");
+  ops::KernelContext ctx(node, inputs, 1);
+  def->kernel(ctx);
+  for (size_t i = 0; i < num_outputs; ++i)
+    if (!ctx.outputs()[i].defined()) fail(node.label(), ": kernel did not produce output ", i);
+  return std::move(ctx.outputs());
+}
+
+Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources, const std::vector<Tensor>& literals) {
+  std::vector<Tensor> steps(recipe.steps.size());
+  auto operand = [&](const plan::Operand& o) -> const Tensor& {
+    switch (o.kind) {
+      case plan::Operand::Kind::Source:
+        REFORGE_ASSERT(o.index < sources.size() && sources[o.index].defined());
+        return sources[o.index];
+      case plan::Operand::Kind::Literal:
+        REFORGE_ASSERT(o.index < literals.size());
+        return literals[o.index];
+      case plan::Operand::Kind::Step:
+        REFORGE_ASSERT(o.index < steps.size() && steps[o.index].defined());
+        return steps[o.index];
+    }
+    fail("internal error: bad operand");
+  };
+  for (size_t s = 0; s < recipe.steps.size(); ++s) {
+    const plan::RecipeStep& st = recipe.steps[s];
+    std::vector<const Tensor*> ins;
+    for (const auto& o : st.inputs) ins.push_back(&operand(o));
+    auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, st.output + 1);
+    steps[s] = std::move(outs[st.output]);
+  }
+  return operand(recipe.result);
+}
+
+uint64_t hash_tensor(const Tensor& t) { return XXH3_64bits(t.raw(), t.nbytes()); }
+
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+}  // namespace reforge::refit

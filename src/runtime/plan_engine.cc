@@ -1,0 +1,66 @@
+#include "runtime/plan_engine.h"
+
+#include "refit/recipe.h"
+
+namespace reforge::runtime {
+
+namespace {
+ir::Graph graph_with_weights(const plan::Plan& p) {
+  ir::Graph g = p.graph;
+  g.initializers.clear();
+  for (const auto& w : p.weights) g.initializers[w.name] = w.data;
+  return g;
+}
+}  // namespace
+
+PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
+    : plan_(std::move(plan)), engine_(graph_with_weights(plan_), options) {
+  known_sources_.resize(plan_.sources.size());
+  weight_present_.resize(plan_.weights.size());
+  for (size_t i = 0; i < plan_.weights.size(); ++i) {
+    plan::WeightEntry& w = plan_.weights[i];
+    weight_present_[i] = w.data.defined();
+    if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() && w.data.defined() &&
+        w.recipe.result.kind == plan::Operand::Kind::Source)
+      known_sources_[w.recipe.result.index] = w.data;
+    // The engine owns the data now; the plan copy keeps metadata only.
+    w.data = Tensor();
+  }
+}
+
+std::vector<std::string> PlanEngine::missing_sources() const {
+  std::vector<bool> needed(plan_.sources.size(), false);
+  for (size_t i = 0; i < plan_.weights.size(); ++i) {
+    const auto& w = plan_.weights[i];
+    if (w.kind != plan::WeightKind::Derived || engine_.constant(w.name).defined()) continue;
+    for (uint32_t s : w.sources) needed[s] = true;
+  }
+  std::vector<std::string> out;
+  for (size_t s = 0; s < plan_.sources.size(); ++s)
+    if (needed[s] && !known_sources_[s].defined()) out.push_back(plan_.sources[s].key);
+  return out;
+}
+
+std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs) const {
+  auto missing = missing_sources();
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 10; ++i) list += "\n  " + missing[i];
+    if (missing.size() > 10) list += "\n  ...";
+    fail("the engine is stripped and ", missing.size(), " source(s) have no value yet; refit them first:", list);
+  }
+  return engine_.run(inputs);
+}
+
+plan::Plan PlanEngine::current_plan(bool strip) const {
+  plan::Plan p = plan_;
+  for (auto& w : p.weights) {
+    w.data = engine_.constant(w.name);
+    if (w.data.defined()) w.hash = refit::hash_tensor(w.data);
+    if (strip && w.kind == plan::WeightKind::Derived) w.data = Tensor();
+  }
+  p.stripped = strip;
+  return p;
+}
+
+}  // namespace reforge::runtime

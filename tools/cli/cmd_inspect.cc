@@ -1,0 +1,118 @@
+// `reforge inspect PLAN [--json]`: build mode, sizes, the weight table with provenance, and the
+// sources with their hashes. Reads metadata only (no weight data is loaded).
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common.h"
+#include "plan/plan_io.h"
+
+namespace reforge::cli {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// "transpose(val_85)", "bnfoldweight(conv.weight, bn.weight, bn.running_var)".
+std::string recipe_summary(const plan::Plan& p, const plan::WeightEntry& w) {
+  if (w.kind != plan::WeightKind::Derived) return "";
+  std::function<std::string(const plan::Operand&)> render = [&](const plan::Operand& o) -> std::string {
+    switch (o.kind) {
+      case plan::Operand::Kind::Source: return p.sources.at(o.index).names.at(0);
+      case plan::Operand::Kind::Literal: return "literal";
+      case plan::Operand::Kind::Step: {
+        const auto& st = w.recipe.steps.at(o.index);
+        std::string s = lower(st.op_type) + "(";
+        for (size_t i = 0; i < st.inputs.size(); ++i) s += (i ? ", " : "") + render(st.inputs[i]);
+        return s + ")";
+      }
+    }
+    return "?";
+  };
+  return render(w.recipe.result);
+}
+
+std::string hex(uint64_t h) {
+  std::ostringstream os;
+  os << std::hex << std::setw(16) << std::setfill('0') << h;
+  return os.str();
+}
+
+}  // namespace
+
+Runner add_inspect(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  app.add_option("plan", *path, "plan file")->required();
+  app.add_flag("--json", *json, "machine-readable output");
+  return [path, json]() {
+    plan::ReadOptions ro;
+    ro.load_weights = false;
+    plan::Plan p = plan::read_plan(*path, ro);
+    size_t file_bytes = std::filesystem::file_size(*path);
+    size_t weight_bytes = 0, present_bytes = 0;
+    for (const auto& w : p.weights) weight_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+    // A stripped plan stores literal and baked weights only.
+    for (const auto& w : p.weights)
+      if (!p.stripped || w.kind != plan::WeightKind::Derived) present_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+    nlohmann::json j;
+    j["mode"] = plan::build_mode_name(p.mode);
+    j["stripped"] = p.stripped;
+    j["file_bytes"] = file_bytes;
+    j["weight_bytes"] = weight_bytes;
+    j["weight_bytes_present"] = present_bytes;
+    j["nodes"] = p.graph.nodes.size();
+    for (const auto& w : p.weights) {
+      nlohmann::json e;
+      e["name"] = w.name;
+      e["shape"] = w.shape;
+      e["dtype"] = dtype_name(w.dtype);
+      e["kind"] = plan::weight_kind_name(w.kind);
+      std::vector<std::string> srcs;
+      for (uint32_t s : w.sources) srcs.push_back(p.sources[s].key);
+      e["sources"] = srcs;
+      e["recipe"] = recipe_summary(p, w);
+      e["present"] = !(p.stripped && w.kind == plan::WeightKind::Derived);
+      j["weights"].push_back(e);
+    }
+    for (const auto& s : p.sources) {
+      nlohmann::json e;
+      e["key"] = s.key;
+      e["names"] = s.names;
+      e["consumer"] = s.consumer;
+      e["op_type"] = s.op_type;
+      e["shape"] = s.shape;
+      e["dtype"] = dtype_name(s.dtype);
+      e["refittable"] = s.refittable;
+      e["hash"] = hex(s.hash);
+      j["sources"].push_back(e);
+    }
+    if (*json) {
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    std::cout << "plan " << *path << ": " << j["mode"].get<std::string>() << (p.stripped ? ", stripped" : ", with weights")
+              << "; " << file_bytes << " bytes on disk, " << weight_bytes << " bytes of engine weights (" << present_bytes
+              << " stored); " << p.graph.nodes.size() << " nodes\n\nengine weights:\n";
+    for (const auto& e : j["weights"])
+      std::cout << "  " << std::left << std::setw(8) << e["name"].get<std::string>() << " " << std::setw(10)
+                << e["dtype"].get<std::string>() << std::setw(18) << e["shape"].dump() << std::setw(8)
+                << e["kind"].get<std::string>() << (e["present"].get<bool>() ? "present  " : "stripped ")
+                << e["recipe"].get<std::string>() << "\n";
+    std::cout << "\nsources:\n";
+    for (const auto& e : j["sources"])
+      std::cout << "  " << e["key"].get<std::string>() << "  " << e["dtype"].get<std::string>() << e["shape"].dump() << "  "
+                << (e["refittable"].get<bool>() ? "refittable" : "baked") << "  xxh3:" << e["hash"].get<std::string>() << "\n";
+    return 0;
+  };
+}
+
+}  // namespace reforge::cli

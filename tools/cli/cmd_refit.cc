@@ -1,0 +1,43 @@
+// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights] [--slow | --verify]`
+// Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
+// -o is given; atomically either way).
+#include <iostream>
+
+#include "common.h"
+#include "plan/plan_io.h"
+#include "plan_loading.h"
+
+namespace reforge::cli {
+
+namespace {
+struct RefitArgs {
+  std::string plan, out;
+  std::vector<std::string> weights;
+  bool strip = false, slow = false, verify = false, finite = false;
+};
+}  // namespace
+
+Runner add_refit(CLI::App& app) {
+  auto a = std::make_shared<RefitArgs>();
+  app.add_option("plan", a->plan, "plan file")->required();
+  app.add_option("--weights,-w", a->weights, "new weights: a re-exported ONNX model")->required();
+  app.add_option("-o,--output", a->out, "plan file to write (default: overwrite PLAN)");
+  app.add_flag("--strip-weights", a->strip, "write the refit plan without refittable weight data");
+  auto* s = app.add_flag("--slow", a->slow, "re-import and rebuild instead of replaying recipes");
+  auto* v = app.add_flag("--verify", a->verify, "run fast and slow refit, compare every engine weight bit for bit");
+  s->excludes(v);
+  return [a]() {
+    LoadOptions o;
+    o.weights = a->weights;
+    o.slow = a->slow;
+    o.verify = a->verify;
+    auto engine = load_engine(a->plan, LoadOptions{});
+    refit_engine(*engine, o);
+    std::string out = a->out.empty() ? a->plan : a->out;
+    plan::write_plan(engine->current_plan(a->strip), out);
+    std::cout << "refit plan written to " << out << (a->strip ? " (stripped)" : "") << "\n";
+    return 0;
+  };
+}
+
+}  // namespace reforge::cli

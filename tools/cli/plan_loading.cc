@@ -1,0 +1,89 @@
+#include "plan_loading.h"
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include "build/builder.h"
+#include "build/onnx_refit.h"
+#include "onnx/importer.h"
+#include "plan/plan_format.h"
+#include "plan/plan_io.h"
+#include "refit/recipe.h"
+
+namespace reforge::cli {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+bool is_plan_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[sizeof plan::kMagic] = {};
+  f.read(magic, sizeof magic);
+  return f.gcount() == static_cast<std::streamsize>(sizeof magic) && std::memcmp(magic, plan::kMagic, sizeof magic) == 0;
+}
+
+std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& o) {
+  runtime::EngineOptions eo;
+  eo.threads = o.threads;
+  plan::Plan p;
+  if (is_plan_file(path)) {
+    p = plan::read_plan(path);
+  } else {
+    build::BuildOptions bo;
+    bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
+    p = build::build_plan(onnx::import_model_file(path), bo);
+  }
+  auto engine = std::make_unique<runtime::PlanEngine>(std::move(p), eo);
+  if (!o.weights.empty()) refit_engine(*engine, o);
+  return engine;
+}
+
+refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& o) {
+  if (o.weights.size() != 1) fail("refit from ONNX takes exactly one model file (got ", o.weights.size(), ")");
+  const std::string& src = o.weights[0];
+  const plan::Plan& p = engine.plan();
+  if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
+  refit::Refitter r(engine);
+  refit::CommitReport rep;
+  auto t0 = std::chrono::steady_clock::now();
+  if (o.slow) {
+    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
+    double read_ms = ms_since(t0);
+    rep = r.commit_rebuilt(fresh);
+    if (!o.quiet)
+      std::cerr << std::fixed << std::setprecision(2) << "refit (slow): import+build " << read_ms << " ms, validate "
+                << rep.validate_ms << " ms, commit " << rep.commit_ms << " ms, " << rep.weights_replayed << " weights, "
+                << rep.bytes_out << " bytes\n";
+    return rep;
+  }
+  auto sources = build::read_sources_from_onnx(p, src);
+  double read_ms = ms_since(t0);
+  for (const auto& [id, t] : sources) r.set_source(id, t);
+  rep = r.commit();
+  if (!o.quiet)
+    std::cerr << std::fixed << std::setprecision(2) << "refit (fast): read " << read_ms << " ms, validate " << rep.validate_ms
+              << " ms, replay " << rep.replay_ms << " ms, commit " << rep.commit_ms << " ms; " << rep.sources_set
+              << " sources (" << rep.bytes_in << " bytes) -> " << rep.weights_replayed << " engine weights (" << rep.bytes_out
+              << " bytes)\n";
+  if (o.verify) {
+    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
+    size_t compared = 0;
+    for (const auto& w : fresh.weights) {
+      if (w.kind != plan::WeightKind::Derived) continue;
+      Tensor mine = engine.weight(w.name);
+      if (!refit::bit_equal(mine, w.data))
+        fail("refit --verify: engine weight '", w.name, "' differs between fast refit and a fresh build");
+      ++compared;
+    }
+    if (!o.quiet) std::cerr << "refit --verify: fast == slow for all " << compared << " derived engine weights, bit for bit\n";
+  }
+  return rep;
+}
+
+}  // namespace reforge::cli

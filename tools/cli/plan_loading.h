@@ -1,0 +1,29 @@
+// Loading what `run`, `bench` and `refit` accept: an ONNX model (built on the fly, baked) or a
+// plan file, optionally refit from weight files before use.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "refit/refitter.h"
+#include "runtime/plan_engine.h"
+
+namespace reforge::cli {
+
+bool is_plan_file(const std::string& path);
+
+struct LoadOptions {
+  int threads = 0;
+  std::vector<std::string> weights;  // new weights: ONNX files (refit by graph position)
+  bool slow = false;                 // slow refit: rebuild from the new model
+  bool verify = false;               // run fast and slow, compare every engine weight
+  bool quiet = false;                // do not print refit phases
+};
+
+std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
+
+// Refits `engine` from the weight files in `options` (fast, slow or verify) and prints phases.
+refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& options);
+
+}  // namespace reforge::cli
