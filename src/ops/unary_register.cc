@@ -1,6 +1,18 @@
-// Placeholder: the unary op family registers its kernels here.
+// The unary op family: elementwise math and activations with one input and one output of the
+// same shape. Kernels live in unary_math.cc, activations.cc and unary_clip.cc; the float32 SIMD
+// math and the element-map driver they share are in unary_common.h.
 #include "ops/registry.h"
 
 namespace reforge::ops {
-void register_unary_ops(OpRegistry& r) { (void)r; }
+
+void register_unary_math_ops(OpRegistry& r);  // unary_math.cc
+void register_activation_ops(OpRegistry& r);  // activations.cc
+void register_clip_op(OpRegistry& r);         // unary_clip.cc
+
+void register_unary_ops(OpRegistry& r) {
+  register_unary_math_ops(r);
+  register_activation_ops(r);
+  register_clip_op(r);
+}
+
 }  // namespace reforge::ops

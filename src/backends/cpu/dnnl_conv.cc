@@ -1,0 +1,129 @@
+#include "backends/cpu/dnnl_conv.h"
+
+#include <optional>
+
+#include "backends/cpu/dnnl_context.h"
+#include "core/error.h"
+
+namespace reforge::cpu {
+
+using dnnl_util::CachedPrimitive;
+using dt = dnnl::memory::data_type;
+
+namespace {
+
+// The convolution lets oneDNN pick its preferred (usually channel-blocked) layouts; ONNX
+// tensors are plain NCHW, so each operand whose chosen layout differs is reordered into a
+// per-thread buffer before the run (and the result reordered back). Weights are reordered on
+// every call: caching them by address would go stale if a caller rewrote a wrapped buffer, and
+// the copy costs little next to the convolution itself.
+struct ConvPrimitive : CachedPrimitive {
+  dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain;
+  dnnl::memory::desc src_md, weights_md, dst_md;  // the layouts the convolution runs in
+  std::optional<CachedPrimitive> src_reorder, weights_reorder, dst_reorder;
+};
+
+// Grouped weights are [G, OC/G, C/G, kernel...] to oneDNN: the same bytes as ONNX's layout.
+std::vector<int64_t> weight_dims(const ConvDims& d) {
+  if (d.group == 1) return d.weights;
+  std::vector<int64_t> w = d.weights;
+  w[0] /= d.group;
+  w.insert(w.begin(), d.group);
+  return w;
+}
+
+dnnl::memory::desc any_md(const std::vector<int64_t>& dims) {
+  return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, dnnl::memory::format_tag::any);
+}
+
+std::optional<CachedPrimitive> make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  if (from == to) return std::nullopt;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::reorder::primitive_desc pd(dnnl_util::engine(), from, dnnl_util::engine(), to, attr);
+  CachedPrimitive r;
+  r.prim = dnnl::reorder(pd);
+  r.scratchpad_md = pd.scratchpad_desc();
+  r.scratchpad_bytes = r.scratchpad_md.get_size();
+  return r;
+}
+
+std::shared_ptr<const ConvPrimitive> build(const ConvDims& d) {
+  auto p = std::make_shared<ConvPrimitive>();
+  p->src_plain = dnnl_util::plain_md(d.src, dt::f32);
+  p->weights_plain = dnnl_util::plain_md(weight_dims(d), dt::f32);
+  p->bias_md = d.has_bias ? dnnl_util::plain_md({d.weights[0]}, dt::f32) : dnnl::memory::desc();
+  p->dst_plain = dnnl_util::plain_md(d.dst, dt::f32);
+  dnnl::memory::dims strides(d.strides.begin(), d.strides.end());
+  dnnl::memory::dims dil, pl(d.pad_begin.begin(), d.pad_begin.end()), pr(d.pad_end.begin(), d.pad_end.end());
+  for (int64_t v : d.dilations) dil.push_back(v - 1);  // oneDNN counts the gaps
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  try {
+    // Blocked layouts pay for three reorders; when the weights dominate the bytes and there is
+    // little arithmetic per byte (a deep layer on a small image), the plain-layout GEMM-based
+    // kernel is faster. Depthwise and grouped convolutions always want blocked layouts.
+    int64_t elems = 0, flops = 2;
+    for (const auto* v : {&d.src, &d.weights, &d.dst}) {
+      int64_t n = 1;
+      for (int64_t x : *v) n *= x;
+      elems += n;
+    }
+    for (size_t i = 1; i < d.weights.size(); ++i) flops *= d.weights[i];
+    for (int64_t x : d.dst) flops *= x;
+    const bool plain = d.group == 1 && flops < 150 * elems;
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+        plain ? p->src_plain : any_md(d.src), plain ? p->weights_plain : any_md(weight_dims(d)), p->bias_md,
+        plain ? p->dst_plain : any_md(d.dst), strides, dil, pl, pr);
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnl_util::engine());
+    p->prim = dnnl::convolution_forward(pd);
+    p->scratchpad_md = pd.scratchpad_desc();
+    p->scratchpad_bytes = p->scratchpad_md.get_size();
+    p->src_md = pd.src_desc();
+    p->weights_md = pd.weights_desc();
+    p->dst_md = pd.dst_desc();
+    p->src_reorder = make_reorder(p->src_plain, p->src_md);
+    p->weights_reorder = make_reorder(p->weights_plain, p->weights_md);
+    p->dst_reorder = make_reorder(p->dst_md, p->dst_plain);
+    return p;
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+}
+
+// Memory for `md`: the caller's plain buffer when no reorder is needed, else a thread buffer.
+dnnl::memory staged(const dnnl::memory::desc& md, int slot) {
+  return dnnl::memory(md, dnnl_util::engine(), dnnl_util::thread_buffer(slot, md.get_size()));
+}
+
+}  // namespace
+
+bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst) {
+  std::string key = "conv_f32:" + dnnl_util::dims_key(d.src) + ":" + dnnl_util::dims_key(d.weights) + ":" +
+                    dnnl_util::dims_key(d.dst) + ":" + std::to_string(d.group) + ":" +
+                    dnnl_util::dims_key(d.strides) + ":" + dnnl_util::dims_key(d.dilations) + ":" +
+                    dnnl_util::dims_key(d.pad_begin) + ":" + dnnl_util::dims_key(d.pad_end) + ":" +
+                    (d.has_bias ? "b" : "");
+  auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d); });
+  if (!p) return false;
+  auto& eng = dnnl_util::engine();
+  dnnl::memory src_user(p->src_plain, eng, const_cast<float*>(src));
+  dnnl::memory w_user(p->weights_plain, eng, const_cast<float*>(weights));
+  dnnl::memory dst_user(p->dst_plain, eng, dst);
+  dnnl::memory src_m = p->src_reorder ? staged(p->src_md, 0) : src_user;
+  dnnl::memory w_m = p->weights_reorder ? staged(p->weights_md, 1) : w_user;
+  dnnl::memory dst_m = p->dst_reorder ? staged(p->dst_md, 2) : dst_user;
+  if (p->src_reorder)
+    dnnl_util::execute(*p->src_reorder, {{DNNL_ARG_FROM, src_user}, {DNNL_ARG_TO, src_m}}, "Conv (input reorder)");
+  if (p->weights_reorder)
+    dnnl_util::execute(*p->weights_reorder, {{DNNL_ARG_FROM, w_user}, {DNNL_ARG_TO, w_m}}, "Conv (weight reorder)");
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w_m}, {DNNL_ARG_DST, dst_m}};
+  if (d.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias_md, eng, const_cast<float*>(bias)));
+  dnnl_util::execute(*p, std::move(args), "Conv");
+  if (p->dst_reorder)
+    dnnl_util::execute(*p->dst_reorder, {{DNNL_ARG_FROM, dst_m}, {DNNL_ARG_TO, dst_user}}, "Conv (output reorder)");
+  return true;
+}
+
+}  // namespace reforge::cpu

@@ -1,0 +1,83 @@
+// Cast and CastLike.
+//
+// The conversion itself is cast_tensor() (core/tensor.cc), shared with the rest of the engine:
+// float -> int truncates toward zero (NaN -> 0, out of range saturates), float -> bool is
+// x != 0, bool -> number is 0/1, integer narrowing wraps, and double -> float16/bfloat16 rounds
+// once. Float8, 4-bit, string and complex types have no kernels: the checker reports them so
+// `reforge check` names the node up front; `saturate` and `round_mode` only affect float8
+// targets, so they are accepted and ignored.
+#include "core/dispatch.h"
+#include "ops/registry.h"
+
+namespace reforge::ops {
+namespace {
+
+// Cast-1..5 named the target type with a string ("FLOAT", "INT64"); later opsets use the
+// TensorProto code.
+DType legacy_type_from_name(const std::string& name) {
+  static const std::pair<const char*, DType> names[] = {
+      {"FLOAT", DType::Float32},   {"FLOAT16", DType::Float16}, {"DOUBLE", DType::Float64},
+      {"BFLOAT16", DType::BFloat16}, {"INT8", DType::Int8},     {"INT16", DType::Int16},
+      {"INT32", DType::Int32},     {"INT64", DType::Int64},     {"UINT8", DType::UInt8},
+      {"UINT16", DType::UInt16},   {"UINT32", DType::UInt32},   {"UINT64", DType::UInt64},
+      {"BOOL", DType::Bool},       {"STRING", DType::String},
+  };
+  for (const auto& [n, t] : names)
+    if (name == n) return t;
+  return DType::Undefined;
+}
+
+// The `to` attribute as a dtype, or Undefined with `why` set.
+DType cast_target(const ir::Node& node, std::string& why) {
+  const ir::Attribute* a = node.attr("to");
+  if (!a) {
+    why = "attribute 'to' is missing";
+    return DType::Undefined;
+  }
+  DType t = DType::Undefined;
+  if (a->type == ir::AttrType::String) {
+    t = legacy_type_from_name(a->s);
+    if (t == DType::Undefined) why = str_cat("unknown target type '", a->s, "'");
+  } else {
+    t = dtype_from_onnx(static_cast<int32_t>(node.attr_int("to")));
+    if (t == DType::Undefined) why = str_cat("unknown target type code ", node.attr_int("to"));
+  }
+  if (t != DType::Undefined && !is_supported(t)) {
+    why = str_cat("casting to ", dtype_name(t), " is not supported");
+    t = DType::Undefined;
+  }
+  return t;
+}
+
+std::string cast_check(const ir::Node& node) {
+  std::string why;
+  cast_target(node, why);
+  return why;
+}
+
+void cast_kernel(KernelContext& ctx) {
+  std::string why;
+  const DType to = cast_target(ctx.node(), why);
+  if (to == DType::Undefined) fail(ctx.node().label(), ": ", why);
+  const Tensor& x = ctx.input(0);
+  REFORGE_CHECK(is_supported(x.dtype()), ctx.node().label(), ": casting from ", dtype_name(x.dtype()),
+                " is not supported");
+  ctx.set_output(0, cast_tensor(x, to));
+}
+
+void castlike_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const DType to = ctx.input(1).dtype();
+  REFORGE_CHECK(is_supported(x.dtype()) && is_supported(to), ctx.node().label(), ": casting ", x.describe(),
+                " to ", dtype_name(to), " is not supported");
+  ctx.set_output(0, cast_tensor(x, to));
+}
+
+}  // namespace
+
+void register_cast_ops(OpRegistry& r) {
+  r.add({"", "Cast", 1, INT_MAX, cast_kernel, cast_check});
+  r.add({"", "CastLike", 15, INT_MAX, castlike_kernel, nullptr});
+}
+
+}  // namespace reforge::ops

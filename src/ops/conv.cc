@@ -1,0 +1,145 @@
+// Conv (1-D/2-D/3-D, groups including depthwise, pads/auto_pad, strides, dilations, bias).
+//
+// float32 runs through oneDNN; float16/bfloat16 are widened to float32 and rounded once at the
+// end; float64 (and anything oneDNN declines) uses the direct reference loop below.
+#include <algorithm>
+#include <type_traits>
+
+#include "backends/cpu/dnnl_conv.h"
+#include "core/dispatch.h"
+#include "ops/nn_common.h"
+
+namespace reforge::ops::nn {
+
+namespace {
+
+// Direct convolution over the 3-D normalized geometry; T is float or double.
+template <typename T>
+void conv_ref(const T* x, const T* w, const T* bias, T* y, int64_t N, int64_t C, int64_t M, int64_t group,
+              const Geo3& g) {
+  const int64_t Cg = C / group, Mg = M / group;
+  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+  const int64_t k_plane = g.k[0] * g.k[1] * g.k[2];
+#pragma omp parallel for schedule(static) if (N * M * out_plane * Cg * k_plane > (1 << 15))
+  for (int64_t nm = 0; nm < N * M; ++nm) {
+    const int64_t n = nm / M, m = nm % M, grp = m / Mg;
+    const T* wm = w + m * Cg * k_plane;
+    T* yp = y + nm * out_plane;
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          T acc = bias ? bias[m] : T(0);
+          for (int64_t c = 0; c < Cg; ++c) {
+            const T* xp = x + (n * C + grp * Cg + c) * in_plane;
+            const T* wc = wm + c * k_plane;
+            for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+              const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+              if (id < 0 || id >= g.in[0]) continue;
+              for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+                if (ih < 0 || ih >= g.in[1]) continue;
+                for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                  const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+                  if (iw < 0 || iw >= g.in[2]) continue;
+                  acc += xp[(id * g.in[1] + ih) * g.in[2] + iw] * wc[(kd * g.k[1] + kh) * g.k[2] + kw];
+                }
+              }
+            }
+          }
+          yp[(od * g.out[1] + oh) * g.out[2] + ow] = acc;
+        }
+  }
+}
+
+template <typename H>
+std::vector<float> widen(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  const H* p = t.data<H>();
+  for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(p[i]);
+  return v;
+}
+
+void conv_kernel(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& W = ctx.input(1);
+  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string& label = ctx.node().label();
+  REFORGE_CHECK(X.rank() >= 3, label, ": X must be [N, C, spatial...], got ", X.describe());
+  REFORGE_CHECK(W.rank() == X.rank(), label, ": W ", W.describe(), " must have the rank of X ", X.describe());
+  REFORGE_CHECK(W.dtype() == X.dtype(), label, ": W has element type ", dtype_name(W.dtype()), ", X has ",
+                dtype_name(X.dtype()));
+  const int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0);
+  const int64_t group = ctx.attr_int("group", 1);
+  REFORGE_CHECK(group >= 1, label, ": group must be positive, got ", group);
+  REFORGE_CHECK(C == W.dim(1) * group, label, ": X has ", C, " channels but W ", W.describe(), " with group ", group,
+                " expects ", W.dim(1) * group);
+  REFORGE_CHECK(M % group == 0, label, ": ", M, " output channels are not divisible by group ", group);
+  if (B) {
+    REFORGE_CHECK(B->numel() == M && B->rank() == 1, label, ": bias ", B->describe(), " must be [", M, "]");
+    REFORGE_CHECK(B->dtype() == X.dtype(), label, ": bias has element type ", dtype_name(B->dtype()));
+  }
+  const size_t nsp = static_cast<size_t>(X.rank() - 2);
+  const std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());
+  const std::vector<int64_t> wk(W.shape().begin() + 2, W.shape().end());
+  std::vector<int64_t> k = kernel_shape_attr(ctx, nsp);
+  REFORGE_CHECK(k.empty() || k == wk, label, ": kernel_shape ", shape_str(k), " does not match W ", W.describe());
+  REFORGE_CHECK(nsp <= 3, label, ": only 1-D, 2-D and 3-D convolutions are supported, got ", nsp, " spatial dims");
+  const Window win = resolve_window(ctx, in, wk, false);
+  Shape out_shape = {N, M};
+  out_shape.insert(out_shape.end(), win.out.begin(), win.out.end());
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), out_shape);
+  if (Y.numel() == 0) return;
+  const Geo3 g = to_geo3(win);
+
+  // A 1x1 convolution with unit strides and no padding is a product per image:
+  // Y[n] ([M, pixels]) = W ([M, C]) x X[n] ([C, pixels]), with the bias broadcast in first.
+  bool pointwise = group == 1;
+  for (size_t i = 0; i < nsp; ++i)
+    pointwise = pointwise && wk[i] == 1 && win.strides[i] == 1 && win.pad_begin[i] == 0 && win.pad_end[i] == 0;
+  const int64_t pixels = Y.numel() / std::max<int64_t>(1, N * M);
+
+  auto run_f32 = [&](const float* x, const float* w, const float* b, float* y) {
+    if (pointwise) {
+      cpu::MatmulDims d;
+      d.batch = N, d.a_broadcast = true;
+      d.M = M, d.K = C, d.N = pixels;
+      if (b) {
+        for (int64_t nm = 0; nm < N * M; ++nm) std::fill(y + nm * pixels, y + (nm + 1) * pixels, b[nm % M]);
+        d.beta = 1.0f;
+      }
+      run_matmul(DType::Float32, d, w, x, y);
+      return;
+    }
+    if (C > 0 && X.numel() > 0) {
+      cpu::ConvDims d;
+      d.src = X.shape(), d.weights = W.shape(), d.dst = out_shape;
+      d.group = group;
+      d.strides = win.strides, d.dilations = win.dilations, d.pad_begin = win.pad_begin, d.pad_end = win.pad_end;
+      d.has_bias = b != nullptr;
+      if (cpu::dnnl_conv_f32(d, x, w, b, y)) return;
+    }
+    conv_ref<float>(x, w, b, y, N, C, M, group, g);
+  };
+
+  dispatch_float(X.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, float>) {
+      run_f32(X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr, Y.mutable_data<float>());
+    } else if constexpr (std::is_same_v<T, double>) {
+      conv_ref<double>(X.data<double>(), W.data<double>(), B ? B->data<double>() : nullptr, Y.mutable_data<double>(),
+                       N, C, M, group, g);
+    } else {
+      std::vector<float> x = widen<T>(X), w = widen<T>(W), b = B ? widen<T>(*B) : std::vector<float>();
+      std::vector<float> y(static_cast<size_t>(Y.numel()));
+      run_f32(x.data(), w.data(), B ? b.data() : nullptr, y.data());
+      T* out = Y.mutable_data<T>();
+      for (int64_t i = 0; i < Y.numel(); ++i) out[i] = T(y[i]);
+    }
+  }, "Conv");
+}
+
+}  // namespace
+
+void register_conv_ops(OpRegistry& r) { r.add({"", "Conv", 1, INT_MAX, conv_kernel, nullptr}); }
+
+}  // namespace reforge::ops::nn

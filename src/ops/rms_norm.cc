@@ -1,0 +1,123 @@
+// RMSNormalization (opset 23): Y = X / sqrt(mean(X^2 over axes [axis, rank)) + epsilon) * scale.
+//
+// Stage one (the normalization) runs in the stash_type precision (float32 by default, float64 for
+// stash_type 11) and rounds to X's type, as the ONNX function body casts back before the scale
+// multiplication; stage two multiplies by `scale`, which broadcasts unidirectionally to X, and
+// writes the result in scale's type (Y's type constraint is scale's).
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "ops/registry.h"
+
+namespace reforge::ops {
+namespace {
+
+std::string rms_check(const ir::Node& node) {
+  int64_t st = node.attr_int("stash_type", 1);
+  if (st != 1 && st != 11) return str_cat("stash_type ", st, " is not supported (only 1 = float, 11 = double)");
+  return "";
+}
+
+template <typename X, typename S, typename Acc>
+void rms_typed(const Tensor& x, const Tensor& scale, Tensor& out, int64_t outer, int64_t inner, double eps,
+               const std::vector<int64_t>& scale_index) {
+  const X* xd = x.data<X>();
+  const S* sd = scale.data<S>();
+  S* od = out.mutable_data<S>();
+  const Acc e = static_cast<Acc>(eps);
+#pragma omp parallel for if (outer * inner > (1 << 16))
+  for (int64_t o = 0; o < outer; ++o) {
+    const X* row = xd + o * inner;
+    Acc sum = 0;
+    for (int64_t i = 0; i < inner; ++i) {
+      const Acc v = static_cast<Acc>(to_compute(row[i]));
+      sum += v * v;
+    }
+    const Acc rms = std::sqrt(sum / static_cast<Acc>(inner) + e);
+    const Acc inv = Acc(1) / rms;
+    S* orow = od + o * inner;
+    for (int64_t i = 0; i < inner; ++i) {
+      // Normalized value rounded to X's type, then scaled in the wider of the two compute types.
+      const auto n = to_compute(from_compute<X>(static_cast<Acc>(to_compute(row[i])) * inv));
+      const int64_t si = scale_index.empty() ? i : scale_index[o * inner + i];
+      orow[i] = from_compute<S>(static_cast<double>(n) * static_cast<double>(to_compute(sd[si])));
+    }
+  }
+}
+
+void rms_kernel(KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  std::string err = rms_check(ctx.node());
+  REFORGE_CHECK(err.empty(), where, ": ", err);
+  REFORGE_CHECK(is_float(x.dtype()) && is_float(scale.dtype()), where, ": X and scale must be float tensors, got ",
+                dtype_name(x.dtype()), " and ", dtype_name(scale.dtype()));
+  const int64_t rank = x.rank();
+  REFORGE_CHECK(rank >= 1, where, ": X must have rank >= 1");
+  int64_t axis = ctx.attr_int("axis", -1);
+  REFORGE_CHECK(axis >= -rank && axis < rank, where, ": axis ", axis, " is out of range for rank ", rank);
+  if (axis < 0) axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis; i < rank; ++i) inner *= x.dim(i);
+  REFORGE_CHECK(scale.rank() <= rank, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
+                shape_str(x.shape()));
+  for (int64_t i = 0; i < scale.rank(); ++i) {
+    const int64_t sd = scale.dim(scale.rank() - 1 - i), xd = x.dim(rank - 1 - i);
+    REFORGE_CHECK(sd == 1 || sd == xd, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
+                  shape_str(x.shape()));
+  }
+  // Scale usually has exactly the normalized shape (possibly with leading 1s): then element i of
+  // each row maps to scale[i]. Otherwise precompute a full broadcast index.
+  std::vector<int64_t> scale_index;
+  bool simple = scale.numel() == inner;
+  for (int64_t i = 0; simple && i < scale.rank(); ++i) {
+    const int64_t ax = rank - scale.rank() + i;
+    if (ax < axis && scale.dim(i) != 1) simple = false;
+    if (ax >= axis && scale.dim(i) != x.dim(ax)) simple = false;
+  }
+  if (!simple) {
+    scale_index.resize(static_cast<size_t>(x.numel()));
+    std::vector<int64_t> stride(static_cast<size_t>(rank), 0);
+    int64_t s = 1;
+    for (int64_t i = scale.rank() - 1; i >= 0; --i) {
+      const int64_t ax = rank - scale.rank() + i;
+      stride[ax] = scale.dim(i) == 1 ? 0 : s;
+      s *= scale.dim(i);
+    }
+    std::vector<int64_t> idx(static_cast<size_t>(rank), 0);
+    for (int64_t n = 0; n < x.numel(); ++n) {
+      int64_t off = 0;
+      for (int64_t i = 0; i < rank; ++i) off += idx[i] * stride[i];
+      scale_index[n] = off;
+      for (int64_t i = rank - 1; i >= 0; --i) {
+        if (++idx[i] < x.dim(i)) break;
+        idx[i] = 0;
+      }
+    }
+  }
+  Tensor& out = ctx.allocate_output(0, scale.dtype(), x.shape());
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  const bool stash_double = ctx.attr_int("stash_type", 1) == 11;
+  dispatch_float(x.dtype(), [&](auto xt) {
+    using X = typename decltype(xt)::type;
+    dispatch_float(scale.dtype(), [&](auto st) {
+      using S = typename decltype(st)::type;
+      if (stash_double) rms_typed<X, S, double>(x, scale, out, outer, inner, eps, scale_index);
+      else rms_typed<X, S, float>(x, scale, out, outer, inner, eps, scale_index);
+    }, "RMSNormalization");
+  }, "RMSNormalization");
+}
+
+}  // namespace
+
+void register_rms_normalization(OpRegistry& r) {
+  r.add({"", "RMSNormalization", 23, INT_MAX, rms_kernel, rms_check});
+}
+
+}  // namespace reforge::ops

@@ -1,0 +1,111 @@
+// TopK: the k largest (or smallest) values along an axis and their int64 indices.
+//
+// k is an attribute before opset 10 and a one-element input from then on; `largest` and `sorted`
+// exist from opset 11. Each slice along the axis is copied out (so strided axes cost one gather)
+// and selected with nth_element, then the k winners are sorted. The order is total, so results
+// are deterministic: equal values keep the lower index first, and NaN counts as larger than any
+// number (numpy's sort order). Results are always sorted, which sorted=0 allows.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "ops/registry.h"
+
+namespace reforge::ops {
+namespace {
+
+template <typename C>
+inline bool greater(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (std::isnan(a)) return !std::isnan(b);
+    if (std::isnan(b)) return false;
+  }
+  return a > b;
+}
+
+template <typename T>
+void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, int64_t inner, int64_t k,
+                bool largest, int threads) {
+  using C = compute_t<T>;
+  const int64_t slices = outer * inner;
+  const bool par = threads > 1 && slices > 1 && slices * n >= (1 << 14);
+#pragma omp parallel num_threads(threads) if (par)
+  {
+    std::vector<C> v(static_cast<size_t>(n));
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+#pragma omp for schedule(static)
+    for (int64_t s = 0; s < slices; ++s) {
+      const int64_t o = s / inner, i = s % inner;
+      const T* src = x + o * n * inner + i;
+      for (int64_t r = 0; r < n; ++r) v[static_cast<size_t>(r)] = to_compute(src[r * inner]);
+      std::iota(idx.begin(), idx.end(), int64_t{0});
+      auto before = [&](int64_t a, int64_t b) {
+        const C va = v[static_cast<size_t>(a)], vb = v[static_cast<size_t>(b)];
+        const bool ab = largest ? greater(va, vb) : greater(vb, va);
+        if (ab) return true;
+        const bool ba = largest ? greater(vb, va) : greater(va, vb);
+        return !ba && a < b;
+      };
+      if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
+      std::sort(idx.begin(), idx.begin() + k, before);
+      T* vo = vals + o * k * inner + i;
+      int64_t* io = inds + o * k * inner + i;
+      for (int64_t r = 0; r < k; ++r) {
+        const int64_t j = idx[static_cast<size_t>(r)];
+        vo[r * inner] = src[j * inner];
+        io[r * inner] = j;
+      }
+    }
+  }
+}
+
+void topk_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  REFORGE_CHECK(rank >= 1, label, ": input must have rank >= 1, got ", x.describe());
+  int64_t axis = ctx.attr_int("axis", -1);
+  REFORGE_CHECK(axis >= -rank && axis < rank, label, ": axis ", axis, " is out of range for input of rank ", rank);
+  if (axis < 0) axis += rank;
+  int64_t k;
+  if (ctx.opset() >= 10) {
+    const Tensor& kt = ctx.input(1);
+    REFORGE_CHECK(kt.numel() == 1 && kt.rank() <= 1 && is_integer(kt.dtype()), label,
+                  ": K must be a 1-element integer tensor, got ", kt.describe());
+    k = kt.as_int64(0);
+  } else {
+    REFORGE_CHECK(ctx.node().has_attr("k"), label, ": attribute k is required before opset 10");
+    k = ctx.attr_int("k", 0);
+  }
+  const bool largest = ctx.attr_int("largest", 1) != 0;
+  const int64_t n = x.dim(axis);
+  REFORGE_CHECK(k >= 0 && k <= n, label, ": k = ", k, " is out of range for axis ", axis, " of size ", n,
+                " (input ", x.describe(), ")");
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis + 1; i < rank; ++i) inner *= x.dim(i);
+  Shape out_shape = x.shape();
+  out_shape[static_cast<size_t>(axis)] = k;
+  Tensor& vals = ctx.allocate_output(0, x.dtype(), out_shape);
+  // Indices are computed anyway; a node that does not declare the output gets a scratch tensor.
+  Tensor scratch;
+  Tensor& inds = ctx.num_outputs() > 1 ? ctx.allocate_output(1, DType::Int64, out_shape)
+                                       : (scratch = Tensor::empty(DType::Int64, out_shape));
+  if (vals.numel() == 0) return;
+  const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
+  dispatch_numeric(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    topk_typed<T>(x.data<T>(), vals.mutable_data<T>(), inds.mutable_data<int64_t>(), outer, n, inner, k, largest,
+                  threads);
+  }, "TopK");
+}
+
+}  // namespace
+
+void register_topk_kernels(OpRegistry& r) { r.add({"", "TopK", 1, INT_MAX, topk_kernel, nullptr}); }
+
+}  // namespace reforge::ops

@@ -1,0 +1,376 @@
+// Shared pieces of the unary op family: float32 SIMD math and the driver that maps a per-element
+// function over a tensor.
+//
+// Why explicit vectors: libm's expf/tanhf/erff are opaque calls, and GCC (with its default
+// -ftrapping-math) will not if-convert a select that guards floating-point arithmetic, so even
+// `x < 0 ? a * x : x` stays a scalar branch. The float32 path is therefore written with GCC/Clang
+// vector extensions (4 lanes: SSE2 width, no ABI warnings): straight-line arithmetic, bit
+// operations and lane selects, no branches. Accuracy is a few ulp against double-precision libm
+// (tests/ops_unary_test.cc measures it); NaN, +-inf, overflow and gradual underflow behave like
+// libm. double keeps libm; float16/bfloat16 are converted in blocks and use the float32 path.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "core/dispatch.h"
+#include "core/tensor.h"
+#include "ops/registry.h"
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#endif
+
+namespace reforge::ops::unary {
+
+inline constexpr int kLanes = 4;
+using vf = float __attribute__((vector_size(16)));
+using vi = int32_t __attribute__((vector_size(16)));  // also the type of lane masks (-1 / 0)
+using vu = uint32_t __attribute__((vector_size(16)));
+
+inline constexpr float kInf = std::numeric_limits<float>::infinity();
+inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+inline vf splat(float v) { return vf{v, v, v, v}; }
+inline vi as_int(vf v) { return std::bit_cast<vi>(v); }
+inline vf as_float(vi v) { return std::bit_cast<vf>(v); }
+inline vf vabs(vf x) { return as_float(as_int(x) & INT32_MAX); }
+// |mag| with the sign of `sign`.
+inline vf vcopysign(vf mag, vf sign) { return as_float((as_int(mag) & INT32_MAX) | (as_int(sign) & INT32_MIN)); }
+inline vi visnan(vf x) { return x != x; }
+
+inline vf vsqrt(vf x) {
+#if defined(__SSE__)
+  return std::bit_cast<vf>(_mm_sqrt_ps(std::bit_cast<__m128>(x)));
+#else
+  vf r;
+  for (int l = 0; l < kLanes; ++l) r[l] = std::sqrt(x[l]);
+  return r;
+#endif
+}
+
+// Round half to even for |x| < 2^23 by adding and subtracting 2^23 (the FPU rounds to nearest
+// even); larger magnitudes, inf and NaN are already integers or pass through.
+inline vf vround_even(vf x) {
+  vf ax = vabs(x);
+  vf r = vcopysign((ax + 8388608.0f) - 8388608.0f, x);
+  return ax < 8388608.0f ? r : x;
+}
+inline vf vfloor(vf x) {
+  vf r = vround_even(x);
+  return r > x ? r - 1.0f : r;
+}
+inline vf vceil(vf x) {
+  vf r = vround_even(x);
+  return r < x ? r + 1.0f : r;
+}
+
+// Polynomial part of exp on |r| <= ln2/2: returns exp(r) - 1 (Cephes expf coefficients).
+inline vf vexpm1_reduced(vf r) {
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * (r * r) + r;
+}
+
+// exp(x), ~1 ulp. Overflows to +inf, underflows gradually (subnormals) to 0, keeps NaN.
+inline vf vexp(vf x) {
+  // Clamp so that 2^k below stays representable; NaN fails both compares and passes through.
+  x = x > 88.8f ? splat(88.8f) : x;
+  x = x < -104.0f ? splat(-104.0f) : x;
+  // k = round(x / ln2) with the 1.5*2^23 trick: the integer lands in the low mantissa bits and is
+  // read with a bit cast.
+  constexpr float kMagic = 12582912.0f;
+  vf t = x * 1.44269504088896341f + kMagic;
+  vf n = t - kMagic;
+  vi k = as_int(t) - std::bit_cast<int32_t>(kMagic);
+  // r = x - k*ln2 in two steps (ln2 split into an exact high part and a correction).
+  vf r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vf y = vexpm1_reduced(r) + 1.0f;
+  // Scale by 2^k as two factors so that k in [-150, 128] never leaves the normal exponent range
+  // of either; the products overflow or go subnormal exactly where exp does.
+  vi k1 = k >> 1;
+  vi k2 = k - k1;
+  vf s1 = std::bit_cast<vf>(std::bit_cast<vu>(k1 + 127) << 23);
+  vf s2 = std::bit_cast<vf>(std::bit_cast<vu>(k2 + 127) << 23);
+  return y * s1 * s2;
+}
+
+// exp(x) - 1 without cancellation near 0.
+inline vf vexpm1(vf x) {
+  vf small = vexpm1_reduced(x);  // no range reduction needed: the polynomial is exp - 1 itself
+  vf big = vexp(x) - 1.0f;
+  return vabs(x) < 0.34657359f ? small : big;
+}
+
+// log(x), ~1 ulp (Cephes logf). log(0) = -inf, log(<0) = NaN, log(inf) = inf.
+inline vf vlog(vf x) {
+  // Subnormals are scaled into the normal range first; the exponent is corrected below.
+  vi sub = x < 1.17549435e-38f;
+  vf xs = sub ? x * 8388608.0f : x;
+  vi bits = as_int(xs);
+  vi e = ((bits >> 23) & 0xff) - 126 - (sub & 23);
+  vf m = as_float((bits & 0x007fffff) | 0x3f000000);  // mantissa in [0.5, 1)
+  vi low = m < 0.707106781186547524f;
+  e = e + low;  // low is -1 where true
+  vf f = low ? (m + m) - 1.0f : m - 1.0f;  // in [-0.29, 0.41]
+  vf z = f * f;
+  vf p = splat(7.0376836292e-2f);
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  vf fe = __builtin_convertvector(e, vf);
+  vf y = p * f * z;
+  y += fe * -2.12194440e-4f;
+  y += -0.5f * z;
+  vf r = f + y + fe * 0.693359375f;
+  r = x == 0.0f ? splat(-kInf) : r;
+  r = x < 0.0f ? splat(kNaN) : r;
+  r = x == kInf ? splat(kInf) : r;
+  return visnan(x) ? x : r;
+}
+
+// log(1 + u) without cancellation for small u: the rounding of 1 + u is undone by scaling with
+// u / ((1 + u) - 1).
+inline vf vlog1p(vf u) {
+  vf w = 1.0f + u;
+  vf d = w - 1.0f;
+  vf r = vlog(w) * (u / d);
+  r = d == 0.0f ? u : r;
+  return u == kInf ? splat(kInf) : r;
+}
+
+// tanh(x) = e / (e + 2) with e = expm1(2|x|): full relative accuracy near 0, exactly 1 from
+// |x| = 9 on (tanh rounds to 1 in float there).
+inline vf vtanh(vf x) {
+  vf a = vabs(x);
+  a = a > 9.0f ? splat(9.0f) : a;
+  vf e = vexpm1(a + a);
+  return vcopysign(e / (e + 2.0f), x);
+}
+
+// 1 / (1 + exp(-x)) from exp(-|x|), which never overflows; the negative side is e / (1 + e)
+// rather than 1 - something, so it keeps full relative accuracy.
+inline vf vsigmoid(vf x) {
+  vf e = vexp(-vabs(x));
+  vf s = 1.0f / (1.0f + e);
+  return x < 0.0f ? e * s : s;
+}
+
+// a with the low 12 mantissa bits cleared: 12 significant bits, so a_hi * a_hi is exact.
+inline vf split_hi(vf a) { return as_float(as_int(a) & static_cast<int32_t>(0xfffff000u)); }
+
+// erfc(z) for z >= 0 given z^2 as sq_hi + sq_rest with sq_hi exact (Numerical Recipes' erfcc:
+// fractional error < 1.2e-7 everywhere). exp(-z^2) is taken as exp(-sq_hi) * exp(p - sq_rest) so
+// that rounding z^2 (up to ~100) does not cost ~100 ulp in the tail.
+inline vf verfc_core(vf z, vf sq_hi, vf sq_rest) {
+  vf t = 1.0f / (1.0f + 0.5f * z);
+  vf p = splat(0.17087277f);
+  p = p * t - 0.82215223f;
+  p = p * t + 1.48851587f;
+  p = p * t - 1.13520398f;
+  p = p * t + 0.27886807f;
+  p = p * t - 0.18628806f;
+  p = p * t + 0.09678418f;
+  p = p * t + 0.37409196f;
+  p = p * t + 1.00002368f;
+  p = p * t - 1.26551223f;
+  vf r = t * vexp(-sq_hi) * vexp(p - sq_rest);
+  return z == kInf ? vf{} : r;
+}
+
+inline vf verfc_nonneg(vf z) {
+  vf zh = split_hi(z);
+  return verfc_core(z, zh * zh, (z - zh) * (z + zh));
+}
+
+// erf(x): Taylor series below 0.5 (where 1 - erfc would lose relative accuracy), 1 - erfc above.
+inline vf verf(vf x) {
+  vf x2 = x * x;
+  vf s = splat(-1.4925650358406251e-05f);
+  s = s * x2 + 1.2055332981789664e-04f;
+  s = s * x2 - 8.5483255082993370e-04f;
+  s = s * x2 + 5.2239776254421878e-03f;
+  s = s * x2 - 2.6866170645131252e-02f;
+  s = s * x2 + 1.1283791670955126e-01f;
+  s = s * x2 - 3.7612638903183754e-01f;
+  s = s * x2 + 1.1283791670955126f;
+  vf big = vcopysign(1.0f - verfc_nonneg(vabs(x)), x);
+  return vabs(x) < 0.5f ? s * x : big;
+}
+
+// Standard normal CDF. The tail below 0 comes straight from erfc (relative accuracy kept), and
+// z^2 = x^2 / 2 is split from x itself: rounding x / sqrt(2) first would cost ~x^2 ulp.
+inline vf vnormal_cdf(vf x) {
+  vf a = vabs(x);
+  vf ah = split_hi(a);
+  vf c = 0.5f * verfc_core(a * 0.70710678118654752f, 0.5f * (ah * ah), 0.5f * ((a - ah) * (a + ah)));
+  return x < 0.0f ? c : 1.0f - c;
+}
+
+// Scalar entry points to the float32 functions (tests, odd call sites).
+#define REFORGE_UNARY_SCALAR(name, vname) \
+  inline float name(float x) { return vname(splat(x))[0]; }
+REFORGE_UNARY_SCALAR(fast_exp, vexp)
+REFORGE_UNARY_SCALAR(fast_expm1, vexpm1)
+REFORGE_UNARY_SCALAR(fast_log, vlog)
+REFORGE_UNARY_SCALAR(fast_log1p, vlog1p)
+REFORGE_UNARY_SCALAR(fast_tanh, vtanh)
+REFORGE_UNARY_SCALAR(fast_sigmoid, vsigmoid)
+REFORGE_UNARY_SCALAR(fast_erf, verf)
+REFORGE_UNARY_SCALAR(fast_erfc_nonneg, verfc_nonneg)
+REFORGE_UNARY_SCALAR(fast_normal_cdf, vnormal_cdf)
+#undef REFORGE_UNARY_SCALAR
+
+// The double-precision counterparts, on libm.
+inline double normal_cdf(double x) { return 0.5 * std::erfc(-x * 0.70710678118654752440); }
+inline double sigmoid(double x) {
+  double e = std::exp(-std::fabs(x));
+  double s = 1.0 / (1.0 + e);
+  return x < 0.0 ? e * s : s;
+}
+
+// ---- the element-map driver ----------------------------------------------------------------
+//
+// An op is a small struct with
+//   vf vec(vf x) const              optional: the float32 SIMD form, used for float, float16 and
+//                                   bfloat16 tensors;
+//   R scalar(C x) const             the scalar form for every other element type it accepts
+//                                   (C = compute_t of the input; overloads or a template).
+
+template <typename Op>
+concept HasVec = requires(const Op& op, vf v) {
+  { op.vec(v) } -> std::same_as<vf>;
+};
+
+template <typename T> inline constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+// Elements per task; also the conversion buffer size for 16-bit floats.
+inline constexpr int64_t kBlock = 4096;
+// Below this many elements one thread is faster than waking a team.
+inline constexpr int64_t kParallelMin = 1 << 15;
+
+template <typename Op>
+void map_f32_vec(const float* in, float* out, int64_t n, const Op& op) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    vf v;
+    std::memcpy(&v, in + i, sizeof v);  // inputs need not be aligned
+    v = op.vec(v);
+    std::memcpy(out + i, &v, sizeof v);
+  }
+  if (i < n) {  // tail: pad with zeros, which every op accepts
+    const size_t rest = static_cast<size_t>(n - i) * sizeof(float);
+    vf v{};
+    std::memcpy(&v, in + i, rest);
+    v = op.vec(v);
+    std::memcpy(out + i, &v, rest);
+  }
+}
+
+// out[i] = op(in[i]) over elements [begin, end).
+template <typename In, typename Out, typename Op>
+void map_range(const In* in, Out* out, int64_t begin, int64_t end, const Op& op) {
+  const int64_t len = end - begin;
+  const In* __restrict src = in + begin;
+  Out* __restrict dst = out + begin;
+  if constexpr (HasVec<Op> && std::is_same_v<In, float> && std::is_same_v<Out, float>) {
+    map_f32_vec(src, dst, len, op);
+  } else if constexpr (HasVec<Op> && is_half_v<In> && std::is_same_v<In, Out>) {
+    float buf[kBlock];
+    for (int64_t b = 0; b < len; b += kBlock) {
+      const int64_t m = std::min(kBlock, len - b);
+      for (int64_t i = 0; i < m; ++i) buf[i] = static_cast<float>(src[b + i]);
+      map_f32_vec(buf, buf, m, op);
+      for (int64_t i = 0; i < m; ++i) dst[b + i] = Out(buf[i]);
+    }
+  } else {
+    for (int64_t i = 0; i < len; ++i) dst[i] = from_compute<Out>(op.scalar(to_compute(src[i])));
+  }
+}
+
+// Runs map_range over n elements, in parallel blocks when n is large. threads <= 0 means the
+// OpenMP default.
+template <typename In, typename Out, typename Op>
+void map_elements(const In* in, Out* out, int64_t n, int threads, const Op& op) {
+  const int64_t nblocks = (n + kBlock - 1) / kBlock;
+  int64_t team = threads > 0 ? threads : omp_get_max_threads();
+  team = std::min(team, nblocks);
+  if (n < kParallelMin || team <= 1) {
+    map_range(in, out, 0, n, op);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(team)) schedule(static)
+  for (int64_t b = 0; b < nblocks; ++b) map_range(in, out, b * kBlock, std::min(n, (b + 1) * kBlock), op);
+}
+
+template <typename In, typename Out, typename Op>
+void map_tensor(const Tensor& x, Tensor& y, int threads, const Op& op) {
+  map_elements(x.data<In>(), y.mutable_data<Out>(), x.numel(), threads, op);
+}
+
+// ---- kernels -------------------------------------------------------------------------------
+
+// Y = op(X) with Y of X's type; `dispatch` is dispatch_float or dispatch_numeric and sets which
+// element types the op accepts (anything else is an Error naming the node).
+template <typename Op, typename Dispatch>
+void run_same_type(KernelContext& ctx, const Op& op, Dispatch dispatch) {
+  const Tensor& x = ctx.input(0);
+  const std::string who = ctx.node().label();
+  Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+  dispatch(x.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map_tensor<T, T>(x, y, ctx.threads(), op);
+  }, who.c_str());
+}
+
+// Kernel for a float-only op. `make` builds the op from the node (attributes).
+template <typename MakeOp>
+KernelFn float_kernel(MakeOp make) {
+  return [make](KernelContext& ctx) {
+    run_same_type(ctx, make(ctx), [](DType t, auto&& f, const char* w) { return dispatch_float(t, f, w); });
+  };
+}
+template <typename Op>
+KernelFn float_kernel() {
+  return float_kernel([](const KernelContext&) { return Op{}; });
+}
+
+// Kernel for an op that also accepts integer types.
+template <typename MakeOp>
+KernelFn numeric_kernel(MakeOp make) {
+  return [make](KernelContext& ctx) {
+    run_same_type(ctx, make(ctx), [](DType t, auto&& f, const char* w) { return dispatch_numeric(t, f, w); });
+  };
+}
+template <typename Op>
+KernelFn numeric_kernel() {
+  return numeric_kernel([](const KernelContext&) { return Op{}; });
+}
+
+// Integer negation that wraps instead of overflowing (-INT_MIN == INT_MIN, as in numpy).
+template <typename T>
+T wrapping_neg(T v) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(U{0} - static_cast<U>(v)));
+}
+
+}  // namespace reforge::ops::unary

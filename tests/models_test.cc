@@ -1,0 +1,199 @@
+// Real exported models against their framework's own outputs.
+//
+// models/manifest.json (written by scripts/models/) lists every export of the tiny Llama, GPT-2,
+// BERT and CNN models: PyTorch 1.13 TorchScript exports (constant folding on/off x static/dynamic
+// shapes, opset 17) and PyTorch 2.x dynamo exports (opset 18), each with weight set A (as
+// initialized: the exporters merge equal initializers) and B (fine-tuned: nothing equal). For
+// every export and every input set it applies to, this test imports the model, builds an
+// Engine, runs it and compares every output's shape and values with the PyTorch reference
+// (max abs diff within the manifest's tolerance, no NaN or Inf).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "runtime/engine.h"
+
+using namespace reforge;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModelsDir = fs::path(REFORGE_SOURCE_DIR) / "models";
+
+struct InputSet {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> inputs;     // input name -> npy path
+  std::vector<std::pair<std::string, std::string>> reference;  // output name -> npy path
+};
+
+struct ExportCase {
+  std::string id;     // "llama_torch113_fold_dynamic_A": the gtest parameter name
+  std::string error;  // set when the manifest itself could not be read
+  std::string model, export_name, weights, path;
+  std::vector<std::string> input_names, output_names;
+  std::vector<InputSet> sets;
+  double tolerance = 0;
+};
+
+// gtest prints a failing parameter with this instead of a byte dump.
+void PrintTo(const ExportCase& c, std::ostream* os) { *os << c.id; }
+
+std::vector<std::pair<std::string, std::string>> name_paths(const nlohmann::json& obj,
+                                                            const std::vector<std::string>& order) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& n : order) out.emplace_back(n, (kModelsDir / obj.at(n).get<std::string>()).string());
+  return out;
+}
+
+std::vector<ExportCase> load_manifest() {
+  std::vector<ExportCase> cases;
+  const fs::path path = kModelsDir / "manifest.json";
+  try {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot open " + path.string() + " (run scripts/models/, see its README)");
+    nlohmann::json j = nlohmann::json::parse(f);
+    for (const auto& e : j.at("exports")) {
+      ExportCase c;
+      c.model = e.at("model").get<std::string>();
+      c.export_name = e.at("export").get<std::string>();
+      c.weights = e.at("weights").get<std::string>();
+      c.path = (kModelsDir / e.at("path").get<std::string>()).string();
+      c.input_names = e.at("inputs").get<std::vector<std::string>>();
+      c.output_names = e.at("outputs").get<std::vector<std::string>>();
+      c.tolerance = e.at("tolerance").at("max_abs_diff").get<double>();
+      for (const auto& s : e.at("input_sets")) {
+        InputSet set;
+        set.name = s.at("name").get<std::string>();
+        set.inputs = name_paths(s.at("inputs"), c.input_names);
+        set.reference = name_paths(s.at("reference"), c.output_names);
+        c.sets.push_back(std::move(set));
+      }
+      c.id = c.model + "_" + c.export_name + "_" + c.weights;
+      cases.push_back(std::move(c));
+    }
+    if (cases.empty()) throw std::runtime_error(path.string() + " lists no exports");
+  } catch (const std::exception& ex) {
+    ExportCase c;
+    c.id = "manifest";
+    c.error = std::string("reading ") + path.string() + ": " + ex.what();
+    cases = {c};
+  }
+  return cases;
+}
+
+// Compares one output; returns "" when it matches, else a message a developer can act on.
+std::string compare(const Tensor& got, const Tensor& ref, double tolerance) {
+  if (got.dtype() != ref.dtype())
+    return "dtype " + dtype_name(got.dtype()) + ", reference " + dtype_name(ref.dtype());
+  if (got.shape() != ref.shape())
+    return "shape " + shape_str(got.shape()) + ", reference " + shape_str(ref.shape());
+  if (ref.dtype() != DType::Float32) return "reference is not float32: " + ref.describe();
+  const float* g = got.data<float>();
+  const float* r = ref.data<float>();
+  double worst = 0;
+  int64_t worst_at = -1, nonfinite = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    if (!std::isfinite(g[i])) {
+      if (nonfinite++ == 0) worst_at = i;
+      continue;
+    }
+    double d = std::fabs(static_cast<double>(g[i]) - static_cast<double>(r[i]));
+    if (d > worst && nonfinite == 0) {
+      worst = d;
+      worst_at = i;
+    }
+  }
+  if (nonfinite > 0)
+    return std::to_string(nonfinite) + " non-finite values, first at flat index " + std::to_string(worst_at);
+  if (worst > tolerance)
+    return "max abs diff " + std::to_string(worst) + " > " + std::to_string(tolerance) + " at flat index " +
+           std::to_string(worst_at) + " (got " + std::to_string(g[worst_at]) + ", reference " +
+           std::to_string(r[worst_at]) + ")";
+  return "";
+}
+
+class ModelExport : public ::testing::TestWithParam<ExportCase> {};
+
+TEST_P(ModelExport, MatchesFrameworkReference) {
+  const ExportCase& c = GetParam();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  SCOPED_TRACE(c.path);
+
+  std::unique_ptr<runtime::Engine> engine;
+  try {
+    ir::Graph graph = reforge::onnx::import_model_file(c.path);
+    const auto unsupported = runtime::unsupported_nodes(graph);
+    std::string list;
+    for (const auto& u : unsupported) list += "\n  " + u;
+    ASSERT_TRUE(unsupported.empty()) << unsupported.size() << " unsupported nodes:" << list;
+    engine = std::make_unique<runtime::Engine>(std::move(graph));
+  } catch (const std::exception& ex) {
+    FAIL() << "import/build failed: " << ex.what();
+  }
+
+  std::vector<std::string> got_inputs, got_outputs;
+  for (const auto& v : engine->inputs()) got_inputs.push_back(v.name);
+  for (const auto& v : engine->outputs()) got_outputs.push_back(v.name);
+  ASSERT_EQ(got_inputs, c.input_names);
+  ASSERT_EQ(got_outputs, c.output_names);
+
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    std::vector<Tensor> outputs;
+    try {
+      outputs = engine->run(feeds);
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << "run failed: " << ex.what();
+      continue;
+    }
+    ASSERT_EQ(outputs.size(), set.reference.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const auto& [name, file] = set.reference[i];
+      const std::string problem = compare(outputs[i], read_npy(file), c.tolerance);
+      EXPECT_TRUE(problem.empty()) << "output '" << name << "': " << problem;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelExport, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
+
+// The manifest covers every model x exporter variant x weight set, and every file it names exists.
+TEST(ModelsManifest, CompleteAndPresent) {
+  const auto cases = load_manifest();
+  ASSERT_TRUE(cases.front().error.empty()) << cases.front().error;
+  std::set<std::string> ids;
+  for (const auto& c : cases) {
+    ids.insert(c.id);
+    EXPECT_TRUE(fs::exists(c.path)) << c.path;
+    EXPECT_FALSE(c.sets.empty()) << c.id << " applies to no input set";
+    for (const auto& s : c.sets) {
+      for (const auto& [n, p] : s.inputs) EXPECT_TRUE(fs::exists(p)) << c.id << ": " << p;
+      for (const auto& [n, p] : s.reference) EXPECT_TRUE(fs::exists(p)) << c.id << ": " << p;
+    }
+  }
+  for (const char* model : {"llama", "gpt2", "bert", "cnn"})
+    for (const char* exp : {"torch113_fold_static", "torch113_fold_dynamic", "torch113_nofold_static",
+                            "torch113_nofold_dynamic", "dynamo"})
+      for (const char* w : {"A", "B"}) {
+        const std::string id = std::string(model) + "_" + exp + "_" + w;
+        EXPECT_TRUE(ids.count(id)) << "manifest lacks " << id;
+      }
+}
+
+}  // namespace
