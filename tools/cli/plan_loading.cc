@@ -23,9 +23,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 bool is_plan_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  char magic[sizeof plan::kMagic] = {};
+  char magic[sizeof plan::format::kMagic] = {};
   f.read(magic, sizeof magic);
-  return f.gcount() == static_cast<std::streamsize>(sizeof magic) && std::memcmp(magic, plan::kMagic, sizeof magic) == 0;
+  return f.gcount() == static_cast<std::streamsize>(sizeof magic) && std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
 }
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& o) {

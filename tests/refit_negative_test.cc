@@ -1,0 +1,239 @@
+// Refit failures: each is a clear error naming the problem, and the engine is unchanged.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "build/builder.h"
+#include "build/onnx_refit.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "onnx/proto/onnx.pb.h"
+#include "plan/plan_io.h"
+#include "refit/recipe.h"
+#include "refit/refitter.h"
+#include "runtime/plan_engine.h"
+
+using namespace reforge;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
+const std::string kLlamaA = (kModels / "llama/dynamo/A/model.onnx").string();
+const std::string kLlamaB = (kModels / "llama/dynamo/B/model.onnx").string();
+const std::string kGpt2B = (kModels / "gpt2/dynamo/B/model.onnx").string();
+
+std::map<std::string, Tensor> llama_inputs() {
+  return {{"input_ids", read_npy((kModels / "llama/inputs/b1_s7/input_ids.npy").string())}};
+}
+
+plan::Plan llama_plan(plan::BuildMode mode, bool strip) {
+  build::BuildOptions o;
+  o.mode = mode;
+  o.strip_weights = strip;
+  return build::build_plan(onnx::import_model_file(kLlamaA), o);
+}
+
+// Snapshot of every engine weight, to prove a failed refit changed nothing.
+std::map<std::string, Tensor> snapshot(const runtime::PlanEngine& e) {
+  std::map<std::string, Tensor> s;
+  for (const auto& w : e.plan().weights) s[w.name] = e.weight(w.name);
+  return s;
+}
+
+void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, Tensor>& before) {
+  for (const auto& [name, t] : before) {
+    Tensor now = e.weight(name);
+    EXPECT_EQ(t.defined(), now.defined()) << name;
+    if (t.defined() && now.defined()) EXPECT_EQ(t.raw(), now.raw()) << name << " was replaced";
+  }
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+uint32_t first_refittable_matrix_source(const plan::Plan& p) {
+  for (size_t i = 0; i < p.sources.size(); ++i)
+    if (p.sources[i].refittable && p.sources[i].shape.size() == 2) return static_cast<uint32_t>(i);
+  return 0;
+}
+
+}  // namespace
+
+TEST(RefitNegative, MissingSourceOnStrippedPlanIsNamed) {
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, true));
+  refit::Refitter r(e);
+  auto sources = build::read_sources_from_onnx(e.plan(), kLlamaB);
+  uint32_t skip = sources.begin()->first;
+  for (const auto& [id, t] : sources)
+    if (id != skip) r.set_source(id, t);
+  auto before = snapshot(e);
+  std::string err = error_of([&] { r.commit(); });
+  EXPECT_NE(err.find(e.plan().sources[skip].key), std::string::npos) << err;
+  expect_unchanged(e, before);
+  // And the stripped engine still refuses to run, naming the missing sources.
+  std::string run_err = error_of([&] { e.run(llama_inputs()); });
+  EXPECT_NE(run_err.find("stripped"), std::string::npos) << run_err;
+}
+
+TEST(RefitNegative, UnknownNameWrongShapeWrongDtype) {
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
+  refit::Refitter r(e);
+  EXPECT_NE(error_of([&] { r.set("no.such.weight", Tensor::empty(DType::Float32, {1})); }).find("no.such.weight"), std::string::npos);
+  uint32_t id = first_refittable_matrix_source(e.plan());
+  const auto& s = e.plan().sources[id];
+  Shape wrong = s.shape;
+  wrong[0] += 1;
+  std::string err = error_of([&] { r.set(s.key, Tensor::empty(DType::Float32, wrong)); });
+  EXPECT_NE(err.find(shape_str(s.shape)), std::string::npos) << err;
+  err = error_of([&] { r.set(s.key, Tensor::empty(DType::Float64, s.shape)); });
+  EXPECT_NE(err.find("float64"), std::string::npos) << err;
+  EXPECT_EQ(r.pending(), 0u);
+}
+
+TEST(RefitNegative, IdenticalModeRefusesOtherWeights) {
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::RefitIdentical, false));
+  auto out_a = e.run(llama_inputs());
+  auto before = snapshot(e);
+  refit::Refitter r(e);
+  for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), kLlamaB)) r.set_source(id, t);
+  std::string err = error_of([&] { r.commit(); });
+  EXPECT_NE(err.find("refit-identical"), std::string::npos) << err;
+  expect_unchanged(e, before);
+  auto out = e.run(llama_inputs());
+  EXPECT_TRUE(refit::bit_equal(out[0], out_a[0]));
+}
+
+TEST(RefitNegative, ChangedStructureIsRefused) {
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
+  std::string err = error_of([&] { build::read_sources_from_onnx(e.plan(), kGpt2B); });
+  EXPECT_NE(err.find("structure differs"), std::string::npos) << err;
+  err = error_of([&] { build::rebuild_from_onnx(e.plan(), onnx::import_model_file(kGpt2B)); });
+  EXPECT_NE(err.find("structure differs"), std::string::npos) << err;
+}
+
+TEST(RefitNegative, NonFiniteValuesRefusedWhenAsked) {
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
+  auto before = snapshot(e);
+  refit::Refitter r(e);
+  uint32_t id = first_refittable_matrix_source(e.plan());
+  Tensor bad = Tensor::empty(DType::Float32, e.plan().sources[id].shape);
+  bad.mutable_data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  r.set_source(id, bad);
+  refit::CommitOptions co;
+  co.check_finite = true;
+  EXPECT_NE(error_of([&] { r.commit(co); }).find("NaN"), std::string::npos);
+  expect_unchanged(e, before);
+}
+
+TEST(RefitNegative, TruncatedExternalDataIsAnErrorBeforeAnyChange) {
+  // Re-save llama B with its initializers in an external data file, then truncate that file.
+  fs::path dir = fs::temp_directory_path() / ("reforge_refit_ext_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  ::onnx::ModelProto m;
+  {
+    std::ifstream f(kLlamaB, std::ios::binary);
+    ASSERT_TRUE(m.ParseFromIstream(&f));
+  }
+  std::ofstream data(dir / "weights.bin", std::ios::binary);
+  size_t offset = 0;
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+    if (!t.has_raw_data() || t.raw_data().size() < 64) continue;
+    data.write(t.raw_data().data(), static_cast<std::streamsize>(t.raw_data().size()));
+    auto add = [&](const char* k, const std::string& v) {
+      auto* e = t.add_external_data();
+      e->set_key(k);
+      e->set_value(v);
+    };
+    add("location", "weights.bin");
+    add("offset", std::to_string(offset));
+    add("length", std::to_string(t.raw_data().size()));
+    offset += t.raw_data().size();
+    t.clear_raw_data();
+    t.set_data_location(::onnx::TensorProto::EXTERNAL);
+  }
+  data.close();
+  {
+    std::ofstream f(dir / "model.onnx", std::ios::binary);
+    ASSERT_TRUE(m.SerializeToOstream(&f));
+  }
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
+  // Intact external data refits fine.
+  {
+    refit::Refitter r(e);
+    for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), (dir / "model.onnx").string())) r.set_source(id, t);
+    r.commit();
+  }
+  auto before = snapshot(e);
+  fs::resize_file(dir / "weights.bin", offset / 2);
+  std::string err = error_of([&] { build::read_sources_from_onnx(e.plan(), (dir / "model.onnx").string()); });
+  EXPECT_NE(err.find("too short"), std::string::npos) << err;
+  expect_unchanged(e, before);
+  fs::remove_all(dir);
+}
+
+TEST(RefitNegative, CorruptedPlanIsRefused) {
+  std::string bytes = plan::serialize_plan(llama_plan(plan::BuildMode::Refit, true));
+  for (size_t pos : {size_t{20}, bytes.size() / 3, bytes.size() / 2}) {
+    std::string bad = bytes;
+    bad[pos] = static_cast<char>(bad[pos] ^ 0x5a);
+    auto owner = std::make_shared<std::string>(bad);
+    EXPECT_THROW(plan::parse_plan(owner, owner->data(), owner->size()), Error) << pos;
+  }
+  auto owner = std::make_shared<std::string>(bytes.substr(0, bytes.size() / 2));
+  EXPECT_THROW(plan::parse_plan(owner, owner->data(), owner->size()), Error);
+}
+
+TEST(RefitRegression, StrippedRefitLlamaIsNeverZeros) {
+  // The bug that started reforge: a fast refit of a stripped, refittable Llama whose lowering
+  // creates constants (pow exponent, eps, Range, masks, division constants) gave all zeros.
+  plan::Plan p = llama_plan(plan::BuildMode::Refit, true);
+  size_t literals = 0;
+  for (const auto& w : p.weights) literals += w.kind == plan::WeightKind::Literal;
+  EXPECT_GT(literals, 0u) << "the model should have lowering constants";
+  std::string bytes = plan::serialize_plan(p);
+  auto owner = std::make_shared<std::string>(std::move(bytes));
+  runtime::PlanEngine e(plan::parse_plan(owner, owner->data(), owner->size()));
+  refit::Refitter r(e);
+  for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), kLlamaA)) r.set_source(id, t);
+  r.commit();
+  auto out = e.run(llama_inputs());
+  build::BuildOptions o;
+  runtime::PlanEngine fresh(build::build_plan(onnx::import_model_file(kLlamaA), o));
+  auto want = fresh.run(llama_inputs());
+  EXPECT_TRUE(refit::bit_equal(out[0], want[0]));
+  double mag = 0;
+  for (int64_t i = 0; i < out[0].numel(); ++i) mag = std::max(mag, std::fabs(out[0].as_double(i)));
+  EXPECT_GT(mag, 1e-2);
+}
+
+TEST(RefitIncremental, ABAGivesA) {
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
+  auto out_a = e.run(llama_inputs());
+  auto src_a = build::read_sources_from_onnx(e.plan(), kLlamaA);
+  auto src_b = build::read_sources_from_onnx(e.plan(), kLlamaB);
+  refit::Refitter r(e);
+  for (const auto& [id, t] : src_b) r.set_source(id, t);
+  r.commit();
+  auto out_b = e.run(llama_inputs());
+  EXPECT_FALSE(refit::bit_equal(out_a[0], out_b[0]));
+  // Back to A, changing only the sources that differ (an incremental refit).
+  size_t changed = 0;
+  for (const auto& [id, t] : src_a)
+    if (!refit::bit_equal(t, src_b.at(id))) {
+      r.set_source(id, t);
+      ++changed;
+    }
+  EXPECT_GT(changed, 0u);
+  r.commit();
+  auto out_again = e.run(llama_inputs());
+  EXPECT_TRUE(refit::bit_equal(out_a[0], out_again[0]));
+}
