@@ -5,6 +5,7 @@
 // origin regression (a stripped, refittable Llama whose lowering creates constants).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -117,8 +118,8 @@ class RefitMatrix : public ::testing::TestWithParam<Pair> {};
 
 TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
   const Pair& p = GetParam();
-  ir::Graph ga = onnx::import_model_file(p.path_a);
-  ir::Graph gb = onnx::import_model_file(p.path_b);
+  ir::Graph ga = reforge::onnx::import_model_file(p.path_a);
+  ir::Graph gb = reforge::onnx::import_model_file(p.path_b);
   for (const auto& m : modes()) {
     build::BuildOptions o;
     o.mode = m.mode;

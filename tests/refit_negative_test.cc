@@ -1,6 +1,7 @@
 // Refit failures: each is a clear error naming the problem, and the engine is unchanged.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -32,7 +33,7 @@ plan::Plan llama_plan(plan::BuildMode mode, bool strip) {
   build::BuildOptions o;
   o.mode = mode;
   o.strip_weights = strip;
-  return build::build_plan(onnx::import_model_file(kLlamaA), o);
+  return build::build_plan(reforge::onnx::import_model_file(kLlamaA), o);
 }
 
 // Snapshot of every engine weight, to prove a failed refit changed nothing.
@@ -116,7 +117,7 @@ TEST(RefitNegative, ChangedStructureIsRefused) {
   runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
   std::string err = error_of([&] { build::read_sources_from_onnx(e.plan(), kGpt2B); });
   EXPECT_NE(err.find("structure differs"), std::string::npos) << err;
-  err = error_of([&] { build::rebuild_from_onnx(e.plan(), onnx::import_model_file(kGpt2B)); });
+  err = error_of([&] { build::rebuild_from_onnx(e.plan(), reforge::onnx::import_model_file(kGpt2B)); });
   EXPECT_NE(err.find("structure differs"), std::string::npos) << err;
 }
 
@@ -207,7 +208,7 @@ TEST(RefitRegression, StrippedRefitLlamaIsNeverZeros) {
   r.commit();
   auto out = e.run(llama_inputs());
   build::BuildOptions o;
-  runtime::PlanEngine fresh(build::build_plan(onnx::import_model_file(kLlamaA), o));
+  runtime::PlanEngine fresh(build::build_plan(reforge::onnx::import_model_file(kLlamaA), o));
   auto want = fresh.run(llama_inputs());
   EXPECT_TRUE(refit::bit_equal(out[0], want[0]));
   double mag = 0;

@@ -8,7 +8,65 @@
 
 namespace reforge::build {
 
+namespace {
+
+bool is_graph_output(const ir::Graph& g, const std::string& v) {
+  for (const auto& o : g.outputs)
+    if (o.name == v) return true;
+  return false;
+}
+
+// Identity(initializer) is the initializer: exporters insert such nodes when they share one
+// tensor between several uses (PyTorch 1.13 does, for equal-valued weights), and omit them when
+// the values differ, so the same module exports with or without them.
+void bypass_initializer_identities(ir::Graph& g) {
+  std::map<std::string, std::string> alias;
+  std::vector<ir::Node> kept;
+  for (auto& n : g.nodes) {
+    if (n.op_type == "Identity" && n.domain.empty() && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+        g.initializers.count(n.inputs[0]) && !is_graph_output(g, n.outputs[0])) {
+      alias[n.outputs[0]] = n.inputs[0];
+      continue;
+    }
+    kept.push_back(std::move(n));
+  }
+  for (auto& n : kept)
+    for (auto& in : n.inputs) {
+      auto it = alias.find(in);
+      if (it != alias.end()) in = it->second;
+    }
+  g.nodes = std::move(kept);
+}
+
+// An absent optional bias is a zero bias. Exporters drop all-zero biases (the dynamo exporter
+// removes Gemm's C when the bias is zero), so a model exported as initialized and one exported
+// after fine-tuning would differ in structure; making the zero bias explicit gives both the same
+// structure and gives the refit a source to fill.
+void materialize_zero_biases(ir::Graph& g) {
+  for (size_t p = 0; p < g.nodes.size(); ++p) {
+    ir::Node& n = g.nodes[p];
+    if (!n.domain.empty() || n.inputs.size() < 2 || (n.inputs.size() > 2 && !n.inputs[2].empty())) continue;
+    auto wit = g.initializers.find(n.inputs[1]);
+    if (wit == g.initializers.end() || !is_float(wit->second.dtype())) continue;
+    const Tensor& w = wit->second;
+    int64_t channels = -1;
+    if (n.op_type == "Gemm" && w.rank() == 2) channels = n.attr_int("transB", 0) ? w.dim(0) : w.dim(1);
+    else if (n.op_type == "Conv" && w.rank() >= 3) channels = w.dim(0);
+    else if (n.op_type == "ConvTranspose" && w.rank() >= 3) channels = w.dim(1) * n.attr_int("group", 1);
+    if (channels < 0) continue;
+    std::string name = (n.name.empty() ? n.outputs[0] : n.name) + ".zero_bias";
+    while (g.initializers.count(name)) name += "_";
+    g.initializers[name] = Tensor::empty(w.dtype(), {channels});
+    n.inputs.resize(3);
+    n.inputs[2] = name;
+  }
+}
+
+}  // namespace
+
 ir::Graph canonicalize(ir::Graph g) {
+  bypass_initializer_identities(g);
+  materialize_zero_biases(g);
   std::vector<size_t> order = g.topological_order();
   std::vector<ir::Node> nodes;
   nodes.reserve(order.size());

@@ -14,7 +14,10 @@
 
 namespace reforge::build {
 
-// Returns `g` with its nodes in canonical topological order (ties broken by file order).
+// Returns `g` in canonical form: Identity nodes over initializers bypassed, absent optional
+// biases of Gemm/Conv/ConvTranspose made explicit zero initializers, and nodes in canonical
+// topological order (ties broken by file order). Exporters produce either form depending on
+// the weight values, so both build and refit work on this form.
 ir::Graph canonicalize(ir::Graph g);
 
 // Initializers that are literals: integer/bool tensors, tensors that feed only shape-like

@@ -69,6 +69,7 @@ class Encoder {
     j["model_name"] = str(p.model_name);
     j["mode"] = build_mode_name(p.mode);
     j["individual_patterns"] = strs(p.individual_patterns);
+    j["literal_names"] = strs(p.literal_names);
     j["stripped"] = p.stripped;
     // Structural tensors first: they sit next to the metadata and are read on every load.
     j["graph"] = graph(p.graph);

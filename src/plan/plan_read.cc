@@ -158,6 +158,7 @@ class Decoder {
     if (!m) fail("mode: unknown build mode '", mode, "'");
     p.mode = *m;
     p.individual_patterns = strings(field(j, "individual_patterns", ""), "individual_patterns");
+    p.literal_names = strings(field(j, "literal_names", ""), "literal_names");
     p.stripped = as_bool(field(j, "stripped", ""), "stripped");
     p.graph = graph(field(j, "graph", ""), "graph");
     const json& lits = as_array(field(j, "literals", ""), "literals");
