@@ -5,6 +5,7 @@
 // transposed and GEMM-sized paths) checked against a naive sum over all label values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -39,9 +40,9 @@ Tensor random_float(Shape shape, unsigned seed) {
 }
 
 struct Attrs {
-  std::map<std::string, int64_t> ints;
-  std::map<std::string, std::vector<int64_t>> lists;
-  std::map<std::string, std::string> strings;
+  std::map<std::string, int64_t> ints = {};
+  std::map<std::string, std::vector<int64_t>> lists = {};
+  std::map<std::string, std::string> strings = {};
 };
 
 ir::Node node(const std::string& op, int opset, size_t ninputs, const Attrs& at = {}, size_t noutputs = 1) {
@@ -126,7 +127,8 @@ std::vector<double> naive_reduce(const Tensor& x, const std::vector<int64_t>& ax
 
 TEST(Reduce, AllAxesPatternsAndThreadSplitsMatchNaive) {
   // Small shapes cover every alternation of kept/reduced dims; the large ones cross the parallel
-  // threshold so each split (outer kept, inner columns, reduce-all, serial) runs with 2 threads.
+  // threshold so each split (outer kept, inner columns, per-thread partial rows, serial) runs
+  // with 2 and 4 threads.
   struct Case {
     Shape shape;
     std::vector<int64_t> axes;
@@ -136,10 +138,11 @@ TEST(Reduce, AllAxesPatternsAndThreadSplitsMatchNaive) {
       {{3, 4, 5, 6}, {1, 3}},    {{3, 4, 5, 6}, {0, 3}},   {{3, 4, 5, 6}, {}},      {{3, 1, 5, 1}, {1, 3}},
       {{3, 1, 5}, {0, -1}},      {{64, 300, 40}, {1}},     {{64, 300, 40}, {0}},    {{64, 300, 40}, {2}},
       {{64, 300, 40}, {}},       {{64, 300, 40}, {0, 2}},  {{5, 20000}, {0}},       {{2, 30000}, {1}},
+      {{3, 20000}, {1}},
   };
   for (const Case& c : cases) {
     Tensor x = random_float(c.shape, 7);
-    for (int threads : {1, 2}) {
+    for (int threads : {1, 2, 4}) {
       for (int keep : {0, 1}) {
         ir::Node sum = node("ReduceSum", 13, 2, {{{"keepdims", keep}}});
         Tensor y = run(sum, {x, axes_tensor(c.axes)}, threads);
@@ -211,6 +214,11 @@ TEST(Reduce, NaNEmptySetsAndSpecialValues) {
   // LogSumExp stays finite for large inputs: log(e^1000 + e^1000) = 1000 + log 2.
   Tensor big = make<float>({1, 2}, {1000, 1000});
   EXPECT_NEAR(run(node("ReduceLogSumExp", 18, 1), {big}).data<float>()[0], 1000.0f + std::log(2.0f), 1e-3);
+  // Several long rows with different maxima, reduced by per-thread partials.
+  Tensor rows = Tensor::empty(DType::Float32, {3, 40000});
+  for (int64_t i = 0; i < rows.numel(); ++i) rows.mutable_data<float>()[i] = float(i / 40000) * 100.0f;
+  Tensor lse = run(node("ReduceLogSumExp", 18, 2, {{{"keepdims", 0}}}), {rows, axes_tensor({1})}, 4);
+  for (int r = 0; r < 3; ++r) EXPECT_NEAR(lse.data<float>()[r], r * 100.0f + std::log(40000.0f), 1e-3);
   Tensor neg = make<float>({2}, {-inf, -inf});
   EXPECT_EQ(run(node("ReduceLogSumExp", 18, 1), {neg}).data<float>()[0], -inf);
   Tensor l = make<float>({2, 2}, {3, -4, 1, -1});
@@ -309,6 +317,18 @@ TEST(Softmax, MaskedLogitsAndLongRows) {
       }
     }
   }
+}
+
+TEST(Softmax, HalfLogSoftmaxStaysFinite) {
+  // exp(-30) underflows float16, so log(Softmax) would give -inf; LogSoftmax computes
+  // x - max - log(sum) in float instead.
+  Tensor x = make<float16>({2}, {float16(0.0f), float16(-30.0f)});
+  Tensor y = run(node("LogSoftmax", 13, 1), {x});
+  EXPECT_EQ(static_cast<float>(y.data<float16>()[0]), 0.0f);
+  EXPECT_EQ(static_cast<float>(y.data<float16>()[1]), -30.0f);
+  Tensor p = run(node("Softmax", 13, 1), {x});
+  EXPECT_EQ(static_cast<float>(p.data<float16>()[0]), 1.0f);
+  EXPECT_EQ(static_cast<float>(p.data<float16>()[1]), 0.0f);
 }
 
 TEST(TopK, TiesSmallestNaNAndMiddleAxis) {
@@ -460,4 +480,61 @@ TEST(Einsum, TypesAndErrors) {
   ASSERT_NE(def, nullptr);
   EXPECT_EQ(def->check(node("Einsum", 12, 2, {{}, {}, {{"equation", "ij,jk->ik"}}})), "");
   EXPECT_NE(def->check(node("Einsum", 12, 1, {{}, {}, {{"equation", "ij,jk->ik"}}})), "");
+}
+
+TEST(Einsum, RandomEquationsMatchNaive) {
+  // Random explicit equations over labels a-e: 1-3 operands, repeated labels (diagonals),
+  // size-1 broadcasting, any output subset and order.
+  std::mt19937 rng(42);
+  for (int iter = 0; iter < 300; ++iter) {
+    std::map<char, int64_t> size;
+    for (char c = 'a'; c <= 'e'; ++c) size[c] = 1 + static_cast<int64_t>(rng() % 4);
+    const int n_ops = 1 + static_cast<int>(rng() % 3);
+    std::string eq;
+    std::vector<Shape> shapes;
+    std::string used;
+    for (int i = 0; i < n_ops; ++i) {
+      const int rank = static_cast<int>(rng() % 4);
+      Shape s;
+      std::string term;
+      for (int d = 0; d < rank; ++d) {
+        const char c = static_cast<char>('a' + rng() % 5);
+        term += c;
+        // A size-1 dim broadcasts, unless the label is repeated in this term (a diagonal).
+        const bool bcast = rng() % 6 == 0 && std::count(term.begin(), term.end(), c) == 1;
+        s.push_back(bcast ? 1 : size[c]);
+        if (used.find(c) == std::string::npos) used += c;
+      }
+      for (size_t d = 0; d < term.size(); ++d)  // repeated labels must agree within a term
+        for (size_t e = 0; e < d; ++e)
+          if (term[d] == term[e]) s[d] = s[e] = size[term[d]];
+      eq += (i ? "," : "") + term;
+      shapes.push_back(s);
+    }
+    std::shuffle(used.begin(), used.end(), rng);
+    const std::string out = used.substr(0, rng() % (used.size() + 1));
+    eq += "->" + out;
+    check_einsum(eq, eq, shapes);
+    if (::testing::Test::HasFatalFailure()) {
+      ADD_FAILURE() << "equation " << eq;
+      return;
+    }
+  }
+}
+
+TEST(Reduce, RandomShapesWithZerosMatchNaive) {
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 300; ++iter) {
+    const int rank = static_cast<int>(rng() % 5);
+    Shape s;
+    for (int d = 0; d < rank; ++d) s.push_back(static_cast<int64_t>(rng() % 4));
+    std::vector<int64_t> axes;
+    for (int d = 0; d < rank; ++d)
+      if (rng() % 2) axes.push_back(rng() % 2 ? d : d - rank);
+    Tensor x = random_float(s, iter);
+    Tensor y = run(node("ReduceSum", 13, 2), {x, axes_tensor(axes)});
+    std::vector<double> want = naive_reduce(x, axes, false);
+    ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size())) << shape_str(s);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4);
+  }
 }

@@ -342,3 +342,27 @@ TEST(TensorOps, ConstantForms) {
   ir::Node s = node({"Constant", 13, 0, 1, {}, {}, {{"value_string", "x"}}});
   EXPECT_NE(OpRegistry::global().why_unsupported(s), "");
 }
+
+// Large enough to take the tiled transpose path; checked against direct index arithmetic.
+TEST(TensorOps, TransposeTiledMatchesNaive) {
+  const Shape s{3, 40, 50, 2};
+  Tensor x = iota_f(s);
+  const std::vector<std::vector<int64_t>> perms{{0, 2, 1, 3}, {0, 1, 3, 2}, {3, 2, 1, 0}, {1, 0, 3, 2}, {2, 0, 3, 1}};
+  for (const auto& perm : perms) {
+    Tensor y = run({"Transpose", 13, 1, 1, {}, {{"perm", perm}}}, {x});
+    Shape os;
+    for (int64_t p : perm) os.push_back(s[static_cast<size_t>(p)]);
+    ASSERT_EQ(y.shape(), os);
+    const std::vector<int64_t> xs{s[1] * s[2] * s[3], s[2] * s[3], s[3], 1};
+    bool ok = true;
+    for (int64_t i = 0; i < y.numel() && ok; ++i) {
+      int64_t rem = i, src = 0;
+      for (int64_t d = 3; d >= 0; --d) {
+        src += (rem % os[static_cast<size_t>(d)]) * xs[static_cast<size_t>(perm[static_cast<size_t>(d)])];
+        rem /= os[static_cast<size_t>(d)];
+      }
+      ok = y.data<float>()[i] == static_cast<float>(src);
+      EXPECT_TRUE(ok) << "perm " << shape_str(perm) << " element " << i;
+    }
+  }
+}

@@ -69,7 +69,7 @@ Tensor floats(std::vector<float> v) { return make(DType::Float32, std::move(v));
 template <typename T>
 std::vector<T> values(const Tensor& t) {
   std::vector<T> v(static_cast<size_t>(t.numel()));
-  std::memcpy(v.data(), t.raw(), t.nbytes());
+  if (!v.empty()) std::memcpy(v.data(), t.raw(), t.nbytes());
   return v;
 }
 

@@ -417,6 +417,9 @@ void attention_kernel(KernelContext& ctx) {
     REFORGE_CHECK(is_integer(t.dtype()) && t.rank() == 1 && t.dim(0) == d.batch, where,
                   ": nonpad_kv_seqlen must be an integer vector of length batch_size ", d.batch, ", got ", t.describe());
     nonpad = t.to_int64_vector();
+    // Lengths beyond +-2^40 behave like +-2^40 (everything or nothing valid) and keep the
+    // offset arithmetic below far from overflow.
+    for (int64_t& n : nonpad) n = std::clamp<int64_t>(n, -(int64_t{1} << 40), int64_t{1} << 40);
   }
 
   Options o;

@@ -1,6 +1,7 @@
 // Conv (1-D/2-D/3-D, groups including depthwise, pads/auto_pad, strides, dilations, bias).
 //
-// float32 runs through oneDNN; float16/bfloat16 are widened to float32 and rounded once at the
+// float32 runs through oneDNN (a pointwise 1x1 convolution as a plain matrix product, which
+// needs no layout reorders); float16/bfloat16 are widened to float32 and rounded once at the
 // end; float64 (and anything oneDNN declines) uses the direct reference loop below.
 #include <algorithm>
 #include <type_traits>
@@ -49,14 +50,6 @@ void conv_ref(const T* x, const T* w, const T* bias, T* y, int64_t N, int64_t C,
           yp[(od * g.out[1] + oh) * g.out[2] + ow] = acc;
         }
   }
-}
-
-template <typename H>
-std::vector<float> widen(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  const H* p = t.data<H>();
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(p[i]);
-  return v;
 }
 
 void conv_kernel(KernelContext& ctx) {
@@ -129,17 +122,26 @@ void conv_kernel(KernelContext& ctx) {
       conv_ref<double>(X.data<double>(), W.data<double>(), B ? B->data<double>() : nullptr, Y.mutable_data<double>(),
                        N, C, M, group, g);
     } else {
-      std::vector<float> x = widen<T>(X), w = widen<T>(W), b = B ? widen<T>(*B) : std::vector<float>();
+      std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
       std::vector<float> y(static_cast<size_t>(Y.numel()));
       run_f32(x.data(), w.data(), B ? b.data() : nullptr, y.data());
-      T* out = Y.mutable_data<T>();
-      for (int64_t i = 0; i < Y.numel(); ++i) out[i] = T(y[i]);
+      store_floats(y, Y);
     }
   }, "Conv");
 }
 
 }  // namespace
 
-void register_conv_ops(OpRegistry& r) { r.add({"", "Conv", 1, INT_MAX, conv_kernel, nullptr}); }
+std::string check_conv_like(const ir::Node& node) {
+  const std::string ap = node.attr_string("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "SAME_UPPER" && ap != "SAME_LOWER" && ap != "VALID")
+    return "auto_pad '" + ap + "' is not supported";
+  const size_t n = node.attr_ints("kernel_shape").size();
+  if (n > 3) return "only 1-D, 2-D and 3-D convolutions are supported";
+  if (node.attr_int("group", 1) < 1) return "group must be positive";
+  return "";
+}
+
+void register_conv_ops(OpRegistry& r) { r.add({"", "Conv", 1, INT_MAX, conv_kernel, check_conv_like}); }
 
 }  // namespace reforge::ops::nn

@@ -18,10 +18,6 @@ namespace {
 
 int64_t floor_div2(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
 
-struct TransposeGeometry {
-  Geo3 g;  // in = X spatial, out = Y spatial, pb = begin padding (may be negative)
-};
-
 // C is float or double: the compute type.
 template <typename C>
 void conv_transpose_compute(DType mm_dtype, const C* x, const C* w, const C* bias, C* y, int64_t N, int64_t Cin,
@@ -69,14 +65,6 @@ void conv_transpose_compute(DType mm_dtype, const C* x, const C* w, const C* bia
       }
     }
   }
-}
-
-template <typename H>
-std::vector<float> widen(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
-  const H* p = t.data<H>();
-  for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(p[i]);
-  return v;
 }
 
 std::vector<int64_t> ints_or(const KernelContext& ctx, const char* name, size_t len, int64_t def) {
@@ -165,12 +153,11 @@ void conv_transpose_kernel(KernelContext& ctx) {
       conv_transpose_compute<T>(X.dtype(), X.data<T>(), W.data<T>(), B ? B->data<T>() : nullptr, Y.mutable_data<T>(),
                                 N, Cin, M, group, g);
     } else {
-      std::vector<float> x = widen<T>(X), w = widen<T>(W), b = B ? widen<T>(*B) : std::vector<float>();
+      std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
       std::vector<float> y(static_cast<size_t>(Y.numel()));
       conv_transpose_compute<float>(DType::Float32, x.data(), w.data(), B ? b.data() : nullptr, y.data(), N, Cin, M,
                                     group, g);
-      T* o = Y.mutable_data<T>();
-      for (int64_t i = 0; i < Y.numel(); ++i) o[i] = T(y[i]);
+      store_floats(y, Y);
     }
   }, "ConvTranspose");
 }
@@ -178,7 +165,7 @@ void conv_transpose_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_transpose_ops(OpRegistry& r) {
-  r.add({"", "ConvTranspose", 1, INT_MAX, conv_transpose_kernel, nullptr});
+  r.add({"", "ConvTranspose", 1, INT_MAX, conv_transpose_kernel, check_conv_like});
 }
 
 }  // namespace reforge::ops::nn

@@ -31,6 +31,23 @@ void cumsum_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, boo
     std::vector<A> acc(static_cast<size_t>(inner));
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < outer; ++o) {
+      if (inner == 1) {  // contiguous run: one scalar running sum
+        const T* xs = x + o * n;
+        T* ys = y + o * n;
+        A a = 0;
+        const int64_t step = reverse ? -1 : 1;
+        for (int64_t k = 0, r = reverse ? n - 1 : 0; k < n; ++k, r += step) {
+          const A v = static_cast<A>(to_compute(xs[r]));
+          if (exclusive) {
+            ys[r] = from_compute<T>(a);
+            a += v;
+          } else {
+            a += v;
+            ys[r] = from_compute<T>(a);
+          }
+        }
+        continue;
+      }
       std::fill(acc.begin(), acc.end(), A(0));
       for (int64_t step = 0; step < n; ++step) {
         const int64_t r = reverse ? n - 1 - step : step;

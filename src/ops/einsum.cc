@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -122,8 +123,7 @@ template <typename S, typename D, typename Conv>
 void strided_copy(const S* src, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, D* dst,
                   Conv conv) {
   const int m = static_cast<int>(sizes.size());
-  int64_t total = 1;
-  for (int64_t s : sizes) total *= s;
+  const int64_t total = shape_numel(sizes);
   if (total == 0) return;
   if (m == 0) {
     dst[0] = conv(src[0]);
@@ -163,9 +163,7 @@ Operand<C> sum_to(const Operand<C>& a, const std::vector<int>& keep, const Sizes
       rsz.push_back(size[a.labels[i]]);
       rst.push_back(a.strides[i]);
     }
-  int64_t n_out = 1, n_red = 1;
-  for (int64_t s : ksz) n_out *= s;
-  for (int64_t s : rsz) n_red *= s;
+  const int64_t n_out = shape_numel(ksz), n_red = shape_numel(rsz);
   r.storage.assign(static_cast<size_t>(n_out), C(0));
   r.data = r.storage.data();
   r.strides.assign(keep.size(), 0);
@@ -237,12 +235,11 @@ const C* as_matrix(const Operand<C>& a, const std::vector<int>& batch, const std
     return a.data;
   }
   std::vector<int64_t> sz, st;
-  int64_t n = 1;
   for (int l : o12) {
     sz.push_back(size[l]);
     st.push_back(a.stride_of(l));
-    n *= size[l];
   }
+  const int64_t n = shape_numel(sz);
   buf.resize(static_cast<size_t>(n));
   strided_copy(a.data, sz, st, buf.data(), [](C v) { return v; });
   return buf.data();
@@ -262,11 +259,16 @@ void gemm_batched(int64_t nb, int64_t M, int64_t N, int64_t K, const C* A, bool 
         return st == dnnl_success;
       };
       bool ok = true;
-      if (nb >= threads && threads > 1) {
+      if (nb >= threads && threads > 1) {  // one GEMM per thread; nested oneDNN calls run serially
 #pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : ok)
         for (int64_t b = 0; b < nb; ++b) ok = one(b) && ok;
       } else {
+        // oneDNN sizes its OpenMP team from omp_get_max_threads(); cap it at the engine's
+        // thread count for these calls (the setting is per calling thread) and restore it.
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
         for (int64_t b = 0; b < nb; ++b) ok = one(b) && ok;
+        omp_set_num_threads(saved);
       }
       REFORGE_CHECK(ok, "einsum: oneDNN sgemm failed for M=", M, " N=", N, " K=", K);
       return;
@@ -323,11 +325,12 @@ Operand<C> contract(const Operand<C>& a0, const Operand<C>& b0, const std::vecto
   for (int l : b.labels)
     if (!a.has(l)) nl.push_back(l);
   auto prod = [&](const std::vector<int>& ls) {
-    int64_t p = 1;
-    for (int l : ls) p *= size[l];
-    return p;
+    Shape dims;
+    for (int l : ls) dims.push_back(size[l]);
+    return shape_numel(dims);  // throws on overflow
   };
   const int64_t nb = prod(batch), M = prod(ml), K = prod(kl), N = prod(nl);
+  (void)shape_numel({nb, M, N});  // the result must be addressable too
   std::vector<C> abuf, bbuf;
   bool ta = false, tb = false;
   const C* ap = as_matrix(a, batch, ml, kl, size, abuf, &ta);
@@ -351,8 +354,8 @@ template <typename T>
 using einsum_compute_t = std::conditional_t<std::is_integral_v<T>, uint64_t, compute_t<T>>;
 
 template <typename T>
-void einsum_typed(KernelContext& ctx, const Equation& eq, const std::vector<std::vector<int>>& terms,
-                  const std::vector<int>& out_labels, const Sizes& size) {
+void einsum_typed(KernelContext& ctx, const std::vector<std::vector<int>>& terms, const std::vector<int>& out_labels,
+                  const Sizes& size) {
   using C = einsum_compute_t<T>;
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
   const size_t n_in = terms.size();
@@ -442,6 +445,8 @@ void einsum_kernel(KernelContext& ctx) {
     ell[i] = rank - letters;
     n_ell = std::max(n_ell, ell[i]);
   }
+  REFORGE_CHECK(n_ell <= kMaxLabels - kEllipsisBase, label, ": einsum ellipsis covers ", n_ell,
+                " dimensions, more than the supported ", kMaxLabels - kEllipsisBase);
   Sizes size;
   size.fill(-1);
   std::vector<std::vector<int>> terms(eq.inputs.size());
@@ -479,10 +484,15 @@ void einsum_kernel(KernelContext& ctx) {
     for (int l = 0; l < kEllipsisBase; ++l)
       if (uses[l] == 1) out_labels.push_back(l);
   }
-  dispatch_numeric(dt, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    einsum_typed<T>(ctx, eq, terms, out_labels, size);
-  }, "Einsum");
+  try {
+    dispatch_numeric(dt, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      einsum_typed<T>(ctx, terms, out_labels, size);
+    }, "Einsum");
+  } catch (const std::bad_alloc&) {  // intermediates (outer products) can be far larger than the inputs
+    fail(label, ": out of memory evaluating einsum '", raw, "' on ", ctx.input(0).describe(),
+         ctx.num_inputs() > 1 ? " and others" : "");
+  }
 }
 
 std::string einsum_check(const ir::Node& node) {

@@ -51,8 +51,16 @@ Window resolve_window(const KernelContext& ctx, const std::vector<int64_t>& in, 
 // The node's kernel_shape attribute, validated for `nsp` spatial dims (or empty if absent).
 std::vector<int64_t> kernel_shape_attr(const KernelContext& ctx, size_t nsp);
 
+// Checker shared by Conv and ConvTranspose: auto_pad value, at most 3 spatial dims, group.
+std::string check_conv_like(const ir::Node& node);
+
 // The elements of a float tensor as doubles (any float dtype), for small parameter tensors.
 std::vector<double> to_doubles(const Tensor& t);
+
+// 16-bit float tensors computed in float32: widen a tensor's elements (any float dtype) to
+// float, and round float results into `out` (same element count).
+std::vector<float> to_floats(const Tensor& t);
+void store_floats(const std::vector<float>& v, Tensor& out);
 
 // Row-major strides of `shape`.
 std::vector<int64_t> strides_of(const Shape& shape);

@@ -6,14 +6,15 @@
 // alternation such as [kept, reduced] (last-axis reduction), [reduced, kept] or
 // [kept, reduced, kept] (middle axes). The input is then walked once in memory order, one
 // contiguous innermost run at a time: a reduced innermost run collapses into one accumulator
-// (a multi-lane loop the compiler vectorizes), a kept innermost run is added elementwise into a
-// row of accumulators (also vectorized). So last-axis and middle-axis reductions both stream the
-// input at full speed, whatever the axes.
+// (a multi-lane loop), a kept innermost run is combined elementwise into a row of accumulators.
+// Both are vectorized, so last-axis and middle-axis reductions both stream the input at full
+// speed, whatever the axes.
 //
 // Accumulators: float16/bfloat16/float32/float64 sums and products accumulate in double (so
 // float32 sums of millions of elements stay exact to float precision); integer sums and products
 // use uint64 arithmetic, which wraps like the element type does (the result is cast back);
-// max/min compare in the compute type and propagate NaN like numpy.
+// max/min compare in the compute type and propagate NaN like numpy (float and double through
+// the explicit vector code of reduce_simd.h, which the compiler would not produce itself).
 #include <omp.h>
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/reduce_simd.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -138,24 +140,48 @@ void walk_rows(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc* 
   }
 }
 
+// One long contiguous run reduced by all threads: per-thread partials, combined in order.
+template <typename T, typename Op>
+typename Op::Acc parallel_row(const T* x, int64_t len, int64_t out_off, const Op& op, int threads) {
+  // Not std::vector: vector<bool> packs bits, and threads write neighbouring entries.
+  std::unique_ptr<typename Op::Acc[]> part(new typename Op::Acc[static_cast<size_t>(threads)]);
+  const int64_t chunk = (len + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = std::min(len, t * chunk), e = std::min(len, b + chunk);
+    part[t] = b < e ? op.row(x + b, e - b, out_off) : op.init();
+  }
+  typename Op::Acc a = op.init();
+  for (int t = 0; t < threads; ++t) a = op.combine(a, part[t]);
+  return a;
+}
+
 // Runs the whole reduction into acc (out_numel accumulators, already holding op.init()).
-// Threads split work so that no two threads write the same accumulator: across the outermost
-// dimension when it is kept, across columns when the innermost is kept, or into per-thread
-// partials for a reduction of everything.
+// Threads split work so that no two threads write the same accumulator: by ranges of the
+// outermost dimension when it is kept, by column ranges when the innermost is kept, or into
+// per-thread partials when a few long runs are reduced.
 template <typename T, typename Op>
 void reduce_into(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc* acc, int threads) {
   if (p.in_numel == 0) return;
   const int m = static_cast<int>(p.dims.size());
   const int64_t len = p.dims[m - 1];
   const int64_t rows = p.in_numel / len;
-  const bool parallel = threads > 1 && p.in_numel >= kParallelThreshold;
-  if (parallel && m >= 2 && !p.reduced[0] && p.dims[0] >= threads) {
-    const int64_t per = rows / p.dims[0];
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t d0 = 0; d0 < p.dims[0]; ++d0) walk_rows(p, x, op, acc, d0 * per, (d0 + 1) * per, 0, len);
+  const bool inner_reduced = p.reduced[m - 1];
+  if (threads <= 1 || p.in_numel < kParallelThreshold) {
+    walk_rows(p, x, op, acc, 0, rows, 0, len);
     return;
   }
-  if (parallel && !p.reduced[m - 1] && len >= 64 * threads) {
+  if (m >= 2 && !p.reduced[0] && p.dims[0] >= threads) {
+    const int64_t per = rows / p.dims[0];  // rows under one index of the outer dim
+    const int64_t chunk = (p.dims[0] + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int t = 0; t < threads; ++t) {
+      const int64_t b = std::min(p.dims[0], t * chunk), e = std::min(p.dims[0], b + chunk);
+      if (b < e) walk_rows(p, x, op, acc, b * per, e * per, 0, len);
+    }
+    return;
+  }
+  if (!inner_reduced && len >= 64 * threads) {
     const int64_t chunk = (len + threads - 1) / threads;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int t = 0; t < threads; ++t) {
@@ -164,17 +190,8 @@ void reduce_into(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc
     }
     return;
   }
-  if (parallel && m == 1) {  // everything reduced into one output
-    // Not std::vector: vector<bool> packs bits, and threads write neighbouring entries.
-    std::unique_ptr<typename Op::Acc[]> part(new typename Op::Acc[static_cast<size_t>(threads)]);
-    for (int t = 0; t < threads; ++t) part[t] = op.init();
-    const int64_t chunk = (len + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
-      const int64_t b = std::min(len, t * chunk), e = std::min(len, b + chunk);
-      if (b < e) part[static_cast<size_t>(t)] = op.row(x + b, e - b, 0);
-    }
-    for (int t = 0; t < threads; ++t) acc[0] = op.combine(acc[0], part[t]);
+  if (inner_reduced && (m == 1 || (m == 2 && !p.reduced[0]))) {  // a few long rows, one output each
+    for (int64_t r = 0; r < rows; ++r) acc[r] = op.combine(acc[r], parallel_row(x + r * len, len, r, op, threads));
     return;
   }
   walk_rows(p, x, op, acc, 0, rows, 0, len);
@@ -258,23 +275,33 @@ struct ExtremumOp {
   }
   Acc combine(Acc a, Acc b) const { return better(b, a) ? b : a; }
   Acc row(const T* x, int64_t n, int64_t) const {
-    Acc lane[kLanes];
-    for (auto& l : lane) l = init();
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-      for (int j = 0; j < kLanes; ++j) {
-        Acc v = to_compute(x[i + j]);
-        lane[j] = better(v, lane[j]) ? v : lane[j];
-      }
-    Acc s = init();
-    for (auto l : lane) s = combine(s, l);
-    for (; i < n; ++i) s = combine(s, to_compute(x[i]));
-    return s;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      bool nan = false;
+      const T m = simd::extremum_row<T, IsMax>(x, n, init(), &nan);
+      return nan ? std::numeric_limits<T>::quiet_NaN() : m;
+    } else {
+      Acc lane[kLanes];
+      for (auto& l : lane) l = init();
+      int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+          Acc v = to_compute(x[i + j]);
+          lane[j] = better(v, lane[j]) ? v : lane[j];
+        }
+      Acc s = init();
+      for (auto l : lane) s = combine(s, l);
+      for (; i < n; ++i) s = combine(s, to_compute(x[i]));
+      return s;
+    }
   }
   void col(Acc* acc, const T* x, int64_t n, int64_t) const {
-    for (int64_t j = 0; j < n; ++j) {
-      Acc v = to_compute(x[j]);
-      acc[j] = better(v, acc[j]) ? v : acc[j];
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      simd::extremum_col<T, IsMax>(acc, x, n);
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        Acc v = to_compute(x[j]);
+        acc[j] = better(v, acc[j]) ? v : acc[j];
+      }
     }
   }
 };

@@ -3,14 +3,15 @@
 // The input is viewed as [outer, n, inner] around the axis. With inner == 1 each output scans one
 // contiguous run; otherwise a whole [n, inner] block is scanned row by row, updating `inner`
 // running winners at once, so memory is read in order either way. Ties go to the first index, or
-// the last with select_last_index; NaN wins over numbers (as in numpy), the first NaN seen
-// counting as the extreme.
+// the last with select_last_index; NaN wins over numbers (as in numpy), and ties among NaNs
+// follow the same first/last rule.
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/reduce_simd.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -18,8 +19,8 @@ namespace {
 
 template <typename C, bool IsMax, bool Last>
 inline bool wins(C v, C best) {
-  if (best != best) return false;  // NaN already found
-  if (v != v) return true;
+  if (v != v) return Last || best == best;  // NaN beats numbers; a later NaN only with Last
+  if (best != best) return false;
   if constexpr (IsMax) return Last ? v >= best : v > best;
   else return Last ? v <= best : v < best;
 }
@@ -32,6 +33,21 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
   for (int64_t o = 0; o < outer; ++o) {
     const T* block = x + o * n * inner;
     int64_t* out = y + o * inner;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (inner == 1) {  // vector scan for the extreme value, then find its first/last position
+        bool nan = false;
+        const T m = simd::extremum_row<T, IsMax>(block, n, block[0], &nan);
+        auto hit = [&](int64_t r) { return nan ? block[r] != block[r] : block[r] == m; };
+        int64_t bi = 0;
+        if (Last) {
+          for (bi = n - 1; bi > 0 && !hit(bi); --bi) {}
+        } else {
+          for (bi = 0; bi < n - 1 && !hit(bi); ++bi) {}
+        }
+        out[0] = bi;
+        continue;
+      }
+    }
     if (inner == 1) {
       C best = to_compute(block[0]);
       int64_t bi = 0;

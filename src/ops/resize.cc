@@ -221,7 +221,7 @@ std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, i
   std::vector<double> c;
   coeffs_for(a, 1.0, scale, c);
   const int64_t n = static_cast<int64_t>(c.size());
-  REFORGE_CHECK(n > 0 && n <= 4 * in + 8, where, ": resize filter of ", n, " taps is too wide for axis ", axis,
+  REFORGE_CHECK(n > 0 && n <= 8 * in + 16, where, ": resize filter of ", n, " taps is too wide for axis ", axis,
                 " of size ", in);
   std::vector<int64_t> idx(static_cast<size_t>(out * n));
   std::vector<double> w(static_cast<size_t>(out * n));

@@ -4,14 +4,17 @@
 // and normalized over the second dimension; from opset 13 the normalization runs along `axis`
 // alone. Both become blocks [n, inner] (inner == 1 for the 2-D form and for a last axis), one per
 // outer index, normalized over n. Every block subtracts its max before exponentiating, so large
-// inputs do not overflow. 16-bit floats follow the reference's rounding (see softmax_block_16).
+// inputs do not overflow. 16-bit Softmax follows the reference's rounding (see softmax_block_16).
 //
-// float uses a polynomial exp written as plain arithmetic so the compiler vectorizes the
-// exponent loop (std::exp is a scalar library call); it is within 2 ulp of expf over the range
-// that matters and returns exactly 0 below float's normal range, so masked (-inf) logits give 0.
+// float runs 4 lanes at a time on GCC/Clang vector types with a polynomial exp: std::exp is a
+// scalar library call, and the compiler will not vectorize a clamped exp on its own (it may not
+// if-convert float compares under the default -ftrapping-math). The polynomial is within 2 ulp
+// of expf and returns exactly 0 below float's normal range, so masked (-inf) logits give 0.
+// double uses std::exp.
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -24,96 +27,116 @@
 namespace reforge::ops {
 namespace {
 
-// Cephes-style expf: exp(x) = 2^n * e^r with |r| <= ln2/2, degree-6 polynomial for e^r.
-// Softmax only feeds it x <= 0 (or NaN); above 88 it saturates at exp(88), above ln(FLT_MAX)
-// it returns inf.
-inline float exp_vec(float x) {
-  constexpr float kHi = 88.0f;
-  constexpr float kLo = -87.3365447505531f;  // below this, exp(x) < FLT_MIN: return 0
-  const float xc = std::min(std::max(x, kLo), kHi);
+// 16-byte vectors: the width every x86-64 (SSE2) and AArch64 (NEON) build has.
+using f4 = float __attribute__((vector_size(16)));
+using i4 = int32_t __attribute__((vector_size(16)));
+using u4 = uint32_t __attribute__((vector_size(16)));
+constexpr int64_t kW = 4;
+
+inline f4 splat(float v) { return f4{} + v; }
+inline f4 load4(const float* p) {
+  f4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof(v)); }
+// Loads the first n < 4 floats of p, the other lanes set to `fill`.
+inline f4 load_part(const float* p, int64_t n, float fill) {
+  f4 v = splat(fill);
+  for (int64_t i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+}
+inline void store_part(float* p, f4 v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) p[i] = v[i];
+}
+// NaN may or may not survive the max, but exp(NaN - m) makes the sum, and so the block, NaN.
+inline f4 max4(f4 a, f4 b) { return a > b ? a : b; }
+inline float hmax(f4 v) {
+  float m = v[0];
+  for (int i = 1; i < kW; ++i) m = std::max(m, v[i]);
+  return m;
+}
+inline float hsum(f4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+// Cephes-style expf on 4 lanes: exp(x) = 2^n * e^r with |r| <= ln2/2, degree-6 polynomial for
+// e^r. Softmax only feeds it x <= 0 (or NaN); above 88 it saturates at exp(88), above
+// ln(FLT_MAX) it returns inf.
+inline f4 exp4(f4 x) {
+  const f4 lo = splat(-87.3365447505531f);  // below this, exp(x) < FLT_MIN: return 0
+  const f4 hi = splat(88.0f);
+  f4 xc = x < lo ? lo : x;
+  xc = xc > hi ? hi : xc;
   // Round x*log2(e) to nearest with the 1.5*2^23 trick (no SSE4.1 round instruction needed).
-  const float fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - fx * 0.693359375f;
+  const f4 fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  f4 r = xc - fx * 0.693359375f;
   r = r - fx * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
+  f4 p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const int32_t n = static_cast<int32_t>(fx);
-  const uint32_t bits = static_cast<uint32_t>(n + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  float y = p * scale;
-  y = x > 88.72283935546875f ? std::numeric_limits<float>::infinity() : y;
-  return x < kLo ? 0.0f : y;  // NaN falls through both tests and stays NaN
+  const u4 bits = (std::bit_cast<u4>(__builtin_convertvector(fx, i4)) + 127u) << 23;
+  f4 y = p * std::bit_cast<f4>(bits);
+  y = x > splat(88.72283935546875f) ? splat(std::numeric_limits<float>::infinity()) : y;
+  return x < lo ? f4{} : y;  // NaN fails every compare and stays NaN
 }
-inline double exp_vec(double x) { return std::exp(x); }
 
-// Normalizes one [n, inner] block of C (float or double) from x into y (may alias x).
-template <typename C>
-void softmax_block(const C* x, C* y, int64_t n, int64_t inner, bool log, C* work) {
+// float: one [n, inner] block, 4 lanes at a time (tails padded with -inf, whose exp is 0).
+void softmax_block_f32(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+  constexpr float ninf = -std::numeric_limits<float>::infinity();
   if (inner == 1) {
-    constexpr int L = 8;
-    C lane[L];
-    for (auto& l : lane) l = -std::numeric_limits<C>::infinity();
-    int64_t i = 0;
-    for (; i + L <= n; i += L)
-      for (int j = 0; j < L; ++j) lane[j] = std::max(lane[j], x[i + j]);
-    C m = lane[0];
-    for (int j = 1; j < L; ++j) m = std::max(m, lane[j]);
-    for (; i < n; ++i) m = std::max(m, x[i]);
-    C sl[L] = {};
-    i = 0;
-    if (log) {
-      for (; i + L <= n; i += L)
-        for (int j = 0; j < L; ++j) sl[j] += exp_vec(x[i + j] - m);
-    } else {
-      for (; i + L <= n; i += L)
-        for (int j = 0; j < L; ++j) {
-          const C e = exp_vec(x[i + j] - m);
-          y[i + j] = e;
-          sl[j] += e;
-        }
+    const int64_t body = n - n % kW, tail = n - body;
+    f4 vm = splat(ninf);
+    for (int64_t i = 0; i < body; i += kW) vm = max4(vm, load4(x + i));
+    if (tail) vm = max4(vm, load_part(x + body, tail, ninf));
+    const float m = hmax(vm);
+    const f4 mv = splat(m);
+    f4 vs = f4{};
+    for (int64_t i = 0; i < body; i += kW) {
+      const f4 e = exp4(load4(x + i) - mv);
+      if (!log) store4(y + i, e);
+      vs += e;
     }
-    C s = ((sl[0] + sl[1]) + (sl[2] + sl[3])) + ((sl[4] + sl[5]) + (sl[6] + sl[7]));
-    for (; i < n; ++i) {
-      const C e = exp_vec(x[i] - m);
-      if (!log) y[i] = e;
-      s += e;
+    if (tail) {
+      const f4 e = exp4(load_part(x + body, tail, ninf) - mv);
+      if (!log) store_part(y + body, e, tail);
+      vs += e;
     }
+    const float s = hsum(vs);
     if (log) {
-      const C shift = m + std::log(s);
+      const float shift = m + std::log(s);
       for (int64_t k = 0; k < n; ++k) y[k] = x[k] - shift;
     } else {
-      const C inv = C(1) / s;
+      const float inv = 1.0f / s;
       for (int64_t k = 0; k < n; ++k) y[k] *= inv;
     }
     return;
   }
-  C* mx = work;
-  C* sum = work + inner;
+  float* mx = work;
+  float* sum = work + inner;
   for (int64_t j = 0; j < inner; ++j) {
-    mx[j] = -std::numeric_limits<C>::infinity();
+    mx[j] = ninf;
     sum[j] = 0;
   }
   for (int64_t r = 0; r < n; ++r) {
-    const C* row = x + r * inner;
+    const float* row = x + r * inner;
     for (int64_t j = 0; j < inner; ++j) mx[j] = std::max(mx[j], row[j]);
   }
+  const int64_t body = inner - inner % kW, tail = inner - body;
   for (int64_t r = 0; r < n; ++r) {
-    const C* row = x + r * inner;
-    C* out = y + r * inner;
-    if (log) {
-      for (int64_t j = 0; j < inner; ++j) sum[j] += exp_vec(row[j] - mx[j]);
-    } else {
-      for (int64_t j = 0; j < inner; ++j) {
-        const C e = exp_vec(row[j] - mx[j]);
-        out[j] = e;
-        sum[j] += e;
-      }
+    const float* row = x + r * inner;
+    float* out = y + r * inner;
+    for (int64_t j = 0; j < body; j += kW) {
+      const f4 e = exp4(load4(row + j) - load4(mx + j));
+      if (!log) store4(out + j, e);
+      store4(sum + j, load4(sum + j) + e);
+    }
+    if (tail) {
+      const f4 e = exp4(load_part(row + body, tail, ninf) - load_part(mx + body, tail, 0.0f));
+      if (!log) store_part(out + body, e, tail);
+      store_part(sum + body, load_part(sum + body, tail, 0.0f) + e, tail);
     }
   }
   if (log) {
@@ -121,9 +144,35 @@ void softmax_block(const C* x, C* y, int64_t n, int64_t inner, bool log, C* work
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = x[r * inner + j] - sum[j];
   } else {
-    for (int64_t j = 0; j < inner; ++j) sum[j] = C(1) / sum[j];
+    for (int64_t j = 0; j < inner; ++j) sum[j] = 1.0f / sum[j];
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < inner; ++j) y[r * inner + j] *= sum[j];
+  }
+}
+
+// double: one [n, inner] block, scalar std::exp.
+void softmax_block_f64(const double* x, double* y, int64_t n, int64_t inner, bool log, double* work) {
+  double* mx = work;
+  double* sum = work + inner;
+  for (int64_t j = 0; j < inner; ++j) {
+    mx[j] = -std::numeric_limits<double>::infinity();
+    sum[j] = 0;
+  }
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < inner; ++j) mx[j] = std::max(mx[j], x[r * inner + j]);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < inner; ++j) {
+      const double e = std::exp(x[r * inner + j] - mx[j]);
+      if (!log) y[r * inner + j] = e;
+      sum[j] += e;
+    }
+  if (log) {
+    for (int64_t j = 0; j < inner; ++j) sum[j] = mx[j] + std::log(sum[j]);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < inner; ++j) y[r * inner + j] = x[r * inner + j] - sum[j];
+  } else {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < inner; ++j) y[r * inner + j] /= sum[j];
   }
 }
 
@@ -131,9 +180,11 @@ void softmax_block(const C* x, C* y, int64_t n, int64_t inner, bool log, C* work
 // reference (numpy on float16/bfloat16 arrays) rounds it: x - max, exp, the sum and the
 // quotient; float16 sums over a contiguous axis accumulate in float (numpy's pairwise half sum),
 // all other sums round after each addition. A float-only computation differs by an ulp often
-// enough that the suite's rtol (1e-3, finer than a bfloat16 ulp) rejects it.
+// enough that the suite's rtol (1e-3, finer than a bfloat16 ulp) rejects it. (LogSoftmax does
+// not follow the reference's log(Softmax), which gives -inf wherever the 16-bit probability
+// underflows; it computes x - max - log(sum) in float and rounds once.)
 template <typename T>
-void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, bool log, float* work) {
+void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, float* work) {
   auto rnd = [](float v) { return static_cast<float>(T(v)); };
   float* mx = work;
   float* sum = work + inner;
@@ -153,9 +204,7 @@ void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, bool log, floa
   for (int64_t j = 0; j < inner; ++j) sum[j] = rnd(sum[j]);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < inner; ++j) {
-      float v = rnd(static_cast<float>(y[r * inner + j]) / sum[j]);
-      if (log) v = std::log(v);  // the reference's LogSoftmax is log(Softmax)
-      y[r * inner + j] = T(v);
+      y[r * inner + j] = T(static_cast<float>(y[r * inner + j]) / sum[j]);
     }
 }
 
@@ -167,12 +216,23 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bo
 #pragma omp parallel num_threads(threads) if (par)
   {
     std::vector<C> work(static_cast<size_t>(2 * inner));
+    std::vector<float> buf;
 #pragma omp for schedule(static)
     for (int64_t o = 0; o < outer; ++o) {
-      if constexpr (std::is_same_v<T, C>)
-        softmax_block<C>(x + o * block, y + o * block, n, inner, log, work.data());
-      else
-        softmax_block_16<T>(x + o * block, y + o * block, n, inner, log, work.data());
+      const T* xs = x + o * block;
+      T* ys = y + o * block;
+      if constexpr (std::is_same_v<T, float>) {
+        softmax_block_f32(xs, ys, n, inner, log, work.data());
+      } else if constexpr (std::is_same_v<T, double>) {
+        softmax_block_f64(xs, ys, n, inner, log, work.data());
+      } else if (!log) {
+        softmax_block_16<T>(xs, ys, n, inner, work.data());
+      } else {
+        buf.resize(static_cast<size_t>(block));
+        for (int64_t i = 0; i < block; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(xs[i]);
+        softmax_block_f32(buf.data(), buf.data(), n, inner, true, work.data());
+        for (int64_t i = 0; i < block; ++i) ys[i] = T(buf[static_cast<size_t>(i)]);
+      }
     }
   }
 }

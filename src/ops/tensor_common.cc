@@ -43,10 +43,57 @@ namespace {
 // one chunk the rows run in parallel.
 constexpr int64_t kCopyChunk = int64_t{1} << 15;
 
+constexpr int64_t kTile = 32;
+
+// Transpose-like copies: the innermost output dim reads the source with a large stride, but
+// outer dim `p` reads it contiguously. Copying kTile x kTile tiles of (p, inner) keeps both the
+// reads and the writes within a few cache lines instead of striding through the source once per
+// output row.
+template <typename T>
+void tiled_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const std::vector<int64_t>& st, size_t p,
+                int64_t inner, int64_t istride, int64_t offset) {
+  const size_t nd = dims.size();
+  std::vector<int64_t> ost(nd);  // output element strides of the outer dims
+  for (size_t d = nd, acc = static_cast<size_t>(inner); d-- > 0;) {
+    ost[d] = static_cast<int64_t>(acc);
+    acc *= static_cast<size_t>(dims[d]);
+  }
+  const int64_t A = dims[p], osp = ost[p];
+  int64_t rows = 1;  // all outer positions except dim p
+  for (size_t d = 0; d < nd; ++d)
+    if (d != p) rows *= dims[d];
+#pragma omp parallel for schedule(static) if (rows * A * inner > (int64_t{1} << 16) && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t sbase = offset, dbase = 0;
+    for (int64_t rr = r, d = static_cast<int64_t>(nd) - 1; d >= 0; --d) {
+      if (static_cast<size_t>(d) == p) continue;
+      const int64_t i = rr % dims[static_cast<size_t>(d)];
+      rr /= dims[static_cast<size_t>(d)];
+      sbase += i * st[static_cast<size_t>(d)];
+      dbase += i * ost[static_cast<size_t>(d)];
+    }
+    for (int64_t a0 = 0; a0 < A; a0 += kTile) {
+      const int64_t a1 = std::min(A, a0 + kTile);
+      for (int64_t b0 = 0; b0 < inner; b0 += kTile) {
+        const int64_t b1 = std::min(inner, b0 + kTile);
+        for (int64_t a = a0; a < a1; ++a) {
+          T* out = dst + dbase + a * osp;
+          const T* in = src + sbase + a;
+          for (int64_t b = b0; b < b1; ++b) out[b] = in[b * istride];
+        }
+      }
+    }
+  }
+}
+
 template <typename T>
 void strided_copy_typed(T* dst, const T* src, const std::vector<int64_t>& dims, const std::vector<int64_t>& st,
                         int64_t inner, int64_t istride, int64_t offset) {
   const size_t nd = dims.size();
+  if (istride != 1 && inner >= kTile / 2) {
+    for (size_t p = 0; p < nd; ++p)
+      if (st[p] == 1 && dims[p] >= kTile / 2) return tiled_copy(dst, src, dims, st, p, inner, istride, offset);
+  }
   int64_t rows = 1;
   for (int64_t d : dims) rows *= d;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kCopyChunk / inner);

@@ -1,8 +1,9 @@
 // TopK: the k largest (or smallest) values along an axis and their int64 indices.
 //
 // k is an attribute before opset 10 and a one-element input from then on; `largest` and `sorted`
-// exist from opset 11. Each slice along the axis is copied out (so strided axes cost one gather)
-// and selected with nth_element, then the k winners are sorted. The order is total, so results
+// exist from opset 11. Each slice along the axis is copied out (so strided axes cost one gather);
+// a small k keeps a sorted list of the k best in one pass, a large k uses nth_element and sorts
+// the winners. The order is total, so results
 // are deterministic: equal values keep the lower index first, and NaN counts as larger than any
 // number (numpy's sort order). Results are always sorted, which sorted=0 allows.
 #include <omp.h>
@@ -37,11 +38,39 @@ void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, in
   {
     std::vector<C> v(static_cast<size_t>(n));
     std::vector<int64_t> idx(static_cast<size_t>(n));
+    std::vector<C> best_v(static_cast<size_t>(std::min<int64_t>(k, 64)));
+    std::vector<int64_t> best_i(best_v.size());
 #pragma omp for schedule(static)
     for (int64_t s = 0; s < slices; ++s) {
       const int64_t o = s / inner, i = s % inner;
       const T* src = x + o * n * inner + i;
       for (int64_t r = 0; r < n; ++r) v[static_cast<size_t>(r)] = to_compute(src[r * inner]);
+      T* vo = vals + o * k * inner + i;
+      int64_t* io = inds + o * k * inner + i;
+      auto better = [largest](C a, C b) { return largest ? greater(a, b) : greater(b, a); };
+      if (k > 0 && k <= 64 && k * 8 <= n) {
+        // Small k: one pass keeping the k best in order; most elements fail the first compare.
+        // Scanning in index order and inserting after equal values keeps ties by lower index.
+        C* bv = best_v.data();
+        int64_t* bi = best_i.data();
+        int64_t cnt = 0;
+        for (int64_t r = 0; r < n; ++r) {
+          const C val = v[static_cast<size_t>(r)];
+          if (cnt == k && !better(val, bv[k - 1])) continue;
+          int64_t p = cnt < k ? cnt++ : k - 1;
+          for (; p > 0 && better(val, bv[p - 1]); --p) {
+            bv[p] = bv[p - 1];
+            bi[p] = bi[p - 1];
+          }
+          bv[p] = val;
+          bi[p] = r;
+        }
+        for (int64_t r = 0; r < k; ++r) {
+          vo[r * inner] = src[bi[r] * inner];
+          io[r * inner] = bi[r];
+        }
+        continue;
+      }
       std::iota(idx.begin(), idx.end(), int64_t{0});
       auto before = [&](int64_t a, int64_t b) {
         const C va = v[static_cast<size_t>(a)], vb = v[static_cast<size_t>(b)];
@@ -52,8 +81,6 @@ void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, in
       };
       if (k < n) std::nth_element(idx.begin(), idx.begin() + k, idx.end(), before);
       std::sort(idx.begin(), idx.begin() + k, before);
-      T* vo = vals + o * k * inner + i;
-      int64_t* io = inds + o * k * inner + i;
       for (int64_t r = 0; r < k; ++r) {
         const int64_t j = idx[static_cast<size_t>(r)];
         vo[r * inner] = src[j * inner];

@@ -4,10 +4,10 @@
 // Why explicit vectors: libm's expf/tanhf/erff are opaque calls, and GCC (with its default
 // -ftrapping-math) will not if-convert a select that guards floating-point arithmetic, so even
 // `x < 0 ? a * x : x` stays a scalar branch. The float32 path is therefore written with GCC/Clang
-// vector extensions (4 lanes: SSE2 width, no ABI warnings): straight-line arithmetic, bit
-// operations and lane selects, no branches. Accuracy is a few ulp against double-precision libm
-// (tests/ops_unary_test.cc measures it); NaN, +-inf, overflow and gradual underflow behave like
-// libm. double keeps libm; float16/bfloat16 are converted in blocks and use the float32 path.
+// vector extensions (SSE2 or AVX width): straight-line arithmetic, bit operations and lane
+// selects, no branches. Accuracy is a few ulp against double-precision libm (tests/
+// ops_unary_test.cc measures it); NaN, +-inf, overflow and gradual underflow behave like libm.
+// double keeps libm; float16/bfloat16 are converted in blocks and use the float32 path.
 #pragma once
 
 #include <omp.h>
@@ -32,15 +32,25 @@
 
 namespace reforge::ops::unary {
 
+// 8 lanes when the build targets AVX, else 4 (SSE2 width; wider vectors without AVX would change
+// the calling convention of non-inlined functions, hence -Wpsabi).
+#if defined(__AVX__)
+inline constexpr int kLanes = 8;
+#else
 inline constexpr int kLanes = 4;
-using vf = float __attribute__((vector_size(16)));
-using vi = int32_t __attribute__((vector_size(16)));  // also the type of lane masks (-1 / 0)
-using vu = uint32_t __attribute__((vector_size(16)));
+#endif
+using vf = float __attribute__((vector_size(kLanes * 4)));
+using vi = int32_t __attribute__((vector_size(kLanes * 4)));  // also the type of lane masks (-1 / 0)
+using vu = uint32_t __attribute__((vector_size(kLanes * 4)));
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-inline vf splat(float v) { return vf{v, v, v, v}; }
+inline vf splat(float v) {
+  vf r;
+  for (int l = 0; l < kLanes; ++l) r[l] = v;  // compiles to one broadcast; keeps the sign of -0
+  return r;
+}
 inline vi as_int(vf v) { return std::bit_cast<vi>(v); }
 inline vf as_float(vi v) { return std::bit_cast<vf>(v); }
 inline vf vabs(vf x) { return as_float(as_int(x) & INT32_MAX); }
@@ -49,7 +59,9 @@ inline vf vcopysign(vf mag, vf sign) { return as_float((as_int(mag) & INT32_MAX)
 inline vi visnan(vf x) { return x != x; }
 
 inline vf vsqrt(vf x) {
-#if defined(__SSE__)
+#if defined(__AVX__)
+  return std::bit_cast<vf>(_mm256_sqrt_ps(std::bit_cast<__m256>(x)));
+#elif defined(__SSE__)
   return std::bit_cast<vf>(_mm_sqrt_ps(std::bit_cast<__m128>(x)));
 #else
   vf r;
