@@ -1,5 +1,7 @@
 #include "backends/cpu/dnnl_context.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -95,6 +97,18 @@ AlignedBuffer& buffer(int slot) {
 void* thread_buffer(int slot, size_t bytes) {
   REFORGE_ASSERT(slot >= 0 && slot < kSlots);
   return buffer(slot).reserve(bytes);
+}
+
+SerialIfSmall::SerialIfSmall(double work) {
+  constexpr double kParallelWork = 1 << 20;
+  if (work < kParallelWork && omp_get_max_threads() > 1) {
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+}
+
+SerialIfSmall::~SerialIfSmall() {
+  if (saved_) omp_set_num_threads(saved_);
 }
 
 void execute(const CachedPrimitive& p, std::unordered_map<int, dnnl::memory> args, const char* what) {

@@ -53,6 +53,20 @@ dnnl::memory::desc strided_md(const std::vector<int64_t>& dims, const std::vecto
 // waits for completion. oneDNN errors become reforge Errors naming `what`.
 void execute(const CachedPrimitive& p, std::unordered_map<int, dnnl::memory> args, const char* what);
 
+// Runs the enclosed oneDNN calls on the calling thread alone when the work (multiply-adds) is
+// too small to pay for waking the OpenMP team: on small models a parallel region costs more
+// than the product, and on a loaded machine a barrier can wait a whole scheduler time slice.
+class SerialIfSmall {
+ public:
+  explicit SerialIfSmall(double work);
+  ~SerialIfSmall();
+  SerialIfSmall(const SerialIfSmall&) = delete;
+  SerialIfSmall& operator=(const SerialIfSmall&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
 // A 64-byte aligned per-thread buffer of at least `bytes`, one per `slot` (0..7), reused across
 // calls: for blocked-layout copies of activations and weights around a primitive. The
 // contents are garbage on entry and only valid until the same thread asks for the slot again.

@@ -108,6 +108,10 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
   auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d); });
   if (!p) return false;
   auto& eng = dnnl_util::engine();
+  double work = 1;
+  for (auto v : d.dst) work *= static_cast<double>(v);
+  for (size_t i = 1; i < d.weights.size(); ++i) work *= static_cast<double>(d.weights[i]);
+  dnnl_util::SerialIfSmall serial(work);
   dnnl::memory src_user(p->src_plain, eng, const_cast<float*>(src));
   dnnl::memory w_user(p->weights_plain, eng, const_cast<float*>(weights));
   dnnl::memory dst_user(p->dst_plain, eng, dst);

@@ -70,6 +70,7 @@ bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float*
   auto a_md = operand_md(d.a_broadcast ? 1 : d.batch, d.M, d.K, d.trans_a, batched);
   auto b_md = operand_md(d.b_broadcast ? 1 : d.batch, d.K, d.N, d.trans_b, batched);
   auto c_md = operand_md(d.batch, d.M, d.N, false, batched);
+  dnnl_util::SerialIfSmall serial(static_cast<double>(d.batch) * d.M * d.N * d.K);
   dnnl_util::execute(*p,
                      {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
                       {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<float*>(b))},
