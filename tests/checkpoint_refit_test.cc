@@ -217,3 +217,116 @@ TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
   EXPECT_NE(refit::unused_summary(cs.unused).find("optimizer.step"), std::string::npos);
   fs::remove_all(dir);
 }
+
+namespace {
+
+Tensor random_f32(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::Float32, shape);
+  uint32_t x = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    t.mutable_data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+  }
+  return t;
+}
+
+ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, const std::string& scope = "") {
+  ir::Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = 18;
+  n.inputs = std::move(ins);
+  n.outputs = {name + "_out"};
+  if (!scope.empty()) n.metadata.push_back({"pkg.torch.onnx.name_scopes", scope});
+  return n;
+}
+
+refit::Checkpoint checkpoint_of(const std::map<std::string, Tensor>& t) {
+  auto owner = std::make_shared<std::string>(refit::serialize_safetensors(t));
+  return refit::Checkpoint::parse(owner, owner->data(), owner->size(), "checkpoint 'synthetic'");
+}
+
+}  // namespace
+
+// The transforms the models above do not exercise: a leading slice (position table folded to its
+// first rows), a cast to float16, a transpose; plus ambiguity, --bind, name-match-differs, literals.
+TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
+  std::map<std::string, Tensor> ck = {{"wpe.weight", random_f32({16, 8}, 1)},
+                                      {"proj.weight", random_f32({4, 8}, 2)},
+                                      {"scale.weight", random_f32({8}, 3)},
+                                      {"a.norm.weight", Tensor::empty(DType::Float32, {8})},
+                                      {"b.norm.weight", Tensor::empty(DType::Float32, {8})},
+                                      {"conv.weight", random_f32({8}, 4)}};
+  refit::Checkpoint c = checkpoint_of(ck);
+  ir::Graph g;
+  auto slice = [&](const Tensor& t, int64_t n) {
+    plan::Binding b;
+    b.checkpoint.push_back({"t", t.dtype(), t.shape()});
+    ir::Attribute s, e, a;
+    s.type = e.type = a.type = ir::AttrType::Ints;
+    s.name = "starts", e.name = "ends", a.name = "axes";
+    s.ints = {0}, e.ints = {n}, a.ints = {0};
+    b.steps.push_back({"", "Slice", 1, {{"starts", s}, {"ends", e}, {"axes", a}}, {{plan::Operand::Kind::Source, 0}}, 0});
+    return refit::apply_binding(b, {t}, t.dtype(), {n, t.dim(1)}).clone();
+  };
+  g.initializers["pos"] = slice(ck["wpe.weight"], 5);
+  g.initializers["val_7"] = refit::evaluate_op("", "Transpose", 13, {}, {&ck["proj.weight"]}, 1)[0];
+  g.initializers["scale16"] = cast_tensor(ck["scale.weight"], DType::Float16);
+  g.initializers["zeros"] = Tensor::empty(DType::Float32, {8});
+  g.initializers["conv.weight"] = random_f32({8}, 99);  // same name, other values
+  g.initializers["rope_cache"] = random_f32({3, 8}, 7);
+  g.initializers["mask"] = Tensor::empty(DType::Float32, {5, 5});
+  g.nodes = {node("n0", "Add", {"x", "pos"}),
+             node("n1", "MatMul", {"n0_out", "val_7"}),
+             node("n2", "Mul", {"x16", "scale16"}),
+             node("n3", "Add", {"n0_out", "zeros"}, "['', 'a', 'a.norm', 'add']"),
+             node("n4", "Add", {"n0_out", "zeros"}, "['', 'b', 'b.norm', 'add_1']"),
+             node("n5", "Mul", {"n0_out", "conv.weight"}),
+             node("n6", "Add", {"n0_out", "rope_cache"}),
+             node("n7", "Add", {"n0_out", "mask"})};
+  auto r = build::bind_checkpoint(g, {}, c, {});
+  auto at = [&](uint32_t p, uint32_t s) { return r.bindings.at({p, s}); };
+  EXPECT_EQ(at(0, 1).status, plan::Binding::Status::Bound);
+  EXPECT_EQ(at(0, 1).checkpoint.at(0).name, "wpe.weight");
+  ASSERT_EQ(at(0, 1).steps.size(), 1u);
+  EXPECT_EQ(at(0, 1).steps[0].op_type, "Slice");
+  EXPECT_EQ(at(1, 1).checkpoint.at(0).name, "proj.weight");
+  EXPECT_EQ(at(1, 1).steps.at(0).op_type, "Transpose");
+  EXPECT_EQ(at(2, 1).checkpoint.at(0).name, "scale.weight");
+  EXPECT_EQ(at(2, 1).steps.at(0).op_type, "Cast");
+  EXPECT_EQ(at(3, 1).checkpoint.at(0).name, "a.norm.weight");  // merged zeros split by scope
+  EXPECT_EQ(at(4, 1).checkpoint.at(0).name, "b.norm.weight");
+  EXPECT_EQ(at(5, 1).status, plan::Binding::Status::Unbound);
+  EXPECT_NE(at(5, 1).note.find("values differ from checkpoint tensor 'conv.weight'"), std::string::npos) << at(5, 1).note;
+  EXPECT_EQ(r.literal_names, (std::vector<std::string>{"mask", "rope_cache"}));
+  ASSERT_EQ(r.literal_lines.size(), 1u);  // the mask is structural: silent
+  EXPECT_NE(r.literal_lines[0].find("rope_cache float32[3,8]"), std::string::npos);
+  // The binding replays on new values: the slice of a new table is the new source.
+  Tensor wpe_b = random_f32({16, 8}, 11);
+  EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));
+  // --strict-binding makes the listed literal an error.
+  build::BindOptions strict;
+  strict.strict = true;
+  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {}, c, strict); }).find("rope_cache"), std::string::npos);
+  // Scopes from old-style node names decide too.
+  g.nodes[3].metadata.clear();
+  g.nodes[3].name = "/a/norm/Add";
+  EXPECT_EQ(build::bind_checkpoint(g, {}, c, {}).bindings.at({3, 1}).checkpoint.at(0).name, "a.norm.weight");
+  // Two equal candidates in the consumer's scope: the build fails listing them...
+  std::map<std::string, Tensor> ck2 = ck;
+  ck2["a.norm.bias"] = Tensor::empty(DType::Float32, {8});
+  refit::Checkpoint c2 = checkpoint_of(ck2);
+  std::string err = error_of([&] { build::bind_checkpoint(g, {}, c2, {}); });
+  EXPECT_NE(err.find("a.norm.bias a.norm.weight"), std::string::npos) << err;
+  EXPECT_NE(err.find("--bind"), std::string::npos) << err;
+  // No scope at all: no candidate is in scope -> unbound with the candidates, never a guess.
+  g.nodes[3].name = "n3";
+  EXPECT_EQ(build::bind_checkpoint(g, {}, c, {}).bindings.at({3, 1}).status, plan::Binding::Status::Unbound);
+  // ... and --bind settles it.
+  build::BindOptions bo;
+  bo.binds["zeros@3:1"] = "a.norm.bias";
+  EXPECT_EQ(build::bind_checkpoint(g, {}, c2, bo).bindings.at({3, 1}).checkpoint.at(0).name, "a.norm.bias");
+  bo.binds.erase("zeros@3:1");
+  bo.binds["zeros"] = "proj.weight";
+  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {}, c, bo); }).find("does not equal"), std::string::npos);
+}
