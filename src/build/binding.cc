@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -23,7 +24,26 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-uint64_t key_of(const Tensor& t) { return XXH3_64bits_withSeed(t.raw(), t.nbytes(), t.nbytes()); }
+// Up to 64 elements of `t` (or of its 2-D transpose) at fixed, evenly spaced flat positions of
+// that form. Indexing by this sketch costs O(1) per tensor instead of reading (or transposing)
+// every byte; each candidate it finds is then confirmed on all bytes.
+Tensor sketch(const Tensor& t, bool transpose) {
+  const int64_t n = t.numel(), k = std::min<int64_t>(64, n);
+  const size_t e = dtype_size(t.dtype());
+  Tensor out = Tensor::empty(t.dtype(), {k});
+  const auto* src = static_cast<const unsigned char*>(t.raw());
+  auto* dst = static_cast<unsigned char*>(out.mutable_raw());
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t i = j * n / k;
+    if (transpose) i = (i % t.dim(0)) * t.dim(1) + i / t.dim(0);
+    std::memcpy(dst + j * e, src + i * e, e);
+  }
+  return out;
+}
+
+uint64_t key_of(const Tensor& sample, size_t form_nbytes) {
+  return XXH3_64bits_withSeed(sample.raw(), sample.nbytes(), form_nbytes);
+}
 
 ir::Attribute ints_attr(const std::string& name, std::vector<int64_t> v) {
   ir::Attribute a;
@@ -113,7 +133,13 @@ class Binder {
       for (DType d : dtypes)
         if (d != t.dtype())
           for (size_t k = 0, n = forms.size(); k < n; ++k) forms.push_back({name, forms[k].transpose, d});
-      for (const auto& f : forms) index_[key_of(materialize(f))].push_back(f);
+      for (const auto& f : forms) {
+        Tensor sk = sketch(t, f.transpose);
+        DType dt = t.dtype();
+        if (f.cast != DType::Undefined)  // the same Cast kernel as the binding: elementwise, so bit-identical
+          sk = refit::evaluate_op("", "Cast", 13, {{"to", int_attr("to", int64_t(f.cast))}}, {&sk}, 1)[0], dt = f.cast;
+        index_[key_of(sk, size_t(t.numel()) * dtype_size(dt))].push_back(f);
+      }
     }
   }
 
@@ -138,7 +164,7 @@ class Binder {
       auto it = out.find(f.name);
       if (it == out.end() || f.rank() < it->second.rank()) out[f.name] = f;
     };
-    auto it = index_.find(key_of(v));
+    auto it = index_.find(key_of(sketch(v, false), v.nbytes()));
     if (it != index_.end())
       for (const auto& f : it->second) consider(f);
     if (!out.empty()) return out;

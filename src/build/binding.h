@@ -1,9 +1,10 @@
 // Binding: which framework-checkpoint tensors (and which transforms of them) each source is.
 //
 // Decided at build time by exact value, never by name or tolerance. Every checkpoint tensor is
-// hashed (XXH3 of its bytes, seeded by the byte count) in each form an exporter may have turned
-// it into: as is (identity or reshape), 2-D transposed, cast to each float type the model uses,
-// and transposed then cast; a source is bound when one form's bytes equal it. Sources with no
+// indexed by a hash (XXH3, seeded by the byte count) of a fixed sample of its elements in each
+// form an exporter may have turned it into: as is (identity or reshape), 2-D transposed, cast to
+// each float type the model uses, and transposed then cast (O(1) per tensor, no full read); a
+// source is bound when one form's bytes all equal it. Sources with no
 // such match are compared with the leading slice of tensors that are larger along one axis (a
 // position table folded to its first rows). Each candidate is confirmed bit for bit with the very
 // kernels the refit replays (refit::apply_binding), so a hash collision cannot bind.
