@@ -256,7 +256,12 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
                                       {"scale.weight", random_f32({8}, 3)},
                                       {"a.norm.weight", Tensor::empty(DType::Float32, {8})},
                                       {"b.norm.weight", Tensor::empty(DType::Float32, {8})},
-                                      {"conv.weight", random_f32({8}, 4)}};
+                                      {"conv.weight", random_f32({8}, 4)},
+                                      {"q.weight", random_f32({4, 8}, 5)},
+                                      {"k.weight", random_f32({2, 8}, 6)},
+                                      {"v.weight", random_f32({2, 8}, 8)},
+                                      {"gate.weight", random_f32({3, 8}, 9)},
+                                      {"up.weight", random_f32({3, 8}, 10)}};
   refit::Checkpoint c = checkpoint_of(ck);
   ir::Graph g;
   auto slice = [&](const Tensor& t, int64_t n) {
@@ -276,6 +281,14 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   g.initializers["conv.weight"] = random_f32({8}, 99);  // same name, other values
   g.initializers["rope_cache"] = random_f32({3, 8}, 7);
   g.initializers["mask"] = Tensor::empty(DType::Float32, {5, 5});
+  auto transposed = [&](const char* n) { return refit::evaluate_op("", "Transpose", 13, {}, {&ck[n]}, 1)[0]; };
+  ir::Attribute ax1, ax0;
+  ax1.name = ax0.name = "axis";
+  ax1.type = ax0.type = ir::AttrType::Int;
+  ax1.i = 1;
+  Tensor qt = transposed("q.weight"), kt = transposed("k.weight"), vt = transposed("v.weight");
+  g.initializers["qkv"] = refit::evaluate_op("", "Concat", 13, {{"axis", ax1}}, {&qt, &kt, &vt}, 1)[0];
+  g.initializers["gate_up"] = refit::evaluate_op("", "Concat", 13, {{"axis", ax0}}, {&ck["gate.weight"], &ck["up.weight"]}, 1)[0];
   g.nodes = {node("n0", "Add", {"x", "pos"}),
              node("n1", "MatMul", {"n0_out", "val_7"}),
              node("n2", "Mul", {"x16", "scale16"}),
@@ -283,7 +296,9 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
              node("n4", "Add", {"n0_out", "zeros"}, "['', 'b', 'b.norm', 'add_1']"),
              node("n5", "Mul", {"n0_out", "conv.weight"}),
              node("n6", "Add", {"n0_out", "rope_cache"}),
-             node("n7", "Add", {"n0_out", "mask"})};
+             node("n7", "Add", {"n0_out", "mask"}),
+             node("n8", "MatMul", {"n0_out", "qkv"}),
+             node("n9", "Mul", {"y", "gate_up"})};
   auto r = build::bind_checkpoint(g, {}, c, {});
   auto at = [&](uint32_t p, uint32_t s) { return r.bindings.at({p, s}); };
   EXPECT_EQ(at(0, 1).status, plan::Binding::Status::Bound);
@@ -301,6 +316,19 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   EXPECT_EQ(r.literal_names, (std::vector<std::string>{"mask", "rope_cache"}));
   ASSERT_EQ(r.literal_lines.size(), 1u);  // the mask is structural: silent
   EXPECT_NE(r.literal_lines[0].find("rope_cache float32[3,8]"), std::string::npos);
+  // Fused projections: a concatenation of (transposed) checkpoint tensors.
+  EXPECT_EQ(at(8, 1).status, plan::Binding::Status::Bound) << at(8, 1).note;
+  ASSERT_EQ(at(8, 1).checkpoint.size(), 3u);
+  EXPECT_EQ(at(8, 1).checkpoint[0].name, "q.weight");
+  EXPECT_EQ(at(8, 1).checkpoint[2].name, "v.weight");
+  EXPECT_EQ(at(8, 1).steps.back().op_type, "Concat");
+  ASSERT_EQ(at(9, 1).checkpoint.size(), 2u);
+  EXPECT_EQ(at(9, 1).checkpoint[1].name, "up.weight");
+  {
+    std::vector<Tensor> ins;
+    for (const auto& in : at(8, 1).checkpoint) ins.push_back(ck[in.name]);
+    EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(8, 1), ins, DType::Float32, {8, 8}), g.initializers["qkv"]));
+  }
   // The binding replays on new values: the slice of a new table is the new source.
   Tensor wpe_b = random_f32({16, 8}, 11);
   EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));

@@ -127,7 +127,6 @@ class Binder {
     for (const auto& [name, t] : ckpt_.tensors()) {
       if (!is_float(t.dtype())) continue;
       by_rank_[t.rank()].push_back(name);
-      if (!numels.count(t.numel())) continue;
       std::vector<Form> forms{{name}};
       if (t.rank() == 2 && t.dim(0) > 1 && t.dim(1) > 1) forms.push_back({name, true});
       for (DType d : dtypes)
@@ -168,6 +167,10 @@ class Binder {
     if (it != index_.end())
       for (const auto& f : it->second) consider(f);
     if (!out.empty()) return out;
+    if (auto c = concat(v); c.status == plan::Binding::Status::Bound) {
+      concat_ = std::move(c);
+      return {{"", Form{}}};  // marker: the binding is in concat_
+    }
     for (const auto& name : by_rank_[v.rank()]) {  // leading slice along one axis
       const Tensor& t = ckpt_.tensors().at(name);
       if (t.dtype() != v.dtype()) continue;
@@ -179,8 +182,80 @@ class Binder {
     return out;
   }
 
+  // `v` as the concatenation along one axis of several checkpoint tensors (each as is or 2-D
+  // transposed): fused QKV or gate/up projections. Walks the axis, at each offset looking up the
+  // sketch of v's slice for every piece length a checkpoint tensor offers there; a piece must be
+  // equal to exactly one checkpoint tensor. Returns a Bound binding, or status None.
+  plan::Binding concat(const Tensor& v) {
+    for (int64_t axis = 0; axis < v.rank(); ++axis) {
+      std::set<std::pair<int64_t, bool>> lengths;  // (length along axis, transposed)
+      for (const auto& name : by_rank_[v.rank()]) {
+        const Tensor& t = ckpt_.tensors().at(name);
+        if (t.dtype() != v.dtype()) continue;
+        for (bool tr : {false, true}) {
+          if (tr && v.rank() != 2) continue;
+          Shape sh = t.shape();
+          if (tr) std::swap(sh[0], sh[1]);
+          bool fits = sh[axis] < v.dim(axis);
+          for (int64_t k = 0; k < v.rank(); ++k) fits &= k == axis || sh[k] == v.dim(k);
+          if (fits) lengths.insert({sh[axis], tr});
+        }
+      }
+      if (lengths.empty()) continue;
+      std::vector<Form> pieces;
+      int64_t at = 0;
+      while (at < v.dim(axis)) {
+        bool found = false;
+        for (const auto& [len, tr] : lengths) {
+          if (at + len > v.dim(axis)) continue;
+          Tensor part = refit::evaluate_op("", "Slice", 1, {{"starts", ints_attr("starts", {at})}, {"ends", ints_attr("ends", {at + len})},
+                                                            {"axes", ints_attr("axes", {axis})}}, {&v}, 1)[0];
+          auto it = index_.find(key_of(sketch(part, false), part.nbytes()));
+          if (it == index_.end()) continue;
+          std::vector<Form> hits;
+          for (const auto& f : it->second) {
+            if (f.transpose != tr || f.cast != DType::Undefined) continue;
+            Tensor m = materialize(f);
+            if (m.dtype() == part.dtype() && m.shape() == part.shape() && std::memcmp(m.raw(), part.raw(), part.nbytes()) == 0)
+              hits.push_back(f);
+          }
+          if (hits.size() != 1) continue;  // none, or undecidable by value: no concat binding here
+          pieces.push_back(hits[0]);
+          at += len;
+          found = true;
+          break;
+        }
+        if (!found) break;
+      }
+      if (at != v.dim(axis) || pieces.size() < 2) continue;
+      plan::Binding b;
+      b.status = plan::Binding::Status::Bound;
+      plan::RecipeStep cat = step("Concat", {{"axis", int_attr("axis", axis)}}, {});
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        const Tensor& t = ckpt_.tensors().at(pieces[j].name);
+        b.checkpoint.push_back({pieces[j].name, t.dtype(), t.shape()});
+        plan::Operand o{plan::Operand::Kind::Source, uint32_t(j)};
+        if (pieces[j].transpose) {
+          b.steps.push_back(step("Transpose", {{"perm", ints_attr("perm", {1, 0})}}, {o}));
+          o = {plan::Operand::Kind::Step, uint32_t(b.steps.size() - 1)};
+        }
+        cat.inputs.push_back(o);
+      }
+      b.steps.push_back(std::move(cat));
+      // Confirm the whole binding with the refit's own replay.
+      Tensor again = refit::apply_binding(b, [&] {
+        std::vector<Tensor> ins;
+        for (const auto& in : b.checkpoint) ins.push_back(ckpt_.tensors().at(in.name));
+        return ins;
+      }(), v.dtype(), v.shape());
+      if (refit::bit_equal(again, v)) return b;
+    }
+    return {};
+  }
+
   const refit::Checkpoint& ckpt_;
   const BindOptions& opt_;
+  plan::Binding concat_;  // the last concat binding matches() found
   std::unordered_map<uint64_t, std::vector<Form>> index_;
   std::map<int64_t, std::vector<std::string>> by_rank_;
 };
@@ -236,6 +311,7 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
   std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> uses_of;
   std::map<std::string, std::map<std::string, Form>> cache;  // by initializer name
+  std::map<std::string, plan::Binding> concat_of;            // initializers bound as a concatenation
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     const ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -248,8 +324,16 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       uses_of[in].push_back({uint32_t(p), uint32_t(slot)});
       auto& use = unmatched[in];
       ++use.second;
-      if (!cache.count(in)) cache[in] = is_float(v.dtype()) ? b.matches(v) : std::map<std::string, Form>{};
+      if (!cache.count(in)) {
+        cache[in] = is_float(v.dtype()) ? b.matches(v) : std::map<std::string, Form>{};
+        if (cache[in].count("")) concat_of[in] = b.concat_;
+      }
       std::map<std::string, Form> cands = cache[in];
+      if (concat_of.count(in)) {
+        bd = concat_of[in];
+        bd.note = "Concat of " + std::to_string(bd.checkpoint.size()) + " checkpoint tensors";
+        continue;
+      }
       std::string how;
       auto forced = o.binds.count(key) ? o.binds.find(key) : o.binds.find(in);
       if (forced != o.binds.end()) {
