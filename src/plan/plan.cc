@@ -21,4 +21,13 @@ const char* weight_kind_name(WeightKind k) {
   return "unknown";
 }
 
+const char* binding_status_name(Binding::Status s) {
+  switch (s) {
+    case Binding::Status::None: return "none";
+    case Binding::Status::Bound: return "bound";
+    case Binding::Status::Unbound: return "unbound";
+  }
+  return "unknown";
+}
+
 }  // namespace reforge::plan

@@ -56,6 +56,25 @@ struct Recipe {
   Operand result;  // a Source (identity recipe) or the last Step
 };
 
+// How a source is found in a framework checkpoint (safetensors), decided by exact value at build
+// time (build/binding.h). Replaying `steps` with refit::evaluate_op on the named checkpoint
+// tensors, then reshaping to the source's shape, gives the source's value.
+struct Binding {
+  enum class Status { None, Bound, Unbound };
+  Status status = Status::None;         // None: the plan was built without a checkpoint
+  struct Input {
+    std::string name;  // checkpoint tensor name
+    DType dtype = DType::Undefined;
+    Shape shape;
+  };
+  std::vector<Input> checkpoint;        // Bound: tensors read; Operand Source k is checkpoint[k]
+  std::vector<RecipeStep> steps;        // Bound: transforms (Transpose, Cast, Slice, Concat); empty
+                                        // = identity or reshape of checkpoint[0]; result = last step
+  std::string note;                     // Bound: how it was decided; Unbound: why it is not bound
+};
+
+const char* binding_status_name(Binding::Status s);  // "none", "bound", "unbound"
+
 struct Source {
   std::string key;                 // unique and stable: "<initializer name>@<node position>:<slot>"
   std::vector<std::string> names;  // initializer name(s) a user would recognize
@@ -67,6 +86,7 @@ struct Source {
   Shape shape;
   uint64_t hash = 0;               // XXH3-64 of the build-time bytes
   bool refittable = true;
+  Binding binding;
 };
 
 struct WeightEntry {
@@ -96,6 +116,9 @@ struct Plan {
   // (op type, attributes, where each input comes from, literal hashes; never initializer
   // names). Refit from ONNX compares the new model's fingerprint with this one.
   std::vector<std::string> fingerprint;
+  // Float initializers that matched no checkpoint tensor at a build with a checkpoint and were
+  // kept as literals (typically tables the exporter precomputed): "name float32[16,8]: why".
+  std::vector<std::string> binding_literals;
 };
 
 }  // namespace reforge::plan

@@ -84,6 +84,7 @@ class Encoder {
     for (const auto& w : p.weights) ws.push_back(weight(w));
     j["weights"] = std::move(ws);
     j["fingerprint"] = strs(p.fingerprint);
+    if (!p.binding_literals.empty()) j["binding_literals"] = strs(p.binding_literals);
     return j;
   }
 
@@ -192,8 +193,15 @@ class Encoder {
     return j;
   }
 
-  static json source(const Source& s) {
-    return json{{"key", str(s.key)},
+  static json checkpoint_inputs(const Binding& b) {
+    json a = json::array();
+    for (const auto& in : b.checkpoint)
+      a.push_back(json{{"name", str(in.name)}, {"dtype", static_cast<int32_t>(in.dtype)}, {"shape", ints(in.shape)}});
+    return a;
+  }
+
+  json source(const Source& s) {
+    json j = json{{"key", str(s.key)},
                 {"names", strs(s.names)},
                 {"consumer", str(s.consumer)},
                 {"op_type", str(s.op_type)},
@@ -203,6 +211,24 @@ class Encoder {
                 {"shape", ints(s.shape)},
                 {"hash", hex64(s.hash)},
                 {"refittable", s.refittable}};
+    // Written only when the plan was built with a checkpoint; older readers ignore it.
+    if (s.binding.status != Binding::Status::None) {
+      json steps = json::array();
+      for (size_t i = 0; i < s.binding.steps.size(); ++i) {
+        const RecipeStep& st = s.binding.steps[i];
+        json inputs = json::array();
+        for (const auto& o : st.inputs) inputs.push_back(operand(o));
+        steps.push_back(json{{"op_type", str(st.op_type)},
+                             {"opset", st.opset},
+                             {"attrs", attributes(st.attrs, str_cat("source '", s.key, "' binding step ", i))},
+                             {"inputs", std::move(inputs)}});
+      }
+      j["binding"] = json{{"status", binding_status_name(s.binding.status)},
+                          {"checkpoint", checkpoint_inputs(s.binding)},
+                          {"steps", std::move(steps)},
+                          {"note", str(s.binding.note)}};
+    }
+    return j;
   }
 
   json weight(const WeightEntry& w) {

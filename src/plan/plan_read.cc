@@ -168,6 +168,7 @@ class Decoder {
     const json& ws = as_array(field(j, "weights", ""), "weights");
     for (size_t i = 0; i < ws.size(); ++i) p.weights.push_back(weight(ws[i], at("weights", i), p));
     p.fingerprint = strings(field(j, "fingerprint", ""), "fingerprint");
+    if (j.contains("binding_literals")) p.binding_literals = strings(j["binding_literals"], "binding_literals");
     return p;
   }
 
@@ -321,7 +322,44 @@ class Decoder {
     s.shape = shape_field(j, w);
     s.hash = hash_field(j, "hash", w);
     s.refittable = as_bool(field(j, "refittable", w), at(w, "refittable"));
+    if (j.contains("binding")) s.binding = binding(j["binding"], at(w, "binding"));
     return s;
+  }
+
+  Binding binding(const json& j, const std::string& where) {
+    Binding b;
+    std::string status = str_field(j, "status", where);
+    if (status == "bound") b.status = Binding::Status::Bound;
+    else if (status == "unbound") b.status = Binding::Status::Unbound;
+    else if (status != "none") fail(at(where, "status"), ": unknown binding status '", status, "'");
+    const json& ins = as_array(field(j, "checkpoint", where), at(where, "checkpoint"));
+    for (size_t i = 0; i < ins.size(); ++i) {
+      std::string iw = at(at(where, "checkpoint"), i);
+      Binding::Input in;
+      in.name = str_field(ins[i], "name", iw);
+      in.dtype = dtype_field(ins[i], iw);
+      in.shape = shape_field(ins[i], iw);
+      b.checkpoint.push_back(std::move(in));
+    }
+    b.note = str_field(j, "note", where);
+    const json& steps = as_array(field(j, "steps", where), at(where, "steps"));
+    for (size_t i = 0; i < steps.size(); ++i) {
+      std::string sw = at(at(where, "steps"), i);
+      RecipeStep st;
+      st.op_type = str_field(steps[i], "op_type", sw);
+      st.opset = as_int(field(steps[i], "opset", sw), at(sw, "opset"));
+      st.attrs = attributes(field(steps[i], "attrs", sw), at(sw, "attrs"));
+      const json& ins = as_array(field(steps[i], "inputs", sw), at(sw, "inputs"));
+      for (size_t k = 0; k < ins.size(); ++k) {
+        Operand o = operand(ins[k], at(at(sw, "inputs"), k));
+        size_t limit = o.kind == Operand::Kind::Source ? b.checkpoint.size() : o.kind == Operand::Kind::Step ? i : 0;
+        if (o.index >= limit) fail(at(at(sw, "inputs"), k), ": operand ", o.index, " does not exist");
+        st.inputs.push_back(o);
+      }
+      b.steps.push_back(std::move(st));
+    }
+    if (b.status == Binding::Status::Bound && b.checkpoint.empty()) fail(where, ": a bound source names no checkpoint tensor");
+    return b;
   }
 
   void check_operand(const Operand& o, const Plan& p, size_t steps_before, const std::string& where) {

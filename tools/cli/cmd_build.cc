@@ -1,9 +1,11 @@
 // `reforge build MODEL.onnx -o OUT.plan [--refit | --refit-identical | --refit-individual PATTERN...]
-//                          [--strip-weights] [--literal NAME...] [--print-passes]`
+//                          [--strip-weights] [--literal NAME...] [--print-passes]
+//                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 
+#include "build/binding.h"
 #include "build/builder.h"
 #include "common.h"
 #include "onnx/importer.h"
@@ -15,7 +17,9 @@ namespace {
 struct BuildArgs {
   std::string model, out;
   bool refit = false, identical = false, strip = false, print_passes = false;
-  std::vector<std::string> individual, literals;
+  std::vector<std::string> individual, literals, checkpoints, binds;
+  std::string bind_file;
+  bool strict_binding = false;
 };
 }  // namespace
 
@@ -31,6 +35,10 @@ Runner add_build(CLI::App& app) {
   app.add_flag("--strip-weights", a->strip, "leave refittable weight data out of the plan");
   app.add_option("--literal", a->literals, "initializers to treat as literals (structure, never refit)");
   app.add_flag("--print-passes", a->print_passes, "print graph size after each pass");
+  app.add_option("--checkpoint", a->checkpoints, "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
+  app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
+  app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME}");
+  app.add_flag("--strict-binding", a->strict_binding, "float initializers that match no checkpoint tensor are errors");
   return [a]() {
     build::BuildOptions o;
     o.mode = a->refit ? plan::BuildMode::Refit
@@ -43,7 +51,35 @@ Runner add_build(CLI::App& app) {
     o.print_passes = a->print_passes;
     o.validate();
     auto t0 = std::chrono::steady_clock::now();
-    plan::Plan p = build::build_plan(onnx::import_model_file(a->model), o);
+    plan::Plan p;
+    if (a->checkpoints.empty()) {
+      if (!a->binds.empty() || !a->bind_file.empty() || a->strict_binding)
+        fail("--bind, --bind-file and --strict-binding need --checkpoint");
+      p = build::build_plan(onnx::import_model_file(a->model), o);
+    } else {
+      build::BindOptions bo;
+      if (!a->bind_file.empty()) bo.binds = build::read_bind_file(a->bind_file);
+      for (const auto& b : a->binds) {
+        auto eq = b.find('=');
+        if (eq == std::string::npos) fail("--bind '", b, "' is not ONNX_NAME=CHECKPOINT_NAME");
+        bo.binds[b.substr(0, eq)] = b.substr(eq + 1);
+      }
+      bo.strict = a->strict_binding;
+      auto ckpt = refit::Checkpoint::open(a->checkpoints);
+      build::BindResult r;
+      p = build::build_plan_with_checkpoint(onnx::import_model_file(a->model), o, ckpt, bo, &r);
+      size_t bound = 0, unbound = 0;
+      for (const auto& s : p.sources) (s.binding.status == plan::Binding::Status::Bound ? bound : unbound)++;
+      std::cout << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << " ("
+                << ckpt.total_bytes() << " bytes; index " << r.index_ms << " ms, match " << r.match_ms << " ms)\n";
+      for (const auto& s : p.sources)
+        if (s.binding.status == plan::Binding::Status::Unbound)
+          std::cout << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.note << "\n";
+      if (!p.binding_literals.empty()) {
+        std::cout << "float initializers that match no checkpoint tensor, kept as literals:\n";
+        for (const auto& l : p.binding_literals) std::cout << "  " << l << "\n";
+      }
+    }
     plan::write_plan(p, a->out);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     size_t derived = 0, literal = 0, baked = 0, refittable = 0;

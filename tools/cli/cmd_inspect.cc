@@ -93,6 +93,11 @@ Runner add_inspect(CLI::App& app) {
       e["dtype"] = dtype_name(s.dtype);
       e["refittable"] = s.refittable;
       e["hash"] = hex(s.hash);
+      if (s.binding.status != plan::Binding::Status::None) {
+        std::vector<std::string> names;
+        for (const auto& in : s.binding.checkpoint) names.push_back(in.name);
+        e["binding"] = {{"status", plan::binding_status_name(s.binding.status)}, {"checkpoint", names}, {"note", s.binding.note}};
+      }
       j["sources"].push_back(e);
     }
     if (*json) {
@@ -110,7 +115,15 @@ Runner add_inspect(CLI::App& app) {
     std::cout << "\nsources:\n";
     for (const auto& e : j["sources"])
       std::cout << "  " << e["key"].get<std::string>() << "  " << e["dtype"].get<std::string>() << e["shape"].dump() << "  "
-                << (e["refittable"].get<bool>() ? "refittable" : "baked") << "  xxh3:" << e["hash"].get<std::string>() << "\n";
+                << (e["refittable"].get<bool>() ? "refittable" : "baked") << "  xxh3:" << e["hash"].get<std::string>()
+                << (e.contains("binding") ? "\n      binding: " + e["binding"]["status"].get<std::string>() + " " +
+                                                e["binding"]["checkpoint"].dump() + " " + e["binding"]["note"].get<std::string>()
+                                          : std::string())
+                << "\n";
+    if (!p.binding_literals.empty()) {
+      std::cout << "\nfloat initializers that matched no checkpoint tensor (kept as literals):\n";
+      for (const auto& l : p.binding_literals) std::cout << "  " << l << "\n";
+    }
     return 0;
   };
 }

@@ -24,7 +24,7 @@ struct RunArgs {
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
-  app.add_option("--weights,-w", a->weights, "refit in memory from these weights first (a re-exported ONNX model)");
+  app.add_option("--weights,-w", a->weights, "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");

@@ -11,6 +11,7 @@
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
+#include "refit/checkpoint_refit.h"
 #include "refit/recipe.h"
 
 namespace reforge::cli {
@@ -45,13 +46,28 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
 }
 
 refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& o) {
-  if (o.weights.size() != 1) fail("refit from ONNX takes exactly one model file (got ", o.weights.size(), ")");
-  const std::string& src = o.weights[0];
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
   refit::Refitter r(engine);
   refit::CommitReport rep;
   auto t0 = std::chrono::steady_clock::now();
+  if (!o.weights.empty() && refit::is_safetensors_path(o.weights[0])) {
+    if (o.slow || o.verify) fail("--slow and --verify need a re-exported ONNX model, not a checkpoint");
+    auto ckpt = refit::Checkpoint::open(o.weights);
+    auto cs = refit::sources_from_checkpoint(p, ckpt);
+    double read_ms = ms_since(t0);
+    for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+    rep = r.commit();
+    if (!o.quiet) {
+      std::cerr << std::fixed << std::setprecision(2) << "refit (checkpoint): read+bind " << read_ms << " ms, validate "
+                << rep.validate_ms << " ms, replay " << rep.replay_ms << " ms, commit " << rep.commit_ms << " ms; "
+                << rep.sources_set << " sources -> " << rep.weights_replayed << " engine weights\n";
+      if (!cs.unused.empty()) std::cerr << refit::unused_summary(cs.unused) << "\n";
+    }
+    return rep;
+  }
+  if (o.weights.size() != 1) fail("refit from ONNX takes exactly one model file (got ", o.weights.size(), ")");
+  const std::string& src = o.weights[0];
   if (o.slow) {
     plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
     double read_ms = ms_since(t0);

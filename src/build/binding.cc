@@ -1,0 +1,456 @@
+#include "build/binding.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "build/fingerprint.h"
+#include "core/dispatch.h"
+#include "refit/checkpoint_refit.h"
+#include "refit/recipe.h"
+
+namespace reforge::build {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Up to 64 elements of `t` (or of its 2-D transpose) at fixed, evenly spaced flat positions of
+// that form. Indexing by this sketch costs O(1) per tensor instead of reading (or transposing)
+// every byte; each candidate it finds is then confirmed on all bytes.
+Tensor sketch(const Tensor& t, bool transpose) {
+  const int64_t n = t.numel(), k = std::min<int64_t>(64, n);
+  const size_t e = dtype_size(t.dtype());
+  Tensor out = Tensor::empty(t.dtype(), {k});
+  const auto* src = static_cast<const unsigned char*>(t.raw());
+  auto* dst = static_cast<unsigned char*>(out.mutable_raw());
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t i = j * n / k;
+    if (transpose) i = (i % t.dim(0)) * t.dim(1) + i / t.dim(0);
+    std::memcpy(dst + j * e, src + i * e, e);
+  }
+  return out;
+}
+
+uint64_t key_of(const Tensor& sample, size_t form_nbytes) {
+  return XXH3_64bits_withSeed(sample.raw(), sample.nbytes(), form_nbytes);
+}
+
+ir::Attribute ints_attr(const std::string& name, std::vector<int64_t> v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+ir::Attribute int_attr(const std::string& name, int64_t v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::Int;
+  a.i = v;
+  return a;
+}
+
+plan::RecipeStep step(const std::string& op, std::map<std::string, ir::Attribute> attrs, std::vector<plan::Operand> ins) {
+  plan::RecipeStep s;
+  s.op_type = op;
+  s.opset = 13;
+  if (op == "Slice") s.opset = 1;  // attribute form: starts/ends/axes need no literal operands
+  s.attrs = std::move(attrs);
+  s.inputs = std::move(ins);
+  return s;
+}
+
+// One candidate form of a checkpoint tensor: transposed (2-D) and/or cast, or a leading slice.
+struct Form {
+  std::string name;
+  bool transpose = false;
+  DType cast = DType::Undefined;
+  int64_t slice_axis = -1, slice_end = 0;
+  int rank() const { return (transpose ? 1 : 0) + (cast != DType::Undefined ? 2 : 0) + (slice_axis >= 0 ? 4 : 0); }
+};
+
+plan::Binding make_binding(const Form& f, const Tensor& t) {
+  plan::Binding b;
+  b.status = plan::Binding::Status::Bound;
+  b.checkpoint.push_back({f.name, t.dtype(), t.shape()});
+  auto prev = [&]() { return b.steps.empty() ? plan::Operand{plan::Operand::Kind::Source, 0}
+                                             : plan::Operand{plan::Operand::Kind::Step, uint32_t(b.steps.size() - 1)}; };
+  if (f.slice_axis >= 0)
+    b.steps.push_back(step("Slice", {{"starts", ints_attr("starts", {0})}, {"ends", ints_attr("ends", {f.slice_end})},
+                                     {"axes", ints_attr("axes", {f.slice_axis})}}, {prev()}));
+  if (f.transpose) b.steps.push_back(step("Transpose", {{"perm", ints_attr("perm", {1, 0})}}, {prev()}));
+  if (f.cast != DType::Undefined) b.steps.push_back(step("Cast", {{"to", int_attr("to", int64_t(f.cast))}}, {prev()}));
+  return b;
+}
+
+std::string describe_binding(const plan::Binding& b) {
+  std::string s;
+  for (const auto& st : b.steps) s += (s.empty() ? "" : "+") + st.op_type;
+  return s.empty() ? "identity" : s;
+}
+
+// True when every value is in {0, 1, -inf, +inf, lowest, max}: masks and fills, not weights.
+bool structural_values(const Tensor& t) {
+  if (t.numel() <= 1) return true;
+  return dispatch_float(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      double v = static_cast<double>(to_compute(p[i]));
+      if (!(v == 0 || v == 1 || std::isinf(v) || std::fabs(v) >= 3.0e38 || (sizeof(T) == 2 && std::fabs(v) >= 65504.0)))
+        return false;
+    }
+    return true;
+  });
+}
+
+std::string module_of(const std::string& name) {
+  auto d = name.rfind('.');
+  return d == std::string::npos ? "" : name.substr(0, d);
+}
+
+class Binder {
+ public:
+  Binder(const refit::Checkpoint& c, const BindOptions& o) : ckpt_(c), opt_(o) {}
+
+  void index(const std::set<int64_t>& numels, const std::set<DType>& dtypes) {
+    for (const auto& [name, t] : ckpt_.tensors()) {
+      if (!is_float(t.dtype())) continue;
+      by_rank_[t.rank()].push_back(name);
+      std::vector<Form> forms{{name}};
+      if (t.rank() == 2 && t.dim(0) > 1 && t.dim(1) > 1) forms.push_back({name, true});
+      for (DType d : dtypes)
+        if (d != t.dtype())
+          for (size_t k = 0, n = forms.size(); k < n; ++k) forms.push_back({name, forms[k].transpose, d});
+      for (const auto& f : forms) {
+        Tensor sk = sketch(t, f.transpose);
+        DType dt = t.dtype();
+        if (f.cast != DType::Undefined)  // the same Cast kernel as the binding: elementwise, so bit-identical
+          sk = refit::evaluate_op("", "Cast", 13, {{"to", int_attr("to", int64_t(f.cast))}}, {&sk}, 1)[0], dt = f.cast;
+        index_[key_of(sk, size_t(t.numel()) * dtype_size(dt))].push_back(f);
+      }
+    }
+  }
+
+  Tensor materialize(const Form& f) const {
+    const Tensor& t = ckpt_.tensors().at(f.name);
+    plan::Binding b = make_binding(f, t);
+    if (b.steps.empty()) return t;
+    Tensor r = t;
+    DType dt = f.cast != DType::Undefined ? f.cast : t.dtype();
+    Shape shape = t.shape();
+    if (f.slice_axis >= 0) shape[f.slice_axis] = f.slice_end;
+    if (f.transpose) std::swap(shape[0], shape[1]);
+    return refit::apply_binding(b, {t}, dt, shape);
+  }
+
+  // Exactly equal forms of checkpoint tensors, best form per name.
+  std::map<std::string, Form> matches(const Tensor& v) {
+    std::map<std::string, Form> out;
+    auto consider = [&](const Form& f) {
+      Tensor m = materialize(f);
+      if (m.dtype() != v.dtype() || m.numel() != v.numel() || std::memcmp(m.raw(), v.raw(), v.nbytes()) != 0) return;
+      auto it = out.find(f.name);
+      if (it == out.end() || f.rank() < it->second.rank()) out[f.name] = f;
+    };
+    auto it = index_.find(key_of(sketch(v, false), v.nbytes()));
+    if (it != index_.end())
+      for (const auto& f : it->second) consider(f);
+    if (!out.empty()) return out;
+    if (auto c = concat(v); c.status == plan::Binding::Status::Bound) {
+      concat_ = std::move(c);
+      return {{"", Form{}}};  // marker: the binding is in concat_
+    }
+    for (const auto& name : by_rank_[v.rank()]) {  // leading slice along one axis
+      const Tensor& t = ckpt_.tensors().at(name);
+      if (t.dtype() != v.dtype()) continue;
+      int axis = -1, diffs = 0;
+      for (int64_t k = 0; k < v.rank(); ++k)
+        if (t.dim(k) != v.dim(k)) ++diffs, axis = int(k);
+      if (diffs == 1 && t.dim(axis) > v.dim(axis)) consider(Form{name, false, DType::Undefined, axis, v.dim(axis)});
+    }
+    return out;
+  }
+
+  // `v` as the concatenation along one axis of several checkpoint tensors (each as is or 2-D
+  // transposed): fused QKV or gate/up projections. Walks the axis, at each offset looking up the
+  // sketch of v's slice for every piece length a checkpoint tensor offers there; a piece must be
+  // equal to exactly one checkpoint tensor. Returns a Bound binding, or status None.
+  plan::Binding concat(const Tensor& v) {
+    for (int64_t axis = 0; axis < v.rank(); ++axis) {
+      std::set<std::pair<int64_t, bool>> lengths;  // (length along axis, transposed)
+      for (const auto& name : by_rank_[v.rank()]) {
+        const Tensor& t = ckpt_.tensors().at(name);
+        if (t.dtype() != v.dtype()) continue;
+        for (bool tr : {false, true}) {
+          if (tr && v.rank() != 2) continue;
+          Shape sh = t.shape();
+          if (tr) std::swap(sh[0], sh[1]);
+          bool fits = sh[axis] < v.dim(axis);
+          for (int64_t k = 0; k < v.rank(); ++k) fits &= k == axis || sh[k] == v.dim(k);
+          if (fits) lengths.insert({sh[axis], tr});
+        }
+      }
+      if (lengths.empty()) continue;
+      std::vector<Form> pieces;
+      int64_t at = 0;
+      while (at < v.dim(axis)) {
+        bool found = false;
+        for (const auto& [len, tr] : lengths) {
+          if (at + len > v.dim(axis)) continue;
+          Tensor part = refit::evaluate_op("", "Slice", 1, {{"starts", ints_attr("starts", {at})}, {"ends", ints_attr("ends", {at + len})},
+                                                            {"axes", ints_attr("axes", {axis})}}, {&v}, 1)[0];
+          auto it = index_.find(key_of(sketch(part, false), part.nbytes()));
+          if (it == index_.end()) continue;
+          std::vector<Form> hits;
+          for (const auto& f : it->second) {
+            if (f.transpose != tr || f.cast != DType::Undefined) continue;
+            Tensor m = materialize(f);
+            if (m.dtype() == part.dtype() && m.shape() == part.shape() && std::memcmp(m.raw(), part.raw(), part.nbytes()) == 0)
+              hits.push_back(f);
+          }
+          if (hits.size() != 1) continue;  // none, or undecidable by value: no concat binding here
+          pieces.push_back(hits[0]);
+          at += len;
+          found = true;
+          break;
+        }
+        if (!found) break;
+      }
+      if (at != v.dim(axis) || pieces.size() < 2) continue;
+      plan::Binding b;
+      b.status = plan::Binding::Status::Bound;
+      plan::RecipeStep cat = step("Concat", {{"axis", int_attr("axis", axis)}}, {});
+      for (size_t j = 0; j < pieces.size(); ++j) {
+        const Tensor& t = ckpt_.tensors().at(pieces[j].name);
+        b.checkpoint.push_back({pieces[j].name, t.dtype(), t.shape()});
+        plan::Operand o{plan::Operand::Kind::Source, uint32_t(j)};
+        if (pieces[j].transpose) {
+          b.steps.push_back(step("Transpose", {{"perm", ints_attr("perm", {1, 0})}}, {o}));
+          o = {plan::Operand::Kind::Step, uint32_t(b.steps.size() - 1)};
+        }
+        cat.inputs.push_back(o);
+      }
+      b.steps.push_back(std::move(cat));
+      // Confirm the whole binding with the refit's own replay.
+      Tensor again = refit::apply_binding(b, [&] {
+        std::vector<Tensor> ins;
+        for (const auto& in : b.checkpoint) ins.push_back(ckpt_.tensors().at(in.name));
+        return ins;
+      }(), v.dtype(), v.shape());
+      if (refit::bit_equal(again, v)) return b;
+    }
+    return {};
+  }
+
+  const refit::Checkpoint& ckpt_;
+  const BindOptions& opt_;
+  plan::Binding concat_;  // the last concat binding matches() found
+  std::unordered_map<uint64_t, std::vector<Form>> index_;
+  std::map<int64_t, std::vector<std::string>> by_rank_;
+};
+
+}  // namespace
+
+std::vector<std::string> node_scopes(const ir::Node& n) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : n.metadata) {
+    if (k != "pkg.torch.onnx.name_scopes") continue;
+    // A Python list literal: ['', 'layers.0', 'layers.0.input_norm', 'mul_52']
+    size_t i = 0;
+    while ((i = v.find('\'', i)) != std::string::npos) {
+      size_t j = v.find('\'', i + 1);
+      if (j == std::string::npos) break;
+      std::string s = v.substr(i + 1, j - i - 1);
+      if (!s.empty()) out.push_back(s);
+      i = j + 1;
+    }
+    return out;
+  }
+  if (!n.name.empty() && n.name[0] == '/') {  // "/layers.0/input_norm/Mul"
+    std::string acc;
+    size_t i = 1;
+    while (i < n.name.size()) {
+      size_t j = n.name.find('/', i);
+      if (j == std::string::npos) break;  // the last component is the op itself
+      acc += (acc.empty() ? "" : ".") + n.name.substr(i, j - i);
+      out.push_back(acc);
+      i = j + 1;
+    }
+  }
+  return out;
+}
+
+BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
+                           const BindOptions& o) {
+  BindResult r;
+  r.checkpoint_bytes = ckpt.total_bytes();
+  auto t0 = std::chrono::steady_clock::now();
+  std::set<int64_t> numels;
+  std::set<DType> dtypes;
+  for (const auto& [name, t] : g.initializers)
+    if (!literals.count(name) && is_float(t.dtype())) numels.insert(t.numel()), dtypes.insert(t.dtype());
+  Binder b(ckpt, o);
+  b.index(numels, dtypes);
+  r.index_ms = ms_since(t0);
+  auto t1 = std::chrono::steady_clock::now();
+
+  std::map<std::string, std::pair<size_t, size_t>> unmatched;  // initializer -> (unmatched uses, uses)
+  std::vector<std::string> ambiguous;
+  std::set<std::string> name_matched;
+  std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
+  std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> uses_of;
+  std::map<std::string, std::map<std::string, Form>> cache;  // by initializer name
+  std::map<std::string, plan::Binding> concat_of;            // initializers bound as a concatenation
+  for (size_t p = 0; p < g.nodes.size(); ++p) {
+    const ir::Node& n = g.nodes[p];
+    for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
+      const std::string& in = n.inputs[slot];
+      auto it = g.initializers.find(in);
+      if (in.empty() || it == g.initializers.end() || literals.count(in)) continue;
+      const Tensor& v = it->second;
+      std::string key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);
+      plan::Binding& bd = r.bindings[{uint32_t(p), uint32_t(slot)}];
+      uses_of[in].push_back({uint32_t(p), uint32_t(slot)});
+      auto& use = unmatched[in];
+      ++use.second;
+      if (!cache.count(in)) {
+        cache[in] = is_float(v.dtype()) ? b.matches(v) : std::map<std::string, Form>{};
+        if (cache[in].count("")) concat_of[in] = b.concat_;
+      }
+      std::map<std::string, Form> cands = cache[in];
+      if (concat_of.count(in)) {
+        bd = concat_of[in];
+        bd.note = "Concat of " + std::to_string(bd.checkpoint.size()) + " checkpoint tensors";
+        continue;
+      }
+      std::string how;
+      auto forced = o.binds.count(key) ? o.binds.find(key) : o.binds.find(in);
+      if (forced != o.binds.end()) {
+        const std::string& want = forced->second;
+        if (!ckpt.find(want)) fail("--bind ", forced->first, "=", want, ": the checkpoint has no tensor '", want, "'");
+        if (!cands.count(want))
+          fail("--bind ", forced->first, "=", want, ": checkpoint tensor '", want, "' does not equal initializer '", in,
+               "' (", v.describe(), ") under any supported transform");
+        cands = {{want, cands[want]}};
+        how = "by --bind";
+      } else if (cands.size() > 1) {
+        auto scopes = node_scopes(n);
+        std::map<std::string, Form> in_scope;
+        for (auto s = scopes.rbegin(); s != scopes.rend() && in_scope.empty(); ++s)
+          for (const auto& [cn, f] : cands)
+            if (module_of(cn) == *s) in_scope.emplace(cn, f), how = "by module scope '" + *s + "'";
+        if (in_scope.size() > 1 && in_scope.count(in)) in_scope = {{in, in_scope[in]}};
+        if (in_scope.empty()) {
+          std::string list;
+          for (const auto& [cn, _] : cands) list += (list.empty() ? "" : ", ") + cn;
+          bd.status = plan::Binding::Status::Unbound;
+          bd.note = "equals " + std::to_string(cands.size()) + " checkpoint tensors (" + list +
+                    ") and none is in the consumer's module scope; --bind " + in + "=NAME settles it";
+          continue;
+        }
+        if (in_scope.size() > 1) {
+          std::string list;
+          for (const auto& [cn, _] : in_scope) list += " " + cn;
+          ambiguous.push_back(key + " (consumer '" + n.name + "'): candidates" + list);
+          continue;
+        }
+        cands = in_scope;
+      }
+      if (cands.size() == 1) {
+        const auto& [cn, f] = *cands.begin();
+        bd = make_binding(f, ckpt.tensors().at(cn));
+        bd.note = describe_binding(bd) + (how.empty() ? "" : " (" + how + ")");
+        continue;
+      }
+      // Nothing equal: never bind by name alone.
+      bd.status = plan::Binding::Status::Unbound;
+      ++use.first;
+      if (const Tensor* same = ckpt.find(in)) {
+        bd.note = "values differ from checkpoint tensor '" + in + "' of the same name (" + same->describe() +
+                  "): the exporter transformed it (it probably folded BatchNorm into it)";
+        name_matched.insert(in);  // a name match keeps it a (unbound) source
+        folded_nodes[uint32_t(p)] = in;
+      } else {
+        bd.note = "matches no checkpoint tensor under any supported transform";
+      }
+    }
+  }
+  if (!ambiguous.empty()) {
+    std::string list;
+    for (const auto& a : ambiguous) list += "\n  " + a;
+    fail("binding: ", ambiguous.size(), " source(s) equal several checkpoint tensors and the module scope does not decide:", list,
+         "\nsettle each with --bind ONNX_NAME=CHECKPOINT_NAME (or --bind-file)");
+  }
+  // Initializers none of whose uses matched (and whose name no checkpoint tensor has) are literals.
+  for (const auto& [name, use] : unmatched) {
+    if (use.first != use.second || name_matched.count(name)) continue;
+    // A tensor that feeds the same node as a transformed weight was most likely made by the same
+    // fold (a BatchNorm-folded bias next to its folded weight): an unbound source, not a literal.
+    std::string sibling;
+    for (const auto& u : uses_of[name])
+      if (folded_nodes.count(u.first)) sibling = folded_nodes[u.first];
+    if (!sibling.empty()) {
+      for (const auto& u : uses_of[name])
+        r.bindings[u].note = "matches no checkpoint tensor and feeds the same node as '" + sibling +
+                             "', whose values differ from the checkpoint tensor of that name: probably made by the same fold "
+                             "(BatchNorm)";
+      continue;
+    }
+    const Tensor& t = g.initializers.at(name);
+    r.literal_names.push_back(name);
+    if (!structural_values(t))
+      r.literal_lines.push_back(name + " " + t.describe() +
+                                ": float values that match no checkpoint tensor (likely precomputed from the configuration, "
+                                "e.g. rotary cos/sin tables); kept as a literal");
+  }
+  if (o.strict && !r.literal_lines.empty()) {
+    std::string list;
+    for (const auto& l : r.literal_lines) list += "\n  " + l;
+    fail("--strict-binding: ", r.literal_lines.size(), " float initializer(s) match no checkpoint tensor:", list);
+  }
+  r.match_ms = ms_since(t1);
+  return r;
+}
+
+plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, const refit::Checkpoint& ckpt,
+                                      const BindOptions& bo, BindResult* result) {
+  ir::Graph g = canonicalize(graph);
+  std::set<std::string> literals = literal_initializers(g, o.literal_names);
+  BindResult r = bind_checkpoint(g, literals, ckpt, bo);
+  o.literal_names.insert(o.literal_names.end(), r.literal_names.begin(), r.literal_names.end());
+  plan::Plan p = build_plan(graph, o);
+  for (auto& s : p.sources) {
+    auto it = r.bindings.find({s.node_position, s.slot});
+    REFORGE_ASSERT(it != r.bindings.end());
+    s.binding = it->second;
+  }
+  p.binding_literals = r.literal_lines;
+  if (result) *result = std::move(r);
+  return p;
+}
+
+std::map<std::string, std::string> read_bind_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("cannot open bind file '", path, "'");
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail("bind file '", path, "' is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\"}");
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) fail("bind file '", path, "': value of '", k, "' is not a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace reforge::build

@@ -1,0 +1,79 @@
+#include "refit/checkpoint_refit.h"
+
+#include <set>
+
+#include "refit/recipe.h"
+
+namespace reforge::refit {
+
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape) {
+  REFORGE_ASSERT(inputs.size() == b.checkpoint.size() && !inputs.empty());
+  std::vector<Tensor> steps;
+  auto operand = [&](const plan::Operand& o) -> const Tensor* {
+    if (o.kind == plan::Operand::Kind::Source && o.index < inputs.size()) return &inputs[o.index];
+    if (o.kind == plan::Operand::Kind::Step && o.index < steps.size()) return &steps[o.index];
+    fail("binding: bad operand ", o.index);
+  };
+  for (const auto& st : b.steps) {
+    std::vector<const Tensor*> ins;
+    for (const auto& o : st.inputs) ins.push_back(operand(o));
+    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1)[0]));
+  }
+  const Tensor& r = steps.empty() ? inputs[0] : steps.back();
+  if (r.dtype() != dtype || r.numel() != shape_numel(shape))
+    fail("binding of checkpoint tensor '", b.checkpoint[0].name, "' gives ", r.describe(), ", the source is ", dtype_name(dtype),
+         shape_str(shape));
+  return r.reshaped(shape);
+}
+
+CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint& ckpt) {
+  std::string unbound;
+  size_t n_unbound = 0;
+  for (const auto& s : p.sources) {
+    if (!s.refittable || s.binding.status == plan::Binding::Status::Bound) continue;
+    if (++n_unbound <= 12)
+      unbound += "\n  " + s.key + " " + dtype_name(s.dtype) + shape_str(s.shape) + ": " +
+                 (s.binding.status == plan::Binding::Status::None ? "the plan was built without a checkpoint (--checkpoint)"
+                                                                  : s.binding.note);
+  }
+  if (n_unbound)
+    fail("refit from ", ckpt.description(), ": this plan has ", n_unbound, " refittable source(s) that are not bound to checkpoint tensors, "
+         "so a checkpoint cannot refit it:", unbound, n_unbound > 12 ? "\n  ..." : "",
+         "\nRefit from a re-exported ONNX model (reforge refit PLAN --weights NEW.onnx) still works.");
+  CheckpointSources out;
+  std::set<std::string> used;
+  for (size_t i = 0; i < p.sources.size(); ++i) {
+    const auto& s = p.sources[i];
+    if (!s.refittable) continue;
+    std::vector<Tensor> ins;
+    for (const auto& in : s.binding.checkpoint) {
+      const Tensor* t = ckpt.find(in.name);
+      if (!t)
+        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' (bound to source '", s.key,
+             "') is missing from the checkpoint");
+      if (t->dtype() != in.dtype || t->shape() != in.shape)
+        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' is ", t->describe(), ", the plan expects ",
+             dtype_name(in.dtype), shape_str(in.shape), " (bound to source '", s.key, "')");
+      used.insert(in.name);
+      ins.push_back(*t);
+    }
+    try {
+      out.sources[static_cast<uint32_t>(i)] = apply_binding(s.binding, ins, s.dtype, s.shape);
+    } catch (Error& e) {
+      throw e.with_context("while deriving source '" + s.key + "' from " + ckpt.description());
+    }
+  }
+  for (const auto& [name, _] : ckpt.tensors())
+    if (!used.count(name)) out.unused.push_back(name);
+  return out;
+}
+
+std::string unused_summary(const std::vector<std::string>& unused) {
+  if (unused.empty()) return "";
+  std::string s = str_cat(unused.size(), " checkpoint tensor(s) are not used by this plan (ignored):");
+  for (size_t i = 0; i < unused.size() && i < 8; ++i) s += (i ? ", " : " ") + unused[i];
+  if (unused.size() > 8) s += ", ...";
+  return s;
+}
+
+}  // namespace reforge::refit

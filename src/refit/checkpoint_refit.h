@@ -1,0 +1,33 @@
+// Refit from a framework checkpoint: each source's binding (recorded at build time by
+// build/binding.h) names checkpoint tensors and the transforms that turn them into the source.
+// Runtime side: replays bindings with evaluate_op(), the same kernels the build-time search
+// used to prove the binding exact, so a binding cannot drift between build and refit.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "refit/safetensors.h"
+
+namespace reforge::refit {
+
+// Applies `b` to `inputs` (one tensor per b.checkpoint entry) and reshapes the result to
+// `shape`. Throws an Error when a step fails or the result has another dtype or element count.
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape);
+
+struct CheckpointSources {
+  std::map<uint32_t, Tensor> sources;  // by source id, every refittable source
+  std::vector<std::string> unused;     // checkpoint tensors no binding reads
+};
+
+// Every refittable source's new value from `ckpt`. Throws, before anything is read, when the
+// plan has refittable sources that are not bound (naming them and why); and when a bound
+// checkpoint tensor is missing or has another dtype or shape (naming it).
+CheckpointSources sources_from_checkpoint(const plan::Plan& plan, const Checkpoint& ckpt);
+
+// "3 checkpoint tensors are not used by this plan: a, b, c" (names elided past 8); "" if none.
+std::string unused_summary(const std::vector<std::string>& unused);
+
+}  // namespace reforge::refit

@@ -1,0 +1,360 @@
+// Refit straight from framework checkpoints: build from A's ONNX bound to checkpoint A, refit
+// with checkpoint B, compare with PyTorch's outputs for B (also after save/load of the refit
+// plan); the BatchNorm-folded CNN is refused with the reason; negative cases leave the engine
+// unchanged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "build/binding.h"
+#include "build/onnx_refit.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "plan/plan_io.h"
+#include "refit/checkpoint_refit.h"
+#include "refit/recipe.h"
+#include "refit/refitter.h"
+#include "runtime/plan_engine.h"
+
+using namespace reforge;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
+
+struct Case {
+  std::string id, model, onnx_a, onnx_b, ckpt_a, ckpt_b;
+  std::map<std::string, std::string> inputs, reference;  // first input set; B's references
+};
+
+std::vector<Case> load_cases() {
+  std::ifstream f(kModels / "manifest.json");
+  if (!f) return {};
+  nlohmann::json j = nlohmann::json::parse(f);
+  std::map<std::string, nlohmann::json> a, b;
+  for (const auto& e : j.at("exports")) {
+    if (!e.contains("checkpoint")) continue;
+    std::string key = e.at("model").get<std::string>() + "_" + e.at("export").get<std::string>();
+    (e.at("weights") == "A" ? a : b)[key] = e;
+  }
+  std::vector<Case> out;
+  for (const auto& [key, ea] : a) {
+    if (!b.count(key)) continue;
+    const auto& eb = b[key];
+    Case c;
+    c.id = key;
+    c.model = ea.at("model").get<std::string>();
+    c.onnx_a = (kModels / ea.at("path").get<std::string>()).string();
+    c.onnx_b = (kModels / eb.at("path").get<std::string>()).string();
+    c.ckpt_a = (kModels / ea.at("checkpoint").get<std::string>()).string();
+    c.ckpt_b = (kModels / eb.at("checkpoint").get<std::string>()).string();
+    const auto& set = eb.at("input_sets").at(0);
+    for (const auto& [n, v] : set.at("inputs").items()) c.inputs[n] = (kModels / v.get<std::string>()).string();
+    for (const auto& [n, v] : set.at("reference").items()) c.reference[n] = (kModels / v.get<std::string>()).string();
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<Case> cases_of(bool cnn) {
+  std::vector<Case> out;
+  for (auto& c : load_cases())
+    if ((c.model == "cnn") == cnn) out.push_back(c);
+  return out;
+}
+
+plan::Plan round_trip(const plan::Plan& p) {
+  auto owner = std::make_shared<std::string>(plan::serialize_plan(p));
+  return plan::parse_plan(owner, owner->data(), owner->size());
+}
+
+double max_diff_to_reference(const Case& c, const runtime::PlanEngine& e) {
+  std::map<std::string, Tensor> in;
+  for (const auto& [n, path] : c.inputs) in[n] = read_npy(path);
+  auto outs = e.run(in);
+  double m = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    Tensor ref = read_npy(c.reference.at(e.outputs()[i].name));
+    EXPECT_EQ(ref.shape(), outs[i].shape());
+    for (int64_t k = 0; k < ref.numel() && k < outs[i].numel(); ++k)
+      m = std::max(m, std::fabs(ref.as_double(k) - outs[i].as_double(k)));
+  }
+  return m;
+}
+
+plan::Plan build_bound(const Case& c, bool strip) {
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.strip_weights = strip;
+  return build::build_plan_with_checkpoint(reforge::onnx::import_model_file(c.onnx_a), o, refit::Checkpoint::open(c.ckpt_a), {});
+}
+
+void refit_from(runtime::PlanEngine& e, const refit::Checkpoint& ck) {
+  refit::Refitter r(e);
+  auto cs = refit::sources_from_checkpoint(e.plan(), ck);
+  for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+  r.commit();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Engine weights as a name -> hash map, to prove a failed refit changed nothing.
+std::map<std::string, uint64_t> weight_hashes(const runtime::PlanEngine& e) {
+  std::map<std::string, uint64_t> h;
+  for (const auto& w : e.plan().weights)
+    if (w.kind == plan::WeightKind::Derived) h[w.name] = refit::hash_tensor(e.weight(w.name));
+  return h;
+}
+
+}  // namespace
+
+class CheckpointRefit : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CheckpointRefit, BuildFromABoundToCheckpointRefitWithBMatchesFramework) {
+  const Case& c = GetParam();
+  for (bool strip : {true, false}) {
+    SCOPED_TRACE(strip ? "stripped" : "full");
+    plan::Plan p = round_trip(build_bound(c, strip));
+    for (const auto& s : p.sources)
+      EXPECT_EQ(s.binding.status, plan::Binding::Status::Bound) << s.key << ": " << s.binding.note;
+    runtime::PlanEngine e(std::move(p));
+    refit_from(e, refit::Checkpoint::open(c.ckpt_b));
+    EXPECT_LE(max_diff_to_reference(c, e), 1e-4) << c.id;
+    runtime::PlanEngine again(round_trip(e.current_plan(false)));
+    EXPECT_LE(max_diff_to_reference(c, again), 1e-4) << c.id << " after save/load";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CheckpointRefit, ::testing::ValuesIn(cases_of(false)),
+                         [](const auto& info) { return info.param.id; });
+
+class CheckpointRefitFolded : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CheckpointRefitFolded, BatchNormFoldedRefusedFromCheckpointButOnnxWorks) {
+  const Case& c = GetParam();
+  plan::Plan p = round_trip(build_bound(c, false));
+  size_t unbound = 0;
+  for (const auto& s : p.sources) unbound += s.binding.status == plan::Binding::Status::Unbound;
+  if (unbound == 0) GTEST_SKIP() << c.id << ": this export did not fold BatchNorm";
+  runtime::PlanEngine e(std::move(p));
+  auto before = weight_hashes(e);
+  std::string err = error_of([&] { refit_from(e, refit::Checkpoint::open(c.ckpt_b)); });
+  EXPECT_NE(err.find("not bound"), std::string::npos) << err;
+  EXPECT_NE(err.find("BatchNorm"), std::string::npos) << err;
+  EXPECT_NE(err.find("re-exported ONNX"), std::string::npos) << err;
+  EXPECT_EQ(weight_hashes(e), before);
+  refit::Refitter r(e);
+  for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), c.onnx_b)) r.set_source(id, t);
+  r.commit();
+  EXPECT_LE(max_diff_to_reference(c, e), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CheckpointRefitFolded, ::testing::ValuesIn(cases_of(true)),
+                         [](const auto& info) { return info.param.id; });
+
+TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
+  std::vector<Case> all = cases_of(false);
+  const Case* llama = nullptr;
+  for (const auto& c : all)
+    if (c.id == "llama_dynamo") llama = &c;
+  if (!llama) GTEST_SKIP() << "models/llama not present";
+  runtime::PlanEngine e(build_bound(*llama, false));
+  auto before = weight_hashes(e);
+  auto b = refit::Checkpoint::open(llama->ckpt_b);
+  fs::path dir = fs::temp_directory_path() / ("reforge_ckneg_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto variant = [&](const std::string& file, auto edit) {
+    std::map<std::string, Tensor> t = b.tensors();
+    edit(t);
+    std::string path = (dir / file).string();
+    refit::write_safetensors(path, t);
+    return error_of([&] { refit_from(e, refit::Checkpoint::open(path)); });
+  };
+  const std::string victim = "layers.1.mlp.up_proj.weight";
+  std::string err = variant("missing.safetensors", [&](auto& t) { t.erase(victim); });
+  EXPECT_NE(err.find("'" + victim + "'"), std::string::npos) << err;
+  EXPECT_NE(err.find("missing"), std::string::npos) << err;
+  err = variant("renamed.safetensors", [&](auto& t) {
+    t["layers.1.mlp.up.weight"] = t[victim];
+    t.erase(victim);
+  });
+  EXPECT_NE(err.find("'" + victim + "'"), std::string::npos) << err;
+  err = variant("shape.safetensors", [&](auto& t) { t[victim] = t[victim].reshaped({t[victim].dim(1), t[victim].dim(0)}); });
+  EXPECT_NE(err.find("'" + victim + "'"), std::string::npos) << err;
+  EXPECT_NE(err.find("expects"), std::string::npos) << err;
+  err = variant("dtype.safetensors", [&](auto& t) { t[victim] = cast_tensor(t[victim], DType::Float16); });
+  EXPECT_NE(err.find("'" + victim + "'"), std::string::npos) << err;
+  EXPECT_NE(err.find("float16"), std::string::npos) << err;
+  {
+    std::ifstream in(llama->ckpt_b, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream((dir / "trunc.safetensors").string(), std::ios::binary) << bytes.substr(0, 100);
+    err = error_of([&] { refit_from(e, refit::Checkpoint::open((dir / "trunc.safetensors").string())); });
+    EXPECT_NE(err.find("trunc.safetensors"), std::string::npos) << err;
+    bytes[12] = '!';
+    std::ofstream((dir / "bad.safetensors").string(), std::ios::binary) << bytes;
+    err = error_of([&] { refit_from(e, refit::Checkpoint::open((dir / "bad.safetensors").string())); });
+    EXPECT_NE(err.find("bad.safetensors"), std::string::npos) << err;
+  }
+  EXPECT_EQ(weight_hashes(e), before) << "a failed refit changed the engine";
+  // Tensors the plan does not use are reported, not an error.
+  std::map<std::string, Tensor> extra = b.tensors();
+  extra["optimizer.step"] = Tensor::scalar<int64_t>(DType::Int64, 3);
+  refit::write_safetensors((dir / "extra.safetensors").string(), extra);
+  auto cs = refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open((dir / "extra.safetensors").string()));
+  EXPECT_NE(refit::unused_summary(cs.unused).find("optimizer.step"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+Tensor random_f32(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::Float32, shape);
+  uint32_t x = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    t.mutable_data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+  }
+  return t;
+}
+
+ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, const std::string& scope = "") {
+  ir::Node n;
+  n.name = name;
+  n.op_type = op;
+  n.opset = 18;
+  n.inputs = std::move(ins);
+  n.outputs = {name + "_out"};
+  if (!scope.empty()) n.metadata.push_back({"pkg.torch.onnx.name_scopes", scope});
+  return n;
+}
+
+refit::Checkpoint checkpoint_of(const std::map<std::string, Tensor>& t) {
+  auto owner = std::make_shared<std::string>(refit::serialize_safetensors(t));
+  return refit::Checkpoint::parse(owner, owner->data(), owner->size(), "checkpoint 'synthetic'");
+}
+
+}  // namespace
+
+// The transforms the models above do not exercise: a leading slice (position table folded to its
+// first rows), a cast to float16, a transpose; plus ambiguity, --bind, name-match-differs, literals.
+TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
+  std::map<std::string, Tensor> ck = {{"wpe.weight", random_f32({16, 8}, 1)},
+                                      {"proj.weight", random_f32({4, 8}, 2)},
+                                      {"scale.weight", random_f32({8}, 3)},
+                                      {"a.norm.weight", Tensor::empty(DType::Float32, {8})},
+                                      {"b.norm.weight", Tensor::empty(DType::Float32, {8})},
+                                      {"conv.weight", random_f32({8}, 4)},
+                                      {"q.weight", random_f32({4, 8}, 5)},
+                                      {"k.weight", random_f32({2, 8}, 6)},
+                                      {"v.weight", random_f32({2, 8}, 8)},
+                                      {"gate.weight", random_f32({3, 8}, 9)},
+                                      {"up.weight", random_f32({3, 8}, 10)}};
+  refit::Checkpoint c = checkpoint_of(ck);
+  ir::Graph g;
+  auto slice = [&](const Tensor& t, int64_t n) {
+    plan::Binding b;
+    b.checkpoint.push_back({"t", t.dtype(), t.shape()});
+    ir::Attribute s, e, a;
+    s.type = e.type = a.type = ir::AttrType::Ints;
+    s.name = "starts", e.name = "ends", a.name = "axes";
+    s.ints = {0}, e.ints = {n}, a.ints = {0};
+    b.steps.push_back({"", "Slice", 1, {{"starts", s}, {"ends", e}, {"axes", a}}, {{plan::Operand::Kind::Source, 0}}, 0});
+    return refit::apply_binding(b, {t}, t.dtype(), {n, t.dim(1)}).clone();
+  };
+  g.initializers["pos"] = slice(ck["wpe.weight"], 5);
+  g.initializers["val_7"] = refit::evaluate_op("", "Transpose", 13, {}, {&ck["proj.weight"]}, 1)[0];
+  g.initializers["scale16"] = cast_tensor(ck["scale.weight"], DType::Float16);
+  g.initializers["zeros"] = Tensor::empty(DType::Float32, {8});
+  g.initializers["conv.weight"] = random_f32({8}, 99);  // same name, other values
+  g.initializers["rope_cache"] = random_f32({3, 8}, 7);
+  g.initializers["mask"] = Tensor::empty(DType::Float32, {5, 5});
+  auto transposed = [&](const char* n) { return refit::evaluate_op("", "Transpose", 13, {}, {&ck[n]}, 1)[0]; };
+  ir::Attribute ax1, ax0;
+  ax1.name = ax0.name = "axis";
+  ax1.type = ax0.type = ir::AttrType::Int;
+  ax1.i = 1;
+  Tensor qt = transposed("q.weight"), kt = transposed("k.weight"), vt = transposed("v.weight");
+  g.initializers["qkv"] = refit::evaluate_op("", "Concat", 13, {{"axis", ax1}}, {&qt, &kt, &vt}, 1)[0];
+  g.initializers["gate_up"] = refit::evaluate_op("", "Concat", 13, {{"axis", ax0}}, {&ck["gate.weight"], &ck["up.weight"]}, 1)[0];
+  g.nodes = {node("n0", "Add", {"x", "pos"}),
+             node("n1", "MatMul", {"n0_out", "val_7"}),
+             node("n2", "Mul", {"x16", "scale16"}),
+             node("n3", "Add", {"n0_out", "zeros"}, "['', 'a', 'a.norm', 'add']"),
+             node("n4", "Add", {"n0_out", "zeros"}, "['', 'b', 'b.norm', 'add_1']"),
+             node("n5", "Mul", {"n0_out", "conv.weight"}),
+             node("n6", "Add", {"n0_out", "rope_cache"}),
+             node("n7", "Add", {"n0_out", "mask"}),
+             node("n8", "MatMul", {"n0_out", "qkv"}),
+             node("n9", "Mul", {"y", "gate_up"})};
+  auto r = build::bind_checkpoint(g, {}, c, {});
+  auto at = [&](uint32_t p, uint32_t s) { return r.bindings.at({p, s}); };
+  EXPECT_EQ(at(0, 1).status, plan::Binding::Status::Bound);
+  EXPECT_EQ(at(0, 1).checkpoint.at(0).name, "wpe.weight");
+  ASSERT_EQ(at(0, 1).steps.size(), 1u);
+  EXPECT_EQ(at(0, 1).steps[0].op_type, "Slice");
+  EXPECT_EQ(at(1, 1).checkpoint.at(0).name, "proj.weight");
+  EXPECT_EQ(at(1, 1).steps.at(0).op_type, "Transpose");
+  EXPECT_EQ(at(2, 1).checkpoint.at(0).name, "scale.weight");
+  EXPECT_EQ(at(2, 1).steps.at(0).op_type, "Cast");
+  EXPECT_EQ(at(3, 1).checkpoint.at(0).name, "a.norm.weight");  // merged zeros split by scope
+  EXPECT_EQ(at(4, 1).checkpoint.at(0).name, "b.norm.weight");
+  EXPECT_EQ(at(5, 1).status, plan::Binding::Status::Unbound);
+  EXPECT_NE(at(5, 1).note.find("values differ from checkpoint tensor 'conv.weight'"), std::string::npos) << at(5, 1).note;
+  EXPECT_EQ(r.literal_names, (std::vector<std::string>{"mask", "rope_cache"}));
+  ASSERT_EQ(r.literal_lines.size(), 1u);  // the mask is structural: silent
+  EXPECT_NE(r.literal_lines[0].find("rope_cache float32[3,8]"), std::string::npos);
+  // Fused projections: a concatenation of (transposed) checkpoint tensors.
+  EXPECT_EQ(at(8, 1).status, plan::Binding::Status::Bound) << at(8, 1).note;
+  ASSERT_EQ(at(8, 1).checkpoint.size(), 3u);
+  EXPECT_EQ(at(8, 1).checkpoint[0].name, "q.weight");
+  EXPECT_EQ(at(8, 1).checkpoint[2].name, "v.weight");
+  EXPECT_EQ(at(8, 1).steps.back().op_type, "Concat");
+  ASSERT_EQ(at(9, 1).checkpoint.size(), 2u);
+  EXPECT_EQ(at(9, 1).checkpoint[1].name, "up.weight");
+  {
+    std::vector<Tensor> ins;
+    for (const auto& in : at(8, 1).checkpoint) ins.push_back(ck[in.name]);
+    EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(8, 1), ins, DType::Float32, {8, 8}), g.initializers["qkv"]));
+  }
+  // The binding replays on new values: the slice of a new table is the new source.
+  Tensor wpe_b = random_f32({16, 8}, 11);
+  EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));
+  // --strict-binding makes the listed literal an error.
+  build::BindOptions strict;
+  strict.strict = true;
+  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {}, c, strict); }).find("rope_cache"), std::string::npos);
+  // Scopes from old-style node names decide too.
+  g.nodes[3].metadata.clear();
+  g.nodes[3].name = "/a/norm/Add";
+  EXPECT_EQ(build::bind_checkpoint(g, {}, c, {}).bindings.at({3, 1}).checkpoint.at(0).name, "a.norm.weight");
+  // Two equal candidates in the consumer's scope: the build fails listing them...
+  std::map<std::string, Tensor> ck2 = ck;
+  ck2["a.norm.bias"] = Tensor::empty(DType::Float32, {8});
+  refit::Checkpoint c2 = checkpoint_of(ck2);
+  std::string err = error_of([&] { build::bind_checkpoint(g, {}, c2, {}); });
+  EXPECT_NE(err.find("a.norm.bias a.norm.weight"), std::string::npos) << err;
+  EXPECT_NE(err.find("--bind"), std::string::npos) << err;
+  // No scope at all: no candidate is in scope -> unbound with the candidates, never a guess.
+  g.nodes[3].name = "n3";
+  EXPECT_EQ(build::bind_checkpoint(g, {}, c, {}).bindings.at({3, 1}).status, plan::Binding::Status::Unbound);
+  // ... and --bind settles it.
+  build::BindOptions bo;
+  bo.binds["zeros@3:1"] = "a.norm.bias";
+  EXPECT_EQ(build::bind_checkpoint(g, {}, c2, bo).bindings.at({3, 1}).checkpoint.at(0).name, "a.norm.bias");
+  bo.binds.erase("zeros@3:1");
+  bo.binds["zeros"] = "proj.weight";
+  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {}, c, bo); }).find("does not equal"), std::string::npos);
+}
