@@ -20,6 +20,18 @@ namespace reforge::build {
 
 namespace {
 
+// Inputs that hold learned weights of a parametric operator (not data, not configuration).
+bool is_weight_slot(const std::string& op, size_t slot) {
+  if (op == "Conv" || op == "ConvTranspose" || op == "Gemm") return slot == 1 || slot == 2;
+  if (op == "MatMul") return slot == 1;
+  if (op == "BatchNormalization" || op == "InstanceNormalization" || op == "LayerNormalization" ||
+      op == "RMSNormalization" || op == "GroupNormalization")
+    return slot >= 1;
+  if (op == "PRelu") return slot == 1;
+  return false;
+}
+
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -405,6 +417,20 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
         r.bindings[u].note = "matches no checkpoint tensor and feeds the same node as '" + sibling +
                              "', whose values differ from the checkpoint tensor of that name: probably made by the same fold "
                              "(BatchNorm)";
+      continue;
+    }
+    // A tensor read as the weight of a parametric operator that matches no checkpoint tensor is a
+    // weight the exporter transformed (PyTorch 1.13 folds BatchNorm into conv weights under new
+    // names): keeping it as a literal would make a checkpoint refit silently keep its old values.
+    std::string weight_use;
+    for (const auto& u : uses_of[name]) {
+      const ir::Node& consumer = g.nodes[u.first];
+      if (is_weight_slot(consumer.op_type, u.second)) weight_use = consumer.label();
+    }
+    if (!weight_use.empty()) {
+      for (const auto& u : uses_of[name])
+        r.bindings[u].note = "matches no checkpoint tensor under any supported transform, and it is a weight input of " +
+                             weight_use + ": the exporter probably transformed it (e.g. folded BatchNorm into it)";
       continue;
     }
     const Tensor& t = g.initializers.at(name);
