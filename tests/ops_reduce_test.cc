@@ -17,19 +17,14 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
+#include "support/make_tensor.h"
 
 using namespace reforge;
 using namespace reforge::ops;
 
 namespace {
 
-template <typename T>
-Tensor make(Shape shape, std::vector<T> values) {
-  Tensor t = Tensor::empty(dtype_of<T>, std::move(shape));
-  EXPECT_EQ(static_cast<size_t>(t.numel()), values.size());
-  for (size_t i = 0; i < values.size(); ++i) t.mutable_data<T>()[i] = values[i];
-  return t;
-}
+using test_support::make;
 
 Tensor random_float(Shape shape, unsigned seed) {
   std::mt19937 rng(seed);
