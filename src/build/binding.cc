@@ -1,5 +1,6 @@
 #include "build/binding.h"
 
+#include <omp.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -8,11 +9,13 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "build/fingerprint.h"
 #include "core/dispatch.h"
+#include "ops/transpose2d.h"
 #include "refit/checkpoint_refit.h"
 #include "refit/recipe.h"
 
@@ -89,6 +92,8 @@ struct Form {
   DType cast = DType::Undefined;
   int64_t slice_axis = -1, slice_end = 0;
   int rank() const { return (transpose ? 1 : 0) + (cast != DType::Undefined ? 2 : 0) + (slice_axis >= 0 ? 4 : 0); }
+  auto tie() const { return std::tie(name, transpose, cast, slice_axis, slice_end); }
+  bool operator<(const Form& o) const { return tie() < o.tie(); }
 };
 
 plan::Binding make_binding(const Form& f, const Tensor& t) {
@@ -166,12 +171,31 @@ class Binder {
     return refit::apply_binding(b, {t}, dt, shape);
   }
 
-  // Exactly equal forms of checkpoint tensors, best form per name.
+  // True when form `f` of its checkpoint tensor has exactly the bytes of `v` (same dtype and
+  // element count). Identity (and reshape) is one memcmp; a pure 2-D transpose is compared tile
+  // by tile against the checkpoint tensor without materializing it, stopping at the first
+  // difference (the same bytes the Transpose kernel would write); casts and slices run the
+  // refit's own kernels (refit::apply_binding) and compare the result.
+  bool equals(const Form& f, const Tensor& v) const {
+    const Tensor& t = ckpt_.tensors().at(f.name);
+    if (f.cast == DType::Undefined && f.slice_axis < 0) {
+      if (t.dtype() != v.dtype() || t.numel() != v.numel()) return false;
+      if (!f.transpose) return std::memcmp(t.raw(), v.raw(), v.nbytes()) == 0;
+      ops::Transpose2D tr;
+      tr.rows = t.dim(0), tr.cols = t.dim(1), tr.elem = dtype_size(t.dtype());
+      return ops::transpose_equals(v.raw(), t.raw(), tr, omp_get_max_threads());
+    }
+    Tensor m = materialize(f);
+    return m.dtype() == v.dtype() && m.numel() == v.numel() && std::memcmp(m.raw(), v.raw(), v.nbytes()) == 0;
+  }
+
+  // Exactly equal forms of checkpoint tensors, best form per name. Each candidate form is
+  // confirmed at most once.
   std::map<std::string, Form> matches(const Tensor& v) {
     std::map<std::string, Form> out;
+    std::set<Form> tried;
     auto consider = [&](const Form& f) {
-      Tensor m = materialize(f);
-      if (m.dtype() != v.dtype() || m.numel() != v.numel() || std::memcmp(m.raw(), v.raw(), v.nbytes()) != 0) return;
+      if (!tried.insert(f).second || !equals(f, v)) return;
       auto it = out.find(f.name);
       if (it == out.end() || f.rank() < it->second.rank()) out[f.name] = f;
     };
@@ -226,10 +250,10 @@ class Binder {
           if (it == index_.end()) continue;
           std::vector<Form> hits;
           for (const auto& f : it->second) {
-            if (f.transpose != tr || f.cast != DType::Undefined) continue;
-            Tensor m = materialize(f);
-            if (m.dtype() == part.dtype() && m.shape() == part.shape() && std::memcmp(m.raw(), part.raw(), part.nbytes()) == 0)
-              hits.push_back(f);
+            if (f.transpose != tr || f.cast != DType::Undefined || f.slice_axis >= 0) continue;
+            Shape sh = ckpt_.tensors().at(f.name).shape();
+            if (f.transpose) std::swap(sh[0], sh[1]);
+            if (sh == part.shape() && equals(f, part)) hits.push_back(f);
           }
           if (hits.size() != 1) continue;  // none, or undecidable by value: no concat binding here
           pieces.push_back(hits[0]);

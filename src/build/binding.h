@@ -6,8 +6,11 @@
 // each float type the model uses, and transposed then cast (O(1) per tensor, no full read); a
 // source is bound when one form's bytes all equal it. Sources with no
 // such match are compared with the leading slice of tensors that are larger along one axis (a
-// position table folded to its first rows). Each candidate is confirmed bit for bit with the very
-// kernels the refit replays (refit::apply_binding), so a hash collision cannot bind.
+// position table folded to its first rows). Each candidate is confirmed bit for bit, at most once,
+// so a hash collision cannot bind: identity (and reshape) by memcmp, a 2-D transpose by a tiled,
+// parallel comparison with the checkpoint tensor that never materializes the transposed copy
+// (ops::transpose_equals, the same tiles the Transpose kernel writes), casts and slices with the
+// very kernels the refit replays (refit::apply_binding).
 //
 // A value that equals several checkpoint tensors (exporters merge equal initializers: unit norm
 // weights, zero biases) is decided per use by the consumer node's module scope (node metadata

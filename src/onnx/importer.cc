@@ -67,6 +67,8 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
     fail("tensor '", tp.name(), "': external data '", location, "' is ", file->size(), " bytes, too short for ", need,
          " bytes at offset ", offset);
   const unsigned char* p = file->data() + offset;
+  // Kernels read elements in their natural alignment; a tensor at an odd offset is copied.
+  if (reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) != 0) return Tensor::copy_of(dtype, shape, p);
   return Tensor::wrap(dtype, shape, file, p);
 }
 

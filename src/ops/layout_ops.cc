@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "ops/tensor_common.h"
+#include "ops/transpose2d.h"
 
 namespace reforge::ops {
 namespace {
@@ -36,26 +37,9 @@ void transpose_kernel(KernelContext& ctx) {
     strides[i] = xs[static_cast<size_t>(perm[i])];
   }
   Tensor& y = ctx.allocate_output(0, x.dtype(), out);
-  if (rank == 2 && perm[0] == 1) {  // 2-D: tiled, so both sides stay in cache (weight transposes)
-    const int64_t r = x.dim(0), c = x.dim(1);
-    const size_t e = dtype_size(x.dtype());
-    const auto* src = static_cast<const unsigned char*>(x.raw());
-    auto* dst = static_cast<unsigned char*>(y.mutable_raw());
-    constexpr int64_t kTile = 8;  // power-of-two strides map a taller tile onto one cache set
-    auto tile = [&](auto elem) {
-      using T = decltype(elem);
-      const T* s = reinterpret_cast<const T*>(src);
-      T* d = reinterpret_cast<T*>(dst);
-      for (int64_t i0 = 0; i0 < r; i0 += kTile)
-        for (int64_t j0 = 0; j0 < c; j0 += kTile)
-          for (int64_t i = i0; i < std::min(r, i0 + kTile); ++i)
-            for (int64_t j = j0; j < std::min(c, j0 + kTile); ++j) d[j * r + i] = s[i * c + j];
-    };
-    if (e == 4) return tile(uint32_t{});
-    if (e == 2) return tile(uint16_t{});
-    if (e == 8) return tile(uint64_t{});
-    if (e == 1) return tile(uint8_t{});
-  }
+  // Batched 2-D swaps (weight [in, out] <-> [out, in], attention heads): cache-blocked, parallel.
+  Transpose2D t2;
+  if (as_transpose_2d(x.shape(), perm, dtype_size(x.dtype()), &t2)) return transpose_2d(y.mutable_raw(), x.raw(), t2, ctx.threads());
   strided_copy(y.mutable_raw(), x.raw(), dtype_size(x.dtype()), out, strides, 0);
 }
 

@@ -1,12 +1,15 @@
 #include "refit/checkpoint_refit.h"
 
+#include <omp.h>
+
 #include <set>
 
 #include "refit/recipe.h"
 
 namespace reforge::refit {
 
-Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape) {
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads) {
+  if (threads <= 0) threads = omp_get_max_threads();
   REFORGE_ASSERT(inputs.size() == b.checkpoint.size() && !inputs.empty());
   std::vector<Tensor> steps;
   auto operand = [&](const plan::Operand& o) -> const Tensor* {
@@ -17,7 +20,9 @@ Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, 
   for (const auto& st : b.steps) {
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(operand(o));
-    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1)[0]));
+    const bool movement = st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
+                                                st.op_type == "Cast");
+    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1, movement ? threads : 1)[0]));
   }
   const Tensor& r = steps.empty() ? inputs[0] : steps.back();
   if (r.dtype() != dtype || r.numel() != shape_numel(shape))

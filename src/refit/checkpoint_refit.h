@@ -15,7 +15,9 @@ namespace reforge::refit {
 
 // Applies `b` to `inputs` (one tensor per b.checkpoint entry) and reshapes the result to
 // `shape`. Throws an Error when a step fails or the result has another dtype or element count.
-Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape);
+// Data-movement steps (Transpose, Slice, Concat) and Cast run on `threads` threads (0 = all):
+// their bytes do not depend on it.
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads = 0);
 
 struct CheckpointSources {
   std::map<uint32_t, Tensor> sources;  // by source id, every refittable source

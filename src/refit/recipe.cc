@@ -10,7 +10,7 @@ namespace reforge::refit {
 
 std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op_type, int opset,
                                 const std::map<std::string, ir::Attribute>& attrs,
-                                const std::vector<const Tensor*>& inputs, size_t num_outputs) {
+                                const std::vector<const Tensor*>& inputs, size_t num_outputs, int threads) {
   ir::Node node;
   node.op_type = op_type;
   node.domain = domain;
@@ -21,7 +21,7 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
   for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
   const ops::OpDef* def = ops::OpRegistry::global().find(domain, op_type, opset);
   if (!def) fail("operator ", domain.empty() ? "" : domain + "::", op_type, " (opset ", opset, ") is not available");
-  ops::KernelContext ctx(node, inputs, 1);
+  ops::KernelContext ctx(node, inputs, threads > 1 ? threads : 1);
   def->kernel(ctx);
   for (size_t i = 0; i < num_outputs; ++i)
     if (!ctx.outputs()[i].defined()) fail(node.label(), ": kernel did not produce output ", i);

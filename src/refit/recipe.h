@@ -16,10 +16,11 @@
 namespace reforge::refit {
 
 // Runs one registry operator on constant inputs (null = absent optional input) and returns its
-// outputs. Throws an Error naming the operator when it cannot run.
+// outputs. Throws an Error naming the operator when it cannot run. `threads` > 1 only for
+// operators whose result does not depend on it (data movement, elementwise casts).
 std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op_type, int opset,
                                 const std::map<std::string, ir::Attribute>& attrs,
-                                const std::vector<const Tensor*>& inputs, size_t num_outputs);
+                                const std::vector<const Tensor*>& inputs, size_t num_outputs, int threads = 1);
 
 // Replays `recipe`: `sources` is indexed by source id (only the ones the recipe reads need to
 // be defined), `literals` by literal index.
