@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the bundled default model (a tiny Llama-style decoder exported by PyTorch's
 # dynamo exporter): build a stripped, refittable plan from weights A, refit it from the
-# re-export with weights B (fast, verified against a fresh build, and slow), run it and compare
-# with PyTorch's outputs for B. Run scripts/setup.sh first.
+# re-export with weights B (fast, verified against a fresh build, and slow) and from the
+# safetensors checkpoint B, run it and compare with PyTorch's outputs for B. Run
+# scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=build/reforge
@@ -34,4 +35,9 @@ cmp "$OUT/B_fast.plan" "$OUT/B_slow.plan" && echo "fast and slow refit wrote ide
 
 echo "== 6. run the refit plan and compare with PyTorch's outputs for weights B"
 $R run "$OUT/B_fast.plan" --input input_ids=$IN --expect logits=$REF_B
-echo "times (whole commands, ms): build $(ms $t0 $t1), fast refit + verify $(ms $t2 $t3), slow refit $(ms $t4 $t5)"
+
+echo "== 7. refit straight from a framework checkpoint: bind to checkpoint A at build, refit from checkpoint B"
+$R build $M/A/model.onnx -o "$OUT/bound.plan" --refit --strip-weights --checkpoint models/llama/checkpoint_A.safetensors
+t6=$(now); $R refit "$OUT/bound.plan" --weights models/llama/checkpoint_B.safetensors -o "$OUT/B_ckpt.plan"; t7=$(now)
+$R run "$OUT/B_ckpt.plan" --input input_ids=$IN --expect logits=$REF_B
+echo "times (whole commands, ms): build $(ms $t0 $t1), fast refit + verify $(ms $t2 $t3), slow refit $(ms $t4 $t5), checkpoint refit $(ms $t6 $t7)"
