@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/timing.h"
 #include "build/builder.h"
 #include "build/onnx_refit.h"
 #include "onnx/exporter.h"
@@ -24,9 +25,6 @@ using namespace reforge;
 namespace fs = std::filesystem;
 
 namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 template <typename F>
 double best_of(int n, F&& f) {
   double best = 1e300;

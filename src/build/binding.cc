@@ -1,3 +1,4 @@
+#include "core/timing.h"
 #include "build/binding.h"
 
 #include <omp.h>
@@ -35,9 +36,6 @@ bool is_weight_slot(const std::string& op, size_t slot) {
 }
 
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // Up to 64 elements of `t` (or of its 2-D transpose) at fixed, evenly spaced flat positions of
 // that form. Indexing by this sketch costs O(1) per tensor instead of reading (or transposing)

@@ -1,3 +1,4 @@
+#include "core/timing.h"
 #include "refit/refitter.h"
 
 #include <chrono>
@@ -10,9 +11,6 @@
 namespace reforge::refit {
 
 namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool all_finite(const Tensor& t) {
   if (!is_float(t.dtype())) return true;

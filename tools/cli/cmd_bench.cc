@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "core/timing.h"
 #include "common.h"
 #include "onnx/importer.h"
 #include "plan_loading.h"
@@ -19,9 +20,6 @@ struct BenchArgs {
   int warmup = 3;
   std::vector<std::string> weights;
 };
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 }  // namespace
 
 Runner add_bench(CLI::App& app) {

@@ -1,3 +1,4 @@
+#include "core/timing.h"
 #include "plan_loading.h"
 
 #include <chrono>
@@ -15,12 +16,6 @@
 #include "refit/recipe.h"
 
 namespace reforge::cli {
-
-namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 bool is_plan_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
