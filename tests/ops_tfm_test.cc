@@ -37,35 +37,19 @@ struct NodeBuilder {
     for (size_t i = 0; i < noutputs; ++i) n.outputs.push_back("out" + std::to_string(i));
   }
   NodeBuilder& i(const std::string& k, int64_t v) {
-    ir::Attribute a;
-    a.name = k;
-    a.type = ir::AttrType::Int;
-    a.i = v;
-    n.attrs[k] = a;
+    n.attrs[k] = ir::int_attr(k, v);
     return *this;
   }
   NodeBuilder& f(const std::string& k, float v) {
-    ir::Attribute a;
-    a.name = k;
-    a.type = ir::AttrType::Float;
-    a.f = v;
-    n.attrs[k] = a;
+    n.attrs[k] = ir::float_attr(k, v);
     return *this;
   }
   NodeBuilder& s(const std::string& k, const std::string& v) {
-    ir::Attribute a;
-    a.name = k;
-    a.type = ir::AttrType::String;
-    a.s = v;
-    n.attrs[k] = a;
+    n.attrs[k] = ir::string_attr(k, v);
     return *this;
   }
   NodeBuilder& ints(const std::string& k, std::vector<int64_t> v) {
-    ir::Attribute a;
-    a.name = k;
-    a.type = ir::AttrType::Ints;
-    a.ints = std::move(v);
-    n.attrs[k] = a;
+    n.attrs[k] = ir::ints_attr(k, std::move(v));
     return *this;
   }
 };

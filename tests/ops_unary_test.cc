@@ -19,27 +19,9 @@ namespace {
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-ir::Attribute float_attr(const std::string& name, float v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::Float;
-  a.f = v;
-  return a;
-}
-ir::Attribute int_attr(const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::Int;
-  a.i = v;
-  return a;
-}
-ir::Attribute string_attr(const std::string& name, const std::string& v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::String;
-  a.s = v;
-  return a;
-}
+using ir::float_attr;
+using ir::int_attr;
+using ir::string_attr;
 
 // Runs one node of `op` on `inputs` (nullptr = absent optional input) and returns output 0.
 Tensor run(const std::string& op, std::vector<const Tensor*> inputs, std::vector<ir::Attribute> attrs = {},

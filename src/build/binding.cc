@@ -58,20 +58,8 @@ uint64_t key_of(const Tensor& sample, size_t form_nbytes) {
   return XXH3_64bits_withSeed(sample.raw(), sample.nbytes(), form_nbytes);
 }
 
-ir::Attribute ints_attr(const std::string& name, std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::Ints;
-  a.ints = std::move(v);
-  return a;
-}
-ir::Attribute int_attr(const std::string& name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::Int;
-  a.i = v;
-  return a;
-}
+using ir::int_attr;
+using ir::ints_attr;
 
 plan::RecipeStep step(const std::string& op, std::map<std::string, ir::Attribute> attrs, std::vector<plan::Operand> ins) {
   plan::RecipeStep s;

@@ -24,6 +24,46 @@ const char* attr_type_name(AttrType t) {
 }
 }  // namespace
 
+Attribute int_attr(const std::string& name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.type = AttrType::Int;
+  a.i = v;
+  return a;
+}
+
+Attribute float_attr(const std::string& name, float v) {
+  Attribute a;
+  a.name = name;
+  a.type = AttrType::Float;
+  a.f = v;
+  return a;
+}
+
+Attribute string_attr(const std::string& name, const std::string& v) {
+  Attribute a;
+  a.name = name;
+  a.type = AttrType::String;
+  a.s = v;
+  return a;
+}
+
+Attribute ints_attr(const std::string& name, std::vector<int64_t> v) {
+  Attribute a;
+  a.name = name;
+  a.type = AttrType::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+
+Attribute tensor_attr(const std::string& name, Tensor v) {
+  Attribute a;
+  a.name = name;
+  a.type = AttrType::Tensor;
+  a.t = std::move(v);
+  return a;
+}
+
 const Attribute* Node::attr(const std::string& n) const {
   auto it = attrs.find(n);
   return it == attrs.end() ? nullptr : &it->second;

@@ -36,6 +36,13 @@ struct Attribute {
   std::shared_ptr<Graph> g;
 };
 
+// Attribute factories, for passes and tests that build nodes by hand.
+Attribute int_attr(const std::string& name, int64_t v);
+Attribute float_attr(const std::string& name, float v);
+Attribute string_attr(const std::string& name, const std::string& v);
+Attribute ints_attr(const std::string& name, std::vector<int64_t> v);
+Attribute tensor_attr(const std::string& name, Tensor v);
+
 struct Node {
   std::string name;
   std::string op_type;

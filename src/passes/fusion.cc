@@ -58,12 +58,7 @@ void fold_batchnorm_into_conv(BuildState& s) {
       z.kind = plan::WeightKind::Literal;
       s.consts[bias] = std::move(z);
     }
-    std::map<std::string, ir::Attribute> attrs;
-    ir::Attribute eps;
-    eps.name = "epsilon";
-    eps.type = ir::AttrType::Float;
-    eps.f = bn.attr_float("epsilon", 1e-5f);
-    attrs["epsilon"] = eps;
+    std::map<std::string, ir::Attribute> attrs = {{"epsilon", ir::float_attr("epsilon", bn.attr_float("epsilon", 1e-5f))}};
     std::string wname = s.fresh_name(conv.inputs[1] + ".bn_folded");
     std::string bname = s.fresh_name(bn.outputs[0] + ".bn_folded_bias");
     s.consts[wname] = s.fold("reforge", "BnFoldWeight", 1, attrs, {conv.inputs[1], bn.inputs[1], bn.inputs[4]}, 1, 0);
