@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/dnnl_matmul.h"
+#include "core/dispatch.h"
 #include "core/tensor.h"
 #include "ops/registry.h"
 
@@ -64,5 +65,22 @@ void store_floats(const std::vector<float>& v, Tensor& out);
 
 // Row-major strides of `shape`.
 std::vector<int64_t> strides_of(const Shape& shape);
+
+struct Moments {
+  double mean = 0;
+  double variance = 0;  // population variance
+};
+// Mean and variance of x[0..n) in double precision, two passes (exact enough for the norms).
+template <typename T>
+Moments moments(const T* x, int64_t n) {
+  double s = 0, q = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(to_compute(x[i]));
+  const double m = s / static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double dv = static_cast<double>(to_compute(x[i])) - m;
+    q += dv * dv;
+  }
+  return {m, q / static_cast<double>(n)};
+}
 
 }  // namespace reforge::ops::nn

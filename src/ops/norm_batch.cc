@@ -162,14 +162,9 @@ void instance_norm_kernel(KernelContext& ctx) {
       const int64_t c = nc % C;
       const T* xp = x + nc * inner;
       T* yp = y + nc * inner;
-      double s = 0, q = 0;
-      for (int64_t i = 0; i < inner; ++i) s += static_cast<double>(to_compute(xp[i]));
-      const double m = s / static_cast<double>(inner);
-      for (int64_t i = 0; i < inner; ++i) {
-        const double dv = static_cast<double>(to_compute(xp[i])) - m;
-        q += dv * dv;
-      }
-      const double a = scale[c] / std::sqrt(q / static_cast<double>(inner) + eps);
+      const Moments mo = moments(xp, inner);
+      const double m = mo.mean;
+      const double a = scale[c] / std::sqrt(mo.variance + eps);
       const A av = static_cast<A>(a), bv = static_cast<A>(bias[c] - m * a);
       for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
     }

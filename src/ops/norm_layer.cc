@@ -86,14 +86,9 @@ void layer_norm_kernel(KernelContext& ctx) {
     for (int64_t r = 0; r < outer; ++r) {
       const T* xp = x + r * inner;
       T* yp = y + r * inner;
-      double s = 0, q = 0;
-      for (int64_t i = 0; i < inner; ++i) s += static_cast<double>(to_compute(xp[i]));
-      const double m = s / static_cast<double>(inner);
-      for (int64_t i = 0; i < inner; ++i) {
-        const double dv = static_cast<double>(to_compute(xp[i])) - m;
-        q += dv * dv;
-      }
-      const double inv = 1.0 / std::sqrt(q / static_cast<double>(inner) + eps);
+      const Moments mo = moments(xp, inner);
+      const double m = mo.mean;
+      const double inv = 1.0 / std::sqrt(mo.variance + eps);
       means[r] = m;
       invs[r] = inv;
       const A* sp = scale.data() + (full ? r * inner : 0);
