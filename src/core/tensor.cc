@@ -30,6 +30,12 @@ std::string shape_str(const Shape& shape) {
 }
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
+  Tensor t = uninitialized(dtype, std::move(shape));
+  std::memset(t.mutable_raw(), 0, ((t.nbytes() + 63) / 64) * 64);
+  return t;
+}
+
+Tensor Tensor::uninitialized(DType dtype, Shape shape) {
   REFORGE_CHECK(is_supported(dtype), "tensors of type ", dtype_name(dtype), " are not supported");
   Tensor t;
   t.dtype_ = dtype;
@@ -45,7 +51,6 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
   if (!p) fail("out of memory allocating ", bytes, " bytes for tensor ", shape_str(t.shape_));
-  std::memset(p, 0, alloc);
   t.owner_ = std::shared_ptr<const void>(p, [](const void* q) { std::free(const_cast<void*>(q)); });
   t.data_ = p;
   return t;

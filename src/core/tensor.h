@@ -29,6 +29,9 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-initialized, 64-byte aligned storage.
   static Tensor empty(DType dtype, Shape shape);
+  // Allocates 64-byte aligned storage whose contents are undefined (the caller writes every
+  // element): for kernel outputs, where zero-filling first would cost a pass over memory.
+  static Tensor uninitialized(DType dtype, Shape shape);
   // Wraps memory owned by `owner` (which must keep `data` alive); no copy.
   static Tensor wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
   // Copies `nbytes` from data.

@@ -11,7 +11,14 @@ const Tensor& KernelContext::input(size_t i) const {
 
 Tensor& KernelContext::allocate_output(size_t i, DType dtype, Shape shape) {
   REFORGE_ASSERT(i < outputs_.size());
-  outputs_[i] = Tensor::empty(dtype, std::move(shape));
+  outputs_[i] = allocator_ ? allocator_->allocate(i, dtype, std::move(shape), true) : Tensor::empty(dtype, std::move(shape));
+  return outputs_[i];
+}
+
+Tensor& KernelContext::allocate_output_uninit(size_t i, DType dtype, Shape shape) {
+  REFORGE_ASSERT(i < outputs_.size());
+  outputs_[i] = allocator_ ? allocator_->allocate(i, dtype, std::move(shape), false)
+                           : Tensor::uninitialized(dtype, std::move(shape));
   return outputs_[i];
 }
 

@@ -20,10 +20,19 @@
 
 namespace reforge::ops {
 
+// Where kernel outputs live. The executor plugs in its activation arena; without one, outputs
+// are fresh heap allocations. `zero` asks for zero-filled memory.
+class OutputAllocator {
+ public:
+  virtual ~OutputAllocator() = default;
+  virtual Tensor allocate(size_t output_index, DType dtype, Shape shape, bool zero) = 0;
+};
+
 class KernelContext {
  public:
-  KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, int threads)
-      : node_(node), inputs_(std::move(inputs)), outputs_(node.outputs.size()), threads_(threads) {}
+  KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, int threads,
+                OutputAllocator* allocator = nullptr)
+      : node_(node), inputs_(std::move(inputs)), outputs_(node.outputs.size()), threads_(threads), allocator_(allocator) {}
 
   const ir::Node& node() const { return node_; }
   int opset() const { return node_.opset; }
@@ -38,6 +47,9 @@ class KernelContext {
   bool output_wanted(size_t i) const { return i < node_.outputs.size() && !node_.outputs[i].empty(); }
   // Allocates output i (zero-filled) and returns it for writing.
   Tensor& allocate_output(size_t i, DType dtype, Shape shape);
+  // Allocates output i with undefined contents: for kernels that write every element (the
+  // common case; saves a pass over the output).
+  Tensor& allocate_output_uninit(size_t i, DType dtype, Shape shape);
   // Sets output i to an existing tensor (aliasing is fine: tensors are immutable once produced).
   void set_output(size_t i, Tensor t);
   std::vector<Tensor>& outputs() { return outputs_; }
@@ -54,6 +66,7 @@ class KernelContext {
   std::vector<const Tensor*> inputs_;
   std::vector<Tensor> outputs_;
   int threads_;
+  OutputAllocator* allocator_;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;

@@ -7,6 +7,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/timing.h"
 #include "ops/registry.h"
 
 namespace reforge::runtime {
@@ -37,6 +38,8 @@ struct Engine::Impl {
   std::vector<int> output_slots;  // per graph output
   size_t num_slots = 0;
   int threads = 1;
+  mutable std::mutex profile_mutex;
+  mutable std::vector<NodeProfile> profile;  // per step, when options.profile
 };
 
 std::vector<std::string> unsupported_nodes(const ir::Graph& graph) {
@@ -113,6 +116,9 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
       st.outputs.push_back(new_slot(o));
     }
     m.steps.push_back(std::move(st));
+    if (m.options.profile)
+      m.profile.push_back({n.name.empty() ? "#" + std::to_string(idx) : n.name,
+                           n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, 0, 0.0});
   }
   for (const auto& out : m.graph.outputs) {
     auto it = slot_of.find(out.name);
@@ -207,7 +213,10 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
 
   omp_set_num_threads(m.threads);
   std::vector<const Tensor*> in_ptrs;
-  for (const Step& st : m.steps) {
+  std::vector<double> step_ms(m.options.profile ? m.steps.size() : 0);
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    const Step& st = m.steps[si];
+    auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const ir::Node& node = m.graph.nodes[st.node_index];
     in_ptrs.clear();
     for (int v : st.inputs) {
@@ -235,11 +244,24 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
       values[static_cast<size_t>(slot)] = std::move(out);
     }
     for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+    if (m.options.profile) step_ms[si] = ms_since(started);
+  }
+  if (m.options.profile) {
+    std::lock_guard<std::mutex> lock(m.profile_mutex);
+    for (size_t si = 0; si < step_ms.size(); ++si) {
+      m.profile[si].calls += 1;
+      m.profile[si].total_ms += step_ms[si];
+    }
   }
   std::vector<Tensor> outs;
   outs.reserve(m.output_slots.size());
   for (int s : m.output_slots) outs.push_back(values[static_cast<size_t>(s)]);
   return outs;
+}
+
+std::vector<NodeProfile> Engine::profile() const {
+  std::lock_guard<std::mutex> lock(impl_->profile_mutex);
+  return impl_->profile;
 }
 
 std::vector<std::string> Engine::missing_constants() const {

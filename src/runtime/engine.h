@@ -18,7 +18,16 @@
 namespace reforge::runtime {
 
 struct EngineOptions {
-  int threads = 0;  // 0 = all cores
+  int threads = 0;       // 0 = all cores
+  bool profile = false;  // time every node (see Engine::profile)
+};
+
+// Time spent in one node over all runs since the engine was made (EngineOptions::profile).
+struct NodeProfile {
+  std::string node;     // node name or "#index"
+  std::string op_type;  // "Domain::Op" outside the ONNX domain
+  int64_t calls = 0;
+  double total_ms = 0;
 };
 
 class Engine {
@@ -45,6 +54,9 @@ class Engine {
   // only the new one. Every name must be a constant of the engine with the same dtype and shape
   // (checked before anything changes).
   void replace_constants(const std::map<std::string, Tensor>& values);
+
+  // Per-node timings in execution order (empty unless EngineOptions::profile).
+  std::vector<NodeProfile> profile() const;
 
  private:
   struct Impl;

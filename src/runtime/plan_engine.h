@@ -26,6 +26,7 @@ class PlanEngine {
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
   const std::vector<ir::ValueInfo>& inputs() const { return engine_.inputs(); }
   const std::vector<ir::ValueInfo>& outputs() const { return engine_.outputs(); }
+  std::vector<NodeProfile> profile() const { return engine_.profile(); }
 
   // The plan's metadata (the weight data in it is the build-time data, not the current one).
   const plan::Plan& plan() const { return plan_; }

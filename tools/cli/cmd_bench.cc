@@ -1,8 +1,11 @@
 // `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]`
-// Times runs in process after warm-up; the last line printed is JSON.
+// Times runs in process after warm-up; the last line printed is JSON. --profile prints where
+// the time went (per op type and the slowest nodes) to stderr first.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "core/timing.h"
 #include "common.h"
@@ -19,7 +22,45 @@ struct BenchArgs {
   int iterations = 20;
   int warmup = 3;
   std::vector<std::string> weights;
+  bool profile = false;
 };
+
+// Per op type (sorted by time) and the slowest nodes, from the engine's per-node timings.
+void print_profile(const std::vector<runtime::NodeProfile>& nodes, std::ostream& os) {
+  struct Row {
+    int64_t nodes = 0, calls = 0;
+    double ms = 0;
+  };
+  std::map<std::string, Row> by_op;
+  double total = 0;
+  for (const auto& n : nodes) {
+    Row& r = by_op[n.op_type];
+    r.nodes += 1;
+    r.calls += n.calls;
+    r.ms += n.total_ms;
+    total += n.total_ms;
+  }
+  int64_t runs = nodes.empty() ? 0 : nodes.front().calls;
+  if (runs == 0 || total <= 0) return;
+  std::vector<std::pair<std::string, Row>> rows(by_op.begin(), by_op.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  char line[256];
+  os << "profile over " << runs << " runs (" << total / static_cast<double>(runs) << " ms per run in kernels)\n";
+  os << "  op type                      nodes   ms/run     share\n";
+  for (const auto& [op, r] : rows) {
+    std::snprintf(line, sizeof line, "  %-28s %5lld %8.3f %8.1f%%\n", op.c_str(), static_cast<long long>(r.nodes),
+                  r.ms / static_cast<double>(runs), 100.0 * r.ms / total);
+    os << line;
+  }
+  std::vector<runtime::NodeProfile> slow(nodes.begin(), nodes.end());
+  std::sort(slow.begin(), slow.end(), [](const auto& a, const auto& b) { return a.total_ms > b.total_ms; });
+  os << "  slowest nodes:\n";
+  for (size_t i = 0; i < slow.size() && i < 10; ++i) {
+    std::snprintf(line, sizeof line, "    %-40s %-20s %8.3f ms/run\n", slow[i].node.c_str(), slow[i].op_type.c_str(),
+                  slow[i].total_ms / static_cast<double>(runs));
+    os << line;
+  }
+}
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -30,6 +71,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
@@ -37,6 +79,7 @@ Runner add_bench(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.quiet = true;
+    lo.profile = a->profile;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);
@@ -47,6 +90,7 @@ Runner add_bench(CLI::App& app) {
       engine.run(inputs);
       times.push_back(ms_since(t));
     }
+    if (a->profile) print_profile(engine.profile(), std::cerr);
     std::sort(times.begin(), times.end());
     double median = times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
     std::cout << "{\"median_ms\": " << median << ", \"min_ms\": " << times.front() << ", \"max_ms\": " << times.back()

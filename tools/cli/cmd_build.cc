@@ -1,6 +1,8 @@
 // `reforge build MODEL.onnx -o OUT.plan [--refit | --refit-identical | --refit-individual PATTERN...]
-//                          [--strip-weights] [--literal NAME...] [--print-passes]
+//                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N]
 //                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
+#include <omp.h>
+
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -20,6 +22,7 @@ struct BuildArgs {
   std::vector<std::string> individual, literals, checkpoints, binds;
   std::string bind_file;
   bool strict_binding = false;
+  int threads = 0;
 };
 }  // namespace
 
@@ -39,7 +42,10 @@ Runner add_build(CLI::App& app) {
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
   app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME}");
   app.add_flag("--strict-binding", a->strict_binding, "float initializers that match no checkpoint tensor are errors");
+  app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
+      ->check(CLI::NonNegativeNumber);
   return [a]() {
+    if (a->threads > 0) omp_set_num_threads(a->threads);
     build::BuildOptions o;
     o.mode = a->refit ? plan::BuildMode::Refit
              : a->identical ? plan::BuildMode::RefitIdentical

@@ -27,6 +27,7 @@ bool is_plan_file(const std::string& path) {
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& o) {
   runtime::EngineOptions eo;
   eo.threads = o.threads;
+  eo.profile = o.profile;
   plan::Plan p;
   if (is_plan_file(path)) {
     p = plan::read_plan(path);

@@ -19,6 +19,7 @@ struct LoadOptions {
   bool slow = false;                 // slow refit: rebuild from the new model
   bool verify = false;               // run fast and slow, compare every engine weight
   bool quiet = false;                // do not print refit phases
+  bool profile = false;              // time every node (runtime::EngineOptions::profile)
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
