@@ -23,6 +23,12 @@ struct Step {
   std::vector<int> free_after;  // slots whose last use is this step
 };
 
+// The engine's weights and what kernels prepared from them: swapped as one (copy on write).
+struct ConstantSet {
+  std::vector<Tensor> values;                         // slot -> value (undefined: computed or missing)
+  std::vector<std::shared_ptr<const void>> prepared;  // step -> OpDef::prepare result
+};
+
 }  // namespace
 
 struct Engine::Impl {
@@ -33,7 +39,13 @@ struct Engine::Impl {
   std::unordered_map<std::string, int> const_slot;
   std::unordered_map<std::string, std::pair<DType, Shape>> const_desc;  // declared dtype/shape when known
   mutable std::mutex constants_mutex;
-  std::shared_ptr<const std::vector<Tensor>> constants;  // slot -> value (undefined: computed or missing)
+  std::mutex writer_mutex;
+  std::shared_ptr<const ConstantSet> constants;
+  std::vector<size_t> preparing_steps;  // steps whose op has a prepare step and a constant input
+
+  // Runs the prepare step of every step in `which` against `values`.
+  void prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
+               std::vector<std::shared_ptr<const void>>& prepared) const;
   std::vector<int> input_slots;   // per graph input
   std::vector<int> output_slots;  // per graph output
   size_t num_slots = 0;
@@ -67,11 +79,11 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   std::vector<size_t> order = m.graph.topological_order();
 
   std::unordered_map<std::string, int> slot_of;
-  auto consts = std::make_shared<std::vector<Tensor>>();
+  auto consts = std::make_shared<ConstantSet>();
   auto new_slot = [&](const std::string& name) {
     int s = static_cast<int>(m.num_slots++);
     slot_of[name] = s;
-    consts->emplace_back();
+    consts->values.emplace_back();
     m.is_const.push_back(false);
     return s;
   };
@@ -82,12 +94,11 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (const auto& [name, t] : m.graph.initializers) {
     if (slot_of.count(name)) continue;
     int slot = new_slot(name);
-    (*consts)[static_cast<size_t>(slot)] = t;
+    consts->values[static_cast<size_t>(slot)] = t;
     m.is_const[static_cast<size_t>(slot)] = true;
     m.const_slot[name] = slot;
     if (t.defined()) m.const_desc[name] = {t.dtype(), t.shape()};
   }
-  m.constants = consts;
   // The engine's constant table owns the weights from here on; the graph keeps only structure,
   // so a refit that replaces them frees the old tensors.
   for (auto& [name, t] : m.graph.initializers) t = Tensor();
@@ -120,6 +131,17 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
       m.profile.push_back({n.name.empty() ? "#" + std::to_string(idx) : n.name,
                            n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, 0, 0.0});
   }
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    if (!m.steps[si].def->prepare) continue;
+    for (int v : m.steps[si].inputs)
+      if (v >= 0 && m.is_const[static_cast<size_t>(v)]) {
+        m.preparing_steps.push_back(si);
+        break;
+      }
+  }
+  consts->prepared.resize(m.steps.size());
+  m.prepare(consts->values, m.preparing_steps, consts->prepared);
+  m.constants = consts;
   for (const auto& out : m.graph.outputs) {
     auto it = slot_of.find(out.name);
     if (it == slot_of.end()) fail("graph output '", out.name, "' is not produced by any node");
@@ -134,6 +156,31 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
     if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+}
+
+void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
+                           std::vector<std::shared_ptr<const void>>& prepared) const {
+  for (size_t si : which) {
+    const Step& st = steps[si];
+    const ir::Node& node = graph.nodes[st.node_index];
+    std::vector<const Tensor*> cins(st.inputs.size(), nullptr);
+    bool complete = true;
+    for (size_t i = 0; i < st.inputs.size(); ++i) {
+      int v = st.inputs[i];
+      if (v < 0 || !is_const[static_cast<size_t>(v)]) continue;
+      if (!values[static_cast<size_t>(v)].defined()) complete = false;  // stripped: prepared at refit
+      cins[i] = &values[static_cast<size_t>(v)];
+    }
+    prepared[si] = nullptr;
+    if (!complete) continue;
+    try {
+      prepared[si] = st.def->prepare(node, cins);
+    } catch (Error& e) {
+      throw e.with_context("while preparing the weights of " + node.label());
+    } catch (const std::bad_alloc&) {
+      fail("out of memory while preparing the weights of ", node.label());
+    }
+  }
 }
 
 Engine::~Engine() = default;
@@ -200,15 +247,15 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     check_input(vi, it->second, symbols);
     values[static_cast<size_t>(m.input_slots[i])] = it->second;
   }
-  std::shared_ptr<const std::vector<Tensor>> consts;
+  std::shared_ptr<const ConstantSet> consts;
   {
     std::lock_guard<std::mutex> lock(m.constants_mutex);
     consts = m.constants;
   }
   for (size_t v = 0; v < m.num_slots; ++v) {
     if (!m.is_const[v]) continue;
-    if (!(*consts)[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
-    values[v] = (*consts)[v];
+    if (!consts->values[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
+    values[v] = consts->values[v];
   }
 
   omp_set_num_threads(m.threads);
@@ -228,7 +275,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
       REFORGE_ASSERT(t.defined());
       in_ptrs.push_back(&t);
     }
-    ops::KernelContext ctx(node, in_ptrs, m.threads);
+    ops::KernelContext ctx(node, in_ptrs, m.threads, nullptr, consts->prepared[si].get());
     try {
       st.def->kernel(ctx);
     } catch (Error& e) {
@@ -268,7 +315,7 @@ std::vector<std::string> Engine::missing_constants() const {
   std::lock_guard<std::mutex> lock(impl_->constants_mutex);
   std::vector<std::string> out;
   for (const auto& [name, slot] : impl_->const_slot)
-    if (!(*impl_->constants)[static_cast<size_t>(slot)].defined()) out.push_back(name);
+    if (!impl_->constants->values[static_cast<size_t>(slot)].defined()) out.push_back(name);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -277,15 +324,23 @@ Tensor Engine::constant(const std::string& name) const {
   auto it = impl_->const_slot.find(name);
   if (it == impl_->const_slot.end()) return Tensor();
   std::lock_guard<std::mutex> lock(impl_->constants_mutex);
-  return (*impl_->constants)[static_cast<size_t>(it->second)];
+  return impl_->constants->values[static_cast<size_t>(it->second)];
 }
 
 bool Engine::has_constant(const std::string& name) const { return impl_->const_slot.count(name) != 0; }
 
 void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.constants_mutex);
-  auto next = std::make_shared<std::vector<Tensor>>(*m.constants);
+  // Writers queue on writer_mutex; runs take constants_mutex only to copy the pointer, so they
+  // are not held up while a refit re-packs.
+  std::lock_guard<std::mutex> writer(m.writer_mutex);
+  std::shared_ptr<const ConstantSet> current;
+  {
+    std::lock_guard<std::mutex> lock(m.constants_mutex);
+    current = m.constants;
+  }
+  auto next = std::make_shared<ConstantSet>(*current);
+  std::vector<bool> changed(m.num_slots, false);
   for (const auto& [name, t] : values) {
     auto it = m.const_slot.find(name);
     if (it == m.const_slot.end()) fail("'", name, "' is not an engine weight");
@@ -293,8 +348,20 @@ void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
     if (d != m.const_desc.end() && (d->second.first != t.dtype() || d->second.second != t.shape()))
       fail("engine weight '", name, "' is ", dtype_name(d->second.first), shape_str(d->second.second), ", the replacement is ",
            t.describe());
-    (*next)[static_cast<size_t>(it->second)] = t;
+    next->values[static_cast<size_t>(it->second)] = t;
+    changed[static_cast<size_t>(it->second)] = true;
   }
+  // Re-prepare (re-pack) every step that reads a replaced constant, before anything is visible:
+  // a failure here leaves the engine on its old weights.
+  std::vector<size_t> redo;
+  for (size_t si : m.preparing_steps)
+    for (int v : m.steps[si].inputs)
+      if (v >= 0 && changed[static_cast<size_t>(v)]) {
+        redo.push_back(si);
+        break;
+      }
+  m.prepare(next->values, redo, next->prepared);
+  std::lock_guard<std::mutex> lock(m.constants_mutex);
   m.constants = std::move(next);
 }
 
