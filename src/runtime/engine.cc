@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "core/timing.h"
 #include "ops/registry.h"
+#include "runtime/arena.h"
 
 namespace reforge::runtime {
 
@@ -50,6 +52,10 @@ struct Engine::Impl {
   std::vector<int> output_slots;  // per graph output
   size_t num_slots = 0;
   int threads = 1;
+  // Per step and output: the last step that reads the value (arena::Recorder::kEscapes for
+  // graph outputs), for planning the activation arena.
+  std::vector<std::vector<size_t>> value_last_use;
+  mutable arena::PlanCache arenas;
   mutable std::mutex profile_mutex;
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
 };
@@ -156,6 +162,12 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
     if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+  m.value_last_use.resize(m.steps.size());
+  for (size_t s = 0; s < m.steps.size(); ++s)
+    for (int v : m.steps[s].outputs) {
+      int lu = v < 0 ? -1 : last_use[static_cast<size_t>(v)];
+      m.value_last_use[s].push_back(lu == -2 ? arena::Recorder::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
+    }
 }
 
 void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
@@ -258,6 +270,26 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     values[v] = consts->values[v];
   }
 
+  // Activations: from the arena planned for these input shapes, or recorded to plan one.
+  std::string signature;
+  for (int slot : m.input_slots) {
+    const Tensor& t = values[static_cast<size_t>(slot)];
+    signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
+  }
+  std::shared_ptr<arena::PlanCache::Entry> arena_entry = m.options.arena ? m.arenas.find(signature) : nullptr;
+  std::optional<arena::Recorder> recorder;
+  std::optional<arena::ArenaAllocator> arena_alloc;
+  std::shared_ptr<arena::Buffer> arena_buffer;
+  if (arena_entry) {
+    arena_buffer = arena::PlanCache::take(*arena_entry);
+    arena_alloc.emplace(*arena_entry->plan, arena_buffer);
+  } else if (m.options.arena) {
+    recorder.emplace(m.steps.size());
+  }
+  ops::OutputAllocator* allocator = arena_alloc ? static_cast<ops::OutputAllocator*>(&*arena_alloc)
+                                    : recorder  ? static_cast<ops::OutputAllocator*>(&*recorder)
+                                                : nullptr;
+
   omp_set_num_threads(m.threads);
   std::vector<const Tensor*> in_ptrs;
   std::vector<double> step_ms(m.options.profile ? m.steps.size() : 0);
@@ -275,7 +307,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
       REFORGE_ASSERT(t.defined());
       in_ptrs.push_back(&t);
     }
-    ops::KernelContext ctx(node, in_ptrs, m.threads, nullptr, consts->prepared[si].get());
+    ops::KernelContext ctx(node, in_ptrs, m.threads, allocator, consts->prepared[si].get());
+    if (arena_alloc) arena_alloc->begin_step(si);
+    if (recorder) recorder->begin_step(si);
     try {
       st.def->kernel(ctx);
     } catch (Error& e) {
@@ -283,6 +317,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     } catch (const std::bad_alloc&) {
       fail("out of memory while running ", node.label());
     }
+    if (arena_alloc) arena_alloc->placed(si, ctx.outputs());
+    if (recorder) recorder->produced(si, ctx.outputs());
     for (size_t o = 0; o < st.outputs.size(); ++o) {
       int slot = st.outputs[o];
       if (slot < 0) continue;
@@ -302,7 +338,17 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
   }
   std::vector<Tensor> outs;
   outs.reserve(m.output_slots.size());
-  for (int s : m.output_slots) outs.push_back(values[static_cast<size_t>(s)]);
+  for (int s : m.output_slots) {
+    const Tensor& t = values[static_cast<size_t>(s)];
+    // The plan keeps graph outputs off the arena; this copy only guards against the unplanned.
+    outs.push_back(arena_alloc && arena_alloc->in_arena(t) ? t.clone() : t);
+  }
+  values.clear();
+  if (arena_alloc) {
+    arena_alloc.reset();
+    arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
+  }
+  if (recorder) m.arenas.insert(signature, recorder->plan(m.value_last_use));
   return outs;
 }
 

@@ -28,6 +28,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   runtime::EngineOptions eo;
   eo.threads = o.threads;
   eo.profile = o.profile;
+  eo.arena = o.arena;
   plan::Plan p;
   if (is_plan_file(path)) {
     p = plan::read_plan(path);
