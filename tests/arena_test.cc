@@ -162,3 +162,41 @@ TEST(ArenaEngine, ConcurrentRunsAgree) {
 }
 
 }  // namespace
+
+namespace {
+
+// Shape subgraphs are memoized per input signature and constant set: a refit of a constant they
+// read, or another input shape, must give fresh values; a caller writing into an output must not
+// change what the next run returns.
+TEST(ArenaEngine, ShapeMemoFollowsShapesAndRefits) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{-1, "n"}, ir::Dim{3}}});
+  g.initializers["w"] = test_support::make<float>({2}, {10.f, 100.f});
+  g.nodes.push_back(node("Shape", {"x"}, {"s"}));
+  ir::Node cast = node("Cast", {"s"}, {"sf"});
+  cast.attrs["to"] = ir::int_attr("to", 1);
+  g.nodes.push_back(cast);
+  g.nodes.push_back(node("Mul", {"sf", "w"}, {"scaled"}));  // shape-derived and a constant
+  g.nodes.push_back(node("Relu", {"x"}, {"r"}));
+  g.outputs.push_back({"scaled", DType::Float32, false, {}});
+  g.outputs.push_back({"r", DType::Float32, false, {}});
+  runtime::Engine e(g);
+  auto run_n = [&](int64_t n) {
+    Tensor x = Tensor::empty(DType::Float32, {n, 3});
+    return e.run({{"x", x}})[0];
+  };
+  for (int round = 0; round < 3; ++round) {
+    Tensor a = run_n(4), b = run_n(7);
+    EXPECT_EQ(a.data<float>()[0], 40.f);
+    EXPECT_EQ(a.data<float>()[1], 300.f);
+    EXPECT_EQ(b.data<float>()[0], 70.f);
+    a.mutable_data<float>()[0] = -1.f;  // the caller owns its copy
+  }
+  e.replace_constants({{"w", test_support::make<float>({2}, {2.f, 5.f})}});
+  Tensor c = run_n(4);
+  EXPECT_EQ(c.data<float>()[0], 8.f);
+  EXPECT_EQ(c.data<float>()[1], 15.f);
+}
+
+}  // namespace

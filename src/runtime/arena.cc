@@ -182,7 +182,7 @@ std::shared_ptr<PlanCache::Entry> PlanCache::find(const std::string& signature) 
   return it == entries_.end() ? nullptr : it->second;
 }
 
-void PlanCache::insert(const std::string& signature, std::shared_ptr<const Plan> plan) {
+void PlanCache::insert(const std::string& signature, std::shared_ptr<const Plan> plan, std::shared_ptr<const Memo> memo) {
   // Bounded: a server fed ever-changing shapes keeps at most this many layouts (and their
   // pooled buffers); entries in use stay alive through their shared_ptr.
   constexpr size_t kMaxSignatures = 16;
@@ -192,7 +192,18 @@ void PlanCache::insert(const std::string& signature, std::shared_ptr<const Plan>
   if (!slot) {
     slot = std::make_shared<Entry>();
     slot->plan = std::move(plan);
+    slot->memo = std::move(memo);
   }
+}
+
+std::shared_ptr<const PlanCache::Memo> PlanCache::memo(Entry& e, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  return e.memo && e.memo->generation == generation ? e.memo : nullptr;
+}
+
+void PlanCache::set_memo(Entry& e, std::shared_ptr<const Memo> memo) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  e.memo = std::move(memo);
 }
 
 std::shared_ptr<Buffer> PlanCache::take(Entry& e) {

@@ -103,13 +103,23 @@ class ArenaAllocator : public ops::OutputAllocator {
 // Plans per input signature, and a pool of buffers per plan; thread-safe.
 class PlanCache {
  public:
+  // Outputs of the steps that depend only on input shapes and constants (the engine's shape
+  // subgraphs), for the constant set of `generation`.
+  struct Memo {
+    uint64_t generation = 0;
+    std::vector<std::vector<Tensor>> outputs;  // per step; empty for steps not memoized
+  };
   struct Entry {
     std::shared_ptr<const Plan> plan;
     std::mutex mu;
     std::vector<std::shared_ptr<Buffer>> free;
+    std::shared_ptr<const Memo> memo;
   };
   std::shared_ptr<Entry> find(const std::string& signature) const;
-  void insert(const std::string& signature, std::shared_ptr<const Plan> plan);
+  void insert(const std::string& signature, std::shared_ptr<const Plan> plan, std::shared_ptr<const Memo> memo);
+  // The memo of `e` if it was made for constants of `generation`.
+  static std::shared_ptr<const Memo> memo(Entry& e, uint64_t generation);
+  static void set_memo(Entry& e, std::shared_ptr<const Memo> memo);
   // A buffer for one run, from the pool or new.
   static std::shared_ptr<Buffer> take(Entry& e);
   // Returns `b` to the pool unless a tensor still uses it (then it is freed with that tensor).

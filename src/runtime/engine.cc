@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <set>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -25,8 +27,15 @@ struct Step {
   std::vector<int> free_after;  // slots whose last use is this step
 };
 
+// A process-wide counter: every constant set gets a generation no other set has had.
+uint64_t next_generation() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
 // The engine's weights and what kernels prepared from them: swapped as one (copy on write).
 struct ConstantSet {
+  uint64_t generation = 0;                            // new for every replace_constants
   std::vector<Tensor> values;                         // slot -> value (undefined: computed or missing)
   std::vector<std::shared_ptr<const void>> prepared;  // step -> OpDef::prepare result
 };
@@ -55,6 +64,12 @@ struct Engine::Impl {
   // Per step and output: the last step that reads the value (arena::Recorder::kEscapes for
   // graph outputs), for planning the activation arena.
   std::vector<std::vector<size_t>> value_last_use;
+  // Steps whose outputs depend only on the input shapes and the constants (Shape, Size and what
+  // is computed from them and constants alone): run once per input signature and constant set,
+  // then served from the plan cache's memo.
+  std::vector<bool> memoized;
+  std::vector<bool> memo_value;  // per slot: produced by a memoized step
+  bool any_memoized = false;
   mutable arena::PlanCache arenas;
   mutable std::mutex profile_mutex;
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
@@ -146,6 +161,7 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
       }
   }
   consts->prepared.resize(m.steps.size());
+  consts->generation = next_generation();
   m.prepare(consts->values, m.preparing_steps, consts->prepared);
   m.constants = consts;
   for (const auto& out : m.graph.outputs) {
@@ -162,6 +178,32 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
     if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+  // Shape subgraphs. Nondeterministic ops never qualify.
+  {
+    static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                                  "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
+    std::vector<bool> shape_value(m.num_slots, false);
+    m.memoized.assign(m.steps.size(), false);
+    for (size_t s = 0; s < m.steps.size(); ++s) {
+      const ir::Node& n = m.graph.nodes[m.steps[s].node_index];
+      bool only_shapes = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
+      if (!only_shapes && !(n.domain.empty() && kRandom.count(n.op_type))) {
+        bool any_shape = false, all_known = true;
+        for (int v : m.steps[s].inputs) {
+          if (v < 0) continue;
+          if (shape_value[static_cast<size_t>(v)]) any_shape = true;
+          else if (!m.is_const[static_cast<size_t>(v)]) all_known = false;
+        }
+        only_shapes = any_shape && all_known;
+      }
+      if (!only_shapes) continue;
+      m.memoized[s] = true;
+      m.any_memoized = true;
+      for (int v : m.steps[s].outputs)
+        if (v >= 0) shape_value[static_cast<size_t>(v)] = true;
+    }
+    m.memo_value = shape_value;
+  }
   m.value_last_use.resize(m.steps.size());
   for (size_t s = 0; s < m.steps.size(); ++s)
     for (int v : m.steps[s].outputs) {
@@ -289,6 +331,15 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
   ops::OutputAllocator* allocator = arena_alloc ? static_cast<ops::OutputAllocator*>(&*arena_alloc)
                                     : recorder  ? static_cast<ops::OutputAllocator*>(&*recorder)
                                                 : nullptr;
+  // Shape subgraphs: served from the memo, or computed (on the heap) and memoized after the run.
+  std::shared_ptr<const arena::PlanCache::Memo> memo =
+      arena_entry && m.any_memoized ? arena::PlanCache::memo(*arena_entry, consts->generation) : nullptr;
+  std::shared_ptr<arena::PlanCache::Memo> new_memo;
+  if (m.options.arena && m.any_memoized && !memo) {
+    new_memo = std::make_shared<arena::PlanCache::Memo>();
+    new_memo->generation = consts->generation;
+    new_memo->outputs.resize(m.steps.size());
+  }
 
   omp_set_num_threads(m.threads);
   std::vector<const Tensor*> in_ptrs;
@@ -297,6 +348,14 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     const Step& st = m.steps[si];
     auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const ir::Node& node = m.graph.nodes[st.node_index];
+    if (memo && m.memoized[si]) {
+      const auto& outs = memo->outputs[si];
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
+      for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+      if (m.options.profile) step_ms[si] = ms_since(started);
+      continue;
+    }
     in_ptrs.clear();
     for (int v : st.inputs) {
       if (v < 0) {
@@ -307,7 +366,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
       REFORGE_ASSERT(t.defined());
       in_ptrs.push_back(&t);
     }
-    ops::KernelContext ctx(node, in_ptrs, m.threads, allocator, consts->prepared[si].get());
+    ops::KernelContext ctx(node, in_ptrs, m.threads, m.memoized[si] ? nullptr : allocator, consts->prepared[si].get());
     if (arena_alloc) arena_alloc->begin_step(si);
     if (recorder) recorder->begin_step(si);
     try {
@@ -326,6 +385,12 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
       if (!out.defined()) fail(node.label(), ": kernel did not produce output ", o, " ('", node.outputs[o], "')");
       values[static_cast<size_t>(slot)] = std::move(out);
     }
+    if (new_memo && m.memoized[si]) {
+      auto& keep = new_memo->outputs[si];
+      keep.resize(st.outputs.size());
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
+    }
     for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
     if (m.options.profile) step_ms[si] = ms_since(started);
   }
@@ -341,14 +406,17 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
   for (int s : m.output_slots) {
     const Tensor& t = values[static_cast<size_t>(s)];
     // The plan keeps graph outputs off the arena; this copy only guards against the unplanned.
-    outs.push_back(arena_alloc && arena_alloc->in_arena(t) ? t.clone() : t);
+    // Memoized values are shared with later runs, so the caller gets a copy.
+    bool shared = m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(s)];
+    outs.push_back((arena_alloc && arena_alloc->in_arena(t)) || shared ? t.clone() : t);
   }
   values.clear();
   if (arena_alloc) {
     arena_alloc.reset();
     arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
   }
-  if (recorder) m.arenas.insert(signature, recorder->plan(m.value_last_use));
+  if (recorder) m.arenas.insert(signature, recorder->plan(m.value_last_use), new_memo);
+  else if (arena_entry && new_memo) arena::PlanCache::set_memo(*arena_entry, new_memo);
   return outs;
 }
 
@@ -386,6 +454,7 @@ void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
     current = m.constants;
   }
   auto next = std::make_shared<ConstantSet>(*current);
+  next->generation = next_generation();
   std::vector<bool> changed(m.num_slots, false);
   for (const auto& [name, t] : values) {
     auto it = m.const_slot.find(name);
