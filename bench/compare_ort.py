@@ -24,6 +24,7 @@ Extra reforge variants, each timed in the same rounds:
   --refit  plans built by `reforge build` without and with --refit; reports refit / baked
   --bf16   `reforge bench --precision bf16` on the ONNX file; reports bf16 / ORT fp32
            (skipped, with a note, when this reforge has no --precision option)
+  --profile  `reforge bench --profile` once per case (first thread count): per-op-type share
 Accuracy (where the case has a framework reference, i.e. batch 1 of the large suite and every
 tiny case): `reforge run` of each variant once, error = max |out - ref| / max |ref| over all
 outputs (a norm-wise relative error, well defined where ref has zeros).
@@ -32,6 +33,7 @@ outputs (a norm-wise relative error, well defined where ref has zeros).
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -173,6 +175,20 @@ class Reforge:
         r = last_json(rc, out, err, "reforge bench")
         return {"median_ms": r["median_ms"], "build_ms": r.get("build_ms"), "rss_kb": rss}
 
+    def profile(self, model, inputs, threads, iterations):
+        """Per-op-type share of kernel time from `reforge bench --profile`: [(op, nodes, ms, %)]."""
+        cmd = [self.binary, "bench", model] + input_args(inputs) + [
+            "--threads", str(threads), "--iterations", str(iterations), "--warmup", "1", "--profile"]
+        rc, out, err, _ = run_child(cmd)
+        last_json(rc, out, err, "reforge bench --profile")
+        ops = []
+        for line in err.splitlines():
+            m = re.match(r"^\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)%$", line)
+            if m:
+                ops.append({"op": m.group(1), "nodes": int(m.group(2)), "ms": float(m.group(3)),
+                            "share": float(m.group(4))})
+        return ops
+
     def build(self, model, plan, extra, threads):
         cmd = [self.binary, "build", model, "-o", plan, "--threads", str(threads)] + extra
         rc, out, err, rss = run_child(cmd)
@@ -277,14 +293,21 @@ def main():
     ap.add_argument("--max-iterations", type=int, default=100)
     ap.add_argument("--refit", action="store_true", help="also time baked and --refit plans")
     ap.add_argument("--bf16", action="store_true", help="also time reforge --precision bf16")
+    ap.add_argument("--profile", action="store_true",
+                    help="also record reforge's per-op-type time (at the first thread count)")
     ap.add_argument("--no-accuracy", action="store_true", help="skip the reforge run accuracy check")
     ap.add_argument("--work-dir", default=os.path.join(ROOT, "build-bench", "work"),
                     help="plans and outputs (removed afterwards)")
     ap.add_argument("--reforge", default=os.path.join(ROOT, "build", "reforge"))
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
+    if args.models and args.suite == "large":
+        ap.error("model paths select tiny-suite exports; for the large suite use --only NAME,...")
     if args.iterations != "auto":
-        args.iterations = int(args.iterations)
+        try:
+            args.iterations = int(args.iterations)
+        except ValueError:
+            ap.error("--iterations expects a number or auto, got %r" % args.iterations)
     import onnxruntime as ort
 
     reforge = Reforge(args.reforge)
@@ -357,6 +380,11 @@ def main():
                     if "bf16" in res:
                         row["bf16_over_ort"] = ratio(res["bf16"].get("median_ms"), ort_ms)
                     row["rss_ratio"] = ratio(res["fp32"].get("rss_kb"), res["ort"].get("rss_kb"))
+                    if args.profile and n == threads[0]:
+                        try:
+                            row["profile"] = reforge.profile(c["model"], c["inputs"], n, args.min_iterations)
+                        except Exception as ex:
+                            row["profile_failed"] = short(ex)
                     rows.append(row)
                     print("  %s t=%d done" % (c["label"], n), file=sys.stderr, flush=True)
             for p in plans.values():
@@ -406,6 +434,11 @@ def print_table(rows):
     for i, t in enumerate(table):
         print("  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(t, widths))))
     for r in rows:
+        if r.get("profile"):
+            top = ", ".join("%s %.0f%%" % (o["op"], o["share"]) for o in r["profile"][:5])
+            print("  profile %s t=%d: %s" % (r["model"], r["threads"], top))
+        if r.get("profile_failed"):
+            print("  profile %s t=%d failed: %s" % (r["model"], r["threads"], r["profile_failed"]))
         for side, v in r["sides"].items():
             for k in ("error", "rel_error_failed"):
                 if v.get(k):
