@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -39,13 +40,15 @@ using namespace simd16;
 
 // Runs a registry kernel (the unfused op) on the given inputs: the fallback for dtypes and
 // shapes the fast paths do not cover.
-Tensor run_op(const KernelContext& ctx, const char* op, int opset, std::vector<const Tensor*> ins) {
+Tensor run_op(const KernelContext& ctx, const char* op, int opset, std::vector<const Tensor*> ins,
+              std::map<std::string, ir::Attribute> attrs = {}) {
   const OpDef* def = OpRegistry::global().find("", op, opset);
   REFORGE_ASSERT(def != nullptr);
   ir::Node node;
   node.name = ctx.node().name;
   node.op_type = op;
   node.opset = opset;
+  node.attrs = std::move(attrs);
   for (size_t i = 0; i < ins.size(); ++i) node.inputs.push_back("in" + std::to_string(i));
   node.outputs = {"out"};
   KernelContext inner(node, std::move(ins), ctx.threads());
@@ -274,23 +277,19 @@ View4 view_of(const Tensor& t, Layout l) {
 }
 
 // Checks that Unsqueeze(2) -> Expand(expand) -> Reshape(reshape) of a [B, H, S, D] tensor is a
-// repeat of every head `group` times, and returns group.
-int64_t repeat_group(const KernelContext& ctx, const View4& kv, size_t expand_i, size_t reshape_i, bool allowzero,
-                     const char* what) {
-  const std::string where = ctx.node().label();
+// repeat of every head `group` times, and returns group (0 when it is anything else).
+int64_t repeat_group(const KernelContext& ctx, const View4& kv, size_t expand_i, size_t reshape_i, bool allowzero) {
   std::vector<int64_t> es = ctx.input(expand_i).to_int64_vector();
   std::vector<int64_t> rs = ctx.input(reshape_i).to_int64_vector();
   const int64_t in[5] = {kv.b, kv.h, 1, kv.s, kv.d};
-  REFORGE_CHECK(es.size() <= 5, where, ": ", what, " expand shape has rank ", es.size(), ", expected <= 5");
+  if (es.size() > 5 || rs.size() != 4) return 0;
   int64_t e[5];
   for (int i = 0; i < 5; ++i) {
     int64_t t = i >= 5 - static_cast<int>(es.size()) ? es[i - (5 - es.size())] : 1;
-    REFORGE_CHECK(t == in[i] || t == 1 || in[i] == 1, where, ": ", what, " expand shape does not broadcast");
+    if (!(t == in[i] || t == 1 || in[i] == 1)) return 0;
     e[i] = in[i] == 1 ? t : in[i];
   }
-  REFORGE_CHECK(e[0] == in[0] && e[1] == in[1] && e[3] == in[3] && e[4] == in[4] && e[2] >= 1, where, ": ", what,
-                " expand is not a repeat of heads (repeat_kv)");
-  REFORGE_CHECK(rs.size() == 4, where, ": ", what, " reshape target has rank ", rs.size(), ", expected 4");
+  if (!(e[0] == in[0] && e[1] == in[1] && e[3] == in[3] && e[4] == in[4] && e[2] >= 1)) return 0;
   const int64_t want[4] = {e[0], e[1] * e[2], e[3], e[4]};
   int64_t known = 1, infer = -1;
   int64_t r[4];
@@ -301,7 +300,7 @@ int64_t repeat_group(const KernelContext& ctx, const View4& kv, size_t expand_i,
   }
   if (infer >= 0) r[infer] = known ? (e[0] * e[1] * e[2] * e[3] * e[4]) / known : 0;
   for (int i = 0; i < 4; ++i)
-    REFORGE_CHECK(r[i] == want[i], where, ": ", what, " reshape is not the merge of repeated heads (repeat_kv)");
+    if (r[i] != want[i]) return 0;
   return e[2];
 }
 
@@ -455,20 +454,54 @@ void attn_task_generic(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int6
   attn_task_impl<0>(a, b, h, i0, rows, s);
 }
 
-// Mask strides after right-aligned broadcasting to [B, Hq, Sq, Sk].
-void mask_strides(const KernelContext& ctx, const Tensor& m, AttnArgs& a) {
-  const std::string where = ctx.node().label();
-  REFORGE_CHECK(m.rank() <= 4, where, ": mask must have rank <= 4, got ", m.describe());
+// Mask strides after right-aligned broadcasting to [B, Hq, Sq, Sk]; false when the mask does not
+// broadcast that way (the unfused ops would then broadcast the scores up, or fail).
+bool mask_strides(const Tensor& m, AttnArgs& a) {
+  if (m.rank() > 4) return false;
   int64_t dims[4] = {1, 1, 1, 1};
   for (int64_t i = 0; i < m.rank(); ++i) dims[4 - m.rank() + i] = m.dim(i);
   const int64_t target[4] = {a.B, a.Hq, a.Sq, a.Sk};
   for (int i = 0; i < 4; ++i)
-    REFORGE_CHECK(dims[i] == 1 || dims[i] == target[i], where, ": mask ", m.describe(), " does not broadcast to [", a.B,
-                  ",", a.Hq, ",", a.Sq, ",", a.Sk, "]");
+    if (dims[i] != 1 && dims[i] != target[i]) return false;
   a.m_sk = dims[3] == 1 ? 0 : 1;
   a.m_sq = dims[2] == 1 ? 0 : dims[3];
   a.m_sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
   a.m_sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
+  return true;
+}
+
+// The unfused computation, op by op with the registry kernels: for the inputs the fast path does
+// not take (other dtypes or ranks, batch broadcasting between ranks).
+Tensor attention_unfused(const KernelContext& ctx) {
+  auto perm = [](std::vector<int64_t> p) { return std::map<std::string, ir::Attribute>{{"perm", ir::ints_attr("perm", p)}}; };
+  const std::string ql = ctx.attr_string("q_layout", "bhsd"), kl = ctx.attr_string("k_layout", "bhsd"),
+                    vl = ctx.attr_string("v_layout", "bhsd"), ol = ctx.attr_string("out_layout", "bhsd");
+  auto repeat = [&](const Tensor& x, size_t ei, size_t ri) {
+    if (!ctx.has_input(ei)) return x;
+    Tensor axes = Tensor::empty(DType::Int64, {1});
+    axes.mutable_data<int64_t>()[0] = 2;
+    Tensor u = run_op(ctx, "Unsqueeze", 13, {&x, &axes});
+    Tensor e = run_op(ctx, "Expand", 13, {&u, &ctx.input(ei)});
+    return run_op(ctx, "Reshape", 14, {&e, &ctx.input(ri)},
+                  {{"allowzero", ir::int_attr("allowzero", ctx.attr_int("kv_allowzero", 0))}});
+  };
+  Tensor q = ql == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(0)}, perm({0, 2, 1, 3})) : ctx.input(0);
+  Tensor k = repeat(ctx.input(1), 6, 7);
+  if (kl == "bhsd") k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 1, 3, 2}));
+  else if (kl == "bshd") k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 2, 3, 1}));
+  Tensor s = run_op(ctx, "MatMul", 13, {&q, &k});
+  const std::string so = ctx.attr_string("scale_op", "none");
+  if (so != "none") s = run_op(ctx, so == "div" ? "Div" : "Mul", 14, {&s, &ctx.input(3)});
+  const std::string mm = ctx.attr_string("mask_mode", "none");
+  if (mm == "add") s = run_op(ctx, "Add", 14, {&s, &ctx.input(4)});
+  else if (mm == "where_fill_true") s = run_op(ctx, "Where", 16, {&ctx.input(4), &ctx.input(5), &s});
+  else if (mm == "where_fill_false") s = run_op(ctx, "Where", 16, {&ctx.input(4), &s, &ctx.input(5)});
+  Tensor p = run_op(ctx, "Softmax", 13, {&s}, {{"axis", ir::int_attr("axis", -1)}});
+  Tensor v = repeat(ctx.input(2), 8, 9);
+  if (vl == "bshd") v = run_op(ctx, "Transpose", 13, {&v}, perm({0, 2, 1, 3}));
+  Tensor y = run_op(ctx, "MatMul", 13, {&p, &v});
+  if (ol == "bshd") y = run_op(ctx, "Transpose", 13, {&y}, perm({0, 2, 1, 3}));
+  return y;
 }
 
 void attention_kernel(KernelContext& ctx) {
@@ -479,9 +512,11 @@ void attention_kernel(KernelContext& ctx) {
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
-  for (const Tensor* t : {&q, &k, &v})
-    REFORGE_CHECK(t->dtype() == DType::Float32 && t->rank() == 4, where, ": Q, K and V must be 4-D float32, got ",
-                  q.describe(), ", ", k.describe(), ", ", v.describe());
+  bool fast = true;
+  for (const Tensor* t : {&q, &k, &v}) fast &= t->dtype() == DType::Float32 && t->rank() == 4;
+  if (ctx.attr_string("mask_mode", "none") == "add") fast &= ctx.input(4).dtype() == DType::Float32;
+  auto unfused = [&] { ctx.set_output(0, attention_unfused(ctx)); };
+  if (!fast) return unfused();
   AttnArgs a;
   a.q = view_of(q, parse_layout(node, "q_layout", false));
   a.k = view_of(k, parse_layout(node, "k_layout", true));
@@ -493,21 +528,16 @@ void attention_kernel(KernelContext& ctx) {
   a.D = a.q.d;
   a.Sk = a.k.s;
   a.Dv = a.v.d;
-  REFORGE_CHECK(a.k.d == a.D, where, ": Q head size ", a.D, " differs from K's ", a.k.d);
-  REFORGE_CHECK(a.v.s == a.Sk, where, ": K and V sequence lengths differ: ", a.Sk, " vs ", a.v.s);
-  REFORGE_CHECK((a.k.b == a.B || a.k.b == 1) && (a.v.b == a.B || a.v.b == 1), where, ": batch sizes of Q ", q.describe(),
-                ", K ", k.describe(), " and V ", v.describe(), " do not match");
-  const bool gqa = ctx.has_input(6);
-  if (gqa) {
-    REFORGE_CHECK(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9), where, ": repeat_kv needs all four shapes");
+  // Anything but per-head attention with matching (or size-1) batch and heads: unfused.
+  if (a.k.d != a.D || a.v.s != a.Sk || !(a.k.b == a.B || a.k.b == 1) || !(a.v.b == a.B || a.v.b == 1)) return unfused();
+  if (ctx.has_input(6)) {
+    if (!(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9))) return unfused();
     const bool allowzero = ctx.attr_int("kv_allowzero", 0) != 0;
-    a.k_group = repeat_group(ctx, a.k, 6, 7, allowzero, "K");
-    a.v_group = repeat_group(ctx, a.v, 8, 9, allowzero, "V");
-    REFORGE_CHECK(a.k.h * a.k_group == a.Hq && a.v.h * a.v_group == a.Hq, where, ": ", a.Hq,
-                  " query heads do not match repeated K/V heads ", a.k.h, "x", a.k_group, " / ", a.v.h, "x", a.v_group);
+    a.k_group = repeat_group(ctx, a.k, 6, 7, allowzero);
+    a.v_group = repeat_group(ctx, a.v, 8, 9, allowzero);
+    if (a.k_group == 0 || a.v_group == 0 || a.k.h * a.k_group != a.Hq || a.v.h * a.v_group != a.Hq) return unfused();
   } else {
-    REFORGE_CHECK(a.k.h == a.Hq || a.k.h == 1, where, ": K has ", a.k.h, " heads, Q has ", a.Hq);
-    REFORGE_CHECK(a.v.h == a.Hq || a.v.h == 1, where, ": V has ", a.v.h, " heads, Q has ", a.Hq);
+    if (!(a.k.h == a.Hq || a.k.h == 1) || !(a.v.h == a.Hq || a.v.h == 1)) return unfused();
     a.k_bcast_h = a.k.h == 1 && a.Hq != 1;
     a.v_bcast_h = a.v.h == 1 && a.Hq != 1;
   }
@@ -520,18 +550,18 @@ void attention_kernel(KernelContext& ctx) {
   const std::string mask_mode = ctx.attr_string("mask_mode", "none");
   if (mask_mode != "none") {
     const Tensor& m = ctx.input(4);
-    mask_strides(ctx, m, a);
+    if (!mask_strides(m, a)) return unfused();
     if (mask_mode == "add") {
-      REFORGE_CHECK(m.dtype() == DType::Float32, where, ": additive mask must be float32, got ", m.describe());
       a.mask_mode = 1;
       a.mask_f = m.data<float>();
     } else {
-      REFORGE_CHECK(m.dtype() == DType::Bool, where, ": Where mask must be bool, got ", m.describe());
+      if (m.dtype() != DType::Bool || ctx.input(5).numel() != 1) return unfused();
       a.mask_mode = mask_mode == "where_fill_true" ? 2 : 3;
       a.mask_b = m.data<bool>();
       a.fill = static_cast<float>(read_scalar(ctx, 5, 0.0, "fill value"));
     }
   }
+  if (a.B == 0 || a.Hq == 0 || a.Sq == 0 || a.Dv == 0 || a.Sk == 0) return unfused();
   Shape y_shape = out_layout == Layout::BHSD ? Shape{a.B, a.Hq, a.Sq, a.Dv} : Shape{a.B, a.Sq, a.Hq, a.Dv};
   a.y = ctx.allocate_output_uninit(0, DType::Float32, y_shape).mutable_data<float>();
   if (out_layout == Layout::BHSD) {
@@ -543,8 +573,7 @@ void attention_kernel(KernelContext& ctx) {
     a.y_sh = a.Dv;
     a.y_ss = a.Hq * a.Dv;
   }
-  if (a.B == 0 || a.Hq == 0 || a.Sq == 0 || a.Dv == 0) return;
-  REFORGE_CHECK(a.Sk > 0, where, ": empty key sequence");
+  if (a.Sk == 0) return unfused();
   // Pack K^T per (batch, kv head): [D][Skp], zero padded.
   a.Skp = (a.Sk + kW - 1) / kW * kW;
   const int64_t kb = a.k.b, kh = a.k.h;
