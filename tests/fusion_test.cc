@@ -53,14 +53,14 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
 // Exported models
 
 struct Expect {
-  int rms, attn, silu, gelu;
+  int rms, attn, silu, gelu, rotary;
 };
 
 // model -> expected fused node counts (same for every export of that model).
 const std::map<std::string, Expect> kExpected = {
-    {"llama", {5, 2, 2, 0}},  // 2 layers x 2 norms + final norm; SwiGLU
-    {"gpt2", {0, 2, 0, 2}},   // tanh GELU
-    {"bert", {0, 2, 0, 2}},   // erf GELU
+    {"llama", {5, 2, 2, 0, 4}},  // 2 layers x 2 norms + final norm; SwiGLU; rotary on q and k
+    {"gpt2", {0, 2, 0, 2, 0}},   // tanh GELU
+    {"bert", {0, 2, 0, 2, 0}},   // erf GELU
 };
 
 class FusionModels : public ::testing::TestWithParam<nlohmann::json> {};
@@ -86,6 +86,8 @@ TEST_P(FusionModels, FusesAndMatchesReference) {
       EXPECT_EQ(c["Pow"], 0);
     }
     EXPECT_EQ(c["Softmax"], 0);
+    EXPECT_EQ(c["reforge::Rotary"], want.rotary);
+    EXPECT_EQ(c["Neg"], 0);
     EXPECT_EQ(c["Sigmoid"], 0);
     runtime::PlanEngine engine(std::move(p));
     for (const auto& set : e.at("input_sets")) {
@@ -308,7 +310,7 @@ TEST(FusionSilu, SiluAndSwiGlu) {
 }
 
 // Attention as the exporters write it. q: [B,Sq,Hq,D] -> Transpose; k: [B,Hkv,Sk,D] (repeat_kv when
-// Hkv < Hq) -> Transpose(0,1,3,2); v likewise; scores / sqrt(D) + mask; softmax; PV; output
+// Hkv < Hq) -> Transpose(0,1,3,2); v: [B,Sk,Hkv,D] -> Transpose -> repeat_kv; scores / sqrt(D) + mask; softmax; PV; output
 // transpose to [B,Sq,Hq,D].
 struct AttnCase {
   int64_t B, Hq, Hkv, Sq, Sk, D;
@@ -323,7 +325,7 @@ ir::Graph attention_graph(const AttnCase& c, bool as_matmul_only = false) {
   b.input("k");
   b.input("v");
   std::string q = b.op("Transpose", {"q"}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
-  std::string k = "k", v = "v";
+  std::string k = "k", v = b.op("Transpose", {"v"}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
   if (c.Hkv != c.Hq) {
     const int64_t r = c.Hq / c.Hkv;
     auto rep = [&](const std::string& x) {
@@ -354,7 +356,7 @@ ir::Graph attention_graph(const AttnCase& c, bool as_matmul_only = false) {
 std::map<std::string, Tensor> attention_feeds(const AttnCase& c) {
   std::map<std::string, Tensor> f = {{"q", random_f({c.B, c.Sq, c.Hq, c.D}, 11, -2, 2)},
                                      {"k", random_f({c.B, c.Hkv, c.Sk, c.D}, 12, -2, 2)},
-                                     {"v", random_f({c.B, c.Hkv, c.Sk, c.D}, 13)}};
+                                     {"v", random_f({c.B, c.Sk, c.Hkv, c.D}, 13)}};
   if (c.mask == "add") {
     Tensor m = random_f({c.B, 1, c.Sq, c.Sk}, 14, -4, 0);
     for (int64_t i = 0; i < m.numel(); i += 3) m.mutable_data<float>()[i] = -3.4028234663852886e+38f;
@@ -398,6 +400,35 @@ TEST(FusionAttention, RefitBuildFuses) {
   AttnCase c{1, 8, 2, 9, 9, 16, "where"};
   auto counts = check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5, plan::BuildMode::Refit);
   EXPECT_EQ(counts["reforge::Attention"], 1);
+}
+
+// rotate_half rotary embedding as both exporters write it (slice axes [3], concat axis -1), on a
+// head-transposed input; cos/sin broadcast over batch and heads.
+ir::Graph rotary_graph(int64_t S, int64_t D, int64_t split) {
+  GraphBuilder b;
+  b.input("x");  // [B, S, H, D]
+  std::string x = b.op("Transpose", {"x"}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
+  std::string cos = b.constant(random_f({1, 1, S, D}, 21));
+  std::string sin = b.constant(random_f({1, 1, S, D}, 22));
+  std::string hi = b.op("Slice", {x, b.constant(ints({split})), b.constant(ints({INT64_MAX})), b.constant(ints({3})),
+                                  b.constant(ints({1}))});
+  std::string lo = b.op("Slice", {x, b.constant(ints({0})), b.constant(ints({split})), b.constant(ints({3})),
+                                  b.constant(ints({1}))});
+  std::string cat = b.op("Concat", {b.op("Neg", {hi}), lo}, {{"axis", ir::int_attr("axis", -1)}});
+  b.output(b.op("Add", {b.op("Mul", {x, cos}), b.op("Mul", {cat, sin})}));
+  return b.g;
+}
+
+TEST(FusionRotary, FusesAndMatches) {
+  for (int64_t D : {64, 24}) {
+    std::map<std::string, Tensor> feeds = {{"x", random_f({2, 9, 3, D}, 20)}};
+    auto c = check_fused_vs_unfused(rotary_graph(9, D, D / 2), feeds, 1e-6);
+    EXPECT_EQ(c["reforge::Rotary"], 1);
+    EXPECT_EQ(c.size(), 1u);
+  }
+  // Split not at the middle: fused, but the kernel runs the unfused ops (same result).
+  std::map<std::string, Tensor> feeds = {{"x", random_f({1, 4, 2, 16}, 20)}};
+  EXPECT_EQ(check_fused_vs_unfused(rotary_graph(4, 16, 6), feeds, 1e-6)["reforge::Rotary"], 1);
 }
 
 }  // namespace

@@ -94,6 +94,7 @@ const std::vector<Pass>& default_passes() {
       {"fuse-rms-norm", false, fuse_rms_norm},
       {"fuse-gelu", false, fuse_gelu},
       {"fuse-silu", false, fuse_silu},
+      {"fuse-rotary", false, fuse_rotary},
       {"fuse-attention", false, fuse_attention},
       {"fuse-matmul-add", false, fuse_matmul_add},
       {"eliminate-dead-code", false, eliminate_dead_code},

@@ -64,6 +64,7 @@ void fuse_rms_norm(BuildState& s);
 void fuse_gelu(BuildState& s);
 void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
+void fuse_rotary(BuildState& s);
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.

@@ -13,6 +13,10 @@
 // fuse-attention: softmax(mask(scale(Q K^T))) V with the K transpose, the grouped-query
 //                 repeat_kv (Unsqueeze/Expand/Reshape) and the head transposes of Q, V and the
 //                 output absorbed                         ->  reforge::Attention
+// fuse-rotary:    x * cos + concat(-x[..., h:], x[..., :h]) * sin (rotate_half), with the head
+//                 transpose of x absorbed               ->  reforge::Rotary(x, cos, sin)
+#include <tuple>
+
 #include "passes/pattern.h"
 
 namespace reforge::passes {
@@ -399,6 +403,12 @@ void fuse_attention(BuildState& s) {
     if (krep) {
       k = krep->x;
       v = vrep->x;
+      // The head transpose before V's repeat ([B,S,Hkv,D] -> [B,Hkv,S,D]) is absorbed too.
+      if (ir::Node* t = g.producer(v, "Transpose"); t && g.single_use(v) && perm_is(*t, {0, 2, 1, 3})) {
+        v = t->inputs[0];
+        v_layout = "bshd";
+        matched.push_back(t);
+      }
     }
     // Output: MatMul(P, V) -> Transpose([0,2,1,3]) becomes a [B,S,H,D] output.
     ir::Node* last = pv;
@@ -423,6 +433,86 @@ void fuse_attention(BuildState& s) {
     for (ir::Node* n : matched)
       if (n != last) g.kill(n);
     replace.emplace_back(g.index_of(last), std::move(f));
+  }
+  for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
+  g.sweep();
+}
+
+namespace {
+
+// Slice(x, starts, ends, [axis], [1]) along the last axis (-1, or 3 of a 4-D tensor; the kernel
+// checks the rank). starts/ends may be computed at run time (dynamic-shape exports compute the
+// split point from Shape); the kernel checks them. Returns {starts, ends, axis}.
+struct LastAxisSlice {
+  std::string start, end;
+  int64_t axis;
+};
+std::optional<LastAxisSlice> last_axis_slice(const GraphIndex& g, const ir::Node& n) {
+  if (n.opset < 10 || n.inputs.size() < 4) return std::nullopt;
+  auto ax = g.ints(n.inputs[3]);
+  if (!ax || ax->size() != 1 || ((*ax)[0] != -1 && (*ax)[0] != 3)) return std::nullopt;
+  if (n.inputs.size() > 4 && !n.inputs[4].empty()) {
+    auto sp = g.ints(n.inputs[4]);
+    if (!sp || sp->size() != 1 || (*sp)[0] != 1) return std::nullopt;
+  }
+  for (int i : {1, 2})
+    if (auto v = g.ints(n.inputs[i]); g.is_const(n.inputs[i]) && (!v || v->size() != 1)) return std::nullopt;
+  return LastAxisSlice{n.inputs[1], n.inputs[2], (*ax)[0]};
+}
+
+}  // namespace
+
+void fuse_rotary(BuildState& s) {
+  GraphIndex g(s);
+  std::vector<std::pair<size_t, ir::Node>> replace;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    ir::Node* cat = &s.graph.nodes[i];
+    if (g.dead(i) || !is(cat, "Concat") || cat->inputs.size() != 2) continue;
+    const int64_t axis = cat->attr_int("axis", 0);
+    if (axis != -1 && axis != 3) continue;
+    // concat(-x[..., h:], x[..., :h])
+    ir::Node* neg = g.producer(cat->inputs[0], "Neg");
+    ir::Node* lo = g.producer(cat->inputs[1], "Slice");
+    if (!neg || !lo || !g.single_use(cat->inputs[0]) || !g.single_use(cat->inputs[1])) continue;
+    ir::Node* hi = g.producer(neg->inputs[0], "Slice");
+    if (!hi || !g.single_use(neg->inputs[0]) || hi->inputs[0] != lo->inputs[0]) continue;
+    auto hs = last_axis_slice(g, *hi), ls = last_axis_slice(g, *lo);
+    if (!hs || !ls) continue;
+    // Constant bounds are checked here already: lo = [0, h), hi = [h, end).
+    auto lo_start = g.ints(ls->start), lo_end = g.ints(ls->end), hi_start = g.ints(hs->start);
+    if (lo_start && (*lo_start)[0] != 0) continue;
+    if (lo_end && hi_start && (*lo_end)[0] != (*hi_start)[0]) continue;
+    const std::string x = lo->inputs[0];
+    // * sin, then + x * cos
+    ir::Node* ms = g.sole_consumer(cat->outputs[0]);
+    if (!is(ms, "Mul")) continue;
+    const std::string sin = other_input(*ms, cat->outputs[0]);
+    ir::Node* add = g.sole_consumer(ms->outputs[0]);
+    if (!is(add, "Add")) continue;
+    const std::string xc = other_input(*add, ms->outputs[0]);
+    ir::Node* mc = g.producer(xc, "Mul");
+    if (!mc || !g.single_use(xc)) continue;
+    const std::string cos = other_input(*mc, x);
+    if (cos.empty() || sin.empty() || cos == x || sin == x) continue;
+    std::vector<ir::Node*> matched = {cat, neg, lo, hi, ms, mc};
+    // x = Transpose([B,S,H,D], perm 0,2,1,3) read only by this pattern: absorbed.
+    std::string in = x, layout = "bhsd";
+    if (ir::Node* t = g.producer(x, "Transpose"); t && g.uses(x) == 3 && perm_is(*t, {0, 2, 1, 3})) {
+      bool all_ours = true;
+      for (const auto& o : s.graph.outputs) all_ours &= o.name != x;
+      if (all_ours) {
+        in = t->inputs[0];
+        layout = "bshd";
+        matched.push_back(t);
+      }
+    }
+    ir::Node f = make_node(*add, "reforge", "Rotary", 1);
+    f.inputs = {in, cos, sin, hs->start, hs->end, ls->start, ls->end};
+    f.outputs = {add->outputs[0]};
+    f.attrs["axes"] = ir::ints_attr("axes", {hs->axis, ls->axis, axis});  // for the unfused fallback
+    f.attrs["layout"] = ir::string_attr("layout", layout);
+    for (ir::Node* n : matched) g.kill(n);
+    replace.emplace_back(g.index_of(add), std::move(f));
   }
   for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
   g.sweep();
