@@ -743,7 +743,10 @@ void rotary_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+void register_fused_gelu(OpRegistry& r);  // gelu_fast.cc
+
 void register_fused_transformer_ops(OpRegistry& r) {
+  register_fused_gelu(r);
   r.add({"reforge", "RmsNorm", 1, INT_MAX, rms_norm_kernel, nullptr});
   r.add({"reforge", "Silu", 1, INT_MAX, silu_kernel, nullptr});
   r.add({"reforge", "SiluMul", 1, INT_MAX, silu_mul_kernel, nullptr});

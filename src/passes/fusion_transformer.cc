@@ -7,8 +7,9 @@
 // inputs of the fused node so that a refit still reaches them.
 //
 // fuse-rms-norm:  x * (1 / sqrt(mean(x^2, -1) + eps)) [* w]  ->  reforge::RmsNorm(x, w, eps, p, n)
-// fuse-gelu:      x * 0.5 * (1 + erf(x / sqrt 2))           ->  Gelu-20(x)
-//                 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  ->  Gelu-20(x, approximate=tanh)
+// fuse-gelu:      x * 0.5 * (1 + erf(x / sqrt 2))           ->  reforge::Gelu(x)
+//                 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  ->  reforge::Gelu(x, approximate=tanh)
+//                 (Gelu-20's semantics, with the decomposition's accuracy: see gelu_fast.cc)
 // fuse-silu:      x * sigmoid(x) [* u]                      ->  reforge::Silu(x) / reforge::SiluMul(x, u)
 // fuse-attention: softmax(mask(scale(Q K^T))) V with the K transpose, the grouped-query
 //                 repeat_kv (Unsqueeze/Expand/Reshape) and the head transposes of Q, V and the
@@ -217,7 +218,7 @@ void fuse_gelu(BuildState& s) {
     matched.push_back(one);
     ir::Node* last = product_with_x_and_half(g, one->outputs[0], x, matched);
     if (!last) continue;
-    ir::Node f = make_node(*last, "", "Gelu", 20);
+    ir::Node f = make_node(*last, "reforge", "Gelu", 1);
     f.attrs["approximate"] = ir::string_attr("approximate", approx);
     f.inputs = {x};
     f.outputs = {last->outputs[0]};
