@@ -402,6 +402,7 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
   const float* qb = a.q.p + b * a.q.sb + h * a.q.sh + i0 * a.q.ss;
   // Scores.
   int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) qk_rows<8>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
   for (; r + 4 <= rows; r += 4) qk_rows<4>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
   for (; r < rows; ++r) qk_rows<1>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
   // Scale, mask, softmax numerator (unnormalized) and 1 / sum per row.
@@ -448,7 +449,8 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
   // P V.
   const float* vb = a.v.p + (a.v.b == 1 ? 0 : b) * a.v.sb + vh * a.v.sh;
   float* yb = a.y + b * a.y_sb + h * a.y_sh + i0 * a.y_ss;
-  for (r = 0; r + 4 <= rows; r += 4) pv_block<4>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
+  for (r = 0; r + 6 <= rows; r += 6) pv_block<6>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
+  for (; r + 4 <= rows; r += 4) pv_block<4>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
   for (; r < rows; ++r) pv_block<1>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
 }
 
