@@ -431,4 +431,32 @@ TEST(FusionRotary, FusesAndMatches) {
   EXPECT_EQ(check_fused_vs_unfused(rotary_graph(4, 16, 6), feeds, 1e-6)["reforge::Rotary"], 1);
 }
 
+// Decomposed LayerNorm (older exporters): (x - mean) / sqrt(var + eps) * g + b.
+ir::Graph layer_norm_graph(bool eps_after_sqrt, bool with_bias) {
+  GraphBuilder b(13);
+  b.input("x");
+  auto mean = [&](const std::string& v) {
+    return b.op("ReduceMean", {v}, {{"axes", ir::ints_attr("axes", {-1})}, {"keepdims", ir::int_attr("keepdims", 1)}});
+  };
+  std::string d = b.op("Sub", {"x", mean("x")});
+  std::string var = mean(b.op("Pow", {d, b.constant(scalar_f(2.0f))}));
+  std::string eps = b.constant(scalar_f(1e-5f));
+  std::string den = eps_after_sqrt ? b.op("Add", {b.op("Sqrt", {var}), eps}) : b.op("Sqrt", {b.op("Add", {var, eps})});
+  std::string y = b.op("Mul", {b.op("Div", {d, den}), b.init(random_f({32}, 31))});
+  if (with_bias) y = b.op("Add", {y, b.init(random_f({32}, 32))});
+  b.output(y);
+  return b.g;
+}
+
+TEST(FusionLayerNorm, FusesAndNearMissDoesNot) {
+  std::map<std::string, Tensor> feeds = {{"x", random_f({3, 7, 32}, 30, -2, 4)}};
+  for (bool bias : {true, false})
+    for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+      auto c = check_fused_vs_unfused(layer_norm_graph(false, bias), feeds, 1e-5, mode);
+      EXPECT_EQ(c["LayerNormalization"], 1);
+      EXPECT_EQ(c.size(), 1u);
+    }
+  EXPECT_EQ(check_fused_vs_unfused(layer_norm_graph(true, true), feeds, 1e-5)["LayerNormalization"], 0);
+}
+
 }  // namespace

@@ -91,6 +91,7 @@ const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
       {"constant-folding", false, constant_folding},
       {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
+      {"fuse-layer-norm", false, fuse_layer_norm},
       {"fuse-rms-norm", false, fuse_rms_norm},
       {"fuse-gelu", false, fuse_gelu},
       {"fuse-silu", false, fuse_silu},

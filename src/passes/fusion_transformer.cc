@@ -14,6 +14,8 @@
 // fuse-attention: softmax(mask(scale(Q K^T))) V with the K transpose, the grouped-query
 //                 repeat_kv (Unsqueeze/Expand/Reshape) and the head transposes of Q, V and the
 //                 output absorbed                         ->  reforge::Attention
+// fuse-layer-norm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g [+ b]
+//                                                         ->  LayerNormalization-17(x, g, b)
 // fuse-rotary:    x * cos + concat(-x[..., h:], x[..., :h]) * sin (rotate_half), with the head
 //                 transpose of x absorbed               ->  reforge::Rotary(x, cos, sin)
 #include <tuple>
@@ -514,6 +516,77 @@ void fuse_rotary(BuildState& s) {
     f.attrs["layout"] = ir::string_attr("layout", layout);
     for (ir::Node* n : matched) g.kill(n);
     replace.emplace_back(g.index_of(add), std::move(f));
+  }
+  for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
+  g.sweep();
+}
+
+void fuse_layer_norm(BuildState& s) {
+  GraphIndex g(s);
+  std::vector<std::pair<size_t, ir::Node>> replace;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    ir::Node* sub = &s.graph.nodes[i];
+    if (g.dead(i) || !is(sub, "Sub") || sub->inputs.size() != 2) continue;
+    const std::string x = sub->inputs[0], d = sub->outputs[0];
+    ir::Node* mu = g.producer(sub->inputs[1], "ReduceMean");
+    if (!mu || mu->inputs[0] != x || !reduces_last_axis(g, *mu) || g.uses(sub->inputs[1]) != 1) continue;
+    // d is read twice: by the square and by the division.
+    if (g.uses(d) != 2 && !(g.uses(d) == 3)) continue;
+    ir::Node *sq = nullptr, *div = nullptr;
+    for (auto& n : s.graph.nodes) {
+      if (&n == sub) continue;
+      bool reads = false;
+      for (const auto& in : n.inputs) reads |= in == d;
+      if (!reads) continue;
+      if (is(&n, "Pow") && n.inputs[0] == d && g.scalar_is(n.inputs[1], 2.0, 0.0)) sq = &n;
+      else if (is(&n, "Mul") && n.inputs.size() == 2 && n.inputs[0] == d && n.inputs[1] == d) sq = &n;
+      else if (is(&n, "Div") && n.inputs[0] == d) div = &n;
+    }
+    if (!sq || !div) continue;
+    const int expected_uses = is(sq, "Mul") ? 3 : 2;
+    if (g.uses(d) != expected_uses) continue;
+    ir::Node* var = g.sole_consumer(sq->outputs[0]);
+    if (!is(var, "ReduceMean") || !reduces_last_axis(g, *var)) continue;
+    ir::Node* add = g.sole_consumer(var->outputs[0]);
+    if (!is(add, "Add")) continue;
+    const std::string eps = other_input(*add, var->outputs[0]);
+    auto eps_v = g.scalar(eps);
+    if (!eps_v || !g.specializable(eps) || g.const_dtype(eps) != DType::Float32 || *eps_v < 0) continue;
+    ir::Node* sqrt = g.sole_consumer(add->outputs[0]);
+    if (!is(sqrt, "Sqrt") || div->inputs[1] != sqrt->outputs[0] || !g.single_use(sqrt->outputs[0])) continue;
+    // * gamma (required: LayerNormalization has a Scale), + beta (optional); both constant
+    // float32 vectors along the last axis.
+    auto vec_const = [&](const std::string& v) {
+      if (!g.is_const(v) || s.consts.at(v).value.dtype() != DType::Float32) return false;
+      const Tensor& t = s.consts.at(v).value;
+      if (t.rank() < 1) return false;
+      for (int64_t k = 0; k + 1 < t.rank(); ++k)
+        if (t.dim(k) != 1) return false;
+      return true;
+    };
+    ir::Node* mg = g.sole_consumer(div->outputs[0]);
+    if (!is(mg, "Mul")) continue;
+    const std::string gamma = other_input(*mg, div->outputs[0]);
+    if (!vec_const(gamma)) continue;
+    std::vector<ir::Node*> matched = {mu, sub, sq, var, add, sqrt, div};
+    ir::Node* last = mg;
+    std::string beta;
+    if (ir::Node* ab = g.sole_consumer(mg->outputs[0]); is(ab, "Add")) {
+      const std::string cand = other_input(*ab, mg->outputs[0]);
+      if (vec_const(cand) && s.consts.at(cand).value.numel() == s.consts.at(gamma).value.numel()) {
+        beta = cand;
+        matched.push_back(mg);
+        last = ab;
+      }
+    }
+    ir::Node f = make_node(*last, "", "LayerNormalization", 17);
+    f.inputs = {x, gamma};
+    if (!beta.empty()) f.inputs.push_back(beta);
+    f.outputs = {last->outputs[0]};
+    f.attrs["axis"] = ir::int_attr("axis", -1);
+    f.attrs["epsilon"] = ir::float_attr("epsilon", static_cast<float>(*eps_v));
+    for (ir::Node* n : matched) g.kill(n);
+    replace.emplace_back(g.index_of(last), std::move(f));
   }
   for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
   g.sweep();
