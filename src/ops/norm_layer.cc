@@ -10,6 +10,10 @@
 #include "core/dispatch.h"
 #include "ops/nn_common.h"
 
+namespace reforge::ops {
+bool layer_norm_fast_f32(KernelContext& ctx);  // layer_norm_fast.cc: float32 rows, no statistics outputs
+}
+
 namespace reforge::ops::nn {
 
 namespace {
@@ -44,6 +48,7 @@ std::vector<A> expand_param(const Tensor& p, const Shape& target, const std::str
 }
 
 void layer_norm_kernel(KernelContext& ctx) {
+  if (layer_norm_fast_f32(ctx)) return;
   const Tensor& X = ctx.input(0);
   const Tensor& S = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;

@@ -86,7 +86,10 @@ void matmul_add(KernelContext& ctx) {
 
 }  // namespace
 
+void register_fused_transformer_ops(OpRegistry& r);  // fused_transformer.cc
+
 void register_reforge_ops(OpRegistry& r) {
+  register_fused_transformer_ops(r);
   r.add({"reforge", "BnFoldWeight", 1, INT_MAX, bn_fold_weight, nullptr});
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   r.add({"reforge", "MatMulAdd", 1, INT_MAX, matmul_add, nullptr});

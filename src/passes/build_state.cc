@@ -91,6 +91,12 @@ const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
       {"constant-folding", false, constant_folding},
       {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
+      {"fuse-layer-norm", false, fuse_layer_norm},
+      {"fuse-rms-norm", false, fuse_rms_norm},
+      {"fuse-gelu", false, fuse_gelu},
+      {"fuse-silu", false, fuse_silu},
+      {"fuse-rotary", false, fuse_rotary},
+      {"fuse-attention", false, fuse_attention},
       {"fuse-matmul-add", false, fuse_matmul_add},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };

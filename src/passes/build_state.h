@@ -59,6 +59,13 @@ struct Pass {
 void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
 void fuse_matmul_add(BuildState& s);
+// Transformer fusions (fusion_transformer.cc).
+void fuse_rms_norm(BuildState& s);
+void fuse_layer_norm(BuildState& s);
+void fuse_gelu(BuildState& s);
+void fuse_silu(BuildState& s);
+void fuse_attention(BuildState& s);
+void fuse_rotary(BuildState& s);
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.

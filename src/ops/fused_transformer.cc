@@ -1,0 +1,759 @@
+// Fused transformer kernels of the "reforge" domain, emitted by the fusion passes in
+// src/passes/fusion_transformer.cc. Each computes exactly the subgraph it replaces, for any
+// values of its scalar inputs (a refit may change them), in float32:
+//
+// RmsNorm(X, W?, eps, p?, n?):  Y = X * (n / sqrt(mean(X^p over the last axis) + eps)) [* W]
+//   p defaults to 2 (fast path), n to 1; W broadcasts along the last axis (N or 1 elements).
+// Silu(X):        Y = X * sigmoid(X)
+// SiluMul(X, U):  Y = X * sigmoid(X) * U   (U broadcasts as in Mul)
+// Attention(Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?, v_reshape?):
+//   Y = softmax(mask(scale(Q K^T)), last axis) V per (batch, head), where
+//   - q_layout/v_layout/out_layout 'bhsd' ([B,H,S,D]) or 'bshd' ([B,S,H,D], the head transpose
+//     absorbed); k_layout additionally 'bhds' (K^T given as [B,H,D,S]);
+//   - scale_op 'none' | 'mul' | 'div' with the scalar `scale`;
+//   - mask_mode 'none' | 'add' (float mask added) | 'where_fill_true' / 'where_fill_false'
+//     (bool mask: the score is replaced by `fill` where the mask is true / false); the mask
+//     broadcasts to [B, Hq, Sq, Sk];
+//   - grouped-query attention: with the four shape inputs, K and V are the un-repeated
+//     [B, Hkv, S, D] tensors and the kernel checks that Unsqueeze(2) -> Expand(k_expand) ->
+//     Reshape(k_reshape) is the repeat_kv it replaces; query head h reads kv head h / (Hq / Hkv).
+// Rotary(X, cos, sin, hi_start, hi_end, lo_start, lo_end), attributes axes, layout:
+//   Y = X * cos + concat(-X[..., hi_start:hi_end], X[..., lo_start:lo_end]) * sin, X given as
+//   [B,H,S,D] (layout 'bhsd') or [B,S,H,D] ('bshd', the head transpose absorbed); Y is [B,H,S,D].
+//   The fast path is rotate_half (lo = [0, D/2), hi = [D/2, >= D)); other bounds run the
+//   unfused ops.
+//
+// Kernels run 16-lane vector code (AVX-512 when the CPU has it, else the same code on SSE) and
+// use OpenMP over rows or (batch, head, query block) when the work is large enough.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "ops/registry.h"
+#include "ops/simd16.h"
+
+namespace reforge::ops {
+namespace {
+
+using namespace simd16;
+
+// Runs a registry kernel (the unfused op) on the given inputs: the fallback for dtypes and
+// shapes the fast paths do not cover.
+Tensor run_op(const KernelContext& ctx, const char* op, int opset, std::vector<const Tensor*> ins,
+              std::map<std::string, ir::Attribute> attrs = {}) {
+  const OpDef* def = OpRegistry::global().find("", op, opset);
+  REFORGE_ASSERT(def != nullptr);
+  ir::Node node;
+  node.name = ctx.node().name;
+  node.op_type = op;
+  node.opset = opset;
+  node.attrs = std::move(attrs);
+  for (size_t i = 0; i < ins.size(); ++i) node.inputs.push_back("in" + std::to_string(i));
+  node.outputs = {"out"};
+  KernelContext inner(node, std::move(ins), ctx.threads());
+  def->kernel(inner);
+  return std::move(inner.outputs()[0]);
+}
+
+double read_scalar(const KernelContext& ctx, size_t i, double def, const char* what) {
+  if (!ctx.has_input(i)) return def;
+  const Tensor& t = ctx.input(i);
+  REFORGE_CHECK(t.numel() == 1, ctx.node().label(), ": ", what, " must have one element, got ", t.describe());
+  switch (t.dtype()) {
+    case DType::Float32: return t.data<float>()[0];
+    case DType::Float64: return t.data<double>()[0];
+    case DType::Int64: return static_cast<double>(t.data<int64_t>()[0]);
+    case DType::Int32: return t.data<int32_t>()[0];
+    default: fail(ctx.node().label(), ": ", what, " has unsupported type ", dtype_name(t.dtype()));
+  }
+}
+
+bool big_enough(int64_t work) { return work >= (int64_t{1} << 15); }
+
+// ---------------------------------------------------------------------------------------------
+// RmsNorm
+
+struct RmsArgs {
+  const float* x;
+  const float* w;  // null: no weight
+  bool w_scalar;
+  float* y;
+  int64_t n;
+  float eps, num;
+  double p;
+};
+
+template <int kTag>
+RF_INLINE void rms_rows_impl(const RmsArgs& a, int64_t r0, int64_t r1) {
+  const int64_t n = a.n;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* x = a.x + r * n;
+    float* y = a.y + r * n;
+    float ss;
+    if (a.p == 2.0) {
+      v16 s0{}, s1{}, s2{}, s3{};
+      int64_t i = 0;
+      for (; i + 4 * kW <= n; i += 4 * kW) {
+        v16 x0 = load(x + i), x1 = load(x + i + kW), x2 = load(x + i + 2 * kW), x3 = load(x + i + 3 * kW);
+        s0 += x0 * x0;
+        s1 += x1 * x1;
+        s2 += x2 * x2;
+        s3 += x3 * x3;
+      }
+      for (; i + kW <= n; i += kW) {
+        v16 x0 = load(x + i);
+        s0 += x0 * x0;
+      }
+      ss = hsum((s0 + s1) + (s2 + s3));
+      for (; i < n; ++i) ss += x[i] * x[i];
+    } else {
+      double acc = 0;
+      for (int64_t i = 0; i < n; ++i) acc += std::pow(static_cast<float>(x[i]), static_cast<float>(a.p));
+      ss = static_cast<float>(acc);
+    }
+    const float inv = a.num / std::sqrt(ss / static_cast<float>(n) + a.eps);
+    const v16 vinv = splat(inv);
+    int64_t i = 0;
+    if (a.w && !a.w_scalar) {
+      for (; i + kW <= n; i += kW) store(y + i, (load(x + i) * vinv) * load(a.w + i));
+      for (; i < n; ++i) y[i] = (x[i] * inv) * a.w[i];
+    } else {
+      const float ws = a.w ? a.w[0] : 1.0f;
+      const v16 vw = splat(ws);
+      if (a.w) {
+        for (; i + kW <= n; i += kW) store(y + i, (load(x + i) * vinv) * vw);
+        for (; i < n; ++i) y[i] = (x[i] * inv) * ws;
+      } else {
+        for (; i + kW <= n; i += kW) store(y + i, load(x + i) * vinv);
+        for (; i < n; ++i) y[i] = x[i] * inv;
+      }
+    }
+  }
+}
+
+RF_AVX512_TARGET void rms_rows_avx512(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<1>(a, r0, r1); }
+void rms_rows_generic(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<0>(a, r0, r1); }
+
+void rms_norm_kernel(KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1, where, ": X must be a float32 tensor of rank >= 1, got ",
+                x.describe());
+  const int64_t n = x.dim(x.rank() - 1);
+  const int64_t rows = n ? x.numel() / n : 0;
+  RmsArgs a{};
+  if (ctx.has_input(1)) {
+    const Tensor& w = ctx.input(1);
+    REFORGE_CHECK(w.dtype() == DType::Float32 && (w.numel() == n || w.numel() == 1) && w.rank() <= x.rank(), where,
+                  ": weight ", w.describe(), " does not broadcast along the last axis of X ", x.describe());
+    a.w = w.data<float>();
+    a.w_scalar = w.numel() == 1 && n != 1;
+  }
+  a.eps = static_cast<float>(read_scalar(ctx, 2, 0.0, "epsilon"));
+  a.p = read_scalar(ctx, 3, 2.0, "exponent");
+  a.num = static_cast<float>(read_scalar(ctx, 4, 1.0, "numerator"));
+  a.x = x.data<float>();
+  a.n = n;
+  a.y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
+  auto fn = cpu_has_avx512() ? rms_rows_avx512 : rms_rows_generic;
+  const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
+  if (threads > 1 && rows > 1 && big_enough(rows * n)) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+      fn(a, r0, r1);
+    }
+  } else {
+    fn(a, 0, rows);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Silu, SiluMul
+
+template <int kTag>
+RF_INLINE void silu_impl(const float* x, const float* u, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) {
+    v16 v = load(x + i);
+    v16 s = v / (1.0f + vexp(-v));
+    if (u) s *= load(u + i);
+    store(y + i, s);
+  }
+  for (; i < n; ++i) {
+    float s = x[i] / (1.0f + std::exp(-x[i]));
+    y[i] = u ? s * u[i] : s;
+  }
+}
+RF_AVX512_TARGET void silu_avx512(const float* x, const float* u, float* y, int64_t n) { silu_impl<1>(x, u, y, n); }
+void silu_generic(const float* x, const float* u, float* y, int64_t n) { silu_impl<0>(x, u, y, n); }
+
+void silu_run(const KernelContext& ctx, const float* x, const float* u, float* y, int64_t n) {
+  auto fn = cpu_has_avx512() ? silu_avx512 : silu_generic;
+  const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
+  if (threads > 1 && big_enough(n * 4)) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      int64_t b0 = (n / kW) * t / nt * kW, b1 = t + 1 == nt ? n : (n / kW) * (t + 1) / nt * kW;
+      fn(x + b0, u ? u + b0 : nullptr, y + b0, b1 - b0);
+    }
+  } else {
+    fn(x, u, y, n);
+  }
+}
+
+void silu_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::Float32) {
+    Tensor s = run_op(ctx, "Sigmoid", 13, {&x});
+    ctx.set_output(0, run_op(ctx, "Mul", 14, {&x, &s}));
+    return;
+  }
+  float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
+  silu_run(ctx, x.data<float>(), nullptr, y, x.numel());
+}
+
+void silu_mul_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& u = ctx.input(1);
+  if (x.dtype() != DType::Float32 || u.dtype() != DType::Float32 || x.shape() != u.shape()) {
+    Tensor s = run_op(ctx, "Sigmoid", 13, {&x});
+    Tensor xs = run_op(ctx, "Mul", 14, {&x, &s});
+    ctx.set_output(0, run_op(ctx, "Mul", 14, {&xs, &u}));
+    return;
+  }
+  float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
+  silu_run(ctx, x.data<float>(), u.data<float>(), y, x.numel());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+enum class Layout { BHSD, BSHD, BHDS };
+
+Layout parse_layout(const ir::Node& n, const char* attr, bool allow_bhds) {
+  std::string v = n.attr_string(attr, "bhsd");
+  if (v == "bhsd") return Layout::BHSD;
+  if (v == "bshd") return Layout::BSHD;
+  if (v == "bhds" && allow_bhds) return Layout::BHDS;
+  fail(n.label(), ": ", attr, " '", v, "' is not supported");
+}
+
+std::string attention_check(const ir::Node& n) {
+  for (const char* a : {"q_layout", "v_layout", "out_layout", "k_layout"}) {
+    std::string v = n.attr_string(a, "bhsd");
+    if (v != "bhsd" && v != "bshd" && !(v == "bhds" && std::string(a) == "k_layout"))
+      return std::string(a) + " '" + v + "' is not one of bhsd, bshd" + (std::string(a) == "k_layout" ? ", bhds" : "");
+  }
+  std::string s = n.attr_string("scale_op", "none");
+  if (s != "none" && s != "mul" && s != "div") return "scale_op '" + s + "' is not one of none, mul, div";
+  std::string m = n.attr_string("mask_mode", "none");
+  if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
+    return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";
+  return "";
+}
+
+// A 4-D tensor seen as [batch, heads, seq, dim] through strides (in elements).
+struct View4 {
+  const float* p = nullptr;
+  int64_t b = 0, h = 0, s = 0, d = 0;      // sizes
+  int64_t sb = 0, sh = 0, ss = 0, sd = 1;  // strides
+};
+
+View4 view_of(const Tensor& t, Layout l) {
+  View4 v;
+  v.p = t.data<float>();
+  const int64_t d0 = t.dim(0), d1 = t.dim(1), d2 = t.dim(2), d3 = t.dim(3);
+  switch (l) {
+    case Layout::BHSD: v = {v.p, d0, d1, d2, d3, d1 * d2 * d3, d2 * d3, d3, 1}; break;
+    case Layout::BSHD: v = {v.p, d0, d2, d1, d3, d1 * d2 * d3, d3, d2 * d3, 1}; break;
+    case Layout::BHDS: v = {v.p, d0, d1, d3, d2, d1 * d2 * d3, d2 * d3, 1, d3}; break;
+  }
+  if (v.b == 1) v.sb = 0;
+  return v;
+}
+
+// Checks that Unsqueeze(2) -> Expand(expand) -> Reshape(reshape) of a [B, H, S, D] tensor is a
+// repeat of every head `group` times, and returns group (0 when it is anything else).
+int64_t repeat_group(const KernelContext& ctx, const View4& kv, size_t expand_i, size_t reshape_i, bool allowzero) {
+  std::vector<int64_t> es = ctx.input(expand_i).to_int64_vector();
+  std::vector<int64_t> rs = ctx.input(reshape_i).to_int64_vector();
+  const int64_t in[5] = {kv.b, kv.h, 1, kv.s, kv.d};
+  if (es.size() > 5 || rs.size() != 4) return 0;
+  int64_t e[5];
+  for (int i = 0; i < 5; ++i) {
+    int64_t t = i >= 5 - static_cast<int>(es.size()) ? es[i - (5 - es.size())] : 1;
+    if (!(t == in[i] || t == 1 || in[i] == 1)) return 0;
+    e[i] = in[i] == 1 ? t : in[i];
+  }
+  if (!(e[0] == in[0] && e[1] == in[1] && e[3] == in[3] && e[4] == in[4] && e[2] >= 1)) return 0;
+  const int64_t want[4] = {e[0], e[1] * e[2], e[3], e[4]};
+  int64_t known = 1, infer = -1;
+  int64_t r[4];
+  for (int i = 0; i < 4; ++i) {
+    r[i] = rs[i] == 0 && !allowzero ? e[i] : rs[i];
+    if (r[i] == -1) infer = i;
+    else known *= r[i];
+  }
+  if (infer >= 0) r[infer] = known ? (e[0] * e[1] * e[2] * e[3] * e[4]) / known : 0;
+  for (int i = 0; i < 4; ++i)
+    if (r[i] != want[i]) return 0;
+  return e[2];
+}
+
+struct AttnArgs {
+  View4 q, k, v;
+  float* y;
+  int64_t y_sb, y_sh, y_ss;
+  int64_t B, Hq, Sq, Sk, D, Dv;
+  int64_t k_group = 1, v_group = 1;  // q head h reads kv head h / group (0 when broadcast)
+  bool k_bcast_h = false, v_bcast_h = false;
+  int scale_op = 0;  // 0 none, 1 multiply by scale (div already inverted)
+  float scale = 1;
+  int mask_mode = 0;  // 0 none, 1 add, 2 fill where true, 3 fill where false
+  const float* mask_f = nullptr;
+  const bool* mask_b = nullptr;
+  int64_t m_sb = 0, m_sh = 0, m_sq = 0, m_sk = 0;
+  float fill = 0;
+  int64_t Skp = 0;          // Sk rounded up to 16
+  const float* kt = nullptr;  // packed K^T per (b, kv head): [D][Skp]
+  int64_t kt_b = 0, kt_h = 0;  // strides of the packed buffer
+};
+
+constexpr int64_t kBlockQ = 32;
+
+// S[r][0..Skp) = Q[i0 + r] . K^T for r < rows (rows <= 4 per call of the micro kernel).
+template <int kRows>
+RF_INLINE void qk_rows(const AttnArgs& a, const float* qrow0, int64_t qstride, const float* kt, float* s, int64_t sstride) {
+  const int64_t D = a.D, Skp = a.Skp;
+  int64_t j = 0;
+  for (; j + 2 * kW <= Skp; j += 2 * kW) {
+    v16 acc[kRows][2] = {};
+    for (int64_t d = 0; d < D; ++d) {
+      const float* kp = kt + d * Skp + j;
+      v16 k0 = load(kp), k1 = load(kp + kW);
+      for (int r = 0; r < kRows; ++r) {
+        v16 qv = splat(qrow0[r * qstride + d]);
+        acc[r][0] += qv * k0;
+        acc[r][1] += qv * k1;
+      }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      store(s + r * sstride + j, acc[r][0]);
+      store(s + r * sstride + j + kW, acc[r][1]);
+    }
+  }
+  for (; j < Skp; j += kW) {
+    v16 acc[kRows] = {};
+    for (int64_t d = 0; d < D; ++d) {
+      v16 k0 = load(kt + d * Skp + j);
+      for (int r = 0; r < kRows; ++r) acc[r] += splat(qrow0[r * qstride + d]) * k0;
+    }
+    for (int r = 0; r < kRows; ++r) store(s + r * sstride + j, acc[r]);
+  }
+}
+
+// Y[r] = (sum_j P[r][j] V[j]) * inv[r] for r < kRows, columns [c0, c0 + 16 * kVec).
+template <int kRows, int kVec>
+RF_INLINE void pv_rows(const float* p, int64_t pstride, const float* v, int64_t vstride, int64_t Sk, const float* inv,
+                       float* y, int64_t ystride) {
+  v16 acc[kRows][kVec] = {};
+  for (int64_t j = 0; j < Sk; ++j) {
+    v16 vv[kVec];
+    for (int c = 0; c < kVec; ++c) vv[c] = load(v + j * vstride + c * kW);
+    for (int r = 0; r < kRows; ++r) {
+      v16 pr = splat(p[r * pstride + j]);
+      for (int c = 0; c < kVec; ++c) acc[r][c] += pr * vv[c];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVec; ++c) store(y + r * ystride + c * kW, acc[r][c] * inv[r]);
+}
+
+template <int kRows>
+RF_INLINE void pv_block(const AttnArgs& a, const float* p, int64_t pstride, const float* vb, const float* inv, float* y) {
+  const int64_t Dv = a.Dv, vs = a.v.ss;
+  int64_t c = 0;
+  for (; c + 4 * kW <= Dv; c += 4 * kW) pv_rows<kRows, 4>(p, pstride, vb + c, vs, a.Sk, inv, y + c, a.y_ss);
+  for (; c + kW <= Dv; c += kW) pv_rows<kRows, 1>(p, pstride, vb + c, vs, a.Sk, inv, y + c, a.y_ss);
+  for (; c < Dv; ++c)
+    for (int r = 0; r < kRows; ++r) {
+      float acc = 0;
+      for (int64_t j = 0; j < a.Sk; ++j) acc += p[r * pstride + j] * vb[j * vs + c];
+      y[r * a.y_ss + c] = acc * inv[r];
+    }
+}
+
+// One (batch, query head, query block) task.
+template <int kTag>
+RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
+  const int64_t Skp = a.Skp, Sk = a.Sk;
+  const int64_t kh = a.k_bcast_h ? 0 : h / a.k_group;
+  const int64_t vh = a.v_bcast_h ? 0 : h / a.v_group;
+  const float* kt = a.kt + (a.k.b == 1 ? 0 : b) * a.kt_b + kh * a.kt_h;
+  const float* qb = a.q.p + b * a.q.sb + h * a.q.sh + i0 * a.q.ss;
+  // Scores.
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) qk_rows<8>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
+  for (; r + 4 <= rows; r += 4) qk_rows<4>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
+  for (; r < rows; ++r) qk_rows<1>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
+  // Scale, mask, softmax numerator (unnormalized) and 1 / sum per row.
+  float inv[kBlockQ];
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (r = 0; r < rows; ++r) {
+    float* sr = s + r * Skp;
+    const int64_t i = i0 + r;
+    if (a.scale_op == 1) {
+      const v16 sc = splat(a.scale);
+      for (int64_t j = 0; j < Skp; j += kW) store(sr + j, load(sr + j) * sc);
+    }
+    if (a.mask_mode == 1) {
+      const float* m = a.mask_f + b * a.m_sb + h * a.m_sh + i * a.m_sq;
+      if (a.m_sk == 1) {
+        int64_t j = 0;
+        for (; j + kW <= Sk; j += kW) store(sr + j, load(sr + j) + load(m + j));
+        for (; j < Sk; ++j) sr[j] += m[j];
+      } else {
+        for (int64_t j = 0; j < Sk; ++j) sr[j] += m[0];
+      }
+    } else if (a.mask_mode >= 2) {
+      const bool* m = a.mask_b + b * a.m_sb + h * a.m_sh + i * a.m_sq;
+      const bool when = a.mask_mode == 2;
+      for (int64_t j = 0; j < Sk; ++j)
+        if (m[j * a.m_sk] == when) sr[j] = a.fill;
+    }
+    for (int64_t j = Sk; j < Skp; ++j) sr[j] = ninf;
+    v16 mx = splat(ninf);
+    for (int64_t j = 0; j < Skp; j += kW) {
+      const v16 x = load(sr + j);
+      mx = x > mx ? x : mx;
+    }
+    const float m = hmax(mx);
+    const v16 vm = splat(m);
+    v16 sum{};
+    for (int64_t j = 0; j < Skp; j += kW) {
+      v16 e = vexp(load(sr + j) - vm);
+      store(sr + j, e);
+      sum += e;
+    }
+    inv[r] = 1.0f / hsum(sum);
+  }
+  // P V.
+  const float* vb = a.v.p + (a.v.b == 1 ? 0 : b) * a.v.sb + vh * a.v.sh;
+  float* yb = a.y + b * a.y_sb + h * a.y_sh + i0 * a.y_ss;
+  for (r = 0; r + 6 <= rows; r += 6) pv_block<6>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
+  for (; r + 4 <= rows; r += 4) pv_block<4>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
+  for (; r < rows; ++r) pv_block<1>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
+}
+
+RF_AVX512_TARGET void attn_task_avx512(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
+  attn_task_impl<1>(a, b, h, i0, rows, s);
+}
+void attn_task_generic(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
+  attn_task_impl<0>(a, b, h, i0, rows, s);
+}
+
+// Mask strides after right-aligned broadcasting to [B, Hq, Sq, Sk]; false when the mask does not
+// broadcast that way (the unfused ops would then broadcast the scores up, or fail).
+bool mask_strides(const Tensor& m, AttnArgs& a) {
+  if (m.rank() > 4) return false;
+  int64_t dims[4] = {1, 1, 1, 1};
+  for (int64_t i = 0; i < m.rank(); ++i) dims[4 - m.rank() + i] = m.dim(i);
+  const int64_t target[4] = {a.B, a.Hq, a.Sq, a.Sk};
+  for (int i = 0; i < 4; ++i)
+    if (dims[i] != 1 && dims[i] != target[i]) return false;
+  a.m_sk = dims[3] == 1 ? 0 : 1;
+  a.m_sq = dims[2] == 1 ? 0 : dims[3];
+  a.m_sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
+  a.m_sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
+  return true;
+}
+
+// The unfused computation, op by op with the registry kernels: for the inputs the fast path does
+// not take (other dtypes or ranks, batch broadcasting between ranks).
+Tensor attention_unfused(const KernelContext& ctx) {
+  auto perm = [](std::vector<int64_t> p) { return std::map<std::string, ir::Attribute>{{"perm", ir::ints_attr("perm", p)}}; };
+  const std::string ql = ctx.attr_string("q_layout", "bhsd"), kl = ctx.attr_string("k_layout", "bhsd"),
+                    vl = ctx.attr_string("v_layout", "bhsd"), ol = ctx.attr_string("out_layout", "bhsd");
+  auto repeat = [&](const Tensor& x, size_t ei, size_t ri) {
+    if (!ctx.has_input(ei)) return x;
+    Tensor axes = Tensor::empty(DType::Int64, {1});
+    axes.mutable_data<int64_t>()[0] = 2;
+    Tensor u = run_op(ctx, "Unsqueeze", 13, {&x, &axes});
+    Tensor e = run_op(ctx, "Expand", 13, {&u, &ctx.input(ei)});
+    return run_op(ctx, "Reshape", 14, {&e, &ctx.input(ri)},
+                  {{"allowzero", ir::int_attr("allowzero", ctx.attr_int("kv_allowzero", 0))}});
+  };
+  Tensor q = ql == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(0)}, perm({0, 2, 1, 3})) : ctx.input(0);
+  Tensor k = repeat(ctx.input(1), 6, 7);
+  if (kl == "bhsd") k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 1, 3, 2}));
+  else if (kl == "bshd") k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 2, 3, 1}));
+  Tensor s = run_op(ctx, "MatMul", 13, {&q, &k});
+  const std::string so = ctx.attr_string("scale_op", "none");
+  if (so != "none") s = run_op(ctx, so == "div" ? "Div" : "Mul", 14, {&s, &ctx.input(3)});
+  const std::string mm = ctx.attr_string("mask_mode", "none");
+  if (mm == "add") s = run_op(ctx, "Add", 14, {&s, &ctx.input(4)});
+  else if (mm == "where_fill_true") s = run_op(ctx, "Where", 16, {&ctx.input(4), &ctx.input(5), &s});
+  else if (mm == "where_fill_false") s = run_op(ctx, "Where", 16, {&ctx.input(4), &s, &ctx.input(5)});
+  Tensor p = run_op(ctx, "Softmax", 13, {&s}, {{"axis", ir::int_attr("axis", -1)}});
+  // V's head transpose comes before its repeat (the pass absorbs it from there).
+  Tensor v = vl == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(2)}, perm({0, 2, 1, 3})) : ctx.input(2);
+  v = repeat(v, 8, 9);
+  Tensor y = run_op(ctx, "MatMul", 13, {&p, &v});
+  if (ol == "bshd") y = run_op(ctx, "Transpose", 13, {&y}, perm({0, 2, 1, 3}));
+  return y;
+}
+
+void attention_kernel(KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const ir::Node& node = ctx.node();
+  std::string err = attention_check(node);
+  REFORGE_CHECK(err.empty(), where, ": ", err);
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  bool fast = true;
+  for (const Tensor* t : {&q, &k, &v}) fast &= t->dtype() == DType::Float32 && t->rank() == 4;
+  if (ctx.attr_string("mask_mode", "none") == "add") fast &= ctx.input(4).dtype() == DType::Float32;
+  auto unfused = [&] { ctx.set_output(0, attention_unfused(ctx)); };
+  if (!fast) return unfused();
+  AttnArgs a;
+  a.q = view_of(q, parse_layout(node, "q_layout", false));
+  a.k = view_of(k, parse_layout(node, "k_layout", true));
+  a.v = view_of(v, parse_layout(node, "v_layout", false));
+  const Layout out_layout = parse_layout(node, "out_layout", false);
+  a.B = a.q.b;
+  a.Hq = a.q.h;
+  a.Sq = a.q.s;
+  a.D = a.q.d;
+  a.Sk = a.k.s;
+  a.Dv = a.v.d;
+  // Anything but per-head attention with matching (or size-1) batch and heads: unfused.
+  if (a.k.d != a.D || a.v.s != a.Sk || !(a.k.b == a.B || a.k.b == 1) || !(a.v.b == a.B || a.v.b == 1)) return unfused();
+  if (ctx.has_input(6)) {
+    if (!(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9))) return unfused();
+    const bool allowzero = ctx.attr_int("kv_allowzero", 0) != 0;
+    a.k_group = repeat_group(ctx, a.k, 6, 7, allowzero);
+    a.v_group = repeat_group(ctx, a.v, 8, 9, allowzero);
+    if (a.k_group == 0 || a.v_group == 0 || a.k.h * a.k_group != a.Hq || a.v.h * a.v_group != a.Hq) return unfused();
+  } else {
+    if (!(a.k.h == a.Hq || a.k.h == 1) || !(a.v.h == a.Hq || a.v.h == 1)) return unfused();
+    a.k_bcast_h = a.k.h == 1 && a.Hq != 1;
+    a.v_bcast_h = a.v.h == 1 && a.Hq != 1;
+  }
+  const std::string scale_op = ctx.attr_string("scale_op", "none");
+  if (scale_op != "none") {
+    const double c = read_scalar(ctx, 3, 1.0, "scale");
+    a.scale_op = 1;
+    a.scale = static_cast<float>(scale_op == "div" ? 1.0 / c : c);
+  }
+  const std::string mask_mode = ctx.attr_string("mask_mode", "none");
+  if (mask_mode != "none") {
+    const Tensor& m = ctx.input(4);
+    if (!mask_strides(m, a)) return unfused();
+    if (mask_mode == "add") {
+      a.mask_mode = 1;
+      a.mask_f = m.data<float>();
+    } else {
+      if (m.dtype() != DType::Bool || ctx.input(5).numel() != 1) return unfused();
+      a.mask_mode = mask_mode == "where_fill_true" ? 2 : 3;
+      a.mask_b = m.data<bool>();
+      a.fill = static_cast<float>(read_scalar(ctx, 5, 0.0, "fill value"));
+    }
+  }
+  if (a.B == 0 || a.Hq == 0 || a.Sq == 0 || a.Dv == 0 || a.Sk == 0) return unfused();
+  Shape y_shape = out_layout == Layout::BHSD ? Shape{a.B, a.Hq, a.Sq, a.Dv} : Shape{a.B, a.Sq, a.Hq, a.Dv};
+  a.y = ctx.allocate_output_uninit(0, DType::Float32, y_shape).mutable_data<float>();
+  if (out_layout == Layout::BHSD) {
+    a.y_sb = a.Hq * a.Sq * a.Dv;
+    a.y_sh = a.Sq * a.Dv;
+    a.y_ss = a.Dv;
+  } else {
+    a.y_sb = a.Sq * a.Hq * a.Dv;
+    a.y_sh = a.Dv;
+    a.y_ss = a.Hq * a.Dv;
+  }
+  if (a.Sk == 0) return unfused();
+  // Pack K^T per (batch, kv head): [D][Skp], zero padded.
+  a.Skp = (a.Sk + kW - 1) / kW * kW;
+  const int64_t kb = a.k.b, kh = a.k.h;
+  std::vector<float> kt(static_cast<size_t>(kb * kh * a.D * a.Skp));
+  a.kt_h = a.D * a.Skp;
+  a.kt_b = kh * a.kt_h;
+  a.kt = kt.data();
+  const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
+  const int64_t flops = a.B * a.Hq * a.Sq * a.Sk * (a.D + a.Dv);
+  const bool par = threads > 1 && big_enough(flops / 8);
+#pragma omp parallel for num_threads(threads) if (par && kb * kh > 1)
+  for (int64_t bh = 0; bh < kb * kh; ++bh) {
+    const int64_t b = bh / kh, h = bh % kh;
+    float* dst = kt.data() + b * a.kt_b + h * a.kt_h;
+    const float* src = a.k.p + b * a.k.sb + h * a.k.sh;
+    for (int64_t d = 0; d < a.D; ++d) {
+      float* row = dst + d * a.Skp;
+      for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd];
+      for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
+    }
+  }
+  const int64_t qblocks = (a.Sq + kBlockQ - 1) / kBlockQ;
+  const int64_t tasks = a.B * a.Hq * qblocks;
+  auto fn = cpu_has_avx512() ? attn_task_avx512 : attn_task_generic;
+#pragma omp parallel num_threads(threads) if (par && tasks > 1)
+  {
+    std::vector<float> s(static_cast<size_t>(kBlockQ * a.Skp));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t qbk = t % qblocks, bh = t / qblocks;
+      const int64_t b = bh / a.Hq, h = bh % a.Hq;
+      const int64_t i0 = qbk * kBlockQ;
+      fn(a, b, h, i0, std::min(kBlockQ, a.Sq - i0), s.data());
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rotary
+
+Tensor rotary_unfused(const KernelContext& ctx) {
+  Tensor x = ctx.input(0);
+  if (ctx.attr_string("layout", "bhsd") == "bshd")
+    x = run_op(ctx, "Transpose", 13, {&x}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
+  const std::vector<int64_t> axes = ctx.attr_ints("axes", {-1, -1, -1});
+  REFORGE_CHECK(axes.size() == 3, ctx.node().label(), ": axes must have 3 values");
+  auto i64 = [](int64_t v) {
+    Tensor t = Tensor::empty(DType::Int64, {1});
+    t.mutable_data<int64_t>()[0] = v;
+    return t;
+  };
+  Tensor a0 = i64(axes[0]), a1 = i64(axes[1]);
+  Tensor hi = run_op(ctx, "Slice", 13, {&x, &ctx.input(3), &ctx.input(4), &a0});
+  Tensor lo = run_op(ctx, "Slice", 13, {&x, &ctx.input(5), &ctx.input(6), &a1});
+  Tensor neg = run_op(ctx, "Neg", 13, {&hi});
+  Tensor cat = run_op(ctx, "Concat", 13, {&neg, &lo}, {{"axis", ir::int_attr("axis", axes[2])}});
+  Tensor ms = run_op(ctx, "Mul", 14, {&cat, &ctx.input(2)});
+  Tensor mc = run_op(ctx, "Mul", 14, {&x, &ctx.input(1)});
+  return run_op(ctx, "Add", 14, {&mc, &ms});
+}
+
+struct RotArgs {
+  const float* x;
+  const float* cos;
+  const float* sin;
+  float* y;
+  int64_t H, S, D, half;
+  int64_t x_sb, x_sh, x_ss;
+  int64_t c_sb, c_sh, c_ss, s_sb, s_sh, s_ss;  // broadcast strides (0 where size 1)
+};
+
+template <int kTag>
+RF_INLINE void rotary_rows_impl(const RotArgs& a, int64_t r0, int64_t r1) {
+  const int64_t h2 = a.half;
+  for (int64_t r = r0; r < r1; ++r) {  // r = (b * H + h) * S + s
+    const int64_t s = r % a.S, bh = r / a.S, h = bh % a.H, b = bh / a.H;
+    const float* x = a.x + b * a.x_sb + h * a.x_sh + s * a.x_ss;
+    const float* c = a.cos + b * a.c_sb + h * a.c_sh + s * a.c_ss;
+    const float* sn = a.sin + b * a.s_sb + h * a.s_sh + s * a.s_ss;
+    float* y = a.y + r * a.D;
+    int64_t i = 0;
+    for (; i + kW <= h2; i += kW) {
+      const v16 x0 = load(x + i), x1 = load(x + h2 + i);
+      store(y + i, x0 * load(c + i) + (-x1) * load(sn + i));
+      store(y + h2 + i, x1 * load(c + h2 + i) + x0 * load(sn + h2 + i));
+    }
+    for (; i < h2; ++i) {
+      const float x0 = x[i], x1 = x[h2 + i];
+      y[i] = x0 * c[i] + (-x1) * sn[i];
+      y[h2 + i] = x1 * c[h2 + i] + x0 * sn[h2 + i];
+    }
+  }
+}
+RF_AVX512_TARGET void rotary_rows_avx512(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<1>(a, r0, r1); }
+void rotary_rows_generic(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<0>(a, r0, r1); }
+
+// Strides of a table (cos or sin) broadcast to [B, H, S, D] with its last dimension D.
+bool table_strides(const Tensor& t, const int64_t (&target)[4], int64_t& sb, int64_t& sh, int64_t& ss) {
+  if (t.dtype() != DType::Float32 || t.rank() > 4 || t.rank() < 1) return false;
+  int64_t dims[4] = {1, 1, 1, 1};
+  for (int64_t i = 0; i < t.rank(); ++i) dims[4 - t.rank() + i] = t.dim(i);
+  if (dims[3] != target[3]) return false;
+  for (int i = 0; i < 3; ++i)
+    if (dims[i] != 1 && dims[i] != target[i]) return false;
+  ss = dims[2] == 1 ? 0 : dims[3];
+  sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
+  sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
+  return true;
+}
+
+void rotary_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const bool bshd = ctx.attr_string("layout", "bhsd") == "bshd";
+  auto unfused = [&] { ctx.set_output(0, rotary_unfused(ctx)); };
+  if (x.dtype() != DType::Float32 || x.rank() != 4) return unfused();
+  int64_t bounds[4];  // hi_start, hi_end, lo_start, lo_end
+  for (int i = 0; i < 4; ++i) {
+    const Tensor& t = ctx.input(3 + i);
+    if (t.numel() != 1 || !is_integer(t.dtype())) return unfused();
+    bounds[i] = t.to_int64_vector()[0];
+  }
+  const int64_t half = bounds[2] == 0 ? bounds[3] : -1, hi_end = bounds[1];
+  if (bounds[0] != half) return unfused();
+  RotArgs a{};
+  const int64_t B = x.dim(0);
+  a.H = bshd ? x.dim(2) : x.dim(1);
+  a.S = bshd ? x.dim(1) : x.dim(2);
+  a.D = x.dim(3);
+  a.half = half;
+  if (a.D != 2 * half || hi_end < a.D) return unfused();
+  const int64_t target[4] = {B, a.H, a.S, a.D};
+  if (!table_strides(ctx.input(1), target, a.c_sb, a.c_sh, a.c_ss) ||
+      !table_strides(ctx.input(2), target, a.s_sb, a.s_sh, a.s_ss))
+    return unfused();
+  a.x = x.data<float>();
+  a.cos = ctx.input(1).data<float>();
+  a.sin = ctx.input(2).data<float>();
+  if (bshd) {
+    a.x_sb = a.S * a.H * a.D;
+    a.x_ss = a.H * a.D;
+    a.x_sh = a.D;
+  } else {
+    a.x_sb = a.H * a.S * a.D;
+    a.x_sh = a.S * a.D;
+    a.x_ss = a.D;
+  }
+  a.y = ctx.allocate_output_uninit(0, DType::Float32, {B, a.H, a.S, a.D}).mutable_data<float>();
+  const int64_t rows = B * a.H * a.S;
+  auto fn = cpu_has_avx512() ? rotary_rows_avx512 : rotary_rows_generic;
+  const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
+  if (threads > 1 && rows > 1 && big_enough(rows * a.D)) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      fn(a, rows * t / nt, rows * (t + 1) / nt);
+    }
+  } else {
+    fn(a, 0, rows);
+  }
+}
+
+}  // namespace
+
+void register_fused_gelu(OpRegistry& r);  // gelu_fast.cc
+
+void register_fused_transformer_ops(OpRegistry& r) {
+  register_fused_gelu(r);
+  r.add({"reforge", "RmsNorm", 1, INT_MAX, rms_norm_kernel, nullptr});
+  r.add({"reforge", "Silu", 1, INT_MAX, silu_kernel, nullptr});
+  r.add({"reforge", "SiluMul", 1, INT_MAX, silu_mul_kernel, nullptr});
+  r.add({"reforge", "Attention", 1, INT_MAX, attention_kernel, attention_check});
+  r.add({"reforge", "Rotary", 1, INT_MAX, rotary_kernel, nullptr});
+}
+
+}  // namespace reforge::ops

@@ -1,0 +1,113 @@
+// Float32 LayerNormalization fast path: rows of `inner` contiguous elements, Scale and B with
+// exactly `inner` elements (no broadcast within the row), no Mean/InvStdDev outputs. Two passes
+// over each row in float32 on 16-lane vectors (mean, then the centred sum of squares, so no
+// cancellation), AVX-512 when the CPU has it, OpenMP over rows for large tensors.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/registry.h"
+#include "ops/simd16.h"
+
+namespace reforge::ops {
+namespace {
+
+using namespace simd16;
+
+struct LnArgs {
+  const float* x;
+  const float* s;
+  const float* b;  // may be null
+  float* y;
+  int64_t n;
+  float eps;
+};
+
+template <int kTag>
+RF_INLINE void ln_rows_impl(const LnArgs& a, int64_t r0, int64_t r1) {
+  const int64_t n = a.n;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* x = a.x + r * n;
+    float* y = a.y + r * n;
+    v16 s0{}, s1{};
+    int64_t i = 0;
+    for (; i + 2 * kW <= n; i += 2 * kW) {
+      s0 += load(x + i);
+      s1 += load(x + i + kW);
+    }
+    for (; i + kW <= n; i += kW) s0 += load(x + i);
+    float sum = hsum(s0 + s1);
+    for (; i < n; ++i) sum += x[i];
+    const float mean = sum * inv_n;
+    const v16 vm = splat(mean);
+    v16 q0{}, q1{};
+    for (i = 0; i + 2 * kW <= n; i += 2 * kW) {
+      const v16 d0 = load(x + i) - vm, d1 = load(x + i + kW) - vm;
+      q0 += d0 * d0;
+      q1 += d1 * d1;
+    }
+    for (; i + kW <= n; i += kW) {
+      const v16 d0 = load(x + i) - vm;
+      q0 += d0 * d0;
+    }
+    float sq = hsum(q0 + q1);
+    for (; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+    const float inv = 1.0f / std::sqrt(sq * inv_n + a.eps);
+    const v16 vi = splat(inv);
+    for (i = 0; i + kW <= n; i += kW) {
+      v16 v = (load(x + i) - vm) * vi * load(a.s + i);
+      if (a.b) v += load(a.b + i);
+      store(y + i, v);
+    }
+    for (; i < n; ++i) y[i] = (x[i] - mean) * inv * a.s[i] + (a.b ? a.b[i] : 0.0f);
+  }
+}
+RF_AVX512_TARGET void ln_rows_avx512(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<1>(a, r0, r1); }
+void ln_rows_generic(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<0>(a, r0, r1); }
+
+}  // namespace
+
+// Returns false (having done nothing) when the node is outside the fast path's conditions.
+bool layer_norm_fast_f32(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& S = ctx.input(1);
+  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  if (X.dtype() != DType::Float32 || S.dtype() != DType::Float32 || (B && B->dtype() != DType::Float32)) return false;
+  if (ctx.output_wanted(1) || ctx.output_wanted(2) || X.numel() == 0) return false;
+  const int64_t rank = X.rank();
+  int64_t axis = ctx.attr_int("axis", -1);
+  if (axis < -rank || axis >= rank) return false;
+  if (axis < 0) axis += rank;
+  int64_t inner = 1;
+  for (int64_t i = axis; i < rank; ++i) inner *= X.dim(i);
+  // Scale/B must be the normalized shape, possibly with leading 1s and fewer dims.
+  auto fits = [&](const Tensor& p) {
+    if (p.numel() != inner || p.rank() > rank) return false;
+    for (int64_t i = 0; i < p.rank(); ++i) {
+      const int64_t ax = rank - p.rank() + i;
+      if (ax < axis ? p.dim(i) != 1 : p.dim(i) != X.dim(ax)) return false;
+    }
+    return true;
+  };
+  if (!fits(S) || (B && !fits(*B))) return false;
+  LnArgs a{X.data<float>(), S.data<float>(), B ? B->data<float>() : nullptr, nullptr, inner,
+           ctx.attr_float("epsilon", 1e-5f)};
+  a.y = ctx.allocate_output_uninit(0, DType::Float32, X.shape()).mutable_data<float>();
+  const int64_t rows = X.numel() / inner;
+  auto fn = cpu_has_avx512() ? ln_rows_avx512 : ln_rows_generic;
+  const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
+  if (threads > 1 && rows > 1 && X.numel() >= (int64_t{1} << 15)) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      fn(a, rows * t / nt, rows * (t + 1) / nt);
+    }
+  } else {
+    fn(a, 0, rows);
+  }
+  return true;
+}
+
+}  // namespace reforge::ops

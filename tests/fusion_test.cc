@@ -1,0 +1,462 @@
+// Transformer fusion passes (src/passes/fusion_transformer.cc) and their fused kernels
+// (src/ops/fused_transformer.cc):
+// - on every exported model in models/manifest.json, the passes find the expected number of
+//   RMSNorm / GELU / SiLU / attention patterns, and the fused plan still matches the PyTorch
+//   reference (baked and refittable builds);
+// - hand-built near misses (wrong exponent, eps in the wrong place, softmax on another axis,
+//   a refittable GELU constant) stay unfused;
+// - the fused kernels agree with the unfused graph on random inputs, across layouts, masks,
+//   grouped-query attention, odd sizes and thread counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "build/builder.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "runtime/engine.h"
+#include "runtime/plan_engine.h"
+
+using namespace reforge;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModelsDir = fs::path(REFORGE_SOURCE_DIR) / "models";
+
+std::map<std::string, int> op_counts(const ir::Graph& g) {
+  std::map<std::string, int> c;
+  for (const auto& n : g.nodes) ++c[(n.domain.empty() ? "" : n.domain + "::") + n.op_type];
+  return c;
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  if (a.shape() != b.shape()) return INFINITY;
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double d = std::fabs(double(a.data<float>()[i]) - double(b.data<float>()[i]));
+    if (!(d <= worst)) worst = d;  // NaN wins
+  }
+  return worst;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exported models
+
+struct Expect {
+  int rms, attn, silu, gelu, rotary;
+};
+
+// model -> expected fused node counts (same for every export of that model).
+const std::map<std::string, Expect> kExpected = {
+    {"llama", {5, 2, 2, 0, 4}},  // 2 layers x 2 norms + final norm; SwiGLU; rotary on q and k
+    {"gpt2", {0, 2, 0, 2, 0}},   // tanh GELU
+    {"bert", {0, 2, 0, 2, 0}},   // erf GELU
+};
+
+class FusionModels : public ::testing::TestWithParam<nlohmann::json> {};
+
+TEST_P(FusionModels, FusesAndMatchesReference) {
+  const nlohmann::json& e = GetParam();
+  const std::string model = e.at("model");
+  const fs::path path = kModelsDir / e.at("path").get<std::string>();
+  SCOPED_TRACE(path.string());
+  const Expect want = kExpected.at(model);
+  for (plan::BuildMode mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+    SCOPED_TRACE(mode == plan::BuildMode::Baked ? "baked" : "refit");
+    build::BuildOptions o;
+    o.mode = mode;
+    plan::Plan p = build::build_plan(onnx::import_model_file(path.string()), o);
+    auto c = op_counts(p.graph);
+    EXPECT_EQ(c["reforge::RmsNorm"], want.rms);
+    EXPECT_EQ(c["reforge::Attention"], want.attn);
+    EXPECT_EQ(c["reforge::SiluMul"] + c["reforge::Silu"], want.silu);
+    // GELU's constants are read by the pass: in a refit build they must be literals.
+    if (mode == plan::BuildMode::Baked || e.at("export") != "dynamo") {
+      EXPECT_EQ(c["reforge::Gelu"], want.gelu);
+      EXPECT_EQ(c["Pow"], 0);
+    }
+    EXPECT_EQ(c["Softmax"], 0);
+    EXPECT_EQ(c["reforge::Rotary"], want.rotary);
+    EXPECT_EQ(c["Neg"], 0);
+    EXPECT_EQ(c["Sigmoid"], 0);
+    runtime::PlanEngine engine(std::move(p));
+    for (const auto& set : e.at("input_sets")) {
+      std::map<std::string, Tensor> feeds;
+      for (const auto& [name, file] : set.at("inputs").items()) feeds[name] = read_npy((kModelsDir / file.get<std::string>()).string());
+      std::vector<Tensor> out = engine.run(feeds);
+      size_t k = 0;
+      for (const auto& name : e.at("outputs")) {
+        Tensor ref = read_npy((kModelsDir / set.at("reference").at(name.get<std::string>()).get<std::string>()).string());
+        EXPECT_LE(max_abs_diff(out[k++], ref), 1e-4) << "output " << name << ", input set " << set.at("name");
+      }
+    }
+  }
+}
+
+std::vector<nlohmann::json> transformer_exports() {
+  std::ifstream f(kModelsDir / "manifest.json");
+  std::vector<nlohmann::json> v;
+  if (!f) return v;
+  const nlohmann::json manifest = nlohmann::json::parse(f);
+  for (const auto& e : manifest.at("exports"))
+    if (kExpected.count(e.at("model").get<std::string>())) v.push_back(e);
+  return v;
+}
+
+TEST(FusionModelsList, NotEmpty) { EXPECT_GE(transformer_exports().size(), 30u); }
+
+INSTANTIATE_TEST_SUITE_P(Exports, FusionModels, ::testing::ValuesIn(transformer_exports()),
+                         [](const ::testing::TestParamInfo<nlohmann::json>& i) {
+                           return i.param.at("model").get<std::string>() + "_" + i.param.at("export").get<std::string>() +
+                                  "_" + i.param.at("weights").get<std::string>();
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// Hand-built graphs
+
+Tensor scalar_f(float v) {
+  Tensor t = Tensor::empty(DType::Float32, {});
+  t.mutable_data<float>()[0] = v;
+  return t;
+}
+Tensor ints(std::vector<int64_t> v) {
+  Tensor t = Tensor::empty(DType::Int64, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.mutable_data<int64_t>()[i] = v[i];
+  return t;
+}
+Tensor random_f(Shape s, uint32_t seed, float lo = -1, float hi = 1) {
+  Tensor t = Tensor::empty(DType::Float32, std::move(s));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+  return t;
+}
+
+struct GraphBuilder {
+  ir::Graph g;
+  int next = 0;
+  explicit GraphBuilder(int opset = 18) {
+    g.name = "fusion_test";
+    g.ir_version = 10;
+    g.opsets = {{"", opset}};
+  }
+  void input(const std::string& name, DType dt = DType::Float32) { g.inputs.push_back({name, dt, false, {}}); }
+  void output(const std::string& name) { g.outputs.push_back({name, DType::Float32, false, {}}); }
+  // A Constant node: a literal.
+  std::string constant(Tensor t) {
+    std::string name = "c" + std::to_string(next++);
+    ir::Node n;
+    n.name = name;
+    n.op_type = "Constant";
+    n.opset = g.opsets[""];
+    n.outputs = {name};
+    n.attrs["value"] = ir::tensor_attr("value", std::move(t));
+    g.nodes.push_back(std::move(n));
+    return name;
+  }
+  // An initializer: a source in refit builds (when float).
+  std::string init(Tensor t) {
+    std::string name = "i" + std::to_string(next++);
+    g.initializers[name] = std::move(t);
+    return name;
+  }
+  std::string op(const std::string& type, std::vector<std::string> ins, std::map<std::string, ir::Attribute> attrs = {}) {
+    std::string name = type + "_" + std::to_string(next++);
+    ir::Node n;
+    n.name = name;
+    n.op_type = type;
+    n.opset = g.opsets[""];
+    n.inputs = std::move(ins);
+    n.outputs = {name};
+    n.attrs = std::move(attrs);
+    g.nodes.push_back(std::move(n));
+    return name;
+  }
+};
+
+// Runs the graph unfused (Engine on the imported graph) and fused (build_plan + PlanEngine);
+// returns the fused op counts and checks the outputs agree.
+std::map<std::string, int> check_fused_vs_unfused(const ir::Graph& g, const std::map<std::string, Tensor>& feeds,
+                                                  double tol, plan::BuildMode mode = plan::BuildMode::Baked,
+                                                  int threads = 1) {
+  runtime::EngineOptions eo;
+  eo.threads = threads;
+  runtime::Engine ref(g, eo);
+  build::BuildOptions o;
+  o.mode = mode;
+  plan::Plan p = build::build_plan(g, o);
+  auto counts = op_counts(p.graph);
+  runtime::PlanEngine fused(std::move(p), eo);
+  auto a = ref.run(feeds);
+  auto b = fused.run(feeds);
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) EXPECT_LE(max_abs_diff(a[i], b[i]), tol) << "output " << i;
+  return counts;
+}
+
+// x * (1 / sqrt(mean(x^p) + eps)) * w, with knobs for near misses.
+ir::Graph rms_graph(float exponent, bool eps_before_mean, bool weight_as_init, int64_t axis = -1) {
+  GraphBuilder b;
+  b.input("x");
+  std::string p = b.op("Pow", {"x", b.constant(scalar_f(exponent))});
+  std::string eps = b.constant(scalar_f(1e-6f));
+  std::string m;
+  if (eps_before_mean) m = b.op("ReduceMean", {b.op("Add", {p, eps}), b.constant(ints({axis}))});
+  else m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({axis}))}), eps});
+  std::string r = b.op("Reciprocal", {b.op("Sqrt", {m})});
+  std::string y = b.op("Mul", {"x", r});
+  Tensor w = random_f({48}, 7);
+  std::string out = b.op("Mul", {y, weight_as_init ? b.init(w) : b.constant(w)});
+  b.output(out);
+  return b.g;
+}
+
+TEST(FusionRmsNorm, FusesAndMatches) {
+  std::map<std::string, Tensor> feeds = {{"x", random_f({2, 5, 48}, 1, -3, 3)}};
+  for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+    auto c = check_fused_vs_unfused(rms_graph(2.0f, false, true), feeds, 1e-5, mode);
+    EXPECT_EQ(c["reforge::RmsNorm"], 1);
+    EXPECT_EQ(c.size(), 1u);
+  }
+  // Large enough for the parallel path.
+  feeds = {{"x", random_f({64, 33, 48}, 2, -3, 3)}};
+  auto c = check_fused_vs_unfused(rms_graph(2.0f, false, false), feeds, 1e-5, plan::BuildMode::Baked, 2);
+  EXPECT_EQ(c["reforge::RmsNorm"], 1);
+}
+
+TEST(FusionRmsNorm, NearMissesStayUnfused) {
+  std::map<std::string, Tensor> feeds = {{"x", random_f({2, 5, 48}, 1, -3, 3)}};
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(3.0f, false, false), feeds, 1e-5)["reforge::RmsNorm"], 0);  // x^3
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, true, false), feeds, 1e-5)["reforge::RmsNorm"], 0);   // eps first
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, false, false, 1), feeds, 1e-5)["reforge::RmsNorm"], 0);  // axis 1
+}
+
+// Refittable exponent / eps: still fused, kept as inputs; the kernel honours any value.
+TEST(FusionRmsNorm, RefittableScalarsStayInputs) {
+  GraphBuilder b;
+  b.input("x");
+  std::string p = b.op("Pow", {"x", b.init(scalar_f(2.0f))});
+  std::string m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({-1}))}), b.init(scalar_f(1e-5f))});
+  std::string r = b.op("Div", {b.init(scalar_f(1.0f)), b.op("Sqrt", {m})});
+  b.output(b.op("Mul", {"x", r}));
+  std::map<std::string, Tensor> feeds = {{"x", random_f({3, 40}, 4, -2, 2)}};
+  auto c = check_fused_vs_unfused(b.g, feeds, 1e-5, plan::BuildMode::Refit);
+  EXPECT_EQ(c["reforge::RmsNorm"], 1);
+}
+
+ir::Graph gelu_erf_graph(float sqrt2, float half, bool half_as_init = false) {
+  GraphBuilder b;
+  b.input("x");
+  std::string e = b.op("Erf", {b.op("Div", {"x", b.constant(scalar_f(sqrt2))})});
+  std::string a = b.op("Add", {e, b.constant(scalar_f(1.0f))});
+  std::string m = b.op("Mul", {"x", a});
+  b.output(b.op("Mul", {m, half_as_init ? b.init(scalar_f(half)) : b.constant(scalar_f(half))}));
+  return b.g;
+}
+
+ir::Graph gelu_tanh_graph(float cubic) {
+  GraphBuilder b;
+  b.input("x");
+  std::string h = b.op("Mul", {"x", b.constant(scalar_f(0.5f))});
+  std::string p = b.op("Pow", {"x", b.constant(scalar_f(3.0f))});
+  std::string a = b.op("Add", {"x", b.op("Mul", {p, b.constant(scalar_f(cubic))})});
+  std::string t = b.op("Tanh", {b.op("Mul", {a, b.constant(scalar_f(0.7978845834732056f))})});
+  b.output(b.op("Mul", {h, b.op("Add", {t, b.constant(scalar_f(1.0f))})}));
+  return b.g;
+}
+
+TEST(FusionGelu, BothFormsFuseAndNearMissesDoNot) {
+  std::map<std::string, Tensor> feeds = {{"x", random_f({4, 37}, 3, -5, 5)}};
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f), feeds, 1e-5)["reforge::Gelu"], 1);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_tanh_graph(0.044715f), feeds, 1e-5)["reforge::Gelu"], 1);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.5f, 0.5f), feeds, 1e-5)["reforge::Gelu"], 0);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.4f), feeds, 1e-5)["reforge::Gelu"], 0);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_tanh_graph(0.05f), feeds, 1e-5)["reforge::Gelu"], 0);
+  // A refittable 0.5 cannot be dropped: unfused in a refit build, fused in a baked one.
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5, plan::BuildMode::Refit)["reforge::Gelu"], 0);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5)["reforge::Gelu"], 1);
+}
+
+TEST(FusionSilu, SiluAndSwiGlu) {
+  GraphBuilder b;
+  b.input("x");
+  b.input("u");
+  std::string s = b.op("Mul", {b.op("Sigmoid", {"x"}), "x"});
+  b.output(b.op("Mul", {s, "u"}));
+  std::map<std::string, Tensor> feeds = {{"x", random_f({3, 1000}, 5, -20, 20)}, {"u", random_f({3, 1000}, 6)}};
+  for (int threads : {1, 2}) {
+    auto c = check_fused_vs_unfused(b.g, feeds, 1e-5, plan::BuildMode::Baked, threads);
+    EXPECT_EQ(c["reforge::SiluMul"], 1);
+    EXPECT_EQ(c.size(), 1u);
+  }
+  // Broadcast multiplier: the kernel falls back to the unfused ops.
+  feeds["u"] = random_f({1000}, 6);
+  EXPECT_EQ(check_fused_vs_unfused(b.g, feeds, 1e-5)["reforge::SiluMul"], 1);
+  // Plain SiLU at the graph output.
+  GraphBuilder b2;
+  b2.input("x");
+  b2.output(b2.op("Mul", {"x", b2.op("Sigmoid", {"x"})}));
+  EXPECT_EQ(check_fused_vs_unfused(b2.g, {{"x", random_f({5, 17}, 8, -9, 9)}}, 1e-5)["reforge::Silu"], 1);
+}
+
+// Attention as the exporters write it. q: [B,Sq,Hq,D] -> Transpose; k: [B,Hkv,Sk,D] (repeat_kv when
+// Hkv < Hq) -> Transpose(0,1,3,2); v: [B,Sk,Hkv,D] -> Transpose -> repeat_kv; scores / sqrt(D) + mask; softmax; PV; output
+// transpose to [B,Sq,Hq,D].
+struct AttnCase {
+  int64_t B, Hq, Hkv, Sq, Sk, D;
+  std::string mask;  // "", "add", "where"
+  bool mul_scale = false;
+  int64_t softmax_axis = -1;
+};
+
+ir::Graph attention_graph(const AttnCase& c, bool as_matmul_only = false) {
+  GraphBuilder b;
+  b.input("q");
+  b.input("k");
+  b.input("v");
+  std::string q = b.op("Transpose", {"q"}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
+  std::string k = "k", v = b.op("Transpose", {"v"}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
+  if (c.Hkv != c.Hq) {
+    const int64_t r = c.Hq / c.Hkv;
+    auto rep = [&](const std::string& x) {
+      std::string u = b.op("Unsqueeze", {x, b.constant(ints({2}))});
+      std::string e = b.op("Expand", {u, b.constant(ints({c.B, c.Hkv, r, c.Sk, c.D}))});
+      return b.op("Reshape", {e, b.constant(ints({c.B, c.Hq, c.Sk, c.D}))});
+    };
+    k = rep(k);
+    v = rep(v);
+  }
+  std::string kt = b.op("Transpose", {k}, {{"perm", ir::ints_attr("perm", {0, 1, 3, 2})}});
+  std::string s = b.op("MatMul", {q, kt});
+  if (c.mul_scale) s = b.op("Mul", {b.constant(scalar_f(1.0f / std::sqrt(float(c.D)))), s});
+  else s = b.op("Div", {s, b.constant(scalar_f(std::sqrt(float(c.D))))});
+  if (c.mask == "add") {
+    b.input("mask");
+    s = b.op("Add", {s, "mask"});
+  } else if (c.mask == "where") {
+    b.input("mask", DType::Bool);
+    s = b.op("Where", {"mask", b.init(scalar_f(-3.4028234663852886e+38f)), s});
+  }
+  std::string p = b.op("Softmax", {s}, {{"axis", ir::int_attr("axis", c.softmax_axis)}});
+  std::string y = b.op("MatMul", {p, v});
+  b.output(b.op("Transpose", {y}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}}));
+  return b.g;
+}
+
+std::map<std::string, Tensor> attention_feeds(const AttnCase& c) {
+  std::map<std::string, Tensor> f = {{"q", random_f({c.B, c.Sq, c.Hq, c.D}, 11, -2, 2)},
+                                     {"k", random_f({c.B, c.Hkv, c.Sk, c.D}, 12, -2, 2)},
+                                     {"v", random_f({c.B, c.Sk, c.Hkv, c.D}, 13)}};
+  if (c.mask == "add") {
+    Tensor m = random_f({c.B, 1, c.Sq, c.Sk}, 14, -4, 0);
+    for (int64_t i = 0; i < m.numel(); i += 3) m.mutable_data<float>()[i] = -3.4028234663852886e+38f;
+    f["mask"] = m;
+  } else if (c.mask == "where") {
+    Tensor m = Tensor::empty(DType::Bool, {1, 1, c.Sq, c.Sk});
+    for (int64_t i = 0; i < c.Sq; ++i)
+      for (int64_t j = 0; j < c.Sk; ++j) m.mutable_data<bool>()[i * c.Sk + j] = j > i + (c.Sk - c.Sq);  // causal
+    f["mask"] = m;
+  }
+  return f;
+}
+
+TEST(FusionAttention, MatchesUnfusedAcrossShapes) {
+  const std::vector<AttnCase> cases = {
+      {1, 4, 4, 7, 7, 16, "add"},   {2, 4, 2, 5, 5, 16, "add"},   {1, 8, 2, 33, 33, 64, "where"},
+      {1, 4, 1, 1, 19, 32, ""},     {2, 2, 2, 40, 40, 20, "add", true}, {1, 16, 4, 128, 128, 64, "add"},
+      {1, 3, 3, 3, 70, 8, "where"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::Message() << "B" << c.B << " Hq" << c.Hq << " Hkv" << c.Hkv << " Sq" << c.Sq << " Sk" << c.Sk
+                                    << " D" << c.D << " mask '" << c.mask << "'");
+    for (int threads : {1, 2}) {
+      auto counts = check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5, plan::BuildMode::Baked, threads);
+      EXPECT_EQ(counts["reforge::Attention"], 1);
+      EXPECT_EQ(counts.size(), 1u) << "everything but the attention should be absorbed";
+    }
+  }
+}
+
+TEST(FusionAttention, SoftmaxOnAnotherAxisIsNotFused) {
+  AttnCase c{1, 2, 2, 4, 4, 8, "add"};
+  c.softmax_axis = 2;
+  EXPECT_EQ(check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 1e-5)["reforge::Attention"], 0);
+}
+
+// A repeat that is not a repeat_kv (expanding batch instead of heads) must fail loudly at run
+// time rather than compute something else; here the exporter shape is right, so check the
+// refit build keeps working too.
+TEST(FusionAttention, RefitBuildFuses) {
+  AttnCase c{1, 8, 2, 9, 9, 16, "where"};
+  auto counts = check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5, plan::BuildMode::Refit);
+  EXPECT_EQ(counts["reforge::Attention"], 1);
+}
+
+// rotate_half rotary embedding as both exporters write it (slice axes [3], concat axis -1), on a
+// head-transposed input; cos/sin broadcast over batch and heads.
+ir::Graph rotary_graph(int64_t S, int64_t D, int64_t split) {
+  GraphBuilder b;
+  b.input("x");  // [B, S, H, D]
+  std::string x = b.op("Transpose", {"x"}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
+  std::string cos = b.constant(random_f({1, 1, S, D}, 21));
+  std::string sin = b.constant(random_f({1, 1, S, D}, 22));
+  std::string hi = b.op("Slice", {x, b.constant(ints({split})), b.constant(ints({INT64_MAX})), b.constant(ints({3})),
+                                  b.constant(ints({1}))});
+  std::string lo = b.op("Slice", {x, b.constant(ints({0})), b.constant(ints({split})), b.constant(ints({3})),
+                                  b.constant(ints({1}))});
+  std::string cat = b.op("Concat", {b.op("Neg", {hi}), lo}, {{"axis", ir::int_attr("axis", -1)}});
+  b.output(b.op("Add", {b.op("Mul", {x, cos}), b.op("Mul", {cat, sin})}));
+  return b.g;
+}
+
+TEST(FusionRotary, FusesAndMatches) {
+  for (int64_t D : {64, 24}) {
+    std::map<std::string, Tensor> feeds = {{"x", random_f({2, 9, 3, D}, 20)}};
+    auto c = check_fused_vs_unfused(rotary_graph(9, D, D / 2), feeds, 1e-6);
+    EXPECT_EQ(c["reforge::Rotary"], 1);
+    EXPECT_EQ(c.size(), 1u);
+  }
+  // Split not at the middle: fused, but the kernel runs the unfused ops (same result).
+  std::map<std::string, Tensor> feeds = {{"x", random_f({1, 4, 2, 16}, 20)}};
+  EXPECT_EQ(check_fused_vs_unfused(rotary_graph(4, 16, 6), feeds, 1e-6)["reforge::Rotary"], 1);
+}
+
+// Decomposed LayerNorm (older exporters): (x - mean) / sqrt(var + eps) * g + b.
+ir::Graph layer_norm_graph(bool eps_after_sqrt, bool with_bias) {
+  GraphBuilder b(13);
+  b.input("x");
+  auto mean = [&](const std::string& v) {
+    return b.op("ReduceMean", {v}, {{"axes", ir::ints_attr("axes", {-1})}, {"keepdims", ir::int_attr("keepdims", 1)}});
+  };
+  std::string d = b.op("Sub", {"x", mean("x")});
+  std::string var = mean(b.op("Pow", {d, b.constant(scalar_f(2.0f))}));
+  std::string eps = b.constant(scalar_f(1e-5f));
+  std::string den = eps_after_sqrt ? b.op("Add", {b.op("Sqrt", {var}), eps}) : b.op("Sqrt", {b.op("Add", {var, eps})});
+  std::string y = b.op("Mul", {b.op("Div", {d, den}), b.init(random_f({32}, 31))});
+  if (with_bias) y = b.op("Add", {y, b.init(random_f({32}, 32))});
+  b.output(y);
+  return b.g;
+}
+
+TEST(FusionLayerNorm, FusesAndNearMissDoesNot) {
+  std::map<std::string, Tensor> feeds = {{"x", random_f({3, 7, 32}, 30, -2, 4)}};
+  for (bool bias : {true, false})
+    for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+      auto c = check_fused_vs_unfused(layer_norm_graph(false, bias), feeds, 1e-5, mode);
+      EXPECT_EQ(c["LayerNormalization"], 1);
+      EXPECT_EQ(c.size(), 1u);
+    }
+  EXPECT_EQ(check_fused_vs_unfused(layer_norm_graph(true, true), feeds, 1e-5)["LayerNormalization"], 0);
+}
+
+}  // namespace
