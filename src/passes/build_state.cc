@@ -92,6 +92,7 @@ const std::vector<Pass>& default_passes() {
       {"constant-folding", false, constant_folding},
       {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
       {"fuse-matmul-add", false, fuse_matmul_add},
+      {"linear-weights-precision", false, linear_weights_precision},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };
   return passes;

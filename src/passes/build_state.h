@@ -29,6 +29,7 @@ struct BuildState {
   std::vector<Tensor> source_values;  // build-time value of each source
   std::vector<Tensor> literals;       // recipe literal operands
   plan::BuildMode mode = plan::BuildMode::Baked;
+  plan::Precision precision = plan::Precision::Fp32;
   int next_id = 0;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }
@@ -59,6 +60,7 @@ struct Pass {
 void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
 void fuse_matmul_add(BuildState& s);
+void linear_weights_precision(BuildState& s);
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.
