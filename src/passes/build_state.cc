@@ -98,6 +98,7 @@ const std::vector<Pass>& default_passes() {
       {"fuse-rotary", false, fuse_rotary},
       {"fuse-attention", false, fuse_attention},
       {"fuse-matmul-add", false, fuse_matmul_add},
+      {"linear-weights-precision", false, linear_weights_precision},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };
   return passes;

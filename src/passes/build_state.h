@@ -29,6 +29,7 @@ struct BuildState {
   std::vector<Tensor> source_values;  // build-time value of each source
   std::vector<Tensor> literals;       // recipe literal operands
   plan::BuildMode mode = plan::BuildMode::Baked;
+  plan::Precision precision = plan::Precision::Fp32;
   int next_id = 0;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }
@@ -66,6 +67,7 @@ void fuse_gelu(BuildState& s);
 void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
 void fuse_rotary(BuildState& s);
+void linear_weights_precision(BuildState& s);
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.
