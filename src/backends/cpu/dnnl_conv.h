@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace reforge::cpu {
@@ -16,8 +17,25 @@ struct ConvDims {
   bool has_bias = false;
 };
 
+// What runs after the convolution inside the same primitive: dst = relu?(conv + bias + sum),
+// with `sum` a dense tensor of dst's shape (a residual connection) or null.
+struct ConvPostOps {
+  const float* sum = nullptr;
+  bool relu = false;
+};
+
+// Weights of one convolution node in the layouts its primitives want, reordered from the plain
+// ONNX weights the first time a primitive needs them and kept for the lifetime of the cache.
+// A Conv node's `prepare` step makes one per weight set, so a refit (which re-prepares) never
+// sees packed data of other weights. Thread-safe.
+class ConvWeightCache;
+std::shared_ptr<ConvWeightCache> make_conv_weight_cache();
+
 // Runs the convolution with a cached oneDNN primitive. Returns false (having written nothing)
-// when oneDNN has no implementation; the caller then uses its reference loop.
-bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst);
+// when oneDNN has no implementation; the caller then uses its reference loop. `packed` (may be
+// null: reorder on every call) holds the packed forms of `weights`, which must be the weights
+// the cache was made for.
+bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst,
+                   const ConvPostOps& post = {}, ConvWeightCache* packed = nullptr);
 
 }  // namespace reforge::cpu
