@@ -53,7 +53,7 @@ std::optional<CachedPrimitive> make_reorder(const dnnl::memory::desc& from, cons
   return r;
 }
 
-std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps& post) {
+std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps& post, bool packed) {
   auto p = std::make_shared<ConvPrimitive>();
   p->src_plain = dnnl_util::plain_md(d.src, dt::f32);
   p->weights_plain = dnnl_util::plain_md(weight_dims(d), dt::f32);
@@ -71,11 +71,14 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     attr.set_post_ops(po);
   }
   try {
-    // Blocked layouts pay for three reorders; when the weights dominate the bytes and there is
-    // little arithmetic per byte (a deep layer on a small image), the plain-layout GEMM-based
-    // kernel is faster. Depthwise and grouped convolutions always want blocked layouts.
+    // Blocked layouts pay for reorders of the activations and, unless the weights are packed
+    // once (a ConvWeightCache), of the weights on every call. When those bytes dominate and
+    // there is little arithmetic per byte (a deep layer on a small image without packed
+    // weights), the plain-layout GEMM-based kernel is faster. Depthwise and grouped
+    // convolutions always want blocked layouts.
     int64_t elems = 0, flops = 2;
     for (const auto* v : {&d.src, &d.weights, &d.dst}) {
+      if (packed && v == &d.weights) continue;
       int64_t n = 1;
       for (int64_t x : *v) n *= x;
       elems += n;
@@ -143,8 +146,8 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
                     dnnl_util::dims_key(d.dst) + ":" + std::to_string(d.group) + ":" +
                     dnnl_util::dims_key(d.strides) + ":" + dnnl_util::dims_key(d.dilations) + ":" +
                     dnnl_util::dims_key(d.pad_begin) + ":" + dnnl_util::dims_key(d.pad_end) + ":" +
-                    (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "");
-  auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post); });
+                    (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "") + (packed ? ":packed" : "");
+  auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post, packed != nullptr); });
   if (!p) return false;
   auto& eng = dnnl_util::engine();
   double work = 1;
