@@ -4,6 +4,9 @@
 //
 //   FusedConv(X, W, B?, Z?) = relu?(Conv(X, W, B) + Z)     attributes: Conv's + activation
 //
+// and, from the conv-channels-last pass, x_layout / y_layout / z_layout = "NHWC" when that
+// operand is stored channels-last ([N, H, W, C]) to spare the reorders between convolutions.
+//
 // float32 runs through oneDNN (a pointwise 1x1 convolution as a plain matrix product, which
 // needs no layout reorders), with the residual add and ReLU as post-ops of the primitive;
 // float16/bfloat16 are widened to float32 and rounded once at the end; float64 (and anything
@@ -14,6 +17,7 @@
 #include <type_traits>
 
 #include "ops/broadcast.h"
+#include "ops/tensor_common.h"
 
 #include "backends/cpu/dnnl_conv.h"
 #include "core/dispatch.h"
@@ -203,10 +207,86 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
 
 void conv_kernel(KernelContext& ctx) { conv_run(ctx, {}); }
 
+// [N, C, H, W] <-> [N, H, W, C] copies of any element type (the channels-last fallback).
+Tensor to_channels_last(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor out = Tensor::empty(t.dtype(), {s[0], s[2], s[3], s[1]});
+  // out[n][h][w][c] = t[n][c][h][w]
+  strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out.shape(),
+               {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]}, 0);
+  return out;
+}
+Tensor to_channels_first(const Tensor& t) {
+  const Shape& s = t.shape();  // [N, H, W, C]
+  Tensor out = Tensor::empty(t.dtype(), {s[0], s[3], s[1], s[2]});
+  strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out.shape(),
+               {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]}, 0);
+  return out;
+}
+
+// FusedConv with channels-last operands (attributes x_layout / y_layout / z_layout = "NHWC", set
+// by the conv-channels-last pass on chains of convolutions): float32 2-D runs straight through
+// oneDNN in that layout; anything else converts to NCHW around the ordinary kernel.
+void fused_conv_channels_last(KernelContext& ctx, const PostOps& post, bool x_nhwc, bool y_nhwc, bool z_nhwc) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& W = ctx.input(1);
+  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string label = ctx.node().label();
+  REFORGE_CHECK(X.rank() == 4 && W.rank() == 4, label, ": channels-last layouts need a 2-D convolution, got X ",
+                X.describe(), " and W ", W.describe());
+  const Shape xs = x_nhwc ? Shape{X.dim(0), X.dim(3), X.dim(1), X.dim(2)} : X.shape();
+  const int64_t N = xs[0], C = xs[1], M = W.dim(0), group = ctx.attr_int("group", 1);
+  const Window win = resolve_window(ctx, {xs[2], xs[3]}, {W.dim(2), W.dim(3)}, false);
+  const Shape ys = {N, M, win.out[0], win.out[1]};
+  const Shape y_phys = y_nhwc ? Shape{N, win.out[0], win.out[1], M} : ys;
+  const Shape z_phys = z_nhwc ? Shape{N, win.out[0], win.out[1], M} : ys;
+  bool direct = X.dtype() == DType::Float32 && W.dtype() == DType::Float32 && group >= 1 && C == W.dim(1) * group &&
+                M % group == 0 && C > 0 && N > 0 && (!B || (B->dtype() == DType::Float32 && B->numel() == M)) &&
+                (!post.sum || (post.sum->dtype() == DType::Float32 && post.sum->shape() == z_phys));
+  if (direct) {
+    const std::vector<int64_t> k = kernel_shape_attr(ctx, 2);
+    direct = k.empty() || (k[0] == W.dim(2) && k[1] == W.dim(3));
+  }
+  if (direct) {
+    cpu::ConvDims d;
+    d.src = xs, d.weights = W.shape(), d.dst = ys;
+    d.group = group;
+    d.strides = win.strides, d.dilations = win.dilations, d.pad_begin = win.pad_begin, d.pad_end = win.pad_end;
+    d.has_bias = B != nullptr;
+    d.src_nhwc = x_nhwc, d.dst_nhwc = y_nhwc, d.sum_nhwc = z_nhwc && post.sum;
+    cpu::ConvPostOps po;
+    po.sum = post.sum ? post.sum->data<float>() : nullptr;
+    po.relu = post.relu;
+    Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, y_phys);
+    auto* packed = const_cast<cpu::ConvWeightCache*>(ctx.prepared<cpu::ConvWeightCache>());
+    if (cpu::dnnl_conv_f32(d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
+                           Y.mutable_data<float>(), po, packed))
+      return;
+  }
+  // Fallback: the NCHW kernel on converted copies.
+  ir::Node node = ctx.node();
+  node.attrs.erase("x_layout"), node.attrs.erase("y_layout"), node.attrs.erase("z_layout");
+  Tensor xc = x_nhwc ? to_channels_first(X) : X;
+  Tensor zc;
+  if (post.sum) zc = z_nhwc && post.sum->rank() == 4 ? to_channels_first(*post.sum) : *post.sum;
+  std::vector<const Tensor*> ins = {&xc, &W, B};
+  if (post.sum) ins.push_back(&zc);
+  KernelContext inner(node, ins, ctx.threads(), nullptr, ctx.prepared<void>());
+  PostOps p2 = post;
+  if (post.sum) p2.sum = &zc;
+  conv_run(inner, p2);
+  Tensor y = std::move(inner.outputs()[0]);
+  ctx.set_output(0, y_nhwc ? to_channels_last(y) : std::move(y));
+}
+
 void fused_conv_kernel(KernelContext& ctx) {
   PostOps post;
   if (ctx.has_input(3)) post.sum = &ctx.input(3);
   post.relu = ctx.attr_string("activation", "") == "Relu";
+  const bool x_nhwc = ctx.attr_string("x_layout", "NCHW") == "NHWC";
+  const bool y_nhwc = ctx.attr_string("y_layout", "NCHW") == "NHWC";
+  const bool z_nhwc = ctx.attr_string("z_layout", "NCHW") == "NHWC";
+  if (x_nhwc || y_nhwc || z_nhwc) return fused_conv_channels_last(ctx, post, x_nhwc, y_nhwc, z_nhwc);
   conv_run(ctx, post);
 }
 
@@ -231,6 +311,10 @@ std::string check_conv_like(const ir::Node& node) {
 std::string check_fused_conv(const ir::Node& node) {
   const std::string act = node.attr_string("activation", "");
   if (!act.empty() && act != "Relu") return "activation '" + act + "' is not supported (expected 'Relu' or none)";
+  for (const char* a : {"x_layout", "y_layout", "z_layout"}) {
+    const std::string l = node.attr_string(a, "NCHW");
+    if (l != "NCHW" && l != "NHWC") return std::string(a) + " '" + l + "' is not supported (expected 'NCHW' or 'NHWC')";
+  }
   if (node.inputs.size() > 4) return "takes at most 4 inputs (X, W, B, Z)";
   return check_conv_like(node);
 }

@@ -92,6 +92,7 @@ const std::vector<Pass>& default_passes() {
       {"constant-folding", false, constant_folding},
       {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
       {"fuse-conv-activation", false, fuse_conv_activation},
+      {"conv-channels-last", false, conv_channels_last},
       {"fuse-matmul-add", false, fuse_matmul_add},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };

@@ -59,6 +59,7 @@ struct Pass {
 void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
 void fuse_conv_activation(BuildState& s);  // conv_fusion.cc
+void conv_channels_last(BuildState& s);    // conv_fusion.cc
 void fuse_matmul_add(BuildState& s);
 void eliminate_dead_code(BuildState& s);
 

@@ -10,6 +10,13 @@
 // re-packs them through the op's prepare step), and the pass never reads weight values. The
 // intermediate values must have no other reader and not be graph outputs. The fused node takes
 // the place of the last node it replaces, where every one of its inputs (Z included) exists.
+//
+// conv-channels-last: oneDNN runs float convolutions fastest channels-last, and ONNX tensors
+// are channels-first, so each convolution would reorder its input and its output. A value
+// produced by a 2-D float32 convolution and read only by such convolutions (as X or as the
+// residual Z) is kept [N, H, W, C] instead: its producer gets y_layout = "NHWC" and its readers
+// x_layout / z_layout = "NHWC" (plain Convs involved become FusedConvs). ResNet-style networks
+// then reorder once on the way in and once on the way out. Only weight shapes are read.
 #include "passes/build_state.h"
 
 namespace reforge::passes {
@@ -84,6 +91,51 @@ void fuse_conv_activation(BuildState& s) {
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (!erase[i]) kept.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(kept);
+}
+
+void conv_channels_last(BuildState& s) {
+  ir::Graph& g = s.graph;
+  // Candidates: 2-D convolutions with constant float32 weights (so X is [N, C, H, W]).
+  auto candidate = [&](const ir::Node& n) {
+    const bool conv = is_op(n, "Conv") && n.inputs.size() >= 2 && n.inputs.size() <= 3;
+    const bool fused = n.domain == "reforge" && n.op_type == "FusedConv" && n.inputs.size() >= 2;
+    if ((!conv && !fused) || n.outputs.size() != 1) return false;
+    auto w = s.consts.find(n.inputs[1]);
+    return w != s.consts.end() && w->second.value.dtype() == DType::Float32 && w->second.value.rank() == 4;
+  };
+  std::vector<bool> cand(g.nodes.size());
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    cand[i] = candidate(g.nodes[i]);
+    if (cand[i]) producer[g.nodes[i].outputs[0]] = i;
+  }
+  // A candidate's output goes channels-last when every reader is a candidate reading it as X or Z.
+  std::map<std::string, bool> last;  // value -> channels-last
+  for (const auto& [v, i] : producer) last[v] = true;
+  for (const auto& o : g.outputs) last.erase(o.name);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (size_t k = 0; k < g.nodes[i].inputs.size(); ++k) {
+      auto it = last.find(g.nodes[i].inputs[k]);
+      if (it != last.end() && !(cand[i] && (k == 0 || k == 3))) it->second = false;
+    }
+  auto nhwc = [&](const std::string& v) {
+    auto it = last.find(v);
+    return it != last.end() && it->second;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!cand[i]) continue;
+    ir::Node& n = g.nodes[i];
+    const bool x = nhwc(n.inputs[0]), y = nhwc(n.outputs[0]), z = n.inputs.size() > 3 && nhwc(n.inputs[3]);
+    if (!x && !y && !z) continue;
+    if (n.domain.empty()) {
+      n.op_type = "FusedConv";
+      n.domain = "reforge";
+      n.opset = 1;
+    }
+    if (x) n.attrs["x_layout"] = ir::string_attr("x_layout", "NHWC");
+    if (y) n.attrs["y_layout"] = ir::string_attr("y_layout", "NHWC");
+    if (z) n.attrs["z_layout"] = ir::string_attr("z_layout", "NHWC");
+  }
 }
 
 }  // namespace reforge::passes

@@ -22,10 +22,10 @@ namespace {
 // per weight set when the caller passes a ConvWeightCache (the Conv op's prepared state), else on
 // every call: caching them by address would go stale if a caller rewrote a wrapped buffer.
 struct ConvPrimitive : CachedPrimitive {
-  dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain;
+  dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain, sum_plain;  // the caller's layouts
   dnnl::memory::desc src_md, weights_md, dst_md;  // the layouts the convolution runs in
   std::optional<CachedPrimitive> src_reorder, weights_reorder, dst_reorder;
-  std::optional<CachedPrimitive> sum_reorder;  // residual (plain) into a blocked dst
+  std::optional<CachedPrimitive> sum_reorder;  // residual (caller's layout) into dst's layout
 };
 
 // Grouped weights are [G, OC/G, C/G, kernel...] to oneDNN: the same bytes as ONNX's layout.
@@ -55,10 +55,15 @@ std::optional<CachedPrimitive> make_reorder(const dnnl::memory::desc& from, cons
 
 std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps& post, bool packed) {
   auto p = std::make_shared<ConvPrimitive>();
-  p->src_plain = dnnl_util::plain_md(d.src, dt::f32);
+  auto user_md = [](const std::vector<int64_t>& dims, bool nhwc) {
+    if (!nhwc || dims.size() != 4) return dnnl_util::plain_md(dims, dt::f32);
+    return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, dnnl::memory::format_tag::nhwc);
+  };
+  p->src_plain = user_md(d.src, d.src_nhwc);
   p->weights_plain = dnnl_util::plain_md(weight_dims(d), dt::f32);
   p->bias_md = d.has_bias ? dnnl_util::plain_md({d.weights[0]}, dt::f32) : dnnl::memory::desc();
-  p->dst_plain = dnnl_util::plain_md(d.dst, dt::f32);
+  p->dst_plain = user_md(d.dst, d.dst_nhwc);
+  p->sum_plain = user_md(d.dst, d.sum_nhwc);
   dnnl::memory::dims strides(d.strides.begin(), d.strides.end());
   dnnl::memory::dims dil, pl(d.pad_begin.begin(), d.pad_begin.end()), pr(d.pad_end.begin(), d.pad_end.end());
   for (int64_t v : d.dilations) dil.push_back(v - 1);  // oneDNN counts the gaps
@@ -85,7 +90,7 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     }
     for (size_t i = 1; i < d.weights.size(); ++i) flops *= d.weights[i];
     for (int64_t x : d.dst) flops *= x;
-    const bool plain = d.group == 1 && flops < 150 * elems;
+    const bool plain = d.group == 1 && flops < 150 * elems && !d.src_nhwc && !d.dst_nhwc;
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
         plain ? p->src_plain : any_md(d.src), plain ? p->weights_plain : any_md(weight_dims(d)), p->bias_md,
@@ -100,7 +105,7 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     p->src_reorder = make_reorder(p->src_plain, p->src_md);
     p->weights_reorder = make_reorder(p->weights_plain, p->weights_md);
     p->dst_reorder = make_reorder(p->dst_md, p->dst_plain);
-    if (post.sum) p->sum_reorder = make_reorder(p->dst_plain, p->dst_md);
+    if (post.sum) p->sum_reorder = make_reorder(p->sum_plain, p->dst_md);
     return p;
   } catch (const dnnl::error&) {
     return nullptr;
@@ -146,7 +151,8 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
                     dnnl_util::dims_key(d.dst) + ":" + std::to_string(d.group) + ":" +
                     dnnl_util::dims_key(d.strides) + ":" + dnnl_util::dims_key(d.dilations) + ":" +
                     dnnl_util::dims_key(d.pad_begin) + ":" + dnnl_util::dims_key(d.pad_end) + ":" +
-                    (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "") + (packed ? ":packed" : "");
+                    (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "") + (packed ? ":packed" : "") +
+                    (d.src_nhwc ? ":xl" : "") + (d.dst_nhwc ? ":yl" : "") + (d.sum_nhwc ? ":zl" : "");
   auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post, packed != nullptr); });
   if (!p) return false;
   auto& eng = dnnl_util::engine();
@@ -170,10 +176,10 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
     dnnl_util::execute(*p->src_reorder, {{DNNL_ARG_FROM, src_user}, {DNNL_ARG_TO, src_m}}, "Conv (input reorder)");
   if (post.sum) {  // the sum post-op adds what dst holds before the run
     if (p->sum_reorder) {
-      dnnl::memory sum_user(p->dst_plain, eng, const_cast<float*>(post.sum));
+      dnnl::memory sum_user(p->sum_plain, eng, const_cast<float*>(post.sum));
       dnnl_util::execute(*p->sum_reorder, {{DNNL_ARG_FROM, sum_user}, {DNNL_ARG_TO, dst_m}}, "Conv (residual reorder)");
-    } else if (post.sum != dst) {
-      std::memcpy(dst, post.sum, p->dst_plain.get_size());
+    } else if (post.sum != dst_m.get_data_handle()) {
+      std::memcpy(dst_m.get_data_handle(), post.sum, p->dst_md.get_size());
     }
   }
   std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w_m}, {DNNL_ARG_DST, dst_m}};

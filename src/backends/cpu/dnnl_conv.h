@@ -15,6 +15,10 @@ struct ConvDims {
   int64_t group = 1;
   std::vector<int64_t> strides, dilations, pad_begin, pad_end;
   bool has_bias = false;
+  // Channels-last user buffers (2-D convolutions only): src / dst / the sum post-op's tensor are
+  // stored [N, H, W, C] while the dims above stay in ONNX's [N, C, H, W] order. oneDNN's fastest
+  // float convolutions run channels-last, so a chain of such convolutions needs no reorders.
+  bool src_nhwc = false, dst_nhwc = false, sum_nhwc = false;
 };
 
 // What runs after the convolution inside the same primitive: dst = relu?(conv + bias + sum),
