@@ -100,9 +100,8 @@ struct PyModOp {
 // are the operands' inner strides (1: advances, 0: one broadcast value), as broadcast_map gives
 // them; `out` may be the same buffer as an advancing operand (in-place folds).
 REFORGE_SIMD_VARIANTS(template <typename Op>, void, arith_run_f32,
-                      (float* out, int64_t n, int64_t sa, int64_t sb, const float* a, const float* b),
-                      (out, n, sa, sb, a, b), {
-  const Op op{};
+                      (float* out, int64_t n, int64_t sa, int64_t sb, const float* a, const float* b, Op op),
+                      (out, n, sa, sb, a, b, op), {
   if (sa == 1 && sb == 1) {
     for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
   } else if (sa == 1) {
@@ -141,7 +140,7 @@ void same_type_binary(KernelContext& ctx, Op op) {
           const float* pa = a.data<float>();
           const float* pb = b.data<float>();
           for_each_run(L, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t n) {
-            arith_run_f32<Op>(po + o, n, L.inner_stride[0], L.inner_stride[1], pa + off[0], pb + off[1]);
+            arith_run_f32(po + o, n, L.inner_stride[0], L.inner_stride[1], pa + off[0], pb + off[1], op);
           });
           return;
         }
