@@ -70,6 +70,9 @@ TEST(ConvFusion, RewritesCnnExportsAndMatchesPyTorch) {
       EXPECT_GT(count_ops(p.graph, "FusedConv"), 0u);
       EXPECT_LT(count_ops(p.graph, "Relu"), relus);
       EXPECT_EQ(count_ops(p.graph, "BatchNormalization"), 0u);
+      size_t channels_last = 0;
+      for (const auto& n : p.graph.nodes) channels_last += n.has_attr("y_layout");
+      EXPECT_GT(channels_last, 0u) << "conv-channels-last kept no value NHWC";
       std::string bytes = plan::serialize_plan(p);
       auto owner = std::make_shared<std::string>(std::move(bytes));
       runtime::PlanEngine e(plan::parse_plan(owner, owner->data(), owner->size()));

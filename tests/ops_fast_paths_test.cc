@@ -296,3 +296,62 @@ TEST(FastPaths, FusedConvMatchesConvAddRelu) {
     }
   }
 }
+
+namespace {
+// [N, C, H, W] <-> [N, H, W, C] by explicit indexing (the test's own reference).
+Tensor nchw_to_nhwc(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor o = Tensor::empty(t.dtype(), {s[0], s[2], s[3], s[1]});
+  const size_t e = dtype_size(t.dtype());
+  for (int64_t n = 0; n < s[0]; ++n)
+    for (int64_t c = 0; c < s[1]; ++c)
+      for (int64_t h = 0; h < s[2]; ++h)
+        for (int64_t w = 0; w < s[3]; ++w)
+          std::memcpy(static_cast<char*>(o.mutable_raw()) + e * (((n * s[2] + h) * s[3] + w) * s[1] + c),
+                      static_cast<const char*>(t.raw()) + e * (((n * s[1] + c) * s[2] + h) * s[3] + w), e);
+  return o;
+}
+}  // namespace
+
+// FusedConv with channels-last operands (the conv-channels-last pass) equals the channels-first
+// kernel on transposed data: float32 through oneDNN directly, float64 through the fallback.
+TEST(FastPaths, FusedConvChannelsLast) {
+  const std::vector<std::pair<Shape, Shape>> cases = {{{2, 16, 9, 7}, {32, 16, 3, 3}}, {{1, 32, 8, 8}, {16, 32, 1, 1}}};
+  for (const auto& [xs, ws] : cases) {
+    for (DType dt : {DType::Float32, DType::Float64}) {
+      Tensor x = random_floats(xs, 1), w = random_floats(ws, 2, -0.3f, 0.3f), b = random_floats({ws[0]}, 3);
+      if (dt == DType::Float64) {
+        auto widen = [](const Tensor& t) {
+          Tensor o = Tensor::empty(DType::Float64, t.shape());
+          for (int64_t i = 0; i < t.numel(); ++i) o.mutable_data<double>()[i] = t.data<float>()[i];
+          return o;
+        };
+        x = widen(x), w = widen(w), b = widen(b);
+      }
+      const std::vector<ir::Attribute> base = {ir::ints_attr("pads", {ws[2] / 2, ws[3] / 2, ws[2] / 2, ws[3] / 2}),
+                                               ir::string_attr("activation", "Relu")};
+      Tensor y0 = run("FusedConv", {&x, &w, &b}, base, 1, 1, "reforge");
+      Tensor z = random_floats(y0.shape(), 9);
+      if (dt == DType::Float64) {
+        Tensor o = Tensor::empty(DType::Float64, z.shape());
+        for (int64_t i = 0; i < z.numel(); ++i) o.mutable_data<double>()[i] = z.data<float>()[i];
+        z = o;
+      }
+      Tensor want = run("FusedConv", {&x, &w, &b, &z}, base, 1, 1, "reforge");
+      for (int mask = 1; mask < 8; ++mask) {
+        const bool xl = mask & 1, yl = mask & 2, zl = mask & 4;
+        std::vector<ir::Attribute> at = base;
+        if (xl) at.push_back(ir::string_attr("x_layout", "NHWC"));
+        if (yl) at.push_back(ir::string_attr("y_layout", "NHWC"));
+        if (zl) at.push_back(ir::string_attr("z_layout", "NHWC"));
+        Tensor xi = xl ? nchw_to_nhwc(x) : x, zi = zl ? nchw_to_nhwc(z) : z;
+        Tensor got = run("FusedConv", {&xi, &w, &b, &zi}, at, 1, 1, "reforge");
+        Tensor ref = yl ? nchw_to_nhwc(want) : want;
+        ASSERT_EQ(got.shape(), ref.shape()) << mask;
+        ASSERT_EQ(got.dtype(), dt);
+        for (int64_t i = 0; i < ref.numel(); ++i)
+          ASSERT_NEAR(got.as_double(i), ref.as_double(i), 1e-4) << shape_str(xs) << " layouts " << mask << " at " << i;
+      }
+    }
+  }
+}
