@@ -355,3 +355,29 @@ TEST(FastPaths, FusedConvChannelsLast) {
     }
   }
 }
+
+// reforge::MaxPool (layout NHWC) equals the ONNX MaxPool on channels-first data, NaN included;
+// float64 takes the converting fallback.
+TEST(FastPaths, MaxPoolChannelsLast) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor x = random_floats({2, 5, 11, 9}, 3);
+    x.mutable_data<float>()[7] = kNaN;
+    if (dt == DType::Float64) {
+      Tensor o = Tensor::empty(DType::Float64, x.shape());
+      for (int64_t i = 0; i < x.numel(); ++i) o.mutable_data<double>()[i] = x.data<float>()[i];
+      x = o;
+    }
+    const std::vector<ir::Attribute> at = {ir::ints_attr("kernel_shape", {3, 3}), ir::ints_attr("strides", {2, 2}),
+                                           ir::ints_attr("pads", {1, 1, 1, 1})};
+    Tensor want = nchw_to_nhwc(run("MaxPool", {&x}, at, 12));
+    Tensor xl = nchw_to_nhwc(x);
+    std::vector<ir::Attribute> at2 = at;
+    at2.push_back(ir::string_attr("layout", "NHWC"));
+    Tensor got = run("MaxPool", {&xl}, at2, 1, 1, "reforge");
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double a = got.as_double(i), b = want.as_double(i);
+      EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << i << ": " << a << " vs " << b;
+    }
+  }
+}
