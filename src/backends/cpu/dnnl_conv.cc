@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <optional>
 
@@ -141,12 +140,13 @@ dnnl::memory staged(const dnnl::memory::desc& md, int slot) {
 
 class ConvWeightCache {
  public:
-  // The weights in `p`'s layout, reordered from `plain` on first use. The returned buffer lives
-  // as long as the cache.
-  void* get(const std::string& key, const ConvPrimitive& p, const float* plain) {
+  // The weights in `p`'s layout, reordered from `plain` on first use. Primitives that want the
+  // same layout (the same layer at another batch size, as a rule) share one copy. The returned
+  // buffer lives as long as the cache.
+  void* get(const ConvPrimitive& p, const float* plain) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = packs_.find(key);
-    if (it != packs_.end()) return it->second.get();
+    for (const auto& [md, buf] : packs_)
+      if (md == p.weights_md) return buf.get();
     const size_t bytes = p.weights_md.get_size();
     std::shared_ptr<void> buf(std::aligned_alloc(64, (bytes + 63) / 64 * 64), std::free);
     if (!buf) throw std::bad_alloc();
@@ -154,13 +154,13 @@ class ConvWeightCache {
     dnnl::memory from(p.weights_plain, eng, const_cast<float*>(plain));
     dnnl::memory to(p.weights_md, eng, buf.get());
     dnnl_util::execute(*p.weights_reorder, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, "Conv (weight packing)");
-    packs_.emplace(key, buf);
+    packs_.emplace_back(p.weights_md, buf);
     return buf.get();
   }
 
  private:
   std::mutex mu_;
-  std::map<std::string, std::shared_ptr<void>> packs_;
+  std::vector<std::pair<dnnl::memory::desc, std::shared_ptr<void>>> packs_;
 };
 
 std::shared_ptr<ConvWeightCache> make_conv_weight_cache() { return std::make_shared<ConvWeightCache>(); }
@@ -187,7 +187,7 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
   dnnl::memory dst_m = p->dst_reorder ? staged(p->dst_md, 2) : dst_user;
   dnnl::memory w_m = w_user;
   if (p->weights_reorder && packed) {
-    w_m = dnnl::memory(p->weights_md, eng, packed->get(key, *p, weights));
+    w_m = dnnl::memory(p->weights_md, eng, packed->get(*p, weights));
   } else if (p->weights_reorder) {
     w_m = staged(p->weights_md, 1);
     dnnl_util::execute(*p->weights_reorder, {{DNNL_ARG_FROM, w_user}, {DNNL_ARG_TO, w_m}}, "Conv (weight reorder)");
