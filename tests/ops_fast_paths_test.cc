@@ -11,6 +11,8 @@
 
 #include "core/simd.h"
 #include "ops/registry.h"
+#include "ops/tensor_common.h"
+#include "ops/transpose2d.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -380,4 +382,47 @@ TEST(FastPaths, MaxPoolChannelsLast) {
       EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << i << ": " << a << " vs " << b;
     }
   }
+}
+
+// strided_copy's transpose-like copies (now transpose_2d's tile kernel) against a naive walk:
+// every element size, odd extents, reversed and broadcast (0) strides.
+TEST(FastPaths, StridedCopyTransposeTiles) {
+  struct Case {
+    Shape out;
+    std::vector<int64_t> strides;
+    int64_t offset;
+  };
+  // Source: a dense [5, 67, 45] buffer (15075 elements) read in various transposed orders.
+  const std::vector<Case> cases = {
+      {{5, 45, 67}, {3015, 1, 45}, 0},                 // batched 2-D transpose
+      {{45, 5, 67}, {1, 3015, 45}, 0},                 // outer permutation
+      {{5, 45, 67}, {3015, -1, 45}, 44},               // reversed along the unit-stride dim
+      {{5, 45, 67}, {3015, 1, -45}, 66 * 45},          // reversed inner stride
+      {{3, 45, 33}, {0, 1, 90}, 0},                    // broadcast outer dim, strided inner
+      {{1, 17, 16}, {0, 1, 45}, 3},                    // smallest tiled case
+  };
+  for (size_t elem : {size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
+    std::vector<unsigned char> src(15075 * elem);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + i / 251);
+    for (const auto& c : cases) {
+      const int64_t n = shape_numel(c.out);
+      std::vector<unsigned char> got(static_cast<size_t>(n) * elem, 0), want(got.size(), 0);
+      strided_copy(got.data(), src.data(), elem, c.out, c.strides, c.offset);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rem = i, off = c.offset;
+        for (size_t d = c.out.size(); d-- > 0;) {
+          off += (rem % c.out[d]) * c.strides[d];
+          rem /= c.out[d];
+        }
+        std::memcpy(want.data() + static_cast<size_t>(i) * elem, src.data() + static_cast<size_t>(off) * elem, elem);
+      }
+      EXPECT_EQ(got, want) << shape_str(c.out) << " elem " << elem;
+    }
+  }
+  // transpose_block alone, pitches wider than the matrix.
+  std::vector<uint32_t> a(37 * 50), b(29 * 40, 0);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint32_t>(i);
+  transpose_block(b.data(), 40, a.data(), 50, 37, 29, 4);
+  for (int64_t i = 0; i < 37; ++i)
+    for (int64_t j = 0; j < 29; ++j) ASSERT_EQ(b[static_cast<size_t>(j * 40 + i)], a[static_cast<size_t>(i * 50 + j)]);
 }
