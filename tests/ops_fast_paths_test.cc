@@ -318,8 +318,15 @@ Tensor nchw_to_nhwc(const Tensor& t) {
 // FusedConv with channels-last operands (the conv-channels-last pass) equals the channels-first
 // kernel on transposed data: float32 through oneDNN directly, float64 through the fallback.
 TEST(FastPaths, FusedConvChannelsLast) {
-  const std::vector<std::pair<Shape, Shape>> cases = {{{2, 16, 9, 7}, {32, 16, 3, 3}}, {{1, 32, 8, 8}, {16, 32, 1, 1}}};
-  for (const auto& [xs, ws] : cases) {
+  struct Case {
+    Shape xs, ws;
+    int64_t group;
+  };
+  const std::vector<Case> cases = {{{2, 16, 9, 7}, {32, 16, 3, 3}, 1},
+                                   {{1, 32, 8, 8}, {16, 32, 1, 1}, 1},
+                                   {{1, 16, 7, 7}, {16, 1, 3, 3}, 16},  // depthwise
+                                   {{2, 8, 6, 5}, {12, 2, 3, 3}, 4}};
+  for (const auto& [xs, ws, group] : cases) {
     for (DType dt : {DType::Float32, DType::Float64}) {
       Tensor x = random_floats(xs, 1), w = random_floats(ws, 2, -0.3f, 0.3f), b = random_floats({ws[0]}, 3);
       if (dt == DType::Float64) {
@@ -331,7 +338,7 @@ TEST(FastPaths, FusedConvChannelsLast) {
         x = widen(x), w = widen(w), b = widen(b);
       }
       const std::vector<ir::Attribute> base = {ir::ints_attr("pads", {ws[2] / 2, ws[3] / 2, ws[2] / 2, ws[3] / 2}),
-                                               ir::string_attr("activation", "Relu")};
+                                               ir::string_attr("activation", "Relu"), ir::int_attr("group", group)};
       Tensor y0 = run("FusedConv", {&x, &w, &b}, base, 1, 1, "reforge");
       Tensor z = random_floats(y0.shape(), 9);
       if (dt == DType::Float64) {
