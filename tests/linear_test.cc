@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "build/builder.h"
+#include "backends/cpu/gemv.h"
 #include "build/onnx_refit.h"
 #include "core/half.h"
 #include "core/npy.h"
@@ -113,15 +115,40 @@ TEST(LinearKernel, MatMulConstantWeightOddSizes) {
     for (int64_t M : {1, 3, 17, 40})
       for (int64_t K : {1, 5, 33, 100})
         for (int64_t N : {1, 7, 17, 50, 130}) {
-          Tensor x = random_tensor(DType::Float32, {2, M, K}, 1);  // batched rows: 2 x M
+          const int64_t batch = M == 1 ? 1 : 2;  // batched rows: batch x M
+          Tensor x = random_tensor(DType::Float32, {batch, M, K}, 1);
           Tensor w = random_tensor(DType::Float32, {K, N}, 2);
           bool prepared = false;
           Tensor y = run_op("", "MatMul", {&x, &w}, {false, true}, {}, threads, &prepared);
           EXPECT_TRUE(prepared);
-          EXPECT_EQ(y.shape(), (Shape{2, M, N}));
-          expect_close(y, reference(x, w, false, nullptr, 2 * M, K, N), kF32Rel,
+          EXPECT_EQ(y.shape(), (Shape{batch, M, N}));
+          expect_close(y, reference(x, w, false, nullptr, batch * M, K, N), kF32Rel,
                        "MatMul M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
         }
+}
+
+// The streaming kernel itself on any row count, strided rows, both weight types, with a bias.
+TEST(LinearKernel, GemvRowsOddSizes) {
+  for (DType dt : {DType::Float32, DType::BFloat16})
+    for (int threads : {1, 2})
+      for (int64_t M : {1, 3, 17})
+        for (int64_t K : {1, 3, 33, 130})
+          for (int64_t N : {1, 15, 17, 33, 50, 200}) {
+            Tensor x = random_tensor(DType::Float32, {M, K + 2}, 21);  // row stride K + 2
+            Tensor w = random_tensor(dt, {K, N}, 22);
+            Tensor b = random_tensor(DType::Float32, {N}, 23);
+            Tensor y = Tensor::empty(DType::Float32, {M, N + 1});  // row stride N + 1
+            cpu::gemv_rows(M, N, K, x.data<float>(), K + 2, w.raw(), dt, b.data<float>(), y.mutable_data<float>(), N + 1,
+                           threads);
+            Tensor xs = Tensor::empty(DType::Float32, {M, K}), ys = Tensor::empty(DType::Float32, {M, N});
+            for (int64_t r = 0; r < M; ++r) {
+              std::memcpy(xs.mutable_data<float>() + r * K, x.data<float>() + r * (K + 2), K * 4);
+              std::memcpy(ys.mutable_data<float>() + r * N, y.data<float>() + r * (N + 1), N * 4);
+            }
+            expect_close(ys, reference(xs, w, false, &b, M, K, N), kF32Rel,
+                         std::string("gemv ") + dtype_name(dt) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                             " N=" + std::to_string(N));
+          }
 }
 
 TEST(LinearKernel, MatMulVectorAndBroadcastBatches) {
@@ -183,16 +210,17 @@ TEST(LinearKernel, MatMulAddBf16Weights) {
           bool prepared = false;
           Tensor y = run_op("reforge", "MatMulAdd", ins, {false, true, true}, {}, threads, &prepared);
           EXPECT_TRUE(prepared);
-          // Few rows keep the activations in float32; oneDNN's bf16 path rounds them.
-          expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), M <= 16 ? kF32Rel : kBf16Rel,
+          // One row keeps the activations in float32; oneDNN's bf16 path rounds them.
+          expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N),
+                       M <= cpu::kGemvMaxRows ? kF32Rel : kBf16Rel,
                        "bf16 MatMulAdd M=" + std::to_string(M) + " N=" + std::to_string(N));
         }
       }
 }
 
 TEST(LinearKernel, MatMulAddUnpreparedMatchesPrepared) {
-  // A weight computed at run time (no prepare step) takes the plain paths: same sums for few rows.
-  Tensor x = random_tensor(DType::Float32, {3, 29}, 14);
+  // A weight computed at run time (no prepare step) takes the plain paths: same sums for one row.
+  Tensor x = random_tensor(DType::Float32, {1, 29}, 14);
   Tensor w = random_tensor(DType::Float32, {29, 31}, 15);
   Tensor b = random_tensor(DType::Float32, {31}, 16);
   bool prepared = false;
@@ -250,10 +278,10 @@ TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
 }
 
 // A refit must re-pack: the engine built from weights A and refit with B gives exactly what a
-// fresh build from B gives, on the streaming (5 rows) and the packed (40 rows) paths.
+// fresh build from B gives, on the streaming (1 row) and the packed (5, 40 rows) paths.
 TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
   for (auto precision : {plan::Precision::Fp32, plan::Precision::Bf16})
-    for (int64_t seq : {5, 40})
+    for (int64_t seq : {1, 5, 40})
       for (bool strip : {false, true}) {
         SCOPED_TRACE(std::string(plan::precision_name(precision)) + " seq " + std::to_string(seq) + (strip ? " stripped" : ""));
         synth::LlamaSpec sa;
