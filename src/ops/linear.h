@@ -4,11 +4,12 @@
 // The op's prepare step (run by the engine at load and inside every refit that replaces W) makes
 // a LinearWeights for W; the kernel then picks by row count: one row (decoding a token) streams
 // the plain W once with cpu::gemv_rows, more rows run oneDNN on a copy of W packed into the
-// blocked layout oneDNN wants. That copy is made the first time a product with many rows needs it (once
-// per prepared W, thread-safe), not in prepare: a decoder that only ever runs a few rows keeps
-// one copy of its weights, and a refit commit does not wait for a re-pack (the new
-// LinearWeights packs the new W on its first use). W is float32, or bfloat16 in plans built with --precision bf16 (activations and
-// accumulation stay float32; oneDNN's bf16 path rounds the activations to bfloat16).
+// blocked layout oneDNN wants. That copy is made the first time a product with more rows needs
+// it (once per prepared W, thread-safe), not in prepare: a decoder that only ever runs one row
+// keeps one copy of its weights, and a refit commit does not wait for a re-pack (the new
+// LinearWeights packs the new W on its first use). W is float32, or bfloat16 in plans built
+// with --precision bf16; activations and accumulation stay float32 on both paths (oneDNN's
+// bf16 path multiplies the activations' high and low bfloat16 parts).
 #pragma once
 
 #include <memory>

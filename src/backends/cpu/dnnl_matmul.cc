@@ -97,12 +97,18 @@ namespace {
 // Where the bfloat16 copy of the activations goes (dnnl_conv uses the low slots).
 constexpr int kBf16SrcSlot = 7;
 
-std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias) {
+// `accumulate`: C += A x W (a sum post-op) instead of C = A x W.
+std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias, bool accumulate) {
   const dt src_dt = w.wdt;
   auto a_md = dnnl_util::plain_md({M, w.K}, src_dt);
   auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
   try {
     auto desc = bias ? dnnl::matmul::desc(a_md, w.md, dnnl_util::plain_md({1, w.N}, dt::f32), c_md)
                      : dnnl::matmul::desc(a_md, w.md, c_md);
@@ -190,23 +196,40 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
   REFORGE_ASSERT(M > 0);
   // Made and run under the same thread limit (oneDNN fixes it at creation), keyed by it.
   dnnl_util::SerialIfSmall serial(static_cast<double>(M) * w.N * w.K);
-  std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + (bias ? ":bias:" : ":") +
-                    std::to_string(omp_get_max_threads());
-  auto p = dnnl_util::cached_as<CachedPrimitive>(key, [&] { return build_packed(w, M, bias != nullptr); });
+  const std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + ":" +
+                          std::to_string(omp_get_max_threads());
+  auto p = dnnl_util::cached_as<CachedPrimitive>(key + (bias ? ":bias" : ""),
+                                                 [&] { return build_packed(w, M, bias != nullptr, false); });
   if (!p) return false;
   auto& eng = dnnl_util::engine();
-  const void* src = a;
-  if (w.wdt == dt::bf16) {
-    auto* a16 = static_cast<uint16_t*>(dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 2));
-    convert_f32_to_bf16(a, a16, M * w.K);
-    src = a16;
+  const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
+  const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
+  if (w.wdt == dt::f32) {
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
+                                                  {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                                                  {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
+    dnnl_util::execute(*p, std::move(args), "MatMul");
+    return true;
   }
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, dnnl::memory(dnnl_util::plain_md({M, w.K}, w.wdt), eng, const_cast<void*>(src))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
-      {DNNL_ARG_DST, dnnl::memory(dnnl_util::plain_md({M, w.N}, dt::f32), eng, c)}};
+  // bfloat16 weights: X = Xhi + Xlo in bfloat16, C = Xhi W (+ bias), then C += Xlo W. Twice the
+  // (AMX) arithmetic, but the activations keep float32 accuracy, as on the one-row path; only
+  // the weights' rounding remains.
+  auto acc = dnnl_util::cached_as<CachedPrimitive>(key + ":acc", [&] { return build_packed(w, M, false, true); });
+  if (!acc) return false;
+  auto* hi = static_cast<uint16_t*>(dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 4));
+  uint16_t* lo = hi + M * w.K;
+  split_f32_to_bf16(a, hi, lo, M * w.K);
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, hi)},
+                                                {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                                                {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
   dnnl_util::execute(*p, std::move(args), "MatMul");
+  dnnl_util::execute(*acc,
+                     {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, lo)},
+                      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                      {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}},
+                     "MatMul");
   return true;
 }
 

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -229,17 +230,28 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
   }
 }
 
-REFORGE_AVX512 void bf16_convert_avx512(const float* src, uint16_t* dst, int64_t n) {
-  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+// Round-to-nearest-even float32 -> bfloat16 bits (in the low half of each lane), NaN kept quiet:
+// bfloat16::from_float, 16 at a time.
+REFORGE_AVX512 inline __m512i bf16_bits(__m512i v) {
+  const __m512i rounded = _mm512_add_epi32(
+      v, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1))));
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(_mm512_srli_epi32(rounded, 16), nan, _mm512_srli_epi32(v, 16), _mm512_set1_epi32(0x40));
+}
+
+REFORGE_AVX512 void bf16_split_avx512(const float* src, uint16_t* hi, uint16_t* lo, int64_t n) {
+  const __m512i finite_max = _mm512_set1_epi32(0x7f7fffff), abs_mask = _mm512_set1_epi32(0x7fffffff);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
-    __m512i v = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
-    __m512i rounded = _mm512_add_epi32(v, _mm512_add_epi32(bias, _mm512_and_si512(_mm512_srli_epi32(v, 16), one)));
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs_mask), inf);
-    __m512i r = _mm512_mask_or_epi32(_mm512_srli_epi32(rounded, 16), nan, _mm512_srli_epi32(v, 16),
-                                     _mm512_set1_epi32(0x40));
-    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+    const __m512 x = _mm512_maskz_loadu_ps(m, src + i);
+    const __m512i h = bf16_bits(_mm512_castps_si512(x));
+    const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    // Inf and NaN go whole into the high part.
+    const __mmask16 finite = _mm512_cmple_epu32_mask(_mm512_and_si512(_mm512_castps_si512(hf), abs_mask), finite_max);
+    const __m512i l = _mm512_maskz_mov_epi32(finite, bf16_bits(_mm512_castps_si512(_mm512_sub_ps(x, hf))));
+    _mm256_mask_storeu_epi16(hi + i, m, _mm512_cvtepi32_epi16(h));
+    _mm256_mask_storeu_epi16(lo + i, m, _mm512_cvtepi32_epi16(l));
   }
 }
 
@@ -260,12 +272,16 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, con
   }
 }
 
-void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n) {
   if (has_avx512()) {
-    bf16_convert_avx512(src, dst, n);
+    bf16_split_avx512(src, hi, lo, n);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16::from_float(src[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    hi[i] = bfloat16::from_float(src[i]);
+    const float h = bfloat16::to_float(hi[i]);
+    lo[i] = std::isfinite(h) ? bfloat16::from_float(src[i] - h) : 0;
+  }
 }
 
 }  // namespace reforge::cpu

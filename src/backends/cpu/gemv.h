@@ -31,7 +31,10 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, con
 // GB/s in float32, 12.1 vs 9.6 in bfloat16; two rows 10.2 vs 11.2).
 inline constexpr int64_t kGemvMaxRows = 1;
 
-// dst[i] = bfloat16(src[i]), rounding to nearest even (NaN stays NaN).
-void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+// Splits float32 values into two bfloat16 parts, src[i] ~ hi[i] + lo[i] (hi = bfloat16(src),
+// lo = bfloat16(src - hi), both rounded to nearest even; 16 significant bits together). Inf and
+// NaN go into hi whole, lo is then 0. Lets a bfloat16 x bfloat16 product keep float32-accurate
+// activations: X W = Xhi W + Xlo W.
+void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n);
 
 }  // namespace reforge::cpu
