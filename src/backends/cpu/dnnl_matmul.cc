@@ -94,21 +94,17 @@ struct PackedWeights {
 
 namespace {
 
-// Where the bfloat16 copy of the activations goes (dnnl_conv uses the low slots).
+// Thread buffers of the bfloat16 path: the split activations and the two partial products
+// (dnnl_conv uses slots 0-2).
 constexpr int kBf16SrcSlot = 7;
+constexpr int kBf16DstSlot = 6;
 
-// `accumulate`: C += A x W (a sum post-op) instead of C = A x W.
-std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias, bool accumulate) {
+std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias) {
   const dt src_dt = w.wdt;
   auto a_md = dnnl_util::plain_md({M, w.K}, src_dt);
   auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
   try {
     auto desc = bias ? dnnl::matmul::desc(a_md, w.md, dnnl_util::plain_md({1, w.N}, dt::f32), c_md)
                      : dnnl::matmul::desc(a_md, w.md, c_md);
@@ -198,13 +194,13 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
   dnnl_util::SerialIfSmall serial(static_cast<double>(M) * w.N * w.K);
   const std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + ":" +
                           std::to_string(omp_get_max_threads());
-  auto p = dnnl_util::cached_as<CachedPrimitive>(key + (bias ? ":bias" : ""),
-                                                 [&] { return build_packed(w, M, bias != nullptr, false); });
-  if (!p) return false;
   auto& eng = dnnl_util::engine();
-  const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
-  const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
   if (w.wdt == dt::f32) {
+    auto p = dnnl_util::cached_as<CachedPrimitive>(key + (bias ? ":bias" : ""),
+                                                   [&] { return build_packed(w, M, bias != nullptr); });
+    if (!p) return false;
+    const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
+    const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
                                                   {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
                                                   {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
@@ -212,24 +208,35 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
     dnnl_util::execute(*p, std::move(args), "MatMul");
     return true;
   }
-  // bfloat16 weights: X = Xhi + Xlo in bfloat16, C = Xhi W (+ bias), then C += Xlo W. Twice the
+  // bfloat16 weights: X = Xhi + Xlo in bfloat16 and one product of the stacked [Xhi; Xlo]
+  // (2M rows: W streams once) into a scratch [Chi; Clo], then C = Chi + Clo (+ bias). Twice the
   // (AMX) arithmetic, but the activations keep float32 accuracy, as on the one-row path; only
   // the weights' rounding remains.
-  auto acc = dnnl_util::cached_as<CachedPrimitive>(key + ":acc", [&] { return build_packed(w, M, false, true); });
-  if (!acc) return false;
+  auto stacked = dnnl_util::cached_as<CachedPrimitive>(
+      "matmul_packed:" + w.layout_key + ":" + std::to_string(2 * M) + ":" + std::to_string(omp_get_max_threads()),
+      [&] { return build_packed(w, 2 * M, false); });
+  if (!stacked) return false;
   auto* hi = static_cast<uint16_t*>(dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 4));
-  uint16_t* lo = hi + M * w.K;
-  split_f32_to_bf16(a, hi, lo, M * w.K);
-  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, hi)},
-                                                {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
-                                                {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
-  dnnl_util::execute(*p, std::move(args), "MatMul");
-  dnnl_util::execute(*acc,
-                     {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, lo)},
+  split_f32_to_bf16(a, hi, hi + M * w.K, M * w.K);
+  auto* parts = static_cast<float*>(dnnl_util::thread_buffer(kBf16DstSlot, static_cast<size_t>(2 * M * w.N) * 4));
+  dnnl_util::execute(*stacked,
+                     {{DNNL_ARG_SRC, dnnl::memory(dnnl_util::plain_md({2 * M, w.K}, dt::bf16), eng, hi)},
                       {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
-                      {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}},
+                      {DNNL_ARG_DST, dnnl::memory(dnnl_util::plain_md({2 * M, w.N}, dt::f32), eng, parts)}},
                      "MatMul");
+  const float* lo_part = parts + M * w.N;
+  const int64_t N = w.N;
+#pragma omp parallel for if (M * N > (1 << 16))
+  for (int64_t r = 0; r < M; ++r) {
+    float* cr = c + r * N;
+    const float* h = parts + r * N;
+    const float* l = lo_part + r * N;
+    if (bias) {
+      for (int64_t j = 0; j < N; ++j) cr[j] = (h[j] + l[j]) + bias[j];
+    } else {
+      for (int64_t j = 0; j < N; ++j) cr[j] = h[j] + l[j];
+    }
+  }
   return true;
 }
 
