@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
         asm volatile("" : : "r"(dst.get()) : "memory");
       });
       // The same into fresh memory advised as transparent huge pages (THP is "madvise" on many
-      // systems): the floor for a refit that must write new buffers, with 512x fewer faults.
+      // systems): what a refit that writes new buffers could reach with 512x fewer page faults.
       memcpy_huge_ms = best_of(o.repeat, [&] {
         const size_t huge = size_t{2} << 20, n = (bytes + huge - 1) / huge * huge;
         std::unique_ptr<void, decltype(&std::free)> dst(std::aligned_alloc(huge, n), &std::free);
