@@ -16,9 +16,10 @@ model, batch and thread count, every round runs each side once, alternating whic
 first, so slow drifts of the machine hit both alike; a side's latency is the median over rounds of its
 per-round median, its build time the median over rounds, its peak memory the maximum.
 
-With --iterations auto (the default) round 1 is a short probe (3 timed runs) and later rounds
-time enough runs to fill about --target-s seconds per side (between --min-iterations and
---max-iterations), the same count for both sides.
+With --iterations auto (the default) round 1 is a short probe (--min-iterations timed runs)
+and later rounds time enough runs to fill about --target-s seconds per side (up to
+--max-iterations), the same count for both sides; the probe's latencies count only where the
+later rounds kept its count (slow models), so use at least 2 rounds.
 
 Extra reforge variants, each timed in the same rounds:
   --refit  plans built by `reforge build` without and with --refit; reports refit / baked
@@ -249,7 +250,7 @@ def measure(case, threads, sides, args):
             if s in errors:
                 continue
             try:
-                samples[s].append(sides[s](iterations, warmup))
+                samples[s].append(dict(sides[s](iterations, warmup), iterations=iterations))
             except Exception as ex:
                 errors[s] = short(ex)
         if args.iterations == "auto" and r == 0:
@@ -262,8 +263,13 @@ def measure(case, threads, sides, args):
         xs = samples[s]
         out[s] = {"error": errors.get(s, "")}
         if xs:
-            out[s].update({"median_ms": statistics.median(x["median_ms"] for x in xs),
+            # Latency from the rounds timed with the final iteration count (auto: the probe
+            # round counts only when the later rounds kept its count); build time and memory
+            # from every round.
+            timed = [x for x in xs if x["iterations"] == xs[-1]["iterations"]]
+            out[s].update({"median_ms": statistics.median(x["median_ms"] for x in timed),
                            "round_ms": [x["median_ms"] for x in xs],
+                           "iterations": [x["iterations"] for x in xs],
                            "build_ms": statistics.median(x["build_ms"] for x in xs
                                                          if x["build_ms"] is not None)
                            if any(x["build_ms"] is not None for x in xs) else None,
@@ -321,6 +327,9 @@ def main():
     bf16 = args.bf16 and reforge.has_precision["bench"]
     if args.bf16 and not bf16:
         print("note: %s bench has no --precision option: bf16 skipped" % args.reforge, file=sys.stderr)
+    if args.iterations == "auto" and args.rounds < 2:
+        print("note: --iterations auto with 1 round times only the %d-run probe" % args.min_iterations,
+              file=sys.stderr)
     print("onnxruntime %s, reforge %s, %d cases, threads %s, %d rounds, iterations %s" % (
         ort.__version__, args.reforge, len(cases), threads, args.rounds, args.iterations), file=sys.stderr)
     load0, cores = os.getloadavg()[0], os.cpu_count() or 1
