@@ -585,7 +585,10 @@ void attention_kernel(KernelContext& ctx) {
   // Pack K^T per (batch, kv head): [D][Skp], zero padded.
   a.Skp = (a.Sk + kW - 1) / kW * kW;
   const int64_t kb = a.k.b, kh = a.k.h;
-  std::vector<float> kt(static_cast<size_t>(kb * kh * a.D * a.Skp));
+  // Scratch reused across runs (no allocation per run in steady state): per calling thread, so
+  // concurrent runs on other threads have their own.
+  static thread_local std::vector<float> kt;
+  if (kt.size() < static_cast<size_t>(kb * kh * a.D * a.Skp)) kt.resize(static_cast<size_t>(kb * kh * a.D * a.Skp));
   a.kt_h = a.D * a.Skp;
   a.kt_b = kh * a.kt_h;
   a.kt = kt.data();
@@ -608,7 +611,8 @@ void attention_kernel(KernelContext& ctx) {
   auto fn = cpu_has_avx512() ? attn_task_avx512 : attn_task_generic;
 #pragma omp parallel num_threads(threads) if (par && tasks > 1)
   {
-    std::vector<float> s(static_cast<size_t>(kBlockQ * a.Skp));
+    static thread_local std::vector<float> s;
+    if (s.size() < static_cast<size_t>(kBlockQ * a.Skp)) s.resize(static_cast<size_t>(kBlockQ * a.Skp));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qbk = t % qblocks, bh = t / qblocks;
