@@ -591,14 +591,15 @@ void attention_kernel(KernelContext& ctx) {
   if (kt.size() < static_cast<size_t>(kb * kh * a.D * a.Skp)) kt.resize(static_cast<size_t>(kb * kh * a.D * a.Skp));
   a.kt_h = a.D * a.Skp;
   a.kt_b = kh * a.kt_h;
-  a.kt = kt.data();
+  float* const ktp = kt.data();  // worker threads must not name `kt`: it is thread_local
+  a.kt = ktp;
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   const int64_t flops = a.B * a.Hq * a.Sq * a.Sk * (a.D + a.Dv);
   const bool par = threads > 1 && big_enough(flops / 8);
 #pragma omp parallel for num_threads(threads) if (par && kb * kh > 1)
   for (int64_t bh = 0; bh < kb * kh; ++bh) {
     const int64_t b = bh / kh, h = bh % kh;
-    float* dst = kt.data() + b * a.kt_b + h * a.kt_h;
+    float* dst = ktp + b * a.kt_b + h * a.kt_h;
     const float* src = a.k.p + b * a.k.sb + h * a.k.sh;
     for (int64_t d = 0; d < a.D; ++d) {
       float* row = dst + d * a.Skp;
