@@ -340,7 +340,7 @@ ir::Graph attention_graph(const AttnCase& c, bool as_matmul_only = false) {
   std::string s = b.op("MatMul", {q, kt});
   if (c.mul_scale) s = b.op("Mul", {b.constant(scalar_f(1.0f / std::sqrt(float(c.D)))), s});
   else s = b.op("Div", {s, b.constant(scalar_f(std::sqrt(float(c.D))))});
-  if (c.mask == "add") {
+  if (c.mask == "add" || c.mask == "causal") {
     b.input("mask");
     s = b.op("Add", {s, "mask"});
   } else if (c.mask == "where") {
@@ -361,6 +361,13 @@ std::map<std::string, Tensor> attention_feeds(const AttnCase& c) {
     Tensor m = random_f({c.B, 1, c.Sq, c.Sk}, 14, -4, 0);
     for (int64_t i = 0; i < m.numel(); i += 3) m.mutable_data<float>()[i] = -3.4028234663852886e+38f;
     f["mask"] = m;
+  } else if (c.mask == "causal") {
+    // Additive causal mask as torch 1.13 exports it: -FLT_MAX above the diagonal.
+    Tensor m = Tensor::empty(DType::Float32, {1, 1, c.Sq, c.Sk});
+    for (int64_t i = 0; i < c.Sq; ++i)
+      for (int64_t j = 0; j < c.Sk; ++j)
+        m.mutable_data<float>()[i * c.Sk + j] = j > i + (c.Sk - c.Sq) ? -3.4028234663852886e+38f : 0.0f;
+    f["mask"] = m;
   } else if (c.mask == "where") {
     Tensor m = Tensor::empty(DType::Bool, {1, 1, c.Sq, c.Sk});
     for (int64_t i = 0; i < c.Sq; ++i)
@@ -374,7 +381,7 @@ TEST(FusionAttention, MatchesUnfusedAcrossShapes) {
   const std::vector<AttnCase> cases = {
       {1, 4, 4, 7, 7, 16, "add"},   {2, 4, 2, 5, 5, 16, "add"},   {1, 8, 2, 33, 33, 64, "where"},
       {1, 4, 1, 1, 19, 32, ""},     {2, 2, 2, 40, 40, 20, "add", true}, {1, 16, 4, 128, 128, 64, "add"},
-      {1, 3, 3, 3, 70, 8, "where"},
+      {1, 3, 3, 3, 70, 8, "where"},  {1, 4, 2, 100, 100, 32, "causal"}, {2, 2, 1, 1, 50, 16, "causal"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "B" << c.B << " Hq" << c.Hq << " Hkv" << c.Hkv << " Sq" << c.Sq << " Sk" << c.Sk
