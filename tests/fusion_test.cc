@@ -23,6 +23,7 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
+#include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 
 using namespace reforge;
@@ -80,11 +81,8 @@ TEST_P(FusionModels, FusesAndMatchesReference) {
     EXPECT_EQ(c["reforge::RmsNorm"], want.rms);
     EXPECT_EQ(c["reforge::Attention"], want.attn);
     EXPECT_EQ(c["reforge::SiluMul"] + c["reforge::Silu"], want.silu);
-    // GELU's constants are read by the pass: in a refit build they must be literals.
-    if (mode == plan::BuildMode::Baked || e.at("export") != "dynamo") {
-      EXPECT_EQ(c["reforge::Gelu"], want.gelu);
-      EXPECT_EQ(c["Pow"], 0);
-    }
+    EXPECT_EQ(c["reforge::Gelu"], want.gelu);
+    EXPECT_EQ(c["Pow"], 0);
     EXPECT_EQ(c["Softmax"], 0);
     EXPECT_EQ(c["reforge::Rotary"], want.rotary);
     EXPECT_EQ(c["Neg"], 0);
@@ -245,13 +243,26 @@ TEST(FusionRmsNorm, NearMissesStayUnfused) {
 TEST(FusionRmsNorm, RefittableScalarsStayInputs) {
   GraphBuilder b;
   b.input("x");
-  std::string p = b.op("Pow", {"x", b.init(scalar_f(2.0f))});
-  std::string m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({-1}))}), b.init(scalar_f(1e-5f))});
-  std::string r = b.op("Div", {b.init(scalar_f(1.0f)), b.op("Sqrt", {m})});
+  const std::string pn = b.init(scalar_f(2.0f)), en = b.init(scalar_f(1e-5f)), nn = b.init(scalar_f(1.0f));
+  std::string p = b.op("Pow", {"x", pn});
+  std::string m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({-1}))}), en});
+  std::string r = b.op("Div", {nn, b.op("Sqrt", {m})});
   b.output(b.op("Mul", {"x", r}));
   std::map<std::string, Tensor> feeds = {{"x", random_f({3, 40}, 4, -2, 2)}};
   auto c = check_fused_vs_unfused(b.g, feeds, 1e-5, plan::BuildMode::Refit);
   EXPECT_EQ(c["reforge::RmsNorm"], 1);
+  // Refit exponent 2 -> 3, eps -> 0.5, numerator 1 -> 2: the fused engine follows.
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  runtime::PlanEngine fused(build::build_plan(b.g, o));
+  refit::Refitter refitter(fused);
+  for (const auto& [name, v] : std::vector<std::pair<std::string, float>>{{pn, 3.0f}, {en, 0.5f}, {nn, 2.0f}}) {
+    b.g.initializers[name] = scalar_f(v);
+    refitter.set(name, scalar_f(v));
+  }
+  refitter.commit();
+  runtime::Engine ref(b.g);
+  EXPECT_LE(max_abs_diff(fused.run(feeds)[0], ref.run(feeds)[0]), 1e-5);
 }
 
 ir::Graph gelu_erf_graph(float sqrt2, float half, bool half_as_init = false) {
@@ -282,9 +293,33 @@ TEST(FusionGelu, BothFormsFuseAndNearMissesDoNot) {
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.5f, 0.5f), feeds, 1e-5)["reforge::Gelu"], 0);
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.4f), feeds, 1e-5)["reforge::Gelu"], 0);
   EXPECT_EQ(check_fused_vs_unfused(gelu_tanh_graph(0.05f), feeds, 1e-5)["reforge::Gelu"], 0);
-  // A refittable 0.5 cannot be dropped: unfused in a refit build, fused in a baked one.
-  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5, plan::BuildMode::Refit)["reforge::Gelu"], 0);
+  // A refittable 0.5 stays an input in a refit build (the kernel honours other values); a baked
+  // build drops it.
+  {
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    plan::Plan p = build::build_plan(gelu_erf_graph(1.4142135f, 0.5f, true), o);
+    ASSERT_EQ(p.graph.nodes.size(), 1u);
+    EXPECT_EQ(p.graph.nodes[0].op_type, "Gelu");
+    EXPECT_EQ(p.graph.nodes[0].inputs.size(), 4u);
+  }
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5, plan::BuildMode::Refit)["reforge::Gelu"], 1);
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5)["reforge::Gelu"], 1);
+  // Refit the 0.5 to 0.25: the fused engine follows the new value exactly like the unfused graph.
+  {
+    ir::Graph g = gelu_erf_graph(1.4142135f, 0.5f, true);
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    runtime::PlanEngine fused(build::build_plan(g, o));
+    ASSERT_EQ(g.initializers.size(), 1u);
+    const std::string name = g.initializers.begin()->first;
+    g.initializers[name] = scalar_f(0.25f);
+    refit::Refitter r(fused);
+    r.set(name, scalar_f(0.25f));
+    r.commit();
+    runtime::Engine ref(g);
+    EXPECT_LE(max_abs_diff(fused.run(feeds)[0], ref.run(feeds)[0]), 1e-5);
+  }
 }
 
 TEST(FusionSilu, SiluAndSwiGlu) {
