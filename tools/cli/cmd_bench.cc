@@ -23,6 +23,7 @@ struct BenchArgs {
   int warmup = 3;
   std::vector<std::string> weights;
   bool profile = false;
+  std::vector<std::string> skip_passes;
 };
 
 // Per op type (sorted by time) and the slowest nodes, from the engine's per-node timings.
@@ -72,6 +73,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
+  app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
@@ -80,6 +82,7 @@ Runner add_bench(CLI::App& app) {
     lo.weights = a->weights;
     lo.quiet = true;
     lo.profile = a->profile;
+    lo.skip_passes = a->skip_passes;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);

@@ -20,6 +20,7 @@ struct LoadOptions {
   bool verify = false;               // run fast and slow, compare every engine weight
   bool quiet = false;                // do not print refit phases
   bool profile = false;              // time every node (runtime::EngineOptions::profile)
+  std::vector<std::string> skip_passes;  // build passes not to run (glob patterns)
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
