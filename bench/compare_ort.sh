@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# reforge vs ONNX Runtime latency on the models/ exports (see compare_ort.py for the method).
+# reforge vs ONNX Runtime: latency, peak memory, build time (see compare_ort.py for the method).
 #
-#   bench/compare_ort.sh [--threads 1,2] [--rounds 5] [--iterations 50] [--warmup 5]
-#                        [--reforge build/reforge] [--json out.json] [models/...onnx ...]
+#   bench/compare_ort.sh [--suite tiny|large|all] [--models-dir build-bench/models]
+#                        [--only llama_s1,bert] [--batches 1,8] [--threads 1,2] [--rounds 5]
+#                        [--iterations auto|N] [--refit] [--bf16] [--reforge build/reforge]
+#                        [--json out.json] [models/...onnx ...]
 #
+# The large suite's models are written by /usr/bin/python3 scripts/models/bench_models.py.
 # Creates a virtual environment with onnxruntime and numpy from PyPI on first use. It lives under
 # build-bench/ (ignored by git: a venv inside the tree would otherwise be sent along with every
 # copy of the working tree); set BENCH_VENV to put it elsewhere. Build reforge first

@@ -47,6 +47,7 @@ inline const float kNegNaN = bits_to_float(0xffc00001u);
 inline Plan sample_plan() {
   Plan p;
   p.mode = BuildMode::RefitIndividual;
+  p.precision = Precision::Bf16;
   p.individual_patterns = {"model.layers.*.mlp.*", "lm_head.weight"};
   p.stripped = true;
   p.producer = "reforge 0.1-test";
@@ -276,6 +277,7 @@ inline bool operand_eq(const Operand& a, const Operand& b) { return a.kind == b.
 inline void expect_plan_eq(const Plan& a, const Plan& b, bool weights_loaded = true) {
   EXPECT_EQ(b.format_version, kFormatVersion);
   EXPECT_EQ(a.mode, b.mode);
+  EXPECT_EQ(a.precision, b.precision);
   EXPECT_EQ(a.individual_patterns, b.individual_patterns);
   EXPECT_EQ(a.stripped, b.stripped);
   EXPECT_EQ(a.producer, b.producer);

@@ -56,6 +56,7 @@ bool refittable_source(const BuildOptions& o, const plan::Source& s) {
 passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set<std::string>& literals) {
   passes::BuildState s;
   s.mode = o.mode;
+  s.precision = o.precision;
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -138,6 +139,7 @@ plan::Plan build_plan(const ir::Graph& input, const BuildOptions& o) {
   plan::Plan plan;
   plan.fingerprint = structural_fingerprint(g, literals);
   plan.mode = o.mode;
+  plan.precision = o.precision;
   plan.individual_patterns = o.individual_patterns;
   plan.literal_names = o.literal_names;
   plan.producer = "reforge 0.1";

@@ -16,6 +16,9 @@ namespace reforge::build {
 
 struct BuildOptions {
   plan::BuildMode mode = plan::BuildMode::Baked;
+  // Bf16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 (pass
+  // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
+  plan::Precision precision = plan::Precision::Fp32;
   std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names
   std::vector<std::string> literal_names;        // initializers to treat as literals
   bool strip_weights = false;                    // requires a refit mode

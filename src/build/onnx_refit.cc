@@ -50,6 +50,7 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
 plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
   BuildOptions o;
   o.mode = plan.mode;
+  o.precision = plan.precision;
   o.individual_patterns = plan.individual_patterns;
   o.literal_names = plan.literal_names;
   plan::Plan fresh = build_plan(model, o);

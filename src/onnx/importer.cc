@@ -1,5 +1,14 @@
 #include "onnx/importer.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -257,10 +266,35 @@ std::shared_ptr<ModelProto> parse_model(const void* data, size_t size, const std
 
 }  // namespace
 
+// Parses from the file through a small buffer (not a mapping): the parsed proto holds the one
+// copy of the weights that the graph's tensors then wrap, so peak memory is about one model size
+// rather than two (mapped pages + parsed copy).
+std::shared_ptr<ModelProto> parse_model_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("'", path, "' is not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > static_cast<uint64_t>(INT_MAX)) {
+    ::close(fd);
+    fail("'", path, "' is larger than 2 GiB; store big tensors as external data");
+  }
+  auto model = std::make_shared<ModelProto>();
+  bool ok;
+  {
+    google::protobuf::io::FileInputStream in(fd, 1 << 20);
+    ok = model->ParseFromZeroCopyStream(&in);
+  }
+  ::close(fd);
+  if (!ok) fail("'", path, "' is not a valid ONNX model (protobuf parse failed)");
+  return model;
+}
+
 ir::Graph import_model_file(const std::string& path, const ImportOptions& options) {
   try {
-    auto file = MappedFile::open(path);
-    auto model = parse_model(file->data(), file->size(), "'" + path + "'");
+    auto model = parse_model_file(path);
     Ctx ctx;
     ctx.base_dir = options.base_dir.empty() ? fs::absolute(fs::path(path)).parent_path().string() : options.base_dir;
     return convert_model(model, ctx);

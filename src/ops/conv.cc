@@ -1,10 +1,23 @@
-// Conv (1-D/2-D/3-D, groups including depthwise, pads/auto_pad, strides, dilations, bias).
+// Conv (1-D/2-D/3-D, groups including depthwise, pads/auto_pad, strides, dilations, bias), and
+// reforge::FusedConv, the same convolution followed by an optional residual add and ReLU (made
+// by the fuse-conv-activation pass, src/passes/conv_fusion.cc):
+//
+//   FusedConv(X, W, B?, Z?) = relu?(Conv(X, W, B) + Z)     attributes: Conv's + activation
+//
+// and, from the conv-channels-last pass, x_layout / y_layout / z_layout = "NHWC" when that
+// operand is stored channels-last ([N, H, W, C]) to spare the reorders between convolutions.
 //
 // float32 runs through oneDNN (a pointwise 1x1 convolution as a plain matrix product, which
-// needs no layout reorders); float16/bfloat16 are widened to float32 and rounded once at the
-// end; float64 (and anything oneDNN declines) uses the direct reference loop below.
+// needs no layout reorders), with the residual add and ReLU as post-ops of the primitive;
+// float16/bfloat16 are widened to float32 and rounded once at the end; float64 (and anything
+// oneDNN declines) uses the direct reference loop below, the post-ops then run as a separate
+// pass. The weights are packed into oneDNN's blocked layout once per weight set: the op's
+// prepare step makes a ConvWeightCache that the kernel fills on first use and a refit replaces.
 #include <algorithm>
 #include <type_traits>
+
+#include "ops/broadcast.h"
+#include "ops/tensor_common.h"
 
 #include "backends/cpu/dnnl_conv.h"
 #include "core/dispatch.h"
@@ -52,7 +65,34 @@ void conv_ref(const T* x, const T* w, const T* bias, T* y, int64_t N, int64_t C,
   }
 }
 
-void conv_kernel(KernelContext& ctx) {
+// Residual and activation after the convolution (FusedConv); none for a plain Conv.
+struct PostOps {
+  const Tensor* sum = nullptr;
+  bool relu = false;
+};
+
+// y = relu?(y + sum) in place, y of the output's shape, `sum` broadcast to it. For the paths
+// whose convolution could not take the post-ops.
+template <typename T>
+void apply_post_ops(Tensor& Y, const PostOps& post, const std::string& label) {
+  T* y = Y.mutable_data<T>();
+  if (post.sum) {
+    REFORGE_CHECK(post.sum->dtype() == Y.dtype(), label, ": residual ", post.sum->describe(), " does not match ",
+                  Y.describe());
+    broadcast_map(y, Y.shape(), [](T a, T b) { return from_compute<T>(to_compute(a) + to_compute(b)); },
+                  Operand{static_cast<const T*>(y), Y.shape()}, Operand{post.sum->data<T>(), post.sum->shape()});
+  }
+  if (post.relu) {
+    const int64_t n = Y.numel();
+#pragma omp parallel for if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const auto v = to_compute(y[i]);
+      if (v < decltype(v)(0)) y[i] = from_compute<T>(decltype(v)(0));
+    }
+  }
+}
+
+void conv_run(KernelContext& ctx, const PostOps& post) {
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
@@ -80,8 +120,12 @@ void conv_kernel(KernelContext& ctx) {
   const Window win = resolve_window(ctx, in, wk, false);
   Shape out_shape = {N, M};
   out_shape.insert(out_shape.end(), win.out.begin(), win.out.end());
-  Tensor& Y = ctx.allocate_output(0, X.dtype(), out_shape);
+  Tensor& Y = ctx.allocate_output_uninit(0, X.dtype(), out_shape);
   if (Y.numel() == 0) return;
+  // A residual of exactly the output's shape can be added inside the primitive.
+  const bool dense_sum = post.sum && post.sum->dtype() == X.dtype() && post.sum->shape() == out_shape;
+  auto* packed = const_cast<cpu::ConvWeightCache*>(ctx.prepared<cpu::ConvWeightCache>());
+  bool post_done = false;
   const Geo3 g = to_geo3(win);
 
   // A 1x1 convolution with unit strides and no padding is a product per image:
@@ -91,16 +135,39 @@ void conv_kernel(KernelContext& ctx) {
     pointwise = pointwise && wk[i] == 1 && win.strides[i] == 1 && win.pad_begin[i] == 0 && win.pad_end[i] == 0;
   const int64_t pixels = Y.numel() / std::max<int64_t>(1, N * M);
 
-  auto run_f32 = [&](const float* x, const float* w, const float* b, float* y) {
+  // Writes every element of y (float32, the output's shape); sets post_done when the post-ops
+  // ran inside the convolution. `direct` says x, w are the node's own tensors (so the packed
+  // weights apply and the residual can be read in place).
+  auto run_f32 = [&](const float* x, const float* w, const float* b, float* y, bool direct) {
     if (pointwise) {
       cpu::MatmulDims d;
       d.batch = N, d.a_broadcast = true;
       d.M = M, d.K = C, d.N = pixels;
-      if (b) {
-        for (int64_t nm = 0; nm < N * M; ++nm) std::fill(y + nm * pixels, y + (nm + 1) * pixels, b[nm % M]);
+      // The bias (and a residual) go into Y first; the product adds onto them (beta = 1).
+      const float* z = direct && dense_sum ? post.sum->data<float>() : nullptr;
+      if (b || z) {
+#pragma omp parallel for schedule(static) if (N * M * pixels > (1 << 16))
+        for (int64_t nm = 0; nm < N * M; ++nm) {
+          float* row = y + nm * pixels;
+          const float bias = b ? b[nm % M] : 0.0f;
+          if (z) {
+            const float* zr = z + nm * pixels;
+            for (int64_t i = 0; i < pixels; ++i) row[i] = zr[i] + bias;
+          } else {
+            std::fill(row, row + pixels, bias);
+          }
+        }
         d.beta = 1.0f;
       }
       run_matmul(DType::Float32, d, w, x, y);
+      if (z || !post.sum) {
+        if (post.relu) {
+          const int64_t n = N * M * pixels;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+          for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+        }
+        post_done = true;
+      }
       return;
     }
     if (C > 0 && X.numel() > 0) {
@@ -109,7 +176,14 @@ void conv_kernel(KernelContext& ctx) {
       d.group = group;
       d.strides = win.strides, d.dilations = win.dilations, d.pad_begin = win.pad_begin, d.pad_end = win.pad_end;
       d.has_bias = b != nullptr;
-      if (cpu::dnnl_conv_f32(d, x, w, b, y)) return;
+      cpu::ConvPostOps po;
+      if (direct && dense_sum) po.sum = post.sum->data<float>();
+      po.relu = post.relu && (po.sum || !post.sum);
+      if ((po.sum || po.relu) && cpu::dnnl_conv_f32(d, x, w, b, y, po, direct ? packed : nullptr)) {
+        post_done = po.sum || !post.sum;
+        return;
+      }
+      if (cpu::dnnl_conv_f32(d, x, w, b, y, {}, direct ? packed : nullptr)) return;
     }
     conv_ref<float>(x, w, b, y, N, C, M, group, g);
   };
@@ -117,17 +191,109 @@ void conv_kernel(KernelContext& ctx) {
   dispatch_float(X.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float>) {
-      run_f32(X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr, Y.mutable_data<float>());
+      run_f32(X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr, Y.mutable_data<float>(), true);
     } else if constexpr (std::is_same_v<T, double>) {
       conv_ref<double>(X.data<double>(), W.data<double>(), B ? B->data<double>() : nullptr, Y.mutable_data<double>(),
                        N, C, M, group, g);
     } else {
       std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
       std::vector<float> y(static_cast<size_t>(Y.numel()));
-      run_f32(x.data(), w.data(), B ? b.data() : nullptr, y.data());
+      run_f32(x.data(), w.data(), B ? b.data() : nullptr, y.data(), false);
       store_floats(y, Y);
     }
+    if (!post_done) apply_post_ops<T>(Y, post, label);
   }, "Conv");
+}
+
+void conv_kernel(KernelContext& ctx) { conv_run(ctx, {}); }
+
+// [N, C, H, W] <-> [N, H, W, C] copies of any element type (the channels-last fallback).
+Tensor to_channels_last(const Tensor& t) {
+  const Shape& s = t.shape();
+  Tensor out = Tensor::empty(t.dtype(), {s[0], s[2], s[3], s[1]});
+  // out[n][h][w][c] = t[n][c][h][w]
+  strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out.shape(),
+               {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]}, 0);
+  return out;
+}
+Tensor to_channels_first(const Tensor& t) {
+  const Shape& s = t.shape();  // [N, H, W, C]
+  Tensor out = Tensor::empty(t.dtype(), {s[0], s[3], s[1], s[2]});
+  strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out.shape(),
+               {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]}, 0);
+  return out;
+}
+
+// FusedConv with channels-last operands (attributes x_layout / y_layout / z_layout = "NHWC", set
+// by the conv-channels-last pass on chains of convolutions): float32 2-D runs straight through
+// oneDNN in that layout; anything else converts to NCHW around the ordinary kernel.
+void fused_conv_channels_last(KernelContext& ctx, const PostOps& post, bool x_nhwc, bool y_nhwc, bool z_nhwc) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& W = ctx.input(1);
+  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string label = ctx.node().label();
+  REFORGE_CHECK(X.rank() == 4 && W.rank() == 4, label, ": channels-last layouts need a 2-D convolution, got X ",
+                X.describe(), " and W ", W.describe());
+  const Shape xs = x_nhwc ? Shape{X.dim(0), X.dim(3), X.dim(1), X.dim(2)} : X.shape();
+  const int64_t N = xs[0], C = xs[1], M = W.dim(0), group = ctx.attr_int("group", 1);
+  const Window win = resolve_window(ctx, {xs[2], xs[3]}, {W.dim(2), W.dim(3)}, false);
+  const Shape ys = {N, M, win.out[0], win.out[1]};
+  const Shape y_phys = y_nhwc ? Shape{N, win.out[0], win.out[1], M} : ys;
+  const Shape z_phys = z_nhwc ? Shape{N, win.out[0], win.out[1], M} : ys;
+  bool direct = X.dtype() == DType::Float32 && W.dtype() == DType::Float32 && group >= 1 && C == W.dim(1) * group &&
+                M % group == 0 && C > 0 && N > 0 && (!B || (B->dtype() == DType::Float32 && B->numel() == M)) &&
+                (!post.sum || (post.sum->dtype() == DType::Float32 && post.sum->shape() == z_phys));
+  if (direct) {
+    const std::vector<int64_t> k = kernel_shape_attr(ctx, 2);
+    direct = k.empty() || (k[0] == W.dim(2) && k[1] == W.dim(3));
+  }
+  if (direct) {
+    cpu::ConvDims d;
+    d.src = xs, d.weights = W.shape(), d.dst = ys;
+    d.group = group;
+    d.strides = win.strides, d.dilations = win.dilations, d.pad_begin = win.pad_begin, d.pad_end = win.pad_end;
+    d.has_bias = B != nullptr;
+    d.src_nhwc = x_nhwc, d.dst_nhwc = y_nhwc, d.sum_nhwc = z_nhwc && post.sum;
+    cpu::ConvPostOps po;
+    po.sum = post.sum ? post.sum->data<float>() : nullptr;
+    po.relu = post.relu;
+    Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, y_phys);
+    auto* packed = const_cast<cpu::ConvWeightCache*>(ctx.prepared<cpu::ConvWeightCache>());
+    if (cpu::dnnl_conv_f32(d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
+                           Y.mutable_data<float>(), po, packed))
+      return;
+  }
+  // Fallback: the NCHW kernel on converted copies.
+  ir::Node node = ctx.node();
+  node.attrs.erase("x_layout"), node.attrs.erase("y_layout"), node.attrs.erase("z_layout");
+  Tensor xc = x_nhwc ? to_channels_first(X) : X;
+  Tensor zc;
+  if (post.sum) zc = z_nhwc && post.sum->rank() == 4 ? to_channels_first(*post.sum) : *post.sum;
+  std::vector<const Tensor*> ins = {&xc, &W, B};
+  if (post.sum) ins.push_back(&zc);
+  KernelContext inner(node, ins, ctx.threads(), nullptr, ctx.prepared<void>());
+  PostOps p2 = post;
+  if (post.sum) p2.sum = &zc;
+  conv_run(inner, p2);
+  Tensor y = std::move(inner.outputs()[0]);
+  ctx.set_output(0, y_nhwc ? to_channels_last(y) : std::move(y));
+}
+
+void fused_conv_kernel(KernelContext& ctx) {
+  PostOps post;
+  if (ctx.has_input(3)) post.sum = &ctx.input(3);
+  post.relu = ctx.attr_string("activation", "") == "Relu";
+  const bool x_nhwc = ctx.attr_string("x_layout", "NCHW") == "NHWC";
+  const bool y_nhwc = ctx.attr_string("y_layout", "NCHW") == "NHWC";
+  const bool z_nhwc = ctx.attr_string("z_layout", "NCHW") == "NHWC";
+  if (x_nhwc || y_nhwc || z_nhwc) return fused_conv_channels_last(ctx, post, x_nhwc, y_nhwc, z_nhwc);
+  conv_run(ctx, post);
+}
+
+// The packed-weight cache of a float32 Conv with constant weights (see ConvWeightCache).
+std::shared_ptr<const void> conv_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
+  if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
+  return cpu::make_conv_weight_cache();
 }
 
 }  // namespace
@@ -142,6 +308,20 @@ std::string check_conv_like(const ir::Node& node) {
   return "";
 }
 
-void register_conv_ops(OpRegistry& r) { r.add({"", "Conv", 1, INT_MAX, conv_kernel, check_conv_like}); }
+std::string check_fused_conv(const ir::Node& node) {
+  const std::string act = node.attr_string("activation", "");
+  if (!act.empty() && act != "Relu") return "activation '" + act + "' is not supported (expected 'Relu' or none)";
+  for (const char* a : {"x_layout", "y_layout", "z_layout"}) {
+    const std::string l = node.attr_string(a, "NCHW");
+    if (l != "NCHW" && l != "NHWC") return std::string(a) + " '" + l + "' is not supported (expected 'NCHW' or 'NHWC')";
+  }
+  if (node.inputs.size() > 4) return "takes at most 4 inputs (X, W, B, Z)";
+  return check_conv_like(node);
+}
+
+void register_conv_ops(OpRegistry& r) {
+  r.add({"", "Conv", 1, INT_MAX, conv_kernel, check_conv_like, conv_prepare});
+  r.add({"reforge", "FusedConv", 1, INT_MAX, fused_conv_kernel, check_fused_conv, conv_prepare});
+}
 
 }  // namespace reforge::ops::nn

@@ -5,16 +5,42 @@
 #include <cstring>
 
 #include "core/dispatch.h"
+#include "ops/linear.h"
 #include "ops/nn_common.h"
 
 namespace reforge::ops::nn {
 
 namespace {
 
+// A constant float B with transA = 0 and alpha = 1 (a Linear layer) is packed once; the
+// kernel then runs it as Y = A x B + C when C is absent or a row vector with beta = 1.
+std::shared_ptr<const void> gemm_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+  if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
+  if (node.attr_int("transA", 0) != 0 || node.attr_float("alpha", 1.0f) != 1.0f) return nullptr;
+  return prepare_linear(*constants[1], node.attr_int("transB", 0) != 0);
+}
+
+// The bias of a Gemm that run_linear can take: C absent (or beta = 0): null; C of N floats
+// ([N] or [1, N]) with beta = 1: its data; anything else: `fits` is false.
+const float* linear_bias(const KernelContext& ctx, int64_t N, bool& fits) {
+  fits = true;
+  const float beta = ctx.attr_float("beta", 1.0f);
+  if (!ctx.has_input(2) || beta == 0.0f) return nullptr;
+  const Tensor& C = ctx.input(2);
+  fits = beta == 1.0f && C.dtype() == DType::Float32 && C.numel() == N &&
+         (C.rank() == 1 || (C.rank() == 2 && C.dim(0) == 1));
+  return fits ? C.data<float>() : nullptr;
+}
+
 void gemm_kernel(KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(1);
   const std::string& label = ctx.node().label();
+  if (const auto* lw = ctx.prepared<LinearWeights>(); lw && A.rank() == 2) {
+    bool fits = false;
+    const float* bias = linear_bias(ctx, lw->N, fits);
+    if (fits && run_linear(ctx, A, *lw, bias)) return;
+  }
   REFORGE_CHECK(A.rank() == 2 && B.rank() == 2, label, ": A and B must be 2-D, got ", A.describe(), " and ",
                 B.describe());
   REFORGE_CHECK(A.dtype() == B.dtype(), label, ": A and B have different element types ", dtype_name(A.dtype()),
@@ -62,6 +88,6 @@ void gemm_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_ops(OpRegistry& r) { r.add({"", "Gemm", 1, INT_MAX, gemm_kernel, nullptr}); }
+void register_gemm_ops(OpRegistry& r) { r.add({"", "Gemm", 1, INT_MAX, gemm_kernel, nullptr, gemm_prepare}); }
 
 }  // namespace reforge::ops::nn

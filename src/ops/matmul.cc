@@ -10,6 +10,7 @@
 
 #include "backends/cpu/dnnl_matmul.h"
 #include "core/dispatch.h"
+#include "ops/linear.h"
 #include "ops/nn_common.h"
 
 namespace reforge::ops::nn {
@@ -120,9 +121,16 @@ void run_matmul(DType dtype, const cpu::MatmulDims& d, const void* a, const void
 
 namespace {
 
+// A constant 2-D float B (a Linear layer's weight) is packed once; see ops/linear.h.
+std::shared_ptr<const void> matmul_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
+  if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
+  return prepare_linear(*constants[1], false);
+}
+
 void matmul_kernel(KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(1);
+  if (const auto* lw = ctx.prepared<LinearWeights>(); lw && run_linear(ctx, A, *lw, nullptr)) return;
   const std::string& label = ctx.node().label();
   REFORGE_CHECK(A.dtype() == B.dtype(), label, ": operands have different element types ", dtype_name(A.dtype()),
                 " and ", dtype_name(B.dtype()));
@@ -151,7 +159,8 @@ void matmul_kernel(KernelContext& ctx) {
   Shape out_shape = batch;
   if (!a_vec) out_shape.push_back(M);
   if (!b_vec) out_shape.push_back(N);
-  Tensor& Y = ctx.allocate_output(0, A.dtype(), out_shape);
+  // Every path below writes every element (beta = 0).
+  Tensor& Y = ctx.allocate_output_uninit(0, A.dtype(), out_shape);
   if (Y.numel() == 0) return;
 
   const int64_t a_count = shape_numel(a_batch), b_count = shape_numel(b_batch), count = shape_numel(batch);
@@ -194,6 +203,6 @@ void matmul_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_matmul_ops(OpRegistry& r) { r.add({"", "MatMul", 1, INT_MAX, matmul_kernel, nullptr}); }
+void register_matmul_ops(OpRegistry& r) { r.add({"", "MatMul", 1, INT_MAX, matmul_kernel, nullptr, matmul_prepare}); }
 
 }  // namespace reforge::ops::nn

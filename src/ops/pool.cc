@@ -83,6 +83,37 @@ void max_pool(const PoolSetup& p, const T* x, T* y, int64_t* indices, bool colum
     const T* xp = x + nc * in_plane;
     T* yp = y + nc * out_plane;
     int64_t* ip = indices ? indices + nc * out_plane : nullptr;
+    if (!ip) {
+      // No Indices: a running max from the window's first tap, `v > best ? v : best` (one
+      // maxss on x86; the first maximum wins and a NaN is never greater, as below).
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+          T* yrow = yp + (od * g.out[1] + oh) * g.out[2];
+          const bool rows = r[0].first[od] < r[0].last[od] && r[1].first[oh] < r[1].last[oh];
+          const int64_t id0 = od * g.s[0] - g.pb[0] + r[0].first[od] * g.d[0];
+          const int64_t ih0 = oh * g.s[1] - g.pb[1] + r[1].first[oh] * g.d[1];
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            if (!rows || r[2].first[ow] >= r[2].last[ow]) {
+              yrow[ow] = T{};
+              continue;
+            }
+            compute_t<T> best = to_compute(xp[(id0 * g.in[1] + ih0) * g.in[2] + ow * g.s[2] - g.pb[2] + r[2].first[ow] * g.d[2]]);
+            for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
+              const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+              for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
+                const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+                const T* row = xp + (id * g.in[1] + ih) * g.in[2] + ow * g.s[2] - g.pb[2];
+                for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw) {
+                  const compute_t<T> v = to_compute(row[kw * g.d[2]]);
+                  best = v > best ? v : best;
+                }
+              }
+            }
+            yrow[ow] = from_compute<T>(best);
+          }
+        }
+      continue;
+    }
     for (int64_t od = 0; od < g.out[0]; ++od)
       for (int64_t oh = 0; oh < g.out[1]; ++oh)
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
@@ -153,7 +184,7 @@ void max_pool_kernel(KernelContext& ctx) {
   const int64_t storage_order = ctx.attr_int("storage_order", 0);
   REFORGE_CHECK(storage_order == 0 || storage_order == 1, ctx.node().label(), ": storage_order must be 0 or 1, got ",
                 storage_order);
-  Tensor& Y = ctx.allocate_output(0, X.dtype(), p.out_shape);
+  Tensor& Y = ctx.allocate_output_uninit(0, X.dtype(), p.out_shape);
   int64_t* indices = nullptr;
   if (ctx.num_outputs() > 1 && ctx.output_wanted(1))
     indices = ctx.allocate_output(1, DType::Int64, p.out_shape).mutable_data<int64_t>();

@@ -1,9 +1,11 @@
 // Operators of the "reforge" domain: the weight transforms that build passes record in recipes
-// (BatchNorm folding) and the fused kernels they emit (MatMulAdd). Because recipes are replayed
-// by these same kernels at refit, each transform has exactly one implementation.
+// (BatchNorm folding) and the fused kernels they emit (MatMulAdd, also the bfloat16 Linear
+// layer of --precision bf16). Because recipes are replayed by these same kernels at refit, each
+// transform has exactly one implementation.
 #include <cmath>
 
 #include "core/dispatch.h"
+#include "ops/linear.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -61,27 +63,47 @@ void bn_fold_bias(KernelContext& ctx) {
   }, "BnFoldBias");
 }
 
-// Y = MatMul(X, W) + b, b a vector along the last axis. Runs the MatMul kernel, then adds the
-// bias in place: bit-identical to the unfused pair.
+// Y = MatMul(X, W) + b, b (optional) a vector along the last axis. W is float32, or bfloat16
+// in --precision bf16 plans (then X stays float32 and the product accumulates in float32). A
+// constant W is packed by the prepare step (ops/linear.h); the bias is added after the sum, as
+// the unfused MatMul -> Add would.
+std::shared_ptr<const void> matmul_add_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
+  if (constants.size() < 2 || !constants[1]) return nullptr;
+  return prepare_linear(*constants[1], false);
+}
+
 void matmul_add(KernelContext& ctx) {
-  static const OpDef* mm = OpRegistry::global().find("", "MatMul", 13);
-  REFORGE_ASSERT(mm != nullptr);
-  const Tensor& b = ctx.input(2);
-  ir::Node node = ctx.node();
-  node.inputs.resize(2);
-  KernelContext inner(node, {&ctx.input(0), &ctx.input(1)}, ctx.threads());
-  mm->kernel(inner);
-  Tensor y = std::move(inner.outputs()[0]);
-  REFORGE_CHECK(y.dtype() == DType::Float32 && b.dtype() == DType::Float32 && b.rank() == 1 && y.rank() >= 1 &&
-                    y.shape().back() == b.dim(0),
-                ctx.node().label(), ": bias ", b.describe(), " does not match the product ", y.describe());
-  const int64_t n = b.dim(0), rows = n ? y.numel() / n : 0;
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string& label = ctx.node().label();
+  REFORGE_CHECK(w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16), label,
+                ": weight must be a float32 or bfloat16 matrix, got ", w.describe());
+  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == w.dim(0), label, ": input ",
+                x.describe(), " does not match the weight ", w.describe());
+  REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == w.dim(1)), label, ": bias ",
+                b ? b->describe() : "", " does not match the weight ", w.describe());
+  const float* bias = b ? b->data<float>() : nullptr;
+  const LinearWeights* lw = ctx.prepared<LinearWeights>();
+  LinearWeights unprepared;  // W computed at run time: no packing, the plain paths
+  if (!lw) {
+    unprepared.K = w.dim(0);
+    unprepared.N = w.dim(1);
+    unprepared.plain = w;
+    lw = &unprepared;
+  }
+  if (lw->K > 0 && lw->N > 0) {
+    REFORGE_ASSERT(run_linear(ctx, x, *lw, bias));
+    return;
+  }
+  // An empty product: zeros plus the bias.
+  Shape out = x.shape();
+  out.back() = w.dim(1);
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
+  const int64_t n = w.dim(1), rows = n ? y.numel() / n : 0;
   float* py = y.mutable_data<float>();
-  const float* pb = b.data<float>();
-#pragma omp parallel for if (rows * n > (1 << 16))
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) py[r * n + j] += pb[j];
-  ctx.set_output(0, std::move(y));
+    for (int64_t j = 0; j < n; ++j) py[r * n + j] = bias ? bias[j] : 0.0f;
 }
 
 }  // namespace
@@ -92,7 +114,7 @@ void register_reforge_ops(OpRegistry& r) {
   register_fused_transformer_ops(r);
   r.add({"reforge", "BnFoldWeight", 1, INT_MAX, bn_fold_weight, nullptr});
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
-  r.add({"reforge", "MatMulAdd", 1, INT_MAX, matmul_add, nullptr});
+  r.add({"reforge", "MatMulAdd", 1, INT_MAX, matmul_add, nullptr, matmul_add_prepare});
 }
 
 }  // namespace reforge::ops

@@ -12,6 +12,7 @@
 #include <climits>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,13 @@ class OutputAllocator {
 class KernelContext {
  public:
   KernelContext(const ir::Node& node, std::vector<const Tensor*> inputs, int threads,
-                OutputAllocator* allocator = nullptr)
-      : node_(node), inputs_(std::move(inputs)), outputs_(node.outputs.size()), threads_(threads), allocator_(allocator) {}
+                OutputAllocator* allocator = nullptr, const void* prepared = nullptr)
+      : node_(node),
+        inputs_(std::move(inputs)),
+        outputs_(node.outputs.size()),
+        threads_(threads),
+        allocator_(allocator),
+        prepared_(prepared) {}
 
   const ir::Node& node() const { return node_; }
   int opset() const { return node_.opset; }
@@ -54,6 +60,11 @@ class KernelContext {
   void set_output(size_t i, Tensor t);
   std::vector<Tensor>& outputs() { return outputs_; }
 
+  // What the op's `prepare` made from this node's constant inputs (e.g. packed weights), or
+  // null when the op has no prepare step or it prepared nothing.
+  template <typename T>
+  const T* prepared() const { return static_cast<const T*>(prepared_); }
+
   // Attribute shortcuts.
   int64_t attr_int(const std::string& n, int64_t def) const { return node_.attr_int(n, def); }
   float attr_float(const std::string& n, float def) const { return node_.attr_float(n, def); }
@@ -67,11 +78,19 @@ class KernelContext {
   std::vector<Tensor> outputs_;
   int threads_;
   OutputAllocator* allocator_;
+  const void* prepared_;
 };
 
 using KernelFn = std::function<void(KernelContext&)>;
 // Returns "" when the node can run, else the reason (e.g. "mode 'cubic' is not supported").
 using CheckFn = std::function<std::string(const ir::Node&)>;
+// Derives per-node state from the node's constant inputs, e.g. weights packed in the layout a
+// kernel wants. `constants[i]` is input i when it is an engine constant, else null. The engine
+// calls it when it is made and again whenever a refit replaces one of those constants, before
+// the new constants become visible: re-packing is part of the refit transaction, so a kernel
+// never sees packed data from other weights than its inputs. A null result means "nothing
+// prepared" (the kernel takes its generic path).
+using PrepareFn = std::function<std::shared_ptr<const void>(const ir::Node&, const std::vector<const Tensor*>& constants)>;
 
 struct OpDef {
   std::string domain;  // "" = default ONNX domain
@@ -79,7 +98,8 @@ struct OpDef {
   int since_version = 1;
   int end_version = INT_MAX;  // inclusive
   KernelFn kernel;
-  CheckFn check;  // optional
+  CheckFn check;      // optional
+  PrepareFn prepare;  // optional
 };
 
 class OpRegistry {

@@ -6,8 +6,8 @@
 // outer index, normalized over n. Every block subtracts its max before exponentiating, so large
 // inputs do not overflow. 16-bit Softmax follows the reference's rounding (see softmax_block_16).
 //
-// float runs 4 lanes at a time on GCC/Clang vector types with a polynomial exp: std::exp is a
-// scalar library call, and the compiler will not vectorize a clamped exp on its own (it may not
+// float runs 16 lanes at a time on GCC/Clang vector types with a polynomial exp, compiled for
+// AVX-512, AVX2 and SSE2 and picked at run time (core/simd.h): std::exp is a scalar library call, and the compiler will not vectorize a clamped exp on its own (it may not
 // if-convert float compares under the default -ftrapping-math). The polynomial is within 2 ulp
 // of expf and returns exactly 0 below float's normal range, so masked (-inf) logits give 0.
 // double uses std::exp.
@@ -22,46 +22,56 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/simd.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
 namespace {
 
-// 16-byte vectors: the width every x86-64 (SSE2) and AArch64 (NEON) build has.
-using f4 = float __attribute__((vector_size(16)));
-using i4 = int32_t __attribute__((vector_size(16)));
-using u4 = uint32_t __attribute__((vector_size(16)));
-constexpr int64_t kW = 4;
+// 64-byte vectors (one AVX-512 register, two AVX2 or four SSE2 ones). Every helper taking one
+// is always inlined into the per-ISA block functions below, so none is ever passed in a call.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+#define SOFTMAX_INLINE inline __attribute__((always_inline))
+using f4 = float __attribute__((vector_size(64)));
+using i4 = int32_t __attribute__((vector_size(64)));
+using u4 = uint32_t __attribute__((vector_size(64)));
+constexpr int64_t kW = 16;
 
-inline f4 splat(float v) { return f4{} + v; }
-inline f4 load4(const float* p) {
+SOFTMAX_INLINE f4 splat(float v) { return f4{} + v; }
+SOFTMAX_INLINE f4 load4(const float* p) {
   f4 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof(v)); }
+SOFTMAX_INLINE void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof(v)); }
 // Loads the first n < 4 floats of p, the other lanes set to `fill`.
-inline f4 load_part(const float* p, int64_t n, float fill) {
+SOFTMAX_INLINE f4 load_part(const float* p, int64_t n, float fill) {
   f4 v = splat(fill);
   for (int64_t i = 0; i < n; ++i) v[i] = p[i];
   return v;
 }
-inline void store_part(float* p, f4 v, int64_t n) {
+SOFTMAX_INLINE void store_part(float* p, f4 v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) p[i] = v[i];
 }
 // NaN may or may not survive the max, but exp(NaN - m) makes the sum, and so the block, NaN.
-inline f4 max4(f4 a, f4 b) { return a > b ? a : b; }
-inline float hmax(f4 v) {
+SOFTMAX_INLINE f4 max4(f4 a, f4 b) { return a > b ? a : b; }
+SOFTMAX_INLINE float hmax(f4 v) {
   float m = v[0];
   for (int i = 1; i < kW; ++i) m = std::max(m, v[i]);
   return m;
 }
-inline float hsum(f4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+SOFTMAX_INLINE float hsum(f4 v) {
+  float s = 0;
+  for (int i = 0; i < kW; ++i) s += v[i];
+  return s;
+}
 
 // Cephes-style expf on 4 lanes: exp(x) = 2^n * e^r with |r| <= ln2/2, degree-6 polynomial for
 // e^r. Softmax only feeds it x <= 0 (or NaN); above 88 it saturates at exp(88), above
 // ln(FLT_MAX) it returns inf.
-inline f4 exp4(f4 x) {
+SOFTMAX_INLINE f4 exp4(f4 x) {
   const f4 lo = splat(-87.3365447505531f);  // below this, exp(x) < FLT_MIN: return 0
   const f4 hi = splat(88.0f);
   f4 xc = x < lo ? lo : x;
@@ -83,8 +93,10 @@ inline f4 exp4(f4 x) {
   return x < lo ? f4{} : y;  // NaN fails every compare and stays NaN
 }
 
-// float: one [n, inner] block, 4 lanes at a time (tails padded with -inf, whose exp is 0).
-void softmax_block_f32(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+// float: one [n, inner] block, 16 lanes at a time (tails padded with -inf, whose exp is 0).
+REFORGE_SIMD_VARIANTS(, void, softmax_block_f32,
+                      (const float* x, float* y, int64_t n, int64_t inner, bool log, float* work),
+                      (x, y, n, inner, log, work), {
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   if (inner == 1) {
     const int64_t body = n - n % kW, tail = n - body;
@@ -148,7 +160,7 @@ void softmax_block_f32(const float* x, float* y, int64_t n, int64_t inner, bool 
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < inner; ++j) y[r * inner + j] *= sum[j];
   }
-}
+})
 
 // double: one [n, inner] block, scalar std::exp.
 void softmax_block_f64(const double* x, double* y, int64_t n, int64_t inner, bool log, double* work) {
@@ -255,7 +267,7 @@ void softmax_kernel(KernelContext& ctx) {
     else if (coerce_2d || i == axis) n *= x.dim(i);
     else inner *= x.dim(i);
   }
-  Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
   dispatch_float(x.dtype(), [&](auto tag) {

@@ -4,8 +4,11 @@
 // Why explicit vectors: libm's expf/tanhf/erff are opaque calls, and GCC (with its default
 // -ftrapping-math) will not if-convert a select that guards floating-point arithmetic, so even
 // `x < 0 ? a * x : x` stays a scalar branch. The float32 path is therefore written with GCC/Clang
-// vector extensions (SSE2 or AVX width): straight-line arithmetic, bit operations and lane
-// selects, no branches. Accuracy is a few ulp against double-precision libm (tests/
+// vector extensions: straight-line arithmetic, bit operations and lane selects, no branches.
+// Vectors are 16 floats wide (one AVX-512 register). The helpers are always-inline, default-
+// target functions; the element-map loop is compiled three times (core/simd.h: AVX-512, AVX2 +
+// FMA, generic SSE2) and picked per call, so the same source runs as 1, 2 or 4 registers per
+// vector, and the AVX variants contract a * b + c into FMAs. Accuracy is a few ulp against double-precision libm (tests/
 // ops_unary_test.cc measures it); NaN, +-inf, overflow and gradual underflow behave like libm.
 // double keeps libm; float16/bfloat16 are converted in blocks and use the float32 path.
 #pragma once
@@ -23,6 +26,7 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/simd.h"
 #include "core/tensor.h"
 #include "ops/registry.h"
 
@@ -32,12 +36,14 @@
 
 namespace reforge::ops::unary {
 
-// 8 lanes when the build targets AVX, else 4 (SSE2 width; wider vectors without AVX would change
-// the calling convention of non-inlined functions, hence -Wpsabi).
-#if defined(__AVX__)
-inline constexpr int kLanes = 8;
-#else
-inline constexpr int kLanes = 4;
+// 16 lanes everywhere. Wider vectors than the build's base ISA would change the calling
+// convention of non-inlined functions (GCC's -Wpsabi note); every function taking or returning
+// one is always inlined (REFORGE_VINLINE), so no call ever passes one.
+inline constexpr int kLanes = 16;
+#define REFORGE_VINLINE inline __attribute__((always_inline))
+// The note stays off in the including file too: its ops' vec() members take and return vf.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 using vf = float __attribute__((vector_size(kLanes * 4)));
 using vi = int32_t __attribute__((vector_size(kLanes * 4)));  // also the type of lane masks (-1 / 0)
@@ -46,23 +52,27 @@ using vu = uint32_t __attribute__((vector_size(kLanes * 4)));
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-inline vf splat(float v) {
+REFORGE_VINLINE vf splat(float v) {
   vf r;
   for (int l = 0; l < kLanes; ++l) r[l] = v;  // compiles to one broadcast; keeps the sign of -0
   return r;
 }
-inline vi as_int(vf v) { return std::bit_cast<vi>(v); }
-inline vf as_float(vi v) { return std::bit_cast<vf>(v); }
-inline vf vabs(vf x) { return as_float(as_int(x) & INT32_MAX); }
+REFORGE_VINLINE vi as_int(vf v) { return std::bit_cast<vi>(v); }
+REFORGE_VINLINE vf as_float(vi v) { return std::bit_cast<vf>(v); }
+REFORGE_VINLINE vf vabs(vf x) { return as_float(as_int(x) & INT32_MAX); }
 // |mag| with the sign of `sign`.
-inline vf vcopysign(vf mag, vf sign) { return as_float((as_int(mag) & INT32_MAX) | (as_int(sign) & INT32_MIN)); }
-inline vi visnan(vf x) { return x != x; }
+REFORGE_VINLINE vf vcopysign(vf mag, vf sign) { return as_float((as_int(mag) & INT32_MAX) | (as_int(sign) & INT32_MIN)); }
+REFORGE_VINLINE vi visnan(vf x) { return x != x; }
 
-inline vf vsqrt(vf x) {
-#if defined(__AVX__)
-  return std::bit_cast<vf>(_mm256_sqrt_ps(std::bit_cast<__m256>(x)));
-#elif defined(__SSE__)
-  return std::bit_cast<vf>(_mm_sqrt_ps(std::bit_cast<__m128>(x)));
+REFORGE_VINLINE vf vsqrt(vf x) {
+#if defined(__SSE__)
+  // Four SSE square roots: a default-target helper cannot use the AVX forms, and Sqrt is rare
+  // enough in hot loops not to need them.
+  using q = float __attribute__((vector_size(16)));
+  struct Quads { q v[kLanes / 4]; };
+  Quads in = std::bit_cast<Quads>(x), out;
+  for (int i = 0; i < kLanes / 4; ++i) out.v[i] = std::bit_cast<q>(_mm_sqrt_ps(std::bit_cast<__m128>(in.v[i])));
+  return std::bit_cast<vf>(out);
 #else
   vf r;
   for (int l = 0; l < kLanes; ++l) r[l] = std::sqrt(x[l]);
@@ -72,22 +82,22 @@ inline vf vsqrt(vf x) {
 
 // Round half to even for |x| < 2^23 by adding and subtracting 2^23 (the FPU rounds to nearest
 // even); larger magnitudes, inf and NaN are already integers or pass through.
-inline vf vround_even(vf x) {
+REFORGE_VINLINE vf vround_even(vf x) {
   vf ax = vabs(x);
   vf r = vcopysign((ax + 8388608.0f) - 8388608.0f, x);
   return ax < 8388608.0f ? r : x;
 }
-inline vf vfloor(vf x) {
+REFORGE_VINLINE vf vfloor(vf x) {
   vf r = vround_even(x);
   return r > x ? r - 1.0f : r;
 }
-inline vf vceil(vf x) {
+REFORGE_VINLINE vf vceil(vf x) {
   vf r = vround_even(x);
   return r < x ? r + 1.0f : r;
 }
 
 // Polynomial part of exp on |r| <= ln2/2: returns exp(r) - 1 (Cephes expf coefficients).
-inline vf vexpm1_reduced(vf r) {
+REFORGE_VINLINE vf vexpm1_reduced(vf r) {
   vf p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -98,7 +108,7 @@ inline vf vexpm1_reduced(vf r) {
 }
 
 // exp(x), ~1 ulp. Overflows to +inf, underflows gradually (subnormals) to 0, keeps NaN.
-inline vf vexp(vf x) {
+REFORGE_VINLINE vf vexp(vf x) {
   // Clamp so that 2^k below stays representable; NaN fails both compares and passes through.
   x = x > 88.8f ? splat(88.8f) : x;
   x = x < -104.0f ? splat(-104.0f) : x;
@@ -122,14 +132,14 @@ inline vf vexp(vf x) {
 }
 
 // exp(x) - 1 without cancellation near 0.
-inline vf vexpm1(vf x) {
+REFORGE_VINLINE vf vexpm1(vf x) {
   vf small = vexpm1_reduced(x);  // no range reduction needed: the polynomial is exp - 1 itself
   vf big = vexp(x) - 1.0f;
   return vabs(x) < 0.34657359f ? small : big;
 }
 
 // log(x), ~1 ulp (Cephes logf). log(0) = -inf, log(<0) = NaN, log(inf) = inf.
-inline vf vlog(vf x) {
+REFORGE_VINLINE vf vlog(vf x) {
   // Subnormals are scaled into the normal range first; the exponent is corrected below.
   vi sub = x < 1.17549435e-38f;
   vf xs = sub ? x * 8388608.0f : x;
@@ -162,7 +172,7 @@ inline vf vlog(vf x) {
 
 // log(1 + u) without cancellation for small u: the rounding of 1 + u is undone by scaling with
 // u / ((1 + u) - 1).
-inline vf vlog1p(vf u) {
+REFORGE_VINLINE vf vlog1p(vf u) {
   vf w = 1.0f + u;
   vf d = w - 1.0f;
   vf r = vlog(w) * (u / d);
@@ -172,7 +182,7 @@ inline vf vlog1p(vf u) {
 
 // tanh(x) = e / (e + 2) with e = expm1(2|x|): full relative accuracy near 0, exactly 1 from
 // |x| = 9 on (tanh rounds to 1 in float there).
-inline vf vtanh(vf x) {
+REFORGE_VINLINE vf vtanh(vf x) {
   vf a = vabs(x);
   a = a > 9.0f ? splat(9.0f) : a;
   vf e = vexpm1(a + a);
@@ -181,19 +191,19 @@ inline vf vtanh(vf x) {
 
 // 1 / (1 + exp(-x)) from exp(-|x|), which never overflows; the negative side is e / (1 + e)
 // rather than 1 - something, so it keeps full relative accuracy.
-inline vf vsigmoid(vf x) {
+REFORGE_VINLINE vf vsigmoid(vf x) {
   vf e = vexp(-vabs(x));
   vf s = 1.0f / (1.0f + e);
   return x < 0.0f ? e * s : s;
 }
 
 // a with the low 12 mantissa bits cleared: 12 significant bits, so a_hi * a_hi is exact.
-inline vf split_hi(vf a) { return as_float(as_int(a) & static_cast<int32_t>(0xfffff000u)); }
+REFORGE_VINLINE vf split_hi(vf a) { return as_float(as_int(a) & static_cast<int32_t>(0xfffff000u)); }
 
 // erfc(z) for z >= 0 given z^2 as sq_hi + sq_rest with sq_hi exact (Numerical Recipes' erfcc:
 // fractional error < 1.2e-7 everywhere). exp(-z^2) is taken as exp(-sq_hi) * exp(p - sq_rest) so
 // that rounding z^2 (up to ~100) does not cost ~100 ulp in the tail.
-inline vf verfc_core(vf z, vf sq_hi, vf sq_rest) {
+REFORGE_VINLINE vf verfc_core(vf z, vf sq_hi, vf sq_rest) {
   vf t = 1.0f / (1.0f + 0.5f * z);
   vf p = splat(0.17087277f);
   p = p * t - 0.82215223f;
@@ -209,13 +219,13 @@ inline vf verfc_core(vf z, vf sq_hi, vf sq_rest) {
   return z == kInf ? vf{} : r;
 }
 
-inline vf verfc_nonneg(vf z) {
+REFORGE_VINLINE vf verfc_nonneg(vf z) {
   vf zh = split_hi(z);
   return verfc_core(z, zh * zh, (z - zh) * (z + zh));
 }
 
 // erf(x): Taylor series below 0.5 (where 1 - erfc would lose relative accuracy), 1 - erfc above.
-inline vf verf(vf x) {
+REFORGE_VINLINE vf verf(vf x) {
   vf x2 = x * x;
   vf s = splat(-1.4925650358406251e-05f);
   s = s * x2 + 1.2055332981789664e-04f;
@@ -231,7 +241,7 @@ inline vf verf(vf x) {
 
 // Standard normal CDF. The tail below 0 comes straight from erfc (relative accuracy kept), and
 // z^2 = x^2 / 2 is split from x itself: rounding x / sqrt(2) first would cost ~x^2 ulp.
-inline vf vnormal_cdf(vf x) {
+REFORGE_VINLINE vf vnormal_cdf(vf x) {
   vf a = vabs(x);
   vf ah = split_hi(a);
   vf c = 0.5f * verfc_core(a * 0.70710678118654752f, 0.5f * (ah * ah), 0.5f * ((a - ah) * (a + ah)));
@@ -280,8 +290,8 @@ inline constexpr int64_t kBlock = 4096;
 // Below this many elements one thread is faster than waking a team.
 inline constexpr int64_t kParallelMin = 1 << 15;
 
-template <typename Op>
-void map_f32_vec(const float* in, float* out, int64_t n, const Op& op) {
+REFORGE_SIMD_VARIANTS(template <typename Op>, void, map_f32_vec, (const float* in, float* out, int64_t n, const Op& op),
+                      (in, out, n, op), {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     vf v;
@@ -296,7 +306,7 @@ void map_f32_vec(const float* in, float* out, int64_t n, const Op& op) {
     v = op.vec(v);
     std::memcpy(out + i, &v, rest);
   }
-}
+})
 
 // out[i] = op(in[i]) over elements [begin, end).
 template <typename In, typename Out, typename Op>
@@ -347,7 +357,7 @@ template <typename Op, typename Dispatch>
 void run_same_type(KernelContext& ctx, const Op& op, Dispatch dispatch) {
   const Tensor& x = ctx.input(0);
   const std::string who = ctx.node().label();
-  Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   dispatch(x.dtype(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     map_tensor<T, T>(x, y, ctx.threads(), op);

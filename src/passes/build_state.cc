@@ -97,7 +97,10 @@ const std::vector<Pass>& default_passes() {
       {"fuse-silu", false, fuse_silu},
       {"fuse-rotary", false, fuse_rotary},
       {"fuse-attention", false, fuse_attention},
+      {"fuse-conv-activation", false, fuse_conv_activation},
+      {"conv-channels-last", false, conv_channels_last},
       {"fuse-matmul-add", false, fuse_matmul_add},
+      {"linear-weights-precision", false, linear_weights_precision},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };
   return passes;

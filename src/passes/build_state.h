@@ -29,6 +29,7 @@ struct BuildState {
   std::vector<Tensor> source_values;  // build-time value of each source
   std::vector<Tensor> literals;       // recipe literal operands
   plan::BuildMode mode = plan::BuildMode::Baked;
+  plan::Precision precision = plan::Precision::Fp32;
   int next_id = 0;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }
@@ -58,6 +59,8 @@ struct Pass {
 
 void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
+void fuse_conv_activation(BuildState& s);  // conv_fusion.cc
+void conv_channels_last(BuildState& s);    // conv_fusion.cc
 void fuse_matmul_add(BuildState& s);
 // Transformer fusions (fusion_transformer.cc).
 void fuse_rms_norm(BuildState& s);
@@ -66,6 +69,7 @@ void fuse_gelu(BuildState& s);
 void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
 void fuse_rotary(BuildState& s);
+void linear_weights_precision(BuildState& s);
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.

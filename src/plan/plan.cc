@@ -2,6 +2,14 @@
 
 namespace reforge::plan {
 
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16: return "bf16";
+  }
+  return "unknown";
+}
+
 const char* build_mode_name(BuildMode m) {
   switch (m) {
     case BuildMode::Baked: return "baked";

@@ -96,6 +96,12 @@ std::optional<BuildMode> build_mode_from_name(const std::string& s) {
   return std::nullopt;
 }
 
+std::optional<Precision> precision_from_name(const std::string& s) {
+  for (auto p : {Precision::Fp32, Precision::Bf16})
+    if (s == precision_name(p)) return p;
+  return std::nullopt;
+}
+
 std::optional<WeightKind> weight_kind_from_name(const std::string& s) {
   for (auto k : {WeightKind::Literal, WeightKind::Derived, WeightKind::Baked})
     if (s == weight_kind_name(k)) return k;

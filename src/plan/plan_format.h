@@ -79,6 +79,7 @@ std::optional<ir::AttrType> attr_type_from_name(const std::string& s);
 const char* operand_kind_name(Operand::Kind k);
 std::optional<Operand::Kind> operand_kind_from_name(const std::string& s);
 std::optional<BuildMode> build_mode_from_name(const std::string& s);
+std::optional<Precision> precision_from_name(const std::string& s);
 std::optional<WeightKind> weight_kind_from_name(const std::string& s);
 
 }  // namespace reforge::plan::format

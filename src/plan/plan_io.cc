@@ -68,6 +68,7 @@ class Encoder {
     j["producer"] = str(p.producer);
     j["model_name"] = str(p.model_name);
     j["mode"] = build_mode_name(p.mode);
+    j["precision"] = precision_name(p.precision);
     j["individual_patterns"] = strs(p.individual_patterns);
     j["literal_names"] = strs(p.literal_names);
     j["stripped"] = p.stripped;

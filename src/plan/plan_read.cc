@@ -157,6 +157,13 @@ class Decoder {
     auto m = build_mode_from_name(mode);
     if (!m) fail("mode: unknown build mode '", mode, "'");
     p.mode = *m;
+    // Optional: plans written before --precision existed are float32.
+    if (j.contains("precision")) {
+      std::string prec = str_field(j, "precision", "");
+      auto pr = precision_from_name(prec);
+      if (!pr) fail("precision: unknown precision '", prec, "'");
+      p.precision = *pr;
+    }
     p.individual_patterns = strings(field(j, "individual_patterns", ""), "individual_patterns");
     p.literal_names = strings(field(j, "literal_names", ""), "literal_names");
     p.stripped = as_bool(field(j, "stripped", ""), "stripped");

@@ -3,12 +3,16 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <set>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "core/timing.h"
 #include "ops/registry.h"
+#include "runtime/arena.h"
 
 namespace reforge::runtime {
 
@@ -23,6 +27,19 @@ struct Step {
   std::vector<int> free_after;  // slots whose last use is this step
 };
 
+// A process-wide counter: every constant set gets a generation no other set has had.
+uint64_t next_generation() {
+  static std::atomic<uint64_t> counter{0};
+  return ++counter;
+}
+
+// The engine's weights and what kernels prepared from them: swapped as one (copy on write).
+struct ConstantSet {
+  uint64_t generation = 0;                            // new for every replace_constants
+  std::vector<Tensor> values;                         // slot -> value (undefined: computed or missing)
+  std::vector<std::shared_ptr<const void>> prepared;  // step -> OpDef::prepare result
+};
+
 }  // namespace
 
 struct Engine::Impl {
@@ -33,11 +50,27 @@ struct Engine::Impl {
   std::unordered_map<std::string, int> const_slot;
   std::unordered_map<std::string, std::pair<DType, Shape>> const_desc;  // declared dtype/shape when known
   mutable std::mutex constants_mutex;
-  std::shared_ptr<const std::vector<Tensor>> constants;  // slot -> value (undefined: computed or missing)
+  std::mutex writer_mutex;
+  std::shared_ptr<const ConstantSet> constants;
+  std::vector<size_t> preparing_steps;  // steps whose op has a prepare step and a constant input
+
+  // Runs the prepare step of every step in `which` against `values`.
+  void prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
+               std::vector<std::shared_ptr<const void>>& prepared) const;
   std::vector<int> input_slots;   // per graph input
   std::vector<int> output_slots;  // per graph output
   size_t num_slots = 0;
   int threads = 1;
+  // Per step and output: the last step that reads the value (arena::Recorder::kEscapes for
+  // graph outputs), for planning the activation arena.
+  std::vector<std::vector<size_t>> value_last_use;
+  // Steps whose outputs depend only on the input shapes and the constants (Shape, Size and what
+  // is computed from them and constants alone): run once per input signature and constant set,
+  // then served from the plan cache's memo.
+  std::vector<bool> memoized;
+  std::vector<bool> memo_value;  // per slot: produced by a memoized step
+  bool any_memoized = false;
+  mutable arena::PlanCache arenas;
   mutable std::mutex profile_mutex;
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
 };
@@ -67,11 +100,11 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   std::vector<size_t> order = m.graph.topological_order();
 
   std::unordered_map<std::string, int> slot_of;
-  auto consts = std::make_shared<std::vector<Tensor>>();
+  auto consts = std::make_shared<ConstantSet>();
   auto new_slot = [&](const std::string& name) {
     int s = static_cast<int>(m.num_slots++);
     slot_of[name] = s;
-    consts->emplace_back();
+    consts->values.emplace_back();
     m.is_const.push_back(false);
     return s;
   };
@@ -82,12 +115,11 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (const auto& [name, t] : m.graph.initializers) {
     if (slot_of.count(name)) continue;
     int slot = new_slot(name);
-    (*consts)[static_cast<size_t>(slot)] = t;
+    consts->values[static_cast<size_t>(slot)] = t;
     m.is_const[static_cast<size_t>(slot)] = true;
     m.const_slot[name] = slot;
     if (t.defined()) m.const_desc[name] = {t.dtype(), t.shape()};
   }
-  m.constants = consts;
   // The engine's constant table owns the weights from here on; the graph keeps only structure,
   // so a refit that replaces them frees the old tensors.
   for (auto& [name, t] : m.graph.initializers) t = Tensor();
@@ -120,6 +152,18 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
       m.profile.push_back({n.name.empty() ? "#" + std::to_string(idx) : n.name,
                            n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, 0, 0.0});
   }
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    if (!m.steps[si].def->prepare) continue;
+    for (int v : m.steps[si].inputs)
+      if (v >= 0 && m.is_const[static_cast<size_t>(v)]) {
+        m.preparing_steps.push_back(si);
+        break;
+      }
+  }
+  consts->prepared.resize(m.steps.size());
+  consts->generation = next_generation();
+  m.prepare(consts->values, m.preparing_steps, consts->prepared);
+  m.constants = consts;
   for (const auto& out : m.graph.outputs) {
     auto it = slot_of.find(out.name);
     if (it == slot_of.end()) fail("graph output '", out.name, "' is not produced by any node");
@@ -134,6 +178,63 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
     if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+  // Shape subgraphs. Nondeterministic ops never qualify.
+  {
+    static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                                                  "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
+    std::vector<bool> shape_value(m.num_slots, false);
+    m.memoized.assign(m.steps.size(), false);
+    for (size_t s = 0; s < m.steps.size(); ++s) {
+      const ir::Node& n = m.graph.nodes[m.steps[s].node_index];
+      bool only_shapes = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
+      if (!only_shapes && !(n.domain.empty() && kRandom.count(n.op_type))) {
+        bool any_shape = false, all_known = true;
+        for (int v : m.steps[s].inputs) {
+          if (v < 0) continue;
+          if (shape_value[static_cast<size_t>(v)]) any_shape = true;
+          else if (!m.is_const[static_cast<size_t>(v)]) all_known = false;
+        }
+        only_shapes = any_shape && all_known;
+      }
+      if (!only_shapes) continue;
+      m.memoized[s] = true;
+      m.any_memoized = true;
+      for (int v : m.steps[s].outputs)
+        if (v >= 0) shape_value[static_cast<size_t>(v)] = true;
+    }
+    m.memo_value = shape_value;
+  }
+  m.value_last_use.resize(m.steps.size());
+  for (size_t s = 0; s < m.steps.size(); ++s)
+    for (int v : m.steps[s].outputs) {
+      int lu = v < 0 ? -1 : last_use[static_cast<size_t>(v)];
+      m.value_last_use[s].push_back(lu == -2 ? arena::Recorder::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
+    }
+}
+
+void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
+                           std::vector<std::shared_ptr<const void>>& prepared) const {
+  for (size_t si : which) {
+    const Step& st = steps[si];
+    const ir::Node& node = graph.nodes[st.node_index];
+    std::vector<const Tensor*> cins(st.inputs.size(), nullptr);
+    bool complete = true;
+    for (size_t i = 0; i < st.inputs.size(); ++i) {
+      int v = st.inputs[i];
+      if (v < 0 || !is_const[static_cast<size_t>(v)]) continue;
+      if (!values[static_cast<size_t>(v)].defined()) complete = false;  // stripped: prepared at refit
+      cins[i] = &values[static_cast<size_t>(v)];
+    }
+    prepared[si] = nullptr;
+    if (!complete) continue;
+    try {
+      prepared[si] = st.def->prepare(node, cins);
+    } catch (Error& e) {
+      throw e.with_context("while preparing the weights of " + node.label());
+    } catch (const std::bad_alloc&) {
+      fail("out of memory while preparing the weights of ", node.label());
+    }
+  }
 }
 
 Engine::~Engine() = default;
@@ -200,15 +301,44 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     check_input(vi, it->second, symbols);
     values[static_cast<size_t>(m.input_slots[i])] = it->second;
   }
-  std::shared_ptr<const std::vector<Tensor>> consts;
+  std::shared_ptr<const ConstantSet> consts;
   {
     std::lock_guard<std::mutex> lock(m.constants_mutex);
     consts = m.constants;
   }
   for (size_t v = 0; v < m.num_slots; ++v) {
     if (!m.is_const[v]) continue;
-    if (!(*consts)[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
-    values[v] = (*consts)[v];
+    if (!consts->values[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
+    values[v] = consts->values[v];
+  }
+
+  // Activations: from the arena planned for these input shapes, or recorded to plan one.
+  std::string signature;
+  for (int slot : m.input_slots) {
+    const Tensor& t = values[static_cast<size_t>(slot)];
+    signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
+  }
+  std::shared_ptr<arena::PlanCache::Entry> arena_entry = m.options.arena ? m.arenas.find(signature) : nullptr;
+  std::optional<arena::Recorder> recorder;
+  std::optional<arena::ArenaAllocator> arena_alloc;
+  std::shared_ptr<arena::Buffer> arena_buffer;
+  if (arena_entry) {
+    arena_buffer = arena::PlanCache::take(*arena_entry);
+    arena_alloc.emplace(*arena_entry->plan, arena_buffer);
+  } else if (m.options.arena) {
+    recorder.emplace(m.steps.size());
+  }
+  ops::OutputAllocator* allocator = arena_alloc ? static_cast<ops::OutputAllocator*>(&*arena_alloc)
+                                    : recorder  ? static_cast<ops::OutputAllocator*>(&*recorder)
+                                                : nullptr;
+  // Shape subgraphs: served from the memo, or computed (on the heap) and memoized after the run.
+  std::shared_ptr<const arena::PlanCache::Memo> memo =
+      arena_entry && m.any_memoized ? arena::PlanCache::memo(*arena_entry, consts->generation) : nullptr;
+  std::shared_ptr<arena::PlanCache::Memo> new_memo;
+  if (m.options.arena && m.any_memoized && !memo) {
+    new_memo = std::make_shared<arena::PlanCache::Memo>();
+    new_memo->generation = consts->generation;
+    new_memo->outputs.resize(m.steps.size());
   }
 
   omp_set_num_threads(m.threads);
@@ -218,6 +348,14 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     const Step& st = m.steps[si];
     auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const ir::Node& node = m.graph.nodes[st.node_index];
+    if (memo && m.memoized[si]) {
+      const auto& outs = memo->outputs[si];
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
+      for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+      if (m.options.profile) step_ms[si] = ms_since(started);
+      continue;
+    }
     in_ptrs.clear();
     for (int v : st.inputs) {
       if (v < 0) {
@@ -228,7 +366,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
       REFORGE_ASSERT(t.defined());
       in_ptrs.push_back(&t);
     }
-    ops::KernelContext ctx(node, in_ptrs, m.threads);
+    ops::KernelContext ctx(node, in_ptrs, m.threads, m.memoized[si] ? nullptr : allocator, consts->prepared[si].get());
+    if (arena_alloc) arena_alloc->begin_step(si);
+    if (recorder) recorder->begin_step(si);
     try {
       st.def->kernel(ctx);
     } catch (Error& e) {
@@ -236,12 +376,20 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     } catch (const std::bad_alloc&) {
       fail("out of memory while running ", node.label());
     }
+    if (arena_alloc) arena_alloc->placed(si, ctx.outputs());
+    if (recorder) recorder->produced(si, ctx.outputs());
     for (size_t o = 0; o < st.outputs.size(); ++o) {
       int slot = st.outputs[o];
       if (slot < 0) continue;
       Tensor& out = ctx.outputs()[o];
       if (!out.defined()) fail(node.label(), ": kernel did not produce output ", o, " ('", node.outputs[o], "')");
       values[static_cast<size_t>(slot)] = std::move(out);
+    }
+    if (new_memo && m.memoized[si]) {
+      auto& keep = new_memo->outputs[si];
+      keep.resize(st.outputs.size());
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
     for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
     if (m.options.profile) step_ms[si] = ms_since(started);
@@ -255,7 +403,20 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
   }
   std::vector<Tensor> outs;
   outs.reserve(m.output_slots.size());
-  for (int s : m.output_slots) outs.push_back(values[static_cast<size_t>(s)]);
+  for (int s : m.output_slots) {
+    const Tensor& t = values[static_cast<size_t>(s)];
+    // The plan keeps graph outputs off the arena; this copy only guards against the unplanned.
+    // Memoized values are shared with later runs, so the caller gets a copy.
+    bool shared = m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(s)];
+    outs.push_back((arena_alloc && arena_alloc->in_arena(t)) || shared ? t.clone() : t);
+  }
+  values.clear();
+  if (arena_alloc) {
+    arena_alloc.reset();
+    arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
+  }
+  if (recorder) m.arenas.insert(signature, recorder->plan(m.value_last_use), new_memo);
+  else if (arena_entry && new_memo) arena::PlanCache::set_memo(*arena_entry, new_memo);
   return outs;
 }
 
@@ -268,7 +429,7 @@ std::vector<std::string> Engine::missing_constants() const {
   std::lock_guard<std::mutex> lock(impl_->constants_mutex);
   std::vector<std::string> out;
   for (const auto& [name, slot] : impl_->const_slot)
-    if (!(*impl_->constants)[static_cast<size_t>(slot)].defined()) out.push_back(name);
+    if (!impl_->constants->values[static_cast<size_t>(slot)].defined()) out.push_back(name);
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -277,15 +438,24 @@ Tensor Engine::constant(const std::string& name) const {
   auto it = impl_->const_slot.find(name);
   if (it == impl_->const_slot.end()) return Tensor();
   std::lock_guard<std::mutex> lock(impl_->constants_mutex);
-  return (*impl_->constants)[static_cast<size_t>(it->second)];
+  return impl_->constants->values[static_cast<size_t>(it->second)];
 }
 
 bool Engine::has_constant(const std::string& name) const { return impl_->const_slot.count(name) != 0; }
 
 void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.constants_mutex);
-  auto next = std::make_shared<std::vector<Tensor>>(*m.constants);
+  // Writers queue on writer_mutex; runs take constants_mutex only to copy the pointer, so they
+  // are not held up while a refit re-packs.
+  std::lock_guard<std::mutex> writer(m.writer_mutex);
+  std::shared_ptr<const ConstantSet> current;
+  {
+    std::lock_guard<std::mutex> lock(m.constants_mutex);
+    current = m.constants;
+  }
+  auto next = std::make_shared<ConstantSet>(*current);
+  next->generation = next_generation();
+  std::vector<bool> changed(m.num_slots, false);
   for (const auto& [name, t] : values) {
     auto it = m.const_slot.find(name);
     if (it == m.const_slot.end()) fail("'", name, "' is not an engine weight");
@@ -293,8 +463,20 @@ void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
     if (d != m.const_desc.end() && (d->second.first != t.dtype() || d->second.second != t.shape()))
       fail("engine weight '", name, "' is ", dtype_name(d->second.first), shape_str(d->second.second), ", the replacement is ",
            t.describe());
-    (*next)[static_cast<size_t>(it->second)] = t;
+    next->values[static_cast<size_t>(it->second)] = t;
+    changed[static_cast<size_t>(it->second)] = true;
   }
+  // Re-prepare (re-pack) every step that reads a replaced constant, before anything is visible:
+  // a failure here leaves the engine on its old weights.
+  std::vector<size_t> redo;
+  for (size_t si : m.preparing_steps)
+    for (int v : m.steps[si].inputs)
+      if (v >= 0 && changed[static_cast<size_t>(v)]) {
+        redo.push_back(si);
+        break;
+      }
+  m.prepare(next->values, redo, next->prepared);
+  std::lock_guard<std::mutex> lock(m.constants_mutex);
   m.constants = std::move(next);
 }
 

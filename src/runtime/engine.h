@@ -20,6 +20,7 @@ namespace reforge::runtime {
 struct EngineOptions {
   int threads = 0;       // 0 = all cores
   bool profile = false;  // time every node (see Engine::profile)
+  bool arena = true;     // serve intermediates from a planned activation arena (runtime/arena.h)
 };
 
 // Time spent in one node over all runs since the engine was made (EngineOptions::profile).

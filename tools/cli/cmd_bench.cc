@@ -1,4 +1,5 @@
-// `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]`
+// `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]
+//                [--precision fp32|bf16]`
 // Times runs in process after warm-up; the last line printed is JSON. --profile prints where
 // the time went (per op type and the slowest nodes) to stderr first.
 #include <algorithm>
@@ -22,8 +23,10 @@ struct BenchArgs {
   int iterations = 20;
   int warmup = 3;
   std::vector<std::string> weights;
+  std::string precision;
   bool profile = false;
   std::vector<std::string> skip_passes;
+  bool no_arena = false;
 };
 
 // Per op type (sorted by time) and the slowest nodes, from the engine's per-node timings.
@@ -70,19 +73,23 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--weights,-w", a->weights, "refit from these weights first");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
+  add_precision_option(app, a->precision);
   app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
+  app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.precision = a->precision;
     lo.quiet = true;
     lo.profile = a->profile;
     lo.skip_passes = a->skip_passes;
+    lo.arena = !a->no_arena;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);

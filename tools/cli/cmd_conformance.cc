@@ -73,13 +73,17 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir) {
         if (i >= engine.inputs().size()) return {Outcome::Fail, "more input files than graph inputs"};
         inputs[engine.inputs()[i].name] = onnx::read_tensor_file(p.string());
       }
-      auto outs = engine.run(inputs);
-      for (size_t i = 0;; ++i) {
-        fs::path p = s / ("output_" + std::to_string(i) + ".pb");
-        if (!fs::exists(p)) break;
-        if (i >= outs.size()) return {Outcome::Fail, "more output files than graph outputs"};
-        std::string why = compare(outs[i], onnx::read_tensor_file(p.string()), engine.outputs()[i].name);
-        if (!why.empty()) return {Outcome::Fail, s.filename().string() + ": " + why};
+      // Twice: the first run records the activation arena's layout, the second runs from it
+      // (and from the shape-subgraph memo); both must match.
+      for (const char* pass : {"", " (second run, from the arena)"}) {
+        auto outs = engine.run(inputs);
+        for (size_t i = 0;; ++i) {
+          fs::path p = s / ("output_" + std::to_string(i) + ".pb");
+          if (!fs::exists(p)) break;
+          if (i >= outs.size()) return {Outcome::Fail, "more output files than graph outputs"};
+          std::string why = compare(outs[i], onnx::read_tensor_file(p.string()), engine.outputs()[i].name);
+          if (!why.empty()) return {Outcome::Fail, s.filename().string() + pass + ": " + why};
+        }
       }
     }
   } catch (const std::exception& e) {

@@ -65,6 +65,7 @@ Runner add_inspect(CLI::App& app) {
       if (!p.stripped || w.kind != plan::WeightKind::Derived) present_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
     nlohmann::json j;
     j["mode"] = plan::build_mode_name(p.mode);
+    j["precision"] = plan::precision_name(p.precision);
     j["stripped"] = p.stripped;
     j["file_bytes"] = file_bytes;
     j["weight_bytes"] = weight_bytes;
@@ -104,7 +105,8 @@ Runner add_inspect(CLI::App& app) {
       std::cout << j.dump(2) << "\n";
       return 0;
     }
-    std::cout << "plan " << *path << ": " << j["mode"].get<std::string>() << (p.stripped ? ", stripped" : ", with weights")
+    std::cout << "plan " << *path << ": " << j["mode"].get<std::string>() << ", " << plan::precision_name(p.precision)
+              << (p.stripped ? ", stripped" : ", with weights")
               << "; " << file_bytes << " bytes on disk, " << weight_bytes << " bytes of engine weights (" << present_bytes
               << " stored); " << p.graph.nodes.size() << " nodes\n\nengine weights:\n";
     for (const auto& e : j["weights"])

@@ -1,4 +1,5 @@
-// `reforge run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--expect NAME=REF.npy ...]`
+// `reforge run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--expect NAME=REF.npy ...]
+//             [--precision fp32|bf16]`
 #include <filesystem>
 #include <iostream>
 
@@ -18,6 +19,7 @@ struct RunArgs {
   double tolerance = 1e-4;
   int threads = 0;
   std::vector<std::string> weights;
+  std::string precision;
 };
 }  // namespace
 
@@ -30,11 +32,13 @@ Runner add_run(CLI::App& app) {
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
   app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
+  add_precision_option(app, a->precision);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.precision = a->precision;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     auto outs = engine.run(inputs);

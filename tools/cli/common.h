@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "plan/plan.h"
 
 namespace reforge::cli {
 
@@ -23,6 +24,11 @@ Runner add_bench(CLI::App& app);
 Runner add_build(CLI::App& app);
 Runner add_refit(CLI::App& app);
 Runner add_inspect(CLI::App& app);
+
+// Adds `--precision fp32|bf16` (storage type of the MatMul/Gemm weights of a build) to `app`.
+void add_precision_option(CLI::App& app, std::string& value);
+// "fp32" or "" -> Fp32, "bf16" -> Bf16; anything else is an error.
+plan::Precision parse_precision(const std::string& value);
 
 // Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "build/builder.h"
+#include "common.h"
 #include "build/onnx_refit.h"
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
@@ -28,13 +29,18 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   runtime::EngineOptions eo;
   eo.threads = o.threads;
   eo.profile = o.profile;
+  eo.arena = o.arena;
   plan::Plan p;
   if (is_plan_file(path)) {
     p = plan::read_plan(path);
+    if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
+      fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
+           plan::precision_name(p.precision));
   } else {
     build::BuildOptions bo;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
     bo.skip_passes = o.skip_passes;
+    bo.precision = parse_precision(o.precision);
     p = build::build_plan(onnx::import_model_file(path), bo);
   }
   auto engine = std::make_unique<runtime::PlanEngine>(std::move(p), eo);

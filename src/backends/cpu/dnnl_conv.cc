@@ -1,5 +1,9 @@
 #include "backends/cpu/dnnl_conv.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include "backends/cpu/dnnl_context.h"
@@ -14,13 +18,14 @@ namespace {
 
 // The convolution lets oneDNN pick its preferred (usually channel-blocked) layouts; ONNX
 // tensors are plain NCHW, so each operand whose chosen layout differs is reordered into a
-// per-thread buffer before the run (and the result reordered back). Weights are reordered on
-// every call: caching them by address would go stale if a caller rewrote a wrapped buffer, and
-// the copy costs little next to the convolution itself.
+// per-thread buffer before the run (and the result reordered back). Weights are reordered once
+// per weight set when the caller passes a ConvWeightCache (the Conv op's prepared state), else on
+// every call: caching them by address would go stale if a caller rewrote a wrapped buffer.
 struct ConvPrimitive : CachedPrimitive {
-  dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain;
+  dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain, sum_plain;  // the caller's layouts
   dnnl::memory::desc src_md, weights_md, dst_md;  // the layouts the convolution runs in
   std::optional<CachedPrimitive> src_reorder, weights_reorder, dst_reorder;
+  std::optional<CachedPrimitive> sum_reorder;  // residual (caller's layout) into dst's layout
 };
 
 // Grouped weights are [G, OC/G, C/G, kernel...] to oneDNN: the same bytes as ONNX's layout.
@@ -48,30 +53,44 @@ std::optional<CachedPrimitive> make_reorder(const dnnl::memory::desc& from, cons
   return r;
 }
 
-std::shared_ptr<const ConvPrimitive> build(const ConvDims& d) {
+std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps& post, bool packed) {
   auto p = std::make_shared<ConvPrimitive>();
-  p->src_plain = dnnl_util::plain_md(d.src, dt::f32);
+  auto user_md = [](const std::vector<int64_t>& dims, bool nhwc) {
+    if (!nhwc || dims.size() != 4) return dnnl_util::plain_md(dims, dt::f32);
+    return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, dnnl::memory::format_tag::nhwc);
+  };
+  p->src_plain = user_md(d.src, d.src_nhwc);
   p->weights_plain = dnnl_util::plain_md(weight_dims(d), dt::f32);
   p->bias_md = d.has_bias ? dnnl_util::plain_md({d.weights[0]}, dt::f32) : dnnl::memory::desc();
-  p->dst_plain = dnnl_util::plain_md(d.dst, dt::f32);
+  p->dst_plain = user_md(d.dst, d.dst_nhwc);
+  p->sum_plain = user_md(d.dst, d.sum_nhwc);
   dnnl::memory::dims strides(d.strides.begin(), d.strides.end());
   dnnl::memory::dims dil, pl(d.pad_begin.begin(), d.pad_begin.end()), pr(d.pad_end.begin(), d.pad_end.end());
   for (int64_t v : d.dilations) dil.push_back(v - 1);  // oneDNN counts the gaps
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (post.sum || post.relu) {
+    dnnl::post_ops po;
+    if (post.sum) po.append_sum(1.0f);
+    if (post.relu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
   try {
-    // Blocked layouts pay for three reorders; when the weights dominate the bytes and there is
-    // little arithmetic per byte (a deep layer on a small image), the plain-layout GEMM-based
-    // kernel is faster. Depthwise and grouped convolutions always want blocked layouts.
+    // Blocked layouts pay for reorders of the activations and, unless the weights are packed
+    // once (a ConvWeightCache), of the weights on every call. When those bytes dominate and
+    // there is little arithmetic per byte (a deep layer on a small image without packed
+    // weights), the plain-layout GEMM-based kernel is faster. Depthwise and grouped
+    // convolutions always want blocked layouts.
     int64_t elems = 0, flops = 2;
     for (const auto* v : {&d.src, &d.weights, &d.dst}) {
+      if (packed && v == &d.weights) continue;
       int64_t n = 1;
       for (int64_t x : *v) n *= x;
       elems += n;
     }
     for (size_t i = 1; i < d.weights.size(); ++i) flops *= d.weights[i];
     for (int64_t x : d.dst) flops *= x;
-    const bool plain = d.group == 1 && flops < 150 * elems;
+    const bool plain = d.group == 1 && flops < 150 * elems && !d.src_nhwc && !d.dst_nhwc;
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
         plain ? p->src_plain : any_md(d.src), plain ? p->weights_plain : any_md(weight_dims(d)), p->bias_md,
@@ -86,6 +105,7 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d) {
     p->src_reorder = make_reorder(p->src_plain, p->src_md);
     p->weights_reorder = make_reorder(p->weights_plain, p->weights_md);
     p->dst_reorder = make_reorder(p->dst_md, p->dst_plain);
+    if (post.sum) p->sum_reorder = make_reorder(p->sum_plain, p->dst_md);
     return p;
   } catch (const dnnl::error&) {
     return nullptr;
@@ -99,13 +119,41 @@ dnnl::memory staged(const dnnl::memory::desc& md, int slot) {
 
 }  // namespace
 
-bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst) {
+class ConvWeightCache {
+ public:
+  // The weights in `p`'s layout, reordered from `plain` on first use. The returned buffer lives
+  // as long as the cache.
+  void* get(const std::string& key, const ConvPrimitive& p, const float* plain) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = packs_.find(key);
+    if (it != packs_.end()) return it->second.get();
+    const size_t bytes = p.weights_md.get_size();
+    std::shared_ptr<void> buf(std::aligned_alloc(64, (bytes + 63) / 64 * 64), std::free);
+    if (!buf) throw std::bad_alloc();
+    auto& eng = dnnl_util::engine();
+    dnnl::memory from(p.weights_plain, eng, const_cast<float*>(plain));
+    dnnl::memory to(p.weights_md, eng, buf.get());
+    dnnl_util::execute(*p.weights_reorder, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, "Conv (weight packing)");
+    packs_.emplace(key, buf);
+    return buf.get();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<void>> packs_;
+};
+
+std::shared_ptr<ConvWeightCache> make_conv_weight_cache() { return std::make_shared<ConvWeightCache>(); }
+
+bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst,
+                   const ConvPostOps& post, ConvWeightCache* packed) {
   std::string key = "conv_f32:" + dnnl_util::dims_key(d.src) + ":" + dnnl_util::dims_key(d.weights) + ":" +
                     dnnl_util::dims_key(d.dst) + ":" + std::to_string(d.group) + ":" +
                     dnnl_util::dims_key(d.strides) + ":" + dnnl_util::dims_key(d.dilations) + ":" +
                     dnnl_util::dims_key(d.pad_begin) + ":" + dnnl_util::dims_key(d.pad_end) + ":" +
-                    (d.has_bias ? "b" : "");
-  auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d); });
+                    (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "") + (packed ? ":packed" : "") +
+                    (d.src_nhwc ? ":xl" : "") + (d.dst_nhwc ? ":yl" : "") + (d.sum_nhwc ? ":zl" : "");
+  auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post, packed != nullptr); });
   if (!p) return false;
   auto& eng = dnnl_util::engine();
   double work = 1;
@@ -116,12 +164,24 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
   dnnl::memory w_user(p->weights_plain, eng, const_cast<float*>(weights));
   dnnl::memory dst_user(p->dst_plain, eng, dst);
   dnnl::memory src_m = p->src_reorder ? staged(p->src_md, 0) : src_user;
-  dnnl::memory w_m = p->weights_reorder ? staged(p->weights_md, 1) : w_user;
   dnnl::memory dst_m = p->dst_reorder ? staged(p->dst_md, 2) : dst_user;
+  dnnl::memory w_m = w_user;
+  if (p->weights_reorder && packed) {
+    w_m = dnnl::memory(p->weights_md, eng, packed->get(key, *p, weights));
+  } else if (p->weights_reorder) {
+    w_m = staged(p->weights_md, 1);
+    dnnl_util::execute(*p->weights_reorder, {{DNNL_ARG_FROM, w_user}, {DNNL_ARG_TO, w_m}}, "Conv (weight reorder)");
+  }
   if (p->src_reorder)
     dnnl_util::execute(*p->src_reorder, {{DNNL_ARG_FROM, src_user}, {DNNL_ARG_TO, src_m}}, "Conv (input reorder)");
-  if (p->weights_reorder)
-    dnnl_util::execute(*p->weights_reorder, {{DNNL_ARG_FROM, w_user}, {DNNL_ARG_TO, w_m}}, "Conv (weight reorder)");
+  if (post.sum) {  // the sum post-op adds what dst holds before the run
+    if (p->sum_reorder) {
+      dnnl::memory sum_user(p->sum_plain, eng, const_cast<float*>(post.sum));
+      dnnl_util::execute(*p->sum_reorder, {{DNNL_ARG_FROM, sum_user}, {DNNL_ARG_TO, dst_m}}, "Conv (residual reorder)");
+    } else if (post.sum != dst_m.get_data_handle()) {
+      std::memcpy(dst_m.get_data_handle(), post.sum, p->dst_md.get_size());
+    }
+  }
   std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w_m}, {DNNL_ARG_DST, dst_m}};
   if (d.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(p->bias_md, eng, const_cast<float*>(bias)));
   dnnl_util::execute(*p, std::move(args), "Conv");

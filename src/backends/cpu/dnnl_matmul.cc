@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/dnnl_context.h"
+#include "backends/cpu/gemv.h"
 #include "core/error.h"
 
 namespace reforge::cpu {
@@ -76,6 +77,97 @@ bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float*
                       {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<float*>(b))},
                       {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}},
                      "MatMul");
+  return true;
+}
+
+struct PackedWeights {
+  int64_t K = 0, N = 0;
+  dt wdt = dt::f32;
+  dnnl::memory::desc md;  // the blocked layout oneDNN chose
+  std::shared_ptr<void> buffer;
+  std::string layout_key;  // identifies `md` in primitive cache keys
+};
+
+namespace {
+
+// Where the bfloat16 copy of the activations goes (dnnl_conv uses the low slots).
+constexpr int kBf16SrcSlot = 7;
+
+std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias) {
+  const dt src_dt = w.wdt;
+  auto a_md = dnnl_util::plain_md({M, w.K}, src_dt);
+  auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  try {
+    auto desc = bias ? dnnl::matmul::desc(a_md, w.md, dnnl_util::plain_md({1, w.N}, dt::f32), c_md)
+                     : dnnl::matmul::desc(a_md, w.md, c_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, dnnl_util::engine());
+    if (pd.weights_desc() != w.md) return nullptr;
+    auto p = std::make_shared<CachedPrimitive>();
+    p->prim = dnnl::matmul(pd);
+    p->scratchpad_md = pd.scratchpad_desc();
+    p->scratchpad_bytes = p->scratchpad_md.get_size();
+    return p;
+  } catch (const dnnl::error&) {
+    return nullptr;  // the packed layout does not suit these rows: the caller's plain path runs
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool transposed, DType dtype, const void* w,
+                                                  int64_t rows) {
+  REFORGE_ASSERT(K > 0 && N > 0 && rows > 0);
+  if (dtype != DType::Float32 && dtype != DType::BFloat16) return nullptr;
+  auto packed = std::make_shared<PackedWeights>();
+  packed->K = K;
+  packed->N = N;
+  packed->wdt = dtype == DType::Float32 ? dt::f32 : dt::bf16;
+  auto& eng = dnnl_util::engine();
+  try {
+    auto a_md = dnnl_util::plain_md({rows, K}, packed->wdt);
+    auto c_md = dnnl_util::plain_md({rows, N}, dt::f32);
+    dnnl::memory::desc any_md({K, N}, packed->wdt, dnnl::memory::format_tag::any);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any_md, c_md), dnnl_util::engine());
+    packed->md = pd.weights_desc();
+    const size_t bytes = packed->md.get_size();
+    void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!buf) fail("out of memory packing a ", K, "x", N, " weight matrix (", bytes, " bytes)");
+    packed->buffer = std::shared_ptr<void>(buf, std::free);
+    dnnl::memory plain(dnnl_util::strided_md({K, N}, transposed ? std::vector<int64_t>{1, K} : std::vector<int64_t>{N, 1},
+                                              packed->wdt),
+                       eng, const_cast<void*>(w));
+    dnnl::stream& s = dnnl_util::stream();
+    dnnl::memory dst(packed->md, eng, buf);
+    dnnl::reorder(plain, dst).execute(s, plain, dst);
+    s.wait();
+  } catch (const dnnl::error&) {
+    return nullptr;
+  }
+  packed->layout_key = std::string(packed->wdt == dt::f32 ? "f32:" : "bf16:") + dnnl_util::dims_key({K, N, rows});
+  return packed;
+}
+
+bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c) {
+  REFORGE_ASSERT(M > 0);
+  std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + (bias ? ":bias" : "");
+  auto p = dnnl_util::cached_as<CachedPrimitive>(key, [&] { return build_packed(w, M, bias != nullptr); });
+  if (!p) return false;
+  auto& eng = dnnl_util::engine();
+  const void* src = a;
+  if (w.wdt == dt::bf16) {
+    auto* a16 = static_cast<uint16_t*>(dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 2));
+    convert_f32_to_bf16(a, a16, M * w.K);
+    src = a16;
+  }
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, dnnl::memory(dnnl_util::plain_md({M, w.K}, w.wdt), eng, const_cast<void*>(src))},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+      {DNNL_ARG_DST, dnnl::memory(dnnl_util::plain_md({M, w.N}, dt::f32), eng, c)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
+  dnnl_util::SerialIfSmall serial(static_cast<double>(M) * w.N * w.K);
+  dnnl_util::execute(*p, std::move(args), "MatMul");
   return true;
 }
 

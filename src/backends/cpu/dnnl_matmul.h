@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
 
 namespace reforge::cpu {
 
@@ -24,5 +27,23 @@ struct MatmulDims {
 // nothing) when oneDNN has no implementation for these dimensions; the caller then uses its
 // reference loop. All dimensions must be positive.
 bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float* c);
+
+// A constant right-hand matrix W [K, N] reordered once into the blocked layout oneDNN's matmul
+// picks for it (format `any`), so that products with many rows do not re-pack W on every call.
+// Float32 weights give a float32 product; bfloat16 weights a bfloat16 x bfloat16 product with
+// float32 accumulation and output (AMX or AVX-512 BF16), the activations being rounded to
+// bfloat16 on the way in.
+struct PackedWeights;
+
+// Packs W (row-major [K, N], or [N, K] when `transposed`) of type Float32 or BFloat16, for
+// products of about `rows` rows. Returns null when oneDNN has no implementation for it (the
+// caller then keeps its plain path).
+std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool transposed, DType dtype, const void* w,
+                                                  int64_t rows);
+
+// C[M, N] = A[M, K] x W + bias[N] (bias may be null) with packed weights. Returns false
+// (having written nothing) when no oneDNN primitive accepts the packed layout for these rows;
+// the caller then uses the plain weights.
+bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c);
 
 }  // namespace reforge::cpu

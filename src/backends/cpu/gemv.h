@@ -1,0 +1,34 @@
+// Matrix products with a few rows and a constant right-hand matrix (decoder tokens, small
+// batches): Y[M, N] = X[M, K] x W[K, N] (+ bias[N]).
+//
+// With few rows the product is bound by reading W, not by arithmetic, so these kernels stream W
+// exactly once, row after row in long contiguous runs (what hardware prefetchers like best),
+// and keep a column block of Y in L1 as the accumulator. The columns are split between OpenMP
+// threads, so every thread streams its own slice of each W row. Each output element is summed
+// in the same order (k ascending, then + bias) whatever the thread count, so results do not
+// depend on it.
+//
+// W is float32 or bfloat16 (widened to float32 in registers: activations and accumulation stay
+// float32). An AVX-512 version is chosen at run time when the CPU has it; otherwise a portable
+// loop computes the same sums.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace reforge::cpu {
+
+// Y (row stride ldy) = X (row stride ldx) x W ([K, N] row-major, dtype `w_dtype`, Float32 or
+// BFloat16) + bias (null: none). Any M works; it is meant for M up to ~16. `threads` caps the
+// OpenMP team (the product runs on one thread when it is small).
+void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w, DType w_dtype,
+               const float* bias, float* y, int64_t ldy, int threads);
+
+// Largest row count for which gemv_rows beats a packed GEMM.
+inline constexpr int64_t kGemvMaxRows = 16;
+
+// dst[i] = bfloat16(src[i]), rounding to nearest even (NaN stays NaN).
+void convert_f32_to_bf16(const float* src, uint16_t* dst, int64_t n);
+
+}  // namespace reforge::cpu

@@ -1,0 +1,68 @@
+#include "ops/linear.h"
+
+#include <cstring>
+
+#include "backends/cpu/gemv.h"
+#include "ops/nn_common.h"
+
+namespace reforge::ops {
+
+namespace {
+
+// oneDNN's layout choice for W may depend on the row count; pack for a typical prompt.
+constexpr int64_t kPackRows = 256;
+
+}  // namespace
+
+std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transposed) {
+  if (!w.defined() || w.rank() != 2 || (w.dtype() != DType::Float32 && w.dtype() != DType::BFloat16)) return nullptr;
+  const int64_t K = transposed ? w.dim(1) : w.dim(0), N = transposed ? w.dim(0) : w.dim(1);
+  if (K == 0 || N == 0) return nullptr;
+  auto lw = std::make_shared<LinearWeights>();
+  lw->K = K;
+  lw->N = N;
+  if (!transposed) {
+    lw->plain = w;
+  } else {
+    lw->plain = Tensor::uninitialized(w.dtype(), {K, N});
+    const size_t es = dtype_size(w.dtype());
+    const auto* src = static_cast<const uint8_t*>(w.raw());
+    auto* dst = static_cast<uint8_t*>(lw->plain.mutable_raw());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) std::memcpy(dst + (k * N + n) * es, src + (n * K + k) * es, es);
+  }
+  lw->packed = cpu::pack_weights(K, N, false, w.dtype(), lw->plain.raw(), kPackRows);
+  return lw;
+}
+
+bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias) {
+  if (x.dtype() != DType::Float32 || x.rank() < 1 || x.shape().back() != w.K) return false;
+  Shape out = x.shape();
+  out.back() = w.N;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
+  const int64_t rows = x.numel() / w.K;
+  if (rows == 0) return true;
+  const float* a = x.data<float>();
+  float* c = y.mutable_data<float>();
+  if (rows <= cpu::kGemvMaxRows) {
+    cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    return true;
+  }
+  if (w.packed && cpu::dnnl_matmul_packed(*w.packed, rows, a, bias, c)) return true;
+  if (w.plain.dtype() != DType::Float32) {
+    // No bfloat16 matmul in oneDNN on this CPU: the streaming kernel handles any row count.
+    cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    return true;
+  }
+  cpu::MatmulDims d;
+  d.M = rows, d.N = w.N, d.K = w.K;
+  nn::run_matmul(DType::Float32, d, a, w.plain.raw(), c);
+  if (bias) {
+#pragma omp parallel for if (rows * w.N > (1 << 16))
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < w.N; ++j) c[r * w.N + j] += bias[j];
+  }
+  return true;
+}
+
+}  // namespace reforge::ops

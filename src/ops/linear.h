@@ -1,0 +1,34 @@
+// Products with a constant right-hand matrix: Y[..., N] = X[..., K] x W[K, N] (+ bias[N]), the
+// shape of every Linear layer (MatMul or Gemm with weights, reforge::MatMulAdd).
+//
+// The op's prepare step (run by the engine at load and inside every refit that replaces W)
+// packs W once into the blocked layout oneDNN wants; the kernel then picks by row count:
+// few rows (decoding) stream the plain W once with cpu::gemv_rows, more rows run oneDNN on the
+// packed copy. W is float32, or bfloat16 in plans built with --precision bf16 (activations and
+// accumulation stay float32; oneDNN's bf16 path rounds the activations to bfloat16).
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/dnnl_matmul.h"
+#include "core/tensor.h"
+#include "ops/registry.h"
+
+namespace reforge::ops {
+
+struct LinearWeights {
+  int64_t K = 0, N = 0;
+  Tensor plain;  // [K, N] row-major, Float32 or BFloat16
+  std::shared_ptr<const cpu::PackedWeights> packed;  // null: oneDNN cannot pack it (plain path)
+};
+
+// Prepares W (rank 2; [K, N], or [N, K] when `transposed`; Float32 or BFloat16). Returns null
+// when W is not such a matrix or is empty.
+std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transposed);
+
+// Writes output 0 = X x W + bias (bias: null or N floats) for a Float32 X whose last dimension
+// is K; the output has X's shape with the last dimension N. Returns false, having allocated
+// nothing, when X does not fit (the caller then takes its generic path).
+bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias);
+
+}  // namespace reforge::ops

@@ -1,0 +1,325 @@
+// Linear layers (MatMul/Gemm with a constant weight, reforge::MatMulAdd): the prepared paths
+// (streaming kernel for few rows, oneDNN on packed weights for many) against a float64
+// reference on odd sizes; --precision bf16 plans against the framework's reference outputs; and
+// refit of bf16 and fp32 plans, which must re-pack the weights: a plan refit from weights B
+// equals a fresh build from B bit for bit, weights and outputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "build/builder.h"
+#include "build/onnx_refit.h"
+#include "core/half.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "ops/registry.h"
+#include "plan/plan_io.h"
+#include "refit/recipe.h"
+#include "refit/refitter.h"
+#include "runtime/plan_engine.h"
+#include "support/synthetic_llama.h"
+
+using namespace reforge;
+namespace fs = std::filesystem;
+
+namespace {
+
+Tensor random_tensor(DType dt, Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = uni(rng);
+  if (dt == DType::Float32) return t;
+  Tensor h = Tensor::empty(DType::BFloat16, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) h.mutable_data<bfloat16>()[i] = bfloat16(t.data<float>()[i]);
+  return h;
+}
+
+float value_at(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::BFloat16 ? static_cast<float>(t.data<bfloat16>()[i]) : t.data<float>()[i];
+}
+
+// Runs one registry op the way the engine does: prepare on the inputs flagged constant, then the
+// kernel with what was prepared.
+Tensor run_op(const std::string& domain, const std::string& op, std::vector<const Tensor*> inputs,
+              std::vector<bool> constant, std::map<std::string, ir::Attribute> attrs, int threads, bool* prepared_out) {
+  const ops::OpDef* def = ops::OpRegistry::global().find(domain, op, domain.empty() ? 13 : 1);
+  EXPECT_NE(def, nullptr);
+  ir::Node node;
+  node.op_type = op;
+  node.domain = domain;
+  node.opset = domain.empty() ? 13 : 1;
+  node.name = "test_" + op;
+  node.attrs = std::move(attrs);
+  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "in" + std::to_string(i) : "");
+  node.outputs = {"y"};
+  std::vector<const Tensor*> cins(inputs.size(), nullptr);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (i < constant.size() && constant[i]) cins[i] = inputs[i];
+  std::shared_ptr<const void> prepared = def->prepare ? def->prepare(node, cins) : nullptr;
+  if (prepared_out) *prepared_out = prepared != nullptr;
+  ops::KernelContext ctx(node, inputs, threads, nullptr, prepared.get());
+  def->kernel(ctx);
+  return ctx.outputs()[0];
+}
+
+// Y = X[rows, K] x W[K, N] (+ bias) in float64, with an error bound per element: `rel` times
+// sum |x w| (the size of the rounding errors of a float32 or bfloat16 sum).
+struct Reference {
+  std::vector<double> y, scale;
+};
+Reference reference(const Tensor& x, const Tensor& w, bool w_transposed, const Tensor* bias, int64_t rows, int64_t K,
+                    int64_t N) {
+  Reference r;
+  r.y.assign(rows * N, 0.0);
+  r.scale.assign(rows * N, 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = bias ? value_at(*bias, j) : 0.0, a = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        double p = static_cast<double>(value_at(x, i * K + k)) * value_at(w, w_transposed ? j * K + k : k * N + j);
+        s += p;
+        a += std::fabs(p);
+      }
+      r.y[i * N + j] = s;
+      r.scale[i * N + j] = a + (bias ? std::fabs(value_at(*bias, j)) : 0.0);
+    }
+  return r;
+}
+
+void expect_close(const Tensor& y, const Reference& r, double rel, const std::string& what) {
+  ASSERT_EQ(y.numel(), static_cast<int64_t>(r.y.size())) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < y.numel() && bad < 5; ++i) {
+    double d = std::fabs(y.data<float>()[i] - r.y[i]);
+    if (!(d <= rel * r.scale[i] + 1e-6)) {
+      ADD_FAILURE() << what << ": element " << i << " is " << y.data<float>()[i] << ", want " << r.y[i];
+      ++bad;
+    }
+  }
+}
+
+constexpr double kF32Rel = 2e-6;   // float32 sums of up to ~200 terms
+constexpr double kBf16Rel = 8e-3;  // activations rounded to bfloat16 (2^-8 relative) by oneDNN's bf16 path
+
+}  // namespace
+
+TEST(LinearKernel, MatMulConstantWeightOddSizes) {
+  for (int threads : {1, 2})
+    for (int64_t M : {1, 3, 17, 40})
+      for (int64_t K : {1, 5, 33, 100})
+        for (int64_t N : {1, 7, 17, 50, 130}) {
+          Tensor x = random_tensor(DType::Float32, {2, M, K}, 1);  // batched rows: 2 x M
+          Tensor w = random_tensor(DType::Float32, {K, N}, 2);
+          bool prepared = false;
+          Tensor y = run_op("", "MatMul", {&x, &w}, {false, true}, {}, threads, &prepared);
+          EXPECT_TRUE(prepared);
+          EXPECT_EQ(y.shape(), (Shape{2, M, N}));
+          expect_close(y, reference(x, w, false, nullptr, 2 * M, K, N), kF32Rel,
+                       "MatMul M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
+        }
+}
+
+TEST(LinearKernel, MatMulVectorAndBroadcastBatches) {
+  Tensor w = random_tensor(DType::Float32, {37, 19}, 3);
+  Tensor v = random_tensor(DType::Float32, {37}, 4);
+  Tensor y = run_op("", "MatMul", {&v, &w}, {false, true}, {}, 1, nullptr);
+  EXPECT_EQ(y.shape(), (Shape{19}));
+  expect_close(y, reference(v, w, false, nullptr, 1, 37, 19), kF32Rel, "vector x matrix");
+  // A with two batch dimensions against one constant B.
+  Tensor x = random_tensor(DType::Float32, {2, 3, 5, 37}, 5);
+  y = run_op("", "MatMul", {&x, &w}, {false, true}, {}, 2, nullptr);
+  EXPECT_EQ(y.shape(), (Shape{2, 3, 5, 19}));
+  expect_close(y, reference(x, w, false, nullptr, 30, 37, 19), kF32Rel, "broadcast B");
+  // A batched constant B is not a Linear weight: the generic batched path.
+  Tensor wb = random_tensor(DType::Float32, {2, 37, 19}, 6);
+  Tensor xb = random_tensor(DType::Float32, {2, 4, 37}, 7);
+  bool prepared = true;
+  y = run_op("", "MatMul", {&xb, &wb}, {false, true}, {}, 1, &prepared);
+  EXPECT_EQ(y.shape(), (Shape{2, 4, 19}));
+  for (int b = 0; b < 2; ++b) {
+    Tensor xs = Tensor::copy_of(DType::Float32, {4, 37}, xb.data<float>() + b * 4 * 37);
+    Tensor ws = Tensor::copy_of(DType::Float32, {37, 19}, wb.data<float>() + b * 37 * 19);
+    Tensor ys = Tensor::copy_of(DType::Float32, {4, 19}, y.data<float>() + b * 4 * 19);
+    expect_close(ys, reference(xs, ws, false, nullptr, 4, 37, 19), kF32Rel, "batched B");
+  }
+}
+
+TEST(LinearKernel, GemmTransposedWithBias) {
+  for (int64_t M : {1, 3, 17, 64})
+    for (bool tb : {false, true})
+      for (int c_kind : {0, 1, 2, 3}) {  // none, [N], [1, N], [M, N] (generic path)
+        const int64_t K = 45, N = 23;
+        Tensor a = random_tensor(DType::Float32, {M, K}, 8);
+        Tensor b = random_tensor(DType::Float32, tb ? Shape{N, K} : Shape{K, N}, 9);
+        Tensor c = random_tensor(DType::Float32, c_kind == 1 ? Shape{N} : c_kind == 2 ? Shape{1, N} : Shape{M, N}, 10);
+        std::map<std::string, ir::Attribute> attrs = {{"transB", ir::int_attr("transB", tb)}};
+        std::vector<const Tensor*> ins = {&a, &b};
+        if (c_kind) ins.push_back(&c);
+        Tensor y = run_op("", "Gemm", ins, {false, true, true}, attrs, 2, nullptr);
+        Reference r = reference(a, b, tb, nullptr, M, K, N);
+        if (c_kind)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) r.y[i * N + j] += c.data<float>()[c_kind == 3 ? i * N + j : j];
+        expect_close(y, r, kF32Rel, "Gemm M=" + std::to_string(M) + " transB=" + std::to_string(tb) + " C kind " + std::to_string(c_kind));
+      }
+}
+
+TEST(LinearKernel, MatMulAddBf16Weights) {
+  for (int threads : {1, 2})
+    for (int64_t M : {1, 3, 16, 17, 100})
+      for (int64_t N : {7, 50, 130}) {
+        const int64_t K = 67;
+        Tensor x = random_tensor(DType::Float32, {M, K}, 11);
+        Tensor w = random_tensor(DType::BFloat16, {K, N}, 12);
+        Tensor b = random_tensor(DType::Float32, {N}, 13);
+        for (bool with_bias : {false, true}) {
+          std::vector<const Tensor*> ins = {&x, &w};
+          if (with_bias) ins.push_back(&b);
+          bool prepared = false;
+          Tensor y = run_op("reforge", "MatMulAdd", ins, {false, true, true}, {}, threads, &prepared);
+          EXPECT_TRUE(prepared);
+          // Few rows keep the activations in float32; oneDNN's bf16 path rounds them.
+          expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), M <= 16 ? kF32Rel : kBf16Rel,
+                       "bf16 MatMulAdd M=" + std::to_string(M) + " N=" + std::to_string(N));
+        }
+      }
+}
+
+TEST(LinearKernel, MatMulAddUnpreparedMatchesPrepared) {
+  // A weight computed at run time (no prepare step) takes the plain paths: same sums for few rows.
+  Tensor x = random_tensor(DType::Float32, {3, 29}, 14);
+  Tensor w = random_tensor(DType::Float32, {29, 31}, 15);
+  Tensor b = random_tensor(DType::Float32, {31}, 16);
+  bool prepared = false;
+  Tensor y1 = run_op("reforge", "MatMulAdd", {&x, &w, &b}, {false, true, true}, {}, 1, &prepared);
+  EXPECT_TRUE(prepared);
+  Tensor y2 = run_op("reforge", "MatMulAdd", {&x, &w, &b}, {false, false, false}, {}, 1, &prepared);
+  EXPECT_FALSE(prepared);
+  EXPECT_TRUE(refit::bit_equal(y1, y2));
+}
+
+// ---- plans --------------------------------------------------------------------------------
+
+namespace {
+
+plan::Plan round_trip(const plan::Plan& p) {
+  std::string bytes = plan::serialize_plan(p);
+  auto owner = std::make_shared<std::string>(std::move(bytes));
+  return plan::parse_plan(owner, owner->data(), owner->size());
+}
+
+std::map<std::string, Tensor> llama_inputs(int64_t seq) {
+  Tensor ids = Tensor::empty(DType::Int64, {1, seq});
+  for (int64_t i = 0; i < seq; ++i) ids.mutable_data<int64_t>()[i] = (i * 37 + 5) % 128;
+  return {{"input_ids", ids}};
+}
+
+size_t count_weights(const plan::Plan& p, DType dt) {
+  size_t n = 0;
+  for (const auto& w : p.weights) n += w.dtype == dt;
+  return n;
+}
+
+}  // namespace
+
+TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
+  synth::LlamaSpec spec;
+  ir::Graph g = synth::synthetic_llama(spec);
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.precision = plan::Precision::Bf16;
+  plan::Plan p = build::build_plan(g, o);
+  EXPECT_EQ(p.precision, plan::Precision::Bf16);
+  EXPECT_EQ(round_trip(p).precision, plan::Precision::Bf16);
+  // 7 projections per layer and the LM head; sources keep their float32 type.
+  EXPECT_EQ(count_weights(p, DType::BFloat16), static_cast<size_t>(7 * spec.layers + 1));
+  for (const auto& s : p.sources) EXPECT_EQ(s.dtype, DType::Float32) << s.key;
+  for (const auto& w : p.weights) {
+    if (w.dtype != DType::BFloat16) continue;
+    ASSERT_FALSE(w.recipe.steps.empty()) << w.name;
+    EXPECT_EQ(w.recipe.steps.back().op_type, "Cast") << w.name;
+  }
+  build::BuildOptions f32 = o;
+  f32.precision = plan::Precision::Fp32;
+  EXPECT_EQ(count_weights(build::build_plan(g, f32), DType::BFloat16), 0u);
+}
+
+// A refit must re-pack: the engine built from weights A and refit with B gives exactly what a
+// fresh build from B gives, on the streaming (5 rows) and the packed (40 rows) paths.
+TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
+  for (auto precision : {plan::Precision::Fp32, plan::Precision::Bf16})
+    for (int64_t seq : {5, 40})
+      for (bool strip : {false, true}) {
+        SCOPED_TRACE(std::string(plan::precision_name(precision)) + " seq " + std::to_string(seq) + (strip ? " stripped" : ""));
+        synth::LlamaSpec sa;
+        sa.seq = seq;
+        sa.share_norms = false;
+        synth::LlamaSpec sb = sa;
+        sb.seed = 2;
+        ir::Graph ga = synth::synthetic_llama(sa), gb = synth::synthetic_llama(sb);
+        build::BuildOptions o;
+        o.mode = plan::BuildMode::Refit;
+        o.precision = precision;
+        plan::Plan fresh_b = build::build_plan(gb, o);
+        runtime::PlanEngine engine_b(round_trip(fresh_b));
+        auto out_b = engine_b.run(llama_inputs(seq));
+
+        o.strip_weights = strip;
+        runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
+        std::vector<Tensor> out_a;
+        if (!strip) out_a = engine.run(llama_inputs(seq));
+        refit::Refitter r(engine);
+        for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
+        r.commit();
+        for (const auto& w : fresh_b.weights)
+          EXPECT_TRUE(refit::bit_equal(engine.weight(w.name), w.data)) << "engine weight " << w.name;
+        auto out = engine.run(llama_inputs(seq));
+        ASSERT_EQ(out.size(), out_b.size());
+        for (size_t i = 0; i < out.size(); ++i) {
+          EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
+          if (!strip) EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
+        }
+      }
+}
+
+// The tiny exported models in bf16 against PyTorch's float32 reference: the error relative to
+// the output's magnitude stays under 2e-2 (bfloat16 keeps 8 significant bits).
+TEST(LinearPlan, Bf16ModelsMatchFrameworkReference) {
+  const fs::path models = fs::path(REFORGE_SOURCE_DIR) / "models";
+  std::ifstream f(models / "manifest.json");
+  if (!f) GTEST_SKIP() << "no models/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(f);
+  int checked = 0;
+  for (const auto& e : j.at("exports")) {
+    const std::string id = e.at("model").get<std::string>() + "_" + e.at("export").get<std::string>() + "_" +
+                           e.at("weights").get<std::string>();
+    SCOPED_TRACE(id);
+    build::BuildOptions o;
+    o.precision = plan::Precision::Bf16;
+    runtime::PlanEngine engine(round_trip(build::build_plan(onnx::import_model_file((models / e.at("path").get<std::string>()).string()), o)));
+    for (const auto& set : e.at("input_sets")) {
+      std::map<std::string, Tensor> in;
+      for (const auto& [n, v] : set.at("inputs").items()) in[n] = read_npy((models / v.get<std::string>()).string());
+      auto outs = engine.run(in);
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const std::string& name = engine.outputs()[i].name;
+        if (!set.at("reference").contains(name)) continue;
+        Tensor ref = read_npy((models / set.at("reference").at(name).get<std::string>()).string());
+        ASSERT_EQ(outs[i].shape(), ref.shape()) << name;
+        double diff = 0, mag = 0;
+        for (int64_t k = 0; k < ref.numel(); ++k) {
+          diff = std::max(diff, std::fabs(outs[i].as_double(k) - ref.as_double(k)));
+          mag = std::max(mag, std::fabs(ref.as_double(k)));
+        }
+        EXPECT_LE(diff, 2e-2 * mag) << name << ": max |diff| " << diff << ", max |ref| " << mag;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
