@@ -627,10 +627,21 @@ void attention_kernel(KernelContext& ctx) {
     const int64_t b = bh / kh, h = bh % kh;
     float* dst = ktp + b * a.kt_b + h * a.kt_h;
     const float* src = a.k.p + b * a.k.sb + h * a.k.sh;
-    for (int64_t d = 0; d < a.D; ++d) {
-      float* row = dst + d * a.Skp;
-      for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd];
-      for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
+    if (a.k.sd == 1) {
+      // K rows are contiguous in d: read them in order, write K^T column by column (the
+      // destination, D x Skp floats, stays in cache; the source rows may be far apart).
+      for (int64_t j = 0; j < a.Sk; ++j) {
+        const float* krow = src + j * a.k.ss;
+        for (int64_t d = 0; d < a.D; ++d) dst[d * a.Skp + j] = krow[d];
+      }
+      for (int64_t d = 0; d < a.D; ++d)
+        for (int64_t j = a.Sk; j < a.Skp; ++j) dst[d * a.Skp + j] = 0;
+    } else {
+      for (int64_t d = 0; d < a.D; ++d) {
+        float* row = dst + d * a.Skp;
+        for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd];
+        for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
+      }
     }
   }
   const int64_t qblocks = (a.Sq + kBlockQ - 1) / kBlockQ;
