@@ -336,6 +336,25 @@ RF_INLINE void qk_rows(const AttnArgs& a, const float* qrow0, int64_t qstride, c
                        int64_t ncols) {
   const int64_t D = a.D, Skp = a.Skp;
   int64_t j = 0;
+  if constexpr (kRows <= 6) {
+    // 64 columns at a time: 4 K^T loads and kRows broadcasts feed 4 * kRows FMAs.
+    for (; j + 4 * kW <= ncols; j += 4 * kW) {
+      v16 acc[kRows][4] = {};
+      for (int64_t d = 0; d < D; ++d) {
+        const float* kp = kt + d * Skp + j;
+        const v16 k0 = load(kp), k1 = load(kp + kW), k2 = load(kp + 2 * kW), k3 = load(kp + 3 * kW);
+        for (int r = 0; r < kRows; ++r) {
+          const v16 qv = splat(qrow0[r * qstride + d]);
+          acc[r][0] += qv * k0;
+          acc[r][1] += qv * k1;
+          acc[r][2] += qv * k2;
+          acc[r][3] += qv * k3;
+        }
+      }
+      for (int r = 0; r < kRows; ++r)
+        for (int c = 0; c < 4; ++c) store(s + r * sstride + j + c * kW, acc[r][c]);
+    }
+  }
   for (; j + 2 * kW <= ncols; j += 2 * kW) {
     v16 acc[kRows][2] = {};
     for (int64_t d = 0; d < D; ++d) {
@@ -428,7 +447,7 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
   const int64_t kp = (klen + kW - 1) / kW * kW;
   // Scores.
   int64_t r = 0;
-  for (; r + 8 <= rows; r += 8) qk_rows<8>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
+  for (; r + 6 <= rows; r += 6) qk_rows<6>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
   for (; r + 4 <= rows; r += 4) qk_rows<4>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
   for (; r < rows; ++r) qk_rows<1>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
   // Scale, mask, softmax numerator (unnormalized) and 1 / sum per row.
