@@ -21,6 +21,7 @@
 
 #include "build/builder.h"
 #include "core/npy.h"
+#include "core/simd.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
 #include "refit/refitter.h"
@@ -499,6 +500,20 @@ TEST(FusionLayerNorm, FusesAndNearMissDoesNot) {
       EXPECT_EQ(c.size(), 1u);
     }
   EXPECT_EQ(check_fused_vs_unfused(layer_norm_graph(true, true), feeds, 1e-5)["LayerNormalization"], 0);
+}
+
+// The generic (non-AVX-512) variants of the fused kernels agree with the unfused graph too.
+TEST(FusionKernels, GenericVariantsMatch) {
+  SimdOverride generic(SimdLevel::Generic);
+  AttnCase c{1, 8, 2, 37, 37, 64, "causal"};
+  EXPECT_EQ(check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5)["reforge::Attention"], 1);
+  std::map<std::string, Tensor> feeds = {{"x", random_f({2, 5, 48}, 1, -3, 3)}};
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, false, true), feeds, 1e-5)["reforge::RmsNorm"], 1);
+  feeds = {{"x", random_f({4, 37}, 3, -5, 5)}};
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f), feeds, 1e-5)["reforge::Gelu"], 1);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_tanh_graph(0.044715f), feeds, 1e-5)["reforge::Gelu"], 1);
+  feeds = {{"x", random_f({2, 9, 3, 64}, 20)}};
+  EXPECT_EQ(check_fused_vs_unfused(rotary_graph(9, 64, 32), feeds, 1e-6)["reforge::Rotary"], 1);
 }
 
 }  // namespace
