@@ -131,3 +131,67 @@ TEST(ConvFusion, ReplacedWeightsArePackedAgain) {
   EXPECT_EQ(std::memcmp(y2.raw(), fresh.raw(), y2.nbytes()), 0);
   EXPECT_NE(std::memcmp(y1.raw(), y2.raw(), y1.nbytes()), 0);
 }
+
+// The two conv passes on a hand-made graph: Relu and residual Add fold into FusedConv; a value
+// goes channels-last only when every reader is a convolution (a Mul reader or being a graph output
+// keeps it NCHW); the built plan computes what the unoptimized graph computes.
+TEST(ConvFusion, PassesOnHandMadeGraph) {
+  auto random = [](Shape s, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(-0.5f, 0.5f);
+    Tensor t = Tensor::empty(DType::Float32, s);
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
+    return t;
+  };
+  ir::Graph g;
+  g.opsets = {{"", 17}};
+  g.inputs = {{"x", DType::Float32, false, {}}};
+  g.outputs = {{"y1", DType::Float32, false, {}}, {"y2", DType::Float32, false, {}}, {"y3", DType::Float32, false, {}}};
+  auto node = [&](const std::string& name, const std::string& op, std::vector<std::string> in, std::string out) {
+    ir::Node n;
+    n.name = name, n.op_type = op, n.opset = 17, n.inputs = std::move(in), n.outputs = {std::move(out)};
+    if (op == "Conv") n.attrs["pads"] = ir::ints_attr("pads", {1, 1, 1, 1});
+    g.nodes.push_back(n);
+    return &g.nodes.back();
+  };
+  node("c1", "Conv", {"x", "w1", "b1"}, "c1");
+  node("r1", "Relu", {"c1"}, "r1");
+  node("c2", "Conv", {"r1", "w2", "b2"}, "c2")->attrs.erase("pads");
+  node("a2", "Add", {"c2", "r1"}, "a2");
+  node("r2", "Relu", {"a2"}, "y1");
+  node("m", "Mul", {"r1", "two"}, "y2");
+  node("c4", "Conv", {"x", "w4"}, "c4");
+  node("c5", "Conv", {"c4", "w5", "b5"}, "y3");
+  g.initializers = {{"w1", random({16, 8, 3, 3}, 1)}, {"b1", random({16}, 2)}, {"w2", random({16, 16, 1, 1}, 3)},
+                    {"b2", random({16}, 4)},         {"w4", random({8, 8, 3, 3}, 5)}, {"w5", random({4, 8, 3, 3}, 6)},
+                    {"b5", random({4}, 7)}};
+  float two = 2.0f;
+  g.initializers["two"] = Tensor::copy_of(DType::Float32, {}, &two);
+  const std::map<std::string, Tensor> in = {{"x", random({2, 8, 10, 10}, 8)}};
+  const auto want = runtime::Engine(g).run(in);
+
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  plan::Plan p = build::build_plan(g, o);
+  std::map<std::string, const ir::Node*> by_name;
+  for (const auto& n : p.graph.nodes) by_name[n.name] = &n;
+  EXPECT_EQ(count_ops(p.graph, "Relu"), 0u);
+  EXPECT_EQ(count_ops(p.graph, "Add"), 0u);
+  EXPECT_EQ(count_ops(p.graph, "FusedConv"), 4u);
+  ASSERT_TRUE(by_name.count("c1") && by_name.count("c2") && by_name.count("c4") && by_name.count("c5"));
+  EXPECT_EQ(by_name["c1"]->attr_string("activation", ""), "Relu");
+  EXPECT_FALSE(by_name["c1"]->has_attr("y_layout"));  // r1 is also read by the Mul
+  EXPECT_EQ(by_name["c2"]->inputs.size(), 4u);          // Z = r1
+  EXPECT_FALSE(by_name["c2"]->has_attr("y_layout"));  // y1 is a graph output
+  EXPECT_EQ(by_name["c4"]->attr_string("y_layout", ""), "NHWC");
+  EXPECT_EQ(by_name["c5"]->attr_string("x_layout", ""), "NHWC");
+  EXPECT_FALSE(by_name["c5"]->has_attr("y_layout"));
+
+  runtime::PlanEngine e(std::move(p));
+  const auto got = e.run(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << i;
+    for (int64_t k = 0; k < got[i].numel(); ++k) ASSERT_NEAR(got[i].as_double(k), want[i].as_double(k), 1e-4) << i;
+  }
+}

@@ -11,6 +11,8 @@
 
 #include "core/simd.h"
 #include "ops/registry.h"
+#include "ops/tensor_common.h"
+#include "ops/transpose2d.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -316,8 +318,15 @@ Tensor nchw_to_nhwc(const Tensor& t) {
 // FusedConv with channels-last operands (the conv-channels-last pass) equals the channels-first
 // kernel on transposed data: float32 through oneDNN directly, float64 through the fallback.
 TEST(FastPaths, FusedConvChannelsLast) {
-  const std::vector<std::pair<Shape, Shape>> cases = {{{2, 16, 9, 7}, {32, 16, 3, 3}}, {{1, 32, 8, 8}, {16, 32, 1, 1}}};
-  for (const auto& [xs, ws] : cases) {
+  struct Case {
+    Shape xs, ws;
+    int64_t group;
+  };
+  const std::vector<Case> cases = {{{2, 16, 9, 7}, {32, 16, 3, 3}, 1},
+                                   {{1, 32, 8, 8}, {16, 32, 1, 1}, 1},
+                                   {{1, 16, 7, 7}, {16, 1, 3, 3}, 16},  // depthwise
+                                   {{2, 8, 6, 5}, {12, 2, 3, 3}, 4}};
+  for (const auto& [xs, ws, group] : cases) {
     for (DType dt : {DType::Float32, DType::Float64}) {
       Tensor x = random_floats(xs, 1), w = random_floats(ws, 2, -0.3f, 0.3f), b = random_floats({ws[0]}, 3);
       if (dt == DType::Float64) {
@@ -329,7 +338,7 @@ TEST(FastPaths, FusedConvChannelsLast) {
         x = widen(x), w = widen(w), b = widen(b);
       }
       const std::vector<ir::Attribute> base = {ir::ints_attr("pads", {ws[2] / 2, ws[3] / 2, ws[2] / 2, ws[3] / 2}),
-                                               ir::string_attr("activation", "Relu")};
+                                               ir::string_attr("activation", "Relu"), ir::int_attr("group", group)};
       Tensor y0 = run("FusedConv", {&x, &w, &b}, base, 1, 1, "reforge");
       Tensor z = random_floats(y0.shape(), 9);
       if (dt == DType::Float64) {
@@ -354,4 +363,73 @@ TEST(FastPaths, FusedConvChannelsLast) {
       }
     }
   }
+}
+
+// reforge::MaxPool (layout NHWC) equals the ONNX MaxPool on channels-first data, NaN included;
+// float64 takes the converting fallback.
+TEST(FastPaths, MaxPoolChannelsLast) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor x = random_floats({2, 5, 11, 9}, 3);
+    x.mutable_data<float>()[7] = kNaN;
+    if (dt == DType::Float64) {
+      Tensor o = Tensor::empty(DType::Float64, x.shape());
+      for (int64_t i = 0; i < x.numel(); ++i) o.mutable_data<double>()[i] = x.data<float>()[i];
+      x = o;
+    }
+    const std::vector<ir::Attribute> at = {ir::ints_attr("kernel_shape", {3, 3}), ir::ints_attr("strides", {2, 2}),
+                                           ir::ints_attr("pads", {1, 1, 1, 1})};
+    Tensor want = nchw_to_nhwc(run("MaxPool", {&x}, at, 12));
+    Tensor xl = nchw_to_nhwc(x);
+    std::vector<ir::Attribute> at2 = at;
+    at2.push_back(ir::string_attr("layout", "NHWC"));
+    Tensor got = run("MaxPool", {&xl}, at2, 1, 1, "reforge");
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const double a = got.as_double(i), b = want.as_double(i);
+      EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << i << ": " << a << " vs " << b;
+    }
+  }
+}
+
+// strided_copy's transpose-like copies (now transpose_2d's tile kernel) against a naive walk:
+// every element size, odd extents, reversed and broadcast (0) strides.
+TEST(FastPaths, StridedCopyTransposeTiles) {
+  struct Case {
+    Shape out;
+    std::vector<int64_t> strides;
+    int64_t offset;
+  };
+  // Source: a dense [5, 67, 45] buffer (15075 elements) read in various transposed orders.
+  const std::vector<Case> cases = {
+      {{5, 45, 67}, {3015, 1, 45}, 0},                 // batched 2-D transpose
+      {{45, 5, 67}, {1, 3015, 45}, 0},                 // outer permutation
+      {{5, 45, 67}, {3015, -1, 45}, 44},               // reversed along the unit-stride dim
+      {{5, 45, 67}, {3015, 1, -45}, 66 * 45},          // reversed inner stride
+      {{3, 45, 33}, {0, 1, 90}, 0},                    // broadcast outer dim, strided inner
+      {{1, 17, 16}, {0, 1, 45}, 3},                    // smallest tiled case
+  };
+  for (size_t elem : {size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
+    std::vector<unsigned char> src(15075 * elem);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + i / 251);
+    for (const auto& c : cases) {
+      const int64_t n = shape_numel(c.out);
+      std::vector<unsigned char> got(static_cast<size_t>(n) * elem, 0), want(got.size(), 0);
+      strided_copy(got.data(), src.data(), elem, c.out, c.strides, c.offset);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t rem = i, off = c.offset;
+        for (size_t d = c.out.size(); d-- > 0;) {
+          off += (rem % c.out[d]) * c.strides[d];
+          rem /= c.out[d];
+        }
+        std::memcpy(want.data() + static_cast<size_t>(i) * elem, src.data() + static_cast<size_t>(off) * elem, elem);
+      }
+      EXPECT_EQ(got, want) << shape_str(c.out) << " elem " << elem;
+    }
+  }
+  // transpose_block alone, pitches wider than the matrix.
+  std::vector<uint32_t> a(37 * 50), b(29 * 40, 0);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint32_t>(i);
+  transpose_block(b.data(), 40, a.data(), 50, 37, 29, 4);
+  for (int64_t i = 0; i < 37; ++i)
+    for (int64_t j = 0; j < 29; ++j) ASSERT_EQ(b[static_cast<size_t>(j * 40 + i)], a[static_cast<size_t>(i * 50 + j)]);
 }

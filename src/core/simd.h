@@ -4,12 +4,14 @@
 // want AVX2 or AVX-512 compile their hot loop two or three times with a GCC/Clang `target`
 // attribute and pick one per call with simd_level(). The generic variant (SSE2 on x86-64) is
 // always there; tests force each level with SimdOverride to check the variants against each
-// other. REFORGE_TARGET_* also flattens: every helper the loop calls is inlined into it and so
+// other, and the environment variable REFORGE_SIMD=generic|avx2 caps it for a whole process. REFORGE_TARGET_* also flattens: every helper the loop calls is inlined into it and so
 // compiled for that instruction set (helpers are default-target inline functions, which a
 // function with a superset target may inline).
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 namespace reforge {
 
@@ -18,9 +20,13 @@ enum class SimdLevel : int { Generic = 0, Avx2 = 1, Avx512 = 2 };
 namespace detail {
 inline std::atomic<int> simd_override{-1};
 inline SimdLevel detect_simd_level() {
+  // REFORGE_SIMD=generic|avx2 caps the level (to compare variants, or to rule one out).
+  const char* cap = std::getenv("REFORGE_SIMD");
+  if (cap && std::strcmp(cap, "generic") == 0) return SimdLevel::Generic;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const bool allow512 = !(cap && std::strcmp(cap, "avx2") == 0);
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+  if (allow512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
     return SimdLevel::Avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::Avx2;

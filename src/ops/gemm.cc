@@ -12,7 +12,7 @@ namespace reforge::ops::nn {
 
 namespace {
 
-// A constant float B with transA = 0 and alpha = 1 (a Linear layer) is packed once; the
+// A constant float B with transA = 0 and alpha = 1 (a Linear layer) is prepared (ops/linear.h); the
 // kernel then runs it as Y = A x B + C when C is absent or a row vector with beta = 1.
 std::shared_ptr<const void> gemm_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
   if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;

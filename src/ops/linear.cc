@@ -31,8 +31,13 @@ std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transp
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < K; ++k) std::memcpy(dst + (k * N + n) * es, src + (n * K + k) * es, es);
   }
-  lw->packed = cpu::pack_weights(K, N, false, w.dtype(), lw->plain.raw(), kPackRows);
   return lw;
+}
+
+const cpu::PackedWeights* LinearWeights::packed() const {
+  if (!packable) return nullptr;
+  std::call_once(pack_once_, [&] { packed_ = cpu::pack_weights(K, N, false, plain.dtype(), plain.raw(), kPackRows); });
+  return packed_.get();
 }
 
 bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias) {
@@ -48,7 +53,7 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
     cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }
-  if (w.packed && cpu::dnnl_matmul_packed(*w.packed, rows, a, bias, c)) return true;
+  if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c)) return true;
   if (w.plain.dtype() != DType::Float32) {
     // No bfloat16 matmul in oneDNN on this CPU: the streaming kernel handles any row count.
     cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());

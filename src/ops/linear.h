@@ -1,14 +1,19 @@
 // Products with a constant right-hand matrix: Y[..., N] = X[..., K] x W[K, N] (+ bias[N]), the
 // shape of every Linear layer (MatMul or Gemm with weights, reforge::MatMulAdd).
 //
-// The op's prepare step (run by the engine at load and inside every refit that replaces W)
-// packs W once into the blocked layout oneDNN wants; the kernel then picks by row count:
-// few rows (decoding) stream the plain W once with cpu::gemv_rows, more rows run oneDNN on the
-// packed copy. W is float32, or bfloat16 in plans built with --precision bf16 (activations and
-// accumulation stay float32; oneDNN's bf16 path rounds the activations to bfloat16).
+// The op's prepare step (run by the engine at load and inside every refit that replaces W) makes
+// a LinearWeights for W; the kernel then picks by row count: one row (decoding a token) streams
+// the plain W once with cpu::gemv_rows, more rows run oneDNN on a copy of W packed into the
+// blocked layout oneDNN wants. That copy is made the first time a product with more rows needs
+// it (once per prepared W, thread-safe), not in prepare: a decoder that only ever runs one row
+// keeps one copy of its weights, and a refit commit does not wait for a re-pack (the new
+// LinearWeights packs the new W on its first use). W is float32, or bfloat16 in plans built
+// with --precision bf16; activations and accumulation stay float32 on both paths (oneDNN's
+// bf16 path multiplies the activations' high and low bfloat16 parts).
 #pragma once
 
 #include <memory>
+#include <mutex>
 
 #include "backends/cpu/dnnl_matmul.h"
 #include "core/tensor.h"
@@ -19,7 +24,14 @@ namespace reforge::ops {
 struct LinearWeights {
   int64_t K = 0, N = 0;
   Tensor plain;  // [K, N] row-major, Float32 or BFloat16
-  std::shared_ptr<const cpu::PackedWeights> packed;  // null: oneDNN cannot pack it (plain path)
+  bool packable = true;  // false: never pack (W made at run time)
+
+  // `plain` packed for oneDNN, made on the first call; null when oneDNN cannot pack it.
+  const cpu::PackedWeights* packed() const;
+
+ private:
+  mutable std::once_flag pack_once_;
+  mutable std::shared_ptr<const cpu::PackedWeights> packed_;
 };
 
 // Prepares W (rank 2; [K, N], or [N, K] when `transposed`; Float32 or BFloat16). Returns null

@@ -121,7 +121,7 @@ void run_matmul(DType dtype, const cpu::MatmulDims& d, const void* a, const void
 
 namespace {
 
-// A constant 2-D float B (a Linear layer's weight) is packed once; see ops/linear.h.
+// A constant 2-D float B (a Linear layer's weight) is prepared for the Linear paths (ops/linear.h).
 std::shared_ptr<const void> matmul_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
   if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
   return prepare_linear(*constants[1], false);

@@ -1,5 +1,6 @@
 // MaxPool (with Indices, storage_order, dilations, ceil_mode), AveragePool (count_include_pad,
-// ceil_mode, dilations), GlobalAveragePool and GlobalMaxPool.
+// ceil_mode, dilations), GlobalAveragePool and GlobalMaxPool; reforge::MaxPool, the channels-last
+// form the conv-channels-last pass uses between NHWC convolutions.
 //
 // Windows follow the ONNX reference: positions outside the input never contribute; for
 // AveragePool with count_include_pad the divisor also counts positions inside the explicit
@@ -11,7 +12,9 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/simd.h"
 #include "ops/nn_common.h"
+#include "ops/tensor_common.h"
 
 namespace reforge::ops::nn {
 
@@ -241,6 +244,77 @@ void global_pool_kernel(KernelContext& ctx) {
   }, kMax ? "GlobalMaxPool" : "GlobalAveragePool");
 }
 
+// reforge::MaxPool with layout = "NHWC": MaxPool over a channels-last [N, H, W, C] tensor (the
+// conv-channels-last pass puts it between convolutions that keep their activations NHWC). Each
+// output position is a running max over whole channel rows, first tap first, `v > m ? v : m`,
+// so values (NaN included) equal the NCHW kernel's. Other element types, or Indices, go
+// through the NCHW kernel on converted copies.
+REFORGE_SIMD_VARIANTS(, void, max_rows_f32, (float* m, const float* v, int64_t c), (m, v, c), {
+  for (int64_t i = 0; i < c; ++i) m[i] = v[i] > m[i] ? v[i] : m[i];
+})
+
+void max_pool_nhwc_kernel(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const std::string label = ctx.node().label();
+  REFORGE_CHECK(X.rank() == 4, label, ": layout NHWC needs X [N, H, W, C], got ", X.describe());
+  REFORGE_CHECK(ctx.attr_string("layout", "NHWC") == "NHWC", label, ": layout must be 'NHWC'");
+  const int64_t N = X.dim(0), H = X.dim(1), Wd = X.dim(2), C = X.dim(3);
+  std::vector<int64_t> kernel = kernel_shape_attr(ctx, 2);
+  REFORGE_CHECK(kernel.size() == 2, label, ": the kernel_shape attribute must have 2 values");
+  const Window win = resolve_window(ctx, {H, Wd}, kernel, ctx.attr_int("ceil_mode", 0) != 0);
+  const Geo3 g = to_geo3(win);
+  const bool indices = ctx.num_outputs() > 1 && ctx.output_wanted(1);
+  if (X.dtype() != DType::Float32 || indices) {
+    // [N, H, W, C] -> [N, C, H, W], the ONNX kernel, and back.
+    static const OpDef* onnx_max_pool = OpRegistry::global().find("", "MaxPool", 12);
+    REFORGE_ASSERT(onnx_max_pool != nullptr);
+    Tensor xc = Tensor::empty(X.dtype(), {N, C, H, Wd});
+    strided_copy(xc.mutable_raw(), X.raw(), dtype_size(X.dtype()), xc.shape(), {H * Wd * C, 1, Wd * C, C}, 0);
+    ir::Node node = ctx.node();
+    node.attrs.erase("layout");
+    KernelContext inner(node, {&xc}, ctx.threads());
+    onnx_max_pool->kernel(inner);
+    for (size_t o = 0; o < ctx.num_outputs() && o < 2; ++o) {
+      if (!ctx.output_wanted(o)) continue;
+      const Tensor& yc = inner.outputs()[o];
+      const Shape& s = yc.shape();
+      Tensor y = Tensor::empty(yc.dtype(), {s[0], s[2], s[3], s[1]});
+      strided_copy(y.mutable_raw(), yc.raw(), dtype_size(yc.dtype()), y.shape(), {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]},
+                   0);
+      ctx.set_output(o, std::move(y));  // Indices stay flat NCHW positions, as ONNX defines them
+    }
+    return;
+  }
+  const int64_t OH = win.out[0], OW = win.out[1];
+  Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, {N, OH, OW, C});
+  if (Y.numel() == 0) return;
+  const float* x = X.data<float>();
+  float* y = Y.mutable_data<float>();
+  TapRange rh = tap_range(OH, g.k[1], g.s[1], g.d[1], g.pb[1], 0, H);
+  TapRange rw = tap_range(OW, g.k[2], g.s[2], g.d[2], g.pb[2], 0, Wd);
+#pragma omp parallel for schedule(static) if (Y.numel() > (1 << 15))
+  for (int64_t noh = 0; noh < N * OH; ++noh) {
+    const int64_t n = noh / OH, oh = noh % OH;
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      float* out = y + (noh * OW + ow) * C;
+      if (rh.first[oh] >= rh.last[oh] || rw.first[ow] >= rw.last[ow]) {
+        std::fill(out, out + C, 0.0f);
+        continue;
+      }
+      bool first = true;
+      for (int64_t kh = rh.first[oh]; kh < rh.last[oh]; ++kh) {
+        const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+        for (int64_t kw = rw.first[ow]; kw < rw.last[ow]; ++kw) {
+          const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+          const float* v = x + ((n * H + ih) * Wd + iw) * C;
+          if (first) std::copy(v, v + C, out), first = false;
+          else max_rows_f32(out, v, C);
+        }
+      }
+    }
+  }
+}
+
 std::string check_pool(const ir::Node& node) {
   if (!node.has_attr("kernel_shape")) return "the kernel_shape attribute is required";
   std::string ap = node.attr_string("auto_pad", "NOTSET");
@@ -255,6 +329,7 @@ std::string check_pool(const ir::Node& node) {
 
 void register_pool_ops(OpRegistry& r) {
   r.add({"", "MaxPool", 1, INT_MAX, max_pool_kernel, check_pool});
+  r.add({"reforge", "MaxPool", 1, INT_MAX, max_pool_nhwc_kernel, check_pool});
   r.add({"", "AveragePool", 1, INT_MAX, average_pool_kernel, check_pool});
   r.add({"", "GlobalAveragePool", 1, INT_MAX, global_pool_kernel<false>, nullptr});
   r.add({"", "GlobalMaxPool", 1, INT_MAX, global_pool_kernel<true>, nullptr});

@@ -65,7 +65,7 @@ void bn_fold_bias(KernelContext& ctx) {
 
 // Y = MatMul(X, W) + b, b (optional) a vector along the last axis. W is float32, or bfloat16
 // in --precision bf16 plans (then X stays float32 and the product accumulates in float32). A
-// constant W is packed by the prepare step (ops/linear.h); the bias is added after the sum, as
+// constant W is prepared by the prepare step (ops/linear.h); the bias is added after the sum, as
 // the unfused MatMul -> Add would.
 std::shared_ptr<const void> matmul_add_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
   if (constants.size() < 2 || !constants[1]) return nullptr;
@@ -90,6 +90,7 @@ void matmul_add(KernelContext& ctx) {
     unprepared.K = w.dim(0);
     unprepared.N = w.dim(1);
     unprepared.plain = w;
+    unprepared.packable = false;
     lw = &unprepared;
   }
   if (lw->K > 0 && lw->N > 0) {

@@ -1,5 +1,7 @@
 #include "ops/tensor_common.h"
 
+#include "ops/transpose2d.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -46,9 +48,9 @@ constexpr int64_t kCopyChunk = int64_t{1} << 15;
 constexpr int64_t kTile = 32;
 
 // Transpose-like copies: the innermost output dim reads the source with a large stride, but
-// outer dim `p` reads it contiguously. Copying kTile x kTile tiles of (p, inner) keeps both the
-// reads and the writes within a few cache lines instead of striding through the source once per
-// output row.
+// outer dim `p` reads it contiguously. Each (p, inner) plane is a strided 2-D transpose, done by
+// transpose_2d's tile kernel (transpose_block), so both reads and writes stay within a few cache
+// lines instead of striding through the source once per output row.
 template <typename T>
 void tiled_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const std::vector<int64_t>& st, size_t p,
                 int64_t inner, int64_t istride, int64_t offset) {
@@ -72,17 +74,9 @@ void tiled_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const st
       sbase += i * st[static_cast<size_t>(d)];
       dbase += i * ost[static_cast<size_t>(d)];
     }
-    for (int64_t a0 = 0; a0 < A; a0 += kTile) {
-      const int64_t a1 = std::min(A, a0 + kTile);
-      for (int64_t b0 = 0; b0 < inner; b0 += kTile) {
-        const int64_t b1 = std::min(inner, b0 + kTile);
-        for (int64_t a = a0; a < a1; ++a) {
-          T* out = dst + dbase + a * osp;
-          const T* in = src + sbase + a;
-          for (int64_t b = b0; b < b1; ++b) out[b] = in[b * istride];
-        }
-      }
-    }
+    // dst[dbase + a * osp + b] = src[sbase + a + b * istride]: a [inner, A] matrix with row pitch
+    // istride, transposed into rows of pitch osp, by transpose_2d's tile kernel.
+    transpose_block(dst + dbase, osp, src + sbase, istride, inner, A, sizeof(T));
   }
 }
 

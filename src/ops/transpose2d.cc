@@ -1,5 +1,7 @@
 #include "ops/transpose2d.h"
 
+#include "core/error.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -63,7 +65,8 @@ namespace {
 
 constexpr size_t kTileBytes = 16 << 10;  // one tile's buffer: well inside L1
 
-// Rows [i0, i1) x cols [j0, j1) of a [rows, cols] matrix, transposed into buf[(j - j0) * ts + (i - i0)].
+// Rows [i0, i1) x cols [j0, j1) of a matrix with row pitch `cols`, transposed into
+// buf[(j - j0) * ts + (i - i0)].
 template <typename T>
 inline void tile_to_buffer(T* buf, int64_t ts, const T* s, int64_t cols, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
   int64_t i = i0;
@@ -187,6 +190,35 @@ bool run(void* dst, const void* cmp, const void* src, const Transpose2D& t, int 
 }  // namespace
 
 void transpose_2d(void* dst, const void* src, const Transpose2D& t, int threads) { run(dst, nullptr, src, t, threads); }
+
+namespace {
+template <typename T>
+void block_typed(T* dst, int64_t dst_pitch, const T* src, int64_t src_pitch, int64_t rows, int64_t cols) {
+  constexpr int64_t ts = sizeof(T) >= 8 ? 32 : 64;
+  alignas(64) T buf[ts * ts];
+  for (int64_t i0 = 0; i0 < rows; i0 += ts) {
+    const int64_t i1 = std::min(rows, i0 + ts);
+    for (int64_t j0 = 0; j0 < cols; j0 += ts) {
+      const int64_t j1 = std::min(cols, j0 + ts);
+      tile_to_buffer(buf, ts, src, src_pitch, i0, i1, j0, j1);
+      for (int64_t j = j0; j < j1; ++j)
+        std::memcpy(dst + j * dst_pitch + i0, buf + (j - j0) * ts, static_cast<size_t>(i1 - i0) * sizeof(T));
+    }
+  }
+}
+}  // namespace
+
+void transpose_block(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                     size_t elem) {
+  if (rows <= 0 || cols <= 0) return;
+  switch (elem) {
+    case 1: return block_typed(static_cast<uint8_t*>(dst), dst_pitch, static_cast<const uint8_t*>(src), src_pitch, rows, cols);
+    case 2: return block_typed(static_cast<uint16_t*>(dst), dst_pitch, static_cast<const uint16_t*>(src), src_pitch, rows, cols);
+    case 4: return block_typed(static_cast<uint32_t*>(dst), dst_pitch, static_cast<const uint32_t*>(src), src_pitch, rows, cols);
+    case 8: return block_typed(static_cast<uint64_t*>(dst), dst_pitch, static_cast<const uint64_t*>(src), src_pitch, rows, cols);
+    default: REFORGE_ASSERT(false && "transpose_block: element size must be 1, 2, 4 or 8");
+  }
+}
 
 bool transpose_equals(const void* transposed, const void* src, const Transpose2D& t, int threads) {
   return run(nullptr, transposed, src, t, threads);

@@ -29,6 +29,13 @@ bool as_transpose_2d(const Shape& shape, const std::vector<int64_t>& perm, size_
 // dst[b][c][r] = src[b][r][c].
 void transpose_2d(void* dst, const void* src, const Transpose2D& t, int threads);
 
+// The tile kernel behind transpose_2d, for one strided matrix and on the calling thread:
+// dst[j * dst_pitch + i] = src[i * src_pitch + j] for i < rows, j < cols (pitches in elements,
+// elements of 1, 2, 4 or 8 bytes). strided_copy() uses it for its transpose-like copies, so
+// Transpose, Slice-of-transposed and the layout ops all move tiles the same way.
+void transpose_block(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t rows, int64_t cols,
+                     size_t elem);
+
 // True when `transposed` holds exactly the bytes transpose_2d(src) would write.
 bool transpose_equals(const void* transposed, const void* src, const Transpose2D& t, int threads);
 

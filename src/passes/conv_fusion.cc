@@ -15,8 +15,9 @@
 // are channels-first, so each convolution would reorder its input and its output. A value
 // produced by a 2-D float32 convolution and read only by such convolutions (as X or as the
 // residual Z) is kept [N, H, W, C] instead: its producer gets y_layout = "NHWC" and its readers
-// x_layout / z_layout = "NHWC" (plain Convs involved become FusedConvs). ResNet-style networks
-// then reorder once on the way in and once on the way out. Only weight shapes are read.
+// x_layout / z_layout = "NHWC" (plain Convs involved become FusedConvs). A 2-D MaxPool between
+// such convolutions becomes reforge::MaxPool with layout = "NHWC". ResNet-style networks then
+// reorder once on the way in and once on the way out. Only weight shapes are read.
 #include "passes/build_state.h"
 
 namespace reforge::passes {
@@ -95,36 +96,64 @@ void fuse_conv_activation(BuildState& s) {
 
 void conv_channels_last(BuildState& s) {
   ir::Graph& g = s.graph;
-  // Candidates: 2-D convolutions with constant float32 weights (so X is [N, C, H, W]).
-  auto candidate = [&](const ir::Node& n) {
+  // Convolutions: 2-D with constant float32 weights (so X is [N, C, H, W]). Pools: 2-D MaxPool
+  // without Indices, which pass the layout through (input and output NHWC together).
+  auto is_conv = [&](const ir::Node& n) {
     const bool conv = is_op(n, "Conv") && n.inputs.size() >= 2 && n.inputs.size() <= 3;
     const bool fused = n.domain == "reforge" && n.op_type == "FusedConv" && n.inputs.size() >= 2;
     if ((!conv && !fused) || n.outputs.size() != 1) return false;
     auto w = s.consts.find(n.inputs[1]);
     return w != s.consts.end() && w->second.value.dtype() == DType::Float32 && w->second.value.rank() == 4;
   };
-  std::vector<bool> cand(g.nodes.size());
+  auto is_pool = [&](const ir::Node& n) {
+    return is_op(n, "MaxPool") && n.inputs.size() == 1 && (n.outputs.size() == 1 || n.outputs[1].empty()) &&
+           n.attr_ints("kernel_shape").size() == 2;
+  };
+  const size_t count = g.nodes.size();
+  std::vector<char> conv(count), pool(count);
   std::map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    cand[i] = candidate(g.nodes[i]);
-    if (cand[i]) producer[g.nodes[i].outputs[0]] = i;
+  for (size_t i = 0; i < count; ++i) {
+    conv[i] = is_conv(g.nodes[i]);
+    pool[i] = !conv[i] && is_pool(g.nodes[i]);
+    if (conv[i] || pool[i]) producer[g.nodes[i].outputs[0]] = i;
   }
-  // A candidate's output goes channels-last when every reader is a candidate reading it as X or Z.
-  std::map<std::string, bool> last;  // value -> channels-last
+  // A value goes channels-last when its producer is one of those and every reader reads it as X
+  // (or a convolution's Z); a pool's input and output then decide together.
+  std::map<std::string, bool> last;
   for (const auto& [v, i] : producer) last[v] = true;
   for (const auto& o : g.outputs) last.erase(o.name);
-  for (size_t i = 0; i < g.nodes.size(); ++i)
+  for (size_t i = 0; i < count; ++i)
     for (size_t k = 0; k < g.nodes[i].inputs.size(); ++k) {
       auto it = last.find(g.nodes[i].inputs[k]);
-      if (it != last.end() && !(cand[i] && (k == 0 || k == 3))) it->second = false;
+      if (it != last.end() && !((conv[i] && (k == 0 || k == 3)) || (pool[i] && k == 0))) it->second = false;
     }
   auto nhwc = [&](const std::string& v) {
     auto it = last.find(v);
     return it != last.end() && it->second;
   };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!cand[i]) continue;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < count; ++i) {
+      if (!pool[i]) continue;
+      const std::string& in = g.nodes[i].inputs[0];
+      const std::string& out = g.nodes[i].outputs[0];
+      if (nhwc(in) != nhwc(out)) {
+        if (last.count(in) && last[in]) last[in] = false, changed = true;
+        if (last.count(out) && last[out]) last[out] = false, changed = true;
+      }
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
     ir::Node& n = g.nodes[i];
+    if (pool[i]) {
+      if (!nhwc(n.outputs[0])) continue;
+      n.domain = "reforge";
+      n.opset = 1;
+      n.outputs.resize(1);
+      n.attrs["layout"] = ir::string_attr("layout", "NHWC");
+      continue;
+    }
+    if (!conv[i]) continue;
     const bool x = nhwc(n.inputs[0]), y = nhwc(n.outputs[0]), z = n.inputs.size() > 3 && nhwc(n.inputs[3]);
     if (!x && !y && !z) continue;
     if (n.domain.empty()) {

@@ -1,5 +1,7 @@
 #include "backends/cpu/dnnl_matmul.h"
 
+#include <omp.h>
+
 #include <cstring>
 
 #include "backends/cpu/dnnl_context.h"
@@ -61,9 +63,12 @@ std::shared_ptr<const CachedPrimitive> build(const MatmulDims& d) {
 
 bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float* c) {
   REFORGE_ASSERT(d.M > 0 && d.N > 0 && d.K > 0 && d.batch > 0);
+  // oneDNN fixes a primitive's thread count when it is made: make and run it under the same
+  // limit, and key it by that limit.
+  dnnl_util::SerialIfSmall serial(static_cast<double>(d.batch) * d.M * d.N * d.K);
   std::string key = "matmul_f32:" + dnnl_util::dims_key({d.batch, d.a_broadcast, d.b_broadcast, d.M, d.N, d.K,
                                                           d.trans_a, d.trans_b, float_bits(d.alpha),
-                                                          float_bits(d.beta)});
+                                                          float_bits(d.beta), omp_get_max_threads()});
   auto p = dnnl_util::cached_as<CachedPrimitive>(key, [&] { return build(d); });
   if (!p) return false;
   const bool batched = d.batch > 1;
@@ -71,7 +76,6 @@ bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float*
   auto a_md = operand_md(d.a_broadcast ? 1 : d.batch, d.M, d.K, d.trans_a, batched);
   auto b_md = operand_md(d.b_broadcast ? 1 : d.batch, d.K, d.N, d.trans_b, batched);
   auto c_md = operand_md(d.batch, d.M, d.N, false, batched);
-  dnnl_util::SerialIfSmall serial(static_cast<double>(d.batch) * d.M * d.N * d.K);
   dnnl_util::execute(*p,
                      {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
                       {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, const_cast<float*>(b))},
@@ -90,8 +94,10 @@ struct PackedWeights {
 
 namespace {
 
-// Where the bfloat16 copy of the activations goes (dnnl_conv uses the low slots).
+// Thread buffers of the bfloat16 path: the split activations and the two partial products
+// (dnnl_conv uses slots 0-2).
 constexpr int kBf16SrcSlot = 7;
+constexpr int kBf16DstSlot = 6;
 
 std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias) {
   const dt src_dt = w.wdt;
@@ -116,58 +122,121 @@ std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int6
 
 }  // namespace
 
+namespace {
+
+// The packed layout oneDNN picks for one weight shape and the reorder into it, made once per
+// shape: creating them JIT-compiles code, far slower than re-packing a small matrix, and a refit
+// re-packs every Linear weight inside its transaction.
+struct Packer {
+  dnnl::memory::desc plain_md, packed_md;
+  dnnl::reorder reorder;
+};
+
+std::shared_ptr<const Packer> make_packer(int64_t K, int64_t N, bool transposed, dt wdt, int64_t rows) {
+  try {
+    auto p = std::make_shared<Packer>();
+    auto a_md = dnnl_util::plain_md({rows, K}, wdt);
+    auto c_md = dnnl_util::plain_md({rows, N}, dt::f32);
+    dnnl::memory::desc any_md({K, N}, wdt, dnnl::memory::format_tag::any);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any_md, c_md), dnnl_util::engine());
+    p->packed_md = pd.weights_desc();
+    p->plain_md =
+        dnnl_util::strided_md({K, N}, transposed ? std::vector<int64_t>{1, K} : std::vector<int64_t>{N, 1}, wdt);
+    p->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_util::engine(), p->plain_md, dnnl_util::engine(),
+                                                             p->packed_md));
+    return p;
+  } catch (const dnnl::error&) {
+    return nullptr;  // no matmul for this type on this CPU: the caller keeps its plain path
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool transposed, DType dtype, const void* w,
                                                   int64_t rows) {
   REFORGE_ASSERT(K > 0 && N > 0 && rows > 0);
   if (dtype != DType::Float32 && dtype != DType::BFloat16) return nullptr;
+  const dt wdt = dtype == DType::Float32 ? dt::f32 : dt::bf16;
+  const std::string layout_key = std::string(wdt == dt::f32 ? "f32:" : "bf16:") + dnnl_util::dims_key({K, N, rows});
+  // oneDNN fixes a primitive's thread count when it is made: make and run it under the same
+  // limit, and key it by that limit.
+  dnnl_util::SerialIfSmall serial(static_cast<double>(K) * N);  // small: waking threads costs more
+  auto packer = dnnl_util::cached_as<Packer>(
+      "matmul_pack:" + layout_key + (transposed ? ":t:" : ":") + std::to_string(omp_get_max_threads()),
+      [&] { return make_packer(K, N, transposed, wdt, rows); });
+  if (!packer) return nullptr;
   auto packed = std::make_shared<PackedWeights>();
   packed->K = K;
   packed->N = N;
-  packed->wdt = dtype == DType::Float32 ? dt::f32 : dt::bf16;
+  packed->wdt = wdt;
+  packed->md = packer->packed_md;
+  packed->layout_key = layout_key;
+  const size_t bytes = packed->md.get_size();
+  void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!buf) fail("out of memory packing a ", K, "x", N, " weight matrix (", bytes, " bytes)");
+  packed->buffer = std::shared_ptr<void>(buf, std::free);
   auto& eng = dnnl_util::engine();
   try {
-    auto a_md = dnnl_util::plain_md({rows, K}, packed->wdt);
-    auto c_md = dnnl_util::plain_md({rows, N}, dt::f32);
-    dnnl::memory::desc any_md({K, N}, packed->wdt, dnnl::memory::format_tag::any);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any_md, c_md), dnnl_util::engine());
-    packed->md = pd.weights_desc();
-    const size_t bytes = packed->md.get_size();
-    void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!buf) fail("out of memory packing a ", K, "x", N, " weight matrix (", bytes, " bytes)");
-    packed->buffer = std::shared_ptr<void>(buf, std::free);
-    dnnl::memory plain(dnnl_util::strided_md({K, N}, transposed ? std::vector<int64_t>{1, K} : std::vector<int64_t>{N, 1},
-                                              packed->wdt),
-                       eng, const_cast<void*>(w));
-    dnnl::stream& s = dnnl_util::stream();
+    dnnl::memory src(packer->plain_md, eng, const_cast<void*>(w));
     dnnl::memory dst(packed->md, eng, buf);
-    dnnl::reorder(plain, dst).execute(s, plain, dst);
+    dnnl::stream& s = dnnl_util::stream();
+    packer->reorder.execute(s, src, dst);
     s.wait();
-  } catch (const dnnl::error&) {
-    return nullptr;
+  } catch (const dnnl::error& e) {
+    fail("packing a ", K, "x", N, " weight matrix: oneDNN reorder failed: ", e.what());
   }
-  packed->layout_key = std::string(packed->wdt == dt::f32 ? "f32:" : "bf16:") + dnnl_util::dims_key({K, N, rows});
   return packed;
 }
 
 bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c) {
   REFORGE_ASSERT(M > 0);
-  std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + (bias ? ":bias" : "");
-  auto p = dnnl_util::cached_as<CachedPrimitive>(key, [&] { return build_packed(w, M, bias != nullptr); });
-  if (!p) return false;
-  auto& eng = dnnl_util::engine();
-  const void* src = a;
-  if (w.wdt == dt::bf16) {
-    auto* a16 = static_cast<uint16_t*>(dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 2));
-    convert_f32_to_bf16(a, a16, M * w.K);
-    src = a16;
-  }
-  std::unordered_map<int, dnnl::memory> args = {
-      {DNNL_ARG_SRC, dnnl::memory(dnnl_util::plain_md({M, w.K}, w.wdt), eng, const_cast<void*>(src))},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
-      {DNNL_ARG_DST, dnnl::memory(dnnl_util::plain_md({M, w.N}, dt::f32), eng, c)}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
+  // Made and run under the same thread limit (oneDNN fixes it at creation), keyed by it.
   dnnl_util::SerialIfSmall serial(static_cast<double>(M) * w.N * w.K);
-  dnnl_util::execute(*p, std::move(args), "MatMul");
+  const std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + ":" +
+                          std::to_string(omp_get_max_threads());
+  auto& eng = dnnl_util::engine();
+  if (w.wdt == dt::f32) {
+    auto p = dnnl_util::cached_as<CachedPrimitive>(key + (bias ? ":bias" : ""),
+                                                   [&] { return build_packed(w, M, bias != nullptr); });
+    if (!p) return false;
+    const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
+    const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
+                                                  {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                                                  {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
+    dnnl_util::execute(*p, std::move(args), "MatMul");
+    return true;
+  }
+  // bfloat16 weights: X = Xhi + Xlo in bfloat16 and one product of the stacked [Xhi; Xlo]
+  // (2M rows: W streams once) into a scratch [Chi; Clo], then C = Chi + Clo (+ bias). Twice the
+  // (AMX) arithmetic, but the activations keep float32 accuracy, as on the one-row path; only
+  // the weights' rounding remains.
+  auto stacked = dnnl_util::cached_as<CachedPrimitive>(
+      "matmul_packed:" + w.layout_key + ":" + std::to_string(2 * M) + ":" + std::to_string(omp_get_max_threads()),
+      [&] { return build_packed(w, 2 * M, false); });
+  if (!stacked) return false;
+  auto* hi = static_cast<uint16_t*>(dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 4));
+  split_f32_to_bf16(a, hi, hi + M * w.K, M * w.K);
+  auto* parts = static_cast<float*>(dnnl_util::thread_buffer(kBf16DstSlot, static_cast<size_t>(2 * M * w.N) * 4));
+  dnnl_util::execute(*stacked,
+                     {{DNNL_ARG_SRC, dnnl::memory(dnnl_util::plain_md({2 * M, w.K}, dt::bf16), eng, hi)},
+                      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                      {DNNL_ARG_DST, dnnl::memory(dnnl_util::plain_md({2 * M, w.N}, dt::f32), eng, parts)}},
+                     "MatMul");
+  const float* lo_part = parts + M * w.N;
+  const int64_t N = w.N;
+#pragma omp parallel for if (M * N > (1 << 16))
+  for (int64_t r = 0; r < M; ++r) {
+    float* cr = c + r * N;
+    const float* h = parts + r * N;
+    const float* l = lo_part + r * N;
+    if (bias) {
+      for (int64_t j = 0; j < N; ++j) cr[j] = (h[j] + l[j]) + bias[j];
+    } else {
+      for (int64_t j = 0; j < N; ++j) cr[j] = h[j] + l[j];
+    }
+  }
   return true;
 }
 

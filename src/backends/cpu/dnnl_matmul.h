@@ -30,9 +30,9 @@ bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float*
 
 // A constant right-hand matrix W [K, N] reordered once into the blocked layout oneDNN's matmul
 // picks for it (format `any`), so that products with many rows do not re-pack W on every call.
-// Float32 weights give a float32 product; bfloat16 weights a bfloat16 x bfloat16 product with
-// float32 accumulation and output (AMX or AVX-512 BF16), the activations being rounded to
-// bfloat16 on the way in.
+// Float32 weights give a float32 product; bfloat16 weights two bfloat16 x bfloat16 products with
+// float32 accumulation and output (AMX or AVX-512 BF16), of the activations' high and low
+// bfloat16 parts (split_f32_to_bf16), so that only the weights' rounding remains.
 struct PackedWeights;
 
 // Packs W (row-major [K, N], or [N, K] when `transposed`) of type Float32 or BFloat16, for
