@@ -21,8 +21,10 @@
 
 #include "build/builder.h"
 #include "core/npy.h"
+#include "core/simd.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
+#include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 
 using namespace reforge;
@@ -80,11 +82,8 @@ TEST_P(FusionModels, FusesAndMatchesReference) {
     EXPECT_EQ(c["reforge::RmsNorm"], want.rms);
     EXPECT_EQ(c["reforge::Attention"], want.attn);
     EXPECT_EQ(c["reforge::SiluMul"] + c["reforge::Silu"], want.silu);
-    // GELU's constants are read by the pass: in a refit build they must be literals.
-    if (mode == plan::BuildMode::Baked || e.at("export") != "dynamo") {
-      EXPECT_EQ(c["reforge::Gelu"], want.gelu);
-      EXPECT_EQ(c["Pow"], 0);
-    }
+    EXPECT_EQ(c["reforge::Gelu"], want.gelu);
+    EXPECT_EQ(c["Pow"], 0);
     EXPECT_EQ(c["Softmax"], 0);
     EXPECT_EQ(c["reforge::Rotary"], want.rotary);
     EXPECT_EQ(c["Neg"], 0);
@@ -245,13 +244,26 @@ TEST(FusionRmsNorm, NearMissesStayUnfused) {
 TEST(FusionRmsNorm, RefittableScalarsStayInputs) {
   GraphBuilder b;
   b.input("x");
-  std::string p = b.op("Pow", {"x", b.init(scalar_f(2.0f))});
-  std::string m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({-1}))}), b.init(scalar_f(1e-5f))});
-  std::string r = b.op("Div", {b.init(scalar_f(1.0f)), b.op("Sqrt", {m})});
+  const std::string pn = b.init(scalar_f(2.0f)), en = b.init(scalar_f(1e-5f)), nn = b.init(scalar_f(1.0f));
+  std::string p = b.op("Pow", {"x", pn});
+  std::string m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({-1}))}), en});
+  std::string r = b.op("Div", {nn, b.op("Sqrt", {m})});
   b.output(b.op("Mul", {"x", r}));
   std::map<std::string, Tensor> feeds = {{"x", random_f({3, 40}, 4, -2, 2)}};
   auto c = check_fused_vs_unfused(b.g, feeds, 1e-5, plan::BuildMode::Refit);
   EXPECT_EQ(c["reforge::RmsNorm"], 1);
+  // Refit exponent 2 -> 3, eps -> 0.5, numerator 1 -> 2: the fused engine follows.
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  runtime::PlanEngine fused(build::build_plan(b.g, o));
+  refit::Refitter refitter(fused);
+  for (const auto& [name, v] : std::vector<std::pair<std::string, float>>{{pn, 3.0f}, {en, 0.5f}, {nn, 2.0f}}) {
+    b.g.initializers[name] = scalar_f(v);
+    refitter.set(name, scalar_f(v));
+  }
+  refitter.commit();
+  runtime::Engine ref(b.g);
+  EXPECT_LE(max_abs_diff(fused.run(feeds)[0], ref.run(feeds)[0]), 1e-5);
 }
 
 ir::Graph gelu_erf_graph(float sqrt2, float half, bool half_as_init = false) {
@@ -282,9 +294,33 @@ TEST(FusionGelu, BothFormsFuseAndNearMissesDoNot) {
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.5f, 0.5f), feeds, 1e-5)["reforge::Gelu"], 0);
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.4f), feeds, 1e-5)["reforge::Gelu"], 0);
   EXPECT_EQ(check_fused_vs_unfused(gelu_tanh_graph(0.05f), feeds, 1e-5)["reforge::Gelu"], 0);
-  // A refittable 0.5 cannot be dropped: unfused in a refit build, fused in a baked one.
-  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5, plan::BuildMode::Refit)["reforge::Gelu"], 0);
+  // A refittable 0.5 stays an input in a refit build (the kernel honours other values); a baked
+  // build drops it.
+  {
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    plan::Plan p = build::build_plan(gelu_erf_graph(1.4142135f, 0.5f, true), o);
+    ASSERT_EQ(p.graph.nodes.size(), 1u);
+    EXPECT_EQ(p.graph.nodes[0].op_type, "Gelu");
+    EXPECT_EQ(p.graph.nodes[0].inputs.size(), 4u);
+  }
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5, plan::BuildMode::Refit)["reforge::Gelu"], 1);
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5)["reforge::Gelu"], 1);
+  // Refit the 0.5 to 0.25: the fused engine follows the new value exactly like the unfused graph.
+  {
+    ir::Graph g = gelu_erf_graph(1.4142135f, 0.5f, true);
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    runtime::PlanEngine fused(build::build_plan(g, o));
+    ASSERT_EQ(g.initializers.size(), 1u);
+    const std::string name = g.initializers.begin()->first;
+    g.initializers[name] = scalar_f(0.25f);
+    refit::Refitter r(fused);
+    r.set(name, scalar_f(0.25f));
+    r.commit();
+    runtime::Engine ref(g);
+    EXPECT_LE(max_abs_diff(fused.run(feeds)[0], ref.run(feeds)[0]), 1e-5);
+  }
 }
 
 TEST(FusionSilu, SiluAndSwiGlu) {
@@ -340,7 +376,7 @@ ir::Graph attention_graph(const AttnCase& c, bool as_matmul_only = false) {
   std::string s = b.op("MatMul", {q, kt});
   if (c.mul_scale) s = b.op("Mul", {b.constant(scalar_f(1.0f / std::sqrt(float(c.D)))), s});
   else s = b.op("Div", {s, b.constant(scalar_f(std::sqrt(float(c.D))))});
-  if (c.mask == "add") {
+  if (c.mask == "add" || c.mask == "causal") {
     b.input("mask");
     s = b.op("Add", {s, "mask"});
   } else if (c.mask == "where") {
@@ -361,6 +397,13 @@ std::map<std::string, Tensor> attention_feeds(const AttnCase& c) {
     Tensor m = random_f({c.B, 1, c.Sq, c.Sk}, 14, -4, 0);
     for (int64_t i = 0; i < m.numel(); i += 3) m.mutable_data<float>()[i] = -3.4028234663852886e+38f;
     f["mask"] = m;
+  } else if (c.mask == "causal") {
+    // Additive causal mask as torch 1.13 exports it: -FLT_MAX above the diagonal.
+    Tensor m = Tensor::empty(DType::Float32, {1, 1, c.Sq, c.Sk});
+    for (int64_t i = 0; i < c.Sq; ++i)
+      for (int64_t j = 0; j < c.Sk; ++j)
+        m.mutable_data<float>()[i * c.Sk + j] = j > i + (c.Sk - c.Sq) ? -3.4028234663852886e+38f : 0.0f;
+    f["mask"] = m;
   } else if (c.mask == "where") {
     Tensor m = Tensor::empty(DType::Bool, {1, 1, c.Sq, c.Sk});
     for (int64_t i = 0; i < c.Sq; ++i)
@@ -374,7 +417,7 @@ TEST(FusionAttention, MatchesUnfusedAcrossShapes) {
   const std::vector<AttnCase> cases = {
       {1, 4, 4, 7, 7, 16, "add"},   {2, 4, 2, 5, 5, 16, "add"},   {1, 8, 2, 33, 33, 64, "where"},
       {1, 4, 1, 1, 19, 32, ""},     {2, 2, 2, 40, 40, 20, "add", true}, {1, 16, 4, 128, 128, 64, "add"},
-      {1, 3, 3, 3, 70, 8, "where"},
+      {1, 3, 3, 3, 70, 8, "where"},  {1, 4, 2, 100, 100, 32, "causal"}, {2, 2, 1, 1, 50, 16, "causal"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "B" << c.B << " Hq" << c.Hq << " Hkv" << c.Hkv << " Sq" << c.Sq << " Sk" << c.Sk
@@ -457,6 +500,20 @@ TEST(FusionLayerNorm, FusesAndNearMissDoesNot) {
       EXPECT_EQ(c.size(), 1u);
     }
   EXPECT_EQ(check_fused_vs_unfused(layer_norm_graph(true, true), feeds, 1e-5)["LayerNormalization"], 0);
+}
+
+// The generic (non-AVX-512) variants of the fused kernels agree with the unfused graph too.
+TEST(FusionKernels, GenericVariantsMatch) {
+  SimdOverride generic(SimdLevel::Generic);
+  AttnCase c{1, 8, 2, 37, 37, 64, "causal"};
+  EXPECT_EQ(check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5)["reforge::Attention"], 1);
+  std::map<std::string, Tensor> feeds = {{"x", random_f({2, 5, 48}, 1, -3, 3)}};
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, false, true), feeds, 1e-5)["reforge::RmsNorm"], 1);
+  feeds = {{"x", random_f({4, 37}, 3, -5, 5)}};
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f), feeds, 1e-5)["reforge::Gelu"], 1);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_tanh_graph(0.044715f), feeds, 1e-5)["reforge::Gelu"], 1);
+  feeds = {{"x", random_f({2, 9, 3, 64}, 20)}};
+  EXPECT_EQ(check_fused_vs_unfused(rotary_graph(9, 64, 32), feeds, 1e-6)["reforge::Rotary"], 1);
 }
 
 }  // namespace

@@ -148,6 +148,7 @@ plan::Plan build_plan(const ir::Graph& input, const BuildOptions& o) {
   passes::BuildState s = make_state(std::move(g), o, literals);
   for (const auto& pass : passes::default_passes()) {
     bool allowed = !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
+    for (const auto& pattern : o.skip_passes) allowed &= !glob_match(pattern, pass.name);
     if (!allowed) continue;
     try {
       pass.run(s);

@@ -24,6 +24,7 @@ struct BuildOptions {
   bool strip_weights = false;                    // requires a refit mode
   bool verify_recipes = true;                    // replay every recipe after the build
   bool print_passes = false;                     // print node/constant counts after each pass
+  std::vector<std::string> skip_passes;          // glob patterns of passes not to run (A/B timing, debugging)
   void validate() const;                         // throws on inconsistent options
 };
 

@@ -330,12 +330,32 @@ struct AttnArgs {
 
 constexpr int64_t kBlockQ = 32;
 
-// S[r][0..Skp) = Q[i0 + r] . K^T for r < rows (rows <= 4 per call of the micro kernel).
+// S[r][0..ncols) = Q[i0 + r] . K^T for r < kRows (ncols a multiple of 16, <= Skp).
 template <int kRows>
-RF_INLINE void qk_rows(const AttnArgs& a, const float* qrow0, int64_t qstride, const float* kt, float* s, int64_t sstride) {
+RF_INLINE void qk_rows(const AttnArgs& a, const float* qrow0, int64_t qstride, const float* kt, float* s, int64_t sstride,
+                       int64_t ncols) {
   const int64_t D = a.D, Skp = a.Skp;
   int64_t j = 0;
-  for (; j + 2 * kW <= Skp; j += 2 * kW) {
+  if constexpr (kRows <= 6) {
+    // 64 columns at a time: 4 K^T loads and kRows broadcasts feed 4 * kRows FMAs.
+    for (; j + 4 * kW <= ncols; j += 4 * kW) {
+      v16 acc[kRows][4] = {};
+      for (int64_t d = 0; d < D; ++d) {
+        const float* kp = kt + d * Skp + j;
+        const v16 k0 = load(kp), k1 = load(kp + kW), k2 = load(kp + 2 * kW), k3 = load(kp + 3 * kW);
+        for (int r = 0; r < kRows; ++r) {
+          const v16 qv = splat(qrow0[r * qstride + d]);
+          acc[r][0] += qv * k0;
+          acc[r][1] += qv * k1;
+          acc[r][2] += qv * k2;
+          acc[r][3] += qv * k3;
+        }
+      }
+      for (int r = 0; r < kRows; ++r)
+        for (int c = 0; c < 4; ++c) store(s + r * sstride + j + c * kW, acc[r][c]);
+    }
+  }
+  for (; j + 2 * kW <= ncols; j += 2 * kW) {
     v16 acc[kRows][2] = {};
     for (int64_t d = 0; d < D; ++d) {
       const float* kp = kt + d * Skp + j;
@@ -351,7 +371,7 @@ RF_INLINE void qk_rows(const AttnArgs& a, const float* qrow0, int64_t qstride, c
       store(s + r * sstride + j + kW, acc[r][1]);
     }
   }
-  for (; j < Skp; j += kW) {
+  for (; j < ncols; j += kW) {
     v16 acc[kRows] = {};
     for (int64_t d = 0; d < D; ++d) {
       v16 k0 = load(kt + d * Skp + j);
@@ -379,15 +399,16 @@ RF_INLINE void pv_rows(const float* p, int64_t pstride, const float* v, int64_t 
 }
 
 template <int kRows>
-RF_INLINE void pv_block(const AttnArgs& a, const float* p, int64_t pstride, const float* vb, const float* inv, float* y) {
+RF_INLINE void pv_block(const AttnArgs& a, const float* p, int64_t pstride, const float* vb, const float* inv, float* y,
+                        int64_t klen) {
   const int64_t Dv = a.Dv, vs = a.v.ss;
   int64_t c = 0;
-  for (; c + 4 * kW <= Dv; c += 4 * kW) pv_rows<kRows, 4>(p, pstride, vb + c, vs, a.Sk, inv, y + c, a.y_ss);
-  for (; c + kW <= Dv; c += kW) pv_rows<kRows, 1>(p, pstride, vb + c, vs, a.Sk, inv, y + c, a.y_ss);
+  for (; c + 4 * kW <= Dv; c += 4 * kW) pv_rows<kRows, 4>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
+  for (; c + kW <= Dv; c += kW) pv_rows<kRows, 1>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
   for (; c < Dv; ++c)
     for (int r = 0; r < kRows; ++r) {
       float acc = 0;
-      for (int64_t j = 0; j < a.Sk; ++j) acc += p[r * pstride + j] * vb[j * vs + c];
+      for (int64_t j = 0; j < klen; ++j) acc += p[r * pstride + j] * vb[j * vs + c];
       y[r * a.y_ss + c] = acc * inv[r];
     }
 }
@@ -400,11 +421,35 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
   const int64_t vh = a.v_bcast_h ? 0 : h / a.v_group;
   const float* kt = a.kt + (a.k.b == 1 ? 0 : b) * a.kt_b + kh * a.kt_h;
   const float* qb = a.q.p + b * a.q.sb + h * a.q.sh + i0 * a.q.ss;
+  // Keys past the last one that any row of the block can see (a causal mask's upper triangle)
+  // are skipped: a mask value <= -1e30 (or a Where fill <= -1e30) makes exp() exactly 0 there,
+  // as long as the row has an open key to set its max. NaN counts as open.
+  int64_t klen = Sk;
+  if (a.mask_mode != 0 && (a.mask_mode == 1 || a.fill <= -1e30f)) {
+    int64_t last = -1;
+    for (int64_t r = 0; r < rows && last + 1 < Sk; ++r) {
+      const int64_t i = i0 + r, base = b * a.m_sb + h * a.m_sh + i * a.m_sq;
+      int64_t j = Sk - 1;
+      if (a.mask_mode == 1) {
+        while (j >= 0 && a.mask_f[base + j * a.m_sk] <= -1e30f) --j;
+      } else {
+        const bool closed = a.mask_mode == 2;
+        while (j >= 0 && a.mask_b[base + j * a.m_sk] == closed) --j;
+      }
+      if (j < 0) {  // a row with no open key: keep everything (its softmax is over all keys)
+        last = Sk - 1;
+        break;
+      }
+      last = std::max(last, j);
+    }
+    klen = last + 1;
+  }
+  const int64_t kp = (klen + kW - 1) / kW * kW;
   // Scores.
   int64_t r = 0;
-  for (; r + 8 <= rows; r += 8) qk_rows<8>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
-  for (; r + 4 <= rows; r += 4) qk_rows<4>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
-  for (; r < rows; ++r) qk_rows<1>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp);
+  for (; r + 6 <= rows; r += 6) qk_rows<6>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
+  for (; r + 4 <= rows; r += 4) qk_rows<4>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
+  for (; r < rows; ++r) qk_rows<1>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
   // Scale, mask, softmax numerator (unnormalized) and 1 / sum per row.
   float inv[kBlockQ];
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -413,33 +458,33 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
     const int64_t i = i0 + r;
     if (a.scale_op == 1) {
       const v16 sc = splat(a.scale);
-      for (int64_t j = 0; j < Skp; j += kW) store(sr + j, load(sr + j) * sc);
+      for (int64_t j = 0; j < kp; j += kW) store(sr + j, load(sr + j) * sc);
     }
     if (a.mask_mode == 1) {
       const float* m = a.mask_f + b * a.m_sb + h * a.m_sh + i * a.m_sq;
       if (a.m_sk == 1) {
         int64_t j = 0;
-        for (; j + kW <= Sk; j += kW) store(sr + j, load(sr + j) + load(m + j));
-        for (; j < Sk; ++j) sr[j] += m[j];
+        for (; j + kW <= klen; j += kW) store(sr + j, load(sr + j) + load(m + j));
+        for (; j < klen; ++j) sr[j] += m[j];
       } else {
-        for (int64_t j = 0; j < Sk; ++j) sr[j] += m[0];
+        for (int64_t j = 0; j < klen; ++j) sr[j] += m[0];
       }
     } else if (a.mask_mode >= 2) {
       const bool* m = a.mask_b + b * a.m_sb + h * a.m_sh + i * a.m_sq;
       const bool when = a.mask_mode == 2;
-      for (int64_t j = 0; j < Sk; ++j)
+      for (int64_t j = 0; j < klen; ++j)
         if (m[j * a.m_sk] == when) sr[j] = a.fill;
     }
-    for (int64_t j = Sk; j < Skp; ++j) sr[j] = ninf;
+    for (int64_t j = klen; j < kp; ++j) sr[j] = ninf;
     v16 mx = splat(ninf);
-    for (int64_t j = 0; j < Skp; j += kW) {
+    for (int64_t j = 0; j < kp; j += kW) {
       const v16 x = load(sr + j);
       mx = x > mx ? x : mx;
     }
     const float m = hmax(mx);
     const v16 vm = splat(m);
     v16 sum{};
-    for (int64_t j = 0; j < Skp; j += kW) {
+    for (int64_t j = 0; j < kp; j += kW) {
       v16 e = vexp(load(sr + j) - vm);
       store(sr + j, e);
       sum += e;
@@ -449,9 +494,9 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
   // P V.
   const float* vb = a.v.p + (a.v.b == 1 ? 0 : b) * a.v.sb + vh * a.v.sh;
   float* yb = a.y + b * a.y_sb + h * a.y_sh + i0 * a.y_ss;
-  for (r = 0; r + 6 <= rows; r += 6) pv_block<6>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
-  for (; r + 4 <= rows; r += 4) pv_block<4>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
-  for (; r < rows; ++r) pv_block<1>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss);
+  for (r = 0; r + 6 <= rows; r += 6) pv_block<6>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss, klen);
+  for (; r + 4 <= rows; r += 4) pv_block<4>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss, klen);
+  for (; r < rows; ++r) pv_block<1>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss, klen);
 }
 
 RF_AVX512_TARGET void attn_task_avx512(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
@@ -585,22 +630,37 @@ void attention_kernel(KernelContext& ctx) {
   // Pack K^T per (batch, kv head): [D][Skp], zero padded.
   a.Skp = (a.Sk + kW - 1) / kW * kW;
   const int64_t kb = a.k.b, kh = a.k.h;
-  std::vector<float> kt(static_cast<size_t>(kb * kh * a.D * a.Skp));
+  // Scratch reused across runs (no allocation per run in steady state): per calling thread, so
+  // concurrent runs on other threads have their own.
+  static thread_local std::vector<float> kt;
+  if (kt.size() < static_cast<size_t>(kb * kh * a.D * a.Skp)) kt.resize(static_cast<size_t>(kb * kh * a.D * a.Skp));
   a.kt_h = a.D * a.Skp;
   a.kt_b = kh * a.kt_h;
-  a.kt = kt.data();
+  float* const ktp = kt.data();  // worker threads must not name `kt`: it is thread_local
+  a.kt = ktp;
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   const int64_t flops = a.B * a.Hq * a.Sq * a.Sk * (a.D + a.Dv);
   const bool par = threads > 1 && big_enough(flops / 8);
 #pragma omp parallel for num_threads(threads) if (par && kb * kh > 1)
   for (int64_t bh = 0; bh < kb * kh; ++bh) {
     const int64_t b = bh / kh, h = bh % kh;
-    float* dst = kt.data() + b * a.kt_b + h * a.kt_h;
+    float* dst = ktp + b * a.kt_b + h * a.kt_h;
     const float* src = a.k.p + b * a.k.sb + h * a.k.sh;
-    for (int64_t d = 0; d < a.D; ++d) {
-      float* row = dst + d * a.Skp;
-      for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd];
-      for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
+    if (a.k.sd == 1) {
+      // K rows are contiguous in d: read them in order, write K^T column by column (the
+      // destination, D x Skp floats, stays in cache; the source rows may be far apart).
+      for (int64_t j = 0; j < a.Sk; ++j) {
+        const float* krow = src + j * a.k.ss;
+        for (int64_t d = 0; d < a.D; ++d) dst[d * a.Skp + j] = krow[d];
+      }
+      for (int64_t d = 0; d < a.D; ++d)
+        for (int64_t j = a.Sk; j < a.Skp; ++j) dst[d * a.Skp + j] = 0;
+    } else {
+      for (int64_t d = 0; d < a.D; ++d) {
+        float* row = dst + d * a.Skp;
+        for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd];
+        for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
+      }
     }
   }
   const int64_t qblocks = (a.Sq + kBlockQ - 1) / kBlockQ;
@@ -608,7 +668,8 @@ void attention_kernel(KernelContext& ctx) {
   auto fn = cpu_has_avx512() ? attn_task_avx512 : attn_task_generic;
 #pragma omp parallel num_threads(threads) if (par && tasks > 1)
   {
-    std::vector<float> s(static_cast<size_t>(kBlockQ * a.Skp));
+    static thread_local std::vector<float> s;
+    if (s.size() < static_cast<size_t>(kBlockQ * a.Skp)) s.resize(static_cast<size_t>(kBlockQ * a.Skp));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qbk = t % qblocks, bh = t / qblocks;

@@ -2,7 +2,8 @@
 // sqrt 2)) or its tanh form (attribute approximate = none | tanh). The standard Gelu-20 kernel
 // (activations.cc) keeps a few ulp of relative accuracy deep into the negative tail; this one
 // matches the decomposition it replaces instead, which has 1 + erf's cancellation anyway, and
-// trades that for speed. Float32 on 16-lane vectors, AVX-512 when the CPU has it, OpenMP over
+// trades that for speed. When the pass keeps the formula's constants as inputs (they are
+// refittable), other values than the standard ones run the formula as written. Float32 on 16-lane vectors, AVX-512 when the CPU has it, OpenMP over
 // large tensors. The erf form uses a rational erf approximation (max abs error 4.2e-7 on [-4, 4],
 // saturating to +-1 outside), so the absolute error stays below 1e-6 |x| like the decomposition
 // it replaces (1 + erf cancels for negative x there too). The tanh
@@ -70,8 +71,48 @@ void gelu_generic(const float* x, float* y, int64_t n, bool t) { gelu_impl<0>(x,
 
 namespace {
 
+double scalar_in(const KernelContext& ctx, size_t i) {
+  const Tensor& t = ctx.input(i);
+  REFORGE_CHECK(t.numel() == 1 && t.dtype() == DType::Float32, ctx.node().label(), ": constant input ", i,
+                " must be a float32 scalar, got ", t.describe());
+  return t.data<float>()[0];
+}
+
+bool near(double v, double want) { return std::fabs(v - want) <= 1e-6 * std::fabs(want); }
+
+// With its constants as inputs (they may have been refit): the formula as written, for any
+// values; the fast path when they hold the standard ones.
+bool gelu_general(KernelContext& ctx, bool tanh_form) {
+  const Tensor& x = ctx.input(0);
+  const int64_t n = x.numel();
+  if (!tanh_form) {
+    REFORGE_CHECK(ctx.num_inputs() == 4, ctx.node().label(), ": expects x, k, one, half");
+    const bool div = ctx.attr_string("k_op", "div") == "div";
+    const float k = static_cast<float>(scalar_in(ctx, 1)), one = static_cast<float>(scalar_in(ctx, 2)),
+                half = static_cast<float>(scalar_in(ctx, 3));
+    if (near(k, div ? std::sqrt(2.0) : std::sqrt(0.5)) && one == 1.0f && half == 0.5f) return false;
+    float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
+    const float* px = x.data<float>();
+    for (int64_t i = 0; i < n; ++i) y[i] = (px[i] * half) * (one + std::erf(div ? px[i] / k : px[i] * k));
+    return true;
+  }
+  REFORGE_CHECK(ctx.num_inputs() == 6, ctx.node().label(), ": expects x, c1, c2, p, one, half");
+  const float c1 = static_cast<float>(scalar_in(ctx, 1)), c2 = static_cast<float>(scalar_in(ctx, 2)),
+              p = static_cast<float>(scalar_in(ctx, 3)), one = static_cast<float>(scalar_in(ctx, 4)),
+              half = static_cast<float>(scalar_in(ctx, 5));
+  if (near(c1, std::sqrt(2.0 / M_PI)) && near(c2, 0.044715) && p == 3.0f && one == 1.0f && half == 0.5f) return false;
+  float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
+  const float* px = x.data<float>();
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = (px[i] * half) * (one + std::tanh(c1 * (px[i] + c2 * std::pow(px[i], p))));
+  return true;
+}
+
 void gelu_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
+  if (x.dtype() == DType::Float32 && ctx.num_inputs() > 1 &&
+      gelu_general(ctx, ctx.attr_string("approximate", "none") == "tanh"))
+    return;
   if (x.dtype() != DType::Float32) {
     // Other types: the standard Gelu-20 kernel (same function, more accurate).
     const OpDef* def = OpRegistry::global().find("", "Gelu", 20);

@@ -4,12 +4,14 @@
 // these types and instantiated twice: inside a function compiled with
 // __attribute__((target("avx512f,..."))) (one zmm register per vector) and in a plain function
 // (the compiler splits each vector into SSE registers). RF_AVX512_TARGET marks the former;
-// cpu_has_avx512() picks one at run time.
+// cpu_has_avx512() picks one at run time, following core/simd.h's simd_level().
 #pragma once
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
+
+#include "core/simd.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // 64-byte vectors only cross always-inline boundaries
 
@@ -23,12 +25,9 @@ using i16 = int32_t __attribute__((vector_size(64)));
 using u16 = uint32_t __attribute__((vector_size(64)));
 constexpr int64_t kW = 16;
 
-inline bool cpu_has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("fma");
-  return yes;
-}
+// The AVX-512 variant runs when core/simd.h's level allows it (the CPU has it and neither a
+// SimdOverride nor REFORGE_SIMD caps it), so tests can check both variants against each other.
+inline bool cpu_has_avx512() { return simd_level() == SimdLevel::Avx512; }
 
 RF_INLINE v16 splat(float x) { return v16{} + x; }
 RF_INLINE v16 load(const float* p) {

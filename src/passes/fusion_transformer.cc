@@ -3,8 +3,9 @@
 // weights stay node inputs of the fused operator, so no recipe is recorded. Scalar constants that
 // define the pattern (an exponent 2, sqrt(2), 0.5) are checked before rewriting; a fusion that
 // would drop a refittable constant from the graph does not happen (GraphIndex::specializable),
-// and the ones a kernel can honour at any value (eps, the attention scale, a mask fill value) stay
-// inputs of the fused node so that a refit still reaches them.
+// and the ones a kernel can honour at any value (RMSNorm's eps and exponent, GELU's constants,
+// the attention scale, a mask fill value) stay inputs of the fused node so that a refit still
+// reaches them.
 //
 // fuse-rms-norm:  x * (1 / sqrt(mean(x^2, -1) + eps)) [* w]  ->  reforge::RmsNorm(x, w, eps, p, n)
 // fuse-gelu:      x * 0.5 * (1 + erf(x / sqrt 2))           ->  reforge::Gelu(x)
@@ -56,27 +57,30 @@ ir::Node make_node(const ir::Node& anchor, const char* domain, const char* op, i
 }
 
 // Given a value `a` that must be multiplied by x and 0.5 (in any order, in at most two Mul
-// nodes with single-use intermediates), returns the node producing the final product, and kills
-// the intermediate ones; nullptr when the shape does not match.
+// nodes with single-use intermediates), returns the node producing the final product and the
+// name of the 0.5 constant, and records the intermediate nodes; nullptr when the shape does not
+// match.
 ir::Node* product_with_x_and_half(GraphIndex& g, const std::string& a, const std::string& x,
-                                  std::vector<ir::Node*>& matched) {
+                                  std::vector<ir::Node*>& matched, std::string& half_name) {
   ir::Node* m1 = g.sole_consumer(a);
   if (!is(m1, "Mul")) return nullptr;
   const std::string o1 = other_input(*m1, a);
   if (o1.empty()) return nullptr;
-  if (o1 == x || g.scalar_is(o1, 0.5)) {
+  if (o1 == x || g.near(o1, 0.5)) {
     ir::Node* m2 = g.sole_consumer(m1->outputs[0]);
     if (!is(m2, "Mul")) return nullptr;
     const std::string o2 = other_input(*m2, m1->outputs[0]);
-    bool ok = (o1 == x && g.scalar_is(o2, 0.5)) || (o1 != x && o2 == x);
+    bool ok = (o1 == x && g.near(o2, 0.5)) || (o1 != x && o2 == x);
     if (!ok) return nullptr;
+    half_name = o1 == x ? o2 : o1;
     matched.push_back(m1);
     return m2;
   }
   ir::Node* half = g.producer(o1, "Mul");
   if (!half || !g.single_use(o1)) return nullptr;
   const std::string h = other_input(*half, x);
-  if (h.empty() || !g.scalar_is(h, 0.5)) return nullptr;
+  if (h.empty() || !g.near(h, 0.5)) return nullptr;
+  half_name = h;
   matched.push_back(half);
   return m1;
 }
@@ -166,6 +170,9 @@ void fuse_rms_norm(BuildState& s) {
   g.sweep();
 }
 
+// The constants are checked by value; when any of them may change at refit (a float
+// initializer in a refittable build), all of them stay inputs of the fused node, whose kernel
+// then evaluates the formula with whatever values they hold.
 void fuse_gelu(BuildState& s) {
   GraphIndex g(s);
   std::vector<std::pair<size_t, ir::Node>> replace;
@@ -175,13 +182,15 @@ void fuse_gelu(BuildState& s) {
     std::vector<ir::Node*> matched = {core};
     std::string x;
     const char* approx = nullptr;
+    std::vector<std::string> params;  // erf: k, one, half; tanh: c1, c2, p, one, half
+    std::string k_op;
     if (is(core, "Erf")) {
       // x / sqrt(2) or x * (1 / sqrt(2))
       ir::Node* d = g.producer(core->inputs[0]);
       if (!d || !g.single_use(core->inputs[0])) continue;
-      if (is(d, "Div") && g.scalar_is(d->inputs[1], std::sqrt(2.0))) x = d->inputs[0];
-      else if (is(d, "Mul") && g.scalar_is(d->inputs[1], std::sqrt(0.5))) x = d->inputs[0];
-      else if (is(d, "Mul") && g.scalar_is(d->inputs[0], std::sqrt(0.5))) x = d->inputs[1];
+      if (is(d, "Div") && g.near(d->inputs[1], std::sqrt(2.0))) x = d->inputs[0], params = {d->inputs[1]}, k_op = "div";
+      else if (is(d, "Mul") && g.near(d->inputs[1], std::sqrt(0.5))) x = d->inputs[0], params = {d->inputs[1]}, k_op = "mul";
+      else if (is(d, "Mul") && g.near(d->inputs[0], std::sqrt(0.5))) x = d->inputs[1], params = {d->inputs[0]}, k_op = "mul";
       else continue;
       matched.push_back(d);
       approx = "none";
@@ -190,8 +199,8 @@ void fuse_gelu(BuildState& s) {
       ir::Node* u = g.producer(core->inputs[0], "Mul");
       if (!u || !g.single_use(core->inputs[0])) continue;
       std::string inner;
-      if (g.scalar_is(u->inputs[1], std::sqrt(2.0 / M_PI))) inner = u->inputs[0];
-      else if (g.scalar_is(u->inputs[0], std::sqrt(2.0 / M_PI))) inner = u->inputs[1];
+      if (g.near(u->inputs[1], std::sqrt(2.0 / M_PI))) inner = u->inputs[0], params = {u->inputs[1]};
+      else if (g.near(u->inputs[0], std::sqrt(2.0 / M_PI))) inner = u->inputs[1], params = {u->inputs[0]};
       else continue;
       ir::Node* a = g.producer(inner, "Add");
       if (!a || !g.single_use(inner)) continue;
@@ -200,13 +209,15 @@ void fuse_gelu(BuildState& s) {
         const std::string cand_x = a->inputs[side], cube_term = a->inputs[1 - side];
         ir::Node* m = g.producer(cube_term, "Mul");
         if (!m || !g.single_use(cube_term)) continue;
-        std::string cube;
-        if (g.scalar_is(m->inputs[1], 0.044715)) cube = m->inputs[0];
-        else if (g.scalar_is(m->inputs[0], 0.044715)) cube = m->inputs[1];
+        std::string cube, c2;
+        if (g.near(m->inputs[1], 0.044715)) cube = m->inputs[0], c2 = m->inputs[1];
+        else if (g.near(m->inputs[0], 0.044715)) cube = m->inputs[1], c2 = m->inputs[0];
         else continue;
         ir::Node* p = g.producer(cube, "Pow");
-        if (!p || !g.single_use(cube) || p->inputs[0] != cand_x || !g.scalar_is(p->inputs[1], 3.0, 0.0)) continue;
+        if (!p || !g.single_use(cube) || p->inputs[0] != cand_x || !g.near(p->inputs[1], 3.0, 0.0)) continue;
         x = cand_x;
+        params.push_back(c2);
+        params.push_back(p->inputs[1]);
         matched.insert(matched.end(), {u, a, m, p});
         found = true;
       }
@@ -216,13 +227,27 @@ void fuse_gelu(BuildState& s) {
       continue;
     }
     ir::Node* one = g.sole_consumer(core->outputs[0]);
-    if (!is(one, "Add") || !g.scalar_is(other_input(*one, core->outputs[0]), 1.0)) continue;
+    if (!is(one, "Add") || !g.near(other_input(*one, core->outputs[0]), 1.0)) continue;
+    params.push_back(other_input(*one, core->outputs[0]));
     matched.push_back(one);
-    ir::Node* last = product_with_x_and_half(g, one->outputs[0], x, matched);
+    std::string half;
+    ir::Node* last = product_with_x_and_half(g, one->outputs[0], x, matched, half);
     if (!last) continue;
+    params.push_back(half);
+    bool all_fixed = true, all_f32 = true;
+    for (const auto& c : params) {
+      all_fixed &= g.specializable(c);
+      all_f32 &= g.const_dtype(c) == DType::Float32;
+    }
+    if (!all_fixed && !all_f32) continue;
+    const bool fixed = all_fixed;
     ir::Node f = make_node(*last, "reforge", "Gelu", 1);
     f.attrs["approximate"] = ir::string_attr("approximate", approx);
     f.inputs = {x};
+    if (!fixed) {
+      f.inputs.insert(f.inputs.end(), params.begin(), params.end());
+      if (!k_op.empty()) f.attrs["k_op"] = ir::string_attr("k_op", k_op);
+    }
     f.outputs = {last->outputs[0]};
     for (ir::Node* m : matched) g.kill(m);
     replace.emplace_back(g.index_of(last), std::move(f));

@@ -82,6 +82,11 @@ class GraphIndex {
     return c.kind == plan::WeightKind::Literal || s_.mode == plan::BuildMode::Baked ||
            s_.mode == plan::BuildMode::RefitIdentical;
   }
+  // A scalar constant close to `want` (whether or not it may change at refit).
+  bool near(const std::string& v, double want, double rel = 1e-6) const {
+    auto x = scalar(v);
+    return x && std::fabs(*x - want) <= rel * std::fabs(want) + 1e-30;
+  }
   // A specializable scalar constant close to `want` (relative tolerance: float rounding of the
   // exporter's constant).
   bool scalar_is(const std::string& v, double want, double rel = 1e-6) const {

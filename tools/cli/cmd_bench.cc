@@ -25,6 +25,7 @@ struct BenchArgs {
   std::vector<std::string> weights;
   std::string precision;
   bool profile = false;
+  std::vector<std::string> skip_passes;
   bool no_arena = false;
 };
 
@@ -76,6 +77,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
+  app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
   return [a]() {
     auto inputs = load_inputs(a->inputs);
@@ -86,6 +88,7 @@ Runner add_bench(CLI::App& app) {
     lo.precision = a->precision;
     lo.quiet = true;
     lo.profile = a->profile;
+    lo.skip_passes = a->skip_passes;
     lo.arena = !a->no_arena;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;

@@ -20,6 +20,7 @@ namespace {
 struct BuildArgs {
   std::string model, out;
   bool refit = false, identical = false, strip = false, print_passes = false;
+  std::vector<std::string> skip_passes;
   std::vector<std::string> individual, literals, checkpoints, binds;
   std::string bind_file, precision;
   bool strict_binding = false;
@@ -39,6 +40,7 @@ Runner add_build(CLI::App& app) {
   app.add_flag("--strip-weights", a->strip, "leave refittable weight data out of the plan");
   app.add_option("--literal", a->literals, "initializers to treat as literals (structure, never refit)");
   app.add_flag("--print-passes", a->print_passes, "print graph size after each pass");
+  app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_option("--checkpoint", a->checkpoints, "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
   app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME}");
@@ -57,6 +59,7 @@ Runner add_build(CLI::App& app) {
     o.literal_names = a->literals;
     o.strip_weights = a->strip;
     o.print_passes = a->print_passes;
+    o.skip_passes = a->skip_passes;
     o.precision = parse_precision(a->precision);
     o.validate();
     auto t0 = std::chrono::steady_clock::now();

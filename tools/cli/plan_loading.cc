@@ -39,6 +39,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   } else {
     build::BuildOptions bo;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
+    bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
     p = build::build_plan(onnx::import_model_file(path), bo);
   }

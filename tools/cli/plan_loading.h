@@ -20,6 +20,7 @@ struct LoadOptions {
   bool verify = false;               // run fast and slow, compare every engine weight
   bool quiet = false;                // do not print refit phases
   bool profile = false;              // time every node (runtime::EngineOptions::profile)
+  std::vector<std::string> skip_passes;  // build passes not to run (glob patterns)
   bool arena = true;                 // runtime::EngineOptions::arena
   std::string precision;             // --precision for an ONNX model built on the fly ("" = fp32)
 };
