@@ -41,6 +41,14 @@ struct CachedPrimitive {
   dnnl::primitive prim;
   dnnl::memory::desc scratchpad_md;
   size_t scratchpad_bytes = 0;
+
+  // Makes the primitive of kind `Primitive` from `pd` and records its scratchpad.
+  template <typename Primitive, typename PrimitiveDesc>
+  void make(const PrimitiveDesc& pd) {
+    prim = Primitive(pd);
+    scratchpad_md = pd.scratchpad_desc();
+    scratchpad_bytes = scratchpad_md.get_size();
+  }
 };
 
 // Row-major (dense, C-order) memory descriptor.

@@ -46,9 +46,7 @@ std::optional<CachedPrimitive> make_reorder(const dnnl::memory::desc& from, cons
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::reorder::primitive_desc pd(dnnl_util::engine(), from, dnnl_util::engine(), to, attr);
   CachedPrimitive r;
-  r.prim = dnnl::reorder(pd);
-  r.scratchpad_md = pd.scratchpad_desc();
-  r.scratchpad_bytes = r.scratchpad_md.get_size();
+  r.make<dnnl::reorder>(pd);
   return r;
 }
 
@@ -119,9 +117,7 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     }
     dnnl::convolution_forward::primitive_desc pd =
         wino ? *wino : dnnl::convolution_forward::primitive_desc(desc, attr, dnnl_util::engine());
-    p->prim = dnnl::convolution_forward(pd);
-    p->scratchpad_md = pd.scratchpad_desc();
-    p->scratchpad_bytes = p->scratchpad_md.get_size();
+    p->make<dnnl::convolution_forward>(pd);
     p->src_md = pd.src_desc();
     p->weights_md = pd.weights_desc();
     p->dst_md = pd.dst_desc();

@@ -50,9 +50,7 @@ std::shared_ptr<const CachedPrimitive> build(const MatmulDims& d) {
     dnnl::matmul::desc desc(a_md, b_md, c_md);
     dnnl::matmul::primitive_desc pd(desc, attr, dnnl_util::engine());
     auto p = std::make_shared<CachedPrimitive>();
-    p->prim = dnnl::matmul(pd);
-    p->scratchpad_md = pd.scratchpad_desc();
-    p->scratchpad_bytes = p->scratchpad_md.get_size();
+    p->make<dnnl::matmul>(pd);
     return p;
   } catch (const dnnl::error&) {
     return nullptr;  // no implementation: the caller's reference loop takes over
@@ -111,9 +109,7 @@ std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int6
     dnnl::matmul::primitive_desc pd(desc, attr, dnnl_util::engine());
     if (pd.weights_desc() != w.md) return nullptr;
     auto p = std::make_shared<CachedPrimitive>();
-    p->prim = dnnl::matmul(pd);
-    p->scratchpad_md = pd.scratchpad_desc();
-    p->scratchpad_bytes = p->scratchpad_md.get_size();
+    p->make<dnnl::matmul>(pd);
     return p;
   } catch (const dnnl::error&) {
     return nullptr;  // the packed layout does not suit these rows: the caller's plain path runs
