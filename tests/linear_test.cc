@@ -14,11 +14,13 @@
 #include <random>
 
 #include "build/builder.h"
+#include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
 #include "build/onnx_refit.h"
 #include "core/half.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
+#include "ops/linear.h"
 #include "ops/registry.h"
 #include "plan/plan_io.h"
 #include "refit/recipe.h"
@@ -126,6 +128,27 @@ TEST(LinearKernel, MatMulConstantWeightOddSizes) {
           expect_close(y, reference(x, w, false, nullptr, batch * M, K, N), kF32Rel,
                        "MatMul M=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N));
         }
+}
+
+// Float32 weights that oneDNN takes as they are (its gemm wants the plain row-major layout) are
+// not copied when "packed": the engine holds one copy of each Linear weight, not two (peak
+// memory), and products on the packed path still match the reference.
+TEST(LinearKernel, Float32PackedWeightsAliasThePlainCopy) {
+  const int64_t K = 96, N = 80, rows = 40;
+  Tensor w = random_tensor(DType::Float32, {K, N}, 7);
+  auto lw = ops::prepare_linear(w, false);
+  ASSERT_NE(lw, nullptr);
+  EXPECT_EQ(lw->plain.raw(), w.raw());  // untransposed: the engine weight itself
+  const cpu::PackedWeights* p = lw->packed();
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(cpu::packed_aliases_plain(*p));
+  Tensor x = random_tensor(DType::Float32, {rows, K}, 8);
+  Tensor y = Tensor::empty(DType::Float32, {rows, N});
+  ASSERT_TRUE(cpu::dnnl_matmul_packed(*p, rows, x.data<float>(), nullptr, y.mutable_data<float>()));
+  expect_close(y, reference(x, w, false, nullptr, rows, K, N), kF32Rel, "packed alias");
+  // bfloat16 weights are re-laid out for oneDNN's bf16 kernels: a real copy.
+  auto lb = ops::prepare_linear(random_tensor(DType::BFloat16, {K, N}, 9), false);
+  if (const cpu::PackedWeights* pb = lb->packed()) EXPECT_FALSE(cpu::packed_aliases_plain(*pb));
 }
 
 // The streaming kernel itself on any row count, strided rows, both weight types, with a bias.

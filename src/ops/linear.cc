@@ -36,7 +36,11 @@ std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transp
 
 const cpu::PackedWeights* LinearWeights::packed() const {
   if (!packable) return nullptr;
-  std::call_once(pack_once_, [&] { packed_ = cpu::pack_weights(K, N, false, plain.dtype(), plain.raw(), kPackRows); });
+  std::call_once(pack_once_, [&] {
+    // Where oneDNN takes W as it is (float32), the "packed" weights alias `plain`.
+    auto keep = std::make_shared<const Tensor>(plain);
+    packed_ = cpu::pack_weights(K, N, false, plain.dtype(), plain.raw(), kPackRows, keep);
+  });
   return packed_.get();
 }
 

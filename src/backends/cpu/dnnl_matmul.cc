@@ -86,7 +86,8 @@ struct PackedWeights {
   int64_t K = 0, N = 0;
   dt wdt = dt::f32;
   dnnl::memory::desc md;  // the blocked layout oneDNN chose
-  std::shared_ptr<void> buffer;
+  std::shared_ptr<const void> buffer;  // the packed copy, or the plain weights when they need none
+  bool aliases_plain = false;
   std::string layout_key;  // identifies `md` in primitive cache keys
 };
 
@@ -149,7 +150,7 @@ std::shared_ptr<const Packer> make_packer(int64_t K, int64_t N, bool transposed,
 }  // namespace
 
 std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool transposed, DType dtype, const void* w,
-                                                  int64_t rows) {
+                                                  int64_t rows, std::shared_ptr<const void> owner) {
   REFORGE_ASSERT(K > 0 && N > 0 && rows > 0);
   if (dtype != DType::Float32 && dtype != DType::BFloat16) return nullptr;
   const dt wdt = dtype == DType::Float32 ? dt::f32 : dt::bf16;
@@ -167,10 +168,15 @@ std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool tra
   packed->wdt = wdt;
   packed->md = packer->packed_md;
   packed->layout_key = layout_key;
+  if (owner && packer->packed_md == packer->plain_md) {
+    packed->buffer = std::shared_ptr<const void>(std::move(owner), w);
+    packed->aliases_plain = true;
+    return packed;
+  }
   const size_t bytes = packed->md.get_size();
   void* buf = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
   if (!buf) fail("out of memory packing a ", K, "x", N, " weight matrix (", bytes, " bytes)");
-  packed->buffer = std::shared_ptr<void>(buf, std::free);
+  packed->buffer = std::shared_ptr<const void>(buf, std::free);
   auto& eng = dnnl_util::engine();
   try {
     dnnl::memory src(packer->plain_md, eng, const_cast<void*>(w));
@@ -183,6 +189,8 @@ std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool tra
   }
   return packed;
 }
+
+bool packed_aliases_plain(const PackedWeights& w) { return w.aliases_plain; }
 
 bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c) {
   REFORGE_ASSERT(M > 0);
@@ -198,7 +206,7 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
     const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
     const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
     std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
-                                                  {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                                                  {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, const_cast<void*>(w.buffer.get()))},
                                                   {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
     dnnl_util::execute(*p, std::move(args), "MatMul");
@@ -217,7 +225,7 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
   auto* parts = static_cast<float*>(dnnl_util::thread_buffer(kBf16DstSlot, static_cast<size_t>(2 * M * w.N) * 4));
   dnnl_util::execute(*stacked,
                      {{DNNL_ARG_SRC, dnnl::memory(dnnl_util::plain_md({2 * M, w.K}, dt::bf16), eng, hi)},
-                      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, w.buffer.get())},
+                      {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, const_cast<void*>(w.buffer.get()))},
                       {DNNL_ARG_DST, dnnl::memory(dnnl_util::plain_md({2 * M, w.N}, dt::f32), eng, parts)}},
                      "MatMul");
   const float* lo_part = parts + M * w.N;

@@ -37,9 +37,14 @@ struct PackedWeights;
 
 // Packs W (row-major [K, N], or [N, K] when `transposed`) of type Float32 or BFloat16, for
 // products of about `rows` rows. Returns null when oneDNN has no implementation for it (the
-// caller then keeps its plain path).
+// caller then keeps its plain path). When oneDNN wants W as it is (its float32 gemm takes the
+// plain row-major layout) and `owner` keeps `w` alive, the result aliases `w` instead of copying
+// it: the engine then holds one copy of the weight, not two.
 std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool transposed, DType dtype, const void* w,
-                                                  int64_t rows);
+                                                  int64_t rows, std::shared_ptr<const void> owner = nullptr);
+
+// True when `w` aliases the weights it was packed from (no copy was made).
+bool packed_aliases_plain(const PackedWeights& w);
 
 // C[M, N] = A[M, K] x W + bias[N] (bias may be null) with packed weights. Returns false
 // (having written nothing) when no oneDNN primitive accepts the packed layout for these rows;
