@@ -137,8 +137,9 @@ RF_INLINE void rms_rows_impl(const RmsArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
-RF_AVX512_TARGET void rms_rows_avx512(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<1>(a, r0, r1); }
-void rms_rows_generic(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<0>(a, r0, r1); }
+RF_AVX512_TARGET void rms_rows_avx512(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<kAvx512>(a, r0, r1); }
+RF_AVX2_TARGET void rms_rows_avx2(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<kAvx2>(a, r0, r1); }
+void rms_rows_generic(const RmsArgs& a, int64_t r0, int64_t r1) { rms_rows_impl<kGeneric>(a, r0, r1); }
 
 void rms_norm_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
@@ -161,7 +162,7 @@ void rms_norm_kernel(KernelContext& ctx) {
   a.x = x.data<float>();
   a.n = n;
   a.y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
-  auto fn = cpu_has_avx512() ? rms_rows_avx512 : rms_rows_generic;
+  auto fn = pick(rms_rows_avx512, rms_rows_avx2, rms_rows_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && rows > 1 && big_enough(rows * n)) {
 #pragma omp parallel num_threads(threads)
@@ -192,11 +193,12 @@ RF_INLINE void silu_impl(const float* x, const float* u, float* y, int64_t n) {
     y[i] = u ? s * u[i] : s;
   }
 }
-RF_AVX512_TARGET void silu_avx512(const float* x, const float* u, float* y, int64_t n) { silu_impl<1>(x, u, y, n); }
-void silu_generic(const float* x, const float* u, float* y, int64_t n) { silu_impl<0>(x, u, y, n); }
+RF_AVX512_TARGET void silu_avx512(const float* x, const float* u, float* y, int64_t n) { silu_impl<kAvx512>(x, u, y, n); }
+RF_AVX2_TARGET void silu_avx2(const float* x, const float* u, float* y, int64_t n) { silu_impl<kAvx2>(x, u, y, n); }
+void silu_generic(const float* x, const float* u, float* y, int64_t n) { silu_impl<kGeneric>(x, u, y, n); }
 
 void silu_run(const KernelContext& ctx, const float* x, const float* u, float* y, int64_t n) {
-  auto fn = cpu_has_avx512() ? silu_avx512 : silu_generic;
+  auto fn = pick(silu_avx512, silu_avx2, silu_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && big_enough(n * 4)) {
 #pragma omp parallel num_threads(threads)
@@ -500,10 +502,13 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
 }
 
 RF_AVX512_TARGET void attn_task_avx512(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
-  attn_task_impl<1>(a, b, h, i0, rows, s);
+  attn_task_impl<kAvx512>(a, b, h, i0, rows, s);
+}
+RF_AVX2_TARGET void attn_task_avx2(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
+  attn_task_impl<kAvx2>(a, b, h, i0, rows, s);
 }
 void attn_task_generic(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
-  attn_task_impl<0>(a, b, h, i0, rows, s);
+  attn_task_impl<kGeneric>(a, b, h, i0, rows, s);
 }
 
 // Mask strides after right-aligned broadcasting to [B, Hq, Sq, Sk]; false when the mask does not
@@ -665,7 +670,7 @@ void attention_kernel(KernelContext& ctx) {
   }
   const int64_t qblocks = (a.Sq + kBlockQ - 1) / kBlockQ;
   const int64_t tasks = a.B * a.Hq * qblocks;
-  auto fn = cpu_has_avx512() ? attn_task_avx512 : attn_task_generic;
+  auto fn = pick(attn_task_avx512, attn_task_avx2, attn_task_generic);
 #pragma omp parallel num_threads(threads) if (par && tasks > 1)
   {
     static thread_local std::vector<float> s;
@@ -736,8 +741,9 @@ RF_INLINE void rotary_rows_impl(const RotArgs& a, int64_t r0, int64_t r1) {
     }
   }
 }
-RF_AVX512_TARGET void rotary_rows_avx512(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<1>(a, r0, r1); }
-void rotary_rows_generic(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<0>(a, r0, r1); }
+RF_AVX512_TARGET void rotary_rows_avx512(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<kAvx512>(a, r0, r1); }
+RF_AVX2_TARGET void rotary_rows_avx2(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<kAvx2>(a, r0, r1); }
+void rotary_rows_generic(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<kGeneric>(a, r0, r1); }
 
 // Strides of a table (cos or sin) broadcast to [B, H, S, D] with its last dimension D.
 bool table_strides(const Tensor& t, const int64_t (&target)[4], int64_t& sb, int64_t& sh, int64_t& ss) {
@@ -791,7 +797,7 @@ void rotary_kernel(KernelContext& ctx) {
   }
   a.y = ctx.allocate_output_uninit(0, DType::Float32, {B, a.H, a.S, a.D}).mutable_data<float>();
   const int64_t rows = B * a.H * a.S;
-  auto fn = cpu_has_avx512() ? rotary_rows_avx512 : rotary_rows_generic;
+  auto fn = pick(rotary_rows_avx512, rotary_rows_avx2, rotary_rows_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && rows > 1 && big_enough(rows * a.D)) {
 #pragma omp parallel num_threads(threads)

@@ -64,8 +64,9 @@ RF_INLINE void gelu_impl(const float* x, float* y, int64_t n, bool tanh_form) {
     for (; i < n; ++i) y[i] = gelu_tanh_exact(x[i]);
   }
 }
-RF_AVX512_TARGET void gelu_avx512(const float* x, float* y, int64_t n, bool t) { gelu_impl<1>(x, y, n, t); }
-void gelu_generic(const float* x, float* y, int64_t n, bool t) { gelu_impl<0>(x, y, n, t); }
+RF_AVX512_TARGET void gelu_avx512(const float* x, float* y, int64_t n, bool t) { gelu_impl<kAvx512>(x, y, n, t); }
+RF_AVX2_TARGET void gelu_avx2(const float* x, float* y, int64_t n, bool t) { gelu_impl<kAvx2>(x, y, n, t); }
+void gelu_generic(const float* x, float* y, int64_t n, bool t) { gelu_impl<kGeneric>(x, y, n, t); }
 
 }  // namespace
 
@@ -124,7 +125,7 @@ void gelu_kernel(KernelContext& ctx) {
   float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
   const float* px = x.data<float>();
   const int64_t n = x.numel();
-  auto fn = cpu_has_avx512() ? gelu_avx512 : gelu_generic;
+  auto fn = pick(gelu_avx512, gelu_avx2, gelu_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && n >= (int64_t{1} << 14)) {
 #pragma omp parallel num_threads(threads)

@@ -64,8 +64,9 @@ RF_INLINE void ln_rows_impl(const LnArgs& a, int64_t r0, int64_t r1) {
     for (; i < n; ++i) y[i] = (x[i] - mean) * inv * a.s[i] + (a.b ? a.b[i] : 0.0f);
   }
 }
-RF_AVX512_TARGET void ln_rows_avx512(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<1>(a, r0, r1); }
-void ln_rows_generic(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<0>(a, r0, r1); }
+RF_AVX512_TARGET void ln_rows_avx512(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<kAvx512>(a, r0, r1); }
+RF_AVX2_TARGET void ln_rows_avx2(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<kAvx2>(a, r0, r1); }
+void ln_rows_generic(const LnArgs& a, int64_t r0, int64_t r1) { ln_rows_impl<kGeneric>(a, r0, r1); }
 
 }  // namespace
 
@@ -96,7 +97,7 @@ bool layer_norm_fast_f32(KernelContext& ctx) {
            ctx.attr_float("epsilon", 1e-5f)};
   a.y = ctx.allocate_output_uninit(0, DType::Float32, X.shape()).mutable_data<float>();
   const int64_t rows = X.numel() / inner;
-  auto fn = cpu_has_avx512() ? ln_rows_avx512 : ln_rows_generic;
+  auto fn = pick(ln_rows_avx512, ln_rows_avx2, ln_rows_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && rows > 1 && X.numel() >= (int64_t{1} << 15)) {
 #pragma omp parallel num_threads(threads)

@@ -1,10 +1,11 @@
 // 16-lane float32 vectors (GCC/Clang vector extensions) for the fused transformer kernels.
 //
 // The build has no -march flag, so the kernels are written once as always-inline templates over
-// these types and instantiated twice: inside a function compiled with
-// __attribute__((target("avx512f,..."))) (one zmm register per vector) and in a plain function
-// (the compiler splits each vector into SSE registers). RF_AVX512_TARGET marks the former;
-// cpu_has_avx512() picks one at run time, following core/simd.h's simd_level().
+// these types and instantiated three times: inside a function compiled with
+// __attribute__((target("avx512f,..."))) (one zmm register per vector), one compiled for AVX2 +
+// FMA (two ymm registers per vector: AMD Zen 3 and older Intel cores) and a plain one (the
+// compiler splits each vector into SSE registers). RF_AVX512_TARGET / RF_AVX2_TARGET mark the
+// first two; pick() chooses one at run time, following core/simd.h's simd_level().
 #pragma once
 
 #include <bit>
@@ -19,15 +20,26 @@ namespace reforge::ops::simd16 {
 
 #define RF_INLINE inline __attribute__((always_inline))
 #define RF_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,bmi2")))
+#define RF_AVX2_TARGET __attribute__((target("avx2,fma,bmi2")))
 
 using v16 = float __attribute__((vector_size(64)));
 using i16 = int32_t __attribute__((vector_size(64)));
 using u16 = uint32_t __attribute__((vector_size(64)));
 constexpr int64_t kW = 16;
 
-// The AVX-512 variant runs when core/simd.h's level allows it (the CPU has it and neither a
-// SimdOverride nor REFORGE_SIMD caps it), so tests can check both variants against each other.
-inline bool cpu_has_avx512() { return simd_level() == SimdLevel::Avx512; }
+// The widest variant core/simd.h's level allows runs (the CPU has it and neither a SimdOverride
+// nor REFORGE_SIMD caps it), so tests can check the variants against each other. Kernels are
+// instantiated with a tag per variant (kGeneric, kAvx2, kAvx512) so that the template bodies
+// compiled for different targets never merge.
+enum : int { kGeneric = 0, kAvx512 = 1, kAvx2 = 2 };
+template <typename Fn>
+inline Fn pick(Fn avx512, Fn avx2, Fn generic) {
+  switch (simd_level()) {
+    case SimdLevel::Avx512: return avx512;
+    case SimdLevel::Avx2: return avx2;
+    default: return generic;
+  }
+}
 
 RF_INLINE v16 splat(float x) { return v16{} + x; }
 RF_INLINE v16 load(const float* p) {

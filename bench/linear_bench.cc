@@ -1,0 +1,107 @@
+// Linear-layer kernel benchmark: Y[M, N] = X[M, K] x W[K, N] for few rows M (decode batches),
+// the streaming kernel (cpu::gemv_rows) against oneDNN on its packed weights
+// (cpu::dnnl_matmul_packed, what run_linear uses above cpu::kGemvMaxRows), interleaved in one
+// run, same threads. This is where kGemvMaxRows comes from.
+//
+//   build/reforge_linear_bench [--k 1024] [--n 2816] [--rows 1,2,4,8,16] [--threads 1]
+//                              [--dtype f32|bf16] [--layers 24] [--repeat 7]
+//
+// `--layers` distinct weight matrices are cycled through, so W streams from memory as in a
+// model (24 x 1024 x 2816 float32 = 277 MB), not from cache. Prints per M the median over
+// --repeat passes (each: one product per layer) of each kernel, in ms per product and in GB/s
+// of weights, and their ratio. Not a test.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/dnnl_matmul.h"
+#include "backends/cpu/gemv.h"
+#include "core/half.h"
+#include "core/tensor.h"
+
+using namespace reforge;
+
+namespace {
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t K = 1024, N = 2816, layers = 24;
+  int threads = 1, repeat = 7;
+  std::string rows_s = "1,2,4,8,16", dtype_s = "f32";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i], v = argv[i + 1];
+    if (a == "--k") K = std::stoll(v);
+    else if (a == "--n") N = std::stoll(v);
+    else if (a == "--rows") rows_s = v;
+    else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--dtype") dtype_s = v;
+    else if (a == "--layers") layers = std::stoll(v);
+    else if (a == "--repeat") repeat = std::stoi(v);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const DType dt = dtype_s == "bf16" ? DType::BFloat16 : DType::Float32;
+  omp_set_num_threads(threads);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<Tensor> ws;
+  std::vector<std::shared_ptr<const cpu::PackedWeights>> packed;
+  for (int64_t l = 0; l < layers; ++l) {
+    Tensor w = Tensor::uninitialized(dt, {K, N});
+    for (int64_t i = 0; i < K * N; ++i) {
+      float f = uni(rng);
+      if (dt == DType::Float32) w.mutable_data<float>()[i] = f;
+      else w.mutable_data<bfloat16>()[i] = bfloat16(f);
+    }
+    packed.push_back(cpu::pack_weights(K, N, false, dt, w.raw(), 256, std::make_shared<Tensor>(w)));
+    ws.push_back(std::move(w));
+  }
+  const double wbytes = static_cast<double>(K * N * dtype_size(dt));
+  std::printf("K=%lld N=%lld %s threads=%d layers=%lld (%.0f MB of weights)\n", static_cast<long long>(K),
+              static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers), wbytes * layers / 1e6);
+  std::printf("%4s %12s %10s %12s %10s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "s/dnnl");
+  for (int64_t M : parse_list(rows_s)) {
+    std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
+    for (auto& v : x) v = uni(rng);
+    std::vector<double> ts, td;
+    for (int r = 0; r < repeat + 1; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < layers; ++l)
+        cpu::gemv_rows(M, N, K, x.data(), K, ws[l].raw(), dt, nullptr, y.data(), N, threads);
+      auto t1 = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < layers; ++l)
+        if (!packed[l] || !cpu::dnnl_matmul_packed(*packed[l], M, x.data(), nullptr, y.data())) std::abort();
+      auto t2 = std::chrono::steady_clock::now();
+      if (r == 0) continue;  // warm-up (primitive creation)
+      ts.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / layers);
+      td.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / layers);
+    }
+    const double s = median(ts), d = median(td);
+    std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %8.2f\n", static_cast<long long>(M), s, wbytes / s / 1e6, d,
+                wbytes / d / 1e6, s / d);
+  }
+  return 0;
+}
