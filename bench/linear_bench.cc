@@ -1,7 +1,7 @@
 // Linear-layer kernel benchmark: Y[M, N] = X[M, K] x W[K, N] for few rows M (decode batches),
 // the streaming kernel (cpu::gemv_rows) against oneDNN on its packed weights
-// (cpu::dnnl_matmul_packed, what run_linear uses above cpu::kGemvMaxRows), interleaved in one
-// run, same threads. This is where kGemvMaxRows comes from.
+// (cpu::dnnl_matmul_packed, what run_linear uses above cpu::gemv_max_rows()), interleaved in one
+// run, same threads. This is where gemv_max_rows() comes from.
 //
 //   build/reforge_linear_bench [--k 1024] [--n 2816] [--rows 1,2,4,8,16] [--threads 1]
 //                              [--dtype f32|bf16] [--layers 24] [--repeat 7]
@@ -9,11 +9,12 @@
 // `--layers` distinct weight matrices are cycled through, so W streams from memory as in a
 // model (24 x 1024 x 2816 float32 = 277 MB), not from cache. Prints per M the median over
 // --repeat passes (each: one product per layer) of each kernel, in ms per product and in GB/s
-// of weights, and their ratio. Not a test.
+// of weights, and their ratio. `--clock cpu` times process CPU time instead of wall time: with
+// --threads 1 that is the kernel's own time even while other work loads the machine. Not a test.
 #include <omp.h>
+#include <time.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -38,6 +39,14 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return out;
 }
 
+bool g_cpu_clock = false;
+
+double now_ms() {
+  timespec ts;
+  clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -58,6 +67,7 @@ int main(int argc, char** argv) {
     else if (a == "--dtype") dtype_s = v;
     else if (a == "--layers") layers = std::stoll(v);
     else if (a == "--repeat") repeat = std::stoi(v);
+    else if (a == "--clock") g_cpu_clock = v == "cpu";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -88,16 +98,16 @@ int main(int argc, char** argv) {
     for (auto& v : x) v = uni(rng);
     std::vector<double> ts, td;
     for (int r = 0; r < repeat + 1; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
+      const double t0 = now_ms();
       for (int64_t l = 0; l < layers; ++l)
         cpu::gemv_rows(M, N, K, x.data(), K, ws[l].raw(), dt, nullptr, y.data(), N, threads);
-      auto t1 = std::chrono::steady_clock::now();
+      const double t1 = now_ms();
       for (int64_t l = 0; l < layers; ++l)
         if (!packed[l] || !cpu::dnnl_matmul_packed(*packed[l], M, x.data(), nullptr, y.data())) std::abort();
-      auto t2 = std::chrono::steady_clock::now();
+      const double t2 = now_ms();
       if (r == 0) continue;  // warm-up (primitive creation)
-      ts.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / layers);
-      td.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / layers);
+      ts.push_back((t1 - t0) / static_cast<double>(layers));
+      td.push_back((t2 - t1) / static_cast<double>(layers));
     }
     const double s = median(ts), d = median(td);
     std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %8.2f\n", static_cast<long long>(M), s, wbytes / s / 1e6, d,

@@ -19,6 +19,7 @@
 #include "build/onnx_refit.h"
 #include "core/half.h"
 #include "core/npy.h"
+#include "core/simd.h"
 #include "onnx/importer.h"
 #include "ops/linear.h"
 #include "ops/registry.h"
@@ -151,28 +152,42 @@ TEST(LinearKernel, Float32PackedWeightsAliasThePlainCopy) {
   if (const cpu::PackedWeights* pb = lb->packed()) EXPECT_FALSE(cpu::packed_aliases_plain(*pb));
 }
 
-// The streaming kernel itself on any row count, strided rows, both weight types, with a bias.
+// The streaming kernel itself on any row count, strided rows, both weight types, with a bias, at
+// every instruction-set level this CPU has (generic, AVX2, AVX-512: each has its own kernels,
+// including the few-rows one from two rows on), against the float64 reference; and the result
+// of a level does not depend on the thread count (columns are split, sums are not).
 TEST(LinearKernel, GemvRowsOddSizes) {
-  for (DType dt : {DType::Float32, DType::BFloat16})
-    for (int threads : {1, 2})
-      for (int64_t M : {1, 3, 17})
-        for (int64_t K : {1, 3, 33, 130})
+  std::vector<SimdLevel> levels = {SimdLevel::Generic};
+  if (simd_level() >= SimdLevel::Avx2) levels.push_back(SimdLevel::Avx2);
+  if (simd_level() >= SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
+  for (SimdLevel level : levels) {
+    SimdOverride cap(level);
+    for (DType dt : {DType::Float32, DType::BFloat16})
+      for (int64_t M : {1, 2, 3, 8, 17})
+        for (int64_t K : {1, 3, 9, 33, 130})
           for (int64_t N : {1, 15, 17, 33, 50, 200}) {
             Tensor x = random_tensor(DType::Float32, {M, K + 2}, 21);  // row stride K + 2
             Tensor w = random_tensor(dt, {K, N}, 22);
             Tensor b = random_tensor(DType::Float32, {N}, 23);
-            Tensor y = Tensor::empty(DType::Float32, {M, N + 1});  // row stride N + 1
-            cpu::gemv_rows(M, N, K, x.data<float>(), K + 2, w.raw(), dt, b.data<float>(), y.mutable_data<float>(), N + 1,
-                           threads);
-            Tensor xs = Tensor::empty(DType::Float32, {M, K}), ys = Tensor::empty(DType::Float32, {M, N});
-            for (int64_t r = 0; r < M; ++r) {
-              std::memcpy(xs.mutable_data<float>() + r * K, x.data<float>() + r * (K + 2), K * 4);
-              std::memcpy(ys.mutable_data<float>() + r * N, y.data<float>() + r * (N + 1), N * 4);
+            const std::string what = std::string("gemv level ") + std::to_string(static_cast<int>(level)) + " " +
+                                     dtype_name(dt) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                                     " N=" + std::to_string(N);
+            Tensor y1;
+            for (int threads : {1, 2}) {
+              Tensor y = Tensor::empty(DType::Float32, {M, N + 1});  // row stride N + 1
+              cpu::gemv_rows(M, N, K, x.data<float>(), K + 2, w.raw(), dt, b.data<float>(), y.mutable_data<float>(),
+                             N + 1, threads);
+              Tensor xs = Tensor::empty(DType::Float32, {M, K}), ys = Tensor::empty(DType::Float32, {M, N});
+              for (int64_t r = 0; r < M; ++r) {
+                std::memcpy(xs.mutable_data<float>() + r * K, x.data<float>() + r * (K + 2), K * 4);
+                std::memcpy(ys.mutable_data<float>() + r * N, y.data<float>() + r * (N + 1), N * 4);
+              }
+              expect_close(ys, reference(xs, w, false, &b, M, K, N), kF32Rel, what);
+              if (threads == 1) y1 = ys;
+              else ASSERT_EQ(std::memcmp(y1.raw(), ys.raw(), ys.nbytes()), 0) << what << ": 1 and 2 threads differ";
             }
-            expect_close(ys, reference(xs, w, false, &b, M, K, N), kF32Rel,
-                         std::string("gemv ") + dtype_name(dt) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
-                             " N=" + std::to_string(N));
           }
+  }
 }
 
 TEST(LinearKernel, MatMulVectorAndBroadcastBatches) {

@@ -56,7 +56,7 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   // Tiny products (the model-test models: 7 x 32 x 128) are dominated by oneDNN's per-call cost
   // (~5 us); the streaming kernel has none.
   constexpr double kTinyProduct = 1 << 17;  // multiply-adds
-  if (rows <= cpu::kGemvMaxRows || static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
+  if (rows <= cpu::gemv_max_rows() || static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
     cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }

@@ -1,5 +1,7 @@
 #include "backends/cpu/gemv.h"
 
+#include "backends/cpu/gemv_avx2.h"
+
 #include <immintrin.h>
 #include <omp.h>
 
@@ -7,6 +9,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/simd.h"
 #include "core/half.h"
 
 namespace reforge::cpu {
@@ -186,11 +189,8 @@ REFORGE_AVX512 void chunk_bf16_pairs(int64_t M, int64_t K, int64_t N, const floa
   }
 }
 
-bool has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl");
-  return ok;
-}
+// Follows core/simd.h's level, so SimdOverride / REFORGE_SIMD can force each variant.
+bool has_avx512() { return simd_level() == SimdLevel::Avx512; }
 
 template <typename W>
 void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* w, const float* bias, float* y,
@@ -201,6 +201,7 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
     return;
   }
   const bool simd = has_avx512();
+  const bool simd2 = !simd && avx2::available();
   const int64_t cw = chunk_columns(M);
   const int64_t vecs = (N + 15) / 16;
   // Below ~64K multiply-adds a parallel region costs more than it saves.
@@ -213,8 +214,12 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
       if (simd) {
         if constexpr (std::is_same_v<W, uint16_t>) chunk_bf16_pairs(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
         else chunk_avx512<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+      } else if (simd2) {
+        if constexpr (std::is_same_v<W, uint16_t>) avx2::chunk_bf16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        else avx2::chunk_f32(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+      } else {
+        chunk_ref<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
       }
-      else chunk_ref<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
     }
   };
   if (team <= 1) {
@@ -269,6 +274,13 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, con
       return;
     default:
       fail("gemv: unsupported weight type ", dtype_name(w_dtype));
+  }
+}
+
+int64_t gemv_max_rows() {
+  switch (simd_level()) {
+    case SimdLevel::Avx2: return 8;
+    default: return 1;
   }
 }
 

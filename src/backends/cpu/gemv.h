@@ -26,10 +26,14 @@ namespace reforge::cpu {
 void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w, DType w_dtype,
                const float* bias, float* y, int64_t ldy, int threads);
 
-// Largest row count for which gemv_rows beats oneDNN on packed weights (measured on a
-// Sapphire Rapids core, K = 1024, N = 2816, weights streamed from memory: one row 14.2 vs 11.7
-// GB/s in float32, 12.1 vs 9.6 in bfloat16; two rows 10.2 vs 11.2).
-inline constexpr int64_t kGemvMaxRows = 1;
+// Largest row count for which gemv_rows beats oneDNN on packed weights, for this CPU's kernels
+// (bench/linear_bench.cc, K = 1024, N = 2816, weights streamed from memory, one thread):
+//  - AVX-512 (Sapphire Rapids): 1. One row 14.2 vs 11.7 GB/s in float32, 12.1 vs 9.6 in
+//    bfloat16; two rows 10.2 vs 11.2 (that kernel reloads W per row).
+//  - AVX2 (AMD EPYC Zen 3): 8. The few-rows kernel loads each W vector once for all rows:
+//    2 rows 0.86 vs 1.23 ms, 4 rows 0.82 vs 1.36, 8 rows 1.10 vs 1.36, 16 rows 2.9 vs 1.6.
+//  - generic: 1.
+int64_t gemv_max_rows();
 
 // Splits float32 values into two bfloat16 parts, src[i] ~ hi[i] + lo[i] (hi = bfloat16(src),
 // lo = bfloat16(src - hi), both rounded to nearest even; 16 significant bits together). Inf and
