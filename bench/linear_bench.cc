@@ -1,7 +1,7 @@
-// Linear-layer kernel benchmark: Y[M, N] = X[M, K] x W[K, N] for few rows M (decode batches),
-// the streaming kernel (cpu::gemv_rows) against oneDNN on its packed weights
-// (cpu::dnnl_matmul_packed, what run_linear uses above cpu::gemv_max_rows()), interleaved in one
-// run, same threads. This is where gemv_max_rows() comes from.
+// Linear-layer kernel benchmark: Y[M, N] = X[M, K] x W[K, N], the streaming kernel
+// (cpu::gemv_rows), oneDNN on its packed weights (cpu::dnnl_matmul_packed) and OpenBLAS
+// (cpu::blas_linear, float32 only), interleaved in one run, same threads. This is where
+// gemv_max_rows() and prefer_blas_linear() come from.
 //
 //   build/reforge_linear_bench [--k 1024] [--n 2816] [--rows 1,2,4,8,16] [--threads 1]
 //                              [--dtype f32|bf16] [--layers 24] [--repeat 7]
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
 #include "core/half.h"
@@ -92,11 +93,12 @@ int main(int argc, char** argv) {
   const double wbytes = static_cast<double>(K * N * dtype_size(dt));
   std::printf("K=%lld N=%lld %s threads=%d layers=%lld (%.0f MB of weights)\n", static_cast<long long>(K),
               static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers), wbytes * layers / 1e6);
-  std::printf("%4s %12s %10s %12s %10s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "s/dnnl");
+  std::printf("%4s %12s %10s %12s %10s %12s %8s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "OpenBLAS ms",
+              "s/dnnl", "blas/dnnl");
   for (int64_t M : parse_list(rows_s)) {
     std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
     for (auto& v : x) v = uni(rng);
-    std::vector<double> ts, td;
+    std::vector<double> ts, td, tb;
     for (int r = 0; r < repeat + 1; ++r) {
       const double t0 = now_ms();
       for (int64_t l = 0; l < layers; ++l)
@@ -105,13 +107,17 @@ int main(int argc, char** argv) {
       for (int64_t l = 0; l < layers; ++l)
         if (!packed[l] || !cpu::dnnl_matmul_packed(*packed[l], M, x.data(), nullptr, y.data())) std::abort();
       const double t2 = now_ms();
+      if (dt == DType::Float32)
+        for (int64_t l = 0; l < layers; ++l) cpu::blas_linear(M, N, K, x.data(), ws[l].data<float>(), nullptr, y.data());
+      const double t3 = now_ms();
       if (r == 0) continue;  // warm-up (primitive creation)
       ts.push_back((t1 - t0) / static_cast<double>(layers));
       td.push_back((t2 - t1) / static_cast<double>(layers));
+      tb.push_back((t3 - t2) / static_cast<double>(layers));
     }
-    const double s = median(ts), d = median(td);
-    std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %8.2f\n", static_cast<long long>(M), s, wbytes / s / 1e6, d,
-                wbytes / d / 1e6, s / d);
+    const double s = median(ts), d = median(td), b = median(tb);
+    std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f\n", static_cast<long long>(M), s, wbytes / s / 1e6,
+                d, wbytes / d / 1e6, b, s / d, b / d);
   }
   return 0;
 }

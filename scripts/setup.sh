@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake ninja-build pkg-config xz-utils
       libprotobuf-dev protobuf-compiler
-      libdnnl-dev ocl-icd-opencl-dev
+      libdnnl-dev ocl-icd-opencl-dev libopenblas-openmp-dev
       nlohmann-json3-dev libxxhash-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "build/builder.h"
+#include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
 #include "build/onnx_refit.h"
@@ -150,6 +151,23 @@ TEST(LinearKernel, Float32PackedWeightsAliasThePlainCopy) {
   // bfloat16 weights are re-laid out for oneDNN's bf16 kernels: a real copy.
   auto lb = ops::prepare_linear(random_tensor(DType::BFloat16, {K, N}, 9), false);
   if (const cpu::PackedWeights* pb = lb->packed()) EXPECT_FALSE(cpu::packed_aliases_plain(*pb));
+}
+
+// The OpenBLAS path (multi-row Linear products on CPUs without AVX-512) with and without a bias.
+TEST(LinearKernel, BlasLinearMatchesReference) {
+  for (int64_t M : {1, 33, 70})
+    for (bool with_bias : {false, true}) {
+      const int64_t K = 75, N = 131;
+      Tensor x = random_tensor(DType::Float32, {M, K}, 31), w = random_tensor(DType::Float32, {K, N}, 32);
+      Tensor b = random_tensor(DType::Float32, {N}, 33);
+      Tensor y = Tensor::empty(DType::Float32, {M, N});
+      cpu::blas_linear(M, N, K, x.data<float>(), w.data<float>(), with_bias ? b.data<float>() : nullptr,
+                       y.mutable_data<float>());
+      expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
+                   "blas M=" + std::to_string(M) + (with_bias ? " bias" : ""));
+    }
+  EXPECT_FALSE(cpu::prefer_blas_linear(cpu::kBlasMinRows - 1));
+  EXPECT_EQ(cpu::prefer_blas_linear(cpu::kBlasMinRows), simd_level() < SimdLevel::Avx512);
 }
 
 // The streaming kernel itself on any row count, strided rows, both weight types, with a bias, at

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/gemv.h"
 #include "ops/nn_common.h"
 
@@ -58,6 +59,11 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   constexpr double kTinyProduct = 1 << 17;  // multiply-adds
   if (rows <= cpu::gemv_max_rows() || static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
     cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    return true;
+  }
+  if (w.plain.dtype() == DType::Float32 && cpu::prefer_blas_linear(rows)) {
+    // No AVX-512 and many rows: OpenBLAS beats oneDNN here (backends/cpu/blas_gemm.h), on W as is.
+    cpu::blas_linear(rows, w.N, w.K, a, w.plain.data<float>(), bias, c);
     return true;
   }
   if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c)) return true;
