@@ -17,7 +17,12 @@ namespace reforge::cpu {
 namespace {
 
 // Columns of Y accumulated at once: the block of Y (M rows) stays in L1 while W streams by.
-int64_t chunk_columns(int64_t M) { return std::max<int64_t>(16, (4096 / std::max<int64_t>(M, 1)) / 16 * 16); }
+// AVX2's few-rows kernel keeps Y's block in L2 instead (16K elements: 64 KB; longer runs of
+// each W row, measured 10-20% faster at 8 rows on Zen 3 than the L1-sized block).
+int64_t chunk_columns(int64_t M, bool avx2) {
+  const int64_t elements = avx2 && M >= 2 ? 16384 : 4096;
+  return std::max<int64_t>(16, (elements / std::max<int64_t>(M, 1)) / 16 * 16);
+}
 
 // ---- portable version ------------------------------------------------------------------------
 
@@ -202,7 +207,7 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
   }
   const bool simd = has_avx512();
   const bool simd2 = !simd && avx2::available();
-  const int64_t cw = chunk_columns(M);
+  const int64_t cw = chunk_columns(M, simd2);
   const int64_t vecs = (N + 15) / 16;
   // Below ~64K multiply-adds a parallel region costs more than it saves.
   const int64_t work = M * N * K;
