@@ -166,6 +166,17 @@ TEST(LinearKernel, BlasLinearMatchesReference) {
       expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
                    "blas M=" + std::to_string(M) + (with_bias ? " bias" : ""));
     }
+  // bfloat16 W widened a panel (512 columns) at a time: N spans several panels and a remainder.
+  for (bool with_bias : {false, true}) {
+    const int64_t M = 37, K = 29, N = 1100;
+    Tensor x = random_tensor(DType::Float32, {M, K}, 34), w = random_tensor(DType::BFloat16, {K, N}, 35);
+    Tensor b = random_tensor(DType::Float32, {N}, 36);
+    Tensor y = Tensor::empty(DType::Float32, {M, N});
+    cpu::blas_linear_widened(M, N, K, x.data<float>(), w.raw(), DType::BFloat16, with_bias ? b.data<float>() : nullptr,
+                             y.mutable_data<float>());
+    expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
+                 std::string("blas widened bf16") + (with_bias ? " bias" : ""));
+  }
   EXPECT_FALSE(cpu::prefer_blas_linear(cpu::kBlasMinRows - 1));
   EXPECT_EQ(cpu::prefer_blas_linear(cpu::kBlasMinRows), simd_level() < SimdLevel::Avx512);
 }

@@ -68,8 +68,10 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   }
   if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c)) return true;
   if (w.plain.dtype() != DType::Float32) {
-    // No bfloat16 matmul in oneDNN on this CPU: the streaming kernel handles any row count.
-    cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    // No bfloat16 matmul in oneDNN on this CPU: many rows take OpenBLAS on W widened a panel at
+    // a time, fewer the streaming kernel.
+    if (rows >= cpu::kBlasMinRows) cpu::blas_linear_widened(rows, w.N, w.K, a, w.plain.raw(), w.plain.dtype(), bias, c);
+    else cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }
   cpu::MatmulDims d;

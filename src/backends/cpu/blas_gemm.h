@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace reforge::cpu {
 
 // True when a Linear product of `rows` rows should use blas_linear rather than oneDNN on this
@@ -21,5 +23,14 @@ bool prefer_blas_linear(int64_t rows);
 // C[M, N] = A[M, K] x W[K, N] (+ bias[N]; null: none), all float32, row-major, dense. Runs on
 // omp_get_max_threads() threads (OpenBLAS's OpenMP build follows the caller's team size).
 void blas_linear(int64_t M, int64_t N, int64_t K, const float* a, const float* w, const float* bias, float* c);
+
+// The same product for 16-bit W (`w_dtype` BFloat16; Float16 once widen_row supports it): W is
+// widened to float32 one column panel at a time into a buffer, and each panel is one
+// sgemm call. For CPUs without 16-bit matrix instructions, where a bfloat16 plan would otherwise
+// run its multi-row products on the streaming kernel (2.3x slower than float32 sgemm at 128
+// rows on Zen 3) or keep a float32 copy of every weight: the panel costs K x 256 x 4 bytes,
+// not a copy of W (panel: 256 columns). Accumulation is float32 on the exactly widened weights.
+void blas_linear_widened(int64_t M, int64_t N, int64_t K, const float* a, const void* w, DType w_dtype,
+                         const float* bias, float* c);
 
 }  // namespace reforge::cpu
