@@ -166,7 +166,7 @@ TEST(LinearKernel, BlasLinearMatchesReference) {
       expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
                    "blas M=" + std::to_string(M) + (with_bias ? " bias" : ""));
     }
-  // bfloat16 W widened a panel (512 columns) at a time: N spans several panels and a remainder.
+  // bfloat16 W widened a panel (256 columns) at a time: N spans several panels and a remainder.
   for (bool with_bias : {false, true}) {
     const int64_t M = 37, K = 29, N = 1100;
     Tensor x = random_tensor(DType::Float32, {M, K}, 34), w = random_tensor(DType::BFloat16, {K, N}, 35);
