@@ -352,7 +352,9 @@ RF_INLINE void qk_tile(const float* qrow0, int64_t qstride, const float* kt, int
                        int64_t sstride, int64_t j0) {
   using V = Vec<kTag>;
   constexpr int64_t W = kW<kTag>;
-  V acc[kRows][kVecs] = {};
+  V acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) acc[r][c] = V{};
   for (int64_t d = 0; d < D; ++d) {
     const float* kp = kt + d * Skp + j0;
     V kv[kVecs];
@@ -385,7 +387,9 @@ RF_INLINE void pv_tile(const float* p, int64_t pstride, const float* v, int64_t 
                        float* y, int64_t ystride) {
   using V = Vec<kTag>;
   constexpr int64_t W = kW<kTag>;
-  V acc[kRows][kVecs] = {};
+  V acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) acc[r][c] = V{};
   for (int64_t j = 0; j < Sk; ++j) {
     V vv[kVecs];
     for (int c = 0; c < kVecs; ++c) vv[c] = load<V>(v + j * vstride + c * W);
