@@ -341,9 +341,11 @@ constexpr int64_t kBlockQ = 32;
 // Register blocking of the two products per variant: a tile of kRows query rows by kVecs vectors
 // of columns keeps kRows * kVecs accumulators, kVecs loaded vectors and a broadcast in registers.
 // AVX-512 (32 zmm): 6 x 4 = 24 accumulators. AVX2 and SSE (16 ymm / xmm): 6 x 2 = 12, the
-// classic AVX2 sgemm tile (4 vectors there would spill accumulators to the stack every step).
-template <int kTag>
-inline constexpr int kTileVecs = kTag == kAvx512 ? 4 : 2;
+// classic AVX2 sgemm tile (4 vectors there would spill accumulators to the stack every step);
+// a tile of the last 1 or 2 rows of a block takes 4 vectors, so that it still has 4 or 8
+// independent FMA chains (query blocks of 32 rows end in 2, a decoding step is 1 row).
+template <int kTag, int kRows>
+inline constexpr int kTileVecs = kTag == kAvx512 ? 4 : kRows <= 2 ? 4 : 2;
 constexpr int kTileRows = 6;
 
 // S[r][j0 .. j0 + kVecs * W) = Q[r] . K^T for r < kRows.
@@ -373,7 +375,7 @@ template <int kTag, int kRows>
 RF_INLINE void qk_rows(const float* qrow0, int64_t qstride, const float* kt, int64_t Skp, int64_t D, float* s,
                        int64_t sstride, int64_t ncols) {
   constexpr int64_t W = kW<kTag>;
-  constexpr int kVecs = kTileVecs<kTag>;
+  constexpr int kVecs = kTileVecs<kTag, kRows>;
   int64_t j = 0;
   for (; j + kVecs * W <= ncols; j += kVecs * W) qk_tile<kTag, kRows, kVecs>(qrow0, qstride, kt, Skp, D, s, sstride, j);
   if constexpr (kVecs > 2)
@@ -406,7 +408,7 @@ template <int kTag, int kRows>
 RF_INLINE void pv_rows(const AttnArgs& a, const float* p, int64_t pstride, const float* vb, const float* inv, float* y,
                        int64_t klen) {
   constexpr int64_t W = kW<kTag>;
-  constexpr int kVecs = kTileVecs<kTag>;
+  constexpr int kVecs = kTileVecs<kTag, kRows>;
   const int64_t Dv = a.Dv, vs = a.v.ss;
   int64_t c = 0;
   for (; c + kVecs * W <= Dv; c += kVecs * W) pv_tile<kTag, kRows, kVecs>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
