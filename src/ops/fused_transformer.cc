@@ -23,8 +23,10 @@
 //   The fast path is rotate_half (lo = [0, D/2), hi = [D/2, >= D)); other bounds run the
 //   unfused ops.
 //
-// Kernels run 16-lane vector code (AVX-512 when the CPU has it, else the same code on SSE) and
-// use OpenMP over rows or (batch, head, query block) when the work is large enough.
+// Kernels are written once over the vector type of ops/simd_vec.h and instantiated for AVX-512
+// (16 lanes), AVX2 + FMA (8 lanes) and generic SSE2 (4 lanes), the widest the CPU has chosen per
+// call; attention's register tiles are sized per variant. OpenMP over rows or (batch, head, query
+// block) when the work is large enough.
 #include <omp.h>
 
 #include <algorithm>
@@ -36,12 +38,12 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd16.h"
+#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {
 
-using namespace simd16;
+using namespace simdv;
 
 // Runs a registry kernel (the unfused op) on the given inputs: the fallback for dtypes and
 // shapes the fast paths do not cover.
@@ -91,23 +93,25 @@ struct RmsArgs {
 
 template <int kTag>
 RF_INLINE void rms_rows_impl(const RmsArgs& a, int64_t r0, int64_t r1) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
   const int64_t n = a.n;
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = a.x + r * n;
     float* y = a.y + r * n;
     float ss;
     if (a.p == 2.0) {
-      v16 s0{}, s1{}, s2{}, s3{};
+      V s0{}, s1{}, s2{}, s3{};
       int64_t i = 0;
-      for (; i + 4 * kW <= n; i += 4 * kW) {
-        v16 x0 = load(x + i), x1 = load(x + i + kW), x2 = load(x + i + 2 * kW), x3 = load(x + i + 3 * kW);
+      for (; i + 4 * W <= n; i += 4 * W) {
+        V x0 = load<V>(x + i), x1 = load<V>(x + i + W), x2 = load<V>(x + i + 2 * W), x3 = load<V>(x + i + 3 * W);
         s0 += x0 * x0;
         s1 += x1 * x1;
         s2 += x2 * x2;
         s3 += x3 * x3;
       }
-      for (; i + kW <= n; i += kW) {
-        v16 x0 = load(x + i);
+      for (; i + W <= n; i += W) {
+        V x0 = load<V>(x + i);
         s0 += x0 * x0;
       }
       ss = hsum((s0 + s1) + (s2 + s3));
@@ -118,19 +122,19 @@ RF_INLINE void rms_rows_impl(const RmsArgs& a, int64_t r0, int64_t r1) {
       ss = static_cast<float>(acc);
     }
     const float inv = a.num / std::sqrt(ss / static_cast<float>(n) + a.eps);
-    const v16 vinv = splat(inv);
+    const V vinv = splat<V>(inv);
     int64_t i = 0;
     if (a.w && !a.w_scalar) {
-      for (; i + kW <= n; i += kW) store(y + i, (load(x + i) * vinv) * load(a.w + i));
+      for (; i + W <= n; i += W) store(y + i, (load<V>(x + i) * vinv) * load<V>(a.w + i));
       for (; i < n; ++i) y[i] = (x[i] * inv) * a.w[i];
     } else {
       const float ws = a.w ? a.w[0] : 1.0f;
-      const v16 vw = splat(ws);
+      const V vw = splat<V>(ws);
       if (a.w) {
-        for (; i + kW <= n; i += kW) store(y + i, (load(x + i) * vinv) * vw);
+        for (; i + W <= n; i += W) store(y + i, (load<V>(x + i) * vinv) * vw);
         for (; i < n; ++i) y[i] = (x[i] * inv) * ws;
       } else {
-        for (; i + kW <= n; i += kW) store(y + i, load(x + i) * vinv);
+        for (; i + W <= n; i += W) store(y + i, load<V>(x + i) * vinv);
         for (; i < n; ++i) y[i] = x[i] * inv;
       }
     }
@@ -181,11 +185,13 @@ void rms_norm_kernel(KernelContext& ctx) {
 
 template <int kTag>
 RF_INLINE void silu_impl(const float* x, const float* u, float* y, int64_t n) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
   int64_t i = 0;
-  for (; i + kW <= n; i += kW) {
-    v16 v = load(x + i);
-    v16 s = v / (1.0f + vexp(-v));
-    if (u) s *= load(u + i);
+  for (; i + W <= n; i += W) {
+    V v = load<V>(x + i);
+    V s = v / (1.0f + vexp(-v));
+    if (u) s *= load<V>(u + i);
     store(y + i, s);
   }
   for (; i < n; ++i) {
@@ -204,7 +210,7 @@ void silu_run(const KernelContext& ctx, const float* x, const float* u, float* y
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t b0 = (n / kW) * t / nt * kW, b1 = t + 1 == nt ? n : (n / kW) * (t + 1) / nt * kW;
+      int64_t b0 = (n / kMaxW) * t / nt * kMaxW, b1 = t + 1 == nt ? n : (n / kMaxW) * (t + 1) / nt * kMaxW;
       fn(x + b0, u ? u + b0 : nullptr, y + b0, b1 - b0);
     }
   } else {
@@ -325,88 +331,88 @@ struct AttnArgs {
   const bool* mask_b = nullptr;
   int64_t m_sb = 0, m_sh = 0, m_sq = 0, m_sk = 0;
   float fill = 0;
-  int64_t Skp = 0;          // Sk rounded up to 16
+  int64_t Skp = 0;          // Sk rounded up to kMaxW
   const float* kt = nullptr;  // packed K^T per (b, kv head): [D][Skp]
   int64_t kt_b = 0, kt_h = 0;  // strides of the packed buffer
 };
 
 constexpr int64_t kBlockQ = 32;
 
-// S[r][0..ncols) = Q[i0 + r] . K^T for r < kRows (ncols a multiple of 16, <= Skp).
-template <int kRows>
-RF_INLINE void qk_rows(const AttnArgs& a, const float* qrow0, int64_t qstride, const float* kt, float* s, int64_t sstride,
-                       int64_t ncols) {
-  const int64_t D = a.D, Skp = a.Skp;
-  int64_t j = 0;
-  if constexpr (kRows <= 6) {
-    // 64 columns at a time: 4 K^T loads and kRows broadcasts feed 4 * kRows FMAs.
-    for (; j + 4 * kW <= ncols; j += 4 * kW) {
-      v16 acc[kRows][4] = {};
-      for (int64_t d = 0; d < D; ++d) {
-        const float* kp = kt + d * Skp + j;
-        const v16 k0 = load(kp), k1 = load(kp + kW), k2 = load(kp + 2 * kW), k3 = load(kp + 3 * kW);
-        for (int r = 0; r < kRows; ++r) {
-          const v16 qv = splat(qrow0[r * qstride + d]);
-          acc[r][0] += qv * k0;
-          acc[r][1] += qv * k1;
-          acc[r][2] += qv * k2;
-          acc[r][3] += qv * k3;
-        }
-      }
-      for (int r = 0; r < kRows; ++r)
-        for (int c = 0; c < 4; ++c) store(s + r * sstride + j + c * kW, acc[r][c]);
-    }
-  }
-  for (; j + 2 * kW <= ncols; j += 2 * kW) {
-    v16 acc[kRows][2] = {};
-    for (int64_t d = 0; d < D; ++d) {
-      const float* kp = kt + d * Skp + j;
-      v16 k0 = load(kp), k1 = load(kp + kW);
-      for (int r = 0; r < kRows; ++r) {
-        v16 qv = splat(qrow0[r * qstride + d]);
-        acc[r][0] += qv * k0;
-        acc[r][1] += qv * k1;
-      }
-    }
-    for (int r = 0; r < kRows; ++r) {
-      store(s + r * sstride + j, acc[r][0]);
-      store(s + r * sstride + j + kW, acc[r][1]);
-    }
-  }
-  for (; j < ncols; j += kW) {
-    v16 acc[kRows] = {};
-    for (int64_t d = 0; d < D; ++d) {
-      v16 k0 = load(kt + d * Skp + j);
-      for (int r = 0; r < kRows; ++r) acc[r] += splat(qrow0[r * qstride + d]) * k0;
-    }
-    for (int r = 0; r < kRows; ++r) store(s + r * sstride + j, acc[r]);
-  }
-}
+// Register blocking of the two products per variant: a tile of kRows query rows by kVecs vectors
+// of columns keeps kRows * kVecs accumulators, kVecs loaded vectors and a broadcast in registers.
+// AVX-512 (32 zmm): 6 x 4 = 24 accumulators. AVX2 and SSE (16 ymm / xmm): 6 x 2 = 12, the
+// classic AVX2 sgemm tile (4 vectors there would spill accumulators to the stack every step);
+// a tile of the last 1 or 2 rows of a block takes 4 vectors, so that it still has 4 or 8
+// independent FMA chains (query blocks of 32 rows end in 2, a decoding step is 1 row).
+template <int kTag, int kRows>
+inline constexpr int kTileVecs = kTag == kAvx512 ? 4 : kRows <= 2 ? 4 : 2;
+constexpr int kTileRows = 6;
 
-// Y[r] = (sum_j P[r][j] V[j]) * inv[r] for r < kRows, columns [c0, c0 + 16 * kVec).
-template <int kRows, int kVec>
-RF_INLINE void pv_rows(const float* p, int64_t pstride, const float* v, int64_t vstride, int64_t Sk, const float* inv,
-                       float* y, int64_t ystride) {
-  v16 acc[kRows][kVec] = {};
-  for (int64_t j = 0; j < Sk; ++j) {
-    v16 vv[kVec];
-    for (int c = 0; c < kVec; ++c) vv[c] = load(v + j * vstride + c * kW);
+// S[r][j0 .. j0 + kVecs * W) = Q[r] . K^T for r < kRows.
+template <int kTag, int kRows, int kVecs>
+RF_INLINE void qk_tile(const float* qrow0, int64_t qstride, const float* kt, int64_t Skp, int64_t D, float* s,
+                       int64_t sstride, int64_t j0) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
+  V acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) acc[r][c] = V{};
+  for (int64_t d = 0; d < D; ++d) {
+    const float* kp = kt + d * Skp + j0;
+    V kv[kVecs];
+    for (int c = 0; c < kVecs; ++c) kv[c] = load<V>(kp + c * W);
     for (int r = 0; r < kRows; ++r) {
-      v16 pr = splat(p[r * pstride + j]);
-      for (int c = 0; c < kVec; ++c) acc[r][c] += pr * vv[c];
+      const V qv = splat<V>(qrow0[r * qstride + d]);
+      for (int c = 0; c < kVecs; ++c) acc[r][c] += qv * kv[c];
     }
   }
   for (int r = 0; r < kRows; ++r)
-    for (int c = 0; c < kVec; ++c) store(y + r * ystride + c * kW, acc[r][c] * inv[r]);
+    for (int c = 0; c < kVecs; ++c) store(s + r * sstride + j0 + c * W, acc[r][c]);
 }
 
-template <int kRows>
-RF_INLINE void pv_block(const AttnArgs& a, const float* p, int64_t pstride, const float* vb, const float* inv, float* y,
-                        int64_t klen) {
+// S[r][0..ncols) = Q[r] . K^T for r < kRows (ncols a multiple of the vector width, <= Skp).
+template <int kTag, int kRows>
+RF_INLINE void qk_rows(const float* qrow0, int64_t qstride, const float* kt, int64_t Skp, int64_t D, float* s,
+                       int64_t sstride, int64_t ncols) {
+  constexpr int64_t W = kW<kTag>;
+  constexpr int kVecs = kTileVecs<kTag, kRows>;
+  int64_t j = 0;
+  for (; j + kVecs * W <= ncols; j += kVecs * W) qk_tile<kTag, kRows, kVecs>(qrow0, qstride, kt, Skp, D, s, sstride, j);
+  if constexpr (kVecs > 2)
+    for (; j + 2 * W <= ncols; j += 2 * W) qk_tile<kTag, kRows, 2>(qrow0, qstride, kt, Skp, D, s, sstride, j);
+  for (; j < ncols; j += W) qk_tile<kTag, kRows, 1>(qrow0, qstride, kt, Skp, D, s, sstride, j);
+}
+
+// Y[r][0 .. kVecs * W) = (sum_j P[r][j] V[j]) * inv[r] for r < kRows.
+template <int kTag, int kRows, int kVecs>
+RF_INLINE void pv_tile(const float* p, int64_t pstride, const float* v, int64_t vstride, int64_t Sk, const float* inv,
+                       float* y, int64_t ystride) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
+  V acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) acc[r][c] = V{};
+  for (int64_t j = 0; j < Sk; ++j) {
+    V vv[kVecs];
+    for (int c = 0; c < kVecs; ++c) vv[c] = load<V>(v + j * vstride + c * W);
+    for (int r = 0; r < kRows; ++r) {
+      const V pr = splat<V>(p[r * pstride + j]);
+      for (int c = 0; c < kVecs; ++c) acc[r][c] += pr * vv[c];
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) store(y + r * ystride + c * W, acc[r][c] * inv[r]);
+}
+
+template <int kTag, int kRows>
+RF_INLINE void pv_rows(const AttnArgs& a, const float* p, int64_t pstride, const float* vb, const float* inv, float* y,
+                       int64_t klen) {
+  constexpr int64_t W = kW<kTag>;
+  constexpr int kVecs = kTileVecs<kTag, kRows>;
   const int64_t Dv = a.Dv, vs = a.v.ss;
   int64_t c = 0;
-  for (; c + 4 * kW <= Dv; c += 4 * kW) pv_rows<kRows, 4>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
-  for (; c + kW <= Dv; c += kW) pv_rows<kRows, 1>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
+  for (; c + kVecs * W <= Dv; c += kVecs * W) pv_tile<kTag, kRows, kVecs>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
+  for (; c + W <= Dv; c += W) pv_tile<kTag, kRows, 1>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
   for (; c < Dv; ++c)
     for (int r = 0; r < kRows; ++r) {
       float acc = 0;
@@ -415,9 +421,51 @@ RF_INLINE void pv_block(const AttnArgs& a, const float* p, int64_t pstride, cons
     }
 }
 
+// The query rows of a block in tiles of kTileRows, then one tile of the remaining 1 .. 5 rows.
+// Each result element is the same sum in the same order whatever tile computes it: the tiling
+// only decides what stays in registers.
+static_assert(kTileRows == 6, "qk_block and pv_block list the remainders of 6");
+
+template <int kTag>
+RF_INLINE void qk_block(const AttnArgs& a, const float* qb, const float* kt, float* s, int64_t rows, int64_t ncols) {
+  const int64_t qs = a.q.ss, Skp = a.Skp, D = a.D;
+  int64_t r = 0;
+  for (; r + kTileRows <= rows; r += kTileRows) qk_rows<kTag, kTileRows>(qb + r * qs, qs, kt, Skp, D, s + r * Skp, Skp, ncols);
+  const float* q = qb + r * qs;
+  float* sr = s + r * Skp;
+  switch (rows - r) {
+    case 5: qk_rows<kTag, 5>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
+    case 4: qk_rows<kTag, 4>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
+    case 3: qk_rows<kTag, 3>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
+    case 2: qk_rows<kTag, 2>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
+    case 1: qk_rows<kTag, 1>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
+    default: break;
+  }
+}
+
+template <int kTag>
+RF_INLINE void pv_block(const AttnArgs& a, const float* s, const float* vb, const float* inv, float* yb, int64_t rows,
+                        int64_t klen) {
+  const int64_t Skp = a.Skp, ys = a.y_ss;
+  int64_t r = 0;
+  for (; r + kTileRows <= rows; r += kTileRows) pv_rows<kTag, kTileRows>(a, s + r * Skp, Skp, vb, inv + r, yb + r * ys, klen);
+  const float* p = s + r * Skp;
+  float* y = yb + r * ys;
+  switch (rows - r) {
+    case 5: pv_rows<kTag, 5>(a, p, Skp, vb, inv + r, y, klen); break;
+    case 4: pv_rows<kTag, 4>(a, p, Skp, vb, inv + r, y, klen); break;
+    case 3: pv_rows<kTag, 3>(a, p, Skp, vb, inv + r, y, klen); break;
+    case 2: pv_rows<kTag, 2>(a, p, Skp, vb, inv + r, y, klen); break;
+    case 1: pv_rows<kTag, 1>(a, p, Skp, vb, inv + r, y, klen); break;
+    default: break;
+  }
+}
+
 // One (batch, query head, query block) task.
 template <int kTag>
 RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
   const int64_t Skp = a.Skp, Sk = a.Sk;
   const int64_t kh = a.k_bcast_h ? 0 : h / a.k_group;
   const int64_t vh = a.v_bcast_h ? 0 : h / a.v_group;
@@ -446,27 +494,24 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
     }
     klen = last + 1;
   }
-  const int64_t kp = (klen + kW - 1) / kW * kW;
+  const int64_t kp = (klen + W - 1) / W * W;  // <= Skp: Skp is a multiple of every width
   // Scores.
-  int64_t r = 0;
-  for (; r + 6 <= rows; r += 6) qk_rows<6>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
-  for (; r + 4 <= rows; r += 4) qk_rows<4>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
-  for (; r < rows; ++r) qk_rows<1>(a, qb + r * a.q.ss, a.q.ss, kt, s + r * Skp, Skp, kp);
+  qk_block<kTag>(a, qb, kt, s, rows, kp);
   // Scale, mask, softmax numerator (unnormalized) and 1 / sum per row.
   float inv[kBlockQ];
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < rows; ++r) {
     float* sr = s + r * Skp;
     const int64_t i = i0 + r;
     if (a.scale_op == 1) {
-      const v16 sc = splat(a.scale);
-      for (int64_t j = 0; j < kp; j += kW) store(sr + j, load(sr + j) * sc);
+      const V sc = splat<V>(a.scale);
+      for (int64_t j = 0; j < kp; j += W) store(sr + j, load<V>(sr + j) * sc);
     }
     if (a.mask_mode == 1) {
       const float* m = a.mask_f + b * a.m_sb + h * a.m_sh + i * a.m_sq;
       if (a.m_sk == 1) {
         int64_t j = 0;
-        for (; j + kW <= klen; j += kW) store(sr + j, load(sr + j) + load(m + j));
+        for (; j + W <= klen; j += W) store(sr + j, load<V>(sr + j) + load<V>(m + j));
         for (; j < klen; ++j) sr[j] += m[j];
       } else {
         for (int64_t j = 0; j < klen; ++j) sr[j] += m[0];
@@ -478,16 +523,16 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
         if (m[j * a.m_sk] == when) sr[j] = a.fill;
     }
     for (int64_t j = klen; j < kp; ++j) sr[j] = ninf;
-    v16 mx = splat(ninf);
-    for (int64_t j = 0; j < kp; j += kW) {
-      const v16 x = load(sr + j);
+    V mx = splat<V>(ninf);
+    for (int64_t j = 0; j < kp; j += W) {
+      const V x = load<V>(sr + j);
       mx = x > mx ? x : mx;
     }
     const float m = hmax(mx);
-    const v16 vm = splat(m);
-    v16 sum{};
-    for (int64_t j = 0; j < kp; j += kW) {
-      v16 e = vexp(load(sr + j) - vm);
+    const V vm = splat<V>(m);
+    V sum{};
+    for (int64_t j = 0; j < kp; j += W) {
+      V e = vexp(load<V>(sr + j) - vm);
       store(sr + j, e);
       sum += e;
     }
@@ -496,9 +541,7 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
   // P V.
   const float* vb = a.v.p + (a.v.b == 1 ? 0 : b) * a.v.sb + vh * a.v.sh;
   float* yb = a.y + b * a.y_sb + h * a.y_sh + i0 * a.y_ss;
-  for (r = 0; r + 6 <= rows; r += 6) pv_block<6>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss, klen);
-  for (; r + 4 <= rows; r += 4) pv_block<4>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss, klen);
-  for (; r < rows; ++r) pv_block<1>(a, s + r * Skp, Skp, vb, inv + r, yb + r * a.y_ss, klen);
+  pv_block<kTag>(a, s, vb, inv, yb, rows, klen);
 }
 
 RF_AVX512_TARGET void attn_task_avx512(const AttnArgs& a, int64_t b, int64_t h, int64_t i0, int64_t rows, float* s) {
@@ -633,7 +676,7 @@ void attention_kernel(KernelContext& ctx) {
   }
   if (a.Sk == 0) return unfused();
   // Pack K^T per (batch, kv head): [D][Skp], zero padded.
-  a.Skp = (a.Sk + kW - 1) / kW * kW;
+  a.Skp = (a.Sk + kMaxW - 1) / kMaxW * kMaxW;
   const int64_t kb = a.k.b, kh = a.k.h;
   // Scratch reused across runs (no allocation per run in steady state): per calling thread, so
   // concurrent runs on other threads have their own.
@@ -721,6 +764,8 @@ struct RotArgs {
 
 template <int kTag>
 RF_INLINE void rotary_rows_impl(const RotArgs& a, int64_t r0, int64_t r1) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
   const int64_t h2 = a.half;
   for (int64_t r = r0; r < r1; ++r) {  // r = (b * H + h) * S + s
     const int64_t s = r % a.S, bh = r / a.S, h = bh % a.H, b = bh / a.H;
@@ -729,10 +774,10 @@ RF_INLINE void rotary_rows_impl(const RotArgs& a, int64_t r0, int64_t r1) {
     const float* sn = a.sin + b * a.s_sb + h * a.s_sh + s * a.s_ss;
     float* y = a.y + r * a.D;
     int64_t i = 0;
-    for (; i + kW <= h2; i += kW) {
-      const v16 x0 = load(x + i), x1 = load(x + h2 + i);
-      store(y + i, x0 * load(c + i) + (-x1) * load(sn + i));
-      store(y + h2 + i, x1 * load(c + h2 + i) + x0 * load(sn + h2 + i));
+    for (; i + W <= h2; i += W) {
+      const V x0 = load<V>(x + i), x1 = load<V>(x + h2 + i);
+      store(y + i, x0 * load<V>(c + i) + (-x1) * load<V>(sn + i));
+      store(y + h2 + i, x1 * load<V>(c + h2 + i) + x0 * load<V>(sn + h2 + i));
     }
     for (; i < h2; ++i) {
       const float x0 = x[i], x1 = x[h2 + i];

@@ -3,11 +3,12 @@
 // (activations.cc) keeps a few ulp of relative accuracy deep into the negative tail; this one
 // matches the decomposition it replaces instead, which has 1 + erf's cancellation anyway, and
 // trades that for speed. When the pass keeps the formula's constants as inputs (they are
-// refittable), other values than the standard ones run the formula as written. Float32 on 16-lane vectors, AVX-512 when the CPU has it, OpenMP over
-// large tensors. The erf form uses a rational erf approximation (max abs error 4.2e-7 on [-4, 4],
-// saturating to +-1 outside), so the absolute error stays below 1e-6 |x| like the decomposition
-// it replaces (1 + erf cancels for negative x there too). The tanh
-// form is x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3), as the reference kernel writes it.
+// refittable), other values than the standard ones run the formula as written. Float32 on the
+// native vectors of ops/simd_vec.h (AVX-512, AVX2 + FMA or SSE2), OpenMP over large tensors.
+// The erf form uses a rational erf approximation (max abs error 4.2e-7 on [-4, 4], saturating to
+// +-1 outside), so the absolute error stays below 1e-6 |x| like the decomposition it replaces
+// (1 + erf cancels for negative x there too). The tanh form is x * sigmoid(2u),
+// u = sqrt(2/pi) (x + 0.044715 x^3), as the reference kernel writes it.
 #include <omp.h>
 
 #include <algorithm>
@@ -15,25 +16,26 @@
 
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd16.h"
+#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {
 
-using namespace simd16;
+using namespace simdv;
 
-RF_INLINE v16 verf(const v16& a) {
-  v16 x = a > 4.0f ? splat(4.0f) : a;
-  x = x < -4.0f ? splat(-4.0f) : x;
-  const v16 x2 = x * x;
-  v16 p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
+template <typename V>
+RF_INLINE V verf(const V& a) {
+  V x = a > 4.0f ? splat<V>(4.0f) : a;
+  x = x < -4.0f ? splat<V>(-4.0f) : x;
+  const V x2 = x * x;
+  V p = x2 * -2.72614225801306e-10f + 2.77068142495902e-08f;
   p = x2 * p + -2.10102402082508e-06f;
   p = x2 * p + -5.69250639462346e-05f;
   p = x2 * p + -7.34990630326855e-04f;
   p = x2 * p + -2.95459980854025e-03f;
   p = x2 * p + -1.60960333262415e-02f;
   p = x * p;
-  v16 q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
+  V q = x2 * -1.45660718464996e-05f + -2.13374055278905e-04f;
   q = x2 * q + -1.68282697438203e-03f;
   q = x2 * q + -7.37332916720468e-03f;
   q = x2 * q + -1.42647390514189e-02f;
@@ -48,17 +50,19 @@ inline float gelu_tanh_exact(float x) {
 
 template <int kTag>
 RF_INLINE void gelu_impl(const float* x, float* y, int64_t n, bool tanh_form) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
   int64_t i = 0;
   if (!tanh_form) {
-    for (; i + kW <= n; i += kW) {
-      const v16 v = load(x + i);
+    for (; i + W <= n; i += W) {
+      const V v = load<V>(x + i);
       store(y + i, (v * 0.5f) * (1.0f + verf(v * 0.70710678118654752440f)));
     }
     for (; i < n; ++i) y[i] = gelu_erf_exact(x[i]);
   } else {
-    for (; i + kW <= n; i += kW) {
-      const v16 v = load(x + i);
-      const v16 u = (v + 0.044715f * (v * v * v)) * 1.5957691216057307f;
+    for (; i + W <= n; i += W) {
+      const V v = load<V>(x + i);
+      const V u = (v + 0.044715f * (v * v * v)) * 1.5957691216057307f;
       store(y + i, v / (1.0f + vexp(-u)));
     }
     for (; i < n; ++i) y[i] = gelu_tanh_exact(x[i]);
@@ -131,7 +135,7 @@ void gelu_kernel(KernelContext& ctx) {
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t b0 = (n / kW) * t / nt * kW, b1 = t + 1 == nt ? n : (n / kW) * (t + 1) / nt * kW;
+      const int64_t b0 = (n / kMaxW) * t / nt * kMaxW, b1 = t + 1 == nt ? n : (n / kMaxW) * (t + 1) / nt * kMaxW;
       fn(px + b0, y + b0, b1 - b0, tanh_form);
     }
   } else {

@@ -1,19 +1,19 @@
 // Float32 LayerNormalization fast path: rows of `inner` contiguous elements, Scale and B with
 // exactly `inner` elements (no broadcast within the row), no Mean/InvStdDev outputs. Two passes
-// over each row in float32 on 16-lane vectors (mean, then the centred sum of squares, so no
-// cancellation), AVX-512 when the CPU has it, OpenMP over rows for large tensors.
+// over each row in float32 on the native vectors of ops/simd_vec.h (mean, then the centred sum of
+// squares, so no cancellation), OpenMP over rows for large tensors.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "ops/registry.h"
-#include "ops/simd16.h"
+#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {
 
-using namespace simd16;
+using namespace simdv;
 
 struct LnArgs {
   const float* x;
@@ -26,39 +26,41 @@ struct LnArgs {
 
 template <int kTag>
 RF_INLINE void ln_rows_impl(const LnArgs& a, int64_t r0, int64_t r1) {
+  using V = Vec<kTag>;
+  constexpr int64_t W = kW<kTag>;
   const int64_t n = a.n;
   const float inv_n = 1.0f / static_cast<float>(n);
   for (int64_t r = r0; r < r1; ++r) {
     const float* x = a.x + r * n;
     float* y = a.y + r * n;
-    v16 s0{}, s1{};
+    V s0{}, s1{};
     int64_t i = 0;
-    for (; i + 2 * kW <= n; i += 2 * kW) {
-      s0 += load(x + i);
-      s1 += load(x + i + kW);
+    for (; i + 2 * W <= n; i += 2 * W) {
+      s0 += load<V>(x + i);
+      s1 += load<V>(x + i + W);
     }
-    for (; i + kW <= n; i += kW) s0 += load(x + i);
+    for (; i + W <= n; i += W) s0 += load<V>(x + i);
     float sum = hsum(s0 + s1);
     for (; i < n; ++i) sum += x[i];
     const float mean = sum * inv_n;
-    const v16 vm = splat(mean);
-    v16 q0{}, q1{};
-    for (i = 0; i + 2 * kW <= n; i += 2 * kW) {
-      const v16 d0 = load(x + i) - vm, d1 = load(x + i + kW) - vm;
+    const V vm = splat<V>(mean);
+    V q0{}, q1{};
+    for (i = 0; i + 2 * W <= n; i += 2 * W) {
+      const V d0 = load<V>(x + i) - vm, d1 = load<V>(x + i + W) - vm;
       q0 += d0 * d0;
       q1 += d1 * d1;
     }
-    for (; i + kW <= n; i += kW) {
-      const v16 d0 = load(x + i) - vm;
+    for (; i + W <= n; i += W) {
+      const V d0 = load<V>(x + i) - vm;
       q0 += d0 * d0;
     }
     float sq = hsum(q0 + q1);
     for (; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
     const float inv = 1.0f / std::sqrt(sq * inv_n + a.eps);
-    const v16 vi = splat(inv);
-    for (i = 0; i + kW <= n; i += kW) {
-      v16 v = (load(x + i) - vm) * vi * load(a.s + i);
-      if (a.b) v += load(a.b + i);
+    const V vi = splat<V>(inv);
+    for (i = 0; i + W <= n; i += W) {
+      V v = (load<V>(x + i) - vm) * vi * load<V>(a.s + i);
+      if (a.b) v += load<V>(a.b + i);
       store(y + i, v);
     }
     for (; i < n; ++i) y[i] = (x[i] - mean) * inv * a.s[i] + (a.b ? a.b[i] : 0.0f);
