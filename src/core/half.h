@@ -1,6 +1,12 @@
 // 16-bit float storage types. Kernels compute in float32 and convert at load/store; the
 // conversions round to nearest even and keep NaN/Inf, so float16/bfloat16 results match
 // numpy's and the ONNX reference's.
+//
+// float16::from_float is IEEE 754 binary16 rounding (ONNX Cast to FLOAT16, numpy's astype):
+// round to nearest even, subnormals kept, |x| >= 65520 becomes +-inf (65504 is the largest
+// finite half; values in [65504, 65520) round down to it), NaN stays NaN (quiet, top payload
+// bits kept). It equals F16C's vcvtps2ph (round-to-nearest) for every one of the 2^32 float32
+// inputs; to_float equals vcvtph2ps for every one of the 2^16 halves (tests/half_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +53,8 @@ struct float16 {
       float f = static_cast<float>(mant) * (1.0f / 16777216.0f);
       return sign ? -f : f;
     }
-    if (exp == 31) return bits_to_float(sign | 0x7f800000u | (mant << 13));
+    // NaN: quieted (as F16C's vcvtph2ps does), payload kept.
+    if (exp == 31) return bits_to_float(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0u));
     return bits_to_float(sign | ((exp + 112) << 23) | (mant << 13));
   }
 };
