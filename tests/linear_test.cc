@@ -1,7 +1,7 @@
 // Linear layers (MatMul/Gemm with a constant weight, reforge::MatMulAdd): the prepared paths
 // (streaming kernel for few rows, oneDNN on packed weights for many) against a float64
 // reference on odd sizes; --precision bf16 plans against the framework's reference outputs; and
-// refit of bf16 and fp32 plans, which must re-pack the weights: a plan refit from weights B
+// refit of fp32, bf16 and fp16 plans, which must re-pack the weights: a plan refit from weights B
 // equals a fresh build from B bit for bit, weights and outputs.
 #include <gtest/gtest.h>
 
@@ -41,13 +41,18 @@ Tensor random_tensor(DType dt, Shape shape, uint32_t seed) {
   Tensor t = Tensor::empty(DType::Float32, std::move(shape));
   for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = uni(rng);
   if (dt == DType::Float32) return t;
-  Tensor h = Tensor::empty(DType::BFloat16, t.shape());
-  for (int64_t i = 0; i < t.numel(); ++i) h.mutable_data<bfloat16>()[i] = bfloat16(t.data<float>()[i]);
+  Tensor h = Tensor::empty(dt, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == DType::BFloat16) h.mutable_data<bfloat16>()[i] = bfloat16(t.data<float>()[i]);
+    else h.mutable_data<float16>()[i] = float16(t.data<float>()[i]);
+  }
   return h;
 }
 
 float value_at(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::BFloat16 ? static_cast<float>(t.data<bfloat16>()[i]) : t.data<float>()[i];
+  if (t.dtype() == DType::BFloat16) return static_cast<float>(t.data<bfloat16>()[i]);
+  if (t.dtype() == DType::Float16) return static_cast<float>(t.data<float16>()[i]);
+  return t.data<float>()[i];
 }
 
 // Runs one registry op the way the engine does: prepare on the inputs flagged constant, then the
@@ -166,22 +171,23 @@ TEST(LinearKernel, BlasLinearMatchesReference) {
       expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
                    "blas M=" + std::to_string(M) + (with_bias ? " bias" : ""));
     }
-  // bfloat16 W widened a panel (256 columns) at a time: N spans several panels and a remainder.
-  for (bool with_bias : {false, true}) {
-    const int64_t M = 37, K = 29, N = 1100;
-    Tensor x = random_tensor(DType::Float32, {M, K}, 34), w = random_tensor(DType::BFloat16, {K, N}, 35);
-    Tensor b = random_tensor(DType::Float32, {N}, 36);
-    Tensor y = Tensor::empty(DType::Float32, {M, N});
-    cpu::blas_linear_widened(M, N, K, x.data<float>(), w.raw(), DType::BFloat16, with_bias ? b.data<float>() : nullptr,
-                             y.mutable_data<float>());
-    expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
-                 std::string("blas widened bf16") + (with_bias ? " bias" : ""));
-  }
+  // 16-bit W widened a panel (256 columns) at a time: N spans several panels and a remainder.
+  for (DType dt : {DType::BFloat16, DType::Float16})
+    for (bool with_bias : {false, true}) {
+      const int64_t M = 37, K = 29, N = 1100;
+      Tensor x = random_tensor(DType::Float32, {M, K}, 34), w = random_tensor(dt, {K, N}, 35);
+      Tensor b = random_tensor(DType::Float32, {N}, 36);
+      Tensor y = Tensor::empty(DType::Float32, {M, N});
+      cpu::blas_linear_widened(M, N, K, x.data<float>(), w.raw(), dt, with_bias ? b.data<float>() : nullptr,
+                               y.mutable_data<float>());
+      expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kF32Rel,
+                   std::string("blas widened ") + dtype_name(dt) + (with_bias ? " bias" : ""));
+    }
   EXPECT_FALSE(cpu::prefer_blas_linear(cpu::kBlasMinRows - 1));
   EXPECT_EQ(cpu::prefer_blas_linear(cpu::kBlasMinRows), simd_level() < SimdLevel::Avx512);
 }
 
-// The streaming kernel itself on any row count, strided rows, both weight types, with a bias, at
+// The streaming kernel itself on any row count, strided rows, all weight types, with a bias, at
 // every instruction-set level this CPU has (generic, AVX2, AVX-512: each has its own kernels,
 // including the few-rows one from two rows on), against the float64 reference; and the result
 // of a level does not depend on the thread count (columns are split, sums are not).
@@ -191,7 +197,7 @@ TEST(LinearKernel, GemvRowsOddSizes) {
   if (simd_level() >= SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
   for (SimdLevel level : levels) {
     SimdOverride cap(level);
-    for (DType dt : {DType::Float32, DType::BFloat16})
+    for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16})
       for (int64_t M : {1, 2, 3, 8, 17})
         for (int64_t K : {1, 3, 9, 33, 130})
           for (int64_t N : {1, 15, 17, 33, 50, 200}) {
@@ -264,13 +270,17 @@ TEST(LinearKernel, GemmTransposedWithBias) {
       }
 }
 
-TEST(LinearKernel, MatMulAddBf16Weights) {
+// 16-bit weights on every path: 1 row (streaming), 3..100 rows (oneDNN on packed weights where
+// the CPU has a bfloat16 matmul, an exact float32 pack for float16, else streaming); the
+// reference multiplies the 16-bit weights' exact values in float64.
+TEST(LinearKernel, MatMulAdd16BitWeights) {
+  for (DType dt : {DType::BFloat16, DType::Float16})
   for (int threads : {1, 2})
     for (int64_t M : {1, 3, 16, 17, 100})
       for (int64_t N : {7, 50, 130}) {
         const int64_t K = 67;
         Tensor x = random_tensor(DType::Float32, {M, K}, 11);
-        Tensor w = random_tensor(DType::BFloat16, {K, N}, 12);
+        Tensor w = random_tensor(dt, {K, N}, 12);
         Tensor b = random_tensor(DType::Float32, {N}, 13);
         for (bool with_bias : {false, true}) {
           std::vector<const Tensor*> ins = {&x, &w};
@@ -280,7 +290,7 @@ TEST(LinearKernel, MatMulAddBf16Weights) {
           EXPECT_TRUE(prepared);
           // Both paths keep the activations' float32 accuracy (oneDNN's as a high + low split).
           expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kSplitRel,
-                       "bf16 MatMulAdd M=" + std::to_string(M) + " N=" + std::to_string(N));
+                       std::string(dtype_name(dt)) + " MatMulAdd M=" + std::to_string(M) + " N=" + std::to_string(N));
         }
       }
 }
@@ -347,7 +357,7 @@ TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
 // A refit must re-pack: the engine built from weights A and refit with B gives exactly what a
 // fresh build from B gives, on the streaming (1 row) and the packed (5, 40 rows) paths.
 TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
-  for (auto precision : {plan::Precision::Fp32, plan::Precision::Bf16})
+  for (auto precision : {plan::Precision::Fp32, plan::Precision::Bf16, plan::Precision::Fp16})
     for (int64_t seq : {1, 5, 40})
       for (bool strip : {false, true}) {
         SCOPED_TRACE(std::string(plan::precision_name(precision)) + " seq " + std::to_string(seq) + (strip ? " stripped" : ""));

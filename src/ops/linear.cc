@@ -16,7 +16,9 @@ constexpr int64_t kPackRows = 256;
 }  // namespace
 
 std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transposed) {
-  if (!w.defined() || w.rank() != 2 || (w.dtype() != DType::Float32 && w.dtype() != DType::BFloat16)) return nullptr;
+  if (!w.defined() || w.rank() != 2 ||
+      (w.dtype() != DType::Float32 && w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16))
+    return nullptr;
   const int64_t K = transposed ? w.dim(1) : w.dim(0), N = transposed ? w.dim(0) : w.dim(1);
   if (K == 0 || N == 0) return nullptr;
   auto lw = std::make_shared<LinearWeights>();
@@ -68,8 +70,8 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   }
   if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c)) return true;
   if (w.plain.dtype() != DType::Float32) {
-    // No bfloat16 matmul in oneDNN on this CPU: many rows take OpenBLAS on W widened a panel at
-    // a time, fewer the streaming kernel.
+    // No 16-bit matmul in oneDNN on this CPU (and none for float16 W with float32 activations
+    // on any): many rows take OpenBLAS on W widened a panel at a time, fewer the streaming kernel.
     if (rows >= cpu::kBlasMinRows) cpu::blas_linear_widened(rows, w.N, w.K, a, w.plain.raw(), w.plain.dtype(), bias, c);
     else cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;

@@ -7,9 +7,11 @@
 // blocked layout oneDNN wants. That copy is made the first time a product with more rows needs
 // it (once per prepared W, thread-safe), not in prepare: a decoder that only ever runs one row
 // keeps one copy of its weights, and a refit commit does not wait for a re-pack (the new
-// LinearWeights packs the new W on its first use). W is float32, or bfloat16 in plans built
-// with --precision bf16; activations and accumulation stay float32 on both paths (oneDNN's
-// bf16 path multiplies the activations' high and low bfloat16 parts).
+// LinearWeights packs the new W on its first use). W is float32, or bfloat16 / float16 in plans
+// built with --precision bf16 / fp16; activations and accumulation stay float32 on both paths
+// (oneDNN's bf16 path multiplies the activations' high and low bfloat16 parts; float16 W, for
+// which oneDNN has no float32-activation product, runs many rows as OpenBLAS sgemm on column
+// panels widened exactly to float32, as bfloat16 does on CPUs without a bf16 matmul).
 #pragma once
 
 #include <memory>
@@ -23,7 +25,7 @@ namespace reforge::ops {
 
 struct LinearWeights {
   int64_t K = 0, N = 0;
-  Tensor plain;  // [K, N] row-major, Float32 or BFloat16
+  Tensor plain;  // [K, N] row-major, Float32, BFloat16 or Float16
   bool packable = true;  // false: never pack (W made at run time)
 
   // `plain` packed for oneDNN, made on the first call; null when oneDNN cannot pack it.
@@ -34,7 +36,7 @@ struct LinearWeights {
   mutable std::shared_ptr<const cpu::PackedWeights> packed_;
 };
 
-// Prepares W (rank 2; [K, N], or [N, K] when `transposed`; Float32 or BFloat16). Returns null
+// Prepares W (rank 2; [K, N], or [N, K] when `transposed`; Float32, BFloat16 or Float16). Returns null
 // when W is not such a matrix or is empty.
 std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transposed);
 

@@ -1,6 +1,6 @@
 // Operators of the "reforge" domain: the weight transforms that build passes record in recipes
-// (BatchNorm folding) and the fused kernels they emit (MatMulAdd, also the bfloat16 Linear
-// layer of --precision bf16). Because recipes are replayed by these same kernels at refit, each
+// (BatchNorm folding) and the fused kernels they emit (MatMulAdd, also the 16-bit Linear
+// layer of --precision bf16/fp16). Because recipes are replayed by these same kernels at refit, each
 // transform has exactly one implementation.
 #include <cmath>
 
@@ -63,13 +63,31 @@ void bn_fold_bias(KernelContext& ctx) {
   }, "BnFoldBias");
 }
 
-// Y = MatMul(X, W) + b, b (optional) a vector along the last axis. W is float32, or bfloat16
-// in --precision bf16 plans (then X stays float32 and the product accumulates in float32). A
-// constant W is prepared by the prepare step (ops/linear.h); the bias is added after the sum, as
-// the unfused MatMul -> Add would.
-std::shared_ptr<const void> matmul_add_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
+// Y = MatMul(X, W) + b, b (optional) a vector along the last axis. W is float32, or bfloat16 /
+// float16 in --precision bf16 / fp16 plans (then X stays float32 and the product accumulates in
+// float32). A constant W is prepared by the prepare step (ops/linear.h); the bias is added after
+// the sum, as the unfused MatMul -> Add would.
+//
+// A float16 W with an infinity is refused: the fp16 recipe's Cast turns float32 values beyond
+// +-65504 into inf (ONNX semantics), which would make every output of the layer inf or NaN. The
+// step runs when an engine is made and inside every refit transaction that replaces W, so such a
+// refit fails and leaves the engine as it was.
+std::shared_ptr<const void> matmul_add_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
   if (constants.size() < 2 || !constants[1]) return nullptr;
-  return prepare_linear(*constants[1], false);
+  const Tensor& w = *constants[1];
+  if (w.dtype() == DType::Float16) {
+    const auto* h = static_cast<const uint16_t*>(w.raw());
+    const int64_t n = w.numel();
+    int64_t infs = 0;
+    for (int64_t i = 0; i < n; ++i) infs += (h[i] & 0x7fffu) == 0x7c00u;
+    if (infs) {
+      int64_t first = 0;
+      while ((h[first] & 0x7fffu) != 0x7c00u) ++first;
+      fail(node.label(), ": float16 weight ", w.describe(), " has ", infs, " infinite value(s) (first at element ", first,
+           "): a float32 weight beyond float16's range (+-65504) was cast to float16; use --precision bf16 or fp32");
+    }
+  }
+  return prepare_linear(w, false);
 }
 
 void matmul_add(KernelContext& ctx) {
@@ -77,8 +95,8 @@ void matmul_add(KernelContext& ctx) {
   const Tensor& w = ctx.input(1);
   const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const std::string& label = ctx.node().label();
-  REFORGE_CHECK(w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16), label,
-                ": weight must be a float32 or bfloat16 matrix, got ", w.describe());
+  REFORGE_CHECK(w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16),
+                label, ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
   REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == w.dim(0), label, ": input ",
                 x.describe(), " does not match the weight ", w.describe());
   REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == w.dim(1)), label, ": bias ",

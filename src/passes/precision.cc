@@ -1,13 +1,23 @@
-// linear-weights-precision: with --precision bf16, stores the weight matrix of every Linear
-// layer in bfloat16.
+// linear-weights-precision: with --precision bf16 or fp16, stores the weight matrix of every
+// Linear layer in bfloat16 or float16.
 //
 // A Linear layer is MatMul(X, W), reforge::MatMulAdd(X, W, b), or Gemm(A, B, C) with transA = 0,
 // alpha = 1 and C absent or a constant [N] bias with beta = 1; W (B) a constant float32 matrix.
-// The layer becomes reforge::MatMulAdd(X, W16[, b]) with W16 = Cast(W, to = bfloat16) (after
-// Transpose(B) for a Gemm with transB = 1). Both transforms are recipe steps made by
+// The layer becomes reforge::MatMulAdd(X, W16[, b]) with W16 = Cast(W, to = bfloat16 | float16)
+// (after Transpose(B) for a Gemm with transB = 1). Both transforms are recipe steps made by
 // BuildState::fold, so a refit replays them on the new float32 weights: sources keep their
-// float32 type and shape, only the engine weight is bfloat16. Activations, biases and
-// accumulation stay float32. The pass reads no weight values (only dtypes and shapes).
+// float32 type and shape, only the engine weight is 16-bit. Activations, biases and
+// accumulation stay float32. The pass specializes on no weight value (it reads dtypes and
+// shapes); it only refuses, for float16, a weight the cast overflowed.
+//
+// The cast is ONNX's Cast: round to nearest even, and a float32 value beyond float16's range
+// (|x| >= 65520, which does not round to 65504) becomes +-inf, as numpy's astype does. An
+// infinite weight would make the layer's outputs inf or NaN, so an fp16 build fails here naming
+// the weight, and a refit that would overflow one is refused by MatMulAdd's prepare step
+// (ops/reforge_ops.cc), which runs inside the refit transaction.
+#include <cmath>
+
+#include "core/error.h"
 #include "passes/build_state.h"
 
 namespace reforge::passes {
@@ -28,8 +38,23 @@ std::string fold_into(BuildState& s, const std::string& input, const std::string
   return name;
 }
 
-std::string to_bf16(BuildState& s, const std::string& w) {
-  return fold_into(s, w, w + ".bf16", "Cast", 19, {{"to", ir::int_attr("to", static_cast<int64_t>(DType::BFloat16))}});
+// Cast(w) to the plan's 16-bit type. `source` names the weight in errors.
+std::string to_half(BuildState& s, const std::string& w, const std::string& source) {
+  const bool fp16 = s.precision == plan::Precision::Fp16;
+  const DType to = fp16 ? DType::Float16 : DType::BFloat16;
+  std::string name = fold_into(s, w, w + (fp16 ? ".fp16" : ".bf16"), "Cast", 19,
+                               {{"to", ir::int_attr("to", static_cast<int64_t>(to))}});
+  if (fp16) {
+    const Tensor& in = s.consts.at(w).value;
+    const Tensor& out = s.consts.at(name).value;
+    const float* x = in.data<float>();
+    const uint16_t* h = static_cast<const uint16_t*>(out.raw());
+    for (int64_t i = 0; i < out.numel(); ++i)
+      if ((h[i] & 0x7fffu) == 0x7c00u && std::isfinite(x[i]))
+        fail("--precision fp16: weight '", source, "' has the value ", x[i], " (element ", i,
+             "), beyond float16's range (+-65504); it would become inf. Build with --precision bf16 or fp32");
+  }
+  return name;
 }
 
 ir::Node linear_node(const ir::Node& from, std::vector<std::string> inputs) {
@@ -48,12 +73,12 @@ ir::Node linear_node(const ir::Node& from, std::vector<std::string> inputs) {
 
 void linear_weights_precision(BuildState& s) {
   if (s.precision == plan::Precision::Fp32) return;
-  REFORGE_ASSERT(s.precision == plan::Precision::Bf16);
+  REFORGE_ASSERT(s.precision == plan::Precision::Bf16 || s.precision == plan::Precision::Fp16);
   for (ir::Node& n : s.graph.nodes) {
     if (n.domain.empty() && n.op_type == "MatMul" && n.inputs.size() == 2 && float_matrix(s, n.inputs[1])) {
-      n = linear_node(n, {n.inputs[0], to_bf16(s, n.inputs[1])});
+      n = linear_node(n, {n.inputs[0], to_half(s, n.inputs[1], n.inputs[1])});
     } else if (n.domain == "reforge" && n.op_type == "MatMulAdd" && n.inputs.size() >= 2 && float_matrix(s, n.inputs[1])) {
-      n.inputs[1] = to_bf16(s, n.inputs[1]);
+      n.inputs[1] = to_half(s, n.inputs[1], n.inputs[1]);
     } else if (n.domain.empty() && n.op_type == "Gemm" && n.inputs.size() >= 2 && float_matrix(s, n.inputs[1])) {
       if (n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f) continue;
       const bool trans_b = n.attr_int("transB", 0) != 0;
@@ -67,9 +92,10 @@ void linear_weights_precision(BuildState& s) {
         if (cv.dtype() != DType::Float32 || cv.rank() != 1 || cv.dim(0) != N) continue;
         inputs.push_back(c);
       }
-      std::string w = n.inputs[1];
+      const std::string source = n.inputs[1];
+      std::string w = source;
       if (trans_b) w = fold_into(s, w, w + ".t", "Transpose", 13, {{"perm", ir::ints_attr("perm", {1, 0})}});
-      inputs[1] = to_bf16(s, w);
+      inputs[1] = to_half(s, w, source);
       n = linear_node(n, std::move(inputs));
     }
   }

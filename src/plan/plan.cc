@@ -6,6 +6,7 @@ const char* precision_name(Precision p) {
   switch (p) {
     case Precision::Fp32: return "fp32";
     case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
   }
   return "unknown";
 }

@@ -32,12 +32,13 @@ inline constexpr uint32_t kFormatVersion = 1;
 enum class BuildMode { Baked, Refit, RefitIdentical, RefitIndividual };
 enum class WeightKind { Literal, Derived, Baked };
 
-// Storage precision of the Linear weights (MatMul/Gemm with a constant matrix). Bf16: those
-// weights are cast to bfloat16 by a recipe step and multiplied with float32 accumulation.
-enum class Precision { Fp32, Bf16 };
+// Storage precision of the Linear weights (MatMul/Gemm with a constant matrix). Bf16 / Fp16:
+// those weights are cast to bfloat16 / float16 by a recipe step and multiplied with float32
+// activations and accumulation.
+enum class Precision { Fp32, Bf16, Fp16 };
 
 const char* build_mode_name(BuildMode m);  // "baked", "refit", "refit-identical", "refit-individual"
-const char* precision_name(Precision p);   // "fp32", "bf16"
+const char* precision_name(Precision p);   // "fp32", "bf16", "fp16"
 const char* weight_kind_name(WeightKind k);  // "literal", "derived", "baked"
 
 // An input of a recipe step, or a recipe's result.

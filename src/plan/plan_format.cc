@@ -97,7 +97,7 @@ std::optional<BuildMode> build_mode_from_name(const std::string& s) {
 }
 
 std::optional<Precision> precision_from_name(const std::string& s) {
-  for (auto p : {Precision::Fp32, Precision::Bf16})
+  for (auto p : {Precision::Fp32, Precision::Bf16, Precision::Fp16})
     if (s == precision_name(p)) return p;
   return std::nullopt;
 }

@@ -1,5 +1,5 @@
 // `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]
-//                [--precision fp32|bf16]`
+//                [--precision fp32|bf16|fp16]`
 // Times runs in process after warm-up; the last line printed is JSON. --profile prints where
 // the time went (per op type and the slowest nodes) to stderr first.
 #include <algorithm>

@@ -1,6 +1,6 @@
 // `reforge build MODEL.onnx -o OUT.plan [--refit | --refit-identical | --refit-individual PATTERN...]
 //                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N]
-//                          [--precision fp32|bf16]
+//                          [--precision fp32|bf16|fp16]
 //                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
 #include <omp.h>
 

@@ -1,5 +1,5 @@
 // `reforge run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--expect NAME=REF.npy ...]
-//             [--precision fp32|bf16]`
+//             [--precision fp32|bf16|fp16]`
 #include <filesystem>
 #include <iostream>
 

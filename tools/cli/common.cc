@@ -9,15 +9,16 @@ namespace reforge::cli {
 
 void add_precision_option(CLI::App& app, std::string& value) {
   app.add_option("--precision", value,
-                 "storage type of MatMul/Gemm weights when building: fp32 (default) or bf16 (float32 "
-                 "activations and accumulation; a refit re-applies the cast)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                 "storage type of MatMul/Gemm weights when building: fp32 (default), bf16 or fp16 "
+                 "(float32 activations and accumulation; a refit re-applies the cast)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
 }
 
 plan::Precision parse_precision(const std::string& value) {
   if (value.empty() || value == "fp32") return plan::Precision::Fp32;
   if (value == "bf16") return plan::Precision::Bf16;
-  fail("--precision must be fp32 or bf16, got '", value, "'");
+  if (value == "fp16") return plan::Precision::Fp16;
+  fail("--precision must be fp32, bf16 or fp16, got '", value, "'");
 }
 
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/gemv.h"
 #include "core/error.h"
 
 #include "core/simd.h"
@@ -39,6 +40,9 @@ void widen_row(const uint16_t* src, float* dst, int64_t n, DType dtype) {
         const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
         std::memcpy(dst + i, &bits, 4);
       }
+      return;
+    case DType::Float16:
+      f16_to_f32(src, dst, n);
       return;
     default:
       fail("blas_linear_widened: unsupported weight type ", dtype_name(dtype));

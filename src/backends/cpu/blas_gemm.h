@@ -24,7 +24,7 @@ bool prefer_blas_linear(int64_t rows);
 // omp_get_max_threads() threads (OpenBLAS's OpenMP build follows the caller's team size).
 void blas_linear(int64_t M, int64_t N, int64_t K, const float* a, const float* w, const float* bias, float* c);
 
-// The same product for 16-bit W (`w_dtype` BFloat16; Float16 once widen_row supports it): W is
+// The same product for 16-bit W (`w_dtype` BFloat16 or Float16): W is
 // widened to float32 one column panel at a time into a buffer, and each panel is one
 // sgemm call. For CPUs without 16-bit matrix instructions, where a bfloat16 plan would otherwise
 // run its multi-row products on the streaming kernel (2.3x slower than float32 sgemm at 128

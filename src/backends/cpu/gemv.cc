@@ -26,9 +26,11 @@ int64_t chunk_columns(int64_t M, bool avx2) {
 
 // ---- portable version ------------------------------------------------------------------------
 
+// W: float, uint16_t (bfloat16 bits) or float16.
 template <typename W>
 float widen(W v) {
   if constexpr (std::is_same_v<W, float>) return v;
+  else if constexpr (std::is_same_v<W, float16>) return float16::to_float(v.bits);
   else return bfloat16::to_float(v);
 }
 
@@ -57,6 +59,9 @@ REFORGE_AVX512 inline __m512 load_w(const float* p, __mmask16 m) { return _mm512
 REFORGE_AVX512 inline __m512 load_w(const uint16_t* p, __mmask16 m) {
   __m256i h = _mm256_maskz_loadu_epi16(m, p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+REFORGE_AVX512 inline __m512 load_w(const float16* p, __mmask16 m) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
 // One column block [j0, j1) of every row: Y = X x W (+ bias), summing k in ascending order.
@@ -206,7 +211,7 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
     return;
   }
   const bool simd = has_avx512();
-  const bool simd2 = !simd && avx2::available();
+  const bool simd2 = !simd && (std::is_same_v<W, float16> ? avx2::available_f16() : avx2::available());
   const int64_t cw = chunk_columns(M, simd2);
   const int64_t vecs = (N + 15) / 16;
   // Below ~64K multiply-adds a parallel region costs more than it saves.
@@ -221,6 +226,7 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
         else chunk_avx512<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
       } else if (simd2) {
         if constexpr (std::is_same_v<W, uint16_t>) avx2::chunk_bf16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        else if constexpr (std::is_same_v<W, float16>) avx2::chunk_f16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
         else avx2::chunk_f32(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
       } else {
         chunk_ref<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
@@ -277,6 +283,9 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, con
     case DType::BFloat16:
       gemv_typed(M, N, K, x, ldx, static_cast<const uint16_t*>(w), bias, y, ldy, threads);
       return;
+    case DType::Float16:
+      gemv_typed(M, N, K, x, ldx, static_cast<const float16*>(w), bias, y, ldy, threads);
+      return;
     default:
       fail("gemv: unsupported weight type ", dtype_name(w_dtype));
   }
@@ -299,6 +308,24 @@ void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n) 
     const float h = bfloat16::to_float(hi[i]);
     lo[i] = std::isfinite(h) ? bfloat16::from_float(src[i] - h) : 0;
   }
+}
+
+namespace {
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+}  // namespace
+
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  if (f16c && simd_level() != SimdLevel::Generic) {
+    f16_to_f32_f16c(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = float16::to_float(src[i]);
 }
 
 }  // namespace reforge::cpu

@@ -8,9 +8,10 @@
 // in the same order (k ascending, then + bias) whatever the thread count, so results do not
 // depend on it.
 //
-// W is float32 or bfloat16 (widened to float32 in registers: activations and accumulation stay
-// float32). An AVX-512 version is chosen at run time when the CPU has it; otherwise a portable
-// loop computes the same sums.
+// W is float32, bfloat16 or float16 (widened to float32 in registers, exactly: activations and
+// accumulation stay float32). AVX-512 and AVX2 (+FMA, +F16C for float16: gemv_avx2.h) versions
+// are chosen at run time by core/simd.h's level and give bit-identical sums; otherwise a portable
+// loop computes the same sums (without FMA).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,8 @@
 
 namespace reforge::cpu {
 
-// Y (row stride ldy) = X (row stride ldx) x W ([K, N] row-major, dtype `w_dtype`, Float32 or
-// BFloat16) + bias (null: none). Any M works, but it is the fast choice for one row only (each
+// Y (row stride ldy) = X (row stride ldx) x W ([K, N] row-major, dtype `w_dtype`, Float32,
+// BFloat16 or Float16) + bias (null: none). Any M works, but it is the fast choice for one row only (each
 // further row costs an L1 pass over the Y block; a packed GEMM wins from two rows on). `threads`
 // caps the OpenMP team (the product runs on one thread when it is small).
 void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* w, DType w_dtype,
@@ -40,5 +41,9 @@ int64_t gemv_max_rows();
 // NaN go into hi whole, lo is then 0. Lets a bfloat16 x bfloat16 product keep float32-accurate
 // activations: X W = Xhi W + Xlo W.
 void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n);
+
+// dst[i] = the float16 bits src[i] widened to float32 (exact; F16C when the CPU has it, else
+// float16::to_float: the same values, NaNs quieted alike).
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 
 }  // namespace reforge::cpu

@@ -11,12 +11,15 @@ namespace reforge::cpu::avx2 {
 
 namespace {
 
-#define REFORGE_GEMV_AVX2 __attribute__((target("avx2,fma")))
+#define REFORGE_GEMV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 REFORGE_GEMV_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 REFORGE_GEMV_AVX2 inline __m256 load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+REFORGE_GEMV_AVX2 inline __m256 load8(const float16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 inline float widen(float v) { return v; }
@@ -26,6 +29,7 @@ inline float widen(uint16_t v) {
   std::memcpy(&f, &bits, 4);
   return f;
 }
+inline float widen(float16 v) { return float16::to_float(v.bits); }  // = vcvtph2ps (core/half.h)
 
 // Columns [j0, j1) that do not fill a vector: the same operation sequence in scalar fmaf.
 template <typename W>
@@ -198,6 +202,11 @@ void chunk(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W
 
 bool available() { return simd_level() >= SimdLevel::Avx2; }
 
+bool available_f16() {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  return f16c && available();
+}
+
 void chunk_f32(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const float* w, const float* bias,
                float* y, int64_t ldy, int64_t j0, int64_t j1) {
   chunk<float>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
@@ -206,6 +215,11 @@ void chunk_f32(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, con
 void chunk_bf16(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const uint16_t* w, const float* bias,
                 float* y, int64_t ldy, int64_t j0, int64_t j1) {
   chunk<uint16_t>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+}
+
+void chunk_f16(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const float16* w, const float* bias,
+               float* y, int64_t ldy, int64_t j0, int64_t j1) {
+  chunk<float16>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
 }
 
 }  // namespace reforge::cpu::avx2

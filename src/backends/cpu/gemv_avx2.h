@@ -11,14 +11,21 @@
 
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace reforge::cpu::avx2 {
 
 // True when the CPU runs AVX2 and FMA (and the level is not capped below it: core/simd.h).
 bool available();
+// available(), and F16C (for float16 weights; every AVX2 CPU has it).
+bool available_f16();
 
 void chunk_f32(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const float* w, const float* bias,
                float* y, int64_t ldy, int64_t j0, int64_t j1);
 void chunk_bf16(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const uint16_t* w, const float* bias,
                 float* y, int64_t ldy, int64_t j0, int64_t j1);
+// float16 W, widened with F16C's vcvtph2ps (exact); needs available_f16().
+void chunk_f16(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const float16* w, const float* bias,
+               float* y, int64_t ldy, int64_t j0, int64_t j1);
 
 }  // namespace reforge::cpu::avx2
