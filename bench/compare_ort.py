@@ -25,6 +25,8 @@ Extra reforge variants, each timed in the same rounds:
   --refit  plans built by `reforge build` without and with --refit; reports refit / baked
   --bf16   `reforge bench --precision bf16` on the ONNX file; reports bf16 / ORT fp32
            (skipped, with a note, when this reforge has no --precision option)
+  --fp16   the same with `--precision fp16` (skipped when this reforge's --precision has no
+           fp16); reports fp16 / ORT fp32
   --profile  `reforge bench --profile` once per case (first thread count): per-op-type share
 Accuracy (where the case has a framework reference, i.e. batch 1 of the large suite and every
 tiny case): `reforge run` of each variant once, error = max |out - ref| / max |ref| over all
@@ -168,6 +170,7 @@ class Reforge:
         helps = {c: subprocess.run([binary, c, "--help"], capture_output=True, text=True).stdout
                  for c in ("bench", "run", "build")}
         self.has_precision = {c: "--precision" in h for c, h in helps.items()}
+        self.has_fp16 = {c: "--precision" in h and "fp16" in h for c, h in helps.items()}
 
     def bench(self, model, extra, inputs, threads, iterations, warmup):
         cmd = [self.binary, "bench", model] + input_args(inputs) + extra + [
@@ -299,6 +302,7 @@ def main():
     ap.add_argument("--max-iterations", type=int, default=100)
     ap.add_argument("--refit", action="store_true", help="also time baked and --refit plans")
     ap.add_argument("--bf16", action="store_true", help="also time reforge --precision bf16")
+    ap.add_argument("--fp16", action="store_true", help="also time reforge --precision fp16")
     ap.add_argument("--profile", action="store_true",
                     help="also record reforge's per-op-type time (at the first thread count)")
     ap.add_argument("--no-accuracy", action="store_true", help="skip the reforge run accuracy check")
@@ -327,6 +331,9 @@ def main():
     bf16 = args.bf16 and reforge.has_precision["bench"]
     if args.bf16 and not bf16:
         print("note: %s bench has no --precision option: bf16 skipped" % args.reforge, file=sys.stderr)
+    fp16 = args.fp16 and reforge.has_fp16["bench"]
+    if args.fp16 and not fp16:
+        print("note: %s bench has no --precision fp16: fp16 skipped" % args.reforge, file=sys.stderr)
     if args.iterations == "auto" and args.rounds < 2:
         print("note: --iterations auto with 1 round times only the %d-run probe" % args.min_iterations,
               file=sys.stderr)
@@ -361,6 +368,8 @@ def main():
                 variants.update({k: (p, []) for k, p in plans.items()})
                 if bf16:
                     variants["bf16"] = (model, ["--precision", "bf16"])
+                if fp16:
+                    variants["fp16"] = (model, ["--precision", "fp16"])
                 for n in threads:
                     sides = {"ort": lambda it, wu, c=c, n=n: run_ort(
                         sys.executable, c["model"], c["inputs"], n, it, wu)}
@@ -374,6 +383,8 @@ def main():
                         for v, (path, extra) in variants.items():
                             if v == "bf16" and not reforge.has_precision["run"]:
                                 continue
+                            if v == "fp16" and not reforge.has_fp16["run"]:
+                                continue
                             try:
                                 res[v]["rel_error"] = reforge.error_vs(path, extra, c["inputs"],
                                                                        c["reference"], n, tmp)
@@ -386,8 +397,9 @@ def main():
                     if "refit" in res:
                         row["refit_over_baked"] = ratio(res["refit"].get("median_ms"),
                                                         res["baked"].get("median_ms"))
-                    if "bf16" in res:
-                        row["bf16_over_ort"] = ratio(res["bf16"].get("median_ms"), ort_ms)
+                    for h in ("bf16", "fp16"):
+                        if h in res:
+                            row[h + "_over_ort"] = ratio(res[h].get("median_ms"), ort_ms)
                     row["rss_ratio"] = ratio(res["fp32"].get("rss_kb"), res["ort"].get("rss_kb"))
                     if args.profile and n == threads[0]:
                         try:
@@ -416,12 +428,12 @@ def print_table(rows):
         return
     f = lambda v, fmt: (fmt % v) if v is not None else "-"  # noqa: E731
     extra_refit = any("refit_over_baked" in r for r in rows)
-    extra_bf16 = any("bf16_over_ort" in r for r in rows)
+    halves = [h for h in ("bf16", "fp16") if any(h + "_over_ort" in r for r in rows)]
     head = ["model", "thr", "ORT ms", "reforge ms", "r/ORT"]
     if extra_refit:
         head += ["baked ms", "refit ms", "refit/baked"]
-    if extra_bf16:
-        head += ["bf16 ms", "bf16/ORT", "bf16 err"]
+    for h in halves:
+        head += ["%s ms" % h, "%s/ORT" % h, "%s err" % h]
     head += ["fp32 err", "RSS MB r/ORT", "build ms r/ORT"]
     table = [head]
     for r in rows:
@@ -433,9 +445,9 @@ def print_table(rows):
         if extra_refit:
             line += [f(g("baked", "median_ms"), "%.3f"), f(g("refit", "median_ms"), "%.3f"),
                      f(r.get("refit_over_baked"), "%.3f")]
-        if extra_bf16:
-            line += [f(g("bf16", "median_ms"), "%.3f"), f(r.get("bf16_over_ort"), "%.2f"),
-                     f(g("bf16", "rel_error"), "%.1e")]
+        for h in halves:
+            line += [f(g(h, "median_ms"), "%.3f"), f(r.get(h + "_over_ort"), "%.2f"),
+                     f(g(h, "rel_error"), "%.1e")]
         line += [f(g("fp32", "rel_error"), "%.1e"), "%s / %s" % (mb("fp32"), mb("ort")),
                  "%s / %s" % (f(g("fp32", "build_ms"), "%.0f"), f(g("ort", "build_ms"), "%.0f"))]
         table.append(line)
