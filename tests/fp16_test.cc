@@ -266,8 +266,8 @@ TEST(Fp16Plan, StoresLinearWeightsAsFloat16ByACastStep) {
   for (const auto& s : p.sources) EXPECT_EQ(s.dtype, DType::Float32) << s.key;
 }
 
-// The fp16 plan against the fp32 plan of the same model, on the streaming (1 row) and the packed
-// (40 rows) paths.
+// The fp16 plan against the fp32 plan of the same model, on the streaming (1 row) and the
+// widened-panel (40 rows: OpenBLAS) paths.
 TEST(Fp16Plan, OutputsCloseToFp32Plan) {
   for (int64_t seq : {1, 40}) {
     synth::LlamaSpec spec;

@@ -270,9 +270,10 @@ TEST(LinearKernel, GemmTransposedWithBias) {
       }
 }
 
-// 16-bit weights on every path: 1 row (streaming), 3..100 rows (oneDNN on packed weights where
-// the CPU has a bfloat16 matmul, an exact float32 pack for float16, else streaming); the
-// reference multiplies the 16-bit weights' exact values in float64.
+// 16-bit weights on every path: few rows (streaming), 16..100 rows (oneDNN on packed weights
+// where the CPU has a bfloat16 matmul; else, and always for float16, the streaming kernel below
+// 32 rows and OpenBLAS on widened panels from 32); the reference multiplies the 16-bit weights'
+// exact values in float64.
 TEST(LinearKernel, MatMulAdd16BitWeights) {
   for (DType dt : {DType::BFloat16, DType::Float16})
   for (int threads : {1, 2})
