@@ -1,5 +1,5 @@
 // Refittable plans run the same kernels as baked ones: for every export in models/, the plan
-// built with --refit has the baked plan's nodes (domain and op, in order), for fp32 and bf16. No
+// built with --refit has the baked plan's nodes (domain and op, in order), for fp32, bf16 and fp16. No
 // fusion is given up for refittability, which is what keeps a refit plan's latency at the baked
 // plan's (docs/benchmarks.md measures it). Inputs may differ: a fused node keeps refittable
 // scalars (dynamo's float eps, GELU's 0.5) as inputs, and its kernel takes the same fast path
@@ -40,8 +40,8 @@ TEST(RefitParity, RefitPlansRunTheBakedPlansKernels) {
     if (e.at("weights") != "A") continue;
     const fs::path path = kModelsDir / e.at("path").get<std::string>();
     ir::Graph g = onnx::import_model_file(path.string());
-    for (plan::Precision precision : {plan::Precision::Fp32, plan::Precision::Bf16}) {
-      SCOPED_TRACE(path.string() + (precision == plan::Precision::Bf16 ? " bf16" : " fp32"));
+    for (plan::Precision precision : {plan::Precision::Fp32, plan::Precision::Bf16, plan::Precision::Fp16}) {
+      SCOPED_TRACE(path.string() + " " + plan::precision_name(precision));
       build::BuildOptions baked, refit;
       baked.precision = refit.precision = precision;
       refit.mode = plan::BuildMode::Refit;
@@ -51,7 +51,7 @@ TEST(RefitParity, RefitPlansRunTheBakedPlansKernels) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 40);
+  EXPECT_GE(checked, 60);
 }
 
 }  // namespace
