@@ -137,6 +137,33 @@ TEST_P(CheckpointRefit, BuildFromABoundToCheckpointRefitWithBMatchesFramework) {
   }
 }
 
+// An fp16 plan bound to checkpoint A and refit from checkpoint B re-applies the float16 cast to
+// B's float32 tensors: its outputs match PyTorch's for B within the fp16 model tolerance
+// (max |out - ref| <= 2.5e-3 max |ref|: fp16_test.cc), and far better than before the refit.
+TEST_P(CheckpointRefit, Fp16PlanRefitFromCheckpointMatchesFramework) {
+  const Case& c = GetParam();
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.precision = plan::Precision::Fp16;
+  plan::Plan p = round_trip(build::build_plan_with_checkpoint(reforge::onnx::import_model_file(c.onnx_a), o,
+                                                              refit::Checkpoint::open(c.ckpt_a), {}));
+  ASSERT_EQ(p.precision, plan::Precision::Fp16);
+  size_t halves = 0;
+  for (const auto& w : p.weights) halves += w.dtype == DType::Float16;
+  EXPECT_GT(halves, 0u) << c.id;
+  double mag = 0;
+  for (const auto& [name, path] : c.reference) {
+    Tensor ref = read_npy(path);
+    for (int64_t k = 0; k < ref.numel(); ++k) mag = std::max(mag, std::fabs(ref.as_double(k)));
+  }
+  runtime::PlanEngine e(std::move(p));
+  const double before = max_diff_to_reference(c, e);
+  refit_from(e, refit::Checkpoint::open(c.ckpt_b));
+  const double after = max_diff_to_reference(c, e);
+  EXPECT_LE(after, 2.5e-3 * mag) << c.id;
+  EXPECT_LT(after * 10, before) << c.id << ": the refit did not take B's weights";
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CheckpointRefit, ::testing::ValuesIn(cases_of(false)),
                          [](const auto& info) { return info.param.id; });
 
