@@ -16,7 +16,7 @@ namespace reforge::build {
 
 struct BuildOptions {
   plan::BuildMode mode = plan::BuildMode::Baked;
-  // Bf16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 (pass
+  // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
   plan::Precision precision = plan::Precision::Fp32;
   std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names
