@@ -192,6 +192,10 @@ std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool tra
 
 bool packed_aliases_plain(const PackedWeights& w) { return w.aliases_plain; }
 
+bool packed_layout_is_plain(const PackedWeights& w) {
+  return w.md == dnnl_util::strided_md({w.K, w.N}, std::vector<int64_t>{w.N, 1}, w.wdt);
+}
+
 bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c) {
   REFORGE_ASSERT(M > 0);
   // Made and run under the same thread limit (oneDNN fixes it at creation), keyed by it.

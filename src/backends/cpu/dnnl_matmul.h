@@ -45,6 +45,9 @@ std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool tra
 
 // True when `w` aliases the weights it was packed from (no copy was made).
 bool packed_aliases_plain(const PackedWeights& w);
+// True when the layout oneDNN chose for `w` is W's own row-major [K, N] layout (float32 gemm:jit
+// on AVX2 CPUs; AVX-512 CPUs pick a blocked layout for brgemm).
+bool packed_layout_is_plain(const PackedWeights& w);
 
 // C[M, N] = A[M, K] x W + bias[N] (bias may be null) with packed weights. Returns false
 // (having written nothing) when no oneDNN primitive accepts the packed layout for these rows;
