@@ -93,8 +93,9 @@ RF_INLINE void softmax_block_impl(const float* x, float* y, int64_t n, int64_t i
     for (int k = 0; k < kK; ++k) vm[k] = splat<V>(ninf);
     for (int64_t i = 0; i < body; i += kMaxW)
       for (int k = 0; k < kK; ++k) vm[k] = vmax(vm[k], load<V>(x + i + k * kW));
-    if (tail)
-      for (int k = 0; k < kK; ++k) vm[k] = vmax(vm[k], load_part<V>(x + body + k * kW, tail - k * kW, ninf));
+    // Tail vectors wholly past the end are skipped: -inf would leave the max, and exp(-inf) = +0
+    // the sums, as they are.
+    for (int k = 0; k < kK && k * kW < tail; ++k) vm[k] = vmax(vm[k], load_part<V>(x + body + k * kW, tail - k * kW, ninf));
     float m = vm[0][0];
     for (int k = 0; k < kK; ++k)
       for (int l = 0; l < kW; ++l) m = std::max(m, vm[k][l]);
@@ -108,12 +109,10 @@ RF_INLINE void softmax_block_impl(const float* x, float* y, int64_t n, int64_t i
         vs[k] += e;
       }
     }
-    if (tail) {
-      for (int k = 0; k < kK; ++k) {
-        const V e = vexp(load_part<V>(x + body + k * kW, tail - k * kW, ninf) - mv);
-        if (!log) store_part(y + body + k * kW, e, tail - k * kW);
-        vs[k] += e;
-      }
+    for (int k = 0; k < kK && k * kW < tail; ++k) {
+      const V e = vexp(load_part<V>(x + body + k * kW, tail - k * kW, ninf) - mv);
+      if (!log) store_part(y + body + k * kW, e, tail - k * kW);
+      vs[k] += e;
     }
     float s = 0;
     for (int k = 0; k < kK; ++k)
