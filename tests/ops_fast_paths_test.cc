@@ -236,6 +236,45 @@ TEST(FastPaths, SoftmaxRows) {
   }
 }
 
+// Softmax / LogSoftmax over a middle axis ([2, n, inner]: rows when inner == 1, columns
+// otherwise) with n and inner straddling every variant's 4, 8 or 16 lanes and the 16-float row
+// step, masked (-inf) entries included, against a float64 reference at every SIMD level.
+TEST(FastPaths, SoftmaxEveryWidth) {
+  for (int64_t n : {1, 5, 8, 9, 15, 24, 31, 33, 47}) {
+    for (int64_t inner : {1, 3, 8, 9, 17}) {
+      Tensor x = random_floats({2, n, inner}, static_cast<uint32_t>(n * 100 + inner), -15, 15);
+      float* px = x.mutable_data<float>();
+      for (int64_t i = 0; i < x.numel(); i += 7)
+        if ((i / inner) % n != 0) px[i] = -kInf;  // never a whole row or column (k = 0 stays finite)
+      for (bool log : {false, true}) {
+        for (SimdLevel l : levels()) {
+          SimdOverride cap(l);
+          Tensor y = run(log ? "LogSoftmax" : "Softmax", {&x}, {ir::int_attr("axis", 1)}, 13);
+          for (int64_t o = 0; o < 2; ++o) {
+            for (int64_t j = 0; j < inner; ++j) {
+              auto at = [&](int64_t k) { return (o * n + k) * inner + j; };
+              double m = -INFINITY, s = 0;
+              for (int64_t k = 0; k < n; ++k) m = std::max(m, static_cast<double>(px[at(k)]));
+              for (int64_t k = 0; k < n; ++k) s += std::exp(px[at(k)] - m);
+              for (int64_t k = 0; k < n; ++k) {
+                const double want = log ? px[at(k)] - m - std::log(s) : std::exp(px[at(k)] - m) / s;
+                const float got = y.data<float>()[at(k)];
+                if (std::isinf(want)) {
+                  EXPECT_EQ(got, want);
+                } else {
+                  ASSERT_NEAR(got, want, 2e-6 * std::max(1.0, std::fabs(want)))
+                      << (log ? "LogSoftmax" : "Softmax") << " n " << n << " inner " << inner << " at " << level_name(l)
+                      << " (" << o << ", " << k << ", " << j << ")";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // MaxPool without Indices (the running-max path) gives the values of the path that tracks them,
 // NaN windows included.
 TEST(FastPaths, MaxPoolWithoutIndicesMatchesIndexedPath) {
@@ -387,6 +426,27 @@ TEST(FastPaths, MaxPoolChannelsLast) {
     for (int64_t i = 0; i < got.numel(); ++i) {
       const double a = got.as_double(i), b = want.as_double(i);
       EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << i << ": " << a << " vs " << b;
+    }
+  }
+}
+
+// reforge::MaxPool (layout NHWC, a running max over channel rows) at every SIMD level, channel
+// counts straddling the vector widths: the values of the ONNX MaxPool on channels-first data.
+TEST(FastPaths, MaxPoolChannelsLastEveryLevel) {
+  for (int64_t c : {1, 3, 8, 13, 16, 37}) {
+    Tensor x = random_floats({1, c, 7, 6}, static_cast<uint32_t>(c));
+    x.mutable_data<float>()[c] = kNaN;
+    const std::vector<ir::Attribute> at = {ir::ints_attr("kernel_shape", {3, 2}), ir::ints_attr("pads", {1, 0, 1, 1})};
+    Tensor want = nchw_to_nhwc(run("MaxPool", {&x}, at, 12));
+    Tensor xl = nchw_to_nhwc(x);
+    std::vector<ir::Attribute> at2 = at;
+    at2.push_back(ir::string_attr("layout", "NHWC"));
+    for (SimdLevel l : levels()) {
+      SimdOverride cap(l);
+      Tensor got = run("MaxPool", {&xl}, at2, 1, 1, "reforge");
+      ASSERT_EQ(got.shape(), want.shape());
+      for (int64_t i = 0; i < got.numel(); ++i)
+        EXPECT_TRUE(same_float(got.data<float>()[i], want.data<float>()[i])) << c << " " << level_name(l) << " at " << i;
     }
   }
 }

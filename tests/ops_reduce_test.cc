@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/simd.h"
 #include "ops/registry.h"
 #include "support/make_tensor.h"
 
@@ -531,5 +532,76 @@ TEST(Reduce, RandomShapesWithZerosMatchNaive) {
     std::vector<double> want = naive_reduce(x, axes, false);
     ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size())) << shape_str(s);
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(y.data<float>()[i], want[i], 1e-4);
+  }
+}
+
+// ReduceMax/ReduceMin over the last axis (the row scan) and the first (the column scan), and
+// ArgMax/ArgMin (first and last ties), float and double, at every vector instruction set the CPU
+// has (reduce_simd.h compiles its scans per variant, 16, 32 or 64 bytes wide), lengths straddling
+// each width and its two-vector step, NaN anywhere: against a scalar reference.
+TEST(Reduce, ExtremaAtEverySimdLevel) {
+  std::vector<SimdLevel> levels = {SimdLevel::Generic};
+  if (simd_level() >= SimdLevel::Avx2) levels.push_back(SimdLevel::Avx2);
+  if (simd_level() >= SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    for (int64_t n : {1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100}) {
+      const int64_t rows = 3;
+      Tensor xf = random_float({rows, n}, static_cast<unsigned>(n));
+      Tensor x = Tensor::empty(dt, {rows, n});
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        const float v = xf.data<float>()[i];
+        if (dt == DType::Float32) x.mutable_data<float>()[i] = v;
+        else x.mutable_data<double>()[i] = v;
+      }
+      auto set = [&](int64_t i, double v) {
+        if (dt == DType::Float32) x.mutable_data<float>()[i] = static_cast<float>(v);
+        else x.mutable_data<double>()[i] = v;
+      };
+      set(n + (n * 5) / 7, NAN);  // row 1 holds a NaN, somewhere along it
+      set(2 * n + n / 2, x.as_double(2 * n));  // row 2: a tie between the first element and the middle
+      Tensor xt = Tensor::empty(dt, {n, rows});  // the transpose: columns of length n
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < n; ++k) {
+          if (dt == DType::Float32) xt.mutable_data<float>()[k * rows + r] = x.data<float>()[r * n + k];
+          else xt.mutable_data<double>()[k * rows + r] = x.data<double>()[r * n + k];
+        }
+      for (SimdLevel l : levels) {
+        SimdOverride cap(l);
+        for (bool is_max : {true, false}) {
+          const std::string op = is_max ? "ReduceMax" : "ReduceMin";
+          Tensor by_row = run(node(op, 13, 1, {{{"keepdims", 0}}, {{"axes", {1}}}}), {x});
+          Tensor by_col = run(node(op, 13, 1, {{{"keepdims", 0}}, {{"axes", {0}}}}), {xt});
+          for (int64_t r = 0; r < rows; ++r) {
+            double want = x.as_double(r * n);
+            bool nan = false;
+            for (int64_t k = 0; k < n; ++k) {
+              const double v = x.as_double(r * n + k);
+              nan = nan || std::isnan(v);
+              want = is_max ? std::max(want, v) : std::min(want, v);
+            }
+            for (const Tensor* got : {&by_row, &by_col}) {
+              if (nan) EXPECT_TRUE(std::isnan(got->as_double(r))) << op << " n " << n << " row " << r;
+              else EXPECT_EQ(got->as_double(r), want) << op << " n " << n << " row " << r << " level " << int(l);
+            }
+          }
+          for (int64_t last : {0, 1}) {
+            Tensor idx = run(node(is_max ? "ArgMax" : "ArgMin", 13, 1,
+                                  {{{"axis", 1}, {"keepdims", 0}, {"select_last_index", last}}}),
+                             {x});
+            for (int64_t r = 0; r < rows; ++r) {
+              int64_t want = 0;
+              double best = x.as_double(r * n);
+              for (int64_t k = 1; k < n; ++k) {
+                const double v = x.as_double(r * n + k);
+                if (std::isnan(best)) break;
+                if (std::isnan(v) || (is_max ? v > best : v < best) || (last && v == best)) best = v, want = k;
+              }
+              EXPECT_EQ(idx.data<int64_t>()[r], want)
+                  << (is_max ? "ArgMax" : "ArgMin") << " last " << last << " n " << n << " row " << r << " level " << int(l);
+            }
+          }
+        }
+      }
+    }
   }
 }

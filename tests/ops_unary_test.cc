@@ -3,6 +3,7 @@
 // errors for bad input. The ONNX node suite covers the common float32 cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -294,5 +295,135 @@ TEST(UnaryMath, ParallelTailAndUnalignedInput) {
     Tensor t = Tensor::copy_of(DType::Float32, {len}, keep->data());
     auto y = values<float>(run("Exp", {&t}));
     for (int i = 0; i < len; ++i) EXPECT_EQ(y[static_cast<size_t>(i)], unary::fast_exp((*keep)[static_cast<size_t>(i)]));
+  }
+}
+
+namespace {
+
+std::vector<SimdLevel> simd_levels() {
+  std::vector<SimdLevel> out = {SimdLevel::Generic};
+  if (simd_level() >= SimdLevel::Avx2) out.push_back(SimdLevel::Avx2);
+  if (simd_level() >= SimdLevel::Avx512) out.push_back(SimdLevel::Avx512);
+  return out;
+}
+const char* simd_name(SimdLevel l) { return l == SimdLevel::Avx512 ? "avx512" : l == SimdLevel::Avx2 ? "avx2" : "generic"; }
+
+// Every op with a float32 SIMD form, its float64 reference, a range and a bound: ulps of the
+// reference's float rounding plus an absolute slack (HardSigmoid's alpha * x + beta cancels near
+// 0, and FMA contraction rounds it differently per variant).
+struct SimdCase {
+  const char* op;
+  int opset;
+  std::vector<ir::Attribute> attrs;
+  double (*ref)(double);
+  float lo, hi;
+  double ulps, abs = 0;
+};
+const std::vector<SimdCase>& simd_cases() {
+  static const std::vector<SimdCase> cases = {
+      {"Exp", 22, {}, [](double x) { return std::exp(x); }, -105, 89, 2},
+      {"Log", 22, {}, [](double x) { return std::log(x); }, 0, 100, 2},
+      {"Log", 22, {}, [](double x) { return std::log(x); }, 0, 1e-37f, 2},
+      {"Erf", 22, {}, [](double x) { return std::erf(x); }, -5, 5, 5},
+      {"Tanh", 22, {}, [](double x) { return std::tanh(x); }, -12, 12, 4},
+      {"Sigmoid", 22, {}, ref_sigmoid, -100, 100, 4},
+      {"Softplus", 22, {}, [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }, -100, 100, 6},
+      {"Elu", 22, {}, [](double x) { return x > 0 ? x : std::expm1(x); }, -20, 5, 4},
+      {"Selu", 22, {}, [](double x) {
+         return 1.05070102214813232421875 * (x > 0 ? x : 1.67326319217681884765625 * std::expm1(x));
+       }, -20, 5, 5},
+      {"Celu", 22, {float_attr("alpha", 2.0f)}, [](double x) { return x > 0 ? x : 2.0 * std::expm1(x / 2.0); }, -20, 5, 4},
+      {"Gelu", 22, {}, ref_gelu, -12, 6, 12},
+      {"Gelu", 22, {string_attr("approximate", "tanh")},
+       [](double x) { return x * ref_sigmoid(1.5957691216057307 * (x + 0.044715 * x * x * x)); }, -2, 6, 16},
+      {"Mish", 22, {}, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -30, 30, 8},
+      // alpha * x is rounded to float first (its rounding is amplified ~|alpha x| times in the tail).
+      {"Swish", 24, {float_attr("alpha", 1.5f)},
+       [](double x) { return x * ref_sigmoid(static_cast<float>(1.5f * static_cast<float>(x))); }, -30, 30, 6},
+      {"HardSigmoid", 22, {}, [](double x) { return std::clamp(static_cast<double>(0.2f) * x + 0.5, 0.0, 1.0); }, -4, 4, 1, 6e-8},
+      {"HardSwish", 22, {}, [](double x) { return x * std::clamp(static_cast<double>(1.0f / 6.0f) * x + 0.5, 0.0, 1.0); },
+       -4, 4, 2, 6e-8},
+      {"Softsign", 22, {}, [](double x) { return std::isinf(x) ? std::copysign(1.0, x) : x / (1 + std::fabs(x)); }, -100, 100, 2},
+      {"Sqrt", 22, {}, [](double x) { return std::sqrt(x); }, 0, 1e6f, 0.5},
+      {"Reciprocal", 22, {}, [](double x) { return 1 / x; }, -100, 100, 0.5},
+      {"Floor", 22, {}, [](double x) { return std::floor(x); }, -2e7f, 2e7f, 0},
+      {"Ceil", 22, {}, [](double x) { return std::ceil(x); }, -100, 100, 0},
+      {"Round", 22, {}, [](double x) { return std::nearbyint(x); }, -100, 100, 0},
+      {"Abs", 22, {}, [](double x) { return std::fabs(x); }, -100, 100, 0},
+      {"Neg", 22, {}, [](double x) { return -x; }, -100, 100, 0},
+      {"Sign", 22, {}, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }, -2, 2, 0},
+      {"Relu", 22, {}, [](double x) { return x < 0 ? 0.0 : x; }, -100, 100, 0},
+      {"LeakyRelu", 22, {}, [](double x) { return x < 0 ? static_cast<double>(0.01f) * x : x; }, -100, 100, 0.5},
+      {"ThresholdedRelu", 22, {}, [](double x) { return x > 1 ? x : 0.0; }, -3, 3, 0},
+      {"Shrink", 22, {}, [](double x) { return x < -0.5 ? x : x > 0.5 ? x : 0.0; }, -3, 3, 0},
+      {"Clip", 6, {float_attr("min", -1.5f), float_attr("max", 2.5f)}, [](double x) { return std::clamp(x, -1.5, 2.5); },
+       -4, 4, 0},
+  };
+  return cases;
+}
+
+}  // namespace
+
+// The float32 SIMD math of every op at every vector instruction set the CPU has (each variant
+// runs its own register width), against float64 references.
+TEST(UnaryMath, Float32AccuracyAtEveryLevel) {
+  std::mt19937 rng(11);
+  for (const SimdCase& c : simd_cases()) {
+    std::uniform_real_distribution<double> d(c.lo, c.hi);
+    std::vector<float> xs(20011);
+    for (auto& x : xs) x = static_cast<float>(d(rng));
+    Tensor x = floats(xs);
+    for (SimdLevel l : simd_levels()) {
+      SimdOverride cap(l);
+      std::vector<float> ys = values<float>(run(c.op, {&x}, c.attrs, c.opset));
+      double worst = 0;
+      size_t at = 0;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const double want = c.ref(xs[i]);
+        const double slack = std::fabs(ys[i] - want) <= c.abs ? 0 : ulp_error(ys[i], want);
+        if (slack > worst) worst = slack, at = i;
+      }
+      EXPECT_LE(worst, c.ulps) << c.op << " at " << simd_name(l) << ": " << xs[at] << " -> " << ys[at] << ", want "
+                               << c.ref(xs[at]);
+    }
+  }
+}
+
+// Every length 0..40 (straddling each variant's 4, 8 or 16 lanes and their tails) gives, element
+// for element, the values of one long run at the same level; special values agree across levels.
+TEST(UnaryMath, TailsAndSpecialValuesAtEveryLevel) {
+  std::mt19937 rng(12);
+  for (const SimdCase& c : simd_cases()) {
+    std::uniform_real_distribution<double> d(c.lo, c.hi);
+    std::vector<float> xs(40);
+    for (auto& x : xs) x = static_cast<float>(d(rng));
+    Tensor all = floats(xs);
+    const std::vector<float> specials = {kNaN, kInf, -kInf, 0.0f, -0.0f, 1e-40f, -1e-40f, 3e38f, -3e38f};
+    Tensor sp = floats(specials);
+    std::vector<float> first;
+    for (SimdLevel l : simd_levels()) {
+      SimdOverride cap(l);
+      std::vector<float> want = values<float>(run(c.op, {&all}, c.attrs, c.opset));
+      for (size_t n = 0; n <= xs.size(); ++n) {
+        Tensor part = floats(std::vector<float>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n)));
+        std::vector<float> got = values<float>(run(c.op, {&part}, c.attrs, c.opset));
+        ASSERT_EQ(got.size(), n);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << c.op << " length " << n << " at " << simd_name(l);
+      }
+      std::vector<float> s = values<float>(run(c.op, {&sp}, c.attrs, c.opset));
+      for (size_t i = 0; i < specials.size(); ++i) {
+        const double r = c.ref(specials[i]);
+        if (std::isnan(r) || std::isinf(r)) {
+          EXPECT_TRUE(std::isnan(r) ? std::isnan(s[i]) : s[i] == r) << c.op << "(" << specials[i] << ") at " << simd_name(l) << ": " << s[i];
+        }
+      }
+      if (first.empty()) {
+        first = s;
+      } else {
+        for (size_t i = 0; i < specials.size(); ++i)
+          EXPECT_TRUE((std::isnan(s[i]) && std::isnan(first[i])) || s[i] == first[i])
+              << c.op << "(" << specials[i] << ") at " << simd_name(l) << ": " << s[i] << " vs generic " << first[i];
+      }
+    }
   }
 }

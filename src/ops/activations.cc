@@ -15,18 +15,18 @@ namespace {
 using namespace unary;
 
 struct TanhOp {
-  vf vec(vf x) const { return vtanh(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vtanh(x); }
   double scalar(double x) const { return std::tanh(x); }
 };
 
 struct SigmoidOp {
-  vf vec(vf x) const { return vsigmoid(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vsigmoid(x); }
   double scalar(double x) const { return sigmoid(x); }
 };
 
 // max(x, 0), written so that NaN propagates (as numpy.maximum).
 struct ReluOp {
-  vf vec(vf x) const { return x < 0.0f ? vf{} : x; }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x < 0.0f ? V{} : x; }
   template <typename T> T scalar(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
     else return x < T(0) ? T(0) : x;
@@ -35,19 +35,19 @@ struct ReluOp {
 
 struct LeakyReluOp {
   float alpha;
-  vf vec(vf x) const { return x < 0.0f ? alpha * x : x; }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x < 0.0f ? alpha * x : x; }
   double scalar(double x) const { return x < 0 ? static_cast<double>(alpha) * x : x; }
 };
 
 struct EluOp {
   float alpha;
-  vf vec(vf x) const { return x > 0.0f ? x : alpha * vexpm1(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x > 0.0f ? x : alpha * vexpm1(x); }
   double scalar(double x) const { return x > 0 ? x : static_cast<double>(alpha) * std::expm1(x); }
 };
 
 struct SeluOp {
   float alpha, gamma;
-  vf vec(vf x) const { return gamma * (x > 0.0f ? x : alpha * vexpm1(x)); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return gamma * (x > 0.0f ? x : alpha * vexpm1(x)); }
   double scalar(double x) const {
     return static_cast<double>(gamma) * (x > 0 ? x : static_cast<double>(alpha) * std::expm1(x));
   }
@@ -56,7 +56,7 @@ struct SeluOp {
 // max(0, x) + min(0, alpha * (exp(x / alpha) - 1)); the two parts never overlap, so it is a select.
 struct CeluOp {
   float alpha;
-  vf vec(vf x) const { return x > 0.0f ? x : alpha * vexpm1(x / alpha); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x > 0.0f ? x : alpha * vexpm1(x / alpha); }
   double scalar(double x) const {
     double a = alpha;
     return x > 0 ? x : a * std::expm1(x / a);
@@ -66,10 +66,10 @@ struct CeluOp {
 // clamp(alpha * x + beta, 0, 1), NaN kept.
 struct HardSigmoidOp {
   float alpha, beta;
-  vf vec(vf x) const {
-    vf v = alpha * x + beta;
-    v = v < 0.0f ? vf{} : v;
-    return v > 1.0f ? splat(1.0f) : v;
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const {
+    V v = alpha * x + beta;
+    v = v < 0.0f ? V{} : v;
+    return v > 1.0f ? splat<V>(1.0f) : v;
   }
   double scalar(double x) const {
     double v = static_cast<double>(alpha) * x + static_cast<double>(beta);
@@ -81,7 +81,7 @@ struct HardSigmoidOp {
 // x * HardSigmoid(x) with alpha = 1/6, beta = 1/2.
 struct HardSwishOp {
   HardSigmoidOp hs{1.0f / 6.0f, 0.5f};
-  vf vec(vf x) const { return x * hs.vec(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x * hs.vec(x); }
   double scalar(double x) const {
     double v = x / 6.0 + 0.5;
     v = v < 0 ? 0.0 : v;
@@ -90,22 +90,22 @@ struct HardSwishOp {
 };
 
 struct SoftplusOp {
-  vf vec(vf x) const { return (x < 0.0f ? vf{} : x) + vlog1p(vexp(-vabs(x))); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return (x < 0.0f ? V{} : x) + vlog1p(vexp(-vabs(x))); }
   double scalar(double x) const { return (x < 0 ? 0.0 : x) + std::log1p(std::exp(-std::fabs(x))); }
 };
 
 // x / (1 + |x|), with +-inf giving +-1 instead of inf / inf.
 struct SoftsignOp {
-  vf vec(vf x) const {
-    vf a = vabs(x);
-    return a == kInf ? vcopysign(splat(1.0f), x) : x / (1.0f + a);
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const {
+    V a = vabs(x);
+    return a == kInf ? vcopysign(splat<V>(1.0f), x) : x / (1.0f + a);
   }
   double scalar(double x) const { return std::isinf(x) ? std::copysign(1.0, x) : x / (1.0 + std::fabs(x)); }
 };
 
 // x * Phi(x) (approximate = 'none').
 struct GeluErfOp {
-  vf vec(vf x) const { return x * vnormal_cdf(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x * vnormal_cdf(x); }
   double scalar(double x) const { return x * normal_cdf(x); }
 };
 
@@ -113,7 +113,7 @@ struct GeluErfOp {
 // same value, without the cancellation of 1 + tanh(u) for negative u.
 struct GeluTanhOp {
   static constexpr double kTwoSqrt2OverPi = 1.5957691216057307;  // 2 * sqrt(2 / pi)
-  vf vec(vf x) const { return x * vsigmoid(static_cast<float>(kTwoSqrt2OverPi) * (x + 0.044715f * (x * x * x))); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x * vsigmoid(static_cast<float>(kTwoSqrt2OverPi) * (x + 0.044715f * (x * x * x))); }
   double scalar(double x) const { return x * sigmoid(kTwoSqrt2OverPi * (x + 0.044715 * x * x * x)); }
 };
 
@@ -121,9 +121,9 @@ struct GeluTanhOp {
 // exp, accurate for negative x; above x = 20 the factor is 1 in float and e is clamped so that
 // n stays finite.
 struct MishOp {
-  vf vec(vf x) const {
-    vf e = vexp(x > 20.0f ? splat(20.0f) : x);
-    vf n = e * (e + 2.0f);
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const {
+    V e = vexp(x > 20.0f ? splat<V>(20.0f) : x);
+    V n = e * (e + 2.0f);
     return x * (n / (n + 2.0f));
   }
   double scalar(double x) const {
@@ -136,13 +136,13 @@ struct MishOp {
 // x * sigmoid(alpha * x) (SiLU for alpha = 1).
 struct SwishOp {
   float alpha;
-  vf vec(vf x) const { return x * vsigmoid(alpha * x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x * vsigmoid(alpha * x); }
   double scalar(double x) const { return x * sigmoid(static_cast<double>(alpha) * x); }
 };
 
 struct ThresholdedReluOp {
   float alpha;
-  vf vec(vf x) const { return x > alpha ? x : vf{}; }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x > alpha ? x : V{}; }
   double scalar(double x) const { return x > static_cast<double>(alpha) ? x : 0.0; }
 };
 
@@ -150,8 +150,8 @@ struct ThresholdedReluOp {
 // convert back like numpy's astype (truncation), saturating instead of overflowing.
 struct ShrinkOp {
   float bias, lambd;
-  vf vec(vf x) const {
-    vf r = x > lambd ? x - bias : vf{};
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const {
+    V r = x > lambd ? x - bias : V{};
     return x < -lambd ? x + bias : r;  // checked last: it wins when lambd < 0, as in the spec
   }
   template <typename T> T scalar(T x) const {

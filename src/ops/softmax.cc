@@ -6,9 +6,10 @@
 // outer index, normalized over n. Every block subtracts its max before exponentiating, so large
 // inputs do not overflow. 16-bit Softmax follows the reference's rounding (see softmax_block_16).
 //
-// float runs 16 lanes at a time on GCC/Clang vector types with a polynomial exp, compiled for
-// AVX-512, AVX2 and SSE2 and picked at run time (core/simd.h): std::exp is a scalar library call, and the compiler will not vectorize a clamped exp on its own (it may not
-// if-convert float compares under the default -ftrapping-math). The polynomial is within 2 ulp
+// float runs on GCC/Clang vector types with a polynomial exp, compiled for AVX-512, AVX2 and SSE2,
+// each on vectors one register of its own width (ops/simd_vec.h), and picked at run time:
+// std::exp is a scalar library call, and the compiler will not vectorize a clamped exp on its own
+// (it may not if-convert float compares under the default -ftrapping-math). The polynomial is within 2 ulp
 // of expf and returns exactly 0 below float's normal range, so masked (-inf) logits give 0.
 // double uses std::exp.
 #include <omp.h>
@@ -24,99 +25,98 @@
 #include "core/dispatch.h"
 #include "core/simd.h"
 #include "ops/registry.h"
+#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {
 
-// 64-byte vectors (one AVX-512 register, two AVX2 or four SSE2 ones). Every helper taking one
-// is always inlined into the per-ISA block functions below, so none is ever passed in a call.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-#define SOFTMAX_INLINE inline __attribute__((always_inline))
-using f4 = float __attribute__((vector_size(64)));
-using i4 = int32_t __attribute__((vector_size(64)));
-using u4 = uint32_t __attribute__((vector_size(64)));
-constexpr int64_t kW = 16;
+using simdv::kMaxW;
+using simdv::load;
+using simdv::splat;
+using simdv::store;
 
-SOFTMAX_INLINE f4 splat(float v) { return f4{} + v; }
-SOFTMAX_INLINE f4 load4(const float* p) {
-  f4 v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
+// Loads the first n floats of p (n may be <= 0 or >= the width), the other lanes set to `fill`.
+template <typename V>
+RF_INLINE V load_part(const float* p, int64_t n, float fill) {
+  constexpr int64_t kW = simdv::lanes_of<V>;
+  float buf[kW];
+  for (int64_t i = 0; i < kW; ++i) buf[i] = i < n ? p[i] : fill;
+  return load<V>(buf);
 }
-SOFTMAX_INLINE void store4(float* p, f4 v) { std::memcpy(p, &v, sizeof(v)); }
-// Loads the first n < 4 floats of p, the other lanes set to `fill`.
-SOFTMAX_INLINE f4 load_part(const float* p, int64_t n, float fill) {
-  f4 v = splat(fill);
-  for (int64_t i = 0; i < n; ++i) v[i] = p[i];
-  return v;
-}
-SOFTMAX_INLINE void store_part(float* p, f4 v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) p[i] = v[i];
+template <typename V>
+RF_INLINE void store_part(float* p, const V& v, int64_t n) {
+  for (int64_t i = 0; i < n && i < simdv::lanes_of<V>; ++i) p[i] = v[i];
 }
 // NaN may or may not survive the max, but exp(NaN - m) makes the sum, and so the block, NaN.
-SOFTMAX_INLINE f4 max4(f4 a, f4 b) { return a > b ? a : b; }
-SOFTMAX_INLINE float hmax(f4 v) {
-  float m = v[0];
-  for (int i = 1; i < kW; ++i) m = std::max(m, v[i]);
-  return m;
-}
-SOFTMAX_INLINE float hsum(f4 v) {
-  float s = 0;
-  for (int i = 0; i < kW; ++i) s += v[i];
-  return s;
-}
+template <typename V>
+RF_INLINE V vmax(const V& a, const V& b) { return a > b ? a : b; }
 
-// Cephes-style expf on 4 lanes: exp(x) = 2^n * e^r with |r| <= ln2/2, degree-6 polynomial for
-// e^r. Softmax only feeds it x <= 0 (or NaN); above 88 it saturates at exp(88), above
-// ln(FLT_MAX) it returns inf.
-SOFTMAX_INLINE f4 exp4(f4 x) {
-  const f4 lo = splat(-87.3365447505531f);  // below this, exp(x) < FLT_MIN: return 0
-  const f4 hi = splat(88.0f);
-  f4 xc = x < lo ? lo : x;
-  xc = xc > hi ? hi : xc;
+// Cephes-style expf: exp(x) = 2^n * e^r with |r| <= ln2/2, degree-6 polynomial for e^r.
+// Softmax only feeds it x <= 0 (or NaN); above 88 it saturates at exp(88), above ln(FLT_MAX) it
+// returns inf.
+template <typename V>
+RF_INLINE V vexp(const V& x) {
+  const float lo = -87.3365447505531f;  // below this, exp(x) < FLT_MIN: return 0
+  V xc = x < lo ? splat<V>(lo) : x;
+  xc = xc > 88.0f ? splat<V>(88.0f) : xc;
   // Round x*log2(e) to nearest with the 1.5*2^23 trick (no SSE4.1 round instruction needed).
-  const f4 fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  f4 r = xc - fx * 0.693359375f;
+  const V fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  V r = xc - fx * 0.693359375f;
   r = r - fx * -2.12194440e-4f;
-  f4 p = splat(1.9875691500e-4f);
+  V p = splat<V>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const u4 bits = (std::bit_cast<u4>(__builtin_convertvector(fx, i4)) + 127u) << 23;
-  f4 y = p * std::bit_cast<f4>(bits);
-  y = x > splat(88.72283935546875f) ? splat(std::numeric_limits<float>::infinity()) : y;
-  return x < lo ? f4{} : y;  // NaN fails every compare and stays NaN
+  const simdv::UVec<V> bits = (std::bit_cast<simdv::UVec<V>>(__builtin_convertvector(fx, simdv::IVec<V>)) + 127u) << 23;
+  V y = p * std::bit_cast<V>(bits);
+  y = x > 88.72283935546875f ? splat<V>(std::numeric_limits<float>::infinity()) : y;
+  return x < lo ? V{} : y;  // NaN fails every compare and stays NaN
 }
 
-// float: one [n, inner] block, 16 lanes at a time (tails padded with -inf, whose exp is 0).
-REFORGE_SIMD_VARIANTS(, void, softmax_block_f32,
-                      (const float* x, float* y, int64_t n, int64_t inner, bool log, float* work),
-                      (x, y, n, inner, log, work), {
+// float: one [n, inner] block. A row (inner == 1) runs in steps of kMaxW = 16 floats, as
+// kMaxW / W vectors of the variant's width W with an accumulator each (tails padded with -inf,
+// whose exp is 0), and the horizontal sum adds the 16 lane sums in the same order at every width:
+// the vector width never changes how a row's sum rounds (variants differ only where FMA
+// contraction rounds exp differently). Columns (inner > 1) are lane by lane anyway.
+template <int kTag>
+RF_INLINE void softmax_block_impl(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+  using V = simdv::Vec<kTag>;
+  constexpr int64_t kW = simdv::kW<kTag>;
+  constexpr int kK = static_cast<int>(kMaxW / kW);
   constexpr float ninf = -std::numeric_limits<float>::infinity();
   if (inner == 1) {
-    const int64_t body = n - n % kW, tail = n - body;
-    f4 vm = splat(ninf);
-    for (int64_t i = 0; i < body; i += kW) vm = max4(vm, load4(x + i));
-    if (tail) vm = max4(vm, load_part(x + body, tail, ninf));
-    const float m = hmax(vm);
-    const f4 mv = splat(m);
-    f4 vs = f4{};
-    for (int64_t i = 0; i < body; i += kW) {
-      const f4 e = exp4(load4(x + i) - mv);
-      if (!log) store4(y + i, e);
-      vs += e;
+    const int64_t body = n - n % kMaxW, tail = n - body;
+    V vm[kK];
+    for (int k = 0; k < kK; ++k) vm[k] = splat<V>(ninf);
+    for (int64_t i = 0; i < body; i += kMaxW)
+      for (int k = 0; k < kK; ++k) vm[k] = vmax(vm[k], load<V>(x + i + k * kW));
+    // Tail vectors wholly past the end are skipped: -inf would leave the max, and exp(-inf) = +0
+    // the sums, as they are.
+    for (int k = 0; k < kK && k * kW < tail; ++k) vm[k] = vmax(vm[k], load_part<V>(x + body + k * kW, tail - k * kW, ninf));
+    float m = vm[0][0];
+    for (int k = 0; k < kK; ++k)
+      for (int l = 0; l < kW; ++l) m = std::max(m, vm[k][l]);
+    const V mv = splat<V>(m);
+    V vs[kK];
+    for (int k = 0; k < kK; ++k) vs[k] = V{};
+    for (int64_t i = 0; i < body; i += kMaxW) {
+      for (int k = 0; k < kK; ++k) {
+        const V e = vexp(load<V>(x + i + k * kW) - mv);
+        if (!log) store<V>(y + i + k * kW, e);
+        vs[k] += e;
+      }
     }
-    if (tail) {
-      const f4 e = exp4(load_part(x + body, tail, ninf) - mv);
-      if (!log) store_part(y + body, e, tail);
-      vs += e;
+    for (int k = 0; k < kK && k * kW < tail; ++k) {
+      const V e = vexp(load_part<V>(x + body + k * kW, tail - k * kW, ninf) - mv);
+      if (!log) store_part(y + body + k * kW, e, tail - k * kW);
+      vs[k] += e;
     }
-    const float s = hsum(vs);
+    float s = 0;
+    for (int k = 0; k < kK; ++k)
+      for (int l = 0; l < kW; ++l) s += vs[k][l];
     if (log) {
       const float shift = m + std::log(s);
       for (int64_t k = 0; k < n; ++k) y[k] = x[k] - shift;
@@ -141,14 +141,14 @@ REFORGE_SIMD_VARIANTS(, void, softmax_block_f32,
     const float* row = x + r * inner;
     float* out = y + r * inner;
     for (int64_t j = 0; j < body; j += kW) {
-      const f4 e = exp4(load4(row + j) - load4(mx + j));
-      if (!log) store4(out + j, e);
-      store4(sum + j, load4(sum + j) + e);
+      const V e = vexp(load<V>(row + j) - load<V>(mx + j));
+      if (!log) store<V>(out + j, e);
+      store<V>(sum + j, load<V>(sum + j) + e);
     }
     if (tail) {
-      const f4 e = exp4(load_part(row + body, tail, ninf) - load_part(mx + body, tail, 0.0f));
+      const V e = vexp(load_part<V>(row + body, tail, ninf) - load_part<V>(mx + body, tail, 0.0f));
       if (!log) store_part(out + body, e, tail);
-      store_part(sum + body, load_part(sum + body, tail, 0.0f) + e, tail);
+      store_part(sum + body, load_part<V>(sum + body, tail, 0.0f) + e, tail);
     }
   }
   if (log) {
@@ -160,7 +160,20 @@ REFORGE_SIMD_VARIANTS(, void, softmax_block_f32,
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < inner; ++j) y[r * inner + j] *= sum[j];
   }
-})
+}
+
+RF_AVX512_TARGET void softmax_block_f32_avx512(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+  softmax_block_impl<simdv::kAvx512>(x, y, n, inner, log, work);
+}
+RF_AVX2_TARGET void softmax_block_f32_avx2(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+  softmax_block_impl<simdv::kAvx2>(x, y, n, inner, log, work);
+}
+void softmax_block_f32_generic(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+  softmax_block_impl<simdv::kGeneric>(x, y, n, inner, log, work);
+}
+void softmax_block_f32(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+  simdv::pick(softmax_block_f32_avx512, softmax_block_f32_avx2, softmax_block_f32_generic)(x, y, n, inner, log, work);
+}
 
 // double: one [n, inner] block, scalar std::exp.
 void softmax_block_f64(const double* x, double* y, int64_t n, int64_t inner, bool log, double* work) {

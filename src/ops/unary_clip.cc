@@ -17,9 +17,10 @@ using namespace unary;
 template <typename C>
 struct ClipOp {
   C lo, hi;
-  vf vec(vf x) const requires std::is_same_v<C, float> {
-    vf v = x < lo ? splat(lo) : x;
-    return hi < v ? splat(hi) : v;
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const requires std::is_same_v<C, float> {
+    V v = x < lo ? splat<V>(lo) : x;
+    return hi < v ? splat<V>(hi) : v;
   }
   C scalar(C x) const {
     C v = x < lo ? lo : x;

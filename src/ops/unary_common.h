@@ -5,10 +5,10 @@
 // -ftrapping-math) will not if-convert a select that guards floating-point arithmetic, so even
 // `x < 0 ? a * x : x` stays a scalar branch. The float32 path is therefore written with GCC/Clang
 // vector extensions: straight-line arithmetic, bit operations and lane selects, no branches.
-// Vectors are 16 floats wide (one AVX-512 register). The helpers are always-inline, default-
-// target functions; the element-map loop is compiled three times (core/simd.h: AVX-512, AVX2 +
-// FMA, generic SSE2) and picked per call, so the same source runs as 1, 2 or 4 registers per
-// vector, and the AVX variants contract a * b + c into FMAs. Accuracy is a few ulp against double-precision libm (tests/
+// The helpers are always-inline, default-target templates over the vector type; the element-map
+// loop is compiled three times (AVX-512, AVX2 + FMA, generic SSE2), each on vectors one register
+// of its own width (ops/simd_vec.h), and picked per call; the AVX variants contract a * b + c
+// into FMAs. Accuracy is a few ulp against double-precision libm (tests/
 // ops_unary_test.cc measures it); NaN, +-inf, overflow and gradual underflow behave like libm.
 // double keeps libm; float16/bfloat16 are converted in blocks and use the float32 path.
 #pragma once
@@ -29,6 +29,7 @@
 #include "core/simd.h"
 #include "core/tensor.h"
 #include "ops/registry.h"
+#include "ops/simd_vec.h"
 
 #if defined(__SSE__)
 #include <immintrin.h>
@@ -36,69 +37,80 @@
 
 namespace reforge::ops::unary {
 
-// 16 lanes everywhere. Wider vectors than the build's base ISA would change the calling
-// convention of non-inlined functions (GCC's -Wpsabi note); every function taking or returning
-// one is always inlined (REFORGE_VINLINE), so no call ever passes one.
-inline constexpr int kLanes = 16;
+// Every helper is a template over the vector type V, one register of the variant that runs it:
+// simdv::Vec<kTag> (ops/simd_vec.h), 16 lanes for AVX-512, 8 for AVX2, 4 for SSE2. A vector
+// wider than the target's registers compiles, but GCC 12 lowers it lane by lane through the stack
+// (the AVX2 and SSE2 variants on 16-lane vectors ran Tanh or Erf at 12-20 ns per element on
+// Zen 3). Every function taking or returning a vector is always inlined (REFORGE_VINLINE, the ops'
+// vec() members too), so no call passes one. Results do not depend on V: every operation is lane
+// by lane.
 #define REFORGE_VINLINE inline __attribute__((always_inline))
-// The note stays off in the including file too: its ops' vec() members take and return vf.
+// The note stays off in the including files too: their ops' vec() members take and return V.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
-using vf = float __attribute__((vector_size(kLanes * 4)));
-using vi = int32_t __attribute__((vector_size(kLanes * 4)));  // also the type of lane masks (-1 / 0)
-using vu = uint32_t __attribute__((vector_size(kLanes * 4)));
+using simdv::splat;
+template <typename V> using VI = simdv::IVec<V>;  // also the type of lane masks (-1 / 0)
+template <typename V> using VU = simdv::UVec<V>;
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-REFORGE_VINLINE vf splat(float v) {
-  vf r;
-  for (int l = 0; l < kLanes; ++l) r[l] = v;  // compiles to one broadcast; keeps the sign of -0
-  return r;
-}
-REFORGE_VINLINE vi as_int(vf v) { return std::bit_cast<vi>(v); }
-REFORGE_VINLINE vf as_float(vi v) { return std::bit_cast<vf>(v); }
-REFORGE_VINLINE vf vabs(vf x) { return as_float(as_int(x) & INT32_MAX); }
+template <typename V> REFORGE_VINLINE VI<V> as_int(const V& v) { return std::bit_cast<VI<V>>(v); }
+template <typename V> REFORGE_VINLINE V as_float(const VI<V>& v) { return std::bit_cast<V>(v); }
+template <typename V> REFORGE_VINLINE V vabs(const V& x) { return as_float<V>(as_int(x) & INT32_MAX); }
 // |mag| with the sign of `sign`.
-REFORGE_VINLINE vf vcopysign(vf mag, vf sign) { return as_float((as_int(mag) & INT32_MAX) | (as_int(sign) & INT32_MIN)); }
-REFORGE_VINLINE vi visnan(vf x) { return x != x; }
+template <typename V> REFORGE_VINLINE V vcopysign(const V& mag, const V& sign) {
+  return as_float<V>((as_int(mag) & INT32_MAX) | (as_int(sign) & INT32_MIN));
+}
+template <typename V> REFORGE_VINLINE VI<V> visnan(const V& x) { return x != x; }
 
-REFORGE_VINLINE vf vsqrt(vf x) {
+template <typename V>
+REFORGE_VINLINE V vsqrt(const V& x) {
 #if defined(__SSE__)
-  // Four SSE square roots: a default-target helper cannot use the AVX forms, and Sqrt is rare
-  // enough in hot loops not to need them.
-  using q = float __attribute__((vector_size(16)));
-  struct Quads { q v[kLanes / 4]; };
-  Quads in = std::bit_cast<Quads>(x), out;
-  for (int i = 0; i < kLanes / 4; ++i) out.v[i] = std::bit_cast<q>(_mm_sqrt_ps(std::bit_cast<__m128>(in.v[i])));
-  return std::bit_cast<vf>(out);
+  if constexpr (simdv::lanes_of<V> == 8) {
+    // Only ever inlined into the AVX2 variant, whose target has the instruction.
+    return reinterpret_cast<V>(__builtin_ia32_sqrtps256(reinterpret_cast<__v8sf>(x)));
+  } else {
+    // SSE square roots, a quad at a time (AVX-512: four per vector; Sqrt is rare enough in hot
+    // loops not to need the zmm form).
+    using q = float __attribute__((vector_size(16)));
+    constexpr int kQuads = simdv::lanes_of<V> / 4;
+    struct Quads { q v[kQuads]; };
+    Quads in = std::bit_cast<Quads>(x), out;
+    for (int i = 0; i < kQuads; ++i) out.v[i] = std::bit_cast<q>(_mm_sqrt_ps(std::bit_cast<__m128>(in.v[i])));
+    return std::bit_cast<V>(out);
+  }
 #else
-  vf r;
-  for (int l = 0; l < kLanes; ++l) r[l] = std::sqrt(x[l]);
+  V r;
+  for (int l = 0; l < simdv::lanes_of<V>; ++l) r[l] = std::sqrt(x[l]);
   return r;
 #endif
 }
 
 // Round half to even for |x| < 2^23 by adding and subtracting 2^23 (the FPU rounds to nearest
 // even); larger magnitudes, inf and NaN are already integers or pass through.
-REFORGE_VINLINE vf vround_even(vf x) {
-  vf ax = vabs(x);
-  vf r = vcopysign((ax + 8388608.0f) - 8388608.0f, x);
+template <typename V>
+REFORGE_VINLINE V vround_even(const V& x) {
+  V ax = vabs(x);
+  V r = vcopysign<V>((ax + 8388608.0f) - 8388608.0f, x);
   return ax < 8388608.0f ? r : x;
 }
-REFORGE_VINLINE vf vfloor(vf x) {
-  vf r = vround_even(x);
+template <typename V>
+REFORGE_VINLINE V vfloor(const V& x) {
+  V r = vround_even(x);
   return r > x ? r - 1.0f : r;
 }
-REFORGE_VINLINE vf vceil(vf x) {
-  vf r = vround_even(x);
+template <typename V>
+REFORGE_VINLINE V vceil(const V& x) {
+  V r = vround_even(x);
   return r < x ? r + 1.0f : r;
 }
 
 // Polynomial part of exp on |r| <= ln2/2: returns exp(r) - 1 (Cephes expf coefficients).
-REFORGE_VINLINE vf vexpm1_reduced(vf r) {
-  vf p = splat(1.9875691500e-4f);
+template <typename V>
+REFORGE_VINLINE V vexpm1_reduced(const V& r) {
+  V p = splat<V>(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
@@ -108,49 +120,53 @@ REFORGE_VINLINE vf vexpm1_reduced(vf r) {
 }
 
 // exp(x), ~1 ulp. Overflows to +inf, underflows gradually (subnormals) to 0, keeps NaN.
-REFORGE_VINLINE vf vexp(vf x) {
+template <typename V>
+REFORGE_VINLINE V vexp(const V& x_in) {
+  V x = x_in;
   // Clamp so that 2^k below stays representable; NaN fails both compares and passes through.
-  x = x > 88.8f ? splat(88.8f) : x;
-  x = x < -104.0f ? splat(-104.0f) : x;
+  x = x > 88.8f ? splat<V>(88.8f) : x;
+  x = x < -104.0f ? splat<V>(-104.0f) : x;
   // k = round(x / ln2) with the 1.5*2^23 trick: the integer lands in the low mantissa bits and is
   // read with a bit cast.
   constexpr float kMagic = 12582912.0f;
-  vf t = x * 1.44269504088896341f + kMagic;
-  vf n = t - kMagic;
-  vi k = as_int(t) - std::bit_cast<int32_t>(kMagic);
+  V t = x * 1.44269504088896341f + kMagic;
+  V n = t - kMagic;
+  VI<V> k = as_int(t) - std::bit_cast<int32_t>(kMagic);
   // r = x - k*ln2 in two steps (ln2 split into an exact high part and a correction).
-  vf r = x - n * 0.693359375f;
+  V r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  vf y = vexpm1_reduced(r) + 1.0f;
+  V y = vexpm1_reduced(r) + 1.0f;
   // Scale by 2^k as two factors so that k in [-150, 128] never leaves the normal exponent range
   // of either; the products overflow or go subnormal exactly where exp does.
-  vi k1 = k >> 1;
-  vi k2 = k - k1;
-  vf s1 = std::bit_cast<vf>(std::bit_cast<vu>(k1 + 127) << 23);
-  vf s2 = std::bit_cast<vf>(std::bit_cast<vu>(k2 + 127) << 23);
+  VI<V> k1 = k >> 1;
+  VI<V> k2 = k - k1;
+  V s1 = std::bit_cast<V>(std::bit_cast<VU<V>>(k1 + 127) << 23);
+  V s2 = std::bit_cast<V>(std::bit_cast<VU<V>>(k2 + 127) << 23);
   return y * s1 * s2;
 }
 
 // exp(x) - 1 without cancellation near 0.
-REFORGE_VINLINE vf vexpm1(vf x) {
-  vf small = vexpm1_reduced(x);  // no range reduction needed: the polynomial is exp - 1 itself
-  vf big = vexp(x) - 1.0f;
+template <typename V>
+REFORGE_VINLINE V vexpm1(const V& x) {
+  V small = vexpm1_reduced(x);  // no range reduction needed: the polynomial is exp - 1 itself
+  V big = vexp(x) - 1.0f;
   return vabs(x) < 0.34657359f ? small : big;
 }
 
 // log(x), ~1 ulp (Cephes logf). log(0) = -inf, log(<0) = NaN, log(inf) = inf.
-REFORGE_VINLINE vf vlog(vf x) {
+template <typename V>
+REFORGE_VINLINE V vlog(const V& x) {
   // Subnormals are scaled into the normal range first; the exponent is corrected below.
-  vi sub = x < 1.17549435e-38f;
-  vf xs = sub ? x * 8388608.0f : x;
-  vi bits = as_int(xs);
-  vi e = ((bits >> 23) & 0xff) - 126 - (sub & 23);
-  vf m = as_float((bits & 0x007fffff) | 0x3f000000);  // mantissa in [0.5, 1)
-  vi low = m < 0.707106781186547524f;
+  VI<V> sub = x < 1.17549435e-38f;
+  V xs = sub ? x * 8388608.0f : x;
+  VI<V> bits = as_int(xs);
+  VI<V> e = ((bits >> 23) & 0xff) - 126 - (sub & 23);
+  V m = as_float<V>((bits & 0x007fffff) | 0x3f000000);  // mantissa in [0.5, 1)
+  VI<V> low = m < 0.707106781186547524f;
   e = e + low;  // low is -1 where true
-  vf f = low ? (m + m) - 1.0f : m - 1.0f;  // in [-0.29, 0.41]
-  vf z = f * f;
-  vf p = splat(7.0376836292e-2f);
+  V f = low ? (m + m) - 1.0f : m - 1.0f;  // in [-0.29, 0.41]
+  V z = f * f;
+  V p = splat<V>(7.0376836292e-2f);
   p = p * f - 1.1514610310e-1f;
   p = p * f + 1.1676998740e-1f;
   p = p * f - 1.2420140846e-1f;
@@ -159,53 +175,58 @@ REFORGE_VINLINE vf vlog(vf x) {
   p = p * f + 2.0000714765e-1f;
   p = p * f - 2.4999993993e-1f;
   p = p * f + 3.3333331174e-1f;
-  vf fe = __builtin_convertvector(e, vf);
-  vf y = p * f * z;
+  V fe = __builtin_convertvector(e, V);
+  V y = p * f * z;
   y += fe * -2.12194440e-4f;
   y += -0.5f * z;
-  vf r = f + y + fe * 0.693359375f;
-  r = x == 0.0f ? splat(-kInf) : r;
-  r = x < 0.0f ? splat(kNaN) : r;
-  r = x == kInf ? splat(kInf) : r;
+  V r = f + y + fe * 0.693359375f;
+  r = x == 0.0f ? splat<V>(-kInf) : r;
+  r = x < 0.0f ? splat<V>(kNaN) : r;
+  r = x == kInf ? splat<V>(kInf) : r;
   return visnan(x) ? x : r;
 }
 
 // log(1 + u) without cancellation for small u: the rounding of 1 + u is undone by scaling with
 // u / ((1 + u) - 1).
-REFORGE_VINLINE vf vlog1p(vf u) {
-  vf w = 1.0f + u;
-  vf d = w - 1.0f;
-  vf r = vlog(w) * (u / d);
+template <typename V>
+REFORGE_VINLINE V vlog1p(const V& u) {
+  V w = 1.0f + u;
+  V d = w - 1.0f;
+  V r = vlog(w) * (u / d);
   r = d == 0.0f ? u : r;
-  return u == kInf ? splat(kInf) : r;
+  return u == kInf ? splat<V>(kInf) : r;
 }
 
 // tanh(x) = e / (e + 2) with e = expm1(2|x|): full relative accuracy near 0, exactly 1 from
 // |x| = 9 on (tanh rounds to 1 in float there).
-REFORGE_VINLINE vf vtanh(vf x) {
-  vf a = vabs(x);
-  a = a > 9.0f ? splat(9.0f) : a;
-  vf e = vexpm1(a + a);
-  return vcopysign(e / (e + 2.0f), x);
+template <typename V>
+REFORGE_VINLINE V vtanh(const V& x) {
+  V a = vabs(x);
+  a = a > 9.0f ? splat<V>(9.0f) : a;
+  V e = vexpm1(a + a);
+  return vcopysign<V>(e / (e + 2.0f), x);
 }
 
 // 1 / (1 + exp(-x)) from exp(-|x|), which never overflows; the negative side is e / (1 + e)
 // rather than 1 - something, so it keeps full relative accuracy.
-REFORGE_VINLINE vf vsigmoid(vf x) {
-  vf e = vexp(-vabs(x));
-  vf s = 1.0f / (1.0f + e);
+template <typename V>
+REFORGE_VINLINE V vsigmoid(const V& x) {
+  V e = vexp<V>(-vabs(x));
+  V s = 1.0f / (1.0f + e);
   return x < 0.0f ? e * s : s;
 }
 
 // a with the low 12 mantissa bits cleared: 12 significant bits, so a_hi * a_hi is exact.
-REFORGE_VINLINE vf split_hi(vf a) { return as_float(as_int(a) & static_cast<int32_t>(0xfffff000u)); }
+template <typename V>
+REFORGE_VINLINE V split_hi(const V& a) { return as_float<V>(as_int(a) & static_cast<int32_t>(0xfffff000u)); }
 
 // erfc(z) for z >= 0 given z^2 as sq_hi + sq_rest with sq_hi exact (Numerical Recipes' erfcc:
 // fractional error < 1.2e-7 everywhere). exp(-z^2) is taken as exp(-sq_hi) * exp(p - sq_rest) so
 // that rounding z^2 (up to ~100) does not cost ~100 ulp in the tail.
-REFORGE_VINLINE vf verfc_core(vf z, vf sq_hi, vf sq_rest) {
-  vf t = 1.0f / (1.0f + 0.5f * z);
-  vf p = splat(0.17087277f);
+template <typename V>
+REFORGE_VINLINE V verfc_core(const V& z, const V& sq_hi, const V& sq_rest) {
+  V t = 1.0f / (1.0f + 0.5f * z);
+  V p = splat<V>(0.17087277f);
   p = p * t - 0.82215223f;
   p = p * t + 1.48851587f;
   p = p * t - 1.13520398f;
@@ -215,19 +236,21 @@ REFORGE_VINLINE vf verfc_core(vf z, vf sq_hi, vf sq_rest) {
   p = p * t + 0.37409196f;
   p = p * t + 1.00002368f;
   p = p * t - 1.26551223f;
-  vf r = t * vexp(-sq_hi) * vexp(p - sq_rest);
-  return z == kInf ? vf{} : r;
+  V r = t * vexp<V>(-sq_hi) * vexp<V>(p - sq_rest);
+  return z == kInf ? V{} : r;
 }
 
-REFORGE_VINLINE vf verfc_nonneg(vf z) {
-  vf zh = split_hi(z);
-  return verfc_core(z, zh * zh, (z - zh) * (z + zh));
+template <typename V>
+REFORGE_VINLINE V verfc_nonneg(const V& z) {
+  V zh = split_hi(z);
+  return verfc_core<V>(z, zh * zh, (z - zh) * (z + zh));
 }
 
 // erf(x): Taylor series below 0.5 (where 1 - erfc would lose relative accuracy), 1 - erfc above.
-REFORGE_VINLINE vf verf(vf x) {
-  vf x2 = x * x;
-  vf s = splat(-1.4925650358406251e-05f);
+template <typename V>
+REFORGE_VINLINE V verf(const V& x) {
+  V x2 = x * x;
+  V s = splat<V>(-1.4925650358406251e-05f);
   s = s * x2 + 1.2055332981789664e-04f;
   s = s * x2 - 8.5483255082993370e-04f;
   s = s * x2 + 5.2239776254421878e-03f;
@@ -235,22 +258,24 @@ REFORGE_VINLINE vf verf(vf x) {
   s = s * x2 + 1.1283791670955126e-01f;
   s = s * x2 - 3.7612638903183754e-01f;
   s = s * x2 + 1.1283791670955126f;
-  vf big = vcopysign(1.0f - verfc_nonneg(vabs(x)), x);
+  V big = vcopysign<V>(1.0f - verfc_nonneg(vabs(x)), x);
   return vabs(x) < 0.5f ? s * x : big;
 }
 
 // Standard normal CDF. The tail below 0 comes straight from erfc (relative accuracy kept), and
 // z^2 = x^2 / 2 is split from x itself: rounding x / sqrt(2) first would cost ~x^2 ulp.
-REFORGE_VINLINE vf vnormal_cdf(vf x) {
-  vf a = vabs(x);
-  vf ah = split_hi(a);
-  vf c = 0.5f * verfc_core(a * 0.70710678118654752f, 0.5f * (ah * ah), 0.5f * ((a - ah) * (a + ah)));
+template <typename V>
+REFORGE_VINLINE V vnormal_cdf(const V& x) {
+  V a = vabs(x);
+  V ah = split_hi(a);
+  V c = 0.5f * verfc_core<V>(a * 0.70710678118654752f, 0.5f * (ah * ah), 0.5f * ((a - ah) * (a + ah)));
   return x < 0.0f ? c : 1.0f - c;
 }
 
 // Scalar entry points to the float32 functions (tests, odd call sites).
+// (The generic variant's vector: the same arithmetic as the generic map.)
 #define REFORGE_UNARY_SCALAR(name, vname) \
-  inline float name(float x) { return vname(splat(x))[0]; }
+  inline float name(float x) { return vname(splat<simdv::Vec<simdv::kGeneric>>(x))[0]; }
 REFORGE_UNARY_SCALAR(fast_exp, vexp)
 REFORGE_UNARY_SCALAR(fast_expm1, vexpm1)
 REFORGE_UNARY_SCALAR(fast_log, vlog)
@@ -273,14 +298,15 @@ inline double sigmoid(double x) {
 // ---- the element-map driver ----------------------------------------------------------------
 //
 // An op is a small struct with
-//   vf vec(vf x) const              optional: the float32 SIMD form, used for float, float16 and
-//                                   bfloat16 tensors;
+//   template <typename V> REFORGE_VINLINE V vec(const V& x) const
+//                                   optional: the float32 SIMD form on any of simd_vec.h's
+//                                   vector types, used for float, float16 and bfloat16 tensors;
 //   R scalar(C x) const             the scalar form for every other element type it accepts
 //                                   (C = compute_t of the input; overloads or a template).
 
 template <typename Op>
-concept HasVec = requires(const Op& op, vf v) {
-  { op.vec(v) } -> std::same_as<vf>;
+concept HasVec = requires(const Op& op, simdv::Vec<simdv::kGeneric> v) {
+  { op.vec(v) } -> std::same_as<simdv::Vec<simdv::kGeneric>>;
 };
 
 template <typename T> inline constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
@@ -290,23 +316,37 @@ inline constexpr int64_t kBlock = 4096;
 // Below this many elements one thread is faster than waking a team.
 inline constexpr int64_t kParallelMin = 1 << 15;
 
-REFORGE_SIMD_VARIANTS(template <typename Op>, void, map_f32_vec, (const float* in, float* out, int64_t n, const Op& op),
-                      (in, out, n, op), {
+template <typename V, typename Op>
+REFORGE_VINLINE void map_f32_impl(const float* in, float* out, int64_t n, const Op& op) {
+  constexpr int64_t kW = simdv::lanes_of<V>;
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    vf v;
-    std::memcpy(&v, in + i, sizeof v);  // inputs need not be aligned
-    v = op.vec(v);
-    std::memcpy(out + i, &v, sizeof v);
-  }
+  for (; i + kW <= n; i += kW) simdv::store<V>(out + i, op.vec(simdv::load<V>(in + i)));  // unaligned is fine
   if (i < n) {  // tail: pad with zeros, which every op accepts
     const size_t rest = static_cast<size_t>(n - i) * sizeof(float);
-    vf v{};
+    V v{};
     std::memcpy(&v, in + i, rest);
     v = op.vec(v);
     std::memcpy(out + i, &v, rest);
   }
-})
+}
+// One per instruction set, each on its own register width; map_f32_vec picks one per call
+// (simdv::pick follows core/simd.h's simd_level()).
+template <typename Op>
+REFORGE_TARGET_AVX512 void map_f32_vec_avx512(const float* in, float* out, int64_t n, const Op& op) {
+  map_f32_impl<simdv::Vec<simdv::kAvx512>>(in, out, n, op);
+}
+template <typename Op>
+REFORGE_TARGET_AVX2 void map_f32_vec_avx2(const float* in, float* out, int64_t n, const Op& op) {
+  map_f32_impl<simdv::Vec<simdv::kAvx2>>(in, out, n, op);
+}
+template <typename Op>
+REFORGE_TARGET_GENERIC void map_f32_vec_generic(const float* in, float* out, int64_t n, const Op& op) {
+  map_f32_impl<simdv::Vec<simdv::kGeneric>>(in, out, n, op);
+}
+template <typename Op>
+void map_f32_vec(const float* in, float* out, int64_t n, const Op& op) {
+  simdv::pick(map_f32_vec_avx512<Op>, map_f32_vec_avx2<Op>, map_f32_vec_generic<Op>)(in, out, n, op);
+}
 
 // out[i] = op(in[i]) over elements [begin, end).
 template <typename In, typename Out, typename Op>

@@ -13,7 +13,7 @@ namespace {
 using namespace unary;
 
 struct AbsOp {
-  vf vec(vf x) const { return vabs(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vabs(x); }
   template <typename T> T scalar(T x) const {
     if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
     else if constexpr (std::is_signed_v<T>) return x < 0 ? wrapping_neg(x) : x;
@@ -22,7 +22,7 @@ struct AbsOp {
 };
 
 struct NegOp {
-  vf vec(vf x) const { return -x; }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return -x; }
   template <typename T> T scalar(T x) const {
     if constexpr (std::is_floating_point_v<T>) return -x;
     else return wrapping_neg(x);
@@ -31,7 +31,7 @@ struct NegOp {
 
 // -1, 0 or 1; NaN stays NaN (as numpy.sign), zero keeps its sign.
 struct SignOp {
-  vf vec(vf x) const { return x > 0.0f ? splat(1.0f) : (x < 0.0f ? splat(-1.0f) : x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x > 0.0f ? splat<V>(1.0f) : (x < 0.0f ? splat<V>(-1.0f) : x); }
   template <typename T> T scalar(T x) const {
     if constexpr (std::is_floating_point_v<T>) return x > 0 ? T(1) : (x < 0 ? T(-1) : x);
     else if constexpr (std::is_signed_v<T>) return static_cast<T>((x > 0) - (x < 0));
@@ -40,43 +40,43 @@ struct SignOp {
 };
 
 struct SqrtOp {
-  vf vec(vf x) const { return vsqrt(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vsqrt(x); }
   double scalar(double x) const { return std::sqrt(x); }
 };
 
 struct ReciprocalOp {
-  vf vec(vf x) const { return 1.0f / x; }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return 1.0f / x; }
   double scalar(double x) const { return 1.0 / x; }
 };
 
 struct ExpOp {
-  vf vec(vf x) const { return vexp(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vexp(x); }
   double scalar(double x) const { return std::exp(x); }
 };
 
 struct LogOp {
-  vf vec(vf x) const { return vlog(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vlog(x); }
   double scalar(double x) const { return std::log(x); }
 };
 
 struct ErfOp {
-  vf vec(vf x) const { return verf(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return verf(x); }
   double scalar(double x) const { return std::erf(x); }
 };
 
 struct FloorOp {
-  vf vec(vf x) const { return vfloor(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vfloor(x); }
   double scalar(double x) const { return std::floor(x); }
 };
 
 struct CeilOp {
-  vf vec(vf x) const { return vceil(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vceil(x); }
   double scalar(double x) const { return std::ceil(x); }
 };
 
 // Round half to even (ONNX Round, numpy.round): nearbyint in the default rounding mode.
 struct RoundOp {
-  vf vec(vf x) const { return vround_even(x); }
+  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vround_even(x); }
   double scalar(double x) const { return std::nearbyint(x); }
 };
 
