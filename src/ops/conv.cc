@@ -4,8 +4,10 @@
 //
 //   FusedConv(X, W, B?, Z?) = relu?(Conv(X, W, B) + Z)     attributes: Conv's + activation
 //
-// and, from the conv-channels-last pass, x_layout / y_layout / z_layout = "NHWC" when that
-// operand is stored channels-last ([N, H, W, C]) to spare the reorders between convolutions.
+// and, from the conv-channels-last pass, x_layout / y_layout / z_layout = "NCHWc" when that
+// operand is stored channel-blocked ([N, C/b, H, W, b], the layout oneDNN's kernels compute in;
+// see cpu::ActLayout) or "NHWC" (channels-last, from older plans), to spare the reorders
+// between convolutions; z_inplace = 1 (conv-residual-inplace) lets the output take Z's buffer.
 //
 // float32 runs through oneDNN (a pointwise 1x1 convolution as a plain matrix product, which
 // needs no layout reorders), with the residual add and ReLU as post-ops of the primitive;
@@ -21,6 +23,7 @@
 
 #include "backends/cpu/dnnl_conv.h"
 #include "core/dispatch.h"
+#include "ops/conv_layout.h"
 #include "ops/nn_common.h"
 
 namespace reforge::ops::nn {
@@ -207,41 +210,36 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
 
 void conv_kernel(KernelContext& ctx) { conv_run(ctx, {}); }
 
-// [N, C, H, W] <-> [N, H, W, C] copies of any element type (the channels-last fallback).
-Tensor to_channels_last(const Tensor& t) {
-  const Shape& s = t.shape();
-  Tensor out = Tensor::empty(t.dtype(), {s[0], s[2], s[3], s[1]});
-  // out[n][h][w][c] = t[n][c][h][w]
-  strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out.shape(),
-               {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]}, 0);
-  return out;
-}
-Tensor to_channels_first(const Tensor& t) {
-  const Shape& s = t.shape();  // [N, H, W, C]
-  Tensor out = Tensor::empty(t.dtype(), {s[0], s[3], s[1], s[2]});
-  strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out.shape(),
-               {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]}, 0);
-  return out;
+using cpu::ActLayout;
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  auto pa = static_cast<const char*>(a.raw()), pb = static_cast<const char*>(b.raw());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
-// FusedConv with channels-last operands (attributes x_layout / y_layout / z_layout = "NHWC", set
-// by the conv-channels-last pass on chains of convolutions): float32 2-D runs straight through
-// oneDNN in that layout; anything else converts to NCHW around the ordinary kernel.
-void fused_conv_channels_last(KernelContext& ctx, const PostOps& post, bool x_nhwc, bool y_nhwc, bool z_nhwc) {
+// FusedConv with operands in other layouts than NCHW (attributes x_layout / y_layout / z_layout
+// = "NHWC" or "NCHWc", set by the conv-channels-last pass on chains of convolutions): float32
+// 2-D runs straight through oneDNN in those layouts; anything else converts to NCHW around the
+// ordinary kernel. With z_inplace = 1 (the conv-residual-inplace pass: no later node reads Z and
+// Z owns its buffer) the output is written over the residual, which the sum post-op reads in
+// place: no copy of Z into a fresh output first.
+void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, ActLayout yl, ActLayout zl) {
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  const std::string label = ctx.node().label();
-  REFORGE_CHECK(X.rank() == 4 && W.rank() == 4, label, ": channels-last layouts need a 2-D convolution, got X ",
-                X.describe(), " and W ", W.describe());
-  const Shape xs = x_nhwc ? Shape{X.dim(0), X.dim(3), X.dim(1), X.dim(2)} : X.shape();
+  const std::string& label = ctx.node().label();
+  REFORGE_CHECK(W.rank() == 4, label, ": layouts other than NCHW need a 2-D convolution, got W ", W.describe());
+  const Shape xs = logical_shape(X, xl, label);
   const int64_t N = xs[0], C = xs[1], M = W.dim(0), group = ctx.attr_int("group", 1);
   const Window win = resolve_window(ctx, {xs[2], xs[3]}, {W.dim(2), W.dim(3)}, false);
   const Shape ys = {N, M, win.out[0], win.out[1]};
-  const Shape y_phys = y_nhwc ? Shape{N, win.out[0], win.out[1], M} : ys;
-  const Shape z_phys = z_nhwc ? Shape{N, win.out[0], win.out[1], M} : ys;
-  bool direct = X.dtype() == DType::Float32 && W.dtype() == DType::Float32 && group >= 1 && C == W.dim(1) * group &&
-                M % group == 0 && C > 0 && N > 0 && (!B || (B->dtype() == DType::Float32 && B->numel() == M)) &&
+  const int64_t block = cpu::activation_block();
+  const bool blocks_fit = (yl != ActLayout::Blocked && zl != ActLayout::Blocked) || M % block == 0;
+  const Shape y_phys = blocks_fit ? physical_shape(ys, yl) : ys;
+  const Shape z_phys = blocks_fit ? physical_shape(ys, zl) : ys;
+  bool direct = blocks_fit && X.dtype() == DType::Float32 && W.dtype() == DType::Float32 && group >= 1 &&
+                C == W.dim(1) * group && M % group == 0 && C > 0 && N > 0 &&
+                (!B || (B->dtype() == DType::Float32 && B->numel() == M)) &&
                 (!post.sum || (post.sum->dtype() == DType::Float32 && post.sum->shape() == z_phys));
   if (direct) {
     const std::vector<int64_t> k = kernel_shape_attr(ctx, 2);
@@ -253,22 +251,33 @@ void fused_conv_channels_last(KernelContext& ctx, const PostOps& post, bool x_nh
     d.group = group;
     d.strides = win.strides, d.dilations = win.dilations, d.pad_begin = win.pad_begin, d.pad_end = win.pad_end;
     d.has_bias = B != nullptr;
-    d.src_nhwc = x_nhwc, d.dst_nhwc = y_nhwc, d.sum_nhwc = z_nhwc && post.sum;
+    d.src_layout = xl, d.dst_layout = yl, d.sum_layout = post.sum ? zl : ActLayout::Nchw;
     cpu::ConvPostOps po;
     po.sum = post.sum ? post.sum->data<float>() : nullptr;
     po.relu = post.relu;
-    Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, y_phys);
     auto* packed = const_cast<cpu::ConvWeightCache*>(ctx.prepared<cpu::ConvWeightCache>());
-    if (cpu::dnnl_conv_f32(d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
-                           Y.mutable_data<float>(), po, packed))
-      return;
+    const bool in_place = post.sum && ctx.attr_int("z_inplace", 0) == 1 && zl == yl && !overlaps(*post.sum, X) &&
+                          (!B || !overlaps(*post.sum, *B)) && !overlaps(*post.sum, W);
+    if (in_place) {
+      Tensor y = *post.sum;  // shares Z's buffer
+      if (cpu::dnnl_conv_f32(d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
+                             y.mutable_data<float>(), po, packed)) {
+        ctx.set_output(0, std::move(y));
+        return;
+      }
+    } else {
+      Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, y_phys);
+      if (cpu::dnnl_conv_f32(d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
+                             Y.mutable_data<float>(), po, packed))
+        return;
+    }
   }
   // Fallback: the NCHW kernel on converted copies.
   ir::Node node = ctx.node();
-  node.attrs.erase("x_layout"), node.attrs.erase("y_layout"), node.attrs.erase("z_layout");
-  Tensor xc = x_nhwc ? to_channels_first(X) : X;
+  for (const char* a : {"x_layout", "y_layout", "z_layout", "z_inplace"}) node.attrs.erase(a);
+  Tensor xc = to_nchw(X, xl, label);
   Tensor zc;
-  if (post.sum) zc = z_nhwc && post.sum->rank() == 4 ? to_channels_first(*post.sum) : *post.sum;
+  if (post.sum) zc = post.sum->rank() == 4 || zl == ActLayout::Blocked ? to_nchw(*post.sum, zl, label) : *post.sum;
   std::vector<const Tensor*> ins = {&xc, &W, B};
   if (post.sum) ins.push_back(&zc);
   KernelContext inner(node, ins, ctx.threads(), nullptr, ctx.prepared<void>());
@@ -276,17 +285,20 @@ void fused_conv_channels_last(KernelContext& ctx, const PostOps& post, bool x_nh
   if (post.sum) p2.sum = &zc;
   conv_run(inner, p2);
   Tensor y = std::move(inner.outputs()[0]);
-  ctx.set_output(0, y_nhwc ? to_channels_last(y) : std::move(y));
+  REFORGE_CHECK(yl != ActLayout::Blocked || M % block == 0, label, ": layout NCHWc needs output channels (", M,
+                ") in multiples of ", block);
+  ctx.set_output(0, from_nchw(y, yl));
 }
 
 void fused_conv_kernel(KernelContext& ctx) {
   PostOps post;
   if (ctx.has_input(3)) post.sum = &ctx.input(3);
   post.relu = ctx.attr_string("activation", "") == "Relu";
-  const bool x_nhwc = ctx.attr_string("x_layout", "NCHW") == "NHWC";
-  const bool y_nhwc = ctx.attr_string("y_layout", "NCHW") == "NHWC";
-  const bool z_nhwc = ctx.attr_string("z_layout", "NCHW") == "NHWC";
-  if (x_nhwc || y_nhwc || z_nhwc) return fused_conv_channels_last(ctx, post, x_nhwc, y_nhwc, z_nhwc);
+  const ActLayout xl = parse_layout(ctx.attr_string("x_layout", "NCHW"));
+  const ActLayout yl = parse_layout(ctx.attr_string("y_layout", "NCHW"));
+  const ActLayout zl = parse_layout(ctx.attr_string("z_layout", "NCHW"));
+  if (xl != ActLayout::Nchw || yl != ActLayout::Nchw || zl != ActLayout::Nchw)
+    return fused_conv_layouts(ctx, post, xl, yl, zl);
   conv_run(ctx, post);
 }
 
@@ -313,7 +325,8 @@ std::string check_fused_conv(const ir::Node& node) {
   if (!act.empty() && act != "Relu") return "activation '" + act + "' is not supported (expected 'Relu' or none)";
   for (const char* a : {"x_layout", "y_layout", "z_layout"}) {
     const std::string l = node.attr_string(a, "NCHW");
-    if (l != "NCHW" && l != "NHWC") return std::string(a) + " '" + l + "' is not supported (expected 'NCHW' or 'NHWC')";
+    if (l != "NCHW" && l != "NHWC" && l != "NCHWc")
+      return std::string(a) + " '" + l + "' is not supported (expected 'NCHW', 'NHWC' or 'NCHWc')";
   }
   if (node.inputs.size() > 4) return "takes at most 4 inputs (X, W, B, Z)";
   return check_conv_like(node);

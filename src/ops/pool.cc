@@ -1,6 +1,6 @@
 // MaxPool (with Indices, storage_order, dilations, ceil_mode), AveragePool (count_include_pad,
-// ceil_mode, dilations), GlobalAveragePool and GlobalMaxPool; reforge::MaxPool, the channels-last
-// form the conv-channels-last pass uses between NHWC convolutions.
+// ceil_mode, dilations), GlobalAveragePool and GlobalMaxPool; reforge::MaxPool, the blocked or
+// channels-last form the conv-channels-last pass uses between convolutions in those layouts.
 //
 // Windows follow the ONNX reference: positions outside the input never contribute; for
 // AveragePool with count_include_pad the divisor also counts positions inside the explicit
@@ -13,6 +13,7 @@
 
 #include "core/dispatch.h"
 #include "core/simd.h"
+#include "ops/conv_layout.h"
 #include "ops/nn_common.h"
 #include "ops/tensor_common.h"
 
@@ -244,74 +245,89 @@ void global_pool_kernel(KernelContext& ctx) {
   }, kMax ? "GlobalMaxPool" : "GlobalAveragePool");
 }
 
-// reforge::MaxPool with layout = "NHWC": MaxPool over a channels-last [N, H, W, C] tensor (the
-// conv-channels-last pass puts it between convolutions that keep their activations NHWC). Each
-// output position is a running max over whole channel rows, first tap first, `v > m ? v : m`,
-// so values (NaN included) equal the NCHW kernel's. Other element types, or Indices, go
-// through the NCHW kernel on converted copies.
-REFORGE_SIMD_VARIANTS(, void, max_rows_f32, (float* m, const float* v, int64_t c), (m, v, c), {
-  for (int64_t i = 0; i < c; ++i) m[i] = v[i] > m[i] ? v[i] : m[i];
+// reforge::MaxPool with layout = "NCHWc" or "NHWC": MaxPool over an activation stored
+// channel-blocked ([N, C/b, H, W, b], see cpu::ActLayout) or channels-last ([N, H, W, C]), which
+// the conv-channels-last pass puts between convolutions that keep their activations so. Both
+// are stacks of images [H, W, c] (N * C/b of them with c = b, or N with c = C): each output
+// position is a running max over whole channel rows, first tap first, `v > m ? v : m`, so values
+// (NaN included) equal the NCHW kernel's. Other element types, or Indices, go through the NCHW
+// kernel on converted copies.
+struct PoolRows {
+  const TapRange* rh;
+  const TapRange* rw;
+  const Geo3* g;
+  int64_t H, W, OW, c;
+};
+// One output row (all OW positions, c channels each) of one image.
+REFORGE_SIMD_VARIANTS(, void, max_pool_row_f32, (const PoolRows& p, const float* x, float* out, int64_t oh),
+                      (p, x, out, oh), {
+  const Geo3& g = *p.g;
+  const int64_t c = p.c;
+  for (int64_t ow = 0; ow < p.OW; ++ow, out += c) {
+    if (p.rh->first[oh] >= p.rh->last[oh] || p.rw->first[ow] >= p.rw->last[ow]) {
+      for (int64_t i = 0; i < c; ++i) out[i] = 0.0f;
+      continue;
+    }
+    bool first = true;
+    for (int64_t kh = p.rh->first[oh]; kh < p.rh->last[oh]; ++kh) {
+      const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+      for (int64_t kw = p.rw->first[ow]; kw < p.rw->last[ow]; ++kw) {
+        const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+        const float* v = x + (ih * p.W + iw) * c;
+        if (first) {
+          for (int64_t i = 0; i < c; ++i) out[i] = v[i];
+          first = false;
+        } else {
+          for (int64_t i = 0; i < c; ++i) out[i] = v[i] > out[i] ? v[i] : out[i];
+        }
+      }
+    }
+  }
 })
 
-void max_pool_nhwc_kernel(KernelContext& ctx) {
+void max_pool_layout_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
-  const std::string label = ctx.node().label();
-  REFORGE_CHECK(X.rank() == 4, label, ": layout NHWC needs X [N, H, W, C], got ", X.describe());
-  REFORGE_CHECK(ctx.attr_string("layout", "NHWC") == "NHWC", label, ": layout must be 'NHWC'");
-  const int64_t N = X.dim(0), H = X.dim(1), Wd = X.dim(2), C = X.dim(3);
+  const std::string& label = ctx.node().label();
+  const std::string layout = ctx.attr_string("layout", "NHWC");
+  REFORGE_CHECK(layout == "NHWC" || layout == "NCHWc", label, ": layout must be 'NHWC' or 'NCHWc', got '", layout, "'");
+  const cpu::ActLayout l = parse_layout(layout);
+  const Shape xs = logical_shape(X, l, label);
+  const int64_t N = xs[0], C = xs[1], H = xs[2], Wd = xs[3];
   std::vector<int64_t> kernel = kernel_shape_attr(ctx, 2);
   REFORGE_CHECK(kernel.size() == 2, label, ": the kernel_shape attribute must have 2 values");
   const Window win = resolve_window(ctx, {H, Wd}, kernel, ctx.attr_int("ceil_mode", 0) != 0);
   const Geo3 g = to_geo3(win);
   const bool indices = ctx.num_outputs() > 1 && ctx.output_wanted(1);
   if (X.dtype() != DType::Float32 || indices) {
-    // [N, H, W, C] -> [N, C, H, W], the ONNX kernel, and back.
+    // To NCHW, the ONNX kernel, and back.
     static const OpDef* onnx_max_pool = OpRegistry::global().find("", "MaxPool", 12);
     REFORGE_ASSERT(onnx_max_pool != nullptr);
-    Tensor xc = Tensor::empty(X.dtype(), {N, C, H, Wd});
-    strided_copy(xc.mutable_raw(), X.raw(), dtype_size(X.dtype()), xc.shape(), {H * Wd * C, 1, Wd * C, C}, 0);
+    Tensor xc = to_nchw(X, l, label);
     ir::Node node = ctx.node();
     node.attrs.erase("layout");
     KernelContext inner(node, {&xc}, ctx.threads());
     onnx_max_pool->kernel(inner);
     for (size_t o = 0; o < ctx.num_outputs() && o < 2; ++o) {
       if (!ctx.output_wanted(o)) continue;
-      const Tensor& yc = inner.outputs()[o];
-      const Shape& s = yc.shape();
-      Tensor y = Tensor::empty(yc.dtype(), {s[0], s[2], s[3], s[1]});
-      strided_copy(y.mutable_raw(), yc.raw(), dtype_size(yc.dtype()), y.shape(), {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]},
-                   0);
-      ctx.set_output(o, std::move(y));  // Indices stay flat NCHW positions, as ONNX defines them
+      // Indices stay flat NCHW positions, as ONNX defines them, stored in the same layout.
+      ctx.set_output(o, from_nchw(inner.outputs()[o], l));
     }
     return;
   }
   const int64_t OH = win.out[0], OW = win.out[1];
-  Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, {N, OH, OW, C});
+  Tensor& Y = ctx.allocate_output_uninit(0, DType::Float32, physical_shape({N, C, OH, OW}, l));
   if (Y.numel() == 0) return;
-  const float* x = X.data<float>();
-  float* y = Y.mutable_data<float>();
+  const int64_t c = l == cpu::ActLayout::Nhwc ? C : X.dim(4);
+  const int64_t images = l == cpu::ActLayout::Nhwc ? N : N * X.dim(1);
   TapRange rh = tap_range(OH, g.k[1], g.s[1], g.d[1], g.pb[1], 0, H);
   TapRange rw = tap_range(OW, g.k[2], g.s[2], g.d[2], g.pb[2], 0, Wd);
+  const PoolRows rows{&rh, &rw, &g, H, Wd, OW, c};
+  const float* x = X.data<float>();
+  float* y = Y.mutable_data<float>();
 #pragma omp parallel for schedule(static) if (Y.numel() > (1 << 15))
-  for (int64_t noh = 0; noh < N * OH; ++noh) {
-    const int64_t n = noh / OH, oh = noh % OH;
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      float* out = y + (noh * OW + ow) * C;
-      if (rh.first[oh] >= rh.last[oh] || rw.first[ow] >= rw.last[ow]) {
-        std::fill(out, out + C, 0.0f);
-        continue;
-      }
-      bool first = true;
-      for (int64_t kh = rh.first[oh]; kh < rh.last[oh]; ++kh) {
-        const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-        for (int64_t kw = rw.first[ow]; kw < rw.last[ow]; ++kw) {
-          const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-          const float* v = x + ((n * H + ih) * Wd + iw) * C;
-          if (first) std::copy(v, v + C, out), first = false;
-          else max_rows_f32(out, v, C);
-        }
-      }
-    }
+  for (int64_t ioh = 0; ioh < images * OH; ++ioh) {
+    const int64_t i = ioh / OH, oh = ioh % OH;
+    max_pool_row_f32(rows, x + i * H * Wd * c, y + ioh * OW * c, oh);
   }
 }
 
@@ -329,7 +345,7 @@ std::string check_pool(const ir::Node& node) {
 
 void register_pool_ops(OpRegistry& r) {
   r.add({"", "MaxPool", 1, INT_MAX, max_pool_kernel, check_pool});
-  r.add({"reforge", "MaxPool", 1, INT_MAX, max_pool_nhwc_kernel, check_pool});
+  r.add({"reforge", "MaxPool", 1, INT_MAX, max_pool_layout_kernel, check_pool});
   r.add({"", "AveragePool", 1, INT_MAX, average_pool_kernel, check_pool});
   r.add({"", "GlobalAveragePool", 1, INT_MAX, global_pool_kernel<false>, nullptr});
   r.add({"", "GlobalMaxPool", 1, INT_MAX, global_pool_kernel<true>, nullptr});

@@ -50,17 +50,23 @@ std::optional<CachedPrimitive> make_reorder(const dnnl::memory::desc& from, cons
   return r;
 }
 
+// The caller's layout of an activation (see ActLayout).
+dnnl::memory::desc user_md(const std::vector<int64_t>& dims, ActLayout layout) {
+  using tag = dnnl::memory::format_tag;
+  if (dims.size() != 4 || layout == ActLayout::Nchw) return dnnl_util::plain_md(dims, dt::f32);
+  const dnnl::memory::dims md(dims.begin(), dims.end());
+  if (layout == ActLayout::Nhwc) return dnnl::memory::desc(md, dt::f32, tag::nhwc);
+  const int64_t b = activation_block();
+  return dnnl::memory::desc(md, dt::f32, b == 16 ? tag::nChw16c : b == 8 ? tag::nChw8c : tag::nchw);
+}
+
 std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps& post, bool packed) {
   auto p = std::make_shared<ConvPrimitive>();
-  auto user_md = [](const std::vector<int64_t>& dims, bool nhwc) {
-    if (!nhwc || dims.size() != 4) return dnnl_util::plain_md(dims, dt::f32);
-    return dnnl::memory::desc(dnnl::memory::dims(dims.begin(), dims.end()), dt::f32, dnnl::memory::format_tag::nhwc);
-  };
-  p->src_plain = user_md(d.src, d.src_nhwc);
+  p->src_plain = user_md(d.src, d.src_layout);
   p->weights_plain = dnnl_util::plain_md(weight_dims(d), dt::f32);
   p->bias_md = d.has_bias ? dnnl_util::plain_md({d.weights[0]}, dt::f32) : dnnl::memory::desc();
-  p->dst_plain = user_md(d.dst, d.dst_nhwc);
-  p->sum_plain = user_md(d.dst, d.sum_nhwc);
+  p->dst_plain = user_md(d.dst, d.dst_layout);
+  p->sum_plain = user_md(d.dst, d.sum_layout);
   dnnl::memory::dims strides(d.strides.begin(), d.strides.end());
   dnnl::memory::dims dil, pl(d.pad_begin.begin(), d.pad_begin.end()), pr(d.pad_end.begin(), d.pad_end.end());
   for (int64_t v : d.dilations) dil.push_back(v - 1);  // oneDNN counts the gaps
@@ -87,7 +93,8 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     }
     for (size_t i = 1; i < d.weights.size(); ++i) flops *= d.weights[i];
     for (int64_t x : d.dst) flops *= x;
-    const bool plain = d.group == 1 && flops < 150 * elems && !d.src_nhwc && !d.dst_nhwc;
+    const bool plain = d.group == 1 && flops < 150 * elems && d.src_layout == ActLayout::Nchw &&
+                       d.dst_layout == ActLayout::Nchw;
     dnnl::convolution_forward::desc desc(
         dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
         plain ? p->src_plain : any_md(d.src), plain ? p->weights_plain : any_md(weight_dims(d)), p->bias_md,
@@ -158,22 +165,67 @@ class ConvWeightCache {
     return buf.get();
   }
 
+  // The node's own memo of its primitives, so that a steady run skips building the string key
+  // of the process-wide cache (a few microseconds per call: much of a small layer's time).
+  std::shared_ptr<const ConvPrimitive> find(const ConvDims& d, bool sum, bool relu) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : prims_)
+      if (e.sum == sum && e.relu == relu && e.dims == d) return e.prim;
+    return nullptr;
+  }
+  void remember(const ConvDims& d, bool sum, bool relu, std::shared_ptr<const ConvPrimitive> p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (prims_.size() >= 8) prims_.erase(prims_.begin());  // shapes that keep changing: bounded
+    prims_.push_back({d, sum, relu, std::move(p)});
+  }
+
  private:
+  struct Memo {
+    ConvDims dims;
+    bool sum, relu;
+    std::shared_ptr<const ConvPrimitive> prim;
+  };
   std::mutex mu_;
   std::vector<std::pair<dnnl::memory::desc, std::shared_ptr<void>>> packs_;
+  std::vector<Memo> prims_;
 };
 
 std::shared_ptr<ConvWeightCache> make_conv_weight_cache() { return std::make_shared<ConvWeightCache>(); }
 
+int64_t activation_block() {
+  static const int64_t block = [] {
+    try {
+      // A typical ResNet layer: 64 -> 64 channels, 3x3, 28x28.
+      const std::vector<int64_t> act = {1, 64, 28, 28}, w = {64, 64, 3, 3};
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           any_md(act), any_md(w), dnnl::memory::desc(), any_md(act), {1, 1},
+                                           {0, 0}, {1, 1}, {1, 1});
+      dnnl::convolution_forward::primitive_desc pd(desc, dnnl_util::engine());
+      const dnnl::memory::dims dims(act.begin(), act.end());
+      if (pd.dst_desc() == dnnl::memory::desc(dims, dt::f32, dnnl::memory::format_tag::nChw16c)) return int64_t{16};
+      if (pd.dst_desc() == dnnl::memory::desc(dims, dt::f32, dnnl::memory::format_tag::nChw8c)) return int64_t{8};
+    } catch (const dnnl::error&) {
+    }
+    return int64_t{1};
+  }();
+  return block;
+}
+
 bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst,
                    const ConvPostOps& post, ConvWeightCache* packed) {
-  std::string key = "conv_f32:" + dnnl_util::dims_key(d.src) + ":" + dnnl_util::dims_key(d.weights) + ":" +
-                    dnnl_util::dims_key(d.dst) + ":" + std::to_string(d.group) + ":" +
-                    dnnl_util::dims_key(d.strides) + ":" + dnnl_util::dims_key(d.dilations) + ":" +
-                    dnnl_util::dims_key(d.pad_begin) + ":" + dnnl_util::dims_key(d.pad_end) + ":" +
-                    (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "") + (packed ? ":packed" : "") +
-                    (d.src_nhwc ? ":xl" : "") + (d.dst_nhwc ? ":yl" : "") + (d.sum_nhwc ? ":zl" : "");
-  auto p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post, packed != nullptr); });
+  std::shared_ptr<const ConvPrimitive> p = packed ? packed->find(d, post.sum != nullptr, post.relu) : nullptr;
+  if (!p) {
+    auto layout = [](ActLayout l) { return l == ActLayout::Nhwc ? "h" : l == ActLayout::Blocked ? "c" : "p"; };
+    std::string key = "conv_f32:" + dnnl_util::dims_key(d.src) + ":" + dnnl_util::dims_key(d.weights) + ":" +
+                      dnnl_util::dims_key(d.dst) + ":" + std::to_string(d.group) + ":" +
+                      dnnl_util::dims_key(d.strides) + ":" + dnnl_util::dims_key(d.dilations) + ":" +
+                      dnnl_util::dims_key(d.pad_begin) + ":" + dnnl_util::dims_key(d.pad_end) + ":" +
+                      (d.has_bias ? "b" : "") + (post.sum ? ":sum" : "") + (post.relu ? ":relu" : "") +
+                      (packed ? ":packed" : "") + ":" + layout(d.src_layout) + layout(d.dst_layout) +
+                      layout(d.sum_layout);
+    p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post, packed != nullptr); });
+    if (packed && p) packed->remember(d, post.sum != nullptr, post.relu, p);
+  }
   if (!p) return false;
   auto& eng = dnnl_util::engine();
   double work = 1;

@@ -7,6 +7,21 @@
 
 namespace reforge::cpu {
 
+// Storage of a 4-D activation [N, C, H, W]:
+//   Nchw     plain, as ONNX defines it;
+//   Nhwc     channels-last [N, H, W, C];
+//   Blocked  [N, C / b, H, W, b] with b = activation_block(): the channel-blocked layout
+//            (oneDNN's nChw8c / nChw16c) its direct, 1x1 and Winograd kernels compute in, so
+//            a chain of convolutions storing their activations this way runs with no reorders
+//            at all (ONNX Runtime's NCHWc transformer does the same). C must be a multiple of b.
+enum class ActLayout : uint8_t { Nchw, Nhwc, Blocked };
+
+// The channel block of ActLayout::Blocked in this process: what oneDNN's float32 convolution
+// picks on this CPU for a typical layer (16 with AVX-512, 8 with AVX2), or 1 where it prefers no
+// blocking (the layout then equals NCHW). Plans store only "blocked": producer and readers of
+// a value run in the same process, so they always agree on b.
+int64_t activation_block();
+
 // An N-d convolution in ONNX terms over dense row-major tensors: src [N, C, spatial...],
 // weights [OC, C/group, kernel...], dst [N, OC, out...], optional bias [OC]. Dilations are
 // ONNX's (1 = dense); pads are the begin/end padding per spatial dimension.
@@ -15,10 +30,11 @@ struct ConvDims {
   int64_t group = 1;
   std::vector<int64_t> strides, dilations, pad_begin, pad_end;
   bool has_bias = false;
-  // Channels-last user buffers (2-D convolutions only): src / dst / the sum post-op's tensor are
-  // stored [N, H, W, C] while the dims above stay in ONNX's [N, C, H, W] order. oneDNN's fastest
-  // float convolutions run channels-last, so a chain of such convolutions needs no reorders.
-  bool src_nhwc = false, dst_nhwc = false, sum_nhwc = false;
+  // How the user buffers of src / dst / the sum post-op's tensor are stored (2-D convolutions
+  // only for the non-plain layouts) while the dims above stay in ONNX's [N, C, H, W] order.
+  ActLayout src_layout = ActLayout::Nchw, dst_layout = ActLayout::Nchw, sum_layout = ActLayout::Nchw;
+
+  bool operator==(const ConvDims&) const = default;
 };
 
 // What runs after the convolution inside the same primitive: dst = relu?(conv + bias + sum),
