@@ -20,12 +20,17 @@ namespace {
 // per-thread buffer before the run (and the result reordered back). Weights are reordered once
 // per weight set when the caller passes a ConvWeightCache (the Conv op's prepared state), else on
 // every call: caching them by address would go stale if a caller rewrote a wrapped buffer.
+}  // namespace
+
 struct ConvPrimitive : CachedPrimitive {
   dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain, sum_plain;  // the caller's layouts
   dnnl::memory::desc src_md, weights_md, dst_md;  // the layouts the convolution runs in
   std::optional<CachedPrimitive> src_reorder, weights_reorder, dst_reorder;
   std::optional<CachedPrimitive> sum_reorder;  // residual (caller's layout) into dst's layout
+  double work = 0;                             // multiply-adds per run (SerialIfSmall)
 };
+
+namespace {
 
 // Grouped weights are [G, OC/G, C/G, kernel...] to oneDNN: the same bytes as ONNX's layout.
 std::vector<int64_t> weight_dims(const ConvDims& d) {
@@ -132,6 +137,9 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     p->weights_reorder = make_reorder(p->weights_plain, p->weights_md);
     p->dst_reorder = make_reorder(p->dst_md, p->dst_plain);
     if (post.sum) p->sum_reorder = make_reorder(p->sum_plain, p->dst_md);
+    p->work = 1;
+    for (auto v : d.dst) p->work *= static_cast<double>(v);
+    for (size_t i = 1; i < d.weights.size(); ++i) p->work *= static_cast<double>(d.weights[i]);
     return p;
   } catch (const dnnl::error&) {
     return nullptr;
@@ -211,8 +219,7 @@ int64_t activation_block() {
   return block;
 }
 
-bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst,
-                   const ConvPostOps& post, ConvWeightCache* packed) {
+ConvHandle dnnl_conv_primitive(const ConvDims& d, const ConvPostOps& post, ConvWeightCache* packed) {
   std::shared_ptr<const ConvPrimitive> p = packed ? packed->find(d, post.sum != nullptr, post.relu) : nullptr;
   if (!p) {
     auto layout = [](ActLayout l) { return l == ActLayout::Nhwc ? "h" : l == ActLayout::Blocked ? "c" : "p"; };
@@ -226,23 +233,35 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
     p = dnnl_util::cached_as<ConvPrimitive>(key, [&] { return build(d, post, packed != nullptr); });
     if (packed && p) packed->remember(d, post.sum != nullptr, post.relu, p);
   }
+  return p;
+}
+
+bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst,
+                   const ConvPostOps& post, ConvWeightCache* packed) {
+  const ConvHandle p = dnnl_conv_primitive(d, post, packed);
   if (!p) return false;
+  dnnl_conv_execute(*p, d, src, weights, bias, dst, post, packed);
+  return true;
+}
+
+void dnnl_conv_execute(const ConvPrimitive& pr, const ConvDims& d, const float* src, const float* weights,
+                       const float* bias, float* dst, const ConvPostOps& post, ConvWeightCache* packed) {
+  const ConvPrimitive* p = &pr;
   auto& eng = dnnl_util::engine();
-  double work = 1;
-  for (auto v : d.dst) work *= static_cast<double>(v);
-  for (size_t i = 1; i < d.weights.size(); ++i) work *= static_cast<double>(d.weights[i]);
-  dnnl_util::SerialIfSmall serial(work);
+  dnnl_util::SerialIfSmall serial(p->work);
   dnnl::memory src_user(p->src_plain, eng, const_cast<float*>(src));
-  dnnl::memory w_user(p->weights_plain, eng, const_cast<float*>(weights));
   dnnl::memory dst_user(p->dst_plain, eng, dst);
   dnnl::memory src_m = p->src_reorder ? staged(p->src_md, 0) : src_user;
   dnnl::memory dst_m = p->dst_reorder ? staged(p->dst_md, 2) : dst_user;
-  dnnl::memory w_m = w_user;
+  dnnl::memory w_m;
   if (p->weights_reorder && packed) {
     w_m = dnnl::memory(p->weights_md, eng, packed->get(*p, weights));
   } else if (p->weights_reorder) {
+    dnnl::memory w_user(p->weights_plain, eng, const_cast<float*>(weights));
     w_m = staged(p->weights_md, 1);
     dnnl_util::execute(*p->weights_reorder, {{DNNL_ARG_FROM, w_user}, {DNNL_ARG_TO, w_m}}, "Conv (weight reorder)");
+  } else {
+    w_m = dnnl::memory(p->weights_plain, eng, const_cast<float*>(weights));
   }
   if (p->src_reorder)
     dnnl_util::execute(*p->src_reorder, {{DNNL_ARG_FROM, src_user}, {DNNL_ARG_TO, src_m}}, "Conv (input reorder)");
@@ -259,7 +278,6 @@ bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, co
   dnnl_util::execute(*p, std::move(args), "Conv");
   if (p->dst_reorder)
     dnnl_util::execute(*p->dst_reorder, {{DNNL_ARG_FROM, dst_m}, {DNNL_ARG_TO, dst_user}}, "Conv (output reorder)");
-  return true;
 }
 
 }  // namespace reforge::cpu

@@ -51,10 +51,23 @@ struct ConvPostOps {
 class ConvWeightCache;
 std::shared_ptr<ConvWeightCache> make_conv_weight_cache();
 
-// Runs the convolution with a cached oneDNN primitive. Returns false (having written nothing)
-// when oneDNN has no implementation; the caller then uses its reference loop. `packed` (may be
-// null: reorder on every call) holds the packed forms of `weights`, which must be the weights
-// the cache was made for.
+// A oneDNN convolution primitive with its layouts and reorders, built for one ConvDims and
+// post-op set (opaque; shared, immutable, usable from several threads at once).
+struct ConvPrimitive;
+using ConvHandle = std::shared_ptr<const ConvPrimitive>;
+
+// The primitive for `d` with the post-ops `post` asks for (only whether `post.sum` is null
+// matters), from `packed`'s memo or the process-wide cache, built on first use. Null when
+// oneDNN has no implementation. `packed` (may be null) is the node's weight cache.
+ConvHandle dnnl_conv_primitive(const ConvDims& d, const ConvPostOps& post, ConvWeightCache* packed);
+
+// Runs `p` (made by dnnl_conv_primitive for the same `d`, `post` and `packed`).
+void dnnl_conv_execute(const ConvPrimitive& p, const ConvDims& d, const float* src, const float* weights,
+                       const float* bias, float* dst, const ConvPostOps& post, ConvWeightCache* packed);
+
+// Both in one: returns false (having written nothing) when oneDNN has no implementation; the
+// caller then uses its reference loop. `packed` (may be null: reorder on every call) holds the
+// packed forms of `weights`, which must be the weights the cache was made for.
 bool dnnl_conv_f32(const ConvDims& d, const float* src, const float* weights, const float* bias, float* dst,
                    const ConvPostOps& post = {}, ConvWeightCache* packed = nullptr);
 
