@@ -8,6 +8,7 @@
 // first maximum in window order (a NaN is never "greater"), and a window with no input
 // position yields 0 with index -1, as in the reference.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -258,31 +259,56 @@ struct PoolRows {
   const Geo3* g;
   int64_t H, W, OW, c;
 };
-// One output row (all OW positions, c channels each) of one image.
-REFORGE_SIMD_VARIANTS(, void, max_pool_row_f32, (const PoolRows& p, const float* x, float* out, int64_t oh),
-                      (p, x, out, oh), {
+// One output row (all OW positions, c channels each) of one image; kC = c when known at compile
+// time (the channel blocks: one or two vector registers per tap), 0 for any c. Always inlined,
+// so it is compiled for the ISA of the variant that calls it.
+template <int64_t kC>
+[[gnu::always_inline]] inline void max_pool_row(const PoolRows& p, const float* x, float* out, int64_t oh) {
   const Geo3& g = *p.g;
-  const int64_t c = p.c;
+  const int64_t c = kC ? kC : p.c;
   for (int64_t ow = 0; ow < p.OW; ++ow, out += c) {
     if (p.rh->first[oh] >= p.rh->last[oh] || p.rw->first[ow] >= p.rw->last[ow]) {
       for (int64_t i = 0; i < c; ++i) out[i] = 0.0f;
       continue;
     }
-    bool first = true;
-    for (int64_t kh = p.rh->first[oh]; kh < p.rh->last[oh]; ++kh) {
-      const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-      for (int64_t kw = p.rw->first[ow]; kw < p.rw->last[ow]; ++kw) {
-        const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-        const float* v = x + (ih * p.W + iw) * c;
-        if (first) {
-          for (int64_t i = 0; i < c; ++i) out[i] = v[i];
-          first = false;
-        } else {
+    const int64_t kh0 = p.rh->first[oh], kw0 = p.rw->first[ow];
+    const float* v0 = x + ((oh * g.s[1] - g.pb[1] + kh0 * g.d[1]) * p.W + ow * g.s[2] - g.pb[2] + kw0 * g.d[2]) * c;
+    if constexpr (kC > 0) {
+      // c fixed (a channel block): the running max in kC / 8 vector registers, starting at the
+      // first tap; `v > m ? v : m` is one maxps and keeps the NCHW kernel's NaN behaviour.
+      using V8 = float __attribute__((vector_size(32)));
+      constexpr int kV = static_cast<int>(kC / 8);
+      V8 m[kV];
+      for (int j = 0; j < kV; ++j) std::memcpy(&m[j], v0 + 8 * j, sizeof(V8));
+      for (int64_t kh = kh0; kh < p.rh->last[oh]; ++kh) {
+        const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+        for (int64_t kw = kh == kh0 ? kw0 + 1 : kw0; kw < p.rw->last[ow]; ++kw) {
+          const float* v = x + (ih * p.W + ow * g.s[2] - g.pb[2] + kw * g.d[2]) * c;
+          for (int j = 0; j < kV; ++j) {
+            V8 t;
+            std::memcpy(&t, v + 8 * j, sizeof(V8));
+            m[j] = t > m[j] ? t : m[j];
+          }
+        }
+      }
+      for (int j = 0; j < kV; ++j) std::memcpy(out + 8 * j, &m[j], sizeof(V8));
+    } else {
+      for (int64_t i = 0; i < c; ++i) out[i] = v0[i];
+      for (int64_t kh = kh0; kh < p.rh->last[oh]; ++kh) {
+        const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+        for (int64_t kw = kh == kh0 ? kw0 + 1 : kw0; kw < p.rw->last[ow]; ++kw) {
+          const float* v = x + (ih * p.W + ow * g.s[2] - g.pb[2] + kw * g.d[2]) * c;
           for (int64_t i = 0; i < c; ++i) out[i] = v[i] > out[i] ? v[i] : out[i];
         }
       }
     }
   }
+}
+REFORGE_SIMD_VARIANTS(, void, max_pool_row_f32, (const PoolRows& p, const float* x, float* out, int64_t oh),
+                      (p, x, out, oh), {
+  if (p.c == 8) max_pool_row<8>(p, x, out, oh);
+  else if (p.c == 16) max_pool_row<16>(p, x, out, oh);
+  else max_pool_row<0>(p, x, out, oh);
 })
 
 void max_pool_layout_kernel(KernelContext& ctx) {
