@@ -305,7 +305,7 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
   }
   const std::string label = ctx.node().label();
   REFORGE_CHECK(W.rank() == 4, label, ": layouts other than NCHW need a 2-D convolution, got W ", W.describe());
-  const Shape xs = logical_shape(X, xl, label);
+  const Shape xs = logical_shape(X, xl, ctx.node());
   const int64_t N = xs[0], C = xs[1], M = W.dim(0), group = ctx.attr_int("group", 1);
   const Window win = resolve_window(ctx, {xs[2], xs[3]}, {W.dim(2), W.dim(3)}, false);
   const Shape ys = {N, M, win.out[0], win.out[1]};
@@ -353,9 +353,9 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
   // Fallback: the NCHW kernel on converted copies.
   ir::Node node = ctx.node();
   for (const char* a : {"x_layout", "y_layout", "z_layout", "z_inplace"}) node.attrs.erase(a);
-  Tensor xc = to_nchw(X, xl, label);
+  Tensor xc = to_nchw(X, xl, ctx.node());
   Tensor zc;
-  if (post.sum) zc = post.sum->rank() == 4 || zl == ActLayout::Blocked ? to_nchw(*post.sum, zl, label) : *post.sum;
+  if (post.sum) zc = post.sum->rank() == 4 || zl == ActLayout::Blocked ? to_nchw(*post.sum, zl, ctx.node()) : *post.sum;
   std::vector<const Tensor*> ins = {&xc, &W, B};
   if (post.sum) ins.push_back(&zc);
   KernelContext inner(node, ins, ctx.threads(), nullptr, ctx.prepared<void>());

@@ -21,16 +21,16 @@ Shape physical_shape(const Shape& s, ActLayout l) {
 }
 
 // The [N, C, H, W] shape of an activation stored in layout `l`.
-Shape logical_shape(const Tensor& t, ActLayout l, const std::string& label) {
+Shape logical_shape(const Tensor& t, ActLayout l, const ir::Node& node) {
   if (l == ActLayout::Nchw) {
-    REFORGE_CHECK(t.rank() == 4, label, ": expected a 2-D activation [N, C, H, W], got ", t.describe());
+    REFORGE_CHECK(t.rank() == 4, node.label(), ": expected a 2-D activation [N, C, H, W], got ", t.describe());
     return t.shape();
   }
   if (l == ActLayout::Nhwc) {
-    REFORGE_CHECK(t.rank() == 4, label, ": layout NHWC needs [N, H, W, C], got ", t.describe());
+    REFORGE_CHECK(t.rank() == 4, node.label(), ": layout NHWC needs [N, H, W, C], got ", t.describe());
     return {t.dim(0), t.dim(3), t.dim(1), t.dim(2)};
   }
-  REFORGE_CHECK(t.rank() == 5 && t.dim(4) == cpu::activation_block(), label, ": layout NCHWc needs [N, C/",
+  REFORGE_CHECK(t.rank() == 5 && t.dim(4) == cpu::activation_block(), node.label(), ": layout NCHWc needs [N, C/",
                 cpu::activation_block(), ", H, W, ", cpu::activation_block(), "], got ", t.describe());
   return {t.dim(0), t.dim(1) * t.dim(4), t.dim(2), t.dim(3)};
 }
@@ -51,9 +51,9 @@ Tensor from_nchw(const Tensor& t, ActLayout l) {
   }
   return out;
 }
-Tensor to_nchw(const Tensor& t, ActLayout l, const std::string& label) {
+Tensor to_nchw(const Tensor& t, ActLayout l, const ir::Node& node) {
   if (l == ActLayout::Nchw) return t;
-  const Shape s = logical_shape(t, l, label);
+  const Shape s = logical_shape(t, l, node);
   Tensor out = Tensor::empty(t.dtype(), s);
   if (l == ActLayout::Nhwc) {
     strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), s, {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]}, 0);

@@ -51,12 +51,12 @@ struct PoolSetup {
 };
 
 PoolSetup setup_pool(const KernelContext& ctx, const Tensor& X) {
-  const std::string& label = ctx.node().label();
-  REFORGE_CHECK(X.rank() >= 3 && X.rank() <= 5, label, ": X must be [N, C, spatial...] with 1 to 3 spatial dims, got ",
+  const ir::Node& node = ctx.node();  // its label only when a check fails
+  REFORGE_CHECK(X.rank() >= 3 && X.rank() <= 5, node.label(), ": X must be [N, C, spatial...] with 1 to 3 spatial dims, got ",
                 X.describe());
   const size_t nsp = static_cast<size_t>(X.rank() - 2);
   std::vector<int64_t> kernel = kernel_shape_attr(ctx, nsp);
-  REFORGE_CHECK(!kernel.empty(), label, ": the kernel_shape attribute is required");
+  REFORGE_CHECK(!kernel.empty(), node.label(), ": the kernel_shape attribute is required");
   PoolSetup p;
   p.N = X.dim(0), p.C = X.dim(1);
   p.win = resolve_window(ctx, std::vector<int64_t>(X.shape().begin() + 2, X.shape().end()), kernel,
@@ -313,14 +313,14 @@ REFORGE_SIMD_VARIANTS(, void, max_pool_row_f32, (const PoolRows& p, const float*
 
 void max_pool_layout_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
-  const std::string& label = ctx.node().label();
+  const ir::Node& node = ctx.node();  // its label only when a check fails
   const std::string layout = ctx.attr_string("layout", "NHWC");
-  REFORGE_CHECK(layout == "NHWC" || layout == "NCHWc", label, ": layout must be 'NHWC' or 'NCHWc', got '", layout, "'");
+  REFORGE_CHECK(layout == "NHWC" || layout == "NCHWc", node.label(), ": layout must be 'NHWC' or 'NCHWc', got '", layout, "'");
   const cpu::ActLayout l = parse_layout(layout);
-  const Shape xs = logical_shape(X, l, label);
+  const Shape xs = logical_shape(X, l, node);
   const int64_t N = xs[0], C = xs[1], H = xs[2], Wd = xs[3];
   std::vector<int64_t> kernel = kernel_shape_attr(ctx, 2);
-  REFORGE_CHECK(kernel.size() == 2, label, ": the kernel_shape attribute must have 2 values");
+  REFORGE_CHECK(kernel.size() == 2, node.label(), ": the kernel_shape attribute must have 2 values");
   const Window win = resolve_window(ctx, {H, Wd}, kernel, ctx.attr_int("ceil_mode", 0) != 0);
   const Geo3 g = to_geo3(win);
   const bool indices = ctx.num_outputs() > 1 && ctx.output_wanted(1);
@@ -328,10 +328,10 @@ void max_pool_layout_kernel(KernelContext& ctx) {
     // To NCHW, the ONNX kernel, and back.
     static const OpDef* onnx_max_pool = OpRegistry::global().find("", "MaxPool", 12);
     REFORGE_ASSERT(onnx_max_pool != nullptr);
-    Tensor xc = to_nchw(X, l, label);
-    ir::Node node = ctx.node();
-    node.attrs.erase("layout");
-    KernelContext inner(node, {&xc}, ctx.threads());
+    Tensor xc = to_nchw(X, l, node);
+    ir::Node plain = ctx.node();
+    plain.attrs.erase("layout");
+    KernelContext inner(plain, {&xc}, ctx.threads());
     onnx_max_pool->kernel(inner);
     for (size_t o = 0; o < ctx.num_outputs() && o < 2; ++o) {
       if (!ctx.output_wanted(o)) continue;
