@@ -266,41 +266,43 @@ template <int64_t kC>
 [[gnu::always_inline]] inline void max_pool_row(const PoolRows& p, const float* x, float* out, int64_t oh) {
   const Geo3& g = *p.g;
   const int64_t c = kC ? kC : p.c;
+  const int64_t kh_first = p.rh->first[oh], kh_last = p.rh->last[oh];
+  const int64_t row0 = (oh * g.s[1] - g.pb[1]) * p.W * c;  // offsets (may start before x: only taps inside are read)
+  const int64_t kh_step = g.d[1] * p.W * c, kw_step = g.d[2] * c;
   for (int64_t ow = 0; ow < p.OW; ++ow, out += c) {
-    if (p.rh->first[oh] >= p.rh->last[oh] || p.rw->first[ow] >= p.rw->last[ow]) {
+    const int64_t kw_first = p.rw->first[ow], kw_last = p.rw->last[ow];
+    if (kh_first >= kh_last || kw_first >= kw_last) {
       for (int64_t i = 0; i < c; ++i) out[i] = 0.0f;
       continue;
     }
-    const int64_t kh0 = p.rh->first[oh], kw0 = p.rw->first[ow];
-    const float* v0 = x + ((oh * g.s[1] - g.pb[1] + kh0 * g.d[1]) * p.W + ow * g.s[2] - g.pb[2] + kw0 * g.d[2]) * c;
+    const int64_t col = row0 + (ow * g.s[2] - g.pb[2]) * c;  // tap (kh, kw) at x[col + kh * kh_step + kw * kw_step]
+    const float* v0 = x + col + kh_first * kh_step + kw_first * kw_step;
+    // The running max starts at the first tap and then takes every tap, the first again
+    // (`max(v, v) = v`, and a NaN first tap stays), so the loops need no special case.
     if constexpr (kC > 0) {
-      // c fixed (a channel block): the running max in kC / 8 vector registers, starting at the
-      // first tap; `v > m ? v : m` is one maxps and keeps the NCHW kernel's NaN behaviour.
+      // c fixed (a channel block): the running max in kC / 8 vector registers; `v > m ? v : m`
+      // is one maxps and keeps the NCHW kernel's NaN behaviour.
       using V8 = float __attribute__((vector_size(32)));
       constexpr int kV = static_cast<int>(kC / 8);
       V8 m[kV];
       for (int j = 0; j < kV; ++j) std::memcpy(&m[j], v0 + 8 * j, sizeof(V8));
-      for (int64_t kh = kh0; kh < p.rh->last[oh]; ++kh) {
-        const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-        for (int64_t kw = kh == kh0 ? kw0 + 1 : kw0; kw < p.rw->last[ow]; ++kw) {
-          const float* v = x + (ih * p.W + ow * g.s[2] - g.pb[2] + kw * g.d[2]) * c;
+      for (int64_t kh = kh_first; kh < kh_last; ++kh)
+        for (int64_t kw = kw_first; kw < kw_last; ++kw) {
+          const float* v = x + col + kh * kh_step + kw * kw_step;
           for (int j = 0; j < kV; ++j) {
             V8 t;
             std::memcpy(&t, v + 8 * j, sizeof(V8));
             m[j] = t > m[j] ? t : m[j];
           }
         }
-      }
       for (int j = 0; j < kV; ++j) std::memcpy(out + 8 * j, &m[j], sizeof(V8));
     } else {
       for (int64_t i = 0; i < c; ++i) out[i] = v0[i];
-      for (int64_t kh = kh0; kh < p.rh->last[oh]; ++kh) {
-        const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-        for (int64_t kw = kh == kh0 ? kw0 + 1 : kw0; kw < p.rw->last[ow]; ++kw) {
-          const float* v = x + (ih * p.W + ow * g.s[2] - g.pb[2] + kw * g.d[2]) * c;
+      for (int64_t kh = kh_first; kh < kh_last; ++kh)
+        for (int64_t kw = kw_first; kw < kw_last; ++kw) {
+          const float* v = x + col + kh * kh_step + kw * kw_step;
           for (int64_t i = 0; i < c; ++i) out[i] = v[i] > out[i] ? v[i] : out[i];
         }
-      }
     }
   }
 }
