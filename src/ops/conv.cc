@@ -263,12 +263,6 @@ bool overlaps(const Tensor& a, const Tensor& b) {
   return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
 }
 
-// FusedConv with operands in other layouts than NCHW (attributes x_layout / y_layout / z_layout
-// = "NHWC" or "NCHWc", set by the conv-channels-last pass on chains of convolutions): float32
-// 2-D runs straight through oneDNN in those layouts; anything else converts to NCHW around the
-// ordinary kernel. With z_inplace = 1 (the conv-residual-inplace pass: no later node reads Z and
-// Z owns its buffer) the output is written over the residual, which the sum post-op reads in
-// place: no copy of Z into a fresh output first.
 // The output: Z's buffer when the node may write over it, else a new one.
 Tensor& conv_output(KernelContext& ctx, const PostOps& post, bool in_place, const Shape& y_phys) {
   if (!in_place) return ctx.allocate_output_uninit(0, DType::Float32, y_phys);
@@ -284,14 +278,22 @@ bool may_overwrite_z(const KernelContext& ctx, const PostOps& post, bool z_inpla
   return true;
 }
 
+// FusedConv with operands in other layouts than NCHW (attributes x_layout / y_layout / z_layout
+// = "NHWC" or "NCHWc", set by the conv-channels-last pass on chains of convolutions): float32
+// 2-D runs straight through oneDNN in those layouts; anything else converts to NCHW around the
+// ordinary kernel. With z_inplace = 1 (the conv-residual-inplace pass: no later node reads Z and
+// Z owns its buffer) the output is written over the residual, which the sum post-op reads in
+// place: no copy of Z into a fresh output first.
 void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, ActLayout yl, ActLayout zl) {
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const ConvState* state = ctx.prepared<ConvState>();
   if (state && X.dtype() == DType::Float32 && W.dtype() == DType::Float32 &&
-      (!post.sum || post.sum->dtype() == DType::Float32)) {
-    // Steady state: this input shape ran before (and every check below passed then).
+      (!post.sum || post.sum->dtype() == DType::Float32) &&
+      (!B || (B->dtype() == DType::Float32 && B->numel() == W.dim(0)))) {
+    // Steady state: this input shape ran before (and every check below passed then; the
+    // weights are the constants the state was prepared for, a bias may be a runtime input).
     if (auto call = state->find(X, post.sum)) {
       cpu::ConvPostOps po;
       po.sum = post.sum ? post.sum->data<float>() : nullptr;

@@ -18,8 +18,8 @@ enum class ActLayout : uint8_t { Nchw, Nhwc, Blocked };
 
 // The channel block of ActLayout::Blocked in this process: what oneDNN's float32 convolution
 // picks on this CPU for a typical layer (16 with AVX-512, 8 with AVX2), or 1 where it prefers no
-// blocking (the layout then equals NCHW). Plans store only "blocked": producer and readers of
-// a value run in the same process, so they always agree on b.
+// blocking (the layout then equals NCHW). Plans store only "NCHWc", not b: producer and readers
+// of a value run in the same process, so they always agree on it.
 int64_t activation_block();
 
 // An N-d convolution in ONNX terms over dense row-major tensors: src [N, C, spatial...],
@@ -56,8 +56,8 @@ std::shared_ptr<ConvWeightCache> make_conv_weight_cache();
 struct ConvPrimitive;
 using ConvHandle = std::shared_ptr<const ConvPrimitive>;
 
-// The primitive for `d` with the post-ops `post` asks for (only whether `post.sum` is null
-// matters), from `packed`'s memo or the process-wide cache, built on first use. Null when
+// The primitive for `d` with the post-ops `post` asks for (`post.relu` and whether `post.sum` is
+// null: the residual's address does not matter), from `packed`'s memo or the process-wide cache, built on first use. Null when
 // oneDNN has no implementation. `packed` (may be null) is the node's weight cache.
 ConvHandle dnnl_conv_primitive(const ConvDims& d, const ConvPostOps& post, ConvWeightCache* packed);
 
