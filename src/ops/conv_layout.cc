@@ -7,7 +7,7 @@ namespace reforge::ops::nn {
 using cpu::ActLayout;
 
 ActLayout parse_layout(const std::string& s) {
-  return s == "NHWC" ? ActLayout::Nhwc : s == "NCHWc" ? ActLayout::Blocked : ActLayout::Nchw;
+  return s == "NHWC" ? ActLayout::Nhwc : s == "NCHWc" ? cpu::native_layout() : ActLayout::Nchw;
 }
 
 // The stored shape of an [N, C, H, W] activation in layout `l` (see cpu::ActLayout).

@@ -11,7 +11,8 @@
 
 namespace reforge::ops::nn {
 
-// "NHWC" -> Nhwc, "NCHWc" -> Blocked, anything else -> Nchw (checkers reject other values).
+// "NHWC" -> Nhwc, "NCHWc" -> cpu::native_layout() (Blocked on AVX2 / AVX-512 CPUs), anything
+// else -> Nchw (checkers reject other values).
 cpu::ActLayout parse_layout(const std::string& s);
 // The stored shape of an activation of NCHW shape `s` in layout `l`; Blocked needs C % b == 0.
 Shape physical_shape(const Shape& s, cpu::ActLayout l);

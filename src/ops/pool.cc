@@ -326,7 +326,8 @@ void max_pool_layout_kernel(KernelContext& ctx) {
   const Window win = resolve_window(ctx, {H, Wd}, kernel, ctx.attr_int("ceil_mode", 0) != 0);
   const Geo3 g = to_geo3(win);
   const bool indices = ctx.num_outputs() > 1 && ctx.output_wanted(1);
-  if (X.dtype() != DType::Float32 || indices) {
+  // "NCHWc" is plain NCHW on CPUs whose convolutions take no blocked layout.
+  if (X.dtype() != DType::Float32 || indices || l == cpu::ActLayout::Nchw) {
     // To NCHW, the ONNX kernel, and back.
     static const OpDef* onnx_max_pool = OpRegistry::global().find("", "MaxPool", 12);
     REFORGE_ASSERT(onnx_max_pool != nullptr);

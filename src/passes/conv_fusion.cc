@@ -19,6 +19,8 @@
 // x_layout / z_layout = "NCHWc" (plain Convs involved become FusedConvs). A 2-D MaxPool between
 // such convolutions becomes reforge::MaxPool with layout = "NCHWc". ResNet-style networks then
 // reorder once on the way in and once on the way out, as with ONNX Runtime's NCHWc transformer.
+// ("NCHWc" means oneDNN's native layout on the CPU that runs the plan: blocked where its direct
+// kernels compute blocked, NHWC or NCHW where it prefers those; see cpu::native_layout.)
 // A value whose channel count is not a multiple of 16 (any block size divides it then) is kept
 // channels-last ("NHWC") instead, which still spares oneDNN's reorders of plain NCHW rows for
 // most kernels. Only weight shapes are read.

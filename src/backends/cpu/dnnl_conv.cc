@@ -205,8 +205,16 @@ class ConvWeightCache {
 
 std::shared_ptr<ConvWeightCache> make_conv_weight_cache() { return std::make_shared<ConvWeightCache>(); }
 
-int64_t activation_block() {
-  static const int64_t block = [] {
+namespace {
+
+struct Native {
+  ActLayout layout = ActLayout::Nchw;
+  int64_t block = 1;
+};
+
+const Native& native() {
+  static const Native n = [] {
+    Native r;
     try {
       // A typical ResNet layer: 64 -> 64 channels, 3x3, 28x28.
       const std::vector<int64_t> act = {1, 64, 28, 28}, w = {64, 64, 3, 3};
@@ -215,14 +223,22 @@ int64_t activation_block() {
                                            {0, 0}, {1, 1}, {1, 1});
       dnnl::convolution_forward::primitive_desc pd(desc, dnnl_util::engine());
       const dnnl::memory::dims dims(act.begin(), act.end());
-      if (pd.dst_desc() == dnnl::memory::desc(dims, dt::f32, dnnl::memory::format_tag::nChw16c)) return int64_t{16};
-      if (pd.dst_desc() == dnnl::memory::desc(dims, dt::f32, dnnl::memory::format_tag::nChw8c)) return int64_t{8};
+      using tag = dnnl::memory::format_tag;
+      const dnnl::memory::desc got = pd.dst_desc();
+      if (got == dnnl::memory::desc(dims, dt::f32, tag::nChw16c)) r = {ActLayout::Blocked, 16};
+      else if (got == dnnl::memory::desc(dims, dt::f32, tag::nChw8c)) r = {ActLayout::Blocked, 8};
+      else if (got == dnnl::memory::desc(dims, dt::f32, tag::nhwc)) r = {ActLayout::Nhwc, 1};
     } catch (const dnnl::error&) {
     }
-    return int64_t{1};
+    return r;
   }();
-  return block;
+  return n;
 }
+
+}  // namespace
+
+ActLayout native_layout() { return native().layout; }
+int64_t activation_block() { return native().block; }
 
 ConvHandle dnnl_conv_primitive(const ConvDims& d, const ConvPostOps& post, ConvWeightCache* packed) {
   std::shared_ptr<const ConvPrimitive> p = packed ? packed->find(d, post.sum != nullptr, post.relu) : nullptr;

@@ -16,10 +16,13 @@ namespace reforge::cpu {
 //            at all (ONNX Runtime's NCHWc transformer does the same). C must be a multiple of b.
 enum class ActLayout : uint8_t { Nchw, Nhwc, Blocked };
 
-// The channel block of ActLayout::Blocked in this process: what oneDNN's float32 convolution
-// picks on this CPU for a typical layer (16 with AVX-512, 8 with AVX2), or 1 where it prefers no
-// blocking (the layout then equals NCHW). Plans store only "NCHWc", not b: producer and readers
-// of a value run in the same process, so they always agree on it.
+// The layout oneDNN's float32 convolution computes in on this CPU, found once from what it picks
+// for a typical layer (64 -> 64 channels, 3x3, 28x28): Blocked with AVX2 / AVX-512 direct
+// kernels, Nhwc where its channels-last (brgemm) kernels win, Nchw otherwise. Plans store
+// "NCHWc" for "the native layout", never b or the kind: producer and readers of a value run in
+// the same process, so they always agree.
+ActLayout native_layout();
+// b of ActLayout::Blocked (16 with AVX-512, 8 with AVX2); 1 when the native layout is not Blocked.
 int64_t activation_block();
 
 // An N-d convolution in ONNX terms over dense row-major tensors: src [N, C, spatial...],
