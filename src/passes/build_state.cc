@@ -99,6 +99,7 @@ const std::vector<Pass>& default_passes() {
       {"fuse-attention", false, fuse_attention},
       {"fuse-conv-activation", false, fuse_conv_activation},
       {"conv-channels-last", false, conv_channels_last},
+      {"conv-residual-inplace", false, conv_residual_inplace},
       {"fuse-matmul-add", false, fuse_matmul_add},
       {"linear-weights-precision", false, linear_weights_precision},
       {"eliminate-dead-code", false, eliminate_dead_code},

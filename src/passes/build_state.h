@@ -61,6 +61,7 @@ void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
 void fuse_conv_activation(BuildState& s);  // conv_fusion.cc
 void conv_channels_last(BuildState& s);    // conv_fusion.cc
+void conv_residual_inplace(BuildState& s); // conv_fusion.cc
 void fuse_matmul_add(BuildState& s);
 // Transformer fusions (fusion_transformer.cc).
 void fuse_rms_norm(BuildState& s);

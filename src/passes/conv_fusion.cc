@@ -11,13 +11,29 @@
 // intermediate values must have no other reader and not be graph outputs. The fused node takes
 // the place of the last node it replaces, where every one of its inputs (Z included) exists.
 //
-// conv-channels-last: oneDNN runs float convolutions fastest channels-last, and ONNX tensors
-// are channels-first, so each convolution would reorder its input and its output. A value
+// conv-channels-last: oneDNN computes float convolutions in a channel-blocked layout
+// ([N, C/b, H, W, b], b = 8 with AVX2, 16 with AVX-512: see cpu::ActLayout), and ONNX tensors
+// are NCHW, so each convolution would reorder its input, its residual and its output. A value
 // produced by a 2-D float32 convolution and read only by such convolutions (as X or as the
-// residual Z) is kept [N, H, W, C] instead: its producer gets y_layout = "NHWC" and its readers
-// x_layout / z_layout = "NHWC" (plain Convs involved become FusedConvs). A 2-D MaxPool between
-// such convolutions becomes reforge::MaxPool with layout = "NHWC". ResNet-style networks then
-// reorder once on the way in and once on the way out. Only weight shapes are read.
+// residual Z) is kept blocked instead: its producer gets y_layout = "NCHWc" and its readers
+// x_layout / z_layout = "NCHWc" (plain Convs involved become FusedConvs). A 2-D MaxPool between
+// such convolutions becomes reforge::MaxPool with layout = "NCHWc". ResNet-style networks then
+// reorder once on the way in and once on the way out, as with ONNX Runtime's NCHWc transformer.
+// ("NCHWc" means oneDNN's native layout on the CPU that runs the plan: blocked where its direct
+// kernels compute blocked, NHWC or NCHW where it prefers those; see cpu::native_layout.)
+// A value whose channel count is not a multiple of 16 (any block size divides it then) is kept
+// channels-last ("NHWC") instead, which still spares oneDNN's reorders of plain NCHW rows for
+// most kernels. Only weight shapes are read.
+//
+// conv-residual-inplace: a FusedConv's sum post-op adds the residual Z to what the output
+// buffer holds, so the kernel must first copy Z into its fresh output. When no later node reads
+// Z and Z owns its buffer, the node gets z_inplace = 1 and writes its output over Z instead.
+// Z qualifies when it is made by a convolution or pool (whose outputs never alias another
+// value), is no graph input, output or constant, is not another input of the node, and every
+// other reader is such a convolution or pool that runs before the node in any order (an
+// ancestor of it). The arena sees the output as a view of Z and extends Z's lifetime.
+#include <set>
+
 #include "passes/build_state.h"
 
 namespace reforge::passes {
@@ -143,27 +159,93 @@ void conv_channels_last(BuildState& s) {
       }
     }
   }
+  // Channel counts (a convolution's output channels, passed through pools) pick the layout.
+  std::map<std::string, int64_t> channels;
+  for (size_t i = 0; i < count; ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (conv[i]) channels[n.outputs[0]] = s.consts.at(n.inputs[1]).value.dim(0);
+    if (pool[i] && channels.count(n.inputs[0])) channels[n.outputs[0]] = channels[n.inputs[0]];
+  }
+  auto layout_of = [&](const std::string& v) -> std::string {
+    if (!nhwc(v)) return "";
+    auto c = channels.find(v);
+    return c != channels.end() && c->second % 16 == 0 ? "NCHWc" : "NHWC";
+  };
+  auto set = [](ir::Node& n, const char* attr, const std::string& l) {
+    if (!l.empty()) n.attrs[attr] = ir::string_attr(attr, l);
+  };
   for (size_t i = 0; i < count; ++i) {
     ir::Node& n = g.nodes[i];
     if (pool[i]) {
-      if (!nhwc(n.outputs[0])) continue;
+      const std::string l = layout_of(n.outputs[0]);
+      if (l.empty()) continue;
       n.domain = "reforge";
       n.opset = 1;
       n.outputs.resize(1);
-      n.attrs["layout"] = ir::string_attr("layout", "NHWC");
+      set(n, "layout", l);
       continue;
     }
     if (!conv[i]) continue;
-    const bool x = nhwc(n.inputs[0]), y = nhwc(n.outputs[0]), z = n.inputs.size() > 3 && nhwc(n.inputs[3]);
-    if (!x && !y && !z) continue;
+    const std::string x = layout_of(n.inputs[0]), y = layout_of(n.outputs[0]);
+    const std::string z = n.inputs.size() > 3 ? layout_of(n.inputs[3]) : "";
+    if (x.empty() && y.empty() && z.empty()) continue;
     if (n.domain.empty()) {
       n.op_type = "FusedConv";
       n.domain = "reforge";
       n.opset = 1;
     }
-    if (x) n.attrs["x_layout"] = ir::string_attr("x_layout", "NHWC");
-    if (y) n.attrs["y_layout"] = ir::string_attr("y_layout", "NHWC");
-    if (z) n.attrs["z_layout"] = ir::string_attr("z_layout", "NHWC");
+    set(n, "x_layout", x), set(n, "y_layout", y), set(n, "z_layout", z);
+  }
+}
+
+void conv_residual_inplace(BuildState& s) {
+  ir::Graph& g = s.graph;
+  for (const auto& n : g.nodes)
+    for (const auto& [name, a] : n.attrs)
+      if (a.type == ir::AttrType::Graph || a.type == ir::AttrType::Graphs) return;  // outer-scope readers unseen
+  auto fresh_output = [](const ir::Node& n) {  // kernels whose output never aliases another value
+    return (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "MaxPool")) ||
+           (n.domain == "reforge" && (n.op_type == "FusedConv" || n.op_type == "MaxPool"));
+  };
+  std::map<std::string, size_t> producer;
+  std::map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty()) readers[in].push_back(i);
+  }
+  std::set<std::string> boundary;  // graph inputs and outputs
+  for (const auto& v : g.inputs) boundary.insert(v.name);
+  for (const auto& v : g.outputs) boundary.insert(v.name);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    ir::Node& n = g.nodes[i];
+    if (n.domain != "reforge" || n.op_type != "FusedConv" || n.inputs.size() < 4 || n.inputs[3].empty()) continue;
+    const std::string& z = n.inputs[3];
+    if (boundary.count(z) || s.is_const(z) || g.initializers.count(z)) continue;
+    auto p = producer.find(z);
+    if (p == producer.end() || !fresh_output(g.nodes[p->second])) continue;
+    bool ok = true;
+    for (size_t k = 0; k < 3 && ok; ++k) ok = n.inputs[k] != z;
+    // Ancestors of the node: everything its inputs are computed from.
+    std::set<size_t> ancestors;
+    std::vector<size_t> todo = {i};
+    while (!todo.empty() && ok) {
+      const size_t at = todo.back();
+      todo.pop_back();
+      for (const auto& in : g.nodes[at].inputs) {
+        auto q = producer.find(in);
+        if (q != producer.end() && ancestors.insert(q->second).second) todo.push_back(q->second);
+      }
+    }
+    for (size_t r : readers[z]) {
+      if (!ok) break;
+      if (r == i) continue;
+      ok = ancestors.count(r) && fresh_output(g.nodes[r]);
+    }
+    size_t reads = 0;
+    for (const auto& in : n.inputs) reads += in == z;
+    if (ok && reads == 1) n.attrs["z_inplace"] = ir::int_attr("z_inplace", 1);
   }
 }
 
