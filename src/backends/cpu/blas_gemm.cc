@@ -8,27 +8,28 @@
 
 #include "backends/cpu/gemv.h"
 #include "core/error.h"
-
 #include "core/simd.h"
 
 namespace reforge::cpu {
 
 bool prefer_blas_linear(int64_t rows) { return rows >= kBlasMinRows && simd_level() < SimdLevel::Avx512; }
 
-void blas_linear(int64_t M, int64_t N, int64_t K, const float* a, const float* w, const float* bias, float* c) {
+namespace {
+
+// C[M, n] (row stride ldc) = A[M, K] x W[K, n] (row stride ldw) (+ bias[n]): C starts as the
+// bias in every row and the product adds to it (beta = 1).
+void sgemm_bias(int64_t M, int64_t n, int64_t K, const float* a, const float* w, int64_t ldw, const float* bias,
+                float* c, int64_t ldc) {
   float beta = 0.0f;
   if (bias) {
-    // C starts as the bias in every row; the product adds to it (beta = 1).
-#pragma omp parallel for if (M * N > (1 << 16))
-    for (int64_t r = 0; r < M; ++r) std::memcpy(c + r * N, bias, static_cast<size_t>(N) * sizeof(float));
+#pragma omp parallel for if (M * n > (1 << 16))
+    for (int64_t r = 0; r < M; ++r) std::memcpy(c + r * ldc, bias, static_cast<size_t>(n) * sizeof(float));
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(N),
-              static_cast<blasint>(K), 1.0f, a, static_cast<blasint>(K), w, static_cast<blasint>(N), beta, c,
-              static_cast<blasint>(N));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(n),
+              static_cast<blasint>(K), 1.0f, a, static_cast<blasint>(K), w, static_cast<blasint>(ldw), beta, c,
+              static_cast<blasint>(ldc));
 }
-
-namespace {
 
 constexpr int64_t kPanel = 256;  // columns of W widened per sgemm call (not tuned: measured under load)
 
@@ -51,6 +52,10 @@ void widen_row(const uint16_t* src, float* dst, int64_t n, DType dtype) {
 
 }  // namespace
 
+void blas_linear(int64_t M, int64_t N, int64_t K, const float* a, const float* w, const float* bias, float* c) {
+  sgemm_bias(M, N, K, a, w, N, bias, c, N);
+}
+
 void blas_linear_widened(int64_t M, int64_t N, int64_t K, const float* a, const void* w, DType w_dtype,
                          const float* bias, float* c) {
   const auto* w16 = static_cast<const uint16_t*>(w);
@@ -60,14 +65,7 @@ void blas_linear_widened(int64_t M, int64_t N, int64_t K, const float* a, const 
     const int64_t nb = std::min(kPanel, N - j0);
 #pragma omp parallel for if (K * nb > (1 << 16))
     for (int64_t k = 0; k < K; ++k) widen_row(w16 + k * N + j0, panel.data() + k * nb, nb, w_dtype);
-    float beta = 0.0f;
-    if (bias) {
-      for (int64_t r = 0; r < M; ++r) std::memcpy(c + r * N + j0, bias + j0, static_cast<size_t>(nb) * sizeof(float));
-      beta = 1.0f;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(nb),
-                static_cast<blasint>(K), 1.0f, a, static_cast<blasint>(K), panel.data(), static_cast<blasint>(nb), beta,
-                c + j0, static_cast<blasint>(N));
+    sgemm_bias(M, nb, K, a, panel.data(), nb, bias ? bias + j0 : nullptr, c + j0, N);
   }
 }
 

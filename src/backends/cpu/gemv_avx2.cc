@@ -47,8 +47,8 @@ void tail_scalar(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, c
 // One row, or any rows one at a time: four W rows per pass, Y's block read and written once
 // per four multiply-adds.
 template <typename W>
-REFORGE_GEMV_AVX2 void one_row(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W* w,
-                               const float* bias, float* y, int64_t ldy, int64_t j0, int64_t j1, bool accumulate = false) {
+REFORGE_GEMV_AVX2 void one_row(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W* w, float* y,
+                               int64_t ldy, int64_t j0, int64_t j1, bool accumulate = false) {
   const int64_t vecs = (j1 - j0) / 8;
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {
@@ -110,7 +110,7 @@ REFORGE_GEMV_AVX2 void single_row(int64_t K, int64_t N, const float* x, const W*
       _mm256_storeu_ps(yr + j, a);
     }
   }
-  if (k < K) one_row<W>(1, K - k, N, x + k, 1, w + k * N, nullptr, y, 0, j0, j1, /*accumulate=*/k > 0);
+  if (k < K) one_row<W>(1, K - k, N, x + k, 1, w + k * N, y, 0, j0, j1, /*accumulate=*/k > 0);
 }
 
 // Two or more rows: 16 columns x 4 W rows loaded once (8 registers) serve every row.
@@ -169,7 +169,6 @@ REFORGE_GEMV_AVX2 void many_rows(int64_t M, int64_t K, int64_t N, const float* x
   }
 }
 
-template <typename W>
 REFORGE_GEMV_AVX2 void add_bias(int64_t M, const float* bias, float* y, int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t vecs = (j1 - j0) / 8;
   for (int64_t r = 0; r < M; ++r) {
@@ -192,8 +191,8 @@ void chunk(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W
       jm = j0 + (jv - j0) / 16 * 16;
       if (jm > j0) many_rows<W>(M, K, N, x, ldx, w, y, ldy, j0, jm);
     }
-    if (jv > jm) one_row<W>(M, K, N, x, ldx, w, nullptr, y, ldy, jm, jv);
-    if (bias) add_bias<W>(M, bias, y, ldy, j0, jv);
+    if (jv > jm) one_row<W>(M, K, N, x, ldx, w, y, ldy, jm, jv);
+    if (bias) add_bias(M, bias, y, ldy, j0, jv);
   }
   if (jv < j1) tail_scalar<W>(M, K, N, x, ldx, w, bias, y, ldy, jv, j1);
 }
