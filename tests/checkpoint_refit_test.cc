@@ -19,8 +19,10 @@
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/plan_round_trip.h"
 
 using namespace reforge;
+using test_support::round_trip;
 namespace fs = std::filesystem;
 
 namespace {
@@ -66,11 +68,6 @@ std::vector<Case> cases_of(bool cnn) {
   for (auto& c : load_cases())
     if ((c.model == "cnn") == cnn) out.push_back(c);
   return out;
-}
-
-plan::Plan round_trip(const plan::Plan& p) {
-  auto owner = std::make_shared<std::string>(plan::serialize_plan(p));
-  return plan::parse_plan(owner, owner->data(), owner->size());
 }
 
 double max_diff_to_reference(const Case& c, const runtime::PlanEngine& e) {

@@ -25,6 +25,7 @@
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
 
 #if defined(__x86_64__)
@@ -32,6 +33,7 @@
 #endif
 
 using namespace reforge;
+using test_support::round_trip;
 namespace fs = std::filesystem;
 
 namespace {
@@ -202,18 +204,6 @@ TEST(GemvFp16, WidenMatchesToFloat) {
 
 namespace {
 
-plan::Plan round_trip(const plan::Plan& p) {
-  std::string bytes = plan::serialize_plan(p);
-  auto owner = std::make_shared<std::string>(std::move(bytes));
-  return plan::parse_plan(owner, owner->data(), owner->size());
-}
-
-std::map<std::string, Tensor> llama_inputs(int64_t seq) {
-  Tensor ids = Tensor::empty(DType::Int64, {1, seq});
-  for (int64_t i = 0; i < seq; ++i) ids.mutable_data<int64_t>()[i] = (i * 37 + 5) % 128;
-  return {{"input_ids", ids}};
-}
-
 // max |a - b| / max |b|
 double rel_error(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
@@ -279,7 +269,7 @@ TEST(Fp16Plan, OutputsCloseToFp32Plan) {
     runtime::PlanEngine f16(round_trip(build::build_plan(g, o)));
     o.precision = plan::Precision::Bf16;
     runtime::PlanEngine bf16(round_trip(build::build_plan(g, o)));
-    auto y32 = f32.run(llama_inputs(seq)), y16 = f16.run(llama_inputs(seq)), yb = bf16.run(llama_inputs(seq));
+    auto y32 = f32.run(synth::synthetic_llama_inputs(seq)), y16 = f16.run(synth::synthetic_llama_inputs(seq)), yb = bf16.run(synth::synthetic_llama_inputs(seq));
     ASSERT_EQ(y32.size(), y16.size());
     for (size_t i = 0; i < y32.size(); ++i) {
       const double e16 = rel_error(y16[i], y32[i]), eb = rel_error(yb[i], y32[i]);
@@ -370,7 +360,7 @@ TEST(Fp16Plan, RefitRefusesAWeightBeyondFloat16Range) {
   o.mode = plan::BuildMode::Refit;
   o.precision = plan::Precision::Fp16;
   runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
-  const auto before = engine.run(llama_inputs(1));
+  const auto before = engine.run(synth::synthetic_llama_inputs(1));
   const std::string w = first_linear_weight(gb);
   gb.initializers.at(w).mutable_data<float>()[0] = -1e5f;
   refit::Refitter r(engine);
@@ -381,7 +371,7 @@ TEST(Fp16Plan, RefitRefusesAWeightBeyondFloat16Range) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("65504"), std::string::npos) << e.what();
   }
-  const auto after = engine.run(llama_inputs(1));
+  const auto after = engine.run(synth::synthetic_llama_inputs(1));
   ASSERT_EQ(before.size(), after.size());
   for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(refit::bit_equal(before[i], after[i])) << "output " << i;
 }

@@ -28,9 +28,11 @@
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
 
 using namespace reforge;
+using test_support::round_trip;
 namespace fs = std::filesystem;
 
 namespace {
@@ -315,18 +317,6 @@ TEST(LinearKernel, MatMulAddUnpreparedMatchesPrepared) {
 
 namespace {
 
-plan::Plan round_trip(const plan::Plan& p) {
-  std::string bytes = plan::serialize_plan(p);
-  auto owner = std::make_shared<std::string>(std::move(bytes));
-  return plan::parse_plan(owner, owner->data(), owner->size());
-}
-
-std::map<std::string, Tensor> llama_inputs(int64_t seq) {
-  Tensor ids = Tensor::empty(DType::Int64, {1, seq});
-  for (int64_t i = 0; i < seq; ++i) ids.mutable_data<int64_t>()[i] = (i * 37 + 5) % 128;
-  return {{"input_ids", ids}};
-}
-
 size_t count_weights(const plan::Plan& p, DType dt) {
   size_t n = 0;
   for (const auto& w : p.weights) n += w.dtype == dt;
@@ -375,18 +365,18 @@ TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
         o.precision = precision;
         plan::Plan fresh_b = build::build_plan(gb, o);
         runtime::PlanEngine engine_b(round_trip(fresh_b));
-        auto out_b = engine_b.run(llama_inputs(seq));
+        auto out_b = engine_b.run(synth::synthetic_llama_inputs(seq));
 
         o.strip_weights = strip;
         runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
         std::vector<Tensor> out_a;
-        if (!strip) out_a = engine.run(llama_inputs(seq));
+        if (!strip) out_a = engine.run(synth::synthetic_llama_inputs(seq));
         refit::Refitter r(engine);
         for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
         r.commit();
         for (const auto& w : fresh_b.weights)
           EXPECT_TRUE(refit::bit_equal(engine.weight(w.name), w.data)) << "engine weight " << w.name;
-        auto out = engine.run(llama_inputs(seq));
+        auto out = engine.run(synth::synthetic_llama_inputs(seq));
         ASSERT_EQ(out.size(), out_b.size());
         for (size_t i = 0; i < out.size(); ++i) {
           EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";

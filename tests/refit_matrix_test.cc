@@ -18,8 +18,10 @@
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/plan_round_trip.h"
 
 using namespace reforge;
+using test_support::round_trip;
 namespace fs = std::filesystem;
 
 namespace {
@@ -91,12 +93,6 @@ void expect_matches_reference(const Pair& p, const runtime::PlanEngine& e) {
 }
 
 // Serializes and reloads, as a user shipping the plan would.
-plan::Plan round_trip(const plan::Plan& p) {
-  std::string bytes = plan::serialize_plan(p);
-  auto owner = std::make_shared<std::string>(std::move(bytes));
-  return plan::parse_plan(owner, owner->data(), owner->size());
-}
-
 struct Mode {
   const char* name;
   plan::BuildMode mode;

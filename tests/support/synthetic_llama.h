@@ -7,9 +7,11 @@
 #pragma once
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <string>
 
+#include "core/tensor.h"
 #include "ir/graph.h"
 
 namespace reforge::synth {
@@ -124,6 +126,13 @@ inline ir::Graph synthetic_llama(const LlamaSpec& s) {
   g.outputs.push_back(out);
   (void)logits;
   return g;
+}
+
+// Token ids [1, seq] for synthetic_llama (deterministic, below the default vocab of 128).
+inline std::map<std::string, Tensor> synthetic_llama_inputs(int64_t seq) {
+  Tensor ids = Tensor::empty(DType::Int64, {1, seq});
+  for (int64_t i = 0; i < seq; ++i) ids.mutable_data<int64_t>()[i] = (i * 37 + 5) % 128;
+  return {{"input_ids", ids}};
 }
 
 }  // namespace reforge::synth
