@@ -20,6 +20,7 @@
 #include "ops/registry.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -65,24 +66,7 @@ Tensor to_native(const Tensor& t) {
 // Runs one node; `calls` times with the same prepared state (the conv memo is hit from the 2nd).
 Tensor run(const std::string& domain, const std::string& op, int opset, std::vector<const Tensor*> inputs,
            const std::vector<ir::Attribute>& attrs, int calls = 1) {
-  ir::Node node;
-  node.name = "n";
-  node.op_type = op;
-  node.domain = domain;
-  node.opset = opset;
-  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "x" + std::to_string(i) : "");
-  node.outputs = {"y"};
-  for (const auto& a : attrs) node.attrs[a.name] = a;
-  const OpDef* def = OpRegistry::global().find(domain, op, opset);
-  EXPECT_NE(def, nullptr);
-  std::shared_ptr<const void> prepared = def->prepare ? def->prepare(node, inputs) : nullptr;
-  Tensor y;
-  for (int i = 0; i < calls; ++i) {
-    KernelContext ctx(node, inputs, 1, nullptr, prepared.get());
-    def->kernel(ctx);
-    y = ctx.outputs()[0];
-  }
-  return y;
+  return test_support::run_op(domain, op, opset, std::move(inputs), attrs, 1, calls);
 }
 
 void expect_near(const Tensor& got, const Tensor& want, double tol, const std::string& what) {

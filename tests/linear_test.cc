@@ -30,6 +30,7 @@
 #include "runtime/plan_engine.h"
 #include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
+#include "support/simd_levels.h"
 
 using namespace reforge;
 using test_support::round_trip;
@@ -196,9 +197,7 @@ TEST(LinearKernel, BlasLinearMatchesReference) {
 // including the few-rows one from two rows on), against the float64 reference; and the result
 // of a level does not depend on the thread count (columns are split, sums are not).
 TEST(LinearKernel, GemvRowsOddSizes) {
-  std::vector<SimdLevel> levels = {SimdLevel::Generic};
-  if (simd_level() >= SimdLevel::Avx2) levels.push_back(SimdLevel::Avx2);
-  if (simd_level() >= SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
+  const std::vector<SimdLevel> levels = test_support::simd_levels();
   for (SimdLevel level : levels) {
     SimdOverride cap(level);
     for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16})

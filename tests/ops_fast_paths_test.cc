@@ -13,43 +13,22 @@
 #include "ops/registry.h"
 #include "ops/tensor_common.h"
 #include "ops/transpose2d.h"
+#include "support/simd_levels.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
+using test_support::simd_level_name;
+using test_support::simd_levels;
 
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-std::vector<SimdLevel> levels() {
-  std::vector<SimdLevel> out = {SimdLevel::Generic};
-  if (simd_level() >= SimdLevel::Avx2) out.push_back(SimdLevel::Avx2);
-  if (simd_level() >= SimdLevel::Avx512) out.push_back(SimdLevel::Avx512);
-  return out;
-}
-
-const char* level_name(SimdLevel l) {
-  return l == SimdLevel::Avx512 ? "avx512" : l == SimdLevel::Avx2 ? "avx2" : "generic";
-}
-
 Tensor run(const std::string& op, std::vector<const Tensor*> inputs, std::vector<ir::Attribute> attrs = {},
            int opset = 17, int threads = 1, const std::string& domain = "", size_t output = 0) {
-  ir::Node node;
-  node.name = "n";
-  node.op_type = op;
-  node.domain = domain;
-  node.opset = opset;
-  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "x" + std::to_string(i) : "");
-  node.outputs = {"y"};
-  for (auto& a : attrs) node.attrs[a.name] = a;
-  const OpDef* def = OpRegistry::global().find(domain, op, opset);
-  if (!def) throw Error("no kernel for " + op);
-  std::shared_ptr<const void> prepared;
-  if (def->prepare) prepared = def->prepare(node, inputs);
-  KernelContext ctx(node, inputs, threads, nullptr, prepared.get());
-  def->kernel(ctx);
-  return ctx.outputs()[output];
+  return test_support::run_op(domain, op, opset, std::move(inputs), attrs, threads, 1, output);
 }
 
 Tensor random_floats(const Shape& s, uint32_t seed, float lo = -3, float hi = 3) {
@@ -97,7 +76,7 @@ TEST(FastPaths, BinaryArithmeticMatchesNaiveBroadcast) {
       Tensor a = random_floats(sa, 1), b = random_floats(sb, 2);
       if (a.numel() > 2) a.mutable_data<float>()[1] = kNaN, a.mutable_data<float>()[2] = kInf;
       if (b.numel() > 3) b.mutable_data<float>()[3] = -kInf, b.mutable_data<float>()[0] = 0.0f;
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         for (int threads : {1, 3}) {
           Tensor y = run(op, {&a, &b}, {}, 17, threads);
@@ -106,7 +85,7 @@ TEST(FastPaths, BinaryArithmeticMatchesNaiveBroadcast) {
             const float x = bcast_at(a, so, i), z = bcast_at(b, so, i);
             const float want = op[0] == 'A' ? x + z : op[0] == 'S' ? x - z : op[0] == 'M' ? x * z : x / z;
             ASSERT_TRUE(same_float(y.data<float>()[i], want))
-                << op << " " << shape_str(sa) << " " << shape_str(sb) << " at " << i << " (" << level_name(l)
+                << op << " " << shape_str(sa) << " " << shape_str(sb) << " at " << i << " (" << simd_level_name(l)
                 << ", threads " << threads << "): " << y.data<float>()[i] << " vs " << want;
           }
         }
@@ -128,7 +107,7 @@ TEST(FastPaths, PowConstantExponents) {
         double d = e;
         return Tensor::copy_of(et, {1}, &d);
       }();
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         Tensor y = run("Pow", {&x, &ex});
         ASSERT_EQ(y.shape(), x.shape());
@@ -168,20 +147,20 @@ TEST(FastPaths, UnaryAtEveryLevel) {
     for (int64_t n : {0, 1, 15, 17, 4099, 40000}) {
       Tensor x = random_floats({n}, 7, c.lo, c.hi);
       std::vector<float> first;
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         Tensor y = run(c.op, {&x}, {}, 17, 2);
         for (int64_t i = 0; i < n; ++i) {
           const double want = c.ref(x.data<float>()[i]);
           const double got = y.data<float>()[i];
           EXPECT_LE(std::fabs(got - want), c.tol * std::fabs(want) + 1e-37)
-              << c.op << "(" << x.data<float>()[i] << ") at " << level_name(l) << ": " << got << " vs " << want;
+              << c.op << "(" << x.data<float>()[i] << ") at " << simd_level_name(l) << ": " << got << " vs " << want;
         }
       }
     }
     Tensor sp = Tensor::copy_of(DType::Float32, {5}, std::vector<float>{kNaN, kInf, -kInf, 0.0f, -0.0f}.data());
     std::vector<float> ref;
-    for (SimdLevel l : levels()) {
+    for (SimdLevel l : simd_levels()) {
       SimdOverride cap(l);
       Tensor y = run(c.op, {&sp});
       for (int i = 0; i < 5; ++i) {
@@ -206,7 +185,7 @@ TEST(FastPaths, SoftmaxRows) {
     if (n > 2) px[1] = -kInf;  // row 0 masked position
     px[n] = kNaN;              // row 1 poisoned
     for (bool log : {false, true}) {
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         Tensor y = run(log ? "LogSoftmax" : "Softmax", {&x}, {}, 13, 2);
         for (int64_t r = 0; r < rows; ++r) {
@@ -247,7 +226,7 @@ TEST(FastPaths, SoftmaxEveryWidth) {
       for (int64_t i = 0; i < x.numel(); i += 7)
         if ((i / inner) % n != 0) px[i] = -kInf;  // never a whole row or column (k = 0 stays finite)
       for (bool log : {false, true}) {
-        for (SimdLevel l : levels()) {
+        for (SimdLevel l : simd_levels()) {
           SimdOverride cap(l);
           Tensor y = run(log ? "LogSoftmax" : "Softmax", {&x}, {ir::int_attr("axis", 1)}, 13);
           for (int64_t o = 0; o < 2; ++o) {
@@ -263,7 +242,7 @@ TEST(FastPaths, SoftmaxEveryWidth) {
                   EXPECT_EQ(got, want);
                 } else {
                   ASSERT_NEAR(got, want, 2e-6 * std::max(1.0, std::fabs(want)))
-                      << (log ? "LogSoftmax" : "Softmax") << " n " << n << " inner " << inner << " at " << level_name(l)
+                      << (log ? "LogSoftmax" : "Softmax") << " n " << n << " inner " << inner << " at " << simd_level_name(l)
                       << " (" << o << ", " << k << ", " << j << ")";
                 }
               }
@@ -441,12 +420,12 @@ TEST(FastPaths, MaxPoolChannelsLastEveryLevel) {
     Tensor xl = nchw_to_nhwc(x);
     std::vector<ir::Attribute> at2 = at;
     at2.push_back(ir::string_attr("layout", "NHWC"));
-    for (SimdLevel l : levels()) {
+    for (SimdLevel l : simd_levels()) {
       SimdOverride cap(l);
       Tensor got = run("MaxPool", {&xl}, at2, 1, 1, "reforge");
       ASSERT_EQ(got.shape(), want.shape());
       for (int64_t i = 0; i < got.numel(); ++i)
-        EXPECT_TRUE(same_float(got.data<float>()[i], want.data<float>()[i])) << c << " " << level_name(l) << " at " << i;
+        EXPECT_TRUE(same_float(got.data<float>()[i], want.data<float>()[i])) << c << " " << simd_level_name(l) << " at " << i;
     }
   }
 }

@@ -14,38 +14,19 @@
 
 #include "core/simd.h"
 #include "ops/registry.h"
+#include "support/simd_levels.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
+using test_support::simd_level_name;
+using test_support::simd_levels;
 
 namespace {
 
-std::vector<SimdLevel> levels() {
-  std::vector<SimdLevel> out = {SimdLevel::Generic};
-  if (simd_level() >= SimdLevel::Avx2) out.push_back(SimdLevel::Avx2);
-  if (simd_level() >= SimdLevel::Avx512) out.push_back(SimdLevel::Avx512);
-  return out;
-}
-
-const char* level_name(SimdLevel l) {
-  return l == SimdLevel::Avx512 ? "avx512" : l == SimdLevel::Avx2 ? "avx2" : "generic";
-}
-
 Tensor run(const std::string& domain, const std::string& op, int opset, std::vector<const Tensor*> inputs,
            std::vector<ir::Attribute> attrs = {}, int threads = 1) {
-  ir::Node node;
-  node.name = "n";
-  node.op_type = op;
-  node.domain = domain;
-  node.opset = opset;
-  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "x" + std::to_string(i) : "");
-  node.outputs = {"y"};
-  for (auto& a : attrs) node.attrs[a.name] = a;
-  const OpDef* def = OpRegistry::global().find(domain, op, opset);
-  if (!def) throw Error("no kernel for " + op);
-  KernelContext ctx(node, inputs, threads);
-  def->kernel(ctx);
-  return ctx.outputs()[0];
+  return test_support::run_op(domain, op, opset, std::move(inputs), attrs, threads);
 }
 
 Tensor random_floats(const Shape& s, uint32_t seed, float lo, float hi) {
@@ -76,7 +57,7 @@ TEST(FusedSimd, RmsNormAgainstFloat64) {
            eps = scalar(1e-6f);
     for (int wmode = 0; wmode < 3; ++wmode) {
       const Tensor* wp = wmode == 0 ? &w : wmode == 1 ? &ws : nullptr;
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         Tensor y = run("reforge", "RmsNorm", 1, {&x, wp, &eps});
         for (int64_t r = 0; r < rows; ++r) {
@@ -87,7 +68,7 @@ TEST(FusedSimd, RmsNormAgainstFloat64) {
             const double wv = wmode == 0 ? f(w)[i] : wmode == 1 ? 0.75 : 1.0;
             const double want = f(x)[r * n + i] * inv * wv;
             ASSERT_NEAR(f(y)[r * n + i], want, 2e-6 * std::fabs(want) + 1e-7)
-                << "n " << n << " weight mode " << wmode << " at " << r << "," << i << " (" << level_name(l) << ")";
+                << "n " << n << " weight mode " << wmode << " at " << r << "," << i << " (" << simd_level_name(l) << ")";
           }
         }
       }
@@ -99,17 +80,17 @@ TEST(FusedSimd, RmsNormAgainstFloat64) {
 TEST(FusedSimd, SiluAndSiluMulAgainstFloat64) {
   for (int64_t n : {0, 1, 5, 8, 17, 100, 40003}) {
     Tensor x = random_floats({n}, 3, -30, 30), u = random_floats({n}, 4, -2, 2);
-    for (SimdLevel l : levels()) {
+    for (SimdLevel l : simd_levels()) {
       SimdOverride cap(l);
       for (int threads : {1, 2}) {
         Tensor s = run("reforge", "Silu", 1, {&x}, {}, threads);
         Tensor su = run("reforge", "SiluMul", 1, {&x, &u}, {}, threads);
         for (int64_t i = 0; i < n; ++i) {
           const double xv = f(x)[i], sig = xv / (1 + std::exp(-xv));
-          ASSERT_NEAR(f(s)[i], sig, 1e-6 * std::fabs(sig) + 1e-30) << "Silu(" << xv << ") n " << n << " " << level_name(l);
+          ASSERT_NEAR(f(s)[i], sig, 1e-6 * std::fabs(sig) + 1e-30) << "Silu(" << xv << ") n " << n << " " << simd_level_name(l);
           const double want = sig * f(u)[i];
           ASSERT_NEAR(f(su)[i], want, 1e-6 * std::fabs(want) + 1e-30)
-              << "SiluMul(" << xv << ") n " << n << " " << level_name(l);
+              << "SiluMul(" << xv << ") n " << n << " " << simd_level_name(l);
         }
       }
     }
@@ -121,7 +102,7 @@ TEST(FusedSimd, SiluAndSiluMulAgainstFloat64) {
 TEST(FusedSimd, GeluAgainstFloat64) {
   for (int64_t n : {1, 7, 8, 16, 19, 20001}) {
     Tensor x = random_floats({n}, 5, -8, 8);
-    for (SimdLevel l : levels()) {
+    for (SimdLevel l : simd_levels()) {
       SimdOverride cap(l);
       for (int threads : {1, 2}) {
         Tensor ye = run("reforge", "Gelu", 1, {&x}, {}, threads);
@@ -130,8 +111,8 @@ TEST(FusedSimd, GeluAgainstFloat64) {
           const double v = f(x)[i];
           const double we = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
           const double wt = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-          ASSERT_NEAR(f(ye)[i], we, 1e-6 * std::fabs(v) + 1e-7) << "erf form at " << v << " (" << level_name(l) << ")";
-          ASSERT_NEAR(f(yt)[i], wt, 2e-6 * std::fabs(wt) + 1e-7) << "tanh form at " << v << " (" << level_name(l) << ")";
+          ASSERT_NEAR(f(ye)[i], we, 1e-6 * std::fabs(v) + 1e-7) << "erf form at " << v << " (" << simd_level_name(l) << ")";
+          ASSERT_NEAR(f(yt)[i], wt, 2e-6 * std::fabs(wt) + 1e-7) << "tanh form at " << v << " (" << simd_level_name(l) << ")";
         }
       }
     }
@@ -145,7 +126,7 @@ TEST(FusedSimd, LayerNormAgainstFloat64) {
     // An offset mean, so a one-pass variance would lose digits.
     Tensor x = random_floats({rows, n}, 6, 95, 105), s = random_floats({n}, 7, -2, 2), b = random_floats({n}, 8, -1, 1);
     for (bool bias : {true, false}) {
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         Tensor y = run("", "LayerNormalization", 17, {&x, &s, bias ? &b : nullptr}, {ir::float_attr("epsilon", 1e-5f)});
         for (int64_t r = 0; r < rows; ++r) {
@@ -158,7 +139,7 @@ TEST(FusedSimd, LayerNormAgainstFloat64) {
           for (int64_t i = 0; i < n; ++i) {
             const double want = (xr[i] - m) * inv * f(s)[i] + (bias ? f(b)[i] : 0.0);
             ASSERT_NEAR(f(y)[r * n + i], want, 2e-5 * (std::fabs((xr[i] - m) * inv * f(s)[i]) + 1))
-                << "n " << n << " at " << r << "," << i << " (" << level_name(l) << ")";
+                << "n " << n << " at " << r << "," << i << " (" << simd_level_name(l) << ")";
           }
         }
       }
@@ -180,7 +161,7 @@ TEST(FusedSimd, RotaryAgainstFloat64) {
     Tensor hs = i64(half), he = i64(INT64_MAX), ls = i64(0), le = i64(half);
     for (bool bshd : {false, true}) {
       Tensor x = random_floats(bshd ? Shape{B, S, H, D} : Shape{B, H, S, D}, 11, -2, 2);
-      for (SimdLevel l : levels()) {
+      for (SimdLevel l : simd_levels()) {
         SimdOverride cap(l);
         Tensor y = run("reforge", "Rotary", 1, {&x, &cs, &sn, &hs, &he, &ls, &le},
                        {ir::ints_attr("axes", {3, 3, -1}), ir::string_attr("layout", bshd ? "bshd" : "bhsd")});
@@ -193,7 +174,7 @@ TEST(FusedSimd, RotaryAgainstFloat64) {
               for (int64_t i = 0; i < D; ++i) {
                 const double rot = i < half ? -double(xr[i + half]) : double(xr[i - half]);
                 const double want = double(xr[i]) * f(cs)[s * D + i] + rot * f(sn)[s * D + i];
-                ASSERT_NEAR(yr[i], want, 1e-6) << "D " << D << (bshd ? " bshd" : " bhsd") << " (" << level_name(l) << ")";
+                ASSERT_NEAR(yr[i], want, 1e-6) << "D " << D << (bshd ? " bshd" : " bhsd") << " (" << simd_level_name(l) << ")";
               }
             }
       }
@@ -297,14 +278,14 @@ TEST(FusedSimd, AttentionAgainstFloat64) {
       ins.push_back(&mask);
       if (c.mask == "where") ins.push_back(&fill);
     }
-    for (SimdLevel l : levels()) {
+    for (SimdLevel l : simd_levels()) {
       SimdOverride cap(l);
       for (int threads : {1, 2}) {
         Tensor y = run("reforge", "Attention", 1, ins, attrs, threads);
         ASSERT_EQ(y.shape(), (Shape{c.B, c.H, c.Sq, c.Dv}));
         for (int64_t i = 0; i < y.numel(); ++i)
           ASSERT_NEAR(f(y)[i], want[static_cast<size_t>(i)], 1e-5)
-              << "at " << i << " (" << level_name(l) << ", threads " << threads << ")";
+              << "at " << i << " (" << simd_level_name(l) << ", threads " << threads << ")";
       }
     }
   }

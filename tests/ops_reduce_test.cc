@@ -19,6 +19,7 @@
 #include "core/simd.h"
 #include "ops/registry.h"
 #include "support/make_tensor.h"
+#include "support/simd_levels.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -540,9 +541,7 @@ TEST(Reduce, RandomShapesWithZerosMatchNaive) {
 // has (reduce_simd.h compiles its scans per variant, 16, 32 or 64 bytes wide), lengths straddling
 // each width and its two-vector step, NaN anywhere: against a scalar reference.
 TEST(Reduce, ExtremaAtEverySimdLevel) {
-  std::vector<SimdLevel> levels = {SimdLevel::Generic};
-  if (simd_level() >= SimdLevel::Avx2) levels.push_back(SimdLevel::Avx2);
-  if (simd_level() >= SimdLevel::Avx512) levels.push_back(SimdLevel::Avx512);
+  const std::vector<SimdLevel> levels = test_support::simd_levels();
   for (DType dt : {DType::Float32, DType::Float64}) {
     for (int64_t n : {1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100}) {
       const int64_t rows = 3;

@@ -11,9 +11,12 @@
 
 #include "ops/registry.h"
 #include "ops/unary_common.h"
+#include "support/simd_levels.h"
 
 using namespace reforge;
 using namespace reforge::ops;
+using test_support::simd_level_name;
+using test_support::simd_levels;
 
 namespace {
 
@@ -300,13 +303,6 @@ TEST(UnaryMath, ParallelTailAndUnalignedInput) {
 
 namespace {
 
-std::vector<SimdLevel> simd_levels() {
-  std::vector<SimdLevel> out = {SimdLevel::Generic};
-  if (simd_level() >= SimdLevel::Avx2) out.push_back(SimdLevel::Avx2);
-  if (simd_level() >= SimdLevel::Avx512) out.push_back(SimdLevel::Avx512);
-  return out;
-}
-const char* simd_name(SimdLevel l) { return l == SimdLevel::Avx512 ? "avx512" : l == SimdLevel::Avx2 ? "avx2" : "generic"; }
 
 // Every op with a float32 SIMD form, its float64 reference, a range and a bound: ulps of the
 // reference's float rounding plus an absolute slack (HardSigmoid's alpha * x + beta cancels near
@@ -383,7 +379,7 @@ TEST(UnaryMath, Float32AccuracyAtEveryLevel) {
         const double slack = std::fabs(ys[i] - want) <= c.abs ? 0 : ulp_error(ys[i], want);
         if (slack > worst) worst = slack, at = i;
       }
-      EXPECT_LE(worst, c.ulps) << c.op << " at " << simd_name(l) << ": " << xs[at] << " -> " << ys[at] << ", want "
+      EXPECT_LE(worst, c.ulps) << c.op << " at " << simd_level_name(l) << ": " << xs[at] << " -> " << ys[at] << ", want "
                                << c.ref(xs[at]);
     }
   }
@@ -408,13 +404,13 @@ TEST(UnaryMath, TailsAndSpecialValuesAtEveryLevel) {
         Tensor part = floats(std::vector<float>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n)));
         std::vector<float> got = values<float>(run(c.op, {&part}, c.attrs, c.opset));
         ASSERT_EQ(got.size(), n);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << c.op << " length " << n << " at " << simd_name(l);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << c.op << " length " << n << " at " << simd_level_name(l);
       }
       std::vector<float> s = values<float>(run(c.op, {&sp}, c.attrs, c.opset));
       for (size_t i = 0; i < specials.size(); ++i) {
         const double r = c.ref(specials[i]);
         if (std::isnan(r) || std::isinf(r)) {
-          EXPECT_TRUE(std::isnan(r) ? std::isnan(s[i]) : s[i] == r) << c.op << "(" << specials[i] << ") at " << simd_name(l) << ": " << s[i];
+          EXPECT_TRUE(std::isnan(r) ? std::isnan(s[i]) : s[i] == r) << c.op << "(" << specials[i] << ") at " << simd_level_name(l) << ": " << s[i];
         }
       }
       if (first.empty()) {
@@ -422,7 +418,7 @@ TEST(UnaryMath, TailsAndSpecialValuesAtEveryLevel) {
       } else {
         for (size_t i = 0; i < specials.size(); ++i)
           EXPECT_TRUE((std::isnan(s[i]) && std::isnan(first[i])) || s[i] == first[i])
-              << c.op << "(" << specials[i] << ") at " << simd_name(l) << ": " << s[i] << " vs generic " << first[i];
+              << c.op << "(" << specials[i] << ") at " << simd_level_name(l) << ": " << s[i] << " vs generic " << first[i];
       }
     }
   }
