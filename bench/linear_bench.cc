@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -25,6 +26,7 @@
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
+#include "backends/cpu/sgemm_panels.h"
 #include "core/half.h"
 #include "core/tensor.h"
 
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   std::vector<Tensor> ws;
   std::vector<std::shared_ptr<const cpu::PackedWeights>> packed;
+  std::vector<float*> panels;
   for (int64_t l = 0; l < layers; ++l) {
     Tensor w = Tensor::uninitialized(dt, {K, N});
     for (int64_t i = 0; i < K * N; ++i) {
@@ -88,6 +91,10 @@ int main(int argc, char** argv) {
       else w.mutable_data<bfloat16>()[i] = bfloat16(f);
     }
     packed.push_back(cpu::pack_weights(K, N, false, dt, w.raw(), 256, std::make_shared<Tensor>(w)));
+    if (dt == DType::Float32) {
+      panels.push_back(static_cast<float*>(std::aligned_alloc(64, cpu::panel_floats(K, N) * sizeof(float))));
+      cpu::pack_panels(w.data<float>(), K, N, false, panels.back());
+    }
     ws.push_back(std::move(w));
   }
   const double wbytes = static_cast<double>(K * N * dtype_size(dt));
@@ -95,10 +102,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers), wbytes * layers / 1e6);
   std::printf("%4s %12s %10s %12s %10s %12s %8s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "OpenBLAS ms",
               "s/dnnl", "blas/dnnl");
+  std::printf("     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS)\n");
   for (int64_t M : parse_list(rows_s)) {
     std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
     for (auto& v : x) v = uni(rng);
-    std::vector<double> ts, td, tb;
+    std::vector<double> ts, td, tb, tp;
     for (int r = 0; r < repeat + 1; ++r) {
       const double t0 = now_ms();
       for (int64_t l = 0; l < layers; ++l)
@@ -110,14 +118,18 @@ int main(int argc, char** argv) {
       if (dt == DType::Float32)
         for (int64_t l = 0; l < layers; ++l) cpu::blas_linear(M, N, K, x.data(), ws[l].data<float>(), nullptr, y.data());
       const double t3 = now_ms();
+      if (dt == DType::Float32)
+        for (int64_t l = 0; l < layers; ++l) cpu::sgemm_panels(M, N, K, x.data(), K, panels[l], nullptr, y.data(), N, threads);
+      const double t4 = now_ms();
       if (r == 0) continue;  // warm-up (primitive creation)
       ts.push_back((t1 - t0) / static_cast<double>(layers));
       td.push_back((t2 - t1) / static_cast<double>(layers));
       tb.push_back((t3 - t2) / static_cast<double>(layers));
+      tp.push_back((t4 - t3) / static_cast<double>(layers));
     }
-    const double s = median(ts), d = median(td), b = median(tb);
-    std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f\n", static_cast<long long>(M), s, wbytes / s / 1e6,
-                d, wbytes / d / 1e6, b, s / d, b / d);
+    const double s = median(ts), d = median(td), b = median(tb), pn = tp.empty() ? 0.0 : median(tp);
+    std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
+                wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, b > 0 ? pn / b : 0.0);
   }
   return 0;
 }

@@ -1,0 +1,204 @@
+#include "backends/cpu/sgemm_panels.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/simd.h"
+
+namespace reforge::cpu {
+
+namespace {
+
+constexpr int64_t kRows = 6;         // register tile: 6 rows x 16 columns
+constexpr int64_t kBlockK = 256;     // k per kernel call: a panel block is 16 KB
+constexpr int64_t kBlockM = 192;     // most rows of X packed at a time
+constexpr int64_t kGroupPanels = 16; // panels whose block of Y stays in L2 across k blocks
+
+#define REFORGE_SGEMM_AVX2 __attribute__((target("avx2,fma")))
+
+// Y[0:R, 0:ncols) (+)= X[0:R, 0:kc) x panel block (+ bias): the AVX2 register tile.
+template <int R>
+REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
+                                  int64_t ncols, bool accumulate, const float* bias, const float* prefetch) {
+  __m256 c0[R], c1[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(b + k * kPanelWidth), b1 = _mm256_load_ps(b + k * kPanelWidth + 8);
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * kPanelWidth), _MM_HINT_T1);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + k * kRows + r);
+      c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
+    }
+  }
+  if (ncols == kPanelWidth) {
+    const __m256 bias0 = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+    const __m256 bias1 = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      float* yr = y + r * ldy;
+      __m256 v0 = c0[r], v1 = c1[r];
+      if (accumulate) {
+        v0 = _mm256_add_ps(_mm256_loadu_ps(yr), v0);
+        v1 = _mm256_add_ps(_mm256_loadu_ps(yr + 8), v1);
+      }
+      if (bias) {
+        v0 = _mm256_add_ps(v0, bias0);
+        v1 = _mm256_add_ps(v1, bias1);
+      }
+      _mm256_storeu_ps(yr, v0);
+      _mm256_storeu_ps(yr + 8, v1);
+    }
+    return;
+  }
+  alignas(32) float t[kPanelWidth];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(t, c0[r]);
+    _mm256_store_ps(t + 8, c1[r]);
+    float* yr = y + r * ldy;
+    for (int64_t j = 0; j < ncols; ++j) {
+      float v = accumulate ? yr[j] + t[j] : t[j];
+      if (bias) v += bias[j];
+      yr[j] = v;
+    }
+  }
+}
+
+// The same sums without vectors (CPUs without AVX2 + FMA): a * b + c, not fused.
+void tile_generic(int64_t R, int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
+                  int64_t ncols, bool accumulate, const float* bias) {
+  for (int64_t r = 0; r < R; ++r) {
+    float acc[kPanelWidth] = {};
+    for (int64_t k = 0; k < kc; ++k) {
+      const float a = x[k * kRows + r];
+      for (int64_t j = 0; j < kPanelWidth; ++j) acc[j] += a * b[k * kPanelWidth + j];
+    }
+    float* yr = y + r * ldy;
+    for (int64_t j = 0; j < ncols; ++j) {
+      float v = accumulate ? yr[j] + acc[j] : acc[j];
+      if (bias) v += bias[j];
+      yr[j] = v;
+    }
+  }
+}
+
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const float*, const float*);
+constexpr TileFn kAvx2Tiles[kRows + 1] = {nullptr,           tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
+                                          tile_avx2<4>,      tile_avx2<5>, tile_avx2<6>};
+
+// X[m0 + s * 6 + r, k0 + k] -> a[s][k][r] for the 6-row strips of a block (rows past m1: 0).
+void pack_strips(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k0, int64_t kc, float* a) {
+  for (int64_t m = m0; m < m1; m += kRows, a += kc * kRows) {
+    const int64_t R = std::min(kRows, m1 - m);
+    for (int64_t r = 0; r < kRows; ++r) {
+      if (r >= R) {
+        for (int64_t k = 0; k < kc; ++k) a[k * kRows + r] = 0.0f;
+        continue;
+      }
+      const float* xr = x + (m + r) * ldx + k0;
+      for (int64_t k = 0; k < kc; ++k) a[k * kRows + r] = xr[k];
+    }
+  }
+}
+
+// Rows [m0, m1) x panels [p0, p1) of the product, on the calling thread. For each block of up
+// to kBlockM rows, X is packed once into 6-row strips per k block; then for each group of
+// kGroupPanels panels (whose block of Y stays in L2 across the k blocks), each panel's k block
+// (16 KB) sits in L1 while every strip passes over it.
+void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_t K, const float* x, int64_t ldx,
+               const float* panels, const float* bias, float* y, int64_t ldy, bool avx2) {
+  thread_local std::vector<float> abuf;
+  // Equal blocks of at most kBlockM rows, in whole strips (128 rows: one block, W read once).
+  const int64_t blocks = (m1 - m0 + kBlockM - 1) / kBlockM;
+  const int64_t block_rows = ((m1 - m0 + blocks - 1) / blocks + kRows - 1) / kRows * kRows;
+  abuf.resize(static_cast<size_t>(block_rows * K));
+  for (int64_t mb = m0; mb < m1; mb += block_rows) {
+    const int64_t mb1 = std::min(m1, mb + block_rows), strips = (mb1 - mb + kRows - 1) / kRows;
+    // k block k0 of strip s starts at abuf + k0 * strips * 6 + s * kc * 6.
+    for (int64_t k0 = 0; k0 < K; k0 += kBlockK)
+      pack_strips(x, ldx, mb, mb1, k0, std::min(kBlockK, K - k0), abuf.data() + k0 * strips * kRows);
+    for (int64_t g = p0; g < p1; g += kGroupPanels) {
+      const int64_t g1 = std::min(p1, g + kGroupPanels);
+      for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+        const int64_t kc = std::min(kBlockK, K - k0);
+        const bool accumulate = k0 > 0, last = k0 + kc == K;
+        for (int64_t p = g; p < g1; ++p) {
+          const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
+          const float* b = panels + p * K * kPanelWidth + k0 * kPanelWidth;
+          const float* bs = last && bias ? bias + n0 : nullptr;
+          const float* as = abuf.data() + k0 * strips * kRows;
+          // The first strip also prefetches the next panel's k block (16 KB, one line per k) into L2.
+          const float* next = p + 1 < g1 ? b + K * kPanelWidth : (g1 < p1 && k0 + kc < K ? panels + g * K * kPanelWidth + (k0 + kc) * kPanelWidth : nullptr);
+          for (int64_t m = mb; m < mb1; m += kRows, as += kc * kRows) {
+            const int64_t R = std::min(kRows, mb1 - m);
+            float* ys = y + m * ldy + n0;
+            if (avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, m == mb ? next : nullptr);
+            else tile_generic(R, kc, as, b, ys, ldy, ncols, accumulate, bs);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* dst) {
+  const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
+#pragma omp parallel for schedule(static) if (K * N > (1 << 18))
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
+    float* out = dst + p * K * kPanelWidth;
+    if (!transposed) {
+      for (int64_t k = 0; k < K; ++k) {
+        float* o = out + k * kPanelWidth;
+        std::memcpy(o, w + k * N + n0, static_cast<size_t>(ncols) * sizeof(float));
+        for (int64_t j = ncols; j < kPanelWidth; ++j) o[j] = 0.0f;
+      }
+    } else {
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < kPanelWidth; ++j) out[k * kPanelWidth + j] = j < ncols ? w[(n0 + j) * K + k] : 0.0f;
+    }
+  }
+}
+
+void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+                  const float* bias, float* y, int64_t ldy, int threads) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * ldy + n] = bias ? bias[n] : 0.0f;
+    return;
+  }
+  const bool avx2 = simd_level() >= SimdLevel::Avx2;
+  const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
+  // Below ~2 M multiply-adds a second thread costs more than it saves.
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  int nt = std::max(1, threads);
+  if (work < 2e6) nt = 1;
+  if (nt == 1) {
+    run_block(0, M, 0, P, N, K, x, ldx, panels, bias, y, ldy, avx2);
+    return;
+  }
+  // Split the panels between threads (each streams its own part of W); with too few panels for
+  // that, split the rows in strips of kRows as well.
+  const int64_t tn = std::min<int64_t>(nt, std::max<int64_t>(1, P / 4));
+  const int64_t tm = std::max<int64_t>(1, std::min<int64_t>(nt / tn, (M + kRows - 1) / kRows));
+  const int64_t strips = (M + kRows - 1) / kRows;
+#pragma omp parallel for num_threads(static_cast<int>(tn * tm)) schedule(static) collapse(2)
+  for (int64_t i = 0; i < tn; ++i)
+    for (int64_t j = 0; j < tm; ++j) {
+      const int64_t p0 = P * i / tn, p1 = P * (i + 1) / tn;
+      const int64_t m0 = std::min(M, strips * j / tm * kRows), m1 = std::min(M, strips * (j + 1) / tm * kRows);
+      run_block(m0, m1, p0, p1, N, K, x, ldx, panels, bias, y, ldy, avx2);
+    }
+}
+
+}  // namespace reforge::cpu
