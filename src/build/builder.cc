@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "build/fingerprint.h"
+#include "core/simd.h"
 #include "passes/build_state.h"
 #include "refit/recipe.h"
 
@@ -57,6 +58,8 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
   passes::BuildState s;
   s.mode = o.mode;
   s.precision = o.precision;
+  s.pack_linear_panels = o.weight_packing == WeightPacking::Panels ||
+                         (o.weight_packing == WeightPacking::Auto && simd_level() != SimdLevel::Avx512);
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -132,9 +135,9 @@ void canonical_constant_names(passes::BuildState& s) {
 
 }  // namespace
 
-plan::Plan build_plan(const ir::Graph& input, const BuildOptions& o) {
+plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   o.validate();
-  ir::Graph g = canonicalize(input);
+  ir::Graph g = canonicalize(std::move(input));
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
   plan::Plan plan;
   plan.fingerprint = structural_fingerprint(g, literals);
@@ -160,6 +163,9 @@ plan::Plan build_plan(const ir::Graph& input, const BuildOptions& o) {
   }
 
   canonical_constant_names(s);
+  std::set<std::string> verified;  // recipes a pass already verified (BuildState::release_replaced)
+  for (const auto& [name, cv] : s.consts)
+    if (cv.verified) verified.insert(name);
   plan.sources = s.sources;
   plan.literals = s.literals;
   for (auto& [name, cv] : s.consts) {
@@ -180,7 +186,7 @@ plan::Plan build_plan(const ir::Graph& input, const BuildOptions& o) {
 
   if (o.verify_recipes) {
     for (const auto& w : plan.weights) {
-      if (w.kind != plan::WeightKind::Derived) continue;
+      if (w.kind != plan::WeightKind::Derived || verified.count(w.name)) continue;
       Tensor again = refit::replay_recipe(w.recipe, s.source_values, plan.literals);
       if (!refit::bit_equal(again, w.data))
         fail("build verification failed: replaying the recipe of engine weight '", w.name,

@@ -14,11 +14,19 @@
 
 namespace reforge::build {
 
+// Layout of float32 Linear-layer weights in the engine (pass "linear-weights-packing").
+enum class WeightPacking {
+  Auto,    // Panels on CPUs without AVX-512 (the building CPU decides), Plain on AVX-512 ones
+  Panels,  // packed column panels (backends/cpu/sgemm_panels.h), re-packed by every refit
+  Plain,   // W as the model stores it (oneDNN / OpenBLAS pack it per product or at load)
+};
+
 struct BuildOptions {
   plan::BuildMode mode = plan::BuildMode::Baked;
   // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
   plan::Precision precision = plan::Precision::Fp32;
+  WeightPacking weight_packing = WeightPacking::Auto;
   std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names
   std::vector<std::string> literal_names;        // initializers to treat as literals
   bool strip_weights = false;                    // requires a refit mode
@@ -28,7 +36,9 @@ struct BuildOptions {
   void validate() const;                         // throws on inconsistent options
 };
 
-plan::Plan build_plan(const ir::Graph& graph, const BuildOptions& options);
+// Takes the graph by value: pass a temporary (or std::move) so the build owns the initializers
+// and can let go of each weight once a pass has replaced it.
+plan::Plan build_plan(ir::Graph graph, const BuildOptions& options);
 
 // True when `name` matches the glob `pattern` ('*' any run, '?' one character).
 bool glob_match(const std::string& pattern, const std::string& name);

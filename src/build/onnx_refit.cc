@@ -51,6 +51,11 @@ plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
   BuildOptions o;
   o.mode = plan.mode;
   o.precision = plan.precision;
+  // The plan's Linear weights are packed exactly when it has packed Linear nodes: rebuild alike,
+  // whatever this CPU would pick by itself.
+  o.weight_packing = WeightPacking::Plain;
+  for (const auto& n : plan.graph.nodes)
+    if (n.domain == "reforge" && n.op_type == "MatMulAddPacked") o.weight_packing = WeightPacking::Panels;
   o.individual_patterns = plan.individual_patterns;
   o.literal_names = plan.literal_names;
   plan::Plan fresh = build_plan(model, o);

@@ -30,6 +30,10 @@ namespace {
 struct Ctx {
   std::string base_dir;  // external data folder; empty = external data not allowed
   std::shared_ptr<const void> keepalive;  // owns the parsed proto, so raw_data can be wrapped
+  // The proto is the importer's own parse: a tensor takes its raw_data string rather than
+  // sharing the whole proto, so each weight's bytes live exactly as long as that weight (a build
+  // that re-lays out a weight frees the original at once).
+  bool take_raw_data = false;
 };
 
 std::string norm_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
@@ -109,7 +113,12 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
     // The parsed proto already holds the one copy of these bytes; wrap it rather than copy again
     // when it is naturally aligned (kernels do not assume more than element alignment on inputs).
     auto addr = reinterpret_cast<uintptr_t>(raw.data());
-    if (ctx.keepalive && addr % 16 == 0) return Tensor::wrap(dtype, shape, ctx.keepalive, raw.data());
+    if (ctx.keepalive && addr % 16 == 0) {
+      if (!ctx.take_raw_data) return Tensor::wrap(dtype, shape, ctx.keepalive, raw.data());
+      auto owned = std::make_shared<std::string>(std::move(const_cast<std::string&>(raw)));
+      if (reinterpret_cast<uintptr_t>(owned->data()) == addr) return Tensor::wrap(dtype, shape, owned, owned->data());
+      return Tensor::copy_of(dtype, shape, owned->data());
+    }
     return Tensor::copy_of(dtype, shape, raw.data());
   }
   Tensor t = Tensor::empty(dtype, shape);
@@ -243,6 +252,7 @@ ir::Graph convert_graph(const GraphProto& gp, const std::map<std::string, int>& 
 ir::Graph convert_model(std::shared_ptr<ModelProto> model, const Ctx& base_ctx) {
   Ctx ctx = base_ctx;
   ctx.keepalive = model;
+  ctx.take_raw_data = true;  // callers pass the importer's own parse, read once
   if (!model->has_graph()) fail("the model has no graph");
   std::map<std::string, int> opsets;
   for (const auto& os : model->opset_import()) {

@@ -4,8 +4,6 @@
 
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/gemv.h"
-#include "backends/cpu/sgemm_panels.h"
-#include <cstdlib>
 #include "ops/nn_common.h"
 
 namespace reforge::ops {
@@ -49,15 +47,6 @@ const cpu::PackedWeights* LinearWeights::packed() const {
   return packed_.get();
 }
 
-const float* LinearWeights::panels() const {
-  std::call_once(panels_once_, [&] {
-    float* p = static_cast<float*>(std::aligned_alloc(64, cpu::panel_floats(K, N) * sizeof(float)));
-    cpu::pack_panels(plain.data<float>(), K, N, false, p);
-    panels_ = std::shared_ptr<float>(p, std::free);
-  });
-  return panels_.get();
-}
-
 bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias) {
   if (x.dtype() != DType::Float32 || x.rank() < 1 || x.shape().back() != w.K) return false;
   Shape out = x.shape();
@@ -72,10 +61,6 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   constexpr double kTinyProduct = 1 << 17;  // multiply-adds
   if (rows <= cpu::gemv_max_rows() || static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
     cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
-    return true;
-  }
-  if (w.plain.dtype() == DType::Float32 && std::getenv("PANELS")) {
-    cpu::sgemm_panels(rows, w.N, w.K, a, w.K, w.panels(), bias, c, w.N, ctx.threads());
     return true;
   }
   if (w.plain.dtype() == DType::Float32 && cpu::prefer_blas_linear(rows)) {

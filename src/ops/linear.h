@@ -30,13 +30,10 @@ struct LinearWeights {
 
   // `plain` packed for oneDNN, made on the first call; null when oneDNN cannot pack it.
   const cpu::PackedWeights* packed() const;
-  const float* panels() const;
 
  private:
   mutable std::once_flag pack_once_;
   mutable std::shared_ptr<const cpu::PackedWeights> packed_;
-  mutable std::once_flag panels_once_;
-  mutable std::shared_ptr<float> panels_;
 };
 
 // Prepares W (rank 2; [K, N], or [N, K] when `transposed`; Float32, BFloat16 or Float16). Returns null

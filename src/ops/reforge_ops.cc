@@ -1,9 +1,10 @@
 // Operators of the "reforge" domain: the weight transforms that build passes record in recipes
-// (BatchNorm folding) and the fused kernels they emit (MatMulAdd, also the 16-bit Linear
-// layer of --precision bf16/fp16). Because recipes are replayed by these same kernels at refit, each
+// (BatchNorm folding, panel packing) and the fused kernels they emit (MatMulAdd, also the 16-bit
+// Linear layer of --precision bf16/fp16; MatMulAddPacked on packed float32 weights). Because recipes are replayed by these same kernels at refit, each
 // transform has exactly one implementation.
 #include <cmath>
 
+#include "backends/cpu/sgemm_panels.h"
 #include "core/dispatch.h"
 #include "ops/linear.h"
 #include "ops/registry.h"
@@ -125,6 +126,43 @@ void matmul_add(KernelContext& ctx) {
     for (int64_t j = 0; j < n; ++j) py[r * n + j] = bias ? bias[j] : 0.0f;
 }
 
+// Wp = W packed into column panels (backends/cpu/sgemm_panels.h): W float32 [K, N], or [N, K]
+// with transposed = 1; Wp float32 [ceil(N / 16), K, 16]. The recipe step of
+// linear-weights-packing (passes/weight_packing.cc).
+void pack_panels_op(KernelContext& ctx) {
+  const Tensor& w = ctx.input(0);
+  REFORGE_CHECK(w.dtype() == DType::Float32 && w.rank() == 2, ctx.node().label(), ": weight must be a float32 matrix, got ",
+                w.describe());
+  const bool transposed = ctx.node().attr_int("transposed", 0) != 0;
+  const int64_t K = w.dim(transposed ? 1 : 0), N = w.dim(transposed ? 0 : 1);
+  Tensor& out = ctx.allocate_output_uninit(0, DType::Float32, {cpu::panel_floats(1, N) / cpu::kPanelWidth, K, cpu::kPanelWidth});
+  cpu::pack_panels(w.data<float>(), K, N, transposed, out.mutable_data<float>());
+}
+
+// Y = MatMul(X, W) + b with W given packed (PackPanels), N = attribute n: MatMulAdd's product on
+// the packed panels, with no prepare step (the engine weight is the packed form).
+void matmul_add_packed(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& wp = ctx.input(1);
+  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string& label = ctx.node().label();
+  const int64_t N = ctx.node().attr_int("n");
+  REFORGE_CHECK(N > 0 && wp.dtype() == DType::Float32 && wp.rank() == 3 && wp.dim(2) == cpu::kPanelWidth &&
+                    wp.dim(0) == cpu::panel_floats(1, N) / cpu::kPanelWidth,
+                label, ": packed weight ", wp.describe(), " does not hold ", N, " columns in panels of ", cpu::kPanelWidth);
+  const int64_t K = wp.dim(1);
+  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == K, label, ": input ", x.describe(),
+                " does not match the packed weight ", wp.describe(), " (", K, " rows)");
+  REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == N), label, ": bias ",
+                b ? b->describe() : "", " does not match the ", N, " columns of the packed weight");
+  Shape out = x.shape();
+  out.back() = N;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
+  const int64_t rows = y.numel() / N;
+  cpu::sgemm_panels(rows, N, K, x.data<float>(), K, wp.data<float>(), b ? b->data<float>() : nullptr,
+                    y.mutable_data<float>(), N, ctx.threads());
+}
+
 }  // namespace
 
 void register_fused_transformer_ops(OpRegistry& r);  // fused_transformer.cc
@@ -134,6 +172,8 @@ void register_reforge_ops(OpRegistry& r) {
   r.add({"reforge", "BnFoldWeight", 1, INT_MAX, bn_fold_weight, nullptr});
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   r.add({"reforge", "MatMulAdd", 1, INT_MAX, matmul_add, nullptr, matmul_add_prepare});
+  r.add({"reforge", "PackPanels", 1, INT_MAX, pack_panels_op, nullptr});
+  r.add({"reforge", "MatMulAddPacked", 1, INT_MAX, matmul_add_packed, nullptr});
 }
 
 }  // namespace reforge::ops

@@ -87,6 +87,26 @@ std::map<std::string, int> BuildState::use_counts() const {
   return uses;
 }
 
+void BuildState::release_replaced(const std::string& value, const std::string& made) {
+  auto it = consts.find(value);
+  if (it == consts.end()) return;
+  // The source whose own value this is: its key is the constant's name until the builder renames.
+  uint32_t id = 0;
+  while (id < sources.size() && sources[id].key != value) ++id;
+  if (id == sources.size()) return;  // not a source's own value (a literal, or made by a pass)
+  consts.erase(it);
+  for (const auto& [name, cv] : consts)
+    if (name != made && cv.sources.count(id)) return;  // another constant's recipe still reads it
+  ConstValue& m = consts.at(made);
+  if (m.kind == plan::WeightKind::Derived) {
+    if (!refit::bit_equal(refit::replay_recipe(m.recipe, source_values, literals), m.value))
+      fail("build verification failed: replaying the recipe of '", made,
+           "' does not reproduce it bit for bit (this is a bug in a pass)");
+    m.verified = true;
+  }
+  source_values[id] = Tensor();
+}
+
 const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
       {"constant-folding", false, constant_folding},
@@ -102,6 +122,7 @@ const std::vector<Pass>& default_passes() {
       {"conv-residual-inplace", false, conv_residual_inplace},
       {"fuse-matmul-add", false, fuse_matmul_add},
       {"linear-weights-precision", false, linear_weights_precision},
+      {"linear-weights-packing", false, linear_weights_packing},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };
   return passes;

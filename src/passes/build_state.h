@@ -20,6 +20,7 @@ struct ConstValue {
   plan::WeightKind kind = plan::WeightKind::Literal;
   plan::Recipe recipe;           // for Derived: how `value` is made from sources
   std::set<uint32_t> sources;    // sources the recipe reads
+  bool verified = false;         // the recipe was already replayed bit-exactly (release_replaced)
 };
 
 struct BuildState {
@@ -30,6 +31,7 @@ struct BuildState {
   std::vector<Tensor> literals;       // recipe literal operands
   plan::BuildMode mode = plan::BuildMode::Baked;
   plan::Precision precision = plan::Precision::Fp32;
+  bool pack_linear_panels = false;  // linear-weights-packing runs (BuildOptions::weight_packing)
   int next_id = 0;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }
@@ -47,6 +49,12 @@ struct BuildState {
                                    const std::vector<std::string>& inputs, size_t num_outputs);
   // Number of nodes reading each value (graph outputs count as readers).
   std::map<std::string, int> use_counts() const;
+  // Drops the constant `value`, a source's own value that no node reads any more because a
+  // pass replaced it by `made` (made from it by fold). When no other constant is made from that
+  // source either, `made`'s recipe is verified now (as the builder verifies every recipe) and
+  // the build lets go of the source's value: a pass that re-lays out every weight (packing)
+  // then holds one extra weight at a time, not a second copy of the model.
+  void release_replaced(const std::string& value, const std::string& made);
 };
 
 // A named pass. `reads_weight_values` passes specialize on weight values and run only in baked
@@ -71,6 +79,7 @@ void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
 void fuse_rotary(BuildState& s);
 void linear_weights_precision(BuildState& s);
+void linear_weights_packing(BuildState& s);  // weight_packing.cc
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.

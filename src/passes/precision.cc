@@ -18,31 +18,17 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "passes/build_state.h"
+#include "passes/linear_layer.h"
 
 namespace reforge::passes {
 
 namespace {
 
-bool float_matrix(const BuildState& s, const std::string& v) {
-  if (v.empty() || !s.is_const(v)) return false;
-  const Tensor& t = s.consts.at(v).value;
-  return t.dtype() == DType::Float32 && t.rank() == 2 && t.numel() > 0;
-}
-
-// A new constant holding `op`(`input`), with provenance; returns its name.
-std::string fold_into(BuildState& s, const std::string& input, const std::string& base, const char* op, int opset,
-                      std::map<std::string, ir::Attribute> attrs) {
-  std::string name = s.fresh_name(base);
-  s.consts[name] = s.fold("", op, opset, attrs, {input}, 1, 0);
-  return name;
-}
-
 // Cast(w) to the plan's 16-bit type. `source` names the weight in errors.
 std::string to_half(BuildState& s, const std::string& w, const std::string& source) {
   const bool fp16 = s.precision == plan::Precision::Fp16;
   const DType to = fp16 ? DType::Float16 : DType::BFloat16;
-  std::string name = fold_into(s, w, w + (fp16 ? ".fp16" : ".bf16"), "Cast", 19,
+  std::string name = fold_into(s, w, w + (fp16 ? ".fp16" : ".bf16"), "", "Cast", 19,
                                {{"to", ir::int_attr("to", static_cast<int64_t>(to))}});
   if (fp16) {
     const Tensor& in = s.consts.at(w).value;
@@ -57,47 +43,19 @@ std::string to_half(BuildState& s, const std::string& w, const std::string& sour
   return name;
 }
 
-ir::Node linear_node(const ir::Node& from, std::vector<std::string> inputs) {
-  ir::Node n;
-  n.name = from.name;
-  n.op_type = "MatMulAdd";
-  n.domain = "reforge";
-  n.opset = 1;
-  n.inputs = std::move(inputs);
-  n.outputs = {from.outputs.empty() ? std::string() : from.outputs[0]};
-  n.metadata = from.metadata;
-  return n;
-}
-
 }  // namespace
 
 void linear_weights_precision(BuildState& s) {
   if (s.precision == plan::Precision::Fp32) return;
   REFORGE_ASSERT(s.precision == plan::Precision::Bf16 || s.precision == plan::Precision::Fp16);
   for (ir::Node& n : s.graph.nodes) {
-    if (n.domain.empty() && n.op_type == "MatMul" && n.inputs.size() == 2 && float_matrix(s, n.inputs[1])) {
-      n = linear_node(n, {n.inputs[0], to_half(s, n.inputs[1], n.inputs[1])});
-    } else if (n.domain == "reforge" && n.op_type == "MatMulAdd" && n.inputs.size() >= 2 && float_matrix(s, n.inputs[1])) {
-      n.inputs[1] = to_half(s, n.inputs[1], n.inputs[1]);
-    } else if (n.domain.empty() && n.op_type == "Gemm" && n.inputs.size() >= 2 && float_matrix(s, n.inputs[1])) {
-      if (n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.0f) != 1.0f) continue;
-      const bool trans_b = n.attr_int("transB", 0) != 0;
-      const int64_t N = s.consts.at(n.inputs[1]).value.dim(trans_b ? 0 : 1);
-      std::vector<std::string> inputs = {n.inputs[0], ""};
-      const bool has_c = n.inputs.size() > 2 && !n.inputs[2].empty() && n.attr_float("beta", 1.0f) != 0.0f;
-      if (has_c) {
-        const std::string& c = n.inputs[2];
-        if (!s.is_const(c) || n.attr_float("beta", 1.0f) != 1.0f) continue;
-        const Tensor& cv = s.consts.at(c).value;
-        if (cv.dtype() != DType::Float32 || cv.rank() != 1 || cv.dim(0) != N) continue;
-        inputs.push_back(c);
-      }
-      const std::string source = n.inputs[1];
-      std::string w = source;
-      if (trans_b) w = fold_into(s, w, w + ".t", "Transpose", 13, {{"perm", ir::ints_attr("perm", {1, 0})}});
-      inputs[1] = to_half(s, w, source);
-      n = linear_node(n, std::move(inputs));
-    }
+    const std::optional<LinearLayer> l = match_linear(s, n);
+    if (!l) continue;
+    std::string w = l->w;
+    if (l->trans_b) w = fold_into(s, w, w + ".t", "", "Transpose", 13, {{"perm", ir::ints_attr("perm", {1, 0})}});
+    std::vector<std::string> inputs = {l->x, to_half(s, w, l->w)};
+    if (!l->bias.empty()) inputs.push_back(l->bias);
+    n = linear_node(n, "MatMulAdd", std::move(inputs));
   }
 }
 

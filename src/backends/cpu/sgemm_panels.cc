@@ -28,7 +28,7 @@ REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, fl
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(b + k * kPanelWidth), b1 = _mm256_load_ps(b + k * kPanelWidth + 8);
+    const __m256 b0 = _mm256_loadu_ps(b + k * kPanelWidth), b1 = _mm256_loadu_ps(b + k * kPanelWidth + 8);
     if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * kPanelWidth), _MM_HINT_T1);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {

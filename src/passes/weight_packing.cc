@@ -1,0 +1,34 @@
+// linear-weights-packing: stores the weight of every float32 Linear layer in the packed panels
+// of backends/cpu/sgemm_panels.h, the only copy of it the engine keeps.
+//
+// A Linear layer (passes/linear_layer.h) becomes reforge::MatMulAddPacked(X, Wp[, b]) with
+// Wp = reforge::PackPanels(W) (transposed = 1 for a Gemm with transB = 1) and attribute n = N.
+// PackPanels is a recipe step made by BuildState::fold, so a refit re-packs the new weights with
+// the same kernel; sources keep their float32 [K, N] (or [N, K]) shape. The pass reads no
+// weight value. Each plain W that no other node reads is released as soon as it is packed
+// (BuildState::release_replaced), so building holds about one copy of the weights, not two.
+//
+// It runs in float32 plans when BuildState::pack_linear_panels is set: by default on CPUs without
+// AVX-512, where oneDNN and OpenBLAS re-pack W on every product (BuildOptions::weight_packing).
+// On AVX-512 CPUs oneDNN's brgemm matmul packs W once, at load, into its own blocked layout.
+#include "passes/linear_layer.h"
+
+namespace reforge::passes {
+
+void linear_weights_packing(BuildState& s) {
+  if (!s.pack_linear_panels || s.precision != plan::Precision::Fp32) return;
+  std::map<std::string, int> uses = s.use_counts();
+  for (ir::Node& n : s.graph.nodes) {
+    const std::optional<LinearLayer> l = match_linear(s, n);
+    if (!l) continue;
+    std::string wp = fold_into(s, l->w, l->w + ".panels", "reforge", "PackPanels", 1,
+                               {{"transposed", ir::int_attr("transposed", l->trans_b ? 1 : 0)}});
+    std::vector<std::string> inputs = {l->x, wp};
+    if (!l->bias.empty()) inputs.push_back(l->bias);
+    n = linear_node(n, "MatMulAddPacked", std::move(inputs), {{"n", ir::int_attr("n", l->N)}});
+    // The plain W is not needed once packed (unless another node reads it, e.g. a tied embedding).
+    if (--uses[l->w] == 0) s.release_replaced(l->w, wp);
+  }
+}
+
+}  // namespace reforge::passes
