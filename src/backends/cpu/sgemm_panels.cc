@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/gemv_panels.h"
 #include "core/simd.h"
 
 namespace reforge::cpu {
@@ -177,6 +178,8 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
       for (int64_t n = 0; n < N; ++n) y[m * ldy + n] = bias ? bias[n] : 0.0f;
     return;
   }
+  static_assert(kBlockK == kPanelsBlockK, "gemv_panels must sum in sgemm_panels' k blocks");
+  if (M <= gemv_panels_max_rows()) return gemv_panels(M, N, K, x, ldx, panels, bias, y, ldy, threads);
   const bool avx2 = simd_level() >= SimdLevel::Avx2;
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   // Below ~2 M multiply-adds a second thread costs more than it saves.

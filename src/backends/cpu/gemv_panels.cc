@@ -1,0 +1,209 @@
+#include "backends/cpu/gemv_panels.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backends/cpu/sgemm_panels.h"
+#include "core/simd.h"
+
+namespace reforge::cpu {
+
+namespace {
+
+constexpr int64_t kMaxRows = 6;       // rows whose outputs share the registers (12 accumulators)
+constexpr int64_t kGroupPanels = 16;  // panels streamed k block by k block, side by side
+
+// Panels streamed side by side for a group of R rows: enough independent sums (2 x R x Q) to
+// hide the FMA latency, at most 12 accumulators.
+constexpr int panels_together(int64_t R) { return R == 1 ? 4 : R <= 3 ? 2 : 1; }
+
+#define REFORGE_GEMV_PANELS_AVX2 __attribute__((target("avx2,fma")))
+
+// Rows [0, R) x Q adjacent panels, one k block: Y (+)= X[:, 0:kc) x panels[:, 0:kc) (+ bias),
+// X packed k-major (x[k * R + r]). Every k also prefetches one line of each of the Q panels'
+// next block (`prefetch`, null: none) into L2.
+// `b` is the first panel's block, the next ones `pstride` floats apart; `ncols` columns of the
+// last panel are valid (16 but in W's last panel).
+template <int R, int Q>
+REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const float* b, int64_t pstride,
+                                         float* y, int64_t ldy, int64_t ncols, bool accumulate, const float* bias,
+                                         const float* prefetch) {
+  __m256 c[R][Q][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) c[r][q][0] = c[r][q][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m256 b0[Q], b1[Q];
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) {
+      b0[q] = _mm256_load_ps(b + q * pstride + k * kPanelWidth);
+      b1[q] = _mm256_load_ps(b + q * pstride + k * kPanelWidth + 8);
+    }
+    if (prefetch) {
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) {
+        const char* pf = reinterpret_cast<const char*>(prefetch + q * pstride + k * kPanelWidth);
+        _mm_prefetch(pf, _MM_HINT_T1);
+      }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + k * R + r);
+#pragma GCC unroll 4
+      for (int q = 0; q < Q; ++q) {
+        c[r][q][0] = _mm256_fmadd_ps(a, b0[q], c[r][q][0]);
+        c[r][q][1] = _mm256_fmadd_ps(a, b1[q], c[r][q][1]);
+      }
+    }
+  }
+  // The same operations as sgemm_panels' tile: (y + block) + bias.
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) {
+      float* yr = y + r * ldy + q * kPanelWidth;
+      const float* bq = bias ? bias + q * kPanelWidth : nullptr;
+      if (q < Q - 1 || ncols == kPanelWidth) {
+        __m256 v0 = c[r][q][0], v1 = c[r][q][1];
+        if (accumulate) {
+          v0 = _mm256_add_ps(_mm256_loadu_ps(yr), v0);
+          v1 = _mm256_add_ps(_mm256_loadu_ps(yr + 8), v1);
+        }
+        if (bq) {
+          v0 = _mm256_add_ps(v0, _mm256_loadu_ps(bq));
+          v1 = _mm256_add_ps(v1, _mm256_loadu_ps(bq + 8));
+        }
+        _mm256_storeu_ps(yr, v0);
+        _mm256_storeu_ps(yr + 8, v1);
+      } else {
+        alignas(32) float t[kPanelWidth];
+        _mm256_store_ps(t, c[r][q][0]);
+        _mm256_store_ps(t + 8, c[r][q][1]);
+        for (int64_t j = 0; j < ncols; ++j) {
+          float v = accumulate ? yr[j] + t[j] : t[j];
+          if (bq) v += bq[j];
+          yr[j] = v;
+        }
+      }
+    }
+}
+
+using BlockFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, bool,
+                         const float*, const float*);
+
+// kBlocks[R][Q]: R rows, Q panels (Q <= panels_together(R); fewer at the end of a thread's run).
+constexpr BlockFn kBlocks[kMaxRows + 1][4] = {
+    {nullptr, nullptr, nullptr, nullptr},
+    {block_avx2<1, 1>, block_avx2<1, 2>, block_avx2<1, 3>, block_avx2<1, 4>},
+    {block_avx2<2, 1>, block_avx2<2, 2>, nullptr, nullptr},
+    {block_avx2<3, 1>, block_avx2<3, 2>, nullptr, nullptr},
+    {block_avx2<4, 1>, nullptr, nullptr, nullptr},
+    {block_avx2<5, 1>, nullptr, nullptr, nullptr},
+    {block_avx2<6, 1>, nullptr, nullptr, nullptr},
+};
+
+// The portable version of one panel's k block for R rows, sgemm_panels' tile_generic sums:
+// a * b + c, not fused.
+void block_generic(int64_t R, int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
+                   int64_t ncols, bool accumulate, const float* bias) {
+  for (int64_t r = 0; r < R; ++r) {
+    float acc[kPanelWidth] = {};
+    for (int64_t k = 0; k < kc; ++k) {
+      const float a = x[k * R + r];
+      for (int64_t j = 0; j < kPanelWidth; ++j) acc[j] += a * b[k * kPanelWidth + j];
+    }
+    float* yr = y + r * ldy;
+    for (int64_t j = 0; j < ncols; ++j) {
+      float v = accumulate ? yr[j] + acc[j] : acc[j];
+      if (bias) v += bias[j];
+      yr[j] = v;
+    }
+  }
+}
+
+// Panels [p0, p1) for every row, on the calling thread, kGroupPanels at a time: one k block of
+// each panel of the group in turn (Q side by side in registers), each serving every group of
+// rows while it is in L1, and prefetching the next one. Sixteen interleaved streams plus that
+// prefetch keep more of W in flight than one front-to-back stream does (Zen 3, K = 1024,
+// N = 2816, 4 rows from memory: 0.55-0.6 ms against 0.8-1.0 for one stream).
+void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+                const float* bias, float* y, int64_t ldy, int64_t p0, int64_t p1, bool avx2) {
+  // Equal groups of at most kMaxRows rows (8 rows: 4 + 4, measured faster than 6 + 2).
+  const int64_t groups = (M + kMaxRows - 1) / kMaxRows, group_rows = (M + groups - 1) / groups;
+  const int64_t pstride = K * kPanelWidth;
+  // X packed once, each group of rows k-major (x[k * R + r]): the kernel's broadcasts then read
+  // one contiguous run, not R rows whose stride (often a multiple of 4 KB) maps them all to the
+  // same L1 sets as the panel block.
+  thread_local std::vector<float> xbuf;
+  xbuf.resize(static_cast<size_t>(M * K));
+  for (int64_t m = 0; m < M; m += group_rows) {
+    const int64_t R = std::min(group_rows, M - m);
+    float* a = xbuf.data() + m * K;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < K; ++k) a[k * R + r] = x[(m + r) * ldx + k];
+  }
+  const int64_t Qmax = avx2 ? panels_together(group_rows) : 1;
+  const int64_t G = kGroupPanels;
+  for (int64_t g = p0; g < p1; g += G) {
+    const int64_t g1 = std::min(p1, g + G);
+    for (int64_t k0 = 0; k0 < K; k0 += kPanelsBlockK) {
+      const int64_t kc = std::min(kPanelsBlockK, K - k0);
+      const bool accumulate = k0 > 0;
+      for (int64_t p = g; p < g1; p += Qmax) {
+        const int64_t Q = std::min(Qmax, g1 - p);
+        const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - (p + Q - 1) * kPanelWidth);
+        const float* bs = k0 + kc == K && bias ? bias + n0 : nullptr;
+        const float* b = panels + p * pstride + k0 * kPanelWidth;
+        const float* next = p + Q < g1 ? b + Q * pstride
+                            : k0 + kc < K ? panels + g * pstride + (k0 + kc) * kPanelWidth
+                            : g1 < p1 ? panels + g1 * pstride : nullptr;
+        for (int64_t m = 0; m < M; m += group_rows) {
+          const int64_t R = std::min(group_rows, M - m);
+          const float* xs = xbuf.data() + m * K + k0 * R;
+          float* ys = y + m * ldy + n0;
+          // R <= group_rows, and only M <= 3 (one group) has group_rows <= 3: Q suits R.
+          if (avx2) kBlocks[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 ? next : nullptr);
+          else block_generic(R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+                 const float* bias, float* y, int64_t ldy, int threads) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) y[m * ldy + n] = bias ? bias[n] : 0.0f;
+    return;
+  }
+  const bool avx2 = simd_level() >= SimdLevel::Avx2;
+  const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
+  // Below ~256K multiply-adds (1 MB of W for one row) a second thread costs more than it saves.
+  const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+  const int64_t nt = work < (1 << 18) ? 1 : std::min<int64_t>(std::max(1, threads), P);
+  if (nt == 1) {
+    run_panels(M, N, K, x, ldx, panels, bias, y, ldy, 0, P, avx2);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(nt)) schedule(static)
+  for (int64_t t = 0; t < nt; ++t)
+    run_panels(M, N, K, x, ldx, panels, bias, y, ldy, P * t / nt, P * (t + 1) / nt, avx2);
+}
+
+// AVX2 (AMD EPYC Zen 3, one thread, K = 1024, build/reforge_linear_bench --clock cpu): from
+// memory (N = 2816, --layers 24) this kernel and the tile are within noise of each other from 2
+// to 8 rows, both at W's streaming rate or at the FMA rate, and the tile wins from 10; with W in
+// cache (N = 1024, --layers 1) this kernel is faster up to 16 rows (8 rows: 0.21-0.24 against
+// 0.28-0.32 ms). 8 keeps the memory-bound case no slower. The portable loops do the same
+// arithmetic either way; 8 keeps one summation route.
+int64_t gemv_panels_max_rows() { return 8; }
+
+}  // namespace reforge::cpu

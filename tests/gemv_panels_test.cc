@@ -1,0 +1,136 @@
+// The few-rows kernel on packed panels (cpu::gemv_panels) and sgemm_panels' dispatch to it:
+// against a float64 reference from the plain W, on odd sizes (a zero-padded last panel, K not a
+// multiple of the 256-k summation block, strided X and Y), at every SIMD level this CPU has.
+// Results must not depend on the thread count, nor on how many rows share the product (rows
+// below and above gemv_panels_max_rows() sum in the same order): both are asserted bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemv_panels.h"
+#include "backends/cpu/sgemm_panels.h"
+#include "core/simd.h"
+#include "support/simd_levels.h"
+
+using namespace reforge;
+
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& f : v) f = uni(rng);
+  return v;
+}
+
+struct Panels {
+  float* data = nullptr;
+  Panels(const std::vector<float>& w, int64_t K, int64_t N) {
+    const size_t bytes = (static_cast<size_t>(cpu::panel_floats(K, N)) * sizeof(float) + 63) / 64 * 64;
+    data = static_cast<float*>(std::aligned_alloc(64, std::max<size_t>(bytes, 64)));
+    cpu::pack_panels(w.data(), K, N, false, data);
+  }
+  ~Panels() { std::free(data); }
+  Panels(const Panels&) = delete;
+  Panels& operator=(const Panels&) = delete;
+};
+
+// Checks y (row stride ldy) against X (row stride ldx) x W + bias in float64: each element within
+// 1e-5 of the sum of |terms| (float32 rounding of a K-term sum stays far below that).
+void expect_matches_reference(int64_t M, int64_t N, int64_t K, const std::vector<float>& x, int64_t ldx,
+                              const std::vector<float>& w, const float* bias, const std::vector<float>& y,
+                              int64_t ldy, const std::string& what) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double ref = bias ? bias[n] : 0.0, mag = bias ? std::fabs(bias[n]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double t = static_cast<double>(x[m * ldx + k]) * w[k * N + n];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      const double got = y[m * ldy + n];
+      ASSERT_LE(std::fabs(got - ref), 1e-5 * mag + 1e-30) << what << " at [" << m << ", " << n << "]";
+    }
+}
+
+}  // namespace
+
+TEST(GemvPanels, OddSizesThreadsAndSimdLevels) {
+  for (SimdLevel level : test_support::simd_levels()) {
+    SimdOverride cap(level);
+    for (int64_t M : {1, 2, 3, 5, 7, 9})
+      for (int64_t N : {1, 15, 16, 17, 40, 100})
+        for (int64_t K : {1, 3, 64, 300})
+          for (bool with_bias : {false, true}) {
+            const int64_t ldx = K + 3, ldy = N + 5;
+            const std::vector<float> x = random_floats(M * ldx, 1), w = random_floats(K * N, 2), b = random_floats(N, 3);
+            Panels panels(w, K, N);
+            const std::string what = std::string(test_support::simd_level_name(level)) + " M=" + std::to_string(M) +
+                                     " N=" + std::to_string(N) + " K=" + std::to_string(K) + (with_bias ? " bias" : "");
+            std::vector<float> y1;
+            for (int threads : {1, 2}) {
+              // Sentinels past each row's N columns: only the valid columns may be written.
+              std::vector<float> y(static_cast<size_t>(M * ldy), -7.0f);
+              cpu::gemv_panels(M, N, K, x.data(), ldx, panels.data, with_bias ? b.data() : nullptr, y.data(), ldy,
+                               threads);
+              expect_matches_reference(M, N, K, x, ldx, w, with_bias ? b.data() : nullptr, y, ldy, what);
+              for (int64_t m = 0; m < M; ++m)
+                for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[m * ldy + n], -7.0f) << what << ": wrote past N";
+              if (threads == 1) y1 = y;
+              else ASSERT_EQ(std::memcmp(y1.data(), y.data(), y.size() * sizeof(float)), 0) << what << ": 1 and 2 threads differ";
+            }
+          }
+  }
+}
+
+// Big enough (M x N x K >= 256K multiply-adds) that two threads really split the panels.
+TEST(GemvPanels, TwoThreadsSplitPanelsBitIdentical) {
+  const int64_t M = 3, N = 1000, K = 700;
+  const std::vector<float> x = random_floats(M * K, 4), w = random_floats(K * N, 5), b = random_floats(N, 6);
+  Panels panels(w, K, N);
+  std::vector<float> y1(static_cast<size_t>(M * N)), y2(y1.size());
+  cpu::gemv_panels(M, N, K, x.data(), K, panels.data, b.data(), y1.data(), N, 1);
+  cpu::gemv_panels(M, N, K, x.data(), K, panels.data, b.data(), y2.data(), N, 2);
+  expect_matches_reference(M, N, K, x, K, w, b.data(), y1, N, "M=3 N=1000 K=700");
+  ASSERT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0);
+}
+
+TEST(GemvPanels, KZeroGivesBias) {
+  const std::vector<float> b = random_floats(17, 7);
+  std::vector<float> y(2 * 17, 5.0f);
+  cpu::gemv_panels(2, 17, 0, nullptr, 0, nullptr, b.data(), y.data(), 17, 1);
+  for (int64_t i = 0; i < 34; ++i) EXPECT_EQ(y[i], b[i % 17]);
+}
+
+// sgemm_panels on row counts either side of gemv_panels_max_rows() (few rows go to gemv_panels,
+// more to the 6 x 16 tile) against the reference; and each row of the 40-row product equals,
+// bit for bit, the same row computed alone, so batching a token does not change its outputs.
+TEST(GemvPanels, SgemmPanelsDispatchAndRowIndependence) {
+  ASSERT_GE(cpu::gemv_panels_max_rows(), 1);
+  for (SimdLevel level : test_support::simd_levels()) {
+    SimdOverride cap(level);
+    const int64_t N = 100, K = 600, ldx = K + 1, ldy = N + 2;  // K spans three summation blocks
+    const std::vector<float> x = random_floats(40 * ldx, 8), w = random_floats(K * N, 9), b = random_floats(N, 10);
+    Panels panels(w, K, N);
+    std::vector<float> alone(static_cast<size_t>(40 * ldy));
+    for (int64_t m = 0; m < 40; ++m)
+      cpu::sgemm_panels(1, N, K, x.data() + m * ldx, ldx, panels.data, b.data(), alone.data() + m * ldy, ldy, 1);
+    for (int64_t M : {1, 6, 7, 13, 40})
+      for (int threads : {1, 2}) {
+        const std::string what = std::string(test_support::simd_level_name(level)) + " sgemm_panels M=" +
+                                 std::to_string(M) + " threads=" + std::to_string(threads);
+        std::vector<float> y(static_cast<size_t>(M * ldy));
+        cpu::sgemm_panels(M, N, K, x.data(), ldx, panels.data, b.data(), y.data(), ldy, threads);
+        expect_matches_reference(M, N, K, x, ldx, w, b.data(), y, ldy, what);
+        for (int64_t m = 0; m < M; ++m)
+          ASSERT_EQ(std::memcmp(y.data() + m * ldy, alone.data() + m * ldy, N * sizeof(float)), 0)
+              << what << ": row " << m << " differs from the same row alone";
+      }
+  }
+}
