@@ -1,0 +1,201 @@
+// linear-weights-packing (passes/weight_packing.cc) and its two reforge ops: PackPanels puts
+// every element of W where cpu::panel_at says, MatMulAddPacked matches a float64 reference for
+// MatMul- and Gemm(transB)-shaped weights; a packed plan keeps only packed Linear weights,
+// agrees with the plain-layout plan, rebuilds (slow refit) in its own layout whatever this CPU
+// would choose, and the build lets go of each plain weight once it is packed. Refit of packed
+// plans against a fresh build is LinearPlan.RefitRepacksAndEqualsFreshBuild (linear_test.cc).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "backends/cpu/sgemm_panels.h"
+#include "build/builder.h"
+#include "build/onnx_refit.h"
+#include "refit/recipe.h"
+#include "runtime/plan_engine.h"
+#include "support/plan_round_trip.h"
+#include "support/run_op.h"
+#include "support/synthetic_llama.h"
+
+using namespace reforge;
+using test_support::round_trip;
+using test_support::run_op;
+
+namespace {
+
+Tensor random_matrix(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = uni(rng);
+  return t;
+}
+
+size_t count_nodes(const plan::Plan& p, const std::string& op_type) {
+  size_t n = 0;
+  for (const auto& node : p.graph.nodes) n += node.op_type == op_type;
+  return n;
+}
+
+plan::Plan build_with(const ir::Graph& g, build::WeightPacking packing, plan::BuildMode mode = plan::BuildMode::Refit) {
+  build::BuildOptions o;
+  o.mode = mode;
+  o.weight_packing = packing;
+  return build::build_plan(g, o);
+}
+
+// max |a - b| over max |b|.
+double relative_difference(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  double diff = 0, mag = 0;
+  for (int64_t i = 0; i < a.numel() && i < b.numel(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+    mag = std::max(mag, static_cast<double>(std::fabs(b.data<float>()[i])));
+  }
+  return diff / mag;
+}
+
+}  // namespace
+
+TEST(PackPanels, PlacesEveryElementAndZeroPadsTheLastPanel) {
+  for (bool transposed : {false, true})
+    for (int64_t N : {1, 15, 16, 17, 40}) {
+      const int64_t K = 37;
+      SCOPED_TRACE("N " + std::to_string(N) + (transposed ? " transposed" : ""));
+      Tensor w = random_matrix(transposed ? Shape{N, K} : Shape{K, N}, 3);
+      Tensor wp = run_op("reforge", "PackPanels", 1, {&w}, {ir::int_attr("transposed", transposed)});
+      const int64_t P = (N + 15) / 16;
+      ASSERT_EQ(wp.shape(), (Shape{P, K, 16}));
+      const float* p = wp.data<float>();
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < P * 16; ++n) {
+          const float want = n >= N ? 0.0f : transposed ? w.data<float>()[n * K + k] : w.data<float>()[k * N + n];
+          ASSERT_EQ(p[(n / 16) * K * 16 + k * 16 + n % 16], want) << "k " << k << " n " << n;
+          if (n < N) ASSERT_EQ(cpu::panel_at(p, K, k, n), want);
+        }
+    }
+}
+
+// The op a packed plan runs, on 1-D, 2-D and batched inputs, with and without bias, from a
+// MatMul-shaped ([K, N]) and a Gemm(transB)-shaped ([N, K]) weight, with more rows than one
+// row block (192) and k longer than one k block (256).
+TEST(PackPanels, MatMulAddPackedMatchesFloat64Reference) {
+  struct Case { Shape x; int64_t N; bool transposed, bias; };
+  const std::vector<Case> cases = {{{7}, 5, false, true},        {{3, 40}, 17, true, false},
+                                   {{2, 13, 300}, 33, false, true}, {{200, 600}, 50, true, true},
+                                   {{1, 1, 64}, 1, false, false}};
+  for (int threads : {1, 2})
+    for (const Case& c : cases) {
+      const int64_t K = c.x.back(), rows = shape_numel(c.x) / K;
+      SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " + std::to_string(c.N) +
+                   " threads " + std::to_string(threads));
+      Tensor x = random_matrix(c.x, 1), w = random_matrix(c.transposed ? Shape{c.N, K} : Shape{K, c.N}, 2);
+      Tensor b = random_matrix({c.N}, 4);
+      Tensor wp = run_op("reforge", "PackPanels", 1, {&w}, {ir::int_attr("transposed", c.transposed)});
+      Tensor y = run_op("reforge", "MatMulAddPacked", 1, {&x, &wp, c.bias ? &b : nullptr}, {ir::int_attr("n", c.N)}, threads);
+      Shape want_shape = c.x;
+      want_shape.back() = c.N;
+      ASSERT_EQ(y.shape(), want_shape);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t n = 0; n < c.N; ++n) {
+          double s = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            const double t = static_cast<double>(x.data<float>()[r * K + k]) *
+                             (c.transposed ? w.data<float>()[n * K + k] : w.data<float>()[k * c.N + n]);
+            s += t;
+            mag += std::fabs(t);
+          }
+          if (c.bias) s += b.data<float>()[n], mag += std::fabs(b.data<float>()[n]);
+          ASSERT_NEAR(y.data<float>()[r * c.N + n], s, 1e-6 * mag + 1e-7) << "row " << r << " column " << n;
+        }
+    }
+}
+
+TEST(PackPanels, MatMulAddPackedRefusesAMismatchedPackedWeight) {
+  Tensor x = random_matrix({2, 8}, 1), w = random_matrix({8, 20}, 2);
+  Tensor wp = run_op("reforge", "PackPanels", 1, {&w});
+  try {
+    run_op("reforge", "MatMulAddPacked", 1, {&x, &wp}, {ir::int_attr("n", 40)});  // 40 columns need 3 panels
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not hold 40 columns"), std::string::npos) << e.what();
+  }
+  Tensor x9 = random_matrix({2, 9}, 1);
+  EXPECT_THROW(run_op("reforge", "MatMulAddPacked", 1, {&x9, &wp}, {ir::int_attr("n", 20)}), Error);
+}
+
+TEST(WeightPacking, PackedPlanKeepsOnlyPackedLinearWeightsAndMatchesPlainLayout) {
+  synth::LlamaSpec spec;
+  spec.share_norms = false;
+  const size_t linears = static_cast<size_t>(7 * spec.layers + 1);  // 7 projections per layer, LM head
+  for (int64_t seq : {1, 5, 40}) {
+    SCOPED_TRACE("seq " + std::to_string(seq));
+    spec.seq = seq;
+    ir::Graph g = synth::synthetic_llama(spec);
+    plan::Plan packed = build_with(g, build::WeightPacking::Panels), plain = build_with(g, build::WeightPacking::Plain);
+    EXPECT_EQ(count_nodes(packed, "MatMulAddPacked"), linears);
+    EXPECT_EQ(count_nodes(plain, "MatMulAddPacked"), 0u);
+    EXPECT_EQ(count_nodes(packed, "MatMul") + count_nodes(packed, "MatMulAdd"), 0u) << "a Linear layer was not packed";
+    size_t pack_steps = 0;
+    for (const auto& w : packed.weights) {
+      if (w.recipe.steps.empty() || w.recipe.steps.back().op_type != "PackPanels") continue;
+      ++pack_steps;
+      EXPECT_EQ(w.shape.size(), 3u) << w.name;
+    }
+    EXPECT_EQ(pack_steps, linears);
+    // Same weights, one plan summing in panels and blocks of k: float32 rounding apart.
+    runtime::PlanEngine a(round_trip(packed)), b(round_trip(plain));
+    auto ya = a.run(synth::synthetic_llama_inputs(seq)), yb = b.run(synth::synthetic_llama_inputs(seq));
+    ASSERT_EQ(ya.size(), yb.size());
+    for (size_t i = 0; i < ya.size(); ++i) EXPECT_LT(relative_difference(ya[i], yb[i]), 1e-5) << "output " << i;
+  }
+}
+
+// Slow refit re-runs the build on the new model: it must lay out the weights as the plan does,
+// not as this CPU would by default (a plan built elsewhere, or with the other layout).
+TEST(WeightPacking, SlowRefitRebuildsInThePlansLayout) {
+  synth::LlamaSpec sa;
+  synth::LlamaSpec sb = sa;
+  sb.seed = 7;
+  for (auto packing : {build::WeightPacking::Panels, build::WeightPacking::Plain}) {
+    plan::Plan p = build_with(synth::synthetic_llama(sa), packing);
+    plan::Plan fresh_b = build_with(synth::synthetic_llama(sb), packing);
+    plan::Plan rebuilt = build::rebuild_from_onnx(p, synth::synthetic_llama(sb));
+    ASSERT_EQ(rebuilt.weights.size(), fresh_b.weights.size());
+    for (size_t i = 0; i < rebuilt.weights.size(); ++i)
+      EXPECT_TRUE(refit::bit_equal(rebuilt.weights[i].data, fresh_b.weights[i].data)) << rebuilt.weights[i].name;
+  }
+}
+
+// The build owns the graph it is given (moved in): once a Linear weight is packed, its plain
+// float32 bytes are freed, in baked and refit builds alike, so building holds about one copy of
+// the weights.
+TEST(WeightPacking, BuildFreesEachPlainWeightOncePacked) {
+  for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+    SCOPED_TRACE(mode == plan::BuildMode::Baked ? "baked" : "refit");
+    ir::Graph g = synth::synthetic_llama(synth::LlamaSpec{});
+    std::string linear_w;
+    for (const auto& n : g.nodes)
+      if (n.op_type == "MatMul" && g.initializers.count(n.inputs[1])) {
+        linear_w = n.inputs[1];
+        break;
+      }
+    ASSERT_FALSE(linear_w.empty());
+    // Re-home that weight in storage whose lifetime the test can watch.
+    const Tensor& orig = g.initializers.at(linear_w);
+    auto storage = std::make_shared<std::vector<float>>(orig.data<float>(), orig.data<float>() + orig.numel());
+    std::weak_ptr<std::vector<float>> watch = storage;
+    g.initializers[linear_w] = Tensor::wrap(DType::Float32, orig.shape(), storage, storage->data());
+    storage.reset();
+    plan::Plan p = build::build_plan(std::move(g), [&] {
+      build::BuildOptions o;
+      o.mode = mode;
+      o.weight_packing = build::WeightPacking::Panels;
+      return o;
+    }());
+    EXPECT_TRUE(watch.expired()) << "the plain weight outlived the build";
+    EXPECT_EQ(count_nodes(p, "MatMulAddPacked"), 15u);
+  }
+}
