@@ -13,6 +13,7 @@
 #include "backends/cpu/sgemm_panels.h"
 #include "build/builder.h"
 #include "build/onnx_refit.h"
+#include "passes/build_state.h"
 #include "refit/recipe.h"
 #include "runtime/plan_engine.h"
 #include "support/plan_round_trip.h"
@@ -169,33 +170,60 @@ TEST(WeightPacking, SlowRefitRebuildsInThePlansLayout) {
   }
 }
 
-// The build owns the graph it is given (moved in): once a Linear weight is packed, its plain
-// float32 bytes are freed, in baked and refit builds alike, so building holds about one copy of
-// the weights.
-TEST(WeightPacking, BuildFreesEachPlainWeightOncePacked) {
-  for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
-    SCOPED_TRACE(mode == plan::BuildMode::Baked ? "baked" : "refit");
-    ir::Graph g = synth::synthetic_llama(synth::LlamaSpec{});
-    std::string linear_w;
-    for (const auto& n : g.nodes)
-      if (n.op_type == "MatMul" && g.initializers.count(n.inputs[1])) {
-        linear_w = n.inputs[1];
-        break;
+// The pass lets go of each plain weight as soon as it is packed (BuildState::release_replaced),
+// while the build is still running, so building holds about one copy of the weights; unless
+// something else still needs the source: another node reading it, or another constant's recipe.
+TEST(WeightPacking, PassFreesEachPlainWeightOncePacked) {
+  for (bool derived : {false, true})
+    for (int other_user = 0; other_user < 3; ++other_user) {  // 0 none, 1 a node, 2 a recipe
+      SCOPED_TRACE(std::string(derived ? "refit" : "baked") + " other user " + std::to_string(other_user));
+      passes::BuildState s;
+      s.pack_linear_panels = true;
+      s.mode = derived ? plan::BuildMode::Refit : plan::BuildMode::Baked;
+      auto storage = std::make_shared<std::vector<float>>(24 * 40, 0.5f);
+      std::weak_ptr<std::vector<float>> watch = storage;
+      Tensor w = Tensor::wrap(DType::Float32, {24, 40}, storage, storage->data());
+      storage.reset();
+      plan::Source src;
+      src.key = "w@0:1";
+      src.dtype = DType::Float32;
+      src.shape = {24, 40};
+      s.sources.push_back(src);
+      s.source_values.push_back(w);
+      passes::ConstValue cv;
+      cv.value = w;
+      if (derived) {
+        cv.kind = plan::WeightKind::Derived;
+        cv.recipe.result = {plan::Operand::Kind::Source, 0};
+        cv.sources = {0};
+      } else {
+        cv.kind = plan::WeightKind::Baked;
       }
-    ASSERT_FALSE(linear_w.empty());
-    // Re-home that weight in storage whose lifetime the test can watch.
-    const Tensor& orig = g.initializers.at(linear_w);
-    auto storage = std::make_shared<std::vector<float>>(orig.data<float>(), orig.data<float>() + orig.numel());
-    std::weak_ptr<std::vector<float>> watch = storage;
-    g.initializers[linear_w] = Tensor::wrap(DType::Float32, orig.shape(), storage, storage->data());
-    storage.reset();
-    plan::Plan p = build::build_plan(std::move(g), [&] {
-      build::BuildOptions o;
-      o.mode = mode;
-      o.weight_packing = build::WeightPacking::Panels;
-      return o;
-    }());
-    EXPECT_TRUE(watch.expired()) << "the plain weight outlived the build";
-    EXPECT_EQ(count_nodes(p, "MatMulAddPacked"), 15u);
-  }
+      s.consts[src.key] = std::move(cv);
+      w = Tensor();
+      ir::Node mm;
+      mm.name = "mm";
+      mm.op_type = "MatMul";
+      mm.opset = 13;
+      mm.inputs = {"x", src.key};
+      mm.outputs = {"y"};
+      s.graph.nodes.push_back(mm);
+      if (other_user == 1) {
+        ir::Node id = mm;
+        id.name = "id";
+        id.op_type = "Identity";
+        id.inputs = {src.key};
+        id.outputs = {"z"};
+        s.graph.nodes.push_back(id);
+      } else if (other_user == 2) {
+        s.consts["neg"] = s.fold("", "Neg", 13, {}, {src.key}, 1, 0);
+      }
+      passes::linear_weights_packing(s);
+      EXPECT_EQ(s.graph.nodes[0].op_type, "MatMulAddPacked");
+      const std::string packed = s.graph.nodes[0].inputs[1];
+      ASSERT_TRUE(s.is_const(packed));
+      EXPECT_EQ(watch.expired(), other_user == 0 || (other_user == 2 && !derived)) << "plain weight kept or freed wrongly";
+      EXPECT_EQ(s.consts.at(packed).verified, derived && other_user == 0);
+      EXPECT_EQ(s.is_const(src.key), other_user == 1);
+    }
 }
