@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -136,6 +137,17 @@ size_t weight_bytes(const ir::Graph& g) {
   size_t bytes = 0;
   for (const auto& [n, t] : g.initializers) bytes += t.nbytes();
   return bytes;
+}
+
+// The bracketed choice of a transparent-huge-page setting ("madvise" from "always [madvise]
+// never"), or "unknown": engine weights of 2 MiB or more ask for huge pages (core/tensor.h), so
+// the refit figures depend on it.
+std::string thp_setting(const char* name) {
+  std::ifstream f(std::string("/sys/kernel/mm/transparent_hugepage/") + name);
+  std::string line;
+  if (!std::getline(f, line)) return "unknown";
+  auto a = line.find('['), b = line.find(']');
+  return a == std::string::npos || b == std::string::npos || b < a ? line : line.substr(a + 1, b - a - 1);
 }
 
 // Fresh, untouched destination: std::make_unique_for_overwrite-style, no zero fill.
@@ -268,6 +280,7 @@ int main(int argc, char** argv) {
     std::cout << std::fixed << std::setprecision(2) << "weights: " << bytes / 1e6 << " MB (" << o.spec.layers
               << " layers, hidden " << o.spec.hidden << ", ffn " << o.spec.ffn << ", vocab " << o.spec.vocab
               << "); stripped plan " << plan_bytes << " bytes, built in " << build_ms << " ms\n"
+              << "transparent huge pages: enabled " << thp_setting("enabled") << ", defrag " << thp_setting("defrag") << "\n"
               << "memcpy, resident -> resident (the baseline): " << memcpy_ms << " ms ("
               << bytes / 1e6 / memcpy_ms << " GB/s)\n"
               << "memcpy, resident -> fresh buffer:            " << memcpy_fresh_ms << " ms\n"

@@ -5,7 +5,10 @@
 // below and above gemv_panels_max_rows() sum in the same order): both are asserted bit for bit.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -133,4 +136,45 @@ TEST(GemvPanels, SgemmPanelsDispatchAndRowIndependence) {
               << what << ": row " << m << " differs from the same row alone";
       }
   }
+}
+
+// pack_panels is a copy: every packed float equals its W element bit for bit and the padding of
+// the last panel is +0.0f, for W as [K, N] and as its transpose, on small matrices (ordinary
+// stores, one thread) and big ones (threads in contiguous panel ranges, rows in blocks,
+// non-temporal stores), with K not a multiple of the row block, at 1 and 2 OpenMP threads, and
+// into a destination that is only 4-byte aligned (ordinary stores). Values include -0.0f and a
+// NaN payload so a conversion anywhere would show.
+TEST(GemvPanels, PackPanelsIsABitExactCopy) {
+  struct Case {
+    int64_t K, N;
+  };
+  for (Case c : {Case{5, 3}, Case{33, 17}, Case{100, 100}, Case{1000, 300}, Case{531, 1037}})
+    for (bool transposed : {false, true})
+      for (int threads : {1, 2})
+        for (size_t misalign : {size_t{0}, size_t{1}}) {
+          const int64_t K = c.K, N = c.N;
+          std::vector<float> w = random_floats(K * N, static_cast<uint32_t>(K * 7 + N));
+          w[0] = -0.0f;
+          uint32_t nan_bits = 0x7fc01234u;
+          std::memcpy(&w[w.size() / 2], &nan_bits, 4);
+          const size_t floats = static_cast<size_t>(cpu::panel_floats(K, N));
+          std::vector<float> store(floats + 32, 1.0f);
+          float* dst = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(store.data()) + 63) / 64 * 64) + misalign;
+          const int saved = omp_get_max_threads();
+          omp_set_num_threads(threads);
+          cpu::pack_panels(w.data(), K, N, transposed, dst);
+          omp_set_num_threads(saved);
+          const std::string what = "K=" + std::to_string(K) + " N=" + std::to_string(N) +
+                                   (transposed ? " transposed" : "") + " threads=" + std::to_string(threads) +
+                                   " misalign=" + std::to_string(misalign);
+          const int64_t P = (N + cpu::kPanelWidth - 1) / cpu::kPanelWidth;
+          for (int64_t p = 0; p < P; ++p)
+            for (int64_t k = 0; k < K; ++k)
+              for (int64_t j = 0; j < cpu::kPanelWidth; ++j) {
+                const int64_t n = p * cpu::kPanelWidth + j;
+                const float want = n < N ? (transposed ? w[n * K + k] : w[k * N + n]) : 0.0f;
+                const float got = dst[(p * K + k) * cpu::kPanelWidth + j];
+                ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << what << " at k=" << k << " n=" << n;
+              }
+        }
 }

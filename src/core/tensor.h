@@ -27,10 +27,13 @@ std::string shape_str(const Shape& shape);  // "[2,3,4]"
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates zero-initialized, 64-byte aligned storage.
+  // Allocates zero-initialized, 64-byte aligned storage. Storage of 2 MiB or more is its own
+  // anonymous mapping, 2 MiB-aligned and advised as transparent huge pages (fresh, hence
+  // already zero: no fill pass); smaller storage comes from the heap.
   static Tensor empty(DType dtype, Shape shape);
   // Allocates 64-byte aligned storage whose contents are undefined (the caller writes every
   // element): for kernel outputs, where zero-filling first would cost a pass over memory.
+  // Same placement as empty().
   static Tensor uninitialized(DType dtype, Shape shape);
   // Wraps memory owned by `owner` (which must keep `data` alive); no copy.
   static Tensor wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
@@ -69,6 +72,9 @@ class Tensor {
   std::string describe() const;
 
  private:
+  // uninitialized(); `zeroed` tells whether the storage is known to be all zeros.
+  static Tensor allocate(DType dtype, Shape shape, bool& zeroed);
+
   DType dtype_ = DType::Undefined;
   Shape shape_;
   int64_t numel_ = 0;

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -151,22 +152,70 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
 
 }  // namespace
 
+// A memory-bound copy (a refit re-packs every Linear weight into a fresh buffer), shaped for
+// bandwidth:
+// - Each thread writes one contiguous range of panels, so it streams its own part of dst and
+//   takes the page faults of that part (with 2 MiB pages, core/tensor.h, one per 2 MiB).
+// - Rows go in blocks of kBlock: for each panel of the range, kBlock rows are copied (a 1 KB
+//   run of dst, kBlock short reads from consecutive rows of w), then the next panel. Whole rows
+//   at a time would keep a read stream per row and a write stream per panel open; per panel over
+//   all of K, every 64-byte read touches a new 4 KiB page of w. Measured on Zen 3 with 879 MB of
+//   Llama weights into fresh huge pages: 145 ms per panel, ~85 ms in blocks of 8 to 16 rows.
+// - Big matrices are written with non-temporal stores: dst is far larger than the caches and
+//   not read soon, and streaming skips reading each destination line before writing it
+//   (~25% faster above). Small ones use ordinary stores (they may be read right away).
+// Every float is copied as is (padding columns are +0.0f), so the result does not depend on
+// the path taken.
 void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* dst) {
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
-#pragma omp parallel for schedule(static) if (K * N > (1 << 18))
-  for (int64_t p = 0; p < P; ++p) {
-    const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
-    float* out = dst + p * K * kPanelWidth;
-    if (!transposed) {
-      for (int64_t k = 0; k < K; ++k) {
-        float* o = out + k * kPanelWidth;
-        std::memcpy(o, w + k * N + n0, static_cast<size_t>(ncols) * sizeof(float));
-        for (int64_t j = ncols; j < kPanelWidth; ++j) o[j] = 0.0f;
-      }
+  constexpr int64_t kBlock = 16;
+  const bool big = K * N > (1 << 18);
+  const bool stream = big && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  // One 64-byte row of a panel from 16 floats at `src` (the column tail padded with zeros when
+  // ncols < 16).
+  auto put = [stream](float* o, const float* src) {
+    const __m128 a = _mm_loadu_ps(src), b = _mm_loadu_ps(src + 4), c = _mm_loadu_ps(src + 8), d = _mm_loadu_ps(src + 12);
+    if (stream) {
+      _mm_stream_ps(o, a);
+      _mm_stream_ps(o + 4, b);
+      _mm_stream_ps(o + 8, c);
+      _mm_stream_ps(o + 12, d);
     } else {
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t j = 0; j < kPanelWidth; ++j) out[k * kPanelWidth + j] = j < ncols ? w[(n0 + j) * K + k] : 0.0f;
+      _mm_storeu_ps(o, a);
+      _mm_storeu_ps(o + 4, b);
+      _mm_storeu_ps(o + 8, c);
+      _mm_storeu_ps(o + 12, d);
     }
+  };
+  auto pack_range = [&](int64_t p0, int64_t p1) {
+    alignas(64) float line[kPanelWidth];
+    for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
+      const int64_t k1 = std::min(K, k0 + kBlock);
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
+        float* out = dst + p * K * kPanelWidth;
+        for (int64_t k = k0; k < k1; ++k) {
+          float* o = out + k * kPanelWidth;
+          if (!transposed && ncols == kPanelWidth) {
+            put(o, w + k * N + n0);
+            continue;
+          }
+          for (int64_t j = 0; j < kPanelWidth; ++j)
+            line[j] = j >= ncols ? 0.0f : transposed ? w[(n0 + j) * K + k] : w[k * N + n0 + j];
+          put(o, line);
+        }
+      }
+    }
+    if (stream) _mm_sfence();  // streamed lines visible before the caller (or another thread) reads dst
+  };
+  if (!big) {
+    pack_range(0, P);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    pack_range(P * t / nt, P * (t + 1) / nt);
   }
 }
 
