@@ -106,25 +106,6 @@ constexpr BlockFn kBlocks[kMaxRows + 1][4] = {
     {block_avx2<6, 1>, nullptr, nullptr, nullptr},
 };
 
-// The portable version of one panel's k block for R rows, sgemm_panels' tile_generic sums:
-// a * b + c, not fused.
-void block_generic(int64_t R, int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
-                   int64_t ncols, bool accumulate, const float* bias) {
-  for (int64_t r = 0; r < R; ++r) {
-    float acc[kPanelWidth] = {};
-    for (int64_t k = 0; k < kc; ++k) {
-      const float a = x[k * R + r];
-      for (int64_t j = 0; j < kPanelWidth; ++j) acc[j] += a * b[k * kPanelWidth + j];
-    }
-    float* yr = y + r * ldy;
-    for (int64_t j = 0; j < ncols; ++j) {
-      float v = accumulate ? yr[j] + acc[j] : acc[j];
-      if (bias) v += bias[j];
-      yr[j] = v;
-    }
-  }
-}
-
 // Panels [p0, p1) for every row, on the calling thread, kGroupPanels at a time: one k block of
 // each panel of the group in turn (Q side by side in registers), each serving every group of
 // rows while it is in L1, and prefetching the next one. Sixteen interleaved streams plus that
@@ -167,7 +148,7 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
           float* ys = y + m * ldy + n0;
           // R <= group_rows, and only M <= 3 (one group) has group_rows <= 3: Q suits R.
           if (avx2) kBlocks[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 ? next : nullptr);
-          else block_generic(R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
+          else panel_block_generic(R, R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
         }
       }
     }

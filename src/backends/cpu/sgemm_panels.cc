@@ -73,24 +73,6 @@ REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, fl
   }
 }
 
-// The same sums without vectors (CPUs without AVX2 + FMA): a * b + c, not fused.
-void tile_generic(int64_t R, int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
-                  int64_t ncols, bool accumulate, const float* bias) {
-  for (int64_t r = 0; r < R; ++r) {
-    float acc[kPanelWidth] = {};
-    for (int64_t k = 0; k < kc; ++k) {
-      const float a = x[k * kRows + r];
-      for (int64_t j = 0; j < kPanelWidth; ++j) acc[j] += a * b[k * kPanelWidth + j];
-    }
-    float* yr = y + r * ldy;
-    for (int64_t j = 0; j < ncols; ++j) {
-      float v = accumulate ? yr[j] + acc[j] : acc[j];
-      if (bias) v += bias[j];
-      yr[j] = v;
-    }
-  }
-}
-
 using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const float*, const float*);
 constexpr TileFn kAvx2Tiles[kRows + 1] = {nullptr,           tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
                                           tile_avx2<4>,      tile_avx2<5>, tile_avx2<6>};
@@ -142,7 +124,7 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
             const int64_t R = std::min(kRows, mb1 - m);
             float* ys = y + m * ldy + n0;
             if (avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, m == mb ? next : nullptr);
-            else tile_generic(R, kc, as, b, ys, ldy, ncols, accumulate, bs);
+            else panel_block_generic(R, kRows, kc, as, b, ys, ldy, ncols, accumulate, bs);
           }
         }
       }
@@ -151,6 +133,23 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
 }
 
 }  // namespace
+
+void panel_block_generic(int64_t R, int64_t x_stride, int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
+                         int64_t ncols, bool accumulate, const float* bias) {
+  for (int64_t r = 0; r < R; ++r) {
+    float acc[kPanelWidth] = {};
+    for (int64_t k = 0; k < kc; ++k) {
+      const float a = x[k * x_stride + r];
+      for (int64_t j = 0; j < kPanelWidth; ++j) acc[j] += a * b[k * kPanelWidth + j];
+    }
+    float* yr = y + r * ldy;
+    for (int64_t j = 0; j < ncols; ++j) {
+      float v = accumulate ? yr[j] + acc[j] : acc[j];
+      if (bias) v += bias[j];
+      yr[j] = v;
+    }
+  }
+}
 
 // A memory-bound copy (a refit re-packs every Linear weight into a fresh buffer), shaped for
 // bandwidth:
