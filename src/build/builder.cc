@@ -163,9 +163,10 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   }
 
   canonical_constant_names(s);
-  std::set<std::string> verified;  // recipes a pass already verified (BuildState::release_replaced)
-  for (const auto& [name, cv] : s.consts)
-    if (cv.verified) verified.insert(name);
+  // Every recipe, replayed on the build-time sources, must reproduce its engine weight bit for
+  // bit (those a pass verified already, before releasing a source, are not replayed again).
+  if (o.verify_recipes)
+    for (auto& [name, cv] : s.consts) s.verify_recipe(name, cv);
   plan.sources = s.sources;
   plan.literals = s.literals;
   for (auto& [name, cv] : s.consts) {
@@ -184,15 +185,6 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   }
   plan.graph = std::move(s.graph);
 
-  if (o.verify_recipes) {
-    for (const auto& w : plan.weights) {
-      if (w.kind != plan::WeightKind::Derived || verified.count(w.name)) continue;
-      Tensor again = refit::replay_recipe(w.recipe, s.source_values, plan.literals);
-      if (!refit::bit_equal(again, w.data))
-        fail("build verification failed: replaying the recipe of engine weight '", w.name,
-             "' does not reproduce it bit for bit (this is a bug in a pass)");
-    }
-  }
   if (o.strip_weights) {
     for (auto& w : plan.weights)
       if (w.kind == plan::WeightKind::Derived) w.data = Tensor();

@@ -29,11 +29,10 @@ namespace {
 
 struct Ctx {
   std::string base_dir;  // external data folder; empty = external data not allowed
-  std::shared_ptr<const void> keepalive;  // owns the parsed proto, so raw_data can be wrapped
-  // The proto is the importer's own parse: a tensor takes its raw_data string rather than
-  // sharing the whole proto, so each weight's bytes live exactly as long as that weight (a build
-  // that re-lays out a weight frees the original at once).
-  bool take_raw_data = false;
+  // The proto is the importer's own parse, read once: a tensor takes its raw_data string rather
+  // than copying it or sharing the whole proto, so each weight's bytes live exactly as long as
+  // that weight (a build that re-lays out a weight frees the original at once).
+  bool owns_proto = false;
 };
 
 std::string norm_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
@@ -113,8 +112,7 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
     // The parsed proto already holds the one copy of these bytes; wrap it rather than copy again
     // when it is naturally aligned (kernels do not assume more than element alignment on inputs).
     auto addr = reinterpret_cast<uintptr_t>(raw.data());
-    if (ctx.keepalive && addr % 16 == 0) {
-      if (!ctx.take_raw_data) return Tensor::wrap(dtype, shape, ctx.keepalive, raw.data());
+    if (ctx.owns_proto && addr % 16 == 0) {
       auto owned = std::make_shared<std::string>(std::move(const_cast<std::string&>(raw)));
       if (reinterpret_cast<uintptr_t>(owned->data()) == addr) return Tensor::wrap(dtype, shape, owned, owned->data());
       return Tensor::copy_of(dtype, shape, owned->data());
@@ -251,8 +249,7 @@ ir::Graph convert_graph(const GraphProto& gp, const std::map<std::string, int>& 
 
 ir::Graph convert_model(std::shared_ptr<ModelProto> model, const Ctx& base_ctx) {
   Ctx ctx = base_ctx;
-  ctx.keepalive = model;
-  ctx.take_raw_data = true;  // callers pass the importer's own parse, read once
+  ctx.owns_proto = true;  // callers pass the importer's own parse
   if (!model->has_graph()) fail("the model has no graph");
   std::map<std::string, int> opsets;
   for (const auto& os : model->opset_import()) {

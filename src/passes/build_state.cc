@@ -97,14 +97,16 @@ void BuildState::release_replaced(const std::string& value, const std::string& m
   consts.erase(it);
   for (const auto& [name, cv] : consts)
     if (name != made && cv.sources.count(id)) return;  // another constant's recipe still reads it
-  ConstValue& m = consts.at(made);
-  if (m.kind == plan::WeightKind::Derived) {
-    if (!refit::bit_equal(refit::replay_recipe(m.recipe, source_values, literals), m.value))
-      fail("build verification failed: replaying the recipe of '", made,
-           "' does not reproduce it bit for bit (this is a bug in a pass)");
-    m.verified = true;
-  }
+  verify_recipe(made, consts.at(made));
   source_values[id] = Tensor();
+}
+
+void BuildState::verify_recipe(const std::string& name, ConstValue& cv) const {
+  if (cv.kind != plan::WeightKind::Derived || cv.verified) return;
+  if (!refit::bit_equal(refit::replay_recipe(cv.recipe, source_values, literals), cv.value))
+    fail("build verification failed: replaying the recipe of engine weight '", name,
+         "' does not reproduce it bit for bit (this is a bug in a pass)");
+  cv.verified = true;
 }
 
 const std::vector<Pass>& default_passes() {

@@ -20,7 +20,7 @@ struct ConstValue {
   plan::WeightKind kind = plan::WeightKind::Literal;
   plan::Recipe recipe;           // for Derived: how `value` is made from sources
   std::set<uint32_t> sources;    // sources the recipe reads
-  bool verified = false;         // the recipe was already replayed bit-exactly (release_replaced)
+  bool verified = false;         // the recipe was already replayed bit-exactly (verify_recipe)
 };
 
 struct BuildState {
@@ -55,6 +55,9 @@ struct BuildState {
   // the build lets go of the source's value: a pass that re-lays out every weight (packing)
   // then holds one extra weight at a time, not a second copy of the model.
   void release_replaced(const std::string& value, const std::string& made);
+  // Replays the recipe of the derived constant `cv` (named `name` in errors) on the build-time
+  // sources unless that was done already, and fails unless it reproduces `cv` bit for bit.
+  void verify_recipe(const std::string& name, ConstValue& cv) const;
 };
 
 // A named pass. `reads_weight_values` passes specialize on weight values and run only in baked
