@@ -74,7 +74,9 @@ TEST(PackPanels, PlacesEveryElementAndZeroPadsTheLastPanel) {
         for (int64_t n = 0; n < P * 16; ++n) {
           const float want = n >= N ? 0.0f : transposed ? w.data<float>()[n * K + k] : w.data<float>()[k * N + n];
           ASSERT_EQ(p[(n / 16) * K * 16 + k * 16 + n % 16], want) << "k " << k << " n " << n;
-          if (n < N) ASSERT_EQ(cpu::panel_at(p, K, k, n), want);
+          if (n < N) {
+            ASSERT_EQ(cpu::panel_at(p, K, k, n), want);
+          }
         }
     }
 }

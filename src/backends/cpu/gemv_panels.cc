@@ -160,11 +160,7 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
 void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
                  const float* bias, float* y, int64_t ldy, int threads) {
   if (M <= 0 || N <= 0) return;
-  if (K == 0) {
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) y[m * ldy + n] = bias ? bias[n] : 0.0f;
-    return;
-  }
+  if (K == 0) return fill_bias(M, N, bias, y, ldy);
   const bool avx2 = simd_level() >= SimdLevel::Avx2;
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   // Below ~256K multiply-adds (1 MB of W for one row) a second thread costs more than it saves.

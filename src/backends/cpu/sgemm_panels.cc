@@ -134,6 +134,11 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
 
 }  // namespace
 
+void fill_bias(int64_t M, int64_t N, const float* bias, float* y, int64_t ldy) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) y[m * ldy + n] = bias ? bias[n] : 0.0f;
+}
+
 void panel_block_generic(int64_t R, int64_t x_stride, int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
                          int64_t ncols, bool accumulate, const float* bias) {
   for (int64_t r = 0; r < R; ++r) {
@@ -221,11 +226,7 @@ void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* d
 void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
                   const float* bias, float* y, int64_t ldy, int threads) {
   if (M <= 0 || N <= 0) return;
-  if (K == 0) {
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n) y[m * ldy + n] = bias ? bias[n] : 0.0f;
-    return;
-  }
+  if (K == 0) return fill_bias(M, N, bias, y, ldy);
   static_assert(kBlockK == kPanelsBlockK, "gemv_panels must sum in sgemm_panels' k blocks");
   if (M <= gemv_panels_max_rows()) return gemv_panels(M, N, K, x, ldx, panels, bias, y, ldy, threads);
   const bool avx2 = simd_level() >= SimdLevel::Avx2;

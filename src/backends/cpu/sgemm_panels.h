@@ -41,6 +41,9 @@ inline float panel_at(const float* panels, int64_t K, int64_t k, int64_t n) {
 void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
                   const float* bias, float* y, int64_t ldy, int threads);
 
+// Y[M, N] = bias (0 where bias is null): the product with K = 0, for sgemm_panels and gemv_panels.
+void fill_bias(int64_t M, int64_t N, const float* bias, float* y, int64_t ldy);
+
 // The portable sums of one k block of one panel for R rows (CPUs without AVX2 + FMA; shared by
 // sgemm_panels and gemv_panels): Y[r, 0:ncols) (+)= sum over k of X[k * x_stride + r] x panel row
 // k (+ bias), as a * b + c, not fused. X is packed k-major, x_stride floats per k.
