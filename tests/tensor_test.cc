@@ -39,34 +39,80 @@ bool mapped(const void* p, size_t n) {
 
 // Sizes around the 2 MiB line where storage moves from the heap to its own huge-page mapping:
 // every allocation is 64-byte aligned, empty() is zero in every byte (also when the memory was
-// used and freed just before), all of it is writable, and big storage is unmapped on release.
+// used and freed just before, which for big storage means reused from the cache), all of it is
+// writable, and big storage is unmapped on release when the cache is off.
 TEST(Tensor, LargeAllocationsAlignedZeroedAndFreed) {
-  for (int64_t floats : {int64_t{1000}, (int64_t{2} << 20) / 4 - 1, (int64_t{2} << 20) / 4, (int64_t{2} << 20) / 4 + 1,
-                         int64_t{3'000'007}}) {
-    SCOPED_TRACE(floats);
-    for (int round = 0; round < 2; ++round) {
-      Tensor t = Tensor::empty(DType::Float32, {floats});
-      ASSERT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
-      const unsigned char* b = static_cast<const unsigned char*>(t.raw());
-      size_t nonzero = 0;
-      for (size_t i = 0; i < t.nbytes(); ++i) nonzero += b[i] != 0;
-      EXPECT_EQ(nonzero, 0u);
-      float* p = t.mutable_data<float>();
-      for (int64_t i = 0; i < floats; ++i) p[i] = 1.0f;  // dirty it for the next round
+  const size_t limit = storage_cache_limit();
+  set_storage_cache_limit(0);
+  for (bool cached : {false, true}) {
+    set_storage_cache_limit(cached ? size_t{64} << 20 : 0);
+    for (int64_t floats : {int64_t{1000}, (int64_t{2} << 20) / 4 - 1, (int64_t{2} << 20) / 4, (int64_t{2} << 20) / 4 + 1,
+                           int64_t{3'000'007}}) {
+      SCOPED_TRACE(::testing::Message() << floats << (cached ? " cached" : " uncached"));
+      for (int round = 0; round < 2; ++round) {
+        Tensor t = Tensor::empty(DType::Float32, {floats});
+        ASSERT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
+        const unsigned char* b = static_cast<const unsigned char*>(t.raw());
+        size_t nonzero = 0;
+        for (size_t i = 0; i < t.nbytes(); ++i) nonzero += b[i] != 0;
+        EXPECT_EQ(nonzero, 0u);
+        float* p = t.mutable_data<float>();
+        for (int64_t i = 0; i < floats; ++i) p[i] = 1.0f;  // dirty it for the next round
+      }
+      Tensor u = Tensor::uninitialized(DType::Float32, {floats});
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(u.raw()) % 64, 0u);
+      float* q = u.mutable_data<float>();
+      for (int64_t i = 0; i < floats; ++i) q[i] = static_cast<float>(i);
+      EXPECT_EQ(u.data<float>()[floats - 1], static_cast<float>(floats - 1));
+      if (u.nbytes() >= (size_t{2} << 20)) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(u.raw()) % (size_t{2} << 20), 0u);
+        const void* at = u.raw();
+        const size_t n = u.nbytes();
+        Tensor view = u.reshaped({1, floats});  // shares the storage: still mapped after u goes
+        u = Tensor();
+        EXPECT_TRUE(mapped(at, n));
+        view = Tensor();
+        EXPECT_EQ(mapped(at, n), cached);
+        EXPECT_EQ(storage_cache_held() >= n, cached);
+      }
     }
-    Tensor u = Tensor::uninitialized(DType::Float32, {floats});
-    ASSERT_EQ(reinterpret_cast<uintptr_t>(u.raw()) % 64, 0u);
-    float* q = u.mutable_data<float>();
-    for (int64_t i = 0; i < floats; ++i) q[i] = static_cast<float>(i);
-    EXPECT_EQ(u.data<float>()[floats - 1], static_cast<float>(floats - 1));
-    if (u.nbytes() >= (size_t{2} << 20)) {
-      const void* at = u.raw();
-      const size_t n = u.nbytes();
-      Tensor view = u.reshaped({1, floats});  // shares the storage: still mapped after u goes
-      u = Tensor();
-      EXPECT_TRUE(mapped(at, n));
-      view = Tensor();
-      EXPECT_FALSE(mapped(at, n));
-    }
+    set_storage_cache_limit(0);
+    EXPECT_EQ(storage_cache_held(), 0u);
   }
+  set_storage_cache_limit(limit);
+}
+
+// Released big storage is handed to the next allocation of about its size (at most 1/8 longer),
+// not to a much smaller one, and the cache keeps the newest mappings within its limit.
+TEST(Tensor, ReleasedStorageIsReusedWithinLimits) {
+  const size_t mb = size_t{1} << 20, limit = storage_cache_limit();
+  set_storage_cache_limit(0);
+  set_storage_cache_limit(40 * mb);
+  const void* first = nullptr;
+  {
+    Tensor a = Tensor::uninitialized(DType::UInt8, {int64_t(16 * mb)});
+    first = a.raw();
+  }
+  EXPECT_EQ(storage_cache_held(), 16 * mb);
+  {
+    Tensor small = Tensor::uninitialized(DType::UInt8, {int64_t(4 * mb)});  // too small to take 16 MB
+    EXPECT_NE(small.raw(), first);
+    Tensor same = Tensor::empty(DType::UInt8, {int64_t(15 * mb)});  // within 1/8: reused, and zeroed
+    EXPECT_EQ(same.raw(), first);
+    EXPECT_EQ(storage_cache_held(), 0u);
+    const unsigned char* b = same.data<unsigned char>();
+    size_t nonzero = 0;
+    for (size_t i = 0; i < same.nbytes(); ++i) nonzero += b[i] != 0;
+    EXPECT_EQ(nonzero, 0u);
+  }
+  EXPECT_EQ(storage_cache_held(), 20 * mb);  // the 16 MB mapping (released first), then 4 MB
+  {
+    Tensor big = Tensor::uninitialized(DType::UInt8, {int64_t(30 * mb)});
+    big = Tensor();  // 50 MB kept would pass the limit: the oldest (16 MB) goes
+  }
+  EXPECT_EQ(storage_cache_held(), 34 * mb);
+  EXPECT_FALSE(mapped(first, 16 * mb));
+  set_storage_cache_limit(0);
+  EXPECT_EQ(storage_cache_held(), 0u);
+  set_storage_cache_limit(limit);
 }

@@ -1,10 +1,13 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <vector>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -56,6 +59,105 @@ void* map_huge(size_t bytes, size_t& len) {
   return reinterpret_cast<void*>(start);
 }
 
+// Freed huge-page mappings kept for the next allocation of about the same size.
+//
+// Why: on a virtual machine a fresh page is expensive; the guest clears it and the host must back
+// it. Measured on the KVM guest of docs/benchmarks.md: clearing the 131 MB logits of the Llama
+// prompt model at batch 8 took ~0.39 s of a 3.4 s run (clear_page_erms under the GEMM's first
+// store), about 340 MB/s. Outputs leave the activation arena, so without this every run paid it;
+// ONNX Runtime's arena keeps such buffers. The same reuse serves the build (a plain Linear weight
+// freed once packed gives its pages to the next packed weight) and repeated refits (the
+// previous weights' buffers take the next ones).
+//
+// Policy: a mapping released by a tensor is kept (newest last) while the cache holds at most
+// its limit, evicting the oldest beyond it; an allocation takes the smallest kept mapping at
+// least as long as it needs and at most 1/8 longer (the slack is resident), else maps fresh
+// memory. Reused memory is not zero: empty() fills it.
+class MappingCache {
+ public:
+  static MappingCache& get() {
+    static MappingCache* cache = new MappingCache();  // never destroyed: tensors may die at exit
+    return *cache;
+  }
+
+  // A kept mapping for `len` bytes, or null; `got` is its length.
+  void* take(size_t len, size_t& got) {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t best = entries_.size();
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      const size_t l = entries_[i].len;
+      if (l >= len && l - len <= len / 8 && (best == entries_.size() || l < entries_[best].len)) best = i;
+    }
+    if (best == entries_.size()) return nullptr;
+    void* p = entries_[best].p;
+    got = entries_[best].len;
+    total_ -= got;
+    entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(best));
+    return p;
+  }
+
+  void give(void* p, size_t len) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (len <= limit_) {
+        entries_.push_back({p, len});
+        total_ += len;
+        p = nullptr;
+      }
+    }
+    if (p) ::munmap(p, len);
+    evict_beyond_limit();
+  }
+
+  void set_limit(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      limit_ = bytes;
+    }
+    evict_beyond_limit();
+  }
+
+  size_t limit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_;
+  }
+
+  size_t held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return total_;
+  }
+
+ private:
+  struct Entry {
+    void* p;
+    size_t len;
+  };
+
+  MappingCache() {
+    const size_t phys = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+    limit_ = std::min(phys / 8, size_t{2} << 30);
+  }
+
+  // Unmaps the oldest kept mappings until the cache holds at most its limit.
+  void evict_beyond_limit() {
+    std::vector<Entry> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (total_ > limit_) {
+        evicted.push_back(entries_.front());
+        total_ -= entries_.front().len;
+        entries_.erase(entries_.begin());
+      }
+    }
+    for (const Entry& e : evicted) ::munmap(e.p, e.len);
+  }
+
+  std::mutex mu_;
+  std::vector<Entry> entries_;  // oldest first
+  size_t total_ = 0;
+  size_t limit_ = 0;
+};
+
 // Allocates 64-byte aligned storage of `bytes` (> 0, a multiple of 64). Sets `zeroed` when the
 // memory is known to be all zeros (fresh anonymous pages), so empty() can skip its fill.
 //
@@ -66,11 +168,11 @@ void* map_huge(size_t bytes, size_t& len) {
 std::shared_ptr<const void> allocate_storage(size_t bytes, bool& zeroed) {
   zeroed = false;
   if (bytes >= kHugePage) {
-    size_t len = 0;
-    if (void* p = map_huge(bytes, len)) {
-      zeroed = true;
-      return std::shared_ptr<const void>(p, [len](const void* q) { ::munmap(const_cast<void*>(q), len); });
-    }
+    static const size_t page = static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
+    size_t len = (bytes + page - 1) / page * page;
+    void* p = MappingCache::get().take(len, len);
+    if (!p && (p = map_huge(bytes, len))) zeroed = true;
+    if (p) return std::shared_ptr<const void>(p, [len](const void* q) { MappingCache::get().give(const_cast<void*>(q), len); });
   }
   void* p = std::aligned_alloc(64, bytes);
   if (!p) return nullptr;
@@ -78,6 +180,10 @@ std::shared_ptr<const void> allocate_storage(size_t bytes, bool& zeroed) {
 }
 
 }  // namespace
+
+void set_storage_cache_limit(size_t bytes) { MappingCache::get().set_limit(bytes); }
+size_t storage_cache_limit() { return MappingCache::get().limit(); }
+size_t storage_cache_held() { return MappingCache::get().held(); }
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
   bool zeroed = false;

@@ -29,7 +29,8 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-initialized, 64-byte aligned storage. Storage of 2 MiB or more is its own
   // anonymous mapping, 2 MiB-aligned and advised as transparent huge pages (fresh, hence
-  // already zero: no fill pass); smaller storage comes from the heap.
+  // already zero: no fill pass; or a released one reused, see set_storage_cache_limit);
+  // smaller storage comes from the heap.
   static Tensor empty(DType dtype, Shape shape);
   // Allocates 64-byte aligned storage whose contents are undefined (the caller writes every
   // element): for kernel outputs, where zero-filling first would cost a pass over memory.
@@ -81,6 +82,15 @@ class Tensor {
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
 };
+
+// Storage of 2 MiB or more, once released, is kept for reuse by the next allocation of about
+// its size (up to 1/8 longer) instead of being unmapped at once: fresh pages cost a fault and a
+// clear each (see tensor.cc). The cache holds at most a limit, by default an eighth of physical
+// memory and at most 2 GiB, unmapping the oldest beyond it. set_storage_cache_limit(0) unmaps
+// everything kept and disables the cache; storage_cache_held() is the number of bytes it keeps.
+void set_storage_cache_limit(size_t bytes);
+size_t storage_cache_limit();
+size_t storage_cache_held();
 
 // Converts any supported dtype to another, elementwise (Cast semantics for float/int/bool).
 Tensor cast_tensor(const Tensor& src, DType to);
