@@ -106,9 +106,9 @@ constexpr BlockFn kBlocks[kMaxRows + 1][4] = {
     {block_avx2<6, 1>, nullptr, nullptr, nullptr},
 };
 
-// Panels [p0, p1) for every row, on the calling thread, kGroupPanels at a time: one k block of
-// each panel of the group in turn (Q side by side in registers), each serving every group of
-// rows while it is in L1, and prefetching the next one. Sixteen interleaved streams plus that
+// Panels [p0, p1) for every row, on the calling thread, kGroupPanels at a time (one row: Q at a
+// time, see below): one k block of each panel of the group in turn (Q side by side in
+// registers), each serving every group of rows while it is in L1, and prefetching the next one. Sixteen interleaved streams plus that
 // prefetch keep more of W in flight than one front-to-back stream does (Zen 3, K = 1024,
 // N = 2816, 4 rows from memory: 0.55-0.6 ms against 0.8-1.0 for one stream).
 void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
@@ -128,7 +128,13 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
       for (int64_t k = 0; k < K; ++k) a[k * R + r] = x[(m + r) * ldx + k];
   }
   const int64_t Qmax = avx2 ? panels_together(group_rows) : 1;
-  const int64_t G = kGroupPanels;
+  // One row is different: its Q = 4 panels side by side are the whole group, read front to back
+  // as four sequential streams that the hardware prefetcher follows, with no software prefetch
+  // (Zen 3, one thread, from memory: K = 1024, N = 32000: 5.2-5.4 ms against 5.8-6.1 for 16
+  // streams with prefetch, ORT 5.0; N = 2816: 0.43-0.47 against 0.51-0.54). From two rows on
+  // (Q <= 2) the 16 streams with prefetch stay faster (M = 2, N = 2816: 0.54 against 0.58-0.63).
+  const bool one_row = M == 1;
+  const int64_t G = one_row ? Qmax : kGroupPanels;
   for (int64_t g = p0; g < p1; g += G) {
     const int64_t g1 = std::min(p1, g + G);
     for (int64_t k0 = 0; k0 < K; k0 += kPanelsBlockK) {
@@ -147,7 +153,7 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
           const float* xs = xbuf.data() + m * K + k0 * R;
           float* ys = y + m * ldy + n0;
           // R <= group_rows, and only M <= 3 (one group) has group_rows <= 3: Q suits R.
-          if (avx2) kBlocks[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 ? next : nullptr);
+          if (avx2) kBlocks[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 && !one_row ? next : nullptr);
           else panel_block_generic(R, R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
         }
       }
