@@ -29,6 +29,7 @@ Layout of --out (paths in manifest.json are relative to it):
 """
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -178,9 +179,11 @@ def export(model, spec, example, path):
     tmp = path + ".tmp"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # Newer PyTorch defaults to its dynamo exporter; these models are the TorchScript one's.
+        legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
         torch.onnx.export(model, args, tmp, opset_version=OPSET, do_constant_folding=True,
                           input_names=spec["inputs"], output_names=spec["outputs"],
-                          dynamic_axes=axes)
+                          dynamic_axes=axes, **legacy)
     size = os.path.getsize(tmp)
     if size > PROTOBUF_LIMIT:
         os.remove(tmp)
