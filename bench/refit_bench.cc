@@ -120,17 +120,26 @@ double best_of(int n, F&& f) {
   return best;
 }
 
-// best_of for a refit: the fastest run's time and that run's commit report.
+// best_of for a refit: the fastest run's time and that run's commit report, and the first run's
+// time. The first refit of a process writes the new weights into fresh pages; later ones reuse
+// the pages the previous weights leave (core/tensor.h: released storage is kept for reuse), so
+// the best time is the steady state of repeated refits.
+struct RefitTimes {
+  double best_ms = 1e300, first_ms = 0;
+  refit::CommitReport report;
+};
+
 template <typename F>
-std::pair<double, refit::CommitReport> best_refit(int n, F&& f) {
-  std::pair<double, refit::CommitReport> best{1e300, {}};
+RefitTimes best_refit(int n, F&& f) {
+  RefitTimes t;
   for (int i = 0; i < n; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     refit::CommitReport rep = f();
     double ms = ms_since(t0);
-    if (ms < best.first) best = {ms, rep};
+    if (i == 0) t.first_ms = ms;
+    if (ms < t.best_ms) t.best_ms = ms, t.report = rep;
   }
-  return best;
+  return t;
 }
 
 size_t weight_bytes(const ir::Graph& g) {
@@ -230,18 +239,25 @@ int main(int argc, char** argv) {
       std::memcpy(dst.get(), file->data() + (file->size() - n), n);  // the data section is the tail
       asm volatile("" : : "r"(dst.get()) : "memory");
     });
-    auto [onnx_ms, onnx_rep] = best_refit(o.repeat, [&] {
+    // Empty the storage cache (the baselines' buffers went there): the first ONNX refit then
+    // writes into fresh pages, as the first refit of a process does.
+    const size_t cache_limit = storage_cache_limit();
+    set_storage_cache_limit(0);
+    set_storage_cache_limit(cache_limit);
+    const RefitTimes onnx_t = best_refit(o.repeat, [&] {
       refit::Refitter r(engine);
       for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), onnx_b)) r.set_source(id, t);
       return r.commit();
     });
-    auto [st_ms, st_rep] = best_refit(o.repeat, [&] {
+    const RefitTimes st_t = best_refit(o.repeat, [&] {
       refit::Refitter r(engine);
       auto cs = refit::sources_from_checkpoint(engine.plan(), refit::Checkpoint::open(ckpt_b));
       if (!cs.unused.empty()) throw std::runtime_error(refit::unused_summary(cs.unused));
       for (const auto& [id, t] : cs.sources) r.set_source(id, t);
       return r.commit();
     });
+    const double onnx_ms = onnx_t.best_ms, st_ms = st_t.best_ms;
+    const refit::CommitReport &onnx_rep = onnx_t.report, &st_rep = st_t.report;
     Tensor ids = Tensor::empty(DType::Int64, {1, o.spec.seq});
     double first_run_ms = best_of(1, [&] { engine.run({{"input_ids", ids}}); });
     double steady_run_ms = best_of(o.repeat, [&] { engine.run({{"input_ids", ids}}); });
@@ -290,6 +306,8 @@ int main(int argc, char** argv) {
               << "x memcpy, " << ratio_fresh(onnx_ms) << "x fresh); " << phases(onnx_rep) << "\n"
               << "fast refit from safetensors (mapped):        " << st_ms << " ms (" << ratio(st_ms)
               << "x memcpy, " << ratio_fresh(st_ms) << "x fresh); " << phases(st_rep) << "\n"
+              << "first ONNX refit (into fresh pages):         " << onnx_t.first_ms << " ms (" << ratio(onnx_t.first_ms)
+              << "x memcpy, " << ratio_fresh(onnx_t.first_ms) << "x fresh)\n"
               << "first run after refit / steady run:          " << first_run_ms << " / " << steady_run_ms << " ms\n";
     if (o.slow)
       std::cout << "slow refit (import + rebuild + commit):      " << slow_ms << " ms\n"
@@ -297,7 +315,7 @@ int main(int argc, char** argv) {
     std::cout << std::defaultfloat << std::setprecision(4) << "{\"weight_bytes\": " << bytes << ", \"layers\": " << o.spec.layers
               << ", \"plan_bytes\": " << plan_bytes << ", \"memcpy_ms\": " << memcpy_ms
               << ", \"memcpy_fresh_ms\": " << memcpy_fresh_ms << ", \"memcpy_huge_ms\": " << memcpy_huge_ms << ", \"memcpy_mapped_ms\": " << memcpy_mapped_ms << ", \"fast_refit_onnx_ms\": " << onnx_ms
-              << ", \"fast_refit_safetensors_ms\": " << st_ms << ", \"onnx_over_memcpy\": " << onnx_ms / memcpy_ms
+              << ", \"fast_refit_safetensors_ms\": " << st_ms << ", \"first_refit_onnx_ms\": " << onnx_t.first_ms << ", \"onnx_over_memcpy\": " << onnx_ms / memcpy_ms
               << ", \"safetensors_over_memcpy\": " << st_ms / memcpy_ms
               << ", \"onnx_over_memcpy_fresh\": " << onnx_ms / memcpy_fresh_ms
               << ", \"safetensors_over_memcpy_fresh\": " << st_ms / memcpy_fresh_ms << ", \"first_run_ms\": " << first_run_ms
