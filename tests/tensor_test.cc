@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/tensor.h"
@@ -83,7 +84,8 @@ TEST(Tensor, LargeAllocationsAlignedZeroedAndFreed) {
 }
 
 // Released big storage is handed to the next allocation of about its size (at most 1/8 longer),
-// not to a much smaller one, and the cache keeps the newest mappings within its limit.
+// not to a much smaller one; an allocation that finds no fit first unmaps kept storage of at
+// least its size (oldest first), and the cache keeps the newest mappings within its limit.
 TEST(Tensor, ReleasedStorageIsReusedWithinLimits) {
   const size_t mb = size_t{1} << 20, limit = storage_cache_limit();
   set_storage_cache_limit(0);
@@ -95,8 +97,6 @@ TEST(Tensor, ReleasedStorageIsReusedWithinLimits) {
   }
   EXPECT_EQ(storage_cache_held(), 16 * mb);
   {
-    Tensor small = Tensor::uninitialized(DType::UInt8, {int64_t(4 * mb)});  // too small to take 16 MB
-    EXPECT_NE(small.raw(), first);
     Tensor same = Tensor::empty(DType::UInt8, {int64_t(15 * mb)});  // within 1/8: reused, and zeroed
     EXPECT_EQ(same.raw(), first);
     EXPECT_EQ(storage_cache_held(), 0u);
@@ -104,14 +104,27 @@ TEST(Tensor, ReleasedStorageIsReusedWithinLimits) {
     size_t nonzero = 0;
     for (size_t i = 0; i < same.nbytes(); ++i) nonzero += b[i] != 0;
     EXPECT_EQ(nonzero, 0u);
+    std::memset(same.mutable_raw(), 7, same.nbytes());
   }
-  EXPECT_EQ(storage_cache_held(), 20 * mb);  // the 16 MB mapping (released first), then 4 MB
+  EXPECT_EQ(storage_cache_held(), 16 * mb);
   {
-    Tensor big = Tensor::uninitialized(DType::UInt8, {int64_t(30 * mb)});
-    big = Tensor();  // 50 MB kept would pass the limit: the oldest (16 MB) goes
+    Tensor small = Tensor::uninitialized(DType::UInt8, {int64_t(4 * mb)});  // 16 MB is too long for it
+    EXPECT_NE(small.raw(), first);
+    EXPECT_EQ(storage_cache_held(), 0u);  // the kept 16 MB made room for the new 4 MB
+    EXPECT_FALSE(mapped(first, 16 * mb));
   }
-  EXPECT_EQ(storage_cache_held(), 34 * mb);
-  EXPECT_FALSE(mapped(first, 16 * mb));
+  EXPECT_EQ(storage_cache_held(), 4 * mb);
+  {
+    Tensor b30 = Tensor::uninitialized(DType::UInt8, {int64_t(30 * mb)});
+    Tensor b20 = Tensor::uninitialized(DType::UInt8, {int64_t(20 * mb)});
+    EXPECT_EQ(storage_cache_held(), 0u);
+    const void* at30 = b30.raw();
+    b30 = Tensor();
+    EXPECT_EQ(storage_cache_held(), 30 * mb);
+    b20 = Tensor();  // 50 MB kept would pass the 40 MB limit: the oldest (30 MB) goes
+    EXPECT_EQ(storage_cache_held(), 20 * mb);
+    EXPECT_FALSE(mapped(at30, 30 * mb));
+  }
   set_storage_cache_limit(0);
   EXPECT_EQ(storage_cache_held(), 0u);
   set_storage_cache_limit(limit);

@@ -59,7 +59,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
   s.mode = o.mode;
   s.precision = o.precision;
   s.pack_linear_panels = o.weight_packing == WeightPacking::Panels ||
-                         (o.weight_packing == WeightPacking::Auto && simd_level() != SimdLevel::Avx512);
+                         (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {

@@ -16,7 +16,7 @@ namespace reforge::build {
 
 // Layout of float32 Linear-layer weights in the engine (pass "linear-weights-packing").
 enum class WeightPacking {
-  Auto,    // Panels on CPUs without AVX-512 (the building CPU decides), Plain on AVX-512 ones
+  Auto,    // Panels on CPUs with AVX2 or AVX-512 (the building CPU decides), Plain on older ones
   Panels,  // packed column panels (backends/cpu/sgemm_panels.h), re-packed by every refit
   Plain,   // W as the model stores it (oneDNN / OpenBLAS pack it per product or at load)
 };

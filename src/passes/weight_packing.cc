@@ -8,9 +8,10 @@
 // weight value. Each plain W that no other node reads is released as soon as it is packed
 // (BuildState::release_replaced), so building holds about one copy of the weights, not two.
 //
-// It runs in float32 plans when BuildState::pack_linear_panels is set: by default on CPUs without
-// AVX-512, where oneDNN and OpenBLAS re-pack W on every product (BuildOptions::weight_packing).
-// On AVX-512 CPUs oneDNN's brgemm matmul packs W once, at load, into its own blocked layout.
+// It runs in float32 plans when BuildState::pack_linear_panels is set: by default on CPUs with
+// AVX2 or AVX-512 (BuildOptions::weight_packing). Without it, oneDNN and OpenBLAS re-pack W on
+// every product on AVX2 CPUs, and on AVX-512 ones oneDNN's brgemm matmul keeps a second, packed
+// copy of W beside the plain one.
 #include "passes/linear_layer.h"
 
 namespace reforge::passes {

@@ -77,6 +77,63 @@ using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, in
 constexpr TileFn kAvx2Tiles[kRows + 1] = {nullptr,           tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
                                           tile_avx2<4>,      tile_avx2<5>, tile_avx2<6>};
 
+#define REFORGE_SGEMM_AVX512 __attribute__((target("avx512f")))
+
+// The AVX-512 tile: R rows x Q adjacent panels (Q = 1 or 2), one zmm register per panel row, so
+// 6 x 2 panels keep 12 accumulators like the AVX2 tile with twice its columns. `b` is the first
+// panel's k block, the second `pstride` floats on; `ncols` columns of the last panel are valid.
+// Each output is summed in the same order, with the same fused multiply-adds, as by tile_avx2
+// and gemv_panels, so results do not depend on the instruction set either.
+template <int R, int Q>
+REFORGE_SGEMM_AVX512 void tile_avx512(int64_t kc, const float* x, const float* b, int64_t pstride, float* y,
+                                      int64_t ldy, int64_t ncols, bool accumulate, const float* bias,
+                                      const float* prefetch) {
+  __m512 c[R][Q];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int q = 0; q < Q; ++q) c[r][q] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bq[Q];
+#pragma GCC unroll 2
+    for (int q = 0; q < Q; ++q) bq[q] = _mm512_loadu_ps(b + q * pstride + k * kPanelWidth);
+    if (prefetch) {
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + q * pstride + k * kPanelWidth), _MM_HINT_T1);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(x[k * kRows + r]);
+#pragma GCC unroll 2
+      for (int q = 0; q < Q; ++q) c[r][q] = _mm512_fmadd_ps(a, bq[q], c[r][q]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int q = 0; q < Q; ++q) {
+    const __mmask16 mask = q < Q - 1 || ncols == kPanelWidth ? __mmask16(0xFFFF) : __mmask16((1u << ncols) - 1);
+    const __m512 bq = bias ? _mm512_maskz_loadu_ps(mask, bias + q * kPanelWidth) : _mm512_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      float* yr = y + r * ldy + q * kPanelWidth;
+      __m512 v = c[r][q];
+      if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, yr), v);
+      if (bias) v = _mm512_add_ps(v, bq);
+      _mm512_mask_storeu_ps(yr, mask, v);
+    }
+  }
+}
+
+using WideTileFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, bool, const float*,
+                            const float*);
+// kAvx512Tiles[Q - 1][R].
+constexpr WideTileFn kAvx512Tiles[2][kRows + 1] = {
+    {nullptr, tile_avx512<1, 1>, tile_avx512<2, 1>, tile_avx512<3, 1>, tile_avx512<4, 1>, tile_avx512<5, 1>,
+     tile_avx512<6, 1>},
+    {nullptr, tile_avx512<1, 2>, tile_avx512<2, 2>, tile_avx512<3, 2>, tile_avx512<4, 2>, tile_avx512<5, 2>,
+     tile_avx512<6, 2>},
+};
+
 // X[m0 + s * 6 + r, k0 + k] -> a[s][k][r] for the 6-row strips of a block (rows past m1: 0).
 void pack_strips(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k0, int64_t kc, float* a) {
   for (int64_t m = m0; m < m1; m += kRows, a += kc * kRows) {
@@ -97,7 +154,9 @@ void pack_strips(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k0
 // kGroupPanels panels (whose block of Y stays in L2 across the k blocks), each panel's k block
 // (16 KB) sits in L1 while every strip passes over it.
 void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_t K, const float* x, int64_t ldx,
-               const float* panels, const float* bias, float* y, int64_t ldy, bool avx2) {
+               const float* panels, const float* bias, float* y, int64_t ldy, SimdLevel isa) {
+  // Panels side by side in one tile: 2 with AVX-512 (a zmm register per panel row), else 1.
+  const int64_t Qmax = isa == SimdLevel::Avx512 ? 2 : 1;
   thread_local std::vector<float> abuf;
   // Equal blocks of at most kBlockM rows, in whole strips (128 rows: one block, W read once).
   const int64_t blocks = (m1 - m0 + kBlockM - 1) / kBlockM;
@@ -113,19 +172,23 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
       for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
         const int64_t kc = std::min(kBlockK, K - k0);
         const bool accumulate = k0 > 0, last = k0 + kc == K;
-        for (int64_t p = g; p < g1; ++p) {
-          const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
+        for (int64_t p = g; p < g1;) {
+          const int64_t Q = std::min(Qmax, g1 - p);
+          const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - (p + Q - 1) * kPanelWidth);
           const float* b = panels + p * K * kPanelWidth + k0 * kPanelWidth;
           const float* bs = last && bias ? bias + n0 : nullptr;
           const float* as = abuf.data() + k0 * strips * kRows;
-          // The first strip also prefetches the next panel's k block (16 KB, one line per k) into L2.
-          const float* next = p + 1 < g1 ? b + K * kPanelWidth : (g1 < p1 && k0 + kc < K ? panels + g * K * kPanelWidth + (k0 + kc) * kPanelWidth : nullptr);
+          // The first strip also prefetches the next panels' k block (16 KB each, one line per k) into L2.
+          const float* next = p + Q < g1 ? b + Q * K * kPanelWidth : (g1 < p1 && k0 + kc < K ? panels + g * K * kPanelWidth + (k0 + kc) * kPanelWidth : nullptr);
           for (int64_t m = mb; m < mb1; m += kRows, as += kc * kRows) {
             const int64_t R = std::min(kRows, mb1 - m);
             float* ys = y + m * ldy + n0;
-            if (avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, m == mb ? next : nullptr);
+            const float* pf = m == mb ? next : nullptr;
+            if (isa == SimdLevel::Avx512) kAvx512Tiles[Q - 1][R](kc, as, b, K * kPanelWidth, ys, ldy, ncols, accumulate, bs, pf);
+            else if (isa == SimdLevel::Avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, pf);
             else panel_block_generic(R, kRows, kc, as, b, ys, ldy, ncols, accumulate, bs);
           }
+          p += Q;
         }
       }
     }
@@ -229,14 +292,14 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
   if (K == 0) return fill_bias(M, N, bias, y, ldy);
   static_assert(kBlockK == kPanelsBlockK, "gemv_panels must sum in sgemm_panels' k blocks");
   if (M <= gemv_panels_max_rows()) return gemv_panels(M, N, K, x, ldx, panels, bias, y, ldy, threads);
-  const bool avx2 = simd_level() >= SimdLevel::Avx2;
+  const SimdLevel isa = simd_level();
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   // Below ~2 M multiply-adds a second thread costs more than it saves.
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   int nt = std::max(1, threads);
   if (work < 2e6) nt = 1;
   if (nt == 1) {
-    run_block(0, M, 0, P, N, K, x, ldx, panels, bias, y, ldy, avx2);
+    run_block(0, M, 0, P, N, K, x, ldx, panels, bias, y, ldy, isa);
     return;
   }
   // Split the panels between threads (each streams its own part of W); with too few panels for
@@ -249,7 +312,7 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
     for (int64_t j = 0; j < tm; ++j) {
       const int64_t p0 = P * i / tn, p1 = P * (i + 1) / tn;
       const int64_t m0 = std::min(M, strips * j / tm * kRows), m1 = std::min(M, strips * (j + 1) / tm * kRows);
-      run_block(m0, m1, p0, p1, N, K, x, ldx, panels, bias, y, ldy, avx2);
+      run_block(m0, m1, p0, p1, N, K, x, ldx, panels, bias, y, ldy, isa);
     }
 }
 
