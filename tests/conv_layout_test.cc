@@ -20,6 +20,7 @@
 #include "ops/registry.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
+#include "support/make_tensor.h"
 #include "support/run_op.h"
 
 using namespace reforge;
@@ -27,13 +28,7 @@ using namespace reforge::ops;
 
 namespace {
 
-Tensor random_floats(const Shape& s, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t = Tensor::empty(DType::Float32, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
-}
+using test_support::random_floats;
 
 Tensor widen(const Tensor& t) {
   Tensor o = Tensor::empty(DType::Float64, t.shape());

@@ -13,6 +13,7 @@
 #include "ops/registry.h"
 #include "ops/tensor_common.h"
 #include "ops/transpose2d.h"
+#include "support/make_tensor.h"
 #include "support/simd_levels.h"
 #include "support/run_op.h"
 
@@ -23,21 +24,14 @@ using test_support::simd_levels;
 
 namespace {
 
+using test_support::random_floats;
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 Tensor run(const std::string& op, std::vector<const Tensor*> inputs, std::vector<ir::Attribute> attrs = {},
            int opset = 17, int threads = 1, const std::string& domain = "", size_t output = 0) {
   return test_support::run_op(domain, op, opset, std::move(inputs), attrs, threads, 1, output);
-}
-
-Tensor random_floats(const Shape& s, uint32_t seed, float lo = -3, float hi = 3) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t = Tensor::empty(DType::Float32, s);
-  float* p = t.mutable_data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
-  return t;
 }
 
 // Same bits, NaNs equal to any NaN.
@@ -73,7 +67,7 @@ TEST(FastPaths, BinaryArithmeticMatchesNaiveBroadcast) {
       {{0, 3}, {1, 3}}};
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     for (const auto& [sa, sb] : cases) {
-      Tensor a = random_floats(sa, 1), b = random_floats(sb, 2);
+      Tensor a = random_floats(sa, 1, -3, 3), b = random_floats(sb, 2, -3, 3);
       if (a.numel() > 2) a.mutable_data<float>()[1] = kNaN, a.mutable_data<float>()[2] = kInf;
       if (b.numel() > 3) b.mutable_data<float>()[3] = -kInf, b.mutable_data<float>()[0] = 0.0f;
       for (SimdLevel l : simd_levels()) {
@@ -257,7 +251,7 @@ TEST(FastPaths, SoftmaxEveryWidth) {
 // MaxPool without Indices (the running-max path) gives the values of the path that tracks them,
 // NaN windows included.
 TEST(FastPaths, MaxPoolWithoutIndicesMatchesIndexedPath) {
-  Tensor x = random_floats({2, 3, 13, 11}, 5);
+  Tensor x = random_floats({2, 3, 13, 11}, 5, -3, 3);
   x.mutable_data<float>()[20] = kNaN;
   x.mutable_data<float>()[0] = kNaN;
   std::vector<std::vector<ir::Attribute>> configs = {
@@ -295,10 +289,10 @@ TEST(FastPaths, FusedConvMatchesConvAddRelu) {
       {{1, 8, 6, 6}, {8, 2, 3, 3}, {ir::int_attr("group", 4), ir::ints_attr("pads", {1, 1, 1, 1})}},
   };
   for (const auto& c : cases) {
-    Tensor x = random_floats(c.x, 1), w = random_floats(c.w, 2, -0.3f, 0.3f), b = random_floats({c.w[0]}, 3);
+    Tensor x = random_floats(c.x, 1, -3, 3), w = random_floats(c.w, 2, -0.3f, 0.3f), b = random_floats({c.w[0]}, 3, -3, 3);
     Tensor conv = run("Conv", {&x, &w, &b}, c.at);
-    Tensor z = random_floats(conv.shape(), 4);
-    Tensor zc = random_floats({1, c.w[0], 1, 1}, 5);  // a broadcast residual takes the separate pass
+    Tensor z = random_floats(conv.shape(), 4, -3, 3);
+    Tensor zc = random_floats({1, c.w[0], 1, 1}, 5, -3, 3);  // a broadcast residual takes the separate pass
     for (bool relu : {false, true}) {
       for (const Tensor* res : std::vector<const Tensor*>{nullptr, &z, &zc}) {
         std::vector<ir::Attribute> at = c.at;
@@ -346,7 +340,7 @@ TEST(FastPaths, FusedConvChannelsLast) {
                                    {{2, 8, 6, 5}, {12, 2, 3, 3}, 4}};
   for (const auto& [xs, ws, group] : cases) {
     for (DType dt : {DType::Float32, DType::Float64}) {
-      Tensor x = random_floats(xs, 1), w = random_floats(ws, 2, -0.3f, 0.3f), b = random_floats({ws[0]}, 3);
+      Tensor x = random_floats(xs, 1, -3, 3), w = random_floats(ws, 2, -0.3f, 0.3f), b = random_floats({ws[0]}, 3, -3, 3);
       if (dt == DType::Float64) {
         auto widen = [](const Tensor& t) {
           Tensor o = Tensor::empty(DType::Float64, t.shape());
@@ -358,7 +352,7 @@ TEST(FastPaths, FusedConvChannelsLast) {
       const std::vector<ir::Attribute> base = {ir::ints_attr("pads", {ws[2] / 2, ws[3] / 2, ws[2] / 2, ws[3] / 2}),
                                                ir::string_attr("activation", "Relu"), ir::int_attr("group", group)};
       Tensor y0 = run("FusedConv", {&x, &w, &b}, base, 1, 1, "reforge");
-      Tensor z = random_floats(y0.shape(), 9);
+      Tensor z = random_floats(y0.shape(), 9, -3, 3);
       if (dt == DType::Float64) {
         Tensor o = Tensor::empty(DType::Float64, z.shape());
         for (int64_t i = 0; i < z.numel(); ++i) o.mutable_data<double>()[i] = z.data<float>()[i];
@@ -387,7 +381,7 @@ TEST(FastPaths, FusedConvChannelsLast) {
 // float64 takes the converting fallback.
 TEST(FastPaths, MaxPoolChannelsLast) {
   for (DType dt : {DType::Float32, DType::Float64}) {
-    Tensor x = random_floats({2, 5, 11, 9}, 3);
+    Tensor x = random_floats({2, 5, 11, 9}, 3, -3, 3);
     x.mutable_data<float>()[7] = kNaN;
     if (dt == DType::Float64) {
       Tensor o = Tensor::empty(DType::Float64, x.shape());
@@ -413,7 +407,7 @@ TEST(FastPaths, MaxPoolChannelsLast) {
 // counts straddling the vector widths: the values of the ONNX MaxPool on channels-first data.
 TEST(FastPaths, MaxPoolChannelsLastEveryLevel) {
   for (int64_t c : {1, 3, 8, 13, 16, 37}) {
-    Tensor x = random_floats({1, c, 7, 6}, static_cast<uint32_t>(c));
+    Tensor x = random_floats({1, c, 7, 6}, static_cast<uint32_t>(c), -3, 3);
     x.mutable_data<float>()[c] = kNaN;
     const std::vector<ir::Attribute> at = {ir::ints_attr("kernel_shape", {3, 2}), ir::ints_attr("pads", {1, 0, 1, 1})};
     Tensor want = nchw_to_nhwc(run("MaxPool", {&x}, at, 12));

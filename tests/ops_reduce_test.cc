@@ -27,14 +27,7 @@ using namespace reforge::ops;
 namespace {
 
 using test_support::make;
-
-Tensor random_float(Shape shape, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-2.0f, 2.0f);
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = d(rng);
-  return t;
-}
+using test_support::random_floats;
 
 struct Attrs {
   std::map<std::string, int64_t> ints = {};
@@ -138,7 +131,7 @@ TEST(Reduce, AllAxesPatternsAndThreadSplitsMatchNaive) {
       {{3, 20000}, {1}},
   };
   for (const Case& c : cases) {
-    Tensor x = random_float(c.shape, 7);
+    Tensor x = random_floats(c.shape, 7, -2, 2);
     for (int threads : {1, 2, 4}) {
       for (int keep : {0, 1}) {
         ir::Node sum = node("ReduceSum", 13, 2, {{{"keepdims", keep}}});
@@ -158,7 +151,7 @@ TEST(Reduce, AllAxesPatternsAndThreadSplitsMatchNaive) {
 }
 
 TEST(Reduce, KeepdimsShapesAndAttributeAxes) {
-  Tensor x = random_float({2, 3, 4}, 1);
+  Tensor x = random_floats({2, 3, 4}, 1, -2, 2);
   EXPECT_EQ(run(node("ReduceSum", 13, 2), {x, axes_tensor({1})}).shape(), (Shape{2, 1, 4}));
   EXPECT_EQ(run(node("ReduceSum", 13, 2, {{{"keepdims", 0}}}), {x, axes_tensor({1})}).shape(), (Shape{2, 4}));
   // Before opset 13 (ReduceSum) / 18 (others) the axes are an attribute.
@@ -173,7 +166,7 @@ TEST(Reduce, KeepdimsShapesAndAttributeAxes) {
 }
 
 TEST(Reduce, BadAxesAreErrors) {
-  Tensor x = random_float({2, 3}, 1);
+  Tensor x = random_floats({2, 3}, 1, -2, 2);
   EXPECT_THROW(run(node("ReduceSum", 13, 2), {x, axes_tensor({2})}), Error);
   EXPECT_THROW(run(node("ReduceSum", 13, 2), {x, axes_tensor({-3})}), Error);
   EXPECT_THROW(run(node("ReduceSum", 13, 2), {x, axes_tensor({1, -1})}), Error);
@@ -297,7 +290,7 @@ TEST(Softmax, MaskedLogitsAndLongRows) {
   EXPECT_EQ(values<float>(run(node("Softmax", 13, 1), {x})), (std::vector<float>{0, 0.5f, 0, 0.5f}));
   // A long row, checked against the formula in double (exercises the vectorized exp).
   const int n = 5000;
-  Tensor r = random_float({2, n}, 3);
+  Tensor r = random_floats({2, n}, 3, -2, 2);
   for (int i = 0; i < n; ++i) r.mutable_data<float>()[i] *= 40.0f;  // values in [-80, 80]
   for (int threads : {1, 2}) {
     Tensor y = run(node("Softmax", 13, 1), {r}, threads);
@@ -416,7 +409,7 @@ Tensor einsum(const std::string& eq, const std::vector<Tensor>& ins, int threads
 
 void check_einsum(const std::string& eq, const std::string& naive_eq, std::vector<Shape> shapes, int threads = 1) {
   std::vector<Tensor> ins;
-  for (size_t i = 0; i < shapes.size(); ++i) ins.push_back(random_float(shapes[i], 11 + unsigned(i)));
+  for (size_t i = 0; i < shapes.size(); ++i) ins.push_back(random_floats(shapes[i], 11 + unsigned(i), -2, 2));
   Shape want_shape;
   std::vector<double> want = naive_einsum(naive_eq, ins, &want_shape);
   Tensor got = einsum(eq, ins, threads);
@@ -464,7 +457,7 @@ TEST(Einsum, TypesAndErrors) {
   EXPECT_EQ(static_cast<float>(einsum("i,i", {h, h}).data<float16>()[0]), 6.25f);
   Tensor s = make<double>({}, {2.5});
   EXPECT_EQ(einsum("->", {s}).data<double>()[0], 2.5);
-  Tensor x = random_float({2, 3}, 1), y = random_float({4, 5}, 2);
+  Tensor x = random_floats({2, 3}, 1, -2, 2), y = random_floats({4, 5}, 2, -2, 2);
   EXPECT_THROW(einsum("ij,jk->ik", {x, y}), Error);   // j is 3 and 4
   EXPECT_THROW(einsum("ij->ik", {x}), Error);         // k not in any input
   EXPECT_THROW(einsum("ij,jk->ik", {x}), Error);      // two terms, one input
@@ -528,7 +521,7 @@ TEST(Reduce, RandomShapesWithZerosMatchNaive) {
     std::vector<int64_t> axes;
     for (int d = 0; d < rank; ++d)
       if (rng() % 2) axes.push_back(rng() % 2 ? d : d - rank);
-    Tensor x = random_float(s, iter);
+    Tensor x = random_floats(s, iter, -2, 2);
     Tensor y = run(node("ReduceSum", 13, 2), {x, axes_tensor(axes)});
     std::vector<double> want = naive_reduce(x, axes, false);
     ASSERT_EQ(y.numel(), static_cast<int64_t>(want.size())) << shape_str(s);
@@ -545,7 +538,7 @@ TEST(Reduce, ExtremaAtEverySimdLevel) {
   for (DType dt : {DType::Float32, DType::Float64}) {
     for (int64_t n : {1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100}) {
       const int64_t rows = 3;
-      Tensor xf = random_float({rows, n}, static_cast<unsigned>(n));
+      Tensor xf = random_floats({rows, n}, static_cast<unsigned>(n), -2, 2);
       Tensor x = Tensor::empty(dt, {rows, n});
       for (int64_t i = 0; i < x.numel(); ++i) {
         const float v = xf.data<float>()[i];

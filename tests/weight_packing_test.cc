@@ -16,6 +16,7 @@
 #include "passes/build_state.h"
 #include "refit/recipe.h"
 #include "runtime/plan_engine.h"
+#include "support/make_tensor.h"
 #include "support/plan_round_trip.h"
 #include "support/run_op.h"
 #include "support/synthetic_llama.h"
@@ -26,13 +27,7 @@ using test_support::run_op;
 
 namespace {
 
-Tensor random_matrix(Shape shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = uni(rng);
-  return t;
-}
+using test_support::random_floats;
 
 size_t count_nodes(const plan::Plan& p, const std::string& op_type) {
   size_t n = 0;
@@ -65,7 +60,7 @@ TEST(PackPanels, PlacesEveryElementAndZeroPadsTheLastPanel) {
     for (int64_t N : {1, 15, 16, 17, 40}) {
       const int64_t K = 37;
       SCOPED_TRACE("N " + std::to_string(N) + (transposed ? " transposed" : ""));
-      Tensor w = random_matrix(transposed ? Shape{N, K} : Shape{K, N}, 3);
+      Tensor w = random_floats(transposed ? Shape{N, K} : Shape{K, N}, 3);
       Tensor wp = run_op("reforge", "PackPanels", 1, {&w}, {ir::int_attr("transposed", transposed)});
       const int64_t P = (N + 15) / 16;
       ASSERT_EQ(wp.shape(), (Shape{P, K, 16}));
@@ -94,8 +89,8 @@ TEST(PackPanels, MatMulAddPackedMatchesFloat64Reference) {
       const int64_t K = c.x.back(), rows = shape_numel(c.x) / K;
       SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(K) + " N " + std::to_string(c.N) +
                    " threads " + std::to_string(threads));
-      Tensor x = random_matrix(c.x, 1), w = random_matrix(c.transposed ? Shape{c.N, K} : Shape{K, c.N}, 2);
-      Tensor b = random_matrix({c.N}, 4);
+      Tensor x = random_floats(c.x, 1), w = random_floats(c.transposed ? Shape{c.N, K} : Shape{K, c.N}, 2);
+      Tensor b = random_floats({c.N}, 4);
       Tensor wp = run_op("reforge", "PackPanels", 1, {&w}, {ir::int_attr("transposed", c.transposed)});
       Tensor y = run_op("reforge", "MatMulAddPacked", 1, {&x, &wp, c.bias ? &b : nullptr}, {ir::int_attr("n", c.N)}, threads);
       Shape want_shape = c.x;
@@ -117,7 +112,7 @@ TEST(PackPanels, MatMulAddPackedMatchesFloat64Reference) {
 }
 
 TEST(PackPanels, MatMulAddPackedRefusesAMismatchedPackedWeight) {
-  Tensor x = random_matrix({2, 8}, 1), w = random_matrix({8, 20}, 2);
+  Tensor x = random_floats({2, 8}, 1), w = random_floats({8, 20}, 2);
   Tensor wp = run_op("reforge", "PackPanels", 1, {&w});
   try {
     run_op("reforge", "MatMulAddPacked", 1, {&x, &wp}, {ir::int_attr("n", 40)});  // 40 columns need 3 panels
@@ -125,7 +120,7 @@ TEST(PackPanels, MatMulAddPackedRefusesAMismatchedPackedWeight) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not hold 40 columns"), std::string::npos) << e.what();
   }
-  Tensor x9 = random_matrix({2, 9}, 1);
+  Tensor x9 = random_floats({2, 9}, 1);
   EXPECT_THROW(run_op("reforge", "MatMulAddPacked", 1, {&x9, &wp}, {ir::int_attr("n", 20)}), Error);
 }
 
