@@ -14,6 +14,7 @@
 
 #include "core/simd.h"
 #include "ops/registry.h"
+#include "support/make_tensor.h"
 #include "support/simd_levels.h"
 #include "support/run_op.h"
 
@@ -29,14 +30,7 @@ Tensor run(const std::string& domain, const std::string& op, int opset, std::vec
   return test_support::run_op(domain, op, opset, std::move(inputs), attrs, threads);
 }
 
-Tensor random_floats(const Shape& s, uint32_t seed, float lo, float hi) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  Tensor t = Tensor::empty(DType::Float32, s);
-  float* p = t.mutable_data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
-  return t;
-}
+using test_support::random_floats;
 
 Tensor scalar(float v) {
   Tensor t = Tensor::empty(DType::Float32, {});
