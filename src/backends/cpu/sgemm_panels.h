@@ -9,12 +9,13 @@
 //
 // Layout ("panels of 16"): W's columns are cut into ceil(N / 16) panels of 16 columns; panel p
 // holds W[k, 16p .. 16p + 16) for k = 0 .. K-1, one 64-byte row per k, panels one after the
-// other, the last padded with zeros. A 6 x 16 AVX2 register tile (12 accumulators) runs over a
-// block of k per call, reading X by broadcasts and the panel by two aligned loads per k; the
-// panel block stays in L2 while every 6-row strip of X passes over it.
+// other, the last padded with zeros. A 6 x 16 AVX2 register tile (12 accumulators), or on
+// AVX-512 a tile of up to 12 rows x 2 panels (24 accumulators), runs over a block of k per
+// call, reading X by broadcasts and each panel by aligned loads; the panel block stays in L1
+// while every 6-row strip of X passes over it.
 //
 // Each output element is summed in the same order (k ascending in blocks of kBlockK, each block
-// added to the running sum, then + bias) whatever the thread count or row count.
+// added to the running sum, then + bias) whatever the thread count, row count or instruction set.
 #pragma once
 
 #include <cstddef>
