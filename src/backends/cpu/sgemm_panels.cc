@@ -139,18 +139,60 @@ constexpr std::array<WideTileFn, kWideRows + 1> wide_tiles(std::index_sequence<R
 constexpr std::array<WideTileFn, kWideRows + 1> kAvx512Tiles[2] = {wide_tiles<1>(std::make_index_sequence<kWideRows>()),
                                                                   wide_tiles<2>(std::make_index_sequence<kWideRows>())};
 
+// One strip, AVX2: a[k][r] = rows[r][k] for k < kc (rows[r] null: zeros). Eight k at a time,
+// the 6 rows (and two zero rows) transposed as an 8 x 8 block; the k tail one by one. (Masked
+// stores of six lanes ran slower than the scalar loop on Zen 3: vmaskmovps to memory is slow
+// there.) The scalar loop it replaces wrote a[k * 6 + r] row by row:
+// perf put it at ~8% of a 2-thread BERT down-projection (128 rows, K = 3072, N = 768; each
+// thread packs all of X).
+REFORGE_SGEMM_AVX2 void pack_strip_avx2(const float* const rows[kRows], int64_t kc, float* a) {
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 r[8];
+#pragma GCC unroll 6
+    for (int i = 0; i < kRows; ++i) r[i] = rows[i] ? _mm256_loadu_ps(rows[i] + k) : _mm256_setzero_ps();
+    r[6] = r[7] = _mm256_setzero_ps();
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    // Column j (k + j) holds rows 0..7 of that k.
+    const __m256 col[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                           _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                           _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                           _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+    // Eight floats per k, ascending: lanes 6 and 7 (zeros) land on the next k's first two
+    // floats, which its own store then overwrites. The strip's last k stores its six alone.
+#pragma GCC unroll 7
+    for (int j = 0; j < 7; ++j) _mm256_storeu_ps(a + (k + j) * kRows, col[j]);
+    float* last = a + (k + 7) * kRows;
+    if (k + 8 < kc) {
+      _mm256_storeu_ps(last, col[7]);
+    } else {
+      _mm_storeu_ps(last, _mm256_castps256_ps128(col[7]));
+      _mm_storel_pi(reinterpret_cast<__m64*>(last + 4), _mm256_extractf128_ps(col[7], 1));
+    }
+  }
+  for (; k < kc; ++k)
+    for (int i = 0; i < kRows; ++i) a[k * kRows + i] = rows[i] ? rows[i][k] : 0.0f;
+}
+
 // X[m0 + s * 6 + r, k0 + k] -> a[s][k][r] for the 6-row strips of a block (rows past m1: 0).
-void pack_strips(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k0, int64_t kc, float* a) {
+void pack_strips(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k0, int64_t kc, float* a, bool avx2) {
   for (int64_t m = m0; m < m1; m += kRows, a += kc * kRows) {
     const int64_t R = std::min(kRows, m1 - m);
-    for (int64_t r = 0; r < kRows; ++r) {
-      if (r >= R) {
-        for (int64_t k = 0; k < kc; ++k) a[k * kRows + r] = 0.0f;
-        continue;
-      }
-      const float* xr = x + (m + r) * ldx + k0;
-      for (int64_t k = 0; k < kc; ++k) a[k * kRows + r] = xr[k];
+    const float* rows[kRows];
+    for (int64_t r = 0; r < kRows; ++r) rows[r] = r < R ? x + (m + r) * ldx + k0 : nullptr;
+    if (avx2) {
+      pack_strip_avx2(rows, kc, a);
+      continue;
     }
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t k = 0; k < kc; ++k) a[k * kRows + r] = rows[r] ? rows[r][k] : 0.0f;
   }
 }
 
@@ -171,7 +213,8 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
     const int64_t mb1 = std::min(m1, mb + block_rows), strips = (mb1 - mb + kRows - 1) / kRows;
     // k block k0 of strip s starts at abuf + k0 * strips * 6 + s * kc * 6.
     for (int64_t k0 = 0; k0 < K; k0 += kBlockK)
-      pack_strips(x, ldx, mb, mb1, k0, std::min(kBlockK, K - k0), abuf.data() + k0 * strips * kRows);
+      pack_strips(x, ldx, mb, mb1, k0, std::min(kBlockK, K - k0), abuf.data() + k0 * strips * kRows,
+                  isa >= SimdLevel::Avx2);
     for (int64_t g = p0; g < p1; g += kGroupPanels) {
       const int64_t g1 = std::min(p1, g + kGroupPanels);
       for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
