@@ -108,9 +108,10 @@ constexpr BlockFn kBlocks[kMaxRows + 1][4] = {
 
 // Panels [p0, p1) for every row, on the calling thread, kGroupPanels at a time (one row: Q at a
 // time, see below): one k block of each panel of the group in turn (Q side by side in
-// registers), each serving every group of rows while it is in L1, and prefetching the next one. Sixteen interleaved streams plus that
-// prefetch keep more of W in flight than one front-to-back stream does (Zen 3, K = 1024,
-// N = 2816, 4 rows from memory: 0.55-0.6 ms against 0.8-1.0 for one stream).
+// registers), each serving every group of rows while it is in L1, and prefetching the next one.
+// Sixteen interleaved streams plus that prefetch keep more of W in flight than one front-to-back
+// stream does (Zen 3, K = 1024, N = 2816, 4 rows from memory: 0.55-0.6 ms against 0.8-1.0 for
+// one stream).
 void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
                 const float* bias, float* y, int64_t ldy, int64_t p0, int64_t p1, bool avx2) {
   // Equal groups of at most kMaxRows rows (8 rows: 4 + 4, measured faster than 6 + 2).

@@ -140,11 +140,10 @@ constexpr std::array<WideTileFn, kWideRows + 1> kAvx512Tiles[2] = {wide_tiles<1>
                                                                   wide_tiles<2>(std::make_index_sequence<kWideRows>())};
 
 // One strip, AVX2: a[k][r] = rows[r][k] for k < kc (rows[r] null: zeros). Eight k at a time,
-// the 6 rows (and two zero rows) transposed as an 8 x 8 block; the k tail one by one. (Masked
-// stores of six lanes ran slower than the scalar loop on Zen 3: vmaskmovps to memory is slow
-// there.) The scalar loop it replaces wrote a[k * 6 + r] row by row:
-// perf put it at ~8% of a 2-thread BERT down-projection (128 rows, K = 3072, N = 768; each
-// thread packs all of X).
+// the 6 rows (and two zero rows) transposed as an 8 x 8 block; the k tail one by one. The
+// scalar loop (a[k * 6 + r], row by row) was ~8% of a 2-thread BERT down-projection (128 rows,
+// K = 3072, N = 768; each thread packs all of X), this ~4%. Masked stores of the six lanes
+// (vmaskmovps, slow to memory on Zen 3) were slower than the scalar loop.
 REFORGE_SGEMM_AVX2 void pack_strip_avx2(const float* const rows[kRows], int64_t kc, float* a) {
   int64_t k = 0;
   for (; k + 8 <= kc; k += 8) {
