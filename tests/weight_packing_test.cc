@@ -81,9 +81,12 @@ TEST(PackPanels, PlacesEveryElementAndZeroPadsTheLastPanel) {
 // row block (192) and k longer than one k block (256).
 TEST(PackPanels, MatMulAddPackedMatchesFloat64Reference) {
   struct Case { Shape x; int64_t N; bool transposed, bias; };
+  // The last two have enough panels for 2 threads to split them (the others split rows), with
+  // several row blocks and a k tail that is not a multiple of 8.
   const std::vector<Case> cases = {{{7}, 5, false, true},        {{3, 40}, 17, true, false},
                                    {{2, 13, 300}, 33, false, true}, {{200, 600}, 50, true, true},
-                                   {{1, 1, 64}, 1, false, false}};
+                                   {{1, 1, 64}, 1, false, false},   {{50, 70}, 200, false, true},
+                                   {{400, 300}, 130, true, false}};
   for (int threads : {1, 2})
     for (const Case& c : cases) {
       const int64_t K = c.x.back(), rows = shape_numel(c.x) / K;
