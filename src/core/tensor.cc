@@ -69,9 +69,9 @@ void* map_huge(size_t len) {
 // it. Measured on the KVM guest of docs/benchmarks.md: clearing the 131 MB logits of the Llama
 // prompt model at batch 8 took ~0.39 s of a 3.4 s run (clear_page_erms under the GEMM's first
 // store), about 340 MB/s. Outputs leave the activation arena, so without this every run paid it;
-// ONNX Runtime's arena keeps such buffers. The same reuse serves the build (a plain Linear weight
-// freed once packed gives its pages to the next packed weight) and repeated refits (the
-// previous weights' buffers take the next ones).
+// ONNX Runtime's arena keeps such buffers. The same reuse serves repeated refits (the replaced
+// weights' buffers take the next refit's weights). It does little for the build: the weights an
+// import reads are the parsed protobuf's own strings, not such mappings.
 //
 // Policy: a mapping released by a tensor is kept (newest last) while the cache holds at most
 // its limit, evicting the oldest beyond it; an allocation takes the smallest kept mapping at
