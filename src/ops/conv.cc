@@ -23,6 +23,7 @@
 #include "ops/tensor_common.h"
 
 #include "backends/cpu/dnnl_conv.h"
+#include "backends/cpu/winograd.h"
 #include "core/dispatch.h"
 #include "ops/conv_layout.h"
 #include "ops/nn_common.h"
@@ -87,7 +88,8 @@ struct ConvState {
     Shape x, z;  // physical input shapes (z empty: no residual)
     cpu::ConvDims d;
     Shape y;  // physical output shape
-    cpu::ConvHandle prim;
+    cpu::ConvHandle prim;                                 // oneDNN's primitive, or
+    std::shared_ptr<const cpu::WinogradWeights> winograd;  // the Winograd kernel's weights
   };
   explicit ConvState(const ir::Node& n)
       : relu(n.attr_string("activation", "") == "Relu"),
@@ -108,6 +110,13 @@ struct ConvState {
     calls.push_back(std::move(c));
   }
 
+  // The Winograd-transformed weights (cpu::winograd_conv), made on the first run that wants them.
+  std::shared_ptr<const cpu::WinogradWeights> winograd_weights(const Tensor& W) const {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!winograd) winograd = std::make_shared<const cpu::WinogradWeights>(W.data<float>(), W.dim(0), W.dim(1));
+    return winograd;
+  }
+
   std::shared_ptr<cpu::ConvWeightCache> packed = cpu::make_conv_weight_cache();
   const bool relu, z_inplace;
   const ActLayout xl, yl, zl;
@@ -115,6 +124,7 @@ struct ConvState {
  private:
   mutable std::mutex mu;
   mutable std::vector<std::shared_ptr<const Call>> calls;
+  mutable std::shared_ptr<const cpu::WinogradWeights> winograd;
 };
 
 cpu::ConvWeightCache* packed_weights(const KernelContext& ctx) {
@@ -300,8 +310,12 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
       po.relu = post.relu;
       const bool in_place = may_overwrite_z(ctx, post, state->z_inplace, yl, zl);
       Tensor& Y = conv_output(ctx, post, in_place, call->y);
-      cpu::dnnl_conv_execute(*call->prim, call->d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
-                             Y.mutable_data<float>(), po, state->packed.get());
+      if (call->winograd)
+        cpu::winograd_conv(call->d, X.data<float>(), *call->winograd, B ? B->data<float>() : nullptr,
+                           Y.mutable_data<float>(), po, ctx.threads());
+      else
+        cpu::dnnl_conv_execute(*call->prim, call->d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
+                               Y.mutable_data<float>(), po, state->packed.get());
       return;
     }
   }
@@ -334,12 +348,22 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
     po.sum = post.sum ? post.sum->data<float>() : nullptr;
     po.relu = post.relu;
     cpu::ConvWeightCache* packed = packed_weights(ctx);
-    if (cpu::ConvHandle prim = cpu::dnnl_conv_primitive(d, po, packed)) {
+    // Winograd F(4x4, 3x3) where it is faster (3x3 stride-1 layers of 64+ channels), with the
+    // weights transformed once per weight set like oneDNN's packed ones; else oneDNN.
+    std::shared_ptr<const cpu::WinogradWeights> wino;
+    cpu::ConvHandle prim;
+    if (state && cpu::winograd_preferred(d, post.sum != nullptr)) wino = state->winograd_weights(W);
+    else prim = cpu::dnnl_conv_primitive(d, po, packed);
+    if (wino || prim) {
       const bool in_place = may_overwrite_z(ctx, post, state ? state->z_inplace : ctx.attr_int("z_inplace", 0) == 1,
                                             yl, zl);
       Tensor& Y = conv_output(ctx, post, in_place, y_phys);
-      cpu::dnnl_conv_execute(*prim, d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
-                             Y.mutable_data<float>(), po, packed);
+      if (wino)
+        cpu::winograd_conv(d, X.data<float>(), *wino, B ? B->data<float>() : nullptr, Y.mutable_data<float>(), po,
+                           ctx.threads());
+      else
+        cpu::dnnl_conv_execute(*prim, d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
+                               Y.mutable_data<float>(), po, packed);
       if (state && W.dtype() == DType::Float32) {
         auto call = std::make_shared<ConvState::Call>();
         call->x = X.shape();
@@ -347,6 +371,7 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
         call->d = std::move(d);
         call->y = y_phys;
         call->prim = std::move(prim);
+        call->winograd = std::move(wino);
         state->remember(std::move(call));
       }
       return;

@@ -1,0 +1,270 @@
+#include "backends/cpu/winograd.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/simd.h"
+
+namespace reforge::cpu {
+
+namespace {
+
+constexpr int64_t kBlock = 8;     // channels per activation block (and per AVX2 vector)
+constexpr int64_t kPanel = 16;    // output channels per weight panel (two vectors)
+constexpr int64_t kRows = 6;      // tiles per register tile
+constexpr int64_t kPos = 36;      // 6 x 6 transformed positions
+constexpr int64_t kBlockBytes = 2 << 20;    // V and M of one block of tiles, when U is small
+constexpr int64_t kSliceBytes = 256 << 10;  // V[p] and M[p] of one block, when U is large
+constexpr int64_t kLargeU = 4 << 20;        // bytes of U above which it is read once per block
+constexpr int64_t kMaxU = 16 << 20;         // largest U winograd_preferred accepts
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+#define REFORGE_WINO_AVX2 __attribute__((target("avx2,fma")))
+
+// r = B^T x for one column of six vectors (F(4x4, 3x3), interpolation points 0, +-1, +-2).
+REFORGE_WINO_AVX2 inline void bt6(const __m256* x, int64_t sx, __m256* r, int64_t sr) {
+  const __m256 x0 = x[0], x1 = x[sx], x2 = x[2 * sx], x3 = x[3 * sx], x4 = x[4 * sx], x5 = x[5 * sx];
+  const __m256 four = _mm256_set1_ps(4.0f), five = _mm256_set1_ps(5.0f), two = _mm256_set1_ps(2.0f);
+  r[0] = _mm256_fmadd_ps(four, x0, _mm256_fnmadd_ps(five, x2, x4));
+  r[sr] = _mm256_fnmadd_ps(four, _mm256_add_ps(x1, x2), _mm256_add_ps(x3, x4));
+  r[2 * sr] = _mm256_fmadd_ps(four, _mm256_sub_ps(x1, x2), _mm256_sub_ps(x4, x3));
+  r[3 * sr] = _mm256_fmadd_ps(two, _mm256_sub_ps(x3, x1), _mm256_sub_ps(x4, x2));
+  r[4 * sr] = _mm256_fmadd_ps(two, _mm256_sub_ps(x1, x3), _mm256_sub_ps(x4, x2));
+  r[5 * sr] = _mm256_fmadd_ps(four, x1, _mm256_fnmadd_ps(five, x3, x5));
+}
+
+// r = A^T m for six vectors m (stride sm) into four (stride sr).
+REFORGE_WINO_AVX2 inline void at6(const __m256* m, int64_t sm, __m256* r, int64_t sr) {
+  const __m256 s12 = _mm256_add_ps(m[sm], m[2 * sm]), d12 = _mm256_sub_ps(m[sm], m[2 * sm]);
+  const __m256 s34 = _mm256_add_ps(m[3 * sm], m[4 * sm]), d34 = _mm256_sub_ps(m[3 * sm], m[4 * sm]);
+  r[0] = _mm256_add_ps(_mm256_add_ps(m[0], s12), s34);
+  r[sr] = _mm256_fmadd_ps(_mm256_set1_ps(2.0f), d34, d12);
+  r[2 * sr] = _mm256_fmadd_ps(_mm256_set1_ps(4.0f), s34, s12);
+  r[3 * sr] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d34, d12), m[5 * sm]);
+}
+
+// The geometry of one call: tiles are numbered n-major, then row, then column.
+struct Geo {
+  int64_t N, C, K, Kp, H, W, OH, OW, TH, TW, pt, pl;
+};
+
+// Phase 1 for tile `t` and channel block `cb`: v[p * pstride] = (B^T d B)[p], 8 channels.
+REFORGE_WINO_AVX2 void input_tile(const Geo& g, const float* src, int64_t t, int64_t cb, float* v, int64_t pstride) {
+  const int64_t n = t / (g.TH * g.TW), ty = t / g.TW % g.TH, tx = t % g.TW;
+  const int64_t iy0 = ty * 4 - g.pt, ix0 = tx * 4 - g.pl;
+  const float* plane = src + (n * (g.C / kBlock) + cb) * g.H * g.W * kBlock;
+  __m256 d[36], s[36];
+  if (iy0 >= 0 && ix0 >= 0 && iy0 + 6 <= g.H && ix0 + 6 <= g.W) {
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) d[i * 6 + j] = _mm256_loadu_ps(plane + ((iy0 + i) * g.W + ix0 + j) * kBlock);
+  } else {
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 6; ++j) {
+        const int64_t y = iy0 + i, x = ix0 + j;
+        d[i * 6 + j] = y >= 0 && y < g.H && x >= 0 && x < g.W ? _mm256_loadu_ps(plane + (y * g.W + x) * kBlock)
+                                                               : _mm256_setzero_ps();
+      }
+  }
+  for (int j = 0; j < 6; ++j) bt6(d + j, 6, s + j, 6);    // columns: s = B^T d
+  for (int i = 0; i < 6; ++i) bt6(s + i * 6, 1, d + i * 6, 1);  // rows: d = s B
+  for (int p = 0; p < kPos; ++p) _mm256_storeu_ps(v + p * pstride, d[p]);
+}
+
+// Phase 3 for tile `t` and output channel block `kb`: Y = A^T M A (+ bias, + sum, ReLU), stored
+// where the tile lies inside the output.
+REFORGE_WINO_AVX2 void output_tile(const Geo& g, const float* m, int64_t pstride, int64_t t, int64_t kb,
+                                   const float* bias, const float* sum, bool relu, float* dst) {
+  const int64_t n = t / (g.TH * g.TW), ty = t / g.TW % g.TH, tx = t % g.TW;
+  __m256 a[36], s[24], o[16];
+  for (int p = 0; p < kPos; ++p) a[p] = _mm256_loadu_ps(m + p * pstride);
+  for (int j = 0; j < 6; ++j) at6(a + j, 6, s + j, 6);    // columns: s (4 x 6) = A^T M
+  for (int i = 0; i < 4; ++i) at6(s + i * 6, 1, o + i * 4, 1);  // rows: o (4 x 4) = s A
+  const __m256 b = bias ? _mm256_loadu_ps(bias + kb * kBlock) : _mm256_setzero_ps();
+  const int64_t off = (n * (g.K / kBlock) + kb) * g.OH * g.OW * kBlock;
+  const int64_t oy0 = ty * 4, ox0 = tx * 4;
+  const int64_t rows = std::min<int64_t>(4, g.OH - oy0), cols = std::min<int64_t>(4, g.OW - ox0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t at = off + ((oy0 + i) * g.OW + ox0 + j) * kBlock;
+      __m256 y = _mm256_add_ps(o[i * 4 + j], b);
+      if (sum) y = _mm256_add_ps(y, _mm256_loadu_ps(sum + at));
+      if (relu) y = _mm256_max_ps(y, _mm256_setzero_ps());
+      _mm256_storeu_ps(dst + at, y);
+    }
+}
+
+// Phase 2 register tile: m[r, 0:16) = sum over c of v[r * ldv + c] x u[c, 0:16), r < R.
+template <int R>
+REFORGE_WINO_AVX2 void gemm_tile(int64_t C, const float* v, int64_t ldv, const float* u, float* m, int64_t ldm) {
+  __m256 c0[R], c1[R];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < C; ++c) {
+    const __m256 b0 = _mm256_load_ps(u + c * kPanel), b1 = _mm256_load_ps(u + c * kPanel + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 a = _mm256_broadcast_ss(v + r * ldv + c);
+      c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+      c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(m + r * ldm, c0[r]);
+    _mm256_storeu_ps(m + r * ldm + 8, c1[r]);
+  }
+}
+
+using GemmTile = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t);
+constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,         gemm_tile<1>, gemm_tile<2>, gemm_tile<3>,
+                                            gemm_tile<4>,    gemm_tile<5>, gemm_tile<6>};
+
+// Scratch of the calling thread for V and M, grown as needed and kept (a steady run allocates
+// nothing).
+float* scratch(int64_t floats) {
+  struct Buf {
+    float* p = nullptr;
+    int64_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf b;
+  if (b.n < floats) {
+    std::free(b.p);
+    b.p = nullptr;
+    b.n = 0;
+    void* q = std::aligned_alloc(64, static_cast<size_t>(round_up(floats * 4, 64)));
+    if (!q) throw std::bad_alloc();
+    b.p = static_cast<float*>(q);
+    b.n = floats;
+  }
+  return b.p;
+}
+
+bool winograd_disabled_by_env() {
+  static const bool off = [] {
+    const char* e = std::getenv("REFORGE_CONV_WINOGRAD");
+    return e && (std::strcmp(e, "0") == 0 || std::strcmp(e, "off") == 0);
+  }();
+  return off;
+}
+
+}  // namespace
+
+bool winograd_supported(const ConvDims& d, bool has_sum) {
+  if (simd_level() < SimdLevel::Avx2) return false;
+  if (d.src.size() != 4 || d.weights.size() != 4 || d.dst.size() != 4 || d.group != 1) return false;
+  if (d.weights[2] != 3 || d.weights[3] != 3) return false;
+  if (d.strides != std::vector<int64_t>{1, 1} || d.dilations != std::vector<int64_t>{1, 1}) return false;
+  if (d.src_layout != ActLayout::Blocked || d.dst_layout != ActLayout::Blocked) return false;
+  if (has_sum && d.sum_layout != ActLayout::Blocked) return false;
+  const int64_t C = d.src[1], K = d.weights[0];
+  if (C % kBlock != 0 || K % kBlock != 0 || d.weights[1] != C || d.dst[1] != K) return false;
+  // The output size must be what the padding gives (the conv op resolved it so).
+  return d.dst[2] == d.src[2] + d.pad_begin[0] + d.pad_end[0] - 2 &&
+         d.dst[3] == d.src[3] + d.pad_begin[1] + d.pad_end[1] - 2 && d.dst[2] > 0 && d.dst[3] > 0;
+}
+
+bool winograd_preferred(const ConvDims& d, bool has_sum) {
+  if (winograd_disabled_by_env() || activation_block() != kBlock || !winograd_supported(d, has_sum)) return false;
+  const int64_t C = d.src[1], K = d.weights[0];
+  const int64_t tiles = d.src[0] * ((d.dst[2] + 3) / 4) * ((d.dst[3] + 3) / 4);
+  // Measured with bench/conv_bench.cc on Zen 3 (docs/benchmarks.md): 0.4-0.9x oneDNN's time
+  // from 16 to 512 channels and from 4 tiles up; slower on a single tile (256 channels on a
+  // 4 x 4 image: 1.18x), where the product reads 4x the weights for one tile's arithmetic.
+  // U is 4x the plain weights and is kept beside them: 512 -> 512 channels (38 MB each, two
+  // such layers) would put ResNet-50's peak memory above ONNX Runtime's, so layers whose U
+  // passes kMaxU stay with oneDNN.
+  return C >= 16 && K >= 16 && tiles >= 4 && kPos * C * round_up(K, kPanel) * 4 <= kMaxU;
+}
+
+WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C) : K_(K), C_(C), u_(nullptr, std::free) {
+  const int64_t n = floats();
+  void* q = std::aligned_alloc(64, static_cast<size_t>(round_up(n * 4, 64)));
+  if (!q) throw std::bad_alloc();
+  u_.reset(static_cast<float*>(q));
+  float* u = u_.get();
+  std::memset(u, 0, static_cast<size_t>(n) * 4);
+  const int64_t P = round_up(K, kPanel) / kPanel;
+  // G (6 x 3) of F(4x4, 3x3).
+  static constexpr double G[6][3] = {{1.0 / 4, 0, 0},
+                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                     {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                     {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                     {0, 0, 1}};
+#pragma omp parallel for schedule(static) if (K * C > 4096)
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* g = w + (k * C + c) * 9;
+      double t[6][3];  // G g
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 3; ++j) t[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 6; ++j) {
+          const double v = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];  // (G g G^T)[i][j]
+          u[((static_cast<int64_t>(i * 6 + j) * P + k / kPanel) * C + c) * kPanel + k % kPanel] = static_cast<float>(v);
+        }
+    }
+}
+
+int64_t WinogradWeights::floats() const { return kPos * round_up(K_, kPanel) * C_; }
+
+void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u, const float* bias, float* dst,
+                   const ConvPostOps& post, int threads) {
+  Geo g;
+  g.N = d.src[0], g.C = d.src[1], g.H = d.src[2], g.W = d.src[3];
+  g.K = d.weights[0], g.Kp = round_up(g.K, kPanel);
+  g.OH = d.dst[2], g.OW = d.dst[3];
+  g.TH = (g.OH + 3) / 4, g.TW = (g.OW + 3) / 4;
+  g.pt = d.pad_begin[0], g.pl = d.pad_begin[1];
+  const int64_t T = g.N * g.TH * g.TW, CB = g.C / kBlock, KB = g.K / kBlock, P = g.Kp / kPanel;
+  // Tiles per block. U (36 x C x Kp floats) is read once per block. While it is small (64 or 128
+  // channels: 0.6-2.4 MB) the block's whole V and M (36 x tiles x (C + Kp) floats) stay in L2,
+  // for the output transform to find M there. Larger U (256+ channels: 9-38 MB, more than L3)
+  // would be read from memory once per small block, so there the blocks grow until only one
+  // position's V and M fit in L2 (the whole block then in L3). Measured on Zen 3 (ResNet-50
+  // batch 1 and 8): either rule alone is 10-30% slower on the other kind of layer.
+  const bool large_u = kPos * g.C * g.Kp * 4 > kLargeU;
+  int64_t tb = (large_u ? kSliceBytes / ((g.C + g.Kp) * 4) : kBlockBytes / (kPos * (g.C + g.Kp) * 4)) / kRows * kRows;
+  tb = std::min(T, std::max(kRows, tb));
+  float* v = scratch(kPos * tb * (g.C + g.Kp));
+  float* m = v + kPos * tb * g.C;
+  const float* U = u.data();
+  const float* sum = post.sum;
+  const bool relu = post.relu;
+  const int nt = std::max(1, threads);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  for (int64_t t0 = 0; t0 < T; t0 += tb) {
+    const int64_t nb = std::min(tb, T - t0), strips = (nb + kRows - 1) / kRows;
+    const int64_t vstride = nb * g.C, mstride = nb * g.Kp;  // floats between positions
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < nb * CB; ++i) {
+      const int64_t t = i / CB, cb = i % CB;
+      input_tile(g, src, t0 + t, cb, v + t * g.C + cb * kBlock, vstride);
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < kPos * P; ++i) {
+      const int64_t p = i / P, panel = i % P;
+      const float* up = U + (p * P + panel) * g.C * kPanel;
+      const float* vp = v + p * vstride;
+      float* mp = m + p * mstride + panel * kPanel;
+      for (int64_t s = 0; s < strips; ++s) {
+        const int64_t r = std::min(kRows, nb - s * kRows);
+        kGemmTiles[r](g.C, vp + s * kRows * g.C, g.C, up, mp + s * kRows * g.Kp, g.Kp);
+      }
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < nb * KB; ++i) {
+      const int64_t t = i / KB, kb = i % KB;
+      output_tile(g, m + t * g.Kp + kb * kBlock, mstride, t0 + t, kb, bias, sum, relu, dst);
+    }
+  }
+}
+
+}  // namespace reforge::cpu
