@@ -215,6 +215,57 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C) : K_(K), 
 
 int64_t WinogradWeights::floats() const { return kPos * round_up(K_, kPanel) * C_; }
 
+namespace {
+
+// One block of `nb` tiles from tile t0: V and M (36 x nb x C and 36 x nb x Kp floats) in
+// `v` / `m`. Each phase runs items [begin, end) of its own numbering, so the block can be
+// split between threads phase by phase or run whole by one thread.
+struct BlockRun {
+  const Geo& g;
+  const float* src;
+  const float* U;
+  const float* bias;
+  const float* sum;
+  bool relu;
+  float* dst;
+  int64_t t0, nb;
+  float *v, *m;
+
+  int64_t input_items() const { return nb * (g.C / kBlock); }
+  int64_t product_items() const { return kPos * (g.Kp / kPanel); }
+  int64_t output_items() const { return nb * (g.K / kBlock); }
+
+  void input(int64_t begin, int64_t end) const {
+    const int64_t CB = g.C / kBlock;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = i / CB, cb = i % CB;
+      input_tile(g, src, t0 + t, cb, v + t * g.C + cb * kBlock, nb * g.C);
+    }
+  }
+  void product(int64_t begin, int64_t end) const {
+    const int64_t P = g.Kp / kPanel, strips = (nb + kRows - 1) / kRows;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t p = i / P, panel = i % P;
+      const float* up = U + (p * P + panel) * g.C * kPanel;
+      const float* vp = v + p * nb * g.C;
+      float* mp = m + p * nb * g.Kp + panel * kPanel;
+      for (int64_t s = 0; s < strips; ++s) {
+        const int64_t r = std::min(kRows, nb - s * kRows);
+        kGemmTiles[r](g.C, vp + s * kRows * g.C, g.C, up, mp + s * kRows * g.Kp, g.Kp);
+      }
+    }
+  }
+  void output(int64_t begin, int64_t end) const {
+    const int64_t KB = g.K / kBlock;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = i / KB, kb = i % KB;
+      output_tile(g, m + t * g.Kp + kb * kBlock, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
+    }
+  }
+};
+
+}  // namespace
+
 void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u, const float* bias, float* dst,
                    const ConvPostOps& post, int threads) {
   Geo g;
@@ -223,7 +274,7 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   g.OH = d.dst[2], g.OW = d.dst[3];
   g.TH = (g.OH + 3) / 4, g.TW = (g.OW + 3) / 4;
   g.pt = d.pad_begin[0], g.pl = d.pad_begin[1];
-  const int64_t T = g.N * g.TH * g.TW, CB = g.C / kBlock, KB = g.K / kBlock, P = g.Kp / kPanel;
+  const int64_t T = g.N * g.TH * g.TW;
   // Tiles per block. U (36 x C x Kp floats) is read once per block. While it is small (64 or 128
   // channels: 0.6-2.4 MB) the block's whole V and M (36 x tiles x (C + Kp) floats) stay in L2,
   // for the output transform to find M there. Larger U (256+ channels: 9-38 MB, more than L3)
@@ -232,38 +283,41 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   // batch 1 and 8): either rule alone is 10-30% slower on the other kind of layer.
   const bool large_u = kPos * g.C * g.Kp * 4 > kLargeU;
   int64_t tb = (large_u ? kSliceBytes / ((g.C + g.Kp) * 4) : kBlockBytes / (kPos * (g.C + g.Kp) * 4)) / kRows * kRows;
-  tb = std::min(T, std::max(kRows, tb));
-  float* v = scratch(kPos * tb * (g.C + g.Kp));
-  float* m = v + kPos * tb * g.C;
-  const float* U = u.data();
-  const float* sum = post.sum;
-  const bool relu = post.relu;
-  const int nt = std::max(1, threads);
+  tb = std::max(kRows, tb);
+  const int64_t block_floats = kPos * tb * (g.C + g.Kp);
+  const int nt = static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows));
+  // Small U: each thread takes its own share of the tiles through all three phases (no barriers;
+  // each reads all of U, which stays in its cache). Large U: the threads share each block phase
+  // by phase, so U is read once per block for all of them.
+  const bool own_tiles = !large_u || nt == 1;
+  float* scratch_base = scratch(block_floats * (own_tiles ? nt : 1));  // allocated before any thread runs
+  auto block = [&](int64_t t0, int64_t nb, float* v) {
+    return BlockRun{g, src, u.data(), bias, post.sum, post.relu, dst, t0, nb, v, v + kPos * nb * g.C};
+  };
+  if (own_tiles) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
-  for (int64_t t0 = 0; t0 < T; t0 += tb) {
-    const int64_t nb = std::min(tb, T - t0), strips = (nb + kRows - 1) / kRows;
-    const int64_t vstride = nb * g.C, mstride = nb * g.Kp;  // floats between positions
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < nb * CB; ++i) {
-      const int64_t t = i / CB, cb = i % CB;
-      input_tile(g, src, t0 + t, cb, v + t * g.C + cb * kBlock, vstride);
-    }
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < kPos * P; ++i) {
-      const int64_t p = i / P, panel = i % P;
-      const float* up = U + (p * P + panel) * g.C * kPanel;
-      const float* vp = v + p * vstride;
-      float* mp = m + p * mstride + panel * kPanel;
-      for (int64_t s = 0; s < strips; ++s) {
-        const int64_t r = std::min(kRows, nb - s * kRows);
-        kGemmTiles[r](g.C, vp + s * kRows * g.C, g.C, up, mp + s * kRows * g.Kp, g.Kp);
+    {
+      const int64_t i = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t begin = T * i / n, end = T * (i + 1) / n;
+      float* v = scratch_base + block_floats * i;
+      for (int64_t t0 = begin; t0 < end; t0 += tb) {
+        const BlockRun b = block(t0, std::min(tb, end - t0), v);
+        b.input(0, b.input_items());
+        b.product(0, b.product_items());
+        b.output(0, b.output_items());
       }
     }
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  for (int64_t t0 = 0; t0 < T; t0 += tb) {
+    const BlockRun b = block(t0, std::min(tb, T - t0), scratch_base);
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < nb * KB; ++i) {
-      const int64_t t = i / KB, kb = i % KB;
-      output_tile(g, m + t * g.Kp + kb * kBlock, mstride, t0 + t, kb, bias, sum, relu, dst);
-    }
+    for (int64_t i = 0; i < b.input_items(); ++i) b.input(i, i + 1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < b.product_items(); ++i) b.product(i, i + 1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < b.output_items(); ++i) b.output(i, i + 1);
   }
 }
 
