@@ -283,13 +283,15 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   // batch 1 and 8): either rule alone is 10-30% slower on the other kind of layer.
   const bool large_u = kPos * g.C * g.Kp * 4 > kLargeU;
   int64_t tb = (large_u ? kSliceBytes / ((g.C + g.Kp) * 4) : kBlockBytes / (kPos * (g.C + g.Kp) * 4)) / kRows * kRows;
-  tb = std::max(kRows, tb);
+  // Small U: each thread takes its own share of the tiles (at least a register tile's worth)
+  // through all three phases (no barriers; each reads all of U, which stays in its cache). Large
+  // U: the threads share each block phase by phase, so U is read once per block for all of them
+  // (and a few tiles still give every thread a share of the 36 products).
+  const bool own_tiles = !large_u || threads <= 1;
+  const int nt = own_tiles ? static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows))
+                           : threads;
+  tb = std::min(std::max(kRows, tb), own_tiles ? round_up((T + nt - 1) / nt, kRows) : T);
   const int64_t block_floats = kPos * tb * (g.C + g.Kp);
-  const int nt = static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows));
-  // Small U: each thread takes its own share of the tiles through all three phases (no barriers;
-  // each reads all of U, which stays in its cache). Large U: the threads share each block phase
-  // by phase, so U is read once per block for all of them.
-  const bool own_tiles = !large_u || nt == 1;
   float* scratch_base = scratch(block_floats * (own_tiles ? nt : 1));  // allocated before any thread runs
   auto block = [&](int64_t t0, int64_t nb, float* v) {
     return BlockRun{g, src, u.data(), bias, post.sum, post.relu, dst, t0, nb, v, v + kPos * nb * g.C};
