@@ -115,7 +115,8 @@ void canonical_constant_names(passes::BuildState& s) {
   auto visit = [&](std::string& v) {
     if (v.empty() || !s.consts.count(v)) return;
     auto [it, inserted] = rename.emplace(v, "");
-    if (inserted) it->second = "w" + std::to_string(rename.size() - 1);
+    // (Not "w" + std::to_string(...): GCC 12 warns falsely (-Wrestrict) on that inlined concat.)
+    if (inserted) it->second = std::string(1, 'w').append(std::to_string(rename.size() - 1));
     v = it->second;
   };
   for (auto& n : s.graph.nodes)

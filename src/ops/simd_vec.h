@@ -17,6 +17,7 @@
 #pragma once
 
 #include <bit>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 
@@ -121,7 +122,8 @@ RF_INLINE float hmax(const V& v) {
 }
 
 // Cephes-style expf: exp(x) = 2^n e^r, |r| <= ln2/2, degree-6 polynomial (within 2 ulp of expf).
-// Below -87.3 it returns 0 (masked logits), above 88 it saturates at exp(88).
+// Below -87.3 it returns 0 (masked logits); between 88 and ln(FLT_MAX) it saturates at exp(88),
+// above that it is inf, as expf is. NaN stays NaN. Softmax, attention, SiLU and GELU share it.
 template <typename V>
 RF_INLINE V vexp(const V& x) {
   V xc = x < -87.3365447505531f ? splat<V>(-87.3365447505531f) : x;
@@ -138,6 +140,7 @@ RF_INLINE V vexp(const V& x) {
   p = p * r * r + r + 1.0f;
   const UVec<V> bits = (std::bit_cast<UVec<V>>(__builtin_convertvector(fx, IVec<V>)) + 127u) << 23;
   V res = p * std::bit_cast<V>(bits);
+  res = x > 88.72283935546875f ? splat<V>(std::numeric_limits<float>::infinity()) : res;
   // Exactly 0 below the normal range (the clamp above would give FLT_MIN-ish values).
   return x < -87.3365447505531f ? V{} : res;
 }

@@ -34,6 +34,7 @@ using simdv::kMaxW;
 using simdv::load;
 using simdv::splat;
 using simdv::store;
+using simdv::vexp;  // softmax feeds it x - max <= 0 (or NaN)
 
 // Loads the first n floats of p (n may be <= 0 or >= the width), the other lanes set to `fill`.
 template <typename V>
@@ -50,31 +51,6 @@ RF_INLINE void store_part(float* p, const V& v, int64_t n) {
 // NaN may or may not survive the max, but exp(NaN - m) makes the sum, and so the block, NaN.
 template <typename V>
 RF_INLINE V vmax(const V& a, const V& b) { return a > b ? a : b; }
-
-// Cephes-style expf: exp(x) = 2^n * e^r with |r| <= ln2/2, degree-6 polynomial for e^r.
-// Softmax only feeds it x <= 0 (or NaN); above 88 it saturates at exp(88), above ln(FLT_MAX) it
-// returns inf.
-template <typename V>
-RF_INLINE V vexp(const V& x) {
-  const float lo = -87.3365447505531f;  // below this, exp(x) < FLT_MIN: return 0
-  V xc = x < lo ? splat<V>(lo) : x;
-  xc = xc > 88.0f ? splat<V>(88.0f) : xc;
-  // Round x*log2(e) to nearest with the 1.5*2^23 trick (no SSE4.1 round instruction needed).
-  const V fx = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  V r = xc - fx * 0.693359375f;
-  r = r - fx * -2.12194440e-4f;
-  V p = splat<V>(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const simdv::UVec<V> bits = (std::bit_cast<simdv::UVec<V>>(__builtin_convertvector(fx, simdv::IVec<V>)) + 127u) << 23;
-  V y = p * std::bit_cast<V>(bits);
-  y = x > 88.72283935546875f ? splat<V>(std::numeric_limits<float>::infinity()) : y;
-  return x < lo ? V{} : y;  // NaN fails every compare and stays NaN
-}
 
 // float: one [n, inner] block. A row (inner == 1) runs in steps of kMaxW = 16 floats, as
 // kMaxW / W vectors of the variant's width W with an accumulator each (tails padded with -inf,
