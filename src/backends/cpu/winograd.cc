@@ -183,37 +183,47 @@ bool winograd_preferred(const ConvDims& d, bool has_sum) {
   return C >= 16 && K >= 16 && tiles >= 4 && kPos * C * round_up(K, kPanel) * 4 <= kMaxU;
 }
 
-WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C) : K_(K), C_(C), u_(nullptr, std::free) {
-  const int64_t n = floats();
-  void* q = std::aligned_alloc(64, static_cast<size_t>(round_up(n * 4, 64)));
-  if (!q) throw std::bad_alloc();
-  u_.reset(static_cast<float*>(q));
-  float* u = u_.get();
-  std::memset(u, 0, static_cast<size_t>(n) * 4);
-  const int64_t P = round_up(K, kPanel) / kPanel;
-  // G (6 x 3) of F(4x4, 3x3).
-  static constexpr double G[6][3] = {{1.0 / 4, 0, 0},
-                                     {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                     {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                     {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                     {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                     {0, 0, 1}};
-#pragma omp parallel for schedule(static) if (K * C > 4096)
-  for (int64_t k = 0; k < K; ++k)
-    for (int64_t c = 0; c < C; ++c) {
-      const float* g = w + (k * C + c) * 9;
-      double t[6][3];  // G g
-      for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 3; ++j) t[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
-      for (int i = 0; i < 6; ++i)
-        for (int j = 0; j < 6; ++j) {
-          const double v = t[i][0] * G[j][0] + t[i][1] * G[j][1] + t[i][2] * G[j][2];  // (G g G^T)[i][j]
-          u[((static_cast<int64_t>(i * 6 + j) * P + k / kPanel) * C + c) * kPanel + k % kPanel] = static_cast<float>(v);
-        }
-    }
+namespace {
+
+// r = G x for 16 lanes of three values (G of F(4x4, 3x3): rows 1/4 (1, 0, 0), -1/6 (1, 1, 1),
+// -1/6 (1, -1, 1), (1/24, 1/12, 1/6), (1/24, -1/12, 1/6), (0, 0, 1)), in float64; r[i * stride].
+void g_column(const double* a, const double* b, const double* c, double (*r)[kPanel], int stride) {
+  for (int64_t l = 0; l < kPanel; ++l) {
+    const double s = a[l] + c[l], q = a[l] * (1.0 / 24) + c[l] * (1.0 / 6), h = b[l] * (1.0 / 12);
+    r[0][l] = a[l] * 0.25;
+    r[stride][l] = (s + b[l]) * (-1.0 / 6);
+    r[2 * stride][l] = (s - b[l]) * (-1.0 / 6);
+    r[3 * stride][l] = q + h;
+    r[4 * stride][l] = q - h;
+    r[5 * stride][l] = c[l];
+  }
 }
 
-int64_t WinogradWeights::floats() const { return kPos * round_up(K_, kPanel) * C_; }
+}  // namespace
+
+WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C)
+    : K_(K), C_(C), u_(Tensor::uninitialized(DType::Float32, {kPos * round_up(K, kPanel) * C})) {
+  float* u = u_.mutable_data<float>();
+  const int64_t P = round_up(K, kPanel) / kPanel;
+  // One panel's 16 output channels at a time, lane by lane, so that each (position, input
+  // channel) is one 64-byte line of U written whole: a refit's first run pays this transform
+  // (element by element, with G as a matrix, it ran at ~140 MB/s of weights).
+#pragma omp parallel for schedule(static) if (K * C > 4096)
+  for (int64_t panel = 0; panel < P; ++panel) {
+    const int64_t k0 = panel * kPanel, lanes = std::min(kPanel, K - k0);
+    for (int64_t c = 0; c < C; ++c) {
+      double g[9][kPanel] = {}, t[6][3][kPanel], v[6][6][kPanel];
+      for (int64_t l = 0; l < lanes; ++l)
+        for (int e = 0; e < 9; ++e) g[e][l] = w[((k0 + l) * C + c) * 9 + e];
+      for (int j = 0; j < 3; ++j) g_column(g[j], g[3 + j], g[6 + j], &t[0][j], 3);  // t = G g
+      for (int i = 0; i < 6; ++i) g_column(t[i][0], t[i][1], t[i][2], &v[i][0], 1);  // v = t G^T
+      for (int p = 0; p < kPos; ++p) {
+        float* line = u + ((p * P + panel) * C + c) * kPanel;
+        for (int64_t l = 0; l < kPanel; ++l) line[l] = static_cast<float>(v[p / 6][p % 6][l]);  // 0 past K
+      }
+    }
+  }
+}
 
 namespace {
 

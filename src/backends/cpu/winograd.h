@@ -31,6 +31,7 @@
 #include <memory>
 
 #include "backends/cpu/dnnl_conv.h"
+#include "core/tensor.h"
 
 namespace reforge::cpu {
 
@@ -43,19 +44,20 @@ bool winograd_supported(const ConvDims& d, bool has_sum);
 // measured faster), and the environment does not switch it off (REFORGE_CONV_WINOGRAD=0).
 bool winograd_preferred(const ConvDims& d, bool has_sum);
 
-// The transformed weights of one convolution: U[p][K/16 panels][C][16], 64-byte aligned.
+// The transformed weights of one convolution: U[p][K/16 panels][C][16], 64-byte aligned, in
+// engine storage (huge pages; a refit's new U reuses the pages the old one released).
 class WinogradWeights {
  public:
   // Transforms `w` ([K, C, 3, 3], row-major) in float64, rounded once to float32.
   WinogradWeights(const float* w, int64_t K, int64_t C);
   int64_t K() const { return K_; }
   int64_t C() const { return C_; }
-  const float* data() const { return u_.get(); }
-  int64_t floats() const;
+  const float* data() const { return u_.data<float>(); }
+  int64_t floats() const { return u_.numel(); }
 
  private:
   int64_t K_, C_;
-  std::unique_ptr<float, void (*)(void*)> u_;
+  Tensor u_;
 };
 
 // dst = relu?(conv(src, w) + bias + sum) for `d` (winograd_supported(d, post.sum != nullptr)).
