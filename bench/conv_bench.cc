@@ -12,7 +12,6 @@
 // (each: one convolution per copy) in ms per convolution, the ratio, and the largest
 // difference between the two results. Not a test.
 #include <omp.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,23 +23,12 @@
 
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/winograd.h"
+#include "bench_util.h"
 
 using namespace reforge;
 
-namespace {
-
-double now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
+using bench::median;
+using bench::now_ms;
 
 int main(int argc, char** argv) {
   std::string layers_s = "64x56,128x28,256x14,512x7";

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
+#include "bench_util.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/sgemm_panels.h"
@@ -44,16 +45,8 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 bool g_cpu_clock = false;
 
-double now_ms() {
-  timespec ts;
-  clock_gettime(g_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double now_ms() { return bench::now_ms(g_cpu_clock); }
+using bench::median;
 
 }  // namespace
 
