@@ -12,7 +12,6 @@
 // of weights, and their ratio. `--clock cpu` times process CPU time instead of wall time: with
 // --threads 1 that is the kernel's own time even while other work loads the machine. Not a test.
 #include <omp.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
