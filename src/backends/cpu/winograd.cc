@@ -99,14 +99,17 @@ REFORGE_WINO_AVX2 void output_tile(const Geo& g, const float* m, int64_t pstride
     }
 }
 
-// Phase 2 register tile: m[r, 0:16) = sum over c of v[r * ldv + c] x u[c, 0:16), r < R.
+// Phase 2 register tile: m[r, 0:16) = sum over c of v[r * ldv + c] x u[c, 0:16), r < R. A
+// non-null `prefetch` is the next panel to read (C lines of 64 bytes), fetched into L2 meanwhile.
 template <int R>
-REFORGE_WINO_AVX2 void gemm_tile(int64_t C, const float* v, int64_t ldv, const float* u, float* m, int64_t ldm) {
+REFORGE_WINO_AVX2 void gemm_tile(int64_t C, const float* v, int64_t ldv, const float* u, float* m, int64_t ldm,
+                                 const float* prefetch) {
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int64_t c = 0; c < C; ++c) {
     const __m256 b0 = _mm256_load_ps(u + c * kPanel), b1 = _mm256_load_ps(u + c * kPanel + 8);
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + c * kPanel), _MM_HINT_T1);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(v + r * ldv + c);
@@ -121,7 +124,7 @@ REFORGE_WINO_AVX2 void gemm_tile(int64_t C, const float* v, int64_t ldv, const f
   }
 }
 
-using GemmTile = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t);
+using GemmTile = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, const float*);
 constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,         gemm_tile<1>, gemm_tile<2>, gemm_tile<3>,
                                             gemm_tile<4>,    gemm_tile<5>, gemm_tile<6>};
 
@@ -174,9 +177,9 @@ bool winograd_preferred(const ConvDims& d, bool has_sum) {
   if (winograd_disabled_by_env() || activation_block() != kBlock || !winograd_supported(d, has_sum)) return false;
   const int64_t C = d.src[1], K = d.weights[0];
   const int64_t tiles = d.src[0] * ((d.dst[2] + 3) / 4) * ((d.dst[3] + 3) / 4);
-  // Measured with bench/conv_bench.cc on Zen 3 (docs/benchmarks.md): 0.4-0.9x oneDNN's time
+  // Measured with bench/conv_bench.cc on Zen 3 (docs/benchmarks.md): 0.3-0.9x oneDNN's time
   // from 16 to 512 channels and from 4 tiles up; slower on a single tile (256 channels on a
-  // 4 x 4 image: 1.18x), where the product reads 4x the weights for one tile's arithmetic.
+  // 4 x 4 image: 1.3-1.4x), where the product reads 4x the weights for one tile's arithmetic.
   // U is 4x the plain weights and is kept beside them: 512 -> 512 channels (38 MB each, two
   // such layers) would put ResNet-50's peak memory above ONNX Runtime's, so layers whose U
   // passes kMaxU stay with oneDNN.
@@ -259,9 +262,11 @@ struct BlockRun {
       const float* up = U + (p * P + panel) * g.C * kPanel;
       const float* vp = v + p * nb * g.C;
       float* mp = m + p * nb * g.Kp + panel * kPanel;
+      // U is laid out item after item: the first strip fetches the next item's panel.
+      const float* next = i + 1 < kPos * P ? up + g.C * kPanel : nullptr;
       for (int64_t s = 0; s < strips; ++s) {
         const int64_t r = std::min(kRows, nb - s * kRows);
-        kGemmTiles[r](g.C, vp + s * kRows * g.C, g.C, up, mp + s * kRows * g.Kp, g.Kp);
+        kGemmTiles[r](g.C, vp + s * kRows * g.C, g.C, up, mp + s * kRows * g.Kp, g.Kp, s == 0 ? next : nullptr);
       }
     }
   }
