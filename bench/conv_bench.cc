@@ -1,10 +1,10 @@
 // 3x3 convolution kernel benchmark: Winograd F(4x4, 3x3) (cpu::winograd_conv) against oneDNN's
 // direct kernel on packed weights (cpu::dnnl_conv_*), interleaved in one run, same threads, on
 // channel-blocked activations as the conv chain stores them. This is where
-// winograd_preferred()'s rule and winograd_conv's block sizes come from.
+// winograd_tile()'s rule and winograd_conv's block sizes come from.
 //
 //   build/reforge_conv_bench [--layers 64x56,128x28,256x14,512x7] [--batch 1] [--threads 1]
-//                            [--copies 3] [--repeat 9]
+//                            [--copies 3] [--repeat 9] [--tile 4|2]
 //
 // Each layer is CxHW: C -> C channels on an HW x HW image, pad 1 (ResNet-50's 3x3 stride-1
 // layers by default). `--copies` distinct weight sets are cycled through, so the weights come
@@ -33,7 +33,7 @@ using bench::now_ms;
 int main(int argc, char** argv) {
   std::string layers_s = "64x56,128x28,256x14,512x7";
   int64_t batch = 1, copies = 3;
-  int threads = 1, repeat = 9;
+  int threads = 1, repeat = 9, tile = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--layers") layers_s = v;
@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::stoi(v);
     else if (a == "--copies") copies = std::stoll(v);
     else if (a == "--repeat") repeat = std::stoi(v);
+    else if (a == "--tile") tile = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -52,8 +53,8 @@ int main(int argc, char** argv) {
                  static_cast<long long>(cpu::activation_block()));
     return 1;
   }
-  std::printf("batch=%lld threads=%d copies=%lld\n", static_cast<long long>(batch), threads,
-              static_cast<long long>(copies));
+  std::printf("batch=%lld threads=%d copies=%lld tile=%d\n", static_cast<long long>(batch), threads,
+              static_cast<long long>(copies), tile);
   std::printf("%-10s %12s %12s %8s %10s\n", "layer", "oneDNN ms", "winograd ms", "ratio", "max diff");
   std::stringstream ss(layers_s);
   std::string item;
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
     for (auto& wc : w) {
       for (auto& v : wc) v = nd(rng) * scale;
       packed.push_back(cpu::make_conv_weight_cache());
-      wino.push_back(std::make_unique<cpu::WinogradWeights>(wc.data(), C, C));
+      wino.push_back(std::make_unique<cpu::WinogradWeights>(wc.data(), C, C, tile));
     }
     std::vector<float> y0(x.size()), y1(x.size());
     cpu::ConvPostOps post;

@@ -1,5 +1,5 @@
-// cpu::winograd_conv (Winograd F(4x4, 3x3) on 8-channel blocks) against a float64 direct
-// convolution computed here by plain loops:
+// cpu::winograd_conv (Winograd F(4x4, 3x3) and F(2x2, 3x3) on 8-channel blocks) against a
+// float64 direct convolution computed here by plain loops, every case in both tile sizes:
 //   - shapes with odd sizes, partial edge tiles, channels that are not multiples of 16, zero,
 //     one-sided and asymmetric padding, several batches, several blocks of tiles (small and
 //     large transformed weights), bias / residual / ReLU, the residual updated in place;
@@ -69,9 +69,10 @@ TEST(Winograd, MatchesFloat64DirectConvolution) {
       {1, 64, 64, 14, 14, {1, 1}, {1, 1}, false, true, true},
   };
   uint32_t seed = 1;
+  for (int tile : {4, 2})
   for (const Case& k : cases) {
-    SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) + " K=" + std::to_string(k.K) +
-                 " H=" + std::to_string(k.H) + " W=" + std::to_string(k.W));
+    SCOPED_TRACE("tile=" + std::to_string(tile) + " N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
+                 " K=" + std::to_string(k.K) + " H=" + std::to_string(k.H) + " W=" + std::to_string(k.W));
     const cpu::ConvDims d = dims_of(k);
     const int64_t OH = d.dst[2], OW = d.dst[3];
     ASSERT_TRUE(cpu::winograd_supported(d, k.sum));
@@ -80,7 +81,8 @@ TEST(Winograd, MatchesFloat64DirectConvolution) {
     const Tensor b = random_floats({k.K}, seed++);
     const Tensor z = random_floats({k.N, k.K, OH, OW}, seed++, -3, 3);
     const std::vector<float> xb = to_blocked(x), zb = to_blocked(z);
-    const cpu::WinogradWeights u(w.data<float>(), k.K, k.C);
+    const cpu::WinogradWeights u(w.data<float>(), k.K, k.C, tile);
+    ASSERT_EQ(u.floats(), (tile + 2) * (tile + 2) * ((k.K + 15) / 16 * 16) * k.C);
 
     std::vector<float> y1(static_cast<size_t>(k.N * k.K * OH * OW), -7.0f), y2 = zb;
     cpu::ConvPostOps post;
@@ -126,6 +128,19 @@ TEST(Winograd, MatchesFloat64DirectConvolution) {
   }
 }
 
+TEST(Winograd, TileSizeFollowsTheTransformedWeightsSize) {
+  if (!have_avx2() || cpu::activation_block() != 8) GTEST_SKIP() << "the conv chain does not run in 8-channel blocks here";
+  auto layer = [](int64_t C, int64_t HW, int64_t N = 1) {
+    return dims_of(Case{N, C, C, HW, HW, {1, 1}, {1, 1}, true, false, true});
+  };
+  EXPECT_EQ(cpu::winograd_tile(layer(64, 56), false), 4);    // U 0.6 MB
+  EXPECT_EQ(cpu::winograd_tile(layer(256, 14), false), 4);   // U 9.4 MB
+  EXPECT_EQ(cpu::winograd_tile(layer(512, 7), false), 2);    // F(4x4) U would be 38 MB; F(2x2) 17 MB
+  EXPECT_EQ(cpu::winograd_tile(layer(1024, 7), false), 0);   // even F(2x2) U would be 67 MB
+  EXPECT_EQ(cpu::winograd_tile(layer(256, 4), false), 0);    // one 4 x 4 tile
+  EXPECT_EQ(cpu::winograd_tile(layer(8, 32), false), 0);     // too few channels
+}
+
 TEST(Winograd, SupportedOnlyForWhatTheKernelRuns) {
   if (!have_avx2()) GTEST_SKIP() << "the Winograd kernel needs AVX2 + FMA";
   const Case base{1, 16, 16, 8, 8, {1, 1}, {1, 1}, false, false, false};
@@ -146,6 +161,7 @@ TEST(Winograd, SupportedOnlyForWhatTheKernelRuns) {
   EXPECT_TRUE(refused([](cpu::ConvDims&) {}, true));  // residual in NCHW
   EXPECT_TRUE(refused([](cpu::ConvDims& d) { d.dst = {1, 16, 7, 8}; }));  // output not what the pads give
   EXPECT_TRUE(refused([](cpu::ConvDims& d) { d.src = {1, 16, 8, 8, 1}; }));
+  EXPECT_THROW(cpu::WinogradWeights(std::vector<float>(16 * 16 * 9).data(), 16, 16, 3), Error);
   {
     SimdOverride generic(SimdLevel::Generic);
     EXPECT_FALSE(cpu::winograd_supported(dims_of(base), false)) << "no AVX2: oneDNN's kernels run";

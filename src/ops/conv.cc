@@ -110,10 +110,12 @@ struct ConvState {
     calls.push_back(std::move(c));
   }
 
-  // The Winograd-transformed weights (cpu::winograd_conv), made on the first run that wants them.
-  std::shared_ptr<const cpu::WinogradWeights> winograd_weights(const Tensor& W) const {
+  // The Winograd-transformed weights (cpu::winograd_conv), made on the first run that wants them
+  // (the tile size depends on the channel counts only, so a node keeps one set).
+  std::shared_ptr<const cpu::WinogradWeights> winograd_weights(const Tensor& W, int tile) const {
     std::lock_guard<std::mutex> lock(mu);
-    if (!winograd) winograd = std::make_shared<const cpu::WinogradWeights>(W.data<float>(), W.dim(0), W.dim(1));
+    if (!winograd || winograd->tile() != tile)
+      winograd = std::make_shared<const cpu::WinogradWeights>(W.data<float>(), W.dim(0), W.dim(1), tile);
     return winograd;
   }
 
@@ -348,11 +350,13 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
     po.sum = post.sum ? post.sum->data<float>() : nullptr;
     po.relu = post.relu;
     cpu::ConvWeightCache* packed = packed_weights(ctx);
-    // Winograd F(4x4, 3x3) where it is faster (3x3 stride-1 layers of 64+ channels), with the
-    // weights transformed once per weight set like oneDNN's packed ones; else oneDNN.
+    // Winograd F(4x4, 3x3) or F(2x2, 3x3) where it is faster (3x3 stride-1 layers of 16+
+    // channels), with the weights transformed once per weight set like oneDNN's packed ones;
+    // else oneDNN.
     std::shared_ptr<const cpu::WinogradWeights> wino;
     cpu::ConvHandle prim;
-    if (state && cpu::winograd_preferred(d, post.sum != nullptr)) wino = state->winograd_weights(W);
+    const int tile = state ? cpu::winograd_tile(d, post.sum != nullptr) : 0;
+    if (tile) wino = state->winograd_weights(W, tile);
     else prim = cpu::dnnl_conv_primitive(d, po, packed);
     if (wino || prim) {
       const bool in_place = may_overwrite_z(ctx, post, state ? state->z_inplace : ctx.attr_int("z_inplace", 0) == 1,

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/error.h"
 #include "core/simd.h"
 
 namespace reforge::cpu {
@@ -17,11 +18,12 @@ namespace {
 constexpr int64_t kBlock = 8;     // channels per activation block (and per AVX2 vector)
 constexpr int64_t kPanel = 16;    // output channels per weight panel (two vectors)
 constexpr int64_t kRows = 6;      // tiles per register tile
-constexpr int64_t kPos = 36;      // 6 x 6 transformed positions
+constexpr int64_t kMaxPos = 36;   // transformed positions of F(4x4, 3x3) (6 x 6); F(2x2): 16
 constexpr int64_t kBlockBytes = 2 << 20;    // V and M of one block of tiles, when U is small
 constexpr int64_t kSliceBytes = 256 << 10;  // V[p] and M[p] of one block, when U is large
 constexpr int64_t kLargeU = 4 << 20;        // bytes of U above which it is read once per block
-constexpr int64_t kMaxU = 16 << 20;         // largest U winograd_preferred accepts
+constexpr int64_t kMaxU4 = 16 << 20;        // largest U of F(4x4, 3x3) winograd_tile accepts
+constexpr int64_t kMaxU2 = 32 << 20;        // and of F(2x2, 3x3)
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -49,53 +51,73 @@ REFORGE_WINO_AVX2 inline void at6(const __m256* m, int64_t sm, __m256* r, int64_
   r[3 * sr] = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d34, d12), m[5 * sm]);
 }
 
-// The geometry of one call: tiles are numbered n-major, then row, then column.
+// The same for F(2x2, 3x3) (points 0, +-1): four values into four, and four into two.
+REFORGE_WINO_AVX2 inline void bt4(const __m256* x, int64_t sx, __m256* r, int64_t sr) {
+  const __m256 x0 = x[0], x1 = x[sx], x2 = x[2 * sx], x3 = x[3 * sx];
+  r[0] = _mm256_sub_ps(x0, x2);
+  r[sr] = _mm256_add_ps(x1, x2);
+  r[2 * sr] = _mm256_sub_ps(x2, x1);
+  r[3 * sr] = _mm256_sub_ps(x1, x3);
+}
+REFORGE_WINO_AVX2 inline void at4(const __m256* m, int64_t sm, __m256* r, int64_t sr) {
+  r[0] = _mm256_add_ps(_mm256_add_ps(m[0], m[sm]), m[2 * sm]);
+  r[sr] = _mm256_sub_ps(_mm256_sub_ps(m[sm], m[2 * sm]), m[3 * sm]);
+}
+
+// The geometry of one call: tiles (M x M outputs each) are numbered n-major, then row, then column.
 struct Geo {
   int64_t N, C, K, Kp, H, W, OH, OW, TH, TW, pt, pl;
 };
 
-// Phase 1 for tile `t` and channel block `cb`: v[p * pstride] = (B^T d B)[p], 8 channels.
+// Phase 1 for tile `t` and channel block `cb` of F(MxM, 3x3): v[p * pstride] = (B^T d B)[p] for
+// the (M + 2)^2 positions p, 8 channels.
+template <int M>
 REFORGE_WINO_AVX2 void input_tile(const Geo& g, const float* src, int64_t t, int64_t cb, float* v, int64_t pstride) {
+  constexpr int T = M + 2;
   const int64_t n = t / (g.TH * g.TW), ty = t / g.TW % g.TH, tx = t % g.TW;
-  const int64_t iy0 = ty * 4 - g.pt, ix0 = tx * 4 - g.pl;
+  const int64_t iy0 = ty * M - g.pt, ix0 = tx * M - g.pl;
   const float* plane = src + (n * (g.C / kBlock) + cb) * g.H * g.W * kBlock;
-  __m256 d[36], s[36];
-  if (iy0 >= 0 && ix0 >= 0 && iy0 + 6 <= g.H && ix0 + 6 <= g.W) {
-    for (int i = 0; i < 6; ++i)
-      for (int j = 0; j < 6; ++j) d[i * 6 + j] = _mm256_loadu_ps(plane + ((iy0 + i) * g.W + ix0 + j) * kBlock);
+  __m256 d[T * T], s[T * T];
+  if (iy0 >= 0 && ix0 >= 0 && iy0 + T <= g.H && ix0 + T <= g.W) {
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < T; ++j) d[i * T + j] = _mm256_loadu_ps(plane + ((iy0 + i) * g.W + ix0 + j) * kBlock);
   } else {
-    for (int i = 0; i < 6; ++i)
-      for (int j = 0; j < 6; ++j) {
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < T; ++j) {
         const int64_t y = iy0 + i, x = ix0 + j;
-        d[i * 6 + j] = y >= 0 && y < g.H && x >= 0 && x < g.W ? _mm256_loadu_ps(plane + (y * g.W + x) * kBlock)
+        d[i * T + j] = y >= 0 && y < g.H && x >= 0 && x < g.W ? _mm256_loadu_ps(plane + (y * g.W + x) * kBlock)
                                                                : _mm256_setzero_ps();
       }
   }
-  for (int j = 0; j < 6; ++j) bt6(d + j, 6, s + j, 6);    // columns: s = B^T d
-  for (int i = 0; i < 6; ++i) bt6(s + i * 6, 1, d + i * 6, 1);  // rows: d = s B
-  for (int p = 0; p < kPos; ++p) _mm256_storeu_ps(v + p * pstride, d[p]);
+  const auto bt = M == 4 ? bt6 : bt4;
+  for (int j = 0; j < T; ++j) bt(d + j, T, s + j, T);          // columns: s = B^T d
+  for (int i = 0; i < T; ++i) bt(s + i * T, 1, d + i * T, 1);  // rows: d = s B
+  for (int p = 0; p < T * T; ++p) _mm256_storeu_ps(v + p * pstride, d[p]);
 }
 
 // Phase 3 for tile `t` and output channel block `kb`: Y = A^T M A (+ bias, + sum, ReLU), stored
 // where the tile lies inside the output.
+template <int M>
 REFORGE_WINO_AVX2 void output_tile(const Geo& g, const float* m, int64_t pstride, int64_t t, int64_t kb,
                                    const float* bias, const float* sum, bool relu, float* dst) {
+  constexpr int T = M + 2;
   const int64_t n = t / (g.TH * g.TW), ty = t / g.TW % g.TH, tx = t % g.TW;
-  __m256 a[36], s[24], o[16];
-  for (int p = 0; p < kPos; ++p) a[p] = _mm256_loadu_ps(m + p * pstride);
-  for (int j = 0; j < 6; ++j) at6(a + j, 6, s + j, 6);    // columns: s (4 x 6) = A^T M
-  for (int i = 0; i < 4; ++i) at6(s + i * 6, 1, o + i * 4, 1);  // rows: o (4 x 4) = s A
+  __m256 a[T * T], s[M * T], o[M * M];
+  for (int p = 0; p < T * T; ++p) a[p] = _mm256_loadu_ps(m + p * pstride);
+  const auto at = M == 4 ? at6 : at4;
+  for (int j = 0; j < T; ++j) at(a + j, T, s + j, T);          // columns: s (M x T) = A^T M
+  for (int i = 0; i < M; ++i) at(s + i * T, 1, o + i * M, 1);  // rows: o (M x M) = s A
   const __m256 b = bias ? _mm256_loadu_ps(bias + kb * kBlock) : _mm256_setzero_ps();
   const int64_t off = (n * (g.K / kBlock) + kb) * g.OH * g.OW * kBlock;
-  const int64_t oy0 = ty * 4, ox0 = tx * 4;
-  const int64_t rows = std::min<int64_t>(4, g.OH - oy0), cols = std::min<int64_t>(4, g.OW - ox0);
+  const int64_t oy0 = ty * M, ox0 = tx * M;
+  const int64_t rows = std::min<int64_t>(M, g.OH - oy0), cols = std::min<int64_t>(M, g.OW - ox0);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      const int64_t at = off + ((oy0 + i) * g.OW + ox0 + j) * kBlock;
-      __m256 y = _mm256_add_ps(o[i * 4 + j], b);
-      if (sum) y = _mm256_add_ps(y, _mm256_loadu_ps(sum + at));
+      const int64_t at_ = off + ((oy0 + i) * g.OW + ox0 + j) * kBlock;
+      __m256 y = _mm256_add_ps(o[i * M + j], b);
+      if (sum) y = _mm256_add_ps(y, _mm256_loadu_ps(sum + at_));
       if (relu) y = _mm256_max_ps(y, _mm256_setzero_ps());
-      _mm256_storeu_ps(dst + at, y);
+      _mm256_storeu_ps(dst + at_, y);
     }
 }
 
@@ -173,26 +195,41 @@ bool winograd_supported(const ConvDims& d, bool has_sum) {
          d.dst[3] == d.src[3] + d.pad_begin[1] + d.pad_end[1] - 2 && d.dst[2] > 0 && d.dst[3] > 0;
 }
 
-bool winograd_preferred(const ConvDims& d, bool has_sum) {
-  if (winograd_disabled_by_env() || activation_block() != kBlock || !winograd_supported(d, has_sum)) return false;
+int winograd_tile(const ConvDims& d, bool has_sum) {
+  if (winograd_disabled_by_env() || activation_block() != kBlock || !winograd_supported(d, has_sum)) return 0;
   const int64_t C = d.src[1], K = d.weights[0];
   const int64_t tiles = d.src[0] * ((d.dst[2] + 3) / 4) * ((d.dst[3] + 3) / 4);
   // Measured with bench/conv_bench.cc on Zen 3 (docs/benchmarks.md): 0.3-0.9x oneDNN's time
-  // from 16 to 512 channels and from 4 tiles up; slower on a single tile (256 channels on a
-  // 4 x 4 image: 1.3-1.4x), where the product reads 4x the weights for one tile's arithmetic.
-  // U is 4x the plain weights and is kept beside them: 512 -> 512 channels (38 MB each, two
-  // such layers) would put ResNet-50's peak memory above ONNX Runtime's, so layers whose U
-  // passes kMaxU stay with oneDNN.
-  return C >= 16 && K >= 16 && tiles >= 4 && kPos * C * round_up(K, kPanel) * 4 <= kMaxU;
+  // from 16 to 512 channels and from 4 tiles of 4 x 4 up; slower on a single tile (256 channels
+  // on a 4 x 4 image: 1.3-1.4x), where the product reads 4x the weights for one tile's
+  // arithmetic.
+  if (C < 16 || K < 16 || tiles < 4) return 0;
+  // U is kept beside the plain weights (in place of oneDNN's packed copy): 4x their size for
+  // F(4x4, 3x3), 16/9 for F(2x2, 3x3). ResNet-50's two 512 -> 512 layers in F(4x4) (38 MB of U
+  // each) put its batch-1 peak memory at 323 MB, above ONNX Runtime's 317; in F(2x2) (17 MB
+  // each, 0.55-0.62x oneDNN's time) it is 282 MB.
+  const int64_t cells = C * round_up(K, kPanel) * 4;
+  if (36 * cells <= kMaxU4) return 4;
+  if (16 * cells <= kMaxU2) return 2;
+  return 0;
 }
 
 namespace {
 
-// r = G x for 16 lanes of three values (G of F(4x4, 3x3): rows 1/4 (1, 0, 0), -1/6 (1, 1, 1),
-// -1/6 (1, -1, 1), (1/24, 1/12, 1/6), (1/24, -1/12, 1/6), (0, 0, 1)), in float64; r[i * stride].
-void g_column(const double* a, const double* b, const double* c, double (*r)[kPanel], int stride) {
+// r = G x for 16 lanes of three values, in float64; r[i * stride] for the M + 2 rows of G.
+// F(4x4, 3x3): rows 1/4 (1, 0, 0), -1/6 (1, 1, 1), -1/6 (1, -1, 1), (1/24, 1/12, 1/6),
+// (1/24, -1/12, 1/6), (0, 0, 1). F(2x2, 3x3): (1, 0, 0), 1/2 (1, 1, 1), 1/2 (1, -1, 1), (0, 0, 1).
+void g_column(int tile, const double* a, const double* b, const double* c, double (*r)[kPanel], int stride) {
   for (int64_t l = 0; l < kPanel; ++l) {
-    const double s = a[l] + c[l], q = a[l] * (1.0 / 24) + c[l] * (1.0 / 6), h = b[l] * (1.0 / 12);
+    const double s = a[l] + c[l];
+    if (tile == 2) {
+      r[0][l] = a[l];
+      r[stride][l] = (s + b[l]) * 0.5;
+      r[2 * stride][l] = (s - b[l]) * 0.5;
+      r[3 * stride][l] = c[l];
+      continue;
+    }
+    const double q = a[l] * (1.0 / 24) + c[l] * (1.0 / 6), h = b[l] * (1.0 / 12);
     r[0][l] = a[l] * 0.25;
     r[stride][l] = (s + b[l]) * (-1.0 / 6);
     r[2 * stride][l] = (s - b[l]) * (-1.0 / 6);
@@ -204,10 +241,13 @@ void g_column(const double* a, const double* b, const double* c, double (*r)[kPa
 
 }  // namespace
 
-WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C)
-    : K_(K), C_(C), u_(Tensor::uninitialized(DType::Float32, {kPos * round_up(K, kPanel) * C})) {
+WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C, int tile)
+    : K_(K), C_(C), tile_(tile),
+      u_(Tensor::uninitialized(DType::Float32, {(tile + 2) * (tile + 2) * round_up(K, kPanel) * C})) {
+  if (tile != 2 && tile != 4) fail("Winograd: output tiles are 2 x 2 or 4 x 4, not ", tile, " x ", tile);
   float* u = u_.mutable_data<float>();
   const int64_t P = round_up(K, kPanel) / kPanel;
+  const int T = tile + 2;
   // One panel's 16 output channels at a time, lane by lane, so that each (position, input
   // channel) is one 64-byte line of U written whole: a refit's first run pays this transform
   // (element by element, with G as a matrix, it ran at ~140 MB/s of weights).
@@ -218,11 +258,11 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C)
       double g[9][kPanel] = {}, t[6][3][kPanel], v[6][6][kPanel];
       for (int64_t l = 0; l < lanes; ++l)
         for (int e = 0; e < 9; ++e) g[e][l] = w[((k0 + l) * C + c) * 9 + e];
-      for (int j = 0; j < 3; ++j) g_column(g[j], g[3 + j], g[6 + j], &t[0][j], 3);  // t = G g
-      for (int i = 0; i < 6; ++i) g_column(t[i][0], t[i][1], t[i][2], &v[i][0], 1);  // v = t G^T
-      for (int p = 0; p < kPos; ++p) {
+      for (int j = 0; j < 3; ++j) g_column(tile, g[j], g[3 + j], g[6 + j], &t[0][j], 3);  // t = G g
+      for (int i = 0; i < T; ++i) g_column(tile, t[i][0], t[i][1], t[i][2], &v[i][0], 1);  // v = t G^T
+      for (int p = 0; p < T * T; ++p) {
         float* line = u + ((p * P + panel) * C + c) * kPanel;
-        for (int64_t l = 0; l < kPanel; ++l) line[l] = static_cast<float>(v[p / 6][p % 6][l]);  // 0 past K
+        for (int64_t l = 0; l < kPanel; ++l) line[l] = static_cast<float>(v[p / T][p % T][l]);  // 0 past K
       }
     }
   }
@@ -230,8 +270,8 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C)
 
 namespace {
 
-// One block of `nb` tiles from tile t0: V and M (36 x nb x C and 36 x nb x Kp floats) in
-// `v` / `m`. Each phase runs items [begin, end) of its own numbering, so the block can be
+// One block of `nb` tiles from tile t0: V and M (npos x nb x C and npos x nb x Kp floats) in
+// `v` / `m`, npos = (tile + 2)^2. Each phase runs items [begin, end) of its own numbering, so the block can be
 // split between threads phase by phase or run whole by one thread.
 struct BlockRun {
   const Geo& g;
@@ -241,18 +281,21 @@ struct BlockRun {
   const float* sum;
   bool relu;
   float* dst;
-  int64_t t0, nb;
+  int tile;
+  int64_t npos, t0, nb;
   float *v, *m;
 
   int64_t input_items() const { return nb * (g.C / kBlock); }
-  int64_t product_items() const { return kPos * (g.Kp / kPanel); }
+  int64_t product_items() const { return npos * (g.Kp / kPanel); }
   int64_t output_items() const { return nb * (g.K / kBlock); }
 
   void input(int64_t begin, int64_t end) const {
     const int64_t CB = g.C / kBlock;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / CB, cb = i % CB;
-      input_tile(g, src, t0 + t, cb, v + t * g.C + cb * kBlock, nb * g.C);
+      float* vt = v + t * g.C + cb * kBlock;
+      if (tile == 4) input_tile<4>(g, src, t0 + t, cb, vt, nb * g.C);
+      else input_tile<2>(g, src, t0 + t, cb, vt, nb * g.C);
     }
   }
   void product(int64_t begin, int64_t end) const {
@@ -263,7 +306,7 @@ struct BlockRun {
       const float* vp = v + p * nb * g.C;
       float* mp = m + p * nb * g.Kp + panel * kPanel;
       // U is laid out item after item: the first strip fetches the next item's panel.
-      const float* next = i + 1 < kPos * P ? up + g.C * kPanel : nullptr;
+      const float* next = i + 1 < npos * P ? up + g.C * kPanel : nullptr;
       for (int64_t s = 0; s < strips; ++s) {
         const int64_t r = std::min(kRows, nb - s * kRows);
         kGemmTiles[r](g.C, vp + s * kRows * g.C, g.C, up, mp + s * kRows * g.Kp, g.Kp, s == 0 ? next : nullptr);
@@ -274,7 +317,9 @@ struct BlockRun {
     const int64_t KB = g.K / kBlock;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / KB, kb = i % KB;
-      output_tile(g, m + t * g.Kp + kb * kBlock, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
+      const float* mt = m + t * g.Kp + kb * kBlock;
+      if (tile == 4) output_tile<4>(g, mt, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
+      else output_tile<2>(g, mt, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
     }
   }
 };
@@ -287,7 +332,9 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   g.N = d.src[0], g.C = d.src[1], g.H = d.src[2], g.W = d.src[3];
   g.K = d.weights[0], g.Kp = round_up(g.K, kPanel);
   g.OH = d.dst[2], g.OW = d.dst[3];
-  g.TH = (g.OH + 3) / 4, g.TW = (g.OW + 3) / 4;
+  const int tile = u.tile();
+  const int64_t npos = (tile + 2) * (tile + 2);
+  g.TH = (g.OH + tile - 1) / tile, g.TW = (g.OW + tile - 1) / tile;
   g.pt = d.pad_begin[0], g.pl = d.pad_begin[1];
   const int64_t T = g.N * g.TH * g.TW;
   // Tiles per block. U (36 x C x Kp floats) is read once per block. While it is small (64 or 128
@@ -296,8 +343,8 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   // would be read from memory once per small block, so there the blocks grow until only one
   // position's V and M fit in L2 (the whole block then in L3). Measured on Zen 3 (ResNet-50
   // batch 1 and 8): either rule alone is 10-30% slower on the other kind of layer.
-  const bool large_u = kPos * g.C * g.Kp * 4 > kLargeU;
-  int64_t tb = (large_u ? kSliceBytes / ((g.C + g.Kp) * 4) : kBlockBytes / (kPos * (g.C + g.Kp) * 4)) / kRows * kRows;
+  const bool large_u = npos * g.C * g.Kp * 4 > kLargeU;
+  int64_t tb = (large_u ? kSliceBytes / ((g.C + g.Kp) * 4) : kBlockBytes / (npos * (g.C + g.Kp) * 4)) / kRows * kRows;
   // Small U: each thread takes its own share of the tiles (at least a register tile's worth)
   // through all three phases (no barriers; each reads all of U, which stays in its cache). Large
   // U: the threads share each block phase by phase, so U is read once per block for all of them
@@ -306,10 +353,10 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   const int nt = own_tiles ? static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows))
                            : threads;
   tb = std::min(std::max(kRows, tb), own_tiles ? round_up((T + nt - 1) / nt, kRows) : T);
-  const int64_t block_floats = kPos * tb * (g.C + g.Kp);
+  const int64_t block_floats = npos * tb * (g.C + g.Kp);
   float* scratch_base = scratch(block_floats * (own_tiles ? nt : 1));  // allocated before any thread runs
   auto block = [&](int64_t t0, int64_t nb, float* v) {
-    return BlockRun{g, src, u.data(), bias, post.sum, post.relu, dst, t0, nb, v, v + kPos * nb * g.C};
+    return BlockRun{g, src, u.data(), bias, post.sum, post.relu, dst, tile, npos, t0, nb, v, v + npos * nb * g.C};
   };
   if (own_tiles) {
 #pragma omp parallel num_threads(nt) if (nt > 1)
