@@ -15,6 +15,8 @@
 // oneDNN declines) uses the direct reference loop below, the post-ops then run as a separate
 // pass. The weights are packed into oneDNN's blocked layout once per weight set: the op's
 // prepare step makes a ConvWeightCache that the kernel fills on first use and a refit replaces.
+// On AVX2 CPUs (8-channel blocks) 3x3 stride-1 layers of a NCHWc chain run Winograd instead
+// (cpu::winograd_conv), their weights transformed on first use into the same prepared state.
 #include <algorithm>
 #include <mutex>
 #include <type_traits>
