@@ -153,14 +153,18 @@ TEST(LinearKernel, Float32PackedWeightsAliasThePlainCopy) {
   const cpu::PackedWeights* p = lw->packed();
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(cpu::packed_aliases_plain(*p), cpu::packed_layout_is_plain(*p));
-  if (simd_level() == SimdLevel::Avx2) EXPECT_TRUE(cpu::packed_aliases_plain(*p));  // gemm:jit (Zen 3 measured)
+  if (simd_level() == SimdLevel::Avx2) {
+    EXPECT_TRUE(cpu::packed_aliases_plain(*p));  // gemm:jit (Zen 3 measured)
+  }
   Tensor x = random_tensor(DType::Float32, {rows, K}, 8);
   Tensor y = Tensor::empty(DType::Float32, {rows, N});
   ASSERT_TRUE(cpu::dnnl_matmul_packed(*p, rows, x.data<float>(), nullptr, y.mutable_data<float>()));
   expect_close(y, reference(x, w, false, nullptr, rows, K, N), kF32Rel, "packed alias");
   // bfloat16 weights are re-laid out for oneDNN's bf16 kernels: a real copy.
   auto lb = ops::prepare_linear(random_tensor(DType::BFloat16, {K, N}, 9), false);
-  if (const cpu::PackedWeights* pb = lb->packed()) EXPECT_FALSE(cpu::packed_aliases_plain(*pb));
+  if (const cpu::PackedWeights* pb = lb->packed()) {
+    EXPECT_FALSE(cpu::packed_aliases_plain(*pb));
+  }
 }
 
 // The OpenBLAS path (multi-row Linear products on CPUs without AVX-512) with and without a bias.
@@ -384,7 +388,9 @@ TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
         ASSERT_EQ(out.size(), out_b.size());
         for (size_t i = 0; i < out.size(); ++i) {
           EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
-          if (!strip) EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
+          if (!strip) {
+            EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
+          }
         }
       }
 }

@@ -127,7 +127,9 @@ TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
         o.strip_weights = strip;
         runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
         refit::Refitter r(engine);
-        if (strip) EXPECT_FALSE(r.missing().empty());
+        if (strip) {
+          EXPECT_FALSE(r.missing().empty());
+        }
         auto refit_b = [&]() {
           if (slow) {
             r.commit_rebuilt(build::rebuild_from_onnx(engine.plan(), gb));
@@ -140,7 +142,9 @@ TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
           // Other weights are refused with an error, and the engine is unchanged.
           EXPECT_THROW(refit_b(), Error);
           r.clear();
-          if (strip) EXPECT_THROW(engine.run(read_inputs(p)), Error);
+          if (strip) {
+            EXPECT_THROW(engine.run(read_inputs(p)), Error);
+          }
           // The build-time weights are accepted.
           if (slow) r.commit_rebuilt(build::rebuild_from_onnx(engine.plan(), ga));
           else {

@@ -47,7 +47,9 @@ void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, 
   for (const auto& [name, t] : before) {
     Tensor now = e.weight(name);
     EXPECT_EQ(t.defined(), now.defined()) << name;
-    if (t.defined() && now.defined()) EXPECT_EQ(t.raw(), now.raw()) << name << " was replaced";
+    if (t.defined() && now.defined()) {
+      EXPECT_EQ(t.raw(), now.raw()) << name << " was replaced";
+    }
   }
 }
 

@@ -2,6 +2,12 @@
 
 #include "backends/cpu/gemv_avx2.h"
 
+// GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which
+// -Wmaybe-uninitialized reports (as "'__Y' may be used uninitialized") wherever they inline.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The helpers returning __m512 are internal and compiled for AVX-512 targets only: the note on
+// the ABI of such returns from default-target code does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
 #include <omp.h>
 
