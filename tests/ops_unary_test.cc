@@ -34,7 +34,9 @@ Tensor run(const std::string& op, std::vector<const Tensor*> inputs, std::vector
   node.name = "n";
   node.op_type = op;
   node.opset = opset;
-  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "x" + std::to_string(i) : "");
+  // (Not "x" + std::to_string(i): GCC 12 warns falsely (-Wrestrict) on that inlined concat.)
+  for (size_t i = 0; i < inputs.size(); ++i)
+    node.inputs.push_back(inputs[i] ? std::string(1, 'x').append(std::to_string(i)) : std::string());
   node.outputs = {"y"};
   for (auto& a : attrs) node.attrs[a.name] = a;
   const OpDef* def = OpRegistry::global().find("", op, opset);
