@@ -161,6 +161,7 @@ TEST(Winograd, SupportedOnlyForWhatTheKernelRuns) {
   EXPECT_TRUE(refused([](cpu::ConvDims&) {}, true));  // residual in NCHW
   EXPECT_TRUE(refused([](cpu::ConvDims& d) { d.dst = {1, 16, 7, 8}; }));  // output not what the pads give
   EXPECT_TRUE(refused([](cpu::ConvDims& d) { d.src = {1, 16, 8, 8, 1}; }));
+  EXPECT_TRUE(refused([](cpu::ConvDims& d) { d.pad_end = {1}; }));
   EXPECT_THROW(cpu::WinogradWeights(std::vector<float>(16 * 16 * 9).data(), 16, 16, 3), Error);
   {
     SimdOverride generic(SimdLevel::Generic);

@@ -184,6 +184,7 @@ bool winograd_disabled_by_env() {
 bool winograd_supported(const ConvDims& d, bool has_sum) {
   if (simd_level() < SimdLevel::Avx2) return false;
   if (d.src.size() != 4 || d.weights.size() != 4 || d.dst.size() != 4 || d.group != 1) return false;
+  if (d.pad_begin.size() != 2 || d.pad_end.size() != 2) return false;
   if (d.weights[2] != 3 || d.weights[3] != 3) return false;
   if (d.strides != std::vector<int64_t>{1, 1} || d.dilations != std::vector<int64_t>{1, 1}) return false;
   if (d.src_layout != ActLayout::Blocked || d.dst_layout != ActLayout::Blocked) return false;
