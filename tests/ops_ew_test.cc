@@ -9,6 +9,7 @@
 #include "core/dispatch.h"
 #include "ops/broadcast.h"
 #include "ops/registry.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -137,13 +138,9 @@ ir::Node node(const std::string& op, int opset, size_t ninputs, std::map<std::st
 }
 
 Tensor run(const ir::Node& n, std::vector<Tensor> ins) {
-  const OpDef* def = OpRegistry::global().find("", n.op_type, n.opset);
-  EXPECT_NE(def, nullptr) << n.op_type;
   std::vector<const Tensor*> ptrs;
   for (auto& t : ins) ptrs.push_back(&t);
-  KernelContext ctx(n, ptrs, 1);
-  def->kernel(ctx);
-  return ctx.outputs()[0];
+  return test_support::run_node(n, ptrs)[0];
 }
 
 template <typename T>

@@ -15,6 +15,7 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
+#include "support/run_op.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -75,12 +76,7 @@ ir::Node node(const std::string& op, int opset, size_t ninputs, const Attrs& at,
 // Runs one op; absent optional inputs are passed as nullptr.
 std::vector<Tensor> run(const std::string& op, std::vector<const Tensor*> inputs, const Attrs& at = {},
                         size_t noutputs = 1, int opset = 22) {
-  ir::Node n = node(op, opset, inputs.size(), at, noutputs);
-  const OpDef* def = OpRegistry::global().find("", op, opset);
-  if (!def) throw Error("no kernel for " + op);
-  KernelContext ctx(n, inputs, 2);
-  def->kernel(ctx);
-  return ctx.outputs();
+  return test_support::run_node(node(op, opset, inputs.size(), at, noutputs), inputs, 2);
 }
 
 std::vector<double> values(const Tensor& t) {

@@ -18,6 +18,7 @@
 #include "core/dispatch.h"
 #include "core/simd.h"
 #include "ops/registry.h"
+#include "support/run_op.h"
 #include "support/make_tensor.h"
 #include "support/simd_levels.h"
 
@@ -67,13 +68,9 @@ ir::Node node(const std::string& op, int opset, size_t ninputs, const Attrs& at 
 }
 
 std::vector<Tensor> run_all(const ir::Node& n, const std::vector<Tensor>& ins, int threads = 1) {
-  const OpDef* def = OpRegistry::global().find("", n.op_type, n.opset);
-  EXPECT_NE(def, nullptr) << n.op_type;
   std::vector<const Tensor*> ptrs;
   for (const auto& t : ins) ptrs.push_back(&t);
-  KernelContext ctx(n, ptrs, threads);
-  def->kernel(ctx);
-  return ctx.outputs();
+  return test_support::run_node(n, ptrs, threads);
 }
 Tensor run(const ir::Node& n, const std::vector<Tensor>& ins, int threads = 1) { return run_all(n, ins, threads)[0]; }
 

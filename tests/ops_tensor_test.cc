@@ -11,6 +11,7 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
+#include "support/run_op.h"
 #include "ops/transpose2d.h"
 #include "support/make_tensor.h"
 
@@ -72,13 +73,9 @@ ir::Node node(const NodeSpec& s) {
 
 // Runs a node; absent optional inputs are given as undefined tensors.
 std::vector<Tensor> run_all(const ir::Node& n, const std::vector<Tensor>& ins) {
-  const OpDef* def = OpRegistry::global().find("", n.op_type, n.opset);
-  EXPECT_NE(def, nullptr) << n.op_type;
   std::vector<const Tensor*> ptrs;
   for (auto& t : ins) ptrs.push_back(t.defined() ? &t : nullptr);
-  KernelContext ctx(n, ptrs, 1);
-  def->kernel(ctx);
-  return ctx.outputs();
+  return test_support::run_node(n, ptrs);
 }
 
 Tensor run(const NodeSpec& s, const std::vector<Tensor>& ins) { return run_all(node(s), ins)[0]; }

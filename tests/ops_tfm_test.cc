@@ -11,6 +11,7 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -56,13 +57,9 @@ struct NodeBuilder {
 
 // Runs a node; `ins` entries that are undefined Tensors are passed as absent optional inputs.
 std::vector<Tensor> run(const ir::Node& n, const std::vector<Tensor>& ins) {
-  const OpDef* def = OpRegistry::global().find("", n.op_type, n.opset);
-  EXPECT_NE(def, nullptr) << n.op_type;
   std::vector<const Tensor*> ptrs;
   for (auto& t : ins) ptrs.push_back(t.defined() ? &t : nullptr);
-  KernelContext ctx(n, ptrs, 1);
-  def->kernel(ctx);
-  return ctx.outputs();
+  return test_support::run_node(n, ptrs);
 }
 
 template <typename T>

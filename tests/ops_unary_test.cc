@@ -10,6 +10,7 @@
 #include <random>
 
 #include "ops/registry.h"
+#include "support/run_op.h"
 #include "ops/unary_common.h"
 #include "support/simd_levels.h"
 
@@ -39,13 +40,9 @@ Tensor run(const std::string& op, std::vector<const Tensor*> inputs, std::vector
     node.inputs.push_back(inputs[i] ? std::string(1, 'x').append(std::to_string(i)) : std::string());
   node.outputs = {"y"};
   for (auto& a : attrs) node.attrs[a.name] = a;
-  const OpDef* def = OpRegistry::global().find("", op, opset);
-  if (!def) throw Error("no kernel for " + op);
   std::string why = OpRegistry::global().why_unsupported(node);
   if (!why.empty()) throw Error(why);
-  KernelContext ctx(node, inputs, threads);
-  def->kernel(ctx);
-  return ctx.outputs()[0];
+  return test_support::run_node(node, inputs, threads)[0];
 }
 
 template <typename T>
