@@ -77,7 +77,7 @@ struct AlignedBuffer {
       data = std::aligned_alloc(64, size);
       if (!data) {
         size = 0;
-        fail("out of memory allocating a ", bytes, "-byte oneDNN buffer");
+        fail("out of memory allocating a ", bytes, "-byte per-thread kernel buffer");
       }
     }
     return data;

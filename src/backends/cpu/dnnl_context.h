@@ -76,8 +76,9 @@ class SerialIfSmall {
 };
 
 // A 64-byte aligned per-thread buffer of at least `bytes`, one per `slot` (0..7), reused across
-// calls: for blocked-layout copies of activations and weights around a primitive. The
-// contents are garbage on entry and only valid until the same thread asks for the slot again.
+// calls: for blocked-layout copies of activations and weights around a primitive, and for the
+// scratch of reforge's own kernels (Winograd's V and M). The contents are garbage on entry and
+// only valid until the same thread asks for the slot again. Throws an Error when out of memory.
 void* thread_buffer(int slot, size_t bytes);
 
 // Builds the cache-key fragment for a list of integers: "2x3x4".

@@ -6,8 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <new>
-
+#include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
 #include "core/simd.h"
 
@@ -18,7 +17,6 @@ namespace {
 constexpr int64_t kBlock = 8;     // channels per activation block (and per AVX2 vector)
 constexpr int64_t kPanel = 16;    // output channels per weight panel (two vectors)
 constexpr int64_t kRows = 6;      // tiles per register tile
-constexpr int64_t kMaxPos = 36;   // transformed positions of F(4x4, 3x3) (6 x 6); F(2x2): 16
 constexpr int64_t kBlockBytes = 2 << 20;    // V and M of one block of tiles, when U is small
 constexpr int64_t kSliceBytes = 256 << 10;  // V[p] and M[p] of one block, when U is large
 constexpr int64_t kLargeU = 4 << 20;        // bytes of U above which it is read once per block
@@ -150,26 +148,9 @@ using GemmTile = void (*)(int64_t, const float*, int64_t, const float*, float*, 
 constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,         gemm_tile<1>, gemm_tile<2>, gemm_tile<3>,
                                             gemm_tile<4>,    gemm_tile<5>, gemm_tile<6>};
 
-// Scratch of the calling thread for V and M, grown as needed and kept (a steady run allocates
-// nothing).
-float* scratch(int64_t floats) {
-  struct Buf {
-    float* p = nullptr;
-    int64_t n = 0;
-    ~Buf() { std::free(p); }
-  };
-  thread_local Buf b;
-  if (b.n < floats) {
-    std::free(b.p);
-    b.p = nullptr;
-    b.n = 0;
-    void* q = std::aligned_alloc(64, static_cast<size_t>(round_up(floats * 4, 64)));
-    if (!q) throw std::bad_alloc();
-    b.p = static_cast<float*>(q);
-    b.n = floats;
-  }
-  return b.p;
-}
+// The calling thread's buffer slot (dnnl_util::thread_buffer) for V and M: grown as needed and
+// kept, so a steady run allocates nothing. Slots 0-3 are the oneDNN convolution's, 6-7 the matmul's.
+constexpr int kScratchSlot = 4;
 
 bool winograd_disabled_by_env() {
   static const bool off = [] {
@@ -272,8 +253,8 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C, int tile)
 namespace {
 
 // One block of `nb` tiles from tile t0: V and M (npos x nb x C and npos x nb x Kp floats) in
-// `v` / `m`, npos = (tile + 2)^2. Each phase runs items [begin, end) of its own numbering, so the block can be
-// split between threads phase by phase or run whole by one thread.
+// `v` / `m`, npos = (tile + 2)^2. Each phase runs items [begin, end) of its own numbering, so the
+// block can be split between threads phase by phase or run whole by one thread.
 struct BlockRun {
   const Geo& g;
   const float* src;
@@ -338,10 +319,10 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   g.TH = (g.OH + tile - 1) / tile, g.TW = (g.OW + tile - 1) / tile;
   g.pt = d.pad_begin[0], g.pl = d.pad_begin[1];
   const int64_t T = g.N * g.TH * g.TW;
-  // Tiles per block. U (36 x C x Kp floats) is read once per block. While it is small (64 or 128
-  // channels: 0.6-2.4 MB) the block's whole V and M (36 x tiles x (C + Kp) floats) stay in L2,
-  // for the output transform to find M there. Larger U (256+ channels: 9-38 MB, more than L3)
-  // would be read from memory once per small block, so there the blocks grow until only one
+  // Tiles per block. U (npos x C x Kp floats) is read once per block. While it is small (64 or
+  // 128 channels: 0.6-2.4 MB) the block's whole V and M (npos x tiles x (C + Kp) floats) stay
+  // in L2, for the output transform to find M there. Larger U (256+ channels: 9-38 MB, more than
+  // L3) would be read from memory once per small block, so there the blocks grow until only one
   // position's V and M fit in L2 (the whole block then in L3). Measured on Zen 3 (ResNet-50
   // batch 1 and 8): either rule alone is 10-30% slower on the other kind of layer.
   const bool large_u = npos * g.C * g.Kp * 4 > kLargeU;
@@ -349,13 +330,15 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   // Small U: each thread takes its own share of the tiles (at least a register tile's worth)
   // through all three phases (no barriers; each reads all of U, which stays in its cache). Large
   // U: the threads share each block phase by phase, so U is read once per block for all of them
-  // (and a few tiles still give every thread a share of the 36 products).
+  // (and a few tiles still give every thread a share of the npos products).
   const bool own_tiles = !large_u || threads <= 1;
   const int nt = own_tiles ? static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows))
                            : threads;
   tb = std::min(std::max(kRows, tb), own_tiles ? round_up((T + nt - 1) / nt, kRows) : T);
   const int64_t block_floats = npos * tb * (g.C + g.Kp);
-  float* scratch_base = scratch(block_floats * (own_tiles ? nt : 1));  // allocated before any thread runs
+  // Allocated (or refused, as an Error) before any thread runs.
+  float* scratch_base = static_cast<float*>(
+      dnnl_util::thread_buffer(kScratchSlot, static_cast<size_t>(block_floats * (own_tiles ? nt : 1)) * sizeof(float)));
   auto block = [&](int64_t t0, int64_t nb, float* v) {
     return BlockRun{g, src, u.data(), bias, post.sum, post.relu, dst, tile, npos, t0, nb, v, v + npos * nb * g.C};
   };
