@@ -284,6 +284,16 @@ Tensor& conv_output(KernelContext& ctx, const PostOps& post, bool in_place, cons
   return ctx.outputs()[0];
 }
 
+// Runs the kernel chosen for `d` (Winograd when `wino`, else oneDNN's `prim`) on float32 X, W,
+// B? into Y, with the post-ops `po`.
+void run_chosen(const cpu::ConvDims& d, const cpu::WinogradWeights* wino, const cpu::ConvPrimitive* prim,
+                const Tensor& X, const Tensor& W, const Tensor* B, Tensor& Y, const cpu::ConvPostOps& po,
+                cpu::ConvWeightCache* packed, int threads) {
+  const float* bias = B ? B->data<float>() : nullptr;
+  if (wino) cpu::winograd_conv(d, X.data<float>(), *wino, bias, Y.mutable_data<float>(), po, threads);
+  else cpu::dnnl_conv_execute(*prim, d, X.data<float>(), W.data<float>(), bias, Y.mutable_data<float>(), po, packed);
+}
+
 bool may_overwrite_z(const KernelContext& ctx, const PostOps& post, bool z_inplace, ActLayout yl, ActLayout zl) {
   if (!post.sum || !z_inplace || yl != zl) return false;
   const Tensor& z = *post.sum;
@@ -314,12 +324,7 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
       po.relu = post.relu;
       const bool in_place = may_overwrite_z(ctx, post, state->z_inplace, yl, zl);
       Tensor& Y = conv_output(ctx, post, in_place, call->y);
-      if (call->winograd)
-        cpu::winograd_conv(call->d, X.data<float>(), *call->winograd, B ? B->data<float>() : nullptr,
-                           Y.mutable_data<float>(), po, ctx.threads());
-      else
-        cpu::dnnl_conv_execute(*call->prim, call->d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
-                               Y.mutable_data<float>(), po, state->packed.get());
+      run_chosen(call->d, call->winograd.get(), call->prim.get(), X, W, B, Y, po, state->packed.get(), ctx.threads());
       return;
     }
   }
@@ -364,12 +369,7 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
       const bool in_place = may_overwrite_z(ctx, post, state ? state->z_inplace : ctx.attr_int("z_inplace", 0) == 1,
                                             yl, zl);
       Tensor& Y = conv_output(ctx, post, in_place, y_phys);
-      if (wino)
-        cpu::winograd_conv(d, X.data<float>(), *wino, B ? B->data<float>() : nullptr, Y.mutable_data<float>(), po,
-                           ctx.threads());
-      else
-        cpu::dnnl_conv_execute(*prim, d, X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr,
-                               Y.mutable_data<float>(), po, packed);
+      run_chosen(d, wino.get(), prim.get(), X, W, B, Y, po, packed, ctx.threads());
       if (state && W.dtype() == DType::Float32) {
         auto call = std::make_shared<ConvState::Call>();
         call->x = X.shape();
