@@ -177,8 +177,10 @@ std::vector<std::string> structural_fingerprint(const ir::Graph& g, const std::s
     os << ") {";
     for (const auto& [k, a] : n.attrs) os << k << "=" << attr_str(a) << ";";
     os << "} -> " << n.outputs.size();
+    // (Not "n" + std::to_string(p) + ...: GCC 12 warns falsely (-Wrestrict) on that inlined concat.)
     for (size_t k = 0; k < n.outputs.size(); ++k)
-      if (!n.outputs[k].empty()) ref[n.outputs[k]] = std::string(1, 'n').append(std::to_string(p)).append(".").append(std::to_string(k));  // not "n" + ...: GCC 12 -Wrestrict false positive
+      if (!n.outputs[k].empty())
+        ref[n.outputs[k]] = std::string(1, 'n').append(std::to_string(p)).append(".").append(std::to_string(k));
     lines.push_back(os.str());
   }
   std::ostringstream outs;
