@@ -1,7 +1,8 @@
 // Linear-layer kernel benchmark: Y[M, N] = X[M, K] x W[K, N], the streaming kernel
-// (cpu::gemv_rows), oneDNN on its packed weights (cpu::dnnl_matmul_packed) and OpenBLAS
-// (cpu::blas_linear, float32 only), interleaved in one run, same threads. This is where
-// gemv_max_rows() and prefer_blas_linear() come from.
+// (cpu::gemv_rows), oneDNN on its packed weights (cpu::dnnl_matmul_packed; bfloat16 only where
+// the CPU multiplies it natively), OpenBLAS (cpu::blas_linear; bfloat16: blas_linear_widened)
+// and reforge's panels (cpu::sgemm_panels, float32 or bfloat16 panels), interleaved in one run,
+// same threads. This is where gemv_max_rows() and prefer_blas_linear() come from.
 //
 //   build/reforge_linear_bench [--k 1024] [--n 2816] [--rows 1,2,4,8,16] [--threads 1]
 //                              [--dtype f32|bf16] [--layers 24] [--repeat 7]
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   std::vector<Tensor> ws;
   std::vector<std::shared_ptr<const cpu::PackedWeights>> packed;
-  std::vector<float*> panels;
+  std::vector<void*> panels;  // float32, or bfloat16 panels (16-bit panels of sgemm_panels.h)
   for (int64_t l = 0; l < layers; ++l) {
     Tensor w = Tensor::uninitialized(dt, {K, N});
     for (int64_t i = 0; i < K * N; ++i) {
@@ -83,10 +84,9 @@ int main(int argc, char** argv) {
       else w.mutable_data<bfloat16>()[i] = bfloat16(f);
     }
     packed.push_back(cpu::pack_weights(K, N, false, dt, w.raw(), 256, std::make_shared<Tensor>(w)));
-    if (dt == DType::Float32) {
-      panels.push_back(static_cast<float*>(std::aligned_alloc(64, cpu::panel_floats(K, N) * sizeof(float))));
-      cpu::pack_panels(w.data<float>(), K, N, false, panels.back());
-    }
+    panels.push_back(std::aligned_alloc(64, (cpu::panel_floats(K, N) * dtype_size(dt) + 63) / 64 * 64));
+    if (dt == DType::Float32) cpu::pack_panels(w.data<float>(), K, N, false, static_cast<float*>(panels.back()));
+    else cpu::pack_panels16(static_cast<const uint16_t*>(w.raw()), K, N, false, static_cast<uint16_t*>(panels.back()));
     ws.push_back(std::move(w));
   }
   const double wbytes = static_cast<double>(K * N * dtype_size(dt));
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers), wbytes * layers / 1e6);
   std::printf("%4s %12s %10s %12s %10s %12s %8s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "OpenBLAS ms",
               "s/dnnl", "blas/dnnl");
-  std::printf("     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS)\n");
+  std::printf("     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS; oneDNN 0: no product for this type)\n");
   for (int64_t M : parse_list(rows_s)) {
     std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
     for (auto& v : x) v = uni(rng);
@@ -105,13 +105,14 @@ int main(int argc, char** argv) {
         cpu::gemv_rows(M, N, K, x.data(), K, ws[l].raw(), dt, nullptr, y.data(), N, threads);
       const double t1 = now_ms();
       for (int64_t l = 0; l < layers; ++l)
-        if (!packed[l] || !cpu::dnnl_matmul_packed(*packed[l], M, x.data(), nullptr, y.data())) std::abort();
+        if (packed[l] && !cpu::dnnl_matmul_packed(*packed[l], M, x.data(), nullptr, y.data())) std::abort();
       const double t2 = now_ms();
-      if (dt == DType::Float32)
-        for (int64_t l = 0; l < layers; ++l) cpu::blas_linear(M, N, K, x.data(), ws[l].data<float>(), nullptr, y.data());
+      for (int64_t l = 0; l < layers; ++l) {
+        if (dt == DType::Float32) cpu::blas_linear(M, N, K, x.data(), ws[l].data<float>(), nullptr, y.data());
+        else cpu::blas_linear_widened(M, N, K, x.data(), ws[l].raw(), dt, nullptr, y.data());
+      }
       const double t3 = now_ms();
-      if (dt == DType::Float32)
-        for (int64_t l = 0; l < layers; ++l) cpu::sgemm_panels(M, N, K, x.data(), K, panels[l], nullptr, y.data(), N, threads);
+      for (int64_t l = 0; l < layers; ++l) cpu::sgemm_panels(M, N, K, x.data(), K, panels[l], dt, nullptr, y.data(), N, threads);
       const double t4 = now_ms();
       if (r == 0) continue;  // warm-up (primitive creation)
       ts.push_back((t1 - t0) / static_cast<double>(layers));
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
     }
     const double s = median(ts), d = median(td), b = median(tb), pn = tp.empty() ? 0.0 : median(tp);
     std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
-                wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, b > 0 ? pn / b : 0.0);
+                wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, b > 0 ? pn / b : pn / d);
   }
   return 0;
 }

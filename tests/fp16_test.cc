@@ -221,39 +221,53 @@ constexpr double kFp16ModelTolerance = 2e-2 / 8;
 
 }  // namespace
 
+// Plain: the engine weight is Cast(W), [K, N]. Panels: PackPanels(Cast(W)), the 16-bit panels of
+// sgemm_panels.h, [ceil(N / 16), K, 16] (zero padding). Either way it holds float16(W) exactly.
 TEST(Fp16Plan, StoresLinearWeightsAsFloat16ByACastStep) {
   synth::LlamaSpec spec;
   ir::Graph g = synth::synthetic_llama(spec);
-  build::BuildOptions o;
-  o.mode = plan::BuildMode::Refit;
-  o.precision = plan::Precision::Fp16;
-  plan::Plan p = round_trip(build::build_plan(g, o));
-  EXPECT_EQ(p.precision, plan::Precision::Fp16);
-  EXPECT_STREQ(plan::precision_name(p.precision), "fp16");
-  size_t halves = 0;
-  for (const auto& w : p.weights) {
-    EXPECT_NE(w.dtype, DType::BFloat16) << w.name;
-    if (w.dtype != DType::Float16) continue;
-    ++halves;
-    ASSERT_EQ(w.shape.size(), 2u) << w.name;
-    ASSERT_FALSE(w.recipe.steps.empty()) << w.name;
-    const auto& last = w.recipe.steps.back();
-    EXPECT_EQ(last.op_type, "Cast") << w.name;
-    EXPECT_EQ(last.attrs.at("to").i, 10) << w.name;  // TensorProto FLOAT16
-    // The stored bytes are the cast of the source (sources keep float32).
-    ASSERT_EQ(w.sources.size(), 1u) << w.name;
-    const plan::Source& s = p.sources[w.sources[0]];
-    EXPECT_EQ(s.dtype, DType::Float32);
-    const Tensor& src = g.initializers.at(s.names.at(0));
-    ASSERT_EQ(src.numel(), w.data.numel());
-    const bool transposed = src.shape() != w.shape;  // MatMul weights are stored as [K, N] already
-    EXPECT_FALSE(transposed) << w.name;
-    for (int64_t i = 0; i < src.numel(); ++i)
-      ASSERT_EQ(w.data.data<float16>()[i].bits, float16::from_float(src.data<float>()[i])) << w.name << " " << i;
+  for (auto packing : {build::WeightPacking::Plain, build::WeightPacking::Panels}) {
+    SCOPED_TRACE(packing == build::WeightPacking::Plain ? "plain" : "panels");
+    const bool panels = packing == build::WeightPacking::Panels;
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    o.precision = plan::Precision::Fp16;
+    o.weight_packing = packing;
+    plan::Plan p = round_trip(build::build_plan(g, o));
+    EXPECT_EQ(p.precision, plan::Precision::Fp16);
+    EXPECT_STREQ(plan::precision_name(p.precision), "fp16");
+    size_t halves = 0;
+    for (const auto& w : p.weights) {
+      EXPECT_NE(w.dtype, DType::BFloat16) << w.name;
+      if (w.dtype != DType::Float16) continue;
+      ++halves;
+      ASSERT_EQ(w.shape.size(), panels ? 3u : 2u) << w.name;
+      const auto& steps = w.recipe.steps;
+      ASSERT_EQ(steps.size(), panels ? 2u : 1u) << w.name;
+      EXPECT_EQ(steps[0].op_type, "Cast") << w.name;
+      EXPECT_EQ(steps[0].attrs.at("to").i, 10) << w.name;  // TensorProto FLOAT16
+      if (panels) {
+        EXPECT_EQ(steps[1].op_type, "PackPanels") << w.name;
+      }
+      // The stored bytes are the cast of the source (sources keep float32).
+      ASSERT_EQ(w.sources.size(), 1u) << w.name;
+      const plan::Source& s = p.sources[w.sources[0]];
+      EXPECT_EQ(s.dtype, DType::Float32);
+      const Tensor& src = g.initializers.at(s.names.at(0));
+      ASSERT_EQ(src.rank(), 2) << w.name;  // MatMul weights, stored [K, N]
+      const int64_t K = src.dim(0), N = src.dim(1);
+      ASSERT_EQ(w.data.numel(), panels ? (N + 15) / 16 * 16 * K : K * N) << w.name;
+      const auto* h = w.data.data<float16>();
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t at = panels ? (n / 16) * K * 16 + k * 16 + n % 16 : k * N + n;
+          ASSERT_EQ(h[at].bits, float16::from_float(src.data<float>()[k * N + n])) << w.name << " " << k << "," << n;
+        }
+    }
+    // 7 projections per layer and the LM head.
+    EXPECT_EQ(halves, static_cast<size_t>(7 * spec.layers + 1));
+    for (const auto& s : p.sources) EXPECT_EQ(s.dtype, DType::Float32) << s.key;
   }
-  // 7 projections per layer and the LM head.
-  EXPECT_EQ(halves, static_cast<size_t>(7 * spec.layers + 1));
-  for (const auto& s : p.sources) EXPECT_EQ(s.dtype, DType::Float32) << s.key;
 }
 
 // The fp16 plan against the fp32 plan of the same model, on the streaming (1 row) and the

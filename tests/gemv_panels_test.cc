@@ -17,6 +17,8 @@
 
 #include "backends/cpu/gemv_panels.h"
 #include "backends/cpu/sgemm_panels.h"
+#include "core/dtype.h"
+#include "core/half.h"
 #include "core/simd.h"
 #include "support/simd_levels.h"
 
@@ -177,4 +179,57 @@ TEST(GemvPanels, PackPanelsIsABitExactCopy) {
                 ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << what << " at k=" << k << " n=" << n;
               }
         }
+}
+
+// 16-bit panels (--precision bf16 / fp16 plans): PackPanels of the bfloat16 or float16 bits, and
+// products on them that widen W exactly, so each result equals, bit for bit, the float32 panels
+// product on the widened weights (also checked against float64), for few rows (gemv_panels, in
+// registers) and many (the tile, on a widened k block), at every SIMD level, 1 and 2 threads.
+TEST(GemvPanels, SixteenBitPanelsEqualFloat32PanelsOfTheWidenedWeights) {
+  for (DType dt : {DType::BFloat16, DType::Float16})
+    for (SimdLevel level : test_support::simd_levels()) {
+      SimdOverride cap(level);
+      for (int64_t N : {7, 16, 50})
+        for (int64_t K : {3, 300, 600})
+          for (bool transposed : {false, true}) {
+            // W16 as the model's Cast leaves it ([K, N], or [N, K] for a Gemm with transB = 1).
+            const std::vector<float> w32 = random_floats(K * N, 11);
+            std::vector<uint16_t> w16(static_cast<size_t>(K * N));
+            std::vector<float> widened(static_cast<size_t>(K * N));  // [K, N]
+            for (int64_t k = 0; k < K; ++k)
+              for (int64_t n = 0; n < N; ++n) {
+                const float f = w32[k * N + n];
+                const uint16_t h = dt == DType::BFloat16 ? bfloat16(f).bits : float16::from_float(f);
+                w16[transposed ? n * K + k : k * N + n] = h;
+                widened[k * N + n] = dt == DType::BFloat16 ? bfloat16::to_float(h) : float16::to_float(h);
+              }
+            const size_t elems = static_cast<size_t>(cpu::panel_floats(K, N));
+            auto* p16 = static_cast<uint16_t*>(std::aligned_alloc(64, (elems * 2 + 63) / 64 * 64));
+            cpu::pack_panels16(w16.data(), K, N, transposed, p16);
+            for (int64_t k = 0; k < K; ++k)  // layout: panel_at's, zero padding
+              for (int64_t n = 0; n < (N + 15) / 16 * 16; ++n) {
+                const uint16_t got = p16[(n / 16) * K * 16 + k * 16 + n % 16];
+                ASSERT_EQ(got, n < N ? w16[transposed ? n * K + k : k * N + n] : 0) << k << "," << n;
+              }
+            Panels p32(widened, K, N);
+            const std::vector<float> b = random_floats(N, 12);
+            for (int64_t M : {1, 2, 5, 8, 9, 13, 40}) {
+              const int64_t ldx = K + 1, ldy = N + 3;
+              const std::vector<float> x = random_floats(M * ldx, 13);
+              const std::string what = std::string(dtype_name(dt)) + " " + test_support::simd_level_name(level) +
+                                       " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                                       std::to_string(K) + (transposed ? " transposed" : "");
+              std::vector<float> want(static_cast<size_t>(M * ldy), -7.0f);
+              cpu::sgemm_panels(M, N, K, x.data(), ldx, p32.data, b.data(), want.data(), ldy, 1);
+              expect_matches_reference(M, N, K, x, ldx, widened, b.data(), want, ldy, what);
+              for (int threads : {1, 2}) {
+                std::vector<float> got(want.size(), -7.0f);
+                cpu::sgemm_panels(M, N, K, x.data(), ldx, p16, dt, b.data(), got.data(), ldy, threads);
+                ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+                    << what << " threads=" << threads << ": differs from the float32 panels of the widened W";
+              }
+            }
+            std::free(p16);
+          }
+    }
 }

@@ -328,26 +328,39 @@ size_t count_weights(const plan::Plan& p, DType dt) {
 
 }  // namespace
 
+// Plain: W16 = Cast(W). Panels: PackPanels(Cast(W)), run by MatMulAddPacked. Auto picks panels
+// exactly where oneDNN has no bfloat16 product (and the CPU has AVX2).
 TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
   synth::LlamaSpec spec;
   ir::Graph g = synth::synthetic_llama(spec);
-  build::BuildOptions o;
-  o.mode = plan::BuildMode::Refit;
-  o.precision = plan::Precision::Bf16;
-  plan::Plan p = build::build_plan(g, o);
-  EXPECT_EQ(p.precision, plan::Precision::Bf16);
-  EXPECT_EQ(round_trip(p).precision, plan::Precision::Bf16);
-  // 7 projections per layer and the LM head; sources keep their float32 type.
-  EXPECT_EQ(count_weights(p, DType::BFloat16), static_cast<size_t>(7 * spec.layers + 1));
-  for (const auto& s : p.sources) EXPECT_EQ(s.dtype, DType::Float32) << s.key;
-  for (const auto& w : p.weights) {
-    if (w.dtype != DType::BFloat16) continue;
-    ASSERT_FALSE(w.recipe.steps.empty()) << w.name;
-    EXPECT_EQ(w.recipe.steps.back().op_type, "Cast") << w.name;
+  for (auto packing : {build::WeightPacking::Plain, build::WeightPacking::Panels, build::WeightPacking::Auto}) {
+    const bool panels = packing == build::WeightPacking::Panels ||
+                        (packing == build::WeightPacking::Auto && simd_level() >= SimdLevel::Avx2 && !cpu::has_bf16_matmul());
+    SCOPED_TRACE(panels ? "panels" : "plain");
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    o.precision = plan::Precision::Bf16;
+    o.weight_packing = packing;
+    plan::Plan p = build::build_plan(g, o);
+    EXPECT_EQ(p.precision, plan::Precision::Bf16);
+    EXPECT_EQ(round_trip(p).precision, plan::Precision::Bf16);
+    // 7 projections per layer and the LM head; sources keep their float32 type.
+    EXPECT_EQ(count_weights(p, DType::BFloat16), static_cast<size_t>(7 * spec.layers + 1));
+    for (const auto& s : p.sources) EXPECT_EQ(s.dtype, DType::Float32) << s.key;
+    for (const auto& w : p.weights) {
+      if (w.dtype != DType::BFloat16) continue;
+      ASSERT_EQ(w.recipe.steps.size(), panels ? 2u : 1u) << w.name;
+      EXPECT_EQ(w.recipe.steps[0].op_type, "Cast") << w.name;
+      EXPECT_EQ(w.recipe.steps.back().op_type, panels ? "PackPanels" : "Cast") << w.name;
+      EXPECT_EQ(w.shape.size(), panels ? 3u : 2u) << w.name;
+    }
+    size_t packed_nodes = 0;
+    for (const auto& n : p.graph.nodes) packed_nodes += n.op_type == "MatMulAddPacked";
+    EXPECT_EQ(packed_nodes, panels ? static_cast<size_t>(7 * spec.layers + 1) : 0u);
+    build::BuildOptions f32 = o;
+    f32.precision = plan::Precision::Fp32;
+    EXPECT_EQ(count_weights(build::build_plan(g, f32), DType::BFloat16), 0u);
   }
-  build::BuildOptions f32 = o;
-  f32.precision = plan::Precision::Fp32;
-  EXPECT_EQ(count_weights(build::build_plan(g, f32), DType::BFloat16), 0u);
 }
 
 // A refit must re-pack: the engine built from weights A and refit with B gives exactly what a

@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "backends/cpu/dnnl_matmul.h"
 #include "build/fingerprint.h"
 #include "core/simd.h"
 #include "passes/build_state.h"
@@ -60,6 +61,9 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
   s.precision = o.precision;
   s.pack_linear_panels = o.weight_packing == WeightPacking::Panels ||
                          (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
+  // 16-bit weights go in panels too, except bfloat16 where oneDNN multiplies it natively.
+  s.pack_half_panels = o.weight_packing == WeightPacking::Panels ||
+                       (s.pack_linear_panels && (o.precision == plan::Precision::Fp16 || !cpu::has_bf16_matmul()));
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {

@@ -1,7 +1,8 @@
 // Operators of the "reforge" domain: the weight transforms that build passes record in recipes
 // (BatchNorm folding, panel packing) and the fused kernels they emit (MatMulAdd, also the 16-bit
-// Linear layer of --precision bf16/fp16; MatMulAddPacked on packed float32 weights). Because recipes are replayed by these same kernels at refit, each
-// transform has exactly one implementation.
+// Linear layer of --precision bf16/fp16; MatMulAddPacked on packed float32 or 16-bit weights).
+// Because recipes are replayed by these same kernels at refit, each transform has exactly one
+// implementation.
 #include <cmath>
 
 #include "backends/cpu/sgemm_panels.h"
@@ -73,22 +74,24 @@ void bn_fold_bias(KernelContext& ctx) {
 // +-65504 into inf (ONNX semantics), which would make every output of the layer inf or NaN. The
 // step runs when an engine is made and inside every refit transaction that replaces W, so such a
 // refit fails and leaves the engine as it was.
+void refuse_float16_infinities(const ir::Node& node, const Tensor& w) {
+  if (w.dtype() != DType::Float16) return;
+  const auto* h = static_cast<const uint16_t*>(w.raw());
+  const int64_t n = w.numel();
+  int64_t infs = 0;
+  for (int64_t i = 0; i < n; ++i) infs += (h[i] & 0x7fffu) == 0x7c00u;
+  if (infs) {
+    int64_t first = 0;
+    while ((h[first] & 0x7fffu) != 0x7c00u) ++first;
+    fail(node.label(), ": float16 weight ", w.describe(), " has ", infs, " infinite value(s) (first at element ", first,
+         "): a float32 weight beyond float16's range (+-65504) was cast to float16; use --precision bf16 or fp32");
+  }
+}
+
 std::shared_ptr<const void> matmul_add_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
   if (constants.size() < 2 || !constants[1]) return nullptr;
-  const Tensor& w = *constants[1];
-  if (w.dtype() == DType::Float16) {
-    const auto* h = static_cast<const uint16_t*>(w.raw());
-    const int64_t n = w.numel();
-    int64_t infs = 0;
-    for (int64_t i = 0; i < n; ++i) infs += (h[i] & 0x7fffu) == 0x7c00u;
-    if (infs) {
-      int64_t first = 0;
-      while ((h[first] & 0x7fffu) != 0x7c00u) ++first;
-      fail(node.label(), ": float16 weight ", w.describe(), " has ", infs, " infinite value(s) (first at element ", first,
-           "): a float32 weight beyond float16's range (+-65504) was cast to float16; use --precision bf16 or fp32");
-    }
-  }
-  return prepare_linear(w, false);
+  refuse_float16_infinities(node, *constants[1]);
+  return prepare_linear(*constants[1], false);
 }
 
 void matmul_add(KernelContext& ctx) {
@@ -126,29 +129,39 @@ void matmul_add(KernelContext& ctx) {
     for (int64_t j = 0; j < n; ++j) py[r * n + j] = bias ? bias[j] : 0.0f;
 }
 
-// Wp = W packed into column panels (backends/cpu/sgemm_panels.h): W float32 [K, N], or [N, K]
-// with transposed = 1; Wp float32 [ceil(N / 16), K, 16]. The recipe step of
-// linear-weights-packing (passes/weight_packing.cc).
+// Wp = W packed into column panels (backends/cpu/sgemm_panels.h): W [K, N], or [N, K] with
+// transposed = 1, float32 or (in --precision bf16 / fp16 plans, after the recipe's Cast)
+// bfloat16 / float16; Wp [ceil(N / 16), K, 16] of W's type. The recipe step of
+// linear-weights-packing and linear-weights-precision (passes/weight_packing.cc, precision.cc).
 void pack_panels_op(KernelContext& ctx) {
   const Tensor& w = ctx.input(0);
-  REFORGE_CHECK(w.dtype() == DType::Float32 && w.rank() == 2, ctx.node().label(), ": weight must be a float32 matrix, got ",
-                w.describe());
+  REFORGE_CHECK((w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16) && w.rank() == 2,
+                ctx.node().label(), ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
   const bool transposed = ctx.node().attr_int("transposed", 0) != 0;
   const int64_t K = w.dim(transposed ? 1 : 0), N = w.dim(transposed ? 0 : 1);
-  Tensor& out = ctx.allocate_output_uninit(0, DType::Float32, {cpu::panel_floats(1, N) / cpu::kPanelWidth, K, cpu::kPanelWidth});
-  cpu::pack_panels(w.data<float>(), K, N, transposed, out.mutable_data<float>());
+  Tensor& out = ctx.allocate_output_uninit(0, w.dtype(), {cpu::panel_floats(1, N) / cpu::kPanelWidth, K, cpu::kPanelWidth});
+  if (w.dtype() == DType::Float32) cpu::pack_panels(w.data<float>(), K, N, transposed, out.mutable_data<float>());
+  else cpu::pack_panels16(static_cast<const uint16_t*>(w.raw()), K, N, transposed, static_cast<uint16_t*>(out.mutable_raw()));
+}
+
+// A float16 weight with an infinity is refused (see matmul_add_prepare); packed panels hold
+// the same values plus zero padding, so the check reads them as they are.
+std::shared_ptr<const void> matmul_add_packed_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+  if (constants.size() >= 2 && constants[1]) refuse_float16_infinities(node, *constants[1]);
+  return nullptr;
 }
 
 // Y = MatMul(X, W) + b with W given packed (PackPanels), N = attribute n: MatMulAdd's product on
-// the packed panels, with no prepare step (the engine weight is the packed form).
+// the packed panels (float32, or bfloat16 / float16 widened exactly), with no prepared state (the
+// engine weight is the packed form).
 void matmul_add_packed(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& wp = ctx.input(1);
   const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const std::string& label = ctx.node().label();
   const int64_t N = ctx.node().attr_int("n");
-  REFORGE_CHECK(N > 0 && wp.dtype() == DType::Float32 && wp.rank() == 3 && wp.dim(2) == cpu::kPanelWidth &&
-                    wp.dim(0) == cpu::panel_floats(1, N) / cpu::kPanelWidth,
+  REFORGE_CHECK(N > 0 && (wp.dtype() == DType::Float32 || wp.dtype() == DType::BFloat16 || wp.dtype() == DType::Float16) &&
+                    wp.rank() == 3 && wp.dim(2) == cpu::kPanelWidth && wp.dim(0) == cpu::panel_floats(1, N) / cpu::kPanelWidth,
                 label, ": packed weight ", wp.describe(), " does not hold ", N, " columns in panels of ", cpu::kPanelWidth);
   const int64_t K = wp.dim(1);
   REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == K, label, ": input ", x.describe(),
@@ -159,7 +172,7 @@ void matmul_add_packed(KernelContext& ctx) {
   out.back() = N;
   Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
   const int64_t rows = y.numel() / N;
-  cpu::sgemm_panels(rows, N, K, x.data<float>(), K, wp.data<float>(), b ? b->data<float>() : nullptr,
+  cpu::sgemm_panels(rows, N, K, x.data<float>(), K, wp.raw(), wp.dtype(), b ? b->data<float>() : nullptr,
                     y.mutable_data<float>(), N, ctx.threads());
 }
 
@@ -173,7 +186,7 @@ void register_reforge_ops(OpRegistry& r) {
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   r.add({"reforge", "MatMulAdd", 1, INT_MAX, matmul_add, nullptr, matmul_add_prepare});
   r.add({"reforge", "PackPanels", 1, INT_MAX, pack_panels_op, nullptr});
-  r.add({"reforge", "MatMulAddPacked", 1, INT_MAX, matmul_add_packed, nullptr});
+  r.add({"reforge", "MatMulAddPacked", 1, INT_MAX, matmul_add_packed, nullptr, matmul_add_packed_prepare});
 }
 
 }  // namespace reforge::ops

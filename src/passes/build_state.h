@@ -32,6 +32,7 @@ struct BuildState {
   plan::BuildMode mode = plan::BuildMode::Baked;
   plan::Precision precision = plan::Precision::Fp32;
   bool pack_linear_panels = false;  // linear-weights-packing runs (BuildOptions::weight_packing)
+  bool pack_half_panels = false;    // linear-weights-precision packs its 16-bit weights in panels
   int next_id = 0;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }

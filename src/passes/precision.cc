@@ -4,7 +4,8 @@
 // A Linear layer is MatMul(X, W), reforge::MatMulAdd(X, W, b), or Gemm(A, B, C) with transA = 0,
 // alpha = 1 and C absent or a constant [N] bias with beta = 1; W (B) a constant float32 matrix.
 // The layer becomes reforge::MatMulAdd(X, W16[, b]) with W16 = Cast(W, to = bfloat16 | float16)
-// (after Transpose(B) for a Gemm with transB = 1). Both transforms are recipe steps made by
+// (after Transpose(B) for a Gemm with transB = 1); linear-weights-packing may then pack W16 in
+// panels (passes/weight_packing.cc). Both transforms are recipe steps made by
 // BuildState::fold, so a refit replays them on the new float32 weights: sources keep their
 // float32 type and shape, only the engine weight is 16-bit. Activations, biases and
 // accumulation stay float32. The pass specializes on no weight value (it reads dtypes and
@@ -13,8 +14,8 @@
 // The cast is ONNX's Cast: round to nearest even, and a float32 value beyond float16's range
 // (|x| >= 65520, which does not round to 65504) becomes +-inf, as numpy's astype does. An
 // infinite weight would make the layer's outputs inf or NaN, so an fp16 build fails here naming
-// the weight, and a refit that would overflow one is refused by MatMulAdd's prepare step
-// (ops/reforge_ops.cc), which runs inside the refit transaction.
+// the weight, and a refit that would overflow one is refused by the prepare step of MatMulAdd or
+// MatMulAddPacked (ops/reforge_ops.cc), which runs inside the refit transaction.
 #include <cmath>
 
 #include "core/error.h"

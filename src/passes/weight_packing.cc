@@ -12,12 +12,41 @@
 // AVX2 or AVX-512 (BuildOptions::weight_packing). Without it, oneDNN and OpenBLAS re-pack W on
 // every product on AVX2 CPUs, and on AVX-512 ones oneDNN's brgemm matmul keeps a second, packed
 // copy of W beside the plain one.
+//
+// In --precision bf16 / fp16 plans, when BuildState::pack_half_panels is set (builder.cc: float16
+// on every CPU that packs, bfloat16 where oneDNN has no native bfloat16 product), it packs the
+// 16-bit weights that linear-weights-precision made: reforge::MatMulAdd(X, W16[, b]) becomes
+// reforge::MatMulAddPacked(X, PackPanels(W16)[, b]), 16-bit panels whose products widen W in
+// registers or a k block at a time (sgemm_panels.h), not a panel at a time into a float32 copy
+// for OpenBLAS. The recipe is then Cast (and Transpose for a Gemm with transB = 1), PackPanels.
 #include "passes/linear_layer.h"
 
 namespace reforge::passes {
 
+namespace {
+
+void pack_half_weights(BuildState& s) {
+  for (ir::Node& n : s.graph.nodes) {
+    if (n.domain != "reforge" || n.op_type != "MatMulAdd" || n.inputs.size() < 2 || !s.is_const(n.inputs[1])) continue;
+    const Tensor& w = s.consts.at(n.inputs[1]).value;
+    if ((w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16) || w.rank() != 2) continue;
+    const int64_t N = w.dim(1);
+    std::string wp = fold_into(s, n.inputs[1], n.inputs[1] + ".panels", "reforge", "PackPanels", 1,
+                               {{"transposed", ir::int_attr("transposed", 0)}});
+    std::vector<std::string> inputs = {n.inputs[0], wp};
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) inputs.push_back(n.inputs[2]);
+    n = linear_node(n, "MatMulAddPacked", std::move(inputs), {{"n", ir::int_attr("n", N)}});
+  }
+}
+
+}  // namespace
+
 void linear_weights_packing(BuildState& s) {
-  if (!s.pack_linear_panels || s.precision != plan::Precision::Fp32) return;
+  if (s.precision != plan::Precision::Fp32) {
+    if (s.pack_half_panels) pack_half_weights(s);
+    return;
+  }
+  if (!s.pack_linear_panels) return;
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
     const std::optional<LinearLayer> l = match_linear(s, n);

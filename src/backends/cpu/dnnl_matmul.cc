@@ -190,6 +190,11 @@ std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool tra
   return packed;
 }
 
+bool has_bf16_matmul() {
+  static const bool has = make_packer(64, 64, false, dt::bf16, 64) != nullptr;
+  return has;
+}
+
 bool packed_aliases_plain(const PackedWeights& w) { return w.aliases_plain; }
 
 bool packed_layout_is_plain(const PackedWeights& w) {

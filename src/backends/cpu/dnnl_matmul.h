@@ -43,6 +43,10 @@ struct PackedWeights;
 std::shared_ptr<const PackedWeights> pack_weights(int64_t K, int64_t N, bool transposed, DType dtype, const void* w,
                                                   int64_t rows, std::shared_ptr<const void> owner = nullptr);
 
+// True when oneDNN multiplies bfloat16 weights natively on this CPU (AVX512-BF16 or AMX), i.e.
+// pack_weights accepts BFloat16. Elsewhere bfloat16 weights are widened to float32 for products.
+bool has_bf16_matmul();
+
 // True when `w` aliases the weights it was packed from (no copy was made).
 bool packed_aliases_plain(const PackedWeights& w);
 // True when the layout oneDNN chose for `w` is W's own row-major [K, N] layout (float32 gemm:jit

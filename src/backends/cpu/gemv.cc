@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/error.h"
@@ -344,6 +345,12 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
     return;
   }
   for (int64_t i = 0; i < n; ++i) dst[i] = float16::to_float(src[i]);
+}
+
+void widen_to_f32(const uint16_t* src, DType dtype, int64_t n, float* dst) {
+  if (dtype == DType::Float16) return f16_to_f32(src, dst, n);
+  REFORGE_ASSERT(dtype == DType::BFloat16);
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
 }
 
 }  // namespace reforge::cpu

@@ -46,4 +46,8 @@ void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n);
 // float16::to_float: the same values, NaNs quieted alike).
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 
+// dst[i] = the bfloat16 (`dtype` BFloat16) or float16 (Float16) bits src[i] widened to float32,
+// exactly.
+void widen_to_f32(const uint16_t* src, DType dtype, int64_t n, float* dst);
+
 }  // namespace reforge::cpu

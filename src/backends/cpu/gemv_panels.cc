@@ -4,9 +4,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
+#include "backends/cpu/gemv.h"
 #include "backends/cpu/sgemm_panels.h"
+#include "core/error.h"
+#include "core/half.h"
 #include "core/simd.h"
 
 namespace reforge::cpu {
@@ -20,17 +24,27 @@ constexpr int64_t kGroupPanels = 16;  // panels streamed k block by k block, sid
 // hide the FMA latency, at most 12 accumulators.
 constexpr int panels_together(int64_t R) { return R == 1 ? 4 : R <= 3 ? 2 : 1; }
 
-#define REFORGE_GEMV_PANELS_AVX2 __attribute__((target("avx2,fma")))
+#define REFORGE_GEMV_PANELS_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Eight weights of a panel row (32-byte aligned for float32, 16-byte for 16-bit), widened to
+// float32 exactly.
+REFORGE_GEMV_PANELS_AVX2 inline __m256 load8(const float* p) { return _mm256_load_ps(p); }
+REFORGE_GEMV_PANELS_AVX2 inline __m256 load8(const uint16_t* p) {  // bfloat16
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+REFORGE_GEMV_PANELS_AVX2 inline __m256 load8(const float16* p) {
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
 // Rows [0, R) x Q adjacent panels, one k block: Y (+)= X[:, 0:kc) x panels[:, 0:kc) (+ bias),
-// X packed k-major (x[k * R + r]). Every k also prefetches one line of each of the Q panels'
-// next block (`prefetch`, null: none) into L2.
-// `b` is the first panel's block, the next ones `pstride` floats apart; `ncols` columns of the
-// last panel are valid (16 but in W's last panel).
-template <int R, int Q>
-REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const float* b, int64_t pstride,
+// X packed k-major (x[k * R + r]). Every k (every other k for 16-bit W, whose panel rows are
+// half a line) also prefetches one line of each of the Q panels' next block (`prefetch`, null:
+// none) into L2. `b` is the first panel's block, the next ones `pstride` elements apart; `ncols`
+// columns of the last panel are valid (16 but in W's last panel).
+template <int R, int Q, typename W>
+REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const W* b, int64_t pstride,
                                          float* y, int64_t ldy, int64_t ncols, bool accumulate, const float* bias,
-                                         const float* prefetch) {
+                                         const W* prefetch) {
   __m256 c[R][Q][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r)
@@ -40,10 +54,10 @@ REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const float
     __m256 b0[Q], b1[Q];
 #pragma GCC unroll 4
     for (int q = 0; q < Q; ++q) {
-      b0[q] = _mm256_load_ps(b + q * pstride + k * kPanelWidth);
-      b1[q] = _mm256_load_ps(b + q * pstride + k * kPanelWidth + 8);
+      b0[q] = load8(b + q * pstride + k * kPanelWidth);
+      b1[q] = load8(b + q * pstride + k * kPanelWidth + 8);
     }
-    if (prefetch) {
+    if (prefetch && (sizeof(W) == 4 || k % 2 == 0)) {
 #pragma GCC unroll 4
       for (int q = 0; q < Q; ++q) {
         const char* pf = reinterpret_cast<const char*>(prefetch + q * pstride + k * kPanelWidth);
@@ -92,19 +106,36 @@ REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const float
     }
 }
 
-using BlockFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, int64_t, bool,
-                         const float*, const float*);
+template <typename W>
+using BlockFn = void (*)(int64_t, const float*, const W*, int64_t, float*, int64_t, int64_t, bool, const float*,
+                         const W*);
 
-// kBlocks[R][Q]: R rows, Q panels (Q <= panels_together(R); fewer at the end of a thread's run).
-constexpr BlockFn kBlocks[kMaxRows + 1][4] = {
+// kBlocks<W>[R][Q]: R rows, Q panels (Q <= panels_together(R); fewer at the end of a thread's run).
+template <typename W>
+constexpr BlockFn<W> kBlocks[kMaxRows + 1][4] = {
     {nullptr, nullptr, nullptr, nullptr},
-    {block_avx2<1, 1>, block_avx2<1, 2>, block_avx2<1, 3>, block_avx2<1, 4>},
-    {block_avx2<2, 1>, block_avx2<2, 2>, nullptr, nullptr},
-    {block_avx2<3, 1>, block_avx2<3, 2>, nullptr, nullptr},
-    {block_avx2<4, 1>, nullptr, nullptr, nullptr},
-    {block_avx2<5, 1>, nullptr, nullptr, nullptr},
-    {block_avx2<6, 1>, nullptr, nullptr, nullptr},
+    {block_avx2<1, 1, W>, block_avx2<1, 2, W>, block_avx2<1, 3, W>, block_avx2<1, 4, W>},
+    {block_avx2<2, 1, W>, block_avx2<2, 2, W>, nullptr, nullptr},
+    {block_avx2<3, 1, W>, block_avx2<3, 2, W>, nullptr, nullptr},
+    {block_avx2<4, 1, W>, nullptr, nullptr, nullptr},
+    {block_avx2<5, 1, W>, nullptr, nullptr, nullptr},
+    {block_avx2<6, 1, W>, nullptr, nullptr, nullptr},
 };
+
+// The portable route for one panel's k block: 16-bit W widened into a thread buffer first.
+template <typename W>
+void block_generic(int64_t R, int64_t kc, const float* x, const W* b, float* y, int64_t ldy, int64_t ncols,
+                   bool accumulate, const float* bias) {
+  if constexpr (std::is_same_v<W, float>) {
+    panel_block_generic(R, R, kc, x, b, y, ldy, ncols, accumulate, bias);
+  } else {
+    thread_local std::vector<float> wide;
+    wide.resize(static_cast<size_t>(kc * kPanelWidth));
+    widen_to_f32(reinterpret_cast<const uint16_t*>(b), std::is_same_v<W, float16> ? DType::Float16 : DType::BFloat16,
+                 kc * kPanelWidth, wide.data());
+    panel_block_generic(R, R, kc, x, wide.data(), y, ldy, ncols, accumulate, bias);
+  }
+}
 
 // Panels [p0, p1) for every row, on the calling thread, kGroupPanels at a time (one row: Q at a
 // time, see below): one k block of each panel of the group in turn (Q side by side in
@@ -112,7 +143,8 @@ constexpr BlockFn kBlocks[kMaxRows + 1][4] = {
 // Sixteen interleaved streams plus that prefetch keep more of W in flight than one front-to-back
 // stream does (Zen 3, K = 1024, N = 2816, 4 rows from memory: 0.55-0.6 ms against 0.8-1.0 for
 // one stream).
-void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+template <typename W>
+void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels,
                 const float* bias, float* y, int64_t ldy, int64_t p0, int64_t p1, bool avx2) {
   // Equal groups of at most kMaxRows rows (8 rows: 4 + 4, measured faster than 6 + 2).
   const int64_t groups = (M + kMaxRows - 1) / kMaxRows, group_rows = (M + groups - 1) / groups;
@@ -145,8 +177,8 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
         const int64_t Q = std::min(Qmax, g1 - p);
         const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - (p + Q - 1) * kPanelWidth);
         const float* bs = k0 + kc == K && bias ? bias + n0 : nullptr;
-        const float* b = panels + p * pstride + k0 * kPanelWidth;
-        const float* next = p + Q < g1 ? b + Q * pstride
+        const W* b = panels + p * pstride + k0 * kPanelWidth;
+        const W* next = p + Q < g1 ? b + Q * pstride
                             : k0 + kc < K ? panels + g * pstride + (k0 + kc) * kPanelWidth
                             : g1 < p1 ? panels + g1 * pstride : nullptr;
         for (int64_t m = 0; m < M; m += group_rows) {
@@ -154,32 +186,48 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
           const float* xs = xbuf.data() + m * K + k0 * R;
           float* ys = y + m * ldy + n0;
           // R <= group_rows, and only M <= 3 (one group) has group_rows <= 3: Q suits R.
-          if (avx2) kBlocks[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 && !one_row ? next : nullptr);
-          else panel_block_generic(R, R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
+          if (avx2) kBlocks<W>[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 && !one_row ? next : nullptr);
+          else block_generic<W>(R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
         }
       }
     }
   }
 }
 
-}  // namespace
-
-void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
-                 const float* bias, float* y, int64_t ldy, int threads) {
-  if (M <= 0 || N <= 0) return;
-  if (K == 0) return fill_bias(M, N, bias, y, ldy);
-  const bool avx2 = simd_level() >= SimdLevel::Avx2;
+template <typename W>
+void gemv_panels_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels,
+                       const float* bias, float* y, int64_t ldy, int threads) {
+  static const bool f16c = __builtin_cpu_supports("f16c");
+  const bool avx2 = simd_level() >= SimdLevel::Avx2 && (!std::is_same_v<W, float16> || f16c);
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   // Below ~256K multiply-adds (1 MB of W for one row) a second thread costs more than it saves.
   const double work = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
   const int64_t nt = work < (1 << 18) ? 1 : std::min<int64_t>(std::max(1, threads), P);
   if (nt == 1) {
-    run_panels(M, N, K, x, ldx, panels, bias, y, ldy, 0, P, avx2);
+    run_panels<W>(M, N, K, x, ldx, panels, bias, y, ldy, 0, P, avx2);
     return;
   }
 #pragma omp parallel for num_threads(static_cast<int>(nt)) schedule(static)
   for (int64_t t = 0; t < nt; ++t)
-    run_panels(M, N, K, x, ldx, panels, bias, y, ldy, P * t / nt, P * (t + 1) / nt, avx2);
+    run_panels<W>(M, N, K, x, ldx, panels, bias, y, ldy, P * t / nt, P * (t + 1) / nt, avx2);
+}
+
+}  // namespace
+
+void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* panels, DType w_dtype,
+                 const float* bias, float* y, int64_t ldy, int threads) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) return fill_bias(M, N, bias, y, ldy);
+  switch (w_dtype) {
+    case DType::Float32:
+      return gemv_panels_typed(M, N, K, x, ldx, static_cast<const float*>(panels), bias, y, ldy, threads);
+    case DType::BFloat16:
+      return gemv_panels_typed(M, N, K, x, ldx, static_cast<const uint16_t*>(panels), bias, y, ldy, threads);
+    case DType::Float16:
+      return gemv_panels_typed(M, N, K, x, ldx, static_cast<const float16*>(panels), bias, y, ldy, threads);
+    default:
+      fail("gemv_panels: panels of type ", dtype_name(w_dtype), " (float32, bfloat16 or float16 expected)");
+  }
 }
 
 // AVX2 (AMD EPYC Zen 3, one thread, K = 1024, build/reforge_linear_bench --clock cpu): from

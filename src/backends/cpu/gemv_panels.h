@@ -26,17 +26,23 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace reforge::cpu {
 
 // k per block of the summation order; sgemm_panels.cc checks that its kBlockK equals it.
 inline constexpr int64_t kPanelsBlockK = 256;
 
-// Y (row stride ldy) = X (row stride ldx) x W (panels: pack_panels' layout, 64-byte aligned)
-// + bias (null: none). Any M >= 0, N and K >= 0 (K = 0: Y = bias or 0); only Y's N valid columns
+// Y (row stride ldy) = X (row stride ldx) x W (panels: pack_panels' layout, 64-byte aligned,
+// of type `w_dtype`: Float32, or BFloat16 / Float16 widened exactly in registers) + bias (null: none). Any M >= 0, N and K >= 0 (K = 0: Y = bias or 0); only Y's N valid columns
 // are written. Runs on up to `threads` OpenMP threads, one when the product is small. AVX2 + FMA
 // when simd_level() allows, else a portable loop with the same sums as sgemm_panels' portable tile.
-void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* panels, DType w_dtype,
                  const float* bias, float* y, int64_t ldy, int threads);
+inline void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+                        const float* bias, float* y, int64_t ldy, int threads) {
+  gemv_panels(M, N, K, x, ldx, panels, DType::Float32, bias, y, ldy, threads);
+}
 
 // Most rows for which gemv_panels beats sgemm_panels' 6 x 16 tile on this CPU's kernels
 // (measured: see gemv_panels.cc).

@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/gemv.h"
 #include "backends/cpu/gemv_panels.h"
+#include "core/error.h"
 #include "core/simd.h"
 
 namespace reforge::cpu {
@@ -25,15 +27,18 @@ constexpr int64_t kGroupPanels = 16; // panels whose block of Y stays in L2 acro
 #define REFORGE_SGEMM_AVX2 __attribute__((target("avx2,fma")))
 
 // Y[0:R, 0:ncols) (+)= X[0:R, 0:kc) x panel block (+ bias): the AVX2 register tile.
+// `prefetch` (null: none) is read one line per k: `pf_stride` floats apart (16 for the next
+// float32 panel block, 8 for a 16-bit one, whose rows are half a line).
 template <int R>
 REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
-                                  int64_t ncols, bool accumulate, const float* bias, const float* prefetch) {
+                                  int64_t ncols, bool accumulate, const float* bias, const float* prefetch,
+                                  int64_t pf_stride) {
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * kPanelWidth), b1 = _mm256_loadu_ps(b + k * kPanelWidth + 8);
-    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * kPanelWidth), _MM_HINT_T1);
+    if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * pf_stride), _MM_HINT_T1);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m256 a = _mm256_broadcast_ss(x + k * kRows + r);
@@ -75,7 +80,8 @@ REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, fl
   }
 }
 
-using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const float*, const float*);
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const float*, const float*,
+                        int64_t);
 constexpr TileFn kAvx2Tiles[kRows + 1] = {nullptr,           tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
                                           tile_avx2<4>,      tile_avx2<5>, tile_avx2<6>};
 
@@ -199,11 +205,19 @@ void pack_strips(const float* x, int64_t ldx, int64_t m0, int64_t m1, int64_t k0
 // to kBlockM rows, X is packed once into 6-row strips per k block; then for each group of
 // kGroupPanels panels (whose block of Y stays in L2 across the k blocks), each panel's k block
 // (16 KB) sits in L1 while every strip passes over it.
+//
+// 16-bit panels (`wdt` BFloat16 or Float16) are widened a k block at a time (Q panels: 16 or 32
+// KB of float32) into a thread buffer that the strips then read as a float32 panel block; from
+// 9 rows on (two strips) that widening is a small share of the block's multiply-adds.
 void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_t K, const float* x, int64_t ldx,
-               const float* panels, const float* bias, float* y, int64_t ldy, SimdLevel isa) {
+               const void* panels_any, DType wdt, const float* bias, float* y, int64_t ldy, SimdLevel isa) {
   // Panels side by side in one tile: 2 with AVX-512 (a zmm register per panel row), else 1.
   const int64_t Qmax = isa == SimdLevel::Avx512 ? 2 : 1;
-  thread_local std::vector<float> abuf;
+  const bool wide16 = wdt != DType::Float32;
+  const auto* panels = static_cast<const float*>(panels_any);  // float32 panels only
+  const auto* panels16 = static_cast<const uint16_t*>(panels_any);
+  thread_local std::vector<float> abuf, wbuf;
+  if (wide16) wbuf.resize(static_cast<size_t>(Qmax * kBlockK * kPanelWidth));
   // Equal blocks of at most kBlockM rows, in whole strips (128 rows: one block, W read once).
   const int64_t blocks = (m1 - m0 + kBlockM - 1) / kBlockM;
   const int64_t block_rows = ((m1 - m0 + blocks - 1) / blocks + kRows - 1) / kRows * kRows;
@@ -222,18 +236,37 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
         for (int64_t p = g; p < g1;) {
           const int64_t Q = std::min(Qmax, g1 - p);
           const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - (p + Q - 1) * kPanelWidth);
-          const float* b = panels + p * K * kPanelWidth + k0 * kPanelWidth;
           const float* bs = last && bias ? bias + n0 : nullptr;
           const float* as = abuf.data() + k0 * strips * kRows;
-          // The first strip also prefetches the next panels' k block (16 KB each, one line per k) into L2.
-          const float* next = p + Q < g1 ? b + Q * K * kPanelWidth : (g1 < p1 && k0 + kc < K ? panels + g * K * kPanelWidth + (k0 + kc) * kPanelWidth : nullptr);
+          // The first strip also prefetches the k block that comes next (16 or 8 KB per panel, one
+          // line per k or per two) into L2: the next panels, else the group's next k block, else
+          // the next group. (On AVX-512 only for float32 panels: Q panels' 16-bit blocks lie
+          // apart in W, not one per k step.)
+          const int64_t np = p + Q < g1 ? p + Q : k0 + kc < K ? g : g1 < p1 ? g1 : -1;
+          const int64_t nk = p + Q < g1 ? k0 : k0 + kc < K ? k0 + kc : 0;
+          const float* b = nullptr;
+          const float* next = nullptr;
+          int64_t pstride = K * kPanelWidth;
+          if (wide16) {
+            for (int64_t q = 0; q < Q; ++q)
+              widen_to_f32(panels16 + (p + q) * K * kPanelWidth + k0 * kPanelWidth, wdt, kc * kPanelWidth,
+                           wbuf.data() + q * kc * kPanelWidth);
+            b = wbuf.data();
+            pstride = kc * kPanelWidth;
+            if (np >= 0 && Qmax == 1)
+              next = reinterpret_cast<const float*>(panels16 + np * K * kPanelWidth + nk * kPanelWidth);
+          } else {
+            b = panels + p * K * kPanelWidth + k0 * kPanelWidth;
+            if (np >= 0) next = panels + np * K * kPanelWidth + nk * kPanelWidth;
+          }
+          const int64_t pf_stride = wide16 ? kPanelWidth / 2 : kPanelWidth;
           for (int64_t m = mb; m < mb1;) {
             const int64_t R = std::min(isa == SimdLevel::Avx512 ? kWideRows : kRows, mb1 - m);
             float* ys = y + m * ldy + n0;
             const float* pf = m == mb ? next : nullptr;
             if (isa == SimdLevel::Avx512)
-              kAvx512Tiles[Q - 1][R](kc, as, as + kc * kRows, b, K * kPanelWidth, ys, ldy, ncols, accumulate, bs, pf);
-            else if (isa == SimdLevel::Avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, pf);
+              kAvx512Tiles[Q - 1][R](kc, as, as + kc * kRows, b, pstride, ys, ldy, ncols, accumulate, bs, pf);
+            else if (isa == SimdLevel::Avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, pf, pf_stride);
             else panel_block_generic(R, kRows, kc, as, b, ys, ldy, ncols, accumulate, bs);
             m += R;
             as += (R + kRows - 1) / kRows * kc * kRows;  // the strips the tile used
@@ -269,7 +302,9 @@ void panel_block_generic(int64_t R, int64_t x_stride, int64_t kc, const float* x
   }
 }
 
-// A memory-bound copy (a refit re-packs every Linear weight into a fresh buffer), shaped for
+namespace {
+
+// pack_panels: a memory-bound copy (a refit re-packs every Linear weight into a fresh buffer), shaped for
 // bandwidth:
 // - Each thread writes one contiguous range of panels, so it streams its own part of dst and
 //   takes the page faults of that part (with 2 MiB pages, core/tensor.h, one per 2 MiB).
@@ -281,44 +316,41 @@ void panel_block_generic(int64_t R, int64_t x_stride, int64_t kc, const float* x
 // - Big matrices are written with non-temporal stores: dst is far larger than the caches and
 //   not read soon, and streaming skips reading each destination line before writing it
 //   (~25% faster above). Small ones use ordinary stores (they may be read right away).
-// Every float is copied as is (padding columns are +0.0f), so the result does not depend on
-// the path taken.
-void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* dst) {
+// Every element is copied as is (padding columns are zeros), so the result does not depend on
+// the path taken. T is float, or the bits of a 16-bit float: a panel row is 16 elements, 64 or
+// 32 bytes, copied 16 bytes at a time.
+template <typename T>
+void pack_panels_t(const T* w, int64_t K, int64_t N, bool transposed, T* dst) {
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   constexpr int64_t kBlock = 16;
+  constexpr int kChunks = static_cast<int>(kPanelWidth * sizeof(T) / 16);
   const bool big = K * N > (1 << 18);
   const bool stream = big && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
-  // One 64-byte row of a panel from 16 floats at `src` (the column tail padded with zeros when
+  // One row of a panel from 16 elements at `src` (the column tail padded with zeros when
   // ncols < 16).
-  auto put = [stream](float* o, const float* src) {
-    const __m128 a = _mm_loadu_ps(src), b = _mm_loadu_ps(src + 4), c = _mm_loadu_ps(src + 8), d = _mm_loadu_ps(src + 12);
-    if (stream) {
-      _mm_stream_ps(o, a);
-      _mm_stream_ps(o + 4, b);
-      _mm_stream_ps(o + 8, c);
-      _mm_stream_ps(o + 12, d);
-    } else {
-      _mm_storeu_ps(o, a);
-      _mm_storeu_ps(o + 4, b);
-      _mm_storeu_ps(o + 8, c);
-      _mm_storeu_ps(o + 12, d);
+  auto put = [stream](T* o, const T* src) {
+    __m128i v[kChunks];
+    for (int c = 0; c < kChunks; ++c) v[c] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src) + c);
+    for (int c = 0; c < kChunks; ++c) {
+      if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
+      else _mm_storeu_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
     }
   };
   auto pack_range = [&](int64_t p0, int64_t p1) {
-    alignas(64) float line[kPanelWidth];
+    alignas(64) T line[kPanelWidth];
     for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
       const int64_t k1 = std::min(K, k0 + kBlock);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
-        float* out = dst + p * K * kPanelWidth;
+        T* out = dst + p * K * kPanelWidth;
         for (int64_t k = k0; k < k1; ++k) {
-          float* o = out + k * kPanelWidth;
+          T* o = out + k * kPanelWidth;
           if (!transposed && ncols == kPanelWidth) {
             put(o, w + k * N + n0);
             continue;
           }
           for (int64_t j = 0; j < kPanelWidth; ++j)
-            line[j] = j >= ncols ? 0.0f : transposed ? w[(n0 + j) * K + k] : w[k * N + n0 + j];
+            line[j] = j >= ncols ? T{} : transposed ? w[(n0 + j) * K + k] : w[k * N + n0 + j];
           put(o, line);
         }
       }
@@ -336,12 +368,29 @@ void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* d
   }
 }
 
+}  // namespace
+
+void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* dst) {
+  pack_panels_t(w, K, N, transposed, dst);
+}
+
+void pack_panels16(const uint16_t* w, int64_t K, int64_t N, bool transposed, uint16_t* dst) {
+  pack_panels_t(w, K, N, transposed, dst);
+}
+
 void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+                  const float* bias, float* y, int64_t ldy, int threads) {
+  sgemm_panels(M, N, K, x, ldx, panels, DType::Float32, bias, y, ldy, threads);
+}
+
+void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* panels, DType w_dtype,
                   const float* bias, float* y, int64_t ldy, int threads) {
   if (M <= 0 || N <= 0) return;
   if (K == 0) return fill_bias(M, N, bias, y, ldy);
   static_assert(kBlockK == kPanelsBlockK, "gemv_panels must sum in sgemm_panels' k blocks");
-  if (M <= gemv_panels_max_rows()) return gemv_panels(M, N, K, x, ldx, panels, bias, y, ldy, threads);
+  REFORGE_CHECK(w_dtype == DType::Float32 || w_dtype == DType::BFloat16 || w_dtype == DType::Float16,
+                "sgemm_panels: panels of type ", dtype_name(w_dtype), " (float32, bfloat16 or float16 expected)");
+  if (M <= gemv_panels_max_rows()) return gemv_panels(M, N, K, x, ldx, panels, w_dtype, bias, y, ldy, threads);
   const SimdLevel isa = simd_level();
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   // Below ~2 M multiply-adds a second thread costs more than it saves.
@@ -349,7 +398,7 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
   int nt = std::max(1, threads);
   if (work < 2e6) nt = 1;
   if (nt == 1) {
-    run_block(0, M, 0, P, N, K, x, ldx, panels, bias, y, ldy, isa);
+    run_block(0, M, 0, P, N, K, x, ldx, panels, w_dtype, bias, y, ldy, isa);
     return;
   }
   // Split the panels between threads (each streams its own part of W); with too few panels for
@@ -362,7 +411,7 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
     for (int64_t j = 0; j < tm; ++j) {
       const int64_t p0 = P * i / tn, p1 = P * (i + 1) / tn;
       const int64_t m0 = std::min(M, strips * j / tm * kRows), m1 = std::min(M, strips * (j + 1) / tm * kRows);
-      run_block(m0, m1, p0, p1, N, K, x, ldx, panels, bias, y, ldy, isa);
+      run_block(m0, m1, p0, p1, N, K, x, ldx, panels, w_dtype, bias, y, ldy, isa);
     }
 }
 

@@ -14,12 +14,20 @@
 // call, reading X by broadcasts and each panel by aligned loads; the panel block stays in L1
 // while every 6-row strip of X passes over it.
 //
+// 16-bit panels: the same layout with bfloat16 or float16 elements (a panel row is 32 bytes), the
+// engine weight of --precision bf16 / fp16 plans on CPUs without a 16-bit matrix product. The
+// products widen W exactly to float32 (many rows: a panel's k block at a time into an L1 buffer
+// that every strip of X then reads; few rows: in registers) and run the float32 kernels, so the
+// result is bit for bit the float32 product on the widened weights, with half the bytes of W read.
+//
 // Each output element is summed in the same order (k ascending in blocks of kBlockK, each block
 // added to the running sum, then + bias) whatever the thread count, row count or instruction set.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include "core/dtype.h"
 
 namespace reforge::cpu {
 
@@ -31,6 +39,8 @@ inline int64_t panel_floats(int64_t K, int64_t N) { return K * ((N + kPanelWidth
 // Packs W into `dst` (panel_floats(K, N) floats, 64-byte aligned). `w` is [K, N] row-major, or
 // [N, K] row-major when `transposed` (W given as its transpose, as Gemm transB = 1 stores it).
 void pack_panels(const float* w, int64_t K, int64_t N, bool transposed, float* dst);
+// The same for a bfloat16 or float16 W (bits as uint16_t; `dst`: panel_floats(K, N) elements).
+void pack_panels16(const uint16_t* w, int64_t K, int64_t N, bool transposed, uint16_t* dst);
 
 // W[k, n] read back from the packed form (tests, plan inspection).
 inline float panel_at(const float* panels, int64_t K, int64_t k, int64_t n) {
@@ -40,6 +50,9 @@ inline float panel_at(const float* panels, int64_t K, int64_t k, int64_t n) {
 // Y (row stride ldy) = X (row stride ldx) x W (packed) + bias (null: none). Runs on up to
 // `threads` OpenMP threads (fewer when the product is small).
 void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
+                  const float* bias, float* y, int64_t ldy, int threads);
+// The same with panels of type `w_dtype`: Float32, BFloat16 or Float16.
+void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* panels, DType w_dtype,
                   const float* bias, float* y, int64_t ldy, int threads);
 
 // Y[M, N] = bias (0 where bias is null): the product with K = 0, for sgemm_panels and gemv_panels.
