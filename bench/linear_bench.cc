@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers), wbytes * layers / 1e6);
   std::printf("%4s %12s %10s %12s %10s %12s %8s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "OpenBLAS ms",
               "s/dnnl", "blas/dnnl");
-  std::printf("     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS; oneDNN 0: no product for this type)\n");
+  std::printf("     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS; oneDNN -: no product for this type)\n");
   for (int64_t M : parse_list(rows_s)) {
     std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
     for (auto& v : x) v = uni(rng);
@@ -121,8 +121,12 @@ int main(int argc, char** argv) {
       tp.push_back((t4 - t3) / static_cast<double>(layers));
     }
     const double s = median(ts), d = median(td), b = median(tb), pn = tp.empty() ? 0.0 : median(tp);
-    std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
-                wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, b > 0 ? pn / b : pn / d);
+    if (packed[0])
+      std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
+                  wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, pn / b);
+    else  // no oneDNN product for this type here
+      std::printf("%4lld %12.3f %10.1f %12s %10s %12.3f %8s %8s  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
+                  wbytes / s / 1e6, "-", "-", b, "-", "-", pn, pn / b);
   }
   return 0;
 }
