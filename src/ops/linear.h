@@ -11,7 +11,9 @@
 // built with --precision bf16 / fp16; activations and accumulation stay float32 on both paths
 // (oneDNN's bf16 path multiplies the activations' high and low bfloat16 parts; float16 W, for
 // which oneDNN has no float32-activation product, runs many rows as OpenBLAS sgemm on column
-// panels widened exactly to float32, as bfloat16 does on CPUs without a bf16 matmul).
+// panels widened exactly to float32, as bfloat16 does on CPUs without a bf16 matmul). Plans
+// built on AVX2 CPUs hold 16-bit weights packed in panels instead (MatMulAddPacked,
+// passes/weight_packing.cc), so this plain path then runs only for unpacked plans.
 #pragma once
 
 #include <memory>
