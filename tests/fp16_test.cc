@@ -363,29 +363,34 @@ TEST(Fp16Plan, BuildRefusesAWeightBeyondFloat16Range) {
   EXPECT_NO_THROW(build::build_plan(g, o));
 }
 
-// A refit whose new weights overflow float16 is refused, and the engine keeps its old weights.
+// A refit whose new weights overflow float16 is refused, and the engine keeps its old weights:
+// plain (MatMulAdd's prepare step) and packed in panels (MatMulAddPacked's).
 TEST(Fp16Plan, RefitRefusesAWeightBeyondFloat16Range) {
   synth::LlamaSpec sa;
   sa.seq = 1;
   synth::LlamaSpec sb = sa;
   sb.seed = 2;
   ir::Graph ga = synth::synthetic_llama(sa), gb = synth::synthetic_llama(sb);
-  build::BuildOptions o;
-  o.mode = plan::BuildMode::Refit;
-  o.precision = plan::Precision::Fp16;
-  runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
-  const auto before = engine.run(synth::synthetic_llama_inputs(1));
   const std::string w = first_linear_weight(gb);
   gb.initializers.at(w).mutable_data<float>()[0] = -1e5f;
-  refit::Refitter r(engine);
-  for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
-  try {
-    r.commit();
-    ADD_FAILURE() << "a refit with -1e5 in an fp16 plan's weight succeeded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("65504"), std::string::npos) << e.what();
+  for (auto packing : {build::WeightPacking::Plain, build::WeightPacking::Panels}) {
+    SCOPED_TRACE(packing == build::WeightPacking::Plain ? "plain" : "panels");
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    o.precision = plan::Precision::Fp16;
+    o.weight_packing = packing;
+    runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
+    const auto before = engine.run(synth::synthetic_llama_inputs(1));
+    refit::Refitter r(engine);
+    for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
+    try {
+      r.commit();
+      ADD_FAILURE() << "a refit with -1e5 in an fp16 plan's weight succeeded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("65504"), std::string::npos) << e.what();
+    }
+    const auto after = engine.run(synth::synthetic_llama_inputs(1));
+    ASSERT_EQ(before.size(), after.size());
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(refit::bit_equal(before[i], after[i])) << "output " << i;
   }
-  const auto after = engine.run(synth::synthetic_llama_inputs(1));
-  ASSERT_EQ(before.size(), after.size());
-  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(refit::bit_equal(before[i], after[i])) << "output " << i;
 }

@@ -132,7 +132,7 @@ void matmul_add(KernelContext& ctx) {
 // Wp = W packed into column panels (backends/cpu/sgemm_panels.h): W [K, N], or [N, K] with
 // transposed = 1, float32 or (in --precision bf16 / fp16 plans, after the recipe's Cast)
 // bfloat16 / float16; Wp [ceil(N / 16), K, 16] of W's type. The recipe step of
-// linear-weights-packing and linear-weights-precision (passes/weight_packing.cc, precision.cc).
+// linear-weights-packing (passes/weight_packing.cc).
 void pack_panels_op(KernelContext& ctx) {
   const Tensor& w = ctx.input(0);
   REFORGE_CHECK((w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16) && w.rank() == 2,
