@@ -173,12 +173,19 @@ TEST(WeightPacking, SlowRefitRebuildsInThePlansLayout) {
 // The pass lets go of each plain weight as soon as it is packed (BuildState::release_replaced),
 // while the build is still running, so building holds about one copy of the weights; unless
 // something else still needs the source: another node reading it, or another constant's recipe.
+// The same for a bf16 build: the float32 weight goes once its bfloat16 cast is packed (or, with
+// 16-bit packing off, once it is cast), and the plain cast once packed.
 TEST(WeightPacking, PassFreesEachPlainWeightOncePacked) {
+  enum Variant { kFp32, kBf16Panels, kBf16Plain };
+  for (Variant variant : {kFp32, kBf16Panels, kBf16Plain})
   for (bool derived : {false, true})
     for (int other_user = 0; other_user < 3; ++other_user) {  // 0 none, 1 a node, 2 a recipe
-      SCOPED_TRACE(std::string(derived ? "refit" : "baked") + " other user " + std::to_string(other_user));
+      SCOPED_TRACE(std::string(variant == kFp32 ? "fp32" : variant == kBf16Panels ? "bf16 panels" : "bf16 plain") +
+                   (derived ? " refit" : " baked") + " other user " + std::to_string(other_user));
       passes::BuildState s;
       s.pack_linear_panels = true;
+      s.pack_half_panels = variant == kBf16Panels;
+      s.precision = variant == kFp32 ? plan::Precision::Fp32 : plan::Precision::Bf16;
       s.mode = derived ? plan::BuildMode::Refit : plan::BuildMode::Baked;
       auto storage = std::make_shared<std::vector<float>>(24 * 40, 0.5f);
       std::weak_ptr<std::vector<float>> watch = storage;
@@ -218,12 +225,17 @@ TEST(WeightPacking, PassFreesEachPlainWeightOncePacked) {
       } else if (other_user == 2) {
         s.consts["neg"] = s.fold("", "Neg", 13, {}, {src.key}, 1, 0);
       }
+      passes::linear_weights_precision(s);
+      const std::string cast = s.graph.nodes[0].inputs[1];
       passes::linear_weights_packing(s);
-      EXPECT_EQ(s.graph.nodes[0].op_type, "MatMulAddPacked");
+      EXPECT_EQ(s.graph.nodes[0].op_type, variant == kBf16Plain ? "MatMulAdd" : "MatMulAddPacked");
       const std::string packed = s.graph.nodes[0].inputs[1];
       ASSERT_TRUE(s.is_const(packed));
       EXPECT_EQ(watch.expired(), other_user == 0 || (other_user == 2 && !derived)) << "plain weight kept or freed wrongly";
       EXPECT_EQ(s.consts.at(packed).verified, derived && other_user == 0);
       EXPECT_EQ(s.is_const(src.key), other_user == 1);
+      if (variant == kBf16Panels) {
+        EXPECT_FALSE(s.is_const(cast)) << "the plain bfloat16 cast outlived its packing";
+      }
     }
 }

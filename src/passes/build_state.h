@@ -32,7 +32,10 @@ struct BuildState {
   plan::BuildMode mode = plan::BuildMode::Baked;
   plan::Precision precision = plan::Precision::Fp32;
   bool pack_linear_panels = false;  // linear-weights-packing runs (BuildOptions::weight_packing)
-  bool pack_half_panels = false;    // linear-weights-precision packs its 16-bit weights in panels
+  bool pack_half_panels = false;    // linear-weights-packing packs the 16-bit weights in panels
+  // 16-bit weight made by linear-weights-precision -> the float32 constant it was cast from, where
+  // no node reads that any more: linear-weights-packing releases it once the 16-bit one is packed.
+  std::map<std::string, std::string> cast_from;
   int next_id = 0;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }

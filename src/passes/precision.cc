@@ -49,14 +49,23 @@ std::string to_half(BuildState& s, const std::string& w, const std::string& sour
 void linear_weights_precision(BuildState& s) {
   if (s.precision == plan::Precision::Fp32) return;
   REFORGE_ASSERT(s.precision == plan::Precision::Bf16 || s.precision == plan::Precision::Fp16);
+  std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
     const std::optional<LinearLayer> l = match_linear(s, n);
     if (!l) continue;
     std::string w = l->w;
     if (l->trans_b) w = fold_into(s, w, w + ".t", "", "Transpose", 13, {{"perm", ir::ints_attr("perm", {1, 0})}});
-    std::vector<std::string> inputs = {l->x, to_half(s, w, l->w)};
+    const std::string w16 = to_half(s, w, l->w);
+    if (w != l->w) s.consts.erase(w);  // the transposed copy, folded into w16 and read by no node
+    std::vector<std::string> inputs = {l->x, w16};
     if (!l->bias.empty()) inputs.push_back(l->bias);
     n = linear_node(n, "MatMulAdd", std::move(inputs));
+    // Once no node reads the float32 W, the build lets go of it (one float32 weight at a time is
+    // held, not the model): now, or once linear-weights-packing has packed w16.
+    if (--uses[l->w] == 0) {
+      if (s.pack_half_panels) s.cast_from[w16] = l->w;
+      else s.release_replaced(l->w, w16);
+    }
   }
 }
 

@@ -26,6 +26,7 @@ namespace reforge::passes {
 namespace {
 
 void pack_half_weights(BuildState& s) {
+  std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
     if (n.domain != "reforge" || n.op_type != "MatMulAdd" || n.inputs.size() < 2 || !s.is_const(n.inputs[1])) continue;
     const Tensor& w = s.consts.at(n.inputs[1]).value;
@@ -35,7 +36,13 @@ void pack_half_weights(BuildState& s) {
                                {{"transposed", ir::int_attr("transposed", 0)}});
     std::vector<std::string> inputs = {n.inputs[0], wp};
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) inputs.push_back(n.inputs[2]);
+    const std::string w16 = n.inputs[1];
     n = linear_node(n, "MatMulAddPacked", std::move(inputs), {{"n", ir::int_attr("n", N)}});
+    // The plain 16-bit weight is not needed once packed, nor the float32 one it was cast from.
+    if (--uses[w16] == 0) {
+      s.consts.erase(w16);
+      if (auto it = s.cast_from.find(w16); it != s.cast_from.end()) s.release_replaced(it->second, wp);
+    }
   }
 }
 
