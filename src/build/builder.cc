@@ -62,8 +62,10 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
   s.pack_linear_panels = o.weight_packing == WeightPacking::Panels ||
                          (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
   // 16-bit weights go in panels too, except bfloat16 where oneDNN multiplies it natively.
+  // (Asked only in bf16 builds: the answer makes a oneDNN primitive, once per process.)
   s.pack_half_panels = o.weight_packing == WeightPacking::Panels ||
-                       (s.pack_linear_panels && (o.precision == plan::Precision::Fp16 || !cpu::has_bf16_matmul()));
+                       (s.pack_linear_panels && (o.precision == plan::Precision::Fp16 ||
+                                                 (o.precision == plan::Precision::Bf16 && !cpu::has_bf16_matmul())));
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {

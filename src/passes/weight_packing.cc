@@ -29,14 +29,14 @@ void pack_half_weights(BuildState& s) {
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
     if (n.domain != "reforge" || n.op_type != "MatMulAdd" || n.inputs.size() < 2 || !s.is_const(n.inputs[1])) continue;
-    const Tensor& w = s.consts.at(n.inputs[1]).value;
+    const std::string w16 = n.inputs[1];
+    const Tensor& w = s.consts.at(w16).value;
     if ((w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16) || w.rank() != 2) continue;
     const int64_t N = w.dim(1);
-    std::string wp = fold_into(s, n.inputs[1], n.inputs[1] + ".panels", "reforge", "PackPanels", 1,
+    std::string wp = fold_into(s, w16, w16 + ".panels", "reforge", "PackPanels", 1,
                                {{"transposed", ir::int_attr("transposed", 0)}});
     std::vector<std::string> inputs = {n.inputs[0], wp};
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) inputs.push_back(n.inputs[2]);
-    const std::string w16 = n.inputs[1];
     n = linear_node(n, "MatMulAddPacked", std::move(inputs), {{"n", ir::int_attr("n", N)}});
     // The plain 16-bit weight is not needed once packed, nor the float32 one it was cast from.
     if (--uses[w16] == 0) {
