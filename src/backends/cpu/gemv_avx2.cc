@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/widen_avx2.h"
 #include "core/simd.h"
 
 namespace reforge::cpu::avx2 {
@@ -12,15 +13,6 @@ namespace reforge::cpu::avx2 {
 namespace {
 
 #define REFORGE_GEMV_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-REFORGE_GEMV_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-REFORGE_GEMV_AVX2 inline __m256 load8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-REFORGE_GEMV_AVX2 inline __m256 load8(const float16* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 inline float widen(float v) { return v; }
 inline float widen(uint16_t v) {

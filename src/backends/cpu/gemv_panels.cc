@@ -9,6 +9,7 @@
 
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/sgemm_panels.h"
+#include "backends/cpu/widen_avx2.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "core/simd.h"
@@ -25,16 +26,6 @@ constexpr int64_t kGroupPanels = 16;  // panels streamed k block by k block, sid
 constexpr int panels_together(int64_t R) { return R == 1 ? 4 : R <= 3 ? 2 : 1; }
 
 #define REFORGE_GEMV_PANELS_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// Eight weights of a panel row (32-byte aligned for float32, 16-byte for 16-bit), widened to
-// float32 exactly.
-REFORGE_GEMV_PANELS_AVX2 inline __m256 load8(const float* p) { return _mm256_load_ps(p); }
-REFORGE_GEMV_PANELS_AVX2 inline __m256 load8(const uint16_t* p) {  // bfloat16
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-REFORGE_GEMV_PANELS_AVX2 inline __m256 load8(const float16* p) {
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
 // Rows [0, R) x Q adjacent panels, one k block: Y (+)= X[:, 0:kc) x panels[:, 0:kc) (+ bias),
 // X packed k-major (x[k * R + r]). Every k (every other k for 16-bit W, whose panel rows are
@@ -54,8 +45,8 @@ REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const W* b,
     __m256 b0[Q], b1[Q];
 #pragma GCC unroll 4
     for (int q = 0; q < Q; ++q) {
-      b0[q] = load8(b + q * pstride + k * kPanelWidth);
-      b1[q] = load8(b + q * pstride + k * kPanelWidth + 8);
+      b0[q] = avx2::load8(b + q * pstride + k * kPanelWidth);
+      b1[q] = avx2::load8(b + q * pstride + k * kPanelWidth + 8);
     }
     if (prefetch && (sizeof(W) == 4 || k % 2 == 0)) {
 #pragma GCC unroll 4
