@@ -27,6 +27,8 @@ Extra reforge variants, each timed in the same rounds:
            (skipped, with a note, when this reforge has no --precision option)
   --fp16   the same with `--precision fp16` (skipped when this reforge's --precision has no
            fp16); reports fp16 / ORT fp32
+  --bf16-act  the same with `--precision bf16 --activations bf16` (activations rounded to
+           bfloat16 too; skipped when this reforge has no --activations); reports bf16a / ORT fp32
   --profile  `reforge bench --profile` once per case (first thread count): per-op-type share
 Accuracy (where the case has a framework reference, i.e. batch 1 of the large suite and every
 tiny case): `reforge run` of each variant once, error = max |out - ref| / max |ref| over all
@@ -171,6 +173,7 @@ class Reforge:
                  for c in ("bench", "run", "build")}
         self.has_precision = {c: "--precision" in h for c, h in helps.items()}
         self.has_fp16 = {c: "--precision" in h and "fp16" in h for c, h in helps.items()}
+        self.has_activations = {c: "--activations" in h for c, h in helps.items()}
 
     def bench(self, model, extra, inputs, threads, iterations, warmup):
         cmd = [self.binary, "bench", model] + input_args(inputs) + extra + [
@@ -303,6 +306,8 @@ def main():
     ap.add_argument("--refit", action="store_true", help="also time baked and --refit plans")
     ap.add_argument("--bf16", action="store_true", help="also time reforge --precision bf16")
     ap.add_argument("--fp16", action="store_true", help="also time reforge --precision fp16")
+    ap.add_argument("--bf16-act", action="store_true",
+                    help="also time reforge --precision bf16 --activations bf16")
     ap.add_argument("--profile", action="store_true",
                     help="also record reforge's per-op-type time (at the first thread count)")
     ap.add_argument("--no-accuracy", action="store_true", help="skip the reforge run accuracy check")
@@ -334,6 +339,9 @@ def main():
     fp16 = args.fp16 and reforge.has_fp16["bench"]
     if args.fp16 and not fp16:
         print("note: %s bench has no --precision fp16: fp16 skipped" % args.reforge, file=sys.stderr)
+    bf16a = args.bf16_act and reforge.has_activations["bench"]
+    if args.bf16_act and not bf16a:
+        print("note: %s bench has no --activations: bf16a skipped" % args.reforge, file=sys.stderr)
     if args.iterations == "auto" and args.rounds < 2:
         print("note: --iterations auto with 1 round times only the %d-run probe" % args.min_iterations,
               file=sys.stderr)
@@ -370,6 +378,8 @@ def main():
                     variants["bf16"] = (model, ["--precision", "bf16"])
                 if fp16:
                     variants["fp16"] = (model, ["--precision", "fp16"])
+                if bf16a:
+                    variants["bf16a"] = (model, ["--precision", "bf16", "--activations", "bf16"])
                 for n in threads:
                     sides = {"ort": lambda it, wu, c=c, n=n: run_ort(
                         sys.executable, c["model"], c["inputs"], n, it, wu)}
@@ -385,6 +395,8 @@ def main():
                                 continue
                             if v == "fp16" and not reforge.has_fp16["run"]:
                                 continue
+                            if v == "bf16a" and not reforge.has_activations["run"]:
+                                continue
                             try:
                                 res[v]["rel_error"] = reforge.error_vs(path, extra, c["inputs"],
                                                                        c["reference"], n, tmp)
@@ -397,7 +409,7 @@ def main():
                     if "refit" in res:
                         row["refit_over_baked"] = ratio(res["refit"].get("median_ms"),
                                                         res["baked"].get("median_ms"))
-                    for h in ("bf16", "fp16"):
+                    for h in ("bf16", "bf16a", "fp16"):
                         if h in res:
                             row[h + "_over_ort"] = ratio(res[h].get("median_ms"), ort_ms)
                     row["rss_ratio"] = ratio(res["fp32"].get("rss_kb"), res["ort"].get("rss_kb"))
@@ -428,7 +440,7 @@ def print_table(rows):
         return
     f = lambda v, fmt: (fmt % v) if v is not None else "-"  # noqa: E731
     extra_refit = any("refit_over_baked" in r for r in rows)
-    halves = [h for h in ("bf16", "fp16") if any(h + "_over_ort" in r for r in rows)]
+    halves = [h for h in ("bf16", "bf16a", "fp16") if any(h + "_over_ort" in r for r in rows)]
     head = ["model", "thr", "ORT ms", "reforge ms", "r/ORT"]
     if extra_refit:
         head += ["baked ms", "refit ms", "refit/baked"]

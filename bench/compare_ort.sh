@@ -3,7 +3,7 @@
 #
 #   bench/compare_ort.sh [--suite tiny|large|all] [--models-dir build-bench/models]
 #                        [--only llama_s1,bert] [--batches 1,8] [--threads 1,2] [--rounds 5]
-#                        [--iterations auto|N] [--refit] [--bf16] [--fp16] [--reforge build/reforge]
+#                        [--iterations auto|N] [--refit] [--bf16] [--bf16-act] [--fp16] [--reforge build/reforge]
 #                        [--json out.json] [models/...onnx ...]
 #
 # The large suite's models are written by /usr/bin/python3 scripts/models/bench_models.py.

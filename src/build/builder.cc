@@ -35,6 +35,9 @@ void BuildOptions::validate() const {
     fail("--strip-weights needs a refit mode (--refit, --refit-identical or --refit-individual)");
   if (mode == plan::BuildMode::RefitIndividual && individual_patterns.empty())
     fail("--refit-individual needs at least one pattern");
+  if (activations == plan::Precision::Fp16) fail("--activations must be fp32 or bf16, not fp16");
+  if (activations == plan::Precision::Bf16 && precision != plan::Precision::Bf16)
+    fail("--activations bf16 needs --precision bf16 (the plan's precision is ", plan::precision_name(precision), ")");
 }
 
 namespace {
@@ -59,6 +62,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
   passes::BuildState s;
   s.mode = o.mode;
   s.precision = o.precision;
+  s.bf16_activations = o.activations == plan::Precision::Bf16;
   s.pack_linear_panels = o.weight_packing == WeightPacking::Panels ||
                          (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
   // 16-bit weights go in panels too, except bfloat16 where oneDNN multiplies it natively.
@@ -150,6 +154,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   plan.fingerprint = structural_fingerprint(g, literals);
   plan.mode = o.mode;
   plan.precision = o.precision;
+  plan.activations = o.activations;
   plan.individual_patterns = o.individual_patterns;
   plan.literal_names = o.literal_names;
   plan.producer = "reforge 0.1";

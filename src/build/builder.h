@@ -26,6 +26,9 @@ struct BuildOptions {
   // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
   plan::Precision precision = plan::Precision::Fp32;
+  // Bf16 (bf16 plans only): Linear layers round their float32 activations to bfloat16 before the
+  // product (plan.h, Precision), trading accuracy for one native bfloat16 product instead of two.
+  plan::Precision activations = plan::Precision::Fp32;
   WeightPacking weight_packing = WeightPacking::Auto;
   std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names
   std::vector<std::string> literal_names;        // initializers to treat as literals

@@ -51,6 +51,7 @@ plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
   BuildOptions o;
   o.mode = plan.mode;
   o.precision = plan.precision;
+  o.activations = plan.activations;
   // The plan's Linear weights are packed exactly when it has packed Linear nodes: rebuild alike,
   // whatever this CPU would pick by itself.
   o.weight_packing = WeightPacking::Plain;

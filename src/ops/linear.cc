@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/cpu/blas_gemm.h"
+#include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/gemv.h"
 #include "ops/nn_common.h"
 
@@ -47,14 +48,24 @@ const cpu::PackedWeights* LinearWeights::packed() const {
   return packed_.get();
 }
 
-bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias) {
+const float* round_activations(const Tensor& x) {
+  // Slot 5 of the per-thread buffers (dnnl_context.h): not one the products below use.
+  constexpr int kRoundedXSlot = 5;
+  auto* dst = static_cast<float*>(cpu::dnnl_util::thread_buffer(kRoundedXSlot, static_cast<size_t>(x.numel()) * 4));
+  cpu::round_to_bf16(x.data<float>(), dst, x.numel());
+  return dst;
+}
+
+bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias, bool round_x) {
   if (x.dtype() != DType::Float32 || x.rank() < 1 || x.shape().back() != w.K) return false;
   Shape out = x.shape();
   out.back() = w.N;
   Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
   const int64_t rows = x.numel() / w.K;
   if (rows == 0) return true;
-  const float* a = x.data<float>();
+  // Every path below multiplies `a` exactly as given (oneDNN's bfloat16 product then needs no low
+  // part: round_x tells it so).
+  const float* a = round_x ? round_activations(x) : x.data<float>();
   float* c = y.mutable_data<float>();
   // Tiny products (the model-test models: 7 x 32 x 128) are dominated by oneDNN's per-call cost
   // (~5 us); the streaming kernel has none.
@@ -68,7 +79,7 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
     cpu::blas_linear(rows, w.N, w.K, a, w.plain.data<float>(), bias, c);
     return true;
   }
-  if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c)) return true;
+  if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c, round_x)) return true;
   if (w.plain.dtype() != DType::Float32) {
     // No 16-bit matmul in oneDNN on this CPU (and none for float16 W with float32 activations
     // on any): many rows take OpenBLAS on W widened a panel at a time, fewer the streaming kernel.

@@ -43,8 +43,13 @@ struct LinearWeights {
 std::shared_ptr<const LinearWeights> prepare_linear(const Tensor& w, bool transposed);
 
 // Writes output 0 = X x W + bias (bias: null or N floats) for a Float32 X whose last dimension
-// is K; the output has X's shape with the last dimension N. Returns false, having allocated
-// nothing, when X does not fit (the caller then takes its generic path).
-bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias);
+// is K; the output has X's shape with the last dimension N. With `round_x` (the node attribute
+// bf16_activations, plan.h), X is first rounded to bfloat16 (round_activations). Returns false,
+// having allocated nothing, when X does not fit (the caller then takes its generic path).
+bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, const float* bias, bool round_x = false);
+
+// X (Float32) rounded to bfloat16 values, in a per-thread buffer valid until the next call on
+// this thread (cpu::round_to_bf16): the activations of a Linear node with bf16_activations = 1.
+const float* round_activations(const Tensor& x);
 
 }  // namespace reforge::ops

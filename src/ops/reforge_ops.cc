@@ -116,7 +116,7 @@ void matmul_add(KernelContext& ctx) {
     lw = &unprepared;
   }
   if (lw->K > 0 && lw->N > 0) {
-    REFORGE_ASSERT(run_linear(ctx, x, *lw, bias));
+    REFORGE_ASSERT(run_linear(ctx, x, *lw, bias, ctx.node().attr_int("bf16_activations", 0) != 0));
     return;
   }
   // An empty product: zeros plus the bias.
@@ -172,7 +172,8 @@ void matmul_add_packed(KernelContext& ctx) {
   out.back() = N;
   Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
   const int64_t rows = y.numel() / N;
-  cpu::sgemm_panels(rows, N, K, x.data<float>(), K, wp.raw(), wp.dtype(), b ? b->data<float>() : nullptr,
+  const float* a = ctx.node().attr_int("bf16_activations", 0) != 0 ? round_activations(x) : x.data<float>();
+  cpu::sgemm_panels(rows, N, K, a, K, wp.raw(), wp.dtype(), b ? b->data<float>() : nullptr,
                     y.mutable_data<float>(), N, ctx.threads());
 }
 

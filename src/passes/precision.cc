@@ -7,8 +7,9 @@
 // (after Transpose(B) for a Gemm with transB = 1); linear-weights-packing may then pack W16 in
 // panels (passes/weight_packing.cc). Both transforms are recipe steps made by
 // BuildState::fold, so a refit replays them on the new float32 weights: sources keep their
-// float32 type and shape, only the engine weight is 16-bit. Activations, biases and
-// accumulation stay float32. The pass specializes on no weight value (it reads dtypes and
+// float32 type and shape, only the engine weight is 16-bit. Biases and accumulation stay
+// float32, and so do the activations, unless the build asks for bfloat16 ones
+// (BuildOptions::activations): each MatMulAdd then carries bf16_activations = 1 and rounds X. The pass specializes on no weight value (it reads dtypes and
 // shapes); it only refuses, for float16, a weight the cast overflowed.
 //
 // The cast is ONNX's Cast: round to nearest even, and a float32 value beyond float16's range
@@ -59,7 +60,9 @@ void linear_weights_precision(BuildState& s) {
     if (w != l->w) s.consts.erase(w);  // the transposed copy, folded into w16 and read by no node
     std::vector<std::string> inputs = {l->x, w16};
     if (!l->bias.empty()) inputs.push_back(l->bias);
-    n = linear_node(n, "MatMulAdd", std::move(inputs));
+    std::map<std::string, ir::Attribute> attrs;
+    if (s.bf16_activations) attrs["bf16_activations"] = ir::int_attr("bf16_activations", 1);
+    n = linear_node(n, "MatMulAdd", std::move(inputs), std::move(attrs));
     // Once no node reads the float32 W, the build lets go of it (one float32 weight at a time is
     // held, not the model): now, or once linear-weights-packing has packed w16.
     if (--uses[l->w] == 0) {

@@ -37,7 +37,9 @@ void pack_half_weights(BuildState& s) {
                                {{"transposed", ir::int_attr("transposed", 0)}});
     std::vector<std::string> inputs = {n.inputs[0], wp};
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) inputs.push_back(n.inputs[2]);
-    n = linear_node(n, "MatMulAddPacked", std::move(inputs), {{"n", ir::int_attr("n", N)}});
+    std::map<std::string, ir::Attribute> attrs = {{"n", ir::int_attr("n", N)}};
+    if (auto a = n.attrs.find("bf16_activations"); a != n.attrs.end()) attrs.emplace(a->first, a->second);
+    n = linear_node(n, "MatMulAddPacked", std::move(inputs), std::move(attrs));
     // The plain 16-bit weight is not needed once packed, nor the float32 one it was cast from.
     if (--uses[w16] == 0) {
       s.consts.erase(w16);

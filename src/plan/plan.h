@@ -35,6 +35,12 @@ enum class WeightKind { Literal, Derived, Baked };
 // Storage precision of the Linear weights (MatMul/Gemm with a constant matrix). Bf16 / Fp16:
 // those weights are cast to bfloat16 / float16 by a recipe step and multiplied with float32
 // activations and accumulation.
+//
+// The activations a Linear layer multiplies are float32 (Fp32, the default: the product is exact
+// in X and only W is rounded) or, in bf16 plans built with `--activations bf16`, rounded to
+// bfloat16 first (Bf16: the rounding TensorRT's and ONNX Runtime's bf16 modes apply, and one
+// bfloat16 product instead of two on CPUs that multiply bfloat16 natively). Recorded as the plan's
+// `activations` and, on each such Linear node, the attribute bf16_activations = 1.
 enum class Precision { Fp32, Bf16, Fp16 };
 
 const char* build_mode_name(BuildMode m);  // "baked", "refit", "refit-identical", "refit-individual"
@@ -110,6 +116,7 @@ struct Plan {
   uint32_t format_version = kFormatVersion;
   BuildMode mode = BuildMode::Baked;
   Precision precision = Precision::Fp32;
+  Precision activations = Precision::Fp32;       // Fp32, or Bf16 (bf16 plans only)
   std::vector<std::string> individual_patterns;  // for RefitIndividual
   std::vector<std::string> literal_names;        // initializers the user declared literal (--literal)
   bool stripped = false;

@@ -69,6 +69,7 @@ class Encoder {
     j["model_name"] = str(p.model_name);
     j["mode"] = build_mode_name(p.mode);
     j["precision"] = precision_name(p.precision);
+    if (p.activations != Precision::Fp32) j["activations"] = precision_name(p.activations);
     j["individual_patterns"] = strs(p.individual_patterns);
     j["literal_names"] = strs(p.literal_names);
     j["stripped"] = p.stripped;

@@ -164,6 +164,15 @@ class Decoder {
       if (!pr) fail("precision: unknown precision '", prec, "'");
       p.precision = *pr;
     }
+    // Optional: absent means float32 activations.
+    if (j.contains("activations")) {
+      std::string act = str_field(j, "activations", "");
+      auto a = precision_from_name(act);
+      if (!a || *a == Precision::Fp16 || (*a == Precision::Bf16 && p.precision != Precision::Bf16))
+        fail("activations: '", act, "' does not go with precision '", precision_name(p.precision),
+             "' (bf16 activations need bf16 weights)");
+      p.activations = *a;
+    }
     p.individual_patterns = strings(field(j, "individual_patterns", ""), "individual_patterns");
     p.literal_names = strings(field(j, "literal_names", ""), "literal_names");
     p.stripped = as_bool(field(j, "stripped", ""), "stripped");

@@ -1,5 +1,5 @@
 // `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]
-//                [--precision fp32|bf16|fp16]`
+//                [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
 // Times runs in process after warm-up; the last line printed is JSON. --profile prints where
 // the time went (per op type and the slowest nodes) to stderr first.
 #include <algorithm>
@@ -23,7 +23,7 @@ struct BenchArgs {
   int iterations = 20;
   int warmup = 3;
   std::vector<std::string> weights;
-  std::string precision;
+  std::string precision, activations;
   bool profile = false;
   std::vector<std::string> skip_passes;
   bool no_arena = false;
@@ -73,7 +73,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--weights,-w", a->weights, "refit from these weights first");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
-  add_precision_option(app, a->precision);
+  add_precision_options(app, a->precision, a->activations);
   app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
@@ -86,6 +86,7 @@ Runner add_bench(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.precision = a->precision;
+    lo.activations = a->activations;
     lo.quiet = true;
     lo.profile = a->profile;
     lo.skip_passes = a->skip_passes;

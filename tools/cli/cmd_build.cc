@@ -1,6 +1,6 @@
 // `reforge build MODEL.onnx -o OUT.plan [--refit | --refit-identical | --refit-individual PATTERN...]
 //                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N]
-//                          [--precision fp32|bf16|fp16]
+//                          [--precision fp32|bf16|fp16] [--activations fp32|bf16]
 //                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
 #include <omp.h>
 
@@ -22,7 +22,7 @@ struct BuildArgs {
   bool refit = false, identical = false, strip = false, print_passes = false;
   std::vector<std::string> skip_passes;
   std::vector<std::string> individual, literals, checkpoints, binds;
-  std::string bind_file, precision;
+  std::string bind_file, precision, activations;
   bool strict_binding = false;
   int threads = 0;
 };
@@ -44,7 +44,7 @@ Runner add_build(CLI::App& app) {
   app.add_option("--checkpoint", a->checkpoints, "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
   app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME}");
-  add_precision_option(app, a->precision);
+  add_precision_options(app, a->precision, a->activations);
   app.add_flag("--strict-binding", a->strict_binding, "float initializers that match no checkpoint tensor are errors");
   app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
       ->check(CLI::NonNegativeNumber);
@@ -61,6 +61,7 @@ Runner add_build(CLI::App& app) {
     o.print_passes = a->print_passes;
     o.skip_passes = a->skip_passes;
     o.precision = parse_precision(a->precision);
+    o.activations = parse_precision(a->activations);
     o.validate();
     auto t0 = std::chrono::steady_clock::now();
     plan::Plan p;
@@ -99,7 +100,8 @@ Runner add_build(CLI::App& app) {
       (w.kind == plan::WeightKind::Derived ? derived : w.kind == plan::WeightKind::Literal ? literal : baked)++;
     for (const auto& s : p.sources) refittable += s.refittable;
     std::cout << "built " << a->out << " (" << plan::build_mode_name(p.mode) << (p.stripped ? ", stripped" : "")
-              << (p.precision != plan::Precision::Fp32 ? std::string(", ") + plan::precision_name(p.precision) : "") << "): "
+              << (p.precision != plan::Precision::Fp32 ? std::string(", ") + plan::precision_name(p.precision) : "")
+              << (p.activations != plan::Precision::Fp32 ? std::string(" with ") + plan::precision_name(p.activations) + " activations" : "") << "): "
               << p.graph.nodes.size() << " nodes, " << p.weights.size() << " engine weights (" << derived << " derived, "
               << literal << " literal, " << baked << " baked), " << refittable << "/" << p.sources.size()
               << " sources refittable, " << std::filesystem::file_size(a->out) << " bytes, " << ms << " ms\n";

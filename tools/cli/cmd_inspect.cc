@@ -66,6 +66,7 @@ Runner add_inspect(CLI::App& app) {
     nlohmann::json j;
     j["mode"] = plan::build_mode_name(p.mode);
     j["precision"] = plan::precision_name(p.precision);
+    j["activations"] = plan::precision_name(p.activations);
     j["stripped"] = p.stripped;
     j["file_bytes"] = file_bytes;
     j["weight_bytes"] = weight_bytes;
@@ -106,6 +107,7 @@ Runner add_inspect(CLI::App& app) {
       return 0;
     }
     std::cout << "plan " << *path << ": " << j["mode"].get<std::string>() << ", " << plan::precision_name(p.precision)
+              << (p.activations != plan::Precision::Fp32 ? std::string(" (") + plan::precision_name(p.activations) + " activations)" : "")
               << (p.stripped ? ", stripped" : ", with weights")
               << "; " << file_bytes << " bytes on disk, " << weight_bytes << " bytes of engine weights (" << present_bytes
               << " stored); " << p.graph.nodes.size() << " nodes\n\nengine weights:\n";

@@ -1,5 +1,5 @@
 // `reforge run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--expect NAME=REF.npy ...]
-//             [--precision fp32|bf16|fp16]`
+//             [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
 #include <filesystem>
 #include <iostream>
 
@@ -19,7 +19,7 @@ struct RunArgs {
   double tolerance = 1e-4;
   int threads = 0;
   std::vector<std::string> weights;
-  std::string precision;
+  std::string precision, activations;
 };
 }  // namespace
 
@@ -32,13 +32,14 @@ Runner add_run(CLI::App& app) {
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
   app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
-  add_precision_option(app, a->precision);
+  add_precision_options(app, a->precision, a->activations);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.precision = a->precision;
+    lo.activations = a->activations;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     auto outs = engine.run(inputs);

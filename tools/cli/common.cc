@@ -7,11 +7,15 @@
 
 namespace reforge::cli {
 
-void add_precision_option(CLI::App& app, std::string& value) {
-  app.add_option("--precision", value,
+void add_precision_options(CLI::App& app, std::string& precision, std::string& activations) {
+  app.add_option("--precision", precision,
                  "storage type of MatMul/Gemm weights when building: fp32 (default), bf16 or fp16 "
                  "(float32 activations and accumulation; a refit re-applies the cast)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  app.add_option("--activations", activations,
+                 "with --precision bf16: fp32 (default: exact activations) or bf16 (round them to bfloat16 before each "
+                 "MatMul/Gemm: faster on CPUs with bfloat16 arithmetic, less accurate)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
 plan::Precision parse_precision(const std::string& value) {

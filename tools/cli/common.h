@@ -25,8 +25,9 @@ Runner add_build(CLI::App& app);
 Runner add_refit(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 
-// Adds `--precision fp32|bf16|fp16` (storage type of the MatMul/Gemm weights of a build) to `app`.
-void add_precision_option(CLI::App& app, std::string& value);
+// Adds `--precision fp32|bf16|fp16` (storage type of the MatMul/Gemm weights of a build) and
+// `--activations fp32|bf16` (what bf16 Linear layers multiply them with) to `app`.
+void add_precision_options(CLI::App& app, std::string& precision, std::string& activations);
 // "fp32" or "" -> Fp32, "bf16" -> Bf16, "fp16" -> Fp16; anything else is an error.
 plan::Precision parse_precision(const std::string& value);
 

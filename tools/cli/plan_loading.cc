@@ -36,11 +36,15 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
       fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
            plan::precision_name(p.precision));
+    if (!o.activations.empty() && parse_precision(o.activations) != p.activations)
+      fail("--activations ", o.activations, " applies when building an ONNX model; plan '", path, "' was built with ",
+           plan::precision_name(p.activations), " activations");
   } else {
     build::BuildOptions bo;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
     bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
+    bo.activations = parse_precision(o.activations);
     p = build::build_plan(onnx::import_model_file(path), bo);
   }
   auto engine = std::make_unique<runtime::PlanEngine>(std::move(p), eo);

@@ -23,6 +23,7 @@ struct LoadOptions {
   std::vector<std::string> skip_passes;  // build passes not to run (glob patterns)
   bool arena = true;                 // runtime::EngineOptions::arena
   std::string precision;             // --precision for an ONNX model built on the fly ("" = fp32)
+  std::string activations;           // --activations likewise ("" = fp32)
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);

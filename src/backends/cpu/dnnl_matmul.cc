@@ -201,20 +201,27 @@ bool packed_layout_is_plain(const PackedWeights& w) {
   return w.md == dnnl_util::strided_md({w.K, w.N}, std::vector<int64_t>{w.N, 1}, w.wdt);
 }
 
-bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c) {
+bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c,
+                        bool round_a) {
   REFORGE_ASSERT(M > 0);
   // Made and run under the same thread limit (oneDNN fixes it at creation), keyed by it.
   dnnl_util::SerialIfSmall serial(static_cast<double>(M) * w.N * w.K);
   const std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + ":" +
                           std::to_string(omp_get_max_threads());
   auto& eng = dnnl_util::engine();
-  if (w.wdt == dt::f32) {
+  if (w.wdt == dt::f32 || round_a) {
+    // float32 weights, or bfloat16 ones times A rounded to bfloat16: one product, bias fused.
     auto p = dnnl_util::cached_as<CachedPrimitive>(key + (bias ? ":bias" : ""),
                                                    [&] { return build_packed(w, M, bias != nullptr); });
     if (!p) return false;
+    void* src = const_cast<float*>(a);
+    if (w.wdt == dt::bf16) {
+      src = dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 2);
+      split_f32_to_bf16(a, static_cast<uint16_t*>(src), nullptr, M * w.K);
+    }
     const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
     const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, const_cast<float*>(a))},
+    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, src)},
                                                   {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, const_cast<void*>(w.buffer.get()))},
                                                   {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
     if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/simd.h"
@@ -286,7 +287,7 @@ REFORGE_AVX512 void bf16_split_avx512(const float* src, uint16_t* hi, uint16_t* 
     const __mmask16 finite = _mm512_cmple_epu32_mask(_mm512_and_si512(_mm512_castps_si512(hf), abs_mask), finite_max);
     const __m512i l = _mm512_maskz_mov_epi32(finite, bf16_bits(_mm512_castps_si512(_mm512_sub_ps(x, hf))));
     _mm256_mask_storeu_epi16(hi + i, m, _mm512_cvtepi32_epi16(h));
-    _mm256_mask_storeu_epi16(lo + i, m, _mm512_cvtepi32_epi16(l));
+    if (lo) _mm256_mask_storeu_epi16(lo + i, m, _mm512_cvtepi32_epi16(l));
   }
 }
 
@@ -325,7 +326,20 @@ void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n) 
   for (int64_t i = 0; i < n; ++i) {
     hi[i] = bfloat16::from_float(src[i]);
     const float h = bfloat16::to_float(hi[i]);
-    lo[i] = std::isfinite(h) ? bfloat16::from_float(src[i] - h) : 0;
+    if (lo) lo[i] = std::isfinite(h) ? bfloat16::from_float(src[i] - h) : 0;
+  }
+}
+
+void round_to_bf16(const float* src, float* dst, int64_t n) {
+  // bfloat16::from_float's rounding on the bits, branch-free so that the compiler vectorizes it.
+#pragma omp parallel for if (n > (1 << 18))
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t v;
+    std::memcpy(&v, src + i, 4);
+    const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t quiet_nan = (v | 0x00400000u) & 0xffff0000u;
+    const uint32_t r = (v & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+    std::memcpy(dst + i, &r, 4);
   }
 }
 

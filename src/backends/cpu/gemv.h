@@ -39,8 +39,14 @@ int64_t gemv_max_rows();
 // Splits float32 values into two bfloat16 parts, src[i] ~ hi[i] + lo[i] (hi = bfloat16(src),
 // lo = bfloat16(src - hi), both rounded to nearest even; 16 significant bits together). Inf and
 // NaN go into hi whole, lo is then 0. Lets a bfloat16 x bfloat16 product keep float32-accurate
-// activations: X W = Xhi W + Xlo W.
+// activations: X W = Xhi W + Xlo W. `lo` may be null: hi only (X rounded to bfloat16).
 void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n);
+
+// dst[i] = src[i] rounded to the nearest bfloat16 (ties to even), as a float32: the value
+// bfloat16::to_float(bfloat16::from_float(src[i])) (NaN stays NaN, quieted; a finite value
+// that rounds past bfloat16's range becomes inf). The activations of `--activations bf16`.
+// dst may equal src.
+void round_to_bf16(const float* src, float* dst, int64_t n);
 
 // dst[i] = the float16 bits src[i] widened to float32 (exact; F16C when the CPU has it, else
 // float16::to_float: the same values, NaNs quieted alike).
