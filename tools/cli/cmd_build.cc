@@ -63,6 +63,7 @@ Runner add_build(CLI::App& app) {
     o.precision = parse_precision(a->precision);
     o.activations = parse_precision(a->activations);
     o.validate();
+    note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();
     plan::Plan p;
     if (a->checkpoints.empty()) {

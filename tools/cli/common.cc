@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include <iostream>
+
+#include "backends/cpu/dnnl_matmul.h"
 #include "core/dispatch.h"
 #include "core/npy.h"
 
@@ -23,6 +26,12 @@ plan::Precision parse_precision(const std::string& value) {
   if (value == "bf16") return plan::Precision::Bf16;
   if (value == "fp16") return plan::Precision::Fp16;
   fail("--precision must be fp32, bf16 or fp16, got '", value, "'");
+}
+
+void note_bf16_activations(plan::Precision activations) {
+  if (activations == plan::Precision::Bf16 && !cpu::has_bf16_matmul())
+    std::cerr << "note: this CPU has no bfloat16 arithmetic: --activations bf16 rounds the activations here "
+                 "(more error) without making the products faster; it pays on CPUs with AVX512-BF16 or AMX\n";
 }
 
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs) {

@@ -30,6 +30,9 @@ Runner add_inspect(CLI::App& app);
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations);
 // "fp32" or "" -> Fp32, "bf16" -> Bf16, "fp16" -> Fp16; anything else is an error.
 plan::Precision parse_precision(const std::string& value);
+// For a build with bf16 activations on a CPU without bfloat16 arithmetic (no oneDNN bf16 product),
+// prints a note to stderr: there the option changes the numbers but not the speed.
+void note_bf16_activations(plan::Precision activations);
 
 // Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);
