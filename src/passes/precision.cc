@@ -9,8 +9,9 @@
 // BuildState::fold, so a refit replays them on the new float32 weights: sources keep their
 // float32 type and shape, only the engine weight is 16-bit. Biases and accumulation stay
 // float32, and so do the activations, unless the build asks for bfloat16 ones
-// (BuildOptions::activations): each MatMulAdd then carries bf16_activations = 1 and rounds X. The pass specializes on no weight value (it reads dtypes and
-// shapes); it only refuses, for float16, a weight the cast overflowed.
+// (BuildOptions::activations): each MatMulAdd then carries bf16_activations = 1 and rounds X.
+// The pass specializes on no weight value (it reads dtypes and shapes); it only refuses, for
+// float16, a weight the cast overflowed.
 //
 // The cast is ONNX's Cast: round to nearest even, and a float32 value beyond float16's range
 // (|x| >= 65520, which does not round to 65504) becomes +-inf, as numpy's astype does. An

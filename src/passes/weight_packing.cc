@@ -19,6 +19,7 @@
 // reforge::MatMulAddPacked(X, PackPanels(W16)[, b]), 16-bit panels whose products widen W in
 // registers or a k block at a time (sgemm_panels.h), not a panel at a time into a float32 copy
 // for OpenBLAS. The recipe is then Cast (and Transpose for a Gemm with transB = 1), PackPanels.
+// The packed node keeps MatMulAdd's bf16_activations attribute (--activations bf16).
 #include "passes/linear_layer.h"
 
 namespace reforge::passes {
