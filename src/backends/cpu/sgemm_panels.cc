@@ -36,6 +36,9 @@ REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, fl
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
+  // Unrolled: on Zen 3 the rolled loop ran 128-row products 3-14% behind OpenBLAS
+  // (build/reforge_linear_bench, K x N = 768 x 3072, 1024 x 2816, 768 x 768), 0-14% ahead unrolled.
+#pragma GCC unroll 8
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * kPanelWidth), b1 = _mm256_loadu_ps(b + k * kPanelWidth + 8);
     if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * pf_stride), _MM_HINT_T1);
