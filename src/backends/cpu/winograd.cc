@@ -149,7 +149,8 @@ constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,         gemm_tile<1>, gemm_
                                             gemm_tile<4>,    gemm_tile<5>, gemm_tile<6>};
 
 // The calling thread's buffer slot (dnnl_util::thread_buffer) for V and M: grown as needed and
-// kept, so a steady run allocates nothing. Slots 0-3 are the oneDNN convolution's, 6-7 the matmul's.
+// kept, so a steady run allocates nothing. Slots 0-3 are the oneDNN convolution's, 5 the Linear
+// layers' rounded activations, 6-7 the matmul's.
 constexpr int kScratchSlot = 4;
 
 bool winograd_disabled_by_env() {
