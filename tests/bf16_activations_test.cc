@@ -4,8 +4,8 @@
 // attribute, in both weight layouts and through the plan file; its outputs equal a float64
 // product of the rounded X and the rounded W on every row-count path (one row, few rows, many
 // rows: the streaming kernel, the panels, oneDNN's single bfloat16 product where the CPU has
-// one) and differ from the exact-activation product; the options are checked; and a refit of
-// such a plan equals a fresh build.
+// one) and differ from the exact-activation product; and the options are checked. Fast and
+// slow refit of such plans: LinearPlan.RefitRepacksAndEqualsFreshBuild (linear_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,14 +15,10 @@
 
 #include "backends/cpu/gemv.h"
 #include "build/builder.h"
-#include "build/onnx_refit.h"
 #include "core/half.h"
-#include "refit/recipe.h"
-#include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/make_tensor.h"
 #include "support/plan_round_trip.h"
-#include "support/synthetic_llama.h"
 
 using namespace reforge;
 using test_support::random_floats;
@@ -222,46 +218,4 @@ TEST(Bf16Activations, OptionsAndPlansAreChecked) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("activations"), std::string::npos) << e.what();
   }
-}
-
-// Fast refit (the recipes) and slow refit (a rebuild with the plan's options) of a --refit plan
-// with bf16 activations give what a fresh build from the new weights gives, bit for bit.
-TEST(Bf16Activations, RefitEqualsFreshBuild) {
-  for (auto packing : {build::WeightPacking::Plain, build::WeightPacking::Panels})
-    for (int64_t seq : {1, 40}) {
-      SCOPED_TRACE(std::string(packing == build::WeightPacking::Panels ? "panels" : "plain") + " seq " + std::to_string(seq));
-      synth::LlamaSpec sa;
-      sa.seq = seq;
-      sa.share_norms = false;
-      synth::LlamaSpec sb = sa;
-      sb.seed = 2;
-      ir::Graph ga = synth::synthetic_llama(sa), gb = synth::synthetic_llama(sb);
-      build::BuildOptions o;
-      o.mode = plan::BuildMode::Refit;
-      o.precision = plan::Precision::Bf16;
-      o.activations = plan::Precision::Bf16;
-      o.weight_packing = packing;
-      plan::Plan fresh_b = build::build_plan(gb, o);
-      EXPECT_EQ(linear_nodes(fresh_b, true), 7 * sa.layers + 1);
-      auto out_b = runtime::PlanEngine(round_trip(fresh_b)).run(synth::synthetic_llama_inputs(seq));
-
-      runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
-      const auto out_a = engine.run(synth::synthetic_llama_inputs(seq));
-      refit::Refitter r(engine);
-      for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
-      r.commit();
-      auto out = engine.run(synth::synthetic_llama_inputs(seq));
-      ASSERT_EQ(out.size(), out_b.size());
-      for (size_t i = 0; i < out.size(); ++i) {
-        EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "fast refit: output " << i << " differs from a fresh build";
-        EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
-      }
-
-      plan::Plan rebuilt = build::rebuild_from_onnx(engine.plan(), gb);
-      EXPECT_EQ(rebuilt.activations, plan::Precision::Bf16);
-      EXPECT_EQ(linear_nodes(rebuilt, true), 7 * sa.layers + 1);
-      auto out_slow = runtime::PlanEngine(std::move(rebuilt)).run(synth::synthetic_llama_inputs(seq));
-      for (size_t i = 0; i < out.size(); ++i)
-        EXPECT_TRUE(refit::bit_equal(out_slow[i], out_b[i])) << "slow refit: output " << i << " differs from a fresh build";
-    }
 }

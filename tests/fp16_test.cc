@@ -8,23 +8,19 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "backends/cpu/gemv.h"
 #include "build/builder.h"
 #include "build/onnx_refit.h"
 #include "core/half.h"
-#include "core/npy.h"
 #include "core/simd.h"
-#include "onnx/importer.h"
 #include "plan/plan_io.h"
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/model_references.h"
 #include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
 
@@ -34,7 +30,6 @@
 
 using namespace reforge;
 using test_support::round_trip;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -204,16 +199,7 @@ TEST(GemvFp16, WidenMatchesToFloat) {
 
 namespace {
 
-// max |a - b| / max |b|
-double rel_error(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  double diff = 0, mag = 0;
-  for (int64_t k = 0; k < b.numel(); ++k) {
-    diff = std::max(diff, std::fabs(a.as_double(k) - b.as_double(k)));
-    mag = std::max(mag, std::fabs(b.as_double(k)));
-  }
-  return mag > 0 ? diff / mag : diff;
-}
+using test_support::relative_error;  // max |a - b| / max |b|
 
 // bfloat16 keeps 8 significant bits, float16 11: the tolerance of the bf16 model test (2e-2)
 // scaled by the ratio of their unit roundoffs, 2^-11 / 2^-8.
@@ -286,7 +272,7 @@ TEST(Fp16Plan, OutputsCloseToFp32Plan) {
     auto y32 = f32.run(synth::synthetic_llama_inputs(seq)), y16 = f16.run(synth::synthetic_llama_inputs(seq)), yb = bf16.run(synth::synthetic_llama_inputs(seq));
     ASSERT_EQ(y32.size(), y16.size());
     for (size_t i = 0; i < y32.size(); ++i) {
-      const double e16 = rel_error(y16[i], y32[i]), eb = rel_error(yb[i], y32[i]);
+      const double e16 = relative_error(y16[i], y32[i]), eb = relative_error(yb[i], y32[i]);
       EXPECT_LE(e16, kFp16ModelTolerance) << "seq " << seq;
       EXPECT_GT(e16, 0.0) << "seq " << seq << ": fp16 output equals fp32 exactly: weights not cast?";
       // 3 more significant bits: clearly closer than bfloat16.
@@ -296,33 +282,14 @@ TEST(Fp16Plan, OutputsCloseToFp32Plan) {
 }
 
 TEST(Fp16Plan, ModelsMatchFrameworkReference) {
-  const fs::path models = fs::path(REFORGE_SOURCE_DIR) / "models";
-  std::ifstream f(models / "manifest.json");
-  if (!f) GTEST_SKIP() << "no models/manifest.json";
-  nlohmann::json j = nlohmann::json::parse(f);
-  int checked = 0;
-  for (const auto& e : j.at("exports")) {
-    const std::string id = e.at("model").get<std::string>() + "_" + e.at("export").get<std::string>() + "_" +
-                           e.at("weights").get<std::string>();
-    SCOPED_TRACE(id);
-    build::BuildOptions o;
-    o.precision = plan::Precision::Fp16;
-    runtime::PlanEngine engine(
-        round_trip(build::build_plan(onnx::import_model_file((models / e.at("path").get<std::string>()).string()), o)));
-    for (const auto& set : e.at("input_sets")) {
-      std::map<std::string, Tensor> in;
-      for (const auto& [n, v] : set.at("inputs").items()) in[n] = read_npy((models / v.get<std::string>()).string());
-      auto outs = engine.run(in);
-      for (size_t i = 0; i < outs.size(); ++i) {
-        const std::string& name = engine.outputs()[i].name;
-        if (!set.at("reference").contains(name)) continue;
-        Tensor ref = read_npy((models / set.at("reference").at(name).get<std::string>()).string());
-        ASSERT_EQ(outs[i].shape(), ref.shape()) << name;
-        EXPECT_LE(rel_error(outs[i], ref), kFp16ModelTolerance) << name;
-        ++checked;
-      }
-    }
-  }
+  build::BuildOptions o;
+  o.precision = plan::Precision::Fp16;
+  const int checked = test_support::check_model_references(
+      o, [](const std::string&, const std::string& name, const Tensor& out, const Tensor& ref) {
+        ASSERT_EQ(out.shape(), ref.shape()) << name;
+        EXPECT_LE(relative_error(out, ref), kFp16ModelTolerance) << name;
+      });
+  if (checked < 0) GTEST_SKIP() << "no models/manifest.json";
   EXPECT_GT(checked, 0);
 }
 

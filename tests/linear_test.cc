@@ -8,9 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "build/builder.h"
@@ -19,22 +16,20 @@
 #include "backends/cpu/gemv.h"
 #include "build/onnx_refit.h"
 #include "core/half.h"
-#include "core/npy.h"
 #include "core/simd.h"
-#include "onnx/importer.h"
 #include "ops/linear.h"
 #include "ops/registry.h"
 #include "plan/plan_io.h"
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/model_references.h"
 #include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
 #include "support/simd_levels.h"
 
 using namespace reforge;
 using test_support::round_trip;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -365,88 +360,81 @@ TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
 
 // A refit must re-pack: the engine built from weights A and refit with B gives exactly what a
 // fresh build from B gives, on the few-row (1) and many-row (5, 40 rows) paths, for weights
-// stored plain (packed by oneDNN at load) and in panels (packed by the PackPanels recipe step).
+// stored plain (packed by oneDNN at load) and in panels (packed by the PackPanels recipe step),
+// in fp32, bf16 (with float32 and with bfloat16 activations) and fp16 plans; and so does a slow
+// refit (a rebuild from B with the plan's options, which must keep them).
 TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
-  for (auto precision : {plan::Precision::Fp32, plan::Precision::Bf16, plan::Precision::Fp16})
+  const std::pair<plan::Precision, plan::Precision> precisions[] = {
+      {plan::Precision::Fp32, plan::Precision::Fp32},
+      {plan::Precision::Bf16, plan::Precision::Fp32},
+      {plan::Precision::Bf16, plan::Precision::Bf16},
+      {plan::Precision::Fp16, plan::Precision::Fp32}};
+  for (auto [precision, activations] : precisions)
     for (auto packing : {build::WeightPacking::Panels, build::WeightPacking::Plain})
-    for (int64_t seq : {1, 5, 40})
-      for (bool strip : {false, true}) {
-        if (precision != plan::Precision::Fp32 && packing == build::WeightPacking::Panels) continue;  // 16-bit: never packed
-        SCOPED_TRACE(std::string(plan::precision_name(precision)) + (packing == build::WeightPacking::Panels ? " panels" : " plain") +
-                     " seq " + std::to_string(seq) + (strip ? " stripped" : ""));
-        synth::LlamaSpec sa;
-        sa.seq = seq;
-        sa.share_norms = false;
-        synth::LlamaSpec sb = sa;
-        sb.seed = 2;
-        ir::Graph ga = synth::synthetic_llama(sa), gb = synth::synthetic_llama(sb);
-        build::BuildOptions o;
-        o.mode = plan::BuildMode::Refit;
-        o.precision = precision;
-        o.weight_packing = packing;
-        plan::Plan fresh_b = build::build_plan(gb, o);
-        runtime::PlanEngine engine_b(round_trip(fresh_b));
-        auto out_b = engine_b.run(synth::synthetic_llama_inputs(seq));
+      for (int64_t seq : {1, 5, 40})
+        for (bool strip : {false, true}) {
+          SCOPED_TRACE(std::string(plan::precision_name(precision)) + " (" + plan::precision_name(activations) +
+                       " activations)" + (packing == build::WeightPacking::Panels ? " panels" : " plain") + " seq " +
+                       std::to_string(seq) + (strip ? " stripped" : ""));
+          synth::LlamaSpec sa;
+          sa.seq = seq;
+          sa.share_norms = false;
+          synth::LlamaSpec sb = sa;
+          sb.seed = 2;
+          ir::Graph ga = synth::synthetic_llama(sa), gb = synth::synthetic_llama(sb);
+          build::BuildOptions o;
+          o.mode = plan::BuildMode::Refit;
+          o.precision = precision;
+          o.activations = activations;
+          o.weight_packing = packing;
+          plan::Plan fresh_b = build::build_plan(gb, o);
+          runtime::PlanEngine engine_b(round_trip(fresh_b));
+          auto out_b = engine_b.run(synth::synthetic_llama_inputs(seq));
 
-        o.strip_weights = strip;
-        runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
-        std::vector<Tensor> out_a;
-        if (!strip) out_a = engine.run(synth::synthetic_llama_inputs(seq));
-        refit::Refitter r(engine);
-        for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
-        r.commit();
-        for (const auto& w : fresh_b.weights)
-          EXPECT_TRUE(refit::bit_equal(engine.weight(w.name), w.data)) << "engine weight " << w.name;
-        auto out = engine.run(synth::synthetic_llama_inputs(seq));
-        ASSERT_EQ(out.size(), out_b.size());
-        for (size_t i = 0; i < out.size(); ++i) {
-          EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
-          if (!strip) {
-            EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
+          o.strip_weights = strip;
+          runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
+          std::vector<Tensor> out_a;
+          if (!strip) out_a = engine.run(synth::synthetic_llama_inputs(seq));
+          refit::Refitter r(engine);
+          for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
+          r.commit();
+          for (const auto& w : fresh_b.weights)
+            EXPECT_TRUE(refit::bit_equal(engine.weight(w.name), w.data)) << "engine weight " << w.name;
+          auto out = engine.run(synth::synthetic_llama_inputs(seq));
+          ASSERT_EQ(out.size(), out_b.size());
+          for (size_t i = 0; i < out.size(); ++i) {
+            EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
+            if (!strip) {
+              EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
+            }
           }
+          if (strip || seq == 5) continue;  // the slow path once per configuration and row path
+          plan::Plan rebuilt = build::rebuild_from_onnx(engine.plan(), gb);
+          EXPECT_EQ(rebuilt.precision, precision);
+          EXPECT_EQ(rebuilt.activations, activations);
+          auto out_slow = runtime::PlanEngine(std::move(rebuilt)).run(synth::synthetic_llama_inputs(seq));
+          for (size_t i = 0; i < out.size(); ++i)
+            EXPECT_TRUE(refit::bit_equal(out_slow[i], out_b[i])) << "slow refit: output " << i << " differs from a fresh build of B";
         }
-      }
 }
 
 // The tiny exported models in bf16 against PyTorch's float32 reference: the error relative to
 // the output's magnitude stays under 2e-2 (bfloat16 keeps 8 significant bits), with float32
 // activations (at most 1.3e-2 when written) and with bf16 ones (--activations bf16: 1.5e-2).
 TEST(LinearPlan, Bf16ModelsMatchFrameworkReference) {
-  const fs::path models = fs::path(REFORGE_SOURCE_DIR) / "models";
-  std::ifstream f(models / "manifest.json");
-  if (!f) GTEST_SKIP() << "no models/manifest.json";
-  nlohmann::json j = nlohmann::json::parse(f);
-  int checked = 0;
-  for (const auto& e : j.at("exports")) {
-    const std::string id = e.at("model").get<std::string>() + "_" + e.at("export").get<std::string>() + "_" +
-                           e.at("weights").get<std::string>();
-    for (auto activations : {plan::Precision::Fp32, plan::Precision::Bf16}) {
-      SCOPED_TRACE(id + " " + plan::precision_name(activations) + " activations");
-      build::BuildOptions o;
-      o.precision = plan::Precision::Bf16;
-      o.activations = activations;
-      runtime::PlanEngine engine(round_trip(build::build_plan(onnx::import_model_file((models / e.at("path").get<std::string>()).string()), o)));
-      for (const auto& set : e.at("input_sets")) {
-        std::map<std::string, Tensor> in;
-        for (const auto& [n, v] : set.at("inputs").items()) in[n] = read_npy((models / v.get<std::string>()).string());
-        auto outs = engine.run(in);
-        for (size_t i = 0; i < outs.size(); ++i) {
-          const std::string& name = engine.outputs()[i].name;
-          if (!set.at("reference").contains(name)) continue;
-          Tensor ref = read_npy((models / set.at("reference").at(name).get<std::string>()).string());
-          ASSERT_EQ(outs[i].shape(), ref.shape()) << name;
-          double diff = 0, mag = 0;
-          for (int64_t k = 0; k < ref.numel(); ++k) {
-            diff = std::max(diff, std::fabs(outs[i].as_double(k) - ref.as_double(k)));
-            mag = std::max(mag, std::fabs(ref.as_double(k)));
-          }
-          EXPECT_LE(diff, 2e-2 * mag) << name << ": max |diff| " << diff << ", max |ref| " << mag;
-          ++checked;
-        }
-      }
-    }
+  for (auto activations : {plan::Precision::Fp32, plan::Precision::Bf16}) {
+    SCOPED_TRACE(std::string(plan::precision_name(activations)) + " activations");
+    build::BuildOptions o;
+    o.precision = plan::Precision::Bf16;
+    o.activations = activations;
+    const int checked = test_support::check_model_references(
+        o, [](const std::string&, const std::string& name, const Tensor& out, const Tensor& ref) {
+          ASSERT_EQ(out.shape(), ref.shape()) << name;
+          EXPECT_LE(test_support::relative_error(out, ref), 2e-2) << name;
+        });
+    if (checked < 0) GTEST_SKIP() << "no models/manifest.json";
+    EXPECT_GT(checked, 0);
   }
-  EXPECT_GT(checked, 0);
 }
 
 TEST(LinearKernel, SplitToBf16) {
