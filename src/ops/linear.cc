@@ -49,9 +49,7 @@ const cpu::PackedWeights* LinearWeights::packed() const {
 }
 
 const float* round_activations(const Tensor& x) {
-  // Slot 5 of the per-thread buffers (dnnl_context.h): not one the products below use.
-  constexpr int kRoundedXSlot = 5;
-  auto* dst = static_cast<float*>(cpu::dnnl_util::thread_buffer(kRoundedXSlot, static_cast<size_t>(x.numel()) * 4));
+  auto* dst = static_cast<float*>(cpu::dnnl_util::thread_buffer(cpu::dnnl_util::kRoundedXSlot, static_cast<size_t>(x.numel()) * 4));
   cpu::round_to_bf16(x.data<float>(), dst, x.numel());
   return dst;
 }

@@ -84,7 +84,7 @@ struct AlignedBuffer {
   }
 };
 
-constexpr int kSlots = 8;
+constexpr int kSlots = kThreadSlots;
 constexpr int kScratchSlot = kSlots;  // the scratchpad's own buffer, after the callers' slots
 
 AlignedBuffer& buffer(int slot) {

@@ -75,10 +75,24 @@ class SerialIfSmall {
   int saved_ = 0;
 };
 
-// A 64-byte aligned per-thread buffer of at least `bytes`, one per `slot` (0..7), reused across
-// calls: for blocked-layout copies of activations and weights around a primitive, and for the
-// scratch of reforge's own kernels (Winograd's V and M). The contents are garbage on entry and
-// only valid until the same thread asks for the slot again. Throws an Error when out of memory.
+// The per-thread buffers' owners, one slot each, so that no two users of one thread's buffers
+// (a kernel and a product it calls) ever share one.
+enum ThreadSlot : int {
+  kConvSrcSlot = 0,       // dnnl_conv: blocked copy of the source
+  kConvWeightsSlot = 1,   //            of the weights
+  kConvDstSlot = 2,       //            of the destination
+  kConvScratchSlot = 3,   //            the direct path's scratchpad
+  kWinogradSlot = 4,      // winograd: V and M
+  kRoundedXSlot = 5,      // ops/linear: activations rounded to bfloat16 (--activations bf16)
+  kBf16DstSlot = 6,       // dnnl_matmul: the bfloat16 product's two partial products
+  kBf16SrcSlot = 7,       //              the activations as bfloat16 (high and low parts)
+  kThreadSlots = 8,
+};
+
+// A 64-byte aligned per-thread buffer of at least `bytes`, one per `slot` (ThreadSlot), reused
+// across calls: for blocked-layout copies of activations and weights around a primitive, and for
+// the scratch of reforge's own kernels. The contents are garbage on entry and only valid until
+// the same thread asks for the slot again. Throws an Error when out of memory.
 void* thread_buffer(int slot, size_t bytes);
 
 // Builds the cache-key fragment for a list of integers: "2x3x4".

@@ -270,8 +270,6 @@ namespace {
 // The memory objects of one primitive's run on this thread, kept between runs: a steady run of
 // a chain of convolutions (no reorders, packed weights) only points them at its buffers, where
 // making them anew costs a dozen small allocations per call, a visible share of a small layer.
-// Thread buffer slots of this file: 0-2 staged src / weights / dst, 3 the direct path's scratchpad.
-constexpr int kScratchSlot = 3;
 
 struct ThreadArgs {
   uint64_t id = 0;  // the primitive's id; 0 = empty
@@ -295,7 +293,7 @@ void run_direct(const ConvPrimitive& p, const ConvDims& d, const float* src, con
       t.args.emplace(DNNL_ARG_BIAS, t.bias);
     }
     if (p.scratchpad_bytes > 0) {
-      t.scratch = dnnl::memory(p.scratchpad_md, eng, dnnl_util::thread_buffer(kScratchSlot, p.scratchpad_bytes));
+      t.scratch = dnnl::memory(p.scratchpad_md, eng, dnnl_util::thread_buffer(dnnl_util::kConvScratchSlot, p.scratchpad_bytes));
       t.args.emplace(DNNL_ARG_SCRATCHPAD, t.scratch);
     }
     t.id = p.id;
@@ -304,7 +302,7 @@ void run_direct(const ConvPrimitive& p, const ConvDims& d, const float* src, con
     t.weights.set_data_handle(const_cast<void*>(weights));
     t.dst.set_data_handle(dst);
     if (d.has_bias) t.bias.set_data_handle(const_cast<float*>(bias));
-    if (p.scratchpad_bytes > 0) t.scratch.set_data_handle(dnnl_util::thread_buffer(kScratchSlot, p.scratchpad_bytes));
+    if (p.scratchpad_bytes > 0) t.scratch.set_data_handle(dnnl_util::thread_buffer(dnnl_util::kConvScratchSlot, p.scratchpad_bytes));
   }
   try {
     dnnl::stream& s = dnnl_util::stream();
@@ -332,14 +330,14 @@ void dnnl_conv_execute(const ConvPrimitive& pr, const ConvDims& d, const float* 
   }
   dnnl::memory src_user(p->src_plain, eng, const_cast<float*>(src));
   dnnl::memory dst_user(p->dst_plain, eng, dst);
-  dnnl::memory src_m = p->src_reorder ? staged(p->src_md, 0) : src_user;
-  dnnl::memory dst_m = p->dst_reorder ? staged(p->dst_md, 2) : dst_user;
+  dnnl::memory src_m = p->src_reorder ? staged(p->src_md, dnnl_util::kConvSrcSlot) : src_user;
+  dnnl::memory dst_m = p->dst_reorder ? staged(p->dst_md, dnnl_util::kConvDstSlot) : dst_user;
   dnnl::memory w_m;
   if (p->weights_reorder && packed) {
     w_m = dnnl::memory(p->weights_md, eng, packed->get(*p, weights));
   } else if (p->weights_reorder) {
     dnnl::memory w_user(p->weights_plain, eng, const_cast<float*>(weights));
-    w_m = staged(p->weights_md, 1);
+    w_m = staged(p->weights_md, dnnl_util::kConvWeightsSlot);
     dnnl_util::execute(*p->weights_reorder, {{DNNL_ARG_FROM, w_user}, {DNNL_ARG_TO, w_m}}, "Conv (weight reorder)");
   } else {
     w_m = dnnl::memory(p->weights_plain, eng, const_cast<float*>(weights));

@@ -93,10 +93,9 @@ struct PackedWeights {
 
 namespace {
 
-// Thread buffers of the bfloat16 path: the split activations and the two partial products
-// (dnnl_conv uses slots 0-2).
-constexpr int kBf16SrcSlot = 7;
-constexpr int kBf16DstSlot = 6;
+// Thread buffers of the bfloat16 path: the split activations and the two partial products.
+using dnnl_util::kBf16DstSlot;
+using dnnl_util::kBf16SrcSlot;
 
 std::shared_ptr<const CachedPrimitive> build_packed(const PackedWeights& w, int64_t M, bool bias) {
   const dt src_dt = w.wdt;

@@ -148,10 +148,9 @@ using GemmTile = void (*)(int64_t, const float*, int64_t, const float*, float*, 
 constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,         gemm_tile<1>, gemm_tile<2>, gemm_tile<3>,
                                             gemm_tile<4>,    gemm_tile<5>, gemm_tile<6>};
 
-// The calling thread's buffer slot (dnnl_util::thread_buffer) for V and M: grown as needed and
-// kept, so a steady run allocates nothing. Slots 0-3 are the oneDNN convolution's, 5 the Linear
-// layers' rounded activations, 6-7 the matmul's.
-constexpr int kScratchSlot = 4;
+// The calling thread's buffer (dnnl_util::thread_buffer) for V and M: grown as needed and kept,
+// so a steady run allocates nothing.
+constexpr int kScratchSlot = dnnl_util::kWinogradSlot;
 
 bool winograd_disabled_by_env() {
   static const bool off = [] {
