@@ -12,9 +12,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
 #include "core/simd.h"
@@ -331,16 +329,9 @@ void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n) 
 }
 
 void round_to_bf16(const float* src, float* dst, int64_t n) {
-  // bfloat16::from_float's rounding on the bits, branch-free so that the compiler vectorizes it.
+  // (At -O3 the compiler vectorizes this loop, NaN test included.)
 #pragma omp parallel for if (n > (1 << 18))
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t v;
-    std::memcpy(&v, src + i, 4);
-    const uint32_t rounded = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t quiet_nan = (v | 0x00400000u) & 0xffff0000u;
-    const uint32_t r = (v & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
-    std::memcpy(dst + i, &r, 4);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16::to_float(bfloat16::from_float(src[i]));
 }
 
 namespace {
@@ -364,7 +355,7 @@ void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
 void widen_to_f32(const uint16_t* src, DType dtype, int64_t n, float* dst) {
   if (dtype == DType::Float16) return f16_to_f32(src, dst, n);
   REFORGE_ASSERT(dtype == DType::BFloat16);
-  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
+  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16::to_float(src[i]);
 }
 
 }  // namespace reforge::cpu
