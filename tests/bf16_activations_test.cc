@@ -4,7 +4,8 @@
 // attribute, in both weight layouts and through the plan file; its outputs equal a float64
 // product of the rounded X and the rounded W on every row-count path (one row, few rows, many
 // rows: the streaming kernel, the panels, oneDNN's single bfloat16 product where the CPU has
-// one) and differ from the exact-activation product; and the options are checked. Fast and
+// one) and differ from the exact-activation product, also over float32 W (the attribute rounds X
+// whatever W is); and the options are checked. Fast and
 // slow refit of such plans: LinearPlan.RefitRepacksAndEqualsFreshBuild (linear_test.cc).
 #include <gtest/gtest.h>
 
@@ -19,6 +20,7 @@
 #include "runtime/plan_engine.h"
 #include "support/make_tensor.h"
 #include "support/plan_round_trip.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using test_support::random_floats;
@@ -188,6 +190,37 @@ TEST(Bf16Activations, LinearLayersMultiplyTheRoundedInput) {
           runtime::PlanEngine exact_engine(std::move(exact), eo);
           EXPECT_LE(worst(exact_engine.run({{"x", x}})[0], reference(g, x, false, gemm)), 2e-5);
         }
+}
+
+// The attribute means "round X" whatever W's type: MatMulAdd with float32 W and
+// bf16_activations = 1, on every row-count path of run_linear (streaming kernel, OpenBLAS or
+// oneDNN's float32 product, which rounds X itself), multiplies the rounded X by the exact W.
+TEST(Bf16Activations, MatMulAddRoundsXOverFloat32Weights) {
+  const int64_t K = 96, N = 40;
+  const Tensor w = random_floats({K, N}, 21), bias = random_floats({N}, 22);
+  for (int64_t rows : {1, 40, 300})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE("rows " + std::to_string(rows) + " threads " + std::to_string(threads));
+      const Tensor x = random_floats({rows, K}, 23, -2.0f, 2.0f);
+      const Tensor y = test_support::run_op("reforge", "MatMulAdd", 1, {&x, &w, &bias},
+                                            {ir::int_attr("bf16_activations", 1)}, threads);
+      double worst_rounded = 0, worst_exact = 0;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double rounded = bias.data<float>()[j], exact = rounded, scale = std::fabs(rounded);
+          for (int64_t k = 0; k < K; ++k) {
+            const double wk = w.data<float>()[k * N + j], xk = x.data<float>()[i * K + k];
+            rounded += bf16_round(static_cast<float>(xk)) * wk;
+            exact += xk * wk;
+            scale += std::fabs(xk * wk);
+          }
+          const double got = y.data<float>()[i * N + j];
+          worst_rounded = std::max(worst_rounded, std::fabs(got - rounded) / scale);
+          worst_exact = std::max(worst_exact, std::fabs(got - exact) / scale);
+        }
+      EXPECT_LE(worst_rounded, 2e-6);
+      EXPECT_GT(worst_exact, 1e-4);
+    }
 }
 
 TEST(Bf16Activations, OptionsAndPlansAreChecked) {

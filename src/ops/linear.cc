@@ -61,33 +61,35 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
   const int64_t rows = x.numel() / w.K;
   if (rows == 0) return true;
-  // Every path below multiplies `a` exactly as given (oneDNN's bfloat16 product then needs no low
-  // part: round_x tells it so).
-  const float* a = round_x ? round_activations(x) : x.data<float>();
+  // With round_x, the paths below multiply X rounded to bfloat16 (rounded once, on first use),
+  // except oneDNN's product on packed weights, which is told to round it and does so in the
+  // conversion to bfloat16 that its product needs anyway.
+  const float* a_rounded = nullptr;
+  auto a = [&] { return !round_x ? x.data<float>() : a_rounded ? a_rounded : (a_rounded = round_activations(x)); };
   float* c = y.mutable_data<float>();
   // Tiny products (the model-test models: 7 x 32 x 128) are dominated by oneDNN's per-call cost
   // (~5 us); the streaming kernel has none.
   constexpr double kTinyProduct = 1 << 17;  // multiply-adds
   if (rows <= cpu::gemv_max_rows() || static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
-    cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    cpu::gemv_rows(rows, w.N, w.K, a(), w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }
   if (w.plain.dtype() == DType::Float32 && cpu::prefer_blas_linear(rows)) {
     // No AVX-512 and many rows: OpenBLAS beats oneDNN here (backends/cpu/blas_gemm.h), on W as is.
-    cpu::blas_linear(rows, w.N, w.K, a, w.plain.data<float>(), bias, c);
+    cpu::blas_linear(rows, w.N, w.K, a(), w.plain.data<float>(), bias, c);
     return true;
   }
-  if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, a, bias, c, round_x)) return true;
+  if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, x.data<float>(), bias, c, round_x)) return true;
   if (w.plain.dtype() != DType::Float32) {
     // No 16-bit matmul in oneDNN on this CPU (and none for float16 W with float32 activations
     // on any): many rows take OpenBLAS on W widened a panel at a time, fewer the streaming kernel.
-    if (rows >= cpu::kBlasMinRows) cpu::blas_linear_widened(rows, w.N, w.K, a, w.plain.raw(), w.plain.dtype(), bias, c);
-    else cpu::gemv_rows(rows, w.N, w.K, a, w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    if (rows >= cpu::kBlasMinRows) cpu::blas_linear_widened(rows, w.N, w.K, a(), w.plain.raw(), w.plain.dtype(), bias, c);
+    else cpu::gemv_rows(rows, w.N, w.K, a(), w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }
   cpu::MatmulDims d;
   d.M = rows, d.N = w.N, d.K = w.K;
-  nn::run_matmul(DType::Float32, d, a, w.plain.raw(), c);
+  nn::run_matmul(DType::Float32, d, a(), w.plain.raw(), c);
   if (bias) {
 #pragma omp parallel for if (rows * w.N > (1 << 16))
     for (int64_t r = 0; r < rows; ++r)

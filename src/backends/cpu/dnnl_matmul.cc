@@ -214,9 +214,10 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
                                                    [&] { return build_packed(w, M, bias != nullptr); });
     if (!p) return false;
     void* src = const_cast<float*>(a);
-    if (w.wdt == dt::bf16) {
-      src = dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 2);
-      split_f32_to_bf16(a, static_cast<uint16_t*>(src), nullptr, M * w.K);
+    if (round_a) {
+      src = dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 4);
+      if (w.wdt == dt::bf16) split_f32_to_bf16(a, static_cast<uint16_t*>(src), nullptr, M * w.K);
+      else round_to_bf16(a, static_cast<float*>(src), M * w.K);
     }
     const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
     const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);

@@ -55,9 +55,9 @@ bool packed_layout_is_plain(const PackedWeights& w);
 
 // C[M, N] = A[M, K] x W + bias[N] (bias may be null) with packed weights. Returns false
 // (having written nothing) when no oneDNN primitive accepts the packed layout for these rows;
-// the caller then uses the plain weights. For bfloat16 weights, `round_a` multiplies A rounded to
-// bfloat16 (one product of M rows, the `--activations bf16` semantics) instead of A's high and
-// low parts (two); float32 weights ignore it.
+// the caller then uses the plain weights. `round_a` multiplies A rounded to bfloat16 (the
+// `--activations bf16` semantics): with bfloat16 weights that is one product of M rows instead of
+// two (of A's high and low parts), the rounding being the conversion to bfloat16 it needs anyway.
 bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c,
                         bool round_a = false);
 
