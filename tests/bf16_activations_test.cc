@@ -5,8 +5,8 @@
 // product of the rounded X and the rounded W on every row-count path (one row, few rows, many
 // rows: the streaming kernel, the panels, oneDNN's single bfloat16 product where the CPU has
 // one) and differ from the exact-activation product, also over float32 W (the attribute rounds X
-// whatever W is); and the options are checked. Fast and
-// slow refit of such plans: LinearPlan.RefitRepacksAndEqualsFreshBuild (linear_test.cc).
+// whatever W is); and the options are checked. Fast and slow refit of such plans:
+// LinearPlan.RefitRepacksAndEqualsFreshBuild (linear_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
