@@ -35,9 +35,11 @@ void BuildOptions::validate() const {
     fail("--strip-weights needs a refit mode (--refit, --refit-identical or --refit-individual)");
   if (mode == plan::BuildMode::RefitIndividual && individual_patterns.empty())
     fail("--refit-individual needs at least one pattern");
-  if (activations == plan::Precision::Fp16) fail("--activations must be fp32 or bf16, not fp16");
-  if (activations == plan::Precision::Bf16 && precision != plan::Precision::Bf16)
-    fail("--activations bf16 needs --precision bf16 (the plan's precision is ", plan::precision_name(precision), ")");
+  if (!plan::activations_allowed(precision, activations)) {
+    if (activations == plan::Precision::Bf16)
+      fail("--activations bf16 needs --precision bf16 (the plan's precision is ", plan::precision_name(precision), ")");
+    fail("--activations must be fp32 or bf16, not ", plan::precision_name(activations));
+  }
 }
 
 namespace {

@@ -11,6 +11,10 @@ const char* precision_name(Precision p) {
   return "unknown";
 }
 
+bool activations_allowed(Precision precision, Precision activations) {
+  return activations == Precision::Fp32 || (activations == Precision::Bf16 && precision == Precision::Bf16);
+}
+
 const char* build_mode_name(BuildMode m) {
   switch (m) {
     case BuildMode::Baked: return "baked";

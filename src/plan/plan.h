@@ -45,6 +45,9 @@ enum class Precision { Fp32, Bf16, Fp16 };
 
 const char* build_mode_name(BuildMode m);  // "baked", "refit", "refit-identical", "refit-individual"
 const char* precision_name(Precision p);   // "fp32", "bf16", "fp16"
+// True when Linear layers may take `activations` in a plan of weight `precision`: Fp32 always,
+// Bf16 in bf16 plans only.
+bool activations_allowed(Precision precision, Precision activations);
 const char* weight_kind_name(WeightKind k);  // "literal", "derived", "baked"
 
 // An input of a recipe step, or a recipe's result.

@@ -168,7 +168,7 @@ class Decoder {
     if (j.contains("activations")) {
       std::string act = str_field(j, "activations", "");
       auto a = precision_from_name(act);
-      if (!a || *a == Precision::Fp16 || (*a == Precision::Bf16 && p.precision != Precision::Bf16))
+      if (!a || !activations_allowed(p.precision, *a))
         fail("activations: '", act, "' does not go with precision '", precision_name(p.precision),
              "' (bf16 activations need bf16 weights)");
       p.activations = *a;

@@ -45,9 +45,8 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
     bo.activations = parse_precision(o.activations);
-    bo.validate();
-    if (!o.quiet) note_bf16_activations(bo.activations);
     p = build::build_plan(onnx::import_model_file(path), bo);
+    if (!o.quiet) note_bf16_activations(bo.activations);
   }
   auto engine = std::make_unique<runtime::PlanEngine>(std::move(p), eo);
   if (!o.weights.empty()) refit_engine(*engine, o);
