@@ -17,7 +17,8 @@
 //  (b) masks: exactly two distinct values {x, y}, either {0, 1} or {0, F} with F a negative
 //      fill: -inf, the lowest finite value of float32, float16, bfloat16 or the tensor's own
 //      dtype (torch.finfo(dtype).min), -1e4 or -1e9 (conventional fills), each as rounded
-//      into the tensor's dtype. (+0 and -0 are different bit patterns: a "-0" is not a 0.)
+//      into the tensor's dtype. Zero is compared by value (+0 and -0 both count as 0:
+//      `(1 - m) * finfo.min` writes -0 where m = 1).
 //      View the tensor as [L, R, C] (L = product of leading axes, R = dim(-2), C = dim(-1);
 //      rank 1 is [1, 1, C]). Every row must be a *step row*: p copies of a left value a,
 //      then C - p copies of a right value b, with the same (a, b) for the whole tensor
@@ -56,15 +57,19 @@
 //      tensor2tensor), each in float32, or the whole table in float64 rounded once (numpy
 //      implementations).
 //  - Float aranges: v[k] = float32(start + k * step) computed in double as PyTorch's CPU
-//      arange does, at least 3 elements, constant along the other axes.
+//      arange does, at least 3 elements, constant along the other axes; start and step are
+//      the shortest decimals (up to 9 digits) that reproduce the values. A nonzero start below
+//      half an ulp of the step is refused (no later element depends on it: a perturbed 0).
 // Bounds (each a documented constant in literal_proof.cc):
 //  - cos/sin outputs: 4 ulps of the result, with the angle reproduced bit-exactly (float32
 //    product of the same operands). The float32 frequency each column uses may differ from
 //    the correctly rounded formula by at most 2 ulps (pow/exp are not correctly rounded in
 //    PyTorch's vectorized Sleef path, nor in glibc); the recognizer tries those 5 candidates
 //    per column and records the largest offset used. The 4-ulp output bound covers libm
-//    differences (Sleef u10 <= 1 ulp, glibc <= 1 ulp, SVML <= 4 ulp); no absolute floor beyond
-//    4 ulps of 2^-40 for exact zeros (sin 0 = 0).
+//    differences (Sleef u10 <= 1 ulp, glibc <= 1 ulp, SVML <= 4 ulp). No absolute floor: with
+//    the angle reproduced exactly, accurate libms agree in ulps of the result even at zero
+//    crossings, and a reference of exactly 0 (sin 0, angle 0) must be matched exactly. (A
+//    floor tied to the angle, like 4 ulp(angle), would accept 16-ulp errors at angle 15.)
 //  - inv_freq vectors and angle tables: 2 ulps. Float aranges: 2 ulps.
 // A tensor in which one element differs by more than its bound is refused.
 #pragma once
