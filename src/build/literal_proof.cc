@@ -374,6 +374,19 @@ bool quick_check(const Table& tb, const Layout& lay, const std::vector<float>& w
   return true;
 }
 
+// quick_check for a float64 recomputation: rows S-1 and 1 within 64 ulps.
+bool quick_check64(const Table& tb, const Layout& lay, const std::function<double(int64_t, int)>& angle) {
+  const Num num = num_of(tb.t->dtype());
+  for (int64_t p : {tb.S - 1, std::min<int64_t>(1, tb.S - 1)})
+    for (int64_t c = 0; c < tb.D; ++c) {
+      double a = angle(p, lay.freq[size_t(c)]);
+      Fn f = lay.fn[size_t(c)];
+      double ref = round_to(float(f == Fn::Sin ? std::sin(a) : f == Fn::Cos ? std::cos(a) : a), tb.t->dtype());
+      if (!(ulps(tb.at(p, c), ref, num) <= 64)) return false;
+    }
+  return true;
+}
+
 // Per-row angle increment of the column(s) of frequency i, estimated from the table (double).
 std::optional<double> estimate_w(const Table& tb, const Layout& lay, int i) {
   int64_t c = -1;
@@ -527,11 +540,14 @@ std::optional<LiteralProof> rotary_table(const Tensor& t) {
     for (int64_t c = 0; c < D; ++c) l.freq.push_back(int(c)), l.fn.push_back(f);
     layouts.push_back(l);
   }
-  const bool trig_ok = bounded_by_one(tb);
+  int trig_ok = -1;  // every |value| <= 1; a full pass, so only once a layout's estimates fit
   for (const Layout& lay : layouts) {
-    if (lay.fn[0] != Fn::Angle && !trig_ok) continue;
     auto w0 = estimate_w(tb, lay, 0);
-    if (!w0 || !(*w0 > 0)) continue;
+    if (!w0 || !(*w0 > 0) || factor_candidates(1.0 / *w0, est_tol(t.dtype())).empty()) continue;
+    if (lay.fn[0] != Fn::Angle) {
+      if (trig_ok < 0) trig_ok = bounded_by_one(tb);
+      if (!trig_ok) continue;
+    }
     // The base from the highest frequency index whose per-row increment is still well estimated.
     double base_est = 0;
     for (int k = lay.nfreq - 1; k >= 1; --k) {
@@ -603,7 +619,8 @@ std::optional<LiteralProof> sinusoidal(const Tensor& t) {
   if (!v2 || t.dtype() == DType::Float64) return std::nullopt;
   Table tb{&t, Reader(t), v2->first, v2->second};
   const int64_t D = tb.D;
-  if (tb.S < 2 || D < 4 || D % 2 || !bounded_by_one(tb)) return std::nullopt;
+  if (tb.S < 2 || D < 4 || D % 2) return std::nullopt;
+  int trig_ok = -1;  // every |value| <= 1, checked once a quick check passed
   const int h = int(D / 2);
   Layout inter{"interleaved pe[p, 2i] = sin, pe[p, 2i+1] = cos", h, {}, {}}, cat{"concatenated [sin | cos]", h, {}, {}};
   for (int64_t c = 0; c < D; ++c) {
@@ -640,6 +657,8 @@ std::optional<LiteralProof> sinusoidal(const Tensor& t) {
       std::vector<float> pos = positions(start, tb.S, 1, false);
       for (const Formula& f : formulas) {
         if (!quick_check(tb, *lay, f.w, pos)) continue;
+        if (trig_ok < 0) trig_ok = bounded_by_one(tb);
+        if (!trig_ok) return std::nullopt;
         int off = 0;
         if (auto mu = verify_f32(tb, *lay, f.w, pos, kTrigUlps, nullptr, &off))
           return proven("sinusoidal position encoding (" + lay->name + "): base 10000, dim " + std::to_string(D) + ", positions " +
@@ -655,6 +674,7 @@ std::optional<LiteralProof> sinusoidal(const Tensor& t) {
         return is_cat ? x * std::exp(double(i) * -ln / double(h - 1)) : x / std::pow(10000.0, double(2 * i) / double(D));
       };
       if (is_cat && h < 2) continue;
+      if (!quick_check64(tb, *lay, angle)) continue;
       if (auto mu = verify_f64(tb, *lay, angle, kTrigUlps))
         return proven("sinusoidal position encoding (" + lay->name + "): base 10000, dim " + std::to_string(D) + ", positions " +
                           positions_str(start, tb.S) + ", " + t.describe(),
