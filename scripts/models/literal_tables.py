@@ -12,7 +12,9 @@ torch ops so that no `transformers` install is needed:
 - negatives: random weights, a learned embedding's rows.
 
 Run (any PyTorch >= 1.13, numpy): python3 scripts/models/literal_tables.py [OUT_DIR]
-Seeded: a rerun writes the same files.
+Seeded: a rerun writes the same files. The committed files were made with PyTorch 2.11.0 on the
+CPU of the `run` device machine (this machine's Debian python has no torch), written to
+$OUT and unpacked into tests/data/literal_tables.
 """
 import math
 import os
