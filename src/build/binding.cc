@@ -10,11 +10,14 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "build/binding_search.h"
 #include "build/fingerprint.h"
+#include "build/literal_proof.h"
 #include "core/dispatch.h"
 #include "ops/transpose2d.h"
 #include "refit/checkpoint_refit.h"
@@ -71,14 +74,13 @@ plan::RecipeStep step(const std::string& op, std::map<std::string, ir::Attribute
   return s;
 }
 
-// One candidate form of a checkpoint tensor: transposed (2-D) and/or cast, or a leading slice.
+// One indexed form of a checkpoint tensor: as is, transposed (2-D) and/or cast.
 struct Form {
   std::string name;
   bool transpose = false;
   DType cast = DType::Undefined;
-  int64_t slice_axis = -1, slice_end = 0;
-  int rank() const { return (transpose ? 1 : 0) + (cast != DType::Undefined ? 2 : 0) + (slice_axis >= 0 ? 4 : 0); }
-  auto tie() const { return std::tie(name, transpose, cast, slice_axis, slice_end); }
+  int rank() const { return (transpose ? 1 : 0) + (cast != DType::Undefined ? 2 : 0); }
+  auto tie() const { return std::tie(name, transpose, cast); }
   bool operator<(const Form& o) const { return tie() < o.tie(); }
 };
 
@@ -88,9 +90,6 @@ plan::Binding make_binding(const Form& f, const Tensor& t) {
   b.checkpoint.push_back({f.name, t.dtype(), t.shape()});
   auto prev = [&]() { return b.steps.empty() ? plan::Operand{plan::Operand::Kind::Source, 0}
                                              : plan::Operand{plan::Operand::Kind::Step, uint32_t(b.steps.size() - 1)}; };
-  if (f.slice_axis >= 0)
-    b.steps.push_back(step("Slice", {{"starts", ints_attr("starts", {0})}, {"ends", ints_attr("ends", {f.slice_end})},
-                                     {"axes", ints_attr("axes", {f.slice_axis})}}, {prev()}));
   if (f.transpose) b.steps.push_back(step("Transpose", {{"perm", ints_attr("perm", {1, 0})}}, {prev()}));
   if (f.cast != DType::Undefined) b.steps.push_back(step("Cast", {{"to", int_attr("to", int64_t(f.cast))}}, {prev()}));
   return b;
@@ -100,21 +99,6 @@ std::string describe_binding(const plan::Binding& b) {
   std::string s;
   for (const auto& st : b.steps) s += (s.empty() ? "" : "+") + st.op_type;
   return s.empty() ? "identity" : s;
-}
-
-// True when every value is in {0, 1, -inf, +inf, lowest, max}: masks and fills, not weights.
-bool structural_values(const Tensor& t) {
-  if (t.numel() <= 1) return true;
-  return dispatch_float(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      double v = static_cast<double>(to_compute(p[i]));
-      if (!(v == 0 || v == 1 || std::isinf(v) || std::fabs(v) >= 3.0e38 || (sizeof(T) == 2 && std::fabs(v) >= 65504.0)))
-        return false;
-    }
-    return true;
-  });
 }
 
 std::string module_of(const std::string& name) {
@@ -152,7 +136,6 @@ class Binder {
     Tensor r = t;
     DType dt = f.cast != DType::Undefined ? f.cast : t.dtype();
     Shape shape = t.shape();
-    if (f.slice_axis >= 0) shape[f.slice_axis] = f.slice_end;
     if (f.transpose) std::swap(shape[0], shape[1]);
     return refit::apply_binding(b, {t}, dt, shape);
   }
@@ -160,11 +143,11 @@ class Binder {
   // True when form `f` of its checkpoint tensor has exactly the bytes of `v` (same dtype and
   // element count). Identity (and reshape) is one memcmp; a pure 2-D transpose is compared tile
   // by tile against the checkpoint tensor without materializing it, stopping at the first
-  // difference (the same bytes the Transpose kernel would write); casts and slices run the
-  // refit's own kernels (refit::apply_binding) and compare the result.
+  // difference (the same bytes the Transpose kernel would write); casts run the refit's own
+  // kernels (refit::apply_binding) and compare the result.
   bool equals(const Form& f, const Tensor& v) const {
     const Tensor& t = ckpt_.tensors().at(f.name);
-    if (f.cast == DType::Undefined && f.slice_axis < 0) {
+    if (f.cast == DType::Undefined) {
       if (t.dtype() != v.dtype() || t.numel() != v.numel()) return false;
       if (!f.transpose) return std::memcmp(t.raw(), v.raw(), v.nbytes()) == 0;
       ops::Transpose2D tr;
@@ -175,8 +158,8 @@ class Binder {
     return m.dtype() == v.dtype() && m.numel() == v.numel() && std::memcmp(m.raw(), v.raw(), v.nbytes()) == 0;
   }
 
-  // Exactly equal forms of checkpoint tensors, best form per name. Each candidate form is
-  // confirmed at most once.
+  // Exactly equal indexed forms of checkpoint tensors, best form per name. Each candidate form
+  // is confirmed at most once.
   std::map<std::string, Form> matches(const Tensor& v) {
     std::map<std::string, Form> out;
     std::set<Form> tried;
@@ -188,19 +171,6 @@ class Binder {
     auto it = index_.find(key_of(sketch(v, false), v.nbytes()));
     if (it != index_.end())
       for (const auto& f : it->second) consider(f);
-    if (!out.empty()) return out;
-    if (auto c = concat(v); c.status == plan::Binding::Status::Bound) {
-      concat_ = std::move(c);
-      return {{"", Form{}}};  // marker: the binding is in concat_
-    }
-    for (const auto& name : by_rank_[v.rank()]) {  // leading slice along one axis
-      const Tensor& t = ckpt_.tensors().at(name);
-      if (t.dtype() != v.dtype()) continue;
-      int axis = -1, diffs = 0;
-      for (int64_t k = 0; k < v.rank(); ++k)
-        if (t.dim(k) != v.dim(k)) ++diffs, axis = int(k);
-      if (diffs == 1 && t.dim(axis) > v.dim(axis)) consider(Form{name, false, DType::Undefined, axis, v.dim(axis)});
-    }
     return out;
   }
 
@@ -236,7 +206,7 @@ class Binder {
           if (it == index_.end()) continue;
           std::vector<Form> hits;
           for (const auto& f : it->second) {
-            if (f.transpose != tr || f.cast != DType::Undefined || f.slice_axis >= 0) continue;
+            if (f.transpose != tr || f.cast != DType::Undefined) continue;
             Shape sh = ckpt_.tensors().at(f.name).shape();
             if (f.transpose) std::swap(sh[0], sh[1]);
             if (sh == part.shape() && equals(f, part)) hits.push_back(f);
@@ -277,7 +247,6 @@ class Binder {
 
   const refit::Checkpoint& ckpt_;
   const BindOptions& opt_;
-  plan::Binding concat_;  // the last concat binding matches() found
   std::unordered_map<uint64_t, std::vector<Form>> index_;
   std::map<int64_t, std::vector<std::string>> by_rank_;
 };
@@ -313,6 +282,57 @@ std::vector<std::string> node_scopes(const ir::Node& n) {
   return out;
 }
 
+namespace {
+
+// Every exact derivation of `v` from the checkpoint, by checkpoint name ("" for a concatenation
+// of several): the indexed forms first, then concatenations, then the derived forms
+// (binding_search.h), each tried only when nothing simpler matched.
+std::map<std::string, plan::Binding> candidates(Binder& b, const refit::Checkpoint& ckpt, const Tensor& v) {
+  std::map<std::string, plan::Binding> out;
+  if (!is_float(v.dtype()) || v.numel() == 0) return out;
+  for (const auto& [name, f] : b.matches(v)) out[name] = make_binding(f, ckpt.tensors().at(name));
+  if (!out.empty()) return out;
+  if (auto c = b.concat(v); c.status == plan::Binding::Status::Bound) return {{"", std::move(c)}};
+  return all_equal(v) ? broadcast_bindings(v, ckpt) : derive_bindings(v, ckpt);
+}
+
+plan::Binding constant_binding(const Tensor& v, const LiteralProof& proof) {
+  plan::Binding b;
+  b.status = plan::Binding::Status::Constant;
+  b.reason = proof.kind == LiteralProof::Kind::Structural ? plan::Binding::Reason::Structural : plan::Binding::Reason::Proven;
+  b.rule = describe(proof);
+  b.literals.push_back(v);
+  b.note = "a function of the configuration, not of the checkpoint: " + b.rule;
+  return b;
+}
+
+// Levenshtein distance, for "did you mean" lists.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string nearest_names(const std::string& name, const std::vector<std::string>& names, size_t count) {
+  std::vector<std::pair<size_t, std::string>> d;
+  for (const auto& n : names) d.push_back({edit_distance(name, n), n});
+  std::sort(d.begin(), d.end());
+  std::string out;
+  for (size_t i = 0; i < d.size() && i < count; ++i) out += (i ? ", '" : "'") + d[i].second + "'";
+  return out;
+}
+
 BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
                            const BindOptions& o) {
   BindResult r;
@@ -327,13 +347,11 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   r.index_ms = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
 
-  std::map<std::string, std::pair<size_t, size_t>> unmatched;  // initializer -> (unmatched uses, uses)
   std::vector<std::string> ambiguous;
-  std::set<std::string> name_matched;
+  std::set<std::string> used_binds;
   std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
-  std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> uses_of;
-  std::map<std::string, std::map<std::string, Form>> cache;  // by initializer name
-  std::map<std::string, plan::Binding> concat_of;            // initializers bound as a concatenation
+  std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> unmatched;  // initializer -> its uses
+  std::map<std::string, std::map<std::string, plan::Binding>> cache;          // by initializer name
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     const ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -343,32 +361,34 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       const Tensor& v = it->second;
       std::string key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);
       plan::Binding& bd = r.bindings[{uint32_t(p), uint32_t(slot)}];
-      uses_of[in].push_back({uint32_t(p), uint32_t(slot)});
-      auto& use = unmatched[in];
-      ++use.second;
-      if (!cache.count(in)) {
-        cache[in] = is_float(v.dtype()) ? b.matches(v) : std::map<std::string, Form>{};
-        if (cache[in].count("")) concat_of[in] = b.concat_;
-      }
-      std::map<std::string, Form> cands = cache[in];
-      if (concat_of.count(in)) {
-        bd = concat_of[in];
-        bd.note = "Concat of " + std::to_string(bd.checkpoint.size()) + " checkpoint tensors";
-        continue;
-      }
+      if (!cache.count(in)) cache[in] = candidates(b, ckpt, v);
+      std::map<std::string, plan::Binding> cands = cache[in];
       std::string how;
       auto forced = o.binds.count(key) ? o.binds.find(key) : o.binds.find(in);
       if (forced != o.binds.end()) {
+        used_binds.insert(forced->first);
         const std::string& want = forced->second;
-        if (!ckpt.find(want)) fail("--bind ", forced->first, "=", want, ": the checkpoint has no tensor '", want, "'");
+        if (!ckpt.find(want))
+          fail("--bind ", forced->first, "=", want, ": the checkpoint has no tensor '", want, "' (nearest: ",
+               nearest_names(want, [&] {
+                 std::vector<std::string> v;
+                 for (const auto& [cn, _] : ckpt.tensors()) v.push_back(cn);
+                 return v;
+               }(), 3), ")");
         if (!cands.count(want))
           fail("--bind ", forced->first, "=", want, ": checkpoint tensor '", want, "' does not equal initializer '", in,
                "' (", v.describe(), ") under any supported transform");
         cands = {{want, cands[want]}};
         how = "by --bind";
-      } else if (cands.size() > 1) {
+      }
+      if (cands.count("")) {
+        bd = cands[""];
+        bd.note = "Concat of " + std::to_string(bd.checkpoint.size()) + " checkpoint tensors";
+        continue;
+      }
+      if (cands.size() > 1) {
         auto scopes = node_scopes(n);
-        std::map<std::string, Form> in_scope;
+        std::map<std::string, plan::Binding> in_scope;
         for (auto s = scopes.rbegin(); s != scopes.rend() && in_scope.empty(); ++s)
           for (const auto& [cn, f] : cands)
             if (module_of(cn) == *s) in_scope.emplace(cn, f), how = "by module scope '" + *s + "'";
@@ -390,21 +410,18 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
         cands = in_scope;
       }
       if (cands.size() == 1) {
-        const auto& [cn, f] = *cands.begin();
-        bd = make_binding(f, ckpt.tensors().at(cn));
+        bd = cands.begin()->second;
         bd.note = describe_binding(bd) + (how.empty() ? "" : " (" + how + ")");
         continue;
       }
       // Nothing equal: never bind by name alone.
       bd.status = plan::Binding::Status::Unbound;
-      ++use.first;
       if (const Tensor* same = ckpt.find(in)) {
         bd.note = "values differ from checkpoint tensor '" + in + "' of the same name (" + same->describe() +
                   "): the exporter transformed it (it probably folded BatchNorm into it)";
-        name_matched.insert(in);  // a name match keeps it a (unbound) source
         folded_nodes[uint32_t(p)] = in;
       } else {
-        bd.note = "matches no checkpoint tensor under any supported transform";
+        unmatched[in].push_back({uint32_t(p), uint32_t(slot)});
       }
     }
   }
@@ -414,47 +431,72 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
     fail("binding: ", ambiguous.size(), " source(s) equal several checkpoint tensors and the module scope does not decide:", list,
          "\nsettle each with --bind ONNX_NAME=CHECKPOINT_NAME (or --bind-file)");
   }
-  // Initializers none of whose uses matched (and whose name no checkpoint tensor has) are literals.
-  for (const auto& [name, use] : unmatched) {
-    if (use.first != use.second || name_matched.count(name)) continue;
-    // A tensor that feeds the same node as a transformed weight was most likely made by the same
-    // fold (a BatchNorm-folded bias next to its folded weight): an unbound source, not a literal.
-    std::string sibling;
-    for (const auto& u : uses_of[name])
+  for (const auto& [name, _] : o.binds)
+    if (!used_binds.count(name)) {
+      std::vector<std::string> names;
+      for (const auto& [n, t] : g.initializers)
+        if (!literals.count(n) && is_float(t.dtype())) names.push_back(n);
+      fail("--bind ", name, "=", o.binds.at(name), ": the model has no refittable initializer or source '", name,
+           "' (nearest: ", nearest_names(name.substr(0, name.find('@')), names, 3), ")");
+    }
+  // What no checkpoint tensor derives is a constant only by structure or by proof; else unbound.
+  for (const auto& [name, uses] : unmatched) {
+    const Tensor& v = g.initializers.at(name);
+    std::string sibling, weight_use;
+    for (const auto& u : uses) {
       if (folded_nodes.count(u.first)) sibling = folded_nodes[u.first];
+      if (is_weight_slot(g.nodes[u.first].op_type, u.second)) weight_use = g.nodes[u.first].label();
+    }
+    std::string note;
+    std::optional<LiteralProof> proof;
     if (!sibling.empty()) {
-      for (const auto& u : uses_of[name])
-        r.bindings[u].note = "matches no checkpoint tensor and feeds the same node as '" + sibling +
-                             "', whose values differ from the checkpoint tensor of that name: probably made by the same fold "
-                             "(BatchNorm)";
+      // Made by the same fold as its transformed neighbour (a BatchNorm-folded bias).
+      note = "matches no checkpoint tensor and feeds the same node as '" + sibling +
+             "', whose values differ from the checkpoint tensor of that name: probably made by the same fold (BatchNorm)";
+    } else if (!weight_use.empty()) {
+      // A weight input is never a constant by its values: an all-equal weight may just be untrained.
+      note = "matches no checkpoint tensor under any supported transform, and it is a weight input of " + weight_use +
+             ": the exporter probably transformed it (e.g. folded BatchNorm into it)";
+    } else if ((proof = prove_literal(v))) {
+      for (const auto& u : uses) r.bindings[u] = constant_binding(v, *proof);
       continue;
+    } else {
+      note = "matches no checkpoint tensor under any supported transform (slice, gather, broadcast, transpose, cast, "
+             "concatenation) and is not provably a function of the configuration";
     }
-    // A tensor read as the weight of a parametric operator that matches no checkpoint tensor is a
-    // weight the exporter transformed (PyTorch 1.13 folds BatchNorm into conv weights under new
-    // names): keeping it as a literal would make a checkpoint refit silently keep its old values.
-    std::string weight_use;
-    for (const auto& u : uses_of[name]) {
-      const ir::Node& consumer = g.nodes[u.first];
-      if (is_weight_slot(consumer.op_type, u.second)) weight_use = consumer.label();
-    }
-    if (!weight_use.empty()) {
-      for (const auto& u : uses_of[name])
-        r.bindings[u].note = "matches no checkpoint tensor under any supported transform, and it is a weight input of " +
-                             weight_use + ": the exporter probably transformed it (e.g. folded BatchNorm into it)";
-      continue;
-    }
-    const Tensor& t = g.initializers.at(name);
-    r.literal_names.push_back(name);
-    if (!structural_values(t))
-      r.literal_lines.push_back(name + " " + t.describe() +
-                                ": float values that match no checkpoint tensor (likely precomputed from the configuration, "
-                                "e.g. rotary cos/sin tables); kept as a literal");
+    for (const auto& u : uses) r.bindings[u].note = note;
   }
-  if (o.strict && !r.literal_lines.empty()) {
+  // --strict-binding: a literal the user declared must also be structural or proven.
+  if (o.strict) {
     std::string list;
-    for (const auto& l : r.literal_lines) list += "\n  " + l;
-    fail("--strict-binding: ", r.literal_lines.size(), " float initializer(s) match no checkpoint tensor:", list);
+    for (const auto& name : o.user_literals) {
+      auto it = g.initializers.find(name);
+      if (it == g.initializers.end() || !is_float(it->second.dtype())) continue;
+      if (!prove_literal(it->second)) list += "\n  " + name + " " + it->second.describe();
+    }
+    if (!list.empty())
+      fail("--strict-binding: float initializer(s) declared literal are neither structural nor provably a function of the "
+           "configuration:", list);
   }
+  // A checkpoint that binds under half of the weight sources is most likely another model's (a
+  // source whose name it holds with other values counts as evidence of the right one: folded).
+  size_t bound = 0, unbound = 0, named = 0;
+  std::string first_unbound;
+  for (const auto& [pos, bd] : r.bindings) {
+    if (bd.status == plan::Binding::Status::Bound) ++bound;
+    if (bd.status == plan::Binding::Status::Unbound) {
+      ++unbound;
+      named += folded_nodes.count(pos.first) && folded_nodes[pos.first] == g.nodes[pos.first].inputs[pos.second];
+      if (first_unbound.empty())
+        first_unbound = g.nodes[pos.first].inputs[pos.second] + " (read by " + g.nodes[pos.first].label() + "): " + bd.note;
+    }
+  }
+  if (!o.allow_partial && unbound > 0 && (bound + named) * 2 < bound + unbound)
+    fail(ckpt.description(), " binds ", bound, " of ", bound + unbound,
+         " weight sources of this model: either it is not this model's checkpoint, or the exporter transformed most "
+         "weights beyond what binding derives (first unbound: ",
+         first_unbound, "). --allow-partial-binding builds anyway; a checkpoint refit of the plan is then refused");
+  r.bound = bound, r.unbound = unbound;
   r.match_ms = ms_since(t1);
   return r;
 }
@@ -463,28 +505,37 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
                                       const BindOptions& bo, BindResult* result) {
   ir::Graph g = canonicalize(graph);
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
-  BindResult r = bind_checkpoint(g, literals, ckpt, bo);
-  o.literal_names.insert(o.literal_names.end(), r.literal_names.begin(), r.literal_names.end());
+  BindOptions with_user = bo;
+  with_user.user_literals.insert(o.literal_names.begin(), o.literal_names.end());
+  BindResult r = bind_checkpoint(g, literals, ckpt, with_user);
   plan::Plan p = build_plan(graph, o);
   for (auto& s : p.sources) {
     auto it = r.bindings.find({s.node_position, s.slot});
     REFORGE_ASSERT(it != r.bindings.end());
     s.binding = it->second;
   }
-  p.binding_literals = r.literal_lines;
   if (result) *result = std::move(r);
   return p;
 }
 
-std::map<std::string, std::string> read_bind_file(const std::string& path) {
+BindFile read_bind_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) fail("cannot open bind file '", path, "'");
   nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail("bind file '", path, "' is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\"}");
-  std::map<std::string, std::string> out;
+  const char* form = " is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\", ..., \"literals\": [\"ONNX_NAME\", ...]}";
+  if (j.is_discarded() || !j.is_object()) fail("bind file '", path, "'", form);
+  BindFile out;
   for (const auto& [k, v] : j.items()) {
+    if (k == "literals") {
+      if (!v.is_array()) fail("bind file '", path, "': \"literals\" is not a list of initializer names");
+      for (const auto& n : v) {
+        if (!n.is_string()) fail("bind file '", path, "': \"literals\" holds a non-string ", n.dump());
+        out.literals.push_back(n.get<std::string>());
+      }
+      continue;
+    }
     if (!v.is_string()) fail("bind file '", path, "': value of '", k, "' is not a string");
-    out[k] = v.get<std::string>();
+    out.binds[k] = v.get<std::string>();
   }
   return out;
 }

@@ -4,20 +4,29 @@
 // indexed by a hash (XXH3, seeded by the byte count) of a fixed sample of its elements in each
 // form an exporter may have turned it into: as is (identity or reshape), 2-D transposed, cast to
 // each float type the model uses, and transposed then cast (O(1) per tensor, no full read); a
-// source is bound when one form's bytes all equal it. Sources with no
-// such match are compared with the leading slice of tensors that are larger along one axis (a
-// position table folded to its first rows). Each candidate is confirmed bit for bit, at most once,
-// so a hash collision cannot bind: identity (and reshape) by memcmp, a 2-D transpose by a tiled,
-// parallel comparison with the checkpoint tensor that never materializes the transposed copy
-// (ops::transpose_equals, the same tiles the Transpose kernel writes), casts and slices with the
-// very kernels the refit replays (refit::apply_binding).
+// source is bound when one form's bytes all equal it. A source no indexed form matches is tried
+// as a concatenation of checkpoint tensors (fused QKV), then by the derived forms of
+// build/binding_search.h: slices at any offset and gathers along any axis (position tables cut
+// to the exported length, relative-position buckets), broadcasts (Expand), permutations, widening
+// casts, size-1 axes anywhere. Each candidate is confirmed bit for bit, so a hash collision
+// cannot bind: identity (and reshape) by memcmp, a 2-D transpose by a tiled, parallel comparison
+// that never materializes the transposed copy (ops::transpose_equals), everything else by
+// replaying the binding with the refit's own code (refit::apply_binding).
 //
 // A value that equals several checkpoint tensors (exporters merge equal initializers: unit norm
 // weights, zero biases) is decided per use by the consumer node's module scope (node metadata
 // `pkg.torch.onnx.name_scopes`, or a node name like `/layers.0/input_norm/Mul`); when the scope
 // leaves several candidates the build fails listing them, and `--bind` settles it.
 // A name match whose values differ is never a binding: that source is unbound, with the reason.
-// Float initializers that match nothing and share no name are kept as literals and listed.
+//
+// A float initializer that no checkpoint tensor derives is never kept by guess. It is a
+// *constant* (plan::Binding::Status::Constant: a checkpoint refit gives it its build-time value)
+// only when build/literal_proof.h proves it structural (all-equal, a causal or padding mask, an
+// integer arange) or recomputes it from the configuration (rotary and sinusoidal tables, float
+// aranges); a weight input of a parametric op never is. Everything else is *unbound*: the plan
+// builds, and a checkpoint refit of it is refused naming the source (an ONNX refit still works).
+// The user can declare structure with --literal, which makes a plan literal as without a
+// checkpoint. Constants stay sources, so binding never changes what an ONNX refit accepts.
 #pragma once
 
 #include <map>
@@ -34,15 +43,21 @@
 namespace reforge::build {
 
 struct BindOptions {
-  // ONNX initializer name (or source key) -> checkpoint tensor name; settles ambiguities.
+  // ONNX initializer name (or source key) -> checkpoint tensor name; settles ambiguities. A
+  // name that matches no refittable initializer or source is an error.
   std::map<std::string, std::string> binds;
-  bool strict = false;  // unbound float initializers are errors instead of listed literals
+  // Literals the user declared (--literal, "literals" of a bind file): with `strict`, each must
+  // also be structural or proven (build/literal_proof.h).
+  std::set<std::string> user_literals;
+  bool strict = false;
+  // Build even when the checkpoint binds under half of the weight sources (by default that
+  // fails: it is most likely another model's checkpoint).
+  bool allow_partial = false;
 };
 
 struct BindResult {
   std::map<std::pair<uint32_t, uint32_t>, plan::Binding> bindings;  // by (node position, slot)
-  std::vector<std::string> literal_names;  // unmatched float initializers kept as literals
-  std::vector<std::string> literal_lines;  // "name float32[2,3]: why" for the non-structural ones
+  size_t bound = 0, unbound = 0;  // uses; the rest are constants
   double index_ms = 0, match_ms = 0;
   size_t checkpoint_bytes = 0;
 };
@@ -51,12 +66,19 @@ struct BindResult {
 BindResult bind_checkpoint(const ir::Graph& canonical, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
                            const BindOptions& options);
 
-// build_plan() with every source bound to `ckpt` (plan::Source::binding, Plan::binding_literals).
+// build_plan() with every source bound to `ckpt` (plan::Source::binding).
 plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions options, const refit::Checkpoint& ckpt,
                                       const BindOptions& bind_options, BindResult* result = nullptr);
 
-// Reads {"ONNX_NAME": "CKPT_NAME", ...}.
-std::map<std::string, std::string> read_bind_file(const std::string& path);
+// A bind file: {"ONNX_NAME": "CKPT_NAME", ..., "literals": ["ONNX_NAME", ...]}.
+struct BindFile {
+  std::map<std::string, std::string> binds;
+  std::vector<std::string> literals;
+};
+BindFile read_bind_file(const std::string& path);
+
+// Up to `count` of `names` nearest to `name` by edit distance, quoted: "'a', 'b'".
+std::string nearest_names(const std::string& name, const std::vector<std::string>& names, size_t count);
 
 // Module scopes of a node, outermost first, from its metadata or its name.
 std::vector<std::string> node_scopes(const ir::Node& n);

@@ -39,6 +39,17 @@ const char* binding_status_name(Binding::Status s) {
     case Binding::Status::None: return "none";
     case Binding::Status::Bound: return "bound";
     case Binding::Status::Unbound: return "unbound";
+    case Binding::Status::Constant: return "constant";
+  }
+  return "unknown";
+}
+
+const char* binding_reason_name(Binding::Reason r) {
+  switch (r) {
+    case Binding::Reason::None: return "";
+    case Binding::Reason::Structural: return "structural";
+    case Binding::Reason::Proven: return "proven";
+    case Binding::Reason::User: return "user";
   }
   return "unknown";
 }

@@ -73,9 +73,17 @@ struct Recipe {
 
 // How a source is found in a framework checkpoint (safetensors), decided by exact value at build
 // time (build/binding.h). Replaying `steps` with refit::evaluate_op on the named checkpoint
-// tensors, then reshaping to the source's shape, gives the source's value.
+// tensors (and the binding's own `literals`), then reshaping to the source's shape, gives the
+// source's value.
+//
+// Constant: the source is not derived from the checkpoint at all; it is a function of the model's
+// configuration (a mask, a rotary table, an arange), decided by structure, by a recognizer that
+// recomputed it, or by the user's word (`reason`). A checkpoint refit gives it `literals[0]`, its
+// build-time value. The source stays a source: a refit from a re-exported ONNX still takes it
+// from the new model, so checkpoint binding never changes what an ONNX refit accepts.
 struct Binding {
-  enum class Status { None, Bound, Unbound };
+  enum class Status { None, Bound, Unbound, Constant };
+  enum class Reason { None, Structural, Proven, User };
   Status status = Status::None;         // None: the plan was built without a checkpoint
   struct Input {
     std::string name;  // checkpoint tensor name
@@ -83,12 +91,18 @@ struct Binding {
     Shape shape;
   };
   std::vector<Input> checkpoint;        // Bound: tensors read; Operand Source k is checkpoint[k]
-  std::vector<RecipeStep> steps;        // Bound: transforms (Transpose, Cast, Slice, Concat); empty
-                                        // = identity or reshape of checkpoint[0]; result = last step
+  std::vector<RecipeStep> steps;        // Bound: transforms (Slice, Gather, Transpose, Cast, Concat,
+                                        // Reshape, Expand); empty = identity or reshape of
+                                        // checkpoint[0]; result = last step
+  std::vector<Tensor> literals;         // Operand Literal k of a step is literals[k] (gather indices,
+                                        // shapes); Constant: literals[0] is the value
+  Reason reason = Reason::None;         // Constant: why it is one
+  std::string rule;                     // Constant: the structural rule or the proof (recipe, ulps)
   std::string note;                     // Bound: how it was decided; Unbound: why it is not bound
 };
 
-const char* binding_status_name(Binding::Status s);  // "none", "bound", "unbound"
+const char* binding_status_name(Binding::Status s);  // "none", "bound", "unbound", "constant"
+const char* binding_reason_name(Binding::Reason r);  // "", "structural", "proven", "user"
 
 struct Source {
   std::string key;                 // unique and stable: "<initializer name>@<node position>:<slot>"
@@ -133,9 +147,6 @@ struct Plan {
   // (op type, attributes, where each input comes from, literal hashes; never initializer
   // names). Refit from ONNX compares the new model's fingerprint with this one.
   std::vector<std::string> fingerprint;
-  // Float initializers that matched no checkpoint tensor at a build with a checkpoint and were
-  // kept as literals (typically tables the exporter precomputed): "name float32[16,8]: why".
-  std::vector<std::string> binding_literals;
 };
 
 }  // namespace reforge::plan

@@ -86,7 +86,6 @@ class Encoder {
     for (const auto& w : p.weights) ws.push_back(weight(w));
     j["weights"] = std::move(ws);
     j["fingerprint"] = strs(p.fingerprint);
-    if (!p.binding_literals.empty()) j["binding_literals"] = strs(p.binding_literals);
     return j;
   }
 
@@ -229,6 +228,16 @@ class Encoder {
                           {"checkpoint", checkpoint_inputs(s.binding)},
                           {"steps", std::move(steps)},
                           {"note", str(s.binding.note)}};
+      if (!s.binding.literals.empty()) {
+        json lits = json::array();
+        for (size_t i = 0; i < s.binding.literals.size(); ++i)
+          lits.push_back(tensor(s.binding.literals[i], str_cat("source '", s.key, "' binding literal ", i)));
+        j["binding"]["literals"] = std::move(lits);
+      }
+      if (s.binding.status == Binding::Status::Constant) {
+        j["binding"]["reason"] = binding_reason_name(s.binding.reason);
+        j["binding"]["rule"] = str(s.binding.rule);
+      }
     }
     return j;
   }

@@ -184,7 +184,6 @@ class Decoder {
     const json& ws = as_array(field(j, "weights", ""), "weights");
     for (size_t i = 0; i < ws.size(); ++i) p.weights.push_back(weight(ws[i], at("weights", i), p));
     p.fingerprint = strings(field(j, "fingerprint", ""), "fingerprint");
-    if (j.contains("binding_literals")) p.binding_literals = strings(j["binding_literals"], "binding_literals");
     return p;
   }
 
@@ -347,7 +346,25 @@ class Decoder {
     std::string status = str_field(j, "status", where);
     if (status == "bound") b.status = Binding::Status::Bound;
     else if (status == "unbound") b.status = Binding::Status::Unbound;
+    else if (status == "constant") b.status = Binding::Status::Constant;
     else if (status != "none") fail(at(where, "status"), ": unknown binding status '", status, "'");
+    if (j.contains("literals")) {
+      const json& lits = as_array(j["literals"], at(where, "literals"));
+      for (size_t i = 0; i < lits.size(); ++i) {
+        Tensor t = tensor(lits[i], at(at(where, "literals"), i));
+        if (!t.defined()) fail(at(at(where, "literals"), i), ": a binding literal has no data");
+        b.literals.push_back(std::move(t));
+      }
+    }
+    if (b.status == Binding::Status::Constant) {
+      std::string reason = str_field(j, "reason", where);
+      if (reason == "structural") b.reason = Binding::Reason::Structural;
+      else if (reason == "proven") b.reason = Binding::Reason::Proven;
+      else if (reason == "user") b.reason = Binding::Reason::User;
+      else fail(at(where, "reason"), ": unknown constant reason '", reason, "'");
+      b.rule = str_field(j, "rule", where);
+      if (b.literals.empty()) fail(where, ": a constant source has no value");
+    }
     const json& ins = as_array(field(j, "checkpoint", where), at(where, "checkpoint"));
     for (size_t i = 0; i < ins.size(); ++i) {
       std::string iw = at(at(where, "checkpoint"), i);
@@ -368,7 +385,10 @@ class Decoder {
       const json& ins = as_array(field(steps[i], "inputs", sw), at(sw, "inputs"));
       for (size_t k = 0; k < ins.size(); ++k) {
         Operand o = operand(ins[k], at(at(sw, "inputs"), k));
-        size_t limit = o.kind == Operand::Kind::Source ? b.checkpoint.size() : o.kind == Operand::Kind::Step ? i : 0;
+        size_t limit = o.kind == Operand::Kind::Source    ? b.checkpoint.size()
+                       : o.kind == Operand::Kind::Step    ? i
+                       : o.kind == Operand::Kind::Literal ? b.literals.size()
+                                                          : 0;
         if (o.index >= limit) fail(at(at(sw, "inputs"), k), ": operand ", o.index, " does not exist");
         st.inputs.push_back(o);
       }

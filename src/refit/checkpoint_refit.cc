@@ -10,18 +10,26 @@ namespace reforge::refit {
 
 Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
+  if (b.status == plan::Binding::Status::Constant) {
+    if (b.literals.empty()) fail("binding: a constant source has no value");
+    const Tensor& v = b.literals[0];
+    if (v.dtype() != dtype || v.numel() != shape_numel(shape))
+      fail("binding: the constant is ", v.describe(), ", the source is ", dtype_name(dtype), shape_str(shape));
+    return v.reshaped(shape);
+  }
   REFORGE_ASSERT(inputs.size() == b.checkpoint.size() && !inputs.empty());
   std::vector<Tensor> steps;
   auto operand = [&](const plan::Operand& o) -> const Tensor* {
     if (o.kind == plan::Operand::Kind::Source && o.index < inputs.size()) return &inputs[o.index];
     if (o.kind == plan::Operand::Kind::Step && o.index < steps.size()) return &steps[o.index];
+    if (o.kind == plan::Operand::Kind::Literal && o.index < b.literals.size()) return &b.literals[o.index];
     fail("binding: bad operand ", o.index);
   };
   for (const auto& st : b.steps) {
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(operand(o));
     const bool movement = st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
-                                                st.op_type == "Cast");
+                                                st.op_type == "Cast" || st.op_type == "Gather" || st.op_type == "Expand");
     steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1, movement ? threads : 1)[0]));
   }
   const Tensor& r = steps.empty() ? inputs[0] : steps.back();
@@ -31,20 +39,31 @@ Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, 
   return r.reshaped(shape);
 }
 
-CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint& ckpt) {
-  std::string unbound;
-  size_t n_unbound = 0;
+std::string unbound_report(const plan::Plan& p, size_t limit) {
+  std::string list;
+  size_t n = 0;
   for (const auto& s : p.sources) {
-    if (!s.refittable || s.binding.status == plan::Binding::Status::Bound) continue;
-    if (++n_unbound <= 12)
-      unbound += "\n  " + s.key + " " + dtype_name(s.dtype) + shape_str(s.shape) + ": " +
-                 (s.binding.status == plan::Binding::Status::None ? "the plan was built without a checkpoint (--checkpoint)"
-                                                                  : s.binding.note);
+    if (!s.refittable || s.binding.status == plan::Binding::Status::Bound || s.binding.status == plan::Binding::Status::Constant)
+      continue;
+    if (++n > limit) continue;
+    std::string name = s.names.empty() ? s.key : s.names[0];
+    list += "\n  '" + name + "' (source " + s.key + ", read by " + s.op_type + " node '" + s.consumer + "', " +
+            dtype_name(s.dtype) + shape_str(s.shape) + "): " +
+            (s.binding.status == plan::Binding::Status::None ? "the plan was built without a checkpoint (--checkpoint)"
+                                                             : s.binding.note);
   }
-  if (n_unbound)
-    fail("refit from ", ckpt.description(), ": this plan has ", n_unbound, " refittable source(s) that are not bound to checkpoint tensors, "
-         "so a checkpoint cannot refit it:", unbound, n_unbound > 12 ? "\n  ..." : "",
-         "\nRefit from a re-exported ONNX model (reforge refit PLAN --weights NEW.onnx) still works.");
+  if (n > limit) list += str_cat("\n  ... and ", n - limit, " more (reforge inspect PLAN lists them all)");
+  return n ? str_cat(n, " refittable source(s) are not bound to checkpoint tensors:", list) : "";
+}
+
+CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint& ckpt) {
+  std::string unbound = unbound_report(p, 24);
+  if (!unbound.empty())
+    fail("refit from ", ckpt.description(), ": this plan has ", unbound,
+         "\nA checkpoint cannot refit this plan; nothing was changed. Ways forward:"
+         "\n  - bind each at build time: reforge build ... --checkpoint CKPT --bind ONNX_NAME=CHECKPOINT_NAME (or --bind-file);"
+         "\n  - declare it structure, if its values never change with the weights: --literal ONNX_NAME (or \"literals\" in --bind-file);"
+         "\n  - refit from a re-exported ONNX model instead: reforge refit PLAN --weights NEW.onnx");
   CheckpointSources out;
   std::set<std::string> used;
   for (size_t i = 0; i < p.sources.size(); ++i) {

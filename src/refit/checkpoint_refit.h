@@ -13,7 +13,7 @@
 
 namespace reforge::refit {
 
-// Applies `b` to `inputs` (one tensor per b.checkpoint entry) and reshapes the result to
+// Applies `b` to `inputs` (none for a Constant binding, which gives its value) (one tensor per b.checkpoint entry) and reshapes the result to
 // `shape`. Throws an Error when a step fails or the result has another dtype or element count.
 // Data-movement steps (Transpose, Slice, Concat) and Cast run on `threads` threads (0 = all):
 // their bytes do not depend on it.
@@ -24,7 +24,12 @@ struct CheckpointSources {
   std::vector<std::string> unused;     // checkpoint tensors no binding reads
 };
 
-// Every refittable source's new value from `ckpt`. Throws, before anything is read, when the
+// "N refittable source(s) are not bound to checkpoint tensors:" and one line per source (name,
+// key, consumer, dtype and shape, why), at most `limit` of them; "" when every refittable source
+// is bound or constant.
+std::string unbound_report(const plan::Plan& plan, size_t limit);
+
+// Every refittable source's new value from `ckpt` (a constant source: its build-time value). Throws, before anything is read, when the
 // plan has refittable sources that are not bound (naming them and why); and when a bound
 // checkpoint tensor is missing or has another dtype or shape (naming it).
 CheckpointSources sources_from_checkpoint(const plan::Plan& plan, const Checkpoint& ckpt);

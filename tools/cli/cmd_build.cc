@@ -23,7 +23,7 @@ struct BuildArgs {
   std::vector<std::string> skip_passes;
   std::vector<std::string> individual, literals, checkpoints, binds;
   std::string bind_file, precision, activations;
-  bool strict_binding = false;
+  bool strict_binding = false, allow_partial = false;
   int threads = 0;
 };
 }  // namespace
@@ -43,9 +43,11 @@ Runner add_build(CLI::App& app) {
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_option("--checkpoint", a->checkpoints, "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
-  app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME}");
+  app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME, ..., \"literals\": [ONNX_NAME, ...]}");
   add_precision_options(app, a->precision, a->activations);
-  app.add_flag("--strict-binding", a->strict_binding, "float initializers that match no checkpoint tensor are errors");
+  app.add_flag("--strict-binding", a->strict_binding, "declared literals must also be structural or provably configuration-only");
+  app.add_flag("--allow-partial-binding", a->allow_partial,
+               "build even when the checkpoint binds under half of the weight sources (a checkpoint refit is then refused)");
   app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   return [a]() {
@@ -67,32 +69,43 @@ Runner add_build(CLI::App& app) {
     auto t0 = std::chrono::steady_clock::now();
     plan::Plan p;
     if (a->checkpoints.empty()) {
-      if (!a->binds.empty() || !a->bind_file.empty() || a->strict_binding)
-        fail("--bind, --bind-file and --strict-binding need --checkpoint");
+      if (!a->binds.empty() || !a->bind_file.empty() || a->strict_binding || a->allow_partial)
+        fail("--bind, --bind-file, --strict-binding and --allow-partial-binding need --checkpoint");
       p = build::build_plan(onnx::import_model_file(a->model), o);
     } else {
       build::BindOptions bo;
-      if (!a->bind_file.empty()) bo.binds = build::read_bind_file(a->bind_file);
+      if (!a->bind_file.empty()) {
+        build::BindFile bf = build::read_bind_file(a->bind_file);
+        bo.binds = bf.binds;
+        o.literal_names.insert(o.literal_names.end(), bf.literals.begin(), bf.literals.end());
+      }
       for (const auto& b : a->binds) {
         auto eq = b.find('=');
         if (eq == std::string::npos) fail("--bind '", b, "' is not ONNX_NAME=CHECKPOINT_NAME");
         bo.binds[b.substr(0, eq)] = b.substr(eq + 1);
       }
       bo.strict = a->strict_binding;
+      bo.allow_partial = a->allow_partial;
       auto ckpt = refit::Checkpoint::open(a->checkpoints);
       build::BindResult r;
       p = build::build_plan_with_checkpoint(onnx::import_model_file(a->model), o, ckpt, bo, &r);
-      size_t bound = 0, unbound = 0;
-      for (const auto& s : p.sources) (s.binding.status == plan::Binding::Status::Bound ? bound : unbound)++;
-      std::cout << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << " ("
-                << ckpt.total_bytes() << " bytes; index " << r.index_ms << " ms, match " << r.match_ms << " ms)\n";
+      size_t bound = 0, constant = 0, unbound = 0;
+      for (const auto& s : p.sources)
+        (s.binding.status == plan::Binding::Status::Bound      ? bound
+         : s.binding.status == plan::Binding::Status::Constant ? constant
+                                                                : unbound)++;
+      std::cout << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << ", "
+                << constant << " constant, " << unbound << " unbound (" << ckpt.total_bytes() << " bytes; index " << r.index_ms
+                << " ms, match " << r.match_ms << " ms)\n";
+      for (const auto& s : p.sources)
+        if (s.binding.status == plan::Binding::Status::Constant)
+          std::cout << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.rule << "\n";
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Unbound)
           std::cout << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.note << "\n";
-      if (!p.binding_literals.empty()) {
-        std::cout << "float initializers that match no checkpoint tensor, kept as literals:\n";
-        for (const auto& l : p.binding_literals) std::cout << "  " << l << "\n";
-      }
+      if (unbound)
+        std::cout << "a refit from a checkpoint will be refused until every source is bound (--bind, --literal); "
+                     "a refit from a re-exported ONNX model works\n";
     }
     plan::write_plan(p, a->out);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

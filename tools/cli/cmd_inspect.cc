@@ -99,9 +99,37 @@ Runner add_inspect(CLI::App& app) {
         std::vector<std::string> names;
         for (const auto& in : s.binding.checkpoint) names.push_back(in.name);
         e["binding"] = {{"status", plan::binding_status_name(s.binding.status)}, {"checkpoint", names}, {"note", s.binding.note}};
+        if (s.binding.status == plan::Binding::Status::Constant) {
+          e["binding"]["reason"] = plan::binding_reason_name(s.binding.reason);
+          e["binding"]["rule"] = s.binding.rule;
+        }
       }
       j["sources"].push_back(e);
     }
+    // Every literal with why it is one; every source a checkpoint refit cannot derive.
+    j["literals"] = nlohmann::json::array();
+    for (const auto& n : p.literal_names) j["literals"].push_back({{"name", n}, {"reason", "user"}, {"rule", "--literal"}});
+    for (const auto& w : p.weights)
+      if (w.kind == plan::WeightKind::Literal)
+        j["literals"].push_back({{"name", w.name},
+                                 {"reason", "structural"},
+                                 {"rule", "integer or bool tensor, Constant node, shape/axes/index input, or folded from these"}});
+    for (const auto& s : p.sources)
+      if (s.binding.status == plan::Binding::Status::Constant)
+        j["literals"].push_back({{"name", s.names.empty() ? s.key : s.names[0]},
+                                 {"source", s.key},
+                                 {"consumer", s.consumer},
+                                 {"reason", plan::binding_reason_name(s.binding.reason)},
+                                 {"rule", s.binding.rule},
+                                 {"scope", "checkpoint refit (an ONNX refit takes it from the new model)"}});
+    j["unbound"] = nlohmann::json::array();
+    for (const auto& s : p.sources)
+      if (s.refittable && s.binding.status == plan::Binding::Status::Unbound)
+        j["unbound"].push_back({{"name", s.names.empty() ? s.key : s.names[0]},
+                                {"source", s.key},
+                                {"consumer", s.consumer},
+                                {"op_type", s.op_type},
+                                {"why", s.binding.note}});
     if (*json) {
       std::cout << j.dump(2) << "\n";
       return 0;
@@ -124,9 +152,19 @@ Runner add_inspect(CLI::App& app) {
                                                 e["binding"]["checkpoint"].dump() + " " + e["binding"]["note"].get<std::string>()
                                           : std::string())
                 << "\n";
-    if (!p.binding_literals.empty()) {
-      std::cout << "\nfloat initializers that matched no checkpoint tensor (kept as literals):\n";
-      for (const auto& l : p.binding_literals) std::cout << "  " << l << "\n";
+    bool constants = false;
+    for (const auto& e : j["literals"])
+      if (e.contains("source")) {
+        if (!constants) std::cout << "\nconstants for a checkpoint refit (not derived from the checkpoint):\n";
+        constants = true;
+        std::cout << "  " << e["source"].get<std::string>() << "  " << e["reason"].get<std::string>() << ": "
+                  << e["rule"].get<std::string>() << "\n";
+      }
+    if (!j["unbound"].empty()) {
+      std::cout << "\nunbound (a checkpoint refit is refused until each is bound: --bind, --literal):\n";
+      for (const auto& e : j["unbound"])
+        std::cout << "  " << e["source"].get<std::string>() << " (read by " << e["op_type"].get<std::string>() << " '"
+                  << e["consumer"].get<std::string>() << "'): " << e["why"].get<std::string>() << "\n";
     }
     return 0;
   };

@@ -1,0 +1,42 @@
+// The derivations binding tries for a source that no indexed form matched: what exporters make
+// when they fold a lookup or a broadcast of a weight into a new constant.
+//
+//  * broadcast: the source is constant along some axes (an Expand of a smaller tensor, e.g. a
+//    class token expanded over the batch); those axes are reduced to one element first and the
+//    binding ends in Expand;
+//  * gather or slice along one axis of a checkpoint tensor, with its other axes in any order:
+//    each row of the source (over the axes the checkpoint tensor keeps) must equal exactly one
+//    slice of the checkpoint tensor along that axis; the recovered index becomes an int64 literal
+//    of the binding (a position table cut to the exported length is a Slice at any offset, a
+//    relative-position bias looked up through a [S,S] bucket index is a Gather);
+//  * a permutation of any rank (Transpose), and a widening cast (bfloat16/float16 -> float32);
+//  * size-1 axes anywhere (Reshape / Unsqueeze / Squeeze are free: the result is reshaped).
+//
+// Every candidate is confirmed by replaying the binding with refit::apply_binding, the code a
+// checkpoint refit runs, and comparing bit for bit: a derivation that is not exact is no binding.
+// A row that equals several slices of the checkpoint tensor makes that candidate fail: an index
+// chosen among equal rows would be a guess.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+#include "plan/plan.h"
+#include "refit/safetensors.h"
+
+namespace reforge::build {
+
+// True when every element of `t` has the same bytes (tensors of one element included).
+bool all_equal(const Tensor& t);
+
+// Bindings of `v` derived by the forms above from single checkpoint tensors, by checkpoint
+// name; each confirmed bit for bit. `v` must not be all-equal (see broadcast_equal).
+std::map<std::string, plan::Binding> derive_bindings(const Tensor& v, const refit::Checkpoint& ckpt);
+
+// For an all-equal `v`: every checkpoint tensor of fewer elements whose elements all equal v's
+// value (after a widening cast) and whose shape broadcasts to v's (an Expand of it), by name.
+// Tensors of v's element count are found by the index (identity / reshape).
+std::map<std::string, plan::Binding> broadcast_bindings(const Tensor& v, const refit::Checkpoint& ckpt);
+
+}  // namespace reforge::build
