@@ -165,7 +165,8 @@ TEST(BuildRefusal, LiteralNameThatIsNoInitializer) {
   EXPECT_NE(msg.find("--literal 'h1' is computed by a node, not an initializer"), std::string::npos) << msg;
   o.literal_names = {"rotary_cos_cache_table"};
   msg = build_error(small_model(), o);
-  EXPECT_NE(msg.find("--literal 'rotary_cos_cache_table' names no initializer of the model (no initializer has a similar name)"),
+  EXPECT_NE(msg.find("--literal 'rotary_cos_cache_table' names no initializer of the model (no initializer has a similar "
+                     "name; of 4, the first: 'fc.bias', 'fc.weight', 'out_shape')"),
             std::string::npos)
       << msg;
 }
@@ -206,7 +207,7 @@ TEST(BuildRefusal, RefitIndividualPatternThatMatchesNoSource) {
   // One good pattern does not excuse a bad one.
   msg = build_error(small_model(), individual({"fc.*", "lm_head.weight"}));
   EXPECT_NE(msg.find("1 build option(s) match nothing in model 'small':\n  --refit-individual 'lm_head.weight' matches no "
-                     "source (no source has a similar name)"),
+                     "source (no source has a similar name; of 3, the first: 'fc.weight', 'fc.bias', 'proj.scale')"),
             std::string::npos)
       << msg;
 }

@@ -1,5 +1,6 @@
 #include "build/builder.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "backends/cpu/dnnl_matmul.h"
@@ -79,6 +80,14 @@ std::string nearest_note(const std::string& query, const std::vector<std::string
   return near.empty() ? otherwise : " (nearest: " + quoted_list(near) + ")";
 }
 
+// " (no <what> has a similar name; of N, the first: 'a', 'b', 'c')": shows how names look
+// when the query was written in another scheme (a checkpoint name instead of an ONNX one).
+std::string no_similar(const std::string& what, const std::vector<std::string>& candidates) {
+  if (candidates.empty()) return " (the model has no " + what + ")";
+  std::vector<std::string> first(candidates.begin(), candidates.begin() + std::min<size_t>(3, candidates.size()));
+  return str_cat(" (no ", what, " has a similar name; of ", candidates.size(), ", the first: ", quoted_list(first), ")");
+}
+
 std::vector<std::string> unmatched_literal_names(const ir::Graph& g, const BuildOptions& o) {
   std::vector<std::string> problems, initializers;
   for (const auto& [name, t] : g.initializers) initializers.push_back(name);
@@ -91,7 +100,7 @@ std::vector<std::string> unmatched_literal_names(const ir::Graph& g, const Build
                        : node_outputs.count(name) ? "is computed by a node, not an initializer"
                                                   : "names no initializer of the model";
     problems.push_back("--literal '" + name + "' " + what +
-                       nearest_note(name, initializers, " (no initializer has a similar name)"));
+                       nearest_note(name, initializers, no_similar("initializer", initializers)));
   }
   return problems;
 }
@@ -125,7 +134,7 @@ std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const
       const std::string& in = g.nodes[p].inputs[slot];
       if (in.empty() || !g.initializers.count(in) || literals.count(in)) continue;
       uses.push_back({{in}, source_key(in, p, slot)});
-      source_names.push_back(in);
+      if (std::find(source_names.begin(), source_names.end(), in) == source_names.end()) source_names.push_back(in);
     }
   std::vector<std::string> problems;
   for (const auto& pattern : o.individual_patterns) {
@@ -139,7 +148,7 @@ std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const
                           ? " matches only literals (" + quoted_list(matched_literals) + "), which are never refittable"
                       : !matched_unused.empty()
                           ? " matches only initializers that no node reads (" + quoted_list(matched_unused) + ")"
-                          : " matches no source" + nearest_note(pattern, source_names, " (no source has a similar name)");
+                          : " matches no source" + nearest_note(pattern, source_names, no_similar("source", source_names));
     problems.push_back("--refit-individual '" + pattern + "'" + why);
   }
   return problems;
