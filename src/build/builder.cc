@@ -248,7 +248,7 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
   std::string model = g.name.empty() ? std::string("the model") : "model '" + g.name + "'";
   auto bad = runtime::unsupported_nodes(g);
   if (!bad.empty()) {
-    std::string msg = str_cat(bad.size(), " of ", g.nodes.size(), " node(s) of ", model, " cannot run (`reforge check` lists them):");
+    std::string msg = str_cat(bad.size(), " of ", g.nodes.size(), " node(s) of ", model, " cannot run:");
     for (const auto& line : bad) msg += "\n  " + line;
     fail(msg);
   }
