@@ -1,12 +1,15 @@
 #include "build/builder.h"
 
+#include <algorithm>
 #include <iostream>
 
 #include "backends/cpu/dnnl_matmul.h"
 #include "build/fingerprint.h"
+#include "core/nearest_names.h"
 #include "core/simd.h"
 #include "passes/build_state.h"
 #include "refit/recipe.h"
+#include "runtime/engine.h"
 
 namespace reforge::build {
 
@@ -35,6 +38,9 @@ void BuildOptions::validate() const {
     fail("--strip-weights needs a refit mode (--refit, --refit-identical or --refit-individual)");
   if (mode == plan::BuildMode::RefitIndividual && individual_patterns.empty())
     fail("--refit-individual needs at least one pattern");
+  if (mode != plan::BuildMode::RefitIndividual && !individual_patterns.empty())
+    fail("--refit-individual patterns are given, but the build mode is ", plan::build_mode_name(mode),
+         " (patterns choose sources only in refit-individual mode)");
   if (!plan::activations_allowed(precision, activations)) {
     if (activations == plan::Precision::Bf16)
       fail("--activations bf16 needs --precision bf16 (the plan's precision is ", plan::precision_name(precision), ")");
@@ -44,6 +50,17 @@ void BuildOptions::validate() const {
 
 namespace {
 
+// A source's display key: initializer name, node position and input slot.
+std::string source_key(const std::string& initializer, size_t position, size_t slot) {
+  return initializer + "@" + std::to_string(position) + ":" + std::to_string(slot);
+}
+
+bool pattern_matches_source(const std::string& pattern, const std::vector<std::string>& names, const std::string& key) {
+  for (const auto& n : names)
+    if (glob_match(pattern, n)) return true;
+  return glob_match(pattern, key);
+}
+
 bool refittable_source(const BuildOptions& o, const plan::Source& s) {
   switch (o.mode) {
     case plan::BuildMode::Baked: return false;
@@ -51,11 +68,90 @@ bool refittable_source(const BuildOptions& o, const plan::Source& s) {
     case plan::BuildMode::RefitIdentical: return true;
     case plan::BuildMode::RefitIndividual:
       for (const auto& p : o.individual_patterns)
-        for (const auto& n : s.names)
-          if (glob_match(p, n) || glob_match(p, s.key)) return true;
+        if (pattern_matches_source(p, s.names, s.key)) return true;
       return false;
   }
   return false;
+}
+
+// " (nearest: 'a', 'b')", or `otherwise` when no candidate is close.
+std::string nearest_note(const std::string& query, const std::vector<std::string>& candidates, const std::string& otherwise) {
+  auto near = nearest_names(query, candidates);
+  return near.empty() ? otherwise : " (nearest: " + quoted_list(near) + ")";
+}
+
+// " (no <what> has a similar name; of N, the first: 'a', 'b', 'c')": shows how names look
+// when the query was written in another scheme (a checkpoint name instead of an ONNX one).
+std::string no_similar(const std::string& what, const std::vector<std::string>& candidates) {
+  if (candidates.empty()) return " (the model has no " + what + ")";
+  std::vector<std::string> first(candidates.begin(), candidates.begin() + std::min<size_t>(3, candidates.size()));
+  return str_cat(" (no ", what, " has a similar name; of ", candidates.size(), ", the first: ", quoted_list(first), ")");
+}
+
+std::vector<std::string> unmatched_literal_names(const ir::Graph& g, const BuildOptions& o) {
+  std::vector<std::string> problems, initializers;
+  for (const auto& [name, t] : g.initializers) initializers.push_back(name);
+  std::set<std::string> graph_inputs, node_outputs;
+  for (const auto& in : g.inputs) graph_inputs.insert(in.name);
+  for (const auto& n : g.nodes) node_outputs.insert(n.outputs.begin(), n.outputs.end());
+  for (const auto& name : o.literal_names) {
+    if (g.initializers.count(name)) continue;
+    std::string what = graph_inputs.count(name)   ? "is a graph input, not an initializer"
+                       : node_outputs.count(name) ? "is computed by a node, not an initializer"
+                                                  : "names no initializer of the model";
+    problems.push_back("--literal '" + name + "' " + what +
+                       nearest_note(name, initializers, no_similar("initializer", initializers)));
+  }
+  return problems;
+}
+
+std::vector<std::string> unmatched_skip_passes(const BuildOptions& o) {
+  std::vector<std::string> problems, names;
+  for (const auto& pass : passes::default_passes()) names.push_back(pass.name);
+  for (const auto& pattern : o.skip_passes) {
+    bool any = false;
+    for (const auto& n : names) any |= glob_match(pattern, n);
+    if (!any)
+      problems.push_back("--skip-pass '" + pattern + "' matches no build pass" +
+                         nearest_note(pattern, names, " (the passes: " + quoted_list(names) + ")"));
+  }
+  return problems;
+}
+
+// Each pattern must make at least one source refittable: a plan with no refittable source the
+// user asked for is not the plan they meant.
+std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const std::set<std::string>& literals,
+                                                       const BuildOptions& o) {
+  if (o.mode != plan::BuildMode::RefitIndividual) return {};
+  struct Use {
+    std::vector<std::string> names;
+    std::string key;
+  };
+  std::vector<Use> uses;  // every source, as make_state() will name it
+  std::vector<std::string> source_names;
+  for (size_t p = 0; p < g.nodes.size(); ++p)
+    for (size_t slot = 0; slot < g.nodes[p].inputs.size(); ++slot) {
+      const std::string& in = g.nodes[p].inputs[slot];
+      if (in.empty() || !g.initializers.count(in) || literals.count(in)) continue;
+      uses.push_back({{in}, source_key(in, p, slot)});
+      if (std::find(source_names.begin(), source_names.end(), in) == source_names.end()) source_names.push_back(in);
+    }
+  std::vector<std::string> problems;
+  for (const auto& pattern : o.individual_patterns) {
+    bool any = false;
+    for (const auto& u : uses) any = any || pattern_matches_source(pattern, u.names, u.key);
+    if (any) continue;
+    std::vector<std::string> matched_literals, matched_unused;
+    for (const auto& [name, t] : g.initializers)
+      if (glob_match(pattern, name)) (literals.count(name) ? matched_literals : matched_unused).push_back(name);
+    std::string why = !matched_literals.empty()
+                          ? " matches only literals (" + quoted_list(matched_literals) + "), which are never refittable"
+                      : !matched_unused.empty()
+                          ? " matches only initializers that no node reads (" + quoted_list(matched_unused) + ")"
+                          : " matches no source" + nearest_note(pattern, source_names, no_similar("source", source_names));
+    problems.push_back("--refit-individual '" + pattern + "'" + why);
+  }
+  return problems;
 }
 
 // Turns initializers into constants with provenance: literals stay shared by name; every use
@@ -83,7 +179,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
         continue;
       }
       plan::Source src;
-      src.key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);  // display key; matched by position
+      src.key = source_key(in, p, slot);  // display key; matched by position
       src.names = {in};
       src.consumer = n.name;
       src.op_type = n.op_type;
@@ -148,10 +244,29 @@ void canonical_constant_names(passes::BuildState& s) {
 
 }  // namespace
 
+void check_build_request(const ir::Graph& g, const std::set<std::string>& literals, const BuildOptions& o) {
+  std::string model = g.name.empty() ? std::string("the model") : "model '" + g.name + "'";
+  auto bad = runtime::unsupported_nodes(g);
+  if (!bad.empty()) {
+    std::string msg = str_cat(bad.size(), " of ", g.nodes.size(), " node(s) of ", model, " cannot run:");
+    for (const auto& line : bad) msg += "\n  " + line;
+    fail(msg);
+  }
+  std::vector<std::string> problems = unmatched_literal_names(g, o);
+  for (auto& p : unmatched_skip_passes(o)) problems.push_back(std::move(p));
+  for (auto& p : unmatched_individual_patterns(g, literals, o)) problems.push_back(std::move(p));
+  if (!problems.empty()) {
+    std::string msg = str_cat(problems.size(), " build option(s) match nothing in ", model, ":");
+    for (const auto& p : problems) msg += "\n  " + p;
+    fail(msg);
+  }
+}
+
 plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   o.validate();
   ir::Graph g = canonicalize(std::move(input));
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
+  check_build_request(g, literals, o);
   plan::Plan plan;
   plan.fingerprint = structural_fingerprint(g, literals);
   plan.mode = o.mode;

@@ -6,6 +6,7 @@
 // transform that cannot be replayed exactly is a build error, not a silent refit bug later.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,18 +31,27 @@ struct BuildOptions {
   // product (plan.h, Precision), trading accuracy for one native bfloat16 product instead of two.
   plan::Precision activations = plan::Precision::Fp32;
   WeightPacking weight_packing = WeightPacking::Auto;
-  std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names
-  std::vector<std::string> literal_names;        // initializers to treat as literals
+  std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names (each must match one)
+  std::vector<std::string> literal_names;        // initializers to treat as literals (each must exist)
   bool strip_weights = false;                    // requires a refit mode
   bool verify_recipes = true;                    // replay every recipe after the build
   bool print_passes = false;                     // print node/constant counts after each pass
-  std::vector<std::string> skip_passes;          // glob patterns of passes not to run (A/B timing, debugging)
-  void validate() const;                         // throws on inconsistent options
+  std::vector<std::string> skip_passes;          // glob patterns of passes not to run (each must match a pass)
+  void validate() const;                         // throws on inconsistent options (the model aside)
 };
 
 // Takes the graph by value: pass a temporary (or std::move) so the build owns the initializers
-// and can let go of each weight once a pass has replaced it.
+// and can let go of each weight once a pass has replaced it. Refuses, before any work, what it
+// cannot honour (check_build_request).
 plan::Plan build_plan(ir::Graph graph, const BuildOptions& options);
+
+// Throws an Error unless a build of `canonical` (canonicalize()d, with `literals` from
+// literal_initializers()) with `options` can be honoured: every node can run (the error lists
+// each one that cannot, as `reforge check` does), every --literal name is an initializer, every
+// --skip-pass glob matches a build pass and every --refit-individual pattern matches a source.
+// A name that matches nothing lists the nearest names that exist. build_plan() calls it; callers
+// with costly work before the build (checkpoint binding) may call it first.
+void check_build_request(const ir::Graph& canonical, const std::set<std::string>& literals, const BuildOptions& options);
 
 // True when `name` matches the glob `pattern` ('*' any run, '?' one character).
 bool glob_match(const std::string& pattern, const std::string& name);

@@ -58,7 +58,11 @@ plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
   for (const auto& n : plan.graph.nodes)
     if (n.domain == "reforge" && n.op_type == "MatMulAddPacked") o.weight_packing = WeightPacking::Panels;
   o.individual_patterns = plan.individual_patterns;
-  o.literal_names = plan.literal_names;
+  // Names the new model lacks are left out rather than refused (the build refuses a --literal
+  // that names nothing): a re-export may rename an initializer that is a literal anyway, and a
+  // literal really missing shows up as a structural difference below.
+  for (const auto& name : plan.literal_names)
+    if (model.initializers.count(name)) o.literal_names.push_back(name);
   plan::Plan fresh = build_plan(model, o);
   check_structure(plan, fresh.fingerprint);
   if (fresh.weights.size() != plan.weights.size())

@@ -32,6 +32,8 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   eo.arena = o.arena;
   plan::Plan p;
   if (is_plan_file(path)) {
+    if (!o.skip_passes.empty())
+      fail("--skip-pass applies when building an ONNX model; '", path, "' is a plan, built already");
     p = plan::read_plan(path);
     if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
       fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
