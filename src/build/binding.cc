@@ -19,6 +19,7 @@
 #include "build/fingerprint.h"
 #include "build/literal_proof.h"
 #include "core/dispatch.h"
+#include "core/nearest_names.h"
 #include "ops/transpose2d.h"
 #include "refit/checkpoint_refit.h"
 #include "refit/recipe.h"
@@ -306,31 +307,12 @@ plan::Binding constant_binding(const Tensor& v, const LiteralProof& proof) {
   return b;
 }
 
-// Levenshtein distance, for "did you mean" lists.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
-std::string nearest_names(const std::string& name, const std::vector<std::string>& names, size_t count) {
-  std::vector<std::pair<size_t, std::string>> d;
-  for (const auto& n : names) d.push_back({edit_distance(name, n), n});
-  std::sort(d.begin(), d.end());
-  std::string out;
-  for (size_t i = 0; i < d.size() && i < count; ++i) out += (i ? ", '" : "'") + d[i].second + "'";
-  return out;
+// "(nearest: 'a', 'b')" or "" when no name is close.
+static std::string nearest_hint(const std::string& name, const std::vector<std::string>& names) {
+  auto near = nearest_names(name, names);
+  return near.empty() ? "" : " (nearest: " + quoted_list(near) + ")";
 }
 
 BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
@@ -369,12 +351,12 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
         used_binds.insert(forced->first);
         const std::string& want = forced->second;
         if (!ckpt.find(want))
-          fail("--bind ", forced->first, "=", want, ": the checkpoint has no tensor '", want, "' (nearest: ",
-               nearest_names(want, [&] {
+          fail("--bind ", forced->first, "=", want, ": the checkpoint has no tensor '", want, "'",
+               nearest_hint(want, [&] {
                  std::vector<std::string> v;
                  for (const auto& [cn, _] : ckpt.tensors()) v.push_back(cn);
                  return v;
-               }(), 3), ")");
+               }()));
         if (!cands.count(want))
           fail("--bind ", forced->first, "=", want, ": checkpoint tensor '", want, "' does not equal initializer '", in,
                "' (", v.describe(), ") under any supported transform");
@@ -437,7 +419,8 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       for (const auto& [n, t] : g.initializers)
         if (!literals.count(n) && is_float(t.dtype())) names.push_back(n);
       fail("--bind ", name, "=", o.binds.at(name), ": the model has no refittable initializer or source '", name,
-           "' (nearest: ", nearest_names(name.substr(0, name.find('@')), names, 3), ")");
+           "'",
+           nearest_hint(name.substr(0, name.find('@')), names));
     }
   // What no checkpoint tensor derives is a constant only by structure or by proof; else unbound.
   for (const auto& [name, uses] : unmatched) {
@@ -505,6 +488,7 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
                                       const BindOptions& bo, BindResult* result) {
   ir::Graph g = canonicalize(graph);
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
+  check_build_request(g, literals, o);  // refuse what the build cannot honour before binding
   BindOptions with_user = bo;
   with_user.user_literals.insert(o.literal_names.begin(), o.literal_names.end());
   BindResult r = bind_checkpoint(g, literals, ckpt, with_user);

@@ -77,8 +77,6 @@ struct BindFile {
 };
 BindFile read_bind_file(const std::string& path);
 
-// Up to `count` of `names` nearest to `name` by edit distance, quoted: "'a', 'b'".
-std::string nearest_names(const std::string& name, const std::vector<std::string>& names, size_t count);
 
 // Module scopes of a node, outermost first, from its metadata or its name.
 std::vector<std::string> node_scopes(const ir::Node& n);
