@@ -293,8 +293,11 @@ std::map<std::string, plan::Binding> candidates(Binder& b, const refit::Checkpoi
   if (!is_float(v.dtype()) || v.numel() == 0) return out;
   for (const auto& [name, f] : b.matches(v)) out[name] = make_binding(f, ckpt.tensors().at(name));
   if (!out.empty()) return out;
+  // An all-equal value splits into pieces of any all-equal tensors: no concatenation is decided
+  // by value, only broadcasts (decided per use by scope, like every several-candidate match).
+  if (all_equal(v)) return broadcast_bindings(v, ckpt);
   if (auto c = b.concat(v); c.status == plan::Binding::Status::Bound) return {{"", std::move(c)}};
-  return all_equal(v) ? broadcast_bindings(v, ckpt) : derive_bindings(v, ckpt);
+  return derive_bindings(v, ckpt);
 }
 
 plan::Binding constant_binding(const Tensor& v, const LiteralProof& proof) {
@@ -440,6 +443,12 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       // A weight input is never a constant by its values: an all-equal weight may just be untrained.
       note = "matches no checkpoint tensor under any supported transform, and it is a weight input of " + weight_use +
              ": the exporter probably transformed it (e.g. folded BatchNorm into it)";
+    } else if (auto related = related_constants(v, ckpt); !related.empty()) {
+      std::string list;
+      for (size_t i = 0; i < related.size() && i < 4; ++i) list += (i ? ", " : "") + related[i];
+      note = "all-equal like checkpoint tensor(s) " + list + (related.size() > 4 ? ", ..." : "") +
+             " of a related shape: a concatenation or slice of them could have made it, which values cannot tell; "
+             "--bind or --literal settles it";
     } else if ((proof = prove_literal(v))) {
       for (const auto& u : uses) r.bindings[u] = constant_binding(v, *proof);
       continue;

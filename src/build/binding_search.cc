@@ -390,4 +390,24 @@ std::map<std::string, plan::Binding> broadcast_bindings(const Tensor& v, const r
   return out;
 }
 
+std::vector<std::string> related_constants(const Tensor& v, const refit::Checkpoint& ckpt) {
+  std::vector<std::string> out;
+  if (v.numel() <= 1 || !all_equal(v)) return out;
+  const uint64_t value = Reader(v, v.dtype())(0);
+  const Shape vs = squeezed(v.shape());
+  for (const auto& [name, t] : ckpt.tensors()) {
+    if (!usable(t, v) || t.numel() <= 1) continue;
+    const Shape ts = squeezed(t.shape());
+    if (ts.size() != vs.size()) continue;
+    int differ = 0;
+    for (size_t i = 0; i < vs.size(); ++i) differ += ts[i] != vs[i];
+    if (differ > 1) continue;
+    Reader rd(t, v.dtype());
+    bool equal = true;
+    for (int64_t i = 0; i < t.numel() && equal; ++i) equal = rd(i) == value;
+    if (equal) out.push_back(name);
+  }
+  return out;
+}
+
 }  // namespace reforge::build

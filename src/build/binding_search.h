@@ -20,6 +20,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "plan/plan.h"
@@ -38,5 +39,11 @@ std::map<std::string, plan::Binding> derive_bindings(const Tensor& v, const refi
 // value (after a widening cast) and whose shape broadcasts to v's (an Expand of it), by name.
 // Tensors of v's element count are found by the index (identity / reshape).
 std::map<std::string, plan::Binding> broadcast_bindings(const Tensor& v, const refit::Checkpoint& ckpt);
+
+// For an all-equal `v` that no binding derives: the all-equal checkpoint tensors of v's value
+// whose shape differs from v's (size-1 axes aside) along at most one axis. A concatenation or a
+// slice of them could have made v (zero biases fused into one), and which cannot be told by
+// value, so v is neither bound nor structural.
+std::vector<std::string> related_constants(const Tensor& v, const refit::Checkpoint& ckpt);
 
 }  // namespace reforge::build
