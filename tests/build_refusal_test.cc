@@ -15,6 +15,7 @@
 #include "onnx/exporter.h"
 #include "plan/plan_io.h"
 #include "runtime/plan_engine.h"
+#include "support/cli.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -236,21 +237,8 @@ TEST(BuildRefusal, PatternsNeedRefitIndividualMode) {
 // temporary one) left behind. `run` and `bench`, which build an ONNX model on the fly, refuse too.
 namespace {
 
-struct CliResult {
-  int status = -1;
-  std::string output;
-};
-
-CliResult run_cli(const std::string& args) {
-  CliResult r;
-  FILE* f = ::popen((std::string(REFORGE_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) r.output.append(buf.data(), n);
-  r.status = ::pclose(f);
-  return r;
-}
+using test_support::CliResult;
+using test_support::run_cli;
 
 class BuildRefusalCli : public ::testing::Test {
  protected:

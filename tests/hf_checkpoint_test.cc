@@ -27,7 +27,9 @@
 #include "refit/checkpoint_refit.h"
 #include "refit/recipe.h"
 #include "refit/refitter.h"
+#include "onnx/exporter.h"
 #include "runtime/plan_engine.h"
+#include "support/cli.h"
 #include "support/plan_round_trip.h"
 
 using namespace reforge;
@@ -249,4 +251,87 @@ TEST(HfCheckpointRefusal, WeightTransformOutsideTheSearchIsRefusedNotKept) {
   refit::Refitter r(f);
   for (const auto& [id, t] : refit::sources_from_checkpoint(f.plan(), checkpoint_of(b)).sources) r.set_source(id, t);
   r.commit();
+}
+
+// What a user sees: every refusal is a non-zero exit with the names, and no output file.
+TEST(HfCheckpointCli, RefusalsEndInAClearErrorAndNoOutputFile) {
+  if (!fs::exists(kHf / "gpt2") || !fs::exists(kHf / "bert")) GTEST_SKIP() << "models/hf not present";
+  using test_support::run_cli;
+  fs::path dir = fs::temp_directory_path() / ("reforge_hf_cli_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto only_inputs_left = [&](size_t n) {
+    size_t files = 0;
+    for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+    EXPECT_EQ(files, n) << "a refused command left a file behind";
+  };
+  const std::string gpt2 = onnx_path("gpt2", "A");
+  // A wrong checkpoint (BERT's for GPT-2): under half of the sources bind.
+  auto r = run_cli("build " + gpt2 + " --refit --checkpoint " + ckpt_path("bert", "A") + " -o " + (dir / "wrong.plan").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--allow-partial-binding"), std::string::npos) << r.output;
+  only_inputs_left(0);
+  // A --bind name that is no initializer: the nearest names.
+  r = run_cli("build " + gpt2 + " --refit --checkpoint " + ckpt_path("gpt2", "A") + " --bind embeding_1=transformer.wpe.weight -o " +
+              (dir / "typo.plan").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("'embedding_1'"), std::string::npos) << r.output;
+  only_inputs_left(0);
+  // A constant outside the search: the plan builds (refit from ONNX works), a checkpoint refit
+  // is refused naming it, and neither -o nor the plan itself is written.
+  std::map<std::string, Tensor> a = {{"lin.weight", random_f32({8, 8}, 1)}, {"lin.bias", random_f32({8}, 2)}};
+  std::map<std::string, Tensor> b = {{"lin.weight", random_f32({8, 8}, 3)}, {"lin.bias", random_f32({8}, 4)}};
+  reforge::onnx::write_model_file(affine_of_bias_model(a), (dir / "affine.onnx").string());
+  refit::write_safetensors((dir / "a.safetensors").string(), a);
+  refit::write_safetensors((dir / "b.safetensors").string(), b);
+  r = run_cli("build " + (dir / "affine.onnx").string() + " --refit --strip-weights --checkpoint " + (dir / "a.safetensors").string() +
+              " -o " + (dir / "p.plan").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("unbound val_2"), std::string::npos) << r.output;
+  only_inputs_left(4);
+  auto before = std::filesystem::last_write_time(dir / "p.plan");
+  r = run_cli("refit " + (dir / "p.plan").string() + " --weights " + (dir / "b.safetensors").string() + " -o " +
+              (dir / "out.plan").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("'val_2'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--literal"), std::string::npos) << r.output;
+  r = run_cli("refit " + (dir / "p.plan").string() + " --weights " + (dir / "b.safetensors").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(std::filesystem::last_write_time(dir / "p.plan"), before);
+  only_inputs_left(4);
+  // inspect --json lists the unbound source with its consumer.
+  r = run_cli("inspect " + (dir / "p.plan").string() + " --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j.at("unbound").size(), 1u);
+  EXPECT_EQ(j["unbound"][0].at("name"), "val_2");
+  EXPECT_EQ(j["unbound"][0].at("consumer"), "node_add");
+  fs::remove_all(dir);
+}
+
+// inspect --json gives each literal's reason: structural or proven (with the recipe) for the
+// constants binding decided, user for --literal.
+TEST(HfCheckpointCli, InspectListsLiteralReasons) {
+  if (!fs::exists(kHf / "llama")) GTEST_SKIP() << "models/hf not present";
+  using test_support::run_cli;
+  fs::path plan = fs::temp_directory_path() / ("reforge_hf_inspect_" + std::to_string(::getpid()) + ".plan");
+  auto r = run_cli("build " + onnx_path("llama", "A") + " --refit --checkpoint " + ckpt_path("llama", "A") + " -o " + plan.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_cli("inspect " + plan.string() + " --json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  size_t proven = 0, structural = 0;
+  for (const auto& l : j.at("literals")) {
+    if (!l.contains("source")) continue;
+    if (l.at("reason") == "proven") {
+      ++proven;
+      EXPECT_NE(l.at("rule").get<std::string>().find("recipe:"), std::string::npos) << l.dump();
+      EXPECT_NE(l.at("rule").get<std::string>().find("ulp"), std::string::npos) << l.dump();
+    }
+    structural += l.at("reason") == "structural";
+  }
+  EXPECT_GE(proven, 2u);  // the rotary cos and sin tables
+  EXPECT_GE(structural, 1u);  // the causal mask, eps, exponents
+  EXPECT_TRUE(j.at("unbound").empty());
+  fs::remove(plan);
 }
