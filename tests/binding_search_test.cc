@@ -240,3 +240,17 @@ TEST(BindingSearch, RecognizerDecidesInBindingAndScopeSettlesBroadcasts) {
   EXPECT_NE(err.find("'cos_bda'"), std::string::npos) << err;
   EXPECT_NE(err.find("'cos_bad'"), std::string::npos) << err;
 }
+
+TEST(BindingSearch, NarrowingCastOfAFloat32Table) {
+  Tensor table = random_f32({16, 4}, 14);
+  auto half_rows = [](const Tensor& t, int64_t from, int64_t n) {
+    Tensor out = Tensor::empty(DType::Float16, {1, n, 4});
+    for (int64_t i = 0; i < n * 4; ++i) out.mutable_data<float16>()[i].bits = float16::from_float(t.data<float>()[from * 4 + i]);
+    return out;
+  };
+  Tensor v = half_rows(table, 3, 9);
+  auto found = build::derive_bindings(v, checkpoint_of({{"pos.weight", table}}));
+  ASSERT_TRUE(found.count("pos.weight"));
+  Tensor fresh = random_f32({16, 4}, 15);
+  EXPECT_TRUE(same(replay(found, "pos.weight", fresh, v), half_rows(fresh, 3, 9)));
+}

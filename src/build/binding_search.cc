@@ -32,9 +32,11 @@ Shape squeezed(const Shape& s) {
 }
 
 bool widening(DType from, DType to) { return to == DType::Float32 && (from == DType::BFloat16 || from == DType::Float16); }
+bool narrowing(DType from, DType to) { return from == DType::Float32 && (to == DType::BFloat16 || to == DType::Float16); }
 
-// Element i of a checkpoint tensor as the bits of the source's dtype: the same bytes, or the
-// exact float32 of a bfloat16/float16 value (what the Cast kernel writes).
+// Element i of a checkpoint tensor as the bits of the source's dtype: the same bytes, the exact
+// float32 of a bfloat16/float16 value, or a float32 rounded to bfloat16/float16 by the rounding
+// the Cast kernel uses (core/half.h). The final replay confirms every candidate anyway.
 struct Reader {
   const unsigned char* p;
   size_t esz;
@@ -46,6 +48,11 @@ struct Reader {
       uint64_t b = 0;
       std::memcpy(&b, p + i * esz, esz);
       return b;
+    }
+    if (from == DType::Float32) {
+      float f;
+      std::memcpy(&f, p + i * 4, 4);
+      return to == DType::BFloat16 ? bfloat16::from_float(f) : float16::from_float(f);
     }
     uint16_t h;
     std::memcpy(&h, p + i * 2, 2);
@@ -334,7 +341,8 @@ class Candidate {
 };
 
 bool usable(const Tensor& t, const Tensor& v) {
-  return is_float(t.dtype()) && t.numel() > 0 && (t.dtype() == v.dtype() || widening(t.dtype(), v.dtype()));
+  return is_float(t.dtype()) && t.numel() > 0 &&
+         (t.dtype() == v.dtype() || widening(t.dtype(), v.dtype()) || narrowing(t.dtype(), v.dtype()));
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 //    slice of the checkpoint tensor along that axis; the recovered index becomes an int64 literal
 //    of the binding (a position table cut to the exported length is a Slice at any offset, a
 //    relative-position bias looked up through a [S,S] bucket index is a Gather);
-//  * a permutation of any rank (Transpose), and a widening cast (bfloat16/float16 -> float32);
+//  * a permutation of any rank (Transpose), and a cast between float32 and bfloat16/float16;
 //  * size-1 axes anywhere (Reshape / Unsqueeze / Squeeze are free: the result is reshaped).
 //
 // Every candidate is confirmed by replaying the binding with refit::apply_binding, the code a
