@@ -12,24 +12,13 @@
 #include "refit/checkpoint_refit.h"
 #include "refit/safetensors.h"
 
+#include "support/synthetic_checkpoint.h"
+
 using namespace reforge;
+using test_support::checkpoint_of;
+using test_support::random_f32;
 
 namespace {
-
-Tensor random_f32(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  uint32_t x = seed * 2654435761u + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.mutable_data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
-
-refit::Checkpoint checkpoint_of(const std::map<std::string, Tensor>& t) {
-  auto owner = std::make_shared<std::string>(refit::serialize_safetensors(t));
-  return refit::Checkpoint::parse(owner, owner->data(), owner->size(), "checkpoint 'synthetic'");
-}
 
 bool same(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;

@@ -19,9 +19,12 @@
 #include "refit/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/synthetic_checkpoint.h"
 #include "support/plan_round_trip.h"
 
 using namespace reforge;
+using test_support::checkpoint_of;
+using test_support::random_f32;
 using test_support::round_trip;
 namespace fs = std::filesystem;
 
@@ -259,16 +262,6 @@ TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
 
 namespace {
 
-Tensor random_f32(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  uint32_t x = seed * 2654435761u + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.mutable_data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
-
 ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, const std::string& scope = "") {
   ir::Node n;
   n.name = name;
@@ -278,11 +271,6 @@ ir::Node node(const std::string& name, const std::string& op, std::vector<std::s
   n.outputs = {name + "_out"};
   if (!scope.empty()) n.metadata.push_back({"pkg.torch.onnx.name_scopes", scope});
   return n;
-}
-
-refit::Checkpoint checkpoint_of(const std::map<std::string, Tensor>& t) {
-  auto owner = std::make_shared<std::string>(refit::serialize_safetensors(t));
-  return refit::Checkpoint::parse(owner, owner->data(), owner->size(), "checkpoint 'synthetic'");
 }
 
 }  // namespace

@@ -29,10 +29,13 @@
 #include "refit/refitter.h"
 #include "onnx/exporter.h"
 #include "runtime/plan_engine.h"
+#include "support/synthetic_checkpoint.h"
 #include "support/cli.h"
 #include "support/plan_round_trip.h"
 
 using namespace reforge;
+using test_support::checkpoint_of;
+using test_support::random_f32;
 using test_support::round_trip;
 namespace fs = std::filesystem;
 
@@ -166,21 +169,6 @@ INSTANTIATE_TEST_SUITE_P(Transformers, HfCheckpointRefit, ::testing::ValuesIn(hf
                          [](const auto& info) { return info.param.name; });
 
 namespace {
-
-Tensor random_f32(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::empty(DType::Float32, shape);
-  uint32_t x = seed * 2654435761u + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.mutable_data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
-
-refit::Checkpoint checkpoint_of(const std::map<std::string, Tensor>& t) {
-  auto owner = std::make_shared<std::string>(refit::serialize_safetensors(t));
-  return refit::Checkpoint::parse(owner, owner->data(), owner->size(), "checkpoint 'synthetic'");
-}
 
 ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
               const std::string& scope) {
