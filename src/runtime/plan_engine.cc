@@ -16,6 +16,7 @@ ir::Graph graph_with_weights(const plan::Plan& p) {
 PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
     : plan_(std::move(plan)), engine_(graph_with_weights(plan_), options) {
   known_sources_.resize(plan_.sources.size());
+  for (const auto& s : plan_.sources) source_hashes_.push_back(s.hash);
   weight_present_.resize(plan_.weights.size());
   for (size_t i = 0; i < plan_.weights.size(); ++i) {
     plan::WeightEntry& w = plan_.weights[i];
@@ -54,6 +55,7 @@ std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs)
 
 plan::Plan PlanEngine::current_plan(bool strip) const {
   plan::Plan p = plan_;
+  for (size_t i = 0; i < p.sources.size(); ++i) p.sources[i].hash = source_hashes_[i];
   for (auto& w : p.weights) {
     w.data = engine_.constant(w.name);
     if (w.data.defined()) w.hash = refit::hash_tensor(w.data);
