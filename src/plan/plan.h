@@ -99,8 +99,7 @@ struct Source {
   uint32_t slot = 0;               // input slot of the consumer
   DType dtype = DType::Undefined;
   Shape shape;
-  uint64_t hash = 0;               // XXH3-64 of the value the weights were derived from
-                                   // (at build; a saved refit plan: the refit value)
+  uint64_t hash = 0;               // XXH3-64 of the build-time bytes
   bool refittable = true;
   Binding binding;
 };

@@ -23,14 +23,19 @@ struct Scan {
   int64_t nonfinite = -1;  // flat index of the first NaN/Inf, or -1
 };
 
-// Exponent all ones: Inf or NaN. Bit tests vectorize where std::isfinite on each type does not.
+// Exponent all ones: Inf or NaN. Counting matches in short chunks (the count fits in U)
+// vectorizes where std::isfinite on each type, or an early exit, does not.
 template <typename U>
 int64_t first_nonfinite(const U* p, int64_t n, U exp_mask) {
-  bool any = false;
-  for (int64_t i = 0; i < n; ++i) any |= (p[i] & exp_mask) == exp_mask;
-  if (!any) return -1;
-  for (int64_t i = 0; i < n; ++i)
-    if ((p[i] & exp_mask) == exp_mask) return i;
+  constexpr int64_t kChunk = 1024;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t e = std::min(n, c + kChunk);
+    U bad = 0;
+    for (int64_t i = c; i < e; ++i) bad += static_cast<U>((p[i] & exp_mask) == exp_mask);
+    if (bad)
+      for (int64_t i = c; i < e; ++i)
+        if ((p[i] & exp_mask) == exp_mask) return i;
+  }
   return -1;
 }
 
@@ -121,6 +126,16 @@ std::string source_origin(const plan::Source& s) {
 [[noreturn]] void fail_nonfinite(const std::string& what, const std::string& origin, const Tensor& t, int64_t i) {
   fail("refit: ", what, origin, " holds ", element_str(t, i), " at index ", index_str(t.shape(), i), " (flat index ", i, " of ",
        t.describe(), "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+}
+
+// Sources whose values the engine keeps after a commit, for a later incremental refit:
+// identity weights alias the engine weight; sources of multi-source recipes are kept.
+std::set<uint32_t> kept_sources(const plan::Plan& p) {
+  std::set<uint32_t> keep;
+  for (const auto& w : p.weights)
+    if (w.kind == plan::WeightKind::Derived && (w.sources.size() > 1 || w.recipe.steps.empty()))
+      keep.insert(w.sources.begin(), w.sources.end());
+  return keep;
 }
 
 }  // namespace
@@ -225,8 +240,10 @@ CommitReport Refitter::commit(const CommitOptions& options) {
   auto miss = missing();
   if (!miss.empty()) fail("refit: ", miss.size(), " source(s) have no value:", list_keys(miss));
 
-  // The values set: finite, and for refit-identical plans the build-time bytes. Their hashes
-  // become the engine's record of them.
+  // The values set: finite, and for refit-identical plans the build-time bytes. The hashes of
+  // the ones the engine will keep become its record of them (the others are not hashed: nothing
+  // could re-check them later).
+  const std::set<uint32_t> keep = kept_sources(p);
   std::vector<uint32_t> ids;
   std::vector<const Tensor*> values_set;
   for (const auto& [id, t] : pending_) {
@@ -234,7 +251,19 @@ CommitReport Refitter::commit(const CommitOptions& options) {
     values_set.push_back(&t);
     rep.bytes_in += t.nbytes();
   }
-  const std::vector<Scan> scans = scan_all(values_set, true, options.check_finite);
+  std::vector<Scan> scans(ids.size());
+  {
+    std::vector<const Tensor*> hashed, unhashed;
+    std::vector<size_t> hi, ui;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const bool h = identical || keep.count(ids[i]);
+      (h ? hashed : unhashed).push_back(values_set[i]);
+      (h ? hi : ui).push_back(i);
+    }
+    const std::vector<Scan> a = scan_all(hashed, true, options.check_finite), b = scan_all(unhashed, false, options.check_finite);
+    for (size_t k = 0; k < hi.size(); ++k) scans[hi[k]] = a[k];
+    for (size_t k = 0; k < ui.size(); ++k) scans[ui[k]] = b[k];
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
     if (scans[i].nonfinite >= 0) fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
@@ -291,12 +320,6 @@ CommitReport Refitter::commit(const CommitOptions& options) {
 
   auto t2 = std::chrono::steady_clock::now();
   engine_.engine_.replace_constants(staged);  // the one step that changes the engine
-  // Remember sources that a later partial refit may need: identity weights alias the engine
-  // weight; sources of multi-source recipes are kept.
-  std::set<uint32_t> keep;
-  for (const auto& w : p.weights)
-    if (w.kind == plan::WeightKind::Derived && (w.sources.size() > 1 || w.recipe.steps.empty()))
-      keep.insert(w.sources.begin(), w.sources.end());
   for (const auto& [id, t] : pending_) engine_.known_sources_[id] = keep.count(id) ? t : Tensor();
   for (size_t i = 0; i < ids.size(); ++i) engine_.source_hashes_[ids[i]] = scans[i].hash;
   rep.sources_set = pending_.size();

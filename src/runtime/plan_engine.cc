@@ -22,8 +22,10 @@ PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
     plan::WeightEntry& w = plan_.weights[i];
     weight_present_[i] = w.data.defined();
     if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() && w.data.defined() &&
-        w.recipe.result.kind == plan::Operand::Kind::Source)
+        w.recipe.result.kind == plan::Operand::Kind::Source) {
       known_sources_[w.recipe.result.index] = w.data;
+      source_hashes_[w.recipe.result.index] = w.hash;  // the weight's bytes are the source's
+    }
     // The engine owns the data now; the plan copy keeps metadata only.
     w.data = Tensor();
   }
@@ -55,7 +57,6 @@ std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs)
 
 plan::Plan PlanEngine::current_plan(bool strip) const {
   plan::Plan p = plan_;
-  for (size_t i = 0; i < p.sources.size(); ++i) p.sources[i].hash = source_hashes_[i];
   for (auto& w : p.weights) {
     w.data = engine_.constant(w.name);
     if (w.data.defined()) w.hash = refit::hash_tensor(w.data);
