@@ -73,12 +73,17 @@ Scan scan(const Tensor& t, bool hash, bool check_finite) {
   return out;
 }
 
-// Runs scan() on every tensor, in parallel (sources are many and independent).
-std::vector<Scan> scan_all(const std::vector<const Tensor*>& ts, bool hash, bool check_finite) {
+// Runs scan() on every tensor, in parallel when there are enough bytes to pay for the threads
+// (sources are many and independent).
+// `hash[i]`: whether to hash ts[i].
+std::vector<Scan> scan_all(const std::vector<const Tensor*>& ts, const std::vector<bool>& hash, bool check_finite) {
   std::vector<Scan> out(ts.size());
   const int64_t n = static_cast<int64_t>(ts.size());
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
-  for (int64_t i = 0; i < n; ++i) out[i] = scan(*ts[i], hash, check_finite);
+  size_t bytes = 0;
+  for (size_t i = 0; i < ts.size(); ++i) bytes += hash[i] || check_finite ? ts[i]->nbytes() : 0;
+  const bool parallel = n > 1 && bytes >= (size_t{8} << 20);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t i = 0; i < n; ++i) out[i] = scan(*ts[i], hash[i], check_finite);
   return out;
 }
 
@@ -246,24 +251,14 @@ CommitReport Refitter::commit(const CommitOptions& options) {
   const std::set<uint32_t> keep = kept_sources(p);
   std::vector<uint32_t> ids;
   std::vector<const Tensor*> values_set;
+  std::vector<bool> hash;
   for (const auto& [id, t] : pending_) {
     ids.push_back(id);
     values_set.push_back(&t);
+    hash.push_back(identical || keep.count(id));
     rep.bytes_in += t.nbytes();
   }
-  std::vector<Scan> scans(ids.size());
-  {
-    std::vector<const Tensor*> hashed, unhashed;
-    std::vector<size_t> hi, ui;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const bool h = identical || keep.count(ids[i]);
-      (h ? hashed : unhashed).push_back(values_set[i]);
-      (h ? hi : ui).push_back(i);
-    }
-    const std::vector<Scan> a = scan_all(hashed, true, options.check_finite), b = scan_all(unhashed, false, options.check_finite);
-    for (size_t k = 0; k < hi.size(); ++k) scans[hi[k]] = a[k];
-    for (size_t k = 0; k < ui.size(); ++k) scans[ui[k]] = b[k];
-  }
+  const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite);
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
     if (scans[i].nonfinite >= 0) fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
@@ -286,7 +281,7 @@ CommitReport Refitter::commit(const CommitOptions& options) {
       kept.push_back(static_cast<uint32_t>(s));
       kept_values.push_back(&engine_.known_sources_[s]);
     }
-    const std::vector<Scan> kept_scans = scan_all(kept_values, true, false);
+    const std::vector<Scan> kept_scans = scan_all(kept_values, std::vector<bool>(kept.size(), true), false);
     for (size_t i = 0; i < kept.size(); ++i)
       if (kept_scans[i].hash != engine_.source_hashes_[kept[i]])
         fail("refit: source '", p.sources[kept[i]].key, "' (not set in this incremental refit): the value the engine holds no "
@@ -354,7 +349,7 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     std::vector<size_t> idx;
     for (size_t i = 0; i < p.weights.size(); ++i)
       if (p.weights[i].kind == plan::WeightKind::Derived) ts.push_back(&fresh.weights[i].data), idx.push_back(i);
-    const std::vector<Scan> scans = scan_all(ts, false, true);
+    const std::vector<Scan> scans = scan_all(ts, std::vector<bool>(ts.size(), false), true);
     for (size_t k = 0; k < ts.size(); ++k) {
       if (scans[k].nonfinite < 0) continue;
       const auto& w = p.weights[idx[k]];
