@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -107,6 +108,68 @@ TEST(FusedSimd, GeluAgainstFloat64) {
           const double wt = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
           ASSERT_NEAR(f(ye)[i], we, 1e-6 * std::fabs(v) + 1e-7) << "erf form at " << v << " (" << simd_level_name(l) << ")";
           ASSERT_NEAR(f(yt)[i], wt, 2e-6 * std::fabs(wt) + 1e-7) << "tanh form at " << v << " (" << simd_level_name(l) << ")";
+        }
+      }
+    }
+  }
+}
+
+// reforge::Gelu with its constants as inputs (refittable): the fast path only for the standard
+// float32 constants bit for bit. One ulp off any constant, the kernel evaluates the formula as
+// written with that constant (the fast path ignores the inputs, so taking it would give exactly
+// the no-input result; the formula is checked against float64 with the perturbed constants).
+TEST(FusedSimd, GeluConstantsOneUlpOffTakeTheGeneralPath) {
+  const int64_t n = 4099;
+  Tensor x = random_floats({n}, 11, -6, 6);
+  const Tensor fast_erf = run("reforge", "Gelu", 1, {&x});
+  const Tensor fast_tanh = run("reforge", "Gelu", 1, {&x}, {ir::string_attr("approximate", "tanh")});
+  auto same_bits = [](const Tensor& a, const Tensor& b) { return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0; };
+  const float sqrt2 = static_cast<float>(std::sqrt(2.0)), sqrt_half = static_cast<float>(std::sqrt(0.5)),
+              c1 = static_cast<float>(std::sqrt(2.0 / M_PI)), c2 = 0.044715f;
+  struct Case {
+    const char* what;
+    bool tanh;
+    std::vector<float> consts;  // erf: k, one, half; tanh: c1, c2, p, one, half
+    std::string k_op;
+  };
+  std::vector<Case> standard = {{"erf div", false, {sqrt2, 1.0f, 0.5f}, "div"},
+                                {"erf mul", false, {sqrt_half, 1.0f, 0.5f}, "mul"},
+                                {"tanh", true, {c1, c2, 3.0f, 1.0f, 0.5f}, ""}};
+  for (const Case& c : standard) {
+    for (int which = -1; which < static_cast<int>(c.consts.size()); ++which) {
+      for (float dir : {1.0f, -1.0f}) {
+        if (which < 0 && dir < 0) continue;
+        std::vector<float> k = c.consts;
+        if (which >= 0) k[which] = std::nextafter(k[which], dir * INFINITY);
+        SCOPED_TRACE(std::string(c.what) + (which < 0 ? ", standard" : ", constant " + std::to_string(which) + (dir > 0 ? " +1 ulp" : " -1 ulp")));
+        std::vector<Tensor> ks;
+        for (float v : k) ks.push_back(scalar(v));
+        std::vector<const Tensor*> ins = {&x};
+        for (const auto& t : ks) ins.push_back(&t);
+        std::vector<ir::Attribute> attrs;
+        if (c.tanh) attrs.push_back(ir::string_attr("approximate", "tanh"));
+        else attrs.push_back(ir::string_attr("k_op", c.k_op));
+        const Tensor y = run("reforge", "Gelu", 1, ins, attrs);
+        const Tensor& fast = c.tanh ? fast_tanh : fast_erf;
+        if (which < 0) {
+          EXPECT_TRUE(same_bits(y, fast)) << "the standard constants should take the fast path";
+          continue;
+        }
+        EXPECT_FALSE(same_bits(y, fast)) << "one ulp off the standard constants took the fast path";
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = f(x)[i];
+          double want;
+          if (!c.tanh) {
+            const double u = c.k_op == "div" ? v / k[0] : v * k[0];
+            want = (v * k[2]) * (k[1] + std::erf(u));
+          } else {
+            want = (v * k[4]) * (k[3] + std::tanh(k[0] * (v + k[1] * std::pow(v, double(k[2])))));
+          }
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(f(y)[i])) << "at " << v;  // x^p, x < 0, p not an integer: as written
+          } else {
+            ASSERT_NEAR(f(y)[i], want, 4e-7 * std::fabs(want) + 1e-7) << "at " << v;
+          }
         }
       }
     }

@@ -83,10 +83,16 @@ double scalar_in(const KernelContext& ctx, size_t i) {
   return t.data<float>()[0];
 }
 
-bool near(double v, double want) { return std::fabs(v - want) <= 1e-6 * std::fabs(want); }
+// The standard constants as float32, the type the inputs hold: the fast path computes the
+// standard GELU, so it runs only for exactly these values (a refit that moves a constant by
+// one ulp gets the formula as written, never the standard function).
+constexpr float kSqrt2 = static_cast<float>(1.41421356237309504880);      // erf form, x / k
+constexpr float kSqrtHalf = static_cast<float>(0.70710678118654752440);   // erf form, x * k
+constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);  // tanh form, c1
+constexpr float kTanhCubic = 0.044715f;                                    // tanh form, c2
 
 // With its constants as inputs (they may have been refit): the formula as written, for any
-// values; the fast path when they hold the standard ones.
+// values; the fast path when they hold the standard ones bit for bit.
 bool gelu_general(KernelContext& ctx, bool tanh_form) {
   const Tensor& x = ctx.input(0);
   const int64_t n = x.numel();
@@ -95,7 +101,7 @@ bool gelu_general(KernelContext& ctx, bool tanh_form) {
     const bool div = ctx.attr_string("k_op", "div") == "div";
     const float k = static_cast<float>(scalar_in(ctx, 1)), one = static_cast<float>(scalar_in(ctx, 2)),
                 half = static_cast<float>(scalar_in(ctx, 3));
-    if (near(k, div ? std::sqrt(2.0) : std::sqrt(0.5)) && one == 1.0f && half == 0.5f) return false;
+    if (k == (div ? kSqrt2 : kSqrtHalf) && one == 1.0f && half == 0.5f) return false;
     float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
     const float* px = x.data<float>();
     for (int64_t i = 0; i < n; ++i) y[i] = (px[i] * half) * (one + std::erf(div ? px[i] / k : px[i] * k));
@@ -105,7 +111,7 @@ bool gelu_general(KernelContext& ctx, bool tanh_form) {
   const float c1 = static_cast<float>(scalar_in(ctx, 1)), c2 = static_cast<float>(scalar_in(ctx, 2)),
               p = static_cast<float>(scalar_in(ctx, 3)), one = static_cast<float>(scalar_in(ctx, 4)),
               half = static_cast<float>(scalar_in(ctx, 5));
-  if (near(c1, std::sqrt(2.0 / M_PI)) && near(c2, 0.044715) && p == 3.0f && one == 1.0f && half == 0.5f) return false;
+  if (c1 == kSqrt2OverPi && c2 == kTanhCubic && p == 3.0f && one == 1.0f && half == 0.5f) return false;
   float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
   const float* px = x.data<float>();
   for (int64_t i = 0; i < n; ++i)

@@ -5,6 +5,10 @@
 #include <cmath>
 #include <set>
 
+#include <xxhash.h>
+
+#include <algorithm>
+
 #include "core/dispatch.h"
 #include "refit/recipe.h"
 
@@ -12,16 +16,133 @@ namespace reforge::refit {
 
 namespace {
 
-bool all_finite(const Tensor& t) {
-  if (!is_float(t.dtype())) return true;
-  return dispatch_float(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      if (!std::isfinite(static_cast<double>(to_compute(p[i])))) return false;
-    return true;
-  });
+// One pass over a value: its XXH3 and, for float types, the first NaN/Inf. The bytes are read
+// a block at a time so that the finiteness scan finds them in cache after the hash.
+struct Scan {
+  uint64_t hash = 0;
+  int64_t nonfinite = -1;  // flat index of the first NaN/Inf, or -1
+};
+
+// Exponent all ones: Inf or NaN. Counting matches in short chunks (the count fits in U)
+// vectorizes where std::isfinite on each type, or an early exit, does not.
+template <typename U>
+int64_t first_nonfinite(const U* p, int64_t n, U exp_mask) {
+  constexpr int64_t kChunk = 1024;
+  for (int64_t c = 0; c < n; c += kChunk) {
+    const int64_t e = std::min(n, c + kChunk);
+    U bad = 0;
+    for (int64_t i = c; i < e; ++i) bad += static_cast<U>((p[i] & exp_mask) == exp_mask);
+    if (bad)
+      for (int64_t i = c; i < e; ++i)
+        if ((p[i] & exp_mask) == exp_mask) return i;
+  }
+  return -1;
 }
+
+int64_t first_nonfinite(DType dt, const void* p, int64_t n) {
+  switch (dt) {
+    case DType::Float32: return first_nonfinite(static_cast<const uint32_t*>(p), n, uint32_t{0x7f800000});
+    case DType::Float64: return first_nonfinite(static_cast<const uint64_t*>(p), n, uint64_t{0x7ff0000000000000});
+    case DType::Float16: return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7c00});
+    case DType::BFloat16: return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7f80});
+    default: return -1;
+  }
+}
+
+Scan scan(const Tensor& t, bool hash, bool check_finite) {
+  Scan out;
+  check_finite &= is_float(t.dtype());
+  if (!hash && !check_finite) return out;
+  const auto* bytes = static_cast<const unsigned char*>(t.raw());
+  const size_t esize = t.numel() ? t.nbytes() / static_cast<size_t>(t.numel()) : 1;
+  const size_t block = (size_t{1} << 18) / esize * esize;
+  XXH3_state_t* st = hash ? XXH3_createState() : nullptr;
+  if (st) XXH3_64bits_reset(st);
+  for (size_t off = 0; off < t.nbytes(); off += block) {
+    const size_t len = std::min(block, t.nbytes() - off);
+    if (st) XXH3_64bits_update(st, bytes + off, len);
+    if (check_finite && out.nonfinite < 0) {
+      int64_t i = first_nonfinite(t.dtype(), bytes + off, static_cast<int64_t>(len / esize));
+      if (i >= 0) out.nonfinite = static_cast<int64_t>(off / esize) + i;
+    }
+  }
+  if (st) {
+    out.hash = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+  }
+  return out;
+}
+
+// Runs scan() on every tensor, in parallel when there are enough bytes to pay for the threads
+// (sources are many and independent).
+// `hash[i]`: whether to hash ts[i].
+std::vector<Scan> scan_all(const std::vector<const Tensor*>& ts, const std::vector<bool>& hash, bool check_finite) {
+  std::vector<Scan> out(ts.size());
+  const int64_t n = static_cast<int64_t>(ts.size());
+  size_t bytes = 0;
+  for (size_t i = 0; i < ts.size(); ++i) bytes += hash[i] || check_finite ? ts[i]->nbytes() : 0;
+  const bool parallel = n > 1 && bytes >= (size_t{8} << 20);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t i = 0; i < n; ++i) out[i] = scan(*ts[i], hash[i], check_finite);
+  return out;
+}
+
+std::string index_str(const Shape& shape, int64_t flat) {
+  std::string s = "[";
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  for (size_t d = 0; d < idx.size(); ++d) s += (d ? ", " : "") + std::to_string(idx[d]);
+  return s + "]";
+}
+
+// "NaN" / "inf" / "-inf" for element `i` of a float tensor.
+std::string element_str(const Tensor& t, int64_t i) {
+  double v = dispatch_float(t.dtype(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<double>(to_compute(t.data<T>()[i]));
+  });
+  return std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
+}
+
+std::string list_keys(const std::vector<std::string>& keys) {
+  std::string list;
+  for (size_t i = 0; i < keys.size() && i < 10; ++i) list += "\n  " + keys[i];
+  if (keys.size() > 10) list += "\n  ...";
+  return list;
+}
+
+// Where a source's values come from, for errors: its initializer name(s) and, when bound, the
+// checkpoint tensors.
+std::string source_origin(const plan::Source& s) {
+  std::string o;
+  for (const auto& n : s.names) o += (o.empty() ? " (initializer '" : ", '") + n + "'";
+  if (!o.empty()) o += ")";
+  if (s.binding.status == plan::Binding::Status::Bound && !s.binding.checkpoint.empty()) {
+    o += " (from checkpoint tensor";
+    for (size_t i = 0; i < s.binding.checkpoint.size(); ++i) o += (i ? ", '" : " '") + s.binding.checkpoint[i].name + "'";
+    o += ")";
+  }
+  return o;
+}
+
+[[noreturn]] void fail_nonfinite(const std::string& what, const std::string& origin, const Tensor& t, int64_t i) {
+  fail("refit: ", what, origin, " holds ", element_str(t, i), " at index ", index_str(t.shape(), i), " (flat index ", i, " of ",
+       t.describe(), "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+}
+
+// Sources whose values the engine keeps after a commit, for a later incremental refit:
+// identity weights alias the engine weight; sources of multi-source recipes are kept.
+std::set<uint32_t> kept_sources(const plan::Plan& p) {
+  std::set<uint32_t> keep;
+  for (const auto& w : p.weights)
+    if (w.kind == plan::WeightKind::Derived && (w.sources.size() > 1 || w.recipe.steps.empty()))
+      keep.insert(w.sources.begin(), w.sources.end());
+  return keep;
+}
+
 }  // namespace
 
 Refitter::Refitter(runtime::PlanEngine& engine) : engine_(engine) {}
@@ -99,24 +220,73 @@ void Refitter::set(const std::string& name, const Tensor& value) {
   }
 }
 
+std::vector<std::string> Refitter::unset() const {
+  const plan::Plan& p = engine_.plan_;
+  std::vector<std::string> out;
+  for (size_t s = 0; s < p.sources.size(); ++s)
+    if (p.sources[s].refittable && !pending_.count(static_cast<uint32_t>(s))) out.push_back(p.sources[s].key);
+  return out;
+}
+
 CommitReport Refitter::commit(const CommitOptions& options) {
   const plan::Plan& p = engine_.plan_;
+  const bool identical = p.mode == plan::BuildMode::RefitIdentical;
   CommitReport rep;
   auto t0 = std::chrono::steady_clock::now();
-  auto miss = missing();
-  if (!miss.empty()) {
-    std::string list;
-    for (size_t i = 0; i < miss.size() && i < 10; ++i) list += "\n  " + miss[i];
-    if (miss.size() > 10) list += "\n  ...";
-    fail("refit: ", miss.size(), " source(s) have no value:", list);
+  if (!options.incremental) {
+    auto un = unset();
+    if (!un.empty()) {
+      size_t refittable = 0;
+      for (const auto& s : p.sources) refittable += s.refittable;
+      fail("refit: ", un.size(), " of ", refittable, " refittable source(s) were not given a value; a refit sets every one "
+           "(an incremental refit, CommitOptions::incremental, keeps the engine's values of the others):", list_keys(un));
+    }
   }
+  auto miss = missing();
+  if (!miss.empty()) fail("refit: ", miss.size(), " source(s) have no value:", list_keys(miss));
+
+  // The values set: finite, and for refit-identical plans the build-time bytes. The hashes of
+  // the ones the engine will keep become its record of them (the others are not hashed: nothing
+  // could re-check them later).
+  const std::set<uint32_t> keep = kept_sources(p);
+  std::vector<uint32_t> ids;
+  std::vector<const Tensor*> values_set;
+  std::vector<bool> hash;
   for (const auto& [id, t] : pending_) {
-    const plan::Source& s = p.sources[id];
-    if (p.mode == plan::BuildMode::RefitIdentical && hash_tensor(t) != s.hash)
-      fail("refit: source '", s.key, "' differs from the weights this refit-identical plan was built with; "
-           "refit-identical plans accept only the build-time weights (rebuild with --refit to change weights)");
-    if (options.check_finite && !all_finite(t)) fail("refit: source '", s.key, "' contains NaN or Inf");
+    ids.push_back(id);
+    values_set.push_back(&t);
+    hash.push_back(identical || keep.count(id));
     rep.bytes_in += t.nbytes();
+  }
+  const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const plan::Source& s = p.sources[ids[i]];
+    if (scans[i].nonfinite >= 0) fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
+    if (identical && scans[i].hash != s.hash)
+      fail("refit: source '", s.key, "'", source_origin(s), " differs from the weights this refit-identical plan was built with; "
+           "refit-identical plans accept only the build-time weights (rebuild with --refit to change weights)");
+  }
+  // The values kept (incremental): every one the engine holds the bytes of must still hash to
+  // what was recorded when it entered the engine, and in a refit-identical plan every source
+  // must be the build-time one.
+  if (options.incremental) {
+    std::vector<uint32_t> kept;
+    std::vector<const Tensor*> kept_values;
+    for (size_t s = 0; s < p.sources.size(); ++s) {
+      if (!p.sources[s].refittable || pending_.count(static_cast<uint32_t>(s))) continue;
+      if (identical && engine_.source_hashes_[s] != p.sources[s].hash)
+        fail("refit: source '", p.sources[s].key, "' (not set in this incremental refit) holds other values than the weights "
+             "this refit-identical plan was built with");
+      if (!engine_.known_sources_[s].defined()) continue;
+      kept.push_back(static_cast<uint32_t>(s));
+      kept_values.push_back(&engine_.known_sources_[s]);
+    }
+    const std::vector<Scan> kept_scans = scan_all(kept_values, std::vector<bool>(kept.size(), true), false);
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (kept_scans[i].hash != engine_.source_hashes_[kept[i]])
+        fail("refit: source '", p.sources[kept[i]].key, "' (not set in this incremental refit): the value the engine holds no "
+             "longer hashes to the value it was given (memory corrupted, or changed outside a refit); set it too, or refit "
+             "every source");
   }
   rep.validate_ms = ms_since(t0);
 
@@ -145,20 +315,15 @@ CommitReport Refitter::commit(const CommitOptions& options) {
 
   auto t2 = std::chrono::steady_clock::now();
   engine_.engine_.replace_constants(staged);  // the one step that changes the engine
-  // Remember sources that a later partial refit may need: identity weights alias the engine
-  // weight; sources of multi-source recipes are kept.
-  std::set<uint32_t> keep;
-  for (const auto& w : p.weights)
-    if (w.kind == plan::WeightKind::Derived && (w.sources.size() > 1 || w.recipe.steps.empty()))
-      keep.insert(w.sources.begin(), w.sources.end());
   for (const auto& [id, t] : pending_) engine_.known_sources_[id] = keep.count(id) ? t : Tensor();
+  for (size_t i = 0; i < ids.size(); ++i) engine_.source_hashes_[ids[i]] = scans[i].hash;
   rep.sources_set = pending_.size();
   pending_.clear();
   rep.commit_ms = ms_since(t2);
   return rep;
 }
 
-CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh) {
+CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptions& options) {
   const plan::Plan& p = engine_.plan_;
   CommitReport rep;
   auto t0 = std::chrono::steady_clock::now();
@@ -178,6 +343,21 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh) {
     rep.bytes_out += f.data.nbytes();
     staged[w.name] = f.data;
   }
+  if (options.check_finite) {
+    // The sources are gone in a rebuild; a NaN/Inf in one shows in the weights derived from it.
+    std::vector<const Tensor*> ts;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < p.weights.size(); ++i)
+      if (p.weights[i].kind == plan::WeightKind::Derived) ts.push_back(&fresh.weights[i].data), idx.push_back(i);
+    const std::vector<Scan> scans = scan_all(ts, std::vector<bool>(ts.size(), false), true);
+    for (size_t k = 0; k < ts.size(); ++k) {
+      if (scans[k].nonfinite < 0) continue;
+      const auto& w = p.weights[idx[k]];
+      std::string from = " (derived from";
+      for (size_t j = 0; j < w.sources.size(); ++j) from += (j ? ", '" : " '") + p.sources[w.sources[j]].key + "'";
+      fail_nonfinite("engine weight '" + w.name + "' of the rebuilt plan", from + ")", *ts[k], scans[k].nonfinite);
+    }
+  }
   rep.validate_ms = ms_since(t0);
   auto t2 = std::chrono::steady_clock::now();
   engine_.engine_.replace_constants(staged);
@@ -188,6 +368,8 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh) {
     else
       for (uint32_t s : w.sources) engine_.known_sources_[s] = Tensor();
   }
+  for (size_t i = 0; i < p.sources.size(); ++i)
+    if (p.sources[i].refittable) engine_.source_hashes_[i] = fresh.sources[i].hash;
   pending_.clear();
   rep.weights_replayed = staged.size();
   rep.commit_ms = ms_since(t2);

@@ -4,12 +4,13 @@
 //   r.set("model.layers.0.mlp.up_proj.weight", view);   // validated at once: name, dtype, shape
 //   r.commit();                                          // all or nothing
 //
-// commit() first validates everything: completeness (every refittable source has a value,
-// either set now or already in the engine — for a stripped engine that means all of them),
-// for refit-identical plans that each value hashes to the build-time hash, and optionally that
-// all values are finite. Then it replays only the recipes whose sources changed, with the same
-// kernels the builder used, and swaps the new engine weights in at once. Any failure leaves
-// the engine exactly as it was.
+// commit() first validates everything: completeness (by default the values set must cover
+// every refittable source, set equality; an incremental commit keeps the engine's values of
+// the others and re-hashes the ones the engine holds against the hash recorded for them), for
+// refit-identical plans that every source, set or kept, hashes to the build-time hash, and
+// that no value holds NaN or Inf. Then it replays only the recipes whose sources changed, with
+// the same kernels the builder used, and swaps the new engine weights in at once. Any failure
+// leaves the engine exactly as it was.
 #pragma once
 
 #include <map>
@@ -32,7 +33,16 @@ struct SourceDesc {
 };
 
 struct CommitOptions {
-  bool check_finite = false;  // refuse NaN/Inf in float sources
+  // Refuse NaN/Inf in float sources; the error names the source, the index and the value of
+  // the first one. Off: non-finite values are accepted (what the weights then compute is the
+  // caller's business).
+  bool check_finite = true;
+  // Off (default): the values set must cover every refittable source; a missing one is an
+  // error that lists them. On: only the sources set change; every other refittable source keeps
+  // the engine's value, and each one the engine holds the bytes of (identity weights, sources of
+  // multi-source recipes) is re-hashed against the hash recorded when it entered the engine, so
+  // a corrupted or stale value is refused rather than replayed into new weights.
+  bool incremental = false;
 };
 
 struct CommitReport {
@@ -56,13 +66,17 @@ class Refitter {
   void set_source(uint32_t id, const Tensor& value);
   size_t pending() const { return pending_.size(); }
   void clear() { pending_.clear(); }
+  // Keys of refittable sources not set in this transaction (what a non-incremental commit
+  // refuses), sorted by source id.
+  std::vector<std::string> unset() const;
   // Validates, replays, swaps. Throws (engine unchanged) on any problem; clears the pending
   // values on success.
   CommitReport commit(const CommitOptions& options = {});
   // Slow path: swaps in the derived engine weights of `fresh`, a new build of the same
-  // structure (same weight table). For refit-identical plans every source hash must match.
-  // Pending values are ignored and cleared.
-  CommitReport commit_rebuilt(const plan::Plan& fresh);
+  // structure (same weight table). For refit-identical plans every source hash must match;
+  // with options.check_finite no derived engine weight may hold NaN or Inf (`incremental` does
+  // not apply: a rebuild replaces every derived weight). Pending values are ignored and cleared.
+  CommitReport commit_rebuilt(const plan::Plan& fresh, const CommitOptions& options = {});
 
  private:
   runtime::PlanEngine& engine_;

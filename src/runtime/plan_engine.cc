@@ -16,13 +16,16 @@ ir::Graph graph_with_weights(const plan::Plan& p) {
 PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
     : plan_(std::move(plan)), engine_(graph_with_weights(plan_), options) {
   known_sources_.resize(plan_.sources.size());
+  for (const auto& s : plan_.sources) source_hashes_.push_back(s.hash);
   weight_present_.resize(plan_.weights.size());
   for (size_t i = 0; i < plan_.weights.size(); ++i) {
     plan::WeightEntry& w = plan_.weights[i];
     weight_present_[i] = w.data.defined();
     if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() && w.data.defined() &&
-        w.recipe.result.kind == plan::Operand::Kind::Source)
+        w.recipe.result.kind == plan::Operand::Kind::Source) {
       known_sources_[w.recipe.result.index] = w.data;
+      source_hashes_[w.recipe.result.index] = w.hash;  // the weight's bytes are the source's
+    }
     // The engine owns the data now; the plan copy keeps metadata only.
     w.data = Tensor();
   }

@@ -45,6 +45,11 @@ class PlanEngine {
   // weight; for sources of multi-source recipes it is kept after a refit so that a later
   // refit of only some of them can replay the recipe.
   std::vector<Tensor> known_sources_;
+  // XXH3 of each known value above, recorded when it entered the engine (for an identity
+  // weight loaded from the plan: the weight's hash), and of every source in a refit-identical
+  // plan; an incremental refit re-hashes the known values against it. Otherwise the plan's
+  // build-time hash, or 0 after a refit that kept no value.
+  std::vector<uint64_t> source_hashes_;
   std::vector<bool> weight_present_;  // per plan weight
 };
 

@@ -23,6 +23,7 @@ struct BenchArgs {
   int iterations = 20;
   int warmup = 3;
   std::vector<std::string> weights;
+  bool allow_nonfinite = false;
   std::string precision, activations;
   bool profile = false;
   std::vector<std::string> skip_passes;
@@ -70,7 +71,8 @@ void print_profile(const std::vector<runtime::NodeProfile>& nodes, std::ostream&
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
-  app.add_option("--weights,-w", a->weights, "refit from these weights first");
+  auto* w = app.add_option("--weights,-w", a->weights, "refit from these weights first");
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite, "with --weights: accept NaN/Inf in the new weights (refused by default)")->needs(w);
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   add_precision_options(app, a->precision, a->activations);
@@ -85,6 +87,7 @@ Runner add_bench(CLI::App& app) {
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
     lo.quiet = true;

@@ -13,7 +13,7 @@ namespace {
 struct RefitArgs {
   std::string plan, out;
   std::vector<std::string> weights;
-  bool strip = false, slow = false, verify = false, finite = false;
+  bool strip = false, slow = false, verify = false, allow_nonfinite = false;
 };
 }  // namespace
 
@@ -26,11 +26,13 @@ Runner add_refit(CLI::App& app) {
   auto* s = app.add_flag("--slow", a->slow, "re-import and rebuild instead of replaying recipes");
   auto* v = app.add_flag("--verify", a->verify, "run fast and slow refit, compare every engine weight bit for bit");
   s->excludes(v);
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite, "accept NaN/Inf in the new weights (refused by default)");
   return [a]() {
     LoadOptions o;
     o.weights = a->weights;
     o.slow = a->slow;
     o.verify = a->verify;
+    o.allow_nonfinite = a->allow_nonfinite;
     auto engine = load_engine(a->plan, LoadOptions{});
     refit_engine(*engine, o);
     std::string out = a->out.empty() ? a->plan : a->out;

@@ -20,13 +20,15 @@ struct RunArgs {
   int threads = 0;
   std::vector<std::string> weights;
   std::string precision, activations;
+  bool allow_nonfinite = false;
 };
 }  // namespace
 
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
-  app.add_option("--weights,-w", a->weights, "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
+  auto* w = app.add_option("--weights,-w", a->weights, "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite, "with --weights: accept NaN/Inf in the new weights (refused by default)")->needs(w);
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
@@ -38,6 +40,7 @@ Runner add_run(CLI::App& app) {
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
     auto engine_ptr = load_engine(a->model, lo);

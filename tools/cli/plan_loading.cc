@@ -59,6 +59,8 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
   refit::Refitter r(engine);
+  refit::CommitOptions co;
+  co.check_finite = !o.allow_nonfinite;
   refit::CommitReport rep;
   auto t0 = std::chrono::steady_clock::now();
   if (!o.weights.empty() && refit::is_safetensors_path(o.weights[0])) {
@@ -67,7 +69,7 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
     auto cs = refit::sources_from_checkpoint(p, ckpt);
     double read_ms = ms_since(t0);
     for (const auto& [id, t] : cs.sources) r.set_source(id, t);
-    rep = r.commit();
+    rep = r.commit(co);
     if (!o.quiet) {
       std::cerr << std::fixed << std::setprecision(2) << "refit (checkpoint): read+bind " << read_ms << " ms, validate "
                 << rep.validate_ms << " ms, replay " << rep.replay_ms << " ms, commit " << rep.commit_ms << " ms; "
@@ -81,7 +83,7 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
   if (o.slow) {
     plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
     double read_ms = ms_since(t0);
-    rep = r.commit_rebuilt(fresh);
+    rep = r.commit_rebuilt(fresh, co);
     if (!o.quiet)
       std::cerr << std::fixed << std::setprecision(2) << "refit (slow): import+build " << read_ms << " ms, validate "
                 << rep.validate_ms << " ms, commit " << rep.commit_ms << " ms, " << rep.weights_replayed << " weights, "
@@ -91,7 +93,7 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
   auto sources = build::read_sources_from_onnx(p, src);
   double read_ms = ms_since(t0);
   for (const auto& [id, t] : sources) r.set_source(id, t);
-  rep = r.commit();
+  rep = r.commit(co);
   if (!o.quiet)
     std::cerr << std::fixed << std::setprecision(2) << "refit (fast): read " << read_ms << " ms, validate " << rep.validate_ms
               << " ms, replay " << rep.replay_ms << " ms, commit " << rep.commit_ms << " ms; " << rep.sources_set

@@ -24,6 +24,7 @@ struct LoadOptions {
   bool arena = true;                 // runtime::EngineOptions::arena
   std::string precision;             // --precision for an ONNX model built on the fly ("" = fp32)
   std::string activations;           // --activations likewise ("" = fp32)
+  bool allow_nonfinite = false;      // accept NaN/Inf in new weights (CommitOptions::check_finite off)
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
