@@ -24,6 +24,9 @@ struct LoadOptions {
   bool arena = true;                 // runtime::EngineOptions::arena
   std::string precision;             // --precision for an ONNX model built on the fly ("" = fp32)
   std::string activations;           // --activations likewise ("" = fp32)
+  // Hash every stored weight of a plan file against the hashes it records before using it
+  // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
+  bool verify_weights = true;
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
