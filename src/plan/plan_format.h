@@ -4,6 +4,9 @@
 #pragma once
 
 #include <xxhash.h>
+#if defined(__x86_64__)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +32,15 @@ inline constexpr size_t kOffDataSize = 40;      // u64 data section size
 inline constexpr size_t kOffMetaHash = 48;      // u64 XXH3-64 of the metadata bytes
 inline constexpr size_t kOffHeaderHash = 56;    // u64 XXH3-64 of header bytes [0, 56)
 
-inline uint64_t hash_bytes(const void* p, size_t n) { return XXH3_64bits(p, n); }
+// XXH3-64, seed 0. On x86-64 through libxxhash's dispatcher, which picks the widest vector unit
+// the CPU has at run time (AVX2: about 2.5x the baseline SSE2 code); the value is the same.
+inline uint64_t hash_bytes(const void* p, size_t n) {
+#if defined(__x86_64__)
+  return XXH3_64bits_dispatch(p, n);
+#else
+  return XXH3_64bits(p, n);
+#endif
+}
 
 inline uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 

@@ -44,10 +44,12 @@ struct ReadOptions {
   // false: WeightEntry::data stays undefined (nothing of the weight data is touched); everything
   // else (graph, attribute tensors, literals, recipes, sources, hashes) is filled in.
   bool load_weights = true;
-  // true: every loaded weight's data is hashed and compared with WeightEntry::hash and with the
-  // file's recorded hash of those bytes (this reads every weight page). Attribute tensors and
-  // literals are always verified; they are small.
-  bool verify_weight_hashes = false;
+  // true: every loaded weight's data is hashed (in parallel, over the OpenMP threads) and
+  // compared with the file's recorded hash of those bytes and with WeightEntry::hash; a mismatch
+  // is an Error naming each corrupted weight. This reads every weight page, which a run would
+  // touch anyway. false skips it: a damaged weight section then loads and runs on wrong bytes.
+  // Attribute tensors and literals are always verified; they are small.
+  bool verify_weight_hashes = true;
 };
 
 // Memory-maps the file; weight tensors wrap the mapping (no copy). Every malformed input is an

@@ -1,7 +1,9 @@
 // Plan reader: validates the header, checksums and every metadata field of an untrusted plan
 // file and builds a Plan whose tensors wrap the mapped bytes (docs/plan-format.md). Nothing
 // here trusts a size, an offset or an index from the file before checking it.
+#include <sys/mman.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -142,11 +144,25 @@ ir::Dim dim(const json& j, const std::string& where) {
   return ir::Dim{-1, as_string(j, where)};
 }
 
+// A loaded weight's bytes and the hashes the plan records for them.
+struct WeightCheck {
+  size_t weight;             // index into Plan::weights
+  const unsigned char* data;
+  uint64_t nbytes;
+  uint64_t recorded;         // the data ref's hash
+  uint64_t expected;         // WeightEntry::hash
+  uint64_t file_offset;
+};
+
 // Builds Plan objects from the validated metadata; tensors wrap the data section.
 class Decoder {
  public:
-  Decoder(std::shared_ptr<const void> owner, const unsigned char* data, uint64_t size, const ReadOptions& options)
-      : owner_(std::move(owner)), data_(data), size_(size), options_(options) {}
+  Decoder(std::shared_ptr<const void> owner, const unsigned char* data, uint64_t data_offset, uint64_t size,
+          const ReadOptions& options)
+      : owner_(std::move(owner)), data_(data), data_offset_(data_offset), size_(size), options_(options) {}
+
+  // Weight data still to hash (ReadOptions::verify_weight_hashes), in weight-table order.
+  const std::vector<WeightCheck>& weight_checks() const { return checks_; }
 
   Plan plan(const json& j) {
     if (!j.is_object()) fail("metadata: expected a JSON object");
@@ -453,11 +469,10 @@ class Decoder {
       const unsigned char* ptr = data_ref(data, at(wh, "data"), w.dtype, w.shape, &recorded);
       if (options_.load_weights) {
         w.data = Tensor::wrap(w.dtype, w.shape, owner_, ptr);
-        if (options_.verify_weight_hashes) {
-          verify(ptr, w.data.nbytes(), recorded, at(wh, "data"));
-          if (recorded != w.hash)
-            fail(wh, ": data hash ", hex64(recorded), " differs from the weight's recorded hash ", hex64(w.hash));
-        }
+        // Hashed later, all weights at once and in parallel (verify_weight_data).
+        if (options_.verify_weight_hashes)
+          checks_.push_back({p.weights.size(), ptr, w.data.nbytes(), recorded, w.hash,
+                             data_offset_ + static_cast<uint64_t>(ptr - data_)});
       }
     }
     return w;
@@ -465,9 +480,80 @@ class Decoder {
 
   std::shared_ptr<const void> owner_;
   const unsigned char* data_;  // the data section
+  uint64_t data_offset_;       // its offset in the file
   uint64_t size_;
   ReadOptions options_;
+  std::vector<WeightCheck> checks_;
 };
+
+// Maps [p, p + n) of a file mapping into the page tables (reading it from disk where it is not
+// in the page cache). One madvise instead of a page fault per page; where the kernel lacks
+// MADV_POPULATE_READ (before Linux 5.14), one read per page does the same.
+void populate(const unsigned char* p, uint64_t n) {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  if (n == 0 || ::madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(p) + n - begin, MADV_POPULATE_READ) == 0)
+    return;
+  unsigned char sum = 0;
+  for (uint64_t i = 0; i < n; i += page) sum = static_cast<unsigned char>(sum + p[i]);
+  volatile unsigned char sink = sum;
+  (void)sink;
+}
+
+// Hashes every weight's bytes and fails naming each weight whose bytes do not hash to what the
+// plan records (its data ref's hash and WeightEntry::hash, which a well-formed file keeps equal).
+// Two parallel passes over the OpenMP threads: first the pages are mapped in, in 4 MiB pieces
+// (so one large weight, a 130 MB embedding, is paged in by all threads, and a cold file is read
+// with many requests in flight); then each weight is hashed, the largest first (XXH3 over one
+// buffer is sequential, so the largest weight bounds the second pass). The first run would
+// otherwise pay for paging in what it reads.
+void verify_weight_data(const Plan& plan, const std::vector<WeightCheck>& checks) {
+  if (checks.empty()) return;
+  std::vector<size_t> order(checks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return checks[a].nbytes > checks[b].nbytes; });
+  constexpr uint64_t kPiece = uint64_t{4} << 20;
+  std::vector<std::pair<const unsigned char*, uint64_t>> pieces;
+  for (size_t i : order)
+    for (uint64_t off = 0; off < checks[i].nbytes; off += kPiece)
+      pieces.emplace_back(checks[i].data + off, std::min(kPiece, checks[i].nbytes - off));
+  std::vector<uint64_t> actual(checks.size());
+  const int64_t npieces = static_cast<int64_t>(pieces.size()), n = static_cast<int64_t>(order.size());
+#pragma omp parallel
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t k = 0; k < npieces; ++k) populate(pieces[static_cast<size_t>(k)].first, pieces[static_cast<size_t>(k)].second);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t k = 0; k < n; ++k) {
+      const WeightCheck& c = checks[order[static_cast<size_t>(k)]];
+      actual[order[static_cast<size_t>(k)]] = hash_bytes(c.data, c.nbytes);
+    }
+  }
+  std::vector<std::string> bad;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const WeightCheck& c = checks[i];
+    const WeightEntry& w = plan.weights[c.weight];
+    if (actual[i] == c.recorded && c.recorded == c.expected) continue;
+    std::string from;
+    for (size_t k = 0; k < w.sources.size() && k < 3; ++k)
+      from += str_cat(k ? ", '" : " from '", plan.sources[w.sources[k]].names.empty() ? plan.sources[w.sources[k]].key : plan.sources[w.sources[k]].names[0], "'");
+    if (w.sources.size() > 3) from += ", ...";
+    std::string where = str_cat("engine weight '", w.name, "' (", weight_kind_name(w.kind), " ", dtype_name(w.dtype),
+                                shape_str(w.shape), from, "; weights[", c.weight, "], file bytes [", c.file_offset, ", ",
+                                c.file_offset + c.nbytes, "))");
+    if (actual[i] != c.recorded)
+      bad.push_back(str_cat(where, ": data hash mismatch: its bytes hash to ", hex64(actual[i]), ", the plan records ",
+                            hex64(c.recorded)));
+    else
+      bad.push_back(str_cat(where, ": data hash ", hex64(c.recorded), " differs from the weight's recorded hash ",
+                            hex64(c.expected)));
+  }
+  if (bad.empty()) return;
+  std::string msg = bad.size() == 1 ? bad[0] : str_cat(bad.size(), " engine weights are corrupted:");
+  for (size_t i = 0; bad.size() > 1 && i < bad.size() && i < 10; ++i) msg += "\n  " + bad[i];
+  if (bad.size() > 10) msg += str_cat("\n  ... and ", bad.size() - 10, " more");
+  fail(msg, bad.size() == 1 ? "; the file is corrupted" : "\nthe file is corrupted");
+}
 
 }  // namespace
 
@@ -519,9 +605,10 @@ Plan parse_plan(std::shared_ptr<const void> owner, const void* data, size_t size
     fail(what, ": metadata is not valid JSON: ", e.what());
   }
   try {
-    Decoder dec(std::move(owner), p + data_offset, data_size, options);
+    Decoder dec(std::move(owner), p + data_offset, data_offset, data_size, options);
     Plan plan = dec.plan(j);
     plan.format_version = version;
+    verify_weight_data(plan, dec.weight_checks());
     return plan;
   } catch (const Error& e) {
     Error outer(str_cat(what, ": ", e.message()));

@@ -28,6 +28,7 @@ struct BenchArgs {
   bool profile = false;
   std::vector<std::string> skip_passes;
   bool no_arena = false;
+  bool no_verify = false;
 };
 
 // Per op type (sorted by time) and the slowest nodes, from the engine's per-node timings.
@@ -81,6 +82,7 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
+  add_no_verify_option(app, a->no_verify);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
@@ -94,6 +96,7 @@ Runner add_bench(CLI::App& app) {
     lo.profile = a->profile;
     lo.skip_passes = a->skip_passes;
     lo.arena = !a->no_arena;
+    lo.verify_weights = !a->no_verify;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);

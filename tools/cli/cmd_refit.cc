@@ -1,6 +1,8 @@
 // `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights] [--slow | --verify]`
 // Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
-// -o is given; atomically either way).
+// -o is given; atomically either way). The plan's stored weights are always verified against
+// their hashes first (there is no --no-verify here): the written plan re-hashes every weight it
+// carries over, so a corrupted literal or baked weight would otherwise leave with a valid hash.
 #include <iostream>
 
 #include "common.h"
@@ -33,7 +35,9 @@ Runner add_refit(CLI::App& app) {
     o.slow = a->slow;
     o.verify = a->verify;
     o.allow_nonfinite = a->allow_nonfinite;
-    auto engine = load_engine(a->plan, LoadOptions{});
+    LoadOptions lo;
+    lo.verify_weights = true;
+    auto engine = load_engine(a->plan, lo);
     refit_engine(*engine, o);
     std::string out = a->out.empty() ? a->plan : a->out;
     plan::write_plan(engine->current_plan(a->strip), out);

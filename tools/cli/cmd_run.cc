@@ -21,6 +21,7 @@ struct RunArgs {
   std::vector<std::string> weights;
   std::string precision, activations;
   bool allow_nonfinite = false;
+  bool no_verify = false;
 };
 }  // namespace
 
@@ -35,6 +36,7 @@ Runner add_run(CLI::App& app) {
   app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   add_precision_options(app, a->precision, a->activations);
+  add_no_verify_option(app, a->no_verify);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     LoadOptions lo;
@@ -43,6 +45,7 @@ Runner add_run(CLI::App& app) {
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
+    lo.verify_weights = !a->no_verify;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     auto outs = engine.run(inputs);

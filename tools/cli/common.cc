@@ -21,6 +21,12 @@ void add_precision_options(CLI::App& app, std::string& precision, std::string& a
       ->check(CLI::IsMember({"fp32", "bf16"}));
 }
 
+void add_no_verify_option(CLI::App& app, bool& no_verify) {
+  app.add_flag("--no-verify", no_verify,
+               "do not hash a plan file's weights against the hashes it records before running it "
+               "(corrupted weight bytes then run silently)");
+}
+
 plan::Precision parse_precision(const std::string& value) {
   if (value.empty() || value == "fp32") return plan::Precision::Fp32;
   if (value == "bf16") return plan::Precision::Bf16;

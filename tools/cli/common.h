@@ -28,6 +28,8 @@ Runner add_inspect(CLI::App& app);
 // Adds `--precision fp32|bf16|fp16` (storage type of the MatMul/Gemm weights of a build) and
 // `--activations fp32|bf16` (what bf16 Linear layers multiply them with) to `app`.
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations);
+// Adds `--no-verify` (load a plan file without hashing its weights; `run` and `bench`).
+void add_no_verify_option(CLI::App& app, bool& no_verify);
 // "fp32" or "" -> Fp32, "bf16" -> Bf16, "fp16" -> Fp16; anything else is an error.
 plan::Precision parse_precision(const std::string& value);
 // For a build with bf16 activations on a CPU without bfloat16 arithmetic (no oneDNN bf16 product),

@@ -34,7 +34,9 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   if (is_plan_file(path)) {
     if (!o.skip_passes.empty())
       fail("--skip-pass applies when building an ONNX model; '", path, "' is a plan, built already");
-    p = plan::read_plan(path);
+    plan::ReadOptions ro;
+    ro.verify_weight_hashes = o.verify_weights;
+    p = plan::read_plan(path, ro);
     if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
       fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
            plan::precision_name(p.precision));

@@ -25,6 +25,9 @@ struct LoadOptions {
   std::string precision;             // --precision for an ONNX model built on the fly ("" = fp32)
   std::string activations;           // --activations likewise ("" = fp32)
   bool allow_nonfinite = false;      // accept NaN/Inf in new weights (CommitOptions::check_finite off)
+  // Hash every stored weight of a plan file against the hashes it records before using it
+  // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
+  bool verify_weights = true;
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
