@@ -226,6 +226,18 @@ class Candidate {
       std::vector<int64_t> O;
       for (int64_t o = 0; o < m; ++o)
         if (o != a) O.push_back(o);
+      // The other axes of t must all be axes of the source, by size.
+      std::vector<int64_t> need, have(S_.begin(), S_.end());
+      for (int64_t o : O) need.push_back(T_[o]);
+      std::sort(need.begin(), need.end());
+      std::sort(have.begin(), have.end());
+      if (!std::includes(have.begin(), have.end(), need.begin(), need.end())) continue;
+      // The source's first element starts its first row whatever the axis assignment: unless some
+      // slice of t along a starts with it, no gather along a can work (one pass, no allocation).
+      const uint64_t lead = rv_(0);
+      bool any = false;
+      for (int64_t i = 0; i < T_[a] && !any; ++i) any = rd_(i * ts_[a]) == lead;
+      if (!any) continue;
       // Slices of t along a by their first element's bits.
       std::unordered_multimap<uint64_t, int64_t> first;
       for (int64_t i = 0; i < T_[a]; ++i) first.emplace(rd_(i * ts_[a]), i);
