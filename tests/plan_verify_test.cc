@@ -8,6 +8,7 @@
 #include "support/cli.h"
 #include "build/builder.h"
 #include "onnx/importer.h"
+#include "plan/plan_format.h"
 #include "plan_test_util.h"
 #include "runtime/plan_engine.h"
 
@@ -202,4 +203,39 @@ TEST(PlanVerify, RefitRefusesACorruptedLiteralOfAStrippedPlan) {
   Cli insp = cli(dir, "inspect --verify " + path);
   EXPECT_EQ(insp.rc, 1) << insp.out;
   EXPECT_NE(insp.out.find("engine weight '" + name + "'"), std::string::npos) << insp.out;
+}
+
+// A weight larger than one piece (plan::format::kPiece) records a hash per piece, verified on all
+// threads at once: one flipped byte in its second piece is an error naming the weight and piece.
+TEST(PlanVerify, LargeWeightsAreVerifiedPieceByPiece) {
+  ir::Graph g;
+  g.name = "big";
+  g.opsets[""] = 18;
+  const int64_t k = 1200;  // a 1200x1200 float32 weight: 5.5 MiB, two pieces
+  g.inputs.push_back({"x", DType::Float32, true, {{1, ""}, {k, ""}}});
+  g.outputs.push_back({"y", DType::Float32, true, {{1, ""}, {k, ""}}});
+  Tensor w = Tensor::empty(DType::Float32, {k, k});
+  for (int64_t i = 0; i < w.numel(); ++i) w.mutable_data<float>()[i] = static_cast<float>(i % 977) * 1e-3f;
+  g.initializers["w"] = w;
+  ir::Node n;
+  n.name = "mm", n.op_type = "MatMul", n.opset = 18, n.inputs = {"x", "w"}, n.outputs = {"y"};
+  g.nodes = {n};
+  TempDir dir;
+  std::string path = dir.file("big.plan");
+  write_plan(build::build_plan(g, {}), path);
+  std::string b = slurp(path);
+  json meta = metadata_of(b);
+  size_t big = meta["weights"].size();
+  for (size_t i = 0; i < meta["weights"].size(); ++i)
+    if (!meta["weights"][i]["data"].is_null() && meta["weights"][i]["data"]["nbytes"].get<uint64_t>() > plan::format::kPiece) big = i;
+  ASSERT_LT(big, meta["weights"].size());
+  const json& data = meta["weights"][big]["data"];
+  ASSERT_EQ(data["xxh3_pieces"].size(), (data["nbytes"].get<uint64_t>() + plan::format::kPiece - 1) / plan::format::kPiece);
+  EXPECT_NO_THROW(read_plan(path));
+  size_t off = u64_at(b, 32) + data["offset"].get<uint64_t>() + plan::format::kPiece + 123;
+  b[off] = static_cast<char>(b[off] ^ 0x01);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << b;
+  std::string e = error_of([&] { read_plan(path); });
+  EXPECT_NE(e.find("engine weight '" + meta["weights"][big]["name"].get<std::string>() + "'"), std::string::npos) << e;
+  EXPECT_NE(e.find("piece 1 of"), std::string::npos) << e;
 }

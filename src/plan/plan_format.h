@@ -42,6 +42,10 @@ inline uint64_t hash_bytes(const void* p, size_t n) {
 #endif
 }
 
+// Weights larger than one piece also record the hash of each kPiece-byte piece ("xxh3_pieces"),
+// so that a reader can verify one large weight on all threads at once.
+inline constexpr uint64_t kPiece = uint64_t{4} << 20;
+
 inline uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 inline void put_u32(unsigned char* p, uint32_t v) {

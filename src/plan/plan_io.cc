@@ -100,6 +100,22 @@ class Encoder {
     return json{{"offset", offset}, {"nbytes", static_cast<uint64_t>(n)}, {"xxh3", hex64(hash_bytes(t.raw(), n))}};
   }
 
+  // XXH3-64 of each kPiece-byte piece of a large weight, hashed on all threads.
+  static json piece_hashes(const Tensor& t) {
+    const auto* p = static_cast<const unsigned char*>(t.raw());
+    const uint64_t n = t.nbytes();
+    const int64_t count = static_cast<int64_t>((n + kPiece - 1) / kPiece);
+    std::vector<uint64_t> h(static_cast<size_t>(count));
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t k = 0; k < count; ++k) {
+      const uint64_t off = static_cast<uint64_t>(k) * kPiece;
+      h[static_cast<size_t>(k)] = hash_bytes(p + off, std::min(kPiece, n - off));
+    }
+    json a = json::array();
+    for (uint64_t x : h) a.push_back(hex64(x));
+    return a;
+  }
+
   void check_storable(const Tensor& t, const std::string& where) {
     if (!is_supported(t.dtype()))
       fail(where, ": tensors of type ", dtype_name(t.dtype()), " cannot be stored in a plan");
@@ -271,6 +287,7 @@ class Encoder {
       if (w.data.dtype() != w.dtype || w.data.shape() != w.shape)
         fail(where, ": data is ", w.data.describe(), " but the entry says ", dtype_name(w.dtype), shape_str(w.shape));
       j["data"] = data_ref(w.data);
+      if (w.data.nbytes() > kPiece) j["data"]["xxh3_pieces"] = piece_hashes(w.data);
     } else {
       j["data"] = nullptr;
     }

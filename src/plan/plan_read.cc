@@ -152,6 +152,7 @@ struct WeightCheck {
   uint64_t recorded;         // the data ref's hash
   uint64_t expected;         // WeightEntry::hash
   uint64_t file_offset;
+  std::vector<uint64_t> pieces;  // recorded hashes of its kPiece-byte pieces (large weights), or empty
 };
 
 // Builds Plan objects from the validated metadata; tensors wrap the data section.
@@ -470,9 +471,21 @@ class Decoder {
       if (options_.load_weights) {
         w.data = Tensor::wrap(w.dtype, w.shape, owner_, ptr);
         // Hashed later, all weights at once and in parallel (verify_weight_data).
-        if (options_.verify_weight_hashes)
+        if (options_.verify_weight_hashes) {
           checks_.push_back({p.weights.size(), ptr, w.data.nbytes(), recorded, w.hash,
-                             data_offset_ + static_cast<uint64_t>(ptr - data_)});
+                             data_offset_ + static_cast<uint64_t>(ptr - data_), {}});
+          if (data.contains("xxh3_pieces")) {
+            const json& pieces = as_array(data["xxh3_pieces"], at(at(wh, "data"), "xxh3_pieces"));
+            const uint64_t n = w.data.nbytes(), want = n > kPiece ? (n + kPiece - 1) / kPiece : 0;
+            if (pieces.size() != want)
+              fail(at(at(wh, "data"), "xxh3_pieces"), ": ", pieces.size(), " piece hashes for ", n, " bytes (expected ", want, ")");
+            for (size_t k = 0; k < pieces.size(); ++k) {
+              auto v = pieces[k].is_string() ? parse_hex64(pieces[k].get<std::string>()) : std::nullopt;
+              if (!v) fail(at(at(at(wh, "data"), "xxh3_pieces"), k), ": expected 16 hex digits");
+              checks_.back().pieces.push_back(*v);
+            }
+          }
+        }
       }
     }
     return w;
@@ -502,37 +515,62 @@ void populate(const unsigned char* p, uint64_t n) {
 
 // Hashes every weight's bytes and fails naming each weight whose bytes do not hash to what the
 // plan records (its data ref's hash and WeightEntry::hash, which a well-formed file keeps equal).
-// Two parallel passes over the OpenMP threads: first the pages are mapped in, in 4 MiB pieces
-// (so one large weight, a 130 MB embedding, is paged in by all threads, and a cold file is read
-// with many requests in flight); then each weight is hashed, the largest first (XXH3 over one
-// buffer is sequential, so the largest weight bounds the second pass). The first run would
-// otherwise pay for paging in what it reads.
+// One parallel pass over the OpenMP threads: a weight larger than kPiece records the hash of each
+// of its pieces, so one large weight (a 130 MB embedding) is paged in and hashed by all threads
+// at once, and a cold file is read with many requests in flight, each piece hashed while it is
+// hot; smaller weights (and plans written before piece hashes) are paged in and hashed whole, the
+// largest first. The first run would otherwise pay for paging in what it reads.
 void verify_weight_data(const Plan& plan, const std::vector<WeightCheck>& checks) {
   if (checks.empty()) return;
-  std::vector<size_t> order(checks.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return checks[a].nbytes > checks[b].nbytes; });
-  constexpr uint64_t kPiece = uint64_t{4} << 20;
-  std::vector<std::pair<const unsigned char*, uint64_t>> pieces;
-  for (size_t i : order)
-    for (uint64_t off = 0; off < checks[i].nbytes; off += kPiece)
-      pieces.emplace_back(checks[i].data + off, std::min(kPiece, checks[i].nbytes - off));
+  // Work items: every piece of a weight that records piece hashes (paged in and hashed by one
+  // thread, in one pass), then every other weight whole, the largest first.
+  struct Item {
+    size_t check;
+    int64_t piece;  // -1: the whole weight
+  };
+  std::vector<Item> items;
+  for (size_t i = 0; i < checks.size(); ++i)
+    for (size_t k = 0; k < checks[i].pieces.size(); ++k) items.push_back({i, static_cast<int64_t>(k)});
+  std::vector<size_t> whole;
+  for (size_t i = 0; i < checks.size(); ++i)
+    if (checks[i].pieces.empty()) whole.push_back(i);
+  std::stable_sort(whole.begin(), whole.end(), [&](size_t a, size_t b) { return checks[a].nbytes > checks[b].nbytes; });
+  for (size_t i : whole) items.push_back({i, -1});
   std::vector<uint64_t> actual(checks.size());
-  const int64_t npieces = static_cast<int64_t>(pieces.size()), n = static_cast<int64_t>(order.size());
-#pragma omp parallel
-  {
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t k = 0; k < npieces; ++k) populate(pieces[static_cast<size_t>(k)].first, pieces[static_cast<size_t>(k)].second);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t k = 0; k < n; ++k) {
-      const WeightCheck& c = checks[order[static_cast<size_t>(k)]];
-      actual[order[static_cast<size_t>(k)]] = hash_bytes(c.data, c.nbytes);
+  std::vector<std::vector<uint64_t>> actual_pieces(checks.size());
+  for (size_t i = 0; i < checks.size(); ++i) actual_pieces[i].resize(checks[i].pieces.size());
+  const int64_t nitems = static_cast<int64_t>(items.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < nitems; ++k) {
+    const Item& it = items[static_cast<size_t>(k)];
+    const WeightCheck& c = checks[it.check];
+    if (it.piece >= 0) {
+      const uint64_t off = static_cast<uint64_t>(it.piece) * kPiece, len = std::min(kPiece, c.nbytes - off);
+      populate(c.data + off, len);
+      actual_pieces[it.check][static_cast<size_t>(it.piece)] = hash_bytes(c.data + off, len);
+    } else {
+      for (uint64_t off = 0; off < c.nbytes; off += kPiece) populate(c.data + off, std::min(kPiece, c.nbytes - off));
+      actual[it.check] = hash_bytes(c.data, c.nbytes);
     }
   }
   std::vector<std::string> bad;
   for (size_t i = 0; i < checks.size(); ++i) {
     const WeightCheck& c = checks[i];
     const WeightEntry& w = plan.weights[c.weight];
+    if (!c.pieces.empty()) {
+      size_t k = 0;
+      while (k < c.pieces.size() && c.pieces[k] == actual_pieces[i][k]) ++k;
+      // The pieces vouch for the bytes; the whole-data hash must still be the weight's own.
+      actual[i] = k == c.pieces.size() ? c.recorded : ~c.recorded;
+      if (k < c.pieces.size()) {
+        std::string from = str_cat("engine weight '", w.name, "' (", weight_kind_name(w.kind), " ", dtype_name(w.dtype),
+                                   shape_str(w.shape), "; weights[", c.weight, "], file bytes [", c.file_offset + k * kPiece,
+                                   ", ", c.file_offset + std::min<uint64_t>(c.nbytes, (k + 1) * kPiece), "))");
+        bad.push_back(str_cat(from, ": data hash mismatch in piece ", k, " of ", c.pieces.size(), ": its bytes hash to ",
+                              hex64(actual_pieces[i][k]), ", the plan records ", hex64(c.pieces[k])));
+        continue;
+      }
+    }
     if (actual[i] == c.recorded && c.recorded == c.expected) continue;
     std::string from;
     for (size_t k = 0; k < w.sources.size() && k < 3; ++k)
