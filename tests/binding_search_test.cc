@@ -9,7 +9,7 @@
 #include "build/binding.h"
 #include "build/binding_search.h"
 #include "core/half.h"
-#include "refit/checkpoint_refit.h"
+#include "transforms/recipe.h"
 #include "refit/safetensors.h"
 
 #include "support/synthetic_checkpoint.h"
@@ -50,7 +50,7 @@ Tensor replay(const std::map<std::string, plan::Binding>& found, const std::stri
   EXPECT_EQ(found.size(), 1u);
   EXPECT_TRUE(found.count(name)) << name;
   if (!found.count(name)) return Tensor();
-  return refit::apply_binding(found.at(name), {fresh}, v.dtype(), v.shape());
+  return transforms::apply_binding(found.at(name), {fresh}, v.dtype(), v.shape());
 }
 
 }  // namespace

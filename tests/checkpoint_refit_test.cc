@@ -16,7 +16,7 @@
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
 #include "refit/checkpoint_refit.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/synthetic_checkpoint.h"
@@ -114,7 +114,7 @@ std::string error_of(const std::function<void()>& f) {
 std::map<std::string, uint64_t> weight_hashes(const runtime::PlanEngine& e) {
   std::map<std::string, uint64_t> h;
   for (const auto& w : e.plan().weights)
-    if (w.kind == plan::WeightKind::Derived) h[w.name] = refit::hash_tensor(e.weight(w.name));
+    if (w.kind == plan::WeightKind::Derived) h[w.name] = transforms::hash_tensor(e.weight(w.name));
   return h;
 }
 
@@ -299,23 +299,23 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
     s.name = "starts", e.name = "ends", a.name = "axes";
     s.ints = {0}, e.ints = {n}, a.ints = {0};
     b.steps.push_back({"", "Slice", 1, {{"starts", s}, {"ends", e}, {"axes", a}}, {{plan::Operand::Kind::Source, 0}}, 0});
-    return refit::apply_binding(b, {t}, t.dtype(), {n, t.dim(1)}).clone();
+    return transforms::apply_binding(b, {t}, t.dtype(), {n, t.dim(1)}).clone();
   };
   g.initializers["pos"] = slice(ck["wpe.weight"], 5);
-  g.initializers["val_7"] = refit::evaluate_op("", "Transpose", 13, {}, {&ck["proj.weight"]}, 1)[0];
+  g.initializers["val_7"] = transforms::evaluate_op("", "Transpose", 13, {}, {&ck["proj.weight"]}, 1)[0];
   g.initializers["scale16"] = cast_tensor(ck["scale.weight"], DType::Float16);
   g.initializers["zeros"] = Tensor::empty(DType::Float32, {8});
   g.initializers["conv.weight"] = random_f32({8}, 99);  // same name, other values
   g.initializers["rope_cache"] = random_f32({3, 8}, 7);
   g.initializers["mask"] = Tensor::empty(DType::Float32, {5, 5});
-  auto transposed = [&](const char* n) { return refit::evaluate_op("", "Transpose", 13, {}, {&ck[n]}, 1)[0]; };
+  auto transposed = [&](const char* n) { return transforms::evaluate_op("", "Transpose", 13, {}, {&ck[n]}, 1)[0]; };
   ir::Attribute ax1, ax0;
   ax1.name = ax0.name = "axis";
   ax1.type = ax0.type = ir::AttrType::Int;
   ax1.i = 1;
   Tensor qt = transposed("q.weight"), kt = transposed("k.weight"), vt = transposed("v.weight");
-  g.initializers["qkv"] = refit::evaluate_op("", "Concat", 13, {{"axis", ax1}}, {&qt, &kt, &vt}, 1)[0];
-  g.initializers["gate_up"] = refit::evaluate_op("", "Concat", 13, {{"axis", ax0}}, {&ck["gate.weight"], &ck["up.weight"]}, 1)[0];
+  g.initializers["qkv"] = transforms::evaluate_op("", "Concat", 13, {{"axis", ax1}}, {&qt, &kt, &vt}, 1)[0];
+  g.initializers["gate_up"] = transforms::evaluate_op("", "Concat", 13, {{"axis", ax0}}, {&ck["gate.weight"], &ck["up.weight"]}, 1)[0];
   g.nodes = {node("n0", "Add", {"x", "pos"}),
              node("n1", "MatMul", {"n0_out", "val_7"}),
              node("n2", "Mul", {"x16", "scale16"}),
@@ -357,11 +357,11 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   {
     std::vector<Tensor> ins;
     for (const auto& in : at(8, 1).checkpoint) ins.push_back(ck[in.name]);
-    EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(8, 1), ins, DType::Float32, {8, 8}), g.initializers["qkv"]));
+    EXPECT_TRUE(transforms::bit_equal(transforms::apply_binding(at(8, 1), ins, DType::Float32, {8, 8}), g.initializers["qkv"]));
   }
   // The binding replays on new values: the slice of a new table is the new source.
   Tensor wpe_b = random_f32({16, 8}, 11);
-  EXPECT_TRUE(refit::bit_equal(refit::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));
+  EXPECT_TRUE(transforms::bit_equal(transforms::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));
   // --strict-binding: a literal the user declared must be structural or proven.
   build::BindOptions strict;
   strict.strict = true;

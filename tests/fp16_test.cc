@@ -17,7 +17,7 @@
 #include "core/half.h"
 #include "core/simd.h"
 #include "plan/plan_io.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/model_references.h"
@@ -358,6 +358,6 @@ TEST(Fp16Plan, RefitRefusesAWeightBeyondFloat16Range) {
     }
     const auto after = engine.run(synth::synthetic_llama_inputs(1));
     ASSERT_EQ(before.size(), after.size());
-    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(refit::bit_equal(before[i], after[i])) << "output " << i;
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(transforms::bit_equal(before[i], after[i])) << "output " << i;
   }
 }

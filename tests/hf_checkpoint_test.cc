@@ -25,7 +25,7 @@
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
 #include "refit/checkpoint_refit.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "onnx/exporter.h"
 #include "runtime/plan_engine.h"
@@ -98,7 +98,7 @@ void refit_from_checkpoint(runtime::PlanEngine& e, const std::string& path) {
 std::map<std::string, uint64_t> derived_hashes(const runtime::PlanEngine& e) {
   std::map<std::string, uint64_t> h;
   for (const auto& w : e.plan().weights)
-    if (w.kind == plan::WeightKind::Derived) h[w.name] = refit::hash_tensor(e.weight(w.name));
+    if (w.kind == plan::WeightKind::Derived) h[w.name] = transforms::hash_tensor(e.weight(w.name));
   return h;
 }
 
@@ -190,7 +190,7 @@ ir::Graph affine_of_bias_model(const std::map<std::string, Tensor>& ck) {
   g.opsets[""] = 18;
   g.inputs.push_back({"x", DType::Float32, true, {{2, ""}, {8, ""}}});
   g.outputs.push_back({"y", DType::Float32, true, {{2, ""}, {8, ""}}});
-  g.initializers["val_1"] = refit::evaluate_op("", "Transpose", 13, {}, {&ck.at("lin.weight")}, 1)[0];
+  g.initializers["val_1"] = transforms::evaluate_op("", "Transpose", 13, {}, {&ck.at("lin.weight")}, 1)[0];
   Tensor c = Tensor::empty(DType::Float32, {8});
   for (int64_t i = 0; i < 8; ++i) c.mutable_data<float>()[i] = ck.at("lin.bias").data<float>()[i] * 0.5f + 1.0f;
   g.initializers["val_2"] = c;

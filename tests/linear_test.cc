@@ -20,7 +20,7 @@
 #include "ops/linear.h"
 #include "ops/registry.h"
 #include "plan/plan_io.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/model_references.h"
@@ -308,7 +308,7 @@ TEST(LinearKernel, MatMulAddUnpreparedMatchesPrepared) {
   EXPECT_TRUE(prepared);
   Tensor y2 = run_op("reforge", "MatMulAdd", {&x, &w, &b}, {false, false, false}, {}, 1, &prepared);
   EXPECT_FALSE(prepared);
-  EXPECT_TRUE(refit::bit_equal(y1, y2));
+  EXPECT_TRUE(transforms::bit_equal(y1, y2));
 }
 
 // ---- plans --------------------------------------------------------------------------------
@@ -399,13 +399,13 @@ TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
           for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
           r.commit();
           for (const auto& w : fresh_b.weights)
-            EXPECT_TRUE(refit::bit_equal(engine.weight(w.name), w.data)) << "engine weight " << w.name;
+            EXPECT_TRUE(transforms::bit_equal(engine.weight(w.name), w.data)) << "engine weight " << w.name;
           auto out = engine.run(synth::synthetic_llama_inputs(seq));
           ASSERT_EQ(out.size(), out_b.size());
           for (size_t i = 0; i < out.size(); ++i) {
-            EXPECT_TRUE(refit::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
+            EXPECT_TRUE(transforms::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
             if (!strip) {
-              EXPECT_FALSE(refit::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
+              EXPECT_FALSE(transforms::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
             }
           }
           if (strip || seq == 5) continue;  // the slow path once per configuration and row path
@@ -414,7 +414,7 @@ TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
           EXPECT_EQ(rebuilt.activations, activations);
           auto out_slow = runtime::PlanEngine(std::move(rebuilt)).run(synth::synthetic_llama_inputs(seq));
           for (size_t i = 0; i < out.size(); ++i)
-            EXPECT_TRUE(refit::bit_equal(out_slow[i], out_b[i])) << "slow refit: output " << i << " differs from a fresh build of B";
+            EXPECT_TRUE(transforms::bit_equal(out_slow[i], out_b[i])) << "slow refit: output " << i << " differs from a fresh build of B";
         }
 }
 

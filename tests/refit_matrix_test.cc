@@ -15,7 +15,7 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/plan_round_trip.h"
@@ -159,7 +159,7 @@ TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
         for (const auto& w : fresh_b.weights) {
           Tensor mine = engine.weight(w.name);
           ASSERT_TRUE(mine.defined()) << w.name;
-          EXPECT_TRUE(refit::bit_equal(mine, w.data)) << "engine weight " << w.name << " differs from a fresh build of B";
+          EXPECT_TRUE(transforms::bit_equal(mine, w.data)) << "engine weight " << w.name << " differs from a fresh build of B";
         }
         expect_matches_reference(p, engine);
       }

@@ -11,7 +11,7 @@
 #include "onnx/importer.h"
 #include "onnx/proto/onnx.pb.h"
 #include "plan/plan_io.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 
@@ -112,7 +112,7 @@ TEST(RefitNegative, IdenticalModeRefusesOtherWeights) {
   EXPECT_NE(err.find("refit-identical"), std::string::npos) << err;
   expect_unchanged(e, before);
   auto out = e.run(llama_inputs());
-  EXPECT_TRUE(refit::bit_equal(out[0], out_a[0]));
+  EXPECT_TRUE(transforms::bit_equal(out[0], out_a[0]));
 }
 
 TEST(RefitNegative, ChangedStructureIsRefused) {
@@ -210,7 +210,7 @@ TEST(RefitRegression, StrippedRefitLlamaIsNeverZeros) {
   build::BuildOptions o;
   runtime::PlanEngine fresh(build::build_plan(reforge::onnx::import_model_file(kLlamaA), o));
   auto want = fresh.run(llama_inputs());
-  EXPECT_TRUE(refit::bit_equal(out[0], want[0]));
+  EXPECT_TRUE(transforms::bit_equal(out[0], want[0]));
   double mag = 0;
   for (int64_t i = 0; i < out[0].numel(); ++i) mag = std::max(mag, std::fabs(out[0].as_double(i)));
   EXPECT_GT(mag, 1e-2);
@@ -225,11 +225,11 @@ TEST(RefitIncremental, ABAGivesA) {
   for (const auto& [id, t] : src_b) r.set_source(id, t);
   r.commit();
   auto out_b = e.run(llama_inputs());
-  EXPECT_FALSE(refit::bit_equal(out_a[0], out_b[0]));
+  EXPECT_FALSE(transforms::bit_equal(out_a[0], out_b[0]));
   // Back to A, changing only the sources that differ (an incremental refit).
   size_t changed = 0;
   for (const auto& [id, t] : src_a)
-    if (!refit::bit_equal(t, src_b.at(id))) {
+    if (!transforms::bit_equal(t, src_b.at(id))) {
       r.set_source(id, t);
       ++changed;
     }
@@ -238,5 +238,5 @@ TEST(RefitIncremental, ABAGivesA) {
   inc.incremental = true;
   r.commit(inc);
   auto out_again = e.run(llama_inputs());
-  EXPECT_TRUE(refit::bit_equal(out_a[0], out_again[0]));
+  EXPECT_TRUE(transforms::bit_equal(out_a[0], out_again[0]));
 }

@@ -22,7 +22,7 @@
 #include "onnx/importer.h"
 #include "onnx/proto/onnx.pb.h"
 #include "plan/plan_io.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 
@@ -115,13 +115,13 @@ TEST(RefitStrict, PartialCommitIsRefusedNamingTheMissingSources) {
   EXPECT_TRUE(contains(err, e.plan().sources[skip2].key)) << err;
   EXPECT_TRUE(contains(err, "incremental")) << err;
   expect_unchanged(e, before);
-  EXPECT_TRUE(refit::bit_equal(e.run(inputs())[0], out_a[0]));
+  EXPECT_TRUE(transforms::bit_equal(e.run(inputs())[0], out_a[0]));
   // The complete set commits.
   r.set_source(skip1, src_b.at(skip1));
   r.set_source(skip2, src_b.at(skip2));
   EXPECT_TRUE(r.unset().empty());
   r.commit();
-  EXPECT_FALSE(refit::bit_equal(e.run(inputs())[0], out_a[0]));
+  EXPECT_FALSE(transforms::bit_equal(e.run(inputs())[0], out_a[0]));
 }
 
 // Incremental in two halves == one complete refit == a fresh build from B, bit for bit.
@@ -141,8 +141,8 @@ TEST(RefitStrict, IncrementalCommitInPartsEqualsAFreshBuild) {
   o.mode = plan::BuildMode::Refit;
   runtime::PlanEngine fresh(build::build_plan(reforge::onnx::import_model_file(kLlamaB), o));
   for (const auto& w : e.plan().weights)
-    EXPECT_TRUE(refit::bit_equal(e.weight(w.name), fresh.weight(w.name))) << w.name;
-  EXPECT_TRUE(refit::bit_equal(e.run(inputs())[0], fresh.run(inputs())[0]));
+    EXPECT_TRUE(transforms::bit_equal(e.weight(w.name), fresh.weight(w.name))) << w.name;
+  EXPECT_TRUE(transforms::bit_equal(e.run(inputs())[0], fresh.run(inputs())[0]));
 }
 
 // The engine's value of a source that an incremental commit leaves alone no longer matches what
@@ -179,7 +179,7 @@ TEST(RefitStrict, IncrementalCommitCatchesACorruptedUntouchedSource) {
     // A complete refit does not depend on the engine's values: it goes through.
     for (const auto& [id, t] : src_b) r.set_source(id, t);
     r.commit();
-    EXPECT_TRUE(refit::bit_equal(e.weight(w.name), src_b.at(victim).reshaped(w.shape)));
+    EXPECT_TRUE(transforms::bit_equal(e.weight(w.name), src_b.at(victim).reshaped(w.shape)));
   }
 }
 
@@ -199,7 +199,7 @@ TEST(RefitStrict, RefitIdenticalChecksEverySource) {
   const auto& w = e.plan().weights[wi];
   uint32_t other = UINT32_MAX;  // a source whose B value differs from A's
   for (const auto& [id, t] : src_a)
-    if (id != w.sources[0] && !refit::bit_equal(t, src_b.at(id))) other = id;
+    if (id != w.sources[0] && !transforms::bit_equal(t, src_b.at(id))) other = id;
   ASSERT_NE(other, UINT32_MAX);
   r.set_source(other, src_a.at(other));
   r.commit(inc);
@@ -266,7 +266,7 @@ TEST(RefitStrict, NonFiniteSourceIsRefusedNamingSourceAndIndex) {
     EXPECT_TRUE(contains(err, "flat index " + std::to_string(flat)));
     EXPECT_TRUE(contains(err, "--allow-nonfinite"));
     expect_unchanged(e, before);
-    EXPECT_TRUE(refit::bit_equal(e.run(inputs())[0], out_a[0]));
+    EXPECT_TRUE(transforms::bit_equal(e.run(inputs())[0], out_a[0]));
     // Incremental commits check too.
     refit::CommitOptions inc;
     inc.incremental = true;

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/safetensors.h"
 
 using namespace reforge;
@@ -66,7 +66,7 @@ TEST(Safetensors, RoundTripEveryDtypeAndMetadata) {
   ASSERT_EQ(c.tensors().size(), t.size());
   for (const auto& [n, v] : t) {
     ASSERT_NE(c.find(n), nullptr) << n;
-    EXPECT_TRUE(bit_equal(*c.find(n), v)) << n;
+    EXPECT_TRUE(transforms::bit_equal(*c.find(n), v)) << n;
   }
   EXPECT_EQ(c.metadata().at("format"), "pt");
   EXPECT_TRUE(is_safetensors_path(path));

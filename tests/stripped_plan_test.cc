@@ -7,7 +7,7 @@
 #include "build/builder.h"
 #include "build/onnx_refit.h"
 #include "plan/plan_io.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/synthetic_llama.h"
@@ -47,5 +47,5 @@ TEST(StrippedPlan, AtMostTwoPercentOfFullAndRefitsExactly) {
   runtime::PlanEngine reference(std::move(full));
   auto got = e.run({{"input_ids", ids}});
   auto want = reference.run({{"input_ids", ids}});
-  EXPECT_TRUE(refit::bit_equal(got[0], want[0]));
+  EXPECT_TRUE(transforms::bit_equal(got[0], want[0]));
 }

@@ -14,7 +14,7 @@
 #include "build/builder.h"
 #include "build/onnx_refit.h"
 #include "passes/build_state.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "runtime/plan_engine.h"
 #include "support/make_tensor.h"
 #include "support/plan_round_trip.h"
@@ -166,7 +166,7 @@ TEST(WeightPacking, SlowRefitRebuildsInThePlansLayout) {
     plan::Plan rebuilt = build::rebuild_from_onnx(p, synth::synthetic_llama(sb));
     ASSERT_EQ(rebuilt.weights.size(), fresh_b.weights.size());
     for (size_t i = 0; i < rebuilt.weights.size(); ++i)
-      EXPECT_TRUE(refit::bit_equal(rebuilt.weights[i].data, fresh_b.weights[i].data)) << rebuilt.weights[i].name;
+      EXPECT_TRUE(transforms::bit_equal(rebuilt.weights[i].data, fresh_b.weights[i].data)) << rebuilt.weights[i].name;
   }
 }
 

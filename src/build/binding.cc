@@ -22,7 +22,7 @@
 #include "core/nearest_names.h"
 #include "ops/transpose2d.h"
 #include "refit/checkpoint_refit.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::build {
 
@@ -124,7 +124,7 @@ class Binder {
         Tensor sk = sketch(t, f.transpose);
         DType dt = t.dtype();
         if (f.cast != DType::Undefined)  // the same Cast kernel as the binding: elementwise, so bit-identical
-          sk = refit::evaluate_op("", "Cast", 13, {{"to", int_attr("to", int64_t(f.cast))}}, {&sk}, 1)[0], dt = f.cast;
+          sk = transforms::evaluate_op("", "Cast", 13, {{"to", int_attr("to", int64_t(f.cast))}}, {&sk}, 1)[0], dt = f.cast;
         index_[key_of(sk, size_t(t.numel()) * dtype_size(dt))].push_back(f);
       }
     }
@@ -138,14 +138,14 @@ class Binder {
     DType dt = f.cast != DType::Undefined ? f.cast : t.dtype();
     Shape shape = t.shape();
     if (f.transpose) std::swap(shape[0], shape[1]);
-    return refit::apply_binding(b, {t}, dt, shape);
+    return transforms::apply_binding(b, {t}, dt, shape);
   }
 
   // True when form `f` of its checkpoint tensor has exactly the bytes of `v` (same dtype and
   // element count). Identity (and reshape) is one memcmp; a pure 2-D transpose is compared tile
   // by tile against the checkpoint tensor without materializing it, stopping at the first
   // difference (the same bytes the Transpose kernel would write); casts run the refit's own
-  // kernels (refit::apply_binding) and compare the result.
+  // kernels (transforms::apply_binding) and compare the result.
   bool equals(const Form& f, const Tensor& v) const {
     const Tensor& t = ckpt_.tensors().at(f.name);
     if (f.cast == DType::Undefined) {
@@ -201,7 +201,7 @@ class Binder {
         bool found = false;
         for (const auto& [len, tr] : lengths) {
           if (at + len > v.dim(axis)) continue;
-          Tensor part = refit::evaluate_op("", "Slice", 1, {{"starts", ints_attr("starts", {at})}, {"ends", ints_attr("ends", {at + len})},
+          Tensor part = transforms::evaluate_op("", "Slice", 1, {{"starts", ints_attr("starts", {at})}, {"ends", ints_attr("ends", {at + len})},
                                                             {"axes", ints_attr("axes", {axis})}}, {&v}, 1)[0];
           auto it = index_.find(key_of(sketch(part, false), part.nbytes()));
           if (it == index_.end()) continue;
@@ -236,12 +236,12 @@ class Binder {
       }
       b.steps.push_back(std::move(cat));
       // Confirm the whole binding with the refit's own replay.
-      Tensor again = refit::apply_binding(b, [&] {
+      Tensor again = transforms::apply_binding(b, [&] {
         std::vector<Tensor> ins;
         for (const auto& in : b.checkpoint) ins.push_back(ckpt_.tensors().at(in.name));
         return ins;
       }(), v.dtype(), v.shape());
-      if (refit::bit_equal(again, v)) return b;
+      if (transforms::bit_equal(again, v)) return b;
     }
     return {};
   }

@@ -11,7 +11,7 @@
 // casts, size-1 axes anywhere. Each candidate is confirmed bit for bit, so a hash collision
 // cannot bind: identity (and reshape) by memcmp, a 2-D transpose by a tiled, parallel comparison
 // that never materializes the transposed copy (ops::transpose_equals), everything else by
-// replaying the binding with the refit's own code (refit::apply_binding).
+// replaying the binding with the refit's own code (transforms::apply_binding).
 //
 // A value that equals several checkpoint tensors (exporters merge equal initializers: unit norm
 // weights, zero biases) is decided per use by the consumer node's module scope (node metadata

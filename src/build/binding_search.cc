@@ -9,7 +9,7 @@
 
 #include "core/half.h"
 #include "refit/checkpoint_refit.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::build {
 
@@ -139,7 +139,7 @@ struct StepWriter {
 // True when the binding, replayed as a refit replays it, gives exactly `v`.
 bool confirmed(const plan::Binding& b, const Tensor& t, const Tensor& v) {
   try {
-    return refit::bit_equal(refit::apply_binding(b, {t}, v.dtype(), v.shape()), v);
+    return transforms::bit_equal(transforms::apply_binding(b, {t}, v.dtype(), v.shape()), v);
   } catch (const Error&) {
     return false;
   }

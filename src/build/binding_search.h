@@ -12,7 +12,7 @@
 //  * a permutation of any rank (Transpose), and a cast between float32 and bfloat16/float16;
 //  * size-1 axes anywhere (Reshape / Unsqueeze / Squeeze are free: the result is reshaped).
 //
-// Every candidate is confirmed by replaying the binding with refit::apply_binding, the code a
+// Every candidate is confirmed by replaying the binding with transforms::apply_binding, the code a
 // checkpoint refit runs, and comparing bit for bit: a derivation that is not exact is no binding.
 // A row that equals several slices of the checkpoint tensor makes that candidate fail: an index
 // chosen among equal rows would be a guess.

@@ -8,7 +8,7 @@
 #include "core/nearest_names.h"
 #include "core/simd.h"
 #include "passes/build_state.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "runtime/engine.h"
 
 namespace reforge::build {
@@ -187,7 +187,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set
       src.slot = static_cast<uint32_t>(slot);
       src.dtype = it->second.dtype();
       src.shape = it->second.shape();
-      src.hash = refit::hash_tensor(it->second);
+      src.hash = transforms::hash_tensor(it->second);
       src.refittable = refittable_source(o, src);
       uint32_t id = static_cast<uint32_t>(s.sources.size());
       passes::ConstValue cv;
@@ -304,7 +304,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     w.kind = cv.kind;
     w.dtype = cv.value.dtype();
     w.shape = cv.value.shape();
-    w.hash = refit::hash_tensor(cv.value);
+    w.hash = transforms::hash_tensor(cv.value);
     w.data = cv.value;
     if (cv.kind == plan::WeightKind::Derived) {
       w.recipe = cv.recipe;

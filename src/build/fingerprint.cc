@@ -4,7 +4,7 @@
 #include <map>
 #include <sstream>
 
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::build {
 
@@ -122,7 +122,7 @@ std::string float_bits(float f) {
 
 std::string tensor_sig(const Tensor& t) {
   std::ostringstream os;
-  os << t.describe() << "#" << std::hex << refit::hash_tensor(t);
+  os << t.describe() << "#" << std::hex << transforms::hash_tensor(t);
   return os.str();
 }
 

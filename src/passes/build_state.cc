@@ -1,6 +1,6 @@
 #include "passes/build_state.h"
 
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::passes {
 
@@ -48,7 +48,7 @@ std::vector<ConstValue> BuildState::fold_all(const std::string& domain, const st
     any_derived |= c.kind == plan::WeightKind::Derived;
     all_literal &= c.kind == plan::WeightKind::Literal;
   }
-  std::vector<Tensor> outs = refit::evaluate_op(domain, op_type, opset, attrs, ins, num_outputs);
+  std::vector<Tensor> outs = transforms::evaluate_op(domain, op_type, opset, attrs, ins, num_outputs);
   std::vector<ConstValue> result(num_outputs);
   for (size_t k = 0; k < num_outputs; ++k) {
     ConstValue& cv = result[k];
@@ -103,7 +103,7 @@ void BuildState::release_replaced(const std::string& value, const std::string& m
 
 void BuildState::verify_recipe(const std::string& name, ConstValue& cv) const {
   if (cv.kind != plan::WeightKind::Derived || cv.verified) return;
-  if (!refit::bit_equal(refit::replay_recipe(cv.recipe, source_values, literals), cv.value))
+  if (!transforms::bit_equal(transforms::replay_recipe(cv.recipe, source_values, literals), cv.value))
     fail("build verification failed: replaying the recipe of engine weight '", name,
          "' does not reproduce it bit for bit (this is a bug in a pass)");
   cv.verified = true;

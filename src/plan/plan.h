@@ -72,7 +72,7 @@ struct Recipe {
 };
 
 // How a source is found in a framework checkpoint (safetensors), decided by exact value at build
-// time (build/binding.h). Replaying `steps` with refit::evaluate_op on the named checkpoint
+// time (build/binding.h). Replaying `steps` with transforms::evaluate_op on the named checkpoint
 // tensors (and the binding's own `literals`), then reshaping to the source's shape, gives the
 // source's value.
 //

@@ -1,43 +1,10 @@
 #include "refit/checkpoint_refit.h"
 
-#include <omp.h>
-
 #include <set>
 
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::refit {
-
-Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads) {
-  if (threads <= 0) threads = omp_get_max_threads();
-  if (b.status == plan::Binding::Status::Constant) {
-    if (b.literals.empty()) fail("binding: a constant source has no value");
-    const Tensor& v = b.literals[0];
-    if (v.dtype() != dtype || v.numel() != shape_numel(shape))
-      fail("binding: the constant is ", v.describe(), ", the source is ", dtype_name(dtype), shape_str(shape));
-    return v.reshaped(shape);
-  }
-  REFORGE_ASSERT(inputs.size() == b.checkpoint.size() && !inputs.empty());
-  std::vector<Tensor> steps;
-  auto operand = [&](const plan::Operand& o) -> const Tensor* {
-    if (o.kind == plan::Operand::Kind::Source && o.index < inputs.size()) return &inputs[o.index];
-    if (o.kind == plan::Operand::Kind::Step && o.index < steps.size()) return &steps[o.index];
-    if (o.kind == plan::Operand::Kind::Literal && o.index < b.literals.size()) return &b.literals[o.index];
-    fail("binding: bad operand ", o.index);
-  };
-  for (const auto& st : b.steps) {
-    std::vector<const Tensor*> ins;
-    for (const auto& o : st.inputs) ins.push_back(operand(o));
-    const bool movement = st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
-                                                st.op_type == "Cast" || st.op_type == "Gather" || st.op_type == "Expand");
-    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1, movement ? threads : 1)[0]));
-  }
-  const Tensor& r = steps.empty() ? inputs[0] : steps.back();
-  if (r.dtype() != dtype || r.numel() != shape_numel(shape))
-    fail("binding of checkpoint tensor '", b.checkpoint[0].name, "' gives ", r.describe(), ", the source is ", dtype_name(dtype),
-         shape_str(shape));
-  return r.reshaped(shape);
-}
 
 std::string unbound_report(const plan::Plan& p, size_t limit) {
   std::string list;
@@ -82,7 +49,7 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
       ins.push_back(*t);
     }
     try {
-      out.sources[static_cast<uint32_t>(i)] = apply_binding(s.binding, ins, s.dtype, s.shape);
+      out.sources[static_cast<uint32_t>(i)] = transforms::apply_binding(s.binding, ins, s.dtype, s.shape);
     } catch (Error& e) {
       throw e.with_context("while deriving source '" + s.key + "' from " + ckpt.description());
     }

@@ -1,7 +1,7 @@
 // Refit from a framework checkpoint: each source's binding (recorded at build time by
 // build/binding.h) names checkpoint tensors and the transforms that turn them into the source.
-// Runtime side: replays bindings with evaluate_op(), the same kernels the build-time search
-// used to prove the binding exact, so a binding cannot drift between build and refit.
+// Runtime side: replays bindings with transforms::apply_binding(), the code the build-time
+// search used to prove each binding exact, so a binding cannot drift between build and refit.
 #pragma once
 
 #include <map>
@@ -12,12 +12,6 @@
 #include "refit/safetensors.h"
 
 namespace reforge::refit {
-
-// Applies `b` to `inputs` (none for a Constant binding, which gives its value) (one tensor per b.checkpoint entry) and reshapes the result to
-// `shape`. Throws an Error when a step fails or the result has another dtype or element count.
-// Data-movement steps (Transpose, Slice, Concat) and Cast run on `threads` threads (0 = all):
-// their bytes do not depend on it.
-Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads = 0);
 
 struct CheckpointSources {
   std::map<uint32_t, Tensor> sources;  // by source id, every refittable source

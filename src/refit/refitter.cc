@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "core/dispatch.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::refit {
 
@@ -301,7 +301,7 @@ CommitReport Refitter::commit(const CommitOptions& options) {
     if (!touched) continue;
     Tensor t;
     try {
-      t = replay_recipe(w.recipe, values, p.literals);
+      t = transforms::replay_recipe(w.recipe, values, p.literals);
     } catch (Error& e) {
       throw e.with_context("while replaying the recipe of engine weight '" + w.name + "'");
     }

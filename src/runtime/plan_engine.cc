@@ -1,6 +1,6 @@
 #include "runtime/plan_engine.h"
 
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::runtime {
 
@@ -59,7 +59,7 @@ plan::Plan PlanEngine::current_plan(bool strip) const {
   plan::Plan p = plan_;
   for (auto& w : p.weights) {
     w.data = engine_.constant(w.name);
-    if (w.data.defined()) w.hash = refit::hash_tensor(w.data);
+    if (w.data.defined()) w.hash = transforms::hash_tensor(w.data);
     if (strip && w.kind == plan::WeightKind::Derived) w.data = Tensor();
   }
   p.stripped = strip;

@@ -14,7 +14,7 @@
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
 #include "refit/checkpoint_refit.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 
 namespace reforge::cli {
 
@@ -107,7 +107,7 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
     for (const auto& w : fresh.weights) {
       if (w.kind != plan::WeightKind::Derived) continue;
       Tensor mine = engine.weight(w.name);
-      if (!refit::bit_equal(mine, w.data))
+      if (!transforms::bit_equal(mine, w.data))
         fail("refit --verify: engine weight '", w.name, "' differs between fast refit and a fresh build");
       ++compared;
     }

@@ -1,8 +1,14 @@
-// Recipes: the one implementation of every weight transform.
+// Transforms: the one implementation of every weight transform.
 //
 // The builder folds constants by calling evaluate_op(), and records the same call as a recipe
-// step; the refitter replays the recipe through evaluate_op() again. Both paths therefore run
-// the very same registry kernel, so a refit cannot drift from a fresh build.
+// step; the refitter replays the recipe through evaluate_op() again. Checkpoint bindings
+// (plan::Binding) are proved exact at build time and replayed at refit by apply_binding(), on
+// the same kernels. Both paths therefore run the very same registry kernel, so a refit cannot
+// drift from a fresh build.
+//
+// This module sits below the builder, the passes, the runtime and the refitter, next to the
+// plan whose recipes it replays: it depends only on core, ops and the plan's records, never on
+// the importer, the passes or the runtime.
 #pragma once
 
 #include <map>
@@ -13,7 +19,7 @@
 #include "ir/graph.h"
 #include "plan/plan.h"
 
-namespace reforge::refit {
+namespace reforge::transforms {
 
 // Runs one registry operator on constant inputs (null = absent optional input) and returns its
 // outputs. Throws an Error naming the operator when it cannot run. `threads` > 1 only for
@@ -32,4 +38,11 @@ uint64_t hash_tensor(const Tensor& t);
 // True when both tensors have the same dtype, shape and bytes.
 bool bit_equal(const Tensor& a, const Tensor& b);
 
-}  // namespace reforge::refit
+// Applies checkpoint binding `b` to `inputs` (one tensor per b.checkpoint entry; none for a
+// Constant binding, which gives its value) and reshapes the result to `shape`. Throws an Error
+// when a step fails or the result has another dtype or element count. Data-movement steps
+// (Transpose, Slice, Concat, Gather, Expand) and Cast run on `threads` threads (0 = all): their
+// bytes do not depend on it.
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads = 0);
+
+}  // namespace reforge::transforms
