@@ -1,8 +1,13 @@
 #include "build/onnx_refit.h"
 
+#include <chrono>
+
 #include "build/builder.h"
 #include "build/fingerprint.h"
+#include "core/timing.h"
 #include "onnx/importer.h"
+#include "refit/safetensors.h"
+#include "transforms/recipe.h"
 
 namespace reforge::build {
 
@@ -74,6 +79,50 @@ plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
       fail("refit: engine weight '", a.name, "' does not match the rebuilt plan's '", b.name, "'");
   }
   return fresh;
+}
+
+refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitRequest& req) {
+  if (req.files.empty() || refit::is_safetensors_path(req.files[0])) return refit::refit_from(engine, req);
+  const plan::Plan& p = engine.plan();
+  if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
+  if (req.files.size() != 1) fail("refit from ONNX takes exactly one model file (got ", req.files.size(), ")");
+  if (!req.tensors.empty()) fail("refit: give new weights either as files or as tensors, not both");
+  const std::string& src = req.files[0];
+  refit::RefitReport rep;
+  rep.from = "onnx";
+  rep.mode = req.mode;
+  refit::Refitter r(engine);
+  auto t0 = std::chrono::steady_clock::now();
+  auto rebuild = [&] {
+    try {
+      return rebuild_from_onnx(p, onnx::import_model_file(src));
+    } catch (Error& e) {
+      throw e.with_context("while rebuilding from '" + src + "'");
+    }
+  };
+  if (req.mode == refit::RefitMode::Slow) {
+    plan::Plan fresh = rebuild();
+    rep.read_ms = ms_since(t0);
+    rep.commit = r.commit_rebuilt(fresh, req.commit);
+    return rep;
+  }
+  for (const auto& [id, t] : read_sources_from_onnx(p, src)) r.set_source(id, t);
+  rep.read_ms = ms_since(t0);
+  refit::StagedRefit staged = r.stage(req.commit);
+  if (req.mode == refit::RefitMode::Verify) {
+    auto t1 = std::chrono::steady_clock::now();
+    plan::Plan fresh = rebuild();
+    for (const auto& w : fresh.weights) {
+      if (w.kind != plan::WeightKind::Derived) continue;
+      const Tensor* staged_w = staged.update.weight(w.name);
+      if (!transforms::bit_equal(staged_w ? *staged_w : engine.weight(w.name), w.data))
+        fail("refit --verify: engine weight '", w.name, "' differs between fast refit and a fresh build; nothing was changed");
+      ++rep.verified;
+    }
+    rep.verify_ms = ms_since(t1);
+  }
+  rep.commit = r.commit(std::move(staged));
+  return rep;
 }
 
 }  // namespace reforge::build

@@ -6,6 +6,8 @@
 // re-export that merged or split equal initializers differently still refits correctly.
 // Slow path: rebuild_from_onnx() re-runs the whole build on the new model with the plan's
 // options and returns the fresh plan, whose engine weights the refitter can swap in.
+// refit_from() is the entry point that does either, or both compared (verify), and hands
+// checkpoints and caller tensors to the runtime's refit::refit_from.
 #pragma once
 
 #include <map>
@@ -13,6 +15,8 @@
 
 #include "ir/graph.h"
 #include "plan/plan.h"
+#include "refit/refit_from.h"
+#include "runtime/plan_engine.h"
 
 namespace reforge::build {
 
@@ -22,5 +26,13 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
 
 // A fresh build of `model` with `plan`'s build options (not stripped); checks the fingerprint.
 plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model);
+
+// refit::refit_from (refit/refit_from.h) plus re-exported ONNX models: when request.files is one
+// ONNX file, refits `engine` by request.mode: Fast reads the sources by graph position and
+// replays the recipes; Slow rebuilds and swaps the rebuilt weights in; Verify stages the fast
+// refit, rebuilds, and commits only when every derived engine weight equals the rebuilt one bit
+// for bit (otherwise it throws naming the first that differs, engine unchanged). Any other
+// request goes to refit::refit_from.
+refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitRequest& request);
 
 }  // namespace reforge::build

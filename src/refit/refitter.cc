@@ -148,7 +148,7 @@ std::set<uint32_t> kept_sources(const plan::Plan& p) {
 Refitter::Refitter(runtime::PlanEngine& engine) : engine_(engine) {}
 
 std::vector<SourceDesc> Refitter::all_sources() const {
-  const plan::Plan& p = engine_.plan_;
+  const plan::Plan& p = engine_.plan();
   auto missing_keys = missing();
   std::set<std::string> miss(missing_keys.begin(), missing_keys.end());
   std::vector<SourceDesc> out;
@@ -170,11 +170,11 @@ std::vector<SourceDesc> Refitter::all_sources() const {
 }
 
 std::vector<std::string> Refitter::missing() const {
-  const plan::Plan& p = engine_.plan_;
+  const plan::Plan& p = engine_.plan();
   std::vector<bool> needed(p.sources.size(), false);
   for (const auto& w : p.weights) {
     if (w.kind != plan::WeightKind::Derived) continue;
-    bool absent = !engine_.engine_.constant(w.name).defined();
+    bool absent = !engine_.weight(w.name).defined();
     bool touched = false;
     for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
     // A stripped weight needs all its sources; a present weight whose recipe is being replayed
@@ -184,13 +184,13 @@ std::vector<std::string> Refitter::missing() const {
   }
   std::vector<std::string> out;
   for (size_t s = 0; s < p.sources.size(); ++s)
-    if (needed[s] && !pending_.count(static_cast<uint32_t>(s)) && !engine_.known_sources_[s].defined())
+    if (needed[s] && !pending_.count(static_cast<uint32_t>(s)) && !engine_.source_value(static_cast<uint32_t>(s)).defined())
       out.push_back(p.sources[s].key);
   return out;
 }
 
 void Refitter::set_source(uint32_t id, const Tensor& value) {
-  const plan::Plan& p = engine_.plan_;
+  const plan::Plan& p = engine_.plan();
   REFORGE_CHECK(id < p.sources.size(), "refit: no source with id ", id);
   const plan::Source& s = p.sources[id];
   if (!s.refittable)
@@ -201,7 +201,7 @@ void Refitter::set_source(uint32_t id, const Tensor& value) {
 }
 
 void Refitter::set(const std::string& name, const Tensor& value) {
-  const plan::Plan& p = engine_.plan_;
+  const plan::Plan& p = engine_.plan();
   std::vector<uint32_t> ids;
   for (size_t i = 0; i < p.sources.size(); ++i) {
     const auto& s = p.sources[i];
@@ -221,17 +221,18 @@ void Refitter::set(const std::string& name, const Tensor& value) {
 }
 
 std::vector<std::string> Refitter::unset() const {
-  const plan::Plan& p = engine_.plan_;
+  const plan::Plan& p = engine_.plan();
   std::vector<std::string> out;
   for (size_t s = 0; s < p.sources.size(); ++s)
     if (p.sources[s].refittable && !pending_.count(static_cast<uint32_t>(s))) out.push_back(p.sources[s].key);
   return out;
 }
 
-CommitReport Refitter::commit(const CommitOptions& options) {
-  const plan::Plan& p = engine_.plan_;
+StagedRefit Refitter::stage(const CommitOptions& options) const {
+  const plan::Plan& p = engine_.plan();
   const bool identical = p.mode == plan::BuildMode::RefitIdentical;
-  CommitReport rep;
+  StagedRefit staged_refit;
+  CommitReport& rep = staged_refit.report;
   auto t0 = std::chrono::steady_clock::now();
   if (!options.incremental) {
     auto un = unset();
@@ -274,16 +275,16 @@ CommitReport Refitter::commit(const CommitOptions& options) {
     std::vector<const Tensor*> kept_values;
     for (size_t s = 0; s < p.sources.size(); ++s) {
       if (!p.sources[s].refittable || pending_.count(static_cast<uint32_t>(s))) continue;
-      if (identical && engine_.source_hashes_[s] != p.sources[s].hash)
+      if (identical && engine_.source_hash(static_cast<uint32_t>(s)) != p.sources[s].hash)
         fail("refit: source '", p.sources[s].key, "' (not set in this incremental refit) holds other values than the weights "
              "this refit-identical plan was built with");
-      if (!engine_.known_sources_[s].defined()) continue;
+      if (!engine_.source_value(static_cast<uint32_t>(s)).defined()) continue;
       kept.push_back(static_cast<uint32_t>(s));
-      kept_values.push_back(&engine_.known_sources_[s]);
+      kept_values.push_back(&engine_.source_value(static_cast<uint32_t>(s)));
     }
     const std::vector<Scan> kept_scans = scan_all(kept_values, std::vector<bool>(kept.size(), true), false);
     for (size_t i = 0; i < kept.size(); ++i)
-      if (kept_scans[i].hash != engine_.source_hashes_[kept[i]])
+      if (kept_scans[i].hash != engine_.source_hash(kept[i]))
         fail("refit: source '", p.sources[kept[i]].key, "' (not set in this incremental refit): the value the engine holds no "
              "longer hashes to the value it was given (memory corrupted, or changed outside a refit); set it too, or refit "
              "every source");
@@ -291,12 +292,13 @@ CommitReport Refitter::commit(const CommitOptions& options) {
   rep.validate_ms = ms_since(t0);
 
   auto t1 = std::chrono::steady_clock::now();
-  std::vector<Tensor> values = engine_.known_sources_;
+  std::vector<Tensor> values(p.sources.size());
+  for (size_t s = 0; s < p.sources.size(); ++s) values[s] = engine_.source_value(static_cast<uint32_t>(s));
   for (const auto& [id, t] : pending_) values[id] = t;
-  std::map<std::string, Tensor> staged;
+  runtime::WeightUpdate& staged = staged_refit.update;
   for (const auto& w : p.weights) {
     if (w.kind != plan::WeightKind::Derived) continue;
-    bool touched = !engine_.engine_.constant(w.name).defined();
+    bool touched = !engine_.weight(w.name).defined();
     for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
     if (!touched) continue;
     Tensor t;
@@ -308,23 +310,28 @@ CommitReport Refitter::commit(const CommitOptions& options) {
     if (t.dtype() != w.dtype || t.shape() != w.shape)
       fail("refit: engine weight '", w.name, "' came out ", t.describe(), ", the plan expects ", dtype_name(w.dtype), shape_str(w.shape));
     rep.bytes_out += t.nbytes();
-    staged[w.name] = std::move(t);
+    staged.set_weight(w.name, std::move(t));
   }
-  rep.weights_replayed = staged.size();
-  rep.replay_ms = ms_since(t1);
-
-  auto t2 = std::chrono::steady_clock::now();
-  engine_.engine_.replace_constants(staged);  // the one step that changes the engine
-  for (const auto& [id, t] : pending_) engine_.known_sources_[id] = keep.count(id) ? t : Tensor();
-  for (size_t i = 0; i < ids.size(); ++i) engine_.source_hashes_[ids[i]] = scans[i].hash;
+  for (size_t i = 0; i < ids.size(); ++i)
+    staged.record_source(ids[i], keep.count(ids[i]) ? *values_set[i] : Tensor(), scans[i].hash);
+  rep.weights_replayed = staged.weights().size();
   rep.sources_set = pending_.size();
-  pending_.clear();
-  rep.commit_ms = ms_since(t2);
-  return rep;
+  rep.replay_ms = ms_since(t1);
+  return staged_refit;
 }
 
+CommitReport Refitter::commit(StagedRefit staged) {
+  auto t = std::chrono::steady_clock::now();
+  engine_.commit(staged.update);  // the one step that changes the engine
+  pending_.clear();
+  staged.report.commit_ms = ms_since(t);
+  return staged.report;
+}
+
+CommitReport Refitter::commit(const CommitOptions& options) { return commit(stage(options)); }
+
 CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptions& options) {
-  const plan::Plan& p = engine_.plan_;
+  const plan::Plan& p = engine_.plan();
   CommitReport rep;
   auto t0 = std::chrono::steady_clock::now();
   REFORGE_CHECK(fresh.weights.size() == p.weights.size() && fresh.sources.size() == p.sources.size(),
@@ -333,7 +340,7 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     for (size_t i = 0; i < p.sources.size(); ++i)
       if (fresh.sources[i].hash != p.sources[i].hash)
         fail("refit: source '", p.sources[i].key, "' differs from the weights this refit-identical plan was built with");
-  std::map<std::string, Tensor> staged;
+  runtime::WeightUpdate staged;
   for (size_t i = 0; i < p.weights.size(); ++i) {
     const auto& w = p.weights[i];
     const auto& f = fresh.weights[i];
@@ -341,7 +348,7 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     if (f.name != w.name || !f.data.defined() || f.data.dtype() != w.dtype || f.data.shape() != w.shape)
       fail("refit: engine weight '", w.name, "' of the rebuilt plan does not match");
     rep.bytes_out += f.data.nbytes();
-    staged[w.name] = f.data;
+    staged.set_weight(w.name, f.data);
   }
   if (options.check_finite) {
     // The sources are gone in a rebuild; a NaN/Inf in one shows in the weights derived from it.
@@ -360,18 +367,22 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
   }
   rep.validate_ms = ms_since(t0);
   auto t2 = std::chrono::steady_clock::now();
-  engine_.engine_.replace_constants(staged);
-  for (size_t i = 0; i < p.weights.size(); ++i) {
-    const auto& w = p.weights[i];
-    if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() && w.recipe.result.kind == plan::Operand::Kind::Source)
-      engine_.known_sources_[w.recipe.result.index] = staged[w.name];
-    else
-      for (uint32_t s : w.sources) engine_.known_sources_[s] = Tensor();
+  // What the engine keeps of each source: an identity weight's bytes are its source's; a
+  // rebuild leaves no other source value behind. Hashes: the rebuild's, of the new sources.
+  std::map<uint32_t, Tensor> kept;
+  for (const auto& w : p.weights) {
+    if (w.kind != plan::WeightKind::Derived) continue;
+    if (w.recipe.steps.empty() && w.recipe.result.kind == plan::Operand::Kind::Source)
+      kept[w.recipe.result.index] = *staged.weight(w.name);
   }
-  for (size_t i = 0; i < p.sources.size(); ++i)
-    if (p.sources[i].refittable) engine_.source_hashes_[i] = fresh.sources[i].hash;
+  for (size_t i = 0; i < p.sources.size(); ++i) {
+    if (!p.sources[i].refittable) continue;
+    auto it = kept.find(static_cast<uint32_t>(i));
+    staged.record_source(static_cast<uint32_t>(i), it == kept.end() ? Tensor() : it->second, fresh.sources[i].hash);
+  }
+  engine_.commit(staged);
   pending_.clear();
-  rep.weights_replayed = staged.size();
+  rep.weights_replayed = staged.weights().size();
   rep.commit_ms = ms_since(t2);
   return rep;
 }

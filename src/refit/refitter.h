@@ -9,8 +9,11 @@
 // the others and re-hashes the ones the engine holds against the hash recorded for them), for
 // refit-identical plans that every source, set or kept, hashes to the build-time hash, and
 // that no value holds NaN or Inf. Then it replays only the recipes whose sources changed, with
-// the same kernels the builder used, and swaps the new engine weights in at once. Any failure
+// the same kernels the builder used (transforms/recipe.h), and swaps the new engine weights in
+// at once through the engine's one weight transaction (runtime::WeightUpdate). Any failure
 // leaves the engine exactly as it was.
+//
+// Most callers want refit_from() (refit/refit_from.h), which reads the sources too.
 #pragma once
 
 #include <map>
@@ -53,6 +56,14 @@ struct CommitReport {
   double validate_ms = 0, replay_ms = 0, commit_ms = 0;
 };
 
+// A refit validated and replayed but not applied: the new engine weights and source records,
+// staged. Refitter::commit(StagedRefit) applies it; until then the engine is unchanged, so a
+// caller can inspect the new weights first (refit_from's verify compares them with a rebuild).
+struct StagedRefit {
+  runtime::WeightUpdate update;
+  CommitReport report;
+};
+
 class Refitter {
  public:
   explicit Refitter(runtime::PlanEngine& engine);
@@ -69,9 +80,15 @@ class Refitter {
   // Keys of refittable sources not set in this transaction (what a non-incremental commit
   // refuses), sorted by source id.
   std::vector<std::string> unset() const;
-  // Validates, replays, swaps. Throws (engine unchanged) on any problem; clears the pending
-  // values on success.
+  // Validates, replays, swaps: commit(stage(options)). Throws (engine unchanged) on any
+  // problem; clears the pending values on success.
   CommitReport commit(const CommitOptions& options = {});
+  // Validates the pending values and replays the recipes they change; the engine is unchanged.
+  // Throws on any problem.
+  StagedRefit stage(const CommitOptions& options = {}) const;
+  // Applies `staged`, made by stage() on this refitter with no change to the engine since, in
+  // one runtime::PlanEngine::commit; clears the pending values.
+  CommitReport commit(StagedRefit staged);
   // Slow path: swaps in the derived engine weights of `fresh`, a new build of the same
   // structure (same weight table). For refit-identical plans every source hash must match;
   // with options.check_finite no derived engine weight may hold NaN or Inf (`incremental` does

@@ -1,8 +1,21 @@
-// PlanEngine: an Engine made from a Plan, plus the refit state that the Refitter works on.
+// PlanEngine: an Engine made from a Plan, plus the refit state that belongs to its weights.
 //
 // It runs like an Engine, but knows the plan's sources: a stripped engine refuses to run and
 // names the sources that are missing (the first ten and the count), and the engine remembers
-// the current value of each source a later incremental refit may need.
+// the current value of each source a later incremental refit may need, with the hash recorded
+// when that value entered the engine.
+//
+// Its weights change only through one narrow transaction, WeightUpdate:
+//
+//   runtime::WeightUpdate u;
+//   u.set_weight("linear.weight", new_weight);          // stage: nothing changes yet
+//   u.record_source(3, new_source_value, xxh3_of_it);   // what the engine remembers of source 3
+//   engine.validate(u);                                 // optional: commit() validates too
+//   engine.commit(u);                                   // all at once, or not at all
+//
+// The refitter (refit/refitter.h) derives the staged weights from sources (recipes replayed,
+// completeness and hashes checked); the engine itself checks only what keeps it consistent:
+// names, kinds, dtypes and shapes. Runs that started before a commit finish on the old weights.
 #pragma once
 
 #include <map>
@@ -13,11 +26,36 @@
 #include "plan/plan.h"
 #include "runtime/engine.h"
 
-namespace reforge::refit {
-class Refitter;
-}
-
 namespace reforge::runtime {
+
+// A staged change of a PlanEngine's weight set: new values of derived engine weights, and what
+// the engine records about sources (their current value, kept for a later incremental refit,
+// and its hash). Building one changes nothing; PlanEngine::commit applies it.
+class WeightUpdate {
+ public:
+  // Engine weight `name` (a derived weight of the plan) takes `value` at commit.
+  void set_weight(const std::string& name, Tensor value) { weights_[name] = std::move(value); }
+  // At commit the engine records `value` as source `id`'s current value (undefined: it keeps no
+  // value) and `hash` as the XXH3-64 of the value it was given (0: unknown).
+  void record_source(uint32_t id, Tensor value, uint64_t hash) { sources_[id] = {std::move(value), hash}; }
+
+  struct SourceRecord {
+    Tensor value;
+    uint64_t hash = 0;
+  };
+  const std::map<std::string, Tensor>& weights() const { return weights_; }
+  const std::map<uint32_t, SourceRecord>& sources() const { return sources_; }
+  // The staged value of engine weight `name`, or nullptr when this update does not set it.
+  const Tensor* weight(const std::string& name) const {
+    auto it = weights_.find(name);
+    return it == weights_.end() ? nullptr : &it->second;
+  }
+  bool empty() const { return weights_.empty() && sources_.empty(); }
+
+ private:
+  std::map<std::string, Tensor> weights_;
+  std::map<uint32_t, SourceRecord> sources_;
+};
 
 class PlanEngine {
  public:
@@ -37,10 +75,25 @@ class PlanEngine {
   // A copy of the plan with the current engine weights in it (for saving a refit plan).
   plan::Plan current_plan(bool strip) const;
 
+  // The value the engine keeps of source `id` (an identity weight's bytes, or a source of a
+  // multi-source recipe kept after a refit); undefined when it keeps none.
+  const Tensor& source_value(uint32_t id) const;
+  // The XXH3-64 recorded for source `id`: of the value it was last given, or the plan's
+  // build-time hash; 0 when unknown (a refit that kept no value and recorded no hash).
+  uint64_t source_hash(uint32_t id) const;
+
+  // Throws, naming the first problem, unless every staged weight is a derived engine weight of
+  // the plan with a defined value of the plan's dtype and shape, and every recorded source is a
+  // refittable source of the plan whose value (when defined) has its dtype and shape.
+  void validate(const WeightUpdate& update) const;
+  // Validates `update`, then swaps its weights in at once and records its sources. Throws with
+  // the engine unchanged when validation (or preparing the new weights for the kernels) fails.
+  void commit(const WeightUpdate& update);
+
  private:
-  friend class refit::Refitter;
   plan::Plan plan_;
   Engine engine_;
+  std::map<std::string, size_t> weight_index_;  // plan weight name -> index
   // Current value of each source when known: for identity recipes it aliases the engine
   // weight; for sources of multi-source recipes it is kept after a refit so that a later
   // refit of only some of them can replay the recipe.
@@ -50,7 +103,6 @@ class PlanEngine {
   // plan; an incremental refit re-hashes the known values against it. Otherwise the plan's
   // build-time hash, or 0 after a refit that kept no value.
   std::vector<uint64_t> source_hashes_;
-  std::vector<bool> weight_present_;  // per plan weight
 };
 
 }  // namespace reforge::runtime

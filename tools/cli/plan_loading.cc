@@ -1,10 +1,7 @@
-#include "core/timing.h"
 #include "plan_loading.h"
 
-#include <chrono>
 #include <cstring>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
 
 #include "build/builder.h"
@@ -13,8 +10,6 @@
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
-#include "refit/checkpoint_refit.h"
-#include "transforms/recipe.h"
 
 namespace reforge::cli {
 
@@ -57,62 +52,13 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   return engine;
 }
 
-refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& o) {
-  const plan::Plan& p = engine.plan();
-  if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
-  refit::Refitter r(engine);
-  refit::CommitOptions co;
-  co.check_finite = !o.allow_nonfinite;
-  refit::CommitReport rep;
-  auto t0 = std::chrono::steady_clock::now();
-  if (!o.weights.empty() && refit::is_safetensors_path(o.weights[0])) {
-    if (o.slow || o.verify) fail("--slow and --verify need a re-exported ONNX model, not a checkpoint");
-    auto ckpt = refit::Checkpoint::open(o.weights);
-    auto cs = refit::sources_from_checkpoint(p, ckpt);
-    double read_ms = ms_since(t0);
-    for (const auto& [id, t] : cs.sources) r.set_source(id, t);
-    rep = r.commit(co);
-    if (!o.quiet) {
-      std::cerr << std::fixed << std::setprecision(2) << "refit (checkpoint): read+bind " << read_ms << " ms, validate "
-                << rep.validate_ms << " ms, replay " << rep.replay_ms << " ms, commit " << rep.commit_ms << " ms; "
-                << rep.sources_set << " sources -> " << rep.weights_replayed << " engine weights\n";
-      if (!cs.unused.empty()) std::cerr << refit::unused_summary(cs.unused) << "\n";
-    }
-    return rep;
-  }
-  if (o.weights.size() != 1) fail("refit from ONNX takes exactly one model file (got ", o.weights.size(), ")");
-  const std::string& src = o.weights[0];
-  if (o.slow) {
-    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
-    double read_ms = ms_since(t0);
-    rep = r.commit_rebuilt(fresh, co);
-    if (!o.quiet)
-      std::cerr << std::fixed << std::setprecision(2) << "refit (slow): import+build " << read_ms << " ms, validate "
-                << rep.validate_ms << " ms, commit " << rep.commit_ms << " ms, " << rep.weights_replayed << " weights, "
-                << rep.bytes_out << " bytes\n";
-    return rep;
-  }
-  auto sources = build::read_sources_from_onnx(p, src);
-  double read_ms = ms_since(t0);
-  for (const auto& [id, t] : sources) r.set_source(id, t);
-  rep = r.commit(co);
-  if (!o.quiet)
-    std::cerr << std::fixed << std::setprecision(2) << "refit (fast): read " << read_ms << " ms, validate " << rep.validate_ms
-              << " ms, replay " << rep.replay_ms << " ms, commit " << rep.commit_ms << " ms; " << rep.sources_set
-              << " sources (" << rep.bytes_in << " bytes) -> " << rep.weights_replayed << " engine weights (" << rep.bytes_out
-              << " bytes)\n";
-  if (o.verify) {
-    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
-    size_t compared = 0;
-    for (const auto& w : fresh.weights) {
-      if (w.kind != plan::WeightKind::Derived) continue;
-      Tensor mine = engine.weight(w.name);
-      if (!transforms::bit_equal(mine, w.data))
-        fail("refit --verify: engine weight '", w.name, "' differs between fast refit and a fresh build");
-      ++compared;
-    }
-    if (!o.quiet) std::cerr << "refit --verify: fast == slow for all " << compared << " derived engine weights, bit for bit\n";
-  }
+refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& o) {
+  refit::RefitRequest req;
+  req.files = o.weights;
+  req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
+  req.commit.check_finite = !o.allow_nonfinite;
+  refit::RefitReport rep = build::refit_from(engine, req);
+  if (!o.quiet) std::cerr << rep.summary();
   return rep;
 }
 

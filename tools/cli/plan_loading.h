@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "refit/refitter.h"
+#include "refit/refit_from.h"
 #include "runtime/plan_engine.h"
 
 namespace reforge::cli {
@@ -32,7 +32,8 @@ struct LoadOptions {
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
 
-// Refits `engine` from the weight files in `options` (fast, slow or verify) and prints phases.
-refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& options);
+// Refits `engine` from the weight files in `options` (build::refit_from: fast, slow or verify)
+// and prints its summary unless quiet.
+refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& options);
 
 }  // namespace reforge::cli

@@ -1,0 +1,76 @@
+#include "refit/refit_from.h"
+
+#include <chrono>
+#include <iomanip>
+#include <sstream>
+
+#include "core/timing.h"
+#include "refit/checkpoint_refit.h"
+#include "refit/safetensors.h"
+
+namespace reforge::refit {
+
+const char* refit_mode_name(RefitMode m) {
+  switch (m) {
+    case RefitMode::Fast: return "fast";
+    case RefitMode::Slow: return "slow";
+    case RefitMode::Verify: return "verify";
+  }
+  return "?";
+}
+
+std::string RefitReport::summary() const {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(2);
+  const CommitReport& c = commit;
+  if (from == "checkpoint") {
+    os << "refit (checkpoint): read+bind " << read_ms << " ms, validate " << c.validate_ms << " ms, replay " << c.replay_ms
+       << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources -> " << c.weights_replayed
+       << " engine weights\n";
+    if (!unused.empty()) os << unused_summary(unused) << "\n";
+  } else if (mode == RefitMode::Slow) {
+    os << "refit (slow): import+build " << read_ms << " ms, validate " << c.validate_ms << " ms, commit " << c.commit_ms << " ms, "
+       << c.weights_replayed << " weights, " << c.bytes_out << " bytes\n";
+  } else {
+    os << "refit (" << (from == "tensors" ? "tensors" : "fast") << "): read " << read_ms << " ms, validate " << c.validate_ms
+       << " ms, replay " << c.replay_ms << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources ("
+       << c.bytes_in << " bytes) -> " << c.weights_replayed << " engine weights (" << c.bytes_out << " bytes)\n";
+    if (mode == RefitMode::Verify)
+      os << "refit --verify: fast == slow for all " << verified << " derived engine weights, bit for bit (" << verify_ms
+         << " ms)\n";
+  }
+  return os.str();
+}
+
+RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
+  const plan::Plan& p = engine.plan();
+  if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
+  if (req.files.empty() == req.tensors.empty())
+    fail("refit: give new weights either as files or as tensors (", req.files.size(), " file(s), ", req.tensors.size(),
+         " tensor(s) given)");
+  const bool checkpoint = !req.files.empty() && is_safetensors_path(req.files[0]);
+  if (!req.files.empty() && !checkpoint)
+    fail("refit from '", req.files[0], "': not a safetensors checkpoint; ONNX models are read on the build side "
+         "(build::refit_from in build/onnx_refit.h)");
+  if (req.mode != RefitMode::Fast)
+    fail("refit: a ", refit_mode_name(req.mode), " refit (--slow, --verify) needs a re-exported ONNX model, not ",
+         checkpoint ? "a checkpoint" : "tensors");
+  RefitReport rep;
+  rep.from = checkpoint ? "checkpoint" : "tensors";
+  Refitter r(engine);
+  auto t0 = std::chrono::steady_clock::now();
+  if (checkpoint) {
+    auto ckpt = Checkpoint::open(req.files);
+    auto cs = sources_from_checkpoint(p, ckpt);
+    rep.read_ms = ms_since(t0);
+    for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+    rep.unused = std::move(cs.unused);
+  } else {
+    for (const auto& [name, t] : req.tensors) r.set(name, t);
+    rep.read_ms = ms_since(t0);
+  }
+  rep.commit = r.commit(req.commit);
+  return rep;
+}
+
+}  // namespace reforge::refit

@@ -1,0 +1,69 @@
+// refit_from: the one call that gives a PlanEngine new weights, read from where they are.
+//
+//   refit::RefitRequest req;
+//   req.files = {"/ckpt/model.safetensors"};            // or req.tensors = {{"fc.weight", t}, ...}
+//   refit::RefitReport rep = refit::refit_from(engine, req);
+//
+// Two layers, one request type. This one (runtime library, no importer, no protobuf) reads a
+// safetensors checkpoint the plan was bound to at build time, or takes caller tensors by
+// initializer name or source key. build::refit_from (build/onnx_refit.h) takes the same request
+// and adds re-exported ONNX models: fast (sources by graph position, recipes replayed), slow (a
+// rebuild with the plan's options) or verify (both, every derived engine weight compared bit for
+// bit before anything changes); it hands every other request to this one. The CLI and language
+// bindings call build::refit_from; a deployment that only loads plans calls this one.
+//
+// Every refit is one transaction (refit/refitter.h): any error, including a verify mismatch,
+// leaves the engine exactly as it was.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "refit/refitter.h"
+#include "runtime/plan_engine.h"
+
+namespace reforge::refit {
+
+// How a re-exported ONNX model refits (other sources have one way: the fast one).
+enum class RefitMode {
+  Fast,    // read the sources by graph position, replay the recipes
+  Slow,    // rebuild the plan from the new model with the plan's options, swap its weights in
+  Verify,  // fast, then slow: commit only when every derived engine weight agrees bit for bit
+};
+const char* refit_mode_name(RefitMode m);
+
+struct RefitRequest {
+  // New weights from files: a safetensors checkpoint (file(s), or a sharded folder with
+  // model.safetensors.index.json) the plan was bound to, or one re-exported ONNX model
+  // (build::refit_from only).
+  std::vector<std::string> files;
+  // New weights from memory, by initializer name or source key (Refitter::set). Not together
+  // with `files`.
+  std::map<std::string, Tensor> tensors;
+  RefitMode mode = RefitMode::Fast;  // ONNX models only; otherwise it must be Fast
+  // check_finite (NaN/Inf refused), incremental (only the sources given change; caller tensors
+  // only: a checkpoint or a model gives every source).
+  CommitOptions commit;
+};
+
+struct RefitReport {
+  std::string from;      // "checkpoint", "tensors" or "onnx"
+  RefitMode mode = RefitMode::Fast;
+  CommitReport commit;   // of the fast commit (slow: of the rebuilt one)
+  double read_ms = 0;    // reading the new weights: checkpoint read and bindings, ONNX import (slow: and rebuild)
+  double verify_ms = 0;  // verify: the rebuild and the comparison
+  size_t verified = 0;   // verify: derived engine weights found equal, bit for bit
+  std::vector<std::string> unused;  // checkpoint tensors no binding reads (ignored)
+
+  // What the CLI prints: a line of phases and counts, and one on verification or unused tensors.
+  std::string summary() const;
+};
+
+// Refits `engine` from a checkpoint or caller tensors. Throws (engine unchanged) when the plan
+// is not refittable, the request is inconsistent, a source is missing, unbound or of another
+// dtype or shape, or a value is refused (NaN/Inf, refit-identical hash); and, naming
+// build::refit_from, when the request names an ONNX model.
+RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& request);
+
+}  // namespace reforge::refit

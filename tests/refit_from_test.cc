@@ -1,0 +1,187 @@
+// The library's refit entry points (refit/refit_from.h, build/onnx_refit.h) and the engine's
+// weight transaction (runtime/plan_engine.h), on the committed Llama-style model: a plan built
+// from the dynamo export with weights A, refit to B
+//   - through build::refit_from from B's re-exported ONNX with verify (fast and slow compared bit
+//     for bit before the commit), and by the slow path alone;
+//   - through refit::refit_from (runtime only) from checkpoint B (the plan bound to checkpoint A),
+//     and from caller tensors;
+// each time matching PyTorch's outputs for B within 1e-4. Then the refusals: an inconsistent
+// request, or an engine-side update that names what the plan lacks, leaves the engine unchanged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+
+#include "build/binding.h"
+#include "build/builder.h"
+#include "build/onnx_refit.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "refit/refit_from.h"
+#include "refit/safetensors.h"
+#include "runtime/plan_engine.h"
+#include "support/plan_round_trip.h"
+#include "transforms/recipe.h"
+
+using namespace reforge;
+using test_support::round_trip;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kLlama = fs::path(REFORGE_SOURCE_DIR) / "models" / "llama";
+
+std::string onnx_of(const char* weights) { return (kLlama / "dynamo" / weights / "model.onnx").string(); }
+
+// max |out - reference B| over both input sets.
+double max_diff_to_b(const runtime::PlanEngine& e) {
+  double m = 0;
+  for (const char* set : {"b1_s7", "b2_s5"}) {
+    auto outs = e.run({{"input_ids", read_npy((kLlama / "inputs" / set / "input_ids.npy").string())}});
+    Tensor ref = read_npy((kLlama / "reference" / "B" / set / "logits.npy").string());
+    EXPECT_EQ(outs.at(0).shape(), ref.shape()) << set;
+    for (int64_t k = 0; k < ref.numel() && k < outs[0].numel(); ++k)
+      m = std::max(m, std::fabs(ref.as_double(k) - outs[0].as_double(k)));
+  }
+  return m;
+}
+
+plan::Plan build_a(bool strip) {
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.strip_weights = strip;
+  return round_trip(build::build_plan(onnx::import_model_file(onnx_of("A")), o));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::map<std::string, uint64_t> weight_hashes(const runtime::PlanEngine& e) {
+  std::map<std::string, uint64_t> h;
+  for (const auto& w : e.plan().weights)
+    if (w.kind == plan::WeightKind::Derived) h[w.name] = transforms::hash_tensor(e.weight(w.name));
+  return h;
+}
+
+}  // namespace
+
+// "Refit with verify" from C++: fast refit staged, a rebuild from B compared with it bit for bit,
+// then one commit; the outputs are PyTorch's for B.
+TEST(RefitFrom, OnnxVerifyMatchesFrameworkB) {
+  for (bool strip : {true, false}) {
+    SCOPED_TRACE(strip ? "stripped" : "full");
+    runtime::PlanEngine e(build_a(strip));
+    refit::RefitRequest req;
+    req.files = {onnx_of("B")};
+    req.mode = refit::RefitMode::Verify;
+    refit::RefitReport rep = build::refit_from(e, req);
+    EXPECT_EQ(rep.from, "onnx");
+    EXPECT_EQ(rep.mode, refit::RefitMode::Verify);
+    EXPECT_GT(rep.commit.sources_set, 0u);
+    EXPECT_GT(rep.commit.weights_replayed, 0u);
+    size_t derived = 0;
+    for (const auto& w : e.plan().weights) derived += w.kind == plan::WeightKind::Derived;
+    EXPECT_EQ(rep.verified, derived);
+    EXPECT_NE(rep.summary().find("fast == slow for all"), std::string::npos) << rep.summary();
+    EXPECT_LE(max_diff_to_b(e), 1e-4);
+  }
+}
+
+// The slow path alone (a rebuild with the plan's options) gives the fast path's weights.
+TEST(RefitFrom, OnnxSlowEqualsFast) {
+  runtime::PlanEngine fast(build_a(true)), slow(build_a(true));
+  refit::RefitRequest req;
+  req.files = {onnx_of("B")};
+  build::refit_from(fast, req);
+  req.mode = refit::RefitMode::Slow;
+  EXPECT_EQ(build::refit_from(slow, req).mode, refit::RefitMode::Slow);
+  EXPECT_EQ(weight_hashes(fast), weight_hashes(slow));
+  EXPECT_LE(max_diff_to_b(slow), 1e-4);
+}
+
+// A checkpoint refit through the runtime-only entry point: the plan is bound to checkpoint A at
+// build time and refit from checkpoint B.
+TEST(RefitFrom, CheckpointMatchesFrameworkB) {
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.strip_weights = true;
+  plan::Plan p = round_trip(build::build_plan_with_checkpoint(
+      onnx::import_model_file(onnx_of("A")), o, refit::Checkpoint::open((kLlama / "checkpoint_A.safetensors").string()), {}));
+  runtime::PlanEngine e(std::move(p));
+  refit::RefitRequest req;
+  req.files = {(kLlama / "checkpoint_B.safetensors").string()};
+  // A checkpoint has one way to refit; verify needs an ONNX model. Refused, engine unchanged.
+  req.mode = refit::RefitMode::Verify;
+  EXPECT_NE(error_of([&] { refit::refit_from(e, req); }).find("needs a re-exported ONNX model"), std::string::npos);
+  EXPECT_FALSE(e.missing_sources().empty());
+  req.mode = refit::RefitMode::Fast;
+  refit::RefitReport rep = refit::refit_from(e, req);
+  EXPECT_EQ(rep.from, "checkpoint");
+  EXPECT_GT(rep.commit.sources_set, 0u);
+  EXPECT_TRUE(e.missing_sources().empty());
+  EXPECT_LE(max_diff_to_b(e), 1e-4);
+}
+
+// Caller tensors by source key, through the runtime entry point; then the incremental form
+// with one source; the runtime entry point refuses an ONNX model, naming the build side.
+TEST(RefitFrom, CallerTensors) {
+  runtime::PlanEngine e(build_a(true));
+  refit::RefitRequest onnx;
+  onnx.files = {onnx_of("B")};
+  EXPECT_NE(error_of([&] { refit::refit_from(e, onnx); }).find("build::refit_from"), std::string::npos);
+
+  const auto sources = build::read_sources_from_onnx(e.plan(), onnx_of("B"));
+  refit::RefitRequest req;
+  for (const auto& [id, t] : sources) req.tensors[e.plan().sources[id].key] = t;
+  req.tensors.erase(req.tensors.begin());
+  // One source short: a complete refit names it and changes nothing.
+  EXPECT_NE(error_of([&] { refit::refit_from(e, req); }).find("were not given a value"), std::string::npos);
+  EXPECT_FALSE(e.missing_sources().empty());
+  for (const auto& [id, t] : sources) req.tensors[e.plan().sources[id].key] = t;
+  EXPECT_EQ(refit::refit_from(e, req).from, "tensors");
+  EXPECT_LE(max_diff_to_b(e), 1e-4);
+
+  // Incremental: the same value for one source leaves every engine weight as it was.
+  const auto before = weight_hashes(e);
+  refit::RefitRequest one;
+  one.tensors[e.plan().sources[sources.begin()->first].key] = sources.begin()->second;
+  one.commit.incremental = true;
+  EXPECT_EQ(refit::refit_from(e, one).commit.sources_set, 1u);
+  EXPECT_EQ(weight_hashes(e), before);
+}
+
+// The engine's transaction checks names, kinds, dtypes and shapes before anything changes.
+TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
+  runtime::PlanEngine e(build_a(false));
+  const auto before = weight_hashes(e);
+  const plan::WeightEntry* derived = nullptr;
+  for (const auto& w : e.plan().weights)
+    if (w.kind == plan::WeightKind::Derived && !derived) derived = &w;
+  ASSERT_NE(derived, nullptr);
+
+  runtime::WeightUpdate unknown;
+  unknown.set_weight(derived->name, e.weight(derived->name));
+  unknown.set_weight("no.such.weight", e.weight(derived->name));
+  EXPECT_NE(error_of([&] { e.commit(unknown); }).find("'no.such.weight' is not an engine weight"), std::string::npos);
+
+  runtime::WeightUpdate wrong_shape;
+  wrong_shape.set_weight(derived->name, Tensor::empty(derived->dtype, {derived->shape.empty() ? 2 : derived->shape[0] + 1}));
+  EXPECT_NE(error_of([&] { e.validate(wrong_shape); }).find("the plan expects"), std::string::npos);
+  EXPECT_NE(error_of([&] { e.commit(wrong_shape); }).find("the plan expects"), std::string::npos);
+  EXPECT_EQ(weight_hashes(e), before);
+
+  // A valid update: the weight changes, at once.
+  Tensor zeros = Tensor::empty(derived->dtype, derived->shape);
+  runtime::WeightUpdate ok;
+  ok.set_weight(derived->name, zeros);
+  e.validate(ok);
+  e.commit(ok);
+  EXPECT_TRUE(transforms::bit_equal(e.weight(derived->name), zeros));
+}
