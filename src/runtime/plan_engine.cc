@@ -70,7 +70,8 @@ void PlanEngine::validate(const WeightUpdate& update) const {
     if (it == weight_index_.end()) fail("weight update: '", name, "' is not an engine weight of this plan");
     const plan::WeightEntry& w = plan_.weights[it->second];
     if (w.kind != plan::WeightKind::Derived)
-      fail("weight update: engine weight '", w.name, "' is a literal of the plan and never changes");
+      fail("weight update: engine weight '", w.name, "' is ", w.kind == plan::WeightKind::Literal ? "a literal" : "baked",
+           " in this plan and never changes");
     if (!t.defined()) fail("weight update: engine weight '", w.name, "' is given no value");
     if (t.dtype() != w.dtype || t.shape() != w.shape)
       fail("weight update: engine weight '", w.name, "' is given ", t.describe(), ", the plan expects ", dtype_name(w.dtype),
