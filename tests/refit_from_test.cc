@@ -185,3 +185,20 @@ TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
   e.commit(ok);
   EXPECT_TRUE(transforms::bit_equal(e.weight(derived->name), zeros));
 }
+
+// Refitter::stage validates and replays without touching the engine; commit(staged) applies it.
+// (refit_from's verify compares the staged weights with a rebuild in between.)
+TEST(RefitFrom, StagedRefitChangesNothingUntilCommitted) {
+  runtime::PlanEngine e(build_a(false));
+  const auto before = weight_hashes(e);
+  refit::Refitter r(e);
+  for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), onnx_of("B"))) r.set_source(id, t);
+  refit::StagedRefit staged = r.stage();
+  EXPECT_EQ(weight_hashes(e), before);
+  EXPECT_GT(staged.update.weights().size(), 0u);
+  EXPECT_EQ(r.pending(), staged.report.sources_set);
+  r.commit(std::move(staged));
+  EXPECT_EQ(r.pending(), 0u);
+  EXPECT_NE(weight_hashes(e), before);
+  EXPECT_LE(max_diff_to_b(e), 1e-4);
+}
