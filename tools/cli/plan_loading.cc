@@ -83,7 +83,9 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
   if (o.weights.size() != 1) fail("refit from ONNX takes exactly one model file (got ", o.weights.size(), ")");
   const std::string& src = o.weights[0];
   if (o.slow) {
-    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
+    std::string note;
+    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src), &note);
+    if (!note.empty()) std::cerr << "refit (slow): " << note << "\n";
     double read_ms = ms_since(t0);
     rep = r.commit_rebuilt(fresh, co);
     if (!o.quiet)
@@ -102,7 +104,9 @@ refit::CommitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions&
               << " sources (" << rep.bytes_in << " bytes) -> " << rep.weights_replayed << " engine weights (" << rep.bytes_out
               << " bytes)\n";
   if (o.verify) {
-    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src));
+    std::string note;
+    plan::Plan fresh = build::rebuild_from_onnx(p, onnx::import_model_file(src), &note);
+    if (!note.empty()) std::cerr << "refit (verify): " << note << "\n";
     size_t compared = 0;
     for (const auto& w : fresh.weights) {
       if (w.kind != plan::WeightKind::Derived) continue;
