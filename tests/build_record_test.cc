@@ -147,7 +147,7 @@ void expect_slow_equals_fast(const build::BuildOptions& o) {
 TEST(BuildRecord, SlowRefitOfSkippedPassesEqualsFastRefit) {
   build::BuildOptions o;
   o.mode = BuildMode::Refit;
-  for (std::vector<std::string> skip : {std::vector<std::string>{"fuse-matmul-add"}, {"fuse-*"}, {"linear-weights-packing"}}) {
+  for (const auto& skip : std::vector<std::vector<std::string>>{{"fuse-matmul-add"}, {"fuse-*"}, {"linear-weights-packing"}}) {
     SCOPED_TRACE(skip[0]);
     o.skip_passes = skip;
     expect_slow_equals_fast(o);
