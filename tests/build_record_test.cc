@@ -165,6 +165,13 @@ TEST(BuildRecord, SlowRefitOfBf16PlansEqualsFastRefit) {
   o.activations = Precision::Fp32;
   o.skip_passes = {"linear-weights-precision"};
   expect_slow_equals_fast(o);
+  {
+    // Without the record the skipped pass cannot be known: the rebuild casts, and is refused.
+    Plan p = build::build_plan(onnx::import_model_file(kModelA), o);
+    p.build.reset();
+    std::string msg = error_of([&] { build::rebuild_from_onnx(p, onnx::import_model_file(kModelB)); });
+    EXPECT_NE(msg.find("does not match the rebuilt plan"), std::string::npos) << msg;
+  }
   o.skip_passes.clear();
   o.weight_packing = WeightPacking::Panels;
   expect_slow_equals_fast(o);
