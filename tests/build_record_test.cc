@@ -69,24 +69,16 @@ TEST(BuildRecord, ReaderRefusesABadRecord) {
   p.build = sample_record();
   std::string bytes = serialize_plan(p);
   json meta = metadata_of(bytes);
-  {
-    json m = meta;
-    m["build"]["weight_packing"] = "spiral";
-    EXPECT_NE(error_of([&] { parse_bytes(with_metadata(bytes, m.dump())); }).find("build.weight_packing: unknown weight packing 'spiral'"),
-              std::string::npos);
-  }
-  {
-    json m = meta;
-    m["build"]["layouts"] = {{"linear_panels", false}, {"half_panels", true}};
-    EXPECT_NE(error_of([&] { parse_bytes(with_metadata(bytes, m.dump())); }).find("build.layouts: half_panels without linear_panels"),
-              std::string::npos);
-  }
-  {
-    json m = meta;
-    m["build"].erase("skip_passes");
-    EXPECT_NE(error_of([&] { parse_bytes(with_metadata(bytes, m.dump())); }).find("build: missing field 'skip_passes'"),
-              std::string::npos);
-  }
+  auto error_with = [&](const json& m) { return error_of([&] { parse_bytes(with_metadata(bytes, m.dump())); }); };
+  json m = meta;
+  m["build"]["weight_packing"] = "spiral";
+  EXPECT_NE(error_with(m).find("build.weight_packing: unknown weight packing 'spiral'"), std::string::npos);
+  m = meta;
+  m["build"]["layouts"] = {{"linear_panels", false}, {"half_panels", true}};
+  EXPECT_NE(error_with(m).find("build.layouts: half_panels without linear_panels"), std::string::npos);
+  m = meta;
+  m["build"].erase("skip_passes");
+  EXPECT_NE(error_with(m).find("build: missing field 'skip_passes'"), std::string::npos);
 }
 
 TEST(BuildRecord, BuilderRecordsOptionsTargetAndProducer) {
@@ -147,7 +139,8 @@ void expect_slow_equals_fast(const build::BuildOptions& o) {
 TEST(BuildRecord, SlowRefitOfSkippedPassesEqualsFastRefit) {
   build::BuildOptions o;
   o.mode = BuildMode::Refit;
-  for (const auto& skip : std::vector<std::vector<std::string>>{{"fuse-matmul-add"}, {"fuse-*"}, {"linear-weights-packing"}}) {
+  using Skips = std::vector<std::string>;
+  for (const Skips& skip : std::vector<Skips>{{"fuse-matmul-add"}, {"fuse-*"}, {"linear-weights-packing"}}) {
     SCOPED_TRACE(skip[0]);
     o.skip_passes = skip;
     expect_slow_equals_fast(o);

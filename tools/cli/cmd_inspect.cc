@@ -225,10 +225,10 @@ Runner add_inspect(CLI::App& app) {
     } else {
       std::cout << "build record: none (written by an older reforge; slow refit infers the options)\n";
     }
-    std::cout << "inputs:\n";
-    for (const auto& e : j["inputs"]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
-    std::cout << "outputs:\n";
-    for (const auto& e : j["outputs"]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
+    for (const char* side : {"inputs", "outputs"}) {
+      std::cout << side << ":\n";
+      for (const auto& e : j[side]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
+    }
     if (*verify)
       std::cout << "verified: " << j["verified"]["weights"].get<size_t>() << " stored engine weights ("
                 << j["verified"]["bytes"].get<size_t>() << " bytes) match their recorded hashes\n";
