@@ -281,6 +281,7 @@ inline void expect_plan_eq(const Plan& a, const Plan& b, bool weights_loaded = t
   EXPECT_EQ(a.individual_patterns, b.individual_patterns);
   EXPECT_EQ(a.stripped, b.stripped);
   EXPECT_EQ(a.producer, b.producer);
+  EXPECT_TRUE(a.build == b.build) << "build record";
   EXPECT_EQ(a.model_name, b.model_name);
   EXPECT_EQ(a.fingerprint, b.fingerprint);
 

@@ -7,6 +7,7 @@
 #include "build/fingerprint.h"
 #include "core/nearest_names.h"
 #include "core/simd.h"
+#include "core/version.h"
 #include "passes/build_state.h"
 #include "transforms/recipe.h"
 #include "runtime/engine.h"
@@ -46,6 +47,8 @@ void BuildOptions::validate() const {
       fail("--activations bf16 needs --precision bf16 (the plan's precision is ", plan::precision_name(precision), ")");
     fail("--activations must be fp32 or bf16, not ", plan::precision_name(activations));
   }
+  if (layouts && layouts->half_panels && !layouts->linear_panels)
+    fail("weight layouts: 16-bit panels (half_panels) need float32 panels (linear_panels)");
 }
 
 namespace {
@@ -156,18 +159,53 @@ std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const
 
 // Turns initializers into constants with provenance: literals stay shared by name; every use
 // of any other initializer becomes its own source and its own value.
-passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const std::set<std::string>& literals) {
+const char* simd_level_name(SimdLevel l) {
+  switch (l) {
+    case SimdLevel::Avx512: return "avx512";
+    case SimdLevel::Avx2: return "avx2";
+    case SimdLevel::Generic: return "generic";
+  }
+  return "generic";
+}
+
+// The target part of the build record: the weight layouts for this build on this CPU, and the
+// CPU features consulted to choose them (options.layouts, when set, decides alone).
+plan::BuildRecord target_record(const BuildOptions& o) {
+  plan::BuildRecord r;
+  r.weight_packing = o.weight_packing;
+  r.skip_passes = o.skip_passes;
+  r.verify_recipes = o.verify_recipes;
+  r.backend = "cpu";
+  r.isa.push_back(simd_level_name(simd_level()));
+  if (o.layouts) {
+    r.layouts = *o.layouts;
+    return r;
+  }
+  r.layouts.linear_panels = o.weight_packing == WeightPacking::Panels ||
+                            (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
+  // 16-bit weights go in panels too, except bfloat16 where oneDNN multiplies it natively.
+  // (Asked only in bf16 builds: the answer makes a oneDNN primitive, once per process.)
+  bool half = o.weight_packing == WeightPacking::Panels;
+  if (!half && r.layouts.linear_panels) {
+    if (o.precision == plan::Precision::Fp16) half = true;
+    if (o.precision == plan::Precision::Bf16) {
+      const bool native = cpu::has_bf16_matmul();
+      if (native) r.isa.push_back("bf16-matmul");
+      half = !native;
+    }
+  }
+  r.layouts.half_panels = half;
+  return r;
+}
+
+passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const plan::WeightLayouts& layouts,
+                              const std::set<std::string>& literals) {
   passes::BuildState s;
   s.mode = o.mode;
   s.precision = o.precision;
   s.bf16_activations = o.activations == plan::Precision::Bf16;
-  s.pack_linear_panels = o.weight_packing == WeightPacking::Panels ||
-                         (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
-  // 16-bit weights go in panels too, except bfloat16 where oneDNN multiplies it natively.
-  // (Asked only in bf16 builds: the answer makes a oneDNN primitive, once per process.)
-  s.pack_half_panels = o.weight_packing == WeightPacking::Panels ||
-                       (s.pack_linear_panels && (o.precision == plan::Precision::Fp16 ||
-                                                 (o.precision == plan::Precision::Bf16 && !cpu::has_bf16_matmul())));
+  s.pack_linear_panels = layouts.linear_panels;
+  s.pack_half_panels = layouts.half_panels;
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -274,10 +312,11 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   plan.activations = o.activations;
   plan.individual_patterns = o.individual_patterns;
   plan.literal_names = o.literal_names;
-  plan.producer = "reforge 0.1";
+  plan.producer = kProducer;
   plan.model_name = g.name;
+  plan.build = target_record(o);
 
-  passes::BuildState s = make_state(std::move(g), o, literals);
+  passes::BuildState s = make_state(std::move(g), o, plan.build->layouts, literals);
   for (const auto& pass : passes::default_passes()) {
     bool allowed = !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
     for (const auto& pattern : o.skip_passes) allowed &= !glob_match(pattern, pass.name);

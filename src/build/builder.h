@@ -6,6 +6,7 @@
 // transform that cannot be replayed exactly is a build error, not a silent refit bug later.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,12 +16,7 @@
 
 namespace reforge::build {
 
-// Layout of float32 Linear-layer weights in the engine (pass "linear-weights-packing").
-enum class WeightPacking {
-  Auto,    // Panels on CPUs with AVX2 or AVX-512 (the building CPU decides), Plain on older ones
-  Panels,  // packed column panels (backends/cpu/sgemm_panels.h), re-packed by every refit
-  Plain,   // W as the model stores it (oneDNN / OpenBLAS pack it per product or at load)
-};
+using WeightPacking = plan::WeightPacking;
 
 struct BuildOptions {
   plan::BuildMode mode = plan::BuildMode::Baked;
@@ -31,6 +27,9 @@ struct BuildOptions {
   // product (plan.h, Precision), trading accuracy for one native bfloat16 product instead of two.
   plan::Precision activations = plan::Precision::Fp32;
   WeightPacking weight_packing = WeightPacking::Auto;
+  // Set: these layouts, whatever weight_packing and this CPU would choose (slow refit rebuilds in
+  // the layouts a plan records). half_panels needs linear_panels.
+  std::optional<plan::WeightLayouts> layouts;
   std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names (each must match one)
   std::vector<std::string> literal_names;        // initializers to treat as literals (each must exist)
   bool strip_weights = false;                    // requires a refit mode

@@ -52,23 +52,60 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
   }
 }
 
-plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model) {
+BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std::string* note) {
   BuildOptions o;
   o.mode = plan.mode;
   o.precision = plan.precision;
   o.activations = plan.activations;
-  // The plan's Linear weights are packed exactly when it has packed Linear nodes: rebuild alike,
-  // whatever this CPU would pick by itself.
-  o.weight_packing = WeightPacking::Plain;
-  for (const auto& n : plan.graph.nodes)
-    if (n.domain == "reforge" && n.op_type == "MatMulAddPacked") o.weight_packing = WeightPacking::Panels;
   o.individual_patterns = plan.individual_patterns;
   // Names the new model lacks are left out rather than refused (the build refuses a --literal
   // that names nothing): a re-export may rename an initializer that is a literal anyway, and a
   // literal really missing shows up as a structural difference below.
   for (const auto& name : plan.literal_names)
     if (model.initializers.count(name)) o.literal_names.push_back(name);
-  plan::Plan fresh = build_plan(model, o);
+  if (plan.build) {
+    const plan::BuildRecord& r = *plan.build;
+    if (r.backend != "cpu")
+      fail("refit: the plan was built for backend '", r.backend, "'; this reforge rebuilds for 'cpu' only");
+    o.weight_packing = r.weight_packing;
+    o.skip_passes = r.skip_passes;
+    o.verify_recipes = r.verify_recipes;
+    // The plan's layouts, not the ones this CPU would choose: they are byte arrangements that
+    // every CPU runs (generic kernel variants) and replays (Cast, PackPanels), so no ISA the
+    // building CPU had is needed here, and the rebuild matches the plan's engine weights.
+    o.layouts = r.layouts;
+    return o;
+  }
+  // A plan without a build record (written before reforge recorded one): its Linear weights are
+  // packed exactly when it has packed Linear nodes, and 16-bit ones when a packed node reads a
+  // 16-bit weight. Passes skipped at its build cannot be known.
+  plan::WeightLayouts layouts;
+  std::map<std::string, DType> weight_dtypes;
+  for (const auto& w : plan.weights) weight_dtypes[w.name] = w.dtype;
+  for (const auto& n : plan.graph.nodes) {
+    if (n.domain != "reforge" || n.op_type != "MatMulAddPacked") continue;
+    layouts.linear_panels = true;
+    for (const auto& in : n.inputs) {
+      auto it = weight_dtypes.find(in);
+      if (it != weight_dtypes.end() && (it->second == DType::BFloat16 || it->second == DType::Float16))
+        layouts.half_panels = true;
+    }
+  }
+  o.layouts = layouts;
+  if (note)
+    *note = "the plan has no build record (written by an older reforge): rebuilding with its mode and precision, "
+            "the weight layouts of its nodes, and every build pass";
+  return o;
+}
+
+plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note) {
+  BuildOptions o = rebuild_options(plan, model, note);
+  plan::Plan fresh;
+  try {
+    fresh = build_plan(model, o);
+  } catch (Error& e) {
+    throw e.with_context("while rebuilding the plan with its build options");
+  }
   check_structure(plan, fresh.fingerprint);
   if (fresh.weights.size() != plan.weights.size())
     fail("refit: the rebuilt plan has ", fresh.weights.size(), " engine weights, the plan has ", plan.weights.size());
@@ -95,7 +132,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   auto t0 = std::chrono::steady_clock::now();
   auto rebuild = [&] {
     try {
-      return rebuild_from_onnx(p, onnx::import_model_file(src));
+      return rebuild_from_onnx(p, onnx::import_model_file(src), &rep.note);
     } catch (Error& e) {
       throw e.with_context("while rebuilding from '" + src + "'");
     }

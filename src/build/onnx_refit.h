@@ -13,6 +13,7 @@
 #include <map>
 #include <string>
 
+#include "build/builder.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 #include "refit/refit_from.h"
@@ -25,7 +26,13 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
 std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const std::string& path);
 
 // A fresh build of `model` with `plan`'s build options (not stripped); checks the fingerprint.
-plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model);
+// The options come from the plan's build record (Plan::build), layouts and skipped passes
+// included. A plan without one (an older reforge's) is rebuilt with options inferred from its
+// nodes, and `note`, when given, says so.
+plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr);
+
+// The options rebuild_from_onnx() builds with (same `note`).
+BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr);
 
 // refit::refit_from (refit/refit_from.h) plus re-exported ONNX models: when request.files is one
 // ONNX file, refits `engine` by request.mode: Fast reads the sources by graph position and

@@ -34,6 +34,15 @@ const char* weight_kind_name(WeightKind k) {
   return "unknown";
 }
 
+const char* weight_packing_name(WeightPacking w) {
+  switch (w) {
+    case WeightPacking::Auto: return "auto";
+    case WeightPacking::Panels: return "panels";
+    case WeightPacking::Plain: return "plain";
+  }
+  return "unknown";
+}
+
 const char* binding_status_name(Binding::Status s) {
   switch (s) {
     case Binding::Status::None: return "none";

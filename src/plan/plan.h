@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,43 @@ const char* precision_name(Precision p);   // "fp32", "bf16", "fp16"
 // Bf16 in bf16 plans only.
 bool activations_allowed(Precision precision, Precision activations);
 const char* weight_kind_name(WeightKind k);  // "literal", "derived", "baked"
+
+// Layout of float32 Linear-layer weights in the engine (pass "linear-weights-packing"), as the
+// builder is asked for it (build::BuildOptions::weight_packing).
+enum class WeightPacking {
+  Auto,    // Panels on CPUs with AVX2 or AVX-512 (the building CPU decides), Plain on older ones
+  Panels,  // packed column panels (backends/cpu/sgemm_panels.h), re-packed by every refit
+  Plain,   // W as the model stores it (oneDNN / OpenBLAS pack it per product or at load)
+};
+const char* weight_packing_name(WeightPacking w);  // "auto", "panels", "plain"
+
+// The weight layouts a build chose, the options and the building CPU together (WeightPacking::Auto
+// leaves the choice to the CPU). A rebuild that uses these reproduces the plan's engine weights on
+// any CPU: a layout is an arrangement of bytes, every kernel that reads one has a generic (SSE2)
+// variant, and the recipe steps that make them (Cast, PackPanels) give the same bytes everywhere.
+struct WeightLayouts {
+  bool linear_panels = false;  // float32 Linear weights in [ceil(N/16), K, 16] panels (MatMulAddPacked)
+  bool half_panels = false;    // bf16 / fp16 Linear weights in panels too (only with linear_panels)
+  bool operator==(const WeightLayouts&) const = default;
+};
+
+// How a plan was built, beyond the options the Plan holds itself (mode, precision, activations,
+// individual_patterns, literal_names, stripped): the rest of the builder's options, the target,
+// and what the build chose for it. Slow refit rebuilds with exactly these.
+struct BuildRecord {
+  // Options (build::BuildOptions).
+  WeightPacking weight_packing = WeightPacking::Auto;
+  std::vector<std::string> skip_passes;  // glob patterns of passes that did not run (--skip-pass)
+  bool verify_recipes = true;            // every recipe was replayed after the build
+  // Target.
+  std::string backend = "cpu";
+  // The building CPU's instruction sets that the build consulted: its vector level ("generic",
+  // "avx2" or "avx512", core/simd.h) and, in bf16 builds that let the CPU choose the layout,
+  // "bf16-matmul" when oneDNN multiplies bfloat16 natively there.
+  std::vector<std::string> isa;
+  WeightLayouts layouts;  // what the build chose (from weight_packing and `isa`)
+  bool operator==(const BuildRecord&) const = default;
+};
 
 // An input of a recipe step, or a recipe's result.
 struct Operand {
@@ -137,7 +175,10 @@ struct Plan {
   std::vector<std::string> individual_patterns;  // for RefitIndividual
   std::vector<std::string> literal_names;        // initializers the user declared literal (--literal)
   bool stripped = false;
-  std::string producer;  // "reforge <version>"
+  std::string producer;  // "reforge <version>" (core/version.h)
+  // Absent in plans written before it was recorded; slow refit then infers the layouts from the
+  // graph's nodes and cannot know the skipped passes.
+  std::optional<BuildRecord> build;
   std::string model_name;
   ir::Graph graph;  // optimized graph; graph.initializers is empty: constants live in `weights`
   std::vector<WeightEntry> weights;

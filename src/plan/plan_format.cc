@@ -102,6 +102,12 @@ std::optional<Precision> precision_from_name(const std::string& s) {
   return std::nullopt;
 }
 
+std::optional<WeightPacking> weight_packing_from_name(const std::string& s) {
+  for (auto w : {WeightPacking::Auto, WeightPacking::Panels, WeightPacking::Plain})
+    if (s == weight_packing_name(w)) return w;
+  return std::nullopt;
+}
+
 std::optional<WeightKind> weight_kind_from_name(const std::string& s) {
   for (auto k : {WeightKind::Literal, WeightKind::Derived, WeightKind::Baked})
     if (s == weight_kind_name(k)) return k;

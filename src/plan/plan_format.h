@@ -96,5 +96,6 @@ std::optional<Operand::Kind> operand_kind_from_name(const std::string& s);
 std::optional<BuildMode> build_mode_from_name(const std::string& s);
 std::optional<Precision> precision_from_name(const std::string& s);
 std::optional<WeightKind> weight_kind_from_name(const std::string& s);
+std::optional<WeightPacking> weight_packing_from_name(const std::string& s);
 
 }  // namespace reforge::plan::format

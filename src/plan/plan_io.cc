@@ -63,6 +63,17 @@ class Encoder {
   uint64_t data_size() const { return data_size_; }
   const std::vector<Blob>& blobs() const { return blobs_; }
 
+  static json build_record(const BuildRecord& r) {
+    json j;
+    j["weight_packing"] = weight_packing_name(r.weight_packing);
+    j["skip_passes"] = strs(r.skip_passes);
+    j["verify_recipes"] = r.verify_recipes;
+    j["backend"] = str(r.backend);
+    j["isa"] = strs(r.isa);
+    j["layouts"] = {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}};
+    return j;
+  }
+
   json plan(const Plan& p) {
     json j;
     j["producer"] = str(p.producer);
@@ -73,6 +84,7 @@ class Encoder {
     j["individual_patterns"] = strs(p.individual_patterns);
     j["literal_names"] = strs(p.literal_names);
     j["stripped"] = p.stripped;
+    if (p.build) j["build"] = build_record(*p.build);
     // Structural tensors first: they sit next to the metadata and are read on every load.
     j["graph"] = graph(p.graph);
     json lits = json::array();

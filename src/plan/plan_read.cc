@@ -165,6 +165,25 @@ class Decoder {
   // Weight data still to hash (ReadOptions::verify_weight_hashes), in weight-table order.
   const std::vector<WeightCheck>& weight_checks() const { return checks_; }
 
+  static BuildRecord build_record(const json& j, const std::string& where) {
+    BuildRecord r;
+    std::string packing = str_field(j, "weight_packing", where);
+    auto wp = weight_packing_from_name(packing);
+    if (!wp) fail(at(where, "weight_packing"), ": unknown weight packing '", packing, "'");
+    r.weight_packing = *wp;
+    r.skip_passes = strings(field(j, "skip_passes", where), at(where, "skip_passes"));
+    r.verify_recipes = as_bool(field(j, "verify_recipes", where), at(where, "verify_recipes"));
+    r.backend = str_field(j, "backend", where);
+    r.isa = strings(field(j, "isa", where), at(where, "isa"));
+    const std::string lw = at(where, "layouts");
+    const json& l = field(j, "layouts", where);
+    r.layouts.linear_panels = as_bool(field(l, "linear_panels", lw), at(lw, "linear_panels"));
+    r.layouts.half_panels = as_bool(field(l, "half_panels", lw), at(lw, "half_panels"));
+    if (r.layouts.half_panels && !r.layouts.linear_panels)
+      fail(lw, ": half_panels without linear_panels is not a layout a build makes");
+    return r;
+  }
+
   Plan plan(const json& j) {
     if (!j.is_object()) fail("metadata: expected a JSON object");
     Plan p;
@@ -193,6 +212,8 @@ class Decoder {
     p.individual_patterns = strings(field(j, "individual_patterns", ""), "individual_patterns");
     p.literal_names = strings(field(j, "literal_names", ""), "literal_names");
     p.stripped = as_bool(field(j, "stripped", ""), "stripped");
+    // Optional: plans written before the build record existed have none.
+    if (j.contains("build")) p.build = build_record(j["build"], "build");
     p.graph = graph(field(j, "graph", ""), "graph");
     const json& lits = as_array(field(j, "literals", ""), "literals");
     for (size_t i = 0; i < lits.size(); ++i) p.literals.push_back(tensor(lits[i], at("literals", i)));

@@ -23,6 +23,7 @@ std::string RefitReport::summary() const {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2);
   const CommitReport& c = commit;
+  if (!note.empty()) os << "refit (" << (mode == RefitMode::Slow ? "slow" : "verify") << "): " << note << "\n";
   if (from == "checkpoint") {
     os << "refit (checkpoint): read+bind " << read_ms << " ms, validate " << c.validate_ms << " ms, replay " << c.replay_ms
        << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources -> " << c.weights_replayed

@@ -55,6 +55,7 @@ struct RefitReport {
   double verify_ms = 0;  // verify: the rebuild and the comparison
   size_t verified = 0;   // verify: derived engine weights found equal, bit for bit
   std::vector<std::string> unused;  // checkpoint tensors no binding reads (ignored)
+  std::string note;      // slow/verify: how the rebuild's options were found, when not from the plan's record
 
   // What the CLI prints: a line of phases and counts, and one on verification or unused tensors.
   std::string summary() const;

@@ -1,5 +1,6 @@
-// `reforge inspect PLAN [--json] [--verify]`: build mode, sizes, the weight table with
-// provenance, and the sources with their hashes. Reads metadata only (no weight data is loaded),
+// `reforge inspect PLAN [--json] [--verify]`: producer, build mode and options, target, the
+// plan's inputs and outputs, sizes, the weight table with provenance, and the sources with their
+// hashes. Reads metadata only (no weight data is loaded),
 // unless --verify: then every stored weight is hashed against the plan's hashes, as `run` does,
 // and a corrupted one is an error naming it (exit 1).
 #include <algorithm>
@@ -42,6 +43,37 @@ std::string recipe_summary(const plan::Plan& p, const plan::WeightEntry& w) {
   return render(w.recipe.result);
 }
 
+// A value info as JSON: name, dtype, and shape (each dim a size, a symbol, or null when unknown;
+// the shape null when unknown).
+nlohmann::json value_json(const ir::ValueInfo& v) {
+  nlohmann::json e;
+  e["name"] = v.name;
+  e["dtype"] = dtype_name(v.dtype);
+  if (!v.has_shape) {
+    e["shape"] = nullptr;
+    return e;
+  }
+  e["shape"] = nlohmann::json::array();
+  for (const auto& d : v.shape) {
+    if (d.fixed()) e["shape"].push_back(d.value);
+    else if (!d.symbol.empty()) e["shape"].push_back(d.symbol);
+    else e["shape"].push_back(nullptr);
+  }
+  return e;
+}
+
+// "float32[batch,seq,768]", "?" for an unknown dim, "[?]" for an unknown rank.
+std::string value_text(const nlohmann::json& e) {
+  std::string s = e["dtype"].get<std::string>();
+  if (e["shape"].is_null()) return s + "[?]";
+  s += "[";
+  for (size_t i = 0; i < e["shape"].size(); ++i) {
+    const auto& d = e["shape"][i];
+    s += (i ? "," : "") + (d.is_null() ? std::string("?") : d.is_string() ? d.get<std::string>() : d.dump());
+  }
+  return s + "]";
+}
+
 std::string hex(uint64_t h) {
   std::ostringstream os;
   os << std::hex << std::setw(16) << std::setfill('0') << h;
@@ -69,6 +101,8 @@ Runner add_inspect(CLI::App& app) {
     for (const auto& w : p.weights)
       if (!p.stripped || w.kind != plan::WeightKind::Derived) present_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
     nlohmann::json j;
+    j["producer"] = p.producer;
+    j["model_name"] = p.model_name;
     j["mode"] = plan::build_mode_name(p.mode);
     j["precision"] = plan::precision_name(p.precision);
     j["activations"] = plan::precision_name(p.activations);
@@ -77,6 +111,24 @@ Runner add_inspect(CLI::App& app) {
     j["weight_bytes"] = weight_bytes;
     j["weight_bytes_present"] = present_bytes;
     j["nodes"] = p.graph.nodes.size();
+    // The rest of the build options and the target (absent in plans an older reforge wrote).
+    if (p.build) {
+      const plan::BuildRecord& r = *p.build;
+      j["build"] = {{"backend", r.backend},
+                    {"isa", r.isa},
+                    {"weight_packing", plan::weight_packing_name(r.weight_packing)},
+                    {"layouts", {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}}},
+                    {"skip_passes", r.skip_passes},
+                    {"verify_recipes", r.verify_recipes},
+                    {"individual_patterns", p.individual_patterns},
+                    {"literal_names", p.literal_names}};
+    } else {
+      j["build"] = nullptr;
+    }
+    j["inputs"] = nlohmann::json::array();
+    for (const auto& v : p.graph.inputs) j["inputs"].push_back(value_json(v));
+    j["outputs"] = nlohmann::json::array();
+    for (const auto& v : p.graph.outputs) j["outputs"].push_back(value_json(v));
     if (*verify) {
       // read_plan has hashed every stored weight by now; reaching here means all matched.
       size_t n = 0, bytes = 0;
@@ -151,6 +203,32 @@ Runner add_inspect(CLI::App& app) {
               << (p.stripped ? ", stripped" : ", with weights")
               << "; " << file_bytes << " bytes on disk, " << weight_bytes << " bytes of engine weights (" << present_bytes
               << " stored); " << p.graph.nodes.size() << " nodes\n";
+    std::cout << "producer: " << (p.producer.empty() ? std::string("(not recorded)") : p.producer) << "\n";
+    if (p.build) {
+      const auto& b = j["build"];
+      auto list = [](const nlohmann::json& a) {
+        std::string s;
+        for (const auto& x : a) s += (s.empty() ? "" : ", ") + x.get<std::string>();
+        return s.empty() ? std::string("none") : s;
+      };
+      std::cout << "target: " << b["backend"].get<std::string>() << " (built on a CPU with " << list(b["isa"]) << ")\n";
+      std::cout << "build options: weight packing " << b["weight_packing"].get<std::string>() << " -> "
+                << (p.build->layouts.linear_panels ? "float32 panels" : "plain float32")
+                << (p.precision != plan::Precision::Fp32
+                        ? std::string(p.build->layouts.half_panels ? ", 16-bit panels" : ", plain 16-bit")
+                        : std::string())
+                << "; skipped passes: " << list(b["skip_passes"])
+                << "; recipes " << (p.build->verify_recipes ? "verified" : "not verified") << " at build";
+      if (!p.individual_patterns.empty()) std::cout << "; refit-individual: " << list(b["individual_patterns"]);
+      if (!p.literal_names.empty()) std::cout << "; literals: " << list(b["literal_names"]);
+      std::cout << "\n";
+    } else {
+      std::cout << "build record: none (written by an older reforge; slow refit infers the options)\n";
+    }
+    for (const char* side : {"inputs", "outputs"}) {
+      std::cout << side << ":\n";
+      for (const auto& e : j[side]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
+    }
     if (*verify)
       std::cout << "verified: " << j["verified"]["weights"].get<size_t>() << " stored engine weights ("
                 << j["verified"]["bytes"].get<size_t>() << " bytes) match their recorded hashes\n";

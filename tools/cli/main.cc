@@ -4,9 +4,12 @@
 
 #include "common.h"
 #include "core/error.h"
+#include "core/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"reforge: an inference-engine compiler for ONNX models with trustworthy refit"};
+  // "reforge 0.1.0": the producer string every plan this build writes records.
+  app.set_version_flag("--version", std::string(reforge::kProducer), "Print the version and exit");
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, reforge::cli::Runner>> cmds;
   auto add = [&](const char* name, const char* help, reforge::cli::Runner (*fn)(CLI::App&)) {
