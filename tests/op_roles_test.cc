@@ -186,8 +186,8 @@ TEST(OpRoles, LiteralClassificationFollowsTheRegistry) {
     if (d->input_roles.empty()) continue;
     for (size_t s = 0; s < d->input_roles.size(); ++s) {
       ir::Graph g;
-      std::vector<std::string> ins(d->input_roles.size(), "x");
-      ins[s] = "c";
+      std::vector<std::string> ins;
+      for (size_t i = 0; i < d->input_roles.size(); ++i) ins.push_back(i == s ? "c" : "x");
       ir::Node n = node(d->op_type, std::max(d->since_version, 18), ins);
       n.domain = d->domain;
       if (n.opset > d->end_version) n.opset = d->end_version;
@@ -204,6 +204,8 @@ TEST(OpRoles, LiteralClassificationFollowsTheRegistry) {
 TEST(OpRoles, FingerprintFollowsTheShapeLikeRole) {
   auto fp = [](float scale, float weight) {
     ir::Graph g;
+    g.inputs.push_back({"x", DType::Float32, false, {}});
+    g.outputs.push_back({"y", DType::Float32, false, {}});
     g.nodes.push_back(node("Conv", 18, {"x", "w"}, {"h"}));
     g.nodes.push_back(node("Resize", 18, {"h", "", "scales"}, {"y"}));
     g.initializers["w"] = test_support::make<float>({1, 1, 1, 1}, {weight});
