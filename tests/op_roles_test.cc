@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "build/fingerprint.h"
 #include "ops/registry.h"
 #include "passes/build_state.h"
+#include "runtime/engine.h"
 #include "support/make_tensor.h"
 #include "support/synthetic_checkpoint.h"
 
@@ -233,4 +235,29 @@ TEST(OpRoles, BindingNeverProvesAWeightInputConstant) {
   EXPECT_EQ(w.status, plan::Binding::Status::Unbound) << w.note;
   EXPECT_NE(w.note.find("weight input of"), std::string::npos) << w.note;
   EXPECT_EQ(r.bindings.at({1, 1}).status, plan::Binding::Status::Constant) << r.bindings.at({1, 1}).note;
+}
+
+// The engine evaluates shape subgraphs once per input signature, except nodes the registry calls
+// non-deterministic: an unseeded training-mode Dropout over ConstantOfShape(Shape(x)) draws a
+// new mask on every run, a seeded one gives the same values every run.
+TEST(OpRoles, EngineNeverMemoizesANonDeterministicNode) {
+  auto outputs_of_two_runs = [](bool seeded) {
+    ir::Graph g;
+    g.opsets[""] = 13;
+    g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{-1, "n"}, ir::Dim{64}}});
+    g.initializers["ratio"] = test_support::make<float>({}, {0.5f});
+    g.initializers["training"] = test_support::make<bool>({}, {true});
+    g.nodes.push_back(node("Shape", 13, {"x"}, {"s"}));
+    ir::Node fill = node("ConstantOfShape", 13, {"s"}, {"ones"});
+    fill.attrs["value"] = ir::tensor_attr("value", test_support::make<float>({1}, {1.0f}));
+    g.nodes.push_back(fill);
+    g.nodes.push_back(dropout(13, {"ones", "ratio", "training"}, seeded));
+    g.outputs.push_back({"y", DType::Float32, false, {}});
+    runtime::Engine e(g);
+    Tensor x = Tensor::empty(DType::Float32, {4, 64});
+    Tensor a = e.run({{"x", x}})[0], b = e.run({{"x", x}})[0];
+    return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+  };
+  EXPECT_FALSE(outputs_of_two_runs(/*seeded=*/false));  // 256 fresh draws: equal with odds 2^-256
+  EXPECT_TRUE(outputs_of_two_runs(/*seeded=*/true));
 }
