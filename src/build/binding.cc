@@ -20,6 +20,7 @@
 #include "build/literal_proof.h"
 #include "core/dispatch.h"
 #include "core/nearest_names.h"
+#include "ops/registry.h"
 #include "ops/transpose2d.h"
 #include "refit/checkpoint_refit.h"
 #include "transforms/recipe.h"
@@ -27,17 +28,6 @@
 namespace reforge::build {
 
 namespace {
-
-// Inputs that hold learned weights of a parametric operator (not data, not configuration).
-bool is_weight_slot(const std::string& op, size_t slot) {
-  if (op == "Conv" || op == "ConvTranspose" || op == "Gemm") return slot == 1 || slot == 2;
-  if (op == "MatMul") return slot == 1;
-  if (op == "BatchNormalization" || op == "InstanceNormalization" || op == "LayerNormalization" ||
-      op == "RMSNormalization" || op == "GroupNormalization")
-    return slot >= 1;
-  if (op == "PRelu") return slot == 1;
-  return false;
-}
 
 
 
@@ -431,7 +421,7 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
     std::string sibling, weight_use;
     for (const auto& u : uses) {
       if (folded_nodes.count(u.first)) sibling = folded_nodes[u.first];
-      if (is_weight_slot(g.nodes[u.first].op_type, u.second)) weight_use = g.nodes[u.first].label();
+      if (ops::input_role(g.nodes[u.first], u.second) == ops::InputRole::kWeight) weight_use = g.nodes[u.first].label();
     }
     std::string note;
     std::optional<LiteralProof> proof;

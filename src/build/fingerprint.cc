@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 
+#include "ops/registry.h"
 #include "transforms/recipe.h"
 
 namespace reforge::build {
@@ -75,19 +76,6 @@ ir::Graph canonicalize(ir::Graph g) {
   return g;
 }
 
-bool is_shape_like_input(const std::string& op, size_t slot) {
-  static const std::map<std::string, std::set<size_t>> table = {
-      {"Reshape", {1}}, {"Expand", {1}}, {"ConstantOfShape", {0}}, {"Tile", {1}}, {"Slice", {1, 2, 3, 4}},
-      {"Unsqueeze", {1}}, {"Squeeze", {1}}, {"Split", {1}}, {"Pad", {1, 3}}, {"Resize", {1, 2, 3}},
-      {"Upsample", {1}}, {"Range", {0, 1, 2}}, {"TopK", {1}}, {"OneHot", {1}}, {"CumSum", {1}},
-      {"ReduceMean", {1}}, {"ReduceSum", {1}}, {"ReduceMax", {1}}, {"ReduceMin", {1}}, {"ReduceProd", {1}},
-      {"ReduceL1", {1}}, {"ReduceL2", {1}}, {"ReduceSumSquare", {1}}, {"ReduceLogSum", {1}},
-      {"ReduceLogSumExp", {1}}, {"Trilu", {1}}, {"RotaryEmbedding", {3}},
-  };
-  auto it = table.find(op);
-  return it != table.end() && it->second.count(slot);
-}
-
 std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector<std::string>& literal_names) {
   std::set<std::string> lit;
   std::map<std::string, bool> only_shape_like;
@@ -95,7 +83,7 @@ std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector
     for (size_t s = 0; s < n.inputs.size(); ++s) {
       const std::string& in = n.inputs[s];
       if (in.empty() || !g.initializers.count(in)) continue;
-      bool sl = n.domain.empty() && is_shape_like_input(n.op_type, s);
+      bool sl = ops::input_role(n, s) == ops::InputRole::kShape;
       auto [it, inserted] = only_shape_like.emplace(in, sl);
       if (!inserted) it->second = it->second && sl;
     }

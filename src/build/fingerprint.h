@@ -20,13 +20,10 @@ namespace reforge::build {
 // the weight values, so both build and refit work on this form.
 ir::Graph canonicalize(ir::Graph g);
 
-// Initializers that are literals: integer/bool tensors, tensors that feed only shape-like
-// inputs (Reshape shape, Slice bounds, axes, Expand shape, Range bounds, Resize scales, ...),
-// and the names in `literal_names`.
+// Initializers that are literals: integer/bool tensors, tensors that feed only inputs whose
+// registry role is shape-like (ops::InputRole::kShape: Reshape shape, Slice bounds, axes, Expand
+// shape, Range bounds, Resize scales, ...), and the names in `literal_names`.
 std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector<std::string>& literal_names);
-
-// True when input `slot` of `op_type` is shape-like (read as structure, not as data).
-bool is_shape_like_input(const std::string& op_type, size_t slot);
 
 // One line per node of a canonicalized graph.
 std::vector<std::string> structural_fingerprint(const ir::Graph& g, const std::set<std::string>& literals);

@@ -347,7 +347,7 @@ void register_binary_arith_ops(OpRegistry& r) {
   r.add({"", "Div", 1, INT_MAX, div_kernel, nullptr});
   r.add({"", "Mod", 10, INT_MAX, mod_kernel, mod_check});
   r.add({"", "Pow", 1, INT_MAX, pow_kernel, nullptr});
-  r.add({"", "PRelu", 1, INT_MAX, prelu_kernel, nullptr});
+  r.add({"", "PRelu", 1, INT_MAX, prelu_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops

@@ -445,7 +445,8 @@ std::string check_fused_conv(const ir::Node& node) {
 }
 
 void register_conv_ops(OpRegistry& r) {
-  r.add({"", "Conv", 1, INT_MAX, conv_kernel, check_conv_like, conv_prepare});
+  r.add({"", "Conv", 1, INT_MAX, conv_kernel, check_conv_like, conv_prepare,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
   r.add({"reforge", "FusedConv", 1, INT_MAX, fused_conv_kernel, check_fused_conv, conv_prepare});
 }
 

@@ -165,7 +165,8 @@ void conv_transpose_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_conv_transpose_ops(OpRegistry& r) {
-  r.add({"", "ConvTranspose", 1, INT_MAX, conv_transpose_kernel, check_conv_like});
+  r.add({"", "ConvTranspose", 1, INT_MAX, conv_transpose_kernel, check_conv_like, nullptr,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops::nn

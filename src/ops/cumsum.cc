@@ -99,6 +99,9 @@ void cumsum_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_cumsum_kernels(OpRegistry& r) { r.add({"", "CumSum", 11, INT_MAX, cumsum_kernel, nullptr}); }
+void register_cumsum_kernels(OpRegistry& r) {
+  r.add({"", "CumSum", 11, INT_MAX, cumsum_kernel, nullptr, nullptr,
+         {InputRole::kData, InputRole::kShape}});
+}
 
 }  // namespace reforge::ops

@@ -88,6 +88,9 @@ void gemm_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_gemm_ops(OpRegistry& r) { r.add({"", "Gemm", 1, INT_MAX, gemm_kernel, nullptr, gemm_prepare}); }
+void register_gemm_ops(OpRegistry& r) {
+  r.add({"", "Gemm", 1, INT_MAX, gemm_kernel, nullptr, gemm_prepare,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
+}
 
 }  // namespace reforge::ops::nn

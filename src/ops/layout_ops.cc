@@ -322,12 +322,13 @@ void trilu_kernel(KernelContext& ctx) {
 void register_layout_ops(OpRegistry& r) {
   r.add({"", "Transpose", 1, INT_MAX, transpose_kernel, nullptr});
   r.add({"", "Concat", 1, INT_MAX, concat_kernel, nullptr});
-  r.add({"", "Split", 1, INT_MAX, split_kernel, nullptr});
-  r.add({"", "Slice", 1, INT_MAX, slice_kernel, nullptr});
-  r.add({"", "Tile", 6, INT_MAX, tile_kernel, nullptr});
+  r.add({"", "Split", 1, INT_MAX, split_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
+  r.add({"", "Slice", 1, INT_MAX, slice_kernel, nullptr, nullptr,
+         {InputRole::kData, InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
+  r.add({"", "Tile", 6, INT_MAX, tile_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
   r.add({"", "DepthToSpace", 1, INT_MAX, depth_to_space_kernel, check_mode});
   r.add({"", "SpaceToDepth", 1, INT_MAX, space_to_depth_kernel, check_mode});
-  r.add({"", "Trilu", 14, INT_MAX, trilu_kernel, nullptr});
+  r.add({"", "Trilu", 14, INT_MAX, trilu_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
 }
 
 }  // namespace reforge::ops

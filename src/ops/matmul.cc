@@ -203,6 +203,9 @@ void matmul_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_matmul_ops(OpRegistry& r) { r.add({"", "MatMul", 1, INT_MAX, matmul_kernel, nullptr, matmul_prepare}); }
+void register_matmul_ops(OpRegistry& r) {
+  r.add({"", "MatMul", 1, INT_MAX, matmul_kernel, nullptr, matmul_prepare,
+         {InputRole::kData, InputRole::kWeight}});
+}
 
 }  // namespace reforge::ops::nn

@@ -174,8 +174,10 @@ void instance_norm_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_batch_norm_ops(OpRegistry& r) {
-  r.add({"", "BatchNormalization", 1, INT_MAX, batch_norm_kernel, check_batch_norm});
-  r.add({"", "InstanceNormalization", 1, INT_MAX, instance_norm_kernel, nullptr});
+  r.add({"", "BatchNormalization", 1, INT_MAX, batch_norm_kernel, check_batch_norm, nullptr,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight}});
+  r.add({"", "InstanceNormalization", 1, INT_MAX, instance_norm_kernel, nullptr, nullptr,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops::nn

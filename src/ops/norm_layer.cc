@@ -118,7 +118,8 @@ void layer_norm_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_layer_norm_ops(OpRegistry& r) {
-  r.add({"", "LayerNormalization", 17, INT_MAX, layer_norm_kernel, nullptr});
+  r.add({"", "LayerNormalization", 17, INT_MAX, layer_norm_kernel, nullptr, nullptr,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops::nn

@@ -153,6 +153,9 @@ void pad_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_pad_ops(OpRegistry& r) { r.add({"", "Pad", 1, INT_MAX, pad_kernel, check_pad}); }
+void register_pad_ops(OpRegistry& r) {
+  r.add({"", "Pad", 1, INT_MAX, pad_kernel, check_pad, nullptr,
+         {InputRole::kData, InputRole::kShape, InputRole::kData, InputRole::kShape}});
+}
 
 }  // namespace reforge::ops

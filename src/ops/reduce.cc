@@ -477,7 +477,8 @@ void register_reduce_kernels(OpRegistry& r) {
   for (const Entry& e : entries) {
     const Kind kind = e.kind;
     const int since = e.axes_input_since;
-    r.add({"", e.name, 1, INT_MAX, [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since); }, nullptr});
+    r.add({"", e.name, 1, INT_MAX, [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since); }, nullptr,
+           nullptr, {InputRole::kData, InputRole::kShape}});
   }
 }
 

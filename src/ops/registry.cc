@@ -76,6 +76,24 @@ std::string OpRegistry::why_unsupported(const ir::Node& node) const {
   return "";
 }
 
+InputRole input_role(const std::string& domain, const std::string& op_type, int opset, size_t slot) {
+  const OpDef* d = OpRegistry::global().find(domain, op_type, opset);
+  if (!d || slot >= d->input_roles.size()) return InputRole::kData;
+  return d->input_roles[slot];
+}
+
+bool is_deterministic(const ir::Node& n) {
+  const OpDef* d = OpRegistry::global().find(n.domain, n.op_type, n.opset);
+  return d && !(d->draws_random && d->draws_random(n));
+}
+
+std::vector<const OpDef*> OpRegistry::entries() const {
+  std::vector<const OpDef*> v;
+  for (const auto& [k, defs] : defs_)
+    for (const auto& d : defs) v.push_back(&d);
+  return v;
+}
+
 std::vector<std::string> OpRegistry::op_types() const {
   std::vector<std::string> v;
   for (const auto& [k, d] : defs_) v.push_back(k.first.empty() ? k.second : k.first + "::" + k.second);

@@ -7,6 +7,12 @@
 // KernelContext: inputs (absent optional inputs are null), the node (attributes), and they
 // allocate or alias their outputs. Shapes are computed by the kernel from its actual inputs, so
 // symbolic dimensions resolve at run time.
+//
+// The entry is also the one place that says what each input *is* and whether the op is
+// deterministic. Binding (which initializers are learned weights), literal classification and
+// the structural fingerprint (which inputs are read as structure), constant folding and the
+// engine's shape-subgraph memoization (which nodes may be evaluated once) all ask the registry
+// through input_role() and is_deterministic(); no other table of op knowledge exists.
 #pragma once
 
 #include <climits>
@@ -92,6 +98,25 @@ using CheckFn = std::function<std::string(const ir::Node&)>;
 // prepared" (the kernel takes its generic path).
 using PrepareFn = std::function<std::shared_ptr<const void>(const ir::Node&, const std::vector<const Tensor*>& constants)>;
 
+// What an input of an op holds. Binding, literal classification, constant folding and the
+// fingerprint derive their decisions from it.
+enum class InputRole : uint8_t {
+  kData,    // values flow through the computation (activations, biases of elementwise ops, ...)
+  kWeight,  // learned parameters of a parametric op (Conv/Gemm/MatMul weights, norm scales)
+  kShape,   // read as structure: shapes, axes, counts, bounds, scales (Reshape shape, Slice
+            // starts, Range bounds, TopK k, ...); a constant feeding only these is a literal
+};
+
+// True when this node may draw random numbers (so equal inputs can give different outputs).
+using DrawsRandomFn = std::function<bool(const ir::Node&)>;
+
+// Roles are per registration (per opset range). input_roles[i] is the role of input i in the
+// newest opset of the range; inputs past the end of the list (variadic tails such as Concat's,
+// trailing optional inputs left unlisted) are data, and an absent optional input has no role to
+// ask for. A slot that later opsets added (Slice starts/ends/axes/steps from opset 10, Squeeze
+// and Unsqueeze axes from 13, Reduce axes from 13 or 18, Pad pads from 11, TopK k from 10) does
+// not exist in the older opsets of the range, so one list serves them all; a slot that changes
+// *meaning* between opsets needs its own registration per meaning.
 struct OpDef {
   std::string domain;  // "" = default ONNX domain
   std::string op_type;
@@ -100,6 +125,8 @@ struct OpDef {
   KernelFn kernel;
   CheckFn check;      // optional
   PrepareFn prepare;  // optional
+  std::vector<InputRole> input_roles = {};  // empty: every input is data
+  DrawsRandomFn draws_random = nullptr;     // null: deterministic
 };
 
 class OpRegistry {
@@ -113,10 +140,22 @@ class OpRegistry {
   // "" if the node can run, else why not (unknown op, version outside every range, checker).
   std::string why_unsupported(const ir::Node& node) const;
   std::vector<std::string> op_types() const;
+  // Every entry, ordered by (domain, op type), then as registered.
+  std::vector<const OpDef*> entries() const;
 
  private:
   std::map<std::pair<std::string, std::string>, std::vector<OpDef>> defs_;
 };
+
+// The role of input `slot` of (domain, op_type) at `opset`, from the registry entry covering
+// that opset. An op without such an entry (unknown op, opset outside every range) has only data
+// inputs: it cannot be built anyway, and nothing is classified by guessing.
+InputRole input_role(const std::string& domain, const std::string& op_type, int opset, size_t slot);
+inline InputRole input_role(const ir::Node& n, size_t slot) { return input_role(n.domain, n.op_type, n.opset, slot); }
+// True when the node's op is registered for its opset and the node cannot draw random numbers.
+// Unregistered ops (RandomNormal, RandomUniform(Like), Bernoulli, Multinomial, ...) are not
+// deterministic: nothing is known about them.
+bool is_deterministic(const ir::Node& n);
 
 // Each op family registers itself here (one file or folder per family).
 void register_elementwise_ops(OpRegistry& r);  // binary math, compare, logic, Cast, Where, Min/Max/Sum/Mean

@@ -422,6 +422,9 @@ void resize_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_resize(OpRegistry& r) { r.add({"", "Resize", 10, INT_MAX, resize_kernel, resize_check}); }
+void register_resize(OpRegistry& r) {
+  r.add({"", "Resize", 10, INT_MAX, resize_kernel, resize_check, nullptr,
+         {InputRole::kData, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
+}
 
 }  // namespace reforge::ops

@@ -117,7 +117,7 @@ void rms_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_rms_normalization(OpRegistry& r) {
-  r.add({"", "RMSNormalization", 23, INT_MAX, rms_kernel, rms_check});
+  r.add({"", "RMSNormalization", 23, INT_MAX, rms_kernel, rms_check, nullptr, {InputRole::kData, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops

@@ -110,6 +110,9 @@ void rotary_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_rotary_embedding(OpRegistry& r) { r.add({"", "RotaryEmbedding", 23, INT_MAX, rotary_kernel, nullptr}); }
+void register_rotary_embedding(OpRegistry& r) {
+  r.add({"", "RotaryEmbedding", 23, INT_MAX, rotary_kernel, nullptr, nullptr,
+         {InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kShape}});
+}
 
 }  // namespace reforge::ops

@@ -173,11 +173,11 @@ void register_shape_ops(OpRegistry& r) {
   r.add({"", "Identity", 1, INT_MAX, identity_kernel, nullptr});
   r.add({"", "Shape", 1, INT_MAX, shape_kernel, nullptr});
   r.add({"", "Size", 1, INT_MAX, size_kernel, nullptr});
-  r.add({"", "Reshape", 1, INT_MAX, reshape_kernel, nullptr});
+  r.add({"", "Reshape", 1, INT_MAX, reshape_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
   r.add({"", "Flatten", 1, INT_MAX, flatten_kernel, nullptr});
-  r.add({"", "Squeeze", 1, INT_MAX, squeeze_kernel, nullptr});
-  r.add({"", "Unsqueeze", 1, INT_MAX, unsqueeze_kernel, nullptr});
-  r.add({"", "Expand", 8, INT_MAX, expand_kernel, nullptr});
+  r.add({"", "Squeeze", 1, INT_MAX, squeeze_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
+  r.add({"", "Unsqueeze", 1, INT_MAX, unsqueeze_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
+  r.add({"", "Expand", 8, INT_MAX, expand_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
 }
 
 }  // namespace reforge::ops

@@ -187,6 +187,12 @@ void dropout_kernel(KernelContext& ctx) {
   }
 }
 
+// Dropout draws only from opset 12, when a training_mode input can turn it on, and only
+// without a `seed` (a seeded draw is reproducible). Inference graphs leave training_mode out.
+bool dropout_draws_random(const ir::Node& n) {
+  return n.opset >= 12 && n.inputs.size() > 2 && !n.inputs[2].empty() && !n.has_attr("seed");
+}
+
 // ---- OneHot ---------------------------------------------------------------------------------
 
 // Indices (any numeric type; fractional values truncate) in [-depth, depth) select on_value;
@@ -265,10 +271,12 @@ void non_zero_kernel(KernelContext& ctx) {
 
 void register_tensor_misc_ops(OpRegistry& r) {
   r.add({"", "Constant", 1, INT_MAX, constant_kernel, check_constant});
-  r.add({"", "ConstantOfShape", 9, INT_MAX, constant_of_shape_kernel, check_constant_of_shape});
-  r.add({"", "Range", 11, INT_MAX, range_kernel, nullptr});
-  r.add({"", "Dropout", 1, INT_MAX, dropout_kernel, nullptr});
-  r.add({"", "OneHot", 9, INT_MAX, one_hot_kernel, nullptr});
+  r.add({"", "ConstantOfShape", 9, INT_MAX, constant_of_shape_kernel, check_constant_of_shape, nullptr,
+         {InputRole::kShape}});
+  r.add({"", "Range", 11, INT_MAX, range_kernel, nullptr, nullptr,
+         {InputRole::kShape, InputRole::kShape, InputRole::kShape}});
+  r.add({"", "Dropout", 1, INT_MAX, dropout_kernel, nullptr, nullptr, {}, dropout_draws_random});
+  r.add({"", "OneHot", 9, INT_MAX, one_hot_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
   r.add({"", "NonZero", 9, INT_MAX, non_zero_kernel, nullptr});
 }
 

@@ -133,6 +133,9 @@ void topk_kernel(KernelContext& ctx) {
 
 }  // namespace
 
-void register_topk_kernels(OpRegistry& r) { r.add({"", "TopK", 1, INT_MAX, topk_kernel, nullptr}); }
+void register_topk_kernels(OpRegistry& r) {
+  r.add({"", "TopK", 1, INT_MAX, topk_kernel, nullptr, nullptr,
+         {InputRole::kData, InputRole::kShape}});
+}
 
 }  // namespace reforge::ops

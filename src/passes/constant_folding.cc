@@ -2,17 +2,15 @@
 // kernel, and records the evaluation as a recipe step (see BuildState::fold). Expressions that
 // mix weights and literals (Transpose(W), Cast(W), Mul(W, 0.5), Reshape(W, shape)) become
 // derived engine weights that a refit recomputes; expressions of literals only become literals.
+#include "ops/registry.h"
 #include "passes/build_state.h"
 
 namespace reforge::passes {
 
 namespace {
-// Folding these would turn a small constant into a large one (or they are not deterministic).
-bool foldable(const ir::Node& n) {
-  return n.domain.empty() && n.op_type != "RandomNormal" && n.op_type != "RandomUniform" &&
-         n.op_type != "RandomNormalLike" && n.op_type != "RandomUniformLike" && n.op_type != "Multinomial" &&
-         n.op_type != "Bernoulli";
-}
+// Only default-domain ops fold, and only deterministic ones (the registry says which): a folded
+// random draw would be one sample baked into every run.
+bool foldable(const ir::Node& n) { return n.domain.empty() && ops::is_deterministic(n); }
 constexpr size_t kMaxGrowthBytes = size_t{64} << 20;
 }  // namespace
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <set>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -178,16 +177,14 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
     if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
-  // Shape subgraphs. Nondeterministic ops never qualify.
+  // Shape subgraphs. Nondeterministic nodes (as the registry says) never qualify.
   {
-    static const std::set<std::string> kRandom = {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                                                  "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"};
     std::vector<bool> shape_value(m.num_slots, false);
     m.memoized.assign(m.steps.size(), false);
     for (size_t s = 0; s < m.steps.size(); ++s) {
       const ir::Node& n = m.graph.nodes[m.steps[s].node_index];
       bool only_shapes = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
-      if (!only_shapes && !(n.domain.empty() && kRandom.count(n.op_type))) {
+      if (!only_shapes && ops::is_deterministic(n)) {
         bool any_shape = false, all_known = true;
         for (int v : m.steps[s].inputs) {
           if (v < 0) continue;
