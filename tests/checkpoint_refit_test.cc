@@ -19,10 +19,13 @@
 #include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_checks.h"
 #include "support/synthetic_checkpoint.h"
 #include "support/plan_round_trip.h"
 
 using namespace reforge;
+using test_support::derived_weight_hashes;
+using test_support::error_of;
 using test_support::checkpoint_of;
 using test_support::random_f32;
 using test_support::round_trip;
@@ -101,22 +104,6 @@ void refit_from(runtime::PlanEngine& e, const refit::Checkpoint& ck) {
   r.commit();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// Engine weights as a name -> hash map, to prove a failed refit changed nothing.
-std::map<std::string, uint64_t> weight_hashes(const runtime::PlanEngine& e) {
-  std::map<std::string, uint64_t> h;
-  for (const auto& w : e.plan().weights)
-    if (w.kind == plan::WeightKind::Derived) h[w.name] = transforms::hash_tensor(e.weight(w.name));
-  return h;
-}
 
 }  // namespace
 
@@ -189,14 +176,14 @@ TEST_P(CheckpointRefitFolded, BatchNormFoldedRefusedFromCheckpointButOnnxWorks) 
   // new names): those weights cannot be derived from the checkpoint and must stay unbound.
   ASSERT_GT(unbound, 0u) << c.id << ": the folded conv weights must be unbound";
   runtime::PlanEngine e(std::move(p));
-  auto before = weight_hashes(e);
+  auto before = derived_weight_hashes(e);
   std::string err = error_of([&] { refit_from(e, refit::Checkpoint::open(c.ckpt_b)); });
   EXPECT_NE(err.find("not bound"), std::string::npos) << err;
   EXPECT_NE(err.find("BatchNorm"), std::string::npos) << err;
   EXPECT_NE(err.find("re-exported ONNX"), std::string::npos) << err;
   EXPECT_NE(err.find("--bind"), std::string::npos) << err;
   EXPECT_NE(err.find("--literal"), std::string::npos) << err;
-  EXPECT_EQ(weight_hashes(e), before);
+  EXPECT_EQ(derived_weight_hashes(e), before);
   refit::Refitter r(e);
   for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), c.onnx_b)) r.set_source(id, t);
   r.commit();
@@ -213,7 +200,7 @@ TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
     if (c.id == "llama_dynamo") llama = &c;
   if (!llama) GTEST_SKIP() << "models/llama not present";
   runtime::PlanEngine e(build_bound(*llama, false));
-  auto before = weight_hashes(e);
+  auto before = derived_weight_hashes(e);
   auto b = refit::Checkpoint::open(llama->ckpt_b);
   fs::path dir = fs::temp_directory_path() / ("reforge_ckneg_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -250,7 +237,7 @@ TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
     err = error_of([&] { refit_from(e, refit::Checkpoint::open((dir / "bad.safetensors").string())); });
     EXPECT_NE(err.find("bad.safetensors"), std::string::npos) << err;
   }
-  EXPECT_EQ(weight_hashes(e), before) << "a failed refit changed the engine";
+  EXPECT_EQ(derived_weight_hashes(e), before) << "a failed refit changed the engine";
   // Tensors the plan does not use are reported, not an error.
   std::map<std::string, Tensor> extra = b.tensors();
   extra["optimizer.step"] = Tensor::scalar<int64_t>(DType::Int64, 3);

@@ -29,11 +29,14 @@
 #include "refit/refitter.h"
 #include "onnx/exporter.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_checks.h"
 #include "support/synthetic_checkpoint.h"
 #include "support/cli.h"
 #include "support/plan_round_trip.h"
 
 using namespace reforge;
+using test_support::derived_weight_hashes;
+using test_support::error_of;
 using test_support::checkpoint_of;
 using test_support::random_f32;
 using test_support::round_trip;
@@ -95,21 +98,6 @@ void refit_from_checkpoint(runtime::PlanEngine& e, const std::string& path) {
   r.commit();
 }
 
-std::map<std::string, uint64_t> derived_hashes(const runtime::PlanEngine& e) {
-  std::map<std::string, uint64_t> h;
-  for (const auto& w : e.plan().weights)
-    if (w.kind == plan::WeightKind::Derived) h[w.name] = transforms::hash_tensor(e.weight(w.name));
-  return h;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
@@ -147,7 +135,7 @@ TEST_P(HfCheckpointRefit, BoundToARefitFromBMatchesPyTorch) {
     refit::Refitter r(from_onnx);
     for (const auto& [id, t] : build::read_sources_from_onnx(from_onnx.plan(), onnx_path(c.name, "B"))) r.set_source(id, t);
     r.commit();
-    EXPECT_EQ(derived_hashes(from_onnx), derived_hashes(e));
+    EXPECT_EQ(derived_weight_hashes(from_onnx), derived_weight_hashes(e));
   }
 }
 

@@ -21,10 +21,13 @@
 #include "refit/refit_from.h"
 #include "refit/safetensors.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_checks.h"
 #include "support/plan_round_trip.h"
 #include "transforms/recipe.h"
 
 using namespace reforge;
+using test_support::derived_weight_hashes;
+using test_support::error_of;
 using test_support::round_trip;
 namespace fs = std::filesystem;
 
@@ -54,21 +57,6 @@ plan::Plan build_a(bool strip) {
   return round_trip(build::build_plan(onnx::import_model_file(onnx_of("A")), o));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::map<std::string, uint64_t> weight_hashes(const runtime::PlanEngine& e) {
-  std::map<std::string, uint64_t> h;
-  for (const auto& w : e.plan().weights)
-    if (w.kind == plan::WeightKind::Derived) h[w.name] = transforms::hash_tensor(e.weight(w.name));
-  return h;
-}
 
 }  // namespace
 
@@ -102,7 +90,7 @@ TEST(RefitFrom, OnnxSlowEqualsFast) {
   build::refit_from(fast, req);
   req.mode = refit::RefitMode::Slow;
   EXPECT_EQ(build::refit_from(slow, req).mode, refit::RefitMode::Slow);
-  EXPECT_EQ(weight_hashes(fast), weight_hashes(slow));
+  EXPECT_EQ(derived_weight_hashes(fast), derived_weight_hashes(slow));
   EXPECT_LE(max_diff_to_b(slow), 1e-4);
 }
 
@@ -149,18 +137,18 @@ TEST(RefitFrom, CallerTensors) {
   EXPECT_LE(max_diff_to_b(e), 1e-4);
 
   // Incremental: the same value for one source leaves every engine weight as it was.
-  const auto before = weight_hashes(e);
+  const auto before = derived_weight_hashes(e);
   refit::RefitRequest one;
   one.tensors[e.plan().sources[sources.begin()->first].key] = sources.begin()->second;
   one.commit.incremental = true;
   EXPECT_EQ(refit::refit_from(e, one).commit.sources_set, 1u);
-  EXPECT_EQ(weight_hashes(e), before);
+  EXPECT_EQ(derived_weight_hashes(e), before);
 }
 
 // The engine's transaction checks names, kinds, dtypes and shapes before anything changes.
 TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
   runtime::PlanEngine e(build_a(false));
-  const auto before = weight_hashes(e);
+  const auto before = derived_weight_hashes(e);
   const plan::WeightEntry* derived = nullptr;
   for (const auto& w : e.plan().weights)
     if (w.kind == plan::WeightKind::Derived && !derived) derived = &w;
@@ -175,7 +163,7 @@ TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
   wrong_shape.set_weight(derived->name, Tensor::empty(derived->dtype, {derived->shape.empty() ? 2 : derived->shape[0] + 1}));
   EXPECT_NE(error_of([&] { e.validate(wrong_shape); }).find("the plan expects"), std::string::npos);
   EXPECT_NE(error_of([&] { e.commit(wrong_shape); }).find("the plan expects"), std::string::npos);
-  EXPECT_EQ(weight_hashes(e), before);
+  EXPECT_EQ(derived_weight_hashes(e), before);
 
   // A valid update: the weight changes, at once.
   Tensor zeros = Tensor::empty(derived->dtype, derived->shape);
@@ -190,15 +178,15 @@ TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
 // (refit_from's verify compares the staged weights with a rebuild in between.)
 TEST(RefitFrom, StagedRefitChangesNothingUntilCommitted) {
   runtime::PlanEngine e(build_a(false));
-  const auto before = weight_hashes(e);
+  const auto before = derived_weight_hashes(e);
   refit::Refitter r(e);
   for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), onnx_of("B"))) r.set_source(id, t);
   refit::StagedRefit staged = r.stage();
-  EXPECT_EQ(weight_hashes(e), before);
+  EXPECT_EQ(derived_weight_hashes(e), before);
   EXPECT_GT(staged.update.weights().size(), 0u);
   EXPECT_EQ(r.pending(), staged.report.sources_set);
   r.commit(std::move(staged));
   EXPECT_EQ(r.pending(), 0u);
-  EXPECT_NE(weight_hashes(e), before);
+  EXPECT_NE(derived_weight_hashes(e), before);
   EXPECT_LE(max_diff_to_b(e), 1e-4);
 }
