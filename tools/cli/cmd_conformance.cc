@@ -1,7 +1,15 @@
-// `reforge conformance DIR [--list FILE]`: runs ONNX backend node tests (DIR/test_*/model.onnx
-// with test_data_set_*/input_N.pb and output_N.pb) through the public API and compares with the
-// suite's tolerances (rtol 1e-3, atol 1e-7, NaN equals NaN). Each test runs in a forked child
-// so that one crashing kernel is reported as a failure instead of ending the run.
+// `reforge conformance DIR [--list FILE] [--mode baked|refit] [--initializers] [--raw]`: runs ONNX
+// backend node tests (DIR/test_*/model.onnx with test_data_set_*/input_N.pb and output_N.pb) and
+// compares with the suite's tolerances (rtol 1e-3, atol 1e-7, NaN equals NaN).
+//
+// By default every test goes the way a user's model goes: import -> build_plan (all default
+// passes) -> serialize -> parse -> PlanEngine -> run, so a pass or plan-format bug fails the
+// test that exposes it. `--mode refit` builds refittable plans instead; `--initializers` turns
+// every test input but the first into an ONNX initializer holding the data set's value (one plan
+// per data set), so passes, literal classification and recipes see weights, not only runtime
+// inputs. `--raw` runs the imported graph directly through runtime::Engine (no passes, no plan),
+// for telling an op bug from a pipeline bug. Each test runs in a forked child so that one
+// crashing kernel is reported as a failure instead of ending the run.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +21,11 @@
 #include <set>
 
 #include "common.h"
+#include "build/builder.h"
 #include "onnx/importer.h"
+#include "plan/plan_io.h"
 #include "runtime/engine.h"
+#include "runtime/plan_engine.h"
 
 namespace reforge::cli {
 
@@ -28,6 +39,16 @@ struct ConfArgs {
   bool no_fork = false;
   int timeout_s = 120;
   bool verbose = false;
+  bool raw = false;             // imported graph straight into runtime::Engine: no passes, no plan
+  std::string mode = "baked";   // build mode of the plan: baked | refit
+  bool initializers = false;    // test inputs after the first become initializers
+};
+
+// How one test is run (ConfArgs without the driver's options).
+struct Way {
+  bool raw = false;
+  plan::BuildMode mode = plan::BuildMode::Baked;
+  bool initializers = false;
 };
 
 enum class Outcome { Pass, Fail, Skip };
@@ -53,8 +74,65 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
   return "";
 }
 
+// Something that runs a graph: runtime::Engine (raw) or a PlanEngine made from the plan the
+// graph builds into, after a round trip through the plan file format.
+class TestEngine {
+ public:
+  TestEngine(ir::Graph graph, const Way& way) {
+    if (way.raw) {
+      raw_ = std::make_unique<runtime::Engine>(std::move(graph));
+      return;
+    }
+    build::BuildOptions o;
+    o.mode = way.mode;
+    std::string bytes = plan::serialize_plan(build::build_plan(std::move(graph), o));
+    auto owner = std::make_shared<const std::string>(std::move(bytes));
+    plan_ = std::make_unique<runtime::PlanEngine>(plan::parse_plan(owner, owner->data(), owner->size(), {}, "conformance plan"));
+  }
+  const std::vector<ir::ValueInfo>& inputs() const { return raw_ ? raw_->inputs() : plan_->inputs(); }
+  const std::vector<ir::ValueInfo>& outputs() const { return raw_ ? raw_->outputs() : plan_->outputs(); }
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& in) const { return raw_ ? raw_->run(in) : plan_->run(in); }
+
+ private:
+  std::unique_ptr<runtime::Engine> raw_;
+  std::unique_ptr<runtime::PlanEngine> plan_;
+};
+
+// The data set's input_N.pb files, in order.
+std::vector<Tensor> read_inputs(const fs::path& set) {
+  std::vector<Tensor> v;
+  for (size_t i = 0;; ++i) {
+    fs::path p = set / ("input_" + std::to_string(i) + ".pb");
+    if (!fs::exists(p)) break;
+    v.push_back(onnx::read_tensor_file(p.string()));
+  }
+  return v;
+}
+
+// Runs `runner` on one data set twice (the first run records the activation arena's layout, the
+// second runs from it and from the shape-subgraph memo; both must match). Only the first
+// `fed` values are fed (the rest were made initializers). Returns "" or why it failed.
+std::string run_set(const TestEngine& runner, const fs::path& set, const std::vector<Tensor>& values, size_t fed) {
+  std::map<std::string, Tensor> inputs;
+  for (size_t i = 0; i < fed; ++i) {
+    if (i >= runner.inputs().size()) return "more input files than graph inputs";
+    inputs[runner.inputs()[i].name] = values[i];
+  }
+  for (const char* pass : {"", " (second run, from the arena)"}) {
+    auto outs = runner.run(inputs);
+    for (size_t i = 0;; ++i) {
+      fs::path p = set / ("output_" + std::to_string(i) + ".pb");
+      if (!fs::exists(p)) break;
+      if (i >= outs.size()) return "more output files than graph outputs";
+      std::string why = compare(outs[i], onnx::read_tensor_file(p.string()), runner.outputs()[i].name);
+      if (!why.empty()) return set.filename().string() + pass + ": " + why;
+    }
+  }
+  return "";
+}
+
 // Runs one test folder; returns (outcome, reason).
-std::pair<Outcome, std::string> run_test(const fs::path& dir) {
+std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
   if (!fs::exists(dir / "model.onnx")) return {Outcome::Fail, "no model.onnx"};
   std::vector<fs::path> sets;
   for (const auto& e : fs::directory_iterator(dir))
@@ -64,26 +142,26 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir) {
     for (const auto& e : fs::directory_iterator(s))
       if (e.path().extension() == ".unsupported") return {Outcome::Skip, "uses sequence, map or optional values"};
   try {
-    runtime::Engine engine(onnx::import_model_file((dir / "model.onnx").string()));
-    for (const auto& s : sets) {
-      std::map<std::string, Tensor> inputs;
-      for (size_t i = 0;; ++i) {
-        fs::path p = s / ("input_" + std::to_string(i) + ".pb");
-        if (!fs::exists(p)) break;
-        if (i >= engine.inputs().size()) return {Outcome::Fail, "more input files than graph inputs"};
-        inputs[engine.inputs()[i].name] = onnx::read_tensor_file(p.string());
+    std::string model = (dir / "model.onnx").string();
+    if (!way.initializers) {
+      TestEngine runner(onnx::import_model_file(model), way);
+      for (const auto& s : sets) {
+        std::vector<Tensor> values = read_inputs(s);
+        std::string why = run_set(runner, s, values, values.size());
+        if (!why.empty()) return {Outcome::Fail, why};
       }
-      // Twice: the first run records the activation arena's layout, the second runs from it
-      // (and from the shape-subgraph memo); both must match.
-      for (const char* pass : {"", " (second run, from the arena)"}) {
-        auto outs = engine.run(inputs);
-        for (size_t i = 0;; ++i) {
-          fs::path p = s / ("output_" + std::to_string(i) + ".pb");
-          if (!fs::exists(p)) break;
-          if (i >= outs.size()) return {Outcome::Fail, "more output files than graph outputs"};
-          std::string why = compare(outs[i], onnx::read_tensor_file(p.string()), engine.outputs()[i].name);
-          if (!why.empty()) return {Outcome::Fail, s.filename().string() + pass + ": " + why};
-        }
+    } else {
+      // One graph per data set: inputs 1.. become initializers holding this set's values.
+      for (const auto& s : sets) {
+        ir::Graph g = onnx::import_model_file(model);
+        std::vector<Tensor> values = read_inputs(s);
+        if (values.size() > g.inputs.size()) return {Outcome::Fail, "more input files than graph inputs"};
+        size_t first = std::min<size_t>(1, values.size());
+        for (size_t i = first; i < values.size(); ++i) g.initializers[g.inputs[i].name] = values[i];
+        g.inputs.erase(g.inputs.begin() + static_cast<std::ptrdiff_t>(first), g.inputs.begin() + static_cast<std::ptrdiff_t>(values.size()));
+        TestEngine runner(std::move(g), way);
+        std::string why = run_set(runner, s, values, first);
+        if (!why.empty()) return {Outcome::Fail, why};
       }
     }
   } catch (const std::exception& e) {
@@ -95,15 +173,15 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir) {
 }
 
 // Forks, runs the test in the child, reads back "P|F|S reason" through a pipe.
-std::pair<Outcome, std::string> run_isolated(const fs::path& dir, int timeout_s) {
+std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way, int timeout_s) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(dir);
+  if (pipe(fds) != 0) return run_test(dir, way);
   pid_t pid = fork();
-  if (pid < 0) return run_test(dir);
+  if (pid < 0) return run_test(dir, way);
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(timeout_s));
-    auto [o, why] = run_test(dir);
+    auto [o, why] = run_test(dir, way);
     std::string msg = std::string(o == Outcome::Pass ? "P" : o == Outcome::Skip ? "S" : "F") + why;
     ssize_t w = write(fds[1], msg.data(), msg.size());
     (void)w;
@@ -136,7 +214,14 @@ Runner add_conformance(CLI::App& app) {
   app.add_flag("--no-fork", a->no_fork, "run tests in this process (faster, but a crash ends the run)");
   app.add_option("--timeout", a->timeout_s, "seconds per test (default 120)");
   app.add_flag("--verbose,-v", a->verbose, "also print passing tests");
+  auto* mode = app.add_option("--mode", a->mode, "build mode of each test's plan: baked (default) or refit")->check(CLI::IsMember({"baked", "refit"}));
+  app.add_flag("--initializers", a->initializers, "make every test input but the first an initializer holding its value (one plan per data set)");
+  app.add_flag("--raw", a->raw, "run the imported graph directly (no passes, no plan), for debugging")->excludes(mode);
   return [a]() {
+    Way way;
+    way.raw = a->raw;
+    way.mode = a->mode == "refit" ? plan::BuildMode::Refit : plan::BuildMode::Baked;
+    way.initializers = a->initializers;
     std::vector<std::string> names;
     bool listed = !a->list.empty();
     if (listed) {
@@ -158,7 +243,7 @@ Runner add_conformance(CLI::App& app) {
       fs::path dir = fs::path(a->dir) / name;
       std::pair<Outcome, std::string> r;
       if (!fs::is_directory(dir)) r = {Outcome::Fail, "test folder not found"};
-      else r = a->no_fork ? run_test(dir) : run_isolated(dir, a->timeout_s);
+      else r = a->no_fork ? run_test(dir, way) : run_isolated(dir, way, a->timeout_s);
       switch (r.first) {
         case Outcome::Pass: ++passed; if (a->verbose) std::cout << "PASS " << name << "\n"; break;
         case Outcome::Fail: ++failed; std::cout << "FAIL " << name << ": " << r.second << "\n"; break;
