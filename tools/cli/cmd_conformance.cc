@@ -41,14 +41,16 @@ struct ConfArgs {
   bool verbose = false;
   bool raw = false;             // imported graph straight into runtime::Engine: no passes, no plan
   std::string mode = "baked";   // build mode of the plan: baked | refit
-  bool initializers = false;    // test inputs after the first become initializers
+  std::string initializers = "none";  // none | weights (test inputs after the first) | all
 };
 
 // How one test is run (ConfArgs without the driver's options).
 struct Way {
   bool raw = false;
   plan::BuildMode mode = plan::BuildMode::Baked;
-  bool initializers = false;
+  // How many leading test inputs stay graph inputs; the rest become initializers holding the
+  // data set's values. SIZE_MAX: all stay inputs.
+  size_t fed_inputs = SIZE_MAX;
 };
 
 enum class Outcome { Pass, Fail, Skip };
@@ -143,7 +145,7 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
       if (e.path().extension() == ".unsupported") return {Outcome::Skip, "uses sequence, map or optional values"};
   try {
     std::string model = (dir / "model.onnx").string();
-    if (!way.initializers) {
+    if (way.fed_inputs == SIZE_MAX) {
       TestEngine runner(onnx::import_model_file(model), way);
       for (const auto& s : sets) {
         std::vector<Tensor> values = read_inputs(s);
@@ -151,12 +153,12 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
         if (!why.empty()) return {Outcome::Fail, why};
       }
     } else {
-      // One graph per data set: inputs 1.. become initializers holding this set's values.
+      // One graph per data set: inputs from fed_inputs on become initializers holding this set's values.
       for (const auto& s : sets) {
         ir::Graph g = onnx::import_model_file(model);
         std::vector<Tensor> values = read_inputs(s);
         if (values.size() > g.inputs.size()) return {Outcome::Fail, "more input files than graph inputs"};
-        size_t first = std::min<size_t>(1, values.size());
+        size_t first = std::min(way.fed_inputs, values.size());
         for (size_t i = first; i < values.size(); ++i) g.initializers[g.inputs[i].name] = values[i];
         g.inputs.erase(g.inputs.begin() + static_cast<std::ptrdiff_t>(first), g.inputs.begin() + static_cast<std::ptrdiff_t>(values.size()));
         TestEngine runner(std::move(g), way);
@@ -215,13 +217,17 @@ Runner add_conformance(CLI::App& app) {
   app.add_option("--timeout", a->timeout_s, "seconds per test (default 120)");
   app.add_flag("--verbose,-v", a->verbose, "also print passing tests");
   auto* mode = app.add_option("--mode", a->mode, "build mode of each test's plan: baked (default) or refit")->check(CLI::IsMember({"baked", "refit"}));
-  app.add_flag("--initializers", a->initializers, "make every test input but the first an initializer holding its value (one plan per data set)");
+  app.add_option("--initializers", a->initializers,
+                 "none (default); weights: every test input but the first becomes an initializer holding its value; all: every "
+                 "test input does (the build folds the whole graph); one plan per data set")
+      ->check(CLI::IsMember({"none", "weights", "all"}));
   app.add_flag("--raw", a->raw, "run the imported graph directly (no passes, no plan), for debugging")->excludes(mode);
   return [a]() {
     Way way;
     way.raw = a->raw;
     way.mode = a->mode == "refit" ? plan::BuildMode::Refit : plan::BuildMode::Baked;
-    way.initializers = a->initializers;
+    if (a->initializers == "weights") way.fed_inputs = 1;
+    if (a->initializers == "all") way.fed_inputs = 0;
     std::vector<std::string> names;
     bool listed = !a->list.empty();
     if (listed) {
