@@ -1,13 +1,14 @@
-// `reforge conformance DIR [--list FILE] [--mode baked|refit] [--initializers] [--raw]`: runs ONNX
+// `reforge conformance DIR [--list FILE] [--mode baked|refit] [--initializers none|weights|all] [--raw]`: runs ONNX
 // backend node tests (DIR/test_*/model.onnx with test_data_set_*/input_N.pb and output_N.pb) and
 // compares with the suite's tolerances (rtol 1e-3, atol 1e-7, NaN equals NaN).
 //
 // By default every test goes the way a user's model goes: import -> build_plan (all default
 // passes) -> serialize -> parse -> PlanEngine -> run, so a pass or plan-format bug fails the
-// test that exposes it. `--mode refit` builds refittable plans instead; `--initializers` turns
-// every test input but the first into an ONNX initializer holding the data set's value (one plan
-// per data set), so passes, literal classification and recipes see weights, not only runtime
-// inputs. `--raw` runs the imported graph directly through runtime::Engine (no passes, no plan),
+// test that exposes it. `--mode refit` builds refittable plans instead. `--initializers weights`
+// turns every test input but the first into an ONNX initializer holding the data set's value,
+// `all` every input (the build folds the whole graph; in a refit plan every output is a derived
+// weight whose recipe the build replays bit for bit); one plan per data set. So passes, literal
+// classification and recipes see weights, not only runtime inputs. `--raw` runs the imported graph directly through runtime::Engine (no passes, no plan),
 // for telling an op bug from a pipeline bug. Each test runs in a forked child so that one
 // crashing kernel is reported as a failure instead of ending the run.
 #include <sys/wait.h>
@@ -257,7 +258,10 @@ Runner add_conformance(CLI::App& app) {
       }
       std::cout.flush();
     }
-    std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped" << std::endl;
+    std::string how = a->raw ? "raw graph, no plan" : a->mode + " plan";
+    if (a->initializers != "none") how += ", initializers: " + a->initializers;
+    std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped (" << how << ")"
+              << std::endl;
     return (listed && failed > 0) ? 1 : 0;
   };
 }
