@@ -120,7 +120,8 @@ TEST(RecipeOutputs, PlanFileKeepsTheOutputCountAndRefusesOneThatOmitsTheOutput) 
   std::string bytes = plan::serialize_plan(p);
   plan_test::expect_plan_eq(p, plan_test::parse_bytes(bytes));
   // A single-output step writes no field (the reader's default: output + 1).
-  EXPECT_EQ(plan_test::parse_bytes(plan::serialize_plan(plan_test::sample_plan())).weights[0].recipe.steps[0].num_outputs, 1u);
+  plan::Plan single = plan_test::parse_bytes(plan::serialize_plan(plan_test::sample_plan()));
+  EXPECT_EQ(single.weights[0].recipe.steps[0].num_outputs, 1u);
   plan_test::json meta = plan_test::metadata_of(bytes);
   ASSERT_EQ(set_num_outputs(meta, 0), 1);
   std::string bad = plan_test::with_metadata(bytes, meta.dump());

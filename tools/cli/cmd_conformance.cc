@@ -1,6 +1,7 @@
-// `reforge conformance DIR [--list FILE] [--mode baked|refit] [--initializers none|weights|all] [--raw]`: runs ONNX
-// backend node tests (DIR/test_*/model.onnx with test_data_set_*/input_N.pb and output_N.pb) and
-// compares with the suite's tolerances (rtol 1e-3, atol 1e-7, NaN equals NaN).
+// `reforge conformance DIR [--list FILE] [--mode baked|refit] [--initializers none|weights|all]
+// [--strip] [--raw]`: runs ONNX backend node tests (DIR/test_*/model.onnx with
+// test_data_set_*/input_N.pb and output_N.pb) and compares with the suite's tolerances (rtol 1e-3,
+// atol 1e-7, NaN equals NaN).
 //
 // By default every test goes the way a user's model goes: import -> build_plan (all default
 // passes) -> serialize -> parse -> PlanEngine -> run, so a pass or plan-format bug fails the
@@ -8,9 +9,12 @@
 // turns every test input but the first into an ONNX initializer holding the data set's value,
 // `all` every input (the build folds the whole graph; in a refit plan every output is a derived
 // weight whose recipe the build replays bit for bit); one plan per data set. So passes, literal
-// classification and recipes see weights, not only runtime inputs. `--raw` runs the imported graph directly through runtime::Engine (no passes, no plan),
-// for telling an op bug from a pipeline bug. Each test runs in a forked child so that one
-// crashing kernel is reported as a failure instead of ending the run.
+// classification and recipes see weights, not only runtime inputs. `--strip` (refit plans with
+// initializers) then strips each plan, reloads it, refits it from the test's values through
+// refit::Refitter and runs it again. `--raw` runs the imported graph directly through
+// runtime::Engine (no passes, no plan), for telling an op bug from a pipeline bug. Each test
+// runs in a forked child so that one crashing kernel is reported as a failure instead of ending
+// the run.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,8 +27,10 @@
 
 #include "common.h"
 #include "build/builder.h"
+#include "build/fingerprint.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
+#include "refit/refitter.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
 
@@ -43,6 +49,7 @@ struct ConfArgs {
   bool raw = false;             // imported graph straight into runtime::Engine: no passes, no plan
   std::string mode = "baked";   // build mode of the plan: baked | refit
   std::string initializers = "none";  // none | weights (test inputs after the first) | all
+  bool strip = false;                 // refit plans: also strip, reload and refit with the same values
 };
 
 // How one test is run (ConfArgs without the driver's options).
@@ -52,6 +59,7 @@ struct Way {
   // How many leading test inputs stay graph inputs; the rest become initializers holding the
   // data set's values. SIZE_MAX: all stay inputs.
   size_t fed_inputs = SIZE_MAX;
+  bool strip = false;
 };
 
 enum class Outcome { Pass, Fail, Skip };
@@ -88,15 +96,38 @@ class TestEngine {
     }
     build::BuildOptions o;
     o.mode = way.mode;
-    std::string bytes = plan::serialize_plan(build::build_plan(std::move(graph), o));
-    auto owner = std::make_shared<const std::string>(std::move(bytes));
-    plan_ = std::make_unique<runtime::PlanEngine>(plan::parse_plan(owner, owner->data(), owner->size(), {}, "conformance plan"));
+    plan_ = reload(build::build_plan(std::move(graph), o));
+  }
+  // The same plan stripped of its refittable weights, reloaded, and refit (recipes replayed by
+  // the Refitter) from the values it was built with.
+  TestEngine stripped_and_refit(const std::map<std::string, Tensor>& initializers) const {
+    TestEngine t;
+    t.plan_ = reload(plan_->current_plan(/*strip=*/true));
+    refit::Refitter r(*t.plan_);
+    for (const auto& s : r.all_sources())
+      if (s.refittable) {
+        auto it = s.names.empty() ? initializers.end() : initializers.find(s.names[0]);
+        if (it == initializers.end()) fail("source '", s.key, "' names no initializer of the test");
+        r.set_source(s.id, it->second);
+      }
+    refit::CommitOptions co;
+    co.check_finite = false;  // test data holds NaN and Inf on purpose
+    r.commit(co);
+    return t;
   }
   const std::vector<ir::ValueInfo>& inputs() const { return raw_ ? raw_->inputs() : plan_->inputs(); }
   const std::vector<ir::ValueInfo>& outputs() const { return raw_ ? raw_->outputs() : plan_->outputs(); }
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& in) const { return raw_ ? raw_->run(in) : plan_->run(in); }
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& in) const {
+    return raw_ ? raw_->run(in) : plan_->run(in);
+  }
 
  private:
+  TestEngine() = default;
+  static std::unique_ptr<runtime::PlanEngine> reload(const plan::Plan& p) {
+    auto owner = std::make_shared<const std::string>(plan::serialize_plan(p));
+    return std::make_unique<runtime::PlanEngine>(
+        plan::parse_plan(owner, owner->data(), owner->size(), {}, "conformance plan"));
+  }
   std::unique_ptr<runtime::Engine> raw_;
   std::unique_ptr<runtime::PlanEngine> plan_;
 };
@@ -161,10 +192,19 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
         if (values.size() > g.inputs.size()) return {Outcome::Fail, "more input files than graph inputs"};
         size_t first = std::min(way.fed_inputs, values.size());
         for (size_t i = first; i < values.size(); ++i) g.initializers[g.inputs[i].name] = values[i];
-        g.inputs.erase(g.inputs.begin() + static_cast<std::ptrdiff_t>(first), g.inputs.begin() + static_cast<std::ptrdiff_t>(values.size()));
+        g.inputs.erase(g.inputs.begin() + static_cast<std::ptrdiff_t>(first),
+                       g.inputs.begin() + static_cast<std::ptrdiff_t>(values.size()));
+        // The sources' values as a refit from this model would find them: the canonical graph's
+        // initializers (with the zero biases canonicalize() makes explicit).
+        std::map<std::string, Tensor> initializers;
+        if (way.strip) initializers = build::canonicalize(g).initializers;
         TestEngine runner(std::move(g), way);
         std::string why = run_set(runner, s, values, first);
         if (!why.empty()) return {Outcome::Fail, why};
+        if (way.strip) {
+          why = run_set(runner.stripped_and_refit(initializers), s, values, first);
+          if (!why.empty()) return {Outcome::Fail, "stripped and refit: " + why};
+        }
       }
     }
   } catch (const std::exception& e) {
@@ -217,11 +257,16 @@ Runner add_conformance(CLI::App& app) {
   app.add_flag("--no-fork", a->no_fork, "run tests in this process (faster, but a crash ends the run)");
   app.add_option("--timeout", a->timeout_s, "seconds per test (default 120)");
   app.add_flag("--verbose,-v", a->verbose, "also print passing tests");
-  auto* mode = app.add_option("--mode", a->mode, "build mode of each test's plan: baked (default) or refit")->check(CLI::IsMember({"baked", "refit"}));
+  auto* mode = app.add_option("--mode", a->mode, "build mode of each test's plan: baked (default) or refit")
+                   ->check(CLI::IsMember({"baked", "refit"}));
   app.add_option("--initializers", a->initializers,
-                 "none (default); weights: every test input but the first becomes an initializer holding its value; all: every "
-                 "test input does (the build folds the whole graph); one plan per data set")
+                 "none (default); weights: every test input but the first becomes an initializer holding its "
+                 "value; all: every test input does (the build folds the whole graph); one plan per data set")
       ->check(CLI::IsMember({"none", "weights", "all"}));
+  app.add_flag("--strip", a->strip,
+               "with --mode refit and --initializers: also strip each plan, reload it, refit it from the test's values "
+               "and run it again")
+      ->needs(mode);
   app.add_flag("--raw", a->raw, "run the imported graph directly (no passes, no plan), for debugging")->excludes(mode);
   return [a]() {
     Way way;
@@ -229,6 +274,9 @@ Runner add_conformance(CLI::App& app) {
     way.mode = a->mode == "refit" ? plan::BuildMode::Refit : plan::BuildMode::Baked;
     if (a->initializers == "weights") way.fed_inputs = 1;
     if (a->initializers == "all") way.fed_inputs = 0;
+    way.strip = a->strip;
+    if (a->strip && (a->mode != "refit" || a->initializers == "none"))
+      fail("--strip needs --mode refit and --initializers weights or all (otherwise the plan has nothing to strip)");
     std::vector<std::string> names;
     bool listed = !a->list.empty();
     if (listed) {
@@ -260,8 +308,9 @@ Runner add_conformance(CLI::App& app) {
     }
     std::string how = a->raw ? "raw graph, no plan" : a->mode + " plan";
     if (a->initializers != "none") how += ", initializers: " + a->initializers;
-    std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped (" << how << ")"
-              << std::endl;
+    if (a->strip) how += ", stripped and refit";
+    std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped (" << how
+              << ")" << std::endl;
     return (listed && failed > 0) ? 1 : 0;
   };
 }
