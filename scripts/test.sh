@@ -26,4 +26,9 @@ echo "== unit and model tests"
 ./build/reforge_tests --gtest_brief=1 || status=1
 echo "== ONNX node conformance (required list)"
 ./build/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt || status=1
+echo "== ONNX node conformance (required list, refittable plans, test inputs as initializers, stripped and refit)"
+for init in weights all; do
+  ./build/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt \
+    --mode refit --initializers "$init" --strip || status=1
+done
 exit $status

@@ -342,6 +342,7 @@ inline void expect_plan_eq(const Plan& a, const Plan& b, bool weights_loaded = t
       EXPECT_EQ(s.op_type, t.op_type);
       EXPECT_EQ(s.opset, t.opset);
       EXPECT_EQ(s.output, t.output);
+      EXPECT_EQ(s.num_outputs, t.num_outputs);
       ASSERT_EQ(s.inputs.size(), t.inputs.size());
       for (size_t m = 0; m < s.inputs.size(); ++m) EXPECT_TRUE(operand_eq(s.inputs[m], t.inputs[m]));
       expect_attrs_eq(s.attrs, t.attrs, x.name + " step");

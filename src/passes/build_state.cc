@@ -61,6 +61,7 @@ std::vector<ConstValue> BuildState::fold_all(const std::string& domain, const st
     step.opset = opset;
     step.attrs = attrs;
     step.output = static_cast<uint32_t>(k);
+    step.num_outputs = static_cast<uint32_t>(num_outputs);
     for (const auto& name : inputs) {
       const ConstValue& c = consts.at(name);
       step.inputs.push_back(splice(*this, cv.recipe, c));

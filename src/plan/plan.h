@@ -102,6 +102,10 @@ struct RecipeStep {
   std::map<std::string, ir::Attribute> attrs;  // no graph attributes
   std::vector<Operand> inputs;                 // Operand with kind Step refers to an earlier step
   uint32_t output = 0;                         // which output of the op is taken
+  // How many outputs the op is evaluated with (> output): the node's own count. Split needs it to
+  // split at all, and a kernel may compute an output differently when fewer are requested
+  // (LayerNormalization without Mean/InvStdDev), so replay must ask for what the build asked for.
+  uint32_t num_outputs = 1;
 };
 
 struct Recipe {

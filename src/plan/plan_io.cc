@@ -288,6 +288,8 @@ class Encoder {
                            {"attrs", attributes(s.attrs, str_cat(where, " recipe step ", i, " (", s.op_type, ")"))},
                            {"inputs", std::move(inputs)},
                            {"output", s.output}});
+      // Written only when more outputs than `output + 1` are evaluated (the reader's default).
+      if (s.num_outputs > s.output + 1) steps.back()["num_outputs"] = s.num_outputs;
     }
     j["recipe"] = json{{"steps", std::move(steps)}, {"result", operand(w.recipe.result)}};
     json srcs = json::array();

@@ -472,6 +472,12 @@ class Decoder {
         check_operand(s.inputs.back(), p, i, at(at(sw, "inputs"), k2));
       }
       s.output = as_u32(field(js, "output", sw), at(sw, "output"));
+      s.num_outputs = s.output + 1;
+      if (js.contains("num_outputs")) {
+        s.num_outputs = as_u32(js["num_outputs"], at(sw, "num_outputs"));
+        if (s.num_outputs <= s.output)
+          fail(at(sw, "num_outputs"), ": ", s.num_outputs, " outputs do not include output ", s.output);
+      }
       w.recipe.steps.push_back(std::move(s));
     }
     w.recipe.result = operand(field(recipe, "result", rw), at(rw, "result"));

@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/registry.h"
@@ -49,7 +50,7 @@ Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sour
     const plan::RecipeStep& st = recipe.steps[s];
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(&operand(o));
-    auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, st.output + 1);
+    auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, std::max<size_t>(st.num_outputs, st.output + 1));
     steps[s] = std::move(outs[st.output]);
   }
   return operand(recipe.result);

@@ -1,7 +1,20 @@
-// `reforge conformance DIR [--list FILE]`: runs ONNX backend node tests (DIR/test_*/model.onnx
-// with test_data_set_*/input_N.pb and output_N.pb) through the public API and compares with the
-// suite's tolerances (rtol 1e-3, atol 1e-7, NaN equals NaN). Each test runs in a forked child
-// so that one crashing kernel is reported as a failure instead of ending the run.
+// `reforge conformance DIR [--list FILE] [--mode baked|refit] [--initializers none|weights|all]
+// [--strip] [--raw]`: runs ONNX backend node tests (DIR/test_*/model.onnx with
+// test_data_set_*/input_N.pb and output_N.pb) and compares with the suite's tolerances (rtol 1e-3,
+// atol 1e-7, NaN equals NaN).
+//
+// By default every test goes the way a user's model goes: import -> build_plan (all default
+// passes) -> serialize -> parse -> PlanEngine -> run, so a pass or plan-format bug fails the
+// test that exposes it. `--mode refit` builds refittable plans instead. `--initializers weights`
+// turns every test input but the first into an ONNX initializer holding the data set's value,
+// `all` every input (the build folds the whole graph; in a refit plan every output is a derived
+// weight whose recipe the build replays bit for bit); one plan per data set. So passes, literal
+// classification and recipes see weights, not only runtime inputs. `--strip` (refit plans with
+// initializers) then strips each plan, reloads it, refits it from the test's values through
+// refit::Refitter and runs it again. `--raw` runs the imported graph directly through
+// runtime::Engine (no passes, no plan), for telling an op bug from a pipeline bug. Each test
+// runs in a forked child so that one crashing kernel is reported as a failure instead of ending
+// the run.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +26,13 @@
 #include <set>
 
 #include "common.h"
+#include "build/builder.h"
+#include "build/fingerprint.h"
 #include "onnx/importer.h"
+#include "plan/plan_io.h"
+#include "refit/refitter.h"
 #include "runtime/engine.h"
+#include "runtime/plan_engine.h"
 
 namespace reforge::cli {
 
@@ -28,6 +46,20 @@ struct ConfArgs {
   bool no_fork = false;
   int timeout_s = 120;
   bool verbose = false;
+  bool raw = false;             // imported graph straight into runtime::Engine: no passes, no plan
+  std::string mode = "baked";   // build mode of the plan: baked | refit
+  std::string initializers = "none";  // none | weights (test inputs after the first) | all
+  bool strip = false;                 // refit plans: also strip, reload and refit with the same values
+};
+
+// How one test is run (ConfArgs without the driver's options).
+struct Way {
+  bool raw = false;
+  plan::BuildMode mode = plan::BuildMode::Baked;
+  // How many leading test inputs stay graph inputs; the rest become initializers holding the
+  // data set's values. SIZE_MAX: all stay inputs.
+  size_t fed_inputs = SIZE_MAX;
+  bool strip = false;
 };
 
 enum class Outcome { Pass, Fail, Skip };
@@ -53,8 +85,88 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
   return "";
 }
 
+// Something that runs a graph: runtime::Engine (raw) or a PlanEngine made from the plan the
+// graph builds into, after a round trip through the plan file format.
+class TestEngine {
+ public:
+  TestEngine(ir::Graph graph, const Way& way) {
+    if (way.raw) {
+      raw_ = std::make_unique<runtime::Engine>(std::move(graph));
+      return;
+    }
+    build::BuildOptions o;
+    o.mode = way.mode;
+    plan_ = reload(build::build_plan(std::move(graph), o));
+  }
+  // The same plan stripped of its refittable weights, reloaded, and refit (recipes replayed by
+  // the Refitter) from the values it was built with.
+  TestEngine stripped_and_refit(const std::map<std::string, Tensor>& initializers) const {
+    TestEngine t;
+    t.plan_ = reload(plan_->current_plan(/*strip=*/true));
+    refit::Refitter r(*t.plan_);
+    for (const auto& s : r.all_sources())
+      if (s.refittable) {
+        auto it = s.names.empty() ? initializers.end() : initializers.find(s.names[0]);
+        if (it == initializers.end()) fail("source '", s.key, "' names no initializer of the test");
+        r.set_source(s.id, it->second);
+      }
+    refit::CommitOptions co;
+    co.check_finite = false;  // test data holds NaN and Inf on purpose
+    r.commit(co);
+    return t;
+  }
+  const std::vector<ir::ValueInfo>& inputs() const { return raw_ ? raw_->inputs() : plan_->inputs(); }
+  const std::vector<ir::ValueInfo>& outputs() const { return raw_ ? raw_->outputs() : plan_->outputs(); }
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& in) const {
+    return raw_ ? raw_->run(in) : plan_->run(in);
+  }
+
+ private:
+  TestEngine() = default;
+  static std::unique_ptr<runtime::PlanEngine> reload(const plan::Plan& p) {
+    auto owner = std::make_shared<const std::string>(plan::serialize_plan(p));
+    return std::make_unique<runtime::PlanEngine>(
+        plan::parse_plan(owner, owner->data(), owner->size(), {}, "conformance plan"));
+  }
+  std::unique_ptr<runtime::Engine> raw_;
+  std::unique_ptr<runtime::PlanEngine> plan_;
+};
+
+// The data set's input_N.pb files, in order.
+std::vector<Tensor> read_inputs(const fs::path& set) {
+  std::vector<Tensor> v;
+  for (size_t i = 0;; ++i) {
+    fs::path p = set / ("input_" + std::to_string(i) + ".pb");
+    if (!fs::exists(p)) break;
+    v.push_back(onnx::read_tensor_file(p.string()));
+  }
+  return v;
+}
+
+// Runs `runner` on one data set twice (the first run records the activation arena's layout, the
+// second runs from it and from the shape-subgraph memo; both must match). Only the first
+// `fed` values are fed (the rest were made initializers). Returns "" or why it failed.
+std::string run_set(const TestEngine& runner, const fs::path& set, const std::vector<Tensor>& values, size_t fed) {
+  std::map<std::string, Tensor> inputs;
+  for (size_t i = 0; i < fed; ++i) {
+    if (i >= runner.inputs().size()) return "more input files than graph inputs";
+    inputs[runner.inputs()[i].name] = values[i];
+  }
+  for (const char* pass : {"", " (second run, from the arena)"}) {
+    auto outs = runner.run(inputs);
+    for (size_t i = 0;; ++i) {
+      fs::path p = set / ("output_" + std::to_string(i) + ".pb");
+      if (!fs::exists(p)) break;
+      if (i >= outs.size()) return "more output files than graph outputs";
+      std::string why = compare(outs[i], onnx::read_tensor_file(p.string()), runner.outputs()[i].name);
+      if (!why.empty()) return set.filename().string() + pass + ": " + why;
+    }
+  }
+  return "";
+}
+
 // Runs one test folder; returns (outcome, reason).
-std::pair<Outcome, std::string> run_test(const fs::path& dir) {
+std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
   if (!fs::exists(dir / "model.onnx")) return {Outcome::Fail, "no model.onnx"};
   std::vector<fs::path> sets;
   for (const auto& e : fs::directory_iterator(dir))
@@ -64,25 +176,34 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir) {
     for (const auto& e : fs::directory_iterator(s))
       if (e.path().extension() == ".unsupported") return {Outcome::Skip, "uses sequence, map or optional values"};
   try {
-    runtime::Engine engine(onnx::import_model_file((dir / "model.onnx").string()));
-    for (const auto& s : sets) {
-      std::map<std::string, Tensor> inputs;
-      for (size_t i = 0;; ++i) {
-        fs::path p = s / ("input_" + std::to_string(i) + ".pb");
-        if (!fs::exists(p)) break;
-        if (i >= engine.inputs().size()) return {Outcome::Fail, "more input files than graph inputs"};
-        inputs[engine.inputs()[i].name] = onnx::read_tensor_file(p.string());
+    std::string model = (dir / "model.onnx").string();
+    if (way.fed_inputs == SIZE_MAX) {
+      TestEngine runner(onnx::import_model_file(model), way);
+      for (const auto& s : sets) {
+        std::vector<Tensor> values = read_inputs(s);
+        std::string why = run_set(runner, s, values, values.size());
+        if (!why.empty()) return {Outcome::Fail, why};
       }
-      // Twice: the first run records the activation arena's layout, the second runs from it
-      // (and from the shape-subgraph memo); both must match.
-      for (const char* pass : {"", " (second run, from the arena)"}) {
-        auto outs = engine.run(inputs);
-        for (size_t i = 0;; ++i) {
-          fs::path p = s / ("output_" + std::to_string(i) + ".pb");
-          if (!fs::exists(p)) break;
-          if (i >= outs.size()) return {Outcome::Fail, "more output files than graph outputs"};
-          std::string why = compare(outs[i], onnx::read_tensor_file(p.string()), engine.outputs()[i].name);
-          if (!why.empty()) return {Outcome::Fail, s.filename().string() + pass + ": " + why};
+    } else {
+      // One graph per data set: inputs from fed_inputs on become initializers holding this set's values.
+      for (const auto& s : sets) {
+        ir::Graph g = onnx::import_model_file(model);
+        std::vector<Tensor> values = read_inputs(s);
+        if (values.size() > g.inputs.size()) return {Outcome::Fail, "more input files than graph inputs"};
+        size_t first = std::min(way.fed_inputs, values.size());
+        for (size_t i = first; i < values.size(); ++i) g.initializers[g.inputs[i].name] = values[i];
+        g.inputs.erase(g.inputs.begin() + static_cast<std::ptrdiff_t>(first),
+                       g.inputs.begin() + static_cast<std::ptrdiff_t>(values.size()));
+        // The sources' values as a refit from this model would find them: the canonical graph's
+        // initializers (with the zero biases canonicalize() makes explicit).
+        std::map<std::string, Tensor> initializers;
+        if (way.strip) initializers = build::canonicalize(g).initializers;
+        TestEngine runner(std::move(g), way);
+        std::string why = run_set(runner, s, values, first);
+        if (!why.empty()) return {Outcome::Fail, why};
+        if (way.strip) {
+          why = run_set(runner.stripped_and_refit(initializers), s, values, first);
+          if (!why.empty()) return {Outcome::Fail, "stripped and refit: " + why};
         }
       }
     }
@@ -95,15 +216,15 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir) {
 }
 
 // Forks, runs the test in the child, reads back "P|F|S reason" through a pipe.
-std::pair<Outcome, std::string> run_isolated(const fs::path& dir, int timeout_s) {
+std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way, int timeout_s) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(dir);
+  if (pipe(fds) != 0) return run_test(dir, way);
   pid_t pid = fork();
-  if (pid < 0) return run_test(dir);
+  if (pid < 0) return run_test(dir, way);
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(timeout_s));
-    auto [o, why] = run_test(dir);
+    auto [o, why] = run_test(dir, way);
     std::string msg = std::string(o == Outcome::Pass ? "P" : o == Outcome::Skip ? "S" : "F") + why;
     ssize_t w = write(fds[1], msg.data(), msg.size());
     (void)w;
@@ -136,7 +257,26 @@ Runner add_conformance(CLI::App& app) {
   app.add_flag("--no-fork", a->no_fork, "run tests in this process (faster, but a crash ends the run)");
   app.add_option("--timeout", a->timeout_s, "seconds per test (default 120)");
   app.add_flag("--verbose,-v", a->verbose, "also print passing tests");
+  auto* mode = app.add_option("--mode", a->mode, "build mode of each test's plan: baked (default) or refit")
+                   ->check(CLI::IsMember({"baked", "refit"}));
+  app.add_option("--initializers", a->initializers,
+                 "none (default); weights: every test input but the first becomes an initializer holding its "
+                 "value; all: every test input does (the build folds the whole graph); one plan per data set")
+      ->check(CLI::IsMember({"none", "weights", "all"}));
+  app.add_flag("--strip", a->strip,
+               "with --mode refit and --initializers: also strip each plan, reload it, refit it from the test's values "
+               "and run it again")
+      ->needs(mode);
+  app.add_flag("--raw", a->raw, "run the imported graph directly (no passes, no plan), for debugging")->excludes(mode);
   return [a]() {
+    Way way;
+    way.raw = a->raw;
+    way.mode = a->mode == "refit" ? plan::BuildMode::Refit : plan::BuildMode::Baked;
+    if (a->initializers == "weights") way.fed_inputs = 1;
+    if (a->initializers == "all") way.fed_inputs = 0;
+    way.strip = a->strip;
+    if (a->strip && (a->mode != "refit" || a->initializers == "none"))
+      fail("--strip needs --mode refit and --initializers weights or all (otherwise the plan has nothing to strip)");
     std::vector<std::string> names;
     bool listed = !a->list.empty();
     if (listed) {
@@ -158,7 +298,7 @@ Runner add_conformance(CLI::App& app) {
       fs::path dir = fs::path(a->dir) / name;
       std::pair<Outcome, std::string> r;
       if (!fs::is_directory(dir)) r = {Outcome::Fail, "test folder not found"};
-      else r = a->no_fork ? run_test(dir) : run_isolated(dir, a->timeout_s);
+      else r = a->no_fork ? run_test(dir, way) : run_isolated(dir, way, a->timeout_s);
       switch (r.first) {
         case Outcome::Pass: ++passed; if (a->verbose) std::cout << "PASS " << name << "\n"; break;
         case Outcome::Fail: ++failed; std::cout << "FAIL " << name << ": " << r.second << "\n"; break;
@@ -166,7 +306,11 @@ Runner add_conformance(CLI::App& app) {
       }
       std::cout.flush();
     }
-    std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped" << std::endl;
+    std::string how = a->raw ? "raw graph, no plan" : a->mode + " plan";
+    if (a->initializers != "none") how += ", initializers: " + a->initializers;
+    if (a->strip) how += ", stripped and refit";
+    std::cout << "conformance: " << passed << " passed, " << failed << " failed, " << skipped << " skipped (" << how
+              << ")" << std::endl;
     return (listed && failed > 0) ? 1 : 0;
   };
 }
