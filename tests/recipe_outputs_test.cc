@@ -11,7 +11,7 @@
 #include "build/builder.h"
 #include "plan/plan_io.h"
 #include "plan_test_util.h"
-#include "refit/recipe.h"
+#include "transforms/recipe.h"
 #include "runtime/plan_engine.h"
 
 using namespace reforge;
@@ -64,7 +64,7 @@ void check(const ir::Graph& g, uint32_t output, uint32_t outputs, const Tensor& 
   plan_test::expect_plan_eq(p, back);
   std::vector<Tensor> sources;
   for (const auto& s : back.sources) sources.push_back(g.initializers.at(s.names.at(0)));
-  Tensor replayed = refit::replay_recipe(w->recipe, sources, back.literals);
+  Tensor replayed = transforms::replay_recipe(w->recipe, sources, back.literals);
   plan_test::expect_tensor_eq(replayed, w->data, w->name);
 
   runtime::PlanEngine reloaded(std::move(back));
