@@ -94,7 +94,7 @@ class HeaderParser {
         ++pos_;
         skip_blanks();
       } else if (peek() != '}') {
-        error("expected ',' or '}' after the value of '" + key + "'");
+        error("expected ',' or '}' after the value of '" + key + "', found " + found());
       }
     }
     ++pos_;  // '}'
@@ -120,8 +120,9 @@ class HeaderParser {
     return buf;
   }
   int peek() const { return pos_ < size_ ? p_[pos_] : -1; }
+  std::string found() const { return pos_ < size_ ? describe(p_[pos_]) : "the end of the file"; }
   void expect(char c, const std::string& what) {
-    if (peek() != c) error("expected " + what + (peek() < 0 ? ", found the end of the file" : ", found " + describe(p_[pos_])));
+    if (peek() != c) error("expected " + what + ", found " + found());
     ++pos_;
   }
   // Blanks Python allows between tokens on one line. A newline inside the dict is refused: the
@@ -132,7 +133,7 @@ class HeaderParser {
   // A plain quoted string: the names and dtype codes of a header need no escapes.
   std::string string_literal(const std::string& what) {
     int q = peek();
-    if (q != '\'' && q != '"') error("expected " + what + " as a quoted string");
+    if (q != '\'' && q != '"') error("expected " + what + " as a quoted string, found " + found());
     size_t b = ++pos_;
     while (pos_ < size_ && p_[pos_] != q) {
       if (p_[pos_] == '\\' || p_[pos_] == '\n' || p_[pos_] < 0x20 || p_[pos_] >= 0x7f)
@@ -164,7 +165,7 @@ class HeaderParser {
     bool comma = false;
     skip_blanks();
     while (peek() != ')') {
-      if (peek() < '0' || peek() > '9') error("expected a dimension in 'shape'");
+      if (peek() < '0' || peek() > '9') error("expected a dimension in 'shape', found " + found());
       size_t b = pos_;
       int64_t v = 0;
       while (peek() >= '0' && peek() <= '9') {
@@ -180,7 +181,7 @@ class HeaderParser {
         ++pos_;
         skip_blanks();
       } else if (peek() != ')') {
-        error("expected ',' or ')' in 'shape'");
+        error("expected ',' or ')' in 'shape', found " + found());
       }
     }
     if (s.size() == 1 && !comma) error("'shape' (" + std::to_string(s[0]) + ") is not a tuple; a 1-d shape is written (" + std::to_string(s[0]) + ",)");
@@ -216,8 +217,8 @@ Tensor parse_npy(const void* data, size_t size, const std::string& what) {
   size_t actual = h.end - header_start;
   if (actual != header_len)
     fail(what, ": npy header declares ", header_len, " bytes but its dict and padding end at byte ", actual,
-         " (the data would start ", header_len < actual ? actual - header_len : header_len - actual, " bytes ",
-         header_len < actual ? "early" : "late", ")");
+         " (the data would be read ", header_len < actual ? actual - header_len : header_len - actual,
+         header_len < actual ? " byte(s) early)" : " byte(s) late)");
   if (h.end % 16 != 0)
     fail(what, ": npy data starts at offset ", h.end, ", not a multiple of 16 (numpy pads the header to 64)");
   if (h.fortran_order) fail(what, ": Fortran-order arrays are not supported; save with C order");
