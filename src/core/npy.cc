@@ -184,7 +184,10 @@ class HeaderParser {
         error("expected ',' or ')' in 'shape', found " + found());
       }
     }
-    if (s.size() == 1 && !comma) error("'shape' (" + std::to_string(s[0]) + ") is not a tuple; a 1-d shape is written (" + std::to_string(s[0]) + ",)");
+    if (s.size() == 1 && !comma) {
+      const std::string d = std::to_string(s[0]);
+      error("'shape' (" + d + ") is not a tuple; a 1-d shape is written (" + d + ",)");
+    }
     ++pos_;
     return s;
   }
