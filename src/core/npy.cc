@@ -8,6 +8,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/mapped_file.h"
 
 namespace reforge {
@@ -273,22 +274,10 @@ void write_npy(const std::string& path, const Tensor& t) {
     for (int k = 0; k < 4; ++k) header += static_cast<char>((dict.size() >> (8 * k)) & 0xff);
   }
   header += dict;
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("cannot write '", tmp, "'");
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      fail("error writing '", tmp, "'");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot rename '", tmp, "' to '", path, "'");
-  }
+  AtomicFile out(path, "npy file");
+  out.write(header.data(), header.size());
+  out.write(t.raw(), t.nbytes());
+  out.commit();
 }
 
 }  // namespace reforge

@@ -2,8 +2,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 
+#include "core/atomic_file.h"
 #include "onnx/proto/onnx.pb.h"
 
 namespace reforge::onnx {
@@ -64,7 +65,7 @@ void write_model_file(const ir::Graph& g, const std::string& path, const ExportO
   for (const auto& v : g.outputs) fill_value_info(gp->add_output(), v);
   std::string ext_name = o.external_file.empty() ? fs::path(path).filename().string() + ".data" : o.external_file;
   fs::path ext_path = fs::path(path).parent_path() / ext_name;
-  std::ofstream ext;
+  std::optional<AtomicFile> ext;
   size_t offset = 0;
   for (const auto& [name, t] : g.initializers) {
     auto* tp = gp->add_initializer();
@@ -72,10 +73,7 @@ void write_model_file(const ir::Graph& g, const std::string& path, const ExportO
       fill_tensor(tp, name, t);
       continue;
     }
-    if (!ext.is_open()) {
-      ext.open(ext_path, std::ios::binary | std::ios::trunc);
-      if (!ext) fail("cannot write '", ext_path.string(), "'");
-    }
+    if (!ext) ext.emplace(ext_path.string(), "external data");
     tp->set_name(name);
     tp->set_data_type(static_cast<int>(t.dtype()));
     for (int64_t d : t.shape()) tp->add_dims(d);
@@ -88,17 +86,15 @@ void write_model_file(const ir::Graph& g, const std::string& path, const ExportO
     kv("location", ext_name);
     kv("offset", std::to_string(offset));
     kv("length", std::to_string(t.nbytes()));
-    ext.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
+    ext->write(t.raw(), t.nbytes());
     offset += t.nbytes();
     size_t pad = (4096 - offset % 4096) % 4096;  // page-align the next tensor, so it can be mapped
     static const char zeros[4096] = {};
-    ext.write(zeros, static_cast<std::streamsize>(pad));
+    ext->write(zeros, pad);
     offset += pad;
   }
-  if (ext.is_open()) {
-    ext.close();
-    if (!ext) fail("error writing '", ext_path.string(), "'");
-  }
+  // The data file first: the model that names it then never points at a missing one.
+  if (ext) ext->commit();
   for (const auto& n : g.nodes) {
     auto* np = gp->add_node();
     np->set_name(n.name);
@@ -113,15 +109,10 @@ void write_model_file(const ir::Graph& g, const std::string& path, const ExportO
       md->set_value(v);
     }
   }
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f || !m.SerializeToOstream(&f)) {
-      std::remove(tmp.c_str());
-      fail("cannot write '", path, "' (the model may exceed protobuf's 2 GiB; use external data)");
-    }
-  }
-  fs::rename(tmp, path);
+  AtomicFile out(path, "model");
+  if (!m.SerializeToFileDescriptor(out.fd()))
+    fail("cannot write model '", path, "' (the model may exceed protobuf's 2 GiB; use external data)");
+  out.commit();
 }
 
 }  // namespace reforge::onnx

@@ -2,16 +2,12 @@
 // (docs/plan-format.md) and writes it atomically. The reader is plan_read.cc.
 #include "plan/plan_io.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "plan/plan_format.h"
 
 namespace reforge::plan {
@@ -356,13 +352,6 @@ void emit(const Encoded& e, const std::function<void(const void*, size_t)>& sink
   REFORGE_ASSERT(pos == e.data_size);
 }
 
-std::string parent_dir(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
 }  // namespace
 
 std::string serialize_plan(const Plan& plan) {
@@ -377,51 +366,9 @@ void write_plan(const Plan& plan, const std::string& path) {
   // Everything that can fail on the plan's content fails here, before a file exists.
   Encoded e = encode(plan);
 
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    tmp = str_cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt > 100))
-      fail("cannot write plan '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
-  }
-  // From here on the temporary file is removed on every failure path.
-  struct Cleanup {
-    int& fd;
-    const std::string& tmp;
-    bool armed = true;
-    ~Cleanup() {
-      if (fd >= 0) ::close(fd);
-      if (armed) ::unlink(tmp.c_str());
-    }
-  } cleanup{fd, tmp};
-
-  emit(e, [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t w = ::write(fd, c, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        fail("cannot write plan '", path, "': writing '", tmp, "': ", std::strerror(errno));
-      }
-      c += w;
-      n -= static_cast<size_t>(w);
-    }
-  });
-  if (::fsync(fd) != 0) fail("cannot write plan '", path, "': fsync of '", tmp, "': ", std::strerror(errno));
-  int rc = ::close(fd);
-  fd = -1;
-  if (rc != 0) fail("cannot write plan '", path, "': closing '", tmp, "': ", std::strerror(errno));
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("cannot write plan '", path, "': renaming '", tmp, "': ", std::strerror(errno));
-  cleanup.armed = false;
-  // Make the rename itself durable; the plan is complete either way, so this is best effort.
-  int dfd = ::open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
+  AtomicFile out(path, "plan");
+  emit(e, [&](const void* p, size_t n) { out.write(p, n); });
+  out.commit();
 }
 
 }  // namespace reforge::plan

@@ -31,9 +31,10 @@
 
 namespace reforge::plan {
 
-// Writes atomically: temporary file in the destination folder, fsync, rename. An error or an
-// interruption never leaves a partial file at `path` (a crash may leave a temporary file named
-// "<path>.tmp.*" next to it). Throws an Error for graphs with subgraph attributes, tensors of
+// Writes atomically through AtomicFile (core/atomic_file.h): an unnamed temporary file in the
+// destination folder where the filesystem allows, else "<path>.tmp.<pid>.<n>"; fsync, rename. An
+// error or a kill never leaves a partial file at `path`, and an error leaves no temporary file
+// (a kill on the named path leaves one, which the next write to `path` removes). Throws an Error for graphs with subgraph attributes, tensors of
 // types without a fixed byte size, and weight data whose dtype/shape differ from the entry's.
 void write_plan(const Plan& plan, const std::string& path);
 

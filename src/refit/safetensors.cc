@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/mapped_file.h"
 
 namespace reforge::refit {
@@ -192,7 +193,10 @@ size_t Checkpoint::total_bytes() const {
   return n;
 }
 
-std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The 8-byte length, the JSON header padded to 8 bytes; the tensors follow in map order.
+std::string safetensors_prefix(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
@@ -206,37 +210,28 @@ std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors, 
   std::string out(8, '\0');
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((uint64_t(hs.size()) >> (8 * i)) & 0xff);
   out += hs;
-  out.reserve(out.size() + off);
+  return out;
+}
+
+}  // namespace
+
+std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+  std::string out = safetensors_prefix(tensors, metadata);
+  size_t total = out.size();
+  for (const auto& [_, t] : tensors) total += t.nbytes();
+  out.reserve(total);
   for (const auto& [_, t] : tensors) out.append(static_cast<const char*>(t.raw()), t.nbytes());
   return out;
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  static std::atomic<int> counter{0};
-  std::string bytes = serialize_safetensors(tensors, metadata);
-  std::string tmp = str_cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) fail("cannot write checkpoint '", path, "': cannot create '", tmp, "': ", std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("cannot write checkpoint '", path, "': writing '", tmp, "': ", std::strerror(e));
-    }
-    done += static_cast<size_t>(w);
-  }
-  bool ok = ::fsync(fd) == 0;
-  ok &= ::close(fd) == 0;
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail("cannot write checkpoint '", path, "': ", std::strerror(e));
-  }
+  // The header fails on bad names before a file exists; the tensors stream from where they lie.
+  std::string prefix = safetensors_prefix(tensors, metadata);
+  AtomicFile out(path, "checkpoint");
+  out.write(prefix.data(), prefix.size());
+  for (const auto& [_, t] : tensors) out.write(t.raw(), t.nbytes());
+  out.commit();
 }
 
 }  // namespace reforge::refit

@@ -1,0 +1,335 @@
+// AtomicFile (core/atomic_file.h): the destination is the old file or the complete new one, an
+// error leaves nothing, and a kill -9 mid-write leaves nothing on the O_TMPFILE path and, on the
+// named path, a temporary that the next write to the same destination removes. The kills are
+// real: a forked child writes through the helper and is sent SIGKILL mid-write.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "onnx/exporter.h"
+#include "support/cli.h"
+#include "support/synthetic_llama.h"
+
+namespace fs = std::filesystem;
+using namespace reforge;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << s;
+}
+
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Sets or clears REFORGE_NO_O_TMPFILE for the scope (children forked inside inherit it).
+struct NamedTemporaries {
+  explicit NamedTemporaries(bool on) {
+    if (on) ::setenv("REFORGE_NO_O_TMPFILE", "1", 1);
+    else ::unsetenv("REFORGE_NO_O_TMPFILE");
+  }
+  ~NamedTemporaries() { ::unsetenv("REFORGE_NO_O_TMPFILE"); }
+};
+
+class AtomicWrite : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("REFORGE_NO_O_TMPFILE");
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = fs::temp_directory_path() / ("reforge_atomic_" + std::to_string(::getpid()) + "_" + name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    ::unsetenv("REFORGE_NO_O_TMPFILE");
+    fs::remove_all(dir_);
+  }
+
+  // Forks a child that writes `dest` through AtomicFile: one 1 MiB chunk, a byte on the pipe
+  // to say so, then more chunks slowly, forever. Returns once the first chunk is written; the
+  // caller kills the child.
+  pid_t start_slow_writer(const fs::path& dest) {
+    int p[2];
+    EXPECT_EQ(::pipe(p), 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(p[0]);
+      try {
+        AtomicFile f(dest.string());
+        std::string chunk(1 << 20, 'n');
+        f.write(chunk.data(), chunk.size());
+        char c = f.unnamed() ? 'u' : 'n';
+        if (::write(p[1], &c, 1) != 1) ::_exit(3);
+        for (;;) {
+          ::usleep(10000);
+          f.write(chunk.data(), chunk.size());
+        }
+      } catch (...) {
+        ::_exit(2);
+      }
+    }
+    ::close(p[1]);
+    char c = 0;
+    EXPECT_EQ(::read(p[0], &c, 1), 1) << "the writer child failed before its first chunk";
+    ::close(p[0]);
+    child_unnamed_ = c == 'u';
+    return pid;
+  }
+
+  static void kill9(pid_t pid) {
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    int st = 0;
+    ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << "status " << st;
+  }
+
+  fs::path dir_;
+  bool child_unnamed_ = false;
+};
+
+TEST_F(AtomicWrite, WritesAndReplacesAtomically) {
+  for (bool named : {false, true}) {
+    SCOPED_TRACE(named ? "named temporary" : "O_TMPFILE");
+    NamedTemporaries env(named);
+    fs::path dest = dir_ / "out.bin";
+    fs::remove(dest);
+    {
+      AtomicFile f(dest.string());
+      EXPECT_EQ(f.unnamed(), !named);
+      f.write("first", 5);
+      EXPECT_FALSE(fs::exists(dest)) << "visible before commit";
+      f.commit();
+    }
+    EXPECT_EQ(slurp(dest), "first");
+    EXPECT_EQ(listing(dir_), std::set<std::string>{"out.bin"});
+
+    // The mode is what open(O_CREAT, 0666) gives under the process umask, on both paths.
+    mode_t mask = ::umask(022);
+    ::umask(mask);
+    struct stat st {};
+    ASSERT_EQ(::stat(dest.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask);
+
+    {
+      AtomicFile f(dest.string());
+      std::string big(3 << 20, 'x');
+      f.write(big.data(), big.size());
+      EXPECT_EQ(slurp(dest), "first") << "replaced before commit";
+      f.commit();
+      EXPECT_EQ(slurp(dest), big);
+    }
+    EXPECT_EQ(listing(dir_), std::set<std::string>{"out.bin"});
+
+    // Abandoned (an error before commit): the old file stays and nothing else is left.
+    {
+      AtomicFile f(dest.string());
+      f.write("partial", 7);
+    }
+    EXPECT_EQ(slurp(dest).size(), size_t(3 << 20));
+    EXPECT_EQ(listing(dir_), std::set<std::string>{"out.bin"});
+  }
+}
+
+TEST_F(AtomicWrite, ErrorsNameTheDestinationAndLeaveNothing) {
+  for (bool named : {false, true}) {
+    NamedTemporaries env(named);
+    try {
+      AtomicFile f((dir_ / "missing" / "out.plan").string(), "plan");
+      FAIL() << "opened a file in a missing folder";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot write plan '" + (dir_ / "missing" / "out.plan").string() + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A destination that is a folder: rename fails at commit; the temporary is removed.
+  fs::create_directories(dir_ / "adir" / "inside");
+  for (bool named : {false, true}) {
+    NamedTemporaries env(named);
+    AtomicFile f((dir_ / "adir").string());
+    f.write("x", 1);
+    EXPECT_THROW(f.commit(), Error);
+  }
+  EXPECT_EQ(listing(dir_), std::set<std::string>{"adir"});
+}
+
+TEST_F(AtomicWrite, KillDuringWriteOnTheUnnamedPathLeavesNothing) {
+  fs::path dest = dir_ / "model.plan";
+  spit(dest, "old contents");
+  pid_t pid = start_slow_writer(dest);
+  if (!child_unnamed_) {
+    kill9(pid);
+    // Skipped only where the filesystem itself refuses O_TMPFILE; otherwise the helper must use it.
+    int probe = ::open(dir_.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    ASSERT_LT(probe, 0) << "O_TMPFILE works in " << dir_ << " but the helper wrote a named temporary";
+    GTEST_SKIP() << "the filesystem of " << dir_ << " has no O_TMPFILE";
+  }
+  // The child is mid-write: it holds an unnamed file in the folder.
+  ::usleep(30000);
+  kill9(pid);
+  EXPECT_EQ(slurp(dest), "old contents");
+  EXPECT_EQ(listing(dir_), std::set<std::string>{"model.plan"});
+}
+
+TEST_F(AtomicWrite, KillDuringWriteOnTheNamedPathIsCleanedByTheNextWrite) {
+  NamedTemporaries env(true);
+  fs::path dest = dir_ / "model.plan";
+  spit(dest, "old contents");
+  pid_t dead = start_slow_writer(dest);
+  ASSERT_FALSE(child_unnamed_);
+  ::usleep(30000);
+  kill9(dead);
+  EXPECT_EQ(slurp(dest), "old contents");
+  std::set<std::string> after_kill = listing(dir_);
+  std::string dead_prefix = "model.plan.tmp." + std::to_string(dead) + ".";
+  std::vector<std::string> left;
+  for (const auto& n : after_kill)
+    if (n.rfind(dead_prefix, 0) == 0) left.push_back(n);
+  ASSERT_EQ(left.size(), 1u) << "kill -9 on the named path leaves its temporary";
+  EXPECT_GE(fs::file_size(dir_ / left[0]), size_t(1 << 20));
+
+  // Temporaries of live processes: this test's own, and a sleeping child's.
+  pid_t sleeper = ::fork();
+  if (sleeper == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  std::string mine = "model.plan.tmp." + std::to_string(::getpid()) + ".999999";
+  std::string sleepers = "model.plan.tmp." + std::to_string(sleeper) + ".0";
+  // Names that only look alike: another destination, a pid that is not a number.
+  std::string other = "other.plan.tmp." + std::to_string(dead) + ".0";
+  std::string odd = "model.plan.tmp.x" + std::to_string(dead) + ".0";
+  for (const auto& n : {mine, sleepers, other, odd}) spit(dir_ / n, "keep");
+
+  {
+    AtomicFile f(dest.string());
+    f.write("new contents", 12);
+    f.commit();
+  }
+  EXPECT_EQ(slurp(dest), "new contents");
+  std::set<std::string> expect{"model.plan", mine, sleepers, other, odd};
+  EXPECT_EQ(listing(dir_), expect);
+
+  kill9(sleeper);
+  // Now the sleeper is dead too; the next write (on either path) removes its temporary.
+  ::unsetenv("REFORGE_NO_O_TMPFILE");
+  EXPECT_EQ(remove_stale_temporaries(dest.string()), 1u);
+  expect.erase(sleepers);
+  EXPECT_EQ(listing(dir_), expect);
+}
+
+// The CLI: `reforge build MODEL -o OUT` killed with -9 mid-write. The kill is timed by watching
+// the child: its descriptors (an unnamed file in the folder) or the folder (a named temporary).
+class AtomicWriteCli : public AtomicWrite {
+ protected:
+  void SetUp() override {
+    AtomicWrite::SetUp();
+    synth::LlamaSpec s;
+    s.hidden = 512;
+    s.ffn = 1408;
+    s.layers = 6;
+    s.vocab = 2048;
+    model_ = dir_ / "model.onnx";
+    onnx::write_model_file(synth::synthetic_llama(s), model_.string());
+  }
+
+  pid_t start_build(const fs::path& out) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::execl(REFORGE_CLI_PATH, "reforge", "build", model_.c_str(), "-o", out.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  // Polls until `seen` holds (then returns true, the child still running) or the child exits.
+  template <typename Pred>
+  static bool wait_for(pid_t pid, Pred seen) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (seen()) return true;
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) return false;
+      ::usleep(200);
+    }
+    return false;
+  }
+
+  fs::path model_;
+};
+
+TEST_F(AtomicWriteCli, KilledBuildLeavesNoTemporary) {
+  fs::path out = dir_ / "out.plan";
+  const std::set<std::string> before = listing(dir_);
+  pid_t pid = start_build(out);
+  // An O_TMPFILE file shows in /proc/PID/fd as "DIR/#INODE (deleted)".
+  const std::string unnamed_prefix = dir_.string() + "/#";
+  const std::string named_prefix = "out.plan.tmp.";
+  bool caught = wait_for(pid, [&] {
+    // A named temporary counts too: the helper must not fall back where O_TMPFILE works.
+    for (const auto& n : listing(dir_))
+      if (n.rfind(named_prefix, 0) == 0) return true;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      std::string target = fs::read_symlink(e.path(), ec).string();
+      if (!ec && target.rfind(unnamed_prefix, 0) == 0) return true;
+    }
+    return false;
+  });
+  if (!caught) GTEST_SKIP() << "the build finished (or failed) before it could be killed mid-write";
+  kill9(pid);
+  EXPECT_EQ(listing(dir_), before) << "a killed build left a file behind";
+}
+
+TEST_F(AtomicWriteCli, KilledBuildOnTheNamedPathIsCleanedByTheNextBuild) {
+  NamedTemporaries env(true);
+  fs::path out = dir_ / "out.plan";
+  pid_t pid = start_build(out);
+  const std::string prefix = "out.plan.tmp." + std::to_string(pid) + ".";
+  bool caught = wait_for(pid, [&] {
+    for (const auto& n : listing(dir_))
+      if (n.rfind(prefix, 0) == 0) return true;
+    return false;
+  });
+  if (!caught) GTEST_SKIP() << "the build finished (or failed) before it could be killed mid-write";
+  kill9(pid);
+  bool left = false;
+  for (const auto& n : listing(dir_)) left |= n.rfind(prefix, 0) == 0;
+  EXPECT_TRUE(left);
+  EXPECT_FALSE(fs::exists(out));
+
+  auto r = test_support::run_cli("build " + model_.string() + " -o " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(listing(dir_), (std::set<std::string>{"model.onnx", "out.plan"}));
+}
+
+}  // namespace
