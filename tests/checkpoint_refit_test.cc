@@ -166,9 +166,10 @@ TEST_P(CheckpointRefitFolded, BatchNormFoldedRefusedFromCheckpointButOnnxWorks) 
   auto graph_a = reforge::onnx::import_model_file(c.onnx_a);
   // Under half of the sources bind (every conv weight is folded): refused unless partial binding
   // is allowed explicitly.
-  if (c.id != "cnn_dynamo")  // dynamo keeps the conv names: the folded weights are evidence of the right checkpoint
+  if (c.id != "cnn_dynamo") {  // dynamo keeps the conv names: the folded weights are evidence of the right checkpoint
     EXPECT_NE(error_of([&] { build::build_plan_with_checkpoint(graph_a, o, ckpt_a, {}); }).find("--allow-partial-binding"),
               std::string::npos);
+  }
   plan::Plan p = round_trip(build::build_plan_with_checkpoint(graph_a, o, ckpt_a, partial));
   size_t unbound = 0;
   for (const auto& s : p.sources) unbound += s.binding.status == plan::Binding::Status::Unbound;
