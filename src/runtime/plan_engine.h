@@ -21,7 +21,8 @@
 // prepared from it), the value and hash recorded for each source, and the list of sources still
 // missing — lives in one immutable State, published as a whole by swapping one shared_ptr.
 // Readers (run, weight, missing_sources, current_plan, source_value, source_hash) take that
-// pointer once and read only the State it points to. So:
+// pointer once and read only the State it points to (two separate calls may see two States:
+// current_plan gives every weight from one). So:
 //   - run() may be called from any number of threads, concurrently with commits. Each run sees
 //     either the whole weight set before a commit or the whole set after it, never a mix; a run
 //     that started before a commit finishes on the old weights (which it keeps alive).
