@@ -272,16 +272,19 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   // must be the build-time one.
   if (options.incremental) {
     std::vector<uint32_t> kept;
-    std::vector<const Tensor*> kept_values;
+    std::vector<Tensor> kept_tensors;  // held here: the engine's State may be replaced meanwhile
     for (size_t s = 0; s < p.sources.size(); ++s) {
       if (!p.sources[s].refittable || pending_.count(static_cast<uint32_t>(s))) continue;
       if (identical && engine_.source_hash(static_cast<uint32_t>(s)) != p.sources[s].hash)
         fail("refit: source '", p.sources[s].key, "' (not set in this incremental refit) holds other values than the weights "
              "this refit-identical plan was built with");
-      if (!engine_.source_value(static_cast<uint32_t>(s)).defined()) continue;
+      Tensor value = engine_.source_value(static_cast<uint32_t>(s));
+      if (!value.defined()) continue;
       kept.push_back(static_cast<uint32_t>(s));
-      kept_values.push_back(&engine_.source_value(static_cast<uint32_t>(s)));
+      kept_tensors.push_back(std::move(value));
     }
+    std::vector<const Tensor*> kept_values;
+    for (const Tensor& t : kept_tensors) kept_values.push_back(&t);
     const std::vector<Scan> kept_scans = scan_all(kept_values, std::vector<bool>(kept.size(), true), false);
     for (size_t i = 0; i < kept.size(); ++i)
       if (kept_scans[i].hash != engine_.source_hash(kept[i]))

@@ -32,14 +32,14 @@ uint64_t next_generation() {
   return ++counter;
 }
 
+}  // namespace
+
 // The engine's weights and what kernels prepared from them: swapped as one (copy on write).
-struct ConstantSet {
-  uint64_t generation = 0;                            // new for every replace_constants
+struct Engine::Weights {
+  uint64_t generation = 0;                            // new for every derived set
   std::vector<Tensor> values;                         // slot -> value (undefined: computed or missing)
   std::vector<std::shared_ptr<const void>> prepared;  // step -> OpDef::prepare result
 };
-
-}  // namespace
 
 struct Engine::Impl {
   ir::Graph graph;
@@ -50,7 +50,7 @@ struct Engine::Impl {
   std::unordered_map<std::string, std::pair<DType, Shape>> const_desc;  // declared dtype/shape when known
   mutable std::mutex constants_mutex;
   std::mutex writer_mutex;
-  std::shared_ptr<const ConstantSet> constants;
+  std::shared_ptr<const Weights> constants;
   std::vector<size_t> preparing_steps;  // steps whose op has a prepare step and a constant input
 
   // Runs the prepare step of every step in `which` against `values`.
@@ -99,7 +99,7 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   std::vector<size_t> order = m.graph.topological_order();
 
   std::unordered_map<std::string, int> slot_of;
-  auto consts = std::make_shared<ConstantSet>();
+  auto consts = std::make_shared<Weights>();
   auto new_slot = [&](const std::string& name) {
     int s = static_cast<int>(m.num_slots++);
     slot_of[name] = s;
@@ -278,7 +278,9 @@ void check_input(const ir::ValueInfo& vi, const Tensor& t, std::map<std::string,
 
 }  // namespace
 
-std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const {
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, *weights()); }
+
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const {
   const Impl& m = *impl_;
   std::vector<Tensor> values(m.num_slots);
   std::map<std::string, int64_t> symbols;
@@ -298,11 +300,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) con
     check_input(vi, it->second, symbols);
     values[static_cast<size_t>(m.input_slots[i])] = it->second;
   }
-  std::shared_ptr<const ConstantSet> consts;
-  {
-    std::lock_guard<std::mutex> lock(m.constants_mutex);
-    consts = m.constants;
-  }
+  const Weights* consts = &weights;
+  REFORGE_CHECK(consts->values.size() == m.num_slots, "run: not a weight set of this engine");
   for (size_t v = 0; v < m.num_slots; ++v) {
     if (!m.is_const[v]) continue;
     if (!consts->values[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
@@ -431,26 +430,39 @@ std::vector<std::string> Engine::missing_constants() const {
   return out;
 }
 
-Tensor Engine::constant(const std::string& name) const {
+Tensor Engine::constant(const std::string& name) const { return constant(*weights(), name); }
+
+Tensor Engine::constant(const Weights& weights, const std::string& name) const {
   auto it = impl_->const_slot.find(name);
   if (it == impl_->const_slot.end()) return Tensor();
+  return weights.values[static_cast<size_t>(it->second)];
+}
+
+std::shared_ptr<const Engine::Weights> Engine::weights() const {
   std::lock_guard<std::mutex> lock(impl_->constants_mutex);
-  return impl_->constants->values[static_cast<size_t>(it->second)];
+  return impl_->constants;
 }
 
 bool Engine::has_constant(const std::string& name) const { return impl_->const_slot.count(name) != 0; }
 
 void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
-  Impl& m = *impl_;
   // Writers queue on writer_mutex; runs take constants_mutex only to copy the pointer, so they
   // are not held up while a refit re-packs.
-  std::lock_guard<std::mutex> writer(m.writer_mutex);
-  std::shared_ptr<const ConstantSet> current;
-  {
-    std::lock_guard<std::mutex> lock(m.constants_mutex);
-    current = m.constants;
-  }
-  auto next = std::make_shared<ConstantSet>(*current);
+  std::lock_guard<std::mutex> writer(impl_->writer_mutex);
+  install_weights(derive_weights(*weights(), values));
+}
+
+void Engine::install_weights(std::shared_ptr<const Weights> weights) {
+  REFORGE_CHECK(weights && weights->values.size() == impl_->num_slots, "install_weights: not a weight set of this engine");
+  std::lock_guard<std::mutex> lock(impl_->constants_mutex);
+  impl_->constants = std::move(weights);
+}
+
+std::shared_ptr<const Engine::Weights> Engine::derive_weights(const Weights& base,
+                                                               const std::map<std::string, Tensor>& values) const {
+  const Impl& m = *impl_;
+  REFORGE_CHECK(base.values.size() == m.num_slots, "derive_weights: not a weight set of this engine");
+  auto next = std::make_shared<Weights>(base);
   next->generation = next_generation();
   std::vector<bool> changed(m.num_slots, false);
   for (const auto& [name, t] : values) {
@@ -473,8 +485,7 @@ void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
         break;
       }
   m.prepare(next->values, redo, next->prepared);
-  std::lock_guard<std::mutex> lock(m.constants_mutex);
-  m.constants = std::move(next);
+  return next;
 }
 
 }  // namespace reforge::runtime

@@ -42,19 +42,35 @@ class Engine {
   const std::vector<ir::ValueInfo>& outputs() const;
   const ir::Graph& graph() const;
 
+  // An immutable weight set of this engine: its constants and what the kernels prepared from
+  // them (packed layouts). A run holds the set it started with to its end, so a run sees one set
+  // whole, never parts of two.
+  struct Weights;
+
   // Runs the graph. `inputs` must name every required graph input exactly once. Returns the
   // graph outputs in declaration order. Thread-safe: concurrent calls share only immutable state.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+  // Runs the graph on `weights` (a set of this engine) instead of the current set.
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const;
 
   // Constants (engine weights). A graph initializer may be undefined (a stripped weight): the
   // engine then refuses to run until it is supplied.
   std::vector<std::string> missing_constants() const;
   Tensor constant(const std::string& name) const;  // undefined if not a constant or not set
+  Tensor constant(const Weights& weights, const std::string& name) const;  // the same, in `weights`
   bool has_constant(const std::string& name) const;
   // Replaces constants all at once: runs that already started keep the old set, later runs see
   // only the new one. Every name must be a constant of the engine with the same dtype and shape
   // (checked before anything changes).
   void replace_constants(const std::map<std::string, Tensor>& values);
+
+  // The two halves of replace_constants, for an owner that publishes the weight set together
+  // with state of its own (PlanEngine). weights() is the current set; derive_weights makes a new
+  // set from `base` with `values` replaced (checked and prepared as above) and changes nothing;
+  // install_weights makes a set of this engine current. Callers serialize derive + install.
+  std::shared_ptr<const Weights> weights() const;
+  std::shared_ptr<const Weights> derive_weights(const Weights& base, const std::map<std::string, Tensor>& values) const;
+  void install_weights(std::shared_ptr<const Weights> weights);
 
   // Per-node timings in execution order (empty unless EngineOptions::profile).
   std::vector<NodeProfile> profile() const;

@@ -15,53 +15,68 @@ ir::Graph graph_with_weights(const plan::Plan& p) {
 
 PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
     : plan_(std::move(plan)), engine_(graph_with_weights(plan_), options) {
-  known_sources_.resize(plan_.sources.size());
-  for (const auto& s : plan_.sources) source_hashes_.push_back(s.hash);
+  auto st = std::make_shared<State>();
+  st->weights = engine_.weights();
+  st->sources.resize(plan_.sources.size());
+  for (const auto& s : plan_.sources) st->hashes.push_back(s.hash);
   for (size_t i = 0; i < plan_.weights.size(); ++i) {
     plan::WeightEntry& w = plan_.weights[i];
     weight_index_[w.name] = i;
     if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() && w.data.defined() &&
         w.recipe.result.kind == plan::Operand::Kind::Source) {
-      known_sources_[w.recipe.result.index] = w.data;
-      source_hashes_[w.recipe.result.index] = w.hash;  // the weight's bytes are the source's
+      st->sources[w.recipe.result.index] = w.data;
+      st->hashes[w.recipe.result.index] = w.hash;  // the weight's bytes are the source's
     }
     // The engine owns the data now; the plan copy keeps metadata only.
     w.data = Tensor();
   }
+  st->missing = missing_in(*st);
+  state_ = std::move(st);
 }
 
-std::vector<std::string> PlanEngine::missing_sources() const {
+std::shared_ptr<const PlanEngine::State> PlanEngine::state() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return state_;
+}
+
+std::vector<std::string> PlanEngine::missing_in(const State& st) const {
   std::vector<bool> needed(plan_.sources.size(), false);
-  for (size_t i = 0; i < plan_.weights.size(); ++i) {
-    const auto& w = plan_.weights[i];
-    if (w.kind != plan::WeightKind::Derived || engine_.constant(w.name).defined()) continue;
+  for (const auto& w : plan_.weights) {
+    if (w.kind != plan::WeightKind::Derived || engine_.constant(*st.weights, w.name).defined()) continue;
     for (uint32_t s : w.sources) needed[s] = true;
   }
   std::vector<std::string> out;
   for (size_t s = 0; s < plan_.sources.size(); ++s)
-    if (needed[s] && !known_sources_[s].defined()) out.push_back(plan_.sources[s].key);
+    if (needed[s] && !st.sources[s].defined()) out.push_back(plan_.sources[s].key);
   return out;
 }
 
+std::vector<std::string> PlanEngine::missing_sources() const { return state()->missing; }
+
 std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs) const {
-  auto missing = missing_sources();
+  const std::shared_ptr<const State> st = state();  // the one weight set this run uses
+  const auto& missing = st->missing;
   if (!missing.empty()) {
     std::string list;
     for (size_t i = 0; i < missing.size() && i < 10; ++i) list += "\n  " + missing[i];
     if (missing.size() > 10) list += "\n  ...";
     fail("the engine is stripped and ", missing.size(), " source(s) have no value yet; refit them first:", list);
   }
-  return engine_.run(inputs);
+  return engine_.run(inputs, *st->weights);
 }
 
-const Tensor& PlanEngine::source_value(uint32_t id) const {
-  REFORGE_CHECK(id < known_sources_.size(), "no source with id ", id);
-  return known_sources_[id];
+Tensor PlanEngine::weight(const std::string& name) const { return engine_.constant(*state()->weights, name); }
+
+Tensor PlanEngine::source_value(uint32_t id) const {
+  const auto st = state();
+  REFORGE_CHECK(id < st->sources.size(), "no source with id ", id);
+  return st->sources[id];
 }
 
 uint64_t PlanEngine::source_hash(uint32_t id) const {
-  REFORGE_CHECK(id < source_hashes_.size(), "no source with id ", id);
-  return source_hashes_[id];
+  const auto st = state();
+  REFORGE_CHECK(id < st->hashes.size(), "no source with id ", id);
+  return st->hashes[id];
 }
 
 void PlanEngine::validate(const WeightUpdate& update) const {
@@ -89,17 +104,32 @@ void PlanEngine::validate(const WeightUpdate& update) const {
 
 void PlanEngine::commit(const WeightUpdate& update) {
   validate(update);
-  if (!update.weights().empty()) engine_.replace_constants(update.weights());  // the one step that can still fail
+  std::lock_guard<std::mutex> commit_lock(commit_mutex_);
+  const std::shared_ptr<const State> current = state();  // stable: only commits replace it
+  auto next = std::make_shared<State>(*current);
+  // The one step that can still fail (preparing the new weights for the kernels); nothing is
+  // visible before the State is published below.
+  if (!update.weights().empty()) next->weights = engine_.derive_weights(*current->weights, update.weights());
   for (const auto& [id, rec] : update.sources()) {
-    known_sources_[id] = rec.value;
-    source_hashes_[id] = rec.hash;
+    next->sources[id] = rec.value;
+    next->hashes[id] = rec.hash;
   }
+  next->missing = missing_in(*next);
+  std::shared_ptr<const State> published = std::move(next);
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    state_.swap(published);
+  }
+  // The engine's own current set follows, so that it holds no superseded weights alive.
+  engine_.install_weights(state()->weights);
+  // `published` now holds the old State: released here, outside the lock (runs may still hold it).
 }
 
 plan::Plan PlanEngine::current_plan(bool strip) const {
+  const auto st = state();
   plan::Plan p = plan_;
   for (auto& w : p.weights) {
-    w.data = engine_.constant(w.name);
+    w.data = engine_.constant(*st->weights, w.name);
     if (w.data.defined()) w.hash = transforms::hash_tensor(w.data);
     if (strip && w.kind == plan::WeightKind::Derived) w.data = Tensor();
   }

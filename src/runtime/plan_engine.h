@@ -15,11 +15,31 @@
 //
 // The refitter (refit/refitter.h) derives the staged weights from sources (recipes replayed,
 // completeness and hashes checked); the engine itself checks only what keeps it consistent:
-// names, kinds, dtypes and shapes. Runs that started before a commit finish on the old weights.
+// names, kinds, dtypes and shapes.
+//
+// Concurrency. Everything a commit changes — the engine weight set (with what the kernels
+// prepared from it), the value and hash recorded for each source, and the list of sources still
+// missing — lives in one immutable State, published as a whole by swapping one shared_ptr.
+// Readers (run, weight, missing_sources, current_plan, source_value, source_hash) take that
+// pointer once and read only the State it points to (two separate calls may see two States:
+// current_plan gives every weight from one). So:
+//   - run() may be called from any number of threads, concurrently with commits. Each run sees
+//     either the whole weight set before a commit or the whole set after it, never a mix; a run
+//     that started before a commit finishes on the old weights (which it keeps alive).
+//   - commit() may be called from any number of threads: commits are serialized (one mutex), and
+//     each applies on top of the State the previous one published. Runs are not held up by a
+//     commit re-packing weights; they wait only for the pointer copy.
+//   - A stripped engine's run() refuses (naming the missing sources) for as long as the State it
+//     takes has missing sources; from the first State without any, every run is valid, since a
+//     commit never takes a value away.
+//   - An update staged from what the engine held (an incremental refit reads source_value) is
+//     applied to whatever State is current at commit; callers that stage concurrently against
+//     the same engine get last-writer-wins per weight, so they should give every source.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -60,7 +80,11 @@ class WeightUpdate {
 class PlanEngine {
  public:
   explicit PlanEngine(plan::Plan plan, EngineOptions options = {});
+  PlanEngine(const PlanEngine&) = delete;
+  PlanEngine& operator=(const PlanEngine&) = delete;
 
+  // Runs on the weight set current when it starts; throws naming the missing sources while the
+  // engine is stripped. Thread-safe, also concurrently with commit().
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
   const std::vector<ir::ValueInfo>& inputs() const { return engine_.inputs(); }
   const std::vector<ir::ValueInfo>& outputs() const { return engine_.outputs(); }
@@ -69,15 +93,16 @@ class PlanEngine {
   // The plan's metadata (the weight data in it is the build-time data, not the current one).
   const plan::Plan& plan() const { return plan_; }
   // The current value of engine weight `name` (undefined while stripped and not refit).
-  Tensor weight(const std::string& name) const { return engine_.constant(name); }
+  Tensor weight(const std::string& name) const;
   // Refittable sources that have no value yet (keys), sorted by source id.
   std::vector<std::string> missing_sources() const;
-  // A copy of the plan with the current engine weights in it (for saving a refit plan).
+  // A copy of the plan with the current engine weights in it (for saving a refit plan); all of
+  // them from one weight set even while commits happen.
   plan::Plan current_plan(bool strip) const;
 
   // The value the engine keeps of source `id` (an identity weight's bytes, or a source of a
   // multi-source recipe kept after a refit); undefined when it keeps none.
-  const Tensor& source_value(uint32_t id) const;
+  Tensor source_value(uint32_t id) const;
   // The XXH3-64 recorded for source `id`: of the value it was last given, or the plan's
   // build-time hash; 0 when unknown (a refit that kept no value and recorded no hash).
   uint64_t source_hash(uint32_t id) const;
@@ -86,23 +111,37 @@ class PlanEngine {
   // the plan with a defined value of the plan's dtype and shape, and every recorded source is a
   // refittable source of the plan whose value (when defined) has its dtype and shape.
   void validate(const WeightUpdate& update) const;
-  // Validates `update`, then swaps its weights in at once and records its sources. Throws with
-  // the engine unchanged when validation (or preparing the new weights for the kernels) fails.
+  // Validates `update`, then swaps its weights in and records its sources, published together
+  // as one State. Throws with the engine unchanged when validation (or preparing the new weights
+  // for the kernels) fails. Thread-safe: concurrent commits are serialized.
   void commit(const WeightUpdate& update);
 
  private:
-  plan::Plan plan_;
+  // What a commit changes, immutable once published (see "Concurrency" above).
+  struct State {
+    std::shared_ptr<const Engine::Weights> weights;
+    // Current value of each source when known: for identity recipes it aliases the engine
+    // weight; for sources of multi-source recipes it is kept after a refit so that a later
+    // refit of only some of them can replay the recipe.
+    std::vector<Tensor> sources;
+    // XXH3 of each known value above, recorded when it entered the engine (for an identity
+    // weight loaded from the plan: the weight's hash), and of every source in a refit-identical
+    // plan; an incremental refit re-hashes the known values against it. Otherwise the plan's
+    // build-time hash, or 0 after a refit that kept no value.
+    std::vector<uint64_t> hashes;
+    // Keys of the refittable sources that an undefined engine weight needs and that have no
+    // value, sorted by source id (computed when the State is made).
+    std::vector<std::string> missing;
+  };
+  std::shared_ptr<const State> state() const;
+  std::vector<std::string> missing_in(const State& s) const;
+
+  plan::Plan plan_;  // immutable after construction
   Engine engine_;
   std::map<std::string, size_t> weight_index_;  // plan weight name -> index
-  // Current value of each source when known: for identity recipes it aliases the engine
-  // weight; for sources of multi-source recipes it is kept after a refit so that a later
-  // refit of only some of them can replay the recipe.
-  std::vector<Tensor> known_sources_;
-  // XXH3 of each known value above, recorded when it entered the engine (for an identity
-  // weight loaded from the plan: the weight's hash), and of every source in a refit-identical
-  // plan; an incremental refit re-hashes the known values against it. Otherwise the plan's
-  // build-time hash, or 0 after a refit that kept no value.
-  std::vector<uint64_t> source_hashes_;
+  mutable std::mutex state_mutex_;  // guards state_ (the pointer only; readers copy it)
+  std::shared_ptr<const State> state_;
+  std::mutex commit_mutex_;  // serializes commits (derive + publish)
 };
 
 }  // namespace reforge::runtime
