@@ -49,6 +49,6 @@ set +e
   -detect_leaks=1 "$@" >"$LOG" 2>&1
 rc=$?
 set -e
-grep -E "^#[0-9]+ +(INITED|DONE)|^stat::|ERROR|SUMMARY|Test unit written|artifact_prefix" "$LOG" | tail -20
+grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::|ERROR|SUMMARY|Test unit written|artifact_prefix" "$LOG" | tail -20
 echo "fuzz: $T ran ${SECS}s, exit $rc, log $LOG, corpus $(ls "$B/corpus/$T" | wc -l) new inputs"
 exit $rc
