@@ -501,26 +501,4 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
   return p;
 }
 
-BindFile read_bind_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) fail("cannot open bind file '", path, "'");
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
-  const char* form = " is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\", ..., \"literals\": [\"ONNX_NAME\", ...]}";
-  if (j.is_discarded() || !j.is_object()) fail("bind file '", path, "'", form);
-  BindFile out;
-  for (const auto& [k, v] : j.items()) {
-    if (k == "literals") {
-      if (!v.is_array()) fail("bind file '", path, "': \"literals\" is not a list of initializer names");
-      for (const auto& n : v) {
-        if (!n.is_string()) fail("bind file '", path, "': \"literals\" holds a non-string ", n.dump());
-        out.literals.push_back(n.get<std::string>());
-      }
-      continue;
-    }
-    if (!v.is_string()) fail("bind file '", path, "': value of '", k, "' is not a string");
-    out.binds[k] = v.get<std::string>();
-  }
-  return out;
-}
-
 }  // namespace reforge::build

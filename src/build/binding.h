@@ -76,6 +76,8 @@ struct BindFile {
   std::vector<std::string> literals;
 };
 BindFile read_bind_file(const std::string& path);
+// The same from the file's text; `what` names it in errors ("bind file 'x.json'").
+BindFile parse_bind_file(const std::string& text, const std::string& what);
 
 
 // Module scopes of a node, outermost first, from its metadata or its name.

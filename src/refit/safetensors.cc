@@ -139,6 +139,22 @@ void Checkpoint::merge(Checkpoint&& o) {
   for (auto& [k, v] : o.metadata_) metadata_.emplace(k, v);
 }
 
+std::vector<std::string> parse_shard_index(const void* data, size_t size, const std::string& what) {
+  const char* d = static_cast<const char*>(data);
+  json j = json::parse(d, d + size, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    fail(what, " is not JSON with a 'weight_map' object");
+  std::vector<std::string> files;
+  for (const auto& [name, f] : j["weight_map"].items()) {
+    if (!f.is_string()) fail(what, ": file of '", name, "' is not a string");
+    std::string file = f.get<std::string>();
+    if (file.find('/') != std::string::npos || file == "..")
+      fail(what, ": file '", file, "' of '", name, "' is not a plain file name");
+    files.push_back(file);
+  }
+  return files;
+}
+
 Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
   REFORGE_CHECK(!paths.empty(), "no checkpoint files given");
   std::vector<std::string> files;
@@ -150,18 +166,9 @@ Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
     }
     fs::path index = fs::path(p) / "model.safetensors.index.json";
     auto m = MappedFile::open(index.string());
-    const char* d = reinterpret_cast<const char*>(m->data());
-    json j = json::parse(d, d + m->size(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-      fail("checkpoint index '", index.string(), "' is not JSON with a 'weight_map' object");
     std::vector<std::string> shard;
-    for (const auto& [name, f] : j["weight_map"].items()) {
-      if (!f.is_string()) fail("checkpoint index '", index.string(), "': file of '", name, "' is not a string");
-      std::string file = f.get<std::string>();
-      if (file.find('/') != std::string::npos || file == "..")
-        fail("checkpoint index '", index.string(), "': file '", file, "' of '", name, "' is not a plain file name");
+    for (const auto& file : parse_shard_index(m->data(), m->size(), "checkpoint index '" + index.string() + "'"))
       shard.push_back((fs::path(p) / file).string());
-    }
     std::sort(shard.begin(), shard.end());
     shard.erase(std::unique(shard.begin(), shard.end()), shard.end());
     files.insert(files.end(), shard.begin(), shard.end());

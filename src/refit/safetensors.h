@@ -53,6 +53,10 @@ class Checkpoint {
   std::string description_;
 };
 
+// The shard file names of a model.safetensors.index.json held in [data, data+size), in index
+// order (with repeats): each a plain file name (no '/', not ".."). `what` names the index in errors.
+std::vector<std::string> parse_shard_index(const void* data, size_t size, const std::string& what);
+
 // True for a path ending in ".safetensors" or a folder holding model.safetensors.index.json.
 bool is_safetensors_path(const std::string& path);
 

@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/cpu_features.h"
 #include "core/simd.h"
 #include "core/half.h"
 
@@ -344,7 +345,7 @@ __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* src, fl
 }  // namespace
 
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
-  static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool f16c = __builtin_cpu_supports("avx") && cpu_has_f16c();
   if (f16c && simd_level() != SimdLevel::Generic) {
     f16_to_f32_f16c(src, dst, n);
     return;

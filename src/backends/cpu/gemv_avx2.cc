@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/widen_avx2.h"
+#include "core/cpu_features.h"
 #include "core/simd.h"
 
 namespace reforge::cpu::avx2 {
@@ -194,7 +195,7 @@ void chunk(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W
 bool available() { return simd_level() >= SimdLevel::Avx2; }
 
 bool available_f16() {
-  static const bool f16c = __builtin_cpu_supports("f16c");
+  static const bool f16c = cpu_has_f16c();
   return f16c && available();
 }
 

@@ -12,6 +12,7 @@
 #include "backends/cpu/widen_avx2.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/cpu_features.h"
 #include "core/simd.h"
 
 namespace reforge::cpu {
@@ -188,7 +189,7 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
 template <typename W>
 void gemv_panels_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels,
                        const float* bias, float* y, int64_t ldy, int threads) {
-  static const bool f16c = __builtin_cpu_supports("f16c");
+  static const bool f16c = cpu_has_f16c();
   const bool avx2 = simd_level() >= SimdLevel::Avx2 && (!std::is_same_v<W, float16> || f16c);
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   // Below ~256K multiply-adds (1 MB of W for one row) a second thread costs more than it saves.

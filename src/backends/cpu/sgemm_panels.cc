@@ -326,7 +326,7 @@ template <typename T>
 void pack_panels_t(const T* w, int64_t K, int64_t N, bool transposed, T* dst) {
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
   constexpr int64_t kBlock = 16;
-  constexpr int kChunks = static_cast<int>(kPanelWidth * sizeof(T) / 16);
+  static constexpr int kChunks = static_cast<int>(kPanelWidth * sizeof(T) / 16);
   const bool big = K * N > (1 << 18);
   const bool stream = big && reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   // One row of a panel from 16 elements at `src` (the column tail padded with zeros when
