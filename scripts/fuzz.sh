@@ -18,18 +18,8 @@ fi
 T=$1 SECS=$2
 shift 2
 
-PKGS=(clang libclang-rt-14-dev libomp-14-dev)
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "fuzz: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+. scripts/apt_install.sh
+apt_install_missing fuzz clang libclang-rt-14-dev libomp-14-dev
 
 B=build-fuzz
 if [ ! -f $B/build.ninja ]; then

@@ -9,17 +9,8 @@ PKGS=(build-essential cmake ninja-build pkg-config xz-utils
       libdnnl-dev ocl-icd-opencl-dev libopenblas-openmp-dev
       nlohmann-json3-dev libxxhash-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev)
-missing=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+. scripts/apt_install.sh
+apt_install_missing setup "${PKGS[@]}"
 
 BUILD_TYPE=${REFORGE_BUILD_TYPE:-Release}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" ${REFORGE_CMAKE_ARGS:-}
