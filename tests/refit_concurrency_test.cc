@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/llama_fixture.h"
 #include "build/builder.h"
 #include "build/onnx_refit.h"
 #include "core/npy.h"
@@ -22,24 +23,18 @@
 
 using namespace reforge;
 namespace fs = std::filesystem;
+using test_support::kLlamaA;
+using test_support::kLlamaB;
+using test_support::kModels;
+using test_support::llama_inputs;
+using test_support::llama_plan;
+using test_support::weight_snapshot;
 
 namespace {
 
-const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
-const std::string kLlamaA = (kModels / "llama/dynamo/A/model.onnx").string();
-const std::string kLlamaB = (kModels / "llama/dynamo/B/model.onnx").string();
 constexpr int kReaders = 3;
 
-std::map<std::string, Tensor> inputs() {
-  return {{"input_ids", read_npy((kModels / "llama/inputs/b1_s7/input_ids.npy").string())}};
-}
 
-plan::Plan llama_plan(bool strip) {
-  build::BuildOptions o;
-  o.mode = plan::BuildMode::Refit;
-  o.strip_weights = strip;
-  return build::build_plan(reforge::onnx::import_model_file(kLlamaA), o);
-}
 
 runtime::EngineOptions one_thread() {
   runtime::EngineOptions o;
@@ -95,14 +90,14 @@ struct Fixture {
 const Fixture& fixture() {
   static const Fixture f = [] {
     Fixture f;
-    runtime::PlanEngine e(llama_plan(false), one_thread());
+    runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false), one_thread());
     f.update_a = staged_update(e, kLlamaA);
     f.update_b = staged_update(e, kLlamaB);
     e.commit(f.update_b);
-    f.out_b = e.run(inputs())[0];
+    f.out_b = e.run(llama_inputs())[0];
     f.snap_b = snapshot_of(e);
     e.commit(f.update_a);
-    f.out_a = e.run(inputs())[0];
+    f.out_a = e.run(llama_inputs())[0];
     f.snap_a = snapshot_of(e);
     return f;
   }();
@@ -128,8 +123,8 @@ TEST(RefitConcurrency, TheTwoWeightSetsDiffer) {
 // through the whole Refitter path, replaying recipes): each output is A's or B's, exactly.
 TEST(RefitConcurrency, InferenceDuringRefitSeesOneWholeWeightSet) {
   const Fixture& f = fixture();
-  runtime::PlanEngine e(llama_plan(false), one_thread());
-  const auto in = inputs();
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false), one_thread());
+  const auto in = llama_inputs();
   std::atomic<bool> stop{false};
   std::atomic<int> runs{0}, mixes{0}, errors{0}, seen_a{0}, seen_b{0};
   std::vector<std::thread> readers;
@@ -180,8 +175,8 @@ TEST(RefitConcurrency, InferenceDuringRefitSeesOneWholeWeightSet) {
 // missing, a current_plan of the same weights, and runs giving that set's output.
 TEST(RefitConcurrency, ConcurrentCommitsAreSerialized) {
   const Fixture& f = fixture();
-  runtime::PlanEngine e(llama_plan(false), one_thread());
-  const auto in = inputs();
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false), one_thread());
+  const auto in = llama_inputs();
   std::atomic<bool> stop{false};
   std::atomic<int> mixes{0};
   std::thread reader([&] {
@@ -226,9 +221,9 @@ TEST(RefitConcurrency, ConcurrentCommitsAreSerialized) {
 // until it lands, then every run is valid (A's output); no thread is refused after a success.
 TEST(RefitConcurrency, StrippedEngineRunsOnlyAfterTheFirstCompleteRefit) {
   const Fixture& f = fixture();
-  runtime::PlanEngine e(llama_plan(true), one_thread());
+  runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, true), one_thread());
   ASSERT_FALSE(e.missing_sources().empty());
-  const auto in = inputs();
+  const auto in = llama_inputs();
   std::atomic<int> refused{0}, bad_errors{0}, mixes{0}, refused_after_success{0}, done{0};
   std::vector<std::thread> readers;
   for (int t = 0; t < kReaders; ++t)

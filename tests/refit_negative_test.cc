@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/engine_checks.h"
+#include "support/llama_fixture.h"
 #include "build/builder.h"
 #include "build/onnx_refit.h"
 #include "core/npy.h"
@@ -17,31 +19,20 @@
 
 using namespace reforge;
 namespace fs = std::filesystem;
+using test_support::error_of;
+using test_support::kLlamaA;
+using test_support::kLlamaB;
+using test_support::kModels;
+using test_support::llama_inputs;
+using test_support::llama_plan;
+using test_support::weight_snapshot;
 
 namespace {
 
-const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
-const std::string kLlamaA = (kModels / "llama/dynamo/A/model.onnx").string();
-const std::string kLlamaB = (kModels / "llama/dynamo/B/model.onnx").string();
 const std::string kGpt2B = (kModels / "gpt2/dynamo/B/model.onnx").string();
 
-std::map<std::string, Tensor> llama_inputs() {
-  return {{"input_ids", read_npy((kModels / "llama/inputs/b1_s7/input_ids.npy").string())}};
-}
 
-plan::Plan llama_plan(plan::BuildMode mode, bool strip) {
-  build::BuildOptions o;
-  o.mode = mode;
-  o.strip_weights = strip;
-  return build::build_plan(reforge::onnx::import_model_file(kLlamaA), o);
-}
 
-// Snapshot of every engine weight, to prove a failed refit changed nothing.
-std::map<std::string, Tensor> snapshot(const runtime::PlanEngine& e) {
-  std::map<std::string, Tensor> s;
-  for (const auto& w : e.plan().weights) s[w.name] = e.weight(w.name);
-  return s;
-}
 
 void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, Tensor>& before) {
   for (const auto& [name, t] : before) {
@@ -51,16 +42,6 @@ void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, 
       EXPECT_EQ(t.raw(), now.raw()) << name << " was replaced";
     }
   }
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 uint32_t first_refittable_matrix_source(const plan::Plan& p) {
@@ -78,7 +59,7 @@ TEST(RefitNegative, MissingSourceOnStrippedPlanIsNamed) {
   uint32_t skip = sources.begin()->first;
   for (const auto& [id, t] : sources)
     if (id != skip) r.set_source(id, t);
-  auto before = snapshot(e);
+  auto before = weight_snapshot(e);
   std::string err = error_of([&] { r.commit(); });
   EXPECT_NE(err.find(e.plan().sources[skip].key), std::string::npos) << err;
   expect_unchanged(e, before);
@@ -105,7 +86,7 @@ TEST(RefitNegative, UnknownNameWrongShapeWrongDtype) {
 TEST(RefitNegative, IdenticalModeRefusesOtherWeights) {
   runtime::PlanEngine e(llama_plan(plan::BuildMode::RefitIdentical, false));
   auto out_a = e.run(llama_inputs());
-  auto before = snapshot(e);
+  auto before = weight_snapshot(e);
   refit::Refitter r(e);
   for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), kLlamaB)) r.set_source(id, t);
   std::string err = error_of([&] { r.commit(); });
@@ -125,7 +106,7 @@ TEST(RefitNegative, ChangedStructureIsRefused) {
 
 TEST(RefitNegative, NonFiniteValuesRefused) {
   runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
-  auto before = snapshot(e);
+  auto before = weight_snapshot(e);
   refit::Refitter r(e);
   uint32_t id = first_refittable_matrix_source(e.plan());
   Tensor bad = Tensor::empty(DType::Float32, e.plan().sources[id].shape);
@@ -173,7 +154,7 @@ TEST(RefitNegative, TruncatedExternalDataIsAnErrorBeforeAnyChange) {
     for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), (dir / "model.onnx").string())) r.set_source(id, t);
     r.commit();
   }
-  auto before = snapshot(e);
+  auto before = weight_snapshot(e);
   fs::resize_file(dir / "weights.bin", offset / 2);
   std::string err = error_of([&] { build::read_sources_from_onnx(e.plan(), (dir / "model.onnx").string()); });
   EXPECT_NE(err.find("too short"), std::string::npos) << err;

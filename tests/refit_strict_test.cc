@@ -15,6 +15,8 @@
 #include <fstream>
 #include <limits>
 
+#include "support/engine_checks.h"
+#include "support/llama_fixture.h"
 #include "support/cli.h"
 #include "build/builder.h"
 #include "build/onnx_refit.h"
@@ -28,29 +30,19 @@
 
 using namespace reforge;
 namespace fs = std::filesystem;
+using test_support::error_of;
+using test_support::kLlamaA;
+using test_support::kLlamaB;
+using test_support::kModels;
+using test_support::llama_inputs;
+using test_support::llama_plan;
+using test_support::weight_snapshot;
 
 namespace {
 
-const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
-const std::string kLlamaA = (kModels / "llama/dynamo/A/model.onnx").string();
-const std::string kLlamaB = (kModels / "llama/dynamo/B/model.onnx").string();
 
-std::map<std::string, Tensor> inputs() {
-  return {{"input_ids", read_npy((kModels / "llama/inputs/b1_s7/input_ids.npy").string())}};
-}
 
-plan::Plan llama_plan(plan::BuildMode mode, bool strip = false) {
-  build::BuildOptions o;
-  o.mode = mode;
-  o.strip_weights = strip;
-  return build::build_plan(reforge::onnx::import_model_file(kLlamaA), o);
-}
 
-std::map<std::string, Tensor> snapshot(const runtime::PlanEngine& e) {
-  std::map<std::string, Tensor> s;
-  for (const auto& w : e.plan().weights) s[w.name] = e.weight(w.name);
-  return s;
-}
 
 // Same buffers as before (a failed commit swapped nothing in).
 void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, Tensor>& before) {
@@ -61,16 +53,6 @@ void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, 
       EXPECT_EQ(t.raw(), now.raw()) << name << " was replaced";
     }
   }
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
@@ -100,8 +82,8 @@ Tensor copy_of(const Tensor& t) { return Tensor::copy_of(t.dtype(), t.shape(), t
 
 TEST(RefitStrict, PartialCommitIsRefusedNamingTheMissingSources) {
   runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit));
-  auto out_a = e.run(inputs());
-  auto before = snapshot(e);
+  auto out_a = e.run(llama_inputs());
+  auto before = weight_snapshot(e);
   auto src_b = build::read_sources_from_onnx(e.plan(), kLlamaB);
   ASSERT_GT(src_b.size(), 3u);
   const uint32_t skip1 = src_b.begin()->first, skip2 = std::prev(src_b.end())->first;
@@ -115,13 +97,13 @@ TEST(RefitStrict, PartialCommitIsRefusedNamingTheMissingSources) {
   EXPECT_TRUE(contains(err, e.plan().sources[skip2].key)) << err;
   EXPECT_TRUE(contains(err, "incremental")) << err;
   expect_unchanged(e, before);
-  EXPECT_TRUE(transforms::bit_equal(e.run(inputs())[0], out_a[0]));
+  EXPECT_TRUE(transforms::bit_equal(e.run(llama_inputs())[0], out_a[0]));
   // The complete set commits.
   r.set_source(skip1, src_b.at(skip1));
   r.set_source(skip2, src_b.at(skip2));
   EXPECT_TRUE(r.unset().empty());
   r.commit();
-  EXPECT_FALSE(transforms::bit_equal(e.run(inputs())[0], out_a[0]));
+  EXPECT_FALSE(transforms::bit_equal(e.run(llama_inputs())[0], out_a[0]));
 }
 
 // Incremental in two halves == one complete refit == a fresh build from B, bit for bit.
@@ -142,7 +124,7 @@ TEST(RefitStrict, IncrementalCommitInPartsEqualsAFreshBuild) {
   runtime::PlanEngine fresh(build::build_plan(reforge::onnx::import_model_file(kLlamaB), o));
   for (const auto& w : e.plan().weights)
     EXPECT_TRUE(transforms::bit_equal(e.weight(w.name), fresh.weight(w.name))) << w.name;
-  EXPECT_TRUE(transforms::bit_equal(e.run(inputs())[0], fresh.run(inputs())[0]));
+  EXPECT_TRUE(transforms::bit_equal(e.run(llama_inputs())[0], fresh.run(llama_inputs())[0]));
 }
 
 // The engine's value of a source that an incremental commit leaves alone no longer matches what
@@ -170,7 +152,7 @@ TEST(RefitStrict, IncrementalCommitCatchesACorruptedUntouchedSource) {
     r.commit(inc);
     Tensor held = e.weight(w.name);  // shares the engine's buffer
     held.mutable_data<float>()[0] += 1.0f;
-    auto before = snapshot(e);
+    auto before = weight_snapshot(e);
     r.set_source(other, src_b.at(other));
     std::string err = error_of([&] { r.commit(inc); });
     EXPECT_TRUE(contains(err, e.plan().sources[victim].key)) << err;
@@ -204,7 +186,7 @@ TEST(RefitStrict, RefitIdenticalChecksEverySource) {
   r.set_source(other, src_a.at(other));
   r.commit(inc);
   // Another value in the commit: refused.
-  auto before = snapshot(e);
+  auto before = weight_snapshot(e);
   r.set_source(other, src_b.at(other));
   std::string err = error_of([&] { r.commit(inc); });
   EXPECT_TRUE(contains(err, "refit-identical")) << err;
@@ -248,14 +230,14 @@ TEST(RefitStrict, NonFiniteSourceIsRefusedNamingSourceAndIndex) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (float bad_value : {nan, inf, -inf}) {
     runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit));
-    auto out_a = e.run(inputs());
+    auto out_a = e.run(llama_inputs());
     auto src_b = build::read_sources_from_onnx(e.plan(), kLlamaB);
     const uint32_t id = matrix_source(e.plan());
     const auto& s = e.plan().sources[id];
     const int64_t cols = s.shape[1], flat = cols + 3;  // element [1, 3]
     Tensor bad = copy_of(src_b.at(id));
     bad.mutable_data<float>()[flat] = bad_value;
-    auto before = snapshot(e);
+    auto before = weight_snapshot(e);
     refit::Refitter r(e);
     for (const auto& [i, t] : src_b) r.set_source(i, i == id ? bad : t);
     std::string err = error_of([&] { r.commit(); });
@@ -266,7 +248,7 @@ TEST(RefitStrict, NonFiniteSourceIsRefusedNamingSourceAndIndex) {
     EXPECT_TRUE(contains(err, "flat index " + std::to_string(flat)));
     EXPECT_TRUE(contains(err, "--allow-nonfinite"));
     expect_unchanged(e, before);
-    EXPECT_TRUE(transforms::bit_equal(e.run(inputs())[0], out_a[0]));
+    EXPECT_TRUE(transforms::bit_equal(e.run(llama_inputs())[0], out_a[0]));
     // Incremental commits check too.
     refit::CommitOptions inc;
     inc.incremental = true;
@@ -327,7 +309,7 @@ TEST(RefitStrict, SlowRefitRefusesNonFiniteWeights) {
   bad.mutable_data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
   gb.initializers[init] = bad;
   plan::Plan fresh = build::rebuild_from_onnx(e.plan(), gb);
-  auto before = snapshot(e);
+  auto before = weight_snapshot(e);
   refit::Refitter r(e);
   std::string err = error_of([&] { r.commit_rebuilt(fresh); });
   EXPECT_TRUE(contains(err, "NaN")) << err;
