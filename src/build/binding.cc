@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -99,7 +98,7 @@ std::string module_of(const std::string& name) {
 
 class Binder {
  public:
-  Binder(const refit::Checkpoint& c, const BindOptions& o) : ckpt_(c), opt_(o) {}
+  explicit Binder(const refit::Checkpoint& c) : ckpt_(c) {}
 
   void index(const std::set<int64_t>& numels, const std::set<DType>& dtypes) {
     for (const auto& [name, t] : ckpt_.tensors()) {
@@ -237,7 +236,6 @@ class Binder {
   }
 
   const refit::Checkpoint& ckpt_;
-  const BindOptions& opt_;
   std::unordered_map<uint64_t, std::vector<Form>> index_;
   std::map<int64_t, std::vector<std::string>> by_rank_;
 };
@@ -317,7 +315,7 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   std::set<DType> dtypes;
   for (const auto& [name, t] : g.initializers)
     if (!literals.count(name) && is_float(t.dtype())) numels.insert(t.numel()), dtypes.insert(t.dtype());
-  Binder b(ckpt, o);
+  Binder b(ckpt);
   b.index(numels, dtypes);
   r.index_ms = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();

@@ -83,11 +83,7 @@ bool for_each_index(const Shape& dims, const Shape& strides, const std::function
   return true;
 }
 
-Tensor int64_tensor(const std::vector<int64_t>& v, Shape shape) {
-  Tensor t = Tensor::empty(DType::Int64, std::move(shape));
-  if (!v.empty()) std::memcpy(t.mutable_raw(), v.data(), v.size() * sizeof(int64_t));
-  return t;
-}
+Tensor int64_tensor(const std::vector<int64_t>& v, Shape shape) { return Tensor::copy_of(DType::Int64, std::move(shape), v.data()); }
 
 // Builds the steps of one binding from a checkpoint tensor, keeping track of the current shape.
 struct StepWriter {
@@ -352,6 +348,14 @@ class Candidate {
   Shape S_, T_, ss_, ts_;
 };
 
+// True when every element of `t`, read as `dtype`, has the bits `value` (stops at the first other).
+bool holds_only(const Tensor& t, DType dtype, uint64_t value) {
+  Reader rd(t, dtype);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (rd(i) != value) return false;
+  return true;
+}
+
 bool usable(const Tensor& t, const Tensor& v) {
   return is_float(t.dtype()) && t.numel() > 0 &&
          (t.dtype() == v.dtype() || widening(t.dtype(), v.dtype()) || narrowing(t.dtype(), v.dtype()));
@@ -397,10 +401,7 @@ std::map<std::string, plan::Binding> broadcast_bindings(const Tensor& v, const r
     Shape from = t.shape();
     if (!broadcasts(from)) from = squeezed(from);
     if (!broadcasts(from)) continue;
-    Reader rd(t, v.dtype());
-    bool equal = true;
-    for (int64_t i = 0; i < t.numel() && equal; ++i) equal = rd(i) == value;
-    if (!equal) continue;
+    if (!holds_only(t, v.dtype(), value)) continue;
     StepWriter w(name, t);
     if (t.dtype() != v.dtype()) w.cast(v.dtype());
     w.reshape(from);
@@ -422,10 +423,7 @@ std::vector<std::string> related_constants(const Tensor& v, const refit::Checkpo
     int differ = 0;
     for (size_t i = 0; i < vs.size(); ++i) differ += ts[i] != vs[i];
     if (differ > 1) continue;
-    Reader rd(t, v.dtype());
-    bool equal = true;
-    for (int64_t i = 0; i < t.numel() && equal; ++i) equal = rd(i) == value;
-    if (equal) out.push_back(name);
+    if (holds_only(t, v.dtype(), value)) out.push_back(name);
   }
   return out;
 }
