@@ -36,12 +36,18 @@ int main(int argc, char** argv) {
   int threads = 1, repeat = 9, tile = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--layers") layers_s = v;
-    else if (a == "--batch") batch = std::stoll(v);
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--copies") copies = std::stoll(v);
-    else if (a == "--repeat") repeat = std::stoi(v);
-    else if (a == "--tile") tile = std::stoi(v);
+    if (a == "--layers")
+      layers_s = v;
+    else if (a == "--batch")
+      batch = std::stoll(v);
+    else if (a == "--threads")
+      threads = std::stoi(v);
+    else if (a == "--copies")
+      copies = std::stoll(v);
+    else if (a == "--repeat")
+      repeat = std::stoi(v);
+    else if (a == "--tile")
+      tile = std::stoi(v);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -93,7 +99,8 @@ int main(int argc, char** argv) {
         cpu::dnnl_conv_execute(*prims[c], d, x.data(), w[c].data(), bias.data(), y0.data(), post, packed[c].get());
     };
     auto winograd = [&] {
-      for (int64_t c = 0; c < copies; ++c) cpu::winograd_conv(d, x.data(), *wino[c], bias.data(), y1.data(), post, threads);
+      for (int64_t c = 0; c < copies; ++c)
+        cpu::winograd_conv(d, x.data(), *wino[c], bias.data(), y1.data(), post, threads);
     };
     direct();
     winograd();

@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "backends/cpu/blas_gemm.h"
-#include "bench_util.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/sgemm_panels.h"
+#include "bench_util.h"
 #include "core/half.h"
 #include "core/tensor.h"
 
@@ -56,14 +56,22 @@ int main(int argc, char** argv) {
   std::string rows_s = "1,2,4,8,16", dtype_s = "f32";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--k") K = std::stoll(v);
-    else if (a == "--n") N = std::stoll(v);
-    else if (a == "--rows") rows_s = v;
-    else if (a == "--threads") threads = std::stoi(v);
-    else if (a == "--dtype") dtype_s = v;
-    else if (a == "--layers") layers = std::stoll(v);
-    else if (a == "--repeat") repeat = std::stoi(v);
-    else if (a == "--clock") g_cpu_clock = v == "cpu";
+    if (a == "--k")
+      K = std::stoll(v);
+    else if (a == "--n")
+      N = std::stoll(v);
+    else if (a == "--rows")
+      rows_s = v;
+    else if (a == "--threads")
+      threads = std::stoi(v);
+    else if (a == "--dtype")
+      dtype_s = v;
+    else if (a == "--layers")
+      layers = std::stoll(v);
+    else if (a == "--repeat")
+      repeat = std::stoi(v);
+    else if (a == "--clock")
+      g_cpu_clock = v == "cpu";
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -80,21 +88,27 @@ int main(int argc, char** argv) {
     Tensor w = Tensor::uninitialized(dt, {K, N});
     for (int64_t i = 0; i < K * N; ++i) {
       float f = uni(rng);
-      if (dt == DType::Float32) w.mutable_data<float>()[i] = f;
-      else w.mutable_data<bfloat16>()[i] = bfloat16(f);
+      if (dt == DType::Float32)
+        w.mutable_data<float>()[i] = f;
+      else
+        w.mutable_data<bfloat16>()[i] = bfloat16(f);
     }
     packed.push_back(cpu::pack_weights(K, N, false, dt, w.raw(), 256, std::make_shared<Tensor>(w)));
     panels.push_back(std::aligned_alloc(64, (cpu::panel_floats(K, N) * dtype_size(dt) + 63) / 64 * 64));
-    if (dt == DType::Float32) cpu::pack_panels(w.data<float>(), K, N, false, static_cast<float*>(panels.back()));
-    else cpu::pack_panels16(static_cast<const uint16_t*>(w.raw()), K, N, false, static_cast<uint16_t*>(panels.back()));
+    if (dt == DType::Float32)
+      cpu::pack_panels(w.data<float>(), K, N, false, static_cast<float*>(panels.back()));
+    else
+      cpu::pack_panels16(static_cast<const uint16_t*>(w.raw()), K, N, false, static_cast<uint16_t*>(panels.back()));
     ws.push_back(std::move(w));
   }
   const double wbytes = static_cast<double>(K * N * dtype_size(dt));
   std::printf("K=%lld N=%lld %s threads=%d layers=%lld (%.0f MB of weights)\n", static_cast<long long>(K),
-              static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers), wbytes * layers / 1e6);
+              static_cast<long long>(N), dtype_s.c_str(), threads, static_cast<long long>(layers),
+              wbytes * layers / 1e6);
   std::printf("%4s %12s %10s %12s %10s %12s %8s %8s\n", "M", "stream ms", "GB/s", "oneDNN ms", "GB/s", "OpenBLAS ms",
               "s/dnnl", "blas/dnnl");
-  std::printf("     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS; oneDNN -: no product for this type)\n");
+  std::printf(
+      "     (panels: prepacked sgemm_panels, ms and its ratio to OpenBLAS; oneDNN -: no product for this type)\n");
   for (int64_t M : parse_list(rows_s)) {
     std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
     for (auto& v : x) v = uni(rng);
@@ -108,11 +122,14 @@ int main(int argc, char** argv) {
         if (packed[l] && !cpu::dnnl_matmul_packed(*packed[l], M, x.data(), nullptr, y.data())) std::abort();
       const double t2 = now_ms();
       for (int64_t l = 0; l < layers; ++l) {
-        if (dt == DType::Float32) cpu::blas_linear(M, N, K, x.data(), ws[l].data<float>(), nullptr, y.data());
-        else cpu::blas_linear_widened(M, N, K, x.data(), ws[l].raw(), dt, nullptr, y.data());
+        if (dt == DType::Float32)
+          cpu::blas_linear(M, N, K, x.data(), ws[l].data<float>(), nullptr, y.data());
+        else
+          cpu::blas_linear_widened(M, N, K, x.data(), ws[l].raw(), dt, nullptr, y.data());
       }
       const double t3 = now_ms();
-      for (int64_t l = 0; l < layers; ++l) cpu::sgemm_panels(M, N, K, x.data(), K, panels[l], dt, nullptr, y.data(), N, threads);
+      for (int64_t l = 0; l < layers; ++l)
+        cpu::sgemm_panels(M, N, K, x.data(), K, panels[l], dt, nullptr, y.data(), N, threads);
       const double t4 = now_ms();
       if (r == 0) continue;  // warm-up (primitive creation)
       ts.push_back((t1 - t0) / static_cast<double>(layers));
@@ -122,8 +139,8 @@ int main(int argc, char** argv) {
     }
     const double s = median(ts), d = median(td), b = median(tb), pn = tp.empty() ? 0.0 : median(tp);
     if (packed[0])
-      std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
-                  wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, pn / b);
+      std::printf("%4lld %12.3f %10.1f %12.3f %10.1f %12.3f %8.2f %8.2f  panels %8.3f %6.2f\n",
+                  static_cast<long long>(M), s, wbytes / s / 1e6, d, wbytes / d / 1e6, b, s / d, b / d, pn, pn / b);
     else  // no oneDNN product for this type here
       std::printf("%4lld %12.3f %10.1f %12s %10s %12.3f %8s %8s  panels %8.3f %6.2f\n", static_cast<long long>(M), s,
                   wbytes / s / 1e6, "-", "-", b, "-", "-", pn, pn / b);

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/timing.h"
 #include "plan/plan_io.h"
 #include "runtime/plan_engine.h"
@@ -65,9 +65,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::string v = argv[++i];
-    if (k == "--mb") mb = std::stod(v);
-    else if (k == "--dir") dir = v;
-    else if (k == "--repeat") repeat = std::max(1, std::stoi(v));
+    if (k == "--mb")
+      mb = std::stod(v);
+    else if (k == "--dir")
+      dir = v;
+    else if (k == "--repeat")
+      repeat = std::max(1, std::stoi(v));
     else {
       std::cerr << "unknown option " << k << "\n";
       return 2;
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
   spec.ffn = 2816;
   spec.vocab = 32000;
   spec.share_norms = false;
-  double fixed = 2.0 * spec.vocab * spec.hidden * 4, per_layer = (4.0 * spec.hidden * spec.hidden + 3.0 * spec.hidden * spec.ffn) * 4;
+  double fixed = 2.0 * spec.vocab * spec.hidden * 4,
+         per_layer = (4.0 * spec.hidden * spec.hidden + 3.0 * spec.hidden * spec.ffn) * 4;
   spec.layers = std::max<int64_t>(1, std::llround((mb * 1e6 - fixed) / per_layer));
   std::string path = (fs::path(dir) / ("reforge_load_bench_" + std::to_string(::getpid()) + ".plan")).string();
   {
@@ -106,11 +110,13 @@ int main(int argc, char** argv) {
   if (!keep) fs::remove(path);
   std::cout << "plan " << (keep ? path : std::string("(removed)")) << ": " << file_bytes << " bytes, " << weights
             << " engine weights, " << spec.layers << " layers; median of " << repeat << "\n";
-  std::cout << "cache  verify   load ms  load+run ms  verify cost (of load+run)\n" << std::fixed << std::setprecision(1);
+  std::cout << "cache  verify   load ms  load+run ms  verify cost (of load+run)\n"
+            << std::fixed << std::setprecision(1);
   for (int cold = 0; cold < 2; ++cold)
     for (int verify = 0; verify < 2; ++verify) {
       double l = median(load[cold][verify]), f = median(first[cold][verify]), f0 = median(first[cold][0]);
-      std::cout << (cold ? "cold   " : "warm   ") << (verify ? "on     " : "off    ") << std::setw(8) << l << std::setw(13) << f;
+      std::cout << (cold ? "cold   " : "warm   ") << (verify ? "on     " : "off    ") << std::setw(8) << l
+                << std::setw(13) << f;
       if (verify) std::cout << "   " << std::setw(6) << f - f0 << " ms (" << 100.0 * (f - f0) / f0 << "%)";
       std::cout << "\n";
     }

@@ -37,9 +37,9 @@
 #include <string>
 #include <utility>
 
-#include "build/binding.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/binding.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/mapped_file.h"
 #include "core/timing.h"
 #include "onnx/exporter.h"
@@ -89,21 +89,30 @@ Options parse(int argc, char** argv) {
     }
     if (i + 1 >= argc) throw std::runtime_error("option " + k + " needs a value");
     std::string v = argv[++i];
-    if (k == "--hidden") o.spec.hidden = static_cast<int64_t>(number(k, v));
-    else if (k == "--ffn") o.spec.ffn = static_cast<int64_t>(number(k, v));
-    else if (k == "--layers") o.spec.layers = static_cast<int64_t>(number(k, v));
-    else if (k == "--vocab") o.spec.vocab = static_cast<int64_t>(number(k, v));
-    else if (k == "--gb") o.gb = number(k, v);
-    else if (k == "--dir") o.dir = v;
-    else if (k == "--repeat") o.repeat = std::max(1, static_cast<int>(number(k, v)));
-    else throw std::runtime_error("unknown option " + k);
+    if (k == "--hidden")
+      o.spec.hidden = static_cast<int64_t>(number(k, v));
+    else if (k == "--ffn")
+      o.spec.ffn = static_cast<int64_t>(number(k, v));
+    else if (k == "--layers")
+      o.spec.layers = static_cast<int64_t>(number(k, v));
+    else if (k == "--vocab")
+      o.spec.vocab = static_cast<int64_t>(number(k, v));
+    else if (k == "--gb")
+      o.gb = number(k, v);
+    else if (k == "--dir")
+      o.dir = v;
+    else if (k == "--repeat")
+      o.repeat = std::max(1, static_cast<int>(number(k, v)));
+    else
+      throw std::runtime_error("unknown option " + k);
   }
   if (o.gb > 0) {
     o.spec.hidden = 2048;
     o.spec.ffn = 5632;
     o.spec.vocab = 32000;
     double fixed = 4.0 * (2.0 * o.spec.vocab * o.spec.hidden + o.spec.hidden);
-    double per_layer = 4.0 * (4.0 * o.spec.hidden * o.spec.hidden + 3.0 * o.spec.hidden * o.spec.ffn + 2.0 * o.spec.hidden);
+    double per_layer =
+        4.0 * (4.0 * o.spec.hidden * o.spec.hidden + 3.0 * o.spec.hidden * o.spec.ffn + 2.0 * o.spec.hidden);
     o.spec.layers = std::max<int64_t>(1, static_cast<int64_t>(std::ceil((o.gb * 1e9 - fixed) / per_layer)));
   }
   return o;
@@ -160,7 +169,9 @@ std::string thp_setting(const char* name) {
 }
 
 // Fresh, untouched destination: std::make_unique_for_overwrite-style, no zero fill.
-std::unique_ptr<unsigned char[]> fresh_buffer(size_t n) { return std::unique_ptr<unsigned char[]>(new unsigned char[n]); }
+std::unique_ptr<unsigned char[]> fresh_buffer(size_t n) {
+  return std::unique_ptr<unsigned char[]>(new unsigned char[n]);
+}
 
 }  // namespace
 
@@ -296,31 +307,34 @@ int main(int argc, char** argv) {
     std::cout << std::fixed << std::setprecision(2) << "weights: " << bytes / 1e6 << " MB (" << o.spec.layers
               << " layers, hidden " << o.spec.hidden << ", ffn " << o.spec.ffn << ", vocab " << o.spec.vocab
               << "); stripped plan " << plan_bytes << " bytes, built in " << build_ms << " ms\n"
-              << "transparent huge pages: enabled " << thp_setting("enabled") << ", defrag " << thp_setting("defrag") << "\n"
-              << "memcpy, resident -> resident (the baseline): " << memcpy_ms << " ms ("
-              << bytes / 1e6 / memcpy_ms << " GB/s)\n"
+              << "transparent huge pages: enabled " << thp_setting("enabled") << ", defrag " << thp_setting("defrag")
+              << "\n"
+              << "memcpy, resident -> resident (the baseline): " << memcpy_ms << " ms (" << bytes / 1e6 / memcpy_ms
+              << " GB/s)\n"
               << "memcpy, resident -> fresh buffer:            " << memcpy_fresh_ms << " ms\n"
               << "memcpy, resident -> fresh huge-page buffer:  " << memcpy_huge_ms << " ms\n"
               << "memcpy, fresh safetensors mapping -> fresh:  " << memcpy_mapped_ms << " ms\n"
-              << "fast refit from ONNX external data (mapped): " << onnx_ms << " ms (" << ratio(onnx_ms)
-              << "x memcpy, " << ratio_fresh(onnx_ms) << "x fresh); " << phases(onnx_rep) << "\n"
-              << "fast refit from safetensors (mapped):        " << st_ms << " ms (" << ratio(st_ms)
-              << "x memcpy, " << ratio_fresh(st_ms) << "x fresh); " << phases(st_rep) << "\n"
+              << "fast refit from ONNX external data (mapped): " << onnx_ms << " ms (" << ratio(onnx_ms) << "x memcpy, "
+              << ratio_fresh(onnx_ms) << "x fresh); " << phases(onnx_rep) << "\n"
+              << "fast refit from safetensors (mapped):        " << st_ms << " ms (" << ratio(st_ms) << "x memcpy, "
+              << ratio_fresh(st_ms) << "x fresh); " << phases(st_rep) << "\n"
               << "first ONNX refit (into fresh pages):         " << onnx_t.first_ms << " ms (" << ratio(onnx_t.first_ms)
               << "x memcpy, " << ratio_fresh(onnx_t.first_ms) << "x fresh)\n"
               << "first run after refit / steady run:          " << first_run_ms << " / " << steady_run_ms << " ms\n";
     if (o.slow)
       std::cout << "slow refit (import + rebuild + commit):      " << slow_ms << " ms\n"
                 << "fresh build (import + build + engine):       " << fresh_ms << " ms\n";
-    std::cout << std::defaultfloat << std::setprecision(4) << "{\"weight_bytes\": " << bytes << ", \"layers\": " << o.spec.layers
-              << ", \"plan_bytes\": " << plan_bytes << ", \"memcpy_ms\": " << memcpy_ms
-              << ", \"memcpy_fresh_ms\": " << memcpy_fresh_ms << ", \"memcpy_huge_ms\": " << memcpy_huge_ms << ", \"memcpy_mapped_ms\": " << memcpy_mapped_ms << ", \"fast_refit_onnx_ms\": " << onnx_ms
-              << ", \"fast_refit_safetensors_ms\": " << st_ms << ", \"first_refit_onnx_ms\": " << onnx_t.first_ms << ", \"onnx_over_memcpy\": " << onnx_ms / memcpy_ms
+    std::cout << std::defaultfloat << std::setprecision(4) << "{\"weight_bytes\": " << bytes
+              << ", \"layers\": " << o.spec.layers << ", \"plan_bytes\": " << plan_bytes
+              << ", \"memcpy_ms\": " << memcpy_ms << ", \"memcpy_fresh_ms\": " << memcpy_fresh_ms
+              << ", \"memcpy_huge_ms\": " << memcpy_huge_ms << ", \"memcpy_mapped_ms\": " << memcpy_mapped_ms
+              << ", \"fast_refit_onnx_ms\": " << onnx_ms << ", \"fast_refit_safetensors_ms\": " << st_ms
+              << ", \"first_refit_onnx_ms\": " << onnx_t.first_ms << ", \"onnx_over_memcpy\": " << onnx_ms / memcpy_ms
               << ", \"safetensors_over_memcpy\": " << st_ms / memcpy_ms
               << ", \"onnx_over_memcpy_fresh\": " << onnx_ms / memcpy_fresh_ms
-              << ", \"safetensors_over_memcpy_fresh\": " << st_ms / memcpy_fresh_ms << ", \"first_run_ms\": " << first_run_ms
-              << ", \"steady_run_ms\": " << steady_run_ms << ", \"slow_refit_ms\": " << slow_ms
-              << ", \"fresh_build_ms\": " << fresh_ms << "}" << std::endl;
+              << ", \"safetensors_over_memcpy_fresh\": " << st_ms / memcpy_fresh_ms
+              << ", \"first_run_ms\": " << first_run_ms << ", \"steady_run_ms\": " << steady_run_ms
+              << ", \"slow_refit_ms\": " << slow_ms << ", \"fresh_build_ms\": " << fresh_ms << "}" << std::endl;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     if (!work.empty()) {

@@ -1,17 +1,18 @@
 // Activation arena (runtime/arena.h): the offset planner, and engines with the arena against the
 // same engines without it — bit for bit, across input shapes, with outputs held across runs,
 // with aliasing views that outlive their source, and with concurrent runs.
+#include "runtime/arena.h"
+
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <atomic>
 #include <random>
 #include <thread>
 
 #include "core/npy.h"
 #include "onnx/importer.h"
-#include "runtime/arena.h"
 #include "runtime/engine.h"
 #include "support/make_tensor.h"
 
@@ -45,7 +46,8 @@ TEST(ArenaPlanner, OverlappingLifetimesNeverShareBytes) {
       EXPECT_LE(off[i] + blocks[i].bytes, total);
       for (size_t j = i + 1; j < blocks.size(); ++j) {
         bool live_together = blocks[i].first <= blocks[j].last && blocks[j].first <= blocks[i].last;
-        bool overlap = off[i] < off[j] + std::max<size_t>(blocks[j].bytes, 1) && off[j] < off[i] + std::max<size_t>(blocks[i].bytes, 1);
+        bool overlap = off[i] < off[j] + std::max<size_t>(blocks[j].bytes, 1) &&
+                       off[j] < off[i] + std::max<size_t>(blocks[i].bytes, 1);
         EXPECT_FALSE(live_together && overlap) << "blocks " << i << " and " << j;
       }
     }
@@ -59,7 +61,6 @@ TEST(ArenaPlanner, ReusesMemoryOfDeadValues) {
   std::vector<size_t> off;
   EXPECT_EQ(runtime::arena::assign_offsets(chain, off), 2048u);
 }
-
 
 // The dynamic Llama export at both of its input sizes, alternating, with and without the arena.
 TEST(ArenaEngine, MatchesHeapEngineAcrossShapesAndHeldOutputs) {
@@ -81,7 +82,8 @@ TEST(ArenaEngine, MatchesHeapEngineAcrossShapesAndHeldOutputs) {
     for (size_t k = 0; k < sets.size(); ++k) {
       auto out = arena_engine.run(sets[k]);
       ASSERT_EQ(out.size(), expected[k].size());
-      for (size_t o = 0; o < out.size(); ++o) EXPECT_TRUE(same_bits(out[o], expected[k][o])) << "round " << round << " set " << k;
+      for (size_t o = 0; o < out.size(); ++o)
+        EXPECT_TRUE(same_bits(out[o], expected[k][o])) << "round " << round << " set " << k;
       if (round == 0) first.push_back(out);
     }
   // Outputs held from the first (recording) runs were not overwritten by the later arena runs.
@@ -128,7 +130,8 @@ TEST(ArenaEngine, ViewsOutliveTheirSource) {
     for (int i = 0; i < 24; ++i) x.mutable_data<float>()[i] = u(rng);
     auto want = heap.run({{"x", x}});
     auto got = arena_engine.run({{"x", x}});
-    for (size_t o = 0; o < want.size(); ++o) EXPECT_TRUE(same_bits(got[o], want[o])) << "run " << run << " output " << o;
+    for (size_t o = 0; o < want.size(); ++o)
+      EXPECT_TRUE(same_bits(got[o], want[o])) << "run " << run << " output " << o;
     held.push_back(want);
     held.push_back(got);
   }

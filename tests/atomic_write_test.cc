@@ -51,8 +51,10 @@ std::set<std::string> listing(const fs::path& dir) {
 // Sets or clears REFORGE_NO_O_TMPFILE for the scope (children forked inside inherit it).
 struct NamedTemporaries {
   explicit NamedTemporaries(bool on) {
-    if (on) ::setenv("REFORGE_NO_O_TMPFILE", "1", 1);
-    else ::unsetenv("REFORGE_NO_O_TMPFILE");
+    if (on)
+      ::setenv("REFORGE_NO_O_TMPFILE", "1", 1);
+    else
+      ::unsetenv("REFORGE_NO_O_TMPFILE");
   }
   ~NamedTemporaries() { ::unsetenv("REFORGE_NO_O_TMPFILE"); }
 };

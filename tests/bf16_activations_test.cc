@@ -15,7 +15,7 @@
 #include <random>
 
 #include "backends/cpu/gemv.h"
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/half.h"
 #include "runtime/plan_engine.h"
 #include "support/make_tensor.h"
@@ -121,10 +121,18 @@ int64_t linear_nodes(const plan::Plan& p, bool with_attr) {
 }  // namespace
 
 TEST(Bf16Activations, RoundingEqualsFromFloatOnEveryKindOfValue) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, 1.00390625f /* tie, even: down */, 1.01171875f /* tie, odd: up */,
-                          3.0e38f, 3.3961e38f, 1e-40f /* subnormal */,
-                          std::numeric_limits<float>::max() /* rounds past the largest bfloat16 */, std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.00390625f /* tie, even: down */,
+                          1.01171875f /* tie, odd: up */,
+                          3.0e38f,
+                          3.3961e38f,
+                          1e-40f /* subnormal */,
+                          std::numeric_limits<float>::max() /* rounds past the largest bfloat16 */,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
   uint32_t snan = 0x7f800001u;  // a signalling NaN whose payload is all in the low half
   float f;
   std::memcpy(&f, &snan, 4);
@@ -161,8 +169,9 @@ TEST(Bf16Activations, LinearLayersMultiplyTheRoundedInput) {
     for (auto packing : {build::WeightPacking::Plain, build::WeightPacking::Panels})
       for (int64_t rows : {1, 3, 9, 40, 300})
         for (int threads : {1, 2}) {
-          SCOPED_TRACE(std::string(gemm ? "Gemm" : "MatMul+Add") + (packing == build::WeightPacking::Panels ? " panels" : " plain") +
-                       " rows " + std::to_string(rows) + " threads " + std::to_string(threads));
+          SCOPED_TRACE(std::string(gemm ? "Gemm" : "MatMul+Add") +
+                       (packing == build::WeightPacking::Panels ? " panels" : " plain") + " rows " +
+                       std::to_string(rows) + " threads " + std::to_string(threads));
           ir::Graph g = linear_graph(rows, K, N, gemm);
           const Tensor x = random_floats({rows, K}, 13, -2.0f, 2.0f);
           build::BuildOptions o;

@@ -1,18 +1,18 @@
 // The derived binding forms (build/binding_search.h) one by one: each constant is made from a
 // checkpoint tensor by a hand-written loop (the independent reference), found by the search,
 // and its binding replayed on *new* checkpoint values must equal the same loop on those values.
+#include "builder/binding_search.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
-#include "build/binding.h"
-#include "build/binding_search.h"
+#include "builder/binding.h"
 #include "core/half.h"
-#include "transforms/recipe.h"
 #include "refit/safetensors.h"
-
 #include "support/synthetic_checkpoint.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 using test_support::checkpoint_of;
@@ -46,7 +46,8 @@ std::vector<int64_t> buckets(int64_t s) {
 }
 
 // The one binding the search finds for `v` from `name`, replayed on `fresh`.
-Tensor replay(const std::map<std::string, plan::Binding>& found, const std::string& name, const Tensor& fresh, const Tensor& v) {
+Tensor replay(const std::map<std::string, plan::Binding>& found, const std::string& name, const Tensor& fresh,
+              const Tensor& v) {
   EXPECT_EQ(found.size(), 1u);
   EXPECT_TRUE(found.count(name)) << name;
   if (!found.count(name)) return Tensor();
@@ -59,7 +60,8 @@ TEST(BindingSearch, GatherThroughABucketIndexThenPermuteAndUnsqueeze) {
   const int64_t s = 6;
   Tensor table = random_f32({16, 4}, 1);
   Tensor v = relative_bias(table, buckets(s), s);
-  auto found = build::derive_bindings(v, checkpoint_of({{"rel.weight", table}, {"other.weight", random_f32({16, 4}, 2)}}));
+  auto found =
+      build::derive_bindings(v, checkpoint_of({{"rel.weight", table}, {"other.weight", random_f32({16, 4}, 2)}}));
   ASSERT_TRUE(found.count("rel.weight"));
   bool gather = false;
   for (const auto& st : found.at("rel.weight").steps) gather |= st.op_type == "Gather";
@@ -105,7 +107,8 @@ TEST(BindingSearch, PermutationOfRankThree) {
     Tensor out = Tensor::empty(DType::Float32, {4, 2, 3});
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 3; ++j)
-        for (int k = 0; k < 4; ++k) out.mutable_data<float>()[(k * 2 + i) * 3 + j] = t.data<float>()[(i * 3 + j) * 4 + k];
+        for (int k = 0; k < 4; ++k)
+          out.mutable_data<float>()[(k * 2 + i) * 3 + j] = t.data<float>()[(i * 3 + j) * 4 + k];
     return out;
   };
   Tensor v = permute(w);
@@ -137,14 +140,16 @@ TEST(BindingSearch, EqualRowsGiveNoIndexAndAllEqualValuesBroadcast) {
   Tensor table = random_f32({8, 4}, 11);
   std::memcpy(table.mutable_data<float>() + 4 * 4, table.data<float>() + 2 * 4, 16);
   Tensor v = Tensor::empty(DType::Float32, {3, 4});
-  for (int r : {0, 1, 2}) std::memcpy(v.mutable_data<float>() + r * 4, table.data<float>() + (r == 1 ? 2 : r + 5) * 4, 16);
+  for (int r : {0, 1, 2})
+    std::memcpy(v.mutable_data<float>() + r * 4, table.data<float>() + (r == 1 ? 2 : r + 5) * 4, 16);
   EXPECT_TRUE(build::derive_bindings(v, checkpoint_of({{"emb.weight", table}})).empty());
   // An all-equal value is an Expand of every all-equal checkpoint tensor that broadcasts to it.
   Tensor zeros16 = Tensor::empty(DType::Float32, {2, 1, 8});
-  auto found = build::broadcast_bindings(zeros16, checkpoint_of({{"a.cls_token", Tensor::empty(DType::Float32, {1, 1, 8})},
-                                                                  {"b.bias", Tensor::empty(DType::Float32, {8})},
-                                                                  {"c.bias", Tensor::empty(DType::Float32, {3})},
-                                                                  {"d.weight", random_f32({8}, 12)}}));
+  auto found =
+      build::broadcast_bindings(zeros16, checkpoint_of({{"a.cls_token", Tensor::empty(DType::Float32, {1, 1, 8})},
+                                                        {"b.bias", Tensor::empty(DType::Float32, {8})},
+                                                        {"c.bias", Tensor::empty(DType::Float32, {3})},
+                                                        {"d.weight", random_f32({8}, 12)}}));
   EXPECT_EQ(found.size(), 2u);
   EXPECT_TRUE(found.count("a.cls_token") && found.count("b.bias"));
   // Zero q/k/v biases fused into one [24]: a concatenation of zeros could be any of them, so the
@@ -234,7 +239,8 @@ TEST(BindingSearch, NarrowingCastOfAFloat32Table) {
   Tensor table = random_f32({16, 4}, 14);
   auto half_rows = [](const Tensor& t, int64_t from, int64_t n) {
     Tensor out = Tensor::empty(DType::Float16, {1, n, 4});
-    for (int64_t i = 0; i < n * 4; ++i) out.mutable_data<float16>()[i].bits = float16::from_float(t.data<float>()[from * 4 + i]);
+    for (int64_t i = 0; i < n * 4; ++i)
+      out.mutable_data<float16>()[i].bits = float16::from_float(t.data<float>()[from * 4 + i]);
     return out;
   };
   Tensor v = half_rows(table, 3, 9);

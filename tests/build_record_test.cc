@@ -6,18 +6,18 @@
 // --version`, and `inspect` showing the record and the plan's inputs and outputs.
 #include <sys/wait.h>
 
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/simd.h"
 #include "core/version.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
 #include "plan_test_util.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/cli.h"
 #include "support/plan_round_trip.h"
+#include "transforms/recipe.h"
 
 using namespace plan_test;
 using reforge::test_support::round_trip;
@@ -257,9 +257,12 @@ TEST(BuildRecordCli, InspectShowsRecordInputsAndOutputs) {
     ASSERT_EQ(m["inputs"][i]["shape"].size(), v.shape.size());
     for (size_t k = 0; k < v.shape.size(); ++k) {
       const json& d = m["inputs"][i]["shape"][k];
-      if (v.shape[k].fixed()) EXPECT_EQ(d, v.shape[k].value);
-      else if (!v.shape[k].symbol.empty()) EXPECT_EQ(d, v.shape[k].symbol);
-      else EXPECT_TRUE(d.is_null());
+      if (v.shape[k].fixed())
+        EXPECT_EQ(d, v.shape[k].value);
+      else if (!v.shape[k].symbol.empty())
+        EXPECT_EQ(d, v.shape[k].symbol);
+      else
+        EXPECT_TRUE(d.is_null());
     }
   }
   EXPECT_EQ(m["outputs"][0]["name"], p.graph.outputs[0].name);

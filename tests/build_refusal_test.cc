@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/nearest_names.h"
 #include "onnx/exporter.h"
 #include "plan/plan_io.h"
@@ -125,10 +125,13 @@ TEST(BuildRefusal, UnsupportedNodesListedWithDomainOpsetAndName) {
     o.mode = mode;
     std::string msg = build_error(g, o);
     EXPECT_NE(msg.find("2 of 6 node(s) of model 'small' cannot run"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("node 'custom/Fancy' (com.example::FancyOp), opset 3: operator com.example::FancyOp is not implemented"),
-              std::string::npos)
+    EXPECT_NE(
+        msg.find(
+            "node 'custom/Fancy' (com.example::FancyOp), opset 3: operator com.example::FancyOp is not implemented"),
+        std::string::npos)
         << msg;
-    EXPECT_NE(msg.find("node 'typo/Relu' (Reluu), opset 18: operator Reluu is not implemented"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("node 'typo/Relu' (Reluu), opset 18: operator Reluu is not implemented"), std::string::npos)
+        << msg;
   }
   // An op outside the opset range it is registered for.
   g = small_model();
@@ -136,7 +139,8 @@ TEST(BuildRefusal, UnsupportedNodesListedWithDomainOpsetAndName) {
   g.nodes.push_back(make_node("act", "Gelu", {"y0"}, "y", "", 18));  // Gelu exists since opset 20
   std::string msg = build_error(g, {});
   EXPECT_NE(msg.find("1 of 5 node(s)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("node 'act' (Gelu), opset 18: operator Gelu is not implemented for opset 18"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("node 'act' (Gelu), opset 18: operator Gelu is not implemented for opset 18"), std::string::npos)
+      << msg;
   g.nodes.back().opset = 20;
   EXPECT_EQ(build_error(g, {}), "");
 }
@@ -156,7 +160,8 @@ TEST(BuildRefusal, LiteralNameThatIsNoInitializer) {
   build::BuildOptions o;
   o.literal_names = {"proj.scal"};
   std::string msg = build_error(small_model(), o);
-  EXPECT_NE(msg.find("--literal 'proj.scal' names no initializer of the model (nearest: 'proj.scale')"), std::string::npos)
+  EXPECT_NE(msg.find("--literal 'proj.scal' names no initializer of the model (nearest: 'proj.scale')"),
+            std::string::npos)
       << msg;
   o.literal_names = {"x"};
   msg = build_error(small_model(), o);
@@ -166,9 +171,10 @@ TEST(BuildRefusal, LiteralNameThatIsNoInitializer) {
   EXPECT_NE(msg.find("--literal 'h1' is computed by a node, not an initializer"), std::string::npos) << msg;
   o.literal_names = {"rotary_cos_cache_table"};
   msg = build_error(small_model(), o);
-  EXPECT_NE(msg.find("--literal 'rotary_cos_cache_table' names no initializer of the model (no initializer has a similar "
-                     "name; of 4, the first: 'fc.bias', 'fc.weight', 'out_shape')"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("--literal 'rotary_cos_cache_table' names no initializer of the model (no initializer has a similar "
+               "name; of 4, the first: 'fc.bias', 'fc.weight', 'out_shape')"),
+      std::string::npos)
       << msg;
 }
 
@@ -184,17 +190,20 @@ TEST(BuildRefusal, SkipPassThatMatchesNoPass) {
       << msg;
   o.skip_passes = {"quantize"};  // nothing close: every pass is listed
   msg = build_error(small_model(), o);
-  EXPECT_NE(msg.find("--skip-pass 'quantize' matches no build pass (the passes: 'constant-folding', "), std::string::npos)
+  EXPECT_NE(msg.find("--skip-pass 'quantize' matches no build pass (the passes: 'constant-folding', "),
+            std::string::npos)
       << msg;
   EXPECT_NE(msg.find("'eliminate-dead-code')"), std::string::npos) << msg;
 }
 
 TEST(BuildRefusal, RefitIndividualPatternThatMatchesNoSource) {
   std::string msg = build_error(small_model(), individual({"fc.weigth"}));
-  EXPECT_NE(msg.find("--refit-individual 'fc.weigth' matches no source (nearest: 'fc.weight'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--refit-individual 'fc.weigth' matches no source (nearest: 'fc.weight'"), std::string::npos)
+      << msg;
   // Globs are compared as globs: "fc.*" is one edit from "fc2.*".
   msg = build_error(small_model(), individual({"fc2.*"}));
-  EXPECT_NE(msg.find("--refit-individual 'fc2.*' matches no source (nearest: 'fc.weight', 'fc.bias')"), std::string::npos)
+  EXPECT_NE(msg.find("--refit-individual 'fc2.*' matches no source (nearest: 'fc.weight', 'fc.bias')"),
+            std::string::npos)
       << msg;
   // A pattern that names only literals would leave nothing refittable.
   msg = build_error(small_model(), individual({"out_*"}));
@@ -207,9 +216,10 @@ TEST(BuildRefusal, RefitIndividualPatternThatMatchesNoSource) {
   EXPECT_NE(msg.find("--refit-individual 'proj.*' matches only literals ('proj.scale')"), std::string::npos) << msg;
   // One good pattern does not excuse a bad one.
   msg = build_error(small_model(), individual({"fc.*", "lm_head.weight"}));
-  EXPECT_NE(msg.find("1 build option(s) match nothing in model 'small':\n  --refit-individual 'lm_head.weight' matches no "
-                     "source (no source has a similar name; of 3, the first: 'fc.weight', 'fc.bias', 'proj.scale')"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("1 build option(s) match nothing in model 'small':\n  --refit-individual 'lm_head.weight' matches no "
+               "source (no source has a similar name; of 3, the first: 'fc.weight', 'fc.bias', 'proj.scale')"),
+      std::string::npos)
       << msg;
 }
 
@@ -273,11 +283,14 @@ class BuildRefusalCli : public ::testing::Test {
 }  // namespace
 
 TEST_F(BuildRefusalCli, RefusesAndWritesNoPlan) {
-  expect_refused("unsupported.onnx", "",
-                 {"error: 1 of 5 node(s) of model 'small' cannot run",
-                  "node 'custom/Fancy' (com.example::FancyOp), opset 3: operator com.example::FancyOp is not implemented"});
-  expect_refused("small.onnx", "--refit --literal proj.scal", {"--literal 'proj.scal' names no initializer", "'proj.scale'"});
-  expect_refused("small.onnx", "--skip-pass fuse-gleu", {"--skip-pass 'fuse-gleu' matches no build pass", "'fuse-gelu'"});
+  expect_refused(
+      "unsupported.onnx", "",
+      {"error: 1 of 5 node(s) of model 'small' cannot run",
+       "node 'custom/Fancy' (com.example::FancyOp), opset 3: operator com.example::FancyOp is not implemented"});
+  expect_refused("small.onnx", "--refit --literal proj.scal",
+                 {"--literal 'proj.scal' names no initializer", "'proj.scale'"});
+  expect_refused("small.onnx", "--skip-pass fuse-gleu",
+                 {"--skip-pass 'fuse-gleu' matches no build pass", "'fuse-gelu'"});
   expect_refused("small.onnx", "--refit-individual 'fc.weigth'",
                  {"--refit-individual 'fc.weigth' matches no source (nearest: 'fc.weight'"});
   expect_refused("small.onnx", "--refit-individual 'out_*' --strip-weights", {"matches only literals ('out_shape')"});

@@ -2,31 +2,32 @@
 // with checkpoint B, compare with PyTorch's outputs for B (also after save/load of the refit
 // plan); the BatchNorm-folded CNN is refused with the reason; negative cases leave the engine
 // unchanged.
+#include "refit/checkpoint_refit.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
-#include "build/binding.h"
-#include "build/onnx_refit.h"
+#include "builder/binding.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
-#include "refit/checkpoint_refit.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/engine_checks.h"
-#include "support/synthetic_checkpoint.h"
 #include "support/plan_round_trip.h"
+#include "support/synthetic_checkpoint.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
+using test_support::checkpoint_of;
 using test_support::derived_weight_hashes;
 using test_support::error_of;
-using test_support::checkpoint_of;
 using test_support::random_f32;
 using test_support::round_trip;
 namespace fs = std::filesystem;
@@ -94,7 +95,8 @@ plan::Plan build_bound(const Case& c, bool strip) {
   build::BuildOptions o;
   o.mode = plan::BuildMode::Refit;
   o.strip_weights = strip;
-  return build::build_plan_with_checkpoint(reforge::onnx::import_model_file(c.onnx_a), o, refit::Checkpoint::open(c.ckpt_a), {});
+  return build::build_plan_with_checkpoint(reforge::onnx::import_model_file(c.onnx_a), o,
+                                           refit::Checkpoint::open(c.ckpt_a), {});
 }
 
 void refit_from(runtime::PlanEngine& e, const refit::Checkpoint& ck) {
@@ -103,7 +105,6 @@ void refit_from(runtime::PlanEngine& e, const refit::Checkpoint& ck) {
   for (const auto& [id, t] : cs.sources) r.set_source(id, t);
   r.commit();
 }
-
 
 }  // namespace
 
@@ -167,8 +168,9 @@ TEST_P(CheckpointRefitFolded, BatchNormFoldedRefusedFromCheckpointButOnnxWorks) 
   // Under half of the sources bind (every conv weight is folded): refused unless partial binding
   // is allowed explicitly.
   if (c.id != "cnn_dynamo") {  // dynamo keeps the conv names: the folded weights are evidence of the right checkpoint
-    EXPECT_NE(error_of([&] { build::build_plan_with_checkpoint(graph_a, o, ckpt_a, {}); }).find("--allow-partial-binding"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([&] { build::build_plan_with_checkpoint(graph_a, o, ckpt_a, {}); }).find("--allow-partial-binding"),
+        std::string::npos);
   }
   plan::Plan p = round_trip(build::build_plan_with_checkpoint(graph_a, o, ckpt_a, partial));
   size_t unbound = 0;
@@ -221,7 +223,9 @@ TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
     t.erase(victim);
   });
   EXPECT_NE(err.find("'" + victim + "'"), std::string::npos) << err;
-  err = variant("shape.safetensors", [&](auto& t) { t[victim] = t[victim].reshaped({t[victim].dim(1), t[victim].dim(0)}); });
+  err = variant("shape.safetensors", [&](auto& t) {
+    t[victim] = t[victim].reshaped({t[victim].dim(1), t[victim].dim(0)});
+  });
   EXPECT_NE(err.find("'" + victim + "'"), std::string::npos) << err;
   EXPECT_NE(err.find("expects"), std::string::npos) << err;
   err = variant("dtype.safetensors", [&](auto& t) { t[victim] = cast_tensor(t[victim], DType::Float16); });
@@ -250,7 +254,8 @@ TEST(CheckpointRefitNegative, MissingWrongShapeWrongDtypeRenamedMalformed) {
 
 namespace {
 
-ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, const std::string& scope = "") {
+ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+              const std::string& scope = "") {
   ir::Node n;
   n.name = name;
   n.op_type = op;
@@ -286,7 +291,8 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
     s.type = e.type = a.type = ir::AttrType::Ints;
     s.name = "starts", e.name = "ends", a.name = "axes";
     s.ints = {0}, e.ints = {n}, a.ints = {0};
-    b.steps.push_back({"", "Slice", 1, {{"starts", s}, {"ends", e}, {"axes", a}}, {{plan::Operand::Kind::Source, 0}}, 0});
+    b.steps.push_back(
+        {"", "Slice", 1, {{"starts", s}, {"ends", e}, {"axes", a}}, {{plan::Operand::Kind::Source, 0}}, 0});
     return transforms::apply_binding(b, {t}, t.dtype(), {n, t.dim(1)}).clone();
   };
   g.initializers["pos"] = slice(ck["wpe.weight"], 5);
@@ -303,7 +309,8 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   ax1.i = 1;
   Tensor qt = transposed("q.weight"), kt = transposed("k.weight"), vt = transposed("v.weight");
   g.initializers["qkv"] = transforms::evaluate_op("", "Concat", 13, {{"axis", ax1}}, {&qt, &kt, &vt}, 1)[0];
-  g.initializers["gate_up"] = transforms::evaluate_op("", "Concat", 13, {{"axis", ax0}}, {&ck["gate.weight"], &ck["up.weight"]}, 1)[0];
+  g.initializers["gate_up"] =
+      transforms::evaluate_op("", "Concat", 13, {{"axis", ax0}}, {&ck["gate.weight"], &ck["up.weight"]}, 1)[0];
   g.nodes = {node("n0", "Add", {"x", "pos"}),
              node("n1", "MatMul", {"n0_out", "val_7"}),
              node("n2", "Mul", {"x16", "scale16"}),
@@ -327,7 +334,8 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   EXPECT_EQ(at(3, 1).checkpoint.at(0).name, "a.norm.weight");  // merged zeros split by scope
   EXPECT_EQ(at(4, 1).checkpoint.at(0).name, "b.norm.weight");
   EXPECT_EQ(at(5, 1).status, plan::Binding::Status::Unbound);
-  EXPECT_NE(at(5, 1).note.find("values differ from checkpoint tensor 'conv.weight'"), std::string::npos) << at(5, 1).note;
+  EXPECT_NE(at(5, 1).note.find("values differ from checkpoint tensor 'conv.weight'"), std::string::npos)
+      << at(5, 1).note;
   // A table of no provable structure is unbound, never a literal by guess; the all-zero mask is
   // a structural constant.
   EXPECT_EQ(at(6, 1).status, plan::Binding::Status::Unbound);
@@ -345,16 +353,19 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   {
     std::vector<Tensor> ins;
     for (const auto& in : at(8, 1).checkpoint) ins.push_back(ck[in.name]);
-    EXPECT_TRUE(transforms::bit_equal(transforms::apply_binding(at(8, 1), ins, DType::Float32, {8, 8}), g.initializers["qkv"]));
+    EXPECT_TRUE(
+        transforms::bit_equal(transforms::apply_binding(at(8, 1), ins, DType::Float32, {8, 8}), g.initializers["qkv"]));
   }
   // The binding replays on new values: the slice of a new table is the new source.
   Tensor wpe_b = random_f32({16, 8}, 11);
-  EXPECT_TRUE(transforms::bit_equal(transforms::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));
+  EXPECT_TRUE(
+      transforms::bit_equal(transforms::apply_binding(at(0, 1), {wpe_b}, DType::Float32, {5, 8}), slice(wpe_b, 5)));
   // --strict-binding: a literal the user declared must be structural or proven.
   build::BindOptions strict;
   strict.strict = true;
   strict.user_literals = {"rope_cache"};
-  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {"rope_cache"}, c, strict); }).find("rope_cache"), std::string::npos);
+  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {"rope_cache"}, c, strict); }).find("rope_cache"),
+            std::string::npos);
   strict.user_literals = {"mask"};
   EXPECT_EQ(error_of([&] { build::bind_checkpoint(g, {"mask"}, c, strict); }), "");
   // Scopes from old-style node names decide too.

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
@@ -162,8 +162,12 @@ TEST(ConvFusion, PassesOnHandMadeGraph) {
   node("m", "Mul", {"r1", "two"}, "y2");
   node("c4", "Conv", {"x", "w4"}, "c4");
   node("c5", "Conv", {"c4", "w5", "b5"}, "y3");
-  g.initializers = {{"w1", random({16, 8, 3, 3}, 1)}, {"b1", random({16}, 2)}, {"w2", random({16, 16, 1, 1}, 3)},
-                    {"b2", random({16}, 4)},         {"w4", random({8, 8, 3, 3}, 5)}, {"w5", random({4, 8, 3, 3}, 6)},
+  g.initializers = {{"w1", random({16, 8, 3, 3}, 1)},
+                    {"b1", random({16}, 2)},
+                    {"w2", random({16, 16, 1, 1}, 3)},
+                    {"b2", random({16}, 4)},
+                    {"w4", random({8, 8, 3, 3}, 5)},
+                    {"w5", random({4, 8, 3, 3}, 6)},
                     {"b5", random({4}, 7)}};
   float two = 2.0f;
   g.initializers["two"] = Tensor::copy_of(DType::Float32, {}, &two);
@@ -181,7 +185,7 @@ TEST(ConvFusion, PassesOnHandMadeGraph) {
   ASSERT_TRUE(by_name.count("c1") && by_name.count("c2") && by_name.count("c4") && by_name.count("c5"));
   EXPECT_EQ(by_name["c1"]->attr_string("activation", ""), "Relu");
   EXPECT_FALSE(by_name["c1"]->has_attr("y_layout"));  // r1 is also read by the Mul
-  EXPECT_EQ(by_name["c2"]->inputs.size(), 4u);          // Z = r1
+  EXPECT_EQ(by_name["c2"]->inputs.size(), 4u);        // Z = r1
   EXPECT_FALSE(by_name["c2"]->has_attr("y_layout"));  // y1 is a graph output
   EXPECT_EQ(by_name["c4"]->attr_string("y_layout", ""), "NHWC");
   EXPECT_EQ(by_name["c5"]->attr_string("x_layout", ""), "NHWC");

@@ -16,7 +16,7 @@
 #include <random>
 
 #include "backends/cpu/dnnl_conv.h"
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "ops/registry.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
@@ -43,15 +43,16 @@ Tensor to_native(const Tensor& t) {
   if (l == cpu::ActLayout::Nchw) return t;
   const int64_t b = l == cpu::ActLayout::Blocked ? cpu::activation_block() : 1;
   const Shape& s = t.shape();
-  Tensor o = Tensor::empty(t.dtype(), l == cpu::ActLayout::Blocked ? Shape{s[0], s[1] / b, s[2], s[3], b}
-                                                                    : Shape{s[0], s[2], s[3], s[1]});
+  Tensor o = Tensor::empty(
+      t.dtype(), l == cpu::ActLayout::Blocked ? Shape{s[0], s[1] / b, s[2], s[3], b} : Shape{s[0], s[2], s[3], s[1]});
   const size_t e = dtype_size(t.dtype());
   for (int64_t n = 0; n < s[0]; ++n)
     for (int64_t c = 0; c < s[1]; ++c)
       for (int64_t h = 0; h < s[2]; ++h)
         for (int64_t w = 0; w < s[3]; ++w) {
-          const int64_t at = l == cpu::ActLayout::Blocked ? (((n * (s[1] / b) + c / b) * s[2] + h) * s[3] + w) * b + c % b
-                                                          : ((n * s[2] + h) * s[3] + w) * s[1] + c;
+          const int64_t at = l == cpu::ActLayout::Blocked
+                                 ? (((n * (s[1] / b) + c / b) * s[2] + h) * s[3] + w) * b + c % b
+                                 : ((n * s[2] + h) * s[3] + w) * s[1] + c;
           std::memcpy(static_cast<char*>(o.mutable_raw()) + e * at,
                       static_cast<const char*>(t.raw()) + e * (((n * s[1] + c) * s[2] + h) * s[3] + w), e);
         }
@@ -67,7 +68,8 @@ Tensor run(const std::string& domain, const std::string& op, int opset, std::vec
 void expect_near(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
-  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_NEAR(got.as_double(i), want.as_double(i), tol) << what << " at " << i;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.as_double(i), want.as_double(i), tol) << what << " at " << i;
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <random>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/plan_engine.h"
@@ -51,7 +51,8 @@ struct Subject {
 TEST(CorruptModels, TruncatedAndBitFlippedModelsFailCleanly) {
   const std::vector<Subject> subjects = {
       {"llama", "llama/dynamo/A/model.onnx", {{"input_ids", "llama/inputs/b1_s7/input_ids.npy"}}},
-      {"bert", "bert/torch113_fold_dynamic/A/model.onnx",
+      {"bert",
+       "bert/torch113_fold_dynamic/A/model.onnx",
        {{"input_ids", "bert/inputs/b1_s7/input_ids.npy"}, {"attention_mask", "bert/inputs/b1_s7/attention_mask.npy"}}},
       {"cnn", "cnn/dynamo/A/model.onnx", {{"pixel_values", "cnn/inputs/b1/pixel_values.npy"}}},
   };

@@ -12,17 +12,17 @@
 #include <random>
 
 #include "backends/cpu/gemv.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/half.h"
 #include "core/simd.h"
 #include "plan/plan_io.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/model_references.h"
 #include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
+#include "transforms/recipe.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -37,9 +37,12 @@ namespace {
 double half_value(uint16_t h) {
   const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   double v;
-  if (exp == 31) v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
-  else if (exp == 0) v = std::ldexp(static_cast<double>(mant), -24);
-  else v = std::ldexp(1.0 + mant / 1024.0, exp - 15);
+  if (exp == 31)
+    v = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  else if (exp == 0)
+    v = std::ldexp(static_cast<double>(mant), -24);
+  else
+    v = std::ldexp(1.0 + mant / 1024.0, exp - 15);
   return sign ? -v : v;
 }
 
@@ -77,7 +80,8 @@ TEST(Half, FromFloatRoundsToNearestEvenAtEveryBoundary) {
       ASSERT_EQ(static_cast<double>(fm), mid) << "midpoint not exact in float32";
       const uint16_t even = (a & 1) ? hb : ha;
       ASSERT_EQ(float16::from_float(fm), even) << std::hex << ha;
-      const float toward_a = std::nextafter(fm, static_cast<float>(va)), toward_b = std::nextafter(fm, sign ? -1e30f : 1e30f);
+      const float toward_a = std::nextafter(fm, static_cast<float>(va)),
+                  toward_b = std::nextafter(fm, sign ? -1e30f : 1e30f);
       ASSERT_EQ(float16::from_float(toward_a), ha) << std::hex << ha;
       ASSERT_EQ(float16::from_float(toward_b), hb) << std::hex << ha;
     }
@@ -116,7 +120,8 @@ TEST(Half, AgreesWithF16c) {
     ASSERT_EQ(float16::from_float(f), f16c_from(f)) << std::hex << b;
   }
   for (uint32_t h = 0; h < 65536; ++h)
-    ASSERT_EQ(float_to_bits(float16::to_float(static_cast<uint16_t>(h))), float_to_bits(f16c_to(static_cast<uint16_t>(h))))
+    ASSERT_EQ(float_to_bits(float16::to_float(static_cast<uint16_t>(h))),
+              float_to_bits(f16c_to(static_cast<uint16_t>(h))))
         << std::hex << h;
 }
 #endif
@@ -135,8 +140,10 @@ std::vector<float> gemv_scalar(int64_t M, int64_t N, int64_t K, const std::vecto
       float a = 0.0f;
       for (int64_t k = 0; k < K; ++k) {
         const float xv = x[r * ldx + k], wv = float16::to_float(w[k * N + j]);
-        if (k == 0) a = xv * wv;
-        else if (fma) a = std::fma(xv, wv, a);
+        if (k == 0)
+          a = xv * wv;
+        else if (fma)
+          a = std::fma(xv, wv, a);
         else {
           const volatile float p = xv * wv;  // no contraction into an FMA
           a = a + p;
@@ -175,8 +182,8 @@ TEST(GemvFp16, EverySimdLevelMatchesItsScalarReferenceBitForBit) {
               for (int64_t j = 0; j < ldy; ++j) {
                 const float expect = j < N ? want[r * ldy + j] : -7.0f;  // the row padding is untouched
                 ASSERT_EQ(float_to_bits(y[r * ldy + j]), float_to_bits(expect))
-                    << "level " << static_cast<int>(level) << " M=" << M << " K=" << K << " N=" << N << " threads="
-                    << threads << " at " << r << "," << j << ": " << y[r * ldy + j] << " vs " << expect;
+                    << "level " << static_cast<int>(level) << " M=" << M << " K=" << K << " N=" << N
+                    << " threads=" << threads << " at " << r << "," << j << ": " << y[r * ldy + j] << " vs " << expect;
               }
           }
         }
@@ -269,7 +276,8 @@ TEST(Fp16Plan, OutputsCloseToFp32Plan) {
     runtime::PlanEngine f16(round_trip(build::build_plan(g, o)));
     o.precision = plan::Precision::Bf16;
     runtime::PlanEngine bf16(round_trip(build::build_plan(g, o)));
-    auto y32 = f32.run(synth::synthetic_llama_inputs(seq)), y16 = f16.run(synth::synthetic_llama_inputs(seq)), yb = bf16.run(synth::synthetic_llama_inputs(seq));
+    auto y32 = f32.run(synth::synthetic_llama_inputs(seq)), y16 = f16.run(synth::synthetic_llama_inputs(seq)),
+         yb = bf16.run(synth::synthetic_llama_inputs(seq));
     ASSERT_EQ(y32.size(), y16.size());
     for (size_t i = 0; i < y32.size(); ++i) {
       const double e16 = relative_error(y16[i], y32[i]), eb = relative_error(yb[i], y32[i]);
@@ -358,6 +366,7 @@ TEST(Fp16Plan, RefitRefusesAWeightBeyondFloat16Range) {
     }
     const auto after = engine.run(synth::synthetic_llama_inputs(1));
     ASSERT_EQ(before.size(), after.size());
-    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(transforms::bit_equal(before[i], after[i])) << "output " << i;
+    for (size_t i = 0; i < before.size(); ++i)
+      EXPECT_TRUE(transforms::bit_equal(before[i], after[i])) << "output " << i;
   }
 }

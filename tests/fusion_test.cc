@@ -13,18 +13,17 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/npy.h"
 #include "core/simd.h"
 #include "onnx/importer.h"
-#include "runtime/engine.h"
 #include "refit/refitter.h"
+#include "runtime/engine.h"
 #include "runtime/plan_engine.h"
 
 using namespace reforge;
@@ -91,11 +90,13 @@ TEST_P(FusionModels, FusesAndMatchesReference) {
     runtime::PlanEngine engine(std::move(p));
     for (const auto& set : e.at("input_sets")) {
       std::map<std::string, Tensor> feeds;
-      for (const auto& [name, file] : set.at("inputs").items()) feeds[name] = read_npy((kModelsDir / file.get<std::string>()).string());
+      for (const auto& [name, file] : set.at("inputs").items())
+        feeds[name] = read_npy((kModelsDir / file.get<std::string>()).string());
       std::vector<Tensor> out = engine.run(feeds);
       size_t k = 0;
       for (const auto& name : e.at("outputs")) {
-        Tensor ref = read_npy((kModelsDir / set.at("reference").at(name.get<std::string>()).get<std::string>()).string());
+        Tensor ref =
+            read_npy((kModelsDir / set.at("reference").at(name.get<std::string>()).get<std::string>()).string());
         EXPECT_LE(max_abs_diff(out[k++], ref), 1e-4) << "output " << name << ", input set " << set.at("name");
       }
     }
@@ -116,8 +117,9 @@ TEST(FusionModelsList, NotEmpty) { EXPECT_GE(transformer_exports().size(), 30u);
 
 INSTANTIATE_TEST_SUITE_P(Exports, FusionModels, ::testing::ValuesIn(transformer_exports()),
                          [](const ::testing::TestParamInfo<nlohmann::json>& i) {
-                           return i.param.at("model").get<std::string>() + "_" + i.param.at("export").get<std::string>() +
-                                  "_" + i.param.at("weights").get<std::string>();
+                           return i.param.at("model").get<std::string>() + "_" +
+                                  i.param.at("export").get<std::string>() + "_" +
+                                  i.param.at("weights").get<std::string>();
                          });
 
 // ---------------------------------------------------------------------------------------------
@@ -169,7 +171,8 @@ struct GraphBuilder {
     g.initializers[name] = std::move(t);
     return name;
   }
-  std::string op(const std::string& type, std::vector<std::string> ins, std::map<std::string, ir::Attribute> attrs = {}) {
+  std::string op(const std::string& type, std::vector<std::string> ins,
+                 std::map<std::string, ir::Attribute> attrs = {}) {
     std::string name = type + "_" + std::to_string(next++);
     ir::Node n;
     n.name = name;
@@ -210,8 +213,10 @@ ir::Graph rms_graph(float exponent, bool eps_before_mean, bool weight_as_init, i
   std::string p = b.op("Pow", {"x", b.constant(scalar_f(exponent))});
   std::string eps = b.constant(scalar_f(1e-6f));
   std::string m;
-  if (eps_before_mean) m = b.op("ReduceMean", {b.op("Add", {p, eps}), b.constant(ints({axis}))});
-  else m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({axis}))}), eps});
+  if (eps_before_mean)
+    m = b.op("ReduceMean", {b.op("Add", {p, eps}), b.constant(ints({axis}))});
+  else
+    m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({axis}))}), eps});
   std::string r = b.op("Reciprocal", {b.op("Sqrt", {m})});
   std::string y = b.op("Mul", {"x", r});
   Tensor w = random_f({48}, 7);
@@ -235,8 +240,8 @@ TEST(FusionRmsNorm, FusesAndMatches) {
 
 TEST(FusionRmsNorm, NearMissesStayUnfused) {
   std::map<std::string, Tensor> feeds = {{"x", random_f({2, 5, 48}, 1, -3, 3)}};
-  EXPECT_EQ(check_fused_vs_unfused(rms_graph(3.0f, false, false), feeds, 1e-5)["reforge::RmsNorm"], 0);  // x^3
-  EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, true, false), feeds, 1e-5)["reforge::RmsNorm"], 0);   // eps first
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(3.0f, false, false), feeds, 1e-5)["reforge::RmsNorm"], 0);     // x^3
+  EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, true, false), feeds, 1e-5)["reforge::RmsNorm"], 0);      // eps first
   EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, false, false, 1), feeds, 1e-5)["reforge::RmsNorm"], 0);  // axis 1
 }
 
@@ -304,7 +309,9 @@ TEST(FusionGelu, BothFormsFuseAndNearMissesDoNot) {
     EXPECT_EQ(p.graph.nodes[0].op_type, "Gelu");
     EXPECT_EQ(p.graph.nodes[0].inputs.size(), 4u);
   }
-  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5, plan::BuildMode::Refit)["reforge::Gelu"], 1);
+  EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5,
+                                   plan::BuildMode::Refit)["reforge::Gelu"],
+            1);
   EXPECT_EQ(check_fused_vs_unfused(gelu_erf_graph(1.4142135f, 0.5f, true), feeds, 1e-5)["reforge::Gelu"], 1);
   // Refit the 0.5 to 0.25: the fused engine follows the new value exactly like the unfused graph.
   {
@@ -346,8 +353,8 @@ TEST(FusionSilu, SiluAndSwiGlu) {
 }
 
 // Attention as the exporters write it. q: [B,Sq,Hq,D] -> Transpose; k: [B,Hkv,Sk,D] (repeat_kv when
-// Hkv < Hq) -> Transpose(0,1,3,2); v: [B,Sk,Hkv,D] -> Transpose -> repeat_kv; scores / sqrt(D) + mask; softmax; PV; output
-// transpose to [B,Sq,Hq,D].
+// Hkv < Hq) -> Transpose(0,1,3,2); v: [B,Sk,Hkv,D] -> Transpose -> repeat_kv; scores / sqrt(D) + mask; softmax; PV;
+// output transpose to [B,Sq,Hq,D].
 struct AttnCase {
   int64_t B, Hq, Hkv, Sq, Sk, D;
   std::string mask;  // "", "add", "where"
@@ -374,8 +381,10 @@ ir::Graph attention_graph(const AttnCase& c, bool as_matmul_only = false) {
   }
   std::string kt = b.op("Transpose", {k}, {{"perm", ir::ints_attr("perm", {0, 1, 3, 2})}});
   std::string s = b.op("MatMul", {q, kt});
-  if (c.mul_scale) s = b.op("Mul", {b.constant(scalar_f(1.0f / std::sqrt(float(c.D)))), s});
-  else s = b.op("Div", {s, b.constant(scalar_f(std::sqrt(float(c.D))))});
+  if (c.mul_scale)
+    s = b.op("Mul", {b.constant(scalar_f(1.0f / std::sqrt(float(c.D)))), s});
+  else
+    s = b.op("Div", {s, b.constant(scalar_f(std::sqrt(float(c.D))))});
   if (c.mask == "add" || c.mask == "causal") {
     b.input("mask");
     s = b.op("Add", {s, "mask"});
@@ -415,15 +424,16 @@ std::map<std::string, Tensor> attention_feeds(const AttnCase& c) {
 
 TEST(FusionAttention, MatchesUnfusedAcrossShapes) {
   const std::vector<AttnCase> cases = {
-      {1, 4, 4, 7, 7, 16, "add"},   {2, 4, 2, 5, 5, 16, "add"},   {1, 8, 2, 33, 33, 64, "where"},
+      {1, 4, 4, 7, 7, 16, "add"},   {2, 4, 2, 5, 5, 16, "add"},         {1, 8, 2, 33, 33, 64, "where"},
       {1, 4, 1, 1, 19, 32, ""},     {2, 2, 2, 40, 40, 20, "add", true}, {1, 16, 4, 128, 128, 64, "add"},
-      {1, 3, 3, 3, 70, 8, "where"},  {1, 4, 2, 100, 100, 32, "causal"}, {2, 2, 1, 1, 50, 16, "causal"},
+      {1, 3, 3, 3, 70, 8, "where"}, {1, 4, 2, 100, 100, 32, "causal"},  {2, 2, 1, 1, 50, 16, "causal"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(testing::Message() << "B" << c.B << " Hq" << c.Hq << " Hkv" << c.Hkv << " Sq" << c.Sq << " Sk" << c.Sk
                                     << " D" << c.D << " mask '" << c.mask << "'");
     for (int threads : {1, 2}) {
-      auto counts = check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5, plan::BuildMode::Baked, threads);
+      auto counts =
+          check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5, plan::BuildMode::Baked, threads);
       EXPECT_EQ(counts["reforge::Attention"], 1);
       EXPECT_EQ(counts.size(), 1u) << "everything but the attention should be absorbed";
     }
@@ -455,8 +465,8 @@ ir::Graph rotary_graph(int64_t S, int64_t D, int64_t split) {
   std::string sin = b.constant(random_f({1, 1, S, D}, 22));
   std::string hi = b.op("Slice", {x, b.constant(ints({split})), b.constant(ints({INT64_MAX})), b.constant(ints({3})),
                                   b.constant(ints({1}))});
-  std::string lo = b.op("Slice", {x, b.constant(ints({0})), b.constant(ints({split})), b.constant(ints({3})),
-                                  b.constant(ints({1}))});
+  std::string lo = b.op(
+      "Slice", {x, b.constant(ints({0})), b.constant(ints({split})), b.constant(ints({3})), b.constant(ints({1}))});
   std::string cat = b.op("Concat", {b.op("Neg", {hi}), lo}, {{"axis", ir::int_attr("axis", -1)}});
   b.output(b.op("Add", {b.op("Mul", {x, cos}), b.op("Mul", {cat, sin})}));
   return b.g;

@@ -26,9 +26,12 @@ namespace {
 
 using Target = int (*)(const uint8_t*, size_t);
 const std::map<std::string, Target>& targets() {
-  static const std::map<std::string, Target> t = {
-      {"onnx", reforge_fuzz_onnx},   {"plan", reforge_fuzz_plan}, {"safetensors", reforge_fuzz_safetensors},
-      {"shard_index", reforge_fuzz_shard_index}, {"npy", reforge_fuzz_npy}, {"bind_file", reforge_fuzz_bind_file}};
+  static const std::map<std::string, Target> t = {{"onnx", reforge_fuzz_onnx},
+                                                  {"plan", reforge_fuzz_plan},
+                                                  {"safetensors", reforge_fuzz_safetensors},
+                                                  {"shard_index", reforge_fuzz_shard_index},
+                                                  {"npy", reforge_fuzz_npy},
+                                                  {"bind_file", reforge_fuzz_bind_file}};
   return t;
 }
 

@@ -3,8 +3,9 @@
 // multiple of the 256-k summation block, strided X and Y), at every SIMD level this CPU has.
 // Results must not depend on the thread count, nor on how many rows share the product (rows
 // below and above gemv_panels_max_rows() sum in the same order): both are asserted bit for bit.
-#include <gtest/gtest.h>
+#include "backends/cpu/gemv_panels.h"
 
+#include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
@@ -15,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/gemv_panels.h"
 #include "backends/cpu/sgemm_panels.h"
 #include "core/dtype.h"
 #include "core/half.h"
@@ -49,8 +49,8 @@ struct Panels {
 // Checks y (row stride ldy) against X (row stride ldx) x W + bias in float64: each element within
 // 1e-5 of the sum of |terms| (float32 rounding of a K-term sum stays far below that).
 void expect_matches_reference(int64_t M, int64_t N, int64_t K, const std::vector<float>& x, int64_t ldx,
-                              const std::vector<float>& w, const float* bias, const std::vector<float>& y,
-                              int64_t ldy, const std::string& what) {
+                              const std::vector<float>& w, const float* bias, const std::vector<float>& y, int64_t ldy,
+                              const std::string& what) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double ref = bias ? bias[n] : 0.0, mag = bias ? std::fabs(bias[n]) : 0.0;
@@ -74,7 +74,8 @@ TEST(GemvPanels, OddSizesThreadsAndSimdLevels) {
         for (int64_t K : {1, 3, 64, 300})
           for (bool with_bias : {false, true}) {
             const int64_t ldx = K + 3, ldy = N + 5;
-            const std::vector<float> x = random_floats(M * ldx, 1), w = random_floats(K * N, 2), b = random_floats(N, 3);
+            const std::vector<float> x = random_floats(M * ldx, 1), w = random_floats(K * N, 2),
+                                     b = random_floats(N, 3);
             Panels panels(w, K, N);
             const std::string what = std::string(test_support::simd_level_name(level)) + " M=" + std::to_string(M) +
                                      " N=" + std::to_string(N) + " K=" + std::to_string(K) + (with_bias ? " bias" : "");
@@ -87,8 +88,11 @@ TEST(GemvPanels, OddSizesThreadsAndSimdLevels) {
               expect_matches_reference(M, N, K, x, ldx, w, with_bias ? b.data() : nullptr, y, ldy, what);
               for (int64_t m = 0; m < M; ++m)
                 for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[m * ldy + n], -7.0f) << what << ": wrote past N";
-              if (threads == 1) y1 = y;
-              else ASSERT_EQ(std::memcmp(y1.data(), y.data(), y.size() * sizeof(float)), 0) << what << ": 1 and 2 threads differ";
+              if (threads == 1)
+                y1 = y;
+              else
+                ASSERT_EQ(std::memcmp(y1.data(), y.data(), y.size() * sizeof(float)), 0)
+                    << what << ": 1 and 2 threads differ";
             }
           }
   }
@@ -128,8 +132,8 @@ TEST(GemvPanels, SgemmPanelsDispatchAndRowIndependence) {
       cpu::sgemm_panels(1, N, K, x.data() + m * ldx, ldx, panels.data, b.data(), alone.data() + m * ldy, ldy, 1);
     for (int64_t M : {1, 6, 7, 13, 40})
       for (int threads : {1, 2}) {
-        const std::string what = std::string(test_support::simd_level_name(level)) + " sgemm_panels M=" +
-                                 std::to_string(M) + " threads=" + std::to_string(threads);
+        const std::string what = std::string(test_support::simd_level_name(level)) +
+                                 " sgemm_panels M=" + std::to_string(M) + " threads=" + std::to_string(threads);
         std::vector<float> y(static_cast<size_t>(M * ldy));
         cpu::sgemm_panels(M, N, K, x.data(), ldx, panels.data, b.data(), y.data(), ldy, threads);
         expect_matches_reference(M, N, K, x, ldx, w, b.data(), y, ldy, what);
@@ -154,7 +158,8 @@ TEST(GemvPanels, SgemmPanelsThreadsSplitThePanelsOfEveryRow) {
     widened[i] = bfloat16::to_float(w16[i]);
   }
   Panels p32(w, K, N), p32w(widened, K, N);
-  auto* p16 = static_cast<uint16_t*>(std::aligned_alloc(64, (static_cast<size_t>(cpu::panel_floats(K, N)) * 2 + 63) / 64 * 64));
+  auto* p16 =
+      static_cast<uint16_t*>(std::aligned_alloc(64, (static_cast<size_t>(cpu::panel_floats(K, N)) * 2 + 63) / 64 * 64));
   cpu::pack_panels16(w16.data(), K, N, false, p16);
   for (SimdLevel level : test_support::simd_levels()) {
     SimdOverride cap(level);
@@ -255,8 +260,8 @@ TEST(GemvPanels, SixteenBitPanelsEqualFloat32PanelsOfTheWidenedWeights) {
               const int64_t ldx = K + 1, ldy = N + 3;
               const std::vector<float> x = random_floats(M * ldx, 13);
               const std::string what = std::string(dtype_name(dt)) + " " + test_support::simd_level_name(level) +
-                                       " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
-                                       std::to_string(K) + (transposed ? " transposed" : "");
+                                       " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                                       " K=" + std::to_string(K) + (transposed ? " transposed" : "");
               std::vector<float> want(static_cast<size_t>(M * ldy), -7.0f);
               cpu::sgemm_panels(M, N, K, x.data(), ldx, p32.data, b.data(), want.data(), ldy, 1);
               expect_matches_reference(M, N, K, x, ldx, widened, b.data(), want, ldy, what);

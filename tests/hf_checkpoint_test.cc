@@ -19,25 +19,25 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "build/binding.h"
-#include "build/onnx_refit.h"
+#include "builder/binding.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
+#include "onnx/exporter.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
 #include "refit/checkpoint_refit.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
-#include "onnx/exporter.h"
 #include "runtime/plan_engine.h"
-#include "support/engine_checks.h"
-#include "support/synthetic_checkpoint.h"
 #include "support/cli.h"
+#include "support/engine_checks.h"
 #include "support/plan_round_trip.h"
+#include "support/synthetic_checkpoint.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
+using test_support::checkpoint_of;
 using test_support::derived_weight_hashes;
 using test_support::error_of;
-using test_support::checkpoint_of;
 using test_support::random_f32;
 using test_support::round_trip;
 namespace fs = std::filesystem;
@@ -63,7 +63,8 @@ std::vector<HfCase> hf_cases() {
 
 std::map<std::string, Tensor> inputs_of(const std::string& model) {
   std::map<std::string, Tensor> in;
-  for (const auto& e : fs::directory_iterator(kHf / model / "inputs")) in[e.path().stem().string()] = read_npy(e.path().string());
+  for (const auto& e : fs::directory_iterator(kHf / model / "inputs"))
+    in[e.path().stem().string()] = read_npy(e.path().string());
   return in;
 }
 
@@ -94,10 +95,10 @@ plan::Plan build_bound(const std::string& model, bool strip) {
 
 void refit_from_checkpoint(runtime::PlanEngine& e, const std::string& path) {
   refit::Refitter r(e);
-  for (const auto& [id, t] : refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open(path)).sources) r.set_source(id, t);
+  for (const auto& [id, t] : refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open(path)).sources)
+    r.set_source(id, t);
   r.commit();
 }
-
 
 }  // namespace
 
@@ -117,11 +118,13 @@ TEST_P(HfCheckpointRefit, BoundToARefitFromBMatchesPyTorch) {
     for (const auto& s : p.sources) {
       EXPECT_NE(s.binding.status, plan::Binding::Status::Unbound) << s.key << ": " << s.binding.note;
       if (c.step == "constant")
-        derivation |= s.binding.status == plan::Binding::Status::Constant && s.binding.reason == plan::Binding::Reason::Proven &&
+        derivation |= s.binding.status == plan::Binding::Status::Constant &&
+                      s.binding.reason == plan::Binding::Reason::Proven &&
                       s.binding.rule.find(c.checkpoint_tensor) != std::string::npos;
       else
         for (const auto& st : s.binding.steps)
-          derivation |= st.op_type == c.step && !s.binding.checkpoint.empty() && s.binding.checkpoint[0].name == c.checkpoint_tensor;
+          derivation |= st.op_type == c.step && !s.binding.checkpoint.empty() &&
+                        s.binding.checkpoint[0].name == c.checkpoint_tensor;
     }
     EXPECT_TRUE(derivation) << c.name << ": no source bound by " << c.step << " of " << c.checkpoint_tensor;
     runtime::PlanEngine e(std::move(p));
@@ -135,7 +138,8 @@ TEST_P(HfCheckpointRefit, BoundToARefitFromBMatchesPyTorch) {
     // A refit from B's re-exported ONNX gives the same engine weights, bit for bit.
     runtime::PlanEngine from_onnx(round_trip(build_bound(c.name, strip)));
     refit::Refitter r(from_onnx);
-    for (const auto& [id, t] : build::read_sources_from_onnx(from_onnx.plan(), onnx_path(c.name, "B"))) r.set_source(id, t);
+    for (const auto& [id, t] : build::read_sources_from_onnx(from_onnx.plan(), onnx_path(c.name, "B")))
+      r.set_source(id, t);
     r.commit();
     EXPECT_EQ(derived_weight_hashes(from_onnx), derived_weight_hashes(e));
   }
@@ -160,8 +164,8 @@ INSTANTIATE_TEST_SUITE_P(Transformers, HfCheckpointRefit, ::testing::ValuesIn(hf
 
 namespace {
 
-ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
-              const std::string& scope) {
+ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins,
+              std::vector<std::string> outs, const std::string& scope) {
   ir::Node n;
   n.name = name;
   n.op_type = op;
@@ -245,13 +249,14 @@ TEST(HfCheckpointCli, RefusalsEndInAClearErrorAndNoOutputFile) {
   };
   const std::string gpt2 = onnx_path("gpt2", "A");
   // A wrong checkpoint (BERT's for GPT-2): under half of the sources bind.
-  auto r = run_cli("build " + gpt2 + " --refit --checkpoint " + ckpt_path("bert", "A") + " -o " + (dir / "wrong.plan").string());
+  auto r = run_cli("build " + gpt2 + " --refit --checkpoint " + ckpt_path("bert", "A") + " -o " +
+                   (dir / "wrong.plan").string());
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--allow-partial-binding"), std::string::npos) << r.output;
   only_inputs_left(0);
   // A --bind name that is no initializer: the nearest names.
-  r = run_cli("build " + gpt2 + " --refit --checkpoint " + ckpt_path("gpt2", "A") + " --bind embeding_1=transformer.wpe.weight -o " +
-              (dir / "typo.plan").string());
+  r = run_cli("build " + gpt2 + " --refit --checkpoint " + ckpt_path("gpt2", "A") +
+              " --bind embeding_1=transformer.wpe.weight -o " + (dir / "typo.plan").string());
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("'embedding_1'"), std::string::npos) << r.output;
   only_inputs_left(0);
@@ -262,8 +267,8 @@ TEST(HfCheckpointCli, RefusalsEndInAClearErrorAndNoOutputFile) {
   reforge::onnx::write_model_file(affine_of_bias_model(a), (dir / "affine.onnx").string());
   refit::write_safetensors((dir / "a.safetensors").string(), a);
   refit::write_safetensors((dir / "b.safetensors").string(), b);
-  r = run_cli("build " + (dir / "affine.onnx").string() + " --refit --strip-weights --checkpoint " + (dir / "a.safetensors").string() +
-              " -o " + (dir / "p.plan").string());
+  r = run_cli("build " + (dir / "affine.onnx").string() + " --refit --strip-weights --checkpoint " +
+              (dir / "a.safetensors").string() + " -o " + (dir / "p.plan").string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("unbound val_2"), std::string::npos) << r.output;
   only_inputs_left(4);
@@ -293,7 +298,8 @@ TEST(HfCheckpointCli, InspectListsLiteralReasons) {
   if (!fs::exists(kHf / "llama")) GTEST_SKIP() << "models/hf not present";
   using test_support::run_cli;
   fs::path plan = fs::temp_directory_path() / ("reforge_hf_inspect_" + std::to_string(::getpid()) + ".plan");
-  auto r = run_cli("build " + onnx_path("llama", "A") + " --refit --checkpoint " + ckpt_path("llama", "A") + " -o " + plan.string());
+  auto r = run_cli("build " + onnx_path("llama", "A") + " --refit --checkpoint " + ckpt_path("llama", "A") + " -o " +
+                   plan.string());
   ASSERT_EQ(r.status, 0) << r.output;
   r = run_cli("inspect " + plan.string() + " --json");
   ASSERT_EQ(r.status, 0) << r.output;
@@ -308,7 +314,7 @@ TEST(HfCheckpointCli, InspectListsLiteralReasons) {
     }
     structural += l.at("reason") == "structural";
   }
-  EXPECT_GE(proven, 2u);  // the rotary cos and sin tables
+  EXPECT_GE(proven, 2u);      // the rotary cos and sin tables
   EXPECT_GE(structural, 1u);  // the causal mask, eps, exponents
   EXPECT_TRUE(j.at("unbound").empty());
   fs::remove(plan);

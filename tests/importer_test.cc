@@ -1,4 +1,6 @@
 // Importer tests on hand-built ModelProtos: value forms, external data, and hostile input.
+#include "onnx/importer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -6,7 +8,6 @@
 #include <fstream>
 
 #include "core/npy.h"
-#include "onnx/importer.h"
 #include "onnx/proto/onnx.pb.h"
 #include "runtime/engine.h"
 

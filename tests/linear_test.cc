@@ -3,6 +3,8 @@
 // reference on odd sizes; --precision bf16 plans against the framework's reference outputs; and
 // refit of fp32, bf16 and fp16 plans, which must re-pack the weights: a plan refit from weights B
 // equals a fresh build from B bit for bit, weights and outputs.
+#include "ops/linear.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,23 +12,22 @@
 #include <limits>
 #include <random>
 
-#include "build/builder.h"
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/half.h"
 #include "core/simd.h"
-#include "ops/linear.h"
 #include "ops/registry.h"
 #include "plan/plan_io.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/model_references.h"
 #include "support/plan_round_trip.h"
-#include "support/synthetic_llama.h"
 #include "support/simd_levels.h"
+#include "support/synthetic_llama.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 using test_support::round_trip;
@@ -41,8 +42,10 @@ Tensor random_tensor(DType dt, Shape shape, uint32_t seed) {
   if (dt == DType::Float32) return t;
   Tensor h = Tensor::empty(dt, t.shape());
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (dt == DType::BFloat16) h.mutable_data<bfloat16>()[i] = bfloat16(t.data<float>()[i]);
-    else h.mutable_data<float16>()[i] = float16(t.data<float>()[i]);
+    if (dt == DType::BFloat16)
+      h.mutable_data<bfloat16>()[i] = bfloat16(t.data<float>()[i]);
+    else
+      h.mutable_data<float16>()[i] = float16(t.data<float>()[i]);
   }
   return h;
 }
@@ -113,7 +116,7 @@ void expect_close(const Tensor& y, const Reference& r, double rel, const std::st
   }
 }
 
-constexpr double kF32Rel = 2e-6;   // float32 sums of up to ~200 terms
+constexpr double kF32Rel = 2e-6;    // float32 sums of up to ~200 terms
 constexpr double kSplitRel = 2e-5;  // activations as two bfloat16 parts: 16 bits, 2^-17 relative
 
 }  // namespace
@@ -220,8 +223,10 @@ TEST(LinearKernel, GemvRowsOddSizes) {
                 std::memcpy(ys.mutable_data<float>() + r * N, y.data<float>() + r * (N + 1), N * 4);
               }
               expect_close(ys, reference(xs, w, false, &b, M, K, N), kF32Rel, what);
-              if (threads == 1) y1 = ys;
-              else ASSERT_EQ(std::memcmp(y1.raw(), ys.raw(), ys.nbytes()), 0) << what << ": 1 and 2 threads differ";
+              if (threads == 1)
+                y1 = ys;
+              else
+                ASSERT_EQ(std::memcmp(y1.raw(), ys.raw(), ys.nbytes()), 0) << what << ": 1 and 2 threads differ";
             }
           }
   }
@@ -268,7 +273,9 @@ TEST(LinearKernel, GemmTransposedWithBias) {
         if (c_kind)
           for (int64_t i = 0; i < M; ++i)
             for (int64_t j = 0; j < N; ++j) r.y[i * N + j] += c.data<float>()[c_kind == 3 ? i * N + j : j];
-        expect_close(y, r, kF32Rel, "Gemm M=" + std::to_string(M) + " transB=" + std::to_string(tb) + " C kind " + std::to_string(c_kind));
+        expect_close(
+            y, r, kF32Rel,
+            "Gemm M=" + std::to_string(M) + " transB=" + std::to_string(tb) + " C kind " + std::to_string(c_kind));
       }
 }
 
@@ -278,24 +285,24 @@ TEST(LinearKernel, GemmTransposedWithBias) {
 // exact values in float64.
 TEST(LinearKernel, MatMulAdd16BitWeights) {
   for (DType dt : {DType::BFloat16, DType::Float16})
-  for (int threads : {1, 2})
-    for (int64_t M : {1, 3, 16, 17, 100})
-      for (int64_t N : {7, 50, 130}) {
-        const int64_t K = 67;
-        Tensor x = random_tensor(DType::Float32, {M, K}, 11);
-        Tensor w = random_tensor(dt, {K, N}, 12);
-        Tensor b = random_tensor(DType::Float32, {N}, 13);
-        for (bool with_bias : {false, true}) {
-          std::vector<const Tensor*> ins = {&x, &w};
-          if (with_bias) ins.push_back(&b);
-          bool prepared = false;
-          Tensor y = run_op("reforge", "MatMulAdd", ins, {false, true, true}, {}, threads, &prepared);
-          EXPECT_TRUE(prepared);
-          // Both paths keep the activations' float32 accuracy (oneDNN's as a high + low split).
-          expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kSplitRel,
-                       std::string(dtype_name(dt)) + " MatMulAdd M=" + std::to_string(M) + " N=" + std::to_string(N));
+    for (int threads : {1, 2})
+      for (int64_t M : {1, 3, 16, 17, 100})
+        for (int64_t N : {7, 50, 130}) {
+          const int64_t K = 67;
+          Tensor x = random_tensor(DType::Float32, {M, K}, 11);
+          Tensor w = random_tensor(dt, {K, N}, 12);
+          Tensor b = random_tensor(DType::Float32, {N}, 13);
+          for (bool with_bias : {false, true}) {
+            std::vector<const Tensor*> ins = {&x, &w};
+            if (with_bias) ins.push_back(&b);
+            bool prepared = false;
+            Tensor y = run_op("reforge", "MatMulAdd", ins, {false, true, true}, {}, threads, &prepared);
+            EXPECT_TRUE(prepared);
+            // Both paths keep the activations' float32 accuracy (oneDNN's as a high + low split).
+            expect_close(y, reference(x, w, false, with_bias ? &b : nullptr, M, K, N), kSplitRel,
+                         std::string(dtype_name(dt)) + " MatMulAdd M=" + std::to_string(M) + " N=" + std::to_string(N));
+          }
         }
-      }
 }
 
 TEST(LinearKernel, MatMulAddUnpreparedMatchesPrepared) {
@@ -329,8 +336,9 @@ TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
   synth::LlamaSpec spec;
   ir::Graph g = synth::synthetic_llama(spec);
   for (auto packing : {build::WeightPacking::Plain, build::WeightPacking::Panels, build::WeightPacking::Auto}) {
-    const bool panels = packing == build::WeightPacking::Panels ||
-                        (packing == build::WeightPacking::Auto && simd_level() >= SimdLevel::Avx2 && !cpu::has_bf16_matmul());
+    const bool panels =
+        packing == build::WeightPacking::Panels ||
+        (packing == build::WeightPacking::Auto && simd_level() >= SimdLevel::Avx2 && !cpu::has_bf16_matmul());
     SCOPED_TRACE(panels ? "panels" : "plain");
     build::BuildOptions o;
     o.mode = plan::BuildMode::Refit;
@@ -364,11 +372,10 @@ TEST(LinearPlan, Bf16RecordsPrecisionAndCastsOnlyLinearWeights) {
 // in fp32, bf16 (with float32 and with bfloat16 activations) and fp16 plans; and so does a slow
 // refit (a rebuild from B with the plan's options, which must keep them).
 TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
-  const std::pair<plan::Precision, plan::Precision> precisions[] = {
-      {plan::Precision::Fp32, plan::Precision::Fp32},
-      {plan::Precision::Bf16, plan::Precision::Fp32},
-      {plan::Precision::Bf16, plan::Precision::Bf16},
-      {plan::Precision::Fp16, plan::Precision::Fp32}};
+  const std::pair<plan::Precision, plan::Precision> precisions[] = {{plan::Precision::Fp32, plan::Precision::Fp32},
+                                                                    {plan::Precision::Bf16, plan::Precision::Fp32},
+                                                                    {plan::Precision::Bf16, plan::Precision::Bf16},
+                                                                    {plan::Precision::Fp16, plan::Precision::Fp32}};
   for (auto [precision, activations] : precisions)
     for (auto packing : {build::WeightPacking::Panels, build::WeightPacking::Plain})
       for (int64_t seq : {1, 5, 40})
@@ -403,7 +410,8 @@ TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
           auto out = engine.run(synth::synthetic_llama_inputs(seq));
           ASSERT_EQ(out.size(), out_b.size());
           for (size_t i = 0; i < out.size(); ++i) {
-            EXPECT_TRUE(transforms::bit_equal(out[i], out_b[i])) << "output " << i << " differs from a fresh build of B";
+            EXPECT_TRUE(transforms::bit_equal(out[i], out_b[i]))
+                << "output " << i << " differs from a fresh build of B";
             if (!strip) {
               EXPECT_FALSE(transforms::bit_equal(out[i], out_a[i])) << "output " << i << " still A's";
             }
@@ -414,7 +422,8 @@ TEST(LinearPlan, RefitRepacksAndEqualsFreshBuild) {
           EXPECT_EQ(rebuilt.activations, activations);
           auto out_slow = runtime::PlanEngine(std::move(rebuilt)).run(synth::synthetic_llama_inputs(seq));
           for (size_t i = 0; i < out.size(); ++i)
-            EXPECT_TRUE(transforms::bit_equal(out_slow[i], out_b[i])) << "slow refit: output " << i << " differs from a fresh build of B";
+            EXPECT_TRUE(transforms::bit_equal(out_slow[i], out_b[i]))
+                << "slow refit: output " << i << " differs from a fresh build of B";
         }
 }
 
@@ -438,9 +447,23 @@ TEST(LinearPlan, Bf16ModelsMatchFrameworkReference) {
 }
 
 TEST(LinearKernel, SplitToBf16) {
-  std::vector<float> src = {1.0f, -3.14159265f, 1e-30f, 65504.123f, 3.0e38f, -0.0f, 0.1f, 1.0f / 3.0f,
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), 123456.789f, -7.7e-5f, 2.5f, 1e10f, -1e-10f, 0.3f};
+  std::vector<float> src = {1.0f,
+                            -3.14159265f,
+                            1e-30f,
+                            65504.123f,
+                            3.0e38f,
+                            -0.0f,
+                            0.1f,
+                            1.0f / 3.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            123456.789f,
+                            -7.7e-5f,
+                            2.5f,
+                            1e10f,
+                            -1e-10f,
+                            0.3f};
   std::vector<uint16_t> hi(src.size()), lo(src.size());
   cpu::split_f32_to_bf16(src.data(), hi.data(), lo.data(), static_cast<int64_t>(src.size()));  // 17: a masked tail
   for (size_t i = 0; i < src.size(); ++i) {

@@ -1,7 +1,7 @@
 // prove_literal: the structural definitions on hand-made tensors, the recognizers on tables made
 // by PyTorch (tests/data/literal_tables, written by scripts/models/literal_tables.py), and the
 // refusals: weights, near-tables with one value off by more than the bound.
-#include "build/literal_proof.h"
+#include "builder/literal_proof.h"
 
 #include <gtest/gtest.h>
 
@@ -18,9 +18,7 @@ Tensor fixture(const std::string& name) {
   return read_npy(std::string(REFORGE_SOURCE_DIR) + "/tests/data/literal_tables/" + name + ".npy");
 }
 
-Tensor f32(Shape shape, std::vector<float> v) {
-  return Tensor::copy_of(DType::Float32, std::move(shape), v.data());
-}
+Tensor f32(Shape shape, std::vector<float> v) { return Tensor::copy_of(DType::Float32, std::move(shape), v.data()); }
 
 // Sets element i (as float32/float16) to f(old value).
 Tensor perturbed(const Tensor& t, int64_t i, double (*f)(double)) {
@@ -50,7 +48,8 @@ void expect_proof(const Tensor& t, LiteralProof::Kind kind, const std::string& r
   auto p = prove_literal(t);
   ASSERT_TRUE(p.has_value()) << what << " " << t.describe() << " was not proven";
   EXPECT_EQ(p->kind, kind) << what << ": " << describe(*p);
-  EXPECT_NE(p->rule.find(rule_part), std::string::npos) << what << ": " << describe(*p) << "\n  expected: " << rule_part;
+  EXPECT_NE(p->rule.find(rule_part), std::string::npos)
+      << what << ": " << describe(*p) << "\n  expected: " << rule_part;
   if (kind == LiteralProof::Kind::Proven) {
     EXPECT_LE(p->max_ulps, 4.0) << what;
   }
@@ -130,24 +129,31 @@ TEST(LiteralProofStructural, Masks) {
 
 TEST(LiteralProofStructural, IntegerAranges) {
   expect_proof(fixture("arange_int_16"), LiteralProof::Kind::Structural, "integer arange 0..15 step 1", "arange(16)");
-  expect_proof(fixture("arange_int_1x16"), LiteralProof::Kind::Structural, "integer arange 3..33 step 2 along axis 1", "[1,16]");
-  expect_proof(fixture("arange_int_rows_8x4"), LiteralProof::Kind::Structural, "integer arange 0..7 step 1 along axis 0", "rows");
-  for (const char* n : {"arange_int_16", "arange_int_1x16", "arange_int_rows_8x4"}) expect_perturbations_refused(fixture(n), n);
+  expect_proof(fixture("arange_int_1x16"), LiteralProof::Kind::Structural, "integer arange 3..33 step 2 along axis 1",
+               "[1,16]");
+  expect_proof(fixture("arange_int_rows_8x4"), LiteralProof::Kind::Structural,
+               "integer arange 0..7 step 1 along axis 0", "rows");
+  for (const char* n : {"arange_int_16", "arange_int_1x16", "arange_int_rows_8x4"})
+    expect_perturbations_refused(fixture(n), n);
   expect_refused(f32({4}, {0, 1, 2, 4}), "near-arange with one wrong value");
   // Beyond 2^24 an integer-valued progression is not structural (not every integer there is a
   // float32); it is still an exactly recomputed float arange.
-  expect_proof(f32({3}, {16777216.0f, 16777218.0f, 16777220.0f}), LiteralProof::Kind::Proven, "float arange 16777216 step 2",
-               "beyond 2^24");
+  expect_proof(f32({3}, {16777216.0f, 16777218.0f, 16777220.0f}), LiteralProof::Kind::Proven,
+               "float arange 16777216 step 2", "beyond 2^24");
   expect_refused(f32({2, 3}, {0, 1, 2, 0, 1, 3}), "not constant along axis 0");
 }
 
 // ---- proven ----
 
 TEST(LiteralProofProven, FloatAranges) {
-  expect_proof(fixture("arange_float_quarter"), LiteralProof::Kind::Proven, "float arange 0.5 step 0.25", "arange(0.5, 8, 0.25)");
-  expect_proof(fixture("arange_float_tenth"), LiteralProof::Kind::Proven, "float arange 0 step 0.1", "arange(0, 3, 0.1)");
-  expect_proof(fixture("arange_float_neg"), LiteralProof::Kind::Proven, "float arange 1 step -0.07", "arange(1, -1, -0.07)");
-  for (const char* n : {"arange_float_quarter", "arange_float_tenth", "arange_float_neg"}) expect_perturbations_refused(fixture(n), n);
+  expect_proof(fixture("arange_float_quarter"), LiteralProof::Kind::Proven, "float arange 0.5 step 0.25",
+               "arange(0.5, 8, 0.25)");
+  expect_proof(fixture("arange_float_tenth"), LiteralProof::Kind::Proven, "float arange 0 step 0.1",
+               "arange(0, 3, 0.1)");
+  expect_proof(fixture("arange_float_neg"), LiteralProof::Kind::Proven, "float arange 1 step -0.07",
+               "arange(1, -1, -0.07)");
+  for (const char* n : {"arange_float_quarter", "arange_float_tenth", "arange_float_neg"})
+    expect_perturbations_refused(fixture(n), n);
 }
 
 struct RopeCase {
@@ -156,8 +162,10 @@ struct RopeCase {
 
 TEST(LiteralProofProven, RotaryTables) {
   const RopeCase cases[] = {
-      {"rope_cos_b10000_d16_p0_s16_f1", "rotary cos table, Llama layout cat(freqs, freqs): base 10000, dim 16, positions 0..15, linear scaling 1"},
-      {"rope_sin_b10000_d16_p0_s16_f1", "rotary sin table, Llama layout cat(freqs, freqs): base 10000, dim 16, positions 0..15"},
+      {"rope_cos_b10000_d16_p0_s16_f1",
+       "rotary cos table, Llama layout cat(freqs, freqs): base 10000, dim 16, positions 0..15, linear scaling 1"},
+      {"rope_sin_b10000_d16_p0_s16_f1",
+       "rotary sin table, Llama layout cat(freqs, freqs): base 10000, dim 16, positions 0..15"},
       {"rope_cos_b500000_d32_p0_s32_f1", "base 500000, dim 32, positions 0..31"},
       {"rope_sin_b500000_d32_p0_s32_f1", "base 500000, dim 32, positions 0..31"},
       {"rope_cos_b1000000_d128_p0_s64_f1", "base 1000000, dim 128, positions 0..63"},
@@ -207,7 +215,9 @@ TEST(LiteralProofProven, RotaryInvFreq) {
 
 TEST(LiteralProofProven, Sinusoidal) {
   const RopeCase cases[] = {
-      {"sinusoidal_tutorial_s50_d32", "sinusoidal position encoding (interleaved pe[p, 2i] = sin, pe[p, 2i+1] = cos): base 10000, dim 32, positions 0..49"},
+      {"sinusoidal_tutorial_s50_d32",
+       "sinusoidal position encoding (interleaved pe[p, 2i] = sin, pe[p, 2i+1] = cos): base 10000, dim 32, positions "
+       "0..49"},
       {"sinusoidal_tutorial_s16_d64", "interleaved"},
       {"sinusoidal_fairseq_s20_d16", "concatenated [sin | cos]"},
       {"sinusoidal_numpy_s30_d16", "interleaved"},
@@ -222,7 +232,8 @@ TEST(LiteralProofProven, Sinusoidal) {
 // ---- weights are never literals ----
 
 TEST(LiteralProofNegative, Weights) {
-  for (const char* n : {"neg_randn_16x16", "neg_embedding_rows_16x16", "neg_embedding_row"}) expect_refused(fixture(n), n);
+  for (const char* n : {"neg_randn_16x16", "neg_embedding_rows_16x16", "neg_embedding_row"})
+    expect_refused(fixture(n), n);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0, 0.02f);
   std::vector<float> w(4096);

@@ -15,12 +15,11 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/npy.h"
 #include "onnx/importer.h"
@@ -96,10 +95,8 @@ std::vector<ExportCase> load_manifest() {
 
 // Compares one output; returns "" when it matches, else a message a developer can act on.
 std::string compare(const Tensor& got, const Tensor& ref, double tolerance) {
-  if (got.dtype() != ref.dtype())
-    return "dtype " + dtype_name(got.dtype()) + ", reference " + dtype_name(ref.dtype());
-  if (got.shape() != ref.shape())
-    return "shape " + shape_str(got.shape()) + ", reference " + shape_str(ref.shape());
+  if (got.dtype() != ref.dtype()) return "dtype " + dtype_name(got.dtype()) + ", reference " + dtype_name(ref.dtype());
+  if (got.shape() != ref.shape()) return "shape " + shape_str(got.shape()) + ", reference " + shape_str(ref.shape());
   if (ref.dtype() != DType::Float32) return "reference is not float32: " + ref.describe();
   const float* g = got.data<float>();
   const float* r = ref.data<float>();

@@ -131,8 +131,8 @@ TEST(NpyStrict, RefusesShortenedHeaderLength) {
 
 TEST(NpyStrict, RefusesDuplicatedKey) {
   // numpy (a Python dict) keeps the last 'shape'; a reader that kept the first would disagree.
-  const std::string msg = refusal(
-      v1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'shape': (2, 3), }", kSixFloats));
+  const std::string msg =
+      refusal(v1_file("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'shape': (2, 3), }", kSixFloats));
   EXPECT_NE(msg.find("'x.npy'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("key 'shape' appears twice"), std::string::npos) << msg;
   EXPECT_NE(refusal(v1_file("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", kSixFloats))

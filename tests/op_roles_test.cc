@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "build/binding.h"
-#include "build/fingerprint.h"
+#include "builder/binding.h"
+#include "builder/fingerprint.h"
 #include "ops/registry.h"
 #include "passes/build_state.h"
 #include "runtime/engine.h"
@@ -32,12 +32,12 @@ namespace {
 
 struct OldRow {
   const char* op;
-  int opset;           // an opset at which every slot below exists
-  size_t num_inputs;   // the op's inputs at that opset
+  int opset;          // an opset at which every slot below exists
+  size_t num_inputs;  // the op's inputs at that opset
   std::set<size_t> slots;
 };
 
-// is_weight_slot (src/build/binding.cc) as it read before the roles moved onto the registry.
+// is_weight_slot (src/builder/binding.cc) as it read before the roles moved onto the registry.
 // It also listed GroupNormalization, which reforge does not register (see UnregisteredOps).
 const std::vector<OldRow> kOldWeightSlots = {
     {"Conv", 18, 3, {1, 2}},
@@ -51,17 +51,21 @@ const std::vector<OldRow> kOldWeightSlots = {
     {"PRelu", 18, 2, {1}},
 };
 
-// is_shape_like_input (src/build/fingerprint.cc), same. It also listed Upsample (not registered).
+// is_shape_like_input (src/builder/fingerprint.cc), same. It also listed Upsample (not registered).
 const std::vector<OldRow> kOldShapeSlots = {
-    {"Reshape", 18, 2, {1}},          {"Expand", 18, 2, {1}},         {"ConstantOfShape", 18, 1, {0}},
-    {"Tile", 18, 2, {1}},             {"Slice", 18, 5, {1, 2, 3, 4}}, {"Unsqueeze", 18, 2, {1}},
-    {"Squeeze", 18, 2, {1}},          {"Split", 18, 2, {1}},          {"Pad", 18, 4, {1, 3}},
-    {"Resize", 18, 4, {1, 2, 3}},     {"Range", 18, 3, {0, 1, 2}},    {"TopK", 18, 2, {1}},
-    {"OneHot", 18, 3, {1}},           {"CumSum", 18, 2, {1}},         {"ReduceMean", 18, 2, {1}},
-    {"ReduceSum", 18, 2, {1}},        {"ReduceMax", 18, 2, {1}},      {"ReduceMin", 18, 2, {1}},
-    {"ReduceProd", 18, 2, {1}},       {"ReduceL1", 18, 2, {1}},       {"ReduceL2", 18, 2, {1}},
-    {"ReduceSumSquare", 18, 2, {1}},  {"ReduceLogSum", 18, 2, {1}},   {"ReduceLogSumExp", 18, 2, {1}},
-    {"Trilu", 18, 2, {1}},            {"RotaryEmbedding", 23, 4, {3}},
+    {"Reshape", 18, 2, {1}},         {"Expand", 18, 2, {1}},
+    {"ConstantOfShape", 18, 1, {0}}, {"Tile", 18, 2, {1}},
+    {"Slice", 18, 5, {1, 2, 3, 4}},  {"Unsqueeze", 18, 2, {1}},
+    {"Squeeze", 18, 2, {1}},         {"Split", 18, 2, {1}},
+    {"Pad", 18, 4, {1, 3}},          {"Resize", 18, 4, {1, 2, 3}},
+    {"Range", 18, 3, {0, 1, 2}},     {"TopK", 18, 2, {1}},
+    {"OneHot", 18, 3, {1}},          {"CumSum", 18, 2, {1}},
+    {"ReduceMean", 18, 2, {1}},      {"ReduceSum", 18, 2, {1}},
+    {"ReduceMax", 18, 2, {1}},       {"ReduceMin", 18, 2, {1}},
+    {"ReduceProd", 18, 2, {1}},      {"ReduceL1", 18, 2, {1}},
+    {"ReduceL2", 18, 2, {1}},        {"ReduceSumSquare", 18, 2, {1}},
+    {"ReduceLogSum", 18, 2, {1}},    {"ReduceLogSumExp", 18, 2, {1}},
+    {"Trilu", 18, 2, {1}},           {"RotaryEmbedding", 23, 4, {3}},
 };
 
 void expect_rows(const std::vector<OldRow>& rows, InputRole role) {
@@ -154,8 +158,8 @@ TEST(OpRoles, DropoutIsNonDeterministicOnlyWhenItCanDraw) {
 // Both old lists named the random generators; none is registered, and an op the registry does
 // not know is never deterministic. Every registered op but Dropout always is.
 TEST(OpRoles, RandomOpsAreNotDeterministicAndDropoutIsTheOnlyRegisteredDraw) {
-  for (const char* op : {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                         "Bernoulli"})
+  for (const char* op :
+       {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"})
     EXPECT_FALSE(ops::is_deterministic(node(op, 18, {"x"}))) << op;
   EXPECT_TRUE(ops::is_deterministic(node("Add", 18, {"a", "b"})));
   for (const ops::OpDef* d : ops::OpRegistry::global().entries())

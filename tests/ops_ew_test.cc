@@ -44,8 +44,8 @@ void check_pair(const Shape& sa, const Shape& sb) {
   std::iota(b.begin(), b.end(), 7);
   Shape so = broadcast_shapes({sa, sb});
   std::vector<int64_t> out(shape_numel(so), -1);
-  broadcast_map(out.data(), so, [](int64_t x, int64_t y) { return x * 1000 + y; }, Operand{a.data(), sa},
-                Operand{b.data(), sb});
+  broadcast_map(
+      out.data(), so, [](int64_t x, int64_t y) { return x * 1000 + y; }, Operand{a.data(), sa}, Operand{b.data(), sb});
   EXPECT_EQ(out, naive_add(a, sa, b, sb, so)) << shape_str(sa) << " op " << shape_str(sb);
 }
 }  // namespace
@@ -105,8 +105,9 @@ TEST(Broadcast, ThreeOperands) {
   float y = -1;
   Shape so{2, 3};
   std::vector<float> out(6);
-  broadcast_map(out.data(), so, [](uint8_t ci, float xi, float yi) { return ci ? xi : yi; },
-                Operand{c.data(), Shape{3}}, Operand{x.data(), Shape{2, 1}}, Operand{&y, Shape{}});
+  broadcast_map(
+      out.data(), so, [](uint8_t ci, float xi, float yi) { return ci ? xi : yi; }, Operand{c.data(), Shape{3}},
+      Operand{x.data(), Shape{2, 1}}, Operand{&y, Shape{}});
   EXPECT_EQ(out, (std::vector<float>{10, -1, 10, 20, -1, 20}));
 }
 

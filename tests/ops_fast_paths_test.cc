@@ -14,8 +14,8 @@
 #include "ops/tensor_common.h"
 #include "ops/transpose2d.h"
 #include "support/make_tensor.h"
-#include "support/simd_levels.h"
 #include "support/run_op.h"
+#include "support/simd_levels.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -60,11 +60,20 @@ float bcast_at(const Tensor& t, const Shape& out, int64_t i) {
 // per-channel, both broadcast) and sizes around the vector width and the parallel threshold give
 // exactly the IEEE result of the one operation, NaN and Inf included, at every SIMD level.
 TEST(FastPaths, BinaryArithmeticMatchesNaiveBroadcast) {
-  const std::vector<std::pair<Shape, Shape>> cases = {
-      {{0}, {0}},         {{1}, {1}},           {{17}, {17}},           {{1000}, {1}},       {{1}, {33}},
-      {{}, {5, 7}},       {{3, 31}, {31}},      {{2, 5, 3, 3}, {1, 5, 1, 1}}, {{4, 1}, {1, 9}},
-      {{2, 3, 16}, {2, 3, 1}}, {{70001}, {70001}}, {{300, 257}, {257}},  {{1, 64, 40, 40}, {1, 64, 1, 1}},
-      {{0, 3}, {1, 3}}};
+  const std::vector<std::pair<Shape, Shape>> cases = {{{0}, {0}},
+                                                      {{1}, {1}},
+                                                      {{17}, {17}},
+                                                      {{1000}, {1}},
+                                                      {{1}, {33}},
+                                                      {{}, {5, 7}},
+                                                      {{3, 31}, {31}},
+                                                      {{2, 5, 3, 3}, {1, 5, 1, 1}},
+                                                      {{4, 1}, {1, 9}},
+                                                      {{2, 3, 16}, {2, 3, 1}},
+                                                      {{70001}, {70001}},
+                                                      {{300, 257}, {257}},
+                                                      {{1, 64, 40, 40}, {1, 64, 1, 1}},
+                                                      {{0, 3}, {1, 3}}};
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
     for (const auto& [sa, sb] : cases) {
       Tensor a = random_floats(sa, 1, -3, 3), b = random_floats(sb, 2, -3, 3);
@@ -236,8 +245,8 @@ TEST(FastPaths, SoftmaxEveryWidth) {
                   EXPECT_EQ(got, want);
                 } else {
                   ASSERT_NEAR(got, want, 2e-6 * std::max(1.0, std::fabs(want)))
-                      << (log ? "LogSoftmax" : "Softmax") << " n " << n << " inner " << inner << " at " << simd_level_name(l)
-                      << " (" << o << ", " << k << ", " << j << ")";
+                      << (log ? "LogSoftmax" : "Softmax") << " n " << n << " inner " << inner << " at "
+                      << simd_level_name(l) << " (" << o << ", " << k << ", " << j << ")";
                 }
               }
             }
@@ -289,7 +298,8 @@ TEST(FastPaths, FusedConvMatchesConvAddRelu) {
       {{1, 8, 6, 6}, {8, 2, 3, 3}, {ir::int_attr("group", 4), ir::ints_attr("pads", {1, 1, 1, 1})}},
   };
   for (const auto& c : cases) {
-    Tensor x = random_floats(c.x, 1, -3, 3), w = random_floats(c.w, 2, -0.3f, 0.3f), b = random_floats({c.w[0]}, 3, -3, 3);
+    Tensor x = random_floats(c.x, 1, -3, 3), w = random_floats(c.w, 2, -0.3f, 0.3f),
+           b = random_floats({c.w[0]}, 3, -3, 3);
     Tensor conv = run("Conv", {&x, &w, &b}, c.at);
     Tensor z = random_floats(conv.shape(), 4, -3, 3);
     Tensor zc = random_floats({1, c.w[0], 1, 1}, 5, -3, 3);  // a broadcast residual takes the separate pass
@@ -340,7 +350,8 @@ TEST(FastPaths, FusedConvChannelsLast) {
                                    {{2, 8, 6, 5}, {12, 2, 3, 3}, 4}};
   for (const auto& [xs, ws, group] : cases) {
     for (DType dt : {DType::Float32, DType::Float64}) {
-      Tensor x = random_floats(xs, 1, -3, 3), w = random_floats(ws, 2, -0.3f, 0.3f), b = random_floats({ws[0]}, 3, -3, 3);
+      Tensor x = random_floats(xs, 1, -3, 3), w = random_floats(ws, 2, -0.3f, 0.3f),
+             b = random_floats({ws[0]}, 3, -3, 3);
       if (dt == DType::Float64) {
         auto widen = [](const Tensor& t) {
           Tensor o = Tensor::empty(DType::Float64, t.shape());
@@ -419,7 +430,8 @@ TEST(FastPaths, MaxPoolChannelsLastEveryLevel) {
       Tensor got = run("MaxPool", {&xl}, at2, 1, 1, "reforge");
       ASSERT_EQ(got.shape(), want.shape());
       for (int64_t i = 0; i < got.numel(); ++i)
-        EXPECT_TRUE(same_float(got.data<float>()[i], want.data<float>()[i])) << c << " " << simd_level_name(l) << " at " << i;
+        EXPECT_TRUE(same_float(got.data<float>()[i], want.data<float>()[i]))
+            << c << " " << simd_level_name(l) << " at " << i;
     }
   }
 }
@@ -434,12 +446,12 @@ TEST(FastPaths, StridedCopyTransposeTiles) {
   };
   // Source: a dense [5, 67, 45] buffer (15075 elements) read in various transposed orders.
   const std::vector<Case> cases = {
-      {{5, 45, 67}, {3015, 1, 45}, 0},                 // batched 2-D transpose
-      {{45, 5, 67}, {1, 3015, 45}, 0},                 // outer permutation
-      {{5, 45, 67}, {3015, -1, 45}, 44},               // reversed along the unit-stride dim
-      {{5, 45, 67}, {3015, 1, -45}, 66 * 45},          // reversed inner stride
-      {{3, 45, 33}, {0, 1, 90}, 0},                    // broadcast outer dim, strided inner
-      {{1, 17, 16}, {0, 1, 45}, 3},                    // smallest tiled case
+      {{5, 45, 67}, {3015, 1, 45}, 0},         // batched 2-D transpose
+      {{45, 5, 67}, {1, 3015, 45}, 0},         // outer permutation
+      {{5, 45, 67}, {3015, -1, 45}, 44},       // reversed along the unit-stride dim
+      {{5, 45, 67}, {3015, 1, -45}, 66 * 45},  // reversed inner stride
+      {{3, 45, 33}, {0, 1, 90}, 0},            // broadcast outer dim, strided inner
+      {{1, 17, 16}, {0, 1, 45}, 3},            // smallest tiled case
   };
   for (size_t elem : {size_t{1}, size_t{2}, size_t{4}, size_t{8}}) {
     std::vector<unsigned char> src(15075 * elem);

@@ -16,8 +16,8 @@
 #include "core/simd.h"
 #include "ops/registry.h"
 #include "support/make_tensor.h"
-#include "support/simd_levels.h"
 #include "support/run_op.h"
+#include "support/simd_levels.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -63,7 +63,8 @@ TEST(FusedSimd, RmsNormAgainstFloat64) {
             const double wv = wmode == 0 ? f(w)[i] : wmode == 1 ? 0.75 : 1.0;
             const double want = f(x)[r * n + i] * inv * wv;
             ASSERT_NEAR(f(y)[r * n + i], want, 2e-6 * std::fabs(want) + 1e-7)
-                << "n " << n << " weight mode " << wmode << " at " << r << "," << i << " (" << simd_level_name(l) << ")";
+                << "n " << n << " weight mode " << wmode << " at " << r << "," << i << " (" << simd_level_name(l)
+                << ")";
           }
         }
       }
@@ -82,7 +83,8 @@ TEST(FusedSimd, SiluAndSiluMulAgainstFloat64) {
         Tensor su = run("reforge", "SiluMul", 1, {&x, &u}, {}, threads);
         for (int64_t i = 0; i < n; ++i) {
           const double xv = f(x)[i], sig = xv / (1 + std::exp(-xv));
-          ASSERT_NEAR(f(s)[i], sig, 1e-6 * std::fabs(sig) + 1e-30) << "Silu(" << xv << ") n " << n << " " << simd_level_name(l);
+          ASSERT_NEAR(f(s)[i], sig, 1e-6 * std::fabs(sig) + 1e-30)
+              << "Silu(" << xv << ") n " << n << " " << simd_level_name(l);
           const double want = sig * f(u)[i];
           ASSERT_NEAR(f(su)[i], want, 1e-6 * std::fabs(want) + 1e-30)
               << "SiluMul(" << xv << ") n " << n << " " << simd_level_name(l);
@@ -106,8 +108,10 @@ TEST(FusedSimd, GeluAgainstFloat64) {
           const double v = f(x)[i];
           const double we = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
           const double wt = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
-          ASSERT_NEAR(f(ye)[i], we, 1e-6 * std::fabs(v) + 1e-7) << "erf form at " << v << " (" << simd_level_name(l) << ")";
-          ASSERT_NEAR(f(yt)[i], wt, 2e-6 * std::fabs(wt) + 1e-7) << "tanh form at " << v << " (" << simd_level_name(l) << ")";
+          ASSERT_NEAR(f(ye)[i], we, 1e-6 * std::fabs(v) + 1e-7)
+              << "erf form at " << v << " (" << simd_level_name(l) << ")";
+          ASSERT_NEAR(f(yt)[i], wt, 2e-6 * std::fabs(wt) + 1e-7)
+              << "tanh form at " << v << " (" << simd_level_name(l) << ")";
         }
       }
     }
@@ -141,14 +145,18 @@ TEST(FusedSimd, GeluConstantsOneUlpOffTakeTheGeneralPath) {
         if (which < 0 && dir < 0) continue;
         std::vector<float> k = c.consts;
         if (which >= 0) k[which] = std::nextafter(k[which], dir * INFINITY);
-        SCOPED_TRACE(std::string(c.what) + (which < 0 ? ", standard" : ", constant " + std::to_string(which) + (dir > 0 ? " +1 ulp" : " -1 ulp")));
+        SCOPED_TRACE(
+            std::string(c.what) +
+            (which < 0 ? ", standard" : ", constant " + std::to_string(which) + (dir > 0 ? " +1 ulp" : " -1 ulp")));
         std::vector<Tensor> ks;
         for (float v : k) ks.push_back(scalar(v));
         std::vector<const Tensor*> ins = {&x};
         for (const auto& t : ks) ins.push_back(&t);
         std::vector<ir::Attribute> attrs;
-        if (c.tanh) attrs.push_back(ir::string_attr("approximate", "tanh"));
-        else attrs.push_back(ir::string_attr("k_op", c.k_op));
+        if (c.tanh)
+          attrs.push_back(ir::string_attr("approximate", "tanh"));
+        else
+          attrs.push_back(ir::string_attr("k_op", c.k_op));
         const Tensor y = run("reforge", "Gelu", 1, ins, attrs);
         const Tensor& fast = c.tanh ? fast_tanh : fast_erf;
         if (which < 0) {
@@ -231,7 +239,8 @@ TEST(FusedSimd, RotaryAgainstFloat64) {
               for (int64_t i = 0; i < D; ++i) {
                 const double rot = i < half ? -double(xr[i + half]) : double(xr[i - half]);
                 const double want = double(xr[i]) * f(cs)[s * D + i] + rot * f(sn)[s * D + i];
-                ASSERT_NEAR(yr[i], want, 1e-6) << "D " << D << (bshd ? " bshd" : " bhsd") << " (" << simd_level_name(l) << ")";
+                ASSERT_NEAR(yr[i], want, 1e-6)
+                    << "D " << D << (bshd ? " bshd" : " bhsd") << " (" << simd_level_name(l) << ")";
               }
             }
       }
@@ -293,7 +302,7 @@ std::vector<double> attention_reference(const AttnCase& c, const Tensor& q, cons
 // (the causal ones exercise the skipped keys past a block's last open one); both layouts.
 TEST(FusedSimd, AttentionAgainstFloat64) {
   const std::vector<AttnCase> cases = {
-      {1, 2, 1, 1, 8, 8, "", false, false},         {1, 2, 5, 7, 16, 16, "add", false, false},
+      {1, 2, 1, 1, 8, 8, "", false, false},          {1, 2, 5, 7, 16, 16, "add", false, false},
       {2, 3, 37, 37, 64, 64, "causal", true, false}, {1, 2, 13, 70, 20, 12, "add", true, true},
       {1, 4, 33, 33, 64, 64, "where", true, false},  {1, 1, 70, 129, 40, 72, "causal", false, true},
       {2, 2, 6, 19, 3, 5, "where", false, false},    {1, 3, 64, 64, 64, 64, "", true, true},
@@ -320,8 +329,10 @@ TEST(FusedSimd, AttentionAgainstFloat64) {
           for (int64_t j = 0; j < c.Sk; ++j) {
             const bool closed = j > i + (c.Sk - c.Sq);
             const int64_t at = (bb * c.Sq + i) * c.Sk + j;
-            if (b) mask.mutable_data<bool>()[at] = closed;
-            else mask.mutable_data<float>()[at] = closed ? -3.4028234663852886e+38f : 0.0f;
+            if (b)
+              mask.mutable_data<bool>()[at] = closed;
+            else
+              mask.mutable_data<float>()[at] = closed ? -3.4028234663852886e+38f : 0.0f;
           }
     }
     const std::vector<double> want = attention_reference(c, q, k, v, c.mask.empty() ? nullptr : &mask);

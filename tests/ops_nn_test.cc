@@ -15,8 +15,8 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
-#include "support/run_op.h"
 #include "support/make_tensor.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -117,8 +117,7 @@ std::vector<double> naive_conv(const Tensor& X, const Tensor& W, const Tensor* B
               xi = xi * X.dim(i + 2) + p;
             }
             if (!inside) continue;
-            acc += X.as_double((n * C + (m / Mg) * Cg + c) * inplane + xi) *
-                   W.as_double((m * Cg + c) * kplane + kp);
+            acc += X.as_double((n * C + (m / Mg) * Cg + c) * inplane + xi) * W.as_double((m * Cg + c) * kplane + kp);
           }
         y[(n * M + m) * plane + op] = acc;
       }

@@ -18,8 +18,8 @@
 #include "core/dispatch.h"
 #include "core/simd.h"
 #include "ops/registry.h"
-#include "support/run_op.h"
 #include "support/make_tensor.h"
+#include "support/run_op.h"
 #include "support/simd_levels.h"
 
 using namespace reforge;
@@ -121,10 +121,10 @@ TEST(Reduce, AllAxesPatternsAndThreadSplitsMatchNaive) {
     std::vector<int64_t> axes;
   };
   const std::vector<Case> cases = {
-      {{3, 4, 5, 6}, {0}},       {{3, 4, 5, 6}, {3}},      {{3, 4, 5, 6}, {1, 2}},  {{3, 4, 5, 6}, {0, 2}},
-      {{3, 4, 5, 6}, {1, 3}},    {{3, 4, 5, 6}, {0, 3}},   {{3, 4, 5, 6}, {}},      {{3, 1, 5, 1}, {1, 3}},
-      {{3, 1, 5}, {0, -1}},      {{64, 300, 40}, {1}},     {{64, 300, 40}, {0}},    {{64, 300, 40}, {2}},
-      {{64, 300, 40}, {}},       {{64, 300, 40}, {0, 2}},  {{5, 20000}, {0}},       {{2, 30000}, {1}},
+      {{3, 4, 5, 6}, {0}},    {{3, 4, 5, 6}, {3}},     {{3, 4, 5, 6}, {1, 2}}, {{3, 4, 5, 6}, {0, 2}},
+      {{3, 4, 5, 6}, {1, 3}}, {{3, 4, 5, 6}, {0, 3}},  {{3, 4, 5, 6}, {}},     {{3, 1, 5, 1}, {1, 3}},
+      {{3, 1, 5}, {0, -1}},   {{64, 300, 40}, {1}},    {{64, 300, 40}, {0}},   {{64, 300, 40}, {2}},
+      {{64, 300, 40}, {}},    {{64, 300, 40}, {0, 2}}, {{5, 20000}, {0}},      {{2, 30000}, {1}},
       {{3, 20000}, {1}},
   };
   for (const Case& c : cases) {
@@ -246,10 +246,12 @@ TEST(ArgMax, TiesNaNAndMiddleAxis) {
   Tensor x = make<float>({2, 3}, {1, 5, 5, 2, 2, 0});
   EXPECT_EQ(values<int64_t>(run(node("ArgMax", 13, 1, {{{"axis", 1}, {"keepdims", 0}}}), {x})),
             (std::vector<int64_t>{1, 0}));
-  EXPECT_EQ(values<int64_t>(run(node("ArgMax", 13, 1, {{{"axis", 1}, {"keepdims", 0}, {"select_last_index", 1}}}), {x})),
-            (std::vector<int64_t>{2, 1}));
-  EXPECT_EQ(values<int64_t>(run(node("ArgMin", 13, 1, {{{"axis", 0}, {"keepdims", 0}, {"select_last_index", 1}}}), {x})),
-            (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(
+      values<int64_t>(run(node("ArgMax", 13, 1, {{{"axis", 1}, {"keepdims", 0}, {"select_last_index", 1}}}), {x})),
+      (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(
+      values<int64_t>(run(node("ArgMin", 13, 1, {{{"axis", 0}, {"keepdims", 0}, {"select_last_index", 1}}}), {x})),
+      (std::vector<int64_t>{0, 1, 1}));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Tensor n = make<float>({4}, {1, nan, 9, nan});
   EXPECT_EQ(run(node("ArgMax", 13, 1, {{{"keepdims", 0}}}), {n}).data<int64_t>()[0], 1);
@@ -419,20 +421,20 @@ void check_einsum(const std::string& eq, const std::string& naive_eq, std::vecto
 
 TEST(Einsum, GeneralEquationsMatchNaive) {
   check_einsum("ij,jk->ik", "ij,jk->ik", {{3, 4}, {4, 5}});
-  check_einsum("ij,jk", "ij,jk->ik", {{3, 4}, {4, 5}});      // implicit output
-  check_einsum("ba", "ba->ab", {{3, 4}});                    // implicit output is sorted
-  check_einsum("Ab,bA", "Ab,bA->", {{3, 4}, {4, 3}});        // upper case; trace of a product
-  check_einsum("ii->i", "ii->i", {{4, 4}});                  // diagonal
-  check_einsum("ii", "ii->", {{4, 4}});                      // trace
+  check_einsum("ij,jk", "ij,jk->ik", {{3, 4}, {4, 5}});  // implicit output
+  check_einsum("ba", "ba->ab", {{3, 4}});                // implicit output is sorted
+  check_einsum("Ab,bA", "Ab,bA->", {{3, 4}, {4, 3}});    // upper case; trace of a product
+  check_einsum("ii->i", "ii->i", {{4, 4}});              // diagonal
+  check_einsum("ii", "ii->", {{4, 4}});                  // trace
   check_einsum("iij->j", "iij->j", {{3, 3, 2}});
   check_einsum("ijk->", "ijk->", {{2, 3, 4}});
-  check_einsum("i,j->ij", "i,j->ij", {{3}, {4}});            // outer product
+  check_einsum("i,j->ij", "i,j->ij", {{3}, {4}});  // outer product
   check_einsum("ij,jk,kl->il", "ij,jk,kl->il", {{2, 3}, {3, 4}, {4, 5}});
-  check_einsum("ij,ij->ij", "ij,ij->ij", {{3, 4}, {3, 4}});  // elementwise: all batch labels
-  check_einsum("ab,cd->", "ab,cd->", {{2, 3}, {4, 5}});      // private labels summed first
+  check_einsum("ij,ij->ij", "ij,ij->ij", {{3, 4}, {3, 4}});              // elementwise: all batch labels
+  check_einsum("ab,cd->", "ab,cd->", {{2, 3}, {4, 5}});                  // private labels summed first
   check_einsum("bij,bkj->bik", "bij,bkj->bik", {{2, 3, 4}, {2, 5, 4}});  // transposed B in place
   check_einsum("bji,bjk->bki", "bji,bjk->bki", {{2, 4, 3}, {2, 4, 5}});  // transposed A in place
-  check_einsum("ijk,kj->i", "ijk,kj->i", {{2, 3, 4}, {4, 3}});  // gathered operand
+  check_einsum("ijk,kj->i", "ijk,kj->i", {{2, 3, 4}, {4, 3}});           // gathered operand
   // Ellipsis: right-aligned, broadcast batch (1 vs 3), implicit output puts it first.
   check_einsum("...ij,...jk->...ik", "xyij,yjk->xyik", {{2, 1, 3, 4}, {3, 4, 5}});
   check_einsum("...ii->...i", "xii->xi", {{3, 5, 5}});
@@ -455,14 +457,14 @@ TEST(Einsum, TypesAndErrors) {
   Tensor s = make<double>({}, {2.5});
   EXPECT_EQ(einsum("->", {s}).data<double>()[0], 2.5);
   Tensor x = random_floats({2, 3}, 1, -2, 2), y = random_floats({4, 5}, 2, -2, 2);
-  EXPECT_THROW(einsum("ij,jk->ik", {x, y}), Error);   // j is 3 and 4
-  EXPECT_THROW(einsum("ij->ik", {x}), Error);         // k not in any input
-  EXPECT_THROW(einsum("ij,jk->ik", {x}), Error);      // two terms, one input
-  EXPECT_THROW(einsum("i$->i", {x}), Error);          // bad character
-  EXPECT_THROW(einsum("ijk->i", {x}), Error);         // term longer than rank
-  EXPECT_THROW(einsum("ii->i", {x}), Error);          // diagonal of a non-square pair
-  EXPECT_THROW(einsum("i..j->i", {x}), Error);        // malformed ellipsis
-  EXPECT_THROW(einsum("ij->ii", {x}), Error);         // repeated output label
+  EXPECT_THROW(einsum("ij,jk->ik", {x, y}), Error);  // j is 3 and 4
+  EXPECT_THROW(einsum("ij->ik", {x}), Error);        // k not in any input
+  EXPECT_THROW(einsum("ij,jk->ik", {x}), Error);     // two terms, one input
+  EXPECT_THROW(einsum("i$->i", {x}), Error);         // bad character
+  EXPECT_THROW(einsum("ijk->i", {x}), Error);        // term longer than rank
+  EXPECT_THROW(einsum("ii->i", {x}), Error);         // diagonal of a non-square pair
+  EXPECT_THROW(einsum("i..j->i", {x}), Error);       // malformed ellipsis
+  EXPECT_THROW(einsum("ij->ii", {x}), Error);        // repeated output label
   const OpDef* def = OpRegistry::global().find("", "Einsum", 12);
   ASSERT_NE(def, nullptr);
   EXPECT_EQ(def->check(node("Einsum", 12, 2, {{}, {}, {{"equation", "ij,jk->ik"}}})), "");
@@ -539,20 +541,26 @@ TEST(Reduce, ExtremaAtEverySimdLevel) {
       Tensor x = Tensor::empty(dt, {rows, n});
       for (int64_t i = 0; i < x.numel(); ++i) {
         const float v = xf.data<float>()[i];
-        if (dt == DType::Float32) x.mutable_data<float>()[i] = v;
-        else x.mutable_data<double>()[i] = v;
+        if (dt == DType::Float32)
+          x.mutable_data<float>()[i] = v;
+        else
+          x.mutable_data<double>()[i] = v;
       }
       auto set = [&](int64_t i, double v) {
-        if (dt == DType::Float32) x.mutable_data<float>()[i] = static_cast<float>(v);
-        else x.mutable_data<double>()[i] = v;
+        if (dt == DType::Float32)
+          x.mutable_data<float>()[i] = static_cast<float>(v);
+        else
+          x.mutable_data<double>()[i] = v;
       };
-      set(n + (n * 5) / 7, NAN);  // row 1 holds a NaN, somewhere along it
-      set(2 * n + n / 2, x.as_double(2 * n));  // row 2: a tie between the first element and the middle
+      set(n + (n * 5) / 7, NAN);                 // row 1 holds a NaN, somewhere along it
+      set(2 * n + n / 2, x.as_double(2 * n));    // row 2: a tie between the first element and the middle
       Tensor xt = Tensor::empty(dt, {n, rows});  // the transpose: columns of length n
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t k = 0; k < n; ++k) {
-          if (dt == DType::Float32) xt.mutable_data<float>()[k * rows + r] = x.data<float>()[r * n + k];
-          else xt.mutable_data<double>()[k * rows + r] = x.data<double>()[r * n + k];
+          if (dt == DType::Float32)
+            xt.mutable_data<float>()[k * rows + r] = x.data<float>()[r * n + k];
+          else
+            xt.mutable_data<double>()[k * rows + r] = x.data<double>()[r * n + k];
         }
       for (SimdLevel l : levels) {
         SimdOverride cap(l);
@@ -569,8 +577,10 @@ TEST(Reduce, ExtremaAtEverySimdLevel) {
               want = is_max ? std::max(want, v) : std::min(want, v);
             }
             for (const Tensor* got : {&by_row, &by_col}) {
-              if (nan) EXPECT_TRUE(std::isnan(got->as_double(r))) << op << " n " << n << " row " << r;
-              else EXPECT_EQ(got->as_double(r), want) << op << " n " << n << " row " << r << " level " << int(l);
+              if (nan)
+                EXPECT_TRUE(std::isnan(got->as_double(r))) << op << " n " << n << " row " << r;
+              else
+                EXPECT_EQ(got->as_double(r), want) << op << " n " << n << " row " << r << " level " << int(l);
             }
           }
           for (int64_t last : {0, 1}) {
@@ -585,8 +595,8 @@ TEST(Reduce, ExtremaAtEverySimdLevel) {
                 if (std::isnan(best)) break;
                 if (std::isnan(v) || (is_max ? v > best : v < best) || (last && v == best)) best = v, want = k;
               }
-              EXPECT_EQ(idx.data<int64_t>()[r], want)
-                  << (is_max ? "ArgMax" : "ArgMin") << " last " << last << " n " << n << " row " << r << " level " << int(l);
+              EXPECT_EQ(idx.data<int64_t>()[r], want) << (is_max ? "ArgMax" : "ArgMin") << " last " << last << " n "
+                                                      << n << " row " << r << " level " << int(l);
             }
           }
         }

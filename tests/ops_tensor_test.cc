@@ -11,9 +11,9 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
-#include "support/run_op.h"
 #include "ops/transpose2d.h"
 #include "support/make_tensor.h"
+#include "support/run_op.h"
 
 using namespace reforge;
 using namespace reforge::ops;
@@ -212,8 +212,11 @@ TEST(TensorOps, ScatterReductions) {
   Tensor y = run({"ScatterElements", 18, 3, 1, {{"axis", 1}}, {}, {{"reduction", "add"}}},
                  {iota_f({2, 3}), make<int64_t>({2, 1}, {-1, 0}), make<float>({2, 1}, {10, 20})});
   EXPECT_EQ(values<float>(y), (std::vector<float>{0, 1, 12, 23, 4, 5}));
-  expect_error([&] { run({"ScatterND", 18, 3}, {data, make<int64_t>({1, 1}, {4}), make<int32_t>({1}, {0})}); },
-               "out of range");
+  expect_error(
+      [&] {
+        run({"ScatterND", 18, 3}, {data, make<int64_t>({1, 1}, {4}), make<int32_t>({1}, {0})});
+      },
+      "out of range");
   expect_error([&] { run({"ScatterND", 18, 3}, {data, idx, make<int32_t>({2}, {0, 0})}); }, "updates");
 }
 
@@ -289,13 +292,19 @@ TEST(TensorOps, TriluRangeOneHotNonZero) {
   EXPECT_EQ(values<float>(run({"Trilu", 14, 2, 1, {{"upper", 0}}}, {x, make<int64_t>({}, {-1})})),
             (std::vector<float>{0, 0, 0, 3, 0, 0}));
 
-  EXPECT_EQ(values<int32_t>(run({"Range", 11, 3}, {make<int32_t>({}, {10}), make<int32_t>({}, {3}), make<int32_t>({}, {-3})})),
+  EXPECT_EQ(values<int32_t>(
+                run({"Range", 11, 3}, {make<int32_t>({}, {10}), make<int32_t>({}, {3}), make<int32_t>({}, {-3})})),
             (std::vector<int32_t>{10, 7, 4}));
-  EXPECT_EQ(run({"Range", 11, 3}, {make<int64_t>({}, {0}), make<int64_t>({}, {5}), make<int64_t>({}, {-1})}).numel(), 0);
-  EXPECT_EQ(values<double>(run({"Range", 11, 3}, {make<double>({}, {1}), make<double>({}, {2}), make<double>({}, {0.25})})),
-            (std::vector<double>{1, 1.25, 1.5, 1.75}));
-  expect_error([&] { run({"Range", 11, 3}, {make<int64_t>({}, {0}), make<int64_t>({}, {5}), make<int64_t>({}, {0})}); },
-               "delta");
+  EXPECT_EQ(run({"Range", 11, 3}, {make<int64_t>({}, {0}), make<int64_t>({}, {5}), make<int64_t>({}, {-1})}).numel(),
+            0);
+  EXPECT_EQ(
+      values<double>(run({"Range", 11, 3}, {make<double>({}, {1}), make<double>({}, {2}), make<double>({}, {0.25})})),
+      (std::vector<double>{1, 1.25, 1.5, 1.75}));
+  expect_error(
+      [&] {
+        run({"Range", 11, 3}, {make<int64_t>({}, {0}), make<int64_t>({}, {5}), make<int64_t>({}, {0})});
+      },
+      "delta");
 
   Tensor oh = run({"OneHot", 11, 3, 1, {{"axis", 0}}},
                   {make<float>({3}, {1.7f, -1.0f, 7.0f}), make<int64_t>({}, {3}), make<int32_t>({2}, {0, 9})});
@@ -311,8 +320,8 @@ TEST(TensorOps, TriluRangeOneHotNonZero) {
 
 TEST(TensorOps, SeededDropoutMatchesNumpy) {
   Tensor x = make<float>({12}, std::vector<float>(12, 2.0f));
-  std::vector<Tensor> outs = run_all(node({"Dropout", 13, 3, 2, {{"seed", 42}}}),
-                                     {x, make<float>({}, {0.5f}), make<bool>({}, {true})});
+  std::vector<Tensor> outs =
+      run_all(node({"Dropout", 13, 3, 2, {{"seed", 42}}}), {x, make<float>({}, {0.5f}), make<bool>({}, {true})});
   // numpy: np.random.seed(42); np.random.uniform(0, 1, 12) >= 0.5
   const std::vector<int> keep{0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 1};
   for (size_t i = 0; i < keep.size(); ++i) {
@@ -367,9 +376,10 @@ TEST(TensorOps, TransposeTiledMatchesNaive) {
 TEST(TensorOps, TransposeBlockedBitExactEveryDtype) {
   const std::vector<DType> dtypes{DType::UInt8, DType::Float16, DType::Float32, DType::Float64};
   const std::vector<std::pair<Shape, std::vector<int64_t>>> cases{
-      {{130, 67}, {1, 0}},          {{1, 257, 1, 3}, {3, 2, 1, 0}}, {{5, 70, 33}, {0, 2, 1}},
-      {{70, 33, 3}, {1, 0, 2}},     {{2, 65, 9, 5}, {0, 2, 1, 3}},  {{600, 520}, {1, 0}},
-      {{3, 4, 5, 6}, {2, 0, 3, 1}}, {{64, 64}, {0, 1}}};
+      {{130, 67}, {1, 0}},           {{1, 257, 1, 3}, {3, 2, 1, 0}},
+      {{5, 70, 33}, {0, 2, 1}},      {{70, 33, 3}, {1, 0, 2}},
+      {{2, 65, 9, 5}, {0, 2, 1, 3}}, {{600, 520}, {1, 0}},
+      {{3, 4, 5, 6}, {2, 0, 3, 1}},  {{64, 64}, {0, 1}}};
   for (DType dt : dtypes)
     for (const auto& [s, perm] : cases)
       for (int threads : {1, 4}) {
@@ -405,7 +415,8 @@ TEST(TensorOps, TransposeBlockedBitExactEveryDtype) {
         auto* zb = static_cast<unsigned char*>(z.mutable_raw());
         for (size_t at : {size_t{0}, z.nbytes() / 2 + 1, z.nbytes() - 1}) {
           zb[at] ^= 0x10;
-          EXPECT_FALSE(transpose_equals(z.raw(), x.raw(), t, threads)) << dtype_name(dt) << shape_str(s) << " byte " << at;
+          EXPECT_FALSE(transpose_equals(z.raw(), x.raw(), t, threads))
+              << dtype_name(dt) << shape_str(s) << " byte " << at;
           zb[at] ^= 0x10;
         }
       }

@@ -210,8 +210,9 @@ TEST(RMSNormalization, ByHand) {
   auto n0 = NodeBuilder("RMSNormalization", 23, {"X", "W"}).i("axis", 0).f("epsilon", 0.0f).n;
   auto out0 = run(n0, {f32({2, 2}, {1, 1, 1, 1}), f32({2, 1}, {2, 3})});
   expect_near(values<float>(out0[0]), {2, 2, 3, 3});
-  EXPECT_THROW(run(NodeBuilder("RMSNormalization", 23, {"X", "W"}).i("axis", 2).n, {f32({1, 2}, {3, 4}), f32({2}, {1, 2})}),
-               Error);
+  EXPECT_THROW(
+      run(NodeBuilder("RMSNormalization", 23, {"X", "W"}).i("axis", 2).n, {f32({1, 2}, {3, 4}), f32({2}, {1, 2})}),
+      Error);
   EXPECT_THROW(run(n, {f32({1, 2}, {3, 4}), f32({3}, {1, 2, 3})}), Error);
 }
 
@@ -232,10 +233,8 @@ TEST(Resize, NearestAndLinearByHand) {
 
 TEST(Resize, IntegerOutputsRoundHalfToEven) {
   // Asymmetric linear x2: the midpoint of [1, 2] is 1.5 -> 2, of [2, 3] is 2.5 -> 2.
-  auto n = NodeBuilder("Resize", 19, {"X", "", "S"})
-               .s("mode", "linear")
-               .s("coordinate_transformation_mode", "asymmetric")
-               .n;
+  auto n =
+      NodeBuilder("Resize", 19, {"X", "", "S"}).s("mode", "linear").s("coordinate_transformation_mode", "asymmetric").n;
   EXPECT_EQ(values<uint8_t>(run(n, {make<uint8_t>(DType::UInt8, {2}, {1, 2}), Tensor(), f32({1}, {2})})[0]),
             (std::vector<uint8_t>{1, 2, 2, 2}));
   EXPECT_EQ(values<uint8_t>(run(n, {make<uint8_t>(DType::UInt8, {2}, {2, 3}), Tensor(), f32({1}, {2})})[0]),
@@ -255,7 +254,8 @@ TEST(Resize, CropAndResizeExtrapolates) {
 
 TEST(Resize, AxesAndAspectRatio) {
   // X [1, 2, 4], sizes (axes 1, 2) = [4, 4] with not_larger: scale = min(2, 1) = 1 -> unchanged.
-  auto n = NodeBuilder("Resize", 19, {"X", "", "", "Z"}).ints("axes", {1, 2}).s("keep_aspect_ratio_policy", "not_larger").n;
+  auto n =
+      NodeBuilder("Resize", 19, {"X", "", "", "Z"}).ints("axes", {1, 2}).s("keep_aspect_ratio_policy", "not_larger").n;
   Tensor x = f32({1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
   auto out = run(n, {x, Tensor(), Tensor(), i64({2}, {4, 4})});
   EXPECT_EQ(out[0].shape(), (Shape{1, 2, 4}));
@@ -265,13 +265,13 @@ TEST(Resize, AxesAndAspectRatio) {
 TEST(Resize, BadInputsAreErrors) {
   auto n = NodeBuilder("Resize", 19, {"X", "", "S", "Z"}).n;
   Tensor x = f32({2}, {1, 2});
-  EXPECT_THROW(run(n, {x, Tensor(), f32({2}, {1, 2}), Tensor()}), Error);          // wrong scales length
-  EXPECT_THROW(run(n, {x, Tensor(), f32({1}, {-1}), Tensor()}), Error);            // negative scale
-  EXPECT_THROW(run(n, {x, Tensor(), Tensor(), i64({1}, {-3})}), Error);            // negative size
-  EXPECT_THROW(run(n, {x, Tensor(), f32({1}, {2}), i64({1}, {4})}), Error);        // both given
-  EXPECT_THROW(run(n, {x, Tensor(), Tensor(), Tensor()}), Error);                  // neither given
+  EXPECT_THROW(run(n, {x, Tensor(), f32({2}, {1, 2}), Tensor()}), Error);    // wrong scales length
+  EXPECT_THROW(run(n, {x, Tensor(), f32({1}, {-1}), Tensor()}), Error);      // negative scale
+  EXPECT_THROW(run(n, {x, Tensor(), Tensor(), i64({1}, {-3})}), Error);      // negative size
+  EXPECT_THROW(run(n, {x, Tensor(), f32({1}, {2}), i64({1}, {4})}), Error);  // both given
+  EXPECT_THROW(run(n, {x, Tensor(), Tensor(), Tensor()}), Error);            // neither given
   auto crop = NodeBuilder("Resize", 19, {"X", "", "S"}).s("coordinate_transformation_mode", "tf_crop_and_resize").n;
-  EXPECT_THROW(run(crop, {x, Tensor(), f32({1}, {2})}), Error);                    // roi missing
+  EXPECT_THROW(run(crop, {x, Tensor(), f32({1}, {2})}), Error);  // roi missing
   auto axes = NodeBuilder("Resize", 19, {"X", "", "S"}).ints("axes", {0, 0}).n;
   EXPECT_THROW(run(axes, {f32({1, 2}, {1, 2}), Tensor(), f32({2}, {1, 1})}), Error);  // repeated axis
   auto mode = NodeBuilder("Resize", 19, {"X", "", "S"}).s("mode", "bilinear").n;

@@ -10,8 +10,8 @@
 #include <random>
 
 #include "ops/registry.h"
-#include "support/run_op.h"
 #include "ops/unary_common.h"
+#include "support/run_op.h"
 #include "support/simd_levels.h"
 
 using namespace reforge;
@@ -69,7 +69,8 @@ double ulp_error(float got, double want) {
 
 // Max ulp error of `op` (float32 kernel) against `ref` over n random points in [lo, hi].
 template <typename Ref>
-double max_ulp(const std::string& op, Ref ref, float lo, float hi, std::vector<ir::Attribute> attrs = {}, int n = 100000) {
+double max_ulp(const std::string& op, Ref ref, float lo, float hi, std::vector<ir::Attribute> attrs = {},
+               int n = 100000) {
   std::mt19937 rng(42);
   std::uniform_real_distribution<double> d(lo, hi);
   std::vector<float> xs(static_cast<size_t>(n));
@@ -87,16 +88,34 @@ double ref_gelu(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
 }  // namespace
 
 TEST(UnaryMath, Float32AccuracyAgainstLibm) {
-  EXPECT_LE(max_ulp("Exp", [](double x) { return std::exp(x); }, -105, 89), 2);
-  EXPECT_LE(max_ulp("Log", [](double x) { return std::log(x); }, 0, 100), 2);
-  EXPECT_LE(max_ulp("Log", [](double x) { return std::log(x); }, 0, 1e-37f), 2);  // subnormals
-  EXPECT_LE(max_ulp("Erf", [](double x) { return std::erf(x); }, -5, 5), 5);
-  EXPECT_LE(max_ulp("Erf", [](double x) { return std::erf(x); }, -1e-3f, 1e-3f), 5);
-  EXPECT_LE(max_ulp("Tanh", [](double x) { return std::tanh(x); }, -12, 12), 4);
-  EXPECT_LE(max_ulp("Tanh", [](double x) { return std::tanh(x); }, -1e-4f, 1e-4f), 4);
+  EXPECT_LE(max_ulp(
+                "Exp", [](double x) { return std::exp(x); }, -105, 89),
+            2);
+  EXPECT_LE(max_ulp(
+                "Log", [](double x) { return std::log(x); }, 0, 100),
+            2);
+  EXPECT_LE(max_ulp(
+                "Log", [](double x) { return std::log(x); }, 0, 1e-37f),
+            2);  // subnormals
+  EXPECT_LE(max_ulp(
+                "Erf", [](double x) { return std::erf(x); }, -5, 5),
+            5);
+  EXPECT_LE(max_ulp(
+                "Erf", [](double x) { return std::erf(x); }, -1e-3f, 1e-3f),
+            5);
+  EXPECT_LE(max_ulp(
+                "Tanh", [](double x) { return std::tanh(x); }, -12, 12),
+            4);
+  EXPECT_LE(max_ulp(
+                "Tanh", [](double x) { return std::tanh(x); }, -1e-4f, 1e-4f),
+            4);
   EXPECT_LE(max_ulp("Sigmoid", ref_sigmoid, -100, 100), 4);
-  EXPECT_LE(max_ulp("Softplus", [](double x) { return std::log1p(std::exp(x)); }, -100, 100), 6);
-  EXPECT_LE(max_ulp("Elu", [](double x) { return x > 0 ? x : std::expm1(x); }, -1e-3f, 1e-3f), 4);
+  EXPECT_LE(max_ulp(
+                "Softplus", [](double x) { return std::log1p(std::exp(x)); }, -100, 100),
+            6);
+  EXPECT_LE(max_ulp(
+                "Elu", [](double x) { return x > 0 ? x : std::expm1(x); }, -1e-3f, 1e-3f),
+            4);
   // Gelu keeps relative accuracy deep into the negative tail (no 1 + erf cancellation).
   EXPECT_LE(max_ulp("Gelu", ref_gelu, -12, 6), 12);
   // The tanh form is ill-conditioned in its negative tail (the cubic's rounding is amplified by
@@ -104,7 +123,9 @@ TEST(UnaryMath, Float32AccuracyAgainstLibm) {
   EXPECT_LE(max_ulp("Gelu", [](double x) { return x * ref_sigmoid(1.5957691216057307 * (x + 0.044715 * x * x * x)); },
                     -2, 6, {string_attr("approximate", "tanh")}),
             16);
-  EXPECT_LE(max_ulp("Mish", [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -30, 30), 8);
+  EXPECT_LE(max_ulp(
+                "Mish", [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -30, 30),
+            8);
 }
 
 TEST(UnaryMath, SpecialValues) {
@@ -114,7 +135,7 @@ TEST(UnaryMath, SpecialValues) {
   EXPECT_EQ(exp[1], 0.0f);
   EXPECT_TRUE(std::isnan(exp[2]));
   EXPECT_EQ(exp[3], 1.0f);
-  EXPECT_EQ(exp[5], kInf);  // overflow
+  EXPECT_EQ(exp[5], kInf);                        // overflow
   EXPECT_NEAR(exp[6], 3.7200760e-44f, 1.5e-45f);  // subnormal result, not flushed
 
   auto sig = values<float>(run("Sigmoid", {&x}));
@@ -224,16 +245,20 @@ TEST(UnaryMath, Predicates) {
   Tensor x = floats({kInf, -kInf, kNaN, 1.0f});
   EXPECT_EQ(values<uint8_t>(run("IsNaN", {&x}, {}, 20)), (std::vector<uint8_t>{0, 0, 1, 0}));
   EXPECT_EQ(values<uint8_t>(run("IsInf", {&x}, {}, 20)), (std::vector<uint8_t>{1, 1, 0, 0}));
-  EXPECT_EQ(values<uint8_t>(run("IsInf", {&x}, {int_attr("detect_positive", 0)}, 20)), (std::vector<uint8_t>{0, 1, 0, 0}));
-  EXPECT_EQ(values<uint8_t>(run("IsInf", {&x}, {int_attr("detect_negative", 0)}, 20)), (std::vector<uint8_t>{1, 0, 0, 0}));
+  EXPECT_EQ(values<uint8_t>(run("IsInf", {&x}, {int_attr("detect_positive", 0)}, 20)),
+            (std::vector<uint8_t>{0, 1, 0, 0}));
+  EXPECT_EQ(values<uint8_t>(run("IsInf", {&x}, {int_attr("detect_negative", 0)}, 20)),
+            (std::vector<uint8_t>{1, 0, 0, 0}));
   Tensor d = make<double>(DType::Float64, {-INFINITY, NAN});
   EXPECT_EQ(values<uint8_t>(run("IsNaN", {&d}, {}, 20)), (std::vector<uint8_t>{0, 1}));
 }
 
 TEST(UnaryMath, Activations) {
   Tensor x = floats({-2.0f, -0.5f, 0.0f, 0.5f, 2.0f});
-  EXPECT_EQ(values<float>(run("LeakyRelu", {&x}, {float_attr("alpha", 0.5f)})), (std::vector<float>{-1.0f, -0.25f, 0, 0.5f, 2}));
-  EXPECT_EQ(values<float>(run("ThresholdedRelu", {&x}, {float_attr("alpha", 0.5f)})), (std::vector<float>{0, 0, 0, 0, 2}));
+  EXPECT_EQ(values<float>(run("LeakyRelu", {&x}, {float_attr("alpha", 0.5f)})),
+            (std::vector<float>{-1.0f, -0.25f, 0, 0.5f, 2}));
+  EXPECT_EQ(values<float>(run("ThresholdedRelu", {&x}, {float_attr("alpha", 0.5f)})),
+            (std::vector<float>{0, 0, 0, 0, 2}));
   EXPECT_EQ(values<float>(run("Shrink", {&x}, {float_attr("lambd", 0.5f), float_attr("bias", 1.0f)}, 9)),
             (std::vector<float>{-1.0f, 0, 0, 0, 1.0f}));
   auto hswish = values<float>(run("HardSwish", {&x}));
@@ -296,12 +321,12 @@ TEST(UnaryMath, ParallelTailAndUnalignedInput) {
   for (int len = 0; len < 8; ++len) {
     Tensor t = Tensor::copy_of(DType::Float32, {len}, keep->data());
     auto y = values<float>(run("Exp", {&t}));
-    for (int i = 0; i < len; ++i) EXPECT_EQ(y[static_cast<size_t>(i)], unary::fast_exp((*keep)[static_cast<size_t>(i)]));
+    for (int i = 0; i < len; ++i)
+      EXPECT_EQ(y[static_cast<size_t>(i)], unary::fast_exp((*keep)[static_cast<size_t>(i)]));
   }
 }
 
 namespace {
-
 
 // Every op with a float32 SIMD form, its float64 reference, a range and a bound: ulps of the
 // reference's float rounding plus an absolute slack (HardSigmoid's alpha * x + beta cancels near
@@ -322,23 +347,68 @@ const std::vector<SimdCase>& simd_cases() {
       {"Erf", 22, {}, [](double x) { return std::erf(x); }, -5, 5, 5},
       {"Tanh", 22, {}, [](double x) { return std::tanh(x); }, -12, 12, 4},
       {"Sigmoid", 22, {}, ref_sigmoid, -100, 100, 4},
-      {"Softplus", 22, {}, [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }, -100, 100, 6},
+      {"Softplus",
+       22,
+       {},
+       [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); },
+       -100,
+       100,
+       6},
       {"Elu", 22, {}, [](double x) { return x > 0 ? x : std::expm1(x); }, -20, 5, 4},
-      {"Selu", 22, {}, [](double x) {
-         return 1.05070102214813232421875 * (x > 0 ? x : 1.67326319217681884765625 * std::expm1(x));
-       }, -20, 5, 5},
-      {"Celu", 22, {float_attr("alpha", 2.0f)}, [](double x) { return x > 0 ? x : 2.0 * std::expm1(x / 2.0); }, -20, 5, 4},
+      {"Selu",
+       22,
+       {},
+       [](double x) { return 1.05070102214813232421875 * (x > 0 ? x : 1.67326319217681884765625 * std::expm1(x)); },
+       -20,
+       5,
+       5},
+      {"Celu",
+       22,
+       {float_attr("alpha", 2.0f)},
+       [](double x) { return x > 0 ? x : 2.0 * std::expm1(x / 2.0); },
+       -20,
+       5,
+       4},
       {"Gelu", 22, {}, ref_gelu, -12, 6, 12},
-      {"Gelu", 22, {string_attr("approximate", "tanh")},
-       [](double x) { return x * ref_sigmoid(1.5957691216057307 * (x + 0.044715 * x * x * x)); }, -2, 6, 16},
+      {"Gelu",
+       22,
+       {string_attr("approximate", "tanh")},
+       [](double x) { return x * ref_sigmoid(1.5957691216057307 * (x + 0.044715 * x * x * x)); },
+       -2,
+       6,
+       16},
       {"Mish", 22, {}, [](double x) { return x * std::tanh(std::log1p(std::exp(x))); }, -30, 30, 8},
       // alpha * x is rounded to float first (its rounding is amplified ~|alpha x| times in the tail).
-      {"Swish", 24, {float_attr("alpha", 1.5f)},
-       [](double x) { return x * ref_sigmoid(static_cast<float>(1.5f * static_cast<float>(x))); }, -30, 30, 6},
-      {"HardSigmoid", 22, {}, [](double x) { return std::clamp(static_cast<double>(0.2f) * x + 0.5, 0.0, 1.0); }, -4, 4, 1, 6e-8},
-      {"HardSwish", 22, {}, [](double x) { return x * std::clamp(static_cast<double>(1.0f / 6.0f) * x + 0.5, 0.0, 1.0); },
-       -4, 4, 2, 6e-8},
-      {"Softsign", 22, {}, [](double x) { return std::isinf(x) ? std::copysign(1.0, x) : x / (1 + std::fabs(x)); }, -100, 100, 2},
+      {"Swish",
+       24,
+       {float_attr("alpha", 1.5f)},
+       [](double x) { return x * ref_sigmoid(static_cast<float>(1.5f * static_cast<float>(x))); },
+       -30,
+       30,
+       6},
+      {"HardSigmoid",
+       22,
+       {},
+       [](double x) { return std::clamp(static_cast<double>(0.2f) * x + 0.5, 0.0, 1.0); },
+       -4,
+       4,
+       1,
+       6e-8},
+      {"HardSwish",
+       22,
+       {},
+       [](double x) { return x * std::clamp(static_cast<double>(1.0f / 6.0f) * x + 0.5, 0.0, 1.0); },
+       -4,
+       4,
+       2,
+       6e-8},
+      {"Softsign",
+       22,
+       {},
+       [](double x) { return std::isinf(x) ? std::copysign(1.0, x) : x / (1 + std::fabs(x)); },
+       -100,
+       100,
+       2},
       {"Sqrt", 22, {}, [](double x) { return std::sqrt(x); }, 0, 1e6f, 0.5},
       {"Reciprocal", 22, {}, [](double x) { return 1 / x; }, -100, 100, 0.5},
       {"Floor", 22, {}, [](double x) { return std::floor(x); }, -2e7f, 2e7f, 0},
@@ -346,13 +416,22 @@ const std::vector<SimdCase>& simd_cases() {
       {"Round", 22, {}, [](double x) { return std::nearbyint(x); }, -100, 100, 0},
       {"Abs", 22, {}, [](double x) { return std::fabs(x); }, -100, 100, 0},
       {"Neg", 22, {}, [](double x) { return -x; }, -100, 100, 0},
-      {"Sign", 22, {}, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }, -2, 2, 0},
+      {"Sign", 22, {}, [](double x) { return x > 0   ? 1.0
+                                             : x < 0 ? -1.0
+                                                     : x; }, -2, 2, 0},
       {"Relu", 22, {}, [](double x) { return x < 0 ? 0.0 : x; }, -100, 100, 0},
       {"LeakyRelu", 22, {}, [](double x) { return x < 0 ? static_cast<double>(0.01f) * x : x; }, -100, 100, 0.5},
       {"ThresholdedRelu", 22, {}, [](double x) { return x > 1 ? x : 0.0; }, -3, 3, 0},
-      {"Shrink", 22, {}, [](double x) { return x < -0.5 ? x : x > 0.5 ? x : 0.0; }, -3, 3, 0},
-      {"Clip", 6, {float_attr("min", -1.5f), float_attr("max", 2.5f)}, [](double x) { return std::clamp(x, -1.5, 2.5); },
-       -4, 4, 0},
+      {"Shrink", 22, {}, [](double x) { return x < -0.5  ? x
+                                               : x > 0.5 ? x
+                                                         : 0.0; }, -3, 3, 0},
+      {"Clip",
+       6,
+       {float_attr("min", -1.5f), float_attr("max", 2.5f)},
+       [](double x) { return std::clamp(x, -1.5, 2.5); },
+       -4,
+       4,
+       0},
   };
   return cases;
 }
@@ -378,8 +457,8 @@ TEST(UnaryMath, Float32AccuracyAtEveryLevel) {
         const double slack = std::fabs(ys[i] - want) <= c.abs ? 0 : ulp_error(ys[i], want);
         if (slack > worst) worst = slack, at = i;
       }
-      EXPECT_LE(worst, c.ulps) << c.op << " at " << simd_level_name(l) << ": " << xs[at] << " -> " << ys[at] << ", want "
-                               << c.ref(xs[at]);
+      EXPECT_LE(worst, c.ulps) << c.op << " at " << simd_level_name(l) << ": " << xs[at] << " -> " << ys[at]
+                               << ", want " << c.ref(xs[at]);
     }
   }
 }
@@ -403,13 +482,15 @@ TEST(UnaryMath, TailsAndSpecialValuesAtEveryLevel) {
         Tensor part = floats(std::vector<float>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n)));
         std::vector<float> got = values<float>(run(c.op, {&part}, c.attrs, c.opset));
         ASSERT_EQ(got.size(), n);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0) << c.op << " length " << n << " at " << simd_level_name(l);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+            << c.op << " length " << n << " at " << simd_level_name(l);
       }
       std::vector<float> s = values<float>(run(c.op, {&sp}, c.attrs, c.opset));
       for (size_t i = 0; i < specials.size(); ++i) {
         const double r = c.ref(specials[i]);
         if (std::isnan(r) || std::isinf(r)) {
-          EXPECT_TRUE(std::isnan(r) ? std::isnan(s[i]) : s[i] == r) << c.op << "(" << specials[i] << ") at " << simd_level_name(l) << ": " << s[i];
+          EXPECT_TRUE(std::isnan(r) ? std::isnan(s[i]) : s[i] == r)
+              << c.op << "(" << specials[i] << ") at " << simd_level_name(l) << ": " << s[i];
         }
       }
       if (first.empty()) {
@@ -417,7 +498,8 @@ TEST(UnaryMath, TailsAndSpecialValuesAtEveryLevel) {
       } else {
         for (size_t i = 0; i < specials.size(); ++i)
           EXPECT_TRUE((std::isnan(s[i]) && std::isnan(first[i])) || s[i] == first[i])
-              << c.op << "(" << specials[i] << ") at " << simd_level_name(l) << ": " << s[i] << " vs generic " << first[i];
+              << c.op << "(" << specials[i] << ") at " << simd_level_name(l) << ": " << s[i] << " vs generic "
+              << first[i];
       }
     }
   }

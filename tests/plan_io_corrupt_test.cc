@@ -67,7 +67,8 @@ TEST(PlanIO, FutureFormatVersionIsRefused) {
   put_u64(b, 56, XXH3_64bits(b.data(), 56));
   std::ofstream(dir.file("x.plan"), std::ios::binary) << b;
   std::string e = error_of([&] { read_plan(dir.file("x.plan")); });
-  EXPECT_NE(e.find("plan '" + dir.file("x.plan") + "' has format version 7; this reforge reads up to 1"), std::string::npos)
+  EXPECT_NE(e.find("plan '" + dir.file("x.plan") + "' has format version 7; this reforge reads up to 1"),
+            std::string::npos)
       << e;
 }
 
@@ -91,34 +92,74 @@ TEST(PlanIO, MaliciousMetadataIsRejected) {
     std::string expect;
   };
   std::vector<Case> cases = {
-      {"offset past end", [&](json& m) { m["weights"][0]["data"]["offset"] = (data_size + 63) / 64 * 64; }, "past the end of the data section"},
+      {"offset past end", [&](json& m) { m["weights"][0]["data"]["offset"] = (data_size + 63) / 64 * 64; },
+       "past the end of the data section"},
       {"huge offset", [](json& m) { m["weights"][0]["data"]["offset"] = 0xffffffffffffffc0ull; }, "past the end"},
       {"huge nbytes", [](json& m) { m["literals"][0]["nbytes"] = 0xfffffffffffffff0ull; }, "bytes stored"},
       {"nbytes vs shape", [](json& m) { m["weights"][0]["data"]["nbytes"] = 44; }, "float32[4,3] needs 12 x 4 bytes"},
       {"misaligned", [](json& m) { m["literals"][0]["offset"] = 4; }, "not a multiple of 64"},
-      {"shape overflow", [](json& m) { m["literals"][1]["shape"] = {1ll << 40, 1ll << 40}; }, "too many elements"},
+      {"shape overflow",
+       [](json& m) {
+         m["literals"][1]["shape"] = {1ll << 40, 1ll << 40};
+       },
+       "too many elements"},
       {"negative dim", [](json& m) { m["weights"][1]["shape"] = {-3}; }, "negative dimension"},
       {"unknown dtype", [](json& m) { m["literals"][0]["dtype"] = 99; }, "unknown element type code 99"},
       {"string tensor", [](json& m) { m["literals"][0]["dtype"] = 8; }, "cannot hold data"},
-      {"source index", [](json& m) { m["weights"][0]["recipe"]["steps"][0]["inputs"][0] = {"source", 2}; }, "source 2 does not exist"},
-      {"forward step", [](json& m) { m["weights"][0]["recipe"]["steps"][0]["inputs"][0] = {"step", 0}; }, "step 0 does not exist"},
-      {"literal index", [](json& m) { m["weights"][0]["recipe"]["steps"][1]["inputs"][1] = {"literal", 5}; }, "literal 5 does not exist"},
-      {"result", [](json& m) { m["weights"][0]["recipe"]["result"] = {"step", 2}; }, "step 2 does not exist"},
-      {"weight sources", [](json& m) { m["weights"][0]["sources"] = {4000000000ll}; }, "source 4000000000 does not exist"},
+      {"source index",
+       [](json& m) {
+         m["weights"][0]["recipe"]["steps"][0]["inputs"][0] = {"source", 2};
+       },
+       "source 2 does not exist"},
+      {"forward step",
+       [](json& m) {
+         m["weights"][0]["recipe"]["steps"][0]["inputs"][0] = {"step", 0};
+       },
+       "step 0 does not exist"},
+      {"literal index",
+       [](json& m) {
+         m["weights"][0]["recipe"]["steps"][1]["inputs"][1] = {"literal", 5};
+       },
+       "literal 5 does not exist"},
+      {"result",
+       [](json& m) {
+         m["weights"][0]["recipe"]["result"] = {"step", 2};
+       },
+       "step 2 does not exist"},
+      {"weight sources", [](json& m) { m["weights"][0]["sources"] = {4000000000ll}; },
+       "source 4000000000 does not exist"},
       {"u32 range", [](json& m) { m["sources"][0]["slot"] = 1ll << 40; }, "out of range"},
       {"i64 range", [](json& m) { m["graph"]["ir_version"] = 0xffffffffffffffffull; }, "integer out of range"},
       {"float for int", [](json& m) { m["graph"]["ir_version"] = 1.5; }, "expected an integer"},
-      {"operand kind", [](json& m) { m["weights"][0]["recipe"]["result"] = {"bogus", 0}; }, "unknown operand kind"},
+      {"operand kind",
+       [](json& m) {
+         m["weights"][0]["recipe"]["result"] = {"bogus", 0};
+       },
+       "unknown operand kind"},
       {"wrong type", [](json& m) { m["graph"]["nodes"] = "nodes"; }, "graph.nodes: expected an array"},
       {"missing field", [](json& m) { m["graph"]["nodes"][1].erase("op_type"); }, "missing field 'op_type'"},
       {"bad hash", [](json& m) { m["weights"][0]["hash"] = "xyz"; }, "expected 16 hex digits"},
-      {"bad hex string", [](json& m) { m["graph"]["name"] = {{"hex", "zz"}}; }, "invalid hex string"},
-      {"graph attribute", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "graph"; }, "subgraph attributes are not supported in plans"},
+      {"bad hex string",
+       [](json& m) {
+         m["graph"]["name"] = {{"hex", "zz"}};
+       },
+       "invalid hex string"},
+      {"graph attribute", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "graph"; },
+       "subgraph attributes are not supported in plans"},
       {"attr type", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "complex"; }, "unknown attribute type"},
-      {"duplicate attr", [](json& m) { auto& a = m["graph"]["nodes"][2]["attrs"]; a.push_back(a[0]); }, "duplicate attribute"},
+      {"duplicate attr",
+       [](json& m) {
+         auto& a = m["graph"]["nodes"][2]["attrs"];
+         a.push_back(a[0]);
+       },
+       "duplicate attribute"},
       {"mode", [](json& m) { m["mode"] = "turbo"; }, "unknown build mode 'turbo'"},
       {"kind", [](json& m) { m["weights"][0]["kind"] = "magic"; }, "unknown weight kind"},
-      {"not an object", [](json& m) { m = json::array({1, 2}); }, "expected a JSON object"},
+      {"not an object",
+       [](json& m) {
+         m = json::array({1, 2});
+       },
+       "expected a JSON object"},
   };
   for (const auto& c : cases) {
     json m = base;
@@ -128,13 +169,16 @@ TEST(PlanIO, MaliciousMetadataIsRejected) {
     EXPECT_NE(e.find("plan 'test.plan'"), std::string::npos) << c.name << ": " << e;
   }
   EXPECT_NO_THROW(parse_bytes(with_metadata(b, base.dump())));  // the helper itself is sound
-  EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, "{\"producer\": ")); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, "{\"producer\": ")); }).find("not valid JSON"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, std::string(100000, '['))); }).find("not valid JSON"),
             std::string::npos);
   // Deep nesting must not exhaust the stack (the JSON parser is iterative; we never recurse).
   std::string deep = "{\"producer\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
-  EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, deep)); }).find("producer: expected a string"), std::string::npos);
-  EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, "{\"a\": \"\xff\"}")); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, deep)); }).find("producer: expected a string"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_bytes(with_metadata(b, "{\"a\": \"\xff\"}")); }).find("not valid JSON"),
+            std::string::npos);
 }
 
 // Random structured damage behind valid checksums: replace a random field (or the container
@@ -151,9 +195,26 @@ TEST(PlanIO, RandomizedMetadataDamage) {
     std::string parent = ptr.substr(0, ptr.find_last_of('/'));
     if (!parent.empty()) pointers.push_back(parent);
   }
-  const std::vector<json> values = {nullptr, true, -1, 0, 1, 63, 64, 4096, -(1ll << 62), 1ull << 63,
-                                    0xffffffffffffffffull, 2.5, "", "x", "step", json::array(), json::array({0, 1}),
-                                    json::array({"source", 0}), json::object(), json{{"hex", "00"}}};
+  const std::vector<json> values = {nullptr,
+                                    true,
+                                    -1,
+                                    0,
+                                    1,
+                                    63,
+                                    64,
+                                    4096,
+                                    -(1ll << 62),
+                                    1ull << 63,
+                                    0xffffffffffffffffull,
+                                    2.5,
+                                    "",
+                                    "x",
+                                    "step",
+                                    json::array(),
+                                    json::array({0, 1}),
+                                    json::array({"source", 0}),
+                                    json::object(),
+                                    json{{"hex", "00"}}};
   std::mt19937_64 rng(12345);
   int errors = 0;
   for (int iter = 0; iter < 1500; ++iter) {

@@ -96,8 +96,13 @@ inline Plan sample_plan() {
   negz.f = -0.0f;
   odd.attrs["negz"] = negz;
   ir::Attribute fl = attr("floats", ir::AttrType::Floats);
-  fl.floats = {-0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), kNegNaN,
-               1e-45f, 3.4028235e38f, 0.1f};
+  fl.floats = {-0.0f,
+               std::numeric_limits<float>::infinity(),
+               -std::numeric_limits<float>::infinity(),
+               kNegNaN,
+               1e-45f,
+               3.4028235e38f,
+               0.1f};
   odd.attrs["floats"] = fl;
   ir::Attribute in = attr("i", ir::AttrType::Int);
   in.i = std::numeric_limits<int64_t>::min();
@@ -234,8 +239,8 @@ inline void expect_tensor_eq(const Tensor& a, const Tensor& b, const std::string
   EXPECT_EQ(reinterpret_cast<uintptr_t>(b.raw()) % 64, 0u) << what << " is not 64-byte aligned";
 }
 
-inline void expect_attrs_eq(const std::map<std::string, ir::Attribute>& a, const std::map<std::string, ir::Attribute>& b,
-                     const std::string& what) {
+inline void expect_attrs_eq(const std::map<std::string, ir::Attribute>& a,
+                            const std::map<std::string, ir::Attribute>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (const auto& [key, x] : a) {
     ASSERT_TRUE(b.count(key)) << what << " lost attribute " << key;
@@ -347,8 +352,10 @@ inline void expect_plan_eq(const Plan& a, const Plan& b, bool weights_loaded = t
       for (size_t m = 0; m < s.inputs.size(); ++m) EXPECT_TRUE(operand_eq(s.inputs[m], t.inputs[m]));
       expect_attrs_eq(s.attrs, t.attrs, x.name + " step");
     }
-    if (weights_loaded) expect_tensor_eq(x.data, y.data, x.name);
-    else EXPECT_FALSE(y.data.defined()) << x.name;
+    if (weights_loaded)
+      expect_tensor_eq(x.data, y.data, x.name);
+    else
+      EXPECT_FALSE(y.data.defined()) << x.name;
   }
 }
 
@@ -382,9 +389,7 @@ inline void put_u32(std::string& b, size_t off, uint32_t v) {
   for (int i = 0; i < 4; ++i) b[off + i] = static_cast<char>(v >> (8 * i));
 }
 
-inline json metadata_of(const std::string& file) {
-  return json::parse(file.substr(64, u64_at(file, 24)));
-}
+inline json metadata_of(const std::string& file) { return json::parse(file.substr(64, u64_at(file, 24))); }
 
 // Rebuilds a file from `file` with new metadata and correct checksums: a hostile but
 // well-formed file, to exercise the validation behind the checksums.

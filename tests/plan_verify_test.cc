@@ -5,12 +5,12 @@
 // cases run the real `reforge` binary on a small real export (models/llama, dynamo).
 #include <sys/wait.h>
 
-#include "support/cli.h"
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
 #include "plan_test_util.h"
 #include "runtime/plan_engine.h"
+#include "support/cli.h"
 
 using namespace plan_test;
 
@@ -227,10 +227,13 @@ TEST(PlanVerify, LargeWeightsAreVerifiedPieceByPiece) {
   json meta = metadata_of(b);
   size_t big = meta["weights"].size();
   for (size_t i = 0; i < meta["weights"].size(); ++i)
-    if (!meta["weights"][i]["data"].is_null() && meta["weights"][i]["data"]["nbytes"].get<uint64_t>() > plan::format::kPiece) big = i;
+    if (!meta["weights"][i]["data"].is_null() &&
+        meta["weights"][i]["data"]["nbytes"].get<uint64_t>() > plan::format::kPiece)
+      big = i;
   ASSERT_LT(big, meta["weights"].size());
   const json& data = meta["weights"][big]["data"];
-  ASSERT_EQ(data["xxh3_pieces"].size(), (data["nbytes"].get<uint64_t>() + plan::format::kPiece - 1) / plan::format::kPiece);
+  ASSERT_EQ(data["xxh3_pieces"].size(),
+            (data["nbytes"].get<uint64_t>() + plan::format::kPiece - 1) / plan::format::kPiece);
   EXPECT_NO_THROW(read_plan(path));
   size_t off = u64_at(b, 32) + data["offset"].get<uint64_t>() + plan::format::kPiece + 123;
   b[off] = static_cast<char>(b[off] ^ 0x01);

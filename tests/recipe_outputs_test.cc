@@ -8,11 +8,11 @@
 
 #include <random>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "plan/plan_io.h"
 #include "plan_test_util.h"
-#include "transforms/recipe.h"
 #include "runtime/plan_engine.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 

@@ -12,13 +12,13 @@
 #include <thread>
 #include <vector>
 
-#include "support/llama_fixture.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/llama_fixture.h"
 #include "transforms/recipe.h"
 
 using namespace reforge;
@@ -33,8 +33,6 @@ using test_support::weight_snapshot;
 namespace {
 
 constexpr int kReaders = 3;
-
-
 
 runtime::EngineOptions one_thread() {
   runtime::EngineOptions o;
@@ -133,9 +131,15 @@ TEST(RefitConcurrency, InferenceDuringRefitSeesOneWholeWeightSet) {
       while (!stop.load()) {
         try {
           switch (classify(e.run(in)[0])) {
-            case Seen::A: ++seen_a; break;
-            case Seen::B: ++seen_b; break;
-            case Seen::Mix: ++mixes; break;
+            case Seen::A:
+              ++seen_a;
+              break;
+            case Seen::B:
+              ++seen_b;
+              break;
+            case Seen::Mix:
+              ++mixes;
+              break;
           }
         } catch (const std::exception&) {
           ++errors;
@@ -213,7 +217,8 @@ TEST(RefitConcurrency, ConcurrentCommitsAreSerialized) {
   ASSERT_TRUE(on_a || on_b) << "the engine holds neither weight set whole";
   EXPECT_TRUE(e.missing_sources().empty());
   const plan::Plan cur = e.current_plan(/*strip=*/false);
-  for (const auto& w : cur.weights) EXPECT_TRUE(same(w.data, (on_a ? f.snap_a : f.snap_b).weights.at(w.name))) << w.name;
+  for (const auto& w : cur.weights)
+    EXPECT_TRUE(same(w.data, (on_a ? f.snap_a : f.snap_b).weights.at(w.name))) << w.name;
   EXPECT_TRUE(transforms::bit_equal(e.run(in)[0], on_a ? f.out_a : f.out_b));
 }
 

@@ -7,18 +7,19 @@
 //     and from caller tensors;
 // each time matching PyTorch's outputs for B within 1e-4. Then the refusals: an inconsistent
 // request, or an engine-side update that names what the plan lacks, leaves the engine unchanged.
+#include "refit/refit_from.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <functional>
 
-#include "build/binding.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/binding.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
-#include "refit/refit_from.h"
 #include "refit/safetensors.h"
 #include "runtime/plan_engine.h"
 #include "support/engine_checks.h"
@@ -56,7 +57,6 @@ plan::Plan build_a(bool strip) {
   o.strip_weights = strip;
   return round_trip(build::build_plan(onnx::import_model_file(onnx_of("A")), o));
 }
-
 
 }  // namespace
 
@@ -100,8 +100,9 @@ TEST(RefitFrom, CheckpointMatchesFrameworkB) {
   build::BuildOptions o;
   o.mode = plan::BuildMode::Refit;
   o.strip_weights = true;
-  plan::Plan p = round_trip(build::build_plan_with_checkpoint(
-      onnx::import_model_file(onnx_of("A")), o, refit::Checkpoint::open((kLlama / "checkpoint_A.safetensors").string()), {}));
+  plan::Plan p = round_trip(
+      build::build_plan_with_checkpoint(onnx::import_model_file(onnx_of("A")), o,
+                                        refit::Checkpoint::open((kLlama / "checkpoint_A.safetensors").string()), {}));
   runtime::PlanEngine e(std::move(p));
   refit::RefitRequest req;
   req.files = {(kLlama / "checkpoint_B.safetensors").string()};
@@ -160,7 +161,8 @@ TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
   EXPECT_NE(error_of([&] { e.commit(unknown); }).find("'no.such.weight' is not an engine weight"), std::string::npos);
 
   runtime::WeightUpdate wrong_shape;
-  wrong_shape.set_weight(derived->name, Tensor::empty(derived->dtype, {derived->shape.empty() ? 2 : derived->shape[0] + 1}));
+  wrong_shape.set_weight(derived->name,
+                         Tensor::empty(derived->dtype, {derived->shape.empty() ? 2 : derived->shape[0] + 1}));
   EXPECT_NE(error_of([&] { e.validate(wrong_shape); }).find("the plan expects"), std::string::npos);
   EXPECT_NE(error_of([&] { e.commit(wrong_shape); }).find("the plan expects"), std::string::npos);
   EXPECT_EQ(derived_weight_hashes(e), before);

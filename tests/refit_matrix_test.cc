@@ -10,15 +10,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/plan_round_trip.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 using test_support::round_trip;
@@ -146,7 +146,8 @@ TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
             EXPECT_THROW(engine.run(read_inputs(p)), Error);
           }
           // The build-time weights are accepted.
-          if (slow) r.commit_rebuilt(build::rebuild_from_onnx(engine.plan(), ga));
+          if (slow)
+            r.commit_rebuilt(build::rebuild_from_onnx(engine.plan(), ga));
           else {
             for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), ga)) r.set_source(id, t);
             r.commit();
@@ -159,7 +160,8 @@ TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
         for (const auto& w : fresh_b.weights) {
           Tensor mine = engine.weight(w.name);
           ASSERT_TRUE(mine.defined()) << w.name;
-          EXPECT_TRUE(transforms::bit_equal(mine, w.data)) << "engine weight " << w.name << " differs from a fresh build of B";
+          EXPECT_TRUE(transforms::bit_equal(mine, w.data))
+              << "engine weight " << w.name << " differs from a fresh build of B";
         }
         expect_matches_reference(p, engine);
       }

@@ -5,17 +5,17 @@
 #include <filesystem>
 #include <fstream>
 
-#include "support/engine_checks.h"
-#include "support/llama_fixture.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "onnx/proto/onnx.pb.h"
 #include "plan/plan_io.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_checks.h"
+#include "support/llama_fixture.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -30,9 +30,6 @@ using test_support::weight_snapshot;
 namespace {
 
 const std::string kGpt2B = (kModels / "gpt2/dynamo/B/model.onnx").string();
-
-
-
 
 void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, Tensor>& before) {
   for (const auto& [name, t] : before) {
@@ -71,7 +68,8 @@ TEST(RefitNegative, MissingSourceOnStrippedPlanIsNamed) {
 TEST(RefitNegative, UnknownNameWrongShapeWrongDtype) {
   runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false));
   refit::Refitter r(e);
-  EXPECT_NE(error_of([&] { r.set("no.such.weight", Tensor::empty(DType::Float32, {1})); }).find("no.such.weight"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.set("no.such.weight", Tensor::empty(DType::Float32, {1})); }).find("no.such.weight"),
+            std::string::npos);
   uint32_t id = first_refittable_matrix_source(e.plan());
   const auto& s = e.plan().sources[id];
   Shape wrong = s.shape;
@@ -151,7 +149,8 @@ TEST(RefitNegative, TruncatedExternalDataIsAnErrorBeforeAnyChange) {
   // Intact external data refits fine.
   {
     refit::Refitter r(e);
-    for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), (dir / "model.onnx").string())) r.set_source(id, t);
+    for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), (dir / "model.onnx").string()))
+      r.set_source(id, t);
     r.commit();
   }
   auto before = weight_snapshot(e);

@@ -8,12 +8,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "onnx/importer.h"
 
 using namespace reforge;

@@ -5,7 +5,6 @@
 // CommitOptions::check_finite is off (the CLI's --allow-nonfinite). Each refusal leaves the
 // engine exactly as it was.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <cmath>
@@ -15,18 +14,18 @@
 #include <fstream>
 #include <limits>
 
-#include "support/engine_checks.h"
-#include "support/llama_fixture.h"
-#include "support/cli.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "onnx/proto/onnx.pb.h"
 #include "plan/plan_io.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/cli.h"
+#include "support/engine_checks.h"
+#include "support/llama_fixture.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -39,10 +38,6 @@ using test_support::llama_plan;
 using test_support::weight_snapshot;
 
 namespace {
-
-
-
-
 
 // Same buffers as before (a failed commit swapped nothing in).
 void expect_unchanged(const runtime::PlanEngine& e, const std::map<std::string, Tensor>& before) {
@@ -379,7 +374,8 @@ TEST(RefitStrict, CliRefusesNonFiniteUnlessAllowed) {
     auto r = test_support::run_cli(args);
     return std::make_pair(WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1, r.output);
   };
-  const std::string plan_a = (dir / "a.plan").string(), bad = (dir / "bad.onnx").string(), out = (dir / "out.plan").string();
+  const std::string plan_a = (dir / "a.plan").string(), bad = (dir / "bad.onnx").string(),
+                    out = (dir / "out.plan").string();
   auto [rc, log] = reforge("refit " + plan_a + " --weights " + bad + " -o " + out);
   EXPECT_NE(rc, 0) << log;
   EXPECT_TRUE(contains(log, victim)) << log;

@@ -1,5 +1,7 @@
 // Safetensors reader/writer: round trip, sharded folders, and every malformed input ends in an
 // Error naming the file and (where there is one) the tensor; never a crash.
+#include "refit/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "transforms/recipe.h"
-#include "refit/safetensors.h"
 
 using namespace reforge;
 using namespace reforge::refit;
@@ -24,9 +25,15 @@ Tensor iota(DType dt, Shape shape) {
 }
 
 std::map<std::string, Tensor> sample() {
-  return {{"a.weight", iota(DType::Float32, {3, 4})}, {"b", iota(DType::Float16, {5})}, {"c", iota(DType::BFloat16, {2, 2})},
-          {"d", iota(DType::Float64, {1})},           {"e", iota(DType::Int64, {2})},  {"f", iota(DType::Int32, {3})},
-          {"g", iota(DType::Int16, {3})},             {"h", iota(DType::Int8, {3})},   {"i", iota(DType::UInt8, {0})},
+  return {{"a.weight", iota(DType::Float32, {3, 4})},
+          {"b", iota(DType::Float16, {5})},
+          {"c", iota(DType::BFloat16, {2, 2})},
+          {"d", iota(DType::Float64, {1})},
+          {"e", iota(DType::Int64, {2})},
+          {"f", iota(DType::Int32, {3})},
+          {"g", iota(DType::Int16, {3})},
+          {"h", iota(DType::Int8, {3})},
+          {"i", iota(DType::UInt8, {0})},
           {"j", iota(DType::Bool, {2})}};
 }
 
@@ -78,7 +85,8 @@ TEST(Safetensors, ShardedFolderAndFileList) {
   fs::create_directories(dir);
   write_safetensors((dir / "s1.safetensors").string(), {{"x", iota(DType::Float32, {2})}});
   write_safetensors((dir / "s2.safetensors").string(), {{"y", iota(DType::Float32, {3})}});
-  std::ofstream(dir / "model.safetensors.index.json") << R"({"metadata": {}, "weight_map": {"x": "s1.safetensors", "y": "s2.safetensors"}})";
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"metadata": {}, "weight_map": {"x": "s1.safetensors", "y": "s2.safetensors"}})";
   EXPECT_TRUE(is_safetensors_path(dir.string()));
   auto c = Checkpoint::open(dir.string());
   EXPECT_EQ(c.tensors().size(), 2u);
@@ -99,14 +107,16 @@ TEST(Safetensors, MalformedInputsAreErrors) {
   EXPECT_NO_THROW(parse_bytes(good));
   expect_error("", "too short");
   expect_error(good.substr(0, 5), "too short");
-  expect_error(good.substr(0, 20), "runs past the end");  // truncated header
+  expect_error(good.substr(0, 20), "runs past the end");                      // truncated header
   expect_error(good.substr(0, good.size() - 4), "outside the data section");  // truncated data
   expect_error(with_header("{\"w\": {", ""), "not well-formed JSON");
   expect_error(with_header("[1,2]", ""), "not a JSON object");
-  expect_error(with_header(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", std::string(8, 'x')), "needs 8");
+  expect_error(with_header(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", std::string(8, 'x')),
+               "needs 8");
   expect_error(with_header(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 16]}})", std::string(8, 'x')),
                "outside the data section");
-  expect_error(with_header(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", std::string(8, 'x')), "reversed");
+  expect_error(with_header(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", std::string(8, 'x')),
+               "reversed");
   expect_error(with_header(R"({"w": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", std::string(8, 'x')),
                "not a non-negative integer");
   expect_error(with_header(R"({"w": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}})", std::string(8, 'x')),

@@ -4,13 +4,13 @@
 
 #include <iostream>
 
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "plan/plan_io.h"
-#include "transforms/recipe.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/synthetic_llama.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 

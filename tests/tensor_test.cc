@@ -1,3 +1,5 @@
+#include "core/tensor.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -7,14 +9,14 @@
 #include <cstring>
 #include <vector>
 
-#include "core/tensor.h"
-
 using namespace reforge;
 
 TEST(Tensor, CastFloatToInt) {
   Tensor t = Tensor::empty(DType::Float32, {3});
   float* p = t.mutable_data<float>();
-  p[0] = 1.7f; p[1] = -2.5f; p[2] = 3.0f;
+  p[0] = 1.7f;
+  p[1] = -2.5f;
+  p[2] = 3.0f;
   Tensor i = cast_tensor(t, DType::Int64);
   EXPECT_EQ(i.to_int64_vector(), (std::vector<int64_t>{1, -2, 3}));
 }
@@ -47,8 +49,8 @@ TEST(Tensor, LargeAllocationsAlignedZeroedAndFreed) {
   set_storage_cache_limit(0);
   for (bool cached : {false, true}) {
     set_storage_cache_limit(cached ? size_t{64} << 20 : 0);
-    for (int64_t floats : {int64_t{1000}, (int64_t{2} << 20) / 4 - 1, (int64_t{2} << 20) / 4, (int64_t{2} << 20) / 4 + 1,
-                           int64_t{3'000'007}}) {
+    for (int64_t floats : {int64_t{1000}, (int64_t{2} << 20) / 4 - 1, (int64_t{2} << 20) / 4,
+                           (int64_t{2} << 20) / 4 + 1, int64_t{3'000'007}}) {
       SCOPED_TRACE(::testing::Message() << floats << (cached ? " cached" : " uncached"));
       for (int round = 0; round < 2; ++round) {
         Tensor t = Tensor::empty(DType::Float32, {floats});

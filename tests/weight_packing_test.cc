@@ -11,15 +11,15 @@
 #include <random>
 
 #include "backends/cpu/sgemm_panels.h"
-#include "build/builder.h"
-#include "build/onnx_refit.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "passes/build_state.h"
-#include "transforms/recipe.h"
 #include "runtime/plan_engine.h"
 #include "support/make_tensor.h"
 #include "support/plan_round_trip.h"
 #include "support/run_op.h"
 #include "support/synthetic_llama.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 using test_support::round_trip;
@@ -80,10 +80,14 @@ TEST(PackPanels, PlacesEveryElementAndZeroPadsTheLastPanel) {
 // MatMul-shaped ([K, N]) and a Gemm(transB)-shaped ([N, K]) weight, with more rows than one
 // row block (192) and k longer than one k block (256).
 TEST(PackPanels, MatMulAddPackedMatchesFloat64Reference) {
-  struct Case { Shape x; int64_t N; bool transposed, bias; };
+  struct Case {
+    Shape x;
+    int64_t N;
+    bool transposed, bias;
+  };
   // The last two have enough panels for 2 threads to split them (the others split rows), with
   // several row blocks and a k tail that is not a multiple of 8.
-  const std::vector<Case> cases = {{{7}, 5, false, true},        {{3, 40}, 17, true, false},
+  const std::vector<Case> cases = {{{7}, 5, false, true},           {{3, 40}, 17, true, false},
                                    {{2, 13, 300}, 33, false, true}, {{200, 600}, 50, true, true},
                                    {{1, 1, 64}, 1, false, false},   {{50, 70}, 200, false, true},
                                    {{400, 300}, 130, true, false}};
@@ -95,7 +99,8 @@ TEST(PackPanels, MatMulAddPackedMatchesFloat64Reference) {
       Tensor x = random_floats(c.x, 1), w = random_floats(c.transposed ? Shape{c.N, K} : Shape{K, c.N}, 2);
       Tensor b = random_floats({c.N}, 4);
       Tensor wp = run_op("reforge", "PackPanels", 1, {&w}, {ir::int_attr("transposed", c.transposed)});
-      Tensor y = run_op("reforge", "MatMulAddPacked", 1, {&x, &wp, c.bias ? &b : nullptr}, {ir::int_attr("n", c.N)}, threads);
+      Tensor y =
+          run_op("reforge", "MatMulAddPacked", 1, {&x, &wp, c.bias ? &b : nullptr}, {ir::int_attr("n", c.N)}, threads);
       Shape want_shape = c.x;
       want_shape.back() = c.N;
       ASSERT_EQ(y.shape(), want_shape);
@@ -178,64 +183,67 @@ TEST(WeightPacking, SlowRefitRebuildsInThePlansLayout) {
 TEST(WeightPacking, PassFreesEachPlainWeightOncePacked) {
   enum Variant { kFp32, kBf16Panels, kBf16Plain };
   for (Variant variant : {kFp32, kBf16Panels, kBf16Plain})
-  for (bool derived : {false, true})
-    for (int other_user = 0; other_user < 3; ++other_user) {  // 0 none, 1 a node, 2 a recipe
-      SCOPED_TRACE(std::string(variant == kFp32 ? "fp32" : variant == kBf16Panels ? "bf16 panels" : "bf16 plain") +
-                   (derived ? " refit" : " baked") + " other user " + std::to_string(other_user));
-      passes::BuildState s;
-      s.pack_linear_panels = true;
-      s.pack_half_panels = variant == kBf16Panels;
-      s.precision = variant == kFp32 ? plan::Precision::Fp32 : plan::Precision::Bf16;
-      s.mode = derived ? plan::BuildMode::Refit : plan::BuildMode::Baked;
-      auto storage = std::make_shared<std::vector<float>>(24 * 40, 0.5f);
-      std::weak_ptr<std::vector<float>> watch = storage;
-      Tensor w = Tensor::wrap(DType::Float32, {24, 40}, storage, storage->data());
-      storage.reset();
-      plan::Source src;
-      src.key = "w@0:1";
-      src.dtype = DType::Float32;
-      src.shape = {24, 40};
-      s.sources.push_back(src);
-      s.source_values.push_back(w);
-      passes::ConstValue cv;
-      cv.value = w;
-      if (derived) {
-        cv.kind = plan::WeightKind::Derived;
-        cv.recipe.result = {plan::Operand::Kind::Source, 0};
-        cv.sources = {0};
-      } else {
-        cv.kind = plan::WeightKind::Baked;
+    for (bool derived : {false, true})
+      for (int other_user = 0; other_user < 3; ++other_user) {  // 0 none, 1 a node, 2 a recipe
+        SCOPED_TRACE(std::string(variant == kFp32         ? "fp32"
+                                 : variant == kBf16Panels ? "bf16 panels"
+                                                          : "bf16 plain") +
+                     (derived ? " refit" : " baked") + " other user " + std::to_string(other_user));
+        passes::BuildState s;
+        s.pack_linear_panels = true;
+        s.pack_half_panels = variant == kBf16Panels;
+        s.precision = variant == kFp32 ? plan::Precision::Fp32 : plan::Precision::Bf16;
+        s.mode = derived ? plan::BuildMode::Refit : plan::BuildMode::Baked;
+        auto storage = std::make_shared<std::vector<float>>(24 * 40, 0.5f);
+        std::weak_ptr<std::vector<float>> watch = storage;
+        Tensor w = Tensor::wrap(DType::Float32, {24, 40}, storage, storage->data());
+        storage.reset();
+        plan::Source src;
+        src.key = "w@0:1";
+        src.dtype = DType::Float32;
+        src.shape = {24, 40};
+        s.sources.push_back(src);
+        s.source_values.push_back(w);
+        passes::ConstValue cv;
+        cv.value = w;
+        if (derived) {
+          cv.kind = plan::WeightKind::Derived;
+          cv.recipe.result = {plan::Operand::Kind::Source, 0};
+          cv.sources = {0};
+        } else {
+          cv.kind = plan::WeightKind::Baked;
+        }
+        s.consts[src.key] = std::move(cv);
+        w = Tensor();
+        ir::Node mm;
+        mm.name = "mm";
+        mm.op_type = "MatMul";
+        mm.opset = 13;
+        mm.inputs = {"x", src.key};
+        mm.outputs = {"y"};
+        s.graph.nodes.push_back(mm);
+        if (other_user == 1) {
+          ir::Node id = mm;
+          id.name = "id";
+          id.op_type = "Identity";
+          id.inputs = {src.key};
+          id.outputs = {"z"};
+          s.graph.nodes.push_back(id);
+        } else if (other_user == 2) {
+          s.consts["neg"] = s.fold("", "Neg", 13, {}, {src.key}, 1, 0);
+        }
+        passes::linear_weights_precision(s);
+        const std::string cast = s.graph.nodes[0].inputs[1];
+        passes::linear_weights_packing(s);
+        EXPECT_EQ(s.graph.nodes[0].op_type, variant == kBf16Plain ? "MatMulAdd" : "MatMulAddPacked");
+        const std::string packed = s.graph.nodes[0].inputs[1];
+        ASSERT_TRUE(s.is_const(packed));
+        EXPECT_EQ(watch.expired(), other_user == 0 || (other_user == 2 && !derived))
+            << "plain weight kept or freed wrongly";
+        EXPECT_EQ(s.consts.at(packed).verified, derived && other_user == 0);
+        EXPECT_EQ(s.is_const(src.key), other_user == 1);
+        if (variant == kBf16Panels) {
+          EXPECT_FALSE(s.is_const(cast)) << "the plain bfloat16 cast outlived its packing";
+        }
       }
-      s.consts[src.key] = std::move(cv);
-      w = Tensor();
-      ir::Node mm;
-      mm.name = "mm";
-      mm.op_type = "MatMul";
-      mm.opset = 13;
-      mm.inputs = {"x", src.key};
-      mm.outputs = {"y"};
-      s.graph.nodes.push_back(mm);
-      if (other_user == 1) {
-        ir::Node id = mm;
-        id.name = "id";
-        id.op_type = "Identity";
-        id.inputs = {src.key};
-        id.outputs = {"z"};
-        s.graph.nodes.push_back(id);
-      } else if (other_user == 2) {
-        s.consts["neg"] = s.fold("", "Neg", 13, {}, {src.key}, 1, 0);
-      }
-      passes::linear_weights_precision(s);
-      const std::string cast = s.graph.nodes[0].inputs[1];
-      passes::linear_weights_packing(s);
-      EXPECT_EQ(s.graph.nodes[0].op_type, variant == kBf16Plain ? "MatMulAdd" : "MatMulAddPacked");
-      const std::string packed = s.graph.nodes[0].inputs[1];
-      ASSERT_TRUE(s.is_const(packed));
-      EXPECT_EQ(watch.expired(), other_user == 0 || (other_user == 2 && !derived)) << "plain weight kept or freed wrongly";
-      EXPECT_EQ(s.consts.at(packed).verified, derived && other_user == 0);
-      EXPECT_EQ(s.is_const(src.key), other_user == 1);
-      if (variant == kBf16Panels) {
-        EXPECT_FALSE(s.is_const(cast)) << "the plain bfloat16 cast outlived its packing";
-      }
-    }
 }

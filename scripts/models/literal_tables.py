@@ -1,5 +1,5 @@
 """Writes tests/data/literal_tables/*.npy: tables a PyTorch exporter folds into constants, computed
-by PyTorch itself, as independent references for src/build/literal_proof (tests/literal_proof_test.cc).
+by PyTorch itself, as independent references for src/builder/literal_proof (tests/literal_proof_test.cc).
 
 Each table is made with the framework's own op sequence (float32 on the CPU), reimplemented here in
 torch ops so that no `transformers` install is needed:

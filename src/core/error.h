@@ -66,13 +66,12 @@ std::string str_cat(const Args&... args) {
 
 }  // namespace reforge
 
-#define REFORGE_CHECK(cond, ...)                 \
-  do {                                           \
-    if (!(cond)) ::reforge::fail(__VA_ARGS__);   \
+#define REFORGE_CHECK(cond, ...)               \
+  do {                                         \
+    if (!(cond)) ::reforge::fail(__VA_ARGS__); \
   } while (0)
 
-#define REFORGE_ASSERT(cond)                                                                      \
-  do {                                                                                            \
-    if (!(cond))                                                                                  \
-      ::reforge::fail("internal error (bug in reforge): ", #cond, " at ", __FILE__, ":", __LINE__); \
+#define REFORGE_ASSERT(cond)                                                                                   \
+  do {                                                                                                         \
+    if (!(cond)) ::reforge::fail("internal error (bug in reforge): ", #cond, " at ", __FILE__, ":", __LINE__); \
   } while (0)

@@ -14,8 +14,16 @@
 
 namespace reforge {
 
-inline float bits_to_float(uint32_t b) { float f; std::memcpy(&f, &b, 4); return f; }
-inline uint32_t float_to_bits(float f) { uint32_t b; std::memcpy(&b, &f, 4); return b; }
+inline float bits_to_float(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
 
 struct float16 {
   uint16_t bits = 0;
@@ -31,7 +39,7 @@ struct float16 {
       return static_cast<uint16_t>(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u | ((absx >> 13) & 0x3ffu) : 0u));
     }
     if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-    if (absx < 0x38800000u) {  // subnormal or zero in half
+    if (absx < 0x38800000u) {                                               // subnormal or zero in half
       // Use float arithmetic for correct rounding of subnormals.
       float af = bits_to_float(absx);
       float scaled = af * 16777216.0f;  // 2^24: half subnormal unit is 2^-24

@@ -25,7 +25,8 @@ size_t glob_edit_distance(const std::string& q, const std::string& s) {
   return prev[s.size()];
 }
 
-std::vector<std::string> nearest_names(const std::string& query, const std::vector<std::string>& candidates, size_t max) {
+std::vector<std::string> nearest_names(const std::string& query, const std::vector<std::string>& candidates,
+                                       size_t max) {
   size_t literal_chars = 0;
   for (char c : query) literal_chars += c != '*' && c != '?';
   const size_t bound = std::max<size_t>(2, literal_chars / 3);

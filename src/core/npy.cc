@@ -1,12 +1,13 @@
 #include "core/npy.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
@@ -20,29 +21,43 @@ struct DescrEntry {
   DType dtype;
 };
 const DescrEntry kDescrs[] = {
-    {"<f4", DType::Float32}, {"<f8", DType::Float64}, {"<f2", DType::Float16}, {"<i1", DType::Int8},
-    {"|i1", DType::Int8},    {"<i2", DType::Int16},   {"<i4", DType::Int32},   {"<i8", DType::Int64},
-    {"<u1", DType::UInt8},   {"|u1", DType::UInt8},   {"<u2", DType::UInt16},  {"<u4", DType::UInt32},
-    {"<u8", DType::UInt64},  {"|b1", DType::Bool},    {"<b1", DType::Bool},    {"<V2", DType::BFloat16},
+    {"<f4", DType::Float32},  {"<f8", DType::Float64}, {"<f2", DType::Float16}, {"<i1", DType::Int8},
+    {"|i1", DType::Int8},     {"<i2", DType::Int16},   {"<i4", DType::Int32},   {"<i8", DType::Int64},
+    {"<u1", DType::UInt8},    {"|u1", DType::UInt8},   {"<u2", DType::UInt16},  {"<u4", DType::UInt32},
+    {"<u8", DType::UInt64},   {"|b1", DType::Bool},    {"<b1", DType::Bool},    {"<V2", DType::BFloat16},
     {"|V2", DType::BFloat16},
 };
 
 std::string descr_of(DType t) {
   switch (t) {
-    case DType::Float32: return "<f4";
-    case DType::Float64: return "<f8";
-    case DType::Float16: return "<f2";
-    case DType::Int8: return "|i1";
-    case DType::Int16: return "<i2";
-    case DType::Int32: return "<i4";
-    case DType::Int64: return "<i8";
-    case DType::UInt8: return "|u1";
-    case DType::UInt16: return "<u2";
-    case DType::UInt32: return "<u4";
-    case DType::UInt64: return "<u8";
-    case DType::Bool: return "|b1";
-    case DType::BFloat16: return "<V2";  // numpy has no bfloat16; ml_dtypes writes void2
-    default: fail("cannot write ", dtype_name(t), " to .npy");
+    case DType::Float32:
+      return "<f4";
+    case DType::Float64:
+      return "<f8";
+    case DType::Float16:
+      return "<f2";
+    case DType::Int8:
+      return "|i1";
+    case DType::Int16:
+      return "<i2";
+    case DType::Int32:
+      return "<i4";
+    case DType::Int64:
+      return "<i8";
+    case DType::UInt8:
+      return "|u1";
+    case DType::UInt16:
+      return "<u2";
+    case DType::UInt32:
+      return "<u4";
+    case DType::UInt64:
+      return "<u8";
+    case DType::Bool:
+      return "|b1";
+    case DType::BFloat16:
+      return "<V2";  // numpy has no bfloat16; ml_dtypes writes void2
+    default:
+      fail("cannot write ", dtype_name(t), " to .npy");
   }
 }
 
@@ -104,8 +119,7 @@ class HeaderParser {
       if (!seen[k]) fail(what_, ": npy header has no '", kNames[k], "' key");
     while (pos_ < size_ && p_[pos_] == ' ') ++pos_;
     if (pos_ >= size_) fail(what_, ": npy header does not end with a newline before the end of the file");
-    if (p_[pos_] != '\n')
-      error("expected only spaces and a newline after the dict, found " + describe(p_[pos_]));
+    if (p_[pos_] != '\n') error("expected only spaces and a newline after the dict, found " + describe(p_[pos_]));
     h.end = pos_ + 1;
     return h;
   }
@@ -255,7 +269,8 @@ Tensor read_npy(const std::string& path) {
 
 void write_npy(const std::string& path, const Tensor& t) {
   std::string dict = "{'descr': '" + descr_of(t.dtype()) + "', 'fortran_order': False, 'shape': (";
-  for (size_t i = 0; i < t.shape().size(); ++i) dict += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    dict += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));
   dict += "), }";
   size_t total = 10 + dict.size() + 1;
   size_t pad = (64 - total % 64) % 64;

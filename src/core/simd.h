@@ -4,9 +4,9 @@
 // want AVX2 or AVX-512 compile their hot loop two or three times with a GCC/Clang `target`
 // attribute and pick one per call with simd_level(). The generic variant (SSE2 on x86-64) is
 // always there; tests force each level with SimdOverride to check the variants against each
-// other, and the environment variable REFORGE_SIMD=generic|avx2 caps it for a whole process. REFORGE_TARGET_* also flattens: every helper the loop calls is inlined into it and so
-// compiled for that instruction set (helpers are default-target inline functions, which a
-// function with a superset target may inline).
+// other, and the environment variable REFORGE_SIMD=generic|avx2 caps it for a whole process. REFORGE_TARGET_* also
+// flattens: every helper the loop calls is inlined into it and so compiled for that instruction set (helpers are
+// default-target inline functions, which a function with a superset target may inline).
 #pragma once
 
 #include <atomic>
@@ -26,8 +26,8 @@ inline SimdLevel detect_simd_level() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   const bool allow512 = !(cap && std::strcmp(cap, "avx2") == 0);
   __builtin_cpu_init();
-  if (allow512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+  if (allow512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
     return SimdLevel::Avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SimdLevel::Avx2;
 #endif
@@ -72,14 +72,16 @@ class SimdOverride {
 // Defines NAME_avx512, NAME_avx2 and NAME_generic from one body, plus NAME, which calls the
 // widest the CPU has. Use inside a namespace: REFORGE_SIMD_FUNCTION(template <...>, void, name,
 // (params), (args), { body }).
-#define REFORGE_SIMD_VARIANTS(TEMPLATE_HEAD, RET, NAME, PARAMS, ARGS, ...)                 \
-  TEMPLATE_HEAD REFORGE_TARGET_AVX512 RET NAME##_avx512 PARAMS __VA_ARGS__                 \
-  TEMPLATE_HEAD REFORGE_TARGET_AVX2 RET NAME##_avx2 PARAMS __VA_ARGS__                     \
-  TEMPLATE_HEAD REFORGE_TARGET_GENERIC RET NAME##_generic PARAMS __VA_ARGS__                                      \
-  TEMPLATE_HEAD inline RET NAME PARAMS {                                                   \
-    switch (::reforge::simd_level()) {                                                     \
-      case ::reforge::SimdLevel::Avx512: return NAME##_avx512 ARGS;                        \
-      case ::reforge::SimdLevel::Avx2: return NAME##_avx2 ARGS;                            \
-      default: return NAME##_generic ARGS;                                                 \
-    }                                                                                      \
+#define REFORGE_SIMD_VARIANTS(TEMPLATE_HEAD, RET, NAME, PARAMS, ARGS, ...)                                       \
+  TEMPLATE_HEAD REFORGE_TARGET_AVX512 RET NAME##_avx512 PARAMS __VA_ARGS__ TEMPLATE_HEAD REFORGE_TARGET_AVX2 RET \
+      NAME##_avx2 PARAMS __VA_ARGS__ TEMPLATE_HEAD REFORGE_TARGET_GENERIC RET NAME##_generic PARAMS __VA_ARGS__  \
+          TEMPLATE_HEAD inline RET NAME PARAMS {                                                                 \
+    switch (::reforge::simd_level()) {                                                                           \
+      case ::reforge::SimdLevel::Avx512:                                                                         \
+        return NAME##_avx512 ARGS;                                                                               \
+      case ::reforge::SimdLevel::Avx2:                                                                           \
+        return NAME##_avx2 ARGS;                                                                                 \
+      default:                                                                                                   \
+        return NAME##_generic ARGS;                                                                              \
+    }                                                                                                            \
   }

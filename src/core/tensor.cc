@@ -1,5 +1,8 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,8 +11,6 @@
 #include <limits>
 #include <mutex>
 #include <vector>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/dispatch.h"
 
@@ -200,7 +201,9 @@ std::shared_ptr<const void> allocate_storage(size_t bytes, bool& zeroed) {
       cache.make_room(len);
       if ((p = map_huge(len))) zeroed = true;
     }
-    if (p) return std::shared_ptr<const void>(p, [len](const void* q) { MappingCache::get().give(const_cast<void*>(q), len); });
+    if (p)
+      return std::shared_ptr<const void>(p,
+                                         [len](const void* q) { MappingCache::get().give(const_cast<void*>(q), len); });
   }
   void* p = std::aligned_alloc(64, bytes);
   if (!p) return nullptr;
@@ -236,7 +239,8 @@ Tensor Tensor::allocate(DType dtype, Shape shape, bool& zeroed) {
   // and the process is killed later, which hostile model files must not be able to cause.
   static const size_t phys = static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGE_SIZE));
   if (bytes > phys)
-    fail("tensor ", dtype_name(dtype), shape_str(t.shape_), " needs ", bytes, " bytes, more than this machine's memory");
+    fail("tensor ", dtype_name(dtype), shape_str(t.shape_), " needs ", bytes,
+         " bytes, more than this machine's memory");
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   t.owner_ = allocate_storage(alloc, zeroed);
@@ -327,14 +331,18 @@ To convert_one(From v) {
     auto c = to_compute(v);
     return c != decltype(c)(0);  // NaN != 0: true, as in numpy
   } else if constexpr (std::is_same_v<To, float16> || std::is_same_v<To, bfloat16>) {
-    if constexpr (std::is_same_v<From, double>) return To(double_to_float_round_odd(v));
+    if constexpr (std::is_same_v<From, double>)
+      return To(double_to_float_round_odd(v));
     else if constexpr (std::is_same_v<From, int64_t> || std::is_same_v<From, uint64_t>)
       return To(double_to_float_round_odd(static_cast<double>(v)));
-    else return To(static_cast<float>(to_compute(v)));
+    else
+      return To(static_cast<float>(to_compute(v)));
   } else if constexpr (std::is_integral_v<To>) {
     auto c = to_compute(v);
-    if constexpr (std::is_floating_point_v<decltype(c)>) return float_to_int<To>(c);
-    else return static_cast<To>(c);  // integer narrowing wraps (two's complement, as numpy)
+    if constexpr (std::is_floating_point_v<decltype(c)>)
+      return float_to_int<To>(c);
+    else
+      return static_cast<To>(c);  // integer narrowing wraps (two's complement, as numpy)
   } else {
     return static_cast<To>(to_compute(v));
   }
@@ -343,8 +351,8 @@ To convert_one(From v) {
 
 Tensor cast_tensor(const Tensor& src, DType to) {
   if (src.dtype() == to) return src;
-  REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ",
-                dtype_name(to), ": only standard numeric and bool types are supported");
+  REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ", dtype_name(to),
+                ": only standard numeric and bool types are supported");
   Tensor out = Tensor::empty(to, src.shape());
   const int64_t n = src.numel();
   auto from_type = [&](auto f) {

@@ -57,8 +57,14 @@ class Tensor {
 
   const void* raw() const { return data_; }
   void* mutable_raw() { return const_cast<void*>(data_); }
-  template <typename T> const T* data() const { return static_cast<const T*>(data_); }
-  template <typename T> T* mutable_data() { return static_cast<T*>(const_cast<void*>(data_)); }
+  template <typename T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+  template <typename T>
+  T* mutable_data() {
+    return static_cast<T*>(const_cast<void*>(data_));
+  }
 
   // Same storage, new shape with the same element count.
   Tensor reshaped(Shape shape) const;

@@ -9,17 +9,28 @@ namespace reforge::ir {
 namespace {
 const char* attr_type_name(AttrType t) {
   switch (t) {
-    case AttrType::Float: return "float";
-    case AttrType::Int: return "int";
-    case AttrType::String: return "string";
-    case AttrType::Tensor: return "tensor";
-    case AttrType::Graph: return "graph";
-    case AttrType::Floats: return "floats";
-    case AttrType::Ints: return "ints";
-    case AttrType::Strings: return "strings";
-    case AttrType::Tensors: return "tensors";
-    case AttrType::Graphs: return "graphs";
-    default: return "undefined";
+    case AttrType::Float:
+      return "float";
+    case AttrType::Int:
+      return "int";
+    case AttrType::String:
+      return "string";
+    case AttrType::Tensor:
+      return "tensor";
+    case AttrType::Graph:
+      return "graph";
+    case AttrType::Floats:
+      return "floats";
+    case AttrType::Ints:
+      return "ints";
+    case AttrType::Strings:
+      return "strings";
+    case AttrType::Tensors:
+      return "tensors";
+    case AttrType::Graphs:
+      return "graphs";
+    default:
+      return "undefined";
   }
 }
 }  // namespace
@@ -122,7 +133,8 @@ std::vector<size_t> Graph::topological_order() const {
   for (size_t i = 0; i < nodes.size(); ++i)
     for (const auto& o : nodes[i].outputs) {
       if (o.empty()) continue;
-      if (!producer.emplace(o, i).second) fail("value '", o, "' is produced by more than one node (", nodes[i].label(), ")");
+      if (!producer.emplace(o, i).second)
+        fail("value '", o, "' is produced by more than one node (", nodes[i].label(), ")");
     }
   std::set<std::string> available;
   for (const auto& in : inputs) available.insert(in.name);
@@ -134,7 +146,8 @@ std::vector<size_t> Graph::topological_order() const {
     for (const auto& in : nodes[i].inputs) {
       if (in.empty() || available.count(in)) continue;
       auto it = producer.find(in);
-      if (it == producer.end()) fail(nodes[i].label(), ": input '", in, "' is not a graph input, an initializer or any node's output");
+      if (it == producer.end())
+        fail(nodes[i].label(), ": input '", in, "' is not a graph input, an initializer or any node's output");
       deps.insert(it->second);
     }
     pending[i] = deps.size();

@@ -46,8 +46,8 @@ Attribute tensor_attr(const std::string& name, Tensor v);
 struct Node {
   std::string name;
   std::string op_type;
-  std::string domain;  // "" for the default ONNX domain ("ai.onnx" is normalized to "")
-  int opset = 0;       // the model's opset version for `domain`
+  std::string domain;                // "" for the default ONNX domain ("ai.onnx" is normalized to "")
+  int opset = 0;                     // the model's opset version for `domain`
   std::vector<std::string> inputs;   // "" = optional input absent
   std::vector<std::string> outputs;  // "" = optional output not wanted
   std::map<std::string, Attribute> attrs;
@@ -87,7 +87,7 @@ struct Graph {
   int64_t ir_version = 0;
   std::map<std::string, int> opsets;  // domain -> version ("" is the default domain)
   std::vector<Node> nodes;
-  std::vector<ValueInfo> inputs;   // graph inputs that are not initializers
+  std::vector<ValueInfo> inputs;  // graph inputs that are not initializers
   std::vector<ValueInfo> outputs;
   std::map<std::string, Tensor> initializers;
   std::vector<std::pair<std::string, std::string>> metadata;  // model metadata_props

@@ -29,22 +29,46 @@ void fill_value_info(::onnx::ValueInfoProto* vp, const ir::ValueInfo& v) {
   auto* shape = tt->mutable_shape();
   for (const auto& d : v.shape) {
     auto* dim = shape->add_dim();
-    if (d.fixed()) dim->set_dim_value(d.value);
-    else if (!d.symbol.empty()) dim->set_dim_param(d.symbol);
+    if (d.fixed())
+      dim->set_dim_value(d.value);
+    else if (!d.symbol.empty())
+      dim->set_dim_param(d.symbol);
   }
 }
 
 void fill_attr(::onnx::AttributeProto* ap, const ir::Attribute& a) {
   ap->set_name(a.name);
   switch (a.type) {
-    case ir::AttrType::Float: ap->set_type(::onnx::AttributeProto::FLOAT); ap->set_f(a.f); break;
-    case ir::AttrType::Int: ap->set_type(::onnx::AttributeProto::INT); ap->set_i(a.i); break;
-    case ir::AttrType::String: ap->set_type(::onnx::AttributeProto::STRING); ap->set_s(a.s); break;
-    case ir::AttrType::Tensor: ap->set_type(::onnx::AttributeProto::TENSOR); fill_tensor(ap->mutable_t(), "", a.t); break;
-    case ir::AttrType::Floats: ap->set_type(::onnx::AttributeProto::FLOATS); for (float f : a.floats) ap->add_floats(f); break;
-    case ir::AttrType::Ints: ap->set_type(::onnx::AttributeProto::INTS); for (int64_t i : a.ints) ap->add_ints(i); break;
-    case ir::AttrType::Strings: ap->set_type(::onnx::AttributeProto::STRINGS); for (const auto& s : a.strings) ap->add_strings(s); break;
-    default: fail("write_model_file: attribute '", a.name, "' has a type the exporter does not write");
+    case ir::AttrType::Float:
+      ap->set_type(::onnx::AttributeProto::FLOAT);
+      ap->set_f(a.f);
+      break;
+    case ir::AttrType::Int:
+      ap->set_type(::onnx::AttributeProto::INT);
+      ap->set_i(a.i);
+      break;
+    case ir::AttrType::String:
+      ap->set_type(::onnx::AttributeProto::STRING);
+      ap->set_s(a.s);
+      break;
+    case ir::AttrType::Tensor:
+      ap->set_type(::onnx::AttributeProto::TENSOR);
+      fill_tensor(ap->mutable_t(), "", a.t);
+      break;
+    case ir::AttrType::Floats:
+      ap->set_type(::onnx::AttributeProto::FLOATS);
+      for (float f : a.floats) ap->add_floats(f);
+      break;
+    case ir::AttrType::Ints:
+      ap->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t i : a.ints) ap->add_ints(i);
+      break;
+    case ir::AttrType::Strings:
+      ap->set_type(::onnx::AttributeProto::STRINGS);
+      for (const auto& s : a.strings) ap->add_strings(s);
+      break;
+    default:
+      fail("write_model_file: attribute '", a.name, "' has a type the exporter does not write");
   }
 }
 

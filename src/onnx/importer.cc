@@ -1,14 +1,11 @@
 #include "onnx/importer.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-
-#include <google/protobuf/io/zero_copy_stream_impl.h>
-
 #include <climits>
 #include <cstring>
 #include <filesystem>
@@ -55,26 +52,32 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
   int64_t offset = 0, length = -1;
   for (const auto& kv : tp.external_data()) {
     try {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
     } catch (const std::exception&) {
       fail("tensor '", tp.name(), "': external data field '", kv.key(), "' has invalid value '", kv.value(), "'");
     }
   }
   if (location.empty()) fail("tensor '", tp.name(), "': external data without a location");
-  if (ctx.base_dir.empty()) fail("tensor '", tp.name(), "': external data '", location, "' but the model was not loaded from a file");
+  if (ctx.base_dir.empty())
+    fail("tensor '", tp.name(), "': external data '", location, "' but the model was not loaded from a file");
   fs::path rel(location);
   if (rel.is_absolute()) fail("tensor '", tp.name(), "': external data location '", location, "' is an absolute path");
   fs::path base = fs::weakly_canonical(fs::path(ctx.base_dir));
   fs::path full = fs::weakly_canonical(base / rel);
   auto [b, f] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
-  if (b != base.end()) fail("tensor '", tp.name(), "': external data location '", location, "' escapes the model's folder");
+  if (b != base.end())
+    fail("tensor '", tp.name(), "': external data location '", location, "' escapes the model's folder");
   auto file = MappedFile::open(full.string());
   size_t need = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   if (offset < 0) fail("tensor '", tp.name(), "': negative external data offset ", offset);
   if (length >= 0 && static_cast<size_t>(length) != need)
-    fail("tensor '", tp.name(), "': external data length ", length, " does not match ", dtype_name(dtype), shape_str(shape), " (", need, " bytes)");
+    fail("tensor '", tp.name(), "': external data length ", length, " does not match ", dtype_name(dtype),
+         shape_str(shape), " (", need, " bytes)");
   if (static_cast<size_t>(offset) > file->size() || file->size() - static_cast<size_t>(offset) < need)
     fail("tensor '", tp.name(), "': external data '", location, "' is ", file->size(), " bytes, too short for ", need,
          " bytes at offset ", offset);
@@ -89,7 +92,8 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
 Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
   DType dtype = dtype_from_onnx(tp.data_type());
   if (dtype == DType::Undefined) fail("tensor '", tp.name(), "' has unknown data type ", tp.data_type());
-  if (!is_supported(dtype)) fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
+  if (!is_supported(dtype))
+    fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
   if (tp.has_segment()) fail("tensor '", tp.name(), "' is segmented, which reforge does not support");
   Shape shape;
   for (int64_t d : tp.dims()) {
@@ -107,8 +111,8 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
     if (raw.size() != static_cast<size_t>(n) * esize)
-      fail("tensor '", tp.name(), "' raw_data has ", raw.size(), " bytes, ", dtype_name(dtype), shape_str(shape), " needs ",
-           static_cast<size_t>(n) * esize);
+      fail("tensor '", tp.name(), "' raw_data has ", raw.size(), " bytes, ", dtype_name(dtype), shape_str(shape),
+           " needs ", static_cast<size_t>(n) * esize);
     // The parsed proto already holds the one copy of these bytes; wrap it rather than copy again
     // when it is naturally aligned (kernels do not assume more than element alignment on inputs).
     auto addr = reinterpret_cast<uintptr_t>(raw.data());
@@ -121,25 +125,63 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
   }
   Tensor t = Tensor::empty(dtype, shape);
   switch (dtype) {
-    case DType::Float32: check_count(tp, tp.float_data(), n); store_field<float>(t, tp.float_data()); break;
-    case DType::Float64: check_count(tp, tp.double_data(), n); store_field<double>(t, tp.double_data()); break;
-    case DType::Int64: check_count(tp, tp.int64_data(), n); store_field<int64_t>(t, tp.int64_data()); break;
-    case DType::UInt32: check_count(tp, tp.uint64_data(), n); store_field<uint32_t>(t, tp.uint64_data()); break;
-    case DType::UInt64: check_count(tp, tp.uint64_data(), n); store_field<uint64_t>(t, tp.uint64_data()); break;
-    case DType::Int32: check_count(tp, tp.int32_data(), n); store_field<int32_t>(t, tp.int32_data()); break;
-    case DType::Int16: check_count(tp, tp.int32_data(), n); store_field<int16_t>(t, tp.int32_data()); break;
-    case DType::Int8: check_count(tp, tp.int32_data(), n); store_field<int8_t>(t, tp.int32_data()); break;
-    case DType::UInt16: check_count(tp, tp.int32_data(), n); store_field<uint16_t>(t, tp.int32_data()); break;
-    case DType::UInt8: check_count(tp, tp.int32_data(), n); store_field<uint8_t>(t, tp.int32_data()); break;
-    case DType::Bool: check_count(tp, tp.int32_data(), n); {
-      bool* d = t.mutable_data<bool>();
-      for (int64_t i = 0; i < n; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
-    } break;
-    case DType::Float16: case DType::BFloat16: check_count(tp, tp.int32_data(), n); {
-      uint16_t* d = t.mutable_data<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) d[i] = static_cast<uint16_t>(tp.int32_data(static_cast<int>(i)));
-    } break;
-    default: fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
+    case DType::Float32:
+      check_count(tp, tp.float_data(), n);
+      store_field<float>(t, tp.float_data());
+      break;
+    case DType::Float64:
+      check_count(tp, tp.double_data(), n);
+      store_field<double>(t, tp.double_data());
+      break;
+    case DType::Int64:
+      check_count(tp, tp.int64_data(), n);
+      store_field<int64_t>(t, tp.int64_data());
+      break;
+    case DType::UInt32:
+      check_count(tp, tp.uint64_data(), n);
+      store_field<uint32_t>(t, tp.uint64_data());
+      break;
+    case DType::UInt64:
+      check_count(tp, tp.uint64_data(), n);
+      store_field<uint64_t>(t, tp.uint64_data());
+      break;
+    case DType::Int32:
+      check_count(tp, tp.int32_data(), n);
+      store_field<int32_t>(t, tp.int32_data());
+      break;
+    case DType::Int16:
+      check_count(tp, tp.int32_data(), n);
+      store_field<int16_t>(t, tp.int32_data());
+      break;
+    case DType::Int8:
+      check_count(tp, tp.int32_data(), n);
+      store_field<int8_t>(t, tp.int32_data());
+      break;
+    case DType::UInt16:
+      check_count(tp, tp.int32_data(), n);
+      store_field<uint16_t>(t, tp.int32_data());
+      break;
+    case DType::UInt8:
+      check_count(tp, tp.int32_data(), n);
+      store_field<uint8_t>(t, tp.int32_data());
+      break;
+    case DType::Bool:
+      check_count(tp, tp.int32_data(), n);
+      {
+        bool* d = t.mutable_data<bool>();
+        for (int64_t i = 0; i < n; ++i) d[i] = tp.int32_data(static_cast<int>(i)) != 0;
+      }
+      break;
+    case DType::Float16:
+    case DType::BFloat16:
+      check_count(tp, tp.int32_data(), n);
+      {
+        uint16_t* d = t.mutable_data<uint16_t>();
+        for (int64_t i = 0; i < n; ++i) d[i] = static_cast<uint16_t>(tp.int32_data(static_cast<int>(i)));
+      }
+      break;
+    default:
+      fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
   }
   return t;
 }
@@ -177,31 +219,66 @@ ir::Attribute convert_attr(const AttributeProto& ap, const std::map<std::string,
   ir::Attribute a;
   a.name = ap.name();
   switch (ap.type()) {
-    case AttributeProto::FLOAT: a.type = ir::AttrType::Float; a.f = ap.f(); break;
-    case AttributeProto::INT: a.type = ir::AttrType::Int; a.i = ap.i(); break;
-    case AttributeProto::STRING: a.type = ir::AttrType::String; a.s = ap.s(); break;
-    case AttributeProto::TENSOR: a.type = ir::AttrType::Tensor; a.t = tensor_from_proto(ap.t(), ctx); break;
+    case AttributeProto::FLOAT:
+      a.type = ir::AttrType::Float;
+      a.f = ap.f();
+      break;
+    case AttributeProto::INT:
+      a.type = ir::AttrType::Int;
+      a.i = ap.i();
+      break;
+    case AttributeProto::STRING:
+      a.type = ir::AttrType::String;
+      a.s = ap.s();
+      break;
+    case AttributeProto::TENSOR:
+      a.type = ir::AttrType::Tensor;
+      a.t = tensor_from_proto(ap.t(), ctx);
+      break;
     case AttributeProto::GRAPH:
       a.type = ir::AttrType::Graph;
       a.g = std::make_shared<ir::Graph>(convert_graph(ap.g(), opsets, ctx));
       break;
-    case AttributeProto::FLOATS: a.type = ir::AttrType::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); break;
-    case AttributeProto::INTS: a.type = ir::AttrType::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); break;
-    case AttributeProto::STRINGS: a.type = ir::AttrType::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); break;
+    case AttributeProto::FLOATS:
+      a.type = ir::AttrType::Floats;
+      a.floats.assign(ap.floats().begin(), ap.floats().end());
+      break;
+    case AttributeProto::INTS:
+      a.type = ir::AttrType::Ints;
+      a.ints.assign(ap.ints().begin(), ap.ints().end());
+      break;
+    case AttributeProto::STRINGS:
+      a.type = ir::AttrType::Strings;
+      a.strings.assign(ap.strings().begin(), ap.strings().end());
+      break;
     case AttributeProto::TENSORS:
       a.type = ir::AttrType::Tensors;
       for (const auto& t : ap.tensors()) a.tensors.push_back(tensor_from_proto(t, ctx));
       break;
     default:
       // Older files may leave `type` unset; infer it from the populated field.
-      if (ap.has_f()) { a.type = ir::AttrType::Float; a.f = ap.f(); }
-      else if (ap.has_i()) { a.type = ir::AttrType::Int; a.i = ap.i(); }
-      else if (ap.has_s()) { a.type = ir::AttrType::String; a.s = ap.s(); }
-      else if (ap.has_t()) { a.type = ir::AttrType::Tensor; a.t = tensor_from_proto(ap.t(), ctx); }
-      else if (ap.ints_size()) { a.type = ir::AttrType::Ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); }
-      else if (ap.floats_size()) { a.type = ir::AttrType::Floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); }
-      else if (ap.strings_size()) { a.type = ir::AttrType::Strings; a.strings.assign(ap.strings().begin(), ap.strings().end()); }
-      else if (ap.type() != AttributeProto::UNDEFINED)
+      if (ap.has_f()) {
+        a.type = ir::AttrType::Float;
+        a.f = ap.f();
+      } else if (ap.has_i()) {
+        a.type = ir::AttrType::Int;
+        a.i = ap.i();
+      } else if (ap.has_s()) {
+        a.type = ir::AttrType::String;
+        a.s = ap.s();
+      } else if (ap.has_t()) {
+        a.type = ir::AttrType::Tensor;
+        a.t = tensor_from_proto(ap.t(), ctx);
+      } else if (ap.ints_size()) {
+        a.type = ir::AttrType::Ints;
+        a.ints.assign(ap.ints().begin(), ap.ints().end());
+      } else if (ap.floats_size()) {
+        a.type = ir::AttrType::Floats;
+        a.floats.assign(ap.floats().begin(), ap.floats().end());
+      } else if (ap.strings_size()) {
+        a.type = ir::AttrType::Strings;
+        a.strings.assign(ap.strings().begin(), ap.strings().end());
+      } else if (ap.type() != AttributeProto::UNDEFINED)
         fail("attribute '", ap.name(), "' has type ", static_cast<int>(ap.type()), ", which reforge does not support");
   }
   return a;
@@ -211,7 +288,8 @@ ir::Graph convert_graph(const GraphProto& gp, const std::map<std::string, int>& 
   ir::Graph g;
   g.name = gp.name();
   g.opsets = opsets;
-  if (gp.sparse_initializer_size() > 0) fail("graph '", gp.name(), "' has sparse initializers, which reforge does not support");
+  if (gp.sparse_initializer_size() > 0)
+    fail("graph '", gp.name(), "' has sparse initializers, which reforge does not support");
   for (const auto& tp : gp.initializer()) {
     if (tp.name().empty()) fail("graph '", gp.name(), "' has an initializer without a name");
     Tensor t;
@@ -267,7 +345,8 @@ ir::Graph convert_model(std::shared_ptr<ModelProto> model, const Ctx& base_ctx) 
 std::shared_ptr<ModelProto> parse_model(const void* data, size_t size, const std::string& what) {
   if (size > static_cast<size_t>(INT_MAX)) fail(what, " is larger than 2 GiB; store big tensors as external data");
   auto model = std::make_shared<ModelProto>();
-  if (!model->ParseFromArray(data, static_cast<int>(size))) fail(what, " is not a valid ONNX model (protobuf parse failed)");
+  if (!model->ParseFromArray(data, static_cast<int>(size)))
+    fail(what, " is not a valid ONNX model (protobuf parse failed)");
   return model;
 }
 

@@ -121,8 +121,10 @@ void softmax_row(const compute_t<T>* x, int64_t n, compute_t<T>* p, std::vector<
   for (int64_t j = 0; j < n; ++j) {
     SC v = round_from<S>(x[j]);
     tmp[j] = v;
-    if (std::isnan(v)) nan = true;
-    else if (v > mx) mx = v;
+    if (std::isnan(v))
+      nan = true;
+    else if (v > mx)
+      mx = v;
   }
   if (nan) mx = std::numeric_limits<SC>::quiet_NaN();  // numpy's max propagates NaN
   SC safe = std::isinf(mx) && mx < 0 ? SC(0) : mx;
@@ -130,8 +132,10 @@ void softmax_row(const compute_t<T>* x, int64_t n, compute_t<T>* p, std::vector<
   for (int64_t j = 0; j < n; ++j) {
     SC e = round_to<S>(std::exp(round_to<S>(tmp[j] - safe)));
     tmp[j] = e;
-    if constexpr (std::is_same_v<S, bfloat16>) sum = round_to<S>(sum + e);
-    else sum += e;
+    if constexpr (std::is_same_v<S, bfloat16>)
+      sum = round_to<S>(sum + e);
+    else
+      sum += e;
   }
   sum = round_to<S>(sum);
   if (sum == SC(0)) sum = 1;
@@ -184,8 +188,8 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
     for (size_t i = 0; i < vs.size(); ++i) vs[i] = to_compute(pvd[i]);
   }
 
-  Shape y_shape = d.is_3d ? Shape{d.batch, d.q_len, d.q_heads * d.v_head_size}
-                          : Shape{d.batch, d.q_heads, d.q_len, d.v_head_size};
+  Shape y_shape =
+      d.is_3d ? Shape{d.batch, d.q_len, d.q_heads * d.v_head_size} : Shape{d.batch, d.q_heads, d.q_len, d.v_head_size};
   T* y = ctx.allocate_output(0, q.dtype(), y_shape).template mutable_data<T>();
   T* qk_out = nullptr;
   if (o.want_qk)
@@ -200,7 +204,8 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
   const CT neg_inf = -std::numeric_limits<CT>::infinity();
   const int64_t work = d.batch * d.q_heads;
 
-#pragma omp parallel for schedule(static) if (work > 1 && work * d.q_len * L * (d.head_size + d.v_head_size) > (1 << 16))
+#pragma omp parallel for schedule(static) if (work > 1 && \
+                                              work * d.q_len * L * (d.head_size + d.v_head_size) > (1 << 16))
   for (int64_t bh = 0; bh < work; ++bh) {
     const int64_t b = bh / d.q_heads, h = bh % d.q_heads, kvh = h / group;
     const CT* kb = ks.data() + ((b * d.kv_heads + kvh) * L) * d.head_size;
@@ -234,8 +239,10 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
             bias = neg_inf;
           } else {
             int64_t mi = b * mask.sb + h * mask.sh + i * mask.sq + j;
-            if constexpr (std::is_same_v<CT, double>) bias = mask.values_d[mi];
-            else bias = mask.values[mi];
+            if constexpr (std::is_same_v<CT, double>)
+              bias = mask.values_d[mi];
+            else
+              bias = mask.values[mi];
           }
         }
         bool allowed = true;
@@ -250,10 +257,18 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
       }
       if (L > 0) {
         switch (o.softmax_type) {
-          case DType::Float32: softmax_row<T, float>(biased.data(), L, prob.data(), tmp_f); break;
-          case DType::Float16: softmax_row<T, float16>(biased.data(), L, prob.data(), tmp_f); break;
-          case DType::BFloat16: softmax_row<T, bfloat16>(biased.data(), L, prob.data(), tmp_f); break;
-          default: softmax_row<T, double>(biased.data(), L, prob.data(), tmp_d); break;
+          case DType::Float32:
+            softmax_row<T, float>(biased.data(), L, prob.data(), tmp_f);
+            break;
+          case DType::Float16:
+            softmax_row<T, float16>(biased.data(), L, prob.data(), tmp_f);
+            break;
+          case DType::BFloat16:
+            softmax_row<T, bfloat16>(biased.data(), L, prob.data(), tmp_f);
+            break;
+          default:
+            softmax_row<T, double>(biased.data(), L, prob.data(), tmp_d);
+            break;
         }
       }
       if (!any_open) std::fill(prob.begin(), prob.end(), CT(0));
@@ -294,8 +309,8 @@ MaskInfo read_mask(const KernelContext& ctx, const Dims& d, DType qtype) {
   const std::string where = ctx.node().label();
   REFORGE_CHECK(t.rank() >= 1 && t.rank() <= 4, where, ": attn_mask must have rank 1 to 4, got shape ",
                 shape_str(t.shape()));
-  REFORGE_CHECK(t.dtype() == DType::Bool || is_float(t.dtype()), where, ": attn_mask must be bool or a float type, got ",
-                dtype_name(t.dtype()));
+  REFORGE_CHECK(t.dtype() == DType::Bool || is_float(t.dtype()), where,
+                ": attn_mask must be bool or a float type, got ", dtype_name(t.dtype()));
   Shape s(4, 1);
   for (int64_t i = 0; i < t.rank(); ++i) s[4 - t.rank() + i] = t.dim(i);
   const int64_t target[3] = {d.batch, d.q_heads, d.q_len};
@@ -353,8 +368,9 @@ void attention_kernel(KernelContext& ctx) {
   Dims d;
   d.is_3d = q.rank() == 3;
   d.batch = q.dim(0);
-  REFORGE_CHECK(k.dim(0) == d.batch && v.dim(0) == d.batch, where, ": Q, K and V batch sizes differ: ",
-                shape_str(q.shape()), ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  REFORGE_CHECK(k.dim(0) == d.batch && v.dim(0) == d.batch, where,
+                ": Q, K and V batch sizes differ: ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ",
+                shape_str(v.shape()));
   const bool has_qh = ctx.node().has_attr("q_num_heads"), has_kvh = ctx.node().has_attr("kv_num_heads");
   if (d.is_3d) {
     REFORGE_CHECK(has_qh && has_kvh, where, ": 3D Q/K/V need the q_num_heads and kv_num_heads attributes");
@@ -364,15 +380,15 @@ void attention_kernel(KernelContext& ctx) {
                   d.kv_heads, ") must be positive");
     REFORGE_CHECK(q.dim(2) % d.q_heads == 0, where, ": Q hidden size ", q.dim(2), " is not divisible by q_num_heads ",
                   d.q_heads);
-    REFORGE_CHECK(k.dim(2) % d.kv_heads == 0 && v.dim(2) % d.kv_heads == 0, where, ": K/V hidden sizes ", k.dim(2),
-                  "/", v.dim(2), " are not divisible by kv_num_heads ", d.kv_heads);
+    REFORGE_CHECK(k.dim(2) % d.kv_heads == 0 && v.dim(2) % d.kv_heads == 0, where, ": K/V hidden sizes ", k.dim(2), "/",
+                  v.dim(2), " are not divisible by kv_num_heads ", d.kv_heads);
     d.q_len = q.dim(1);
     d.kv_len = k.dim(1);
     REFORGE_CHECK(v.dim(1) == d.kv_len, where, ": K and V sequence lengths differ: ", shape_str(k.shape()), " vs ",
                   shape_str(v.shape()));
     d.head_size = q.dim(2) / d.q_heads;
-    REFORGE_CHECK(k.dim(2) / d.kv_heads == d.head_size, where, ": Q head size ", d.head_size, " differs from K head size ",
-                  k.dim(2) / d.kv_heads);
+    REFORGE_CHECK(k.dim(2) / d.kv_heads == d.head_size, where, ": Q head size ", d.head_size,
+                  " differs from K head size ", k.dim(2) / d.kv_heads);
     d.v_head_size = v.dim(2) / d.kv_heads;
   } else {
     d.q_heads = q.dim(1);
@@ -383,7 +399,8 @@ void attention_kernel(KernelContext& ctx) {
     d.v_head_size = v.dim(3);
     REFORGE_CHECK(v.dim(1) == d.kv_heads && v.dim(2) == d.kv_len, where, ": K ", shape_str(k.shape()), " and V ",
                   shape_str(v.shape()), " disagree on heads or sequence length");
-    REFORGE_CHECK(k.dim(3) == d.head_size, where, ": Q head size ", d.head_size, " differs from K head size ", k.dim(3));
+    REFORGE_CHECK(k.dim(3) == d.head_size, where, ": Q head size ", d.head_size, " differs from K head size ",
+                  k.dim(3));
     REFORGE_CHECK(!has_qh || ctx.attr_int("q_num_heads", 0) == d.q_heads, where, ": q_num_heads ",
                   ctx.attr_int("q_num_heads", 0), " contradicts Q shape ", shape_str(q.shape()));
     REFORGE_CHECK(!has_kvh || ctx.attr_int("kv_num_heads", 0) == d.kv_heads, where, ": kv_num_heads ",
@@ -397,13 +414,14 @@ void attention_kernel(KernelContext& ctx) {
   if (has_pk) {
     const Tensor& pk = ctx.input(4);
     const Tensor& pv = ctx.input(5);
-    REFORGE_CHECK(pk.dtype() == q.dtype() && pv.dtype() == q.dtype(), where, ": past_key/past_value must have Q's type ",
-                  dtype_name(q.dtype()));
+    REFORGE_CHECK(pk.dtype() == q.dtype() && pv.dtype() == q.dtype(), where,
+                  ": past_key/past_value must have Q's type ", dtype_name(q.dtype()));
     REFORGE_CHECK(pk.rank() == 4 && pv.rank() == 4, where, ": past_key/past_value must be 4D, got ",
                   shape_str(pk.shape()), ", ", shape_str(pv.shape()));
     d.past_len = pk.dim(2);
     REFORGE_CHECK(pk.shape() == Shape({d.batch, d.kv_heads, d.past_len, d.head_size}), where, ": past_key shape ",
-                  shape_str(pk.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.head_size, "]");
+                  shape_str(pk.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.head_size,
+                  "]");
     REFORGE_CHECK(pv.shape() == Shape({d.batch, d.kv_heads, d.past_len, d.v_head_size}), where, ": past_value shape ",
                   shape_str(pv.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.v_head_size,
                   "]");
@@ -415,7 +433,8 @@ void attention_kernel(KernelContext& ctx) {
     const Tensor& t = ctx.input(6);
     REFORGE_CHECK(!has_pk, where, ": nonpad_kv_seqlen cannot be combined with past_key/past_value");
     REFORGE_CHECK(is_integer(t.dtype()) && t.rank() == 1 && t.dim(0) == d.batch, where,
-                  ": nonpad_kv_seqlen must be an integer vector of length batch_size ", d.batch, ", got ", t.describe());
+                  ": nonpad_kv_seqlen must be an integer vector of length batch_size ", d.batch, ", got ",
+                  t.describe());
     nonpad = t.to_int64_vector();
     // Lengths beyond +-2^40 behave like +-2^40 (everything or nothing valid) and keep the
     // offset arithmetic below far from overflow.
@@ -438,10 +457,13 @@ void attention_kernel(KernelContext& ctx) {
                        : q.dtype();
 
   MaskInfo mask = read_mask(ctx, d, q.dtype());
-  dispatch_float(q.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    run_attention<T>(ctx, d, o, mask, nonpad);
-  }, "Attention");
+  dispatch_float(
+      q.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        run_attention<T>(ctx, d, o, mask, nonpad);
+      },
+      "Attention");
 }
 
 }  // namespace

@@ -22,26 +22,36 @@ template <typename T>
 using wide_unsigned = std::conditional_t<(sizeof(T) <= 4), uint32_t, uint64_t>;
 
 struct AddOp {
-  template <typename C> C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) return static_cast<C>(wide_unsigned<C>(x) + wide_unsigned<C>(y));
-    else return x + y;
+  template <typename C>
+  C operator()(C x, C y) const {
+    if constexpr (std::is_integral_v<C>)
+      return static_cast<C>(wide_unsigned<C>(x) + wide_unsigned<C>(y));
+    else
+      return x + y;
   }
 };
 struct SubOp {
-  template <typename C> C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) return static_cast<C>(wide_unsigned<C>(x) - wide_unsigned<C>(y));
-    else return x - y;
+  template <typename C>
+  C operator()(C x, C y) const {
+    if constexpr (std::is_integral_v<C>)
+      return static_cast<C>(wide_unsigned<C>(x) - wide_unsigned<C>(y));
+    else
+      return x - y;
   }
 };
 struct MulOp {
-  template <typename C> C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) return static_cast<C>(wide_unsigned<C>(x) * wide_unsigned<C>(y));
-    else return x * y;
+  template <typename C>
+  C operator()(C x, C y) const {
+    if constexpr (std::is_integral_v<C>)
+      return static_cast<C>(wide_unsigned<C>(x) * wide_unsigned<C>(y));
+    else
+      return x * y;
   }
 };
 // Integer division truncates toward zero (C++ and ONNX agree).
 struct DivOp {
-  template <typename C> C operator()(C x, C y) const {
+  template <typename C>
+  C operator()(C x, C y) const {
     if constexpr (std::is_integral_v<C>) {
       if (y == 0) return 0;
       if constexpr (std::is_signed_v<C>) {
@@ -56,7 +66,8 @@ struct DivOp {
 
 // fmod=1: C fmod / %, the result takes the dividend's sign.
 struct FmodOp {
-  template <typename C> C operator()(C x, C y) const {
+  template <typename C>
+  C operator()(C x, C y) const {
     if constexpr (std::is_integral_v<C>) {
       if (y == 0) return 0;
       if constexpr (std::is_signed_v<C>) {
@@ -72,7 +83,8 @@ struct FmodOp {
 // numpy's npy_divmod exactly (x mod 0 = NaN, a zero result gets the divisor's sign, a negative
 // x mod +inf = +inf).
 struct PyModOp {
-  template <typename C> C operator()(C x, C y) const {
+  template <typename C>
+  C operator()(C x, C y) const {
     if constexpr (std::is_integral_v<C>) {
       if (y == 0) return 0;
       if constexpr (std::is_signed_v<C>) {
@@ -102,31 +114,31 @@ struct PyModOp {
 REFORGE_SIMD_VARIANTS(template <typename Op>, void, arith_run_f32,
                       (float* out, int64_t n, int64_t sa, int64_t sb, const float* a, const float* b, Op op),
                       (out, n, sa, sb, a, b, op), {
-  if (sa == 1 && sb == 1) {
-    for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
-  } else if (sa == 1) {
-    const float y = b[0];
-    for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], y);
-  } else if (sb == 1) {
-    const float x = a[0];
-    for (int64_t i = 0; i < n; ++i) out[i] = op(x, b[i]);
-  } else {
-    const float v = op(a[0], b[0]);
-    for (int64_t i = 0; i < n; ++i) out[i] = v;
-  }
-})
+                        if (sa == 1 && sb == 1) {
+                          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
+                        } else if (sa == 1) {
+                          const float y = b[0];
+                          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], y);
+                        } else if (sb == 1) {
+                          const float x = a[0];
+                          for (int64_t i = 0; i < n; ++i) out[i] = op(x, b[i]);
+                        } else {
+                          const float v = op(a[0], b[0]);
+                          for (int64_t i = 0; i < n; ++i) out[i] = v;
+                        }
+                      })
 
 template <typename Op>
-constexpr bool kVectorArith = std::is_same_v<Op, AddOp> || std::is_same_v<Op, SubOp> || std::is_same_v<Op, MulOp> ||
-                              std::is_same_v<Op, DivOp>;
+constexpr bool kVectorArith =
+    std::is_same_v<Op, AddOp> || std::is_same_v<Op, SubOp> || std::is_same_v<Op, MulOp> || std::is_same_v<Op, DivOp>;
 
 // Runs a same-type binary op over inputs 0 and 1, writing output 0 of the same type.
 template <typename Op>
 void same_type_binary(KernelContext& ctx, Op op) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
-  REFORGE_CHECK(a.dtype() == b.dtype(), ctx.node().label(), ": inputs have different element types (",
-                a.describe(), " and ", b.describe(), ")");
+  REFORGE_CHECK(a.dtype() == b.dtype(), ctx.node().label(), ": inputs have different element types (", a.describe(),
+                " and ", b.describe(), ")");
   const BinaryShapes s = binary_shapes(ctx);
   const std::string what = ctx.node().label();
   dispatch_numeric(
@@ -145,8 +157,7 @@ void same_type_binary(KernelContext& ctx, Op op) {
           return;
         }
         broadcast_map(
-            out.mutable_data<T>(), s.out,
-            [op](T x, T y) { return from_compute<T>(op(to_compute(x), to_compute(y))); },
+            out.mutable_data<T>(), s.out, [op](T x, T y) { return from_compute<T>(op(to_compute(x), to_compute(y))); },
             Operand{a.data<T>(), s.a}, Operand{b.data<T>(), s.b});
       },
       what.c_str());
@@ -158,8 +169,10 @@ void mul_kernel(KernelContext& ctx) { same_type_binary(ctx, MulOp{}); }
 void div_kernel(KernelContext& ctx) { same_type_binary(ctx, DivOp{}); }
 
 void mod_kernel(KernelContext& ctx) {
-  if (ctx.attr_int("fmod", 0) != 0) same_type_binary(ctx, FmodOp{});
-  else same_type_binary(ctx, PyModOp{});
+  if (ctx.attr_int("fmod", 0) != 0)
+    same_type_binary(ctx, FmodOp{});
+  else
+    same_type_binary(ctx, PyModOp{});
 }
 
 std::string mod_check(const ir::Node& node) {
@@ -254,7 +267,8 @@ REFORGE_SIMD_VARIANTS(, void, pow_const_f32, (const float* x, float* y, int64_t 
     case PowKind::Sqrt:
       for (int64_t i = 0; i < n; ++i) {
         const float v = x[i];
-        y[i] = v == -std::numeric_limits<float>::infinity() ? std::numeric_limits<float>::infinity() : std::sqrt(v) + 0.0f;
+        y[i] =
+            v == -std::numeric_limits<float>::infinity() ? std::numeric_limits<float>::infinity() : std::sqrt(v) + 0.0f;
       }
       break;
     case PowKind::General:
@@ -271,9 +285,12 @@ bool pow_const_fast(KernelContext& ctx) {
   if (a.dtype() != DType::Float32 || b.numel() != 1 || b.rank() > a.rank()) return false;
   if (ctx.opset() < 7 && ctx.attr_int("broadcast", 0) != 0) return false;
   float e;
-  if (b.dtype() == DType::Float32) e = b.data<float>()[0];
-  else if (b.dtype() == DType::Float64) e = static_cast<float>(b.data<double>()[0]);
-  else return false;
+  if (b.dtype() == DType::Float32)
+    e = b.data<float>()[0];
+  else if (b.dtype() == DType::Float64)
+    e = static_cast<float>(b.data<double>()[0]);
+  else
+    return false;
   if (b.dtype() == DType::Float64 && static_cast<double>(e) != b.data<double>()[0]) return false;
   const PowKind k = pow_kind(e);
   if (k == PowKind::General) return false;
@@ -284,7 +301,8 @@ bool pow_const_fast(KernelContext& ctx) {
   constexpr int64_t kChunk = int64_t{1} << 15;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t c = 0; c < chunks; ++c) pow_const_f32(px + c * kChunk, py + c * kChunk, std::min(kChunk, n - c * kChunk), k);
+  for (int64_t c = 0; c < chunks; ++c)
+    pow_const_f32(px + c * kChunk, py + c * kChunk, std::min(kChunk, n - c * kChunk), k);
   return true;
 }
 
@@ -297,18 +315,22 @@ void pow_kernel(KernelContext& ctx) {
                 a.describe(), " and ", b.describe(), "), allowed only from opset 12");
   const BinaryShapes s = binary_shapes(ctx);
   // ONNX lists int32/int64 and float bases; the other integer widths work the same way.
-  dispatch_numeric(a.dtype(), [&](auto btag) {
-    using T = typename decltype(btag)::type;
-    dispatch_numeric(
-        b.dtype(),
-        [&](auto etag) {
-          using E = typename decltype(etag)::type;
-          Tensor& out = ctx.allocate_output_uninit(0, dtype_of<T>, s.out);
-          broadcast_map(out.mutable_data<T>(), s.out, [](T x, E e) { return pow_one(x, e); },
-                        Operand{a.data<T>(), s.a}, Operand{b.data<E>(), s.b});
-        },
-        what.c_str());
-  }, what.c_str());
+  dispatch_numeric(
+      a.dtype(),
+      [&](auto btag) {
+        using T = typename decltype(btag)::type;
+        dispatch_numeric(
+            b.dtype(),
+            [&](auto etag) {
+              using E = typename decltype(etag)::type;
+              Tensor& out = ctx.allocate_output_uninit(0, dtype_of<T>, s.out);
+              broadcast_map(
+                  out.mutable_data<T>(), s.out, [](T x, E e) { return pow_one(x, e); }, Operand{a.data<T>(), s.a},
+                  Operand{b.data<E>(), s.b});
+            },
+            what.c_str());
+      },
+      what.c_str());
 }
 
 // PRelu: y = x < 0 ? slope * x : x, slope broadcast unidirectionally to x's shape.
@@ -316,8 +338,8 @@ void prelu_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& slope = ctx.input(1);
   const std::string what = ctx.node().label();
-  REFORGE_CHECK(x.dtype() == slope.dtype(), what, ": X and slope have different element types (", x.describe(),
-                " and ", slope.describe(), ")");
+  REFORGE_CHECK(x.dtype() == slope.dtype(), what, ": X and slope have different element types (", x.describe(), " and ",
+                slope.describe(), ")");
   const Shape& ss = slope.shape();
   REFORGE_CHECK(broadcasts_to(ss, x.shape()), what, ": slope of shape ", shape_str(ss),
                 " does not broadcast to X of shape ", shape_str(x.shape()));

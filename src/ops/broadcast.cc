@@ -55,8 +55,8 @@ Shape legacy_broadcast_shape(const Shape& a, const Shape& b, bool has_axis, int6
   Shape out(static_cast<size_t>(ra), 1);
   for (int64_t i = 0; i < rb; ++i) {
     const int64_t d = b[static_cast<size_t>(i)];
-    REFORGE_CHECK(d == 1 || d == a[static_cast<size_t>(axis + i)], where, where.empty() ? "" : ": ", "cannot broadcast ",
-                  shape_str(b), " into ", shape_str(a), " at axis ", axis);
+    REFORGE_CHECK(d == 1 || d == a[static_cast<size_t>(axis + i)], where, where.empty() ? "" : ": ",
+                  "cannot broadcast ", shape_str(b), " into ", shape_str(a), " at axis ", axis);
     out[static_cast<size_t>(axis + i)] = d;
   }
   return out;

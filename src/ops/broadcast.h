@@ -72,10 +72,10 @@ inline constexpr int64_t kParallelElements = int64_t{1} << 16;
 // Iteration plan of an output shape over N operands broadcast to it.
 template <size_t N>
 struct BroadcastLayout {
-  int64_t numel = 0;                      // output elements
-  int64_t inner = 1;                      // length of the innermost merged dimension
-  std::array<int64_t, N> inner_stride{};  // per operand: 1 = advances along a run, 0 = broadcast
-  std::vector<int64_t> outer_dims;        // merged dims outside `inner`, outermost first
+  int64_t numel = 0;                                  // output elements
+  int64_t inner = 1;                                  // length of the innermost merged dimension
+  std::array<int64_t, N> inner_stride{};              // per operand: 1 = advances along a run, 0 = broadcast
+  std::vector<int64_t> outer_dims;                    // merged dims outside `inner`, outermost first
   std::array<std::vector<int64_t>, N> outer_strides;  // per operand, element strides of outer_dims
 
   // Throws an Error (prefixed with `where`) when an operand does not broadcast to `out`.
@@ -144,8 +144,10 @@ struct Operand {
   const T* data;
   Shape shape;
 };
-template <typename T> Operand(const T*, Shape) -> Operand<T>;
-template <typename T> Operand(T*, Shape) -> Operand<T>;
+template <typename T>
+Operand(const T*, Shape) -> Operand<T>;
+template <typename T>
+Operand(T*, Shape) -> Operand<T>;
 
 namespace detail {
 // Inner loops with the inner strides resolved outside the loop for the 1- and 2-operand

@@ -16,11 +16,10 @@ namespace {
 // TensorProto code.
 DType legacy_type_from_name(const std::string& name) {
   static const std::pair<const char*, DType> names[] = {
-      {"FLOAT", DType::Float32},   {"FLOAT16", DType::Float16}, {"DOUBLE", DType::Float64},
-      {"BFLOAT16", DType::BFloat16}, {"INT8", DType::Int8},     {"INT16", DType::Int16},
-      {"INT32", DType::Int32},     {"INT64", DType::Int64},     {"UINT8", DType::UInt8},
-      {"UINT16", DType::UInt16},   {"UINT32", DType::UInt32},   {"UINT64", DType::UInt64},
-      {"BOOL", DType::Bool},       {"STRING", DType::String},
+      {"FLOAT", DType::Float32}, {"FLOAT16", DType::Float16}, {"DOUBLE", DType::Float64}, {"BFLOAT16", DType::BFloat16},
+      {"INT8", DType::Int8},     {"INT16", DType::Int16},     {"INT32", DType::Int32},    {"INT64", DType::Int64},
+      {"UINT8", DType::UInt8},   {"UINT16", DType::UInt16},   {"UINT32", DType::UInt32},  {"UINT64", DType::UInt64},
+      {"BOOL", DType::Bool},     {"STRING", DType::String},
   };
   for (const auto& [n, t] : names)
     if (name == n) return t;
@@ -68,8 +67,8 @@ void cast_kernel(KernelContext& ctx) {
 void castlike_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const DType to = ctx.input(1).dtype();
-  REFORGE_CHECK(is_supported(x.dtype()) && is_supported(to), ctx.node().label(), ": casting ", x.describe(),
-                " to ", dtype_name(to), " is not supported");
+  REFORGE_CHECK(is_supported(x.dtype()) && is_supported(to), ctx.node().label(), ": casting ", x.describe(), " to ",
+                dtype_name(to), " is not supported");
   ctx.set_output(0, cast_tensor(x, to));
 }
 

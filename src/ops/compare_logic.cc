@@ -13,11 +13,36 @@
 namespace reforge::ops {
 namespace {
 
-struct EqualOp { template <typename C> bool operator()(C x, C y) const { return x == y; } };
-struct LessOp { template <typename C> bool operator()(C x, C y) const { return x < y; } };
-struct GreaterOp { template <typename C> bool operator()(C x, C y) const { return x > y; } };
-struct LessEqualOp { template <typename C> bool operator()(C x, C y) const { return x <= y; } };
-struct GreaterEqualOp { template <typename C> bool operator()(C x, C y) const { return x >= y; } };
+struct EqualOp {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x == y;
+  }
+};
+struct LessOp {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x < y;
+  }
+};
+struct GreaterOp {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x > y;
+  }
+};
+struct LessEqualOp {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x <= y;
+  }
+};
+struct GreaterEqualOp {
+  template <typename C>
+  bool operator()(C x, C y) const {
+    return x >= y;
+  }
+};
 
 // Compares inputs 0 and 1 (same type, any supported type) into a bool output.
 template <typename Op>
@@ -31,16 +56,18 @@ void compare_kernel(KernelContext& ctx, Op op) {
   Tensor& out = ctx.allocate_output(0, DType::Bool, s.out);
   bool* o = out.mutable_data<bool>();
   if (a.dtype() == DType::Bool) {
-    broadcast_map(o, s.out, [op](uint8_t x, uint8_t y) { return op(x != 0, y != 0); },
-                  Operand{a.data<uint8_t>(), s.a}, Operand{b.data<uint8_t>(), s.b});
+    broadcast_map(
+        o, s.out, [op](uint8_t x, uint8_t y) { return op(x != 0, y != 0); }, Operand{a.data<uint8_t>(), s.a},
+        Operand{b.data<uint8_t>(), s.b});
     return;
   }
   dispatch_numeric(
       a.dtype(),
       [&](auto tag) {
         using T = typename decltype(tag)::type;
-        broadcast_map(o, s.out, [op](T x, T y) { return op(to_compute(x), to_compute(y)); },
-                      Operand{a.data<T>(), s.a}, Operand{b.data<T>(), s.b});
+        broadcast_map(
+            o, s.out, [op](T x, T y) { return op(to_compute(x), to_compute(y)); }, Operand{a.data<T>(), s.a},
+            Operand{b.data<T>(), s.b});
       },
       what.c_str());
 }
@@ -51,20 +78,21 @@ void logic_kernel(KernelContext& ctx, Op op) {
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const std::string what = ctx.node().label();
-  REFORGE_CHECK(a.dtype() == DType::Bool && b.dtype() == DType::Bool, what, ": inputs must be bool, got ",
-                a.describe(), " and ", b.describe());
+  REFORGE_CHECK(a.dtype() == DType::Bool && b.dtype() == DType::Bool, what, ": inputs must be bool, got ", a.describe(),
+                " and ", b.describe());
   const BinaryShapes s = binary_shapes(ctx);
   Tensor& out = ctx.allocate_output(0, DType::Bool, s.out);
-  broadcast_map(out.mutable_data<bool>(), s.out, [op](uint8_t x, uint8_t y) { return op(x != 0, y != 0); },
-                Operand{a.data<uint8_t>(), s.a}, Operand{b.data<uint8_t>(), s.b});
+  broadcast_map(
+      out.mutable_data<bool>(), s.out, [op](uint8_t x, uint8_t y) { return op(x != 0, y != 0); },
+      Operand{a.data<uint8_t>(), s.a}, Operand{b.data<uint8_t>(), s.b});
 }
 
 void not_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   REFORGE_CHECK(x.dtype() == DType::Bool, ctx.node().label(), ": input must be bool, got ", x.describe());
   Tensor& out = ctx.allocate_output(0, DType::Bool, x.shape());
-  broadcast_map(out.mutable_data<bool>(), x.shape(), [](uint8_t v) { return v == 0; },
-                Operand{x.data<uint8_t>(), x.shape()});
+  broadcast_map(
+      out.mutable_data<bool>(), x.shape(), [](uint8_t v) { return v == 0; }, Operand{x.data<uint8_t>(), x.shape()});
 }
 
 // Where(cond, X, Y): elements are copied as raw bits of their width, so one instantiation per
@@ -82,16 +110,25 @@ void where_kernel(KernelContext& ctx) {
   Tensor& out = ctx.allocate_output(0, x.dtype(), os);
   auto run = [&](auto tag) {
     using B = typename decltype(tag)::type;
-    broadcast_map(out.mutable_data<B>(), os, [](uint8_t ci, B xi, B yi) { return ci ? xi : yi; },
-                  Operand{c.data<uint8_t>(), c.shape()}, Operand{x.data<B>(), x.shape()},
-                  Operand{y.data<B>(), y.shape()});
+    broadcast_map(
+        out.mutable_data<B>(), os, [](uint8_t ci, B xi, B yi) { return ci ? xi : yi; },
+        Operand{c.data<uint8_t>(), c.shape()}, Operand{x.data<B>(), x.shape()}, Operand{y.data<B>(), y.shape()});
   };
   switch (dtype_size(x.dtype())) {
-    case 1: run(TypeTag<uint8_t>{}); break;
-    case 2: run(TypeTag<uint16_t>{}); break;
-    case 4: run(TypeTag<uint32_t>{}); break;
-    case 8: run(TypeTag<uint64_t>{}); break;
-    default: fail(what, " does not support element type ", dtype_name(x.dtype()));
+    case 1:
+      run(TypeTag<uint8_t>{});
+      break;
+    case 2:
+      run(TypeTag<uint16_t>{});
+      break;
+    case 4:
+      run(TypeTag<uint32_t>{});
+      break;
+    case 8:
+      run(TypeTag<uint64_t>{});
+      break;
+    default:
+      fail(what, " does not support element type ", dtype_name(x.dtype()));
   }
 }
 
@@ -103,9 +140,12 @@ void register_compare_logic_ops(OpRegistry& r) {
   r.add({"", "Greater", 1, INT_MAX, [](KernelContext& c) { compare_kernel(c, GreaterOp{}); }, nullptr});
   r.add({"", "LessOrEqual", 12, INT_MAX, [](KernelContext& c) { compare_kernel(c, LessEqualOp{}); }, nullptr});
   r.add({"", "GreaterOrEqual", 12, INT_MAX, [](KernelContext& c) { compare_kernel(c, GreaterEqualOp{}); }, nullptr});
-  r.add({"", "And", 1, INT_MAX, [](KernelContext& c) { logic_kernel(c, [](bool x, bool y) { return x && y; }); }, nullptr});
-  r.add({"", "Or", 1, INT_MAX, [](KernelContext& c) { logic_kernel(c, [](bool x, bool y) { return x || y; }); }, nullptr});
-  r.add({"", "Xor", 1, INT_MAX, [](KernelContext& c) { logic_kernel(c, [](bool x, bool y) { return x != y; }); }, nullptr});
+  r.add({"", "And", 1, INT_MAX, [](KernelContext& c) { logic_kernel(c, [](bool x, bool y) { return x && y; }); },
+         nullptr});
+  r.add({"", "Or", 1, INT_MAX, [](KernelContext& c) { logic_kernel(c, [](bool x, bool y) { return x || y; }); },
+         nullptr});
+  r.add({"", "Xor", 1, INT_MAX, [](KernelContext& c) { logic_kernel(c, [](bool x, bool y) { return x != y; }); },
+         nullptr});
   r.add({"", "Not", 1, INT_MAX, not_kernel, nullptr});
   r.add({"", "Where", 9, INT_MAX, where_kernel, nullptr});
 }

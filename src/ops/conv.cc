@@ -21,14 +21,13 @@
 #include <mutex>
 #include <type_traits>
 
-#include "ops/broadcast.h"
-#include "ops/tensor_common.h"
-
 #include "backends/cpu/dnnl_conv.h"
 #include "backends/cpu/winograd.h"
 #include "core/dispatch.h"
+#include "ops/broadcast.h"
 #include "ops/conv_layout.h"
 #include "ops/nn_common.h"
+#include "ops/tensor_common.h"
 
 namespace reforge::ops::nn {
 
@@ -89,8 +88,8 @@ struct ConvState {
   struct Call {
     Shape x, z;  // physical input shapes (z empty: no residual)
     cpu::ConvDims d;
-    Shape y;  // physical output shape
-    cpu::ConvHandle prim;                                 // oneDNN's primitive, or
+    Shape y;                                               // physical output shape
+    cpu::ConvHandle prim;                                  // oneDNN's primitive, or
     std::shared_ptr<const cpu::WinogradWeights> winograd;  // the Winograd kernel's weights
   };
   explicit ConvState(const ir::Node& n)
@@ -144,8 +143,9 @@ void apply_post_ops(Tensor& Y, const PostOps& post, const ir::Node& node) {
   if (post.sum) {
     REFORGE_CHECK(post.sum->dtype() == Y.dtype(), node.label(), ": residual ", post.sum->describe(), " does not match ",
                   Y.describe());
-    broadcast_map(y, Y.shape(), [](T a, T b) { return from_compute<T>(to_compute(a) + to_compute(b)); },
-                  Operand{static_cast<const T*>(y), Y.shape()}, Operand{post.sum->data<T>(), post.sum->shape()});
+    broadcast_map(
+        y, Y.shape(), [](T a, T b) { return from_compute<T>(to_compute(a) + to_compute(b)); },
+        Operand{static_cast<const T*>(y), Y.shape()}, Operand{post.sum->data<T>(), post.sum->shape()});
   }
   if (post.relu) {
     const int64_t n = Y.numel();
@@ -169,8 +169,8 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
   const int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0);
   const int64_t group = ctx.attr_int("group", 1);
   REFORGE_CHECK(group >= 1, node.label(), ": group must be positive, got ", group);
-  REFORGE_CHECK(C == W.dim(1) * group, node.label(), ": X has ", C, " channels but W ", W.describe(), " with group ", group,
-                " expects ", W.dim(1) * group);
+  REFORGE_CHECK(C == W.dim(1) * group, node.label(), ": X has ", C, " channels but W ", W.describe(), " with group ",
+                group, " expects ", W.dim(1) * group);
   REFORGE_CHECK(M % group == 0, node.label(), ": ", M, " output channels are not divisible by group ", group);
   if (B) {
     REFORGE_CHECK(B->numel() == M && B->rank() == 1, node.label(), ": bias ", B->describe(), " must be [", M, "]");
@@ -180,8 +180,10 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
   const std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());
   const std::vector<int64_t> wk(W.shape().begin() + 2, W.shape().end());
   std::vector<int64_t> k = kernel_shape_attr(ctx, nsp);
-  REFORGE_CHECK(k.empty() || k == wk, node.label(), ": kernel_shape ", shape_str(k), " does not match W ", W.describe());
-  REFORGE_CHECK(nsp <= 3, node.label(), ": only 1-D, 2-D and 3-D convolutions are supported, got ", nsp, " spatial dims");
+  REFORGE_CHECK(k.empty() || k == wk, node.label(), ": kernel_shape ", shape_str(k), " does not match W ",
+                W.describe());
+  REFORGE_CHECK(nsp <= 3, node.label(), ": only 1-D, 2-D and 3-D convolutions are supported, got ", nsp,
+                " spatial dims");
   const Window win = resolve_window(ctx, in, wk, false);
   Shape out_shape = {N, M};
   out_shape.insert(out_shape.end(), win.out.begin(), win.out.end());
@@ -253,21 +255,24 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
     conv_ref<float>(x, w, b, y, N, C, M, group, g);
   };
 
-  dispatch_float(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float>) {
-      run_f32(X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr, Y.mutable_data<float>(), true);
-    } else if constexpr (std::is_same_v<T, double>) {
-      conv_ref<double>(X.data<double>(), W.data<double>(), B ? B->data<double>() : nullptr, Y.mutable_data<double>(),
-                       N, C, M, group, g);
-    } else {
-      std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
-      std::vector<float> y(static_cast<size_t>(Y.numel()));
-      run_f32(x.data(), w.data(), B ? b.data() : nullptr, y.data(), false);
-      store_floats(y, Y);
-    }
-    if (!post_done) apply_post_ops<T>(Y, post, node);
-  }, "Conv");
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_same_v<T, float>) {
+          run_f32(X.data<float>(), W.data<float>(), B ? B->data<float>() : nullptr, Y.mutable_data<float>(), true);
+        } else if constexpr (std::is_same_v<T, double>) {
+          conv_ref<double>(X.data<double>(), W.data<double>(), B ? B->data<double>() : nullptr,
+                           Y.mutable_data<double>(), N, C, M, group, g);
+        } else {
+          std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
+          std::vector<float> y(static_cast<size_t>(Y.numel()));
+          run_f32(x.data(), w.data(), B ? b.data() : nullptr, y.data(), false);
+          store_floats(y, Y);
+        }
+        if (!post_done) apply_post_ops<T>(Y, post, node);
+      },
+      "Conv");
 }
 
 void conv_kernel(KernelContext& ctx) { conv_run(ctx, {}); }
@@ -290,8 +295,10 @@ void run_chosen(const cpu::ConvDims& d, const cpu::WinogradWeights* wino, const 
                 const Tensor& X, const Tensor& W, const Tensor* B, Tensor& Y, const cpu::ConvPostOps& po,
                 cpu::ConvWeightCache* packed, int threads) {
   const float* bias = B ? B->data<float>() : nullptr;
-  if (wino) cpu::winograd_conv(d, X.data<float>(), *wino, bias, Y.mutable_data<float>(), po, threads);
-  else cpu::dnnl_conv_execute(*prim, d, X.data<float>(), W.data<float>(), bias, Y.mutable_data<float>(), po, packed);
+  if (wino)
+    cpu::winograd_conv(d, X.data<float>(), *wino, bias, Y.mutable_data<float>(), po, threads);
+  else
+    cpu::dnnl_conv_execute(*prim, d, X.data<float>(), W.data<float>(), bias, Y.mutable_data<float>(), po, packed);
 }
 
 bool may_overwrite_z(const KernelContext& ctx, const PostOps& post, bool z_inplace, ActLayout yl, ActLayout zl) {
@@ -363,11 +370,13 @@ void fused_conv_layouts(KernelContext& ctx, const PostOps& post, ActLayout xl, A
     std::shared_ptr<const cpu::WinogradWeights> wino;
     cpu::ConvHandle prim;
     const int tile = state ? cpu::winograd_tile(d, post.sum != nullptr) : 0;
-    if (tile) wino = state->winograd_weights(W, tile);
-    else prim = cpu::dnnl_conv_primitive(d, po, packed);
+    if (tile)
+      wino = state->winograd_weights(W, tile);
+    else
+      prim = cpu::dnnl_conv_primitive(d, po, packed);
     if (wino || prim) {
-      const bool in_place = may_overwrite_z(ctx, post, state ? state->z_inplace : ctx.attr_int("z_inplace", 0) == 1,
-                                            yl, zl);
+      const bool in_place =
+          may_overwrite_z(ctx, post, state ? state->z_inplace : ctx.attr_int("z_inplace", 0) == 1, yl, zl);
       Tensor& Y = conv_output(ctx, post, in_place, y_phys);
       run_chosen(d, wino.get(), prim.get(), X, W, B, Y, po, packed, ctx.threads());
       if (state && W.dtype() == DType::Float32) {
@@ -445,7 +454,13 @@ std::string check_fused_conv(const ir::Node& node) {
 }
 
 void register_conv_ops(OpRegistry& r) {
-  r.add({"", "Conv", 1, INT_MAX, conv_kernel, check_conv_like, conv_prepare,
+  r.add({"",
+         "Conv",
+         1,
+         INT_MAX,
+         conv_kernel,
+         check_conv_like,
+         conv_prepare,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
   r.add({"reforge", "FusedConv", 1, INT_MAX, fused_conv_kernel, check_fused_conv, conv_prepare});
 }

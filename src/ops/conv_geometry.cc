@@ -10,8 +10,8 @@ namespace {
 std::vector<int64_t> ints_attr(const KernelContext& ctx, const char* name, size_t len, int64_t def) {
   std::vector<int64_t> v = ctx.attr_ints(name, {});
   if (v.empty()) return std::vector<int64_t>(len, def);
-  REFORGE_CHECK(v.size() == len, ctx.node().label(), ": attribute '", name, "' has ", v.size(),
-                " values, expected ", len);
+  REFORGE_CHECK(v.size() == len, ctx.node().label(), ": attribute '", name, "' has ", v.size(), " values, expected ",
+                len);
   return v;
 }
 
@@ -20,8 +20,8 @@ std::vector<int64_t> ints_attr(const KernelContext& ctx, const char* name, size_
 std::vector<int64_t> kernel_shape_attr(const KernelContext& ctx, size_t nsp) {
   std::vector<int64_t> k = ctx.attr_ints("kernel_shape", {});
   if (k.empty()) return k;
-  REFORGE_CHECK(k.size() == nsp, ctx.node().label(), ": kernel_shape has ", k.size(), " values but the input has ",
-                nsp, " spatial dimensions");
+  REFORGE_CHECK(k.size() == nsp, ctx.node().label(), ": kernel_shape has ", k.size(), " values but the input has ", nsp,
+                " spatial dimensions");
   for (int64_t v : k) REFORGE_CHECK(v >= 1, ctx.node().label(), ": kernel_shape values must be positive, got ", v);
   return k;
 }
@@ -45,8 +45,8 @@ Window resolve_window(const KernelContext& ctx, const std::vector<int64_t>& in, 
     REFORGE_CHECK(kernel[i] >= 1, label, ": kernel dimension ", i, " is ", kernel[i], ", must be positive");
     REFORGE_CHECK(w.strides[i] >= 1, label, ": strides must be positive, got ", w.strides[i]);
     REFORGE_CHECK(w.dilations[i] >= 1, label, ": dilations must be positive, got ", w.dilations[i]);
-    REFORGE_CHECK(w.pad_begin[i] >= 0 && w.pad_end[i] >= 0, label, ": pads must be non-negative, got ",
-                  w.pad_begin[i], " and ", w.pad_end[i]);
+    REFORGE_CHECK(w.pad_begin[i] >= 0 && w.pad_end[i] >= 0, label, ": pads must be non-negative, got ", w.pad_begin[i],
+                  " and ", w.pad_end[i]);
   }
   std::string auto_pad = ctx.attr_string("auto_pad", "NOTSET");
   if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {

@@ -42,12 +42,12 @@ Tensor from_nchw(const Tensor& t, ActLayout l) {
   const Shape out_shape = physical_shape(s, l);
   Tensor out = Tensor::empty(t.dtype(), out_shape);
   if (l == ActLayout::Nhwc) {  // out[n][h][w][c] = t[n][c][h][w]
-    strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out_shape, {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]},
-                 0);
+    strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out_shape,
+                 {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]}, 0);
   } else {  // out[n][cb][h][w][i] = t[n][cb * b + i][h][w]
     const int64_t b = out_shape[4], plane = s[2] * s[3];
-    strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out_shape, {s[1] * plane, b * plane, s[3], 1, plane},
-                 0);
+    strided_copy(out.mutable_raw(), t.raw(), dtype_size(t.dtype()), out_shape,
+                 {s[1] * plane, b * plane, s[3], 1, plane}, 0);
   }
   return out;
 }

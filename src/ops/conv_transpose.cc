@@ -147,25 +147,34 @@ void conv_transpose_kernel(KernelContext& ctx) {
   win.pad_begin = pad_begin, win.pad_end = pad_begin, win.out = out;
   const Geo3 g = to_geo3(win);
 
-  dispatch_float(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      conv_transpose_compute<T>(X.dtype(), X.data<T>(), W.data<T>(), B ? B->data<T>() : nullptr, Y.mutable_data<T>(),
-                                N, Cin, M, group, g);
-    } else {
-      std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
-      std::vector<float> y(static_cast<size_t>(Y.numel()));
-      conv_transpose_compute<float>(DType::Float32, x.data(), w.data(), B ? b.data() : nullptr, y.data(), N, Cin, M,
-                                    group, g);
-      store_floats(y, Y);
-    }
-  }, "ConvTranspose");
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+          conv_transpose_compute<T>(X.dtype(), X.data<T>(), W.data<T>(), B ? B->data<T>() : nullptr,
+                                    Y.mutable_data<T>(), N, Cin, M, group, g);
+        } else {
+          std::vector<float> x = to_floats(X), w = to_floats(W), b = B ? to_floats(*B) : std::vector<float>();
+          std::vector<float> y(static_cast<size_t>(Y.numel()));
+          conv_transpose_compute<float>(DType::Float32, x.data(), w.data(), B ? b.data() : nullptr, y.data(), N, Cin, M,
+                                        group, g);
+          store_floats(y, Y);
+        }
+      },
+      "ConvTranspose");
 }
 
 }  // namespace
 
 void register_conv_transpose_ops(OpRegistry& r) {
-  r.add({"", "ConvTranspose", 1, INT_MAX, conv_transpose_kernel, check_conv_like, nullptr,
+  r.add({"",
+         "ConvTranspose",
+         1,
+         INT_MAX,
+         conv_transpose_kernel,
+         check_conv_like,
+         nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 

@@ -73,8 +73,8 @@ void cumsum_kernel(KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& at = ctx.input(1);
-  REFORGE_CHECK((at.dtype() == DType::Int32 || at.dtype() == DType::Int64) && at.numel() == 1 && at.rank() <= 1,
-                label, ": axis must be a scalar int32/int64 tensor, got ", at.describe());
+  REFORGE_CHECK((at.dtype() == DType::Int32 || at.dtype() == DType::Int64) && at.numel() == 1 && at.rank() <= 1, label,
+                ": axis must be a scalar int32/int64 tensor, got ", at.describe());
   const int64_t rank = x.rank();
   int64_t axis = at.as_int64(0);
   const int64_t r = std::max<int64_t>(rank, 1);
@@ -82,26 +82,31 @@ void cumsum_kernel(KernelContext& ctx) {
   if (axis < 0) axis += r;
   int64_t outer = 1, n = 1, inner = 1;
   for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis) outer *= x.dim(i);
-    else if (i == axis) n = x.dim(i);
-    else inner *= x.dim(i);
+    if (i < axis)
+      outer *= x.dim(i);
+    else if (i == axis)
+      n = x.dim(i);
+    else
+      inner *= x.dim(i);
   }
   const bool exclusive = ctx.attr_int("exclusive", 0) != 0;
   const bool reverse = ctx.attr_int("reverse", 0) != 0;
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
-  dispatch_numeric(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    cumsum_typed<T>(x.data<T>(), y.mutable_data<T>(), outer, n, inner, exclusive, reverse, threads);
-  }, "CumSum");
+  dispatch_numeric(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        cumsum_typed<T>(x.data<T>(), y.mutable_data<T>(), outer, n, inner, exclusive, reverse, threads);
+      },
+      "CumSum");
 }
 
 }  // namespace
 
 void register_cumsum_kernels(OpRegistry& r) {
-  r.add({"", "CumSum", 11, INT_MAX, cumsum_kernel, nullptr, nullptr,
-         {InputRole::kData, InputRole::kShape}});
+  r.add({"", "CumSum", 11, INT_MAX, cumsum_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
 }
 
 }  // namespace reforge::ops

@@ -15,8 +15,8 @@
 // plain loop. A single operand (transpose, trace, sum) is one strided reduction. Arithmetic runs
 // in float for 16-bit floats and float32, double for float64 and uint64 (wrapping like the
 // element type) for integers.
-#include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <array>
@@ -31,7 +31,7 @@
 namespace reforge::ops {
 namespace {
 
-constexpr int kEllipsis = -1;     // marker inside a parsed term
+constexpr int kEllipsis = -1;       // marker inside a parsed term
 constexpr int kEllipsisBase = 128;  // labels of broadcast dims: 128, 129, ... (letters keep ASCII codes)
 constexpr int kMaxLabels = 256;
 
@@ -78,8 +78,8 @@ Equation parse_equation(const std::string& raw, const std::string& label) {
     e.output = parse_term(rhs);
     for (size_t i = 0; i < e.output.size(); ++i)
       for (size_t j = 0; j < i; ++j)
-        REFORGE_CHECK(e.output[i] != e.output[j], label, ": label repeated in the output of einsum equation '",
-                      raw, "'");
+        REFORGE_CHECK(e.output[i] != e.output[j], label, ": label repeated in the output of einsum equation '", raw,
+                      "'");
   }
   size_t start = 0;
   while (true) {
@@ -319,8 +319,10 @@ Operand<C> contract(const Operand<C>& a0, const Operand<C>& b0, const std::vecto
   const Operand<C>& b = presum(b0, a0, tb_);
   std::vector<int> batch, ml, kl, nl;
   for (int l : a.labels) {
-    if (b.has(l)) (kept(l) ? batch : kl).push_back(l);
-    else ml.push_back(l);
+    if (b.has(l))
+      (kept(l) ? batch : kl).push_back(l);
+    else
+      ml.push_back(l);
   }
   for (int l : b.labels)
     if (!a.has(l)) nl.push_back(l);
@@ -390,8 +392,10 @@ void einsum_typed(KernelContext& ctx, const std::vector<std::vector<int>>& terms
     std::vector<int> keep;
     for (int l : ops[0].labels)
       if (std::find(out_labels.begin(), out_labels.end(), l) != out_labels.end()) keep.push_back(l);
-    if (keep.size() == ops[0].labels.size()) cur = std::move(ops[0]);
-    else cur = sum_to(ops[0], keep, size);
+    if (keep.size() == ops[0].labels.size())
+      cur = std::move(ops[0]);
+    else
+      cur = sum_to(ops[0], keep, size);
   } else {
     cur = std::move(ops[0]);
     for (size_t j = 1; j < n_in; ++j) {
@@ -425,8 +429,8 @@ void einsum_kernel(KernelContext& ctx) {
   REFORGE_CHECK(ctx.node().has_attr("equation"), label, ": attribute 'equation' is required");
   const std::string raw = ctx.attr_string("equation", "");
   const Equation eq = parse_equation(raw, label);
-  REFORGE_CHECK(eq.inputs.size() == ctx.num_inputs(), label, ": einsum equation '", raw, "' has ",
-                eq.inputs.size(), " operands but the node has ", ctx.num_inputs(), " inputs");
+  REFORGE_CHECK(eq.inputs.size() == ctx.num_inputs(), label, ": einsum equation '", raw, "' has ", eq.inputs.size(),
+                " operands but the node has ", ctx.num_inputs(), " inputs");
   const DType dt = ctx.input(0).dtype();
   for (size_t i = 1; i < ctx.num_inputs(); ++i)
     REFORGE_CHECK(ctx.input(i).dtype() == dt, label, ": einsum inputs must share one type, input ", i, " is ",
@@ -440,8 +444,8 @@ void einsum_kernel(KernelContext& ctx) {
     const bool has_ell = std::find(t.begin(), t.end(), kEllipsis) != t.end();
     const int64_t letters = static_cast<int64_t>(t.size()) - (has_ell ? 1 : 0);
     const int64_t rank = ctx.input(i).rank();
-    REFORGE_CHECK(has_ell ? rank >= letters : rank == letters, label, ": einsum term ", i, " of '", raw,
-                  "' names ", letters, " dimensions but input ", i, " is ", ctx.input(i).describe());
+    REFORGE_CHECK(has_ell ? rank >= letters : rank == letters, label, ": einsum term ", i, " of '", raw, "' names ",
+                  letters, " dimensions but input ", i, " is ", ctx.input(i).describe());
     ell[i] = rank - letters;
     n_ell = std::max(n_ell, ell[i]);
   }
@@ -456,7 +460,8 @@ void einsum_kernel(KernelContext& ctx) {
     for (int l : eq.inputs[i]) {
       if (l == kEllipsis)
         for (int64_t e = 0; e < ell[i]; ++e) terms[i].push_back(kEllipsisBase + static_cast<int>(n_ell - ell[i] + e));
-      else terms[i].push_back(l);
+      else
+        terms[i].push_back(l);
     }
     std::vector<int64_t> seen(kMaxLabels, -1);
     for (size_t d = 0; d < terms[i].size(); ++d) {
@@ -467,9 +472,11 @@ void einsum_kernel(KernelContext& ctx) {
       REFORGE_CHECK(seen[l] < 0 || seen[l] == dim, label, ": einsum label '", name(), "' repeated in input ", i,
                     " with different sizes (", seen[l], " and ", dim, ")");
       seen[l] = dim;
-      if (size[l] < 0 || size[l] == 1) size[l] = dim;
-      else REFORGE_CHECK(dim == size[l] || dim == 1, label, ": einsum label '", name(), "' has size ", size[l],
-                         " in one input and ", dim, " in input ", i, " (", x.describe(), ")");
+      if (size[l] < 0 || size[l] == 1)
+        size[l] = dim;
+      else
+        REFORGE_CHECK(dim == size[l] || dim == 1, label, ": einsum label '", name(), "' has size ", size[l],
+                      " in one input and ", dim, " in input ", i, " (", x.describe(), ")");
     }
   }
   std::vector<int> out_labels;
@@ -477,7 +484,8 @@ void einsum_kernel(KernelContext& ctx) {
     for (int l : eq.output) {
       if (l == kEllipsis)
         for (int64_t e = 0; e < n_ell; ++e) out_labels.push_back(kEllipsisBase + static_cast<int>(e));
-      else out_labels.push_back(l);
+      else
+        out_labels.push_back(l);
     }
   } else {
     for (int64_t e = 0; e < n_ell; ++e) out_labels.push_back(kEllipsisBase + static_cast<int>(e));
@@ -485,10 +493,13 @@ void einsum_kernel(KernelContext& ctx) {
       if (uses[l] == 1) out_labels.push_back(l);
   }
   try {
-    dispatch_numeric(dt, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      einsum_typed<T>(ctx, terms, out_labels, size);
-    }, "Einsum");
+    dispatch_numeric(
+        dt,
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          einsum_typed<T>(ctx, terms, out_labels, size);
+        },
+        "Einsum");
   } catch (const std::bad_alloc&) {  // intermediates (outer products) can be far larger than the inputs
     fail(label, ": out of memory evaluating einsum '", raw, "' on ", ctx.input(0).describe(),
          ctx.num_inputs() > 1 ? " and others" : "");

@@ -68,11 +68,16 @@ double read_scalar(const KernelContext& ctx, size_t i, double def, const char* w
   const Tensor& t = ctx.input(i);
   REFORGE_CHECK(t.numel() == 1, ctx.node().label(), ": ", what, " must have one element, got ", t.describe());
   switch (t.dtype()) {
-    case DType::Float32: return t.data<float>()[0];
-    case DType::Float64: return t.data<double>()[0];
-    case DType::Int64: return static_cast<double>(t.data<int64_t>()[0]);
-    case DType::Int32: return t.data<int32_t>()[0];
-    default: fail(ctx.node().label(), ": ", what, " has unsupported type ", dtype_name(t.dtype()));
+    case DType::Float32:
+      return t.data<float>()[0];
+    case DType::Float64:
+      return t.data<double>()[0];
+    case DType::Int64:
+      return static_cast<double>(t.data<int64_t>()[0]);
+    case DType::Int32:
+      return t.data<int32_t>()[0];
+    default:
+      fail(ctx.node().label(), ": ", what, " has unsupported type ", dtype_name(t.dtype()));
   }
 }
 
@@ -199,7 +204,9 @@ RF_INLINE void silu_impl(const float* x, const float* u, float* y, int64_t n) {
     y[i] = u ? s * u[i] : s;
   }
 }
-RF_AVX512_TARGET void silu_avx512(const float* x, const float* u, float* y, int64_t n) { silu_impl<kAvx512>(x, u, y, n); }
+RF_AVX512_TARGET void silu_avx512(const float* x, const float* u, float* y, int64_t n) {
+  silu_impl<kAvx512>(x, u, y, n);
+}
 RF_AVX2_TARGET void silu_avx2(const float* x, const float* u, float* y, int64_t n) { silu_impl<kAvx2>(x, u, y, n); }
 void silu_generic(const float* x, const float* u, float* y, int64_t n) { silu_impl<kGeneric>(x, u, y, n); }
 
@@ -281,9 +288,15 @@ View4 view_of(const Tensor& t, Layout l) {
   v.p = t.data<float>();
   const int64_t d0 = t.dim(0), d1 = t.dim(1), d2 = t.dim(2), d3 = t.dim(3);
   switch (l) {
-    case Layout::BHSD: v = {v.p, d0, d1, d2, d3, d1 * d2 * d3, d2 * d3, d3, 1}; break;
-    case Layout::BSHD: v = {v.p, d0, d2, d1, d3, d1 * d2 * d3, d3, d2 * d3, 1}; break;
-    case Layout::BHDS: v = {v.p, d0, d1, d3, d2, d1 * d2 * d3, d2 * d3, 1, d3}; break;
+    case Layout::BHSD:
+      v = {v.p, d0, d1, d2, d3, d1 * d2 * d3, d2 * d3, d3, 1};
+      break;
+    case Layout::BSHD:
+      v = {v.p, d0, d2, d1, d3, d1 * d2 * d3, d3, d2 * d3, 1};
+      break;
+    case Layout::BHDS:
+      v = {v.p, d0, d1, d3, d2, d1 * d2 * d3, d2 * d3, 1, d3};
+      break;
   }
   if (v.b == 1) v.sb = 0;
   return v;
@@ -308,8 +321,10 @@ int64_t repeat_group(const KernelContext& ctx, const View4& kv, size_t expand_i,
   int64_t r[4];
   for (int i = 0; i < 4; ++i) {
     r[i] = rs[i] == 0 && !allowzero ? e[i] : rs[i];
-    if (r[i] == -1) infer = i;
-    else known *= r[i];
+    if (r[i] == -1)
+      infer = i;
+    else
+      known *= r[i];
   }
   if (infer >= 0) r[infer] = known ? (e[0] * e[1] * e[2] * e[3] * e[4]) / known : 0;
   for (int i = 0; i < 4; ++i)
@@ -331,8 +346,8 @@ struct AttnArgs {
   const bool* mask_b = nullptr;
   int64_t m_sb = 0, m_sh = 0, m_sq = 0, m_sk = 0;
   float fill = 0;
-  int64_t Skp = 0;          // Sk rounded up to kMaxW
-  const float* kt = nullptr;  // packed K^T per (b, kv head): [D][Skp]
+  int64_t Skp = 0;             // Sk rounded up to kMaxW
+  const float* kt = nullptr;   // packed K^T per (b, kv head): [D][Skp]
   int64_t kt_b = 0, kt_h = 0;  // strides of the packed buffer
 };
 
@@ -345,7 +360,9 @@ constexpr int64_t kBlockQ = 32;
 // a tile of the last 1 or 2 rows of a block takes 4 vectors, so that it still has 4 or 8
 // independent FMA chains (query blocks of 32 rows end in 2, a decoding step is 1 row).
 template <int kTag, int kRows>
-inline constexpr int kTileVecs = kTag == kAvx512 ? 4 : kRows <= 2 ? 4 : 2;
+inline constexpr int kTileVecs = kTag == kAvx512 ? 4
+                                 : kRows <= 2    ? 4
+                                                 : 2;
 constexpr int kTileRows = 6;
 
 // S[r][j0 .. j0 + kVecs * W) = Q[r] . K^T for r < kRows.
@@ -411,7 +428,8 @@ RF_INLINE void pv_rows(const AttnArgs& a, const float* p, int64_t pstride, const
   constexpr int kVecs = kTileVecs<kTag, kRows>;
   const int64_t Dv = a.Dv, vs = a.v.ss;
   int64_t c = 0;
-  for (; c + kVecs * W <= Dv; c += kVecs * W) pv_tile<kTag, kRows, kVecs>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
+  for (; c + kVecs * W <= Dv; c += kVecs * W)
+    pv_tile<kTag, kRows, kVecs>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
   for (; c + W <= Dv; c += W) pv_tile<kTag, kRows, 1>(p, pstride, vb + c, vs, klen, inv, y + c, a.y_ss);
   for (; c < Dv; ++c)
     for (int r = 0; r < kRows; ++r) {
@@ -430,16 +448,28 @@ template <int kTag>
 RF_INLINE void qk_block(const AttnArgs& a, const float* qb, const float* kt, float* s, int64_t rows, int64_t ncols) {
   const int64_t qs = a.q.ss, Skp = a.Skp, D = a.D;
   int64_t r = 0;
-  for (; r + kTileRows <= rows; r += kTileRows) qk_rows<kTag, kTileRows>(qb + r * qs, qs, kt, Skp, D, s + r * Skp, Skp, ncols);
+  for (; r + kTileRows <= rows; r += kTileRows)
+    qk_rows<kTag, kTileRows>(qb + r * qs, qs, kt, Skp, D, s + r * Skp, Skp, ncols);
   const float* q = qb + r * qs;
   float* sr = s + r * Skp;
   switch (rows - r) {
-    case 5: qk_rows<kTag, 5>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
-    case 4: qk_rows<kTag, 4>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
-    case 3: qk_rows<kTag, 3>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
-    case 2: qk_rows<kTag, 2>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
-    case 1: qk_rows<kTag, 1>(q, qs, kt, Skp, D, sr, Skp, ncols); break;
-    default: break;
+    case 5:
+      qk_rows<kTag, 5>(q, qs, kt, Skp, D, sr, Skp, ncols);
+      break;
+    case 4:
+      qk_rows<kTag, 4>(q, qs, kt, Skp, D, sr, Skp, ncols);
+      break;
+    case 3:
+      qk_rows<kTag, 3>(q, qs, kt, Skp, D, sr, Skp, ncols);
+      break;
+    case 2:
+      qk_rows<kTag, 2>(q, qs, kt, Skp, D, sr, Skp, ncols);
+      break;
+    case 1:
+      qk_rows<kTag, 1>(q, qs, kt, Skp, D, sr, Skp, ncols);
+      break;
+    default:
+      break;
   }
 }
 
@@ -448,16 +478,28 @@ RF_INLINE void pv_block(const AttnArgs& a, const float* s, const float* vb, cons
                         int64_t klen) {
   const int64_t Skp = a.Skp, ys = a.y_ss;
   int64_t r = 0;
-  for (; r + kTileRows <= rows; r += kTileRows) pv_rows<kTag, kTileRows>(a, s + r * Skp, Skp, vb, inv + r, yb + r * ys, klen);
+  for (; r + kTileRows <= rows; r += kTileRows)
+    pv_rows<kTag, kTileRows>(a, s + r * Skp, Skp, vb, inv + r, yb + r * ys, klen);
   const float* p = s + r * Skp;
   float* y = yb + r * ys;
   switch (rows - r) {
-    case 5: pv_rows<kTag, 5>(a, p, Skp, vb, inv + r, y, klen); break;
-    case 4: pv_rows<kTag, 4>(a, p, Skp, vb, inv + r, y, klen); break;
-    case 3: pv_rows<kTag, 3>(a, p, Skp, vb, inv + r, y, klen); break;
-    case 2: pv_rows<kTag, 2>(a, p, Skp, vb, inv + r, y, klen); break;
-    case 1: pv_rows<kTag, 1>(a, p, Skp, vb, inv + r, y, klen); break;
-    default: break;
+    case 5:
+      pv_rows<kTag, 5>(a, p, Skp, vb, inv + r, y, klen);
+      break;
+    case 4:
+      pv_rows<kTag, 4>(a, p, Skp, vb, inv + r, y, klen);
+      break;
+    case 3:
+      pv_rows<kTag, 3>(a, p, Skp, vb, inv + r, y, klen);
+      break;
+    case 2:
+      pv_rows<kTag, 2>(a, p, Skp, vb, inv + r, y, klen);
+      break;
+    case 1:
+      pv_rows<kTag, 1>(a, p, Skp, vb, inv + r, y, klen);
+      break;
+    default:
+      break;
   }
 }
 
@@ -573,7 +615,9 @@ bool mask_strides(const Tensor& m, AttnArgs& a) {
 // The unfused computation, op by op with the registry kernels: for the inputs the fast path does
 // not take (other dtypes or ranks, batch broadcasting between ranks).
 Tensor attention_unfused(const KernelContext& ctx) {
-  auto perm = [](std::vector<int64_t> p) { return std::map<std::string, ir::Attribute>{{"perm", ir::ints_attr("perm", p)}}; };
+  auto perm = [](std::vector<int64_t> p) {
+    return std::map<std::string, ir::Attribute>{{"perm", ir::ints_attr("perm", p)}};
+  };
   const std::string ql = ctx.attr_string("q_layout", "bhsd"), kl = ctx.attr_string("k_layout", "bhsd"),
                     vl = ctx.attr_string("v_layout", "bhsd"), ol = ctx.attr_string("out_layout", "bhsd");
   auto repeat = [&](const Tensor& x, size_t ei, size_t ri) {
@@ -587,15 +631,20 @@ Tensor attention_unfused(const KernelContext& ctx) {
   };
   Tensor q = ql == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(0)}, perm({0, 2, 1, 3})) : ctx.input(0);
   Tensor k = repeat(ctx.input(1), 6, 7);
-  if (kl == "bhsd") k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 1, 3, 2}));
-  else if (kl == "bshd") k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 2, 3, 1}));
+  if (kl == "bhsd")
+    k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 1, 3, 2}));
+  else if (kl == "bshd")
+    k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 2, 3, 1}));
   Tensor s = run_op(ctx, "MatMul", 13, {&q, &k});
   const std::string so = ctx.attr_string("scale_op", "none");
   if (so != "none") s = run_op(ctx, so == "div" ? "Div" : "Mul", 14, {&s, &ctx.input(3)});
   const std::string mm = ctx.attr_string("mask_mode", "none");
-  if (mm == "add") s = run_op(ctx, "Add", 14, {&s, &ctx.input(4)});
-  else if (mm == "where_fill_true") s = run_op(ctx, "Where", 16, {&ctx.input(4), &ctx.input(5), &s});
-  else if (mm == "where_fill_false") s = run_op(ctx, "Where", 16, {&ctx.input(4), &s, &ctx.input(5)});
+  if (mm == "add")
+    s = run_op(ctx, "Add", 14, {&s, &ctx.input(4)});
+  else if (mm == "where_fill_true")
+    s = run_op(ctx, "Where", 16, {&ctx.input(4), &ctx.input(5), &s});
+  else if (mm == "where_fill_false")
+    s = run_op(ctx, "Where", 16, {&ctx.input(4), &s, &ctx.input(5)});
   Tensor p = run_op(ctx, "Softmax", 13, {&s}, {{"axis", ir::int_attr("axis", -1)}});
   // V's head transpose comes before its repeat (the pass absorbs it from there).
   Tensor v = vl == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(2)}, perm({0, 2, 1, 3})) : ctx.input(2);
@@ -786,7 +835,9 @@ RF_INLINE void rotary_rows_impl(const RotArgs& a, int64_t r0, int64_t r1) {
     }
   }
 }
-RF_AVX512_TARGET void rotary_rows_avx512(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<kAvx512>(a, r0, r1); }
+RF_AVX512_TARGET void rotary_rows_avx512(const RotArgs& a, int64_t r0, int64_t r1) {
+  rotary_rows_impl<kAvx512>(a, r0, r1);
+}
 RF_AVX2_TARGET void rotary_rows_avx2(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<kAvx2>(a, r0, r1); }
 void rotary_rows_generic(const RotArgs& a, int64_t r0, int64_t r1) { rotary_rows_impl<kGeneric>(a, r0, r1); }
 

@@ -28,9 +28,12 @@ std::vector<int64_t> resolve_indices(const Tensor& t, DimOf dim_of, const std::s
       v[static_cast<size_t>(i)] = x;
     }
   };
-  if (t.dtype() == DType::Int64) run(t.data<int64_t>());
-  else if (t.dtype() == DType::Int32) run(t.data<int32_t>());
-  else fail(where, ": indices must be int32 or int64, got ", t.describe());
+  if (t.dtype() == DType::Int64)
+    run(t.data<int64_t>());
+  else if (t.dtype() == DType::Int32)
+    run(t.data<int32_t>());
+  else
+    fail(where, ": indices must be int32 or int64, got ", t.describe());
   return v;
 }
 
@@ -41,7 +44,8 @@ void gather_kernel(KernelContext& ctx) {
   if (x.rank() == 0) fail(where, ": data must have rank >= 1");
   const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
   const int64_t dim = x.dim(axis);
-  const std::vector<int64_t> ind = resolve_indices(idx, [dim](int64_t) { return dim; }, where);
+  const std::vector<int64_t> ind = resolve_indices(
+      idx, [dim](int64_t) { return dim; }, where);
   Shape out(x.shape().begin(), x.shape().begin() + axis);
   out.insert(out.end(), idx.shape().begin(), idx.shape().end());
   out.insert(out.end(), x.shape().begin() + axis + 1, x.shape().end());
@@ -51,17 +55,20 @@ void gather_kernel(KernelContext& ctx) {
   const int64_t n = static_cast<int64_t>(ind.size());
   Tensor& y = ctx.allocate_output(0, x.dtype(), out);
   if (y.numel() == 0) return;
-  dispatch_bytes(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* src = x.data<T>();
-    T* dst = y.mutable_data<T>();
+  dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = x.data<T>();
+        T* dst = y.mutable_data<T>();
 #pragma omp parallel for schedule(static) if (y.numel() > (int64_t{1} << 16) && outer * n > 1)
-    for (int64_t on = 0; on < outer * n; ++on) {
-      const int64_t o = on / n, k = on % n;
-      const T* s = src + (o * dim + ind[static_cast<size_t>(k)]) * inner;
-      std::copy(s, s + inner, dst + on * inner);
-    }
-  }, where);
+        for (int64_t on = 0; on < outer * n; ++on) {
+          const int64_t o = on / n, k = on % n;
+          const T* s = src + (o * dim + ind[static_cast<size_t>(k)]) * inner;
+          std::copy(s, s + inner, dst + on * inner);
+        }
+      },
+      where);
 }
 
 // Walks every position of `shape` (C order) and calls f(linear, offset) where `offset` is the
@@ -101,18 +108,22 @@ void gather_elements_kernel(KernelContext& ctx) {
   const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
   check_elements_shapes(x, idx, axis, where);
   const int64_t dim = x.dim(axis);
-  const std::vector<int64_t> ind = resolve_indices(idx, [dim](int64_t) { return dim; }, where);
+  const std::vector<int64_t> ind = resolve_indices(
+      idx, [dim](int64_t) { return dim; }, where);
   const std::vector<int64_t> xs = contiguous_strides(x.shape());
   const int64_t axis_stride = xs[static_cast<size_t>(axis)];
   Tensor& y = ctx.allocate_output(0, x.dtype(), idx.shape());
-  dispatch_bytes(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* src = x.data<T>();
-    T* dst = y.mutable_data<T>();
-    for_each_position(idx.shape(), xs, axis, [&](int64_t i, int64_t off, const std::vector<int64_t>&) {
-      dst[i] = src[off + ind[static_cast<size_t>(i)] * axis_stride];
-    });
-  }, where);
+  dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = x.data<T>();
+        T* dst = y.mutable_data<T>();
+        for_each_position(idx.shape(), xs, axis, [&](int64_t i, int64_t off, const std::vector<int64_t>&) {
+          dst[i] = src[off + ind[static_cast<size_t>(i)] * axis_stride];
+        });
+      },
+      where);
 }
 
 // The index tuples of GatherND/ScatterND as element offsets into data. `tuples` is the number of
@@ -121,8 +132,8 @@ std::vector<int64_t> nd_offsets(const Tensor& idx, const Shape& data, int64_t b,
   const std::vector<int64_t> ds = contiguous_strides(data);
   const std::vector<int64_t> comp = resolve_indices(
       idx, [&](int64_t i) { return data[static_cast<size_t>(b + i % k)]; }, where);
-  const int64_t ntuples = k == 0 ? shape_numel(Shape(idx.shape().begin(), idx.shape().end() - 1))
-                                 : static_cast<int64_t>(comp.size()) / k;
+  const int64_t ntuples =
+      k == 0 ? shape_numel(Shape(idx.shape().begin(), idx.shape().end() - 1)) : static_cast<int64_t>(comp.size()) / k;
   int64_t batches = 1;
   for (int64_t d = 0; d < b; ++d) batches *= data[static_cast<size_t>(d)];
   const int64_t per_batch = batches == 0 ? 0 : ntuples / batches;
@@ -155,12 +166,15 @@ void gather_nd_kernel(KernelContext& ctx) {
   const int64_t slice = shape_numel(Shape(x.shape().begin() + b + k, x.shape().end()));
   Tensor& y = ctx.allocate_output(0, x.dtype(), out);
   if (y.numel() == 0) return;
-  dispatch_bytes(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* src = x.data<T>();
-    T* dst = y.mutable_data<T>();
-    for (size_t t = 0; t < offs.size(); ++t) std::copy(src + offs[t], src + offs[t] + slice, dst + t * slice);
-  }, where);
+  dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* src = x.data<T>();
+        T* dst = y.mutable_data<T>();
+        for (size_t t = 0; t < offs.size(); ++t) std::copy(src + offs[t], src + offs[t] + slice, dst + t * slice);
+      },
+      where);
 }
 
 enum class Reduction { None, Add, Mul, Max, Min };
@@ -201,11 +215,16 @@ inline T combine(T a, T b) {
 template <typename F>
 void with_reduction(Reduction r, F&& f) {
   switch (r) {
-    case Reduction::None: return f(std::integral_constant<Reduction, Reduction::None>{});
-    case Reduction::Add: return f(std::integral_constant<Reduction, Reduction::Add>{});
-    case Reduction::Mul: return f(std::integral_constant<Reduction, Reduction::Mul>{});
-    case Reduction::Max: return f(std::integral_constant<Reduction, Reduction::Max>{});
-    case Reduction::Min: return f(std::integral_constant<Reduction, Reduction::Min>{});
+    case Reduction::None:
+      return f(std::integral_constant<Reduction, Reduction::None>{});
+    case Reduction::Add:
+      return f(std::integral_constant<Reduction, Reduction::Add>{});
+    case Reduction::Mul:
+      return f(std::integral_constant<Reduction, Reduction::Mul>{});
+    case Reduction::Max:
+      return f(std::integral_constant<Reduction, Reduction::Max>{});
+    case Reduction::Min:
+      return f(std::integral_constant<Reduction, Reduction::Min>{});
   }
 }
 
@@ -217,7 +236,8 @@ Reduction reduction_of(KernelContext& ctx) {
 }
 
 void check_same_dtype(const Tensor& x, const Tensor& u, const std::string& where) {
-  if (u.dtype() != x.dtype()) fail(where, ": updates ", u.describe(), " must have the element type of data ", x.describe());
+  if (u.dtype() != x.dtype())
+    fail(where, ": updates ", u.describe(), " must have the element type of data ", x.describe());
 }
 
 void scatter_nd_kernel(KernelContext& ctx) {
@@ -240,19 +260,22 @@ void scatter_nd_kernel(KernelContext& ctx) {
   const int64_t slice = shape_numel(Shape(x.shape().begin() + k, x.shape().end()));
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
   if (x.nbytes()) std::memcpy(y.mutable_raw(), x.raw(), x.nbytes());
-  dispatch_all(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* u = upd.data<T>();
-    T* dst = y.mutable_data<T>();
-    with_reduction(red, [&](auto rc) {
-      constexpr Reduction R = decltype(rc)::value;
-      for (size_t t = 0; t < offs.size(); ++t) {
-        T* o = dst + offs[t];
-        const T* s = u + static_cast<int64_t>(t) * slice;
-        for (int64_t j = 0; j < slice; ++j) o[j] = combine<R, T>(o[j], s[j]);
-      }
-    });
-  }, "ScatterND");
+  dispatch_all(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* u = upd.data<T>();
+        T* dst = y.mutable_data<T>();
+        with_reduction(red, [&](auto rc) {
+          constexpr Reduction R = decltype(rc)::value;
+          for (size_t t = 0; t < offs.size(); ++t) {
+            T* o = dst + offs[t];
+            const T* s = u + static_cast<int64_t>(t) * slice;
+            for (int64_t j = 0; j < slice; ++j) o[j] = combine<R, T>(o[j], s[j]);
+          }
+        });
+      },
+      "ScatterND");
 }
 
 // ScatterElements (11+) and Scatter (9-10, the same op without reductions).
@@ -269,23 +292,27 @@ void scatter_elements_kernel(KernelContext& ctx) {
   if (upd.shape() != idx.shape())
     fail(where, ": updates ", upd.describe(), " must have the shape of indices ", idx.describe());
   const int64_t dim = x.dim(axis);
-  const std::vector<int64_t> ind = resolve_indices(idx, [dim](int64_t) { return dim; }, where);
+  const std::vector<int64_t> ind = resolve_indices(
+      idx, [dim](int64_t) { return dim; }, where);
   const std::vector<int64_t> xs = contiguous_strides(x.shape());
   const int64_t axis_stride = xs[static_cast<size_t>(axis)];
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
   if (x.nbytes()) std::memcpy(y.mutable_raw(), x.raw(), x.nbytes());
-  dispatch_all(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* u = upd.data<T>();
-    T* dst = y.mutable_data<T>();
-    with_reduction(red, [&](auto rc) {
-      constexpr Reduction R = decltype(rc)::value;
-      for_each_position(idx.shape(), xs, axis, [&](int64_t i, int64_t off, const std::vector<int64_t>&) {
-        T& o = dst[off + ind[static_cast<size_t>(i)] * axis_stride];
-        o = combine<R, T>(o, u[i]);
-      });
-    });
-  }, "ScatterElements");
+  dispatch_all(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* u = upd.data<T>();
+        T* dst = y.mutable_data<T>();
+        with_reduction(red, [&](auto rc) {
+          constexpr Reduction R = decltype(rc)::value;
+          for_each_position(idx.shape(), xs, axis, [&](int64_t i, int64_t off, const std::vector<int64_t>&) {
+            T& o = dst[off + ind[static_cast<size_t>(i)] * axis_stride];
+            o = combine<R, T>(o, u[i]);
+          });
+        });
+      },
+      "ScatterElements");
 }
 
 }  // namespace

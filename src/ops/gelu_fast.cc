@@ -86,10 +86,10 @@ double scalar_in(const KernelContext& ctx, size_t i) {
 // The standard constants as float32, the type the inputs hold: the fast path computes the
 // standard GELU, so it runs only for exactly these values (a refit that moves a constant by
 // one ulp gets the formula as written, never the standard function).
-constexpr float kSqrt2 = static_cast<float>(1.41421356237309504880);      // erf form, x / k
-constexpr float kSqrtHalf = static_cast<float>(0.70710678118654752440);   // erf form, x * k
+constexpr float kSqrt2 = static_cast<float>(1.41421356237309504880);        // erf form, x / k
+constexpr float kSqrtHalf = static_cast<float>(0.70710678118654752440);     // erf form, x * k
 constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);  // tanh form, c1
-constexpr float kTanhCubic = 0.044715f;                                    // tanh form, c2
+constexpr float kTanhCubic = 0.044715f;                                     // tanh form, c2
 
 // With its constants as inputs (they may have been refit): the formula as written, for any
 // values; the fast path when they hold the standard ones bit for bit.
@@ -114,8 +114,7 @@ bool gelu_general(KernelContext& ctx, bool tanh_form) {
   if (c1 == kSqrt2OverPi && c2 == kTanhCubic && p == 3.0f && one == 1.0f && half == 0.5f) return false;
   float* y = ctx.allocate_output_uninit(0, DType::Float32, x.shape()).mutable_data<float>();
   const float* px = x.data<float>();
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = (px[i] * half) * (one + std::tanh(c1 * (px[i] + c2 * std::pow(px[i], p))));
+  for (int64_t i = 0; i < n; ++i) y[i] = (px[i] * half) * (one + std::tanh(c1 * (px[i] + c2 * std::pow(px[i], p))));
   return true;
 }
 

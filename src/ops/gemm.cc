@@ -89,7 +89,13 @@ void gemm_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_gemm_ops(OpRegistry& r) {
-  r.add({"", "Gemm", 1, INT_MAX, gemm_kernel, nullptr, gemm_prepare,
+  r.add({"",
+         "Gemm",
+         1,
+         INT_MAX,
+         gemm_kernel,
+         nullptr,
+         gemm_prepare,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 

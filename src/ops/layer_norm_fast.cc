@@ -95,8 +95,8 @@ bool layer_norm_fast_f32(KernelContext& ctx) {
     return true;
   };
   if (!fits(S) || (B && !fits(*B))) return false;
-  LnArgs a{X.data<float>(), S.data<float>(), B ? B->data<float>() : nullptr, nullptr, inner,
-           ctx.attr_float("epsilon", 1e-5f)};
+  LnArgs a{X.data<float>(), S.data<float>(), B ? B->data<float>() : nullptr,
+           nullptr,         inner,           ctx.attr_float("epsilon", 1e-5f)};
   a.y = ctx.allocate_output_uninit(0, DType::Float32, X.shape()).mutable_data<float>();
   const int64_t rows = X.numel() / inner;
   auto fn = pick(ln_rows_avx512, ln_rows_avx2, ln_rows_generic);

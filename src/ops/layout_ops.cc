@@ -39,7 +39,8 @@ void transpose_kernel(KernelContext& ctx) {
   Tensor& y = ctx.allocate_output(0, x.dtype(), out);
   // Batched 2-D swaps (weight [in, out] <-> [out, in], attention heads): cache-blocked, parallel.
   Transpose2D t2;
-  if (as_transpose_2d(x.shape(), perm, dtype_size(x.dtype()), &t2)) return transpose_2d(y.mutable_raw(), x.raw(), t2, ctx.threads());
+  if (as_transpose_2d(x.shape(), perm, dtype_size(x.dtype()), &t2))
+    return transpose_2d(y.mutable_raw(), x.raw(), t2, ctx.threads());
   strided_copy(y.mutable_raw(), x.raw(), dtype_size(x.dtype()), out, strides, 0);
 }
 
@@ -62,8 +63,8 @@ void concat_kernel(KernelContext& ctx) {
     bool ok = t->rank() == rank;
     for (int64_t d = 0; ok && d < rank; ++d) ok = d == axis || t->dim(d) == first.dim(d);
     if (!ok)
-      fail(where, ": input shapes ", shape_str(first.shape()), " and ", shape_str(t->shape()),
-           " differ outside axis ", axis);
+      fail(where, ": input shapes ", shape_str(first.shape()), " and ", shape_str(t->shape()), " differ outside axis ",
+           axis);
     out[static_cast<size_t>(axis)] += t->dim(axis);
   }
   Tensor& y = ctx.allocate_output(0, first.dtype(), out);
@@ -78,7 +79,8 @@ void concat_kernel(KernelContext& ctx) {
     int64_t at = o * out_row;
     for (const Tensor* t : ins) {
       const int64_t n = t->dim(axis) * inner;
-      if (n) std::memcpy(dst + at * elem, static_cast<const char*>(t->raw()) + o * n * elem, static_cast<size_t>(n) * elem);
+      if (n)
+        std::memcpy(dst + at * elem, static_cast<const char*>(t->raw()) + o * n * elem, static_cast<size_t>(n) * elem);
       at += n;
     }
   }
@@ -267,8 +269,7 @@ void space_to_depth_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const int64_t b = ctx.node().attr_int("blocksize");
   const Nchw s = check_nchw(x, b, where);
-  if (s.h % b != 0 || s.w % b != 0)
-    fail(where, ": spatial size ", s.h, "x", s.w, " is not divisible by blocksize ", b);
+  if (s.h % b != 0 || s.w % b != 0) fail(where, ": spatial size ", s.h, "x", s.w, " is not divisible by blocksize ", b);
   const std::string reason = check_mode(ctx.node());
   if (!reason.empty()) fail(where, ": ", reason);
   const bool crd = ctx.attr_string("mode", "DCR") == "CRD";
@@ -323,7 +324,13 @@ void register_layout_ops(OpRegistry& r) {
   r.add({"", "Transpose", 1, INT_MAX, transpose_kernel, nullptr});
   r.add({"", "Concat", 1, INT_MAX, concat_kernel, nullptr});
   r.add({"", "Split", 1, INT_MAX, split_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
-  r.add({"", "Slice", 1, INT_MAX, slice_kernel, nullptr, nullptr,
+  r.add({"",
+         "Slice",
+         1,
+         INT_MAX,
+         slice_kernel,
+         nullptr,
+         nullptr,
          {InputRole::kData, InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
   r.add({"", "Tile", 6, INT_MAX, tile_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
   r.add({"", "DepthToSpace", 1, INT_MAX, depth_to_space_kernel, check_mode});

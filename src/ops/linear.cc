@@ -49,7 +49,8 @@ const cpu::PackedWeights* LinearWeights::packed() const {
 }
 
 const float* round_activations(const Tensor& x) {
-  auto* dst = static_cast<float*>(cpu::dnnl_util::thread_buffer(cpu::dnnl_util::kRoundedXSlot, static_cast<size_t>(x.numel()) * 4));
+  auto* dst = static_cast<float*>(
+      cpu::dnnl_util::thread_buffer(cpu::dnnl_util::kRoundedXSlot, static_cast<size_t>(x.numel()) * 4));
   cpu::round_to_bf16(x.data<float>(), dst, x.numel());
   return dst;
 }
@@ -70,7 +71,8 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   // Tiny products (the model-test models: 7 x 32 x 128) are dominated by oneDNN's per-call cost
   // (~5 us); the streaming kernel has none.
   constexpr double kTinyProduct = 1 << 17;  // multiply-adds
-  if (rows <= cpu::gemv_max_rows() || static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
+  if (rows <= cpu::gemv_max_rows() ||
+      static_cast<double>(rows) * static_cast<double>(w.N) * static_cast<double>(w.K) <= kTinyProduct) {
     cpu::gemv_rows(rows, w.N, w.K, a(), w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }
@@ -79,12 +81,16 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
     cpu::blas_linear(rows, w.N, w.K, a(), w.plain.data<float>(), bias, c);
     return true;
   }
-  if (const cpu::PackedWeights* p = w.packed(); p && cpu::dnnl_matmul_packed(*p, rows, x.data<float>(), bias, c, round_x)) return true;
+  if (const cpu::PackedWeights* p = w.packed();
+      p && cpu::dnnl_matmul_packed(*p, rows, x.data<float>(), bias, c, round_x))
+    return true;
   if (w.plain.dtype() != DType::Float32) {
     // No 16-bit matmul in oneDNN on this CPU (and none for float16 W with float32 activations
     // on any): many rows take OpenBLAS on W widened a panel at a time, fewer the streaming kernel.
-    if (rows >= cpu::kBlasMinRows) cpu::blas_linear_widened(rows, w.N, w.K, a(), w.plain.raw(), w.plain.dtype(), bias, c);
-    else cpu::gemv_rows(rows, w.N, w.K, a(), w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
+    if (rows >= cpu::kBlasMinRows)
+      cpu::blas_linear_widened(rows, w.N, w.K, a(), w.plain.raw(), w.plain.dtype(), bias, c);
+    else
+      cpu::gemv_rows(rows, w.N, w.K, a(), w.K, w.plain.raw(), w.plain.dtype(), bias, c, w.N, ctx.threads());
     return true;
   }
   cpu::MatmulDims d;

@@ -27,7 +27,7 @@ namespace reforge::ops {
 
 struct LinearWeights {
   int64_t K = 0, N = 0;
-  Tensor plain;  // [K, N] row-major, Float32, BFloat16 or Float16
+  Tensor plain;          // [K, N] row-major, Float32, BFloat16 or Float16
   bool packable = true;  // false: never pack (W made at run time)
 
   // `plain` packed for oneDNN, made on the first call; null when oneDNN cannot pack it.

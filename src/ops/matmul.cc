@@ -19,7 +19,10 @@ namespace {
 
 // Accumulator: double for float64 (and float for float32), wrapping unsigned 64-bit for
 // integers (signed overflow would be undefined; two's complement wraps the same way).
-template <typename T> struct Accum { using type = std::conditional_t<std::is_integral_v<T>, uint64_t, T>; };
+template <typename T>
+struct Accum {
+  using type = std::conditional_t<std::is_integral_v<T>, uint64_t, T>;
+};
 
 template <typename T>
 void matmul_ref(const cpu::MatmulDims& d, const T* a, const T* b, T* c) {
@@ -49,7 +52,8 @@ void matmul_ref(const cpu::MatmulDims& d, const T* a, const T* b, T* c) {
       } else {
         for (int64_t j = 0; j < N; ++j) {
           Acc s = 0;
-          for (int64_t k = 0; k < K; ++k) s += static_cast<Acc>(A[i * a_rs + k * a_cs]) * static_cast<Acc>(B[j * b_cs + k]);
+          for (int64_t k = 0; k < K; ++k)
+            s += static_cast<Acc>(A[i * a_rs + k * a_cs]) * static_cast<Acc>(B[j * b_cs + k]);
           acc[j] = s;
         }
       }
@@ -95,28 +99,30 @@ void run_matmul(DType dtype, const cpu::MatmulDims& d, const void* a, const void
     dispatch_numeric(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* C = static_cast<T*>(c);
-      for (int64_t i = 0; i < c_n; ++i)
-        C[i] = d.beta == 0.0f ? T{} : from_compute<T>(to_compute(C[i]) * d.beta);
+      for (int64_t i = 0; i < c_n; ++i) C[i] = d.beta == 0.0f ? T{} : from_compute<T>(to_compute(C[i]) * d.beta);
     });
     return;
   }
   const int64_t a_n = (d.a_broadcast ? 1 : d.batch) * d.M * d.K;
   const int64_t b_n = (d.b_broadcast ? 1 : d.batch) * d.K * d.N;
-  dispatch_numeric(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, float>) {
-      matmul_f32(d, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c));
-    } else if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
-      std::vector<float> fa = widen(static_cast<const T*>(a), a_n);
-      std::vector<float> fb = widen(static_cast<const T*>(b), b_n);
-      std::vector<float> fc = d.beta != 0.0f ? widen(static_cast<const T*>(c), c_n) : std::vector<float>(c_n);
-      matmul_f32(d, fa.data(), fb.data(), fc.data());
-      T* C = static_cast<T*>(c);
-      for (int64_t i = 0; i < c_n; ++i) C[i] = T(fc[i]);
-    } else {
-      matmul_ref<T>(d, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
-    }
-  }, "MatMul");
+  dispatch_numeric(
+      dtype,
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_same_v<T, float>) {
+          matmul_f32(d, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(c));
+        } else if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) {
+          std::vector<float> fa = widen(static_cast<const T*>(a), a_n);
+          std::vector<float> fb = widen(static_cast<const T*>(b), b_n);
+          std::vector<float> fc = d.beta != 0.0f ? widen(static_cast<const T*>(c), c_n) : std::vector<float>(c_n);
+          matmul_f32(d, fa.data(), fb.data(), fc.data());
+          T* C = static_cast<T*>(c);
+          for (int64_t i = 0; i < c_n; ++i) C[i] = T(fc[i]);
+        } else {
+          matmul_ref<T>(d, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
+        }
+      },
+      "MatMul");
 }
 
 namespace {
@@ -204,8 +210,7 @@ void matmul_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_matmul_ops(OpRegistry& r) {
-  r.add({"", "MatMul", 1, INT_MAX, matmul_kernel, nullptr, matmul_prepare,
-         {InputRole::kData, InputRole::kWeight}});
+  r.add({"", "MatMul", 1, INT_MAX, matmul_kernel, nullptr, matmul_prepare, {InputRole::kData, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops::nn

@@ -30,7 +30,7 @@ struct Window {
   std::vector<int64_t> dilations;  // >= 1
   std::vector<int64_t> pad_begin;  // may grow with auto_pad
   std::vector<int64_t> pad_end;
-  std::vector<int64_t> out;        // output spatial dims, >= 1
+  std::vector<int64_t> out;  // output spatial dims, >= 1
 
   size_t rank() const { return in.size(); }
   int64_t span(size_t i) const { return (kernel[i] - 1) * dilations[i] + 1; }  // dilated extent

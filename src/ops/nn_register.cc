@@ -19,31 +19,40 @@ void register_layer_norm_ops(OpRegistry& r);      // norm_layer.cc
 
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
-  dispatch_float(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<double>(to_compute(p[i]));
-  }, "this parameter");
+  dispatch_float(
+      t.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* p = t.data<T>();
+        for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<double>(to_compute(p[i]));
+      },
+      "this parameter");
   return v;
 }
 
 std::vector<float> to_floats(const Tensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
-  dispatch_float(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(to_compute(p[i]));
-  }, "this operator");
+  dispatch_float(
+      t.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* p = t.data<T>();
+        for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(to_compute(p[i]));
+      },
+      "this operator");
   return v;
 }
 
 void store_floats(const std::vector<float>& v, Tensor& out) {
   REFORGE_ASSERT(static_cast<int64_t>(v.size()) == out.numel());
-  dispatch_float(out.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = out.mutable_data<T>();
-    for (int64_t i = 0; i < out.numel(); ++i) p[i] = from_compute<T>(v[i]);
-  }, "this operator");
+  dispatch_float(
+      out.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* p = out.mutable_data<T>();
+        for (int64_t i = 0; i < out.numel(); ++i) p[i] = from_compute<T>(v[i]);
+      },
+      "this operator");
 }
 
 std::vector<int64_t> strides_of(const Shape& shape) {

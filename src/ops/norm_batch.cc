@@ -30,8 +30,7 @@ void scale_shift(const T* x, T* y, int64_t N, int64_t C, int64_t inner, const st
     } else {
       const double* ap = a.data() + c * inner;
       const double* bp = b.data() + c * inner;
-      for (int64_t i = 0; i < inner; ++i)
-        yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i]) * ap[i] + bp[i]));
+      for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i]) * ap[i] + bp[i]));
     }
   }
 }
@@ -66,11 +65,14 @@ void channel_stats(const T* x, int64_t N, int64_t C, int64_t inner, std::vector<
 
 Tensor doubles_to(DType dtype, const std::vector<double>& v, const Shape& shape) {
   Tensor t = Tensor::empty(dtype, shape);
-  dispatch_float(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* p = t.mutable_data<T>();
-    for (size_t i = 0; i < v.size(); ++i) p[i] = from_compute<T>(static_cast<compute_t<T>>(v[i]));
-  }, "BatchNormalization");
+  dispatch_float(
+      dtype,
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* p = t.mutable_data<T>();
+        for (size_t i = 0; i < v.size(); ++i) p[i] = from_compute<T>(static_cast<compute_t<T>>(v[i]));
+      },
+      "BatchNormalization");
   return t;
 }
 
@@ -97,10 +99,13 @@ void batch_norm_kernel(KernelContext& ctx) {
   std::vector<double> mean = p[2], var = p[3];
   if (training) {
     REFORGE_CHECK(static_cast<int64_t>(p[0].size()) == C, label, ": training mode needs per-channel parameters");
-    dispatch_float(X.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      channel_stats<T>(X.data<T>(), N, C, inner, mean, var);
-    }, "BatchNormalization");
+    dispatch_float(
+        X.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          channel_stats<T>(X.data<T>(), N, C, inner, mean, var);
+        },
+        "BatchNormalization");
   }
   std::vector<double> a(p[0].size()), b(p[0].size());
   for (size_t c = 0; c < a.size(); ++c) {
@@ -109,10 +114,13 @@ void batch_norm_kernel(KernelContext& ctx) {
   }
   Tensor& Y = ctx.allocate_output(0, X.dtype(), X.shape());
   if (Y.numel() > 0) {
-    dispatch_float(X.dtype(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      scale_shift<T>(X.data<T>(), Y.mutable_data<T>(), N, C, inner, a, b);
-    }, "BatchNormalization");
+    dispatch_float(
+        X.dtype(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          scale_shift<T>(X.data<T>(), Y.mutable_data<T>(), N, C, inner, a, b);
+        },
+        "BatchNormalization");
   }
   if (training) {
     // running = input * momentum + batch statistic * (1 - momentum)
@@ -152,31 +160,46 @@ void instance_norm_kernel(KernelContext& ctx) {
   const std::vector<double> scale = to_doubles(S), bias = to_doubles(B);
   Tensor& Y = ctx.allocate_output(0, X.dtype(), X.shape());
   if (Y.numel() == 0) return;
-  dispatch_float(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const T* x = X.data<T>();
-    T* y = Y.mutable_data<T>();
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        const T* x = X.data<T>();
+        T* y = Y.mutable_data<T>();
 #pragma omp parallel for schedule(static) if (X.numel() > (1 << 16))
-    for (int64_t nc = 0; nc < N * C; ++nc) {
-      const int64_t c = nc % C;
-      const T* xp = x + nc * inner;
-      T* yp = y + nc * inner;
-      const Moments mo = moments(xp, inner);
-      const double m = mo.mean;
-      const double a = scale[c] / std::sqrt(mo.variance + eps);
-      const A av = static_cast<A>(a), bv = static_cast<A>(bias[c] - m * a);
-      for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
-    }
-  }, "InstanceNormalization");
+        for (int64_t nc = 0; nc < N * C; ++nc) {
+          const int64_t c = nc % C;
+          const T* xp = x + nc * inner;
+          T* yp = y + nc * inner;
+          const Moments mo = moments(xp, inner);
+          const double m = mo.mean;
+          const double a = scale[c] / std::sqrt(mo.variance + eps);
+          const A av = static_cast<A>(a), bv = static_cast<A>(bias[c] - m * a);
+          for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
+        }
+      },
+      "InstanceNormalization");
 }
 
 }  // namespace
 
 void register_batch_norm_ops(OpRegistry& r) {
-  r.add({"", "BatchNormalization", 1, INT_MAX, batch_norm_kernel, check_batch_norm, nullptr,
+  r.add({"",
+         "BatchNormalization",
+         1,
+         INT_MAX,
+         batch_norm_kernel,
+         check_batch_norm,
+         nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight}});
-  r.add({"", "InstanceNormalization", 1, INT_MAX, instance_norm_kernel, nullptr, nullptr,
+  r.add({"",
+         "InstanceNormalization",
+         1,
+         INT_MAX,
+         instance_norm_kernel,
+         nullptr,
+         nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 

@@ -75,50 +75,59 @@ void layer_norm_kernel(KernelContext& ctx) {
   Tensor* inv_t = ctx.output_wanted(2) ? &ctx.allocate_output(2, stash_dtype, stat_shape) : nullptr;
   if (X.numel() == 0) return;
 
-  dispatch_float(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    // Parameters cover the normalized dims, or all of X when they have more dims than that.
-    const bool full = S.rank() > static_cast<int64_t>(norm_shape.size()) ||
-                      (B && B->rank() > static_cast<int64_t>(norm_shape.size()));
-    const Shape& pshape = full ? xs : norm_shape;
-    const std::vector<A> scale = expand_param<A>(S, pshape, label, "Scale");
-    const std::vector<A> bias = B ? expand_param<A>(*B, pshape, label, "B") : std::vector<A>(scale.size(), A(0));
-    std::vector<double> means(static_cast<size_t>(outer)), invs(static_cast<size_t>(outer));
-    const T* x = X.data<T>();
-    T* y = Y.mutable_data<T>();
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        // Parameters cover the normalized dims, or all of X when they have more dims than that.
+        const bool full = S.rank() > static_cast<int64_t>(norm_shape.size()) ||
+                          (B && B->rank() > static_cast<int64_t>(norm_shape.size()));
+        const Shape& pshape = full ? xs : norm_shape;
+        const std::vector<A> scale = expand_param<A>(S, pshape, label, "Scale");
+        const std::vector<A> bias = B ? expand_param<A>(*B, pshape, label, "B") : std::vector<A>(scale.size(), A(0));
+        std::vector<double> means(static_cast<size_t>(outer)), invs(static_cast<size_t>(outer));
+        const T* x = X.data<T>();
+        T* y = Y.mutable_data<T>();
 #pragma omp parallel for schedule(static) if (X.numel() > (1 << 15))
-    for (int64_t r = 0; r < outer; ++r) {
-      const T* xp = x + r * inner;
-      T* yp = y + r * inner;
-      const Moments mo = moments(xp, inner);
-      const double m = mo.mean;
-      const double inv = 1.0 / std::sqrt(mo.variance + eps);
-      means[r] = m;
-      invs[r] = inv;
-      const A* sp = scale.data() + (full ? r * inner : 0);
-      const A* bp = bias.data() + (full ? r * inner : 0);
-      const A ma = static_cast<A>(m), ia = static_cast<A>(inv);
-      for (int64_t i = 0; i < inner; ++i)
-        yp[i] = from_compute<T>((static_cast<A>(to_compute(xp[i])) - ma) * ia * sp[i] + bp[i]);
-    }
-    auto store = [&](Tensor* t, const std::vector<double>& v) {
-      if (!t) return;
-      dispatch_float(stash_dtype, [&](auto stag) {
-        using U = typename decltype(stag)::type;
-        U* p = t->mutable_data<U>();
-        for (int64_t r = 0; r < outer; ++r) p[r] = from_compute<U>(static_cast<compute_t<U>>(v[r]));
-      });
-    };
-    store(mean_t, means);
-    store(inv_t, invs);
-  }, "LayerNormalization");
+        for (int64_t r = 0; r < outer; ++r) {
+          const T* xp = x + r * inner;
+          T* yp = y + r * inner;
+          const Moments mo = moments(xp, inner);
+          const double m = mo.mean;
+          const double inv = 1.0 / std::sqrt(mo.variance + eps);
+          means[r] = m;
+          invs[r] = inv;
+          const A* sp = scale.data() + (full ? r * inner : 0);
+          const A* bp = bias.data() + (full ? r * inner : 0);
+          const A ma = static_cast<A>(m), ia = static_cast<A>(inv);
+          for (int64_t i = 0; i < inner; ++i)
+            yp[i] = from_compute<T>((static_cast<A>(to_compute(xp[i])) - ma) * ia * sp[i] + bp[i]);
+        }
+        auto store = [&](Tensor* t, const std::vector<double>& v) {
+          if (!t) return;
+          dispatch_float(stash_dtype, [&](auto stag) {
+            using U = typename decltype(stag)::type;
+            U* p = t->mutable_data<U>();
+            for (int64_t r = 0; r < outer; ++r) p[r] = from_compute<U>(static_cast<compute_t<U>>(v[r]));
+          });
+        };
+        store(mean_t, means);
+        store(inv_t, invs);
+      },
+      "LayerNormalization");
 }
 
 }  // namespace
 
 void register_layer_norm_ops(OpRegistry& r) {
-  r.add({"", "LayerNormalization", 17, INT_MAX, layer_norm_kernel, nullptr, nullptr,
+  r.add({"",
+         "LayerNormalization",
+         17,
+         INT_MAX,
+         layer_norm_kernel,
+         nullptr,
+         nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
 }
 

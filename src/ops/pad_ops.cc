@@ -34,9 +34,15 @@ std::vector<int64_t> index_map(int64_t in_dim, int64_t before, int64_t after, Pa
     int64_t j = o - pb;
     if (j < 0 || j >= n) {
       switch (mode) {
-        case PadMode::Constant: j = -1 - lo; break;
-        case PadMode::Edge: j = std::clamp<int64_t>(j, 0, n - 1); break;
-        case PadMode::Wrap: j = ((j % n) + n) % n; break;
+        case PadMode::Constant:
+          j = -1 - lo;
+          break;
+        case PadMode::Edge:
+          j = std::clamp<int64_t>(j, 0, n - 1);
+          break;
+        case PadMode::Wrap:
+          j = ((j % n) + n) % n;
+          break;
         case PadMode::Reflect:
           if (n == 1) {
             j = 0;
@@ -143,18 +149,27 @@ void pad_kernel(KernelContext& ctx) {
   Tensor& y = ctx.allocate_output(0, x.dtype(), out);
   if (y.numel() == 0) return;
   const std::vector<int64_t> xs = contiguous_strides(x.shape());
-  dispatch_bytes(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T v;
-    std::memcpy(&v, typed_value.raw(), sizeof(T));
-    pad_copy<T>(y.mutable_data<T>(), x.data<T>(), v, out, xs, maps);
-  }, where);
+  dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T v;
+        std::memcpy(&v, typed_value.raw(), sizeof(T));
+        pad_copy<T>(y.mutable_data<T>(), x.data<T>(), v, out, xs, maps);
+      },
+      where);
 }
 
 }  // namespace
 
 void register_pad_ops(OpRegistry& r) {
-  r.add({"", "Pad", 1, INT_MAX, pad_kernel, check_pad, nullptr,
+  r.add({"",
+         "Pad",
+         1,
+         INT_MAX,
+         pad_kernel,
+         check_pad,
+         nullptr,
          {InputRole::kData, InputRole::kShape, InputRole::kData, InputRole::kShape}});
 }
 

@@ -52,8 +52,8 @@ struct PoolSetup {
 
 PoolSetup setup_pool(const KernelContext& ctx, const Tensor& X) {
   const ir::Node& node = ctx.node();  // its label only when a check fails
-  REFORGE_CHECK(X.rank() >= 3 && X.rank() <= 5, node.label(), ": X must be [N, C, spatial...] with 1 to 3 spatial dims, got ",
-                X.describe());
+  REFORGE_CHECK(X.rank() >= 3 && X.rank() <= 5, node.label(),
+                ": X must be [N, C, spatial...] with 1 to 3 spatial dims, got ", X.describe());
   const size_t nsp = static_cast<size_t>(X.rank() - 2);
   std::vector<int64_t> kernel = kernel_shape_attr(ctx, nsp);
   REFORGE_CHECK(!kernel.empty(), node.label(), ": the kernel_shape attribute is required");
@@ -102,7 +102,8 @@ void max_pool(const PoolSetup& p, const T* x, T* y, int64_t* indices, bool colum
               yrow[ow] = T{};
               continue;
             }
-            compute_t<T> best = to_compute(xp[(id0 * g.in[1] + ih0) * g.in[2] + ow * g.s[2] - g.pb[2] + r[2].first[ow] * g.d[2]]);
+            compute_t<T> best =
+                to_compute(xp[(id0 * g.in[1] + ih0) * g.in[2] + ow * g.s[2] - g.pb[2] + r[2].first[ow] * g.d[2]]);
             for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
               const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
               for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
@@ -194,10 +195,13 @@ void max_pool_kernel(KernelContext& ctx) {
   if (ctx.num_outputs() > 1 && ctx.output_wanted(1))
     indices = ctx.allocate_output(1, DType::Int64, p.out_shape).mutable_data<int64_t>();
   if (Y.numel() == 0) return;
-  dispatch_numeric(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    max_pool<T>(p, X.data<T>(), Y.mutable_data<T>(), indices, storage_order == 1);
-  }, "MaxPool");
+  dispatch_numeric(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        max_pool<T>(p, X.data<T>(), Y.mutable_data<T>(), indices, storage_order == 1);
+      },
+      "MaxPool");
 }
 
 void average_pool_kernel(KernelContext& ctx) {
@@ -206,10 +210,13 @@ void average_pool_kernel(KernelContext& ctx) {
   Tensor& Y = ctx.allocate_output(0, X.dtype(), p.out_shape);
   if (Y.numel() == 0) return;
   const bool include_pad = ctx.attr_int("count_include_pad", 0) != 0;
-  dispatch_float(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    avg_pool<T>(p, X.data<T>(), Y.mutable_data<T>(), include_pad);
-  }, "AveragePool");
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        avg_pool<T>(p, X.data<T>(), Y.mutable_data<T>(), include_pad);
+      },
+      "AveragePool");
 }
 
 template <bool kMax>
@@ -223,27 +230,30 @@ void global_pool_kernel(KernelContext& ctx) {
   if (planes == 0) return;
   const int64_t plane = X.numel() / planes;
   REFORGE_CHECK(plane > 0, ctx.node().label(), ": cannot pool over an empty spatial extent in ", X.describe());
-  dispatch_float(X.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-    const T* x = X.data<T>();
-    T* y = Y.mutable_data<T>();
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+        const T* x = X.data<T>();
+        T* y = Y.mutable_data<T>();
 #pragma omp parallel for schedule(static) if (X.numel() > (1 << 16))
-    for (int64_t i = 0; i < planes; ++i) {
-      const T* xp = x + i * plane;
-      A acc = static_cast<A>(to_compute(xp[0]));
-      if constexpr (kMax) {
-        for (int64_t j = 1; j < plane; ++j) {
-          const A v = static_cast<A>(to_compute(xp[j]));
-          if (v > acc || v != v) acc = v;  // NaN propagates, as numpy's max does
+        for (int64_t i = 0; i < planes; ++i) {
+          const T* xp = x + i * plane;
+          A acc = static_cast<A>(to_compute(xp[0]));
+          if constexpr (kMax) {
+            for (int64_t j = 1; j < plane; ++j) {
+              const A v = static_cast<A>(to_compute(xp[j]));
+              if (v > acc || v != v) acc = v;  // NaN propagates, as numpy's max does
+            }
+            y[i] = from_compute<T>(acc);
+          } else {
+            for (int64_t j = 1; j < plane; ++j) acc += static_cast<A>(to_compute(xp[j]));
+            y[i] = from_compute<T>(acc / static_cast<A>(plane));
+          }
         }
-        y[i] = from_compute<T>(acc);
-      } else {
-        for (int64_t j = 1; j < plane; ++j) acc += static_cast<A>(to_compute(xp[j]));
-        y[i] = from_compute<T>(acc / static_cast<A>(plane));
-      }
-    }
-  }, kMax ? "GlobalMaxPool" : "GlobalAveragePool");
+      },
+      kMax ? "GlobalMaxPool" : "GlobalAveragePool");
 }
 
 // reforge::MaxPool with layout = "NCHWc" or "NHWC": MaxPool over an activation stored
@@ -308,16 +318,20 @@ template <int64_t kC>
 }
 REFORGE_SIMD_VARIANTS(, void, max_pool_row_f32, (const PoolRows& p, const float* x, float* out, int64_t oh),
                       (p, x, out, oh), {
-  if (p.c == 8) max_pool_row<8>(p, x, out, oh);
-  else if (p.c == 16) max_pool_row<16>(p, x, out, oh);
-  else max_pool_row<0>(p, x, out, oh);
-})
+                        if (p.c == 8)
+                          max_pool_row<8>(p, x, out, oh);
+                        else if (p.c == 16)
+                          max_pool_row<16>(p, x, out, oh);
+                        else
+                          max_pool_row<0>(p, x, out, oh);
+                      })
 
 void max_pool_layout_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const ir::Node& node = ctx.node();  // its label only when a check fails
   const std::string layout = ctx.attr_string("layout", "NHWC");
-  REFORGE_CHECK(layout == "NHWC" || layout == "NCHWc", node.label(), ": layout must be 'NHWC' or 'NCHWc', got '", layout, "'");
+  REFORGE_CHECK(layout == "NHWC" || layout == "NCHWc", node.label(), ": layout must be 'NHWC' or 'NCHWc', got '",
+                layout, "'");
   const cpu::ActLayout l = parse_layout(layout);
   const Shape xs = logical_shape(X, l, node);
   const int64_t N = xs[0], C = xs[1], H = xs[2], Wd = xs[3];

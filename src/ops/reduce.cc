@@ -34,9 +34,7 @@ namespace {
 constexpr int kLanes = 8;
 constexpr int64_t kParallelThreshold = 1 << 15;
 
-int thread_count(const KernelContext& ctx) {
-  return ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
-}
+int thread_count(const KernelContext& ctx) { return ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads(); }
 
 template <typename T>
 constexpr bool is_float_storage =
@@ -51,8 +49,10 @@ using sum_acc_t = std::conditional_t<is_float_storage<T>, double, uint64_t>;
 template <typename T>
 T from_double(double v) {
   if constexpr (is_float_storage<T>) {
-    if constexpr (std::is_same_v<T, double>) return v;
-    else return from_compute<T>(static_cast<float>(v));
+    if constexpr (std::is_same_v<T, double>)
+      return v;
+    else
+      return from_compute<T>(static_cast<float>(v));
   } else {
     if (std::isnan(v)) return T(0);
     if (v <= static_cast<double>(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
@@ -64,9 +64,12 @@ T from_double(double v) {
 // Integer accumulators hold values modulo 2^64; read them back as signed when T is signed.
 template <typename T>
 double acc_to_double(sum_acc_t<T> a) {
-  if constexpr (is_float_storage<T>) return a;
-  else if constexpr (std::is_signed_v<T>) return static_cast<double>(static_cast<int64_t>(a));
-  else return static_cast<double>(a);
+  if constexpr (is_float_storage<T>)
+    return a;
+  else if constexpr (std::is_signed_v<T>)
+    return static_cast<double>(static_cast<int64_t>(a));
+  else
+    return static_cast<double>(a);
 }
 
 // ---- reduction plan ----
@@ -87,8 +90,10 @@ ReducePlan make_plan(const Shape& shape, const std::vector<char>& reduce_axis) {
   p.count = 1;
   for (size_t a = 0; a < shape.size(); ++a) {
     const int64_t d = shape[a];
-    if (reduce_axis[a]) p.count *= d;
-    else p.out_numel *= d;
+    if (reduce_axis[a])
+      p.count *= d;
+    else
+      p.out_numel *= d;
     if (d == 1) continue;  // size-1 dims do not change the memory layout
     if (!p.dims.empty() && p.reduced.back() == reduce_axis[a]) {
       p.dims.back() *= d;
@@ -115,8 +120,8 @@ ReducePlan make_plan(const Shape& shape, const std::vector<char>& reduce_axis) {
 // into acc: a reduced innermost run collapses with op.row, a kept one is combined elementwise with
 // op.col over columns [c0, c1).
 template <typename T, typename Op>
-void walk_rows(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc* acc, int64_t r0, int64_t r1,
-               int64_t c0, int64_t c1) {
+void walk_rows(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc* acc, int64_t r0, int64_t r1, int64_t c0,
+               int64_t c1) {
   const int m = static_cast<int>(p.dims.size());
   const int64_t len = p.dims[m - 1];
   const bool inner_reduced = p.reduced[m - 1];
@@ -129,8 +134,10 @@ void walk_rows(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc* 
   }
   for (int64_t r = r0; r < r1; ++r) {
     const T* row = x + r * len;
-    if (inner_reduced) acc[out_off] = op.combine(acc[out_off], op.row(row, len, out_off));
-    else op.col(acc + out_off + c0, row + c0, c1 - c0, out_off + c0);
+    if (inner_reduced)
+      acc[out_off] = op.combine(acc[out_off], op.row(row, len, out_off));
+    else
+      op.col(acc + out_off + c0, row + c0, c1 - c0, out_off + c0);
     for (int d = m - 2; d >= 0; --d) {
       out_off += p.out_stride[d];
       if (++idx[d] < p.dims[d]) break;
@@ -234,7 +241,8 @@ struct MapSquare {
 template <typename T>
 struct MapAbs {
   sum_acc_t<T> operator()(T v) const {
-    if constexpr (is_float_storage<T>) return std::fabs(static_cast<double>(to_compute(v)));
+    if constexpr (is_float_storage<T>)
+      return std::fabs(static_cast<double>(to_compute(v)));
     else if constexpr (std::is_signed_v<T>) {
       auto u = static_cast<uint64_t>(v);
       return v < 0 ? uint64_t(0) - u : u;
@@ -265,13 +273,16 @@ template <typename T, bool IsMax>
 struct ExtremumOp {
   using Acc = compute_t<T>;
   static bool better(Acc v, Acc cur) {
-    if constexpr (IsMax) return v > cur || v != v;
-    else return v < cur || v != v;
+    if constexpr (IsMax)
+      return v > cur || v != v;
+    else
+      return v < cur || v != v;
   }
   Acc init() const {
     if constexpr (std::is_floating_point_v<Acc>)
       return IsMax ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
-    else return IsMax ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+    else
+      return IsMax ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
   }
   Acc combine(Acc a, Acc b) const { return better(b, a) ? b : a; }
   Acc row(const T* x, int64_t n, int64_t) const {
@@ -343,8 +354,10 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads)
   switch (kind) {
     case Kind::Sum:
       return run_op(p, x, y, SumOp<T, MapIdentity<T>>{}, threads, [](Acc a) {
-        if constexpr (is_float_storage<T>) return from_double<T>(a);
-        else return static_cast<T>(a);
+        if constexpr (is_float_storage<T>)
+          return from_double<T>(a);
+        else
+          return static_cast<T>(a);
       });
     case Kind::Mean:
       return run_op(p, x, y, SumOp<T, MapIdentity<T>>{}, threads, [count](Acc a) {
@@ -352,19 +365,25 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads)
           return from_double<T>(a / static_cast<double>(count));
         } else {
           if (count == 0) return T(0);
-          if constexpr (std::is_signed_v<T>) return static_cast<T>(static_cast<int64_t>(a) / count);
-          else return static_cast<T>(a / static_cast<uint64_t>(count));
+          if constexpr (std::is_signed_v<T>)
+            return static_cast<T>(static_cast<int64_t>(a) / count);
+          else
+            return static_cast<T>(a / static_cast<uint64_t>(count));
         }
       });
     case Kind::SumSquare:
       return run_op(p, x, y, SumOp<T, MapSquare<T>>{}, threads, [](Acc a) {
-        if constexpr (is_float_storage<T>) return from_double<T>(a);
-        else return static_cast<T>(a);
+        if constexpr (is_float_storage<T>)
+          return from_double<T>(a);
+        else
+          return static_cast<T>(a);
       });
     case Kind::L1:
       return run_op(p, x, y, SumOp<T, MapAbs<T>>{}, threads, [](Acc a) {
-        if constexpr (is_float_storage<T>) return from_double<T>(a);
-        else return static_cast<T>(a);
+        if constexpr (is_float_storage<T>)
+          return from_double<T>(a);
+        else
+          return static_cast<T>(a);
       });
     case Kind::L2:
       return run_op(p, x, y, SumOp<T, MapSquare<T>>{}, threads,
@@ -374,8 +393,10 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads)
                     [](Acc a) { return from_double<T>(std::log(acc_to_double<T>(a))); });
     case Kind::Prod:
       return run_op(p, x, y, ProdOp<T>{}, threads, [](Acc a) {
-        if constexpr (is_float_storage<T>) return from_double<T>(a);
-        else return static_cast<T>(a);
+        if constexpr (is_float_storage<T>)
+          return from_double<T>(a);
+        else
+          return static_cast<T>(a);
       });
     case Kind::Max:
       return run_op(p, x, y, ExtremumOp<T, true>{}, threads, [](compute_t<T> a) { return from_compute<T>(a); });
@@ -433,8 +454,8 @@ void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since) {
   const int64_t rank = x.rank();
   std::vector<char> flags(static_cast<size_t>(rank), axes.empty() ? 1 : 0);
   for (int64_t a : axes) {
-    REFORGE_CHECK(a >= -rank && a < std::max<int64_t>(rank, 1) && (rank > 0 || a == 0 || a == -1), label,
-                  ": axis ", a, " is out of range for input of rank ", rank);
+    REFORGE_CHECK(a >= -rank && a < std::max<int64_t>(rank, 1) && (rank > 0 || a == 0 || a == -1), label, ": axis ", a,
+                  " is out of range for input of rank ", rank);
     if (rank == 0) continue;  // numpy-style: axis 0/-1 of a scalar reduces nothing
     const int64_t n = a < 0 ? a + rank : a;
     REFORGE_CHECK(!flags[static_cast<size_t>(n)], label, ": axis ", a, " is listed more than once");
@@ -442,8 +463,10 @@ void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since) {
   }
   Shape out_shape;
   for (int64_t i = 0; i < rank; ++i) {
-    if (!flags[static_cast<size_t>(i)]) out_shape.push_back(x.dim(i));
-    else if (keepdims) out_shape.push_back(1);
+    if (!flags[static_cast<size_t>(i)])
+      out_shape.push_back(x.dim(i));
+    else if (keepdims)
+      out_shape.push_back(1);
   }
   const ReducePlan plan = make_plan(x.shape(), flags);
   Tensor& y = ctx.allocate_output(0, dt, out_shape);
@@ -452,10 +475,13 @@ void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since) {
     reduce_typed<bool>(kind, plan, x.data<bool>(), y.mutable_data<bool>(), threads);
     return;
   }
-  dispatch_numeric(dt, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    reduce_typed<T>(kind, plan, x.data<T>(), y.mutable_data<T>(), threads);
-  }, ctx.node().op_type.c_str());
+  dispatch_numeric(
+      dt,
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        reduce_typed<T>(kind, plan, x.data<T>(), y.mutable_data<T>(), threads);
+      },
+      ctx.node().op_type.c_str());
 }
 
 }  // namespace
@@ -468,17 +494,28 @@ void register_reduce_kernels(OpRegistry& r) {
     int axes_input_since;
   };
   const Entry entries[] = {
-      {"ReduceSum", Kind::Sum, 13},          {"ReduceMean", Kind::Mean, 18},
-      {"ReduceSumSquare", Kind::SumSquare, 18}, {"ReduceL1", Kind::L1, 18},
-      {"ReduceL2", Kind::L2, 18},            {"ReduceLogSum", Kind::LogSum, 18},
-      {"ReduceLogSumExp", Kind::LogSumExp, 18}, {"ReduceProd", Kind::Prod, 18},
-      {"ReduceMax", Kind::Max, 18},          {"ReduceMin", Kind::Min, 18},
+      {"ReduceSum", Kind::Sum, 13},
+      {"ReduceMean", Kind::Mean, 18},
+      {"ReduceSumSquare", Kind::SumSquare, 18},
+      {"ReduceL1", Kind::L1, 18},
+      {"ReduceL2", Kind::L2, 18},
+      {"ReduceLogSum", Kind::LogSum, 18},
+      {"ReduceLogSumExp", Kind::LogSumExp, 18},
+      {"ReduceProd", Kind::Prod, 18},
+      {"ReduceMax", Kind::Max, 18},
+      {"ReduceMin", Kind::Min, 18},
   };
   for (const Entry& e : entries) {
     const Kind kind = e.kind;
     const int since = e.axes_input_since;
-    r.add({"", e.name, 1, INT_MAX, [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since); }, nullptr,
-           nullptr, {InputRole::kData, InputRole::kShape}});
+    r.add({"",
+           e.name,
+           1,
+           INT_MAX,
+           [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since); },
+           nullptr,
+           nullptr,
+           {InputRole::kData, InputRole::kShape}});
   }
 }
 

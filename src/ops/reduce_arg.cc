@@ -21,8 +21,10 @@ template <typename C, bool IsMax, bool Last>
 inline bool wins(C v, C best) {
   if (v != v) return Last || best == best;  // NaN beats numbers; a later NaN only with Last
   if (best != best) return false;
-  if constexpr (IsMax) return Last ? v >= best : v > best;
-  else return Last ? v <= best : v < best;
+  if constexpr (IsMax)
+    return Last ? v >= best : v > best;
+  else
+    return Last ? v <= best : v < best;
 }
 
 template <typename T, bool IsMax, bool Last>
@@ -40,9 +42,11 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
         auto hit = [&](int64_t r) { return nan ? block[r] != block[r] : block[r] == m; };
         int64_t bi = 0;
         if (Last) {
-          for (bi = n - 1; bi > 0 && !hit(bi); --bi) {}
+          for (bi = n - 1; bi > 0 && !hit(bi); --bi) {
+          }
         } else {
-          for (bi = 0; bi < n - 1 && !hit(bi); ++bi) {}
+          for (bi = 0; bi < n - 1 && !hit(bi); ++bi) {
+          }
         }
         out[0] = bi;
         continue;
@@ -91,24 +95,33 @@ void arg_kernel(KernelContext& ctx) {
   Shape out_shape;
   int64_t outer = 1, inner = 1, n = 1;
   for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis) outer *= x.dim(i);
-    else if (i > axis) inner *= x.dim(i);
-    else n = x.dim(i);
-    if (i != axis) out_shape.push_back(x.dim(i));
-    else if (keepdims) out_shape.push_back(1);
+    if (i < axis)
+      outer *= x.dim(i);
+    else if (i > axis)
+      inner *= x.dim(i);
+    else
+      n = x.dim(i);
+    if (i != axis)
+      out_shape.push_back(x.dim(i));
+    else if (keepdims)
+      out_shape.push_back(1);
   }
   Tensor& y = ctx.allocate_output(0, DType::Int64, out_shape);
   if (y.numel() == 0) return;
-  REFORGE_CHECK(n > 0, label, ": cannot take ", IsMax ? "ArgMax" : "ArgMin", " over axis ", axis,
-                " of size 0 (input ", x.describe(), ")");
+  REFORGE_CHECK(n > 0, label, ": cannot take ", IsMax ? "ArgMax" : "ArgMin", " over axis ", axis, " of size 0 (input ",
+                x.describe(), ")");
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
   auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (last) arg_typed<T, IsMax, true>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads);
-    else arg_typed<T, IsMax, false>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads);
+    if (last)
+      arg_typed<T, IsMax, true>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads);
+    else
+      arg_typed<T, IsMax, false>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads);
   };
-  if (x.dtype() == DType::Bool) run(TypeTag<bool>{});
-  else dispatch_numeric(x.dtype(), run, IsMax ? "ArgMax" : "ArgMin");
+  if (x.dtype() == DType::Bool)
+    run(TypeTag<bool>{});
+  else
+    dispatch_numeric(x.dtype(), run, IsMax ? "ArgMax" : "ArgMin");
 }
 
 }  // namespace

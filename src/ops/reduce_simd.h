@@ -25,11 +25,11 @@ namespace reforge::ops::simd {
 // kBytes-wide vectors of S (one register of the variant), and the matching lane masks.
 template <typename S, int kBytes>
 struct Vec;
-#define REFORGE_REDUCE_VEC(S, I, BYTES)                  \
-  template <>                                             \
-  struct Vec<S, BYTES> {                                  \
-    using V = S __attribute__((vector_size(BYTES)));      \
-    using M = I __attribute__((vector_size(BYTES)));      \
+#define REFORGE_REDUCE_VEC(S, I, BYTES)                           \
+  template <>                                                     \
+  struct Vec<S, BYTES> {                                          \
+    using V = S __attribute__((vector_size(BYTES)));              \
+    using M = I __attribute__((vector_size(BYTES)));              \
     static constexpr int W = BYTES / static_cast<int>(sizeof(S)); \
   };
 REFORGE_REDUCE_VEC(float, int32_t, 16)
@@ -47,7 +47,9 @@ REFORGE_REDUCE_INLINE V load(const void* p) {
   return v;
 }
 template <typename V>
-REFORGE_REDUCE_INLINE void store(void* p, const V& v) { std::memcpy(p, &v, sizeof(v)); }
+REFORGE_REDUCE_INLINE void store(void* p, const V& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 template <typename S, bool IsMax, int kBytes>
 REFORGE_REDUCE_INLINE S extremum_row_impl(const S* x, int64_t n, S init, bool* nan) {
@@ -91,8 +93,10 @@ REFORGE_REDUCE_INLINE void extremum_col_impl(S* acc, const S* x, int64_t n) {
   int64_t j = 0;
   for (; j + W <= n; j += W) {
     const V v = load<V>(x + j), c = load<V>(acc + j);
-    if constexpr (IsMax) store(acc + j, ((v > c) | (v != v)) ? v : c);
-    else store(acc + j, ((v < c) | (v != v)) ? v : c);
+    if constexpr (IsMax)
+      store(acc + j, ((v > c) | (v != v)) ? v : c);
+    else
+      store(acc + j, ((v < c) | (v != v)) ? v : c);
   }
   for (; j < n; ++j) {
     const S v = x[j];
@@ -113,20 +117,29 @@ REFORGE_TARGET_GENERIC S extremum_row_generic(const S* x, int64_t n, S init, boo
   return extremum_row_impl<S, IsMax, 16>(x, n, init, nan);
 }
 template <typename S, bool IsMax>
-REFORGE_TARGET_AVX512 void extremum_col_avx512(S* acc, const S* x, int64_t n) { extremum_col_impl<S, IsMax, 64>(acc, x, n); }
+REFORGE_TARGET_AVX512 void extremum_col_avx512(S* acc, const S* x, int64_t n) {
+  extremum_col_impl<S, IsMax, 64>(acc, x, n);
+}
 template <typename S, bool IsMax>
-REFORGE_TARGET_AVX2 void extremum_col_avx2(S* acc, const S* x, int64_t n) { extremum_col_impl<S, IsMax, 32>(acc, x, n); }
+REFORGE_TARGET_AVX2 void extremum_col_avx2(S* acc, const S* x, int64_t n) {
+  extremum_col_impl<S, IsMax, 32>(acc, x, n);
+}
 template <typename S, bool IsMax>
-REFORGE_TARGET_GENERIC void extremum_col_generic(S* acc, const S* x, int64_t n) { extremum_col_impl<S, IsMax, 16>(acc, x, n); }
+REFORGE_TARGET_GENERIC void extremum_col_generic(S* acc, const S* x, int64_t n) {
+  extremum_col_impl<S, IsMax, 16>(acc, x, n);
+}
 
 // Max (IsMax) or min of x[0..n) folded into `init`; *nan is set when any element is NaN (the
 // value returned then ignores the NaNs).
 template <typename S, bool IsMax>
 inline S extremum_row(const S* x, int64_t n, S init, bool* nan) {
   switch (simd_level()) {
-    case SimdLevel::Avx512: return extremum_row_avx512<S, IsMax>(x, n, init, nan);
-    case SimdLevel::Avx2: return extremum_row_avx2<S, IsMax>(x, n, init, nan);
-    default: return extremum_row_generic<S, IsMax>(x, n, init, nan);
+    case SimdLevel::Avx512:
+      return extremum_row_avx512<S, IsMax>(x, n, init, nan);
+    case SimdLevel::Avx2:
+      return extremum_row_avx2<S, IsMax>(x, n, init, nan);
+    default:
+      return extremum_row_generic<S, IsMax>(x, n, init, nan);
   }
 }
 
@@ -134,9 +147,12 @@ inline S extremum_row(const S* x, int64_t n, S init, bool* nan) {
 template <typename S, bool IsMax>
 inline void extremum_col(S* acc, const S* x, int64_t n) {
   switch (simd_level()) {
-    case SimdLevel::Avx512: return extremum_col_avx512<S, IsMax>(acc, x, n);
-    case SimdLevel::Avx2: return extremum_col_avx2<S, IsMax>(acc, x, n);
-    default: return extremum_col_generic<S, IsMax>(acc, x, n);
+    case SimdLevel::Avx512:
+      return extremum_col_avx512<S, IsMax>(acc, x, n);
+    case SimdLevel::Avx2:
+      return extremum_col_avx2<S, IsMax>(acc, x, n);
+    default:
+      return extremum_col_generic<S, IsMax>(acc, x, n);
   }
 }
 

@@ -16,7 +16,8 @@ namespace {
 
 void check_channel_vector(const KernelContext& ctx, const Tensor& t, int64_t channels, const char* what) {
   if (t.rank() != 1 || t.dim(0) != channels || t.dtype() != ctx.input(0).dtype())
-    fail(ctx.node().label(), ": ", what, " is ", t.describe(), ", expected ", dtype_name(ctx.input(0).dtype()), "[", channels, "]");
+    fail(ctx.node().label(), ": ", what, " is ", t.describe(), ", expected ", dtype_name(ctx.input(0).dtype()), "[",
+         channels, "]");
 }
 
 // W'[m, ...] = W[m, ...] * scale[m] / sqrt(var[m] + eps)
@@ -29,17 +30,20 @@ void bn_fold_weight(KernelContext& ctx) {
   const float eps = ctx.attr_float("epsilon", 1e-5f);
   Tensor& out = ctx.allocate_output(0, w.dtype(), w.shape());
   const int64_t inner = m ? w.numel() / m : 0;
-  dispatch_float(w.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* pw = w.data<T>();
-    const T* ps = ctx.input(1).data<T>();
-    const T* pv = ctx.input(2).data<T>();
-    T* po = out.mutable_data<T>();
-    for (int64_t c = 0; c < m; ++c) {
-      auto f = to_compute(ps[c]) / std::sqrt(to_compute(pv[c]) + static_cast<decltype(to_compute(pv[c]))>(eps));
-      for (int64_t i = 0; i < inner; ++i) po[c * inner + i] = from_compute<T>(to_compute(pw[c * inner + i]) * f);
-    }
-  }, "BnFoldWeight");
+  dispatch_float(
+      w.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* pw = w.data<T>();
+        const T* ps = ctx.input(1).data<T>();
+        const T* pv = ctx.input(2).data<T>();
+        T* po = out.mutable_data<T>();
+        for (int64_t c = 0; c < m; ++c) {
+          auto f = to_compute(ps[c]) / std::sqrt(to_compute(pv[c]) + static_cast<decltype(to_compute(pv[c]))>(eps));
+          for (int64_t i = 0; i < inner; ++i) po[c * inner + i] = from_compute<T>(to_compute(pw[c * inner + i]) * f);
+        }
+      },
+      "BnFoldWeight");
 }
 
 // B'[m] = (B[m] - mean[m]) * scale[m] / sqrt(var[m] + eps) + bias[m]
@@ -50,19 +54,22 @@ void bn_fold_bias(KernelContext& ctx) {
   for (size_t k = 1; k < 5; ++k) check_channel_vector(ctx, ctx.input(k), m, "BatchNormalization parameter");
   const float eps = ctx.attr_float("epsilon", 1e-5f);
   Tensor& out = ctx.allocate_output(0, b.dtype(), b.shape());
-  dispatch_float(b.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* pb = b.data<T>();
-    const T* ps = ctx.input(1).data<T>();
-    const T* pbeta = ctx.input(2).data<T>();
-    const T* pmean = ctx.input(3).data<T>();
-    const T* pv = ctx.input(4).data<T>();
-    T* po = out.mutable_data<T>();
-    for (int64_t c = 0; c < m; ++c) {
-      auto f = to_compute(ps[c]) / std::sqrt(to_compute(pv[c]) + static_cast<decltype(to_compute(pv[c]))>(eps));
-      po[c] = from_compute<T>((to_compute(pb[c]) - to_compute(pmean[c])) * f + to_compute(pbeta[c]));
-    }
-  }, "BnFoldBias");
+  dispatch_float(
+      b.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* pb = b.data<T>();
+        const T* ps = ctx.input(1).data<T>();
+        const T* pbeta = ctx.input(2).data<T>();
+        const T* pmean = ctx.input(3).data<T>();
+        const T* pv = ctx.input(4).data<T>();
+        T* po = out.mutable_data<T>();
+        for (int64_t c = 0; c < m; ++c) {
+          auto f = to_compute(ps[c]) / std::sqrt(to_compute(pv[c]) + static_cast<decltype(to_compute(pv[c]))>(eps));
+          po[c] = from_compute<T>((to_compute(pb[c]) - to_compute(pmean[c])) * f + to_compute(pbeta[c]));
+        }
+      },
+      "BnFoldBias");
 }
 
 // Y = MatMul(X, W) + b, b (optional) a vector along the last axis. W is float32, or bfloat16 /
@@ -99,8 +106,9 @@ void matmul_add(KernelContext& ctx) {
   const Tensor& w = ctx.input(1);
   const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const std::string& label = ctx.node().label();
-  REFORGE_CHECK(w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16),
-                label, ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
+  REFORGE_CHECK(
+      w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16),
+      label, ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
   REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == w.dim(0), label, ": input ",
                 x.describe(), " does not match the weight ", w.describe());
   REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == w.dim(1)), label, ": bias ",
@@ -135,18 +143,24 @@ void matmul_add(KernelContext& ctx) {
 // linear-weights-packing (passes/weight_packing.cc).
 void pack_panels_op(KernelContext& ctx) {
   const Tensor& w = ctx.input(0);
-  REFORGE_CHECK((w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16) && w.rank() == 2,
-                ctx.node().label(), ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
+  REFORGE_CHECK(
+      (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16) && w.rank() == 2,
+      ctx.node().label(), ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
   const bool transposed = ctx.node().attr_int("transposed", 0) != 0;
   const int64_t K = w.dim(transposed ? 1 : 0), N = w.dim(transposed ? 0 : 1);
-  Tensor& out = ctx.allocate_output_uninit(0, w.dtype(), {cpu::panel_floats(1, N) / cpu::kPanelWidth, K, cpu::kPanelWidth});
-  if (w.dtype() == DType::Float32) cpu::pack_panels(w.data<float>(), K, N, transposed, out.mutable_data<float>());
-  else cpu::pack_panels16(static_cast<const uint16_t*>(w.raw()), K, N, transposed, static_cast<uint16_t*>(out.mutable_raw()));
+  Tensor& out =
+      ctx.allocate_output_uninit(0, w.dtype(), {cpu::panel_floats(1, N) / cpu::kPanelWidth, K, cpu::kPanelWidth});
+  if (w.dtype() == DType::Float32)
+    cpu::pack_panels(w.data<float>(), K, N, transposed, out.mutable_data<float>());
+  else
+    cpu::pack_panels16(static_cast<const uint16_t*>(w.raw()), K, N, transposed,
+                       static_cast<uint16_t*>(out.mutable_raw()));
 }
 
 // A float16 weight with an infinity is refused (see matmul_add_prepare); packed panels hold
 // the same values plus zero padding, so the check reads them as they are.
-std::shared_ptr<const void> matmul_add_packed_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> matmul_add_packed_prepare(const ir::Node& node,
+                                                      const std::vector<const Tensor*>& constants) {
   if (constants.size() >= 2 && constants[1]) refuse_float16_infinities(node, *constants[1]);
   return nullptr;
 }
@@ -160,9 +174,10 @@ void matmul_add_packed(KernelContext& ctx) {
   const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const std::string& label = ctx.node().label();
   const int64_t N = ctx.node().attr_int("n");
-  REFORGE_CHECK(N > 0 && (wp.dtype() == DType::Float32 || wp.dtype() == DType::BFloat16 || wp.dtype() == DType::Float16) &&
-                    wp.rank() == 3 && wp.dim(2) == cpu::kPanelWidth && wp.dim(0) == cpu::panel_floats(1, N) / cpu::kPanelWidth,
-                label, ": packed weight ", wp.describe(), " does not hold ", N, " columns in panels of ", cpu::kPanelWidth);
+  REFORGE_CHECK(
+      N > 0 && (wp.dtype() == DType::Float32 || wp.dtype() == DType::BFloat16 || wp.dtype() == DType::Float16) &&
+          wp.rank() == 3 && wp.dim(2) == cpu::kPanelWidth && wp.dim(0) == cpu::panel_floats(1, N) / cpu::kPanelWidth,
+      label, ": packed weight ", wp.describe(), " does not hold ", N, " columns in panels of ", cpu::kPanelWidth);
   const int64_t K = wp.dim(1);
   REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == K, label, ": input ", x.describe(),
                 " does not match the packed weight ", wp.describe(), " (", K, " rows)");
@@ -173,8 +188,8 @@ void matmul_add_packed(KernelContext& ctx) {
   Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
   const int64_t rows = y.numel() / N;
   const float* a = ctx.node().attr_int("bf16_activations", 0) != 0 ? round_activations(x) : x.data<float>();
-  cpu::sgemm_panels(rows, N, K, a, K, wp.raw(), wp.dtype(), b ? b->data<float>() : nullptr,
-                    y.mutable_data<float>(), N, ctx.threads());
+  cpu::sgemm_panels(rows, N, K, a, K, wp.raw(), wp.dtype(), b ? b->data<float>() : nullptr, y.mutable_data<float>(), N,
+                    ctx.threads());
 }
 
 }  // namespace

@@ -11,7 +11,8 @@ const Tensor& KernelContext::input(size_t i) const {
 
 Tensor& KernelContext::allocate_output(size_t i, DType dtype, Shape shape) {
   REFORGE_ASSERT(i < outputs_.size());
-  outputs_[i] = allocator_ ? allocator_->allocate(i, dtype, std::move(shape), true) : Tensor::empty(dtype, std::move(shape));
+  outputs_[i] =
+      allocator_ ? allocator_->allocate(i, dtype, std::move(shape), true) : Tensor::empty(dtype, std::move(shape));
   return outputs_[i];
 }
 
@@ -52,6 +53,18 @@ void OpRegistry::add(OpDef def) {
   v.push_back(std::move(def));
 }
 
+void OpRegistry::set_infer(const std::string& domain, const std::string& op_type, int since_version, InferFn fn) {
+  auto it = defs_.find({domain, op_type});
+  REFORGE_CHECK(it != defs_.end(), "internal error: inference for unregistered op ", domain, "::", op_type);
+  for (auto& d : it->second) {
+    if (d.since_version != since_version) continue;
+    REFORGE_CHECK(d.infer == nullptr, "internal error: second inference for ", op_type, " since ", since_version);
+    d.infer = std::move(fn);
+    return;
+  }
+  fail("internal error: inference for ", op_type, " since opset ", since_version, ", which no registration starts at");
+}
+
 const OpDef* OpRegistry::find(const std::string& domain, const std::string& op_type, int opset) const {
   auto it = defs_.find({domain, op_type});
   if (it == defs_.end()) return nullptr;
@@ -63,7 +76,8 @@ const OpDef* OpRegistry::find(const std::string& domain, const std::string& op_t
 std::string OpRegistry::why_unsupported(const ir::Node& node) const {
   auto it = defs_.find({node.domain, node.op_type});
   if (it == defs_.end())
-    return "operator " + (node.domain.empty() ? std::string() : node.domain + "::") + node.op_type + " is not implemented";
+    return "operator " + (node.domain.empty() ? std::string() : node.domain + "::") + node.op_type +
+           " is not implemented";
   const OpDef* def = find(node.domain, node.op_type, node.opset);
   if (!def) return "operator " + node.op_type + " is not implemented for opset " + std::to_string(node.opset);
   if (def->check) {

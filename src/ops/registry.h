@@ -24,6 +24,7 @@
 
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "ops/infer.h"
 
 namespace reforge::ops {
 
@@ -69,14 +70,20 @@ class KernelContext {
   // What the op's `prepare` made from this node's constant inputs (e.g. packed weights), or
   // null when the op has no prepare step or it prepared nothing.
   template <typename T>
-  const T* prepared() const { return static_cast<const T*>(prepared_); }
+  const T* prepared() const {
+    return static_cast<const T*>(prepared_);
+  }
 
   // Attribute shortcuts.
   int64_t attr_int(const std::string& n, int64_t def) const { return node_.attr_int(n, def); }
   float attr_float(const std::string& n, float def) const { return node_.attr_float(n, def); }
   std::string attr_string(const std::string& n, const std::string& def) const { return node_.attr_string(n, def); }
-  std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> def = {}) const { return node_.attr_ints(n, std::move(def)); }
-  std::vector<float> attr_floats(const std::string& n, std::vector<float> def = {}) const { return node_.attr_floats(n, std::move(def)); }
+  std::vector<int64_t> attr_ints(const std::string& n, std::vector<int64_t> def = {}) const {
+    return node_.attr_ints(n, std::move(def));
+  }
+  std::vector<float> attr_floats(const std::string& n, std::vector<float> def = {}) const {
+    return node_.attr_floats(n, std::move(def));
+  }
 
  private:
   const ir::Node& node_;
@@ -96,7 +103,8 @@ using CheckFn = std::function<std::string(const ir::Node&)>;
 // the new constants become visible: re-packing is part of the refit transaction, so a kernel
 // never sees packed data from other weights than its inputs. A null result means "nothing
 // prepared" (the kernel takes its generic path).
-using PrepareFn = std::function<std::shared_ptr<const void>(const ir::Node&, const std::vector<const Tensor*>& constants)>;
+using PrepareFn =
+    std::function<std::shared_ptr<const void>(const ir::Node&, const std::vector<const Tensor*>& constants)>;
 
 // What an input of an op holds. Binding, literal classification, constant folding and the
 // fingerprint derive their decisions from it.
@@ -123,10 +131,11 @@ struct OpDef {
   int since_version = 1;
   int end_version = INT_MAX;  // inclusive
   KernelFn kernel;
-  CheckFn check;      // optional
-  PrepareFn prepare;  // optional
+  CheckFn check;                            // optional
+  PrepareFn prepare;                        // optional
   std::vector<InputRole> input_roles = {};  // empty: every input is data
   DrawsRandomFn draws_random = nullptr;     // null: deterministic
+  InferFn infer = nullptr;                  // shape and type inference (ops/infer.h)
 };
 
 class OpRegistry {
@@ -135,6 +144,10 @@ class OpRegistry {
   static const OpRegistry& global();
 
   void add(OpDef def);
+  // Sets the inference of the entry of (domain, op_type) whose range starts at since_version.
+  // An entry that does not exist, or that already has an inference, is an internal error: a
+  // family's inference file names exactly the registrations it covers.
+  void set_infer(const std::string& domain, const std::string& op_type, int since_version, InferFn fn);
   // The entry covering `opset` for (domain, op_type), or nullptr.
   const OpDef* find(const std::string& domain, const std::string& op_type, int opset) const;
   // "" if the node can run, else why not (unknown op, version outside every range, checker).

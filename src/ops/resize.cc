@@ -26,7 +26,15 @@ namespace reforge::ops {
 namespace {
 
 enum class Mode { Nearest, Linear, Cubic };
-enum class Coord { HalfPixel, HalfPixelSymmetric, PytorchHalfPixel, AlignCorners, Asymmetric, TfCropAndResize, TfHalfPixelForNN };
+enum class Coord {
+  HalfPixel,
+  HalfPixelSymmetric,
+  PytorchHalfPixel,
+  AlignCorners,
+  Asymmetric,
+  TfCropAndResize,
+  TfHalfPixelForNN
+};
 enum class NearestMode { RoundPreferFloor, RoundPreferCeil, Floor, Ceil };
 
 struct ResizeAttrs {
@@ -43,29 +51,46 @@ struct ResizeAttrs {
 // Parses the attributes; returns "" or the reason the node cannot run.
 std::string parse_attrs(const ir::Node& node, ResizeAttrs& a) {
   const std::string mode = node.attr_string("mode", "nearest");
-  if (mode == "nearest") a.mode = Mode::Nearest;
-  else if (mode == "linear") a.mode = Mode::Linear;
-  else if (mode == "cubic") a.mode = Mode::Cubic;
-  else return "mode '" + mode + "' is not one of nearest, linear, cubic";
+  if (mode == "nearest")
+    a.mode = Mode::Nearest;
+  else if (mode == "linear")
+    a.mode = Mode::Linear;
+  else if (mode == "cubic")
+    a.mode = Mode::Cubic;
+  else
+    return "mode '" + mode + "' is not one of nearest, linear, cubic";
   if (node.opset < 11) {
     a.coord = Coord::Asymmetric;
     return "";
   }
   const std::string ctm = node.attr_string("coordinate_transformation_mode", "half_pixel");
-  if (ctm == "half_pixel") a.coord = Coord::HalfPixel;
-  else if (ctm == "half_pixel_symmetric") a.coord = Coord::HalfPixelSymmetric;
-  else if (ctm == "pytorch_half_pixel") a.coord = Coord::PytorchHalfPixel;
-  else if (ctm == "align_corners") a.coord = Coord::AlignCorners;
-  else if (ctm == "asymmetric") a.coord = Coord::Asymmetric;
-  else if (ctm == "tf_crop_and_resize") a.coord = Coord::TfCropAndResize;
-  else if (ctm == "tf_half_pixel_for_nn") a.coord = Coord::TfHalfPixelForNN;
-  else return "coordinate_transformation_mode '" + ctm + "' is not supported";
+  if (ctm == "half_pixel")
+    a.coord = Coord::HalfPixel;
+  else if (ctm == "half_pixel_symmetric")
+    a.coord = Coord::HalfPixelSymmetric;
+  else if (ctm == "pytorch_half_pixel")
+    a.coord = Coord::PytorchHalfPixel;
+  else if (ctm == "align_corners")
+    a.coord = Coord::AlignCorners;
+  else if (ctm == "asymmetric")
+    a.coord = Coord::Asymmetric;
+  else if (ctm == "tf_crop_and_resize")
+    a.coord = Coord::TfCropAndResize;
+  else if (ctm == "tf_half_pixel_for_nn")
+    a.coord = Coord::TfHalfPixelForNN;
+  else
+    return "coordinate_transformation_mode '" + ctm + "' is not supported";
   const std::string nm = node.attr_string("nearest_mode", "round_prefer_floor");
-  if (nm == "round_prefer_floor") a.nearest = NearestMode::RoundPreferFloor;
-  else if (nm == "round_prefer_ceil") a.nearest = NearestMode::RoundPreferCeil;
-  else if (nm == "floor") a.nearest = NearestMode::Floor;
-  else if (nm == "ceil") a.nearest = NearestMode::Ceil;
-  else return "nearest_mode '" + nm + "' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil";
+  if (nm == "round_prefer_floor")
+    a.nearest = NearestMode::RoundPreferFloor;
+  else if (nm == "round_prefer_ceil")
+    a.nearest = NearestMode::RoundPreferCeil;
+  else if (nm == "floor")
+    a.nearest = NearestMode::Floor;
+  else if (nm == "ceil")
+    a.nearest = NearestMode::Ceil;
+  else
+    return "nearest_mode '" + nm + "' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil";
   a.cubic_a = node.attr_float("cubic_coeff_a", -0.75f);
   a.exclude_outside = node.attr_int("exclude_outside", 0) != 0;
   a.extrapolation = node.attr_float("extrapolation_value", 0.0f);
@@ -92,10 +117,18 @@ void coeffs_for(const ResizeAttrs& a, double ratio, double scale, std::vector<do
       }
       bool right = false;
       switch (a.nearest) {
-        case NearestMode::RoundPreferFloor: right = ratio > 0.5; break;
-        case NearestMode::RoundPreferCeil: right = ratio >= 0.5; break;
-        case NearestMode::Floor: right = false; break;
-        case NearestMode::Ceil: right = true; break;
+        case NearestMode::RoundPreferFloor:
+          right = ratio > 0.5;
+          break;
+        case NearestMode::RoundPreferCeil:
+          right = ratio >= 0.5;
+          break;
+        case NearestMode::Floor:
+          right = false;
+          break;
+        case NearestMode::Ceil:
+          right = true;
+          break;
       }
       c = {right ? 0.0 : 1.0, right ? 1.0 : 0.0};
       break;
@@ -139,9 +172,12 @@ void coeffs_for(const ResizeAttrs& a, double ratio, double scale, std::vector<do
         const double x = std::abs(s * (static_cast<double>(i) - ratio));
         const float x1 = static_cast<float>(x), x2 = static_cast<float>(x * x), x3 = static_cast<float>(x * (x * x));
         float v = 0;
-        if (x <= 1) v = (A + 2) * x3 - (A + 3) * x2 + 1;
-        else if (x < 2) v = A * x3 - 5 * A * x2 + 8 * A * x1 - 4 * A;
-        else has_zero = true;
+        if (x <= 1)
+          v = (A + 2) * x3 - (A + 3) * x2 + 1;
+        else if (x < 2)
+          v = A * x3 - 5 * A * x2 + 8 * A * x1 - 4 * A;
+        else
+          has_zero = true;
         cf.push_back(v);
       }
       if (has_zero) {
@@ -170,10 +206,14 @@ inline float float_round_odd(double d) {
 // Rounds an intermediate of the roi arithmetic to roi's element type.
 double roi_round(DType t, double v) {
   switch (t) {
-    case DType::Float32: return static_cast<float>(v);
-    case DType::Float16: return float16(float_round_odd(v));
-    case DType::BFloat16: return bfloat16(float_round_odd(v));
-    default: return v;
+    case DType::Float32:
+      return static_cast<float>(v);
+    case DType::Float16:
+      return float16(float_round_odd(v));
+    case DType::BFloat16:
+      return bfloat16(float_round_odd(v));
+    default:
+      return v;
   }
 }
 
@@ -183,24 +223,29 @@ double source_coord(const ResizeAttrs& a, double y, double scale, int64_t in, in
   const double out_w = scale * static_cast<double>(in);
   const double in_d = static_cast<double>(in);
   switch (a.coord) {
-    case Coord::AlignCorners: return out_w == 1 ? 0.0 : y * (in_d - 1) / (out_w - 1);
-    case Coord::Asymmetric: return y / scale;
+    case Coord::AlignCorners:
+      return out_w == 1 ? 0.0 : y * (in_d - 1) / (out_w - 1);
+    case Coord::Asymmetric:
+      return y / scale;
     case Coord::TfCropAndResize: {
       const DType rt = a.roi_type;
       const double extent = roi_round(rt, roi_end - roi_start);
-      const double x = out_w == 1 ? roi_round(rt, roi_round(rt, extent * (in_d - 1)) / 2)
-                                  : y * extent * (in_d - 1) / (out_w - 1);
+      const double x =
+          out_w == 1 ? roi_round(rt, roi_round(rt, extent * (in_d - 1)) / 2) : y * extent * (in_d - 1) / (out_w - 1);
       return x + roi_round(rt, roi_start * (in_d - 1));
     }
-    case Coord::PytorchHalfPixel: return out_w == 1 ? -0.5 : (y + 0.5) / scale - 0.5;
-    case Coord::HalfPixel: return (y + 0.5) / scale - 0.5;
+    case Coord::PytorchHalfPixel:
+      return out_w == 1 ? -0.5 : (y + 0.5) / scale - 0.5;
+    case Coord::HalfPixel:
+      return (y + 0.5) / scale - 0.5;
     case Coord::HalfPixelSymmetric: {
       const double adjustment = static_cast<double>(out) / out_w;
       const double center = in_d / 2;
       const double offset = center * (1 - adjustment);
       return offset + (y + 0.5) / scale - 0.5;
     }
-    case Coord::TfHalfPixelForNN: return (y + 0.5) / scale;
+    case Coord::TfHalfPixelForNN:
+      return (y + 0.5) / scale;
   }
   return 0;
 }
@@ -241,8 +286,10 @@ std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, i
     const double p = std::floor(xp);
     const double frac = xp - p;
     int64_t off;
-    if (n % 2 == 0) off = frac == 0 ? -(n / 2) : -(n / 2) + 1;
-    else off = frac <= 0.5 ? -((n - 1) / 2) : -((n - 1) / 2) + 1;
+    if (n % 2 == 0)
+      off = frac == 0 ? -(n / 2) : -(n / 2) + 1;
+    else
+      off = frac <= 0.5 ? -((n - 1) / 2) : -((n - 1) / 2) + 1;
     const int64_t start = static_cast<int64_t>(p) + off - pad;
     if (a.exclude_outside) {
       double sum = 0;
@@ -275,8 +322,10 @@ std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, i
       const double* wy = w.data() + y * n;
       if (nearest) {  // weights are one 1 and one 0: copy the chosen row (none: exclude_outside)
         const int64_t k = wy[0] == 1.0 ? 0 : wy[1] == 1.0 ? 1 : -1;
-        if (k < 0) std::fill(drow, drow + inner, 0.0);
-        else std::copy(src + iy[k] * inner, src + iy[k] * inner + inner, drow);
+        if (k < 0)
+          std::fill(drow, drow + inner, 0.0);
+        else
+          std::copy(src + iy[k] * inner, src + iy[k] * inner + inner, drow);
         continue;
       }
       for (int64_t i = 0; i < inner; ++i) drow[i] = 0;
@@ -303,12 +352,17 @@ T saturate(double v) {
     return static_cast<T>(v);
   } else {
     double hi;
-    if constexpr (std::is_same_v<T, float16>) hi = 65504.0;
-    else if constexpr (std::is_same_v<T, bfloat16>) hi = 3.3895313892515355e38;
-    else hi = static_cast<double>(std::numeric_limits<T>::max());
+    if constexpr (std::is_same_v<T, float16>)
+      hi = 65504.0;
+    else if constexpr (std::is_same_v<T, bfloat16>)
+      hi = 3.3895313892515355e38;
+    else
+      hi = static_cast<double>(std::numeric_limits<T>::max());
     if (!std::isnan(v)) v = std::clamp(v, -hi, hi);
-    if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) return T(float_round_odd(v));
-    else return static_cast<T>(v);
+    if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)
+      return T(float_round_odd(v));
+    else
+      return static_cast<T>(v);
   }
 }
 
@@ -401,29 +455,38 @@ void resize_kernel(KernelContext& ctx) {
 
   Tensor& out = ctx.allocate_output(0, x.dtype(), out_shape);
   if (out.numel() == 0) return;
-  dispatch_numeric(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* xd = x.data<T>();
-    std::vector<double> data(static_cast<size_t>(x.numel()));
-    for (int64_t i = 0; i < x.numel(); ++i) data[i] = static_cast<double>(to_compute(xd[i]));
-    Shape shape = x.shape();
-    auto close = [](double v, double t) { return std::abs(v - t) <= 1e-9 * std::max(std::abs(v), std::abs(t)); };
-    for (int64_t ax : axes) {
-      const bool identity = close(scale[ax], 1.0) && out_shape[ax] == shape[ax] &&
-                            (a.coord != Coord::TfCropAndResize ||
-                             (std::abs(roi_start[ax]) <= 0.0 && close(roi_end[ax], 1.0)));
-      if (identity) continue;
-      data = resize_axis(data, shape, ax, out_shape[ax], scale[ax], roi_start[ax], roi_end[ax], a, where);
-    }
-    T* od = out.mutable_data<T>();
-    for (int64_t i = 0; i < out.numel(); ++i) od[i] = saturate<T>(data[i]);
-  }, "Resize");
+  dispatch_numeric(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xd = x.data<T>();
+        std::vector<double> data(static_cast<size_t>(x.numel()));
+        for (int64_t i = 0; i < x.numel(); ++i) data[i] = static_cast<double>(to_compute(xd[i]));
+        Shape shape = x.shape();
+        auto close = [](double v, double t) { return std::abs(v - t) <= 1e-9 * std::max(std::abs(v), std::abs(t)); };
+        for (int64_t ax : axes) {
+          const bool identity =
+              close(scale[ax], 1.0) && out_shape[ax] == shape[ax] &&
+              (a.coord != Coord::TfCropAndResize || (std::abs(roi_start[ax]) <= 0.0 && close(roi_end[ax], 1.0)));
+          if (identity) continue;
+          data = resize_axis(data, shape, ax, out_shape[ax], scale[ax], roi_start[ax], roi_end[ax], a, where);
+        }
+        T* od = out.mutable_data<T>();
+        for (int64_t i = 0; i < out.numel(); ++i) od[i] = saturate<T>(data[i]);
+      },
+      "Resize");
 }
 
 }  // namespace
 
 void register_resize(OpRegistry& r) {
-  r.add({"", "Resize", 10, INT_MAX, resize_kernel, resize_check, nullptr,
+  r.add({"",
+         "Resize",
+         10,
+         INT_MAX,
+         resize_kernel,
+         resize_check,
+         nullptr,
          {InputRole::kData, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
 }
 

@@ -104,14 +104,22 @@ void rms_kernel(KernelContext& ctx) {
   Tensor& out = ctx.allocate_output(0, scale.dtype(), x.shape());
   const double eps = ctx.attr_float("epsilon", 1e-5f);
   const bool stash_double = ctx.attr_int("stash_type", 1) == 11;
-  dispatch_float(x.dtype(), [&](auto xt) {
-    using X = typename decltype(xt)::type;
-    dispatch_float(scale.dtype(), [&](auto st) {
-      using S = typename decltype(st)::type;
-      if (stash_double) rms_typed<X, S, double>(x, scale, out, outer, inner, eps, scale_index);
-      else rms_typed<X, S, float>(x, scale, out, outer, inner, eps, scale_index);
-    }, "RMSNormalization");
-  }, "RMSNormalization");
+  dispatch_float(
+      x.dtype(),
+      [&](auto xt) {
+        using X = typename decltype(xt)::type;
+        dispatch_float(
+            scale.dtype(),
+            [&](auto st) {
+              using S = typename decltype(st)::type;
+              if (stash_double)
+                rms_typed<X, S, double>(x, scale, out, outer, inner, eps, scale_index);
+              else
+                rms_typed<X, S, float>(x, scale, out, outer, inner, eps, scale_index);
+            },
+            "RMSNormalization");
+      },
+      "RMSNormalization");
 }
 
 }  // namespace

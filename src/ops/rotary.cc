@@ -78,40 +78,49 @@ void rotary_kernel(KernelContext& ctx) {
   const int64_t sb = heads * seq * head_size;
   const int64_t ss = is_3d ? heads * head_size : head_size;
   const int64_t sh = is_3d ? head_size : seq * head_size;
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    const T* xd = x.data<T>();
-    const T* cd = cos.data<T>();
-    const T* sd = sin.data<T>();
-    T* od = out.mutable_data<T>();
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        const T* xd = x.data<T>();
+        const T* cd = cos.data<T>();
+        const T* sd = sin.data<T>();
+        T* od = out.mutable_data<T>();
 #pragma omp parallel for if (batch * seq * heads * head_size > (1 << 16))
-    for (int64_t bs = 0; bs < batch * seq; ++bs) {
-      const int64_t b = bs / seq, s = bs % seq;
-      const T* c = cd + row[bs];
-      const T* sn = sd + row[bs];
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t base = b * sb + s * ss + h * sh;
-        const T* in = xd + base;
-        T* o = od + base;
-        for (int64_t k = 0; k < half; ++k) {
-          const int64_t i1 = interleaved ? 2 * k : k;
-          const int64_t i2 = interleaved ? 2 * k + 1 : k + half;
-          const C x1 = to_compute(in[i1]), x2 = to_compute(in[i2]);
-          const C ck = to_compute(c[k]), sk = to_compute(sn[k]);
-          o[i1] = from_compute<T>(rnd<T>(ck * x1) - rnd<T>(sk * x2));
-          o[i2] = from_compute<T>(rnd<T>(sk * x1) + rnd<T>(ck * x2));
+        for (int64_t bs = 0; bs < batch * seq; ++bs) {
+          const int64_t b = bs / seq, s = bs % seq;
+          const T* c = cd + row[bs];
+          const T* sn = sd + row[bs];
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t base = b * sb + s * ss + h * sh;
+            const T* in = xd + base;
+            T* o = od + base;
+            for (int64_t k = 0; k < half; ++k) {
+              const int64_t i1 = interleaved ? 2 * k : k;
+              const int64_t i2 = interleaved ? 2 * k + 1 : k + half;
+              const C x1 = to_compute(in[i1]), x2 = to_compute(in[i2]);
+              const C ck = to_compute(c[k]), sk = to_compute(sn[k]);
+              o[i1] = from_compute<T>(rnd<T>(ck * x1) - rnd<T>(sk * x2));
+              o[i2] = from_compute<T>(rnd<T>(sk * x1) + rnd<T>(ck * x2));
+            }
+            for (int64_t e = rot; e < head_size; ++e) o[e] = in[e];
+          }
         }
-        for (int64_t e = rot; e < head_size; ++e) o[e] = in[e];
-      }
-    }
-  }, "RotaryEmbedding");
+      },
+      "RotaryEmbedding");
 }
 
 }  // namespace
 
 void register_rotary_embedding(OpRegistry& r) {
-  r.add({"", "RotaryEmbedding", 23, INT_MAX, rotary_kernel, nullptr, nullptr,
+  r.add({"",
+         "RotaryEmbedding",
+         23,
+         INT_MAX,
+         rotary_kernel,
+         nullptr,
+         nullptr,
          {InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kShape}});
 }
 

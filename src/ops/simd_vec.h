@@ -17,9 +17,9 @@
 #pragma once
 
 #include <bit>
-#include <limits>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "core/simd.h"
 
@@ -40,9 +40,12 @@ enum : int { kGeneric = 0, kAvx512 = 1, kAvx2 = 2 };
 template <typename Fn>
 inline Fn pick(Fn avx512, Fn avx2, Fn generic) {
   switch (simd_level()) {
-    case SimdLevel::Avx512: return avx512;
-    case SimdLevel::Avx2: return avx2;
-    default: return generic;
+    case SimdLevel::Avx512:
+      return avx512;
+    case SimdLevel::Avx2:
+      return avx2;
+    default:
+      return generic;
   }
 }
 
@@ -68,7 +71,9 @@ struct LaneTypes<4> {
 };
 
 template <int kTag>
-inline constexpr int kLanesOf = kTag == kAvx512 ? 16 : kTag == kAvx2 ? 8 : 4;
+inline constexpr int kLanesOf = kTag == kAvx512 ? 16
+                                : kTag == kAvx2 ? 8
+                                                : 4;
 // The float vector of a variant, and its lane count.
 template <int kTag>
 using Vec = typename LaneTypes<kLanesOf<kTag>>::F;
@@ -93,9 +98,12 @@ using UVec = typename LaneTypes<lanes_of<V>>::U;
 template <typename V>
 RF_INLINE V splat(float x) {
   const V v = {x};
-  if constexpr (lanes_of<V> == 16) return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  else if constexpr (lanes_of<V> == 8) return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
-  else return __builtin_shufflevector(v, v, 0, 0, 0, 0);
+  if constexpr (lanes_of<V> == 16)
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  else if constexpr (lanes_of<V> == 8)
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
+  else
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0);
 }
 template <typename V>
 RF_INLINE V load(const float* p) {

@@ -50,7 +50,9 @@ RF_INLINE void store_part(float* p, const V& v, int64_t n) {
 }
 // NaN may or may not survive the max, but exp(NaN - m) makes the sum, and so the block, NaN.
 template <typename V>
-RF_INLINE V vmax(const V& a, const V& b) { return a > b ? a : b; }
+RF_INLINE V vmax(const V& a, const V& b) {
+  return a > b ? a : b;
+}
 
 // float: one [n, inner] block. A row (inner == 1) runs in steps of kMaxW = 16 floats, as
 // kMaxW / W vectors of the variant's width W with an accumulator each (tails padded with -inf,
@@ -71,7 +73,8 @@ RF_INLINE void softmax_block_impl(const float* x, float* y, int64_t n, int64_t i
       for (int k = 0; k < kK; ++k) vm[k] = vmax(vm[k], load<V>(x + i + k * kW));
     // Tail vectors wholly past the end are skipped: -inf would leave the max, and exp(-inf) = +0
     // the sums, as they are.
-    for (int k = 0; k < kK && k * kW < tail; ++k) vm[k] = vmax(vm[k], load_part<V>(x + body + k * kW, tail - k * kW, ninf));
+    for (int k = 0; k < kK && k * kW < tail; ++k)
+      vm[k] = vmax(vm[k], load_part<V>(x + body + k * kW, tail - k * kW, ninf));
     float m = vm[0][0];
     for (int k = 0; k < kK; ++k)
       for (int l = 0; l < kW; ++l) m = std::max(m, vm[k][l]);
@@ -138,7 +141,8 @@ RF_INLINE void softmax_block_impl(const float* x, float* y, int64_t n, int64_t i
   }
 }
 
-RF_AVX512_TARGET void softmax_block_f32_avx512(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
+RF_AVX512_TARGET void softmax_block_f32_avx512(const float* x, float* y, int64_t n, int64_t inner, bool log,
+                                               float* work) {
   softmax_block_impl<simdv::kAvx512>(x, y, n, inner, log, work);
 }
 RF_AVX2_TARGET void softmax_block_f32_avx2(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work) {
@@ -252,17 +256,23 @@ void softmax_kernel(KernelContext& ctx) {
   if (axis < 0) axis += r;
   int64_t outer = 1, n = 1, inner = 1;
   for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis) outer *= x.dim(i);
-    else if (coerce_2d || i == axis) n *= x.dim(i);
-    else inner *= x.dim(i);
+    if (i < axis)
+      outer *= x.dim(i);
+    else if (coerce_2d || i == axis)
+      n *= x.dim(i);
+    else
+      inner *= x.dim(i);
   }
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    softmax_typed<T>(x.data<T>(), y.mutable_data<T>(), outer, n, inner, Log, threads);
-  }, Log ? "LogSoftmax" : "Softmax");
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        softmax_typed<T>(x.data<T>(), y.mutable_data<T>(), outer, n, inner, Log, threads);
+      },
+      Log ? "LogSoftmax" : "Softmax");
 }
 
 }  // namespace

@@ -1,21 +1,19 @@
 #include "ops/tensor_common.h"
 
-#include "ops/transpose2d.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "ops/transpose2d.h"
 
 namespace reforge::ops {
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const std::string& where) {
-  if (axis < -rank || axis >= rank)
-    fail(where, ": axis ", axis, " is out of range for a tensor of rank ", rank);
+  if (axis < -rank || axis >= rank) fail(where, ": axis ", axis, " is out of range for a tensor of rank ", rank);
   return axis < 0 ? axis + rank : axis;
 }
 
 std::vector<int64_t> read_int_tensor(const Tensor& t, const std::string& where, const char* what) {
-  if (!is_integer(t.dtype()))
-    fail(where, ": ", what, " must be an integer tensor, got ", t.describe());
+  if (!is_integer(t.dtype())) fail(where, ": ", what, " must be an integer tensor, got ", t.describe());
   if (t.rank() > 1) fail(where, ": ", what, " must be a scalar or 1-D tensor, got ", t.describe());
   return t.to_int64_vector();
 }
@@ -149,11 +147,20 @@ void strided_copy(void* dst, const void* src, size_t elem, const Shape& out_shap
     st.pop_back();
   }
   switch (elem) {
-    case 1: return strided_copy_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), dims, st, inner, istride, src_offset);
-    case 2: return strided_copy_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), dims, st, inner, istride, src_offset);
-    case 4: return strided_copy_typed(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), dims, st, inner, istride, src_offset);
-    case 8: return strided_copy_typed(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), dims, st, inner, istride, src_offset);
-    default: fail("strided copy: unsupported element size ", elem);
+    case 1:
+      return strided_copy_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), dims, st, inner, istride,
+                                src_offset);
+    case 2:
+      return strided_copy_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), dims, st, inner,
+                                istride, src_offset);
+    case 4:
+      return strided_copy_typed(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), dims, st, inner,
+                                istride, src_offset);
+    case 8:
+      return strided_copy_typed(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(src), dims, st, inner,
+                                istride, src_offset);
+    default:
+      fail("strided copy: unsupported element size ", elem);
   }
 }
 

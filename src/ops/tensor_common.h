@@ -27,21 +27,39 @@ void register_gather_scatter_ops(OpRegistry& r);  // gather_scatter.cc
 void register_tensor_misc_ops(OpRegistry& r);     // tensor_misc.cc
 
 // Unsigned integer type of a given byte size, used to move elements of any dtype.
-template <size_t Bytes> struct UIntOfSize;
-template <> struct UIntOfSize<1> { using type = uint8_t; };
-template <> struct UIntOfSize<2> { using type = uint16_t; };
-template <> struct UIntOfSize<4> { using type = uint32_t; };
-template <> struct UIntOfSize<8> { using type = uint64_t; };
+template <size_t Bytes>
+struct UIntOfSize;
+template <>
+struct UIntOfSize<1> {
+  using type = uint8_t;
+};
+template <>
+struct UIntOfSize<2> {
+  using type = uint16_t;
+};
+template <>
+struct UIntOfSize<4> {
+  using type = uint32_t;
+};
+template <>
+struct UIntOfSize<8> {
+  using type = uint64_t;
+};
 
 // Calls f(TypeTag<uintN_t>) for the element size of `t`.
 template <typename F>
 decltype(auto) dispatch_bytes(DType t, F&& f, const std::string& where) {
   switch (dtype_size(t)) {
-    case 1: return f(TypeTag<uint8_t>{});
-    case 2: return f(TypeTag<uint16_t>{});
-    case 4: return f(TypeTag<uint32_t>{});
-    case 8: return f(TypeTag<uint64_t>{});
-    default: fail(where, ": element type ", dtype_name(t), " is not supported");
+    case 1:
+      return f(TypeTag<uint8_t>{});
+    case 2:
+      return f(TypeTag<uint16_t>{});
+    case 4:
+      return f(TypeTag<uint32_t>{});
+    case 8:
+      return f(TypeTag<uint64_t>{});
+    default:
+      fail(where, ": element type ", dtype_name(t), " is not supported");
   }
 }
 

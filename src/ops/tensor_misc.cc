@@ -66,12 +66,15 @@ void constant_of_shape_kernel(KernelContext& ctx) {
   const Tensor* v = ctx.node().attr_tensor("value");
   const Tensor value = v ? *v : Tensor::scalar<float>(DType::Float32, 0.0f);
   Tensor& y = ctx.allocate_output(0, value.dtype(), shape);
-  dispatch_bytes(value.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T x;
-    std::memcpy(&x, value.raw(), sizeof(T));
-    std::fill(y.mutable_data<T>(), y.mutable_data<T>() + y.numel(), x);
-  }, where);
+  dispatch_bytes(
+      value.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T x;
+        std::memcpy(&x, value.raw(), sizeof(T));
+        std::fill(y.mutable_data<T>(), y.mutable_data<T>() + y.numel(), x);
+      },
+      where);
 }
 
 // ---- Range ----------------------------------------------------------------------------------
@@ -93,8 +96,8 @@ void range_kernel(KernelContext& ctx) {
   const Tensor& delta = scalar_input(ctx, 2, "delta");
   const DType t = start.dtype();
   if (limit.dtype() != t || delta.dtype() != t)
-    fail(where, ": start, limit and delta must have one element type, got ", start.describe(), ", ",
-         limit.describe(), ", ", delta.describe());
+    fail(where, ": start, limit and delta must have one element type, got ", start.describe(), ", ", limit.describe(),
+         ", ", delta.describe());
   if (is_integer(t)) {
     const __int128 s = start.as_int64(), l = limit.as_int64(), d = delta.as_int64();
     if (d == 0) fail(where, ": delta is 0");
@@ -103,11 +106,14 @@ void range_kernel(KernelContext& ctx) {
     if ((diff > 0 && d > 0) || (diff < 0 && d < 0)) n = (diff + d + (d > 0 ? -1 : 1)) / d;
     if (n > (__int128{1} << 40)) fail(where, ": range of ", static_cast<long long>(n), " elements is too large");
     Tensor& y = ctx.allocate_output(0, t, {static_cast<int64_t>(n)});
-    dispatch_integer(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* out = y.mutable_data<T>();
-      for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = static_cast<T>(s + i * d);
-    }, "Range");
+    dispatch_integer(
+        t,
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          T* out = y.mutable_data<T>();
+          for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = static_cast<T>(s + i * d);
+        },
+        "Range");
     return;
   }
   const double s = start.as_double(), l = limit.as_double(), d = delta.as_double();
@@ -117,11 +123,14 @@ void range_kernel(KernelContext& ctx) {
   if (count > static_cast<double>(int64_t{1} << 40)) fail(where, ": range of ", count, " elements is too large");
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   Tensor& y = ctx.allocate_output(0, t, {n});
-  dispatch_float(t, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* out = y.mutable_data<T>();
-    for (int64_t i = 0; i < n; ++i) out[i] = from_compute<T>(s + static_cast<double>(i) * d);
-  }, "Range");
+  dispatch_float(
+      t,
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* out = y.mutable_data<T>();
+        for (int64_t i = 0; i < n; ++i) out[i] = from_compute<T>(s + static_cast<double>(i) * d);
+      },
+      "Range");
 }
 
 // ---- Dropout --------------------------------------------------------------------------------
@@ -153,16 +162,19 @@ void dropout_kernel(KernelContext& ctx) {
       if (mask_type == DType::Bool) {
         std::fill(m.mutable_data<bool>(), m.mutable_data<bool>() + m.numel(), true);
       } else {
-        dispatch_float(mask_type, [&](auto tag) {
-          using T = typename decltype(tag)::type;
-          std::fill(m.mutable_data<T>(), m.mutable_data<T>() + m.numel(), from_compute<T>(1.0f));
-        }, "Dropout");
+        dispatch_float(
+            mask_type,
+            [&](auto tag) {
+              using T = typename decltype(tag)::type;
+              std::fill(m.mutable_data<T>(), m.mutable_data<T>() + m.numel(), from_compute<T>(1.0f));
+            },
+            "Dropout");
       }
     }
     return;
   }
-  const uint32_t seed = ctx.node().has_attr("seed") ? static_cast<uint32_t>(ctx.attr_int("seed", 0))
-                                                    : std::random_device{}();
+  const uint32_t seed =
+      ctx.node().has_attr("seed") ? static_cast<uint32_t>(ctx.attr_int("seed", 0)) : std::random_device{}();
   std::mt19937 gen(seed);
   std::vector<bool> keep(static_cast<size_t>(x.numel()));
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -171,15 +183,18 @@ void dropout_kernel(KernelContext& ctx) {
     keep[static_cast<size_t>(i)] = u >= ratio;
   }
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    const C scale = static_cast<C>(1) / (static_cast<C>(1) - static_cast<C>(ratio));
-    const T* in = x.data<T>();
-    T* out = y.mutable_data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i)
-      out[i] = keep[static_cast<size_t>(i)] ? from_compute<T>(to_compute(in[i]) * scale) : from_compute<T>(C(0));
-  }, "Dropout");
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        const C scale = static_cast<C>(1) / (static_cast<C>(1) - static_cast<C>(ratio));
+        const T* in = x.data<T>();
+        T* out = y.mutable_data<T>();
+        for (int64_t i = 0; i < x.numel(); ++i)
+          out[i] = keep[static_cast<size_t>(i)] ? from_compute<T>(to_compute(in[i]) * scale) : from_compute<T>(C(0));
+      },
+      "Dropout");
   if (want_mask) {
     Tensor& m = ctx.allocate_output(1, DType::Bool, x.shape());
     bool* mp = m.mutable_data<bool>();
@@ -217,29 +232,36 @@ void one_hot_kernel(KernelContext& ctx) {
   for (int64_t d = 0; d < axis; ++d) outer *= ind.dim(d);
   for (int64_t d = axis; d < r; ++d) inner *= ind.dim(d);
   std::vector<int64_t> idx(static_cast<size_t>(ind.numel()));
-  dispatch_numeric(ind.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = ind.data<T>();
-    for (int64_t i = 0; i < ind.numel(); ++i) {
-      const double v = static_cast<double>(to_compute(p[i]));
-      // Out-of-range (or NaN) values become -1, i.e. no position is set.
-      int64_t k = (v >= -static_cast<double>(depth) && v < static_cast<double>(depth)) ? static_cast<int64_t>(v) : -depth - 1;
-      if (k < 0) k += depth;
-      idx[static_cast<size_t>(i)] = k;
-    }
-  }, "OneHot indices");
+  dispatch_numeric(
+      ind.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* p = ind.data<T>();
+        for (int64_t i = 0; i < ind.numel(); ++i) {
+          const double v = static_cast<double>(to_compute(p[i]));
+          // Out-of-range (or NaN) values become -1, i.e. no position is set.
+          int64_t k = (v >= -static_cast<double>(depth) && v < static_cast<double>(depth)) ? static_cast<int64_t>(v)
+                                                                                           : -depth - 1;
+          if (k < 0) k += depth;
+          idx[static_cast<size_t>(i)] = k;
+        }
+      },
+      "OneHot indices");
   Tensor& y = ctx.allocate_output(0, values.dtype(), out);
-  dispatch_bytes(values.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T off = values.data<T>()[0], on = values.data<T>()[1];
-    T* dst = y.mutable_data<T>();
-    std::fill(dst, dst + y.numel(), off);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        const int64_t k = idx[static_cast<size_t>(o * inner + i)];
-        if (k >= 0 && k < depth) dst[(o * depth + k) * inner + i] = on;
-      }
-  }, where);
+  dispatch_bytes(
+      values.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T off = values.data<T>()[0], on = values.data<T>()[1];
+        T* dst = y.mutable_data<T>();
+        std::fill(dst, dst + y.numel(), off);
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            const int64_t k = idx[static_cast<size_t>(o * inner + i)];
+            if (k >= 0 && k < depth) dst[(o * depth + k) * inner + i] = on;
+          }
+      },
+      where);
 }
 
 // ---- NonZero --------------------------------------------------------------------------------
@@ -249,12 +271,15 @@ void one_hot_kernel(KernelContext& ctx) {
 void non_zero_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   std::vector<int64_t> hits;
-  dispatch_all(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* p = x.data<T>();
-    for (int64_t i = 0; i < x.numel(); ++i)
-      if (to_compute(p[i]) != 0) hits.push_back(i);
-  }, "NonZero");
+  dispatch_all(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* p = x.data<T>();
+        for (int64_t i = 0; i < x.numel(); ++i)
+          if (to_compute(p[i]) != 0) hits.push_back(i);
+      },
+      "NonZero");
   const int64_t rank = x.rank(), n = static_cast<int64_t>(hits.size());
   Tensor& y = ctx.allocate_output(0, DType::Int64, {rank, n});
   int64_t* out = y.mutable_data<int64_t>();
@@ -271,9 +296,21 @@ void non_zero_kernel(KernelContext& ctx) {
 
 void register_tensor_misc_ops(OpRegistry& r) {
   r.add({"", "Constant", 1, INT_MAX, constant_kernel, check_constant});
-  r.add({"", "ConstantOfShape", 9, INT_MAX, constant_of_shape_kernel, check_constant_of_shape, nullptr,
+  r.add({"",
+         "ConstantOfShape",
+         9,
+         INT_MAX,
+         constant_of_shape_kernel,
+         check_constant_of_shape,
+         nullptr,
          {InputRole::kShape}});
-  r.add({"", "Range", 11, INT_MAX, range_kernel, nullptr, nullptr,
+  r.add({"",
+         "Range",
+         11,
+         INT_MAX,
+         range_kernel,
+         nullptr,
+         nullptr,
          {InputRole::kShape, InputRole::kShape, InputRole::kShape}});
   r.add({"", "Dropout", 1, INT_MAX, dropout_kernel, nullptr, nullptr, {}, dropout_draws_random});
   r.add({"", "OneHot", 9, INT_MAX, one_hot_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});

@@ -29,8 +29,8 @@ inline bool greater(C a, C b) {
 }
 
 template <typename T>
-void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, int64_t inner, int64_t k,
-                bool largest, int threads) {
+void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, int64_t inner, int64_t k, bool largest,
+                int threads) {
   using C = compute_t<T>;
   const int64_t slices = outer * inner;
   const bool par = threads > 1 && slices > 1 && slices * n >= (1 << 14);
@@ -110,8 +110,8 @@ void topk_kernel(KernelContext& ctx) {
   }
   const bool largest = ctx.attr_int("largest", 1) != 0;
   const int64_t n = x.dim(axis);
-  REFORGE_CHECK(k >= 0 && k <= n, label, ": k = ", k, " is out of range for axis ", axis, " of size ", n,
-                " (input ", x.describe(), ")");
+  REFORGE_CHECK(k >= 0 && k <= n, label, ": k = ", k, " is out of range for axis ", axis, " of size ", n, " (input ",
+                x.describe(), ")");
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
   for (int64_t i = axis + 1; i < rank; ++i) inner *= x.dim(i);
@@ -124,18 +124,20 @@ void topk_kernel(KernelContext& ctx) {
                                        : (scratch = Tensor::empty(DType::Int64, out_shape));
   if (vals.numel() == 0) return;
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
-  dispatch_numeric(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    topk_typed<T>(x.data<T>(), vals.mutable_data<T>(), inds.mutable_data<int64_t>(), outer, n, inner, k, largest,
-                  threads);
-  }, "TopK");
+  dispatch_numeric(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        topk_typed<T>(x.data<T>(), vals.mutable_data<T>(), inds.mutable_data<int64_t>(), outer, n, inner, k, largest,
+                      threads);
+      },
+      "TopK");
 }
 
 }  // namespace
 
 void register_topk_kernels(OpRegistry& r) {
-  r.add({"", "TopK", 1, INT_MAX, topk_kernel, nullptr, nullptr,
-         {InputRole::kData, InputRole::kShape}});
+  r.add({"", "TopK", 1, INT_MAX, topk_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
 }
 
 }  // namespace reforge::ops

@@ -5,10 +5,10 @@
 
 namespace reforge::ops {
 
-void register_attention(OpRegistry& r);           // attention.cc: Attention 23+
-void register_rotary_embedding(OpRegistry& r);    // rotary.cc: RotaryEmbedding 23+
-void register_rms_normalization(OpRegistry& r);   // rms_norm.cc: RMSNormalization 23+
-void register_resize(OpRegistry& r);              // resize.cc: Resize 10+
+void register_attention(OpRegistry& r);          // attention.cc: Attention 23+
+void register_rotary_embedding(OpRegistry& r);   // rotary.cc: RotaryEmbedding 23+
+void register_rms_normalization(OpRegistry& r);  // rms_norm.cc: RMSNormalization 23+
+void register_resize(OpRegistry& r);             // resize.cc: Resize 10+
 
 void register_transformer_ops(OpRegistry& r) {
   register_attention(r);

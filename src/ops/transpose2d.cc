@@ -1,10 +1,10 @@
 #include "ops/transpose2d.h"
 
-#include "core/error.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+
+#include "core/error.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -26,8 +26,10 @@ bool as_transpose_2d(const Shape& shape, const std::vector<int64_t>& perm, size_
   // Groups of input axes that stay adjacent in the output, in output order.
   std::vector<std::pair<int64_t, int64_t>> groups;  // [first, last] input axis
   for (int64_t a : p) {
-    if (!groups.empty() && groups.back().second + 1 == a) groups.back().second = a;
-    else groups.push_back({a, a});
+    if (!groups.empty() && groups.back().second + 1 == a)
+      groups.back().second = a;
+    else
+      groups.push_back({a, a});
   }
   auto size_of = [&](const std::pair<int64_t, int64_t>& g) {
     int64_t n = 1;
@@ -68,7 +70,8 @@ constexpr size_t kTileBytes = 16 << 10;  // one tile's buffer: well inside L1
 // Rows [i0, i1) x cols [j0, j1) of a matrix with row pitch `cols`, transposed into
 // buf[(j - j0) * ts + (i - i0)].
 template <typename T>
-inline void tile_to_buffer(T* buf, int64_t ts, const T* s, int64_t cols, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+inline void tile_to_buffer(T* buf, int64_t ts, const T* s, int64_t cols, int64_t i0, int64_t i1, int64_t j0,
+                           int64_t j1) {
   int64_t i = i0;
 #if defined(__SSE2__)
   if constexpr (sizeof(T) == 4) {
@@ -126,7 +129,8 @@ bool run_typed(T* dst, const T* cmp, const T* src, const Transpose2D& t, int thr
     if (j1 + ts <= t.cols) {
       constexpr int64_t line = 64 / sizeof(T);
       for (int64_t i = i0; i < i1; ++i)
-        for (int64_t k = 0; k < ts; k += line) _mm_prefetch(reinterpret_cast<const char*>(src + b * plane + i * t.cols + j1 + k), _MM_HINT_T0);
+        for (int64_t k = 0; k < ts; k += line)
+          _mm_prefetch(reinterpret_cast<const char*>(src + b * plane + i * t.cols + j1 + k), _MM_HINT_T0);
       if (cmp)
         for (int64_t j = j1; j < j1 + ts; ++j)
           for (int64_t k = 0; k < i1 - i0; k += line)
@@ -158,7 +162,8 @@ bool run_typed(T* dst, const T* cmp, const T* src, const Transpose2D& t, int thr
 }
 
 // Any block size: one memcpy/memcmp per block, tiles sized to the buffer budget.
-bool run_bytes(unsigned char* dst, const unsigned char* cmp, const unsigned char* src, const Transpose2D& t, int threads) {
+bool run_bytes(unsigned char* dst, const unsigned char* cmp, const unsigned char* src, const Transpose2D& t,
+               int threads) {
   const size_t e = t.elem;
   const int64_t ts = std::max<int64_t>(1, std::min<int64_t>(64, static_cast<int64_t>(kTileBytes / (e * 64))));
   const int64_t plane = t.rows * t.cols;
@@ -167,8 +172,10 @@ bool run_bytes(unsigned char* dst, const unsigned char* cmp, const unsigned char
       for (int64_t i = i0; i < i1; ++i) {
         const size_t to = static_cast<size_t>(b * plane + j * t.rows + i) * e;
         const unsigned char* from = src + static_cast<size_t>(b * plane + i * t.cols + j) * e;
-        if (dst) std::memcpy(dst + to, from, e);
-        else if (std::memcmp(cmp + to, from, e) != 0) return false;
+        if (dst)
+          std::memcpy(dst + to, from, e);
+        else if (std::memcmp(cmp + to, from, e) != 0)
+          return false;
       }
     return true;
   });
@@ -177,13 +184,21 @@ bool run_bytes(unsigned char* dst, const unsigned char* cmp, const unsigned char
 bool run(void* dst, const void* cmp, const void* src, const Transpose2D& t, int threads) {
   if (t.batch * t.rows * t.cols == 0) return true;
   switch (t.elem) {
-    case 1: return run_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(cmp), static_cast<const uint8_t*>(src), t, threads);
-    case 2: return run_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(cmp), static_cast<const uint16_t*>(src), t, threads);
-    case 4: return run_typed(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(cmp), static_cast<const uint32_t*>(src), t, threads);
-    case 8: return run_typed(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(cmp), static_cast<const uint64_t*>(src), t, threads);
+    case 1:
+      return run_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(cmp), static_cast<const uint8_t*>(src),
+                       t, threads);
+    case 2:
+      return run_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(cmp),
+                       static_cast<const uint16_t*>(src), t, threads);
+    case 4:
+      return run_typed(static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(cmp),
+                       static_cast<const uint32_t*>(src), t, threads);
+    case 8:
+      return run_typed(static_cast<uint64_t*>(dst), static_cast<const uint64_t*>(cmp),
+                       static_cast<const uint64_t*>(src), t, threads);
     default:
-      return run_bytes(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(cmp), static_cast<const unsigned char*>(src), t,
-                       threads);
+      return run_bytes(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(cmp),
+                       static_cast<const unsigned char*>(src), t, threads);
   }
 }
 
@@ -212,11 +227,20 @@ void transpose_block(void* dst, int64_t dst_pitch, const void* src, int64_t src_
                      size_t elem) {
   if (rows <= 0 || cols <= 0) return;
   switch (elem) {
-    case 1: return block_typed(static_cast<uint8_t*>(dst), dst_pitch, static_cast<const uint8_t*>(src), src_pitch, rows, cols);
-    case 2: return block_typed(static_cast<uint16_t*>(dst), dst_pitch, static_cast<const uint16_t*>(src), src_pitch, rows, cols);
-    case 4: return block_typed(static_cast<uint32_t*>(dst), dst_pitch, static_cast<const uint32_t*>(src), src_pitch, rows, cols);
-    case 8: return block_typed(static_cast<uint64_t*>(dst), dst_pitch, static_cast<const uint64_t*>(src), src_pitch, rows, cols);
-    default: REFORGE_ASSERT(false && "transpose_block: element size must be 1, 2, 4 or 8");
+    case 1:
+      return block_typed(static_cast<uint8_t*>(dst), dst_pitch, static_cast<const uint8_t*>(src), src_pitch, rows,
+                         cols);
+    case 2:
+      return block_typed(static_cast<uint16_t*>(dst), dst_pitch, static_cast<const uint16_t*>(src), src_pitch, rows,
+                         cols);
+    case 4:
+      return block_typed(static_cast<uint32_t*>(dst), dst_pitch, static_cast<const uint32_t*>(src), src_pitch, rows,
+                         cols);
+    case 8:
+      return block_typed(static_cast<uint64_t*>(dst), dst_pitch, static_cast<const uint64_t*>(src), src_pitch, rows,
+                         cols);
+    default:
+      REFORGE_ASSERT(false && "transpose_block: element size must be 1, 2, 4 or 8");
   }
 }
 

@@ -50,7 +50,8 @@ bool bound_from_input(const KernelContext& ctx, size_t i, const char* name, comp
   const Tensor& b = ctx.input(i);
   REFORGE_CHECK(b.dtype() == x.dtype(), ctx.node().label(), ": input '", name, "' has type ", dtype_name(b.dtype()),
                 ", expected ", dtype_name(x.dtype()), " (the type of the input)");
-  REFORGE_CHECK(b.numel() == 1, ctx.node().label(), ": input '", name, "' must be a scalar, got shape ", shape_str(b.shape()));
+  REFORGE_CHECK(b.numel() == 1, ctx.node().label(), ": input '", name, "' must be a scalar, got shape ",
+                shape_str(b.shape()));
   T v;
   std::memcpy(&v, b.raw(), sizeof(T));  // bound tensors need not be aligned
   out = to_compute(v);
@@ -61,20 +62,24 @@ void clip_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const std::string who = ctx.node().label();
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-  dispatch_numeric(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    ClipOp<C> op{std::numeric_limits<C>::lowest(), std::numeric_limits<C>::max()};
-    if constexpr (std::is_floating_point_v<C>) op = {-std::numeric_limits<C>::infinity(), std::numeric_limits<C>::infinity()};
-    if (ctx.opset() < 11) {
-      if (ctx.node().has_attr("min")) op.lo = bound_from_float<C>(ctx.attr_float("min", 0.0f), who);
-      if (ctx.node().has_attr("max")) op.hi = bound_from_float<C>(ctx.attr_float("max", 0.0f), who);
-    } else {
-      bound_from_input<T>(ctx, 1, "min", op.lo);
-      bound_from_input<T>(ctx, 2, "max", op.hi);
-    }
-    map_tensor<T, T>(x, y, ctx.threads(), op);
-  }, who.c_str());
+  dispatch_numeric(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using C = compute_t<T>;
+        ClipOp<C> op{std::numeric_limits<C>::lowest(), std::numeric_limits<C>::max()};
+        if constexpr (std::is_floating_point_v<C>)
+          op = {-std::numeric_limits<C>::infinity(), std::numeric_limits<C>::infinity()};
+        if (ctx.opset() < 11) {
+          if (ctx.node().has_attr("min")) op.lo = bound_from_float<C>(ctx.attr_float("min", 0.0f), who);
+          if (ctx.node().has_attr("max")) op.hi = bound_from_float<C>(ctx.attr_float("max", 0.0f), who);
+        } else {
+          bound_from_input<T>(ctx, 1, "min", op.lo);
+          bound_from_input<T>(ctx, 2, "max", op.hi);
+        }
+        map_tensor<T, T>(x, y, ctx.threads(), op);
+      },
+      who.c_str());
 }
 
 }  // namespace

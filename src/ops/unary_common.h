@@ -50,20 +50,35 @@ namespace reforge::ops::unary {
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 using simdv::splat;
-template <typename V> using VI = simdv::IVec<V>;  // also the type of lane masks (-1 / 0)
-template <typename V> using VU = simdv::UVec<V>;
+template <typename V>
+using VI = simdv::IVec<V>;  // also the type of lane masks (-1 / 0)
+template <typename V>
+using VU = simdv::UVec<V>;
 
 inline constexpr float kInf = std::numeric_limits<float>::infinity();
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-template <typename V> REFORGE_VINLINE VI<V> as_int(const V& v) { return std::bit_cast<VI<V>>(v); }
-template <typename V> REFORGE_VINLINE V as_float(const VI<V>& v) { return std::bit_cast<V>(v); }
-template <typename V> REFORGE_VINLINE V vabs(const V& x) { return as_float<V>(as_int(x) & INT32_MAX); }
+template <typename V>
+REFORGE_VINLINE VI<V> as_int(const V& v) {
+  return std::bit_cast<VI<V>>(v);
+}
+template <typename V>
+REFORGE_VINLINE V as_float(const VI<V>& v) {
+  return std::bit_cast<V>(v);
+}
+template <typename V>
+REFORGE_VINLINE V vabs(const V& x) {
+  return as_float<V>(as_int(x) & INT32_MAX);
+}
 // |mag| with the sign of `sign`.
-template <typename V> REFORGE_VINLINE V vcopysign(const V& mag, const V& sign) {
+template <typename V>
+REFORGE_VINLINE V vcopysign(const V& mag, const V& sign) {
   return as_float<V>((as_int(mag) & INT32_MAX) | (as_int(sign) & INT32_MIN));
 }
-template <typename V> REFORGE_VINLINE VI<V> visnan(const V& x) { return x != x; }
+template <typename V>
+REFORGE_VINLINE VI<V> visnan(const V& x) {
+  return x != x;
+}
 
 template <typename V>
 REFORGE_VINLINE V vsqrt(const V& x) {
@@ -76,7 +91,9 @@ REFORGE_VINLINE V vsqrt(const V& x) {
     // loops not to need the zmm form).
     using q = float __attribute__((vector_size(16)));
     constexpr int kQuads = simdv::lanes_of<V> / 4;
-    struct Quads { q v[kQuads]; };
+    struct Quads {
+      q v[kQuads];
+    };
     Quads in = std::bit_cast<Quads>(x), out;
     for (int i = 0; i < kQuads; ++i) out.v[i] = std::bit_cast<q>(_mm_sqrt_ps(std::bit_cast<__m128>(in.v[i])));
     return std::bit_cast<V>(out);
@@ -163,7 +180,7 @@ REFORGE_VINLINE V vlog(const V& x) {
   VI<V> e = ((bits >> 23) & 0xff) - 126 - (sub & 23);
   V m = as_float<V>((bits & 0x007fffff) | 0x3f000000);  // mantissa in [0.5, 1)
   VI<V> low = m < 0.707106781186547524f;
-  e = e + low;  // low is -1 where true
+  e = e + low;                            // low is -1 where true
   V f = low ? (m + m) - 1.0f : m - 1.0f;  // in [-0.29, 0.41]
   V z = f * f;
   V p = splat<V>(7.0376836292e-2f);
@@ -218,7 +235,9 @@ REFORGE_VINLINE V vsigmoid(const V& x) {
 
 // a with the low 12 mantissa bits cleared: 12 significant bits, so a_hi * a_hi is exact.
 template <typename V>
-REFORGE_VINLINE V split_hi(const V& a) { return as_float<V>(as_int(a) & static_cast<int32_t>(0xfffff000u)); }
+REFORGE_VINLINE V split_hi(const V& a) {
+  return as_float<V>(as_int(a) & static_cast<int32_t>(0xfffff000u));
+}
 
 // erfc(z) for z >= 0 given z^2 as sq_hi + sq_rest with sq_hi exact (Numerical Recipes' erfcc:
 // fractional error < 1.2e-7 everywhere). exp(-z^2) is taken as exp(-sq_hi) * exp(p - sq_rest) so
@@ -309,7 +328,8 @@ concept HasVec = requires(const Op& op, simdv::Vec<simdv::kGeneric> v) {
   { op.vec(v) } -> std::same_as<simdv::Vec<simdv::kGeneric>>;
 };
 
-template <typename T> inline constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+template <typename T>
+inline constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
 
 // Elements per task; also the conversion buffer size for 16-bit floats.
 inline constexpr int64_t kBlock = 4096;
@@ -380,7 +400,7 @@ void map_elements(const In* in, Out* out, int64_t n, int threads, const Op& op) 
     map_range(in, out, 0, n, op);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(team)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(team)) schedule(static)
   for (int64_t b = 0; b < nblocks; ++b) map_range(in, out, b * kBlock, std::min(n, (b + 1) * kBlock), op);
 }
 
@@ -398,10 +418,13 @@ void run_same_type(KernelContext& ctx, const Op& op, Dispatch dispatch) {
   const Tensor& x = ctx.input(0);
   const std::string who = ctx.node().label();
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
-  dispatch(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    map_tensor<T, T>(x, y, ctx.threads(), op);
-  }, who.c_str());
+  dispatch(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        map_tensor<T, T>(x, y, ctx.threads(), op);
+      },
+      who.c_str());
 }
 
 // Kernel for a float-only op. `make` builds the op from the node (attributes).

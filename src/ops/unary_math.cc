@@ -13,70 +13,114 @@ namespace {
 using namespace unary;
 
 struct AbsOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vabs(x); }
-  template <typename T> T scalar(T x) const {
-    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
-    else if constexpr (std::is_signed_v<T>) return x < 0 ? wrapping_neg(x) : x;
-    else return x;
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vabs(x);
+  }
+  template <typename T>
+  T scalar(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return std::fabs(x);
+    else if constexpr (std::is_signed_v<T>)
+      return x < 0 ? wrapping_neg(x) : x;
+    else
+      return x;
   }
 };
 
 struct NegOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return -x; }
-  template <typename T> T scalar(T x) const {
-    if constexpr (std::is_floating_point_v<T>) return -x;
-    else return wrapping_neg(x);
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return -x;
+  }
+  template <typename T>
+  T scalar(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return -x;
+    else
+      return wrapping_neg(x);
   }
 };
 
 // -1, 0 or 1; NaN stays NaN (as numpy.sign), zero keeps its sign.
 struct SignOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return x > 0.0f ? splat<V>(1.0f) : (x < 0.0f ? splat<V>(-1.0f) : x); }
-  template <typename T> T scalar(T x) const {
-    if constexpr (std::is_floating_point_v<T>) return x > 0 ? T(1) : (x < 0 ? T(-1) : x);
-    else if constexpr (std::is_signed_v<T>) return static_cast<T>((x > 0) - (x < 0));
-    else return static_cast<T>(x > 0);
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return x > 0.0f ? splat<V>(1.0f) : (x < 0.0f ? splat<V>(-1.0f) : x);
+  }
+  template <typename T>
+  T scalar(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return x > 0 ? T(1) : (x < 0 ? T(-1) : x);
+    else if constexpr (std::is_signed_v<T>)
+      return static_cast<T>((x > 0) - (x < 0));
+    else
+      return static_cast<T>(x > 0);
   }
 };
 
 struct SqrtOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vsqrt(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vsqrt(x);
+  }
   double scalar(double x) const { return std::sqrt(x); }
 };
 
 struct ReciprocalOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return 1.0f / x; }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return 1.0f / x;
+  }
   double scalar(double x) const { return 1.0 / x; }
 };
 
 struct ExpOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vexp(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vexp(x);
+  }
   double scalar(double x) const { return std::exp(x); }
 };
 
 struct LogOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vlog(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vlog(x);
+  }
   double scalar(double x) const { return std::log(x); }
 };
 
 struct ErfOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return verf(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return verf(x);
+  }
   double scalar(double x) const { return std::erf(x); }
 };
 
 struct FloorOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vfloor(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vfloor(x);
+  }
   double scalar(double x) const { return std::floor(x); }
 };
 
 struct CeilOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vceil(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vceil(x);
+  }
   double scalar(double x) const { return std::ceil(x); }
 };
 
 // Round half to even (ONNX Round, numpy.round): nearbyint in the default rounding mode.
 struct RoundOp {
-  template <typename V> REFORGE_VINLINE V vec(const V& x) const { return vround_even(x); }
+  template <typename V>
+  REFORGE_VINLINE V vec(const V& x) const {
+    return vround_even(x);
+  }
   double scalar(double x) const { return std::nearbyint(x); }
 };
 
@@ -84,7 +128,10 @@ struct RoundOp {
 // overloads, so float16/bfloat16 compute in float).
 #define REFORGE_LIBM_OP(Name, fn) \
   struct Name {                   \
-    template <typename C> C scalar(C x) const { return std::fn(x); } \
+    template <typename C>         \
+    C scalar(C x) const {         \
+      return std::fn(x);          \
+    }                             \
   };
 REFORGE_LIBM_OP(SinOp, sin)
 REFORGE_LIBM_OP(CosOp, cos)
@@ -100,14 +147,19 @@ REFORGE_LIBM_OP(AtanhOp, atanh)
 #undef REFORGE_LIBM_OP
 
 struct IsNaNOp {
-  template <typename C> bool scalar(C x) const { return x != x; }
+  template <typename C>
+  bool scalar(C x) const {
+    return x != x;
+  }
 };
 
 struct IsInfOp {
   bool negative = true;
   bool positive = true;
-  template <typename C> bool scalar(C x) const {
-    return (positive && x == std::numeric_limits<C>::infinity()) || (negative && x == -std::numeric_limits<C>::infinity());
+  template <typename C>
+  bool scalar(C x) const {
+    return (positive && x == std::numeric_limits<C>::infinity()) ||
+           (negative && x == -std::numeric_limits<C>::infinity());
   }
 };
 
@@ -117,10 +169,13 @@ void run_predicate(KernelContext& ctx, const Op& op) {
   const Tensor& x = ctx.input(0);
   const std::string who = ctx.node().label();
   Tensor& y = ctx.allocate_output(0, DType::Bool, x.shape());
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    map_tensor<T, bool>(x, y, ctx.threads(), op);
-  }, who.c_str());
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        map_tensor<T, bool>(x, y, ctx.threads(), op);
+      },
+      who.c_str());
 }
 
 }  // namespace
@@ -149,11 +204,12 @@ void register_unary_math_ops(OpRegistry& r) {
   r.add({"", "Acosh", 9, INT_MAX, float_kernel<AcoshOp>(), nullptr});
   r.add({"", "Atanh", 9, INT_MAX, float_kernel<AtanhOp>(), nullptr});
   r.add({"", "IsNaN", 9, INT_MAX, [](KernelContext& ctx) { run_predicate(ctx, IsNaNOp{}); }, nullptr});
-  r.add({"", "IsInf", 10, INT_MAX,
-         [](KernelContext& ctx) {
-           run_predicate(ctx, IsInfOp{ctx.attr_int("detect_negative", 1) != 0, ctx.attr_int("detect_positive", 1) != 0});
-         },
-         nullptr});
+  r.add(
+      {"", "IsInf", 10, INT_MAX,
+       [](KernelContext& ctx) {
+         run_predicate(ctx, IsInfOp{ctx.attr_int("detect_negative", 1) != 0, ctx.attr_int("detect_positive", 1) != 0});
+       },
+       nullptr});
 }
 
 }  // namespace reforge::ops

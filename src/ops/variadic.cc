@@ -18,18 +18,23 @@ enum class Fold { Min, Max, Sum, Mean };
 
 template <typename C>
 inline bool is_nan(C v) {
-  if constexpr (std::is_floating_point_v<C>) return v != v;
-  else return false;
+  if constexpr (std::is_floating_point_v<C>)
+    return v != v;
+  else
+    return false;
 }
 
 template <Fold F, typename C>
 inline C fold_one(C acc, C v) {
-  if constexpr (F == Fold::Min) return (is_nan(acc) || acc < v) ? acc : v;
-  else if constexpr (F == Fold::Max) return (is_nan(acc) || acc > v) ? acc : v;
+  if constexpr (F == Fold::Min)
+    return (is_nan(acc) || acc < v) ? acc : v;
+  else if constexpr (F == Fold::Max)
+    return (is_nan(acc) || acc > v) ? acc : v;
   else if constexpr (std::is_integral_v<C>) {
     using U = std::conditional_t<(sizeof(C) <= 4), uint32_t, uint64_t>;  // wrap, no signed overflow
     return static_cast<C>(U(acc) + U(v));
-  } else return acc + v;
+  } else
+    return acc + v;
 }
 
 template <Fold F>
@@ -54,7 +59,8 @@ void variadic_kernel(KernelContext& ctx) {
         Tensor& out = ctx.allocate_output(0, dtype_of<T>, os);
         T* o = out.mutable_data<T>();
         const Tensor& first = ctx.input(0);
-        broadcast_map(o, os, [](T v) { return v; }, Operand{first.data<T>(), first.shape()});
+        broadcast_map(
+            o, os, [](T v) { return v; }, Operand{first.data<T>(), first.shape()});
         for (size_t i = 1; i < n; ++i) {
           const Tensor& t = ctx.input(i);
           // The output is both an operand and the destination; element i reads index i only.
@@ -65,8 +71,9 @@ void variadic_kernel(KernelContext& ctx) {
         if constexpr (F == Fold::Mean) {
           if (n > 1) {
             const auto inv = static_cast<compute_t<T>>(n);
-            broadcast_map(o, os, [inv](T v) { return from_compute<T>(to_compute(v) / inv); },
-                          Operand{static_cast<const T*>(o), os});
+            broadcast_map(
+                o, os, [inv](T v) { return from_compute<T>(to_compute(v) / inv); },
+                Operand{static_cast<const T*>(o), os});
           }
         }
       },

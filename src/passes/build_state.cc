@@ -53,7 +53,9 @@ std::vector<ConstValue> BuildState::fold_all(const std::string& domain, const st
   for (size_t k = 0; k < num_outputs; ++k) {
     ConstValue& cv = result[k];
     cv.value = std::move(outs[k]);
-    cv.kind = any_derived ? plan::WeightKind::Derived : all_literal ? plan::WeightKind::Literal : plan::WeightKind::Baked;
+    cv.kind = any_derived   ? plan::WeightKind::Derived
+              : all_literal ? plan::WeightKind::Literal
+                            : plan::WeightKind::Baked;
     if (!any_derived) continue;
     plan::RecipeStep step;
     step.domain = domain;

@@ -18,9 +18,9 @@ namespace reforge::passes {
 struct ConstValue {
   Tensor value;
   plan::WeightKind kind = plan::WeightKind::Literal;
-  plan::Recipe recipe;           // for Derived: how `value` is made from sources
-  std::set<uint32_t> sources;    // sources the recipe reads
-  bool verified = false;         // the recipe was already replayed bit-exactly (verify_recipe)
+  plan::Recipe recipe;         // for Derived: how `value` is made from sources
+  std::set<uint32_t> sources;  // sources the recipe reads
+  bool verified = false;       // the recipe was already replayed bit-exactly (verify_recipe)
 };
 
 struct BuildState {
@@ -75,9 +75,9 @@ struct Pass {
 
 void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
-void fuse_conv_activation(BuildState& s);  // conv_fusion.cc
-void conv_channels_last(BuildState& s);    // conv_fusion.cc
-void conv_residual_inplace(BuildState& s); // conv_fusion.cc
+void fuse_conv_activation(BuildState& s);   // conv_fusion.cc
+void conv_channels_last(BuildState& s);     // conv_fusion.cc
+void conv_residual_inplace(BuildState& s);  // conv_fusion.cc
 void fuse_matmul_add(BuildState& s);
 // Transformer fusions (fusion_transformer.cc).
 void fuse_rms_norm(BuildState& s);

@@ -59,15 +59,19 @@ void eliminate_dead_code(BuildState& s) {
     for (auto& n : s.graph.nodes) {
       bool live = false;
       for (const auto& o : n.outputs) live |= !o.empty() && uses.count(o);
-      if (live) kept.push_back(std::move(n));
-      else changed = true;
+      if (live)
+        kept.push_back(std::move(n));
+      else
+        changed = true;
     }
     s.graph.nodes = std::move(kept);
   }
   auto uses = s.use_counts();
   for (auto it = s.consts.begin(); it != s.consts.end();) {
-    if (uses.count(it->first)) ++it;
-    else it = s.consts.erase(it);
+    if (uses.count(it->first))
+      ++it;
+    else
+      it = s.consts.erase(it);
   }
 }
 

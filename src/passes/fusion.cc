@@ -45,7 +45,8 @@ void fold_batchnorm_into_conv(BuildState& s) {
     auto pit = prod.find(bn.inputs[0]);
     if (pit == prod.end() || erase[pit->second]) continue;
     ir::Node& conv = s.graph.nodes[pit->second];
-    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.size() < 2 || !s.is_const(conv.inputs[1])) continue;
+    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.size() < 2 || !s.is_const(conv.inputs[1]))
+      continue;
     if (conv.inputs.size() > 2 && !conv.inputs[2].empty() && !s.is_const(conv.inputs[2])) continue;
     if (uses[conv.outputs[0]] != 1 || is_graph_output(s.graph, conv.outputs[0])) continue;
     const Tensor& w = s.consts.at(conv.inputs[1]).value;
@@ -58,11 +59,13 @@ void fold_batchnorm_into_conv(BuildState& s) {
       z.kind = plan::WeightKind::Literal;
       s.consts[bias] = std::move(z);
     }
-    std::map<std::string, ir::Attribute> attrs = {{"epsilon", ir::float_attr("epsilon", bn.attr_float("epsilon", 1e-5f))}};
+    std::map<std::string, ir::Attribute> attrs = {
+        {"epsilon", ir::float_attr("epsilon", bn.attr_float("epsilon", 1e-5f))}};
     std::string wname = s.fresh_name(conv.inputs[1] + ".bn_folded");
     std::string bname = s.fresh_name(bn.outputs[0] + ".bn_folded_bias");
     s.consts[wname] = s.fold("reforge", "BnFoldWeight", 1, attrs, {conv.inputs[1], bn.inputs[1], bn.inputs[4]}, 1, 0);
-    s.consts[bname] = s.fold("reforge", "BnFoldBias", 1, attrs, {bias, bn.inputs[1], bn.inputs[2], bn.inputs[3], bn.inputs[4]}, 1, 0);
+    s.consts[bname] =
+        s.fold("reforge", "BnFoldBias", 1, attrs, {bias, bn.inputs[1], bn.inputs[2], bn.inputs[3], bn.inputs[4]}, 1, 0);
     conv.inputs.resize(3);
     conv.inputs[1] = wname;
     conv.inputs[2] = bname;

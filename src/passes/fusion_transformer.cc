@@ -188,10 +188,14 @@ void fuse_gelu(BuildState& s) {
       // x / sqrt(2) or x * (1 / sqrt(2))
       ir::Node* d = g.producer(core->inputs[0]);
       if (!d || !g.single_use(core->inputs[0])) continue;
-      if (is(d, "Div") && g.near(d->inputs[1], std::sqrt(2.0))) x = d->inputs[0], params = {d->inputs[1]}, k_op = "div";
-      else if (is(d, "Mul") && g.near(d->inputs[1], std::sqrt(0.5))) x = d->inputs[0], params = {d->inputs[1]}, k_op = "mul";
-      else if (is(d, "Mul") && g.near(d->inputs[0], std::sqrt(0.5))) x = d->inputs[1], params = {d->inputs[0]}, k_op = "mul";
-      else continue;
+      if (is(d, "Div") && g.near(d->inputs[1], std::sqrt(2.0)))
+        x = d->inputs[0], params = {d->inputs[1]}, k_op = "div";
+      else if (is(d, "Mul") && g.near(d->inputs[1], std::sqrt(0.5)))
+        x = d->inputs[0], params = {d->inputs[1]}, k_op = "mul";
+      else if (is(d, "Mul") && g.near(d->inputs[0], std::sqrt(0.5)))
+        x = d->inputs[1], params = {d->inputs[0]}, k_op = "mul";
+      else
+        continue;
       matched.push_back(d);
       approx = "none";
     } else if (is(core, "Tanh")) {
@@ -199,9 +203,12 @@ void fuse_gelu(BuildState& s) {
       ir::Node* u = g.producer(core->inputs[0], "Mul");
       if (!u || !g.single_use(core->inputs[0])) continue;
       std::string inner;
-      if (g.near(u->inputs[1], std::sqrt(2.0 / M_PI))) inner = u->inputs[0], params = {u->inputs[1]};
-      else if (g.near(u->inputs[0], std::sqrt(2.0 / M_PI))) inner = u->inputs[1], params = {u->inputs[0]};
-      else continue;
+      if (g.near(u->inputs[1], std::sqrt(2.0 / M_PI)))
+        inner = u->inputs[0], params = {u->inputs[1]};
+      else if (g.near(u->inputs[0], std::sqrt(2.0 / M_PI)))
+        inner = u->inputs[1], params = {u->inputs[0]};
+      else
+        continue;
       ir::Node* a = g.producer(inner, "Add");
       if (!a || !g.single_use(inner)) continue;
       bool found = false;
@@ -210,9 +217,12 @@ void fuse_gelu(BuildState& s) {
         ir::Node* m = g.producer(cube_term, "Mul");
         if (!m || !g.single_use(cube_term)) continue;
         std::string cube, c2;
-        if (g.near(m->inputs[1], 0.044715)) cube = m->inputs[0], c2 = m->inputs[1];
-        else if (g.near(m->inputs[0], 0.044715)) cube = m->inputs[1], c2 = m->inputs[0];
-        else continue;
+        if (g.near(m->inputs[1], 0.044715))
+          cube = m->inputs[0], c2 = m->inputs[1];
+        else if (g.near(m->inputs[0], 0.044715))
+          cube = m->inputs[1], c2 = m->inputs[0];
+        else
+          continue;
         ir::Node* p = g.producer(cube, "Pow");
         if (!p || !g.single_use(cube) || p->inputs[0] != cand_x || !g.near(p->inputs[1], 3.0, 0.0)) continue;
         x = cand_x;
@@ -305,8 +315,10 @@ std::optional<RepeatKv> match_repeat_kv(GraphIndex& g, const std::string& v, std
   ir::Node* us = g.producer(ex->inputs[0], "Unsqueeze");
   if (!us || !g.single_use(ex->inputs[0])) return std::nullopt;
   std::optional<std::vector<int64_t>> axes;
-  if (us->opset >= 13) axes = us->inputs.size() > 1 ? g.ints(us->inputs[1]) : std::nullopt;
-  else axes = us->attr_ints("axes");
+  if (us->opset >= 13)
+    axes = us->inputs.size() > 1 ? g.ints(us->inputs[1]) : std::nullopt;
+  else
+    axes = us->attr_ints("axes");
   if (!axes || axes->size() != 1 || ((*axes)[0] != 2 && (*axes)[0] != -3)) return std::nullopt;
   matched.insert(matched.end(), {rs, ex, us});
   return RepeatKv{us->inputs[0], ex->inputs[1], rs->inputs[1], rs->attr_int("allowzero", 0)};
@@ -370,7 +382,8 @@ void fuse_attention(BuildState& s) {
     if (!g.single_use(scores)) continue;
     // Scale: Div(QK, c), Mul(QK, c) or Mul(c, QK), c a float32 scalar constant.
     std::string scale, scale_op = "none";
-    if (ir::Node* d = g.producer(scores, "Div"); d && g.scalar(d->inputs[1]) && g.const_dtype(d->inputs[1]) == DType::Float32) {
+    if (ir::Node* d = g.producer(scores, "Div");
+        d && g.scalar(d->inputs[1]) && g.const_dtype(d->inputs[1]) == DType::Float32) {
       scale = d->inputs[1];
       scale_op = "div";
       scores = d->inputs[0];
@@ -398,8 +411,10 @@ void fuse_attention(BuildState& s) {
     // K^T: Transpose(K, [0,1,3,2]) of [B,H,S,D] or Transpose(K, [0,2,3,1]) of [B,S,H,D].
     std::string k = qk->inputs[1], k_layout = "bhds";
     if (ir::Node* t = g.producer(k, "Transpose"); t && g.single_use(k)) {
-      if (perm_is(*t, {0, 1, 3, 2})) k_layout = "bhsd";
-      else if (perm_is(*t, {0, 2, 3, 1})) k_layout = "bshd";
+      if (perm_is(*t, {0, 1, 3, 2}))
+        k_layout = "bhsd";
+      else if (perm_is(*t, {0, 2, 3, 1}))
+        k_layout = "bshd";
       if (k_layout != "bhds") {
         k = t->inputs[0];
         matched.push_back(t);
@@ -448,7 +463,9 @@ void fuse_attention(BuildState& s) {
     }
     ir::Node f = make_node(*last, "reforge", "Attention", 1);
     f.inputs = {q, k, v, scale, mask, fill};
-    if (krep) f.inputs.insert(f.inputs.end(), {krep->expand_shape, krep->reshape_shape, vrep->expand_shape, vrep->reshape_shape});
+    if (krep)
+      f.inputs.insert(f.inputs.end(),
+                      {krep->expand_shape, krep->reshape_shape, vrep->expand_shape, vrep->reshape_shape});
     while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
     f.outputs = {last->outputs[0]};
     f.attrs["q_layout"] = ir::string_attr("q_layout", q_layout);
@@ -563,9 +580,12 @@ void fuse_layer_norm(BuildState& s) {
       bool reads = false;
       for (const auto& in : n.inputs) reads |= in == d;
       if (!reads) continue;
-      if (is(&n, "Pow") && n.inputs[0] == d && g.scalar_is(n.inputs[1], 2.0, 0.0)) sq = &n;
-      else if (is(&n, "Mul") && n.inputs.size() == 2 && n.inputs[0] == d && n.inputs[1] == d) sq = &n;
-      else if (is(&n, "Div") && n.inputs[0] == d) div = &n;
+      if (is(&n, "Pow") && n.inputs[0] == d && g.scalar_is(n.inputs[1], 2.0, 0.0))
+        sq = &n;
+      else if (is(&n, "Mul") && n.inputs.size() == 2 && n.inputs[0] == d && n.inputs[1] == d)
+        sq = &n;
+      else if (is(&n, "Div") && n.inputs[0] == d)
+        div = &n;
     }
     if (!sq || !div) continue;
     const int expected_uses = is(sq, "Mul") ? 3 : 2;

@@ -74,7 +74,9 @@ class GraphIndex {
     if (t.dtype() == DType::Int32) return static_cast<double>(t.data<int32_t>()[0]);
     return std::nullopt;
   }
-  DType const_dtype(const std::string& v) const { return is_const(v) ? s_.consts.at(v).value.dtype() : DType::Undefined; }
+  DType const_dtype(const std::string& v) const {
+    return is_const(v) ? s_.consts.at(v).value.dtype() : DType::Undefined;
+  }
   // True when a pass may rely on the constant's current value: it can never change after build.
   bool specializable(const std::string& v) const {
     if (!is_const(v)) return false;

@@ -67,8 +67,10 @@ void linear_weights_precision(BuildState& s) {
     // Once no node reads the float32 W, the build lets go of it (one float32 weight at a time is
     // held, not the model): now, or once linear-weights-packing has packed w16.
     if (--uses[l->w] == 0) {
-      if (s.pack_half_panels) s.cast_from[w16] = l->w;
-      else s.release_replaced(l->w, w16);
+      if (s.pack_half_panels)
+        s.cast_from[w16] = l->w;
+      else
+        s.release_replaced(l->w, w16);
     }
   }
 }

@@ -34,8 +34,8 @@ void pack_half_weights(BuildState& s) {
     const Tensor& w = s.consts.at(w16).value;
     if ((w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16) || w.rank() != 2) continue;
     const int64_t N = w.dim(1);
-    std::string wp = fold_into(s, w16, w16 + ".panels", "reforge", "PackPanels", 1,
-                               {{"transposed", ir::int_attr("transposed", 0)}});
+    std::string wp =
+        fold_into(s, w16, w16 + ".panels", "reforge", "PackPanels", 1, {{"transposed", ir::int_attr("transposed", 0)}});
     std::vector<std::string> inputs = {n.inputs[0], wp};
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) inputs.push_back(n.inputs[2]);
     std::map<std::string, ir::Attribute> attrs = {{"n", ir::int_attr("n", N)}};

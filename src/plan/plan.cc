@@ -4,9 +4,12 @@ namespace reforge::plan {
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::Fp32: return "fp32";
-    case Precision::Bf16: return "bf16";
-    case Precision::Fp16: return "fp16";
+    case Precision::Fp32:
+      return "fp32";
+    case Precision::Bf16:
+      return "bf16";
+    case Precision::Fp16:
+      return "fp16";
   }
   return "unknown";
 }
@@ -17,48 +20,66 @@ bool activations_allowed(Precision precision, Precision activations) {
 
 const char* build_mode_name(BuildMode m) {
   switch (m) {
-    case BuildMode::Baked: return "baked";
-    case BuildMode::Refit: return "refit";
-    case BuildMode::RefitIdentical: return "refit-identical";
-    case BuildMode::RefitIndividual: return "refit-individual";
+    case BuildMode::Baked:
+      return "baked";
+    case BuildMode::Refit:
+      return "refit";
+    case BuildMode::RefitIdentical:
+      return "refit-identical";
+    case BuildMode::RefitIndividual:
+      return "refit-individual";
   }
   return "unknown";
 }
 
 const char* weight_kind_name(WeightKind k) {
   switch (k) {
-    case WeightKind::Literal: return "literal";
-    case WeightKind::Derived: return "derived";
-    case WeightKind::Baked: return "baked";
+    case WeightKind::Literal:
+      return "literal";
+    case WeightKind::Derived:
+      return "derived";
+    case WeightKind::Baked:
+      return "baked";
   }
   return "unknown";
 }
 
 const char* weight_packing_name(WeightPacking w) {
   switch (w) {
-    case WeightPacking::Auto: return "auto";
-    case WeightPacking::Panels: return "panels";
-    case WeightPacking::Plain: return "plain";
+    case WeightPacking::Auto:
+      return "auto";
+    case WeightPacking::Panels:
+      return "panels";
+    case WeightPacking::Plain:
+      return "plain";
   }
   return "unknown";
 }
 
 const char* binding_status_name(Binding::Status s) {
   switch (s) {
-    case Binding::Status::None: return "none";
-    case Binding::Status::Bound: return "bound";
-    case Binding::Status::Unbound: return "unbound";
-    case Binding::Status::Constant: return "constant";
+    case Binding::Status::None:
+      return "none";
+    case Binding::Status::Bound:
+      return "bound";
+    case Binding::Status::Unbound:
+      return "unbound";
+    case Binding::Status::Constant:
+      return "constant";
   }
   return "unknown";
 }
 
 const char* binding_reason_name(Binding::Reason r) {
   switch (r) {
-    case Binding::Reason::None: return "";
-    case Binding::Reason::Structural: return "structural";
-    case Binding::Reason::Proven: return "proven";
-    case Binding::Reason::User: return "user";
+    case Binding::Reason::None:
+      return "";
+    case Binding::Reason::Structural:
+      return "structural";
+    case Binding::Reason::Proven:
+      return "proven";
+    case Binding::Reason::User:
+      return "user";
   }
   return "unknown";
 }

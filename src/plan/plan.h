@@ -96,7 +96,7 @@ struct Operand {
 };
 
 struct RecipeStep {
-  std::string domain;   // "" for ONNX ops; "reforge" for our own transforms (BatchNorm folding, ...)
+  std::string domain;  // "" for ONNX ops; "reforge" for our own transforms (BatchNorm folding, ...)
   std::string op_type;
   int opset = 0;
   std::map<std::string, ir::Attribute> attrs;  // no graph attributes
@@ -126,21 +126,21 @@ struct Recipe {
 struct Binding {
   enum class Status { None, Bound, Unbound, Constant };
   enum class Reason { None, Structural, Proven, User };
-  Status status = Status::None;         // None: the plan was built without a checkpoint
+  Status status = Status::None;  // None: the plan was built without a checkpoint
   struct Input {
     std::string name;  // checkpoint tensor name
     DType dtype = DType::Undefined;
     Shape shape;
   };
-  std::vector<Input> checkpoint;        // Bound: tensors read; Operand Source k is checkpoint[k]
-  std::vector<RecipeStep> steps;        // Bound: transforms (Slice, Gather, Transpose, Cast, Concat,
-                                        // Reshape, Expand); empty = identity or reshape of
-                                        // checkpoint[0]; result = last step
-  std::vector<Tensor> literals;         // Operand Literal k of a step is literals[k] (gather indices,
-                                        // shapes); Constant: literals[0] is the value
-  Reason reason = Reason::None;         // Constant: why it is one
-  std::string rule;                     // Constant: the structural rule or the proof (recipe, ulps)
-  std::string note;                     // Bound: how it was decided; Unbound: why it is not bound
+  std::vector<Input> checkpoint;  // Bound: tensors read; Operand Source k is checkpoint[k]
+  std::vector<RecipeStep> steps;  // Bound: transforms (Slice, Gather, Transpose, Cast, Concat,
+                                  // Reshape, Expand); empty = identity or reshape of
+                                  // checkpoint[0]; result = last step
+  std::vector<Tensor> literals;   // Operand Literal k of a step is literals[k] (gather indices,
+                                  // shapes); Constant: literals[0] is the value
+  Reason reason = Reason::None;   // Constant: why it is one
+  std::string rule;               // Constant: the structural rule or the proof (recipe, ulps)
+  std::string note;               // Bound: how it was decided; Unbound: why it is not bound
 };
 
 const char* binding_status_name(Binding::Status s);  // "none", "bound", "unbound", "constant"
@@ -155,7 +155,7 @@ struct Source {
   uint32_t slot = 0;               // input slot of the consumer
   DType dtype = DType::Undefined;
   Shape shape;
-  uint64_t hash = 0;               // XXH3-64 of the build-time bytes
+  uint64_t hash = 0;  // XXH3-64 of the build-time bytes
   bool refittable = true;
   Binding binding;
 };

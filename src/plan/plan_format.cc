@@ -8,11 +8,21 @@ bool valid_utf8(const std::string& s) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     size_t len;
     uint32_t cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; }
-    else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; }
-    else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; }
-    else return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else
+      return false;
     if (n - i < len) return false;
     for (size_t k = 1; k < len; ++k) {
       unsigned char cc = static_cast<unsigned char>(s[i + k]);
@@ -52,14 +62,15 @@ std::optional<std::string> from_hex(const std::string& hex) {
 }
 
 namespace {
-struct AttrName { ir::AttrType type; const char* name; };
+struct AttrName {
+  ir::AttrType type;
+  const char* name;
+};
 constexpr AttrName kAttrNames[] = {
-    {ir::AttrType::Undefined, "undefined"}, {ir::AttrType::Float, "float"},
-    {ir::AttrType::Int, "int"},             {ir::AttrType::String, "string"},
-    {ir::AttrType::Tensor, "tensor"},       {ir::AttrType::Graph, "graph"},
-    {ir::AttrType::Floats, "floats"},       {ir::AttrType::Ints, "ints"},
-    {ir::AttrType::Strings, "strings"},     {ir::AttrType::Tensors, "tensors"},
-    {ir::AttrType::Graphs, "graphs"},
+    {ir::AttrType::Undefined, "undefined"}, {ir::AttrType::Float, "float"},   {ir::AttrType::Int, "int"},
+    {ir::AttrType::String, "string"},       {ir::AttrType::Tensor, "tensor"}, {ir::AttrType::Graph, "graph"},
+    {ir::AttrType::Floats, "floats"},       {ir::AttrType::Ints, "ints"},     {ir::AttrType::Strings, "strings"},
+    {ir::AttrType::Tensors, "tensors"},     {ir::AttrType::Graphs, "graphs"},
 };
 }  // namespace
 
@@ -77,9 +88,12 @@ std::optional<ir::AttrType> attr_type_from_name(const std::string& s) {
 
 const char* operand_kind_name(Operand::Kind k) {
   switch (k) {
-    case Operand::Kind::Source: return "source";
-    case Operand::Kind::Literal: return "literal";
-    case Operand::Kind::Step: return "step";
+    case Operand::Kind::Source:
+      return "source";
+    case Operand::Kind::Literal:
+      return "literal";
+    case Operand::Kind::Step:
+      return "step";
   }
   return "unknown";
 }

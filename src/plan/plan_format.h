@@ -23,14 +23,14 @@ inline constexpr size_t kHeaderSize = 64;
 inline constexpr uint64_t kAlign = 64;
 
 // Byte offsets of the header fields (all little-endian).
-inline constexpr size_t kOffVersion = 8;        // u32 format version
-inline constexpr size_t kOffHeaderSize = 12;    // u32 header size (64)
-inline constexpr size_t kOffMetaOffset = 16;    // u64 metadata offset (= header size)
-inline constexpr size_t kOffMetaSize = 24;      // u64 metadata size
-inline constexpr size_t kOffDataOffset = 32;    // u64 data section offset (multiple of 64)
-inline constexpr size_t kOffDataSize = 40;      // u64 data section size
-inline constexpr size_t kOffMetaHash = 48;      // u64 XXH3-64 of the metadata bytes
-inline constexpr size_t kOffHeaderHash = 56;    // u64 XXH3-64 of header bytes [0, 56)
+inline constexpr size_t kOffVersion = 8;      // u32 format version
+inline constexpr size_t kOffHeaderSize = 12;  // u32 header size (64)
+inline constexpr size_t kOffMetaOffset = 16;  // u64 metadata offset (= header size)
+inline constexpr size_t kOffMetaSize = 24;    // u64 metadata size
+inline constexpr size_t kOffDataOffset = 32;  // u64 data section offset (multiple of 64)
+inline constexpr size_t kOffDataSize = 40;    // u64 data section size
+inline constexpr size_t kOffMetaHash = 48;    // u64 XXH3-64 of the metadata bytes
+inline constexpr size_t kOffHeaderHash = 56;  // u64 XXH3-64 of header bytes [0, 56)
 
 // XXH3-64, seed 0. On x86-64 through libxxhash's dispatcher, which picks the widest vector unit
 // the CPU has at run time (AVX2: about 2.5x the baseline SSE2 code); the value is the same.

@@ -2,7 +2,6 @@
 // (docs/plan-format.md) and writes it atomically. The reader is plan_read.cc.
 #include "plan/plan_io.h"
 
-
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -84,8 +83,7 @@ class Encoder {
     // Structural tensors first: they sit next to the metadata and are read on every load.
     j["graph"] = graph(p.graph);
     json lits = json::array();
-    for (size_t i = 0; i < p.literals.size(); ++i)
-      lits.push_back(tensor(p.literals[i], str_cat("literals[", i, "]")));
+    for (size_t i = 0; i < p.literals.size(); ++i) lits.push_back(tensor(p.literals[i], str_cat("literals[", i, "]")));
     j["literals"] = std::move(lits);
     json srcs = json::array();
     for (const auto& s : p.sources) srcs.push_back(source(s));
@@ -145,19 +143,32 @@ class Encoder {
     if (key != a.name) j["key"] = str(key);
     j["type"] = attr_type_name(a.type);
     switch (a.type) {
-      case ir::AttrType::Undefined: break;
-      case ir::AttrType::Float: j["f"] = float_to_bits(a.f); break;
-      case ir::AttrType::Int: j["i"] = a.i; break;
-      case ir::AttrType::String: j["s"] = str(a.s); break;
-      case ir::AttrType::Tensor: j["t"] = tensor(a.t, at); break;
+      case ir::AttrType::Undefined:
+        break;
+      case ir::AttrType::Float:
+        j["f"] = float_to_bits(a.f);
+        break;
+      case ir::AttrType::Int:
+        j["i"] = a.i;
+        break;
+      case ir::AttrType::String:
+        j["s"] = str(a.s);
+        break;
+      case ir::AttrType::Tensor:
+        j["t"] = tensor(a.t, at);
+        break;
       case ir::AttrType::Floats: {
         json f = json::array();
         for (float x : a.floats) f.push_back(float_to_bits(x));
         j["floats"] = std::move(f);
         break;
       }
-      case ir::AttrType::Ints: j["ints"] = ints(a.ints); break;
-      case ir::AttrType::Strings: j["strings"] = strs(a.strings); break;
+      case ir::AttrType::Ints:
+        j["ints"] = ints(a.ints);
+        break;
+      case ir::AttrType::Strings:
+        j["strings"] = strs(a.strings);
+        break;
       case ir::AttrType::Tensors: {
         json ts = json::array();
         for (size_t i = 0; i < a.tensors.size(); ++i) ts.push_back(tensor(a.tensors[i], str_cat(at, "[", i, "]")));
@@ -180,7 +191,9 @@ class Encoder {
   static json value_info(const ir::ValueInfo& v) {
     json shape = json::array();
     for (const auto& d : v.shape) shape.push_back(dim(d));
-    return json{{"name", str(v.name)}, {"dtype", static_cast<int32_t>(v.dtype)}, {"has_shape", v.has_shape},
+    return json{{"name", str(v.name)},
+                {"dtype", static_cast<int32_t>(v.dtype)},
+                {"has_shape", v.has_shape},
                 {"shape", std::move(shape)}};
   }
 
@@ -227,15 +240,15 @@ class Encoder {
 
   json source(const Source& s) {
     json j = json{{"key", str(s.key)},
-                {"names", strs(s.names)},
-                {"consumer", str(s.consumer)},
-                {"op_type", str(s.op_type)},
-                {"node_position", s.node_position},
-                {"slot", s.slot},
-                {"dtype", static_cast<int32_t>(s.dtype)},
-                {"shape", ints(s.shape)},
-                {"hash", hex64(s.hash)},
-                {"refittable", s.refittable}};
+                  {"names", strs(s.names)},
+                  {"consumer", str(s.consumer)},
+                  {"op_type", str(s.op_type)},
+                  {"node_position", s.node_position},
+                  {"slot", s.slot},
+                  {"dtype", static_cast<int32_t>(s.dtype)},
+                  {"shape", ints(s.shape)},
+                  {"hash", hex64(s.hash)},
+                  {"refittable", s.refittable}};
     // Written only when the plan was built with a checkpoint; older readers ignore it.
     if (s.binding.status != Binding::Status::None) {
       json steps = json::array();

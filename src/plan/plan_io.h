@@ -34,8 +34,9 @@ namespace reforge::plan {
 // Writes atomically through AtomicFile (core/atomic_file.h): an unnamed temporary file in the
 // destination folder where the filesystem allows, else "<path>.tmp.<pid>.<n>"; fsync, rename. An
 // error or a kill never leaves a partial file at `path`, and an error leaves no temporary file
-// (a kill on the named path leaves one, which the next write to `path` removes). Throws an Error for graphs with subgraph attributes, tensors of
-// types without a fixed byte size, and weight data whose dtype/shape differ from the entry's.
+// (a kill on the named path leaves one, which the next write to `path` removes). Throws an Error for graphs with
+// subgraph attributes, tensors of types without a fixed byte size, and weight data whose dtype/shape differ from the
+// entry's.
 void write_plan(const Plan& plan, const std::string& path);
 
 // The exact bytes write_plan writes.
@@ -60,7 +61,7 @@ Plan read_plan(const std::string& path, const ReadOptions& options = {});
 // Parses plan bytes held by `owner` (which must keep [data, data+size) alive; tensors share it).
 // `what` names the input in errors, e.g. "plan 'x.plan'". If `data` is not 64-byte aligned the
 // bytes are first copied into an aligned buffer, so tensors are always 64-byte aligned.
-Plan parse_plan(std::shared_ptr<const void> owner, const void* data, size_t size,
-                const ReadOptions& options = {}, const std::string& what = "plan");
+Plan parse_plan(std::shared_ptr<const void> owner, const void* data, size_t size, const ReadOptions& options = {},
+                const std::string& what = "plan");
 
 }  // namespace reforge::plan

@@ -111,7 +111,8 @@ std::vector<std::pair<std::string, std::string>> pairs(const json& j, const std:
 
 DType dtype_field(const json& obj, const std::string& where) {
   int code = as_int(field(obj, "dtype", where), at(where, "dtype"));
-  if (code != 0 && dtype_from_onnx(code) == DType::Undefined) fail(at(where, "dtype"), ": unknown element type code ", code);
+  if (code != 0 && dtype_from_onnx(code) == DType::Undefined)
+    fail(at(where, "dtype"), ": unknown element type code ", code);
   return static_cast<DType>(code);
 }
 
@@ -146,11 +147,11 @@ ir::Dim dim(const json& j, const std::string& where) {
 
 // A loaded weight's bytes and the hashes the plan records for them.
 struct WeightCheck {
-  size_t weight;             // index into Plan::weights
+  size_t weight;  // index into Plan::weights
   const unsigned char* data;
   uint64_t nbytes;
-  uint64_t recorded;         // the data ref's hash
-  uint64_t expected;         // WeightEntry::hash
+  uint64_t recorded;  // the data ref's hash
+  uint64_t expected;  // WeightEntry::hash
   uint64_t file_offset;
   std::vector<uint64_t> pieces;  // recorded hashes of its kPiece-byte pieces (large weights), or empty
 };
@@ -241,12 +242,12 @@ class Decoder {
     }
     uint64_t esize = dtype_size(dtype);
     if (numel > std::numeric_limits<uint64_t>::max() / esize || numel * esize != nbytes)
-      fail(where, ": ", nbytes, " bytes stored, but ", dtype_name(dtype), shape_str(shape), " needs ",
-           numel, " x ", esize, " bytes");
+      fail(where, ": ", nbytes, " bytes stored, but ", dtype_name(dtype), shape_str(shape), " needs ", numel, " x ",
+           esize, " bytes");
     if (offset % kAlign != 0) fail(where, ": offset ", offset, " is not a multiple of ", kAlign);
     if (offset > size_ || nbytes > size_ - offset)
-      fail(where, ": bytes [", offset, ", ", offset, "+", nbytes, ") lie past the end of the data section (",
-           size_, " bytes)");
+      fail(where, ": bytes [", offset, ", ", offset, "+", nbytes, ") lie past the end of the data section (", size_,
+           " bytes)");
     return data_ + offset;
   }
 
@@ -276,18 +277,31 @@ class Decoder {
     if (!t) fail(w, ": unknown attribute type '", type, "'");
     a.type = *t;
     switch (a.type) {
-      case ir::AttrType::Undefined: break;
-      case ir::AttrType::Float: a.f = bits_to_float(as_u32(field(j, "f", w), at(w, "f"))); break;
-      case ir::AttrType::Int: a.i = as_i64(field(j, "i", w), at(w, "i")); break;
-      case ir::AttrType::String: a.s = str_field(j, "s", w); break;
-      case ir::AttrType::Tensor: a.t = tensor(field(j, "t", w), at(w, "t")); break;
+      case ir::AttrType::Undefined:
+        break;
+      case ir::AttrType::Float:
+        a.f = bits_to_float(as_u32(field(j, "f", w), at(w, "f")));
+        break;
+      case ir::AttrType::Int:
+        a.i = as_i64(field(j, "i", w), at(w, "i"));
+        break;
+      case ir::AttrType::String:
+        a.s = str_field(j, "s", w);
+        break;
+      case ir::AttrType::Tensor:
+        a.t = tensor(field(j, "t", w), at(w, "t"));
+        break;
       case ir::AttrType::Floats: {
         const json& f = as_array(field(j, "floats", w), at(w, "floats"));
         for (size_t i = 0; i < f.size(); ++i) a.floats.push_back(bits_to_float(as_u32(f[i], at(at(w, "floats"), i))));
         break;
       }
-      case ir::AttrType::Ints: a.ints = int64s(field(j, "ints", w), at(w, "ints")); break;
-      case ir::AttrType::Strings: a.strings = strings(field(j, "strings", w), at(w, "strings")); break;
+      case ir::AttrType::Ints:
+        a.ints = int64s(field(j, "ints", w), at(w, "ints"));
+        break;
+      case ir::AttrType::Strings:
+        a.strings = strings(field(j, "strings", w), at(w, "strings"));
+        break;
       case ir::AttrType::Tensors: {
         const json& ts = as_array(field(j, "tensors", w), at(w, "tensors"));
         for (size_t i = 0; i < ts.size(); ++i) a.tensors.push_back(tensor(ts[i], at(at(w, "tensors"), i)));
@@ -382,10 +396,14 @@ class Decoder {
   Binding binding(const json& j, const std::string& where) {
     Binding b;
     std::string status = str_field(j, "status", where);
-    if (status == "bound") b.status = Binding::Status::Bound;
-    else if (status == "unbound") b.status = Binding::Status::Unbound;
-    else if (status == "constant") b.status = Binding::Status::Constant;
-    else if (status != "none") fail(at(where, "status"), ": unknown binding status '", status, "'");
+    if (status == "bound")
+      b.status = Binding::Status::Bound;
+    else if (status == "unbound")
+      b.status = Binding::Status::Unbound;
+    else if (status == "constant")
+      b.status = Binding::Status::Constant;
+    else if (status != "none")
+      fail(at(where, "status"), ": unknown binding status '", status, "'");
     if (j.contains("literals")) {
       const json& lits = as_array(j["literals"], at(where, "literals"));
       for (size_t i = 0; i < lits.size(); ++i) {
@@ -396,10 +414,14 @@ class Decoder {
     }
     if (b.status == Binding::Status::Constant) {
       std::string reason = str_field(j, "reason", where);
-      if (reason == "structural") b.reason = Binding::Reason::Structural;
-      else if (reason == "proven") b.reason = Binding::Reason::Proven;
-      else if (reason == "user") b.reason = Binding::Reason::User;
-      else fail(at(where, "reason"), ": unknown constant reason '", reason, "'");
+      if (reason == "structural")
+        b.reason = Binding::Reason::Structural;
+      else if (reason == "proven")
+        b.reason = Binding::Reason::Proven;
+      else if (reason == "user")
+        b.reason = Binding::Reason::User;
+      else
+        fail(at(where, "reason"), ": unknown constant reason '", reason, "'");
       b.rule = str_field(j, "rule", where);
       if (b.literals.empty()) fail(where, ": a constant source has no value");
     }
@@ -432,12 +454,13 @@ class Decoder {
       }
       b.steps.push_back(std::move(st));
     }
-    if (b.status == Binding::Status::Bound && b.checkpoint.empty()) fail(where, ": a bound source names no checkpoint tensor");
+    if (b.status == Binding::Status::Bound && b.checkpoint.empty())
+      fail(where, ": a bound source names no checkpoint tensor");
     return b;
   }
 
   void check_operand(const Operand& o, const Plan& p, size_t steps_before, const std::string& where) {
-    size_t limit = o.kind == Operand::Kind::Source ? p.sources.size()
+    size_t limit = o.kind == Operand::Kind::Source    ? p.sources.size()
                    : o.kind == Operand::Kind::Literal ? p.literals.size()
                                                       : steps_before;
     if (o.index >= limit)
@@ -487,7 +510,8 @@ class Decoder {
     const json& srcs = as_array(field(j, "sources", wh), at(wh, "sources"));
     for (size_t i = 0; i < srcs.size(); ++i) {
       uint32_t s = as_u32(srcs[i], at(at(wh, "sources"), i));
-      if (s >= p.sources.size()) fail(at(at(wh, "sources"), i), ": source ", s, " does not exist (count: ", p.sources.size(), ")");
+      if (s >= p.sources.size())
+        fail(at(at(wh, "sources"), i), ": source ", s, " does not exist (count: ", p.sources.size(), ")");
       w.sources.push_back(s);
     }
     w.hash = hash_field(j, "hash", wh);
@@ -499,13 +523,19 @@ class Decoder {
         w.data = Tensor::wrap(w.dtype, w.shape, owner_, ptr);
         // Hashed later, all weights at once and in parallel (verify_weight_data).
         if (options_.verify_weight_hashes) {
-          checks_.push_back({p.weights.size(), ptr, w.data.nbytes(), recorded, w.hash,
-                             data_offset_ + static_cast<uint64_t>(ptr - data_), {}});
+          checks_.push_back({p.weights.size(),
+                             ptr,
+                             w.data.nbytes(),
+                             recorded,
+                             w.hash,
+                             data_offset_ + static_cast<uint64_t>(ptr - data_),
+                             {}});
           if (data.contains("xxh3_pieces")) {
             const json& pieces = as_array(data["xxh3_pieces"], at(at(wh, "data"), "xxh3_pieces"));
             const uint64_t n = w.data.nbytes(), want = n > kPiece ? (n + kPiece - 1) / kPiece : 0;
             if (pieces.size() != want)
-              fail(at(at(wh, "data"), "xxh3_pieces"), ": ", pieces.size(), " piece hashes for ", n, " bytes (expected ", want, ")");
+              fail(at(at(wh, "data"), "xxh3_pieces"), ": ", pieces.size(), " piece hashes for ", n, " bytes (expected ",
+                   want, ")");
             for (size_t k = 0; k < pieces.size(); ++k) {
               auto v = pieces[k].is_string() ? parse_hex64(pieces[k].get<std::string>()) : std::nullopt;
               if (!v) fail(at(at(at(wh, "data"), "xxh3_pieces"), k), ": expected 16 hex digits");
@@ -532,7 +562,8 @@ class Decoder {
 void populate(const unsigned char* p, uint64_t n) {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
-  if (n == 0 || ::madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(p) + n - begin, MADV_POPULATE_READ) == 0)
+  if (n == 0 ||
+      ::madvise(reinterpret_cast<void*>(begin), reinterpret_cast<uintptr_t>(p) + n - begin, MADV_POPULATE_READ) == 0)
     return;
   unsigned char sum = 0;
   for (uint64_t i = 0; i < n; i += page) sum = static_cast<unsigned char>(sum + p[i]);
@@ -590,22 +621,27 @@ void verify_weight_data(const Plan& plan, const std::vector<WeightCheck>& checks
       // The pieces vouch for the bytes; the whole-data hash must still be the weight's own.
       actual[i] = k == c.pieces.size() ? c.recorded : ~c.recorded;
       if (k < c.pieces.size()) {
-        std::string from = str_cat("engine weight '", w.name, "' (", weight_kind_name(w.kind), " ", dtype_name(w.dtype),
-                                   shape_str(w.shape), "; weights[", c.weight, "], file bytes [", c.file_offset + k * kPiece,
-                                   ", ", c.file_offset + std::min<uint64_t>(c.nbytes, (k + 1) * kPiece), "))");
-        bad.push_back(str_cat(from, ": data hash mismatch in piece ", k, " of ", c.pieces.size(), ": its bytes hash to ",
-                              hex64(actual_pieces[i][k]), ", the plan records ", hex64(c.pieces[k])));
+        std::string from =
+            str_cat("engine weight '", w.name, "' (", weight_kind_name(w.kind), " ", dtype_name(w.dtype),
+                    shape_str(w.shape), "; weights[", c.weight, "], file bytes [", c.file_offset + k * kPiece, ", ",
+                    c.file_offset + std::min<uint64_t>(c.nbytes, (k + 1) * kPiece), "))");
+        bad.push_back(str_cat(from, ": data hash mismatch in piece ", k, " of ", c.pieces.size(),
+                              ": its bytes hash to ", hex64(actual_pieces[i][k]), ", the plan records ",
+                              hex64(c.pieces[k])));
         continue;
       }
     }
     if (actual[i] == c.recorded && c.recorded == c.expected) continue;
     std::string from;
     for (size_t k = 0; k < w.sources.size() && k < 3; ++k)
-      from += str_cat(k ? ", '" : " from '", plan.sources[w.sources[k]].names.empty() ? plan.sources[w.sources[k]].key : plan.sources[w.sources[k]].names[0], "'");
+      from += str_cat(k ? ", '" : " from '",
+                      plan.sources[w.sources[k]].names.empty() ? plan.sources[w.sources[k]].key
+                                                               : plan.sources[w.sources[k]].names[0],
+                      "'");
     if (w.sources.size() > 3) from += ", ...";
     std::string where = str_cat("engine weight '", w.name, "' (", weight_kind_name(w.kind), " ", dtype_name(w.dtype),
-                                shape_str(w.shape), from, "; weights[", c.weight, "], file bytes [", c.file_offset, ", ",
-                                c.file_offset + c.nbytes, "))");
+                                shape_str(w.shape), from, "; weights[", c.weight, "], file bytes [", c.file_offset,
+                                ", ", c.file_offset + c.nbytes, "))");
     if (actual[i] != c.recorded)
       bad.push_back(str_cat(where, ": data hash mismatch: its bytes hash to ", hex64(actual[i]), ", the plan records ",
                             hex64(c.recorded)));
@@ -636,7 +672,8 @@ Plan parse_plan(std::shared_ptr<const void> owner, const void* data, size_t size
   }
   const auto* p = static_cast<const unsigned char*>(data);
 
-  if (std::memcmp(p, kMagic, std::min(size, sizeof kMagic)) != 0) fail(what, " is not a reforge plan (wrong magic bytes)");
+  if (std::memcmp(p, kMagic, std::min(size, sizeof kMagic)) != 0)
+    fail(what, " is not a reforge plan (wrong magic bytes)");
   if (size < kOffVersion + 4) fail(what, " is truncated: ", size, " bytes, the header alone has ", kHeaderSize);
   // Magic and version keep their place in every format version, so this check always applies.
   uint32_t version = get_u32(p + kOffVersion);
@@ -650,7 +687,8 @@ Plan parse_plan(std::shared_ptr<const void> owner, const void* data, size_t size
   uint32_t header_size = get_u32(p + kOffHeaderSize);
   uint64_t meta_offset = get_u64(p + kOffMetaOffset), meta_size = get_u64(p + kOffMetaSize);
   uint64_t data_offset = get_u64(p + kOffDataOffset), data_size = get_u64(p + kOffDataSize);
-  if (header_size != kHeaderSize || meta_offset != kHeaderSize) fail(what, ": invalid header (header size ", header_size, ")");
+  if (header_size != kHeaderSize || meta_offset != kHeaderSize)
+    fail(what, ": invalid header (header size ", header_size, ")");
   if (data_offset % kAlign != 0 || data_offset < meta_offset || meta_size > data_offset - meta_offset)
     fail(what, ": invalid header (metadata at ", meta_offset, "+", meta_size, ", data at ", data_offset, ")");
   if (data_size > std::numeric_limits<uint64_t>::max() - data_offset)

@@ -10,7 +10,8 @@ std::string unbound_report(const plan::Plan& p, size_t limit) {
   std::string list;
   size_t n = 0;
   for (const auto& s : p.sources) {
-    if (!s.refittable || s.binding.status == plan::Binding::Status::Bound || s.binding.status == plan::Binding::Status::Constant)
+    if (!s.refittable || s.binding.status == plan::Binding::Status::Bound ||
+        s.binding.status == plan::Binding::Status::Constant)
       continue;
     if (++n > limit) continue;
     std::string name = s.names.empty() ? s.key : s.names[0];
@@ -28,8 +29,10 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
   if (!unbound.empty())
     fail("refit from ", ckpt.description(), ": this plan has ", unbound,
          "\nA checkpoint cannot refit this plan; nothing was changed. Ways forward:"
-         "\n  - bind each at build time: reforge build ... --checkpoint CKPT --bind ONNX_NAME=CHECKPOINT_NAME (or --bind-file);"
-         "\n  - declare it structure, if its values never change with the weights: --literal ONNX_NAME (or \"literals\" in --bind-file);"
+         "\n  - bind each at build time: reforge build ... --checkpoint CKPT --bind ONNX_NAME=CHECKPOINT_NAME (or "
+         "--bind-file);"
+         "\n  - declare it structure, if its values never change with the weights: --literal ONNX_NAME (or "
+         "\"literals\" in --bind-file);"
          "\n  - refit from a re-exported ONNX model instead: reforge refit PLAN --weights NEW.onnx");
   CheckpointSources out;
   std::set<std::string> used;
@@ -43,8 +46,8 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
         fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' (bound to source '", s.key,
              "') is missing from the checkpoint");
       if (t->dtype() != in.dtype || t->shape() != in.shape)
-        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' is ", t->describe(), ", the plan expects ",
-             dtype_name(in.dtype), shape_str(in.shape), " (bound to source '", s.key, "')");
+        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' is ", t->describe(),
+             ", the plan expects ", dtype_name(in.dtype), shape_str(in.shape), " (bound to source '", s.key, "')");
       used.insert(in.name);
       ins.push_back(*t);
     }

@@ -23,9 +23,9 @@ struct CheckpointSources {
 // is bound or constant.
 std::string unbound_report(const plan::Plan& plan, size_t limit);
 
-// Every refittable source's new value from `ckpt` (a constant source: its build-time value). Throws, before anything is read, when the
-// plan has refittable sources that are not bound (naming them and why); and when a bound
-// checkpoint tensor is missing or has another dtype or shape (naming it).
+// Every refittable source's new value from `ckpt` (a constant source: its build-time value). Throws, before anything is
+// read, when the plan has refittable sources that are not bound (naming them and why); and when a bound checkpoint
+// tensor is missing or has another dtype or shape (naming it).
 CheckpointSources sources_from_checkpoint(const plan::Plan& plan, const Checkpoint& ckpt);
 
 // "3 checkpoint tensors are not used by this plan: a, b, c" (names elided past 8); "" if none.

@@ -12,9 +12,12 @@ namespace reforge::refit {
 
 const char* refit_mode_name(RefitMode m) {
   switch (m) {
-    case RefitMode::Fast: return "fast";
-    case RefitMode::Slow: return "slow";
-    case RefitMode::Verify: return "verify";
+    case RefitMode::Fast:
+      return "fast";
+    case RefitMode::Slow:
+      return "slow";
+    case RefitMode::Verify:
+      return "verify";
   }
   return "?";
 }
@@ -25,17 +28,18 @@ std::string RefitReport::summary() const {
   const CommitReport& c = commit;
   if (!note.empty()) os << "refit (" << (mode == RefitMode::Slow ? "slow" : "verify") << "): " << note << "\n";
   if (from == "checkpoint") {
-    os << "refit (checkpoint): read+bind " << read_ms << " ms, validate " << c.validate_ms << " ms, replay " << c.replay_ms
-       << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources -> " << c.weights_replayed
-       << " engine weights\n";
+    os << "refit (checkpoint): read+bind " << read_ms << " ms, validate " << c.validate_ms << " ms, replay "
+       << c.replay_ms << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources -> "
+       << c.weights_replayed << " engine weights\n";
     if (!unused.empty()) os << unused_summary(unused) << "\n";
   } else if (mode == RefitMode::Slow) {
-    os << "refit (slow): import+build " << read_ms << " ms, validate " << c.validate_ms << " ms, commit " << c.commit_ms << " ms, "
-       << c.weights_replayed << " weights, " << c.bytes_out << " bytes\n";
+    os << "refit (slow): import+build " << read_ms << " ms, validate " << c.validate_ms << " ms, commit " << c.commit_ms
+       << " ms, " << c.weights_replayed << " weights, " << c.bytes_out << " bytes\n";
   } else {
-    os << "refit (" << (from == "tensors" ? "tensors" : "fast") << "): read " << read_ms << " ms, validate " << c.validate_ms
-       << " ms, replay " << c.replay_ms << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources ("
-       << c.bytes_in << " bytes) -> " << c.weights_replayed << " engine weights (" << c.bytes_out << " bytes)\n";
+    os << "refit (" << (from == "tensors" ? "tensors" : "fast") << "): read " << read_ms << " ms, validate "
+       << c.validate_ms << " ms, replay " << c.replay_ms << " ms, commit " << c.commit_ms << " ms; " << c.sources_set
+       << " sources (" << c.bytes_in << " bytes) -> " << c.weights_replayed << " engine weights (" << c.bytes_out
+       << " bytes)\n";
     if (mode == RefitMode::Verify)
       os << "refit --verify: fast == slow for all " << verified << " derived engine weights, bit for bit (" << verify_ms
          << " ms)\n";
@@ -51,7 +55,8 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
          " tensor(s) given)");
   const bool checkpoint = !req.files.empty() && is_safetensors_path(req.files[0]);
   if (!req.files.empty() && !checkpoint)
-    fail("refit from '", req.files[0], "': not a safetensors checkpoint; ONNX models are read on the build side "
+    fail("refit from '", req.files[0],
+         "': not a safetensors checkpoint; ONNX models are read on the build side "
          "(build::refit_from in build/onnx_refit.h)");
   if (req.mode != RefitMode::Fast)
     fail("refit: a ", refit_mode_name(req.mode), " refit (--slow, --verify) needs a re-exported ONNX model, not ",

@@ -48,14 +48,14 @@ struct RefitRequest {
 };
 
 struct RefitReport {
-  std::string from;      // "checkpoint", "tensors" or "onnx"
+  std::string from;  // "checkpoint", "tensors" or "onnx"
   RefitMode mode = RefitMode::Fast;
   CommitReport commit;   // of the fast commit (slow: of the rebuilt one)
   double read_ms = 0;    // reading the new weights: checkpoint read and bindings, ONNX import (slow: and rebuild)
   double verify_ms = 0;  // verify: the rebuild and the comparison
   size_t verified = 0;   // verify: derived engine weights found equal, bit for bit
   std::vector<std::string> unused;  // checkpoint tensors no binding reads (ignored)
-  std::string note;      // slow/verify: how the rebuild's options were found, when not from the plan's record
+  std::string note;  // slow/verify: how the rebuild's options were found, when not from the plan's record
 
   // What the CLI prints: a line of phases and counts, and one on verification or unused tensors.
   std::string summary() const;

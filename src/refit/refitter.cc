@@ -1,15 +1,14 @@
-#include "core/timing.h"
 #include "refit/refitter.h"
-
-#include <chrono>
-#include <cmath>
-#include <set>
 
 #include <xxhash.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <set>
 
 #include "core/dispatch.h"
+#include "core/timing.h"
 #include "transforms/recipe.h"
 
 namespace reforge::refit {
@@ -41,11 +40,16 @@ int64_t first_nonfinite(const U* p, int64_t n, U exp_mask) {
 
 int64_t first_nonfinite(DType dt, const void* p, int64_t n) {
   switch (dt) {
-    case DType::Float32: return first_nonfinite(static_cast<const uint32_t*>(p), n, uint32_t{0x7f800000});
-    case DType::Float64: return first_nonfinite(static_cast<const uint64_t*>(p), n, uint64_t{0x7ff0000000000000});
-    case DType::Float16: return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7c00});
-    case DType::BFloat16: return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7f80});
-    default: return -1;
+    case DType::Float32:
+      return first_nonfinite(static_cast<const uint32_t*>(p), n, uint32_t{0x7f800000});
+    case DType::Float64:
+      return first_nonfinite(static_cast<const uint64_t*>(p), n, uint64_t{0x7ff0000000000000});
+    case DType::Float16:
+      return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7c00});
+    case DType::BFloat16:
+      return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7f80});
+    default:
+      return -1;
   }
 }
 
@@ -122,15 +126,17 @@ std::string source_origin(const plan::Source& s) {
   if (!o.empty()) o += ")";
   if (s.binding.status == plan::Binding::Status::Bound && !s.binding.checkpoint.empty()) {
     o += " (from checkpoint tensor";
-    for (size_t i = 0; i < s.binding.checkpoint.size(); ++i) o += (i ? ", '" : " '") + s.binding.checkpoint[i].name + "'";
+    for (size_t i = 0; i < s.binding.checkpoint.size(); ++i)
+      o += (i ? ", '" : " '") + s.binding.checkpoint[i].name + "'";
     o += ")";
   }
   return o;
 }
 
 [[noreturn]] void fail_nonfinite(const std::string& what, const std::string& origin, const Tensor& t, int64_t i) {
-  fail("refit: ", what, origin, " holds ", element_str(t, i), " at index ", index_str(t.shape(), i), " (flat index ", i, " of ",
-       t.describe(), "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+  fail("refit: ", what, origin, " holds ", element_str(t, i), " at index ", index_str(t.shape(), i), " (flat index ", i,
+       " of ", t.describe(),
+       "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
 }
 
 // Sources whose values the engine keeps after a commit, for a later incremental refit:
@@ -184,7 +190,8 @@ std::vector<std::string> Refitter::missing() const {
   }
   std::vector<std::string> out;
   for (size_t s = 0; s < p.sources.size(); ++s)
-    if (needed[s] && !pending_.count(static_cast<uint32_t>(s)) && !engine_.source_value(static_cast<uint32_t>(s)).defined())
+    if (needed[s] && !pending_.count(static_cast<uint32_t>(s)) &&
+        !engine_.source_value(static_cast<uint32_t>(s)).defined())
       out.push_back(p.sources[s].key);
   return out;
 }
@@ -194,9 +201,11 @@ void Refitter::set_source(uint32_t id, const Tensor& value) {
   REFORGE_CHECK(id < p.sources.size(), "refit: no source with id ", id);
   const plan::Source& s = p.sources[id];
   if (!s.refittable)
-    fail("refit: source '", s.key, "' is baked into this plan (", plan::build_mode_name(p.mode), " build) and cannot be refit");
+    fail("refit: source '", s.key, "' is baked into this plan (", plan::build_mode_name(p.mode),
+         " build) and cannot be refit");
   if (value.dtype() != s.dtype || value.shape() != s.shape)
-    fail("refit: source '", s.key, "' has ", value.describe(), ", the plan expects ", dtype_name(s.dtype), shape_str(s.shape));
+    fail("refit: source '", s.key, "' has ", value.describe(), ", the plan expects ", dtype_name(s.dtype),
+         shape_str(s.shape));
   pending_[id] = value;
 }
 
@@ -239,8 +248,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     if (!un.empty()) {
       size_t refittable = 0;
       for (const auto& s : p.sources) refittable += s.refittable;
-      fail("refit: ", un.size(), " of ", refittable, " refittable source(s) were not given a value; a refit sets every one "
-           "(an incremental refit, CommitOptions::incremental, keeps the engine's values of the others):", list_keys(un));
+      fail("refit: ", un.size(), " of ", refittable,
+           " refittable source(s) were not given a value; a refit sets every one "
+           "(an incremental refit, CommitOptions::incremental, keeps the engine's values of the others):",
+           list_keys(un));
     }
   }
   auto miss = missing();
@@ -262,9 +273,11 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite);
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
-    if (scans[i].nonfinite >= 0) fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
+    if (scans[i].nonfinite >= 0)
+      fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
     if (identical && scans[i].hash != s.hash)
-      fail("refit: source '", s.key, "'", source_origin(s), " differs from the weights this refit-identical plan was built with; "
+      fail("refit: source '", s.key, "'", source_origin(s),
+           " differs from the weights this refit-identical plan was built with; "
            "refit-identical plans accept only the build-time weights (rebuild with --refit to change weights)");
   }
   // The values kept (incremental): every one the engine holds the bytes of must still hash to
@@ -276,7 +289,8 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     for (size_t s = 0; s < p.sources.size(); ++s) {
       if (!p.sources[s].refittable || pending_.count(static_cast<uint32_t>(s))) continue;
       if (identical && engine_.source_hash(static_cast<uint32_t>(s)) != p.sources[s].hash)
-        fail("refit: source '", p.sources[s].key, "' (not set in this incremental refit) holds other values than the weights "
+        fail("refit: source '", p.sources[s].key,
+             "' (not set in this incremental refit) holds other values than the weights "
              "this refit-identical plan was built with");
       Tensor value = engine_.source_value(static_cast<uint32_t>(s));
       if (!value.defined()) continue;
@@ -288,8 +302,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     const std::vector<Scan> kept_scans = scan_all(kept_values, std::vector<bool>(kept.size(), true), false);
     for (size_t i = 0; i < kept.size(); ++i)
       if (kept_scans[i].hash != engine_.source_hash(kept[i]))
-        fail("refit: source '", p.sources[kept[i]].key, "' (not set in this incremental refit): the value the engine holds no "
-             "longer hashes to the value it was given (memory corrupted, or changed outside a refit); set it too, or refit "
+        fail("refit: source '", p.sources[kept[i]].key,
+             "' (not set in this incremental refit): the value the engine holds no "
+             "longer hashes to the value it was given (memory corrupted, or changed outside a refit); set it too, or "
+             "refit "
              "every source");
   }
   rep.validate_ms = ms_since(t0);
@@ -311,7 +327,8 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
       throw e.with_context("while replaying the recipe of engine weight '" + w.name + "'");
     }
     if (t.dtype() != w.dtype || t.shape() != w.shape)
-      fail("refit: engine weight '", w.name, "' came out ", t.describe(), ", the plan expects ", dtype_name(w.dtype), shape_str(w.shape));
+      fail("refit: engine weight '", w.name, "' came out ", t.describe(), ", the plan expects ", dtype_name(w.dtype),
+           shape_str(w.shape));
     rep.bytes_out += t.nbytes();
     staged.set_weight(w.name, std::move(t));
   }
@@ -342,7 +359,8 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
   if (p.mode == plan::BuildMode::RefitIdentical)
     for (size_t i = 0; i < p.sources.size(); ++i)
       if (fresh.sources[i].hash != p.sources[i].hash)
-        fail("refit: source '", p.sources[i].key, "' differs from the weights this refit-identical plan was built with");
+        fail("refit: source '", p.sources[i].key,
+             "' differs from the weights this refit-identical plan was built with");
   runtime::WeightUpdate staged;
   for (size_t i = 0; i < p.weights.size(); ++i) {
     const auto& w = p.weights[i];

@@ -56,12 +56,14 @@ bool is_safetensors_path(const std::string& path) {
   return path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0;
 }
 
-Checkpoint Checkpoint::parse(std::shared_ptr<const void> owner, const void* data, size_t size, const std::string& what) {
+Checkpoint Checkpoint::parse(std::shared_ptr<const void> owner, const void* data, size_t size,
+                             const std::string& what) {
   const auto* bytes = static_cast<const unsigned char*>(data);
   if (size < 8) fail(what, ": file is ", size, " bytes, too short for a safetensors header (8-byte length)");
   uint64_t n = read_le64(bytes);
   if (n > size - 8)
-    fail(what, ": header length ", n, " runs past the end of the file (", size, " bytes): truncated or not a safetensors file");
+    fail(what, ": header length ", n, " runs past the end of the file (", size,
+         " bytes): truncated or not a safetensors file");
   const char* hb = reinterpret_cast<const char*>(bytes + 8);
   json header = json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded()) fail(what, ": header is not well-formed JSON");
@@ -90,10 +92,12 @@ Checkpoint Checkpoint::parse(std::shared_ptr<const void> owner, const void* data
       fail(at, ": 'data_offsets' must be two non-negative integers");
     DType dtype = dtype_from_name(dt->get<std::string>());
     if (dtype == DType::Undefined)
-      fail(at, ": unsupported dtype '", dt->get<std::string>(), "' (supported: F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL)");
+      fail(at, ": unsupported dtype '", dt->get<std::string>(),
+           "' (supported: F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL)");
     Shape shape;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) fail(at, ": shape ", sh->dump(), " has a dimension that is not a non-negative integer");
+      if (!d.is_number_unsigned())
+        fail(at, ": shape ", sh->dump(), " has a dimension that is not a non-negative integer");
       uint64_t v = d.get<uint64_t>();
       if (v > (uint64_t(1) << 62)) fail(at, ": shape ", sh->dump(), " is too large");
       shape.push_back(static_cast<int64_t>(v));
@@ -107,7 +111,8 @@ Checkpoint Checkpoint::parse(std::shared_ptr<const void> owner, const void* data
     uint64_t b = (*off)[0].get<uint64_t>(), en = (*off)[1].get<uint64_t>();
     if (b > en) fail(at, ": data_offsets [", b, ",", en, "] are reversed");
     if (en > data_size)
-      fail(at, ": data_offsets [", b, ",", en, "] lie outside the data section (", data_size, " bytes): file truncated?");
+      fail(at, ": data_offsets [", b, ",", en, "] lie outside the data section (", data_size,
+           " bytes): file truncated?");
     uint64_t expect = static_cast<uint64_t>(numel) * dtype_size(dtype);
     if (en - b != expect)
       fail(at, ": ", en - b, " bytes of data, but ", dt->get<std::string>(), shape_str(shape), " needs ", expect);
@@ -123,9 +128,10 @@ Checkpoint Checkpoint::parse(std::shared_ptr<const void> owner, const void* data
   }
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].begin < ranges[i - 1].end && ranges[i].begin != ranges[i].end && ranges[i - 1].begin != ranges[i - 1].end)
-      fail(what, ": tensors '", ranges[i - 1].name, "' [", ranges[i - 1].begin, ",", ranges[i - 1].end, ") and '", ranges[i].name,
-           "' [", ranges[i].begin, ",", ranges[i].end, ") overlap");
+    if (ranges[i].begin < ranges[i - 1].end && ranges[i].begin != ranges[i].end &&
+        ranges[i - 1].begin != ranges[i - 1].end)
+      fail(what, ": tensors '", ranges[i - 1].name, "' [", ranges[i - 1].begin, ",", ranges[i - 1].end, ") and '",
+           ranges[i].name, "' [", ranges[i].begin, ",", ranges[i].end, ") overlap");
   return c;
 }
 
@@ -180,7 +186,8 @@ Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
     for (auto& [n, file] : one.files_) file = f;
     all.merge(std::move(one));
   }
-  all.description_ = "checkpoint '" + files[0] + "'" + (files.size() > 1 ? str_cat(" (+", files.size() - 1, " more files)") : "");
+  all.description_ =
+      "checkpoint '" + files[0] + "'" + (files.size() > 1 ? str_cat(" (+", files.size() - 1, " more files)") : "");
   return all;
 }
 
@@ -203,13 +210,15 @@ size_t Checkpoint::total_bytes() const {
 namespace {
 
 // The 8-byte length, the JSON header padded to 8 bytes; the tensors follow in map order.
-std::string safetensors_prefix(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+std::string safetensors_prefix(const std::map<std::string, Tensor>& tensors,
+                               const std::map<std::string, std::string>& metadata) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
   for (const auto& [name, t] : tensors) {
     REFORGE_CHECK(name != "__metadata__", "safetensors: a tensor cannot be named __metadata__");
-    h[name] = {{"dtype", safetensors_dtype_name(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {off, off + t.nbytes()}}};
+    h[name] = {
+        {"dtype", safetensors_dtype_name(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {off, off + t.nbytes()}}};
     off += t.nbytes();
   }
   std::string hs = h.dump();
@@ -222,7 +231,8 @@ std::string safetensors_prefix(const std::map<std::string, Tensor>& tensors, con
 
 }  // namespace
 
-std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& metadata) {
+std::string serialize_safetensors(const std::map<std::string, Tensor>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
   std::string out = safetensors_prefix(tensors, metadata);
   size_t total = out.size();
   for (const auto& [_, t] : tensors) total += t.nbytes();

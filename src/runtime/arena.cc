@@ -25,7 +25,8 @@ size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& off
     busy.clear();
     for (size_t j : placed) {
       const Block& o = blocks[j];
-      if (o.first <= b.last && b.first <= o.last) busy.emplace_back(offsets[j], offsets[j] + round_up(std::max<size_t>(o.bytes, 1)));
+      if (o.first <= b.last && b.first <= o.last)
+        busy.emplace_back(offsets[j], offsets[j] + round_up(std::max<size_t>(o.bytes, 1)));
     }
     std::sort(busy.begin(), busy.end());
     size_t at = 0;
@@ -89,7 +90,8 @@ void Recorder::produced(size_t step, const std::vector<Tensor>& outputs) {
 std::shared_ptr<const Plan> Recorder::plan(const std::vector<std::vector<size_t>>& last_use) const {
   std::vector<Block> blocks(requests_.size());
   std::vector<bool> escapes(requests_.size(), false);
-  for (size_t id = 0; id < requests_.size(); ++id) blocks[id] = {requests_[id].bytes, requests_[id].step, requests_[id].step};
+  for (size_t id = 0; id < requests_.size(); ++id)
+    blocks[id] = {requests_[id].bytes, requests_[id].step, requests_[id].step};
   for (size_t s = 0; s < root_.size(); ++s)
     for (size_t o = 0; o < root_[s].size(); ++o) {
       int r = root_[s][o];
@@ -129,7 +131,8 @@ Buffer::Buffer(size_t bytes) : size(bytes) {
 
 Buffer::~Buffer() { std::free(data); }
 
-ArenaAllocator::ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer) : plan_(plan), buffer_(std::move(buffer)) {}
+ArenaAllocator::ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer)
+    : plan_(plan), buffer_(std::move(buffer)) {}
 
 void ArenaAllocator::begin_step(size_t step) {
   step_ = step;
@@ -182,7 +185,8 @@ std::shared_ptr<PlanCache::Entry> PlanCache::find(const std::string& signature) 
   return it == entries_.end() ? nullptr : it->second;
 }
 
-void PlanCache::insert(const std::string& signature, std::shared_ptr<const Plan> plan, std::shared_ptr<const Memo> memo) {
+void PlanCache::insert(const std::string& signature, std::shared_ptr<const Plan> plan,
+                       std::shared_ptr<const Memo> memo) {
   // Bounded: a server fed ever-changing shapes keeps at most this many layouts (and their
   // pooled buffers); entries in use stay alive through their shared_ptr.
   constexpr size_t kMaxSignatures = 16;

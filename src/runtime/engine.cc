@@ -21,8 +21,8 @@ namespace {
 struct Step {
   size_t node_index;
   const ops::OpDef* def;
-  std::vector<int> inputs;   // value slot or -1 for an absent optional input
-  std::vector<int> outputs;  // value slot or -1 for an unwanted output
+  std::vector<int> inputs;      // value slot or -1 for an absent optional input
+  std::vector<int> outputs;     // value slot or -1 for an unwanted output
   std::vector<int> free_after;  // slots whose last use is this step
 };
 
@@ -45,7 +45,7 @@ struct Engine::Impl {
   ir::Graph graph;
   EngineOptions options;
   std::vector<Step> steps;
-  std::vector<bool> is_const;     // slot holds a constant (engine weight)
+  std::vector<bool> is_const;  // slot holds a constant (engine weight)
   std::unordered_map<std::string, int> const_slot;
   std::unordered_map<std::string, std::pair<DType, Shape>> const_desc;  // declared dtype/shape when known
   mutable std::mutex constants_mutex;
@@ -88,7 +88,8 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   Impl& m = *impl_;
   m.graph = std::move(graph);
   m.options = options;
-  m.threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  m.threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto bad = unsupported_nodes(m.graph);
   if (!bad.empty()) {
     std::string msg = std::to_string(bad.size()) + " node(s) cannot run:";
@@ -176,7 +177,8 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   for (int v : m.output_slots) last_use[static_cast<size_t>(v)] = -2;
   for (int v : m.input_slots) last_use[static_cast<size_t>(v)] = -2;
   for (size_t v = 0; v < m.num_slots; ++v)
-    if (last_use[v] >= 0 && !m.is_const[v]) m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
+    if (last_use[v] >= 0 && !m.is_const[v])
+      m.steps[static_cast<size_t>(last_use[v])].free_after.push_back(static_cast<int>(v));
   // Shape subgraphs. Nondeterministic nodes (as the registry says) never qualify.
   {
     std::vector<bool> shape_value(m.num_slots, false);
@@ -188,8 +190,10 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
         bool any_shape = false, all_known = true;
         for (int v : m.steps[s].inputs) {
           if (v < 0) continue;
-          if (shape_value[static_cast<size_t>(v)]) any_shape = true;
-          else if (!m.is_const[static_cast<size_t>(v)]) all_known = false;
+          if (shape_value[static_cast<size_t>(v)])
+            any_shape = true;
+          else if (!m.is_const[static_cast<size_t>(v)])
+            all_known = false;
         }
         only_shapes = any_shape && all_known;
       }
@@ -257,9 +261,7 @@ std::string declared_str(const ir::ValueInfo& vi) {
 }
 
 void check_input(const ir::ValueInfo& vi, const Tensor& t, std::map<std::string, int64_t>& symbols) {
-  auto mismatch = [&]() {
-    fail("input '", vi.name, "' is ", t.describe(), ", the model expects ", declared_str(vi));
-  };
+  auto mismatch = [&]() { fail("input '", vi.name, "' is ", t.describe(), ", the model expects ", declared_str(vi)); };
   if (vi.dtype != DType::Undefined && t.dtype() != vi.dtype) mismatch();
   if (!vi.has_shape) return;
   if (t.rank() != static_cast<int64_t>(vi.shape.size())) mismatch();
@@ -271,7 +273,8 @@ void check_input(const ir::ValueInfo& vi, const Tensor& t, std::map<std::string,
     } else if (!d.symbol.empty()) {
       auto [it, inserted] = symbols.emplace(d.symbol, actual);
       if (!inserted && it->second != actual)
-        fail("input '", vi.name, "' has ", d.symbol, " = ", actual, " but another input set ", d.symbol, " = ", it->second);
+        fail("input '", vi.name, "' has ", d.symbol, " = ", actual, " but another input set ", d.symbol, " = ",
+             it->second);
     }
   }
 }
@@ -411,8 +414,10 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     arena_alloc.reset();
     arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
   }
-  if (recorder) m.arenas.insert(signature, recorder->plan(m.value_last_use), new_memo);
-  else if (arena_entry && new_memo) arena::PlanCache::set_memo(*arena_entry, new_memo);
+  if (recorder)
+    m.arenas.insert(signature, recorder->plan(m.value_last_use), new_memo);
+  else if (arena_entry && new_memo)
+    arena::PlanCache::set_memo(*arena_entry, new_memo);
   return outs;
 }
 
@@ -453,13 +458,14 @@ void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
 }
 
 void Engine::install_weights(std::shared_ptr<const Weights> weights) {
-  REFORGE_CHECK(weights && weights->values.size() == impl_->num_slots, "install_weights: not a weight set of this engine");
+  REFORGE_CHECK(weights && weights->values.size() == impl_->num_slots,
+                "install_weights: not a weight set of this engine");
   std::lock_guard<std::mutex> lock(impl_->constants_mutex);
   impl_->constants = std::move(weights);
 }
 
 std::shared_ptr<const Engine::Weights> Engine::derive_weights(const Weights& base,
-                                                               const std::map<std::string, Tensor>& values) const {
+                                                              const std::map<std::string, Tensor>& values) const {
   const Impl& m = *impl_;
   REFORGE_CHECK(base.values.size() == m.num_slots, "derive_weights: not a weight set of this engine");
   auto next = std::make_shared<Weights>(base);
@@ -470,8 +476,8 @@ std::shared_ptr<const Engine::Weights> Engine::derive_weights(const Weights& bas
     if (it == m.const_slot.end()) fail("'", name, "' is not an engine weight");
     auto d = m.const_desc.find(name);
     if (d != m.const_desc.end() && (d->second.first != t.dtype() || d->second.second != t.shape()))
-      fail("engine weight '", name, "' is ", dtype_name(d->second.first), shape_str(d->second.second), ", the replacement is ",
-           t.describe());
+      fail("engine weight '", name, "' is ", dtype_name(d->second.first), shape_str(d->second.second),
+           ", the replacement is ", t.describe());
     next->values[static_cast<size_t>(it->second)] = t;
     changed[static_cast<size_t>(it->second)] = true;
   }

@@ -56,7 +56,7 @@ class Engine {
   // Constants (engine weights). A graph initializer may be undefined (a stripped weight): the
   // engine then refuses to run until it is supplied.
   std::vector<std::string> missing_constants() const;
-  Tensor constant(const std::string& name) const;  // undefined if not a constant or not set
+  Tensor constant(const std::string& name) const;                          // undefined if not a constant or not set
   Tensor constant(const Weights& weights, const std::string& name) const;  // the same, in `weights`
   bool has_constant(const std::string& name) const;
   // Replaces constants all at once: runs that already started keep the old set, later runs see

@@ -85,20 +85,20 @@ void PlanEngine::validate(const WeightUpdate& update) const {
     if (it == weight_index_.end()) fail("weight update: '", name, "' is not an engine weight of this plan");
     const plan::WeightEntry& w = plan_.weights[it->second];
     if (w.kind != plan::WeightKind::Derived)
-      fail("weight update: engine weight '", w.name, "' is ", w.kind == plan::WeightKind::Literal ? "a literal" : "baked",
-           " in this plan and never changes");
+      fail("weight update: engine weight '", w.name, "' is ",
+           w.kind == plan::WeightKind::Literal ? "a literal" : "baked", " in this plan and never changes");
     if (!t.defined()) fail("weight update: engine weight '", w.name, "' is given no value");
     if (t.dtype() != w.dtype || t.shape() != w.shape)
-      fail("weight update: engine weight '", w.name, "' is given ", t.describe(), ", the plan expects ", dtype_name(w.dtype),
-           shape_str(w.shape));
+      fail("weight update: engine weight '", w.name, "' is given ", t.describe(), ", the plan expects ",
+           dtype_name(w.dtype), shape_str(w.shape));
   }
   for (const auto& [id, rec] : update.sources()) {
     if (id >= plan_.sources.size()) fail("weight update: no source with id ", id);
     const plan::Source& s = plan_.sources[id];
     if (!s.refittable) fail("weight update: source '", s.key, "' is baked into this plan");
     if (rec.value.defined() && (rec.value.dtype() != s.dtype || rec.value.shape() != s.shape))
-      fail("weight update: source '", s.key, "' is given ", rec.value.describe(), ", the plan expects ", dtype_name(s.dtype),
-           shape_str(s.shape));
+      fail("weight update: source '", s.key, "' is given ", rec.value.describe(), ", the plan expects ",
+           dtype_name(s.dtype), shape_str(s.shape));
   }
 }
 

@@ -139,7 +139,7 @@ class PlanEngine {
   plan::Plan plan_;  // immutable after construction
   Engine engine_;
   std::map<std::string, size_t> weight_index_;  // plan weight name -> index
-  mutable std::mutex state_mutex_;  // guards state_ (the pointer only; readers copy it)
+  mutable std::mutex state_mutex_;              // guards state_ (the pointer only; readers copy it)
   std::shared_ptr<const State> state_;
   std::mutex commit_mutex_;  // serializes commits (derive + publish)
 };

@@ -30,7 +30,8 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
   return std::move(ctx.outputs());
 }
 
-Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources, const std::vector<Tensor>& literals) {
+Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
+                     const std::vector<Tensor>& literals) {
   std::vector<Tensor> steps(recipe.steps.size());
   auto operand = [&](const plan::Operand& o) -> const Tensor& {
     switch (o.kind) {
@@ -50,7 +51,8 @@ Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sour
     const plan::RecipeStep& st = recipe.steps[s];
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(&operand(o));
-    auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, std::max<size_t>(st.num_outputs, st.output + 1));
+    auto outs =
+        evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, std::max<size_t>(st.num_outputs, st.output + 1));
     steps[s] = std::move(outs[st.output]);
   }
   return operand(recipe.result);
@@ -62,7 +64,8 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
-Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads) {
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape,
+                     int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
   if (b.status == plan::Binding::Status::Constant) {
     if (b.literals.empty()) fail("binding: a constant source has no value");
@@ -82,14 +85,16 @@ Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, 
   for (const auto& st : b.steps) {
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(operand(o));
-    const bool movement = st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
-                                                st.op_type == "Cast" || st.op_type == "Gather" || st.op_type == "Expand");
-    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1, movement ? threads : 1)[0]));
+    const bool movement =
+        st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
+                              st.op_type == "Cast" || st.op_type == "Gather" || st.op_type == "Expand");
+    steps.push_back(
+        std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1, movement ? threads : 1)[0]));
   }
   const Tensor& r = steps.empty() ? inputs[0] : steps.back();
   if (r.dtype() != dtype || r.numel() != shape_numel(shape))
-    fail("binding of checkpoint tensor '", b.checkpoint[0].name, "' gives ", r.describe(), ", the source is ", dtype_name(dtype),
-         shape_str(shape));
+    fail("binding of checkpoint tensor '", b.checkpoint[0].name, "' gives ", r.describe(), ", the source is ",
+         dtype_name(dtype), shape_str(shape));
   return r.reshaped(shape);
 }
 

@@ -30,7 +30,8 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
 
 // Replays `recipe`: `sources` is indexed by source id (only the ones the recipe reads need to
 // be defined), `literals` by literal index.
-Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources, const std::vector<Tensor>& literals);
+Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
+                     const std::vector<Tensor>& literals);
 
 // XXH3-64 of a tensor's bytes (dtype and shape not included).
 uint64_t hash_tensor(const Tensor& t);
@@ -43,6 +44,7 @@ bool bit_equal(const Tensor& a, const Tensor& b);
 // when a step fails or the result has another dtype or element count. Data-movement steps
 // (Transpose, Slice, Concat, Gather, Expand) and Cast run on `threads` threads (0 = all): their
 // bytes do not depend on it.
-Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape, int threads = 0);
+Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape,
+                     int threads = 0);
 
 }  // namespace reforge::transforms

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/plan_engine.h"

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/plan_engine.h"

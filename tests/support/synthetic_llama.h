@@ -51,7 +51,8 @@ inline ir::Graph synthetic_llama(const LlamaSpec& s) {
     return name;
   };
   int id = 0;
-  auto node = [&](const std::string& op, std::vector<std::string> ins, std::map<std::string, ir::Attribute> attrs = {}) {
+  auto node = [&](const std::string& op, std::vector<std::string> ins,
+                  std::map<std::string, ir::Attribute> attrs = {}) {
     ir::Node n;
     n.op_type = op;
     n.opset = 18;
@@ -104,13 +105,15 @@ inline ir::Graph synthetic_llama(const LlamaSpec& s) {
     std::string q = node("MatMul", {h, weight(pre + "self_attn.q_proj.weight", {s.hidden, s.hidden})});
     std::string k = node("MatMul", {h, weight(pre + "self_attn.k_proj.weight", {s.hidden, s.hidden})});
     std::string v = node("MatMul", {h, weight(pre + "self_attn.v_proj.weight", {s.hidden, s.hidden})});
-    std::string sc = node("Mul", {node("MatMul", {q, node("Transpose", {k}, {{"perm", perm}})}), scalar(1.0f / std::sqrt(static_cast<float>(s.hidden)))});
+    std::string sc = node("Mul", {node("MatMul", {q, node("Transpose", {k}, {{"perm", perm}})}),
+                                  scalar(1.0f / std::sqrt(static_cast<float>(s.hidden)))});
     ir::Attribute axis;
     axis.name = "axis";
     axis.type = ir::AttrType::Int;
     axis.i = -1;
     std::string attn = node("Softmax", {node("Add", {sc, mask_v})}, {{"axis", axis}});
-    std::string o = node("MatMul", {node("MatMul", {attn, v}), weight(pre + "self_attn.o_proj.weight", {s.hidden, s.hidden})});
+    std::string o =
+        node("MatMul", {node("MatMul", {attn, v}), weight(pre + "self_attn.o_proj.weight", {s.hidden, s.hidden})});
     x = node("Add", {x, o});
     std::string h2 = rmsnorm(x, norm_weight(pre + "post_attention_layernorm.weight"));
     std::string gt = node("MatMul", {h2, weight(pre + "mlp.gate_proj.weight", {s.hidden, s.ffn})});
@@ -118,7 +121,8 @@ inline ir::Graph synthetic_llama(const LlamaSpec& s) {
     std::string act = node("Mul", {node("Mul", {gt, node("Sigmoid", {gt})}), up});
     x = node("Add", {x, node("MatMul", {act, weight(pre + "mlp.down_proj.weight", {s.ffn, s.hidden})})});
   }
-  std::string logits = node("MatMul", {rmsnorm(x, norm_weight("norm.weight")), weight("lm_head.weight", {s.hidden, s.vocab})});
+  std::string logits =
+      node("MatMul", {rmsnorm(x, norm_weight("norm.weight")), weight("lm_head.weight", {s.hidden, s.vocab})});
   g.nodes.back().outputs[0] = "logits";
   ir::ValueInfo out;
   out.name = "logits";

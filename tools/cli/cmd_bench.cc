@@ -8,8 +8,8 @@
 #include <iostream>
 #include <map>
 
-#include "core/timing.h"
 #include "common.h"
+#include "core/timing.h"
 #include "onnx/importer.h"
 #include "plan_loading.h"
 
@@ -73,7 +73,9 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
   auto* w = app.add_option("--weights,-w", a->weights, "refit from these weights first");
-  app.add_flag("--allow-nonfinite", a->allow_nonfinite, "with --weights: accept NaN/Inf in the new weights (refused by default)")->needs(w);
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite,
+               "with --weights: accept NaN/Inf in the new weights (refused by default)")
+      ->needs(w);
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   add_precision_options(app, a->precision, a->activations);
@@ -109,7 +111,8 @@ Runner add_bench(CLI::App& app) {
     }
     if (a->profile) print_profile(engine.profile(), std::cerr);
     std::sort(times.begin(), times.end());
-    double median = times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    double median =
+        times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
     std::cout << "{\"median_ms\": " << median << ", \"min_ms\": " << times.front() << ", \"max_ms\": " << times.back()
               << ", \"iterations\": " << times.size() << ", \"build_ms\": " << build_ms << "}" << std::endl;
     return 0;

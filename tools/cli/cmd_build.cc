@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "build/binding.h"
-#include "build/builder.h"
+#include "builder/binding.h"
+#include "builder/builder.h"
 #include "common.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
@@ -32,29 +32,36 @@ Runner add_build(CLI::App& app) {
   auto a = std::make_shared<BuildArgs>();
   app.add_option("model", a->model, "ONNX model file")->required();
   app.add_option("-o,--output", a->out, "plan file to write")->required();
-  auto* r1 = app.add_flag("--refit", a->refit, "every source refittable (transforms recorded, never specialized on values)");
-  auto* r2 = app.add_flag("--refit-identical", a->identical, "refit accepts only the build-time weights (checked by hash)");
-  auto* r3 = app.add_option("--refit-individual", a->individual, "only sources matching these glob patterns are refittable");
+  auto* r1 =
+      app.add_flag("--refit", a->refit, "every source refittable (transforms recorded, never specialized on values)");
+  auto* r2 =
+      app.add_flag("--refit-identical", a->identical, "refit accepts only the build-time weights (checked by hash)");
+  auto* r3 =
+      app.add_option("--refit-individual", a->individual, "only sources matching these glob patterns are refittable");
   r1->excludes(r2)->excludes(r3);
   r2->excludes(r3);
   app.add_flag("--strip-weights", a->strip, "leave refittable weight data out of the plan");
   app.add_option("--literal", a->literals, "initializers to treat as literals (structure, never refit)");
   app.add_flag("--print-passes", a->print_passes, "print graph size after each pass");
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
-  app.add_option("--checkpoint", a->checkpoints, "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
+  app.add_option("--checkpoint", a->checkpoints,
+                 "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
-  app.add_option("--bind-file", a->bind_file, "JSON object {ONNX_NAME: CHECKPOINT_NAME, ..., \"literals\": [ONNX_NAME, ...]}");
+  app.add_option("--bind-file", a->bind_file,
+                 "JSON object {ONNX_NAME: CHECKPOINT_NAME, ..., \"literals\": [ONNX_NAME, ...]}");
   add_precision_options(app, a->precision, a->activations);
-  app.add_flag("--strict-binding", a->strict_binding, "declared literals must also be structural or provably configuration-only");
-  app.add_flag("--allow-partial-binding", a->allow_partial,
-               "build even when the checkpoint binds under half of the weight sources (a checkpoint refit is then refused)");
+  app.add_flag("--strict-binding", a->strict_binding,
+               "declared literals must also be structural or provably configuration-only");
+  app.add_flag(
+      "--allow-partial-binding", a->allow_partial,
+      "build even when the checkpoint binds under half of the weight sources (a checkpoint refit is then refused)");
   app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   return [a]() {
     if (a->threads > 0) omp_set_num_threads(a->threads);
     build::BuildOptions o;
-    o.mode = a->refit ? plan::BuildMode::Refit
-             : a->identical ? plan::BuildMode::RefitIdentical
+    o.mode = a->refit                 ? plan::BuildMode::Refit
+             : a->identical           ? plan::BuildMode::RefitIdentical
              : !a->individual.empty() ? plan::BuildMode::RefitIndividual
                                       : plan::BuildMode::Baked;
     o.individual_patterns = a->individual;
@@ -93,16 +100,18 @@ Runner add_build(CLI::App& app) {
       for (const auto& s : p.sources)
         (s.binding.status == plan::Binding::Status::Bound      ? bound
          : s.binding.status == plan::Binding::Status::Constant ? constant
-                                                                : unbound)++;
+                                                               : unbound)++;
       std::cout << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << ", "
-                << constant << " constant, " << unbound << " unbound (" << ckpt.total_bytes() << " bytes; index " << r.index_ms
-                << " ms, match " << r.match_ms << " ms)\n";
+                << constant << " constant, " << unbound << " unbound (" << ckpt.total_bytes() << " bytes; index "
+                << r.index_ms << " ms, match " << r.match_ms << " ms)\n";
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Constant)
-          std::cout << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.rule << "\n";
+          std::cout << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": "
+                    << s.binding.rule << "\n";
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Unbound)
-          std::cout << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.note << "\n";
+          std::cout << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": "
+                    << s.binding.note << "\n";
       if (unbound)
         std::cout << "a refit from a checkpoint will be refused until every source is bound (--bind, --literal); "
                      "a refit from a re-exported ONNX model works\n";
@@ -115,10 +124,13 @@ Runner add_build(CLI::App& app) {
     for (const auto& s : p.sources) refittable += s.refittable;
     std::cout << "built " << a->out << " (" << plan::build_mode_name(p.mode) << (p.stripped ? ", stripped" : "")
               << (p.precision != plan::Precision::Fp32 ? std::string(", ") + plan::precision_name(p.precision) : "")
-              << (p.activations != plan::Precision::Fp32 ? std::string(" with ") + plan::precision_name(p.activations) + " activations" : "") << "): "
-              << p.graph.nodes.size() << " nodes, " << p.weights.size() << " engine weights (" << derived << " derived, "
-              << literal << " literal, " << baked << " baked), " << refittable << "/" << p.sources.size()
-              << " sources refittable, " << std::filesystem::file_size(a->out) << " bytes, " << ms << " ms\n";
+              << (p.activations != plan::Precision::Fp32
+                      ? std::string(" with ") + plan::precision_name(p.activations) + " activations"
+                      : "")
+              << "): " << p.graph.nodes.size() << " nodes, " << p.weights.size() << " engine weights (" << derived
+              << " derived, " << literal << " literal, " << baked << " baked), " << refittable << "/"
+              << p.sources.size() << " sources refittable, " << std::filesystem::file_size(a->out) << " bytes, " << ms
+              << " ms\n";
     return 0;
   };
 }

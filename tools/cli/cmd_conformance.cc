@@ -25,9 +25,9 @@
 #include <iostream>
 #include <set>
 
+#include "builder/builder.h"
+#include "builder/fingerprint.h"
 #include "common.h"
-#include "build/builder.h"
-#include "build/fingerprint.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
 #include "refit/refitter.h"
@@ -46,8 +46,8 @@ struct ConfArgs {
   bool no_fork = false;
   int timeout_s = 120;
   bool verbose = false;
-  bool raw = false;             // imported graph straight into runtime::Engine: no passes, no plan
-  std::string mode = "baked";   // build mode of the plan: baked | refit
+  bool raw = false;                   // imported graph straight into runtime::Engine: no passes, no plan
+  std::string mode = "baked";         // build mode of the plan: baked | refit
   std::string initializers = "none";  // none | weights (test inputs after the first) | all
   bool strip = false;                 // refit plans: also strip, reload and refit with the same values
 };
@@ -76,10 +76,11 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
       if (std::isnan(g) && std::isnan(w)) continue;
       if (g == w) continue;
       if (std::isnan(g) || std::isnan(w) || !(std::fabs(g - w) <= 1e-7 + 1e-3 * std::fabs(w)))
-        return "output '" + name + "' element " + std::to_string(i) + " is " + std::to_string(g) + ", expected " + std::to_string(w);
+        return "output '" + name + "' element " + std::to_string(i) + " is " + std::to_string(g) + ", expected " +
+               std::to_string(w);
     } else if (got.as_int64(i) != want.as_int64(i)) {
-      return "output '" + name + "' element " + std::to_string(i) + " is " + std::to_string(got.as_int64(i)) + ", expected " +
-             std::to_string(want.as_int64(i));
+      return "output '" + name + "' element " + std::to_string(i) + " is " + std::to_string(got.as_int64(i)) +
+             ", expected " + std::to_string(want.as_int64(i));
     }
   }
   return "";
@@ -241,7 +242,8 @@ std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way
   waitpid(pid, &status, 0);
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
-    return {Outcome::Fail, sig == SIGALRM ? "timed out after " + std::to_string(timeout_s) + " s" : "crashed with signal " + std::to_string(sig)};
+    return {Outcome::Fail, sig == SIGALRM ? "timed out after " + std::to_string(timeout_s) + " s"
+                                          : "crashed with signal " + std::to_string(sig)};
   }
   if (msg.empty()) return {Outcome::Fail, "test process ended without a result"};
   Outcome o = msg[0] == 'P' ? Outcome::Pass : msg[0] == 'S' ? Outcome::Skip : Outcome::Fail;
@@ -253,7 +255,8 @@ std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way
 Runner add_conformance(CLI::App& app) {
   auto a = std::make_shared<ConfArgs>();
   app.add_option("dir", a->dir, "folder holding test_* folders (e.g. onnx/backend/test/data/node)")->required();
-  app.add_option("--list", a->list, "file naming the tests to run, one per line; a listed test that fails fails the command");
+  app.add_option("--list", a->list,
+                 "file naming the tests to run, one per line; a listed test that fails fails the command");
   app.add_flag("--no-fork", a->no_fork, "run tests in this process (faster, but a crash ends the run)");
   app.add_option("--timeout", a->timeout_s, "seconds per test (default 120)");
   app.add_flag("--verbose,-v", a->verbose, "also print passing tests");
@@ -297,12 +300,23 @@ Runner add_conformance(CLI::App& app) {
     for (const auto& name : names) {
       fs::path dir = fs::path(a->dir) / name;
       std::pair<Outcome, std::string> r;
-      if (!fs::is_directory(dir)) r = {Outcome::Fail, "test folder not found"};
-      else r = a->no_fork ? run_test(dir, way) : run_isolated(dir, way, a->timeout_s);
+      if (!fs::is_directory(dir))
+        r = {Outcome::Fail, "test folder not found"};
+      else
+        r = a->no_fork ? run_test(dir, way) : run_isolated(dir, way, a->timeout_s);
       switch (r.first) {
-        case Outcome::Pass: ++passed; if (a->verbose) std::cout << "PASS " << name << "\n"; break;
-        case Outcome::Fail: ++failed; std::cout << "FAIL " << name << ": " << r.second << "\n"; break;
-        case Outcome::Skip: ++skipped; std::cout << "SKIP " << name << ": " << r.second << "\n"; break;
+        case Outcome::Pass:
+          ++passed;
+          if (a->verbose) std::cout << "PASS " << name << "\n";
+          break;
+        case Outcome::Fail:
+          ++failed;
+          std::cout << "FAIL " << name << ": " << r.second << "\n";
+          break;
+        case Outcome::Skip:
+          ++skipped;
+          std::cout << "SKIP " << name << ": " << r.second << "\n";
+          break;
       }
       std::cout.flush();
     }

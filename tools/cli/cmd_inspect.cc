@@ -29,8 +29,10 @@ std::string recipe_summary(const plan::Plan& p, const plan::WeightEntry& w) {
   if (w.kind != plan::WeightKind::Derived) return "";
   std::function<std::string(const plan::Operand&)> render = [&](const plan::Operand& o) -> std::string {
     switch (o.kind) {
-      case plan::Operand::Kind::Source: return p.sources.at(o.index).names.at(0);
-      case plan::Operand::Kind::Literal: return "literal";
+      case plan::Operand::Kind::Source:
+        return p.sources.at(o.index).names.at(0);
+      case plan::Operand::Kind::Literal:
+        return "literal";
       case plan::Operand::Kind::Step: {
         const auto& st = w.recipe.steps.at(o.index);
         std::string s = lower(st.op_type) + "(";
@@ -55,9 +57,12 @@ nlohmann::json value_json(const ir::ValueInfo& v) {
   }
   e["shape"] = nlohmann::json::array();
   for (const auto& d : v.shape) {
-    if (d.fixed()) e["shape"].push_back(d.value);
-    else if (!d.symbol.empty()) e["shape"].push_back(d.symbol);
-    else e["shape"].push_back(nullptr);
+    if (d.fixed())
+      e["shape"].push_back(d.value);
+    else if (!d.symbol.empty())
+      e["shape"].push_back(d.symbol);
+    else
+      e["shape"].push_back(nullptr);
   }
   return e;
 }
@@ -88,7 +93,8 @@ Runner add_inspect(CLI::App& app) {
   auto verify = std::make_shared<bool>(false);
   app.add_option("plan", *path, "plan file")->required();
   app.add_flag("--json", *json, "machine-readable output");
-  app.add_flag("--verify", *verify, "hash every stored weight against the plan's hashes (exit 1 naming a corrupted one)");
+  app.add_flag("--verify", *verify,
+               "hash every stored weight against the plan's hashes (exit 1 naming a corrupted one)");
   return [path, json, verify]() {
     plan::ReadOptions ro;
     ro.load_weights = *verify;
@@ -99,7 +105,8 @@ Runner add_inspect(CLI::App& app) {
     for (const auto& w : p.weights) weight_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
     // A stripped plan stores literal and baked weights only.
     for (const auto& w : p.weights)
-      if (!p.stripped || w.kind != plan::WeightKind::Derived) present_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+      if (!p.stripped || w.kind != plan::WeightKind::Derived)
+        present_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
     nlohmann::json j;
     j["producer"] = p.producer;
     j["model_name"] = p.model_name;
@@ -162,7 +169,8 @@ Runner add_inspect(CLI::App& app) {
       if (s.binding.status != plan::Binding::Status::None) {
         std::vector<std::string> names;
         for (const auto& in : s.binding.checkpoint) names.push_back(in.name);
-        e["binding"] = {{"status", plan::binding_status_name(s.binding.status)}, {"checkpoint", names}, {"note", s.binding.note}};
+        e["binding"] = {
+            {"status", plan::binding_status_name(s.binding.status)}, {"checkpoint", names}, {"note", s.binding.note}};
         if (s.binding.status == plan::Binding::Status::Constant) {
           e["binding"]["reason"] = plan::binding_reason_name(s.binding.reason);
           e["binding"]["rule"] = s.binding.rule;
@@ -172,12 +180,14 @@ Runner add_inspect(CLI::App& app) {
     }
     // Every literal with why it is one; every source a checkpoint refit cannot derive.
     j["literals"] = nlohmann::json::array();
-    for (const auto& n : p.literal_names) j["literals"].push_back({{"name", n}, {"reason", "user"}, {"rule", "--literal"}});
+    for (const auto& n : p.literal_names)
+      j["literals"].push_back({{"name", n}, {"reason", "user"}, {"rule", "--literal"}});
     for (const auto& w : p.weights)
       if (w.kind == plan::WeightKind::Literal)
-        j["literals"].push_back({{"name", w.name},
-                                 {"reason", "structural"},
-                                 {"rule", "integer or bool tensor, Constant node, shape/axes/index input, or folded from these"}});
+        j["literals"].push_back(
+            {{"name", w.name},
+             {"reason", "structural"},
+             {"rule", "integer or bool tensor, Constant node, shape/axes/index input, or folded from these"}});
     for (const auto& s : p.sources)
       if (s.binding.status == plan::Binding::Status::Constant)
         j["literals"].push_back({{"name", s.names.empty() ? s.key : s.names[0]},
@@ -199,10 +209,12 @@ Runner add_inspect(CLI::App& app) {
       return 0;
     }
     std::cout << "plan " << *path << ": " << j["mode"].get<std::string>() << ", " << plan::precision_name(p.precision)
-              << (p.activations != plan::Precision::Fp32 ? std::string(" (") + plan::precision_name(p.activations) + " activations)" : "")
-              << (p.stripped ? ", stripped" : ", with weights")
-              << "; " << file_bytes << " bytes on disk, " << weight_bytes << " bytes of engine weights (" << present_bytes
-              << " stored); " << p.graph.nodes.size() << " nodes\n";
+              << (p.activations != plan::Precision::Fp32
+                      ? std::string(" (") + plan::precision_name(p.activations) + " activations)"
+                      : "")
+              << (p.stripped ? ", stripped" : ", with weights") << "; " << file_bytes << " bytes on disk, "
+              << weight_bytes << " bytes of engine weights (" << present_bytes << " stored); " << p.graph.nodes.size()
+              << " nodes\n";
     std::cout << "producer: " << (p.producer.empty() ? std::string("(not recorded)") : p.producer) << "\n";
     if (p.build) {
       const auto& b = j["build"];
@@ -217,8 +229,8 @@ Runner add_inspect(CLI::App& app) {
                 << (p.precision != plan::Precision::Fp32
                         ? std::string(p.build->layouts.half_panels ? ", 16-bit panels" : ", plain 16-bit")
                         : std::string())
-                << "; skipped passes: " << list(b["skip_passes"])
-                << "; recipes " << (p.build->verify_recipes ? "verified" : "not verified") << " at build";
+                << "; skipped passes: " << list(b["skip_passes"]) << "; recipes "
+                << (p.build->verify_recipes ? "verified" : "not verified") << " at build";
       if (!p.individual_patterns.empty()) std::cout << "; refit-individual: " << list(b["individual_patterns"]);
       if (!p.literal_names.empty()) std::cout << "; literals: " << list(b["literal_names"]);
       std::cout << "\n";
@@ -240,11 +252,13 @@ Runner add_inspect(CLI::App& app) {
                 << e["recipe"].get<std::string>() << "\n";
     std::cout << "\nsources:\n";
     for (const auto& e : j["sources"])
-      std::cout << "  " << e["key"].get<std::string>() << "  " << e["dtype"].get<std::string>() << e["shape"].dump() << "  "
-                << (e["refittable"].get<bool>() ? "refittable" : "baked") << "  xxh3:" << e["hash"].get<std::string>()
-                << (e.contains("binding") ? "\n      binding: " + e["binding"]["status"].get<std::string>() + " " +
-                                                e["binding"]["checkpoint"].dump() + " " + e["binding"]["note"].get<std::string>()
-                                          : std::string())
+      std::cout << "  " << e["key"].get<std::string>() << "  " << e["dtype"].get<std::string>() << e["shape"].dump()
+                << "  " << (e["refittable"].get<bool>() ? "refittable" : "baked")
+                << "  xxh3:" << e["hash"].get<std::string>()
+                << (e.contains("binding")
+                        ? "\n      binding: " + e["binding"]["status"].get<std::string>() + " " +
+                              e["binding"]["checkpoint"].dump() + " " + e["binding"]["note"].get<std::string>()
+                        : std::string())
                 << "\n";
     bool constants = false;
     for (const auto& e : j["literals"])

@@ -22,7 +22,10 @@ struct RefitArgs {
 Runner add_refit(CLI::App& app) {
   auto a = std::make_shared<RefitArgs>();
   app.add_option("plan", a->plan, "plan file")->required();
-  app.add_option("--weights,-w", a->weights, "new weights: a re-exported ONNX model, or a safetensors checkpoint (file(s) or sharded folder) the plan was bound to")->required();
+  app.add_option("--weights,-w", a->weights,
+                 "new weights: a re-exported ONNX model, or a safetensors checkpoint (file(s) or sharded folder) the "
+                 "plan was bound to")
+      ->required();
   app.add_option("-o,--output", a->out, "plan file to write (default: overwrite PLAN)");
   app.add_flag("--strip-weights", a->strip, "write the refit plan without refittable weight data");
   auto* s = app.add_flag("--slow", a->slow, "re-import and rebuild instead of replaying recipes");

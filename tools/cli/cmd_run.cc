@@ -28,8 +28,12 @@ struct RunArgs {
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
-  auto* w = app.add_option("--weights,-w", a->weights, "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
-  app.add_flag("--allow-nonfinite", a->allow_nonfinite, "with --weights: accept NaN/Inf in the new weights (refused by default)")->needs(w);
+  auto* w = app.add_option(
+      "--weights,-w", a->weights,
+      "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite,
+               "with --weights: accept NaN/Inf in the new weights (refused by default)")
+      ->needs(w);
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
@@ -53,7 +57,8 @@ Runner add_run(CLI::App& app) {
     for (size_t i = 0; i < outs.size(); ++i) {
       const std::string& name = engine.outputs()[i].name;
       std::cout << name << ": " << outs[i].describe() << "\n";
-      if (!a->output_dir.empty()) write_npy((std::filesystem::path(a->output_dir) / (safe_file_name(name) + ".npy")).string(), outs[i]);
+      if (!a->output_dir.empty())
+        write_npy((std::filesystem::path(a->output_dir) / (safe_file_name(name) + ".npy")).string(), outs[i]);
     }
     int rc = 0;
     for (const auto& spec : a->expects) {
@@ -66,13 +71,15 @@ Runner add_run(CLI::App& app) {
       if (idx == outs.size()) fail("--expect names '", name, "', which is not an output of the model");
       Tensor ref = read_npy(spec.substr(eq + 1));
       if (ref.shape() != outs[idx].shape()) {
-        std::cout << "compare " << name << ": shape " << outs[idx].describe() << " vs reference " << ref.describe() << ": MISMATCH\n";
+        std::cout << "compare " << name << ": shape " << outs[idx].describe() << " vs reference " << ref.describe()
+                  << ": MISMATCH\n";
         rc = 1;
         continue;
       }
       double d = max_abs_diff(outs[idx], ref);
       bool ok = d <= a->tolerance;
-      std::cout << "compare " << name << ": max abs diff " << d << " (tolerance " << a->tolerance << "): " << (ok ? "OK" : "MISMATCH") << "\n";
+      std::cout << "compare " << name << ": max abs diff " << d << " (tolerance " << a->tolerance
+                << "): " << (ok ? "OK" : "MISMATCH") << "\n";
       if (!ok) rc = 1;
     }
     return rc;

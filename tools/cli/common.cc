@@ -1,7 +1,6 @@
 #include "common.h"
 
 #include <cmath>
-
 #include <iostream>
 
 #include "backends/cpu/dnnl_matmul.h"
@@ -55,7 +54,9 @@ std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs)
 std::string safe_file_name(const std::string& name) {
   std::string s = name;
   for (char& c : s)
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) c = '_';
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+          c == '-'))
+      c = '_';
   if (s.empty() || s == "." || s == "..") s = "_" + s;
   return s;
 }

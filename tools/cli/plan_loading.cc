@@ -4,9 +4,9 @@
 #include <fstream>
 #include <iostream>
 
-#include "build/builder.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
 #include "common.h"
-#include "build/onnx_refit.h"
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
@@ -17,7 +17,8 @@ bool is_plan_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   char magic[sizeof plan::format::kMagic] = {};
   f.read(magic, sizeof magic);
-  return f.gcount() == static_cast<std::streamsize>(sizeof magic) && std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
+  return f.gcount() == static_cast<std::streamsize>(sizeof magic) &&
+         std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
 }
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& o) {

@@ -15,16 +15,16 @@ bool is_plan_file(const std::string& path);
 
 struct LoadOptions {
   int threads = 0;
-  std::vector<std::string> weights;  // new weights: ONNX files (refit by graph position)
-  bool slow = false;                 // slow refit: rebuild from the new model
-  bool verify = false;               // run fast and slow, compare every engine weight
-  bool quiet = false;                // do not print refit phases
-  bool profile = false;              // time every node (runtime::EngineOptions::profile)
+  std::vector<std::string> weights;      // new weights: ONNX files (refit by graph position)
+  bool slow = false;                     // slow refit: rebuild from the new model
+  bool verify = false;                   // run fast and slow, compare every engine weight
+  bool quiet = false;                    // do not print refit phases
+  bool profile = false;                  // time every node (runtime::EngineOptions::profile)
   std::vector<std::string> skip_passes;  // build passes not to run (glob patterns)
-  bool arena = true;                 // runtime::EngineOptions::arena
-  std::string precision;             // --precision for an ONNX model built on the fly ("" = fp32)
-  std::string activations;           // --activations likewise ("" = fp32)
-  bool allow_nonfinite = false;      // accept NaN/Inf in new weights (CommitOptions::check_finite off)
+  bool arena = true;                     // runtime::EngineOptions::arena
+  std::string precision;                 // --precision for an ONNX model built on the fly ("" = fp32)
+  std::string activations;               // --activations likewise ("" = fp32)
+  bool allow_nonfinite = false;          // accept NaN/Inf in new weights (CommitOptions::check_finite off)
   // Hash every stored weight of a plan file against the hashes it records before using it
   // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
   bool verify_weights = true;

@@ -9,11 +9,10 @@
 // oneDNN here uses the OpenMP runtime: the executor's omp_set_num_threads() governs its threads.
 #pragma once
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -78,14 +77,14 @@ class SerialIfSmall {
 // The per-thread buffers' owners, one slot each, so that no two users of one thread's buffers
 // (a kernel and a product it calls) ever share one.
 enum ThreadSlot : int {
-  kConvSrcSlot = 0,       // dnnl_conv: blocked copy of the source
-  kConvWeightsSlot = 1,   //            of the weights
-  kConvDstSlot = 2,       //            of the destination
-  kConvScratchSlot = 3,   //            the direct path's scratchpad
-  kWinogradSlot = 4,      // winograd: V and M
-  kRoundedXSlot = 5,      // ops/linear: activations rounded to bfloat16 (--activations bf16)
-  kBf16DstSlot = 6,       // dnnl_matmul: the bfloat16 product's two partial products
-  kBf16SrcSlot = 7,       //              the activations as bfloat16 (high and low parts)
+  kConvSrcSlot = 0,      // dnnl_conv: blocked copy of the source
+  kConvWeightsSlot = 1,  //            of the weights
+  kConvDstSlot = 2,      //            of the destination
+  kConvScratchSlot = 3,  //            the direct path's scratchpad
+  kWinogradSlot = 4,     // winograd: V and M
+  kRoundedXSlot = 5,     // ops/linear: activations rounded to bfloat16 (--activations bf16)
+  kBf16DstSlot = 6,      // dnnl_matmul: the bfloat16 product's two partial products
+  kBf16SrcSlot = 7,      //              the activations as bfloat16 (high and low parts)
   kThreadSlots = 8,
 };
 

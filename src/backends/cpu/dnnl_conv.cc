@@ -1,8 +1,8 @@
 #include "backends/cpu/dnnl_conv.h"
 
-#include <cstdlib>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -26,7 +26,7 @@ namespace {
 
 struct ConvPrimitive : CachedPrimitive {
   dnnl::memory::desc src_plain, weights_plain, bias_md, dst_plain, sum_plain;  // the caller's layouts
-  dnnl::memory::desc src_md, weights_md, dst_md;  // the layouts the convolution runs in
+  dnnl::memory::desc src_md, weights_md, dst_md;                               // the layouts the convolution runs in
   std::optional<CachedPrimitive> src_reorder, weights_reorder, dst_reorder;
   std::optional<CachedPrimitive> sum_reorder;  // residual (caller's layout) into dst's layout
   double work = 0;                             // multiply-adds per run (SerialIfSmall)
@@ -103,12 +103,12 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     }
     for (size_t i = 1; i < d.weights.size(); ++i) flops *= d.weights[i];
     for (int64_t x : d.dst) flops *= x;
-    const bool plain = d.group == 1 && flops < 150 * elems && d.src_layout == ActLayout::Nchw &&
-                       d.dst_layout == ActLayout::Nchw;
-    dnnl::convolution_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-        plain ? p->src_plain : any_md(d.src), plain ? p->weights_plain : any_md(weight_dims(d)), p->bias_md,
-        plain ? p->dst_plain : any_md(d.dst), strides, dil, pl, pr);
+    const bool plain =
+        d.group == 1 && flops < 150 * elems && d.src_layout == ActLayout::Nchw && d.dst_layout == ActLayout::Nchw;
+    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                         plain ? p->src_plain : any_md(d.src),
+                                         plain ? p->weights_plain : any_md(weight_dims(d)), p->bias_md,
+                                         plain ? p->dst_plain : any_md(d.dst), strides, dil, pl, pr);
     // Winograd F(4x4, 3x3) (oneDNN's jit_wino_4x3, AVX-512) does the 3x3 stride-1 layers with
     // about half the multiplies. Its weight transform is a reorder, so it only pays with packed
     // weights. Measured on ResNet-50 at one thread: batch 8 ~15% less CPU time, batch 1 even;
@@ -118,15 +118,14 @@ std::shared_ptr<const ConvPrimitive> build(const ConvDims& d, const ConvPostOps&
     // Small layers (fewer than 64 input or output channels) lose to the direct kernel: the
     // tiny test CNN (16/32 channels, 32x32) ran 0.195 ms with Winograd and 0.150 ms without,
     // while ResNet-50 (64+ channels) is unchanged.
-    const bool wino_shape = packed && d.group == 1 && d.weights.size() == 4 && d.weights[0] >= 64 && d.weights[1] >= 64 &&
-                            d.weights[2] == 3 &&
-                            d.weights[3] == 3 && d.strides == std::vector<int64_t>{1, 1} &&
-                            d.dilations == std::vector<int64_t>{1, 1};
+    const bool wino_shape = packed && d.group == 1 && d.weights.size() == 4 && d.weights[0] >= 64 &&
+                            d.weights[1] >= 64 && d.weights[2] == 3 && d.weights[3] == 3 &&
+                            d.strides == std::vector<int64_t>{1, 1} && d.dilations == std::vector<int64_t>{1, 1};
     if (wino_shape) {
       try {
-        dnnl::convolution_forward::desc wdesc(dnnl::prop_kind::forward_inference,
-                                              dnnl::algorithm::convolution_winograd, any_md(d.src),
-                                              any_md(weight_dims(d)), p->bias_md, any_md(d.dst), strides, dil, pl, pr);
+        dnnl::convolution_forward::desc wdesc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd,
+                                              any_md(d.src), any_md(weight_dims(d)), p->bias_md, any_md(d.dst), strides,
+                                              dil, pl, pr);
         wino.emplace(wdesc, attr, dnnl_util::engine());
       } catch (const dnnl::error&) {
         wino.reset();
@@ -219,15 +218,18 @@ const Native& native() {
       // A typical ResNet layer: 64 -> 64 channels, 3x3, 28x28.
       const std::vector<int64_t> act = {1, 64, 28, 28}, w = {64, 64, 3, 3};
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           any_md(act), any_md(w), dnnl::memory::desc(), any_md(act), {1, 1},
-                                           {0, 0}, {1, 1}, {1, 1});
+                                           any_md(act), any_md(w), dnnl::memory::desc(), any_md(act), {1, 1}, {0, 0},
+                                           {1, 1}, {1, 1});
       dnnl::convolution_forward::primitive_desc pd(desc, dnnl_util::engine());
       const dnnl::memory::dims dims(act.begin(), act.end());
       using tag = dnnl::memory::format_tag;
       const dnnl::memory::desc got = pd.dst_desc();
-      if (got == dnnl::memory::desc(dims, dt::f32, tag::nChw16c)) r = {ActLayout::Blocked, 16};
-      else if (got == dnnl::memory::desc(dims, dt::f32, tag::nChw8c)) r = {ActLayout::Blocked, 8};
-      else if (got == dnnl::memory::desc(dims, dt::f32, tag::nhwc)) r = {ActLayout::Nhwc, 1};
+      if (got == dnnl::memory::desc(dims, dt::f32, tag::nChw16c))
+        r = {ActLayout::Blocked, 16};
+      else if (got == dnnl::memory::desc(dims, dt::f32, tag::nChw8c))
+        r = {ActLayout::Blocked, 8};
+      else if (got == dnnl::memory::desc(dims, dt::f32, tag::nhwc))
+        r = {ActLayout::Nhwc, 1};
     } catch (const dnnl::error&) {
     }
     return r;
@@ -277,8 +279,8 @@ struct ThreadArgs {
   std::unordered_map<int, dnnl::memory> args;
 };
 
-void run_direct(const ConvPrimitive& p, const ConvDims& d, const float* src, const void* weights,
-                const float* bias, float* dst) {
+void run_direct(const ConvPrimitive& p, const ConvDims& d, const float* src, const void* weights, const float* bias,
+                float* dst) {
   thread_local std::array<ThreadArgs, 64> slots;
   ThreadArgs& t = slots[p.id % slots.size()];
   auto& eng = dnnl_util::engine();
@@ -293,7 +295,8 @@ void run_direct(const ConvPrimitive& p, const ConvDims& d, const float* src, con
       t.args.emplace(DNNL_ARG_BIAS, t.bias);
     }
     if (p.scratchpad_bytes > 0) {
-      t.scratch = dnnl::memory(p.scratchpad_md, eng, dnnl_util::thread_buffer(dnnl_util::kConvScratchSlot, p.scratchpad_bytes));
+      t.scratch =
+          dnnl::memory(p.scratchpad_md, eng, dnnl_util::thread_buffer(dnnl_util::kConvScratchSlot, p.scratchpad_bytes));
       t.args.emplace(DNNL_ARG_SCRATCHPAD, t.scratch);
     }
     t.id = p.id;
@@ -302,7 +305,8 @@ void run_direct(const ConvPrimitive& p, const ConvDims& d, const float* src, con
     t.weights.set_data_handle(const_cast<void*>(weights));
     t.dst.set_data_handle(dst);
     if (d.has_bias) t.bias.set_data_handle(const_cast<float*>(bias));
-    if (p.scratchpad_bytes > 0) t.scratch.set_data_handle(dnnl_util::thread_buffer(dnnl_util::kConvScratchSlot, p.scratchpad_bytes));
+    if (p.scratchpad_bytes > 0)
+      t.scratch.set_data_handle(dnnl_util::thread_buffer(dnnl_util::kConvScratchSlot, p.scratchpad_bytes));
   }
   try {
     dnnl::stream& s = dnnl_util::stream();

@@ -60,8 +60,8 @@ struct ConvPrimitive;
 using ConvHandle = std::shared_ptr<const ConvPrimitive>;
 
 // The primitive for `d` with the post-ops `post` asks for (`post.relu` and whether `post.sum` is
-// null: the residual's address does not matter), from `packed`'s memo or the process-wide cache, built on first use. Null when
-// oneDNN has no implementation. `packed` (may be null) is the node's weight cache.
+// null: the residual's address does not matter), from `packed`'s memo or the process-wide cache, built on first use.
+// Null when oneDNN has no implementation. `packed` (may be null) is the node's weight cache.
 ConvHandle dnnl_conv_primitive(const ConvDims& d, const ConvPostOps& post, ConvWeightCache* packed);
 
 // Runs `p` (made by dnnl_conv_primitive for the same `d`, `post` and `packed`).

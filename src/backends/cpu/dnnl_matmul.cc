@@ -64,9 +64,9 @@ bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float*
   // oneDNN fixes a primitive's thread count when it is made: make and run it under the same
   // limit, and key it by that limit.
   dnnl_util::SerialIfSmall serial(static_cast<double>(d.batch) * d.M * d.N * d.K);
-  std::string key = "matmul_f32:" + dnnl_util::dims_key({d.batch, d.a_broadcast, d.b_broadcast, d.M, d.N, d.K,
-                                                          d.trans_a, d.trans_b, float_bits(d.alpha),
-                                                          float_bits(d.beta), omp_get_max_threads()});
+  std::string key =
+      "matmul_f32:" + dnnl_util::dims_key({d.batch, d.a_broadcast, d.b_broadcast, d.M, d.N, d.K, d.trans_a, d.trans_b,
+                                           float_bits(d.alpha), float_bits(d.beta), omp_get_max_threads()});
   auto p = dnnl_util::cached_as<CachedPrimitive>(key, [&] { return build(d); });
   if (!p) return false;
   const bool batched = d.batch > 1;
@@ -85,7 +85,7 @@ bool dnnl_matmul_f32(const MatmulDims& d, const float* a, const float* b, float*
 struct PackedWeights {
   int64_t K = 0, N = 0;
   dt wdt = dt::f32;
-  dnnl::memory::desc md;  // the blocked layout oneDNN chose
+  dnnl::memory::desc md;               // the blocked layout oneDNN chose
   std::shared_ptr<const void> buffer;  // the packed copy, or the plain weights when they need none
   bool aliases_plain = false;
   std::string layout_key;  // identifies `md` in primitive cache keys
@@ -138,8 +138,8 @@ std::shared_ptr<const Packer> make_packer(int64_t K, int64_t N, bool transposed,
     p->packed_md = pd.weights_desc();
     p->plain_md =
         dnnl_util::strided_md({K, N}, transposed ? std::vector<int64_t>{1, K} : std::vector<int64_t>{N, 1}, wdt);
-    p->reorder = dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_util::engine(), p->plain_md, dnnl_util::engine(),
-                                                             p->packed_md));
+    p->reorder = dnnl::reorder(
+        dnnl::reorder::primitive_desc(dnnl_util::engine(), p->plain_md, dnnl_util::engine(), p->packed_md));
     return p;
   } catch (const dnnl::error&) {
     return nullptr;  // no matmul for this type on this CPU: the caller keeps its plain path
@@ -200,13 +200,12 @@ bool packed_layout_is_plain(const PackedWeights& w) {
   return w.md == dnnl_util::strided_md({w.K, w.N}, std::vector<int64_t>{w.N, 1}, w.wdt);
 }
 
-bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c,
-                        bool round_a) {
+bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const float* bias, float* c, bool round_a) {
   REFORGE_ASSERT(M > 0);
   // Made and run under the same thread limit (oneDNN fixes it at creation), keyed by it.
   dnnl_util::SerialIfSmall serial(static_cast<double>(M) * w.N * w.K);
-  const std::string key = "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + ":" +
-                          std::to_string(omp_get_max_threads());
+  const std::string key =
+      "matmul_packed:" + w.layout_key + ":" + std::to_string(M) + ":" + std::to_string(omp_get_max_threads());
   auto& eng = dnnl_util::engine();
   if (w.wdt == dt::f32 || round_a) {
     // float32 weights, or bfloat16 ones times A rounded to bfloat16: one product, bias fused.
@@ -216,15 +215,19 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
     void* src = const_cast<float*>(a);
     if (round_a) {
       src = dnnl_util::thread_buffer(kBf16SrcSlot, static_cast<size_t>(M * w.K) * 4);
-      if (w.wdt == dt::bf16) split_f32_to_bf16(a, static_cast<uint16_t*>(src), nullptr, M * w.K);
-      else round_to_bf16(a, static_cast<float*>(src), M * w.K);
+      if (w.wdt == dt::bf16)
+        split_f32_to_bf16(a, static_cast<uint16_t*>(src), nullptr, M * w.K);
+      else
+        round_to_bf16(a, static_cast<float*>(src), M * w.K);
     }
     const auto c_md = dnnl_util::plain_md({M, w.N}, dt::f32);
     const auto a_md = dnnl_util::plain_md({M, w.K}, w.wdt);
-    std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(a_md, eng, src)},
-                                                  {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, const_cast<void*>(w.buffer.get()))},
-                                                  {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(a_md, eng, src)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(w.md, eng, const_cast<void*>(w.buffer.get()))},
+        {DNNL_ARG_DST, dnnl::memory(c_md, eng, c)}};
+    if (bias)
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(dnnl_util::plain_md({1, w.N}, dt::f32), eng, const_cast<float*>(bias)));
     dnnl_util::execute(*p, std::move(args), "MatMul");
     return true;
   }

@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
 #include "core/cpu_features.h"
-#include "core/simd.h"
+#include "core/error.h"
 #include "core/half.h"
+#include "core/simd.h"
 
 namespace reforge::cpu {
 
@@ -36,9 +36,12 @@ int64_t chunk_columns(int64_t M, bool avx2) {
 // W: float, uint16_t (bfloat16 bits) or float16.
 template <typename W>
 float widen(W v) {
-  if constexpr (std::is_same_v<W, float>) return v;
-  else if constexpr (std::is_same_v<W, float16>) return float16::to_float(v.bits);
-  else return bfloat16::to_float(v);
+  if constexpr (std::is_same_v<W, float>)
+    return v;
+  else if constexpr (std::is_same_v<W, float16>)
+    return float16::to_float(v.bits);
+  else
+    return bfloat16::to_float(v);
 }
 
 template <typename W>
@@ -123,8 +126,9 @@ REFORGE_AVX512 void chunk_avx512(int64_t M, int64_t K, int64_t N, const float* x
       for (int64_t v = 0; v <= full; ++v) {
         const __mmask16 m = v < full ? all : tail;
         if (!m) break;
-        _mm512_mask_storeu_ps(yr + v * 16, m,
-                              _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr + v * 16), _mm512_maskz_loadu_ps(m, bias + j0 + v * 16)));
+        _mm512_mask_storeu_ps(
+            yr + v * 16, m,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m, yr + v * 16), _mm512_maskz_loadu_ps(m, bias + j0 + v * 16)));
       }
     }
   }
@@ -235,18 +239,23 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
   const int64_t vecs = (N + 15) / 16;
   // Below ~64K multiply-adds a parallel region costs more than it saves.
   const int64_t work = M * N * K;
-  int team = static_cast<int>(std::min<int64_t>({static_cast<int64_t>(std::max(threads, 1)), vecs,
-                                                 std::max<int64_t>(1, work / (1 << 16))}));
+  int team = static_cast<int>(
+      std::min<int64_t>({static_cast<int64_t>(std::max(threads, 1)), vecs, std::max<int64_t>(1, work / (1 << 16))}));
   auto run_slice = [&](int64_t c0, int64_t c1) {
     for (int64_t j0 = c0; j0 < c1; j0 += cw) {
       const int64_t j1 = std::min(c1, j0 + cw);
       if (simd) {
-        if constexpr (std::is_same_v<W, uint16_t>) chunk_bf16_pairs(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
-        else chunk_avx512<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        if constexpr (std::is_same_v<W, uint16_t>)
+          chunk_bf16_pairs(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        else
+          chunk_avx512<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
       } else if (simd2) {
-        if constexpr (std::is_same_v<W, uint16_t>) avx2::chunk_bf16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
-        else if constexpr (std::is_same_v<W, float16>) avx2::chunk_f16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
-        else avx2::chunk_f32(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        if constexpr (std::is_same_v<W, uint16_t>)
+          avx2::chunk_bf16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        else if constexpr (std::is_same_v<W, float16>)
+          avx2::chunk_f16(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
+        else
+          avx2::chunk_f32(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
       } else {
         chunk_ref<W>(M, K, N, x, ldx, w, bias, y, ldy, j0, j1);
       }
@@ -312,8 +321,10 @@ void gemv_rows(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, con
 
 int64_t gemv_max_rows() {
   switch (simd_level()) {
-    case SimdLevel::Avx2: return 8;
-    default: return 1;
+    case SimdLevel::Avx2:
+      return 8;
+    default:
+      return 1;
   }
 }
 

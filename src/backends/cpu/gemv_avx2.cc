@@ -98,7 +98,8 @@ REFORGE_GEMV_AVX2 void single_row(int64_t K, int64_t N, const float* x, const W*
       const int64_t j = v * 8;
       if (ahead && (j * static_cast<int64_t>(sizeof(W))) % 64 == 0)
         for (int i = 0; i < 8; ++i) _mm_prefetch(reinterpret_cast<const char*>(ahead + i * N + j), _MM_HINT_T1);
-      __m256 a = k == 0 ? _mm256_mul_ps(xs[0], load8(w0 + j)) : _mm256_fmadd_ps(xs[0], load8(w0 + j), _mm256_loadu_ps(yr + j));
+      __m256 a =
+          k == 0 ? _mm256_mul_ps(xs[0], load8(w0 + j)) : _mm256_fmadd_ps(xs[0], load8(w0 + j), _mm256_loadu_ps(yr + j));
       for (int i = 1; i < 8; ++i) a = _mm256_fmadd_ps(xs[i], load8(w0 + i * N + j), a);
       _mm256_storeu_ps(yr + j, a);
     }
@@ -109,8 +110,8 @@ REFORGE_GEMV_AVX2 void single_row(int64_t K, int64_t N, const float* x, const W*
 // Two or more rows: 16 columns x 4 W rows loaded once (8 registers) serve every row.
 constexpr int64_t kAhead = 8;  // W rows prefetched ahead
 template <typename W>
-REFORGE_GEMV_AVX2 void many_rows(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W* w,
-                                 float* y, int64_t ldy, int64_t j0, int64_t j1) {
+REFORGE_GEMV_AVX2 void many_rows(int64_t M, int64_t K, int64_t N, const float* x, int64_t ldx, const W* w, float* y,
+                                 int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t pairs = (j1 - j0) / 16;
   int64_t k = 0;
   for (; k + 4 <= K; k += 4) {

@@ -10,9 +10,9 @@
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/sgemm_panels.h"
 #include "backends/cpu/widen_avx2.h"
+#include "core/cpu_features.h"
 #include "core/error.h"
 #include "core/half.h"
-#include "core/cpu_features.h"
 #include "core/simd.h"
 
 namespace reforge::cpu {
@@ -34,9 +34,8 @@ constexpr int panels_together(int64_t R) { return R == 1 ? 4 : R <= 3 ? 2 : 1; }
 // none) into L2. `b` is the first panel's block, the next ones `pstride` elements apart; `ncols`
 // columns of the last panel are valid (16 but in W's last panel).
 template <int R, int Q, typename W>
-REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const W* b, int64_t pstride,
-                                         float* y, int64_t ldy, int64_t ncols, bool accumulate, const float* bias,
-                                         const W* prefetch) {
+REFORGE_GEMV_PANELS_AVX2 void block_avx2(int64_t kc, const float* x, const W* b, int64_t pstride, float* y, int64_t ldy,
+                                         int64_t ncols, bool accumulate, const float* bias, const W* prefetch) {
   __m256 c[R][Q][2];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r)
@@ -136,8 +135,8 @@ void block_generic(int64_t R, int64_t kc, const float* x, const W* b, float* y, 
 // stream does (Zen 3, K = 1024, N = 2816, 4 rows from memory: 0.55-0.6 ms against 0.8-1.0 for
 // one stream).
 template <typename W>
-void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels,
-                const float* bias, float* y, int64_t ldy, int64_t p0, int64_t p1, bool avx2) {
+void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels, const float* bias,
+                float* y, int64_t ldy, int64_t p0, int64_t p1, bool avx2) {
   // Equal groups of at most kMaxRows rows (8 rows: 4 + 4, measured faster than 6 + 2).
   const int64_t groups = (M + kMaxRows - 1) / kMaxRows, group_rows = (M + groups - 1) / groups;
   const int64_t pstride = K * kPanelWidth;
@@ -170,16 +169,20 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
         const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - (p + Q - 1) * kPanelWidth);
         const float* bs = k0 + kc == K && bias ? bias + n0 : nullptr;
         const W* b = panels + p * pstride + k0 * kPanelWidth;
-        const W* next = p + Q < g1 ? b + Q * pstride
-                            : k0 + kc < K ? panels + g * pstride + (k0 + kc) * kPanelWidth
-                            : g1 < p1 ? panels + g1 * pstride : nullptr;
+        const W* next = p + Q < g1    ? b + Q * pstride
+                        : k0 + kc < K ? panels + g * pstride + (k0 + kc) * kPanelWidth
+                        : g1 < p1     ? panels + g1 * pstride
+                                      : nullptr;
         for (int64_t m = 0; m < M; m += group_rows) {
           const int64_t R = std::min(group_rows, M - m);
           const float* xs = xbuf.data() + m * K + k0 * R;
           float* ys = y + m * ldy + n0;
           // R <= group_rows, and only M <= 3 (one group) has group_rows <= 3: Q suits R.
-          if (avx2) kBlocks<W>[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs, m == 0 && !one_row ? next : nullptr);
-          else block_generic<W>(R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
+          if (avx2)
+            kBlocks<W>[R][Q - 1](kc, xs, b, pstride, ys, ldy, ncols, accumulate, bs,
+                                 m == 0 && !one_row ? next : nullptr);
+          else
+            block_generic<W>(R, kc, xs, b, ys, ldy, ncols, accumulate, bs);
         }
       }
     }
@@ -187,8 +190,8 @@ void run_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
 }
 
 template <typename W>
-void gemv_panels_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels,
-                       const float* bias, float* y, int64_t ldy, int threads) {
+void gemv_panels_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const W* panels, const float* bias,
+                       float* y, int64_t ldy, int threads) {
   static const bool f16c = cpu_has_f16c();
   const bool avx2 = simd_level() >= SimdLevel::Avx2 && (!std::is_same_v<W, float16> || f16c);
   const int64_t P = (N + kPanelWidth - 1) / kPanelWidth;
@@ -199,7 +202,7 @@ void gemv_panels_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t 
     run_panels<W>(M, N, K, x, ldx, panels, bias, y, ldy, 0, P, avx2);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(nt)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(nt)) schedule(static)
   for (int64_t t = 0; t < nt; ++t)
     run_panels<W>(M, N, K, x, ldx, panels, bias, y, ldy, P * t / nt, P * (t + 1) / nt, avx2);
 }

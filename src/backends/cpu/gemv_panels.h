@@ -34,9 +34,10 @@ namespace reforge::cpu {
 inline constexpr int64_t kPanelsBlockK = 256;
 
 // Y (row stride ldy) = X (row stride ldx) x W (panels: pack_panels' layout, 64-byte aligned,
-// of type `w_dtype`: Float32, or BFloat16 / Float16 widened exactly in registers) + bias (null: none). Any M >= 0, N and K >= 0 (K = 0: Y = bias or 0); only Y's N valid columns
-// are written. Runs on up to `threads` OpenMP threads, one when the product is small. AVX2 + FMA
-// when simd_level() allows, else a portable loop with the same sums as sgemm_panels' portable tile.
+// of type `w_dtype`: Float32, or BFloat16 / Float16 widened exactly in registers) + bias (null: none). Any M >= 0, N
+// and K >= 0 (K = 0: Y = bias or 0); only Y's N valid columns are written. Runs on up to `threads` OpenMP threads, one
+// when the product is small. AVX2 + FMA when simd_level() allows, else a portable loop with the same sums as
+// sgemm_panels' portable tile.
 void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* panels, DType w_dtype,
                  const float* bias, float* y, int64_t ldy, int threads);
 inline void gemv_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,

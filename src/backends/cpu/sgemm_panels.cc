@@ -19,10 +19,10 @@ namespace reforge::cpu {
 
 namespace {
 
-constexpr int64_t kRows = 6;         // register tile: 6 rows x 16 columns
-constexpr int64_t kBlockK = 256;     // k per kernel call: a panel block is 16 KB
-constexpr int64_t kBlockM = 192;     // most rows of X packed at a time
-constexpr int64_t kGroupPanels = 16; // panels whose block of Y stays in L2 across k blocks
+constexpr int64_t kRows = 6;          // register tile: 6 rows x 16 columns
+constexpr int64_t kBlockK = 256;      // k per kernel call: a panel block is 16 KB
+constexpr int64_t kBlockM = 192;      // most rows of X packed at a time
+constexpr int64_t kGroupPanels = 16;  // panels whose block of Y stays in L2 across k blocks
 
 #define REFORGE_SGEMM_AVX2 __attribute__((target("avx2,fma")))
 
@@ -30,14 +30,13 @@ constexpr int64_t kGroupPanels = 16; // panels whose block of Y stays in L2 acro
 // `prefetch` (null: none) is read one line per k: `pf_stride` floats apart (16 for the next
 // float32 panel block, 8 for a 16-bit one, whose rows are half a line).
 template <int R>
-REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, float* y, int64_t ldy,
-                                  int64_t ncols, bool accumulate, const float* bias, const float* prefetch,
-                                  int64_t pf_stride) {
+REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, float* y, int64_t ldy, int64_t ncols,
+                                  bool accumulate, const float* bias, const float* prefetch, int64_t pf_stride) {
   __m256 c0[R], c1[R];
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm256_setzero_ps();
-  // Unrolled: on Zen 3 the rolled loop ran 128-row products 3-14% behind OpenBLAS
-  // (build/reforge_linear_bench, K x N = 768 x 3072, 1024 x 2816, 768 x 768), 0-14% ahead unrolled.
+    // Unrolled: on Zen 3 the rolled loop ran 128-row products 3-14% behind OpenBLAS
+    // (build/reforge_linear_bench, K x N = 768 x 3072, 1024 x 2816, 768 x 768), 0-14% ahead unrolled.
 #pragma GCC unroll 8
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b + k * kPanelWidth), b1 = _mm256_loadu_ps(b + k * kPanelWidth + 8);
@@ -85,8 +84,8 @@ REFORGE_SGEMM_AVX2 void tile_avx2(int64_t kc, const float* x, const float* b, fl
 
 using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t, int64_t, bool, const float*, const float*,
                         int64_t);
-constexpr TileFn kAvx2Tiles[kRows + 1] = {nullptr,           tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
-                                          tile_avx2<4>,      tile_avx2<5>, tile_avx2<6>};
+constexpr TileFn kAvx2Tiles[kRows + 1] = {nullptr,      tile_avx2<1>, tile_avx2<2>, tile_avx2<3>,
+                                          tile_avx2<4>, tile_avx2<5>, tile_avx2<6>};
 
 #define REFORGE_SGEMM_AVX512 __attribute__((target("avx512f")))
 
@@ -145,8 +144,8 @@ constexpr std::array<WideTileFn, kWideRows + 1> wide_tiles(std::index_sequence<R
   return {nullptr, tile_avx512<static_cast<int>(R) + 1, Q>...};
 }
 // kAvx512Tiles[Q - 1][R].
-constexpr std::array<WideTileFn, kWideRows + 1> kAvx512Tiles[2] = {wide_tiles<1>(std::make_index_sequence<kWideRows>()),
-                                                                  wide_tiles<2>(std::make_index_sequence<kWideRows>())};
+constexpr std::array<WideTileFn, kWideRows + 1> kAvx512Tiles[2] = {
+    wide_tiles<1>(std::make_index_sequence<kWideRows>()), wide_tiles<2>(std::make_index_sequence<kWideRows>())};
 
 // One strip, AVX2: a[k][r] = rows[r][k] for k < kc (rows[r] null: zeros). Eight k at a time,
 // the 6 rows (and two zero rows) transposed as an 8 x 8 block; the k tail one by one. The
@@ -164,10 +163,14 @@ REFORGE_SGEMM_AVX2 void pack_strip_avx2(const float* const rows[kRows], int64_t 
     const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
     const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
     const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)),
+                 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)),
+                 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
     // Column j (k + j) holds rows 0..7 of that k.
     const __m256 col[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
                            _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
@@ -269,8 +272,10 @@ void run_block(int64_t m0, int64_t m1, int64_t p0, int64_t p1, int64_t N, int64_
             const float* pf = m == mb ? next : nullptr;
             if (isa == SimdLevel::Avx512)
               kAvx512Tiles[Q - 1][R](kc, as, as + kc * kRows, b, pstride, ys, ldy, ncols, accumulate, bs, pf);
-            else if (isa == SimdLevel::Avx2) kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, pf, pf_stride);
-            else panel_block_generic(R, kRows, kc, as, b, ys, ldy, ncols, accumulate, bs);
+            else if (isa == SimdLevel::Avx2)
+              kAvx2Tiles[R](kc, as, b, ys, ldy, ncols, accumulate, bs, pf, pf_stride);
+            else
+              panel_block_generic(R, kRows, kc, as, b, ys, ldy, ncols, accumulate, bs);
             m += R;
             as += (R + kRows - 1) / kRows * kc * kRows;  // the strips the tile used
           }
@@ -335,8 +340,10 @@ void pack_panels_t(const T* w, int64_t K, int64_t N, bool transposed, T* dst) {
     __m128i v[kChunks];
     for (int c = 0; c < kChunks; ++c) v[c] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src) + c);
     for (int c = 0; c < kChunks; ++c) {
-      if (stream) _mm_stream_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
-      else _mm_storeu_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
+      if (stream)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
+      else
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
     }
   };
   auto pack_range = [&](int64_t p0, int64_t p1) {
@@ -381,8 +388,8 @@ void pack_panels16(const uint16_t* w, int64_t K, int64_t N, bool transposed, uin
   pack_panels_t(w, K, N, transposed, dst);
 }
 
-void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
-                  const float* bias, float* y, int64_t ldy, int threads) {
+void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels, const float* bias,
+                  float* y, int64_t ldy, int threads) {
   sgemm_panels(M, N, K, x, ldx, panels, DType::Float32, bias, y, ldy, threads);
 }
 
@@ -409,7 +416,7 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
   const int64_t tn = std::min<int64_t>(nt, std::max<int64_t>(1, P / 4));
   const int64_t tm = std::max<int64_t>(1, std::min<int64_t>(nt / tn, (M + kRows - 1) / kRows));
   const int64_t strips = (M + kRows - 1) / kRows;
-#pragma omp parallel for num_threads(static_cast<int>(tn * tm)) schedule(static) collapse(2)
+#pragma omp parallel for num_threads(static_cast <int>(tn * tm)) schedule(static) collapse(2)
   for (int64_t i = 0; i < tn; ++i)
     for (int64_t j = 0; j < tm; ++j) {
       const int64_t p0 = P * i / tn, p1 = P * (i + 1) / tn;

@@ -49,8 +49,8 @@ inline float panel_at(const float* panels, int64_t K, int64_t k, int64_t n) {
 
 // Y (row stride ldy) = X (row stride ldx) x W (packed) + bias (null: none). Runs on up to
 // `threads` OpenMP threads (fewer when the product is small).
-void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels,
-                  const float* bias, float* y, int64_t ldy, int threads);
+void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const float* panels, const float* bias,
+                  float* y, int64_t ldy, int threads);
 // The same with panels of type `w_dtype`: Float32, BFloat16 or Float16.
 void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const void* panels, DType w_dtype,
                   const float* bias, float* y, int64_t ldy, int threads);

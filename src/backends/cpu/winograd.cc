@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
 #include "core/simd.h"
@@ -14,9 +15,9 @@ namespace reforge::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 8;     // channels per activation block (and per AVX2 vector)
-constexpr int64_t kPanel = 16;    // output channels per weight panel (two vectors)
-constexpr int64_t kRows = 6;      // tiles per register tile
+constexpr int64_t kBlock = 8;               // channels per activation block (and per AVX2 vector)
+constexpr int64_t kPanel = 16;              // output channels per weight panel (two vectors)
+constexpr int64_t kRows = 6;                // tiles per register tile
 constexpr int64_t kBlockBytes = 2 << 20;    // V and M of one block of tiles, when U is small
 constexpr int64_t kSliceBytes = 256 << 10;  // V[p] and M[p] of one block, when U is large
 constexpr int64_t kLargeU = 4 << 20;        // bytes of U above which it is read once per block
@@ -84,7 +85,7 @@ REFORGE_WINO_AVX2 void input_tile(const Geo& g, const float* src, int64_t t, int
       for (int j = 0; j < T; ++j) {
         const int64_t y = iy0 + i, x = ix0 + j;
         d[i * T + j] = y >= 0 && y < g.H && x >= 0 && x < g.W ? _mm256_loadu_ps(plane + (y * g.W + x) * kBlock)
-                                                               : _mm256_setzero_ps();
+                                                              : _mm256_setzero_ps();
       }
   }
   const auto bt = M == 4 ? bt6 : bt4;
@@ -145,8 +146,8 @@ REFORGE_WINO_AVX2 void gemm_tile(int64_t C, const float* v, int64_t ldv, const f
 }
 
 using GemmTile = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, const float*);
-constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,         gemm_tile<1>, gemm_tile<2>, gemm_tile<3>,
-                                            gemm_tile<4>,    gemm_tile<5>, gemm_tile<6>};
+constexpr GemmTile kGemmTiles[kRows + 1] = {nullptr,      gemm_tile<1>, gemm_tile<2>, gemm_tile<3>,
+                                            gemm_tile<4>, gemm_tile<5>, gemm_tile<6>};
 
 // The calling thread's buffer (dnnl_util::thread_buffer) for V and M: grown as needed and kept,
 // so a steady run allocates nothing.
@@ -224,7 +225,9 @@ void g_column(int tile, const double* a, const double* b, const double* c, doubl
 }  // namespace
 
 WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C, int tile)
-    : K_(K), C_(C), tile_(tile),
+    : K_(K),
+      C_(C),
+      tile_(tile),
       u_(Tensor::uninitialized(DType::Float32, {(tile + 2) * (tile + 2) * round_up(K, kPanel) * C})) {
   if (tile != 2 && tile != 4) fail("Winograd: output tiles are 2 x 2 or 4 x 4, not ", tile, " x ", tile);
   float* u = u_.mutable_data<float>();
@@ -240,7 +243,7 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C, int tile)
       double g[9][kPanel] = {}, t[6][3][kPanel], v[6][6][kPanel];
       for (int64_t l = 0; l < lanes; ++l)
         for (int e = 0; e < 9; ++e) g[e][l] = w[((k0 + l) * C + c) * 9 + e];
-      for (int j = 0; j < 3; ++j) g_column(tile, g[j], g[3 + j], g[6 + j], &t[0][j], 3);  // t = G g
+      for (int j = 0; j < 3; ++j) g_column(tile, g[j], g[3 + j], g[6 + j], &t[0][j], 3);   // t = G g
       for (int i = 0; i < T; ++i) g_column(tile, t[i][0], t[i][1], t[i][2], &v[i][0], 1);  // v = t G^T
       for (int p = 0; p < T * T; ++p) {
         float* line = u + ((p * P + panel) * C + c) * kPanel;
@@ -276,8 +279,10 @@ struct BlockRun {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / CB, cb = i % CB;
       float* vt = v + t * g.C + cb * kBlock;
-      if (tile == 4) input_tile<4>(g, src, t0 + t, cb, vt, nb * g.C);
-      else input_tile<2>(g, src, t0 + t, cb, vt, nb * g.C);
+      if (tile == 4)
+        input_tile<4>(g, src, t0 + t, cb, vt, nb * g.C);
+      else
+        input_tile<2>(g, src, t0 + t, cb, vt, nb * g.C);
     }
   }
   void product(int64_t begin, int64_t end) const {
@@ -300,8 +305,10 @@ struct BlockRun {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / KB, kb = i % KB;
       const float* mt = m + t * g.Kp + kb * kBlock;
-      if (tile == 4) output_tile<4>(g, mt, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
-      else output_tile<2>(g, mt, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
+      if (tile == 4)
+        output_tile<4>(g, mt, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
+      else
+        output_tile<2>(g, mt, nb * g.Kp, t0 + t, kb, bias, sum, relu, dst);
     }
   }
 };
@@ -332,8 +339,8 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
   // U: the threads share each block phase by phase, so U is read once per block for all of them
   // (and a few tiles still give every thread a share of the npos products).
   const bool own_tiles = !large_u || threads <= 1;
-  const int nt = own_tiles ? static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows))
-                           : threads;
+  const int nt =
+      own_tiles ? static_cast<int>(std::min<int64_t>(std::max(1, threads), (T + kRows - 1) / kRows)) : threads;
   tb = std::min(std::max(kRows, tb), own_tiles ? round_up((T + nt - 1) / nt, kRows) : T);
   const int64_t block_floats = npos * tb * (g.C + g.Kp);
   // Allocated (or refused, as an Error) before any thread runs.

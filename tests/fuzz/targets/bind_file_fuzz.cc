@@ -1,7 +1,7 @@
 // Bind-file reader: build::parse_bind_file on the text of a --bind-file JSON.
 #include <string>
 
-#include "build/binding.h"
+#include "builder/binding.h"
 #include "fuzz_target.h"
 
 REFORGE_FUZZ_TARGET(bind_file) {

@@ -1,5 +1,4 @@
-#include "core/timing.h"
-#include "build/binding.h"
+#include "builder/binding.h"
 
 #include <omp.h>
 #include <xxhash.h>
@@ -9,16 +8,17 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <tuple>
-#include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "build/binding_search.h"
-#include "build/fingerprint.h"
-#include "build/literal_proof.h"
+#include "builder/binding_search.h"
+#include "builder/fingerprint.h"
+#include "builder/literal_proof.h"
 #include "core/dispatch.h"
 #include "core/nearest_names.h"
+#include "core/timing.h"
 #include "ops/registry.h"
 #include "ops/transpose2d.h"
 #include "refit/checkpoint_refit.h"
@@ -27,8 +27,6 @@
 namespace reforge::build {
 
 namespace {
-
-
 
 // Up to 64 elements of `t` (or of its 2-D transpose) at fixed, evenly spaced flat positions of
 // that form. Indexing by this sketch costs O(1) per tensor instead of reading (or transposing)
@@ -54,7 +52,8 @@ uint64_t key_of(const Tensor& sample, size_t form_nbytes) {
 using ir::int_attr;
 using ir::ints_attr;
 
-plan::RecipeStep step(const std::string& op, std::map<std::string, ir::Attribute> attrs, std::vector<plan::Operand> ins) {
+plan::RecipeStep step(const std::string& op, std::map<std::string, ir::Attribute> attrs,
+                      std::vector<plan::Operand> ins) {
   plan::RecipeStep s;
   s.op_type = op;
   s.opset = 13;
@@ -78,8 +77,10 @@ plan::Binding make_binding(const Form& f, const Tensor& t) {
   plan::Binding b;
   b.status = plan::Binding::Status::Bound;
   b.checkpoint.push_back({f.name, t.dtype(), t.shape()});
-  auto prev = [&]() { return b.steps.empty() ? plan::Operand{plan::Operand::Kind::Source, 0}
-                                             : plan::Operand{plan::Operand::Kind::Step, uint32_t(b.steps.size() - 1)}; };
+  auto prev = [&]() {
+    return b.steps.empty() ? plan::Operand{plan::Operand::Kind::Source, 0}
+                           : plan::Operand{plan::Operand::Kind::Step, uint32_t(b.steps.size() - 1)};
+  };
   if (f.transpose) b.steps.push_back(step("Transpose", {{"perm", ints_attr("perm", {1, 0})}}, {prev()}));
   if (f.cast != DType::Undefined) b.steps.push_back(step("Cast", {{"to", int_attr("to", int64_t(f.cast))}}, {prev()}));
   return b;
@@ -113,7 +114,8 @@ class Binder {
         Tensor sk = sketch(t, f.transpose);
         DType dt = t.dtype();
         if (f.cast != DType::Undefined)  // the same Cast kernel as the binding: elementwise, so bit-identical
-          sk = transforms::evaluate_op("", "Cast", 13, {{"to", int_attr("to", int64_t(f.cast))}}, {&sk}, 1)[0], dt = f.cast;
+          sk = transforms::evaluate_op("", "Cast", 13, {{"to", int_attr("to", int64_t(f.cast))}}, {&sk}, 1)[0],
+          dt = f.cast;
         index_[key_of(sk, size_t(t.numel()) * dtype_size(dt))].push_back(f);
       }
     }
@@ -190,8 +192,11 @@ class Binder {
         bool found = false;
         for (const auto& [len, tr] : lengths) {
           if (at + len > v.dim(axis)) continue;
-          Tensor part = transforms::evaluate_op("", "Slice", 1, {{"starts", ints_attr("starts", {at})}, {"ends", ints_attr("ends", {at + len})},
-                                                            {"axes", ints_attr("axes", {axis})}}, {&v}, 1)[0];
+          Tensor part = transforms::evaluate_op("", "Slice", 1,
+                                                {{"starts", ints_attr("starts", {at})},
+                                                 {"ends", ints_attr("ends", {at + len})},
+                                                 {"axes", ints_attr("axes", {axis})}},
+                                                {&v}, 1)[0];
           auto it = index_.find(key_of(sketch(part, false), part.nbytes()));
           if (it == index_.end()) continue;
           std::vector<Form> hits;
@@ -225,11 +230,14 @@ class Binder {
       }
       b.steps.push_back(std::move(cat));
       // Confirm the whole binding with the refit's own replay.
-      Tensor again = transforms::apply_binding(b, [&] {
-        std::vector<Tensor> ins;
-        for (const auto& in : b.checkpoint) ins.push_back(ckpt_.tensors().at(in.name));
-        return ins;
-      }(), v.dtype(), v.shape());
+      Tensor again = transforms::apply_binding(
+          b,
+          [&] {
+            std::vector<Tensor> ins;
+            for (const auto& in : b.checkpoint) ins.push_back(ckpt_.tensors().at(in.name));
+            return ins;
+          }(),
+          v.dtype(), v.shape());
       if (transforms::bit_equal(again, v)) return b;
     }
     return {};
@@ -291,7 +299,8 @@ std::map<std::string, plan::Binding> candidates(Binder& b, const refit::Checkpoi
 plan::Binding constant_binding(const Tensor& v, const LiteralProof& proof) {
   plan::Binding b;
   b.status = plan::Binding::Status::Constant;
-  b.reason = proof.kind == LiteralProof::Kind::Structural ? plan::Binding::Reason::Structural : plan::Binding::Reason::Proven;
+  b.reason =
+      proof.kind == LiteralProof::Kind::Structural ? plan::Binding::Reason::Structural : plan::Binding::Reason::Proven;
   b.rule = describe(proof);
   b.literals.push_back(v);
   b.note = "a function of the configuration, not of the checkpoint: " + b.rule;
@@ -324,7 +333,7 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   std::set<std::string> used_binds;
   std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
   std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> unmatched;  // initializer -> its uses
-  std::map<std::string, std::map<std::string, plan::Binding>> cache;          // by initializer name
+  std::map<std::string, std::map<std::string, plan::Binding>> cache;            // by initializer name
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     const ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -401,7 +410,8 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   if (!ambiguous.empty()) {
     std::string list;
     for (const auto& a : ambiguous) list += "\n  " + a;
-    fail("binding: ", ambiguous.size(), " source(s) equal several checkpoint tensors and the module scope does not decide:", list,
+    fail("binding: ", ambiguous.size(),
+         " source(s) equal several checkpoint tensors and the module scope does not decide:", list,
          "\nsettle each with --bind ONNX_NAME=CHECKPOINT_NAME (or --bind-file)");
   }
   for (const auto& [name, _] : o.binds)
@@ -409,8 +419,7 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       std::vector<std::string> names;
       for (const auto& [n, t] : g.initializers)
         if (!literals.count(n) && is_float(t.dtype())) names.push_back(n);
-      fail("--bind ", name, "=", o.binds.at(name), ": the model has no refittable initializer or source '", name,
-           "'",
+      fail("--bind ", name, "=", o.binds.at(name), ": the model has no refittable initializer or source '", name, "'",
            nearest_hint(name.substr(0, name.find('@')), names));
     }
   // What no checkpoint tensor derives is a constant only by structure or by proof; else unbound.
@@ -425,8 +434,9 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
     std::optional<LiteralProof> proof;
     if (!sibling.empty()) {
       // Made by the same fold as its transformed neighbour (a BatchNorm-folded bias).
-      note = "matches no checkpoint tensor and feeds the same node as '" + sibling +
-             "', whose values differ from the checkpoint tensor of that name: probably made by the same fold (BatchNorm)";
+      note =
+          "matches no checkpoint tensor and feeds the same node as '" + sibling +
+          "', whose values differ from the checkpoint tensor of that name: probably made by the same fold (BatchNorm)";
     } else if (!weight_use.empty()) {
       // A weight input is never a constant by its values: an all-equal weight may just be untrained.
       note = "matches no checkpoint tensor under any supported transform, and it is a weight input of " + weight_use +
@@ -441,8 +451,9 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       for (const auto& u : uses) r.bindings[u] = constant_binding(v, *proof);
       continue;
     } else {
-      note = "matches no checkpoint tensor under any supported transform (slice, gather, broadcast, transpose, cast, "
-             "concatenation) and is not provably a function of the configuration";
+      note =
+          "matches no checkpoint tensor under any supported transform (slice, gather, broadcast, transpose, cast, "
+          "concatenation) and is not provably a function of the configuration";
     }
     for (const auto& u : uses) r.bindings[u].note = note;
   }
@@ -455,8 +466,11 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       if (!prove_literal(it->second)) list += "\n  " + name + " " + it->second.describe();
     }
     if (!list.empty())
-      fail("--strict-binding: float initializer(s) declared literal are neither structural nor provably a function of the "
-           "configuration:", list);
+      fail(
+          "--strict-binding: float initializer(s) declared literal are neither structural nor provably a function of "
+          "the "
+          "configuration:",
+          list);
   }
   // A checkpoint that binds under half of the weight sources is most likely another model's (a
   // source whose name it holds with other values counts as evidence of the right one: folded).
@@ -468,7 +482,8 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       ++unbound;
       named += folded_nodes.count(pos.first) && folded_nodes[pos.first] == g.nodes[pos.first].inputs[pos.second];
       if (first_unbound.empty())
-        first_unbound = g.nodes[pos.first].inputs[pos.second] + " (read by " + g.nodes[pos.first].label() + "): " + bd.note;
+        first_unbound =
+            g.nodes[pos.first].inputs[pos.second] + " (read by " + g.nodes[pos.first].label() + "): " + bd.note;
     }
   }
   if (!o.allow_partial && unbound > 0 && (bound + named) * 2 < bound + unbound)

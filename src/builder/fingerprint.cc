@@ -1,4 +1,4 @@
-#include "build/fingerprint.h"
+#include "builder/fingerprint.h"
 
 #include <cstring>
 #include <map>
@@ -51,9 +51,12 @@ void materialize_zero_biases(ir::Graph& g) {
     if (wit == g.initializers.end() || !is_float(wit->second.dtype())) continue;
     const Tensor& w = wit->second;
     int64_t channels = -1;
-    if (n.op_type == "Gemm" && w.rank() == 2) channels = n.attr_int("transB", 0) ? w.dim(0) : w.dim(1);
-    else if (n.op_type == "Conv" && w.rank() >= 3) channels = w.dim(0);
-    else if (n.op_type == "ConvTranspose" && w.rank() >= 3) channels = w.dim(1) * n.attr_int("group", 1);
+    if (n.op_type == "Gemm" && w.rank() == 2)
+      channels = n.attr_int("transB", 0) ? w.dim(0) : w.dim(1);
+    else if (n.op_type == "Conv" && w.rank() >= 3)
+      channels = w.dim(0);
+    else if (n.op_type == "ConvTranspose" && w.rank() >= 3)
+      channels = w.dim(1) * n.attr_int("group", 1);
     if (channels < 0) continue;
     std::string name = (n.name.empty() ? n.outputs[0] : n.name) + ".zero_bias";
     while (g.initializers.count(name)) name += "_";
@@ -117,10 +120,18 @@ std::string tensor_sig(const Tensor& t) {
 std::string attr_str(const ir::Attribute& a) {
   std::ostringstream os;
   switch (a.type) {
-    case ir::AttrType::Float: os << "f:" << float_bits(a.f); break;
-    case ir::AttrType::Int: os << "i:" << a.i; break;
-    case ir::AttrType::String: os << "s:" << a.s.size() << ":" << a.s; break;
-    case ir::AttrType::Tensor: os << "t:" << tensor_sig(a.t); break;
+    case ir::AttrType::Float:
+      os << "f:" << float_bits(a.f);
+      break;
+    case ir::AttrType::Int:
+      os << "i:" << a.i;
+      break;
+    case ir::AttrType::String:
+      os << "s:" << a.s.size() << ":" << a.s;
+      break;
+    case ir::AttrType::Tensor:
+      os << "t:" << tensor_sig(a.t);
+      break;
     case ir::AttrType::Floats:
       os << "fs:";
       for (float f : a.floats) os << float_bits(f) << ",";
@@ -137,7 +148,9 @@ std::string attr_str(const ir::Attribute& a) {
       os << "ts:";
       for (const auto& t : a.tensors) os << tensor_sig(t) << ",";
       break;
-    default: os << "graph"; break;
+    default:
+      os << "graph";
+      break;
   }
   return os.str();
 }
@@ -146,7 +159,8 @@ std::string attr_str(const ir::Attribute& a) {
 
 std::vector<std::string> structural_fingerprint(const ir::Graph& g, const std::set<std::string>& literals) {
   std::map<std::string, std::string> ref;
-  for (size_t i = 0; i < g.inputs.size(); ++i) ref[g.inputs[i].name] = "in" + std::to_string(i) + ":" + dtype_name(g.inputs[i].dtype);
+  for (size_t i = 0; i < g.inputs.size(); ++i)
+    ref[g.inputs[i].name] = "in" + std::to_string(i) + ":" + dtype_name(g.inputs[i].dtype);
   for (const auto& [name, t] : g.initializers)
     ref[name] = literals.count(name) ? "lit:" + tensor_sig(t) : "src:" + t.describe();
   std::vector<std::string> lines;
@@ -156,7 +170,8 @@ std::vector<std::string> structural_fingerprint(const ir::Graph& g, const std::s
     os << n.domain << "::" << n.op_type << "@" << n.opset << " (";
     for (size_t s = 0; s < n.inputs.size(); ++s) {
       if (s) os << ", ";
-      if (n.inputs[s].empty()) os << "-";
+      if (n.inputs[s].empty())
+        os << "-";
       else {
         auto it = ref.find(n.inputs[s]);
         os << (it == ref.end() ? "?" : it->second);
@@ -187,7 +202,8 @@ std::string fingerprint_difference(const std::vector<std::string>& expected, con
     if (expected[i] != actual[i])
       return "node " + std::to_string(i) + " differs:\n    plan:  " + expected[i] + "\n    model: " + actual[i];
   if (expected.size() != actual.size())
-    return "the plan's model has " + std::to_string(expected.size() - 1) + " nodes, this model has " + std::to_string(actual.size() - 1);
+    return "the plan's model has " + std::to_string(expected.size() - 1) + " nodes, this model has " +
+           std::to_string(actual.size() - 1);
   return "";
 }
 

@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 #include "refit/refit_from.h"

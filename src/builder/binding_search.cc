@@ -1,4 +1,4 @@
-#include "build/binding_search.h"
+#include "builder/binding_search.h"
 
 #include <algorithm>
 #include <cstring>
@@ -31,8 +31,12 @@ Shape squeezed(const Shape& s) {
   return out;
 }
 
-bool widening(DType from, DType to) { return to == DType::Float32 && (from == DType::BFloat16 || from == DType::Float16); }
-bool narrowing(DType from, DType to) { return from == DType::Float32 && (to == DType::BFloat16 || to == DType::Float16); }
+bool widening(DType from, DType to) {
+  return to == DType::Float32 && (from == DType::BFloat16 || from == DType::Float16);
+}
+bool narrowing(DType from, DType to) {
+  return from == DType::Float32 && (to == DType::BFloat16 || to == DType::Float16);
+}
 
 // Element i of a checkpoint tensor as the bits of the source's dtype: the same bytes, the exact
 // float32 of a bfloat16/float16 value, or a float32 rounded to bfloat16/float16 by the rounding
@@ -83,7 +87,9 @@ bool for_each_index(const Shape& dims, const Shape& strides, const std::function
   return true;
 }
 
-Tensor int64_tensor(const std::vector<int64_t>& v, Shape shape) { return Tensor::copy_of(DType::Int64, std::move(shape), v.data()); }
+Tensor int64_tensor(const std::vector<int64_t>& v, Shape shape) {
+  return Tensor::copy_of(DType::Int64, std::move(shape), v.data());
+}
 
 // Builds the steps of one binding from a checkpoint tensor, keeping track of the current shape.
 struct StepWriter {
@@ -101,7 +107,8 @@ struct StepWriter {
     b.literals.push_back(std::move(t));
     return {plan::Operand::Kind::Literal, uint32_t(b.literals.size() - 1)};
   }
-  void add(const std::string& op, int opset, std::map<std::string, ir::Attribute> attrs, std::vector<plan::Operand> ins) {
+  void add(const std::string& op, int opset, std::map<std::string, ir::Attribute> attrs,
+           std::vector<plan::Operand> ins) {
     plan::RecipeStep s;
     s.op_type = op;
     s.opset = opset;
@@ -143,7 +150,7 @@ bool confirmed(const plan::Binding& b, const Tensor& t, const Tensor& v) {
 
 // The source with the axes along which it is constant reduced to one element.
 struct Reduced {
-  Tensor r;            // v with its broadcast axes reduced to size 1
+  Tensor r;  // v with its broadcast axes reduced to size 1
   bool broadcast = false;
 };
 
@@ -268,7 +275,8 @@ class Candidate {
       if (std::find(f.begin(), f.end(), s) == f.end()) J.push_back(s);
     Shape jdims, jstr, odims, ostr_s, ostr_t;
     for (int64_t s : J) jdims.push_back(S_[s]), jstr.push_back(ss_[s]);
-    for (size_t k = 0; k < O.size(); ++k) odims.push_back(T_[O[k]]), ostr_s.push_back(ss_[f[k]]), ostr_t.push_back(ts_[O[k]]);
+    for (size_t k = 0; k < O.size(); ++k)
+      odims.push_back(T_[O[k]]), ostr_s.push_back(ss_[f[k]]), ostr_t.push_back(ts_[O[k]]);
     std::vector<int64_t> index;
     index.reserve(size_t(shape_numel(jdims)));
     bool ok = for_each_index(jdims, jstr, [&](const Shape&, int64_t base) {
@@ -310,7 +318,8 @@ class Candidate {
     for (size_t i = 1; i < index.size() && contiguous; ++i) contiguous = index[i] == index[i - 1] + 1;
     if (contiguous && !index.empty()) {
       w.add("Slice", 1,
-            {{"starts", ints_attr("starts", {index[0]})}, {"ends", ints_attr("ends", {index[0] + int64_t(index.size())})},
+            {{"starts", ints_attr("starts", {index[0]})},
+             {"ends", ints_attr("ends", {index[0] + int64_t(index.size())})},
              {"axes", ints_attr("axes", {a})}},
             {w.prev()});
       for (int64_t pos = 0, k = 0; pos < int64_t(T_.size()); ++pos) layout.push_back(pos == a ? J[0] : f[k++]);

@@ -30,13 +30,14 @@ struct BuildOptions {
   // Set: these layouts, whatever weight_packing and this CPU would choose (slow refit rebuilds in
   // the layouts a plan records). half_panels needs linear_panels.
   std::optional<plan::WeightLayouts> layouts;
-  std::vector<std::string> individual_patterns;  // RefitIndividual: glob patterns over source names (each must match one)
-  std::vector<std::string> literal_names;        // initializers to treat as literals (each must exist)
-  bool strip_weights = false;                    // requires a refit mode
-  bool verify_recipes = true;                    // replay every recipe after the build
-  bool print_passes = false;                     // print node/constant counts after each pass
-  std::vector<std::string> skip_passes;          // glob patterns of passes not to run (each must match a pass)
-  void validate() const;                         // throws on inconsistent options (the model aside)
+  std::vector<std::string>
+      individual_patterns;                 // RefitIndividual: glob patterns over source names (each must match one)
+  std::vector<std::string> literal_names;  // initializers to treat as literals (each must exist)
+  bool strip_weights = false;              // requires a refit mode
+  bool verify_recipes = true;              // replay every recipe after the build
+  bool print_passes = false;               // print node/constant counts after each pass
+  std::vector<std::string> skip_passes;    // glob patterns of passes not to run (each must match a pass)
+  void validate() const;                   // throws on inconsistent options (the model aside)
 };
 
 // Takes the graph by value: pass a temporary (or std::move) so the build owns the initializers
@@ -50,7 +51,8 @@ plan::Plan build_plan(ir::Graph graph, const BuildOptions& options);
 // --skip-pass glob matches a build pass and every --refit-individual pattern matches a source.
 // A name that matches nothing lists the nearest names that exist. build_plan() calls it; callers
 // with costly work before the build (checkpoint binding) may call it first.
-void check_build_request(const ir::Graph& canonical, const std::set<std::string>& literals, const BuildOptions& options);
+void check_build_request(const ir::Graph& canonical, const std::set<std::string>& literals,
+                         const BuildOptions& options);
 
 // True when `name` matches the glob `pattern` ('*' any run, '?' one character).
 bool glob_match(const std::string& pattern, const std::string& name);

@@ -1,4 +1,4 @@
-#include "build/literal_proof.h"
+#include "builder/literal_proof.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -13,27 +13,46 @@ namespace reforge::build {
 namespace {
 
 // ---- bounds (documented in the header) ----
-constexpr double kTrigUlps = 4;     // cos/sin outputs: SVML's 4 ulp is the least accurate libm in use
-constexpr double kAngleUlps = 2;    // inv_freq vectors and raw angle tables: pow is not correctly rounded
-constexpr double kArangeUlps = 2;   // float aranges: PyTorch's vectorized arange adds k*step to a rounded base
+constexpr double kTrigUlps = 4;    // cos/sin outputs: SVML's 4 ulp is the least accurate libm in use
+constexpr double kAngleUlps = 2;   // inv_freq vectors and raw angle tables: pow is not correctly rounded
+constexpr double kArangeUlps = 2;  // float aranges: PyTorch's vectorized arange adds k*step to a rounded base
 constexpr int kFreqOffsets[] = {0, -1, 1, -2, 2};  // float32 frequency candidates, in ulps of the correctly rounded one
 constexpr int64_t kMaxStart = 65536;               // largest first position a table may start at
-const double kCommonBases[] = {10000, 500000, 1000000, 100000, 50000, 1000, 5000000, 10000000, 2000000, 25000, 40000, 75000, 160000, 250000};
+const double kCommonBases[] = {10000,    500000,  1000000, 100000, 50000, 1000,   5000000,
+                               10000000, 2000000, 25000,   40000,  75000, 160000, 250000};
 
 // Element reader over any float dtype (no copy: a rejected weight usually costs a few reads).
 struct Reader {
   const unsigned char* p;
   DType dt;
   size_t es;
-  explicit Reader(const Tensor& t) : p(static_cast<const unsigned char*>(t.raw())), dt(t.dtype()), es(dtype_size(t.dtype())) {}
+  explicit Reader(const Tensor& t)
+      : p(static_cast<const unsigned char*>(t.raw())), dt(t.dtype()), es(dtype_size(t.dtype())) {}
   double at(int64_t i) const {
     const unsigned char* q = p + size_t(i) * es;
     switch (dt) {
-      case DType::Float32: { float f; std::memcpy(&f, q, 4); return f; }
-      case DType::Float64: { double d; std::memcpy(&d, q, 8); return d; }
-      case DType::Float16: { uint16_t b; std::memcpy(&b, q, 2); return float16::to_float(b); }
-      case DType::BFloat16: { uint16_t b; std::memcpy(&b, q, 2); return bfloat16::to_float(b); }
-      default: return std::numeric_limits<double>::quiet_NaN();
+      case DType::Float32: {
+        float f;
+        std::memcpy(&f, q, 4);
+        return f;
+      }
+      case DType::Float64: {
+        double d;
+        std::memcpy(&d, q, 8);
+        return d;
+      }
+      case DType::Float16: {
+        uint16_t b;
+        std::memcpy(&b, q, 2);
+        return float16::to_float(b);
+      }
+      case DType::BFloat16: {
+        uint16_t b;
+        std::memcpy(&b, q, 2);
+        return bfloat16::to_float(b);
+      }
+      default:
+        return std::numeric_limits<double>::quiet_NaN();
     }
   }
   float f(int64_t i) const { return float(at(i)); }
@@ -46,10 +65,14 @@ struct Num {
 };
 Num num_of(DType dt) {
   switch (dt) {
-    case DType::Float16: return {10, -14};
-    case DType::BFloat16: return {7, -126};
-    case DType::Float64: return {52, -1022};
-    default: return {23, -126};
+    case DType::Float16:
+      return {10, -14};
+    case DType::BFloat16:
+      return {7, -126};
+    case DType::Float64:
+      return {52, -1022};
+    default:
+      return {23, -126};
   }
 }
 double ulp(double x, Num n) {
@@ -106,7 +129,9 @@ double shortest_f32(float v) {
 }
 
 LiteralProof structural(std::string rule) { return {LiteralProof::Kind::Structural, std::move(rule), "", 0}; }
-LiteralProof proven(std::string rule, std::string recipe, double mu) { return {LiteralProof::Kind::Proven, std::move(rule), std::move(recipe), mu}; }
+LiteralProof proven(std::string rule, std::string recipe, double mu) {
+  return {LiteralProof::Kind::Proven, std::move(rule), std::move(recipe), mu};
+}
 
 // ---------------------------------------------------------------------------------------------
 // Structural rules.
@@ -122,8 +147,12 @@ std::optional<LiteralProof> all_equal(const Tensor& t, const Reader& r) {
 
 // Negative fills a mask may use, as rounded into `dt`.
 std::vector<double> mask_fills(DType dt) {
-  std::vector<double> base = {-std::numeric_limits<double>::infinity(), -double(FLT_MAX), -65504.0,
-                              -double(bfloat16::to_float(0xff7f)), -1e4, -1e9};
+  std::vector<double> base = {-std::numeric_limits<double>::infinity(),
+                              -double(FLT_MAX),
+                              -65504.0,
+                              -double(bfloat16::to_float(0xff7f)),
+                              -1e4,
+                              -1e9};
   if (dt == DType::Float64) base.push_back(-DBL_MAX);
   std::vector<double> out;
   for (double v : base) {
@@ -161,7 +190,10 @@ std::optional<LiteralProof> mask(const Tensor& t, const Reader& r) {
   int a = -1;
   for (int64_t row = 0; row < L * R; ++row) {
     const uint8_t* c = &cls[size_t(row * C)];
-    if (c[0] != c[C - 1]) { a = c[0]; break; }
+    if (c[0] != c[C - 1]) {
+      a = c[0];
+      break;
+    }
   }
   bool all_const_rows = a < 0;
   if (a < 0) a = cls[0];
@@ -181,7 +213,10 @@ std::optional<LiteralProof> mask(const Tensor& t, const Reader& r) {
     for (int64_t l = 1; l < L && same; ++l) same = std::memcmp(&cls[0], &cls[size_t(l * R * C)], size_t(R * C)) == 0;
     int64_t i0 = -1;
     for (int64_t i = 0; i < R; ++i)
-      if (p[size_t(i)] > 0 && p[size_t(i)] < C) { i0 = i; break; }
+      if (p[size_t(i)] > 0 && p[size_t(i)] < C) {
+        i0 = i;
+        break;
+      }
     if (same && i0 >= 0) {
       int64_t k = p[size_t(i0)] - i0 - 1;
       bool ok = true;
@@ -243,8 +278,8 @@ std::optional<LiteralProof> integer_arange(const Tensor& t, const std::vector<do
   if (step == 0) return std::nullopt;
   for (size_t k = 0; k < v.size(); ++k)
     if (v[k] != start + double(k) * step) return std::nullopt;
-  return structural("integer arange " + fmt(start) + ".." + fmt(v.back()) + " step " + fmt(step) + " along axis " + std::to_string(ax) +
-                    " of " + t.describe());
+  return structural("integer arange " + fmt(start) + ".." + fmt(v.back()) + " step " + fmt(step) + " along axis " +
+                    std::to_string(ax) + " of " + t.describe());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,8 +305,8 @@ std::optional<LiteralProof> float_arange(const Tensor& t, const std::vector<doub
       for (size_t k = 0; k < v.size() && worst <= kArangeUlps; ++k)
         worst = std::max(worst, ulps(v[k], round_to(float(start + double(k) * step), t.dtype()), num));
       if (worst <= kArangeUlps)
-        return proven("float arange " + fmt(start) + " step " + fmt(step) + ", " + std::to_string(v.size()) + " values along axis " +
-                          std::to_string(ax) + " of " + t.describe(),
+        return proven("float arange " + fmt(start) + " step " + fmt(step) + ", " + std::to_string(v.size()) +
+                          " values along axis " + std::to_string(ax) + " of " + t.describe(),
                       "float32(start + k * step), start and step in double (PyTorch's CPU arange), k = 0.." +
                           std::to_string(v.size() - 1),
                       worst);
@@ -308,8 +343,9 @@ double apply(Fn f, float theta) {
 // Float32 recomputation: angle = pos[p] * w[i] (one float32 product), out = fn(angle) rounded to
 // float32 then to the dtype. Each frequency may take one of kFreqOffsets around w[i] (libm pow/exp).
 // Returns the largest ulps, or nullopt past `bound`. `rows` limits the rows checked (quick checks).
-std::optional<double> verify_f32(const Table& tb, const Layout& lay, const std::vector<float>& w, const std::vector<float>& pos,
-                                 double bound, const std::vector<int64_t>* rows, int* max_offset) {
+std::optional<double> verify_f32(const Table& tb, const Layout& lay, const std::vector<float>& w,
+                                 const std::vector<float>& pos, double bound, const std::vector<int64_t>* rows,
+                                 int* max_offset) {
   const Num num = num_of(tb.t->dtype());
   std::vector<std::vector<int64_t>> cols(size_t(lay.nfreq));
   for (int64_t c = 0; c < tb.D; ++c) cols[size_t(lay.freq[size_t(c)])].push_back(c);
@@ -346,7 +382,8 @@ std::optional<double> verify_f32(const Table& tb, const Layout& lay, const std::
 }
 
 // Float64 recomputation (numpy implementations): out = float32(fn(angle(p, i))) in double.
-std::optional<double> verify_f64(const Table& tb, const Layout& lay, const std::function<double(int64_t, int)>& angle, double bound) {
+std::optional<double> verify_f64(const Table& tb, const Layout& lay, const std::function<double(int64_t, int)>& angle,
+                                 double bound) {
   const Num num = num_of(tb.t->dtype());
   double worst = 0;
   for (int64_t p = 0; p < tb.S; ++p)
@@ -391,7 +428,10 @@ bool quick_check64(const Table& tb, const Layout& lay, const std::function<doubl
 std::optional<double> estimate_w(const Table& tb, const Layout& lay, int i) {
   int64_t c = -1;
   for (int64_t k = 0; k < tb.D; ++k)
-    if (lay.freq[size_t(k)] == i) { c = k; break; }
+    if (lay.freq[size_t(k)] == i) {
+      c = k;
+      break;
+    }
   if (c < 0) return std::nullopt;
   Fn f = lay.fn[size_t(c)];
   if (f == Fn::Angle) return tb.at(1, c) - tb.at(0, c);
@@ -416,7 +456,10 @@ std::vector<int64_t> start_candidates(const Table& tb, const Layout& lay, double
   std::vector<int64_t> out = {0};
   int64_t c = -1;
   for (int64_t k = 0; k < tb.D; ++k)
-    if (lay.freq[size_t(k)] == 0) { c = k; break; }
+    if (lay.freq[size_t(k)] == 0) {
+      c = k;
+      break;
+    }
   if (c < 0 || tb.S < 2 || !(w0 > 0)) return out;
   Fn f = lay.fn[size_t(c)];
   double v0 = tb.at(0, c), v1 = tb.at(1, c);
@@ -428,8 +471,10 @@ std::vector<int64_t> start_candidates(const Table& tb, const Layout& lay, double
   }
   double s = std::sin(w0), co = std::cos(w0);
   if (std::fabs(s) < 1e-3) return out;
-  if (f == Fn::Cos) phase = std::atan2((v0 * co - v1) / s, v0);
-  else phase = std::atan2(v0, (v1 - v0 * co) / s);
+  if (f == Fn::Cos)
+    phase = std::atan2((v0 * co - v1) / s, v0);
+  else
+    phase = std::atan2(v0, (v1 - v0 * co) / s);
   if (phase < 0) phase += 2 * M_PI;
   const double period = 2 * M_PI / w0;
   for (double a = phase / w0; a <= double(kMaxStart) + 0.5 && out.size() < 64; a += period) {
@@ -480,7 +525,9 @@ std::vector<double> base_candidates(double est, double tol) {
   return out;
 }
 
-std::string positions_str(int64_t start, int64_t S) { return std::to_string(start) + ".." + std::to_string(start + S - 1); }
+std::string positions_str(int64_t start, int64_t S) {
+  return std::to_string(start) + ".." + std::to_string(start + S - 1);
+}
 
 std::vector<float> positions(int64_t start, int64_t S, double factor, bool scale_pos) {
   std::vector<float> pos(static_cast<size_t>(S));
@@ -569,15 +616,19 @@ std::optional<LiteralProof> rotary_table(const Tensor& t) {
             int off = 0;
             auto mu = verify_f32(tb, lay, w, pos, lay.fn[0] == Fn::Angle ? kAngleUlps : kTrigUlps, nullptr, &off);
             if (!mu) continue;
-            std::string scaling = factor == 1 ? "1" : fmt(factor) + (scale_inv ? " (inv_freq / factor)" : " (positions / factor)");
-            return proven("rotary " + lay.name + ": base " + fmt(base) + ", dim " + std::to_string(2 * lay.nfreq) + ", positions " +
-                              positions_str(start, tb.S) + ", linear scaling " + scaling + ", " + t.describe(),
+            std::string scaling =
+                factor == 1 ? "1" : fmt(factor) + (scale_inv ? " (inv_freq / factor)" : " (positions / factor)");
+            return proven("rotary " + lay.name + ": base " + fmt(base) + ", dim " + std::to_string(2 * lay.nfreq) +
+                              ", positions " + positions_str(start, tb.S) + ", linear scaling " + scaling + ", " +
+                              t.describe(),
                           "float32: inv_freq = 1 / base ** (float(arange(0, dim, 2)) / dim)" +
                               std::string(factor != 1 && scale_inv ? " / factor" : "") + "; angle = float(position" +
                               (factor != 1 && !scale_inv ? " / factor" : "") + ") * inv_freq; " +
-                              (lay.fn[0] == Fn::Angle ? std::string("the angle itself") : std::string(fn_name(lay.fn[0])) + "(angle)") +
+                              (lay.fn[0] == Fn::Angle ? std::string("the angle itself")
+                                                      : std::string(fn_name(lay.fn[0])) + "(angle)") +
                               (t.dtype() != DType::Float32 ? ", cast to " + dtype_name(t.dtype()) : "") +
-                              "; per-frequency float32 inv_freq within " + std::to_string(off) + " ulp of the correctly rounded value",
+                              "; per-frequency float32 inv_freq within " + std::to_string(off) +
+                              " ulp of the correctly rounded value",
                           *mu);
           }
         }
@@ -604,11 +655,14 @@ std::optional<LiteralProof> rotary_inv_freq(const Tensor& t) {
     for (double base : base_candidates(base_est, est_tol(t.dtype()))) {
       std::vector<float> w = rope_inv_freq(base, int(n), factor, true);
       double worst = 0;
-      for (int64_t i = 0; i < n && worst <= kAngleUlps; ++i) worst = std::max(worst, ulps(v[size_t(i)], round_to(w[size_t(i)], t.dtype()), num));
+      for (int64_t i = 0; i < n && worst <= kAngleUlps; ++i)
+        worst = std::max(worst, ulps(v[size_t(i)], round_to(w[size_t(i)], t.dtype()), num));
       if (worst <= kAngleUlps)
-        return proven("rotary inv_freq: base " + fmt(base) + ", dim " + std::to_string(2 * n) + ", linear scaling " + fmt(factor) + ", " +
-                          t.describe(),
-                      "float32: 1 / base ** (float(arange(0, dim, 2)) / dim)" + std::string(factor != 1 ? " / factor" : ""), worst);
+        return proven(
+            "rotary inv_freq: base " + fmt(base) + ", dim " + std::to_string(2 * n) + ", linear scaling " +
+                fmt(factor) + ", " + t.describe(),
+            "float32: 1 / base ** (float(arange(0, dim, 2)) / dim)" + std::string(factor != 1 ? " / factor" : ""),
+            worst);
     }
   }
   return std::nullopt;
@@ -635,7 +689,8 @@ std::optional<LiteralProof> sinusoidal(const Tensor& t) {
   };
   std::vector<Formula> formulas;
   {
-    Formula f{"float32: w_i = exp(float(2i) * float(-ln(10000) / D)) (PyTorch tutorial / Annotated Transformer)", {}, {}};
+    Formula f{
+        "float32: w_i = exp(float(2i) * float(-ln(10000) / D)) (PyTorch tutorial / Annotated Transformer)", {}, {}};
     const float c = float(-ln / double(D));
     for (int i = 0; i < h; ++i) f.w.push_back(float(std::exp(double(float(2 * i) * c))));
     formulas.push_back(f);
@@ -661,8 +716,8 @@ std::optional<LiteralProof> sinusoidal(const Tensor& t) {
         if (!trig_ok) return std::nullopt;
         int off = 0;
         if (auto mu = verify_f32(tb, *lay, f.w, pos, kTrigUlps, nullptr, &off))
-          return proven("sinusoidal position encoding (" + lay->name + "): base 10000, dim " + std::to_string(D) + ", positions " +
-                            positions_str(start, tb.S) + ", " + t.describe(),
+          return proven("sinusoidal position encoding (" + lay->name + "): base 10000, dim " + std::to_string(D) +
+                            ", positions " + positions_str(start, tb.S) + ", " + t.describe(),
                         f.recipe + "; angle = float(position) * w_i; per-frequency w_i within " + std::to_string(off) +
                             " ulp of the correctly rounded value",
                         *mu);
@@ -671,15 +726,17 @@ std::optional<LiteralProof> sinusoidal(const Tensor& t) {
       const bool is_cat = lay == &cat;
       auto angle = [&](int64_t p, int i) {
         double x = double(start + p);
-        return is_cat ? x * std::exp(double(i) * -ln / double(h - 1)) : x / std::pow(10000.0, double(2 * i) / double(D));
+        return is_cat ? x * std::exp(double(i) * -ln / double(h - 1))
+                      : x / std::pow(10000.0, double(2 * i) / double(D));
       };
       if (is_cat && h < 2) continue;
       if (!quick_check64(tb, *lay, angle)) continue;
       if (auto mu = verify_f64(tb, *lay, angle, kTrigUlps))
-        return proven("sinusoidal position encoding (" + lay->name + "): base 10000, dim " + std::to_string(D) + ", positions " +
-                          positions_str(start, tb.S) + ", " + t.describe(),
+        return proven("sinusoidal position encoding (" + lay->name + "): base 10000, dim " + std::to_string(D) +
+                          ", positions " + positions_str(start, tb.S) + ", " + t.describe(),
                       std::string("float64 then float32: angle = position ") +
-                          (is_cat ? "* exp(i * -ln(10000) / (D/2 - 1))" : "/ 10000 ** (2i / D)") + ", sin/cos in float64",
+                          (is_cat ? "* exp(i * -ln(10000) / (D/2 - 1))" : "/ 10000 ** (2i / D)") +
+                          ", sin/cos in float64",
                       *mu);
     }
   }

@@ -1,16 +1,16 @@
-#include "build/builder.h"
+#include "builder/builder.h"
 
 #include <algorithm>
 #include <iostream>
 
 #include "backends/cpu/dnnl_matmul.h"
-#include "build/fingerprint.h"
+#include "builder/fingerprint.h"
 #include "core/nearest_names.h"
 #include "core/simd.h"
 #include "core/version.h"
 #include "passes/build_state.h"
-#include "transforms/recipe.h"
 #include "runtime/engine.h"
+#include "transforms/recipe.h"
 
 namespace reforge::build {
 
@@ -66,9 +66,11 @@ bool pattern_matches_source(const std::string& pattern, const std::vector<std::s
 
 bool refittable_source(const BuildOptions& o, const plan::Source& s) {
   switch (o.mode) {
-    case plan::BuildMode::Baked: return false;
+    case plan::BuildMode::Baked:
+      return false;
     case plan::BuildMode::Refit:
-    case plan::BuildMode::RefitIdentical: return true;
+    case plan::BuildMode::RefitIdentical:
+      return true;
     case plan::BuildMode::RefitIndividual:
       for (const auto& p : o.individual_patterns)
         if (pattern_matches_source(p, s.names, s.key)) return true;
@@ -78,7 +80,8 @@ bool refittable_source(const BuildOptions& o, const plan::Source& s) {
 }
 
 // " (nearest: 'a', 'b')", or `otherwise` when no candidate is close.
-std::string nearest_note(const std::string& query, const std::vector<std::string>& candidates, const std::string& otherwise) {
+std::string nearest_note(const std::string& query, const std::vector<std::string>& candidates,
+                         const std::string& otherwise) {
   auto near = nearest_names(query, candidates);
   return near.empty() ? otherwise : " (nearest: " + quoted_list(near) + ")";
 }
@@ -88,7 +91,8 @@ std::string nearest_note(const std::string& query, const std::vector<std::string
 std::string no_similar(const std::string& what, const std::vector<std::string>& candidates) {
   if (candidates.empty()) return " (the model has no " + what + ")";
   std::vector<std::string> first(candidates.begin(), candidates.begin() + std::min<size_t>(3, candidates.size()));
-  return str_cat(" (no ", what, " has a similar name; of ", candidates.size(), ", the first: ", quoted_list(first), ")");
+  return str_cat(" (no ", what, " has a similar name; of ", candidates.size(), ", the first: ", quoted_list(first),
+                 ")");
 }
 
 std::vector<std::string> unmatched_literal_names(const ir::Graph& g, const BuildOptions& o) {
@@ -147,11 +151,12 @@ std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const
     std::vector<std::string> matched_literals, matched_unused;
     for (const auto& [name, t] : g.initializers)
       if (glob_match(pattern, name)) (literals.count(name) ? matched_literals : matched_unused).push_back(name);
-    std::string why = !matched_literals.empty()
-                          ? " matches only literals (" + quoted_list(matched_literals) + "), which are never refittable"
-                      : !matched_unused.empty()
-                          ? " matches only initializers that no node reads (" + quoted_list(matched_unused) + ")"
-                          : " matches no source" + nearest_note(pattern, source_names, no_similar("source", source_names));
+    std::string why =
+        !matched_literals.empty()
+            ? " matches only literals (" + quoted_list(matched_literals) + "), which are never refittable"
+        : !matched_unused.empty()
+            ? " matches only initializers that no node reads (" + quoted_list(matched_unused) + ")"
+            : " matches no source" + nearest_note(pattern, source_names, no_similar("source", source_names));
     problems.push_back("--refit-individual '" + pattern + "'" + why);
   }
   return problems;
@@ -161,9 +166,12 @@ std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const
 // of any other initializer becomes its own source and its own value.
 const char* simd_level_name(SimdLevel l) {
   switch (l) {
-    case SimdLevel::Avx512: return "avx512";
-    case SimdLevel::Avx2: return "avx2";
-    case SimdLevel::Generic: return "generic";
+    case SimdLevel::Avx512:
+      return "avx512";
+    case SimdLevel::Avx2:
+      return "avx2";
+    case SimdLevel::Generic:
+      return "generic";
   }
   return "generic";
 }
@@ -318,7 +326,8 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
 
   passes::BuildState s = make_state(std::move(g), o, plan.build->layouts, literals);
   for (const auto& pass : passes::default_passes()) {
-    bool allowed = !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
+    bool allowed =
+        !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
     for (const auto& pattern : o.skip_passes) allowed &= !glob_match(pattern, pass.name);
     if (!allowed) continue;
     try {
@@ -327,7 +336,8 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
       throw e.with_context(std::string("in build pass '") + pass.name + "'");
     }
     if (o.print_passes)
-      std::cerr << "pass " << pass.name << ": " << s.graph.nodes.size() << " nodes, " << s.consts.size() << " constants\n";
+      std::cerr << "pass " << pass.name << ": " << s.graph.nodes.size() << " nodes, " << s.consts.size()
+                << " constants\n";
   }
 
   canonical_constant_names(s);

@@ -35,7 +35,7 @@
 #include <utility>
 #include <vector>
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 #include "refit/safetensors.h"
@@ -57,14 +57,14 @@ struct BindOptions {
 
 struct BindResult {
   std::map<std::pair<uint32_t, uint32_t>, plan::Binding> bindings;  // by (node position, slot)
-  size_t bound = 0, unbound = 0;  // uses; the rest are constants
+  size_t bound = 0, unbound = 0;                                    // uses; the rest are constants
   double index_ms = 0, match_ms = 0;
   size_t checkpoint_bytes = 0;
 };
 
 // Binds every non-literal initializer use of `canonical` (a canonicalize()d graph).
-BindResult bind_checkpoint(const ir::Graph& canonical, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
-                           const BindOptions& options);
+BindResult bind_checkpoint(const ir::Graph& canonical, const std::set<std::string>& literals,
+                           const refit::Checkpoint& ckpt, const BindOptions& options);
 
 // build_plan() with every source bound to `ckpt` (plan::Source::binding).
 plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions options, const refit::Checkpoint& ckpt,
@@ -78,7 +78,6 @@ struct BindFile {
 BindFile read_bind_file(const std::string& path);
 // The same from the file's text; `what` names it in errors ("bind file 'x.json'").
 BindFile parse_bind_file(const std::string& text, const std::string& what);
-
 
 // Module scopes of a node, outermost first, from its metadata or its name.
 std::vector<std::string> node_scopes(const ir::Node& n);

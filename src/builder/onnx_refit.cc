@@ -1,9 +1,9 @@
-#include "build/onnx_refit.h"
+#include "builder/onnx_refit.h"
 
 #include <chrono>
 
-#include "build/builder.h"
-#include "build/fingerprint.h"
+#include "builder/builder.h"
+#include "builder/fingerprint.h"
 #include "core/timing.h"
 #include "onnx/importer.h"
 #include "refit/safetensors.h"
@@ -34,11 +34,12 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
       fail("refit: node ", s.node_position, " of the new model is ", n.label(), ", the plan expects a ", s.op_type);
     auto it = g.initializers.find(n.inputs[s.slot]);
     if (it == g.initializers.end())
-      fail("refit: input ", s.slot, " of ", n.label(), " is not an initializer in the new model (source '", s.key, "')");
+      fail("refit: input ", s.slot, " of ", n.label(), " is not an initializer in the new model (source '", s.key,
+           "')");
     const Tensor& t = it->second;
     if (t.dtype() != s.dtype || t.shape() != s.shape)
-      fail("refit: source '", s.key, "' is ", t.describe(), " in the new model (initializer '", it->first, "'), the plan expects ",
-           dtype_name(s.dtype), shape_str(s.shape));
+      fail("refit: source '", s.key, "' is ", t.describe(), " in the new model (initializer '", it->first,
+           "'), the plan expects ", dtype_name(s.dtype), shape_str(s.shape));
     out[static_cast<uint32_t>(id)] = t;
   }
   return out;
@@ -93,8 +94,9 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
   }
   o.layouts = layouts;
   if (note)
-    *note = "the plan has no build record (written by an older reforge): rebuilding with its mode and precision, "
-            "the weight layouts of its nodes, and every build pass";
+    *note =
+        "the plan has no build record (written by an older reforge): rebuilding with its mode and precision, "
+        "the weight layouts of its nodes, and every build pass";
   return o;
 }
 
@@ -153,7 +155,8 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
       if (w.kind != plan::WeightKind::Derived) continue;
       const Tensor* staged_w = staged.update.weight(w.name);
       if (!transforms::bit_equal(staged_w ? *staged_w : engine.weight(w.name), w.data))
-        fail("refit --verify: engine weight '", w.name, "' differs between fast refit and a fresh build; nothing was changed");
+        fail("refit --verify: engine weight '", w.name,
+             "' differs between fast refit and a fresh build; nothing was changed");
       ++rep.verified;
     }
     rep.verify_ms = ms_since(t1);

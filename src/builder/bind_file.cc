@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "build/binding.h"
+#include "builder/binding.h"
 #include "core/error.h"
 
 namespace reforge::build {
@@ -19,7 +19,8 @@ BindFile read_bind_file(const std::string& path) {
 
 BindFile parse_bind_file(const std::string& text, const std::string& what) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  const char* form = " is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\", ..., \"literals\": [\"ONNX_NAME\", ...]}";
+  const char* form =
+      " is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\", ..., \"literals\": [\"ONNX_NAME\", ...]}";
   if (j.is_discarded() || !j.is_object()) fail(what, form);
   BindFile out;
   for (const auto& [k, v] : j.items()) {

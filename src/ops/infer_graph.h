@@ -1,0 +1,36 @@
+// Inference over a whole graph: the type, symbolic shape and (for small integer values) the
+// known contents of every value, node by node with the registry's InferFn (ops/infer.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ops/infer.h"
+
+namespace reforge::ops {
+
+struct InferOptions {
+  // Fixes the graph inputs' shapes (one input signature): every dimension then comes out as a
+  // number unless it depends on data. Inputs not named keep their declared shapes.
+  const std::map<std::string, Shape>* input_shapes = nullptr;
+  // A node whose op has no inference: an Error (true) or outputs of unknown type (false).
+  bool require_all = true;
+};
+
+struct GraphTypes {
+  std::map<std::string, ValueType> types;       // every value: inputs, initializers, node outputs
+  std::map<std::string, SymShape> dims_values;  // small integer values whose elements are known
+  std::map<std::string, Tensor> constants;      // initializers, Constant outputs, folded values
+  const ValueType* find(const std::string& name) const {
+    auto it = types.find(name);
+    return it == types.end() ? nullptr : &it->second;
+  }
+};
+
+// Infers `graph` in topological order. Throws an Error naming the node whose inference fails
+// (an inconsistent shape, a missing input type) or, with require_all, that has none.
+GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options = {});
+
+}  // namespace reforge::ops
