@@ -66,8 +66,7 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
     if (model.initializers.count(name)) o.literal_names.push_back(name);
   if (plan.build) {
     const plan::BuildRecord& r = *plan.build;
-    if (r.backend != "cpu")
-      fail("refit: the plan was built for backend '", r.backend, "'; this reforge rebuilds for 'cpu' only");
+    o.backend = r.backend;
     o.weight_packing = r.weight_packing;
     o.skip_passes = r.skip_passes;
     o.verify_recipes = r.verify_recipes;
