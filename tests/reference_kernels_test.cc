@@ -23,7 +23,7 @@ ir::Node make_node(const std::string& op, int opset, size_t inputs, std::vector<
   n.name = "n";
   n.op_type = op;
   n.opset = opset;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
+  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back(std::string(1, 'x').append(std::to_string(i)));
   n.outputs = {"y"};
   for (auto& a : attrs) n.attrs[a.name] = a;
   return n;

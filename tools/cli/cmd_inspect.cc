@@ -250,7 +250,11 @@ Runner add_inspect(CLI::App& app) {
       std::cout << "build record: none (written by an older reforge; slow refit infers the options)\n";
     }
     std::cout << "placement:";
-    for (const auto& [backend, count] : per_backend) std::cout << " " << count << " node(s) on " << backend << ";";
+    const char* sep = " ";
+    for (const auto& [backend, count] : per_backend) {
+      std::cout << sep << count << " node(s) on " << backend;
+      sep = ", ";
+    }
     std::cout << " (--json lists every node)\n";
     for (const char* side : {"inputs", "outputs"}) {
       std::cout << side << ":\n";
