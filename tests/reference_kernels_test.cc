@@ -1,5 +1,5 @@
 // The reference kernels (src/ops) of the ops whose CPU kernels take other paths (oneDNN, OpenBLAS,
-// Winograd, vectorized rows: src/backends/cpu), run on the same inputs as the CPU kernels: both
+// Winograd, vectorized rows and exp: src/backends/cpu), run on the same inputs as the CPU kernels: both
 // agree within float32 rounding of the sums, and the reference kernels match hand-computed
 // values. Every backend is held to the reference kernels the same way.
 #include <gtest/gtest.h>
@@ -120,6 +120,18 @@ TEST(ReferenceKernels, LayerNormalizationAgreesWithTheCpuKernel) {
       make_node("LayerNormalization", 17, 3, {ir::float_attr("epsilon", 0.0f)}), {&x1, &s1, &b1})[0];
   EXPECT_FLOAT_EQ(y.data<float>()[0], -1.0f);
   EXPECT_FLOAT_EQ(y.data<float>()[1], 3.0f);
+}
+
+TEST(ReferenceKernels, SoftmaxByHandAndAgainstTheCpuKernel) {
+  const Tensor x = make<float>({1, 2}, {0.0f, std::log(3.0f)});
+  const Tensor y = test_support::run_reference_node(make_node("Softmax", 13, 1), {&x})[0];
+  EXPECT_NEAR(y.data<float>()[0], 0.25f, 1e-7f);
+  EXPECT_NEAR(y.data<float>()[1], 0.75f, 1e-7f);
+  const Tensor a = random_floats({3, 7, 5}, 22, -8.0f, 8.0f), b = random_floats({4, 33}, 23, -8.0f, 8.0f);
+  compare(make_node("Softmax", 13, 1, {ir::int_attr("axis", 1)}), {&a});
+  compare(make_node("Softmax", 13, 1), {&b});
+  compare(make_node("LogSoftmax", 13, 1, {ir::int_attr("axis", 1)}), {&a});
+  compare(make_node("Softmax", 11, 1, {ir::int_attr("axis", 1)}), {&a});  // the 2-D coercion before opset 13
 }
 
 }  // namespace

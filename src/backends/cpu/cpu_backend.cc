@@ -13,6 +13,7 @@ backends::Backend backend() {
     register_conv_kernels(r);
     register_conv_transpose_kernels(r);
     register_max_pool_kernels(r);
+    register_softmax_kernels(r);
     register_layer_normalization_kernels(r);
     register_gelu_kernels(r);
     register_matmul_add_kernels(r);

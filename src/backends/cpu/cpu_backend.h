@@ -18,6 +18,7 @@ void register_gemm_kernels(KernelRegistry& r);                 // gemm.cc: Gemm
 void register_conv_kernels(KernelRegistry& r);                 // conv.cc: Conv, reforge::FusedConv
 void register_conv_transpose_kernels(KernelRegistry& r);       // conv_transpose.cc: ConvTranspose
 void register_max_pool_kernels(KernelRegistry& r);             // max_pool.cc: reforge::MaxPool
+void register_softmax_kernels(KernelRegistry& r);              // softmax.cc: Softmax, LogSoftmax
 void register_layer_normalization_kernels(KernelRegistry& r);  // layer_normalization.cc
 void register_gelu_kernels(KernelRegistry& r);                 // gelu.cc: reforge::Gelu
 void register_matmul_add_kernels(KernelRegistry& r);           // matmul_add.cc: MatMulAdd(Packed), PackPanels

@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "core/simd.h"
 #include "ops/nn/nn_common.h"
 #include "ops/tensor/tensor_common.h"
 
