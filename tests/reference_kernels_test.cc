@@ -1,7 +1,7 @@
 // The reference kernels (src/ops) of the ops whose CPU kernels take other paths (oneDNN, OpenBLAS,
-// Winograd, vectorized rows and exp: src/backends/cpu), run on the same inputs as the CPU kernels: both
-// agree within float32 rounding of the sums, and the reference kernels match hand-computed
-// values. Every backend is held to the reference kernels the same way.
+// Winograd, vectorized rows, exp and per-instruction-set loops: src/backends/cpu), run on the same inputs as the CPU
+// kernels: both agree within float32 rounding of the sums, and the reference kernels match hand-computed values. Every
+// backend is held to the reference kernels the same way.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -120,6 +120,29 @@ TEST(ReferenceKernels, LayerNormalizationAgreesWithTheCpuKernel) {
       make_node("LayerNormalization", 17, 3, {ir::float_attr("epsilon", 0.0f)}), {&x1, &s1, &b1})[0];
   EXPECT_FLOAT_EQ(y.data<float>()[0], -1.0f);
   EXPECT_FLOAT_EQ(y.data<float>()[1], 3.0f);
+}
+
+TEST(ReferenceKernels, ArithmeticAgreesWithTheCpuKernel) {
+  // Same operation per element on both sides: equal bits, through every broadcast pattern.
+  const Tensor a = random_floats({3, 1, 40}, 24, 0.5f, 2.0f), b = random_floats({5, 40}, 25, 0.5f, 2.0f);
+  const Tensor s = random_floats({1}, 26, 0.5f, 2.0f), c = random_floats({3, 5, 1}, 27, 0.5f, 2.0f);
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    compare(make_node(op, 14, 2), {&a, &b}, 0.0);
+    compare(make_node(op, 14, 2), {&s, &b}, 0.0);
+    compare(make_node(op, 14, 2), {&c, &a}, 0.0);
+  }
+  // Pow by a constant: the CPU multiplies (x * x, x * x * x) where the reference calls powf.
+  const Tensor x = random_floats({1000}, 28, -3.0f, 3.0f);
+  for (float e : {2.0f, 3.0f, 0.5f, -1.0f}) {
+    const Tensor ex = make<float>({}, {e});
+    const Tensor base = e == 0.5f || e == -1.0f ? random_floats({1000}, 29, 0.25f, 3.0f) : x;
+    compare(make_node("Pow", 15, 2), {&base, &ex}, 1e-6);
+  }
+  const Tensor by_hand = make<float>({3}, {2.0f, -3.0f, 0.5f}), two = make<float>({}, {2.0f});
+  const Tensor sq = test_support::run_reference_node(make_node("Pow", 15, 2), {&by_hand, &two})[0];
+  EXPECT_EQ(sq.data<float>()[0], 4.0f);
+  EXPECT_EQ(sq.data<float>()[1], 9.0f);
+  EXPECT_EQ(sq.data<float>()[2], 0.25f);
 }
 
 TEST(ReferenceKernels, SoftmaxByHandAndAgainstTheCpuKernel) {

@@ -8,6 +8,7 @@ backends::Backend backend() {
   b.memory = backends::Memory::Host;
   b.runs_reference_kernels = true;
   b.register_kernels = [](KernelRegistry& r) {
+    register_arithmetic_kernels(r);
     register_matmul_kernels(r);
     register_gemm_kernels(r);
     register_conv_kernels(r);

@@ -13,6 +13,7 @@ using backends::KernelRegistry;
 // The backend descriptor that backends/backend.cc registers as "cpu".
 backends::Backend backend();
 
+void register_arithmetic_kernels(KernelRegistry& r);           // arithmetic.cc: Add, Sub, Mul, Div, Pow
 void register_matmul_kernels(KernelRegistry& r);               // matmul.cc: MatMul
 void register_gemm_kernels(KernelRegistry& r);                 // gemm.cc: Gemm
 void register_conv_kernels(KernelRegistry& r);                 // conv.cc: Conv, reforge::FusedConv

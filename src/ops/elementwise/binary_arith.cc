@@ -4,67 +4,23 @@
 // unsigned type of at least 32 bits, because signed overflow (and uint16 * uint16 promoted to
 // int) is undefined behaviour in C++. Integer division and Mod by zero give 0 instead of
 // trapping, and INT_MIN / -1 wraps; ONNX leaves both undefined, so any value is conformant, but
-// a crash is not. 16-bit floats compute in float and round once per result.
+// a crash is not. 16-bit floats compute in float and round once per result. These are the
+// reference kernels; the CPU backend runs float32 Add/Sub/Mul/Div and Pow by a constant
+// exponent on per-instruction-set loops (backends/cpu/arithmetic.cc).
+#include "ops/elementwise/binary_arith.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "core/simd.h"
 #include "ops/broadcast.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
 namespace {
 
-template <typename T>
-using wide_unsigned = std::conditional_t<(sizeof(T) <= 4), uint32_t, uint64_t>;
-
-struct AddOp {
-  template <typename C>
-  C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>)
-      return static_cast<C>(wide_unsigned<C>(x) + wide_unsigned<C>(y));
-    else
-      return x + y;
-  }
-};
-struct SubOp {
-  template <typename C>
-  C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>)
-      return static_cast<C>(wide_unsigned<C>(x) - wide_unsigned<C>(y));
-    else
-      return x - y;
-  }
-};
-struct MulOp {
-  template <typename C>
-  C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>)
-      return static_cast<C>(wide_unsigned<C>(x) * wide_unsigned<C>(y));
-    else
-      return x * y;
-  }
-};
-// Integer division truncates toward zero (C++ and ONNX agree).
-struct DivOp {
-  template <typename C>
-  C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) {
-      if (y == 0) return 0;
-      if constexpr (std::is_signed_v<C>) {
-        if (y == -1) return static_cast<C>(wide_unsigned<C>(0) - wide_unsigned<C>(x));
-      }
-      return static_cast<C>(x / y);
-    } else {
-      return x / y;
-    }
-  }
-};
-
-// fmod=1: C fmod / %, the result takes the dividend's sign.
 struct FmodOp {
   template <typename C>
   C operator()(C x, C y) const {
@@ -107,61 +63,6 @@ struct PyModOp {
     }
   }
 };
-
-// float32 runs of the four arithmetic ops, compiled per instruction set (core/simd.h). sa / sb
-// are the operands' inner strides (1: advances, 0: one broadcast value), as broadcast_map gives
-// them; `out` may be the same buffer as an advancing operand (in-place folds).
-REFORGE_SIMD_VARIANTS(template <typename Op>, void, arith_run_f32,
-                      (float* out, int64_t n, int64_t sa, int64_t sb, const float* a, const float* b, Op op),
-                      (out, n, sa, sb, a, b, op), {
-                        if (sa == 1 && sb == 1) {
-                          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], b[i]);
-                        } else if (sa == 1) {
-                          const float y = b[0];
-                          for (int64_t i = 0; i < n; ++i) out[i] = op(a[i], y);
-                        } else if (sb == 1) {
-                          const float x = a[0];
-                          for (int64_t i = 0; i < n; ++i) out[i] = op(x, b[i]);
-                        } else {
-                          const float v = op(a[0], b[0]);
-                          for (int64_t i = 0; i < n; ++i) out[i] = v;
-                        }
-                      })
-
-template <typename Op>
-constexpr bool kVectorArith =
-    std::is_same_v<Op, AddOp> || std::is_same_v<Op, SubOp> || std::is_same_v<Op, MulOp> || std::is_same_v<Op, DivOp>;
-
-// Runs a same-type binary op over inputs 0 and 1, writing output 0 of the same type.
-template <typename Op>
-void same_type_binary(KernelContext& ctx, Op op) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  REFORGE_CHECK(a.dtype() == b.dtype(), ctx.node().label(), ": inputs have different element types (", a.describe(),
-                " and ", b.describe(), ")");
-  const BinaryShapes s = binary_shapes(ctx);
-  const std::string what = ctx.node().label();
-  dispatch_numeric(
-      a.dtype(),
-      [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        Tensor& out = ctx.allocate_output_uninit(0, dtype_of<T>, s.out);
-        if constexpr (std::is_same_v<T, float> && kVectorArith<Op>) {
-          const BroadcastLayout<2> L(s.out, {s.a, s.b});
-          float* po = out.mutable_data<float>();
-          const float* pa = a.data<float>();
-          const float* pb = b.data<float>();
-          for_each_run(L, [&](int64_t o, const std::array<int64_t, 2>& off, int64_t n) {
-            arith_run_f32(po + o, n, L.inner_stride[0], L.inner_stride[1], pa + off[0], pb + off[1], op);
-          });
-          return;
-        }
-        broadcast_map(
-            out.mutable_data<T>(), s.out, [op](T x, T y) { return from_compute<T>(op(to_compute(x), to_compute(y))); },
-            Operand{a.data<T>(), s.a}, Operand{b.data<T>(), s.b});
-      },
-      what.c_str());
-}
 
 void add_kernel(KernelContext& ctx) { same_type_binary(ctx, AddOp{}); }
 void sub_kernel(KernelContext& ctx) { same_type_binary(ctx, SubOp{}); }
@@ -231,83 +132,7 @@ T pow_one(T x, E e) {
   }
 }
 
-// x^e for the exponents exporters write as constants (x^2 in every RMSNorm/LayerNorm variance,
-// x^0.5, x^3 in tanh-GELU), float32: a multiply instead of powf. x * x and x * x * x differ
-// from a correctly rounded pow by at most one and two roundings; x^0.5 is sqrt with pow's
-// special cases (-0 -> +0, -inf -> +inf).
-enum class PowKind { Zero, One, Square, Cube, Sqrt, Inverse, General };
-
-PowKind pow_kind(float e) {
-  if (e == 0.0f) return PowKind::Zero;
-  if (e == 1.0f) return PowKind::One;
-  if (e == 2.0f) return PowKind::Square;
-  if (e == 3.0f) return PowKind::Cube;
-  if (e == 0.5f) return PowKind::Sqrt;
-  if (e == -1.0f) return PowKind::Inverse;
-  return PowKind::General;
-}
-
-REFORGE_SIMD_VARIANTS(, void, pow_const_f32, (const float* x, float* y, int64_t n, PowKind k), (x, y, n, k), {
-  switch (k) {
-    case PowKind::Zero:
-      for (int64_t i = 0; i < n; ++i) y[i] = 1.0f;
-      break;
-    case PowKind::One:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i];
-      break;
-    case PowKind::Square:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
-      break;
-    case PowKind::Cube:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i] * x[i];
-      break;
-    case PowKind::Inverse:
-      for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / x[i];
-      break;
-    case PowKind::Sqrt:
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = x[i];
-        y[i] =
-            v == -std::numeric_limits<float>::infinity() ? std::numeric_limits<float>::infinity() : std::sqrt(v) + 0.0f;
-      }
-      break;
-    case PowKind::General:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::pow(x[i], 2.0f);  // unreachable: callers filter General
-      break;
-  }
-})
-
-// Pow with a float32 base and a one-element float exponent of a fast kind. Returns false when
-// the node does not qualify (the generic kernel runs).
-bool pow_const_fast(KernelContext& ctx) {
-  const Tensor& a = ctx.input(0);
-  const Tensor& b = ctx.input(1);
-  if (a.dtype() != DType::Float32 || b.numel() != 1 || b.rank() > a.rank()) return false;
-  if (ctx.opset() < 7 && ctx.attr_int("broadcast", 0) != 0) return false;
-  float e;
-  if (b.dtype() == DType::Float32)
-    e = b.data<float>()[0];
-  else if (b.dtype() == DType::Float64)
-    e = static_cast<float>(b.data<double>()[0]);
-  else
-    return false;
-  if (b.dtype() == DType::Float64 && static_cast<double>(e) != b.data<double>()[0]) return false;
-  const PowKind k = pow_kind(e);
-  if (k == PowKind::General) return false;
-  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, a.shape());
-  const float* px = a.data<float>();
-  float* py = y.mutable_data<float>();
-  const int64_t n = a.numel();
-  constexpr int64_t kChunk = int64_t{1} << 15;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t c = 0; c < chunks; ++c)
-    pow_const_f32(px + c * kChunk, py + c * kChunk, std::min(kChunk, n - c * kChunk), k);
-  return true;
-}
-
 void pow_kernel(KernelContext& ctx) {
-  if (pow_const_fast(ctx)) return;
   const Tensor& a = ctx.input(0);
   const Tensor& b = ctx.input(1);
   const std::string what = ctx.node().label();
