@@ -14,6 +14,7 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
+#include "support/engine_for.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -68,7 +69,7 @@ TEST(ArenaEngine, MatchesHeapEngineAcrossShapesAndHeldOutputs) {
   ir::Graph g = onnx::import_model_file(model.string());
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), arena_engine(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), arena_engine = test_support::engine_for(g);
   std::vector<std::map<std::string, Tensor>> sets;
   for (const char* s : {"b1_s7", "b2_s5"}) {
     std::map<std::string, Tensor> in;
@@ -121,7 +122,7 @@ TEST(ArenaEngine, ViewsOutliveTheirSource) {
   g.outputs.push_back({"out_view", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), arena_engine(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), arena_engine = test_support::engine_for(g);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-2, 2);
   std::vector<std::vector<Tensor>> held;
@@ -144,7 +145,7 @@ TEST(ArenaEngine, ConcurrentRunsAgree) {
   ir::Graph g = onnx::import_model_file(model.string());
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), arena_engine(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), arena_engine = test_support::engine_for(g);
   std::map<std::string, Tensor> in;
   auto dir = kModels / "bert/inputs";
   fs::path first_set = *fs::directory_iterator(dir);
@@ -184,7 +185,7 @@ TEST(ArenaEngine, ShapeMemoFollowsShapesAndRefits) {
   g.nodes.push_back(node("Relu", {"x"}, {"r"}));
   g.outputs.push_back({"scaled", DType::Float32, false, {}});
   g.outputs.push_back({"r", DType::Float32, false, {}});
-  runtime::Engine e(g);
+  runtime::Engine e = test_support::engine_for(g);
   auto run_n = [&](int64_t n) {
     Tensor x = Tensor::empty(DType::Float32, {n, 3});
     return e.run({{"x", x}})[0];

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "backends/backend.h"
 #include "builder/builder.h"
 #include "builder/fingerprint.h"
 #include "core/timing.h"
@@ -66,8 +67,14 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
     if (model.initializers.count(name)) o.literal_names.push_back(name);
   if (plan.build) {
     const plan::BuildRecord& r = *plan.build;
-    if (r.backend != "cpu")
-      fail("refit: the plan was built for backend '", r.backend, "'; this reforge rebuilds for 'cpu' only");
+    // Rebuilt for the plan's backend, which this reforge must have.
+    if (!backends::find_backend(r.backend)) {
+      std::string known;
+      for (const auto& n : backends::backend_names()) known += (known.empty() ? "" : ", ") + n;
+      fail("refit: the plan was built for backend '", r.backend, "', which this reforge does not have (it has: ", known,
+           ")");
+    }
+    o.backend = r.backend;
     o.weight_packing = r.weight_packing;
     o.skip_passes = r.skip_passes;
     o.verify_recipes = r.verify_recipes;

@@ -72,7 +72,7 @@ class NodeContext final : public InferContext {
 
 // Runs the node's kernel when every input is a small constant and the op is deterministic.
 void try_fold(const ir::Node& node, const OpDef& def, GraphTypes& g) {
-  if (!is_deterministic(node)) return;
+  if (!def.kernel || !is_deterministic(node)) return;
   std::vector<const Tensor*> inputs;
   int64_t elements = 0;
   for (const auto& name : node.inputs) {
@@ -109,7 +109,8 @@ GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options) {
     if (!t.defined()) continue;
     g.types[name] = type_of(t);
     g.constants[name] = t;
-    if (is_shape_int(t.dtype()) && t.rank() <= 1 && t.numel() <= kMaxDimsValue) g.dims_values[name] = dims_of_constant(t);
+    if (is_shape_int(t.dtype()) && t.rank() <= 1 && t.numel() <= kMaxDimsValue)
+      g.dims_values[name] = dims_of_constant(t);
   }
   int next_symbol = 0;
   for (const auto& in : graph.inputs) {

@@ -1,8 +1,9 @@
-// Engine: runs a graph on the CPU.
+// Engine: runs a lowered graph.
 //
-// An Engine owns an immutable graph (nodes resolved to registry kernels once, at construction)
-// and runs it for any input sizes its symbolic dimensions allow. Construction checks that every
-// node is supported (listing all that are not) and that the graph is acyclic. run() validates
+// An Engine owns an immutable graph (each node resolved once, at construction, to the kernel of
+// the backend its placement names: backends/backend.h) and runs it for any input sizes its
+// symbolic dimensions allow. It is made only from a LoweredGraph (runtime/lowered_graph.h), so
+// every node is known to run; construction checks that the graph is acyclic. run() validates
 // the inputs (names, dtypes, ranks, fixed dimensions, consistent symbolic dimensions) before any
 // kernel runs, and frees each intermediate value after its last use.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "runtime/lowered_graph.h"
 
 namespace reforge::runtime {
 
@@ -33,7 +35,7 @@ struct NodeProfile {
 
 class Engine {
  public:
-  Engine(ir::Graph graph, EngineOptions options = {});
+  explicit Engine(LoweredGraph lowered, EngineOptions options = {});
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
@@ -79,8 +81,5 @@ class Engine {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// Every node of `graph` that reforge cannot run, as "node 'x' (Op), opset N: reason" lines.
-std::vector<std::string> unsupported_nodes(const ir::Graph& graph);
 
 }  // namespace reforge::runtime

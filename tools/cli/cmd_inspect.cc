@@ -9,6 +9,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -118,6 +119,17 @@ Runner add_inspect(CLI::App& app) {
     j["weight_bytes"] = weight_bytes;
     j["weight_bytes_present"] = present_bytes;
     j["nodes"] = p.graph.nodes.size();
+    // Where each node runs (the builder's placement).
+    const std::vector<std::string> backends_of = plan::node_backends(p);
+    j["placement"] = nlohmann::json::array();
+    std::map<std::string, size_t> per_backend;
+    for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+      const ir::Node& n = p.graph.nodes[i];
+      j["placement"].push_back({{"node", n.name},
+                                {"op_type", n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type},
+                                {"backend", backends_of[i]}});
+      ++per_backend[backends_of[i]];
+    }
     // The rest of the build options and the target (absent in plans an older reforge wrote).
     if (p.build) {
       const plan::BuildRecord& r = *p.build;
@@ -237,6 +249,13 @@ Runner add_inspect(CLI::App& app) {
     } else {
       std::cout << "build record: none (written by an older reforge; slow refit infers the options)\n";
     }
+    std::cout << "placement:";
+    const char* sep = " ";
+    for (const auto& [backend, count] : per_backend) {
+      std::cout << sep << count << " node(s) on " << backend;
+      sep = ", ";
+    }
+    std::cout << " (--json lists every node)\n";
     for (const char* side : {"inputs", "outputs"}) {
       std::cout << side << ":\n";
       for (const auto& e : j[side]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
