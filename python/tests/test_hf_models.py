@@ -75,21 +75,29 @@ def test_unbound_plan_refits_from_onnx_and_refuses_a_checkpoint():
     assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE  # unchanged
 
 
-def test_refit_by_onnx_initializer_names_from_a_dict():
-    # A TorchScript export without constant folding keeps PyTorch's parameter names as ONNX
-    # initializer names: the checkpoint's tensors, selected by those names, are the sources.
-    cnn = HF.parent / "cnn"
-    inputs = {p.stem: np.load(p) for p in (cnn / "inputs" / "b1").glob("*.npy")}
-    reference = {p.stem: np.load(p) for p in (cnn / "reference" / "B" / "b1").glob("*.npy")}
-    plan = reforge.build(cnn / "torch113_nofold_static" / "A" / "model.onnx", refit=True)
-    names = {n for s in plan.sources if s["refittable"] for n in s["names"]}
-    state = safetensors.numpy.load_file(str(cnn / "checkpoint_B.safetensors"))
-    assert names <= set(state)
-    report = plan.refit({k: v for k, v in state.items() if k in names}, names="onnx")
-    assert report["from"] == "tensors"
+def test_refit_by_source_keys_from_a_dict():
+    # A TorchScript export without constant folding: five RMSNorm weights, all ones in A, are
+    # one initializer with five uses, so only source keys (one per use) say which is which. The
+    # plan bound to checkpoint A names, per use, the checkpoint tensor it is (identity here);
+    # a second, unbound plan takes B's tensors by those keys and computes PyTorch's B outputs.
+    llama = HF.parent / "llama"
+    onnx_a = llama / "torch113_nofold_dynamic" / "A" / "model.onnx"
+    inputs = {"input_ids": np.load(llama / "inputs" / "b1_s7" / "input_ids.npy")}
+    reference = {"logits": np.load(llama / "reference" / "B" / "b1_s7" / "logits.npy")}
+    bound = reforge.build(onnx_a, refit=True, checkpoint=llama / "checkpoint_A.safetensors")
+    state = safetensors.numpy.load_file(str(llama / "checkpoint_B.safetensors"))
+    by_key = {}
+    for s in bound.sources:
+        assert s["binding"]["status"] == "bound" and s["binding"]["note"].startswith("identity"), s
+        by_key[s["key"]] = state[s["binding"]["checkpoint"][0]]
+    assert len({s["names"][0] for s in bound.sources}) < len(by_key)  # a merged initializer
+    plan = reforge.build(onnx_a, refit=True)
+    report = plan.refit(by_key)  # an unbound plan: keys are ONNX names or source keys
+    assert report["from"] == "tensors" and report["sources_set"] == len(by_key)
     assert max_diff(plan.run(inputs), reference) <= TOLERANCE
-    with pytest.raises(reforge.RefitRefused, match="num_batches_tracked"):
-        plan.refit(state, names="onnx")  # a tensor the plan does not know
+    with pytest.raises(reforge.RefitRefused, match="not.a.weight"):
+        plan.refit({**by_key, "not.a.weight": np.zeros(3, np.float32)}, names="onnx")
+    assert max_diff(plan.run(inputs), reference) <= TOLERANCE
 
 
 def test_inputs_and_outputs_describe_the_model():
