@@ -232,8 +232,11 @@ std::map<std::string, Tensor> owned_copies(const std::vector<std::pair<std::stri
       blocks.push_back({src + off, dst + off, std::min(kBlock, t.nbytes() - off)});
     out[name] = std::move(t);
   }
+  // Threads pay off past a few MiB; below that, waking the team costs more than the copy.
+  size_t total = 0;
+  for (const auto& b : blocks) total += b.n;
   const auto nblocks = static_cast<int64_t>(blocks.size());
-#pragma omp parallel for schedule(static) if (nblocks > 4)
+#pragma omp parallel for schedule(static) if (total > (size_t(8) << 20))
   for (int64_t i = 0; i < nblocks; ++i) std::memcpy(blocks[i].dst, blocks[i].src, blocks[i].n);
   return out;
 }
