@@ -172,13 +172,16 @@ class Plan:
           ``"checkpoint"`` (framework names, read through the plan's checkpoint bindings, as a
           safetensors file is) or ``"onnx"`` (ONNX initializer names or source keys); by
           default ``"checkpoint"`` when the plan was built with a checkpoint, else ``"onnx"``.
-          The values are copied once into memory the plan owns, so changing them afterwards
-          (an optimizer step) does not change the plan. ``incremental=True`` (``"onnx"`` names
+          The values are read in place (GIL released); what the plan would keep of them
+          (weights used as they are, such as norms and embeddings) is copied into memory the
+          plan owns, so changing the arrays after the call (an optimizer step) does not change
+          the plan. Do not change them during the call. ``incremental=True`` (``"onnx"`` names
           only) changes only the sources given.
 
         New weights holding NaN or Inf are refused unless ``allow_nonfinite``. Returns what the
         refit did (``from``, ``mode``, timings in ms, ``sources_set``, ``weights_replayed``,
-        ``bytes_in``/``bytes_out``, ``unused`` checkpoint tensors, ``summary``: the CLI's text).
+        ``bytes_in``/``bytes_out``/``bytes_copied``, ``unused`` checkpoint tensors, ``summary``: the CLI's
+        text).
         Raises :class:`RefitRefused` with the CLI's message (a missing, unbound or mistyped
         source, a different model, non-finite values); the plan is then unchanged. Runs on
         other threads continue meanwhile, each on the old or the new weights.

@@ -11,9 +11,10 @@
 // Run outputs are handed out without a copy: the numpy array's base owns the engine's output
 // Tensor. An output whose bytes belong to an input or to an engine weight (an Identity or a
 // Reshape of one) is returned read-only, so that writing to it cannot change the weights.
-// Refit values are copied once into storage the engine owns (in parallel, GIL released): the
-// engine must never share memory the caller goes on changing (an optimizer step updates a
-// state dict in place), or runs would see weights no refit committed.
+// Refit values are read in place, and whatever of them the engine would keep (identity weights,
+// kept sources) is copied into storage it owns (refit::CommitOptions::own_values): the engine
+// must never share memory the caller goes on changing (an optimizer step updates a state dict in
+// place), or runs would see weights no refit committed.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -23,8 +24,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -213,34 +212,6 @@ std::vector<std::pair<std::string, InArray>> arrays_of(const nb::dict& d, Kind k
   return out;
 }
 
-// Copies of the arrays in storage reforge owns: one pass over the bytes, split in blocks over
-// the OpenMP threads. Call with the GIL released (the arrays are kept alive by the caller).
-std::map<std::string, Tensor> owned_copies(const std::vector<std::pair<std::string, InArray>>& arrays) {
-  std::map<std::string, Tensor> out;
-  struct Block {
-    const char* src;
-    char* dst;
-    size_t n;
-  };
-  std::vector<Block> blocks;
-  constexpr size_t kBlock = size_t(1) << 20;
-  for (const auto& [name, a] : arrays) {
-    Tensor t = Tensor::uninitialized(dtype_of(a.dtype()), shape_of(a));
-    const char* src = static_cast<const char*>(a.data());
-    char* dst = static_cast<char*>(t.mutable_raw());
-    for (size_t off = 0; off < t.nbytes(); off += kBlock)
-      blocks.push_back({src + off, dst + off, std::min(kBlock, t.nbytes() - off)});
-    out[name] = std::move(t);
-  }
-  // Threads pay off past a few MiB; below that, waking the team costs more than the copy.
-  size_t total = 0;
-  for (const auto& b : blocks) total += b.n;
-  const auto nblocks = static_cast<int64_t>(blocks.size());
-#pragma omp parallel for schedule(static) if (total > (size_t(8) << 20))
-  for (int64_t i = 0; i < nblocks; ++i) std::memcpy(blocks[i].dst, blocks[i].src, blocks[i].n);
-  return out;
-}
-
 // `t` as a numpy array that owns it (no copy). bfloat16, which numpy lacks, comes back as float32
 // (exact).
 nb::object to_numpy(Tensor t, bool read_only) {
@@ -278,6 +249,7 @@ nb::dict report_dict(const refit::RefitReport& r) {
   d["weights_replayed"] = r.commit.weights_replayed;
   d["bytes_in"] = r.commit.bytes_in;
   d["bytes_out"] = r.commit.bytes_out;
+  d["bytes_copied"] = r.commit.bytes_copied;
   d["read_ms"] = r.read_ms;
   d["validate_ms"] = r.commit.validate_ms;
   d["replay_ms"] = r.commit.replay_ms;
@@ -334,18 +306,15 @@ class Plan {
 
   nb::dict refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental) {
     auto arrays = arrays_of(values, Kind::RefitRefused, checkpoint_names ? "checkpoint tensor" : "source");
-    double copy_ms = 0;
-    nb::dict d = report_dict(guarded(Kind::RefitRefused, [&] {
+    return report_dict(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
-      auto t0 = std::chrono::steady_clock::now();
-      (checkpoint_names ? req.checkpoint_tensors : req.tensors) = owned_copies(arrays);
-      copy_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      auto& tensors = checkpoint_names ? req.checkpoint_tensors : req.tensors;
+      for (const auto& [name, a] : arrays) tensors[name] = wrap_array(a, dtype_of(a.dtype()));
       req.commit.check_finite = !allow_nonfinite;
       req.commit.incremental = incremental;
+      req.commit.own_values = true;  // the caller's arrays may change once refit() returns
       return build::refit_from(*engine_, req);
     }));
-    d["copy_ms"] = copy_ms;
-    return d;
   }
 
   void save(const std::string& path, bool strip) {

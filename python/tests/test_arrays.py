@@ -82,7 +82,7 @@ def test_refit_values_are_copied():
     plan = reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"))
     state = safetensors.numpy.load_file(str(hf_checkpoint(model, "B")))
     report = plan.refit(state)
-    assert report["bytes_in"] > 0 and report["copy_ms"] >= 0
+    assert report["bytes_in"] > 0 and 0 < report["bytes_copied"] < report["bytes_in"]
     for v in state.values():
         v[...] = 0  # an optimizer step changing the state dict in place after the refit
     assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
