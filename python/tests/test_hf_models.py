@@ -115,3 +115,20 @@ def test_inputs_and_outputs_describe_the_model():
 
 def test_check_lists_nothing_for_a_supported_model():
     assert reforge.check(hf_onnx("gpt2", "A")) == []
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_16_bit_weights_run_near_pytorch_and_refit(precision, tmp_path):
+    # 16-bit MatMul weights: PyTorch's float32 outputs within the rounding of the weights (the
+    # README's bound for the exports: 1.5e-2 of the largest output), before and after a refit.
+    model = "llama"
+    inputs = hf_inputs(model)
+    plan = reforge.build(hf_onnx(model, "A"), refit=True, precision=precision, checkpoint=hf_checkpoint(model, "A"))
+    assert plan.inspect()["precision"] == precision
+    for weights in "AB":
+        if weights == "B":
+            plan.refit(hf_checkpoint(model, "B"))
+        ref = hf_reference(model, weights)
+        scale = max(float(np.max(np.abs(r))) for r in ref.values())
+        err = max_diff(plan.run(inputs), ref) / scale
+        assert 0 < err <= 1.5e-2, err
