@@ -1,7 +1,6 @@
 """Arrays in and out: outputs handed out without a copy, inputs read in place, any object with
 __dlpack__ accepted, refit values copied once so that later changes to them do not leak in."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest

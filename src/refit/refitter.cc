@@ -176,7 +176,7 @@ std::vector<Tensor> copy_all(const std::vector<const Tensor*>& ts) {
   return out;
 }
 
-// True when the bytes of `t` overlap one of `ranges` ([begin, end) pairs sorted by begin).
+// True when the bytes of `t` overlap one of `ranges` ([begin, end) pairs).
 bool overlaps(const Tensor& t, const std::vector<std::pair<const char*, const char*>>& ranges) {
   if (!t.defined() || t.nbytes() == 0) return false;
   const char* b = static_cast<const char*>(t.raw());
@@ -381,30 +381,20 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
       if (t->defined() && t->nbytes())
         given.emplace_back(static_cast<const char*>(t->raw()), static_cast<const char*>(t->raw()) + t->nbytes());
     std::vector<std::string> names;
-    std::vector<const Tensor*> originals;
+    std::vector<const Tensor*> originals;  // the weights named, then kept values of other bytes
     for (const auto& [name, t] : staged.weights())
       if (overlaps(t, given)) names.push_back(name), originals.push_back(&t);
-    std::vector<size_t> kept_index;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (!kept_values[i].defined() || !overlaps(kept_values[i], given)) continue;
-      bool shared = false;  // an identity weight's copy serves
-      for (const auto* o : originals)
-        shared |= o->raw() == kept_values[i].raw() && o->nbytes() == kept_values[i].nbytes();
-      if (!shared) kept_index.push_back(i), originals.push_back(&kept_values[i]);
-    }
+    using Bytes = std::pair<const void*, size_t>;
+    std::set<Bytes> seen;
+    for (const Tensor* o : originals) seen.insert({o->raw(), o->nbytes()});
+    for (const Tensor& v : kept_values)
+      if (overlaps(v, given) && seen.insert({v.raw(), v.nbytes()}).second) originals.push_back(&v);
     std::vector<Tensor> copies = copy_all(originals);
-    std::map<const void*, Tensor> copy_of;  // by original address: identity weights and their source
-    for (size_t k = 0; k < names.size(); ++k) {
-      copy_of[originals[k]->raw()] = copies[k];
-      staged.set_weight(names[k], copies[k]);
-    }
-    for (size_t k = 0; k < kept_index.size(); ++k) kept_values[kept_index[k]] = copies[names.size() + k];
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (!kept_values[i].defined() || !overlaps(kept_values[i], given)) continue;
-      auto it = copy_of.find(kept_values[i].raw());
-      REFORGE_ASSERT(it != copy_of.end() && it->second.nbytes() == kept_values[i].nbytes());
-      kept_values[i] = it->second.reshaped(kept_values[i].shape());
-    }
+    std::map<Bytes, Tensor> copy_of;  // the same bytes share one copy (an identity weight and its source)
+    for (size_t k = 0; k < originals.size(); ++k) copy_of[{originals[k]->raw(), originals[k]->nbytes()}] = copies[k];
+    for (auto& v : kept_values)
+      if (overlaps(v, given)) v = copy_of.at({v.raw(), v.nbytes()}).reshaped(v.shape());
+    for (size_t k = 0; k < names.size(); ++k) staged.set_weight(names[k], copies[k]);
     rep.bytes_copied = 0;
     for (const Tensor& c : copies) rep.bytes_copied += c.nbytes();
   }
