@@ -132,7 +132,8 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
   if (req.files.size() != 1) fail("refit from ONNX takes exactly one model file (got ", req.files.size(), ")");
-  if (!req.tensors.empty()) fail("refit: give new weights either as files or as tensors, not both");
+  if (!req.tensors.empty() || !req.checkpoint_tensors.empty())
+    fail("refit: give new weights either as files or as tensors, not both");
   const std::string& src = req.files[0];
   refit::RefitReport rep;
   rep.from = "onnx";

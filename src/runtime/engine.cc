@@ -269,28 +269,32 @@ void check_input(const ir::ValueInfo& vi, const Tensor& t, std::map<std::string,
 
 }  // namespace
 
+void check_inputs(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, t] : inputs) {
+    bool known = false;
+    for (const auto& vi : declared) known |= vi.name == name;
+    if (!known) {
+      std::string names;
+      for (const auto& vi : declared) names += (names.empty() ? "" : ", ") + vi.name;
+      fail("unknown input '", name, "'; the model's inputs are: ", names);
+    }
+  }
+  for (const auto& vi : declared) {
+    auto it = inputs.find(vi.name);
+    if (it == inputs.end()) fail("missing input '", vi.name, "' (", declared_str(vi), ")");
+    check_input(vi, it->second, symbols);
+  }
+}
+
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, *weights()); }
 
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const {
   const Impl& m = *impl_;
   std::vector<Tensor> values(m.num_slots);
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, t] : inputs) {
-    bool known = false;
-    for (const auto& vi : m.graph.inputs) known |= vi.name == name;
-    if (!known) {
-      std::string names;
-      for (const auto& vi : m.graph.inputs) names += (names.empty() ? "" : ", ") + vi.name;
-      fail("unknown input '", name, "'; the model's inputs are: ", names);
-    }
-  }
-  for (size_t i = 0; i < m.graph.inputs.size(); ++i) {
-    const auto& vi = m.graph.inputs[i];
-    auto it = inputs.find(vi.name);
-    if (it == inputs.end()) fail("missing input '", vi.name, "' (", declared_str(vi), ")");
-    check_input(vi, it->second, symbols);
-    values[static_cast<size_t>(m.input_slots[i])] = it->second;
-  }
+  check_inputs(m.graph.inputs, inputs);
+  for (size_t i = 0; i < m.graph.inputs.size(); ++i)
+    values[static_cast<size_t>(m.input_slots[i])] = inputs.at(m.graph.inputs[i].name);
   const Weights* consts = &weights;
   REFORGE_CHECK(consts->values.size() == m.num_slots, "run: not a weight set of this engine");
   for (size_t v = 0; v < m.num_slots; ++v) {

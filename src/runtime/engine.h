@@ -82,4 +82,10 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+// Throws, naming the input, unless `inputs` gives every input of `declared` exactly (no unknown
+// name, none missing) with its dtype, rank and fixed dimensions, and the same size wherever two
+// inputs share a symbolic dimension. Engine::run checks this before any kernel runs; a caller
+// may check first to tell bad inputs from failures of the run itself.
+void check_inputs(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs);
+
 }  // namespace reforge::runtime
