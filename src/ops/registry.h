@@ -179,4 +179,11 @@ void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, nor
 void register_transformer_ops(OpRegistry& r);  // Attention, RotaryEmbedding, RMSNormalization, Resize
 void register_reforge_ops(OpRegistry& r);      // reforge domain: recipe transforms and fused kernels
 
+// Each family's shape and type inference (ops/<family>/infer.cc): OpRegistry::set_infer on the
+// entries the family's registration made, so it runs after the kernels are registered.
+void register_elementwise_inference(OpRegistry& r);
+void register_unary_inference(OpRegistry& r);
+void register_reduce_inference(OpRegistry& r);
+void register_nn_inference(OpRegistry& r);
+
 }  // namespace reforge::ops
