@@ -38,6 +38,9 @@ const OpRegistry& OpRegistry::global() {
     register_nn_ops(r);
     register_transformer_ops(r);
     register_reforge_ops(r);
+    register_tensor_inference(r);
+    register_transformer_inference(r);
+    register_reforge_inference(r);
     return r;
   }();
   return registry;
