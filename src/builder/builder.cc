@@ -351,6 +351,16 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   ir::Graph g = canonicalize(std::move(input));
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
   check_build_request(g, literals, o);
+  // Every value's type and shape, before any data exists: an inconsistent shape (a Reshape whose
+  // element count cannot match, an axis out of range) fails the build here, naming the node.
+  try {
+    ops::InferOptions io;
+    io.require_all = ops::kEveryOpInferred;
+    (void)ops::infer_graph(g, io);
+  } catch (Error& e) {
+    throw e.with_context("in shape inference of " +
+                         (g.name.empty() ? std::string("the model") : "model '" + g.name + "'"));
+  }
   plan::Plan plan;
   plan.fingerprint = structural_fingerprint(g, literals);
   plan.mode = o.mode;

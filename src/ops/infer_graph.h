@@ -11,6 +11,11 @@
 
 namespace reforge::ops {
 
+// Whether every op of the registry has an inference. While some do not, the builder, `reforge
+// check` and the conformance harness infer with require_all = false (outputs of an op without
+// inference get an unknown type and are not compared); once every op has one, they require it.
+inline constexpr bool kEveryOpInferred = false;
+
 struct InferOptions {
   // Fixes the graph inputs' shapes (one input signature): every dimension then comes out as a
   // number unless it depends on data. Inputs not named keep their declared shapes.
