@@ -188,8 +188,8 @@ TEST(InferNn, FusedConvAndMaxPoolInActivationLayouts) {
   g.node("MaxPool", {"y"}, {"p"},
          {ir::string_attr("layout", "NHWC"), ir::ints_attr("kernel_shape", {2, 2}), ir::ints_attr("strides", {2, 2})},
          "reforge");
-  // NCHWc: channels in blocks of the CPU's block size b ([N, C/b, H, W, b]), or plain NCHW on
-  // CPUs whose convolutions take no blocked layout.
+  // NCHWc is the CPU's native layout: channels in blocks of its block size b ([N, C/b, H, W, b]),
+  // channels-last, or plain NCHW, as cpu::native_layout() says.
   g.node("FusedConv", {"y", "w16"}, {"z"},
          {ir::string_attr("x_layout", "NHWC"), ir::string_attr("y_layout", "NCHWc"), ir::ints_attr("strides", {2, 2})},
          "reforge");
@@ -197,9 +197,11 @@ TEST(InferNn, FusedConvAndMaxPoolInActivationLayouts) {
   EXPECT_EQ(g.type("y"), "float32[N,5,5,16]");
   EXPECT_EQ(g.type("p"), "float32[N,2,2,16]");
   const int64_t b = cpu::activation_block();
-  EXPECT_EQ(g.type("z"), cpu::native_layout() == cpu::ActLayout::Blocked
+  const cpu::ActLayout native = cpu::native_layout();
+  EXPECT_EQ(g.type("z"), native == cpu::ActLayout::Blocked
                              ? "float32[N," + std::to_string(32 / b) + ",3,3," + std::to_string(b) + "]"
-                             : std::string("float32[N,32,3,3]"));
+                         : native == cpu::ActLayout::Nhwc ? std::string("float32[N,3,3,32]")
+                                                          : std::string("float32[N,32,3,3]"));
 }
 
 // ---- MatMul, Gemm ----
