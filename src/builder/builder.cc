@@ -309,6 +309,43 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
   }
 }
 
+namespace {
+
+// Plan::values: the type and symbolic shape of every graph input and node output of the
+// optimized graph, inferred with the engine weights as its constants. Ops without inference
+// give values of unknown type.
+std::vector<ir::ValueInfo> infer_value_types(const plan::Plan& plan) {
+  ir::Graph g = plan.graph;
+  for (const auto& w : plan.weights) g.initializers[w.name] = w.data;
+  ops::InferOptions io;
+  io.require_all = false;
+  ops::GraphTypes types;
+  try {
+    types = ops::infer_graph(g, io);
+  } catch (Error& e) {
+    throw e.with_context("while inferring the value types of the optimized graph");
+  }
+  std::vector<ir::ValueInfo> out;
+  auto add = [&](const std::string& name) {
+    const ops::ValueType* t = types.find(name);
+    ir::ValueInfo v;
+    v.name = name;
+    if (t) {
+      v.dtype = t->dtype;
+      v.has_shape = t->rank_known;
+      for (const auto& d : t->shape) v.shape.push_back(d.known() ? ir::Dim{d.value(), ""} : ir::Dim{-1, d.symbol()});
+    }
+    out.push_back(std::move(v));
+  };
+  for (const auto& in : g.inputs) add(in.name);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) add(o);
+  return out;
+}
+
+}  // namespace
+
 plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   o.validate();
   ir::Graph g = canonicalize(std::move(input));
@@ -373,6 +410,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     plan.weights.push_back(std::move(w));
   }
   plan.graph = std::move(s.graph);
+  plan.values = infer_value_types(plan);
 
   if (o.strip_weights) {
     for (auto& w : plan.weights)

@@ -1,0 +1,360 @@
+// Shape and type inference of the elementwise, unary, reduce and nn families
+// (ops/{elementwise,unary,reduce,nn}/infer.cc) on one-node graphs, against sizes derived by hand
+// from the ONNX operator definitions.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "ops/infer_graph.h"
+#include "support/engine_checks.h"
+#include "support/make_tensor.h"
+
+namespace reforge {
+namespace {
+
+using test_support::error_of;
+using test_support::make;
+
+// A graph under construction: inputs with (possibly symbolic) shapes, initializers and nodes.
+struct G {
+  ir::Graph g;
+  int opset = 18;
+
+  // Dimensions as strings: a number, or a symbol.
+  G& input(const std::string& name, DType dt, const std::vector<std::string>& dims) {
+    ir::ValueInfo v;
+    v.name = name;
+    v.dtype = dt;
+    v.has_shape = true;
+    for (const auto& d : dims) {
+      ir::Dim dim;
+      if (!d.empty() && (std::isdigit(static_cast<unsigned char>(d[0])) != 0))
+        dim.value = std::stoll(d);
+      else
+        dim.symbol = d;
+      v.shape.push_back(dim);
+    }
+    g.inputs.push_back(v);
+    return *this;
+  }
+  G& init(const std::string& name, Tensor t) {
+    g.initializers[name] = std::move(t);
+    return *this;
+  }
+  G& node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
+          std::vector<ir::Attribute> attrs = {}, const std::string& domain = "") {
+    ir::Node n;
+    n.name = op + "_" + std::to_string(g.nodes.size());
+    n.op_type = op;
+    n.domain = domain;
+    n.opset = domain.empty() ? opset : 1;
+    n.inputs = std::move(ins);
+    n.outputs = std::move(outs);
+    for (auto& a : attrs) n.attrs[a.name] = a;
+    g.nodes.push_back(std::move(n));
+    return *this;
+  }
+  ops::GraphTypes infer() const {
+    ops::InferOptions o;
+    o.require_all = false;
+    return ops::infer_graph(g, o);
+  }
+  // The inferred type of `value`, as "float32[batch,8,4,4]".
+  std::string type(const std::string& value) const {
+    const ops::GraphTypes t = infer();
+    const ops::ValueType* v = t.find(value);
+    return v ? v->str() : "(none)";
+  }
+  std::string error() const {
+    return error_of([&] { infer(); });
+  }
+};
+
+Tensor i64(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return make<int64_t>({n}, std::move(v));
+}
+
+// ---- Conv, ConvTranspose, pools ----
+
+TEST(InferNn, ConvSameUpperStride2) {
+  // SAME_UPPER: out = ceil(7 / 2) = 4.
+  G g;
+  g.input("x", DType::Float32, {"1", "3", "7", "7"}).init("w", Tensor::empty(DType::Float32, {8, 3, 3, 3}));
+  g.node("Conv", {"x", "w"}, {"y"}, {ir::string_attr("auto_pad", "SAME_UPPER"), ir::ints_attr("strides", {2, 2})});
+  EXPECT_EQ(g.type("y"), "float32[1,8,4,4]");
+}
+
+TEST(InferNn, ConvPadsDilationsAndSymbols) {
+  // span = (3 - 1) * 2 + 1 = 5; out = (10 + 1 + 1 - 5) / 1 + 1 = 8 for the known side. With a
+  // symbolic H and "same" explicit pads (pads 2+2 = span - 1) at stride 1 the symbol stays.
+  G g;
+  g.input("x", DType::Float32, {"N", "3", "H", "10"}).init("w", Tensor::empty(DType::Float32, {8, 3, 3, 3}));
+  g.node("Conv", {"x", "w"}, {"y"}, {ir::ints_attr("pads", {2, 1, 2, 1}), ir::ints_attr("dilations", {2, 2})});
+  EXPECT_EQ(g.type("y"), "float32[N,8,H,8]");
+  // At stride 2 a symbolic size becomes a fresh symbol.
+  G s;
+  s.input("x", DType::Float32, {"N", "3", "H"}).init("w", Tensor::empty(DType::Float32, {4, 3, 3}));
+  s.node("Conv", {"x", "w"}, {"y"}, {ir::ints_attr("strides", {2})});
+  const ops::ValueType y = *s.infer().find("y");
+  ASSERT_EQ(y.shape.size(), 3u);
+  EXPECT_EQ(y.shape[0].symbol(), "N");
+  EXPECT_EQ(y.shape[1].value(), 4);
+  EXPECT_FALSE(y.shape[2].known());
+  EXPECT_NE(y.shape[2].symbol(), "H");
+}
+
+TEST(InferNn, ConvGroupsAndChannelMismatch) {
+  G g;
+  g.input("x", DType::Float32, {"1", "6", "5", "5"}).init("w", Tensor::empty(DType::Float32, {6, 2, 3, 3}));
+  g.node("Conv", {"x", "w"}, {"y"}, {ir::int_attr("group", 3)});
+  EXPECT_EQ(g.type("y"), "float32[1,6,3,3]");
+  G bad;
+  bad.input("x", DType::Float32, {"1", "4", "5", "5"}).init("w", Tensor::empty(DType::Float32, {8, 3, 3, 3}));
+  bad.node("Conv", {"x", "w"}, {"y"});
+  const std::string e = bad.error();
+  EXPECT_NE(e.find("node 'Conv_0' (Conv)"), std::string::npos) << e;
+  EXPECT_NE(e.find("4 channels"), std::string::npos) << e;
+}
+
+TEST(InferNn, ConvTransposeOutputPaddingPadsAndShape) {
+  // out = stride * (in - 1) + output_padding + span - pads = 2 * 2 + 1 + 3 - 0 = 8; with pads
+  // 1+1: 6. M = W.dim(1) * group = 4.
+  G g;
+  g.input("x", DType::Float32, {"1", "2", "3", "3"}).init("w", Tensor::empty(DType::Float32, {2, 4, 3, 3}));
+  g.node("ConvTranspose", {"x", "w"}, {"y"},
+         {ir::ints_attr("strides", {2, 2}), ir::ints_attr("output_padding", {1, 1})});
+  g.node(
+      "ConvTranspose", {"x", "w"}, {"z"},
+      {ir::ints_attr("strides", {2, 2}), ir::ints_attr("output_padding", {1, 1}), ir::ints_attr("pads", {1, 1, 1, 1})});
+  g.node("ConvTranspose", {"x", "w"}, {"u"},
+         {ir::ints_attr("strides", {3, 3}), ir::ints_attr("output_shape", {10, 8})});
+  g.node("ConvTranspose", {"x", "w"}, {"v"},
+         {ir::ints_attr("strides", {2, 2}), ir::string_attr("auto_pad", "SAME_UPPER")});
+  EXPECT_EQ(g.type("y"), "float32[1,4,8,8]");
+  EXPECT_EQ(g.type("z"), "float32[1,4,6,6]");
+  EXPECT_EQ(g.type("u"), "float32[1,4,10,8]");
+  EXPECT_EQ(g.type("v"), "float32[1,4,6,6]");
+}
+
+TEST(InferNn, MaxPoolCeilModeAndIndices) {
+  // in 6, kernel 3, stride 2: floor -> (6 - 3) / 2 + 1 = 2; ceil -> 3.
+  // in 5, kernel 2, stride 2, pads 1+1: ceil gives 4, but the 4th window would start at
+  // 3 * 2 = 6 >= 5 + 1 (inside the end padding) and is dropped: 3.
+  G g;
+  g.input("x", DType::Float32, {"2", "3", "6", "5"});
+  g.node("MaxPool", {"x"}, {"y", "i"},
+         {ir::ints_attr("kernel_shape", {3, 2}), ir::ints_attr("strides", {2, 2}), ir::ints_attr("pads", {0, 1, 0, 1}),
+          ir::int_attr("ceil_mode", 1)});
+  g.node("MaxPool", {"x"}, {"f"}, {ir::ints_attr("kernel_shape", {3, 2}), ir::ints_attr("strides", {2, 2})});
+  EXPECT_EQ(g.type("y"), "float32[2,3,3,3]");
+  EXPECT_EQ(g.type("i"), "int64[2,3,3,3]");
+  EXPECT_EQ(g.type("f"), "float32[2,3,2,2]");
+}
+
+TEST(InferNn, PoolsSameAndGlobal) {
+  // SAME_LOWER stride 2: ceil(5 / 2) = 3; stride 1 keeps a symbol.
+  G g;
+  g.input("x", DType::Float32, {"B", "4", "5", "W"});
+  g.node("AveragePool", {"x"}, {"y"},
+         {ir::ints_attr("kernel_shape", {3, 3}), ir::ints_attr("strides", {2, 1}),
+          ir::string_attr("auto_pad", "SAME_LOWER")});
+  g.node("GlobalMaxPool", {"x"}, {"z"});
+  EXPECT_EQ(g.type("y"), "float32[B,4,3,W]");
+  EXPECT_EQ(g.type("z"), "float32[B,4,1,1]");
+  G bad;
+  bad.input("x", DType::Float32, {"1", "1", "2", "2"});
+  bad.node("MaxPool", {"x"}, {"y"}, {ir::ints_attr("kernel_shape", {3, 3})});
+  EXPECT_NE(bad.error().find("does not fit"), std::string::npos) << bad.error();
+}
+
+// ---- MatMul, Gemm ----
+
+TEST(InferNn, MatMulOneDimensionalAndBatched) {
+  G g;
+  g.input("v", DType::Float32, {"3"}).input("m", DType::Float32, {"2", "3"}).input("n", DType::Float32, {"3", "4"});
+  g.input("a", DType::Float32, {"5", "1", "2", "3"}).input("b", DType::Float32, {"4", "3", "6"});
+  g.input("x", DType::Float32, {"batch", "seq", "3"});
+  g.node("MatMul", {"v", "v"}, {"dot"});
+  g.node("MatMul", {"m", "v"}, {"mv"});
+  g.node("MatMul", {"v", "n"}, {"vm"});
+  g.node("MatMul", {"a", "b"}, {"ab"});
+  g.node("MatMul", {"v", "b"}, {"vb"});
+  g.node("MatMul", {"x", "n"}, {"xn"});
+  EXPECT_EQ(g.type("dot"), "float32[]");
+  EXPECT_EQ(g.type("mv"), "float32[2]");
+  EXPECT_EQ(g.type("vm"), "float32[4]");
+  EXPECT_EQ(g.type("ab"), "float32[5,4,2,6]");
+  EXPECT_EQ(g.type("vb"), "float32[4,6]");
+  EXPECT_EQ(g.type("xn"), "float32[batch,seq,4]");
+  G bad;
+  bad.input("m", DType::Float32, {"2", "3"}).input("n", DType::Float32, {"4", "5"});
+  bad.node("MatMul", {"m", "n"}, {"y"});
+  const std::string e = bad.error();
+  EXPECT_NE(e.find("node 'MatMul_0' (MatMul)"), std::string::npos) << e;
+  EXPECT_NE(e.find("inner dimensions differ"), std::string::npos) << e;
+}
+
+TEST(InferNn, GemmTransposes) {
+  // op(A) = A^T: [3, 4]; op(B) = B^T: [4, 5].
+  G g;
+  g.input("a", DType::Float32, {"4", "3"}).input("b", DType::Float32, {"5", "4"}).input("c", DType::Float32, {"5"});
+  g.node("Gemm", {"a", "b", "c"}, {"y"}, {ir::int_attr("transA", 1), ir::int_attr("transB", 1)});
+  EXPECT_EQ(g.type("y"), "float32[3,5]");
+  G bad;
+  bad.input("a", DType::Float32, {"4", "3"}).input("b", DType::Float32, {"5", "4"});
+  bad.node("Gemm", {"a", "b"}, {"y"});
+  EXPECT_NE(bad.error().find("inner dimensions differ"), std::string::npos);
+}
+
+// ---- normalizations ----
+
+TEST(InferNn, LayerNormStatsAndBatchNormTraining) {
+  G g;
+  g.input("x", DType::Float16, {"2", "S", "4"}).init("s", Tensor::empty(DType::Float16, {4}));
+  g.node("LayerNormalization", {"x", "s"}, {"y", "mean", "inv"}, {ir::int_attr("axis", 1)});
+  EXPECT_EQ(g.type("y"), "float16[2,S,4]");
+  EXPECT_EQ(g.type("mean"), "float32[2,1,1]");
+  EXPECT_EQ(g.type("inv"), "float32[2,1,1]");
+  G b;
+  b.input("x", DType::Float32, {"N", "3", "8"});
+  for (const char* p : {"s", "bias", "m", "v"}) b.init(p, Tensor::empty(DType::Float32, {3}));
+  b.node("BatchNormalization", {"x", "s", "bias", "m", "v"}, {"y", "rm", "rv"}, {ir::int_attr("training_mode", 1)});
+  EXPECT_EQ(b.type("y"), "float32[N,3,8]");
+  EXPECT_EQ(b.type("rm"), "float32[3]");
+  EXPECT_EQ(b.type("rv"), "float32[3]");
+}
+
+// ---- reduce family ----
+
+TEST(InferReduce, AxesAsInputAndAttribute) {
+  G g;
+  g.input("x", DType::Float32, {"2", "S", "4"}).input("dyn", DType::Int64, {"1"}).init("ax", i64({1}));
+  g.node("ReduceSum", {"x", "ax"}, {"sum1"}, {ir::int_attr("keepdims", 0)});
+  g.node("ReduceSum", {"x"}, {"all"});
+  g.node("ReduceSum", {"x"}, {"noop"}, {ir::int_attr("noop_with_empty_axes", 1)});
+  g.node("ReduceMax", {"x", "dyn"}, {"dyn_keep"});
+  g.node("ReduceMax", {"x", "dyn"}, {"dyn_drop"}, {ir::int_attr("keepdims", 0)});
+  g.node("ArgMax", {"x"}, {"arg"}, {ir::int_attr("axis", -1), ir::int_attr("keepdims", 0)});
+  EXPECT_EQ(g.type("sum1"), "float32[2,4]");
+  EXPECT_EQ(g.type("all"), "float32[1,1,1]");
+  EXPECT_EQ(g.type("noop"), "float32[2,S,4]");
+  EXPECT_EQ(g.type("dyn_drop"), "float32[?]");
+  EXPECT_EQ(g.type("arg"), "int64[2,S]");
+  const ops::ValueType k = *g.infer().find("dyn_keep");
+  ASSERT_TRUE(k.rank_known);
+  EXPECT_EQ(k.shape.size(), 3u);
+  EXPECT_FALSE(k.shape[0].known());  // kept (2) or reduced (1): unknown
+  // Before opset 18 ReduceMean takes axes as an attribute.
+  G a;
+  a.opset = 13;
+  a.input("x", DType::Float32, {"2", "3", "4"});
+  a.node("ReduceMean", {"x"}, {"y"}, {ir::ints_attr("axes", {-1, 0})});
+  EXPECT_EQ(a.type("y"), "float32[1,3,1]");
+}
+
+TEST(InferReduce, TopKSoftmaxCumSum) {
+  G g;
+  g.input("x", DType::Float32, {"3", "N"}).input("kdyn", DType::Int64, {"1"}).init("k", i64({2}));
+  g.init("axis", make<int64_t>({}, {0}));
+  g.node("TopK", {"x", "k"}, {"v", "i"});
+  g.node("TopK", {"x", "kdyn"}, {"v2", "i2"}, {ir::int_attr("axis", 0)});
+  g.node("Softmax", {"x"}, {"s"});
+  g.node("CumSum", {"x", "axis"}, {"c"});
+  EXPECT_EQ(g.type("v"), "float32[3,2]");
+  EXPECT_EQ(g.type("i"), "int64[3,2]");
+  const ops::GraphTypes t = g.infer();
+  EXPECT_FALSE(t.find("v2")->shape[0].known());
+  EXPECT_EQ(t.find("v2")->shape[1].symbol(), "N");
+  EXPECT_EQ(t.find("i2")->dtype, DType::Int64);
+  EXPECT_EQ(g.type("s"), "float32[3,N]");
+  EXPECT_EQ(g.type("c"), "float32[3,N]");
+  G bad;
+  bad.input("x", DType::Float32, {"3", "4"}).init("k", i64({5}));
+  bad.node("TopK", {"x", "k"}, {"v", "i"});
+  EXPECT_NE(bad.error().find("k = 5 is out of range"), std::string::npos) << bad.error();
+}
+
+TEST(InferReduce, Einsum) {
+  G g;
+  g.input("a", DType::Float32, {"2", "3"}).input("b", DType::Float32, {"3", "4"});
+  g.input("e", DType::Float32, {"5", "2", "3"}).input("sq", DType::Float32, {"3", "3"});
+  g.input("p", DType::Float32, {"B", "2", "3"}).input("q", DType::Float32, {"1", "3", "7"});
+  g.node("Einsum", {"a", "b"}, {"mm"}, {ir::string_attr("equation", "ij,jk->ik")});
+  g.node("Einsum", {"a", "b"}, {"implicit"}, {ir::string_attr("equation", "ij,jk")});
+  g.node("Einsum", {"e"}, {"tr"}, {ir::string_attr("equation", "...ij->...ji")});
+  g.node("Einsum", {"sq"}, {"diag"}, {ir::string_attr("equation", "ii->i")});
+  g.node("Einsum", {"sq"}, {"trace"}, {ir::string_attr("equation", "ii")});
+  // Implicit output: letters used once, in ASCII order (uppercase first): "Zi,iA" -> "AZ".
+  g.node("Einsum", {"a", "b"}, {"upper"}, {ir::string_attr("equation", "Zi,iA")});
+  g.node("Einsum", {"p", "q"}, {"batched"}, {ir::string_attr("equation", "bij,bjk->bik")});
+  EXPECT_EQ(g.type("mm"), "float32[2,4]");
+  EXPECT_EQ(g.type("implicit"), "float32[2,4]");
+  EXPECT_EQ(g.type("tr"), "float32[5,3,2]");
+  EXPECT_EQ(g.type("diag"), "float32[3]");
+  EXPECT_EQ(g.type("trace"), "float32[]");
+  EXPECT_EQ(g.type("upper"), "float32[4,2]");
+  EXPECT_EQ(g.type("batched"), "float32[B,2,7]");
+  G bad;
+  bad.input("a", DType::Float32, {"2", "3"}).input("b", DType::Float32, {"4", "5"});
+  bad.node("Einsum", {"a", "b"}, {"y"}, {ir::string_attr("equation", "ij,jk->ik")});
+  EXPECT_NE(bad.error().find("node 'Einsum_0' (Einsum)"), std::string::npos) << bad.error();
+}
+
+// ---- elementwise and unary ----
+
+TEST(InferElementwise, BroadcastingOfSymbols) {
+  G g;
+  g.input("x", DType::Float32, {"batch", "1", "64"}).input("y", DType::Float32, {"seq", "1"});
+  g.input("a", DType::Float32, {"A"}).input("b", DType::Float32, {"B"}).input("c", DType::Float32, {"A", "3"});
+  g.input("cond", DType::Bool, {"1", "3"});
+  g.node("Add", {"x", "y"}, {"xy"});
+  g.node("Mul", {"a", "b"}, {"ab"});
+  g.node("Sub", {"c", "b"}, {"cb"});
+  g.node("Where", {"cond", "c", "a"}, {"w"});
+  g.node("Less", {"x", "y"}, {"lt"});
+  g.node("Max", {"x", "y", "a"}, {"mx"});
+  g.node("Cast", {"c"}, {"ci"}, {ir::int_attr("to", 7)});
+  g.node("CastLike", {"c", "cond"}, {"cb2"});
+  g.node("IsNaN", {"c"}, {"nan"});
+  g.node("Gelu", {"c"}, {"gelu"});
+  EXPECT_EQ(g.type("xy"), "float32[batch,seq,64]");
+  const ops::GraphTypes t = g.infer();
+  const ops::ValueType& ab = *t.find("ab");
+  ASSERT_EQ(ab.shape.size(), 1u);
+  EXPECT_FALSE(ab.shape[0].known());  // A against B: neither can be assumed 1
+  EXPECT_NE(ab.shape[0].symbol(), "A");
+  EXPECT_NE(ab.shape[0].symbol(), "B");
+  EXPECT_EQ(t.find("cb")->shape[1].value(), 3);  // B must be 3 or 1: the result is 3
+  EXPECT_EQ(g.type("lt"), "bool[batch,seq,64]");
+  EXPECT_EQ(g.type("ci"), "int64[A,3]");
+  EXPECT_EQ(g.type("cb2"), "bool[A,3]");
+  EXPECT_EQ(g.type("nan"), "bool[A,3]");
+  EXPECT_EQ(g.type("gelu"), "float32[A,3]");
+  EXPECT_EQ(t.find("mx")->shape.size(), 3u);
+  EXPECT_EQ(t.find("w")->str().substr(0, 8), "float32[");
+  G bad;
+  bad.input("x", DType::Float32, {"2", "3"}).input("y", DType::Float32, {"4"});
+  bad.node("Add", {"x", "y"}, {"z"});
+  EXPECT_NE(bad.error().find("node 'Add_0' (Add)"), std::string::npos) << bad.error();
+}
+
+TEST(InferElementwise, ShapeArithmeticKeepsContents) {
+  // [2, S] * 3 + [0, 1]: the contents of an integer value followed through arithmetic.
+  G g;
+  g.input("x", DType::Float32, {"2", "S"}).init("three", i64({3})).init("off", i64({0, 1}));
+  g.node("Shape", {"x"}, {"s"});
+  g.node("Mul", {"s", "three"}, {"m"});
+  g.node("Add", {"m", "off"}, {"a"});
+  const ops::GraphTypes t = g.infer();
+  if (!t.dims_values.count("s")) GTEST_SKIP() << "Shape has no inference in this tree";
+  ASSERT_TRUE(t.dims_values.count("a"));
+  const ops::SymShape& a = t.dims_values.at("a");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].value(), 6);
+  EXPECT_FALSE(a[1].known());
+}
+
+}  // namespace
+}  // namespace reforge
