@@ -312,13 +312,12 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
 namespace {
 
 // Plan::values: the type and symbolic shape of every graph input and node output of the
-// optimized graph, inferred with the engine weights as its constants. Ops without inference
-// give values of unknown type.
+// optimized graph, inferred with the engine weights as its constants.
 std::vector<ir::ValueInfo> infer_value_types(const plan::Plan& plan) {
   ir::Graph g = plan.graph;
   for (const auto& w : plan.weights) g.initializers[w.name] = w.data;
   ops::InferOptions io;
-  io.require_all = false;
+  io.require_all = ops::kEveryOpInferred;
   ops::GraphTypes types;
   try {
     types = ops::infer_graph(g, io);
