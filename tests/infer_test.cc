@@ -5,6 +5,7 @@
 // arithmetic. The conformance harness (`reforge conformance`) checks the same functions against
 // what the kernels produce on the whole ONNX node suite.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <climits>
 #include <filesystem>
@@ -15,9 +16,11 @@
 
 #include "builder/builder.h"
 #include "core/npy.h"
+#include "onnx/exporter.h"
 #include "onnx/importer.h"
 #include "ops/infer_graph.h"
 #include "ops/registry.h"
+#include "support/cli.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -508,6 +511,30 @@ TEST(InferErrors, TheBuildFailsNamingTheNode) {
     EXPECT_TRUE(contains(e.what(), "node 'r' (Reshape)")) << e.what();
     EXPECT_TRUE(contains(e.what(), "shape inference")) << e.what();
   }
+}
+
+TEST(InferErrors, CheckReportsShapeErrorsAndPrintsOutputTypes) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("reforge_infer_check_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  GraphBuilder bad;
+  bad.input("x", DType::Float32, {2, 3}).init("s", ints({4, 2})).node("Reshape", {"x", "s"}, {"r"}).output("r");
+  onnx::write_model_file(bad.graph(), (dir / "bad.onnx").string());
+  test_support::CliResult r = test_support::run_cli("check " + (dir / "bad.onnx").string());
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "shape error: node 'r' (Reshape): cannot reshape")) << r.output;
+  EXPECT_TRUE(contains(r.output, "1 nodes, 0 unsupported, 1 shape error")) << r.output;
+  GraphBuilder good;
+  good.input("x", DType::Float32, {"batch", "seq", 768})
+      .init("s", ints({0, 0, 12, -1}))
+      .node("Reshape", {"x", "s"}, {"r"})
+      .output("r");
+  onnx::write_model_file(good.graph(), (dir / "good.onnx").string());
+  r = test_support::run_cli("check --shapes " + (dir / "good.onnx").string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "output 'r': float32[batch,seq,12,64]")) << r.output;
+  EXPECT_TRUE(contains(r.output, "1 nodes, 0 unsupported, 0 shape errors")) << r.output;
+  fs::remove_all(dir);
 }
 
 // ---- Folding checks the inference against the kernel ---------------------------------------------
