@@ -121,6 +121,8 @@ TEST(InferSymDims, ArithmeticIsCanonicalAndCancels) {
   EXPECT_EQ(sym_add(seq, past), sym_add(past, seq));
   EXPECT_EQ(sym_sub(sym_add(past, seq), past), seq);
   EXPECT_EQ(sym_add(seq, 0), seq);
+  EXPECT_EQ(sym_add(seq, -1).str(), "(seq-1)");
+  EXPECT_EQ(sym_add(sym_add(seq, 2), past).str(), "(past+seq+2)");
   EXPECT_EQ(sym_mul(seq, 0), SymDim(0));
   EXPECT_EQ(sym_div(SymDim(7), SymDim(2)), SymDim(3));
   EXPECT_EQ(sym_div(SymDim(-7), SymDim(2)), SymDim(-4));  // floor division
