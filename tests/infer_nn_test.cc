@@ -3,12 +3,20 @@
 // from the ONNX operator definitions.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/dnnl_conv.h"
+#include "builder/builder.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
 #include "ops/infer_graph.h"
+#include "runtime/plan_engine.h"
 #include "support/engine_checks.h"
 #include "support/make_tensor.h"
+#include "support/plan_round_trip.h"
 
 namespace reforge {
 namespace {
@@ -169,6 +177,31 @@ TEST(InferNn, PoolsSameAndGlobal) {
   EXPECT_NE(bad.error().find("does not fit"), std::string::npos) << bad.error();
 }
 
+TEST(InferNn, FusedConvAndMaxPoolInActivationLayouts) {
+  // NHWC: X [1, 5, 5, 3] is [1, 3, 5, 5]; pads 1 keep 5 x 5; Y [1, 16, 5, 5] stored [1, 5, 5, 16].
+  G g;
+  g.input("x", DType::Float32, {"N", "5", "5", "3"}).init("w", Tensor::empty(DType::Float32, {16, 3, 3, 3}));
+  g.node(
+      "FusedConv", {"x", "w"}, {"y"},
+      {ir::string_attr("x_layout", "NHWC"), ir::string_attr("y_layout", "NHWC"), ir::ints_attr("pads", {1, 1, 1, 1})},
+      "reforge");
+  g.node("MaxPool", {"y"}, {"p"},
+         {ir::string_attr("layout", "NHWC"), ir::ints_attr("kernel_shape", {2, 2}), ir::ints_attr("strides", {2, 2})},
+         "reforge");
+  // NCHWc: channels in blocks of the CPU's block size b ([N, C/b, H, W, b]), or plain NCHW on
+  // CPUs whose convolutions take no blocked layout.
+  g.node("FusedConv", {"y", "w16"}, {"z"},
+         {ir::string_attr("x_layout", "NHWC"), ir::string_attr("y_layout", "NCHWc"), ir::ints_attr("strides", {2, 2})},
+         "reforge");
+  g.init("w16", Tensor::empty(DType::Float32, {32, 16, 1, 1}));
+  EXPECT_EQ(g.type("y"), "float32[N,5,5,16]");
+  EXPECT_EQ(g.type("p"), "float32[N,2,2,16]");
+  const int64_t b = cpu::activation_block();
+  EXPECT_EQ(g.type("z"), cpu::native_layout() == cpu::ActLayout::Blocked
+                             ? "float32[N," + std::to_string(32 / b) + ",3,3," + std::to_string(b) + "]"
+                             : std::string("float32[N,32,3,3]"));
+}
+
 // ---- MatMul, Gemm ----
 
 TEST(InferNn, MatMulOneDimensionalAndBatched) {
@@ -306,6 +339,7 @@ TEST(InferReduce, Einsum) {
 
 TEST(InferElementwise, BroadcastingOfSymbols) {
   G g;
+  g.opset = 20;  // Gelu
   g.input("x", DType::Float32, {"batch", "1", "64"}).input("y", DType::Float32, {"seq", "1"});
   g.input("a", DType::Float32, {"A"}).input("b", DType::Float32, {"B"}).input("c", DType::Float32, {"A", "3"});
   g.input("cond", DType::Bool, {"1", "3"});
@@ -341,19 +375,102 @@ TEST(InferElementwise, BroadcastingOfSymbols) {
 }
 
 TEST(InferElementwise, ShapeArithmeticKeepsContents) {
-  // [2, S] * 3 + [0, 1]: the contents of an integer value followed through arithmetic.
+  // [2, S] * 3 + [0, 1] = [6, 3S + 1]: the contents of an integer value followed through
+  // arithmetic, numbers exactly.
   G g;
   g.input("x", DType::Float32, {"2", "S"}).init("three", i64({3})).init("off", i64({0, 1}));
   g.node("Shape", {"x"}, {"s"});
   g.node("Mul", {"s", "three"}, {"m"});
   g.node("Add", {"m", "off"}, {"a"});
   const ops::GraphTypes t = g.infer();
-  if (!t.dims_values.count("s")) GTEST_SKIP() << "Shape has no inference in this tree";
   ASSERT_TRUE(t.dims_values.count("a"));
   const ops::SymShape& a = t.dims_values.at("a");
   ASSERT_EQ(a.size(), 2u);
   EXPECT_EQ(a[0].value(), 6);
   EXPECT_FALSE(a[1].known());
+  EXPECT_EQ(t.find("a")->str(), "int64[2]");
+}
+
+TEST(InferElementwise, ReshapeTargetFromMulOfShapeKeepsItsSymbol) {
+  // Reshape(x, Concat(Unsqueeze(Shape(x)[0] * Shape(x)[1]), [4])) is Reshape(x, [-1, 4]): both
+  // must give the same symbolic size B*S, not a fresh symbol.
+  G g;
+  g.input("x", DType::Float32, {"B", "S", "4"});
+  g.init("i0", make<int64_t>({}, {0})).init("i1", make<int64_t>({}, {1})).init("four", i64({4}));
+  g.init("ax", i64({0})).init("flat", i64({-1, 4}));
+  g.node("Shape", {"x"}, {"s"});
+  g.node("Gather", {"s", "i0"}, {"b"});
+  g.node("Gather", {"s", "i1"}, {"q"});
+  g.node("Mul", {"b", "q"}, {"bq"});
+  g.node("Unsqueeze", {"bq", "ax"}, {"bq1"});
+  g.node("Concat", {"bq1", "four"}, {"target"}, {ir::int_attr("axis", 0)});
+  g.node("Reshape", {"x", "target"}, {"r1"});
+  g.node("Reshape", {"x", "flat"}, {"r2"});
+  const ops::GraphTypes t = g.infer();
+  const ops::ValueType& r1 = *t.find("r1");
+  ASSERT_TRUE(r1.rank_known);
+  ASSERT_EQ(r1.shape.size(), 2u);
+  EXPECT_FALSE(r1.shape[0].known());
+  EXPECT_EQ(r1.shape[0].symbol().find("unk_"), std::string::npos) << r1.str();
+  EXPECT_EQ(r1.str(), t.find("r2")->str());
+}
+
+// ---- Plan::values ----
+
+// A built plan records the type of every graph input and node output, and it survives the file;
+// resolved with the inputs' sizes, the recorded type of each graph output is what a run returns.
+TEST(PlanValues, BuiltPlansRecordEveryValueAndMatchTheRun) {
+  namespace fs = std::filesystem;
+  const fs::path models = fs::path(REFORGE_SOURCE_DIR) / "models";
+  struct Case {
+    const char* model;
+    const char* inputs;
+  };
+  for (const Case c : {Case{"llama/torch113_nofold_dynamic/A/model.onnx", "llama/inputs/b2_s5"},
+                       Case{"bert/torch113_fold_dynamic/A/model.onnx", "bert/inputs/b1_s7"},
+                       Case{"cnn/torch113_fold_dynamic/A/model.onnx", "cnn/inputs/b2"}}) {
+    SCOPED_TRACE(c.model);
+    const ir::Graph g = onnx::import_model_file((models / c.model).string());
+    plan::Plan p = test_support::round_trip(build::build_plan(g, build::BuildOptions{}));
+    size_t expected = p.graph.inputs.size();
+    for (const auto& n : p.graph.nodes)
+      for (const auto& o : n.outputs) expected += o.empty() ? 0 : 1;
+    ASSERT_EQ(p.values.size(), expected);
+    std::map<std::string, ir::ValueInfo> by_name;
+    for (const auto& v : p.values) by_name[v.name] = v;
+    std::map<std::string, Tensor> in;
+    for (const auto& e : fs::directory_iterator(models / c.inputs))
+      in[e.path().stem().string()] = read_npy(e.path().string());
+    // Symbols of the inputs, bound from the tensors fed.
+    std::map<std::string, int64_t> bound;
+    for (const auto& vi : p.graph.inputs) {
+      const ir::ValueInfo& rec = by_name.at(vi.name);
+      EXPECT_EQ(rec.dtype, vi.dtype) << vi.name;
+      ASSERT_TRUE(rec.has_shape) << vi.name;
+      for (size_t d = 0; d < rec.shape.size(); ++d)
+        if (!rec.shape[d].fixed()) bound[rec.shape[d].symbol] = in.at(vi.name).shape()[d];
+    }
+    EXPECT_FALSE(bound.empty());  // dynamic exports: their inputs have symbolic sizes
+    std::vector<std::string> names;
+    for (const auto& o : p.graph.outputs) names.push_back(o.name);
+    runtime::PlanEngine engine(std::move(p));
+    const std::vector<Tensor> outs = engine.run(in);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const ir::ValueInfo& rec = by_name.at(names[i]);
+      EXPECT_EQ(rec.dtype, outs[i].dtype()) << names[i];
+      ASSERT_TRUE(rec.has_shape) << names[i];
+      ASSERT_EQ(static_cast<int64_t>(rec.shape.size()), outs[i].rank()) << names[i];
+      for (size_t d = 0; d < rec.shape.size(); ++d) {
+        const ir::Dim& dim = rec.shape[d];
+        if (dim.fixed())
+          EXPECT_EQ(dim.value, outs[i].shape()[d]) << names[i] << " dim " << d;
+        else if (bound.count(dim.symbol))
+          EXPECT_EQ(bound.at(dim.symbol), outs[i].shape()[d]) << names[i] << " dim " << d << " " << dim.symbol;
+        else
+          ADD_FAILURE() << names[i] << " dim " << d << " is '" << dim.symbol << "', not a size of the inputs";
+      }
+    }
+  }
 }
 
 }  // namespace

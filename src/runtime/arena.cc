@@ -43,23 +43,24 @@ size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& off
 
 // ---- Aliases and planning ----
 
-bool Aliases::add(ValueRef alias, ValueRef holder) {
+void Observed::add_alias(ValueRef alias, ValueRef holder) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = map_.emplace(alias, holder);
-  if (!inserted) return false;
-  ++version_;
-  return true;
+  if (known_.aliases.emplace(alias, holder).second) ++known_.version;
 }
 
-std::map<ValueRef, ValueRef> Aliases::snapshot(uint64_t* version) const {
+void Observed::add_outside(ValueRef v) {
   std::lock_guard<std::mutex> lock(mu_);
-  *version = version_;
-  return map_;
+  if (known_.outside.insert(v).second) ++known_.version;
 }
 
-uint64_t Aliases::version() const {
+Observed::Known Observed::snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return version_;
+  return known_;
+}
+
+uint64_t Observed::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_.version;
 }
 
 namespace {
@@ -71,8 +72,8 @@ size_t last_use_of(const LastUse& last_use, ValueRef v) {
 
 }  // namespace
 
-std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use,
-                                      const std::map<ValueRef, ValueRef>& aliases, uint64_t aliases_version) {
+std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed) {
+  const std::map<ValueRef, ValueRef>& aliases = observed.aliases;
   // The value holding an alias's bytes (following aliases of aliases).
   auto holder_of = [&](ValueRef v) {
     for (int hops = 0; hops < 64; ++hops) {
@@ -94,7 +95,7 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
       extended[h] = std::max(extended[h], lu);
   }
   auto plan = std::make_shared<Plan>();
-  plan->aliases_version = aliases_version;
+  plan->observed_version = observed.version;
   plan->slot.resize(sizes.size());
   plan->expected.resize(sizes.size());
   std::vector<Block> blocks;
@@ -108,6 +109,8 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
         slot = Plan::kAlias;
       else if (lu == kEscapes || leaves.count(v))
         slot = Plan::kLeaves;
+      else if (observed.outside.count(v))
+        slot = Plan::kOutside;
       else if (sizes[s][o]) {
         slot = static_cast<int>(blocks.size());
         size_t last = std::max(s, lu);
@@ -149,8 +152,8 @@ Buffer::Buffer(size_t bytes) : size(bytes) {
 Buffer::~Buffer() { std::free(data); }
 
 ArenaAllocator::ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use,
-                               Aliases& aliases)
-    : plan_(plan), buffer_(std::move(buffer)), last_use_(last_use), aliases_(aliases) {}
+                               Observed& observed)
+    : plan_(plan), buffer_(std::move(buffer)), last_use_(last_use), observed_(observed) {}
 
 void ArenaAllocator::begin_step(size_t step) {
   step_ = step;
@@ -189,19 +192,37 @@ void ArenaAllocator::placed(size_t step, std::vector<Tensor>& outputs) {
   };
   for (size_t o = 0; o < outputs.size(); ++o) {
     Tensor& t = outputs[o];
-    if (!in_arena(t)) continue;
+    if (!t.defined() || t.nbytes() == 0) continue;
+    const ValueRef v{step, o};
     const auto p = reinterpret_cast<uintptr_t>(t.raw());
+    if (!in_arena(t)) {
+      // A view of a copy placed() made: an alias of what was copied.
+      if (auto it = copies_.upper_bound(p); it != copies_.begin()) {
+        --it;
+        if (p + t.nbytes() <= it->second.end) {
+          observed_.add_alias(v, it->second.holder);
+          continue;
+        }
+      }
+      // A slot the kernel did not take: it made the value elsewhere.
+      if (o < served_.size() && plan_.slot[step][o] >= 0 && !served_[o]) observed_.add_outside(v);
+      continue;
+    }
     const int e = step < plan_.expected.size() && o < plan_.expected[step].size() ? plan_.expected[step][o] : -1;
     if (e >= 0 && holds(static_cast<size_t>(e), p, t.nbytes())) continue;
     // An alias the plan did not expect: the live planned value whose slot holds its bytes.
     int h = -1;
     for (size_t i = 0; i < plan_.value.size() && h < 0; ++i)
       if (plan_.first[i] <= step && step <= plan_.last[i] && holds(i, p, t.nbytes())) h = static_cast<int>(i);
-    const size_t lu = last_use_of(last_use_, {step, o});
-    if (h >= 0) aliases_.add({step, o}, plan_.value[static_cast<size_t>(h)]);
+    const size_t lu = last_use_of(last_use_, v);
+    if (h >= 0) observed_.add_alias(v, plan_.value[static_cast<size_t>(h)]);
     if (h >= 0 && lu != kEscapes && plan_.last[static_cast<size_t>(h)] >= lu) continue;
     t = t.clone();
     ++stats_.copies;
+    if (h >= 0) {
+      const auto c = reinterpret_cast<uintptr_t>(t.raw());
+      copies_[c] = Copy{c + t.nbytes(), plan_.value[static_cast<size_t>(h)], t};
+    }
   }
 }
 
@@ -227,13 +248,11 @@ std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& signature
   return slot;
 }
 
-std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, const Aliases& aliases) {
-  const uint64_t version = aliases.version();
+std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, const Observed& observed) {
+  const uint64_t version = observed.version();
   std::lock_guard<std::mutex> lock(e.mu);
-  if (e.plan && e.plan->aliases_version == version) return e.plan;
-  uint64_t snapshot_version = 0;
-  const auto known = aliases.snapshot(&snapshot_version);
-  e.plan = make_plan(e.sizes, last_use, known, snapshot_version);
+  if (e.plan && e.plan->observed_version == version) return e.plan;
+  e.plan = make_plan(e.sizes, last_use, observed.snapshot());
   return e.plan;
 }
 
@@ -250,11 +269,11 @@ void PlanCache::set_memo(Entry& e, std::shared_ptr<const Memo> memo) {
 std::shared_ptr<Buffer> PlanCache::take(Entry& e, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    // Buffers of an earlier plan that are too small for this one are dropped.
+    // Buffers of an earlier plan of another size are dropped.
     while (!e.free.empty()) {
       auto b = std::move(e.free.back());
       e.free.pop_back();
-      if (b->size >= bytes) return b;
+      if (b->size == bytes) return b;
     }
   }
   return std::make_shared<Buffer>(bytes);

@@ -15,13 +15,17 @@
 // later allocation can reuse its bytes, unless the slot it lies in stays reserved for as long as
 // the value is read.
 //
-// Aliases. Some kernels return a view of an input instead of new memory (Reshape, Identity,
-// Squeeze; a convolution that writes over its residual input), and inference does not say which.
-// placed() reports each alias it finds (value -> the planned value whose slot holds its bytes)
-// into the engine's Aliases; plans made after that extend the holder's lifetime to the alias's
-// last use (and keep the holder off the arena when the alias leaves the run), and give the alias
-// no slot of its own. A cached plan made before an alias was found is re-made from the same sizes
-// on its next use: runs after the first allocate nothing and copy nothing.
+// What inference does not say: some kernels return a view of an input instead of new memory
+// (Reshape, Identity, Squeeze; a convolution that writes over its residual input), and some make
+// their outputs without the allocator (Constant, a Cast that converts into a fresh tensor, a
+// view of a weight). placed() reports both into the engine's Observed: each alias (value -> the
+// planned value whose slot holds its bytes; a view of a copy made earlier in the run counts as a
+// view of what was copied, so chains of views are found in one run) and each value made outside
+// the arena. Plans made after that extend a holder's lifetime to its aliases' last use (and keep
+// the holder off the arena when an alias leaves the run), and give aliases and values made
+// outside no slot. A cached plan made before something was observed is re-made from the same
+// sizes on its next use: from the second run on, runs copy nothing and the arena holds only what
+// kernels take from it.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,23 +68,27 @@ using LastUse = std::vector<std::vector<size_t>>;
 // the size is not known before the run (or the step is not served from the arena).
 using Sizes = std::vector<std::vector<std::optional<size_t>>>;
 
-// Aliases found by runs: value -> the value whose storage holds its bytes. Thread-safe; its
-// version changes whenever an alias is added.
-class Aliases {
+// What runs observed of where kernels put their outputs, for every signature's plan. Thread-safe;
+// the version changes whenever something new is observed.
+class Observed {
  public:
-  // Returns true when the alias was new.
-  bool add(ValueRef alias, ValueRef holder);
-  std::map<ValueRef, ValueRef> snapshot(uint64_t* version) const;
+  struct Known {
+    std::map<ValueRef, ValueRef> aliases;  // value -> the value whose storage holds its bytes
+    std::set<ValueRef> outside;            // values their kernels made outside the arena
+    uint64_t version = 0;
+  };
+  void add_alias(ValueRef alias, ValueRef holder);
+  void add_outside(ValueRef v);
+  Known snapshot() const;
   uint64_t version() const;
 
  private:
   mutable std::mutex mu_;
-  std::map<ValueRef, ValueRef> map_;
-  uint64_t version_ = 0;
+  Known known_;
 };
 
 struct Plan {
-  uint64_t aliases_version = 0;  // the Aliases version it was made with
+  uint64_t observed_version = 0;  // the Observed version it was made with
   size_t total_bytes = 0;
   // Per entry (a planned value).
   std::vector<size_t> offset, bytes, first, last;
@@ -88,15 +97,15 @@ struct Plan {
   static constexpr int kUnplanned = -1;  // size unknown before the run, or the step is not served
   static constexpr int kLeaves = -2;     // the value (or an alias of it) leaves the run
   static constexpr int kAlias = -3;      // a known alias: its bytes are another value's
+  static constexpr int kOutside = -4;    // its kernel makes it outside the arena
   std::vector<std::vector<int>> slot;
   // [step][output] -> the entry expected to hold the value's bytes (its own, or its holder's
   // for an alias), or -1.
   std::vector<std::vector<int>> expected;
 };
 
-// The plan for values of `sizes` with `last_use`, given the aliases known so far.
-std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use,
-                                      const std::map<ValueRef, ValueRef>& aliases, uint64_t aliases_version);
+// The plan for values of `sizes` with `last_use`, given what runs observed so far.
+std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed);
 
 // One run's arena buffer; buffers go back to their plan's pool when no tensor uses them.
 struct Buffer {
@@ -120,12 +129,12 @@ struct RunStats {
 // Serves a run from a plan and a buffer.
 class ArenaAllocator : public ops::OutputAllocator {
  public:
-  ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use, Aliases& aliases);
+  ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use, Observed& observed);
   void begin_step(size_t step);
   Tensor allocate(size_t output_index, DType dtype, Shape shape, bool zero) override;
   // After step `step`: finds outputs whose data is in the arena where the plan does not expect it
   // (an alias of a planned value), records them as aliases, and copies to the heap those whose
-  // slot is not reserved for as long as they are read.
+  // slot is not reserved for as long as they are read; records outputs made outside the arena.
   void placed(size_t step, std::vector<Tensor>& outputs);
   // True when `t`'s data lies in this run's arena.
   bool in_arena(const Tensor& t) const;
@@ -135,10 +144,18 @@ class ArenaAllocator : public ops::OutputAllocator {
   const Plan& plan_;
   std::shared_ptr<Buffer> buffer_;
   const LastUse& last_use_;
-  Aliases& aliases_;
+  Observed& observed_;
   size_t step_ = 0;
   std::vector<bool> served_;  // outputs of the current step already given a slot
   RunStats stats_;
+  // Copies made by placed() in this run, by address: a later view of one is a view of `holder`.
+  // The copy is kept alive to the end of the run, so its address is not reused meanwhile.
+  struct Copy {
+    uintptr_t end;
+    ValueRef holder;
+    Tensor keep;
+  };
+  std::map<uintptr_t, Copy> copies_;
 };
 
 // Per input signature: the inferred sizes, the current plan, a pool of buffers and the shape
@@ -162,12 +179,12 @@ class PlanCache {
   std::shared_ptr<Entry> find(const std::string& signature) const;
   // The entry of `signature`: the one there, or a new one with `sizes`.
   std::shared_ptr<Entry> insert(const std::string& signature, Sizes sizes, std::string error);
-  // The plan of `e` for the aliases known now (re-made when aliases were found since).
-  static std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Aliases& aliases);
+  // The plan of `e` for what is observed now (re-made when something was observed since).
+  static std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Observed& observed);
   // The memo of `e` if it was made for constants of `generation`.
   static std::shared_ptr<const Memo> memo(Entry& e, uint64_t generation);
   static void set_memo(Entry& e, std::shared_ptr<const Memo> memo);
-  // A buffer of at least `bytes` for one run, from the pool or new.
+  // A buffer of `bytes` for one run, from the pool or new.
   static std::shared_ptr<Buffer> take(Entry& e, size_t bytes);
   // Returns `b` to the pool unless a tensor still uses it (then it is freed with that tensor).
   static void give_back(Entry& e, std::shared_ptr<Buffer> b);

@@ -71,7 +71,7 @@ struct Engine::Impl {
   std::vector<bool> memo_value;  // per slot: produced by a memoized step
   bool any_memoized = false;
   mutable arena::PlanCache arenas;
-  mutable arena::Aliases aliases;  // found by runs, shared by every signature's plan
+  mutable arena::Observed observed;  // where runs found kernels put their outputs, for every plan
   mutable std::mutex stats_mutex;
   mutable ArenaStats last_stats;  // of the most recent run
 
@@ -375,9 +375,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       arena::Sizes sizes = m.infer_sizes(values, error);
       arena_entry = m.arenas.insert(signature, std::move(sizes), std::move(error));
     }
-    arena_plan = arena::PlanCache::plan(*arena_entry, m.value_last_use, m.aliases);
+    arena_plan = arena::PlanCache::plan(*arena_entry, m.value_last_use, m.observed);
     arena_buffer = arena::PlanCache::take(*arena_entry, arena_plan->total_bytes);
-    arena_alloc.emplace(*arena_plan, arena_buffer, m.value_last_use, m.aliases);
+    arena_alloc.emplace(*arena_plan, arena_buffer, m.value_last_use, m.observed);
   }
   ops::OutputAllocator* allocator = arena_alloc ? &*arena_alloc : nullptr;
   // Shape subgraphs: served from the memo, or computed (on the heap) and memoized after the run.

@@ -194,8 +194,9 @@ std::string check_inference(const ir::Graph& graph, const std::vector<Tensor>& v
   return "";
 }
 
-// Runs `runner` on one data set twice (the first run records the activation arena's layout, the
-// second runs from it and from the shape-subgraph memo; both must match). Only the first
+// Runs `runner` on one data set twice (the first run from the activation arena planned from
+// inferred shapes, the second also from the shape-subgraph memo and with the aliases the first
+// found; both must match). Only the first
 // `fed` values are fed (the rest were made initializers). Returns "" or why it failed.
 std::string run_set(const TestEngine& runner, const fs::path& set, const std::vector<Tensor>& values, size_t fed,
                     std::vector<Tensor>* first_outputs = nullptr) {
@@ -204,7 +205,7 @@ std::string run_set(const TestEngine& runner, const fs::path& set, const std::ve
     if (i >= runner.inputs().size()) return "more input files than graph inputs";
     inputs[runner.inputs()[i].name] = values[i];
   }
-  for (const char* pass : {"", " (second run, from the arena)"}) {
+  for (const char* pass : {"", " (second run, from the memo)"}) {
     auto outs = runner.run(inputs);
     if (first_outputs && first_outputs->empty()) *first_outputs = outs;
     for (size_t i = 0;; ++i) {
