@@ -312,8 +312,7 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
 namespace {
 
 // Plan::values: the type and symbolic shape of every graph input and node output of the
-// optimized graph, inferred with the engine weights as its constants. While some ops have no
-// inference (ops::kEveryOpInferred), their outputs are recorded with unknown types.
+// optimized graph, inferred with the engine weights as its constants.
 std::vector<ir::ValueInfo> infer_value_types(const plan::Plan& plan) {
   ir::Graph g = plan.graph;
   for (const auto& w : plan.weights) g.initializers[w.name] = w.data;

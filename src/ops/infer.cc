@@ -177,7 +177,7 @@ SymDim sym_add(const SymDim& a, const SymDim& b) {
   if (syms.size() == 1 && number == 0) return SymDim::symbol(syms[0]);
   std::string s = "(";
   for (size_t i = 0; i < syms.size(); ++i) s += (i ? "+" : "") + syms[i];
-  if (number != 0) s += "+" + std::to_string(number);
+  if (number != 0) s += (number > 0 ? "+" : "") + std::to_string(number);
   return SymDim::symbol(s + ")");
 }
 

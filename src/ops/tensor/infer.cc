@@ -658,8 +658,8 @@ void infer_constant_of_shape(InferContext& ctx) {
   if (v && v->numel() != 1) ctx.fail("attribute 'value' must hold exactly one element, it is " + v->describe());
   const DType dtype = v ? v->dtype() : DType::Float32;
   const ValueType& s = ctx.input_type(0);
-  if (s.dtype != DType::Undefined && s.dtype != DType::Int64)
-    ctx.fail("input 'shape' must be int64, got " + dtype_name(s.dtype));
+  if (s.dtype != DType::Undefined && !is_integer(s.dtype))
+    ctx.fail("input 'shape' must be an integer tensor, got " + dtype_name(s.dtype));
   const SymShape* d = ctx.input_dims_value(0);
   if (!d) {
     if (s.rank_known && s.shape.size() == 1 && s.shape[0].known())
