@@ -220,7 +220,7 @@ void infer_fused_attention(InferContext& ctx) {
     return;
   }
   auto need4 = [&](const ValueType& t, const std::string& l, const char* what) {
-    if (l != "bhsd" && t.shape.size() != 4)
+    if (l == "bshd" && t.shape.size() != 4)  // bhsd and bhds take any rank >= 2, as MatMul does
       ctx.fail(std::string(what) + " in layout " + l + " must be 4D, got " + t.str());
   };
   need4(q, ql, "Q");
