@@ -139,8 +139,8 @@ cpu::ActLayout layout_of(const InferContext& ctx, const char* attr, const char* 
   const std::string s = ctx.attr_string(attr, def);
   if (s == "NHWC") return cpu::ActLayout::Nhwc;
   if (s == "NCHWc") return cpu::native_layout();
-  if (s == "NCHW") return cpu::ActLayout::Nchw;
-  ctx.fail(std::string(attr) + " '" + s + "' is not one of NCHW, NHWC, NCHWc");
+  if (s != "NCHW") ctx.fail(std::string(attr) + " '" + s + "' is not one of NCHW, NHWC, NCHWc");
+  return cpu::ActLayout::Nchw;
 }
 
 // The [N, C, H, W] shape of an activation of stored shape `s` in layout `l`.
