@@ -393,6 +393,34 @@ TEST(InferElementwise, ShapeArithmeticKeepsContents) {
   EXPECT_EQ(t.find("a")->str(), "int64[2]");
 }
 
+TEST(InferElementwise, WhereOfAShapeComparedWithMinusOneFeedsExpand) {
+  // The torch export of x.expand(shape): Expand(x, Where(Equal(s, -1 * ones), ones, s)) with s
+  // computed from Shape. A size is never -1, so every element of the Equal is false and the
+  // Where picks s: Expand's output has the symbolic shape s.
+  G g;
+  g.input("x", DType::Float32, {"1", "S", "1"}).input("y", DType::Float32, {"B", "S", "4"});
+  g.init("minus1", i64({-1, -1, -1})).init("ones", i64({1, 1, 1}));
+  g.node("Shape", {"y"}, {"s"});
+  g.node("Equal", {"s", "minus1"}, {"eq"});
+  g.node("Where", {"eq", "ones", "s"}, {"target"});
+  g.node("Expand", {"x", "target"}, {"e"});
+  g.node("Less", {"s", "minus1"}, {"lt"});
+  g.node("GreaterOrEqual", {"s", "minus1"}, {"ge"});
+  const ops::GraphTypes t = g.infer();
+  ASSERT_TRUE(t.dims_values.count("eq"));
+  EXPECT_EQ(sym_shape_str(t.dims_values.at("eq")), "[0,0,0]");
+  EXPECT_EQ(sym_shape_str(t.dims_values.at("lt")), "[0,0,0]");
+  EXPECT_EQ(sym_shape_str(t.dims_values.at("ge")), "[1,1,1]");
+  EXPECT_EQ(sym_shape_str(t.dims_values.at("target")), "[B,S,4]");
+  EXPECT_EQ(t.find("e")->str(), "float32[B,S,4]");
+  // With an undecided comparison (a symbol against a non-negative number) nothing is stated.
+  G u;
+  u.input("y", DType::Float32, {"B", "S"}).init("one", i64({1, 1}));
+  u.node("Shape", {"y"}, {"s"});
+  u.node("Equal", {"s", "one"}, {"eq"});
+  EXPECT_FALSE(u.infer().dims_values.count("eq"));
+}
+
 TEST(InferElementwise, ReshapeTargetFromMulOfShapeKeepsItsSymbol) {
   // Reshape(x, Concat(Unsqueeze(Shape(x)[0] * Shape(x)[1]), [4])) is Reshape(x, [-1, 4]): both
   // must give the same symbolic size B*S, not a fresh symbol.

@@ -6,6 +6,7 @@
 // shape, the second being aligned at `axis`). Arithmetic on small integer values whose contents
 // inference follows (shape arithmetic: Shape(x)[0] * Shape(x)[1]) states its result's contents
 // too, so a Reshape target computed that way keeps its symbols.
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,9 +142,68 @@ void prelu(InferContext& ctx) {
   ctx.set_output(0, x);
 }
 
-void compare(InferContext& ctx) {
-  require_same_dtype(ctx, 0, 1, "inputs");
-  if (!legacy_broadcast(ctx, DType::Bool)) set_broadcast(ctx, DType::Bool);
+// A symbol that stands for a size (a dimension of an input, or one inference made), never
+// negative; expressions with a difference in them may be.
+bool is_size_symbol(const SymDim& d) { return !d.known() && d.symbol().find('-') == std::string::npos; }
+
+enum class Cmp { Equal, Less, Greater, LessOrEqual, GreaterOrEqual };
+
+// a <cmp> b as 0 or 1 when it is decided: numbers against numbers, and a size against a negative
+// number (torch exports compare shapes with -1 before an Expand); else nullopt.
+std::optional<int64_t> decide(Cmp op, const SymDim& a, const SymDim& b) {
+  if (a.known() && b.known()) {
+    const int64_t x = a.value(), y = b.value();
+    switch (op) {
+      case Cmp::Equal:
+        return x == y;
+      case Cmp::Less:
+        return x < y;
+      case Cmp::Greater:
+        return x > y;
+      case Cmp::LessOrEqual:
+        return x <= y;
+      case Cmp::GreaterOrEqual:
+        return x >= y;
+    }
+  }
+  if (a == b) return op == Cmp::Equal || op == Cmp::LessOrEqual || op == Cmp::GreaterOrEqual;
+  // size >= 0 > negative number
+  const bool a_above = is_size_symbol(a) && b.known() && b.value() < 0;
+  const bool b_above = is_size_symbol(b) && a.known() && a.value() < 0;
+  if (!a_above && !b_above) return std::nullopt;
+  switch (op) {
+    case Cmp::Equal:
+      return 0;
+    case Cmp::Less:
+    case Cmp::LessOrEqual:
+      return b_above ? 1 : 0;
+    case Cmp::Greater:
+    case Cmp::GreaterOrEqual:
+      return a_above ? 1 : 0;
+  }
+  return std::nullopt;
+}
+
+// Comparisons of shape values state their result's contents (0 or 1 per element) when every
+// element is decided, for a Where that picks between shape values.
+InferFn compare(Cmp op) {
+  return [op](InferContext& ctx) {
+    require_same_dtype(ctx, 0, 1, "inputs");
+    if (legacy_broadcast(ctx, DType::Bool)) return;
+    set_broadcast(ctx, DType::Bool);
+    const SymShape* a = ctx.input_dims_value(0);
+    const SymShape* b = ctx.input_dims_value(1);
+    if (!a || !b || !is_shape_int(ctx.input_type(0).dtype)) return;
+    if (a->size() != b->size() && a->size() != 1 && b->size() != 1) return;
+    const size_t n = std::max(a->size(), b->size());
+    SymShape out;
+    for (size_t i = 0; i < n; ++i) {
+      const auto r = decide(op, (*a)[a->size() == 1 ? 0 : i], (*b)[b->size() == 1 ? 0 : i]);
+      if (!r) return;
+      out.push_back(*r);
+    }
+    ctx.set_output_dims_value(0, std::move(out));
+  };
 }
 
 void logic(InferContext& ctx) {
@@ -165,6 +225,29 @@ void where(InferContext& ctx) {
   if (c != DType::Bool && c != DType::Undefined) ctx.fail("condition must be bool, got " + ctx.input_type(0).str());
   require_same_dtype(ctx, 1, 2, "X and Y");
   set_broadcast(ctx, ctx.input_type(1).dtype);
+  // Picking between shape values by a decided condition: the picked contents.
+  const SymShape* cond = ctx.input_dims_value(0);
+  SymShape cond_constant;
+  if (const Tensor* t = ctx.input_constant(0); !cond && t && t->dtype() == DType::Bool && t->rank() <= 1) {
+    for (int64_t i = 0; i < t->numel(); ++i) cond_constant.push_back(t->data<bool>()[i] ? 1 : 0);
+    cond = &cond_constant;
+  }
+  const SymShape* x = ctx.input_dims_value(1);
+  const SymShape* y = ctx.input_dims_value(2);
+  if (!cond || !x || !y || !is_shape_int(ctx.input_type(1).dtype)) return;
+  size_t n = 1;
+  for (const SymShape* v : {cond, x, y}) {
+    if (v->size() != 1 && n != 1 && v->size() != n) return;
+    n = std::max(n, v->size());
+  }
+  auto at = [](const SymShape* v, size_t i) { return (*v)[v->size() == 1 ? 0 : i]; };
+  SymShape out;
+  for (size_t i = 0; i < n; ++i) {
+    const SymDim k = at(cond, i);
+    if (!k.known()) return;
+    out.push_back(k.value() != 0 ? at(x, i) : at(y, i));
+  }
+  ctx.set_output_dims_value(0, std::move(out));
 }
 
 void variadic(InferContext& ctx) {
@@ -212,8 +295,11 @@ void register_elementwise_inference(OpRegistry& r) {
   r.set_infer("", "Mod", 10, binary_arith(Arith::Other));
   r.set_infer("", "Pow", 1, binary_arith(Arith::Other));
   r.set_infer("", "PRelu", 1, prelu);
-  for (const char* op : {"Equal", "Less", "Greater"}) r.set_infer("", op, 1, compare);
-  for (const char* op : {"LessOrEqual", "GreaterOrEqual"}) r.set_infer("", op, 12, compare);
+  r.set_infer("", "Equal", 1, compare(Cmp::Equal));
+  r.set_infer("", "Less", 1, compare(Cmp::Less));
+  r.set_infer("", "Greater", 1, compare(Cmp::Greater));
+  r.set_infer("", "LessOrEqual", 12, compare(Cmp::LessOrEqual));
+  r.set_infer("", "GreaterOrEqual", 12, compare(Cmp::GreaterOrEqual));
   for (const char* op : {"And", "Or", "Xor"}) r.set_infer("", op, 1, logic);
   r.set_infer("", "Not", 1, not_op);
   r.set_infer("", "Where", 9, where);
