@@ -129,6 +129,21 @@ TEST(InferSymDims, ArithmeticIsCanonicalAndCancels) {
   EXPECT_EQ(sym_product({batch, 2, seq, 3}).str(), "(6*batch*seq)");
 }
 
+TEST(InferSymDims, OverflowingSizesStaySymbolic) {
+  // Declared shapes are untrusted: a product past int64 is not a number (and never UB).
+  const SymDim big(int64_t{1} << 40);
+  EXPECT_FALSE(sym_mul(big, big).known());
+  EXPECT_FALSE(sym_add(INT64_MAX, 1).known());
+  EXPECT_FALSE(sym_sub(INT64_MIN, 1).known());
+  EXPECT_FALSE(sym_div(INT64_MIN, -1).known());
+  EXPECT_FALSE(sym_mul(sym_mul(SymDim::symbol("n"), big), big).known());
+  GraphBuilder b;
+  b.input("x", DType::Float32, {1 << 30, 1 << 30, 1 << 30}).node("Flatten", {"x"}, {"f"}, {ir::int_attr("axis", 0)});
+  GraphTypes t = b.infer();
+  EXPECT_EQ(t.find("f")->shape[0], SymDim(1));
+  EXPECT_FALSE(t.find("f")->shape[1].known());
+}
+
 // ---- Reshape ------------------------------------------------------------------------------------
 
 TEST(InferReshape, ZeroCopiesAndMinusOneDivides) {

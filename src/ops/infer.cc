@@ -2,6 +2,7 @@
 #include "ops/infer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 
 namespace reforge::ops {
@@ -125,10 +126,8 @@ Factors factors_of(const SymDim& d) {
     return f;
   }
   for (const auto& p : parts) {
-    if (is_number(p))
-      f.coef *= std::strtoll(p.c_str(), nullptr, 10);
-    else
-      f.syms.push_back(p);
+    if (is_number(p) && !__builtin_mul_overflow(f.coef, std::strtoll(p.c_str(), nullptr, 10), &f.coef)) continue;
+    f.syms.push_back(p);
   }
   std::sort(f.syms.begin(), f.syms.end());
   return f;
@@ -143,6 +142,12 @@ SymDim from_factors(const Factors& f) {
   return SymDim::symbol(s + ")");
 }
 
+// Shapes come from untrusted models: arithmetic on known sizes that would overflow int64 gives
+// the expression as a symbol (a size no tensor can have; the kernel refuses it at run time).
+SymDim overflowed(const SymDim& a, char op, const SymDim& b) {
+  return SymDim::symbol("(" + a.str() + op + b.str() + ")");
+}
+
 int64_t floor_div(int64_t a, int64_t b) {
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
@@ -152,7 +157,10 @@ int64_t floor_div(int64_t a, int64_t b) {
 }  // namespace
 
 SymDim sym_add(const SymDim& a, const SymDim& b) {
-  if (a.known() && b.known()) return SymDim(a.value() + b.value());
+  if (a.known() && b.known()) {
+    int64_t r;
+    return __builtin_add_overflow(a.value(), b.value(), &r) ? overflowed(a, '+', b) : SymDim(r);
+  }
   if (a.known() && a.value() == 0) return b;
   if (b.known() && b.value() == 0) return a;
   // Canonical order: symbols sorted, a number last.
@@ -168,10 +176,8 @@ SymDim sym_add(const SymDim& a, const SymDim& b) {
   int64_t number = 0;
   std::vector<std::string> syms;
   for (const auto& t : terms) {
-    if (is_number(t))
-      number += std::strtoll(t.c_str(), nullptr, 10);
-    else
-      syms.push_back(t);
+    if (is_number(t) && !__builtin_add_overflow(number, std::strtoll(t.c_str(), nullptr, 10), &number)) continue;
+    syms.push_back(t);
   }
   std::sort(syms.begin(), syms.end());
   if (syms.size() == 1 && number == 0) return SymDim::symbol(syms[0]);
@@ -182,7 +188,10 @@ SymDim sym_add(const SymDim& a, const SymDim& b) {
 }
 
 SymDim sym_sub(const SymDim& a, const SymDim& b) {
-  if (a.known() && b.known()) return SymDim(a.value() - b.value());
+  if (a.known() && b.known()) {
+    int64_t r;
+    return __builtin_sub_overflow(a.value(), b.value(), &r) ? overflowed(a, '-', b) : SymDim(r);
+  }
   if (b.known() && b.value() == 0) return a;
   if (a == b) return SymDim(0);
   // (x+y) - y = x
@@ -206,10 +215,13 @@ SymDim sym_sub(const SymDim& a, const SymDim& b) {
 }
 
 SymDim sym_mul(const SymDim& a, const SymDim& b) {
-  if (a.known() && b.known()) return SymDim(a.value() * b.value());
+  if (a.known() && b.known()) {
+    int64_t r;
+    return __builtin_mul_overflow(a.value(), b.value(), &r) ? overflowed(a, '*', b) : SymDim(r);
+  }
   if ((a.known() && a.value() == 0) || (b.known() && b.value() == 0)) return SymDim(0);
   Factors fa = factors_of(a), fb = factors_of(b);
-  fa.coef *= fb.coef;
+  if (__builtin_mul_overflow(fa.coef, fb.coef, &fa.coef)) return overflowed(a, '*', b);
   fa.syms.insert(fa.syms.end(), fb.syms.begin(), fb.syms.end());
   std::sort(fa.syms.begin(), fa.syms.end());
   return from_factors(fa);
@@ -217,11 +229,12 @@ SymDim sym_mul(const SymDim& a, const SymDim& b) {
 
 SymDim sym_div(const SymDim& a, const SymDim& b) {
   if (b.known() && b.value() == 0) return SymDim::symbol("(" + a.str() + "/0)");
-  if (a.known() && b.known()) return SymDim(floor_div(a.value(), b.value()));
+  if (a.known() && b.known())
+    return a.value() == INT64_MIN && b.value() == -1 ? overflowed(a, '/', b) : SymDim(floor_div(a.value(), b.value()));
   if (b.known() && b.value() == 1) return a;
   if (a == b) return SymDim(1);  // a size divided by itself (a zero size never reaches a division)
   Factors fa = factors_of(a), fb = factors_of(b);
-  bool exact = fb.coef != 0 && fa.coef % fb.coef == 0;
+  bool exact = fb.coef != 0 && fb.coef != -1 && fa.coef % fb.coef == 0;
   std::vector<std::string> rest = fa.syms;
   for (const auto& s : fb.syms) {
     auto it = exact ? std::find(rest.begin(), rest.end(), s) : rest.end();

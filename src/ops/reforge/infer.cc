@@ -96,7 +96,8 @@ void infer_pack_panels(InferContext& ctx) {
   if (w.shape.size() != 2) ctx.fail("weight must be a float32, bfloat16 or float16 matrix, got " + w.str());
   const bool transposed = ctx.attr_int("transposed", 0) != 0;
   const SymDim k = w.shape[transposed ? 1 : 0], n = w.shape[transposed ? 0 : 1];
-  const SymDim panels = n.known() ? SymDim(cpu::panel_floats(1, n.value()) / cpu::kPanelWidth)
+  // ceil(N / 16) panels, written so that no size overflows.
+  const SymDim panels = n.known() ? SymDim(n.value() / cpu::kPanelWidth + (n.value() % cpu::kPanelWidth != 0))
                                   : sym_div(sym_add(n, cpu::kPanelWidth - 1), cpu::kPanelWidth);
   ctx.set_output(0, ValueType::of(w.dtype, {panels, k, cpu::kPanelWidth}));
 }
@@ -108,7 +109,7 @@ void infer_matmul_add_packed(InferContext& ctx) {
   require_dtype(ctx, x, DType::Float32, "input");
   if (!ctx.node().has_attr("n")) ctx.fail("required attribute 'n' is missing");
   const int64_t n = ctx.attr_int("n", 0);
-  if (n <= 0) ctx.fail("attribute n = " + std::to_string(n) + " must be positive");
+  if (n <= 0 || n > (int64_t{1} << 40)) ctx.fail("attribute n = " + std::to_string(n) + " is not a valid size");
   if (wp.dtype != DType::Undefined && !is_linear_weight_type(wp.dtype))
     ctx.fail("packed weight " + wp.str() + " must be float32, bfloat16 or float16");
   if (wp.rank_known) {

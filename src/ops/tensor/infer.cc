@@ -331,8 +331,9 @@ void infer_split(InferContext& ctx) {
       ctx.fail("num_outputs is " + std::to_string(n) + " but the node has " + std::to_string(n_out) + " outputs");
     if (n <= 0) ctx.fail("num_outputs must be positive");
     if (dim.known()) {
-      const int64_t chunk = (dim.value() + n - 1) / n, last = dim.value() - chunk * (n - 1);
-      if (last < 0)
+      const int64_t chunk = dim.value() / n + (dim.value() % n != 0 ? 1 : 0);
+      const SymDim last = sym_sub(dim, sym_mul(chunk, n - 1));
+      if (!last.known() || last.value() < 0)
         ctx.fail("cannot split axis " + std::to_string(axis) + " of size " + dim.str() + " into " + std::to_string(n) +
                  " chunks");
       sizes.assign(static_cast<size_t>(n), chunk);
@@ -358,6 +359,8 @@ void infer_split(InferContext& ctx) {
 SymDim slice_length(InferContext& ctx, const SymDim& dim, const SymDim& start_d, const SymDim& end_d, int64_t step) {
   if (dim.known() && start_d.known() && end_d.known()) {
     const int64_t n = dim.value();
+    // A step beyond the dimension selects at most one element either way (as in the kernel).
+    step = std::clamp<int64_t>(step, -std::max<int64_t>(n, 1), std::max<int64_t>(n, 1));
     int64_t start = start_d.value(), end = end_d.value();
     if (start < 0) start += n;
     if (end < 0) end += n;
@@ -485,6 +488,7 @@ void infer_depth_to_space(InferContext& ctx) {
   check_blocks(ctx, x, b);
   if (!x.rank_known) return unranked_like_input(ctx);
   const SymDim& c = x.shape[1];
+  if (b > (int64_t{1} << 20)) ctx.fail("blocksize " + std::to_string(b) + " is too large");
   if (c.known() && c.value() % (b * b) != 0)
     ctx.fail("channels " + c.str() + " are not divisible by blocksize^2 = " + std::to_string(b * b));
   ctx.set_output(
@@ -496,6 +500,7 @@ void infer_space_to_depth(InferContext& ctx) {
   const int64_t b = ctx.node().has_attr("blocksize") ? ctx.attr_int("blocksize", 0) : 0;
   check_blocks(ctx, x, b);
   if (!x.rank_known) return unranked_like_input(ctx);
+  if (b > (int64_t{1} << 20)) ctx.fail("blocksize " + std::to_string(b) + " is too large");
   for (int d : {2, 3})
     if (x.shape[d].known() && x.shape[d].value() % b != 0)
       ctx.fail("spatial size " + x.shape[2].str() + "x" + x.shape[3].str() + " is not divisible by blocksize " +
@@ -544,6 +549,9 @@ void infer_pad(InferContext& ctx) {
   if (pads->size() != 2 * na)
     ctx.fail("pads " + sym_shape_str(*pads) + " must have " + std::to_string(2 * na) + " entries (begin and end for " +
              std::to_string(na) + " axes)");
+  for (const auto& p : *pads)
+    if (p.known() && (p.value() > (int64_t{1} << 40) || p.value() < -(int64_t{1} << 40)))
+      ctx.fail("pads " + sym_shape_str(*pads) + " are out of range");
   SymShape out = x.shape;
   for (size_t i = 0; i < na; ++i) {
     const SymDim o = sym_add(sym_add(x.shape[axes[i]], (*pads)[i]), (*pads)[na + i]);
@@ -701,6 +709,8 @@ void infer_range(InferContext& ctx) {
     if (delta == 0) ctx.fail("delta is 0");
     const double count = std::ceil(((*l)[0] - (*s)[0]) / delta);
     if (std::isnan(count)) ctx.fail("range bounds are not finite");
+    if (count > static_cast<double>(int64_t{1} << 40))
+      ctx.fail("range of " + std::to_string(count) + " elements is too large");
     const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
     ctx.set_output(0, ValueType::of(t, {n}));
     return;
@@ -743,7 +753,8 @@ void infer_one_hot(InferContext& ctx) {
   if (axis < 0) axis += r + 1;
   SymDim depth = ctx.fresh_dim();
   if (auto dv = known_doubles(ctx, 1); dv && dv->size() == 1) {
-    if (!((*dv)[0] >= 0)) ctx.fail("depth " + std::to_string((*dv)[0]) + " is not a valid size");
+    if (!((*dv)[0] >= 0) || (*dv)[0] > static_cast<double>(int64_t{1} << 40))
+      ctx.fail("depth " + std::to_string((*dv)[0]) + " is not a valid size");
     depth = static_cast<int64_t>((*dv)[0]);
   } else if (const SymShape* dd = ctx.input_dims_value(1); dd && dd->size() == 1) {
     depth = (*dd)[0];

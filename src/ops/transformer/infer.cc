@@ -211,7 +211,11 @@ void infer_resize(InferContext& ctx) {
         }
         double s = scale[0];
         for (double v : scale) s = policy == "not_larger" ? std::min(s, v) : std::max(s, v);
-        for (int64_t a : axes) out[a] = static_cast<int64_t>(s * static_cast<double>(x.shape[a].value()) + 0.5);
+        for (int64_t a : axes) {
+          const double o = s * static_cast<double>(x.shape[a].value()) + 0.5;
+          if (!(o < 4.0e18)) ctx.fail("sizes give an output dimension that is too large");
+          out[a] = static_cast<int64_t>(o);
+        }
       }
     }
   } else {
@@ -233,8 +237,11 @@ void infer_resize(InferContext& ctx) {
         out[axes[i]] = in;
       else if (s == std::floor(s) && s < 1e9)  // an integer factor: exact for every size
         out[axes[i]] = sym_mul(in, static_cast<int64_t>(s));
-      else if (in.known())
+      else if (in.known() && s * static_cast<double>(in.value()) < 4.0e18)
         out[axes[i]] = static_cast<int64_t>(s * static_cast<double>(in.value()));
+      else if (in.known())
+        ctx.fail("scales[" + std::to_string(i) + "] = " + std::to_string(s) +
+                 " gives an output dimension that is too large");
       else
         out[axes[i]] = ctx.fresh_dim();
     }
