@@ -1,5 +1,7 @@
-// Activation arena (runtime/arena.h): the offset planner, and engines with the arena against the
-// same engines without it — bit for bit, across input shapes, with outputs held across runs,
+// Activation arena (runtime/arena.h): the offset planner; plans made from inferred shapes (the
+// first run of a signature already uses its arena, sized as derived by hand; data-dependent sizes
+// go to the heap; steady runs allocate no activation memory); and engines with the arena against
+// the same engines without it — bit for bit, across input shapes, with outputs held across runs,
 // with aliasing views that outlive their source, and with concurrent runs.
 #include "runtime/arena.h"
 
@@ -87,7 +89,7 @@ TEST(ArenaEngine, MatchesHeapEngineAcrossShapesAndHeldOutputs) {
         EXPECT_TRUE(same_bits(out[o], expected[k][o])) << "round " << round << " set " << k;
       if (round == 0) first.push_back(out);
     }
-  // Outputs held from the first (recording) runs were not overwritten by the later arena runs.
+  // Outputs held from the first runs were not overwritten by the later runs.
   for (size_t k = 0; k < sets.size(); ++k)
     for (size_t o = 0; o < first[k].size(); ++o) EXPECT_TRUE(same_bits(first[k][o], expected[k][o]));
 }
@@ -138,6 +140,155 @@ TEST(ArenaEngine, ViewsOutliveTheirSource) {
   }
   for (size_t r = 0; r < held.size(); r += 2)
     for (size_t o = 0; o < held[r].size(); ++o) EXPECT_TRUE(same_bits(held[r][o], held[r + 1][o]));
+  // The first run copied the views out of the arena (aliases inference does not know of); later
+  // plans keep the viewed bytes alive instead: nothing is copied.
+  const runtime::ArenaStats st = arena_engine.arena_stats();
+  EXPECT_EQ(st.copies, 0u);
+  EXPECT_GT(st.arena_allocations, 0u);
+}
+
+// A view of a view: v2 = Reshape(v1), v1 = Reshape(a), read after a's own last use. The first run
+// copies v1 out of the arena and sees v2 view the copy: both are aliases of a, found in that one
+// run, and from the second run on a's slot lives until v2's last use: nothing is copied.
+TEST(ArenaEngine, ChainsOfViewsAreFoundInOneRun) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{4}, ir::Dim{6}}});
+  g.initializers["s1"] = test_support::make<int64_t>({2}, {6, 4});
+  g.initializers["s2"] = test_support::make<int64_t>({2}, {4, 6});
+  g.nodes.push_back(node("Relu", {"x"}, {"a"}));
+  g.nodes.push_back(node("Reshape", {"a", "s1"}, {"v1"}));
+  g.nodes.push_back(node("Reshape", {"v1", "s2"}, {"v2"}));
+  g.nodes.push_back(node("Neg", {"x"}, {"b"}));
+  g.nodes.push_back(node("Exp", {"b"}, {"c"}));
+  g.nodes.push_back(node("Add", {"v2", "c"}, {"y"}));
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  runtime::EngineOptions heap_opts;
+  heap_opts.arena = false;
+  runtime::Engine heap(g, heap_opts), e(g);
+  for (int run = 0; run < 3; ++run) {
+    Tensor x = test_support::random_floats({4, 6}, static_cast<uint32_t>(run + 10));
+    EXPECT_TRUE(same_bits(e.run({{"x", x}})[0], heap.run({{"x", x}})[0])) << "run " << run;
+    const runtime::ArenaStats st = e.arena_stats();
+    EXPECT_EQ(st.copies, run == 0 ? 1u : 0u) << "run " << run;
+    EXPECT_EQ(st.arena_allocations, 3u) << "run " << run;  // a, b, c
+    // From the second run: a lives over steps 0-5, b over 3-4, c over 4-5: three slots of 128.
+    if (run > 0) EXPECT_EQ(st.planned_bytes, 3u * 128u);
+  }
+}
+
+// A chain x -> Relu -> Neg -> Exp -> Sigmoid (the graph output) over x of shape [n, 8]: a, b and
+// c are n * 8 * 4 bytes each; a lives over steps 0-1, b over 1-2, c over 2-3, so a and c share
+// one slot: the arena is two slots of that size (rounded up to 64 bytes).
+ir::Graph chain_graph() {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{-1, "n"}, ir::Dim{8}}});
+  g.nodes.push_back(node("Relu", {"x"}, {"a"}));
+  g.nodes.push_back(node("Neg", {"a"}, {"b"}));
+  g.nodes.push_back(node("Exp", {"b"}, {"c"}));
+  g.nodes.push_back(node("Sigmoid", {"c"}, {"y"}));
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  return g;
+}
+
+TEST(ArenaEngine, FirstRunUsesTheArenaPlannedFromInferredShapes) {
+  ir::Graph g = chain_graph();
+  runtime::EngineOptions heap_opts;
+  heap_opts.arena = false;
+  runtime::Engine heap(g, heap_opts), e(g);
+  for (int64_t n : {4, 16, 4, 3}) {
+    Tensor x = test_support::random_floats({n, 8}, static_cast<uint32_t>(n));
+    auto got = e.run({{"x", x}});
+    EXPECT_TRUE(same_bits(got[0], heap.run({{"x", x}})[0])) << "n = " << n;
+    const runtime::ArenaStats st = e.arena_stats();
+    const size_t slot = (static_cast<size_t>(n) * 8 * 4 + 63) / 64 * 64;
+    EXPECT_EQ(st.planned_bytes, 2 * slot) << "n = " << n;
+    EXPECT_EQ(st.arena_bytes, st.planned_bytes) << "n = " << n;
+    EXPECT_EQ(st.planned_values, 3u);
+    EXPECT_EQ(st.arena_allocations, 3u) << "n = " << n;  // a, b, c: already in the first run
+    EXPECT_EQ(st.heap_allocations, 1u);                  // y, which leaves the run
+    EXPECT_EQ(st.leaving_allocations, 1u);
+    EXPECT_EQ(st.copies, 0u);
+    EXPECT_EQ(st.inference_error, "");
+  }
+}
+
+// NonZero's output size depends on the data: it, and what is computed from it, go to the heap;
+// the rest of the graph is served from the arena. Results equal the heap engine's.
+TEST(ArenaEngine, DataDependentSizesGoToTheHeap) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{4}, ir::Dim{6}}});
+  g.nodes.push_back(node("NonZero", {"x"}, {"nz"}));
+  g.nodes.push_back(node("Neg", {"nz"}, {"nzf"}));
+  g.nodes.push_back(node("Relu", {"x"}, {"r"}));
+  g.nodes.push_back(node("Neg", {"r"}, {"r2"}));
+  g.nodes.push_back(node("Add", {"r2", "r"}, {"y"}));
+  g.nodes.push_back(node("ReduceSum", {"nzf"}, {"s"}));
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  g.outputs.push_back({"s", DType::Float32, false, {}});
+  runtime::EngineOptions heap_opts;
+  heap_opts.arena = false;
+  runtime::Engine heap(g, heap_opts), e(g);
+  for (int run = 0; run < 3; ++run) {
+    Tensor x = test_support::random_floats({4, 6}, static_cast<uint32_t>(run));
+    for (int i = 0; i < 24; i += 3) x.mutable_data<float>()[i] = 0.f;
+    auto want = heap.run({{"x", x}});
+    auto got = e.run({{"x", x}});
+    for (size_t o = 0; o < want.size(); ++o) EXPECT_TRUE(same_bits(got[o], want[o])) << "run " << run;
+    const runtime::ArenaStats st = e.arena_stats();
+    EXPECT_EQ(st.arena_allocations, 2u);      // r and r2
+    EXPECT_EQ(st.unplanned_allocations, 2u);  // nz and nzf = -nz
+    EXPECT_EQ(st.leaving_allocations, 2u);    // y and s
+    EXPECT_EQ(st.heap_allocations, 4u);
+    EXPECT_EQ(st.planned_bytes, 2u * 128u);  // [4, 6] float32 = 96 bytes, two live together
+  }
+}
+
+// A block of the nn, reduce and elementwise families (MatMul, Add, Softmax, LayerNormalization,
+// Gelu, Conv, pools) with symbolic batch: from the first run of each signature every
+// intermediate comes from the arena; no run allocates activation memory on the heap.
+TEST(ArenaEngine, SteadyRunsAllocateNoActivationMemory) {
+  ir::Graph g;
+  g.opsets[""] = 20;
+  g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{-1, "b"}, ir::Dim{3}, ir::Dim{9}, ir::Dim{9}}});
+  g.initializers["w"] = test_support::random_floats({4, 3, 3, 3}, 1);
+  g.initializers["m"] = test_support::random_floats({3, 7}, 2);
+  g.initializers["scale"] = test_support::random_floats({7}, 3);
+  auto add = [&](ir::Node n, std::vector<ir::Attribute> attrs = {}) {
+    n.opset = 20;
+    for (auto& a : attrs) n.attrs[a.name] = a;
+    g.nodes.push_back(std::move(n));
+  };
+  // c: [b, 4, 5, 5] ((9 + 2 - 3) / 2 + 1 = 5); p: [b, 4, 3, 3] (ceil_mode); then [b, 4, 3, 7].
+  add(node("Conv", {"x", "w"}, {"c"}), {ir::ints_attr("strides", {2, 2}), ir::ints_attr("pads", {1, 1, 1, 1})});
+  add(node("Relu", {"c"}, {"r"}));
+  add(node("MaxPool", {"r"}, {"p"}),
+      {ir::ints_attr("kernel_shape", {2, 2}), ir::ints_attr("strides", {2, 2}), ir::int_attr("ceil_mode", 1)});
+  add(node("MatMul", {"p", "m"}, {"mm"}));
+  add(node("Add", {"mm", "scale"}, {"a"}));
+  add(node("Softmax", {"a"}, {"sm"}));
+  add(node("LayerNormalization", {"sm", "scale"}, {"ln"}));
+  add(node("Gelu", {"ln"}, {"y"}));
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  runtime::EngineOptions heap_opts;
+  heap_opts.arena = false;
+  runtime::Engine heap(g, heap_opts), e(g);
+  for (int64_t b : {1, 2, 1, 2}) {
+    Tensor x = test_support::random_floats({b, 3, 9, 9}, static_cast<uint32_t>(b));
+    auto got = e.run({{"x", x}});
+    EXPECT_TRUE(same_bits(got[0], heap.run({{"x", x}})[0])) << "b = " << b;
+    EXPECT_EQ(got[0].shape(), (Shape{b, 4, 3, 7}));
+    const runtime::ArenaStats st = e.arena_stats();
+    EXPECT_EQ(st.inference_error, "");
+    EXPECT_EQ(st.planned_values, 7u);
+    EXPECT_EQ(st.arena_allocations, 7u) << "b = " << b;
+    EXPECT_EQ(st.heap_allocations, st.leaving_allocations) << "b = " << b;  // only y
+    EXPECT_EQ(st.unplanned_allocations, 0u);
+    EXPECT_EQ(st.copies, 0u);
+    EXPECT_EQ(st.arena_bytes, st.planned_bytes);
+  }
 }
 
 TEST(ArenaEngine, ConcurrentRunsAgree) {

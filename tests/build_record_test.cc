@@ -284,6 +284,32 @@ TEST(BuildRecordCli, InspectShowsRecordInputsAndOutputs) {
     }
   }
   EXPECT_EQ(m["outputs"][0]["name"], p.graph.outputs[0].name);
+  EXPECT_FALSE(m.contains("values"));  // only with --values
+}
+
+// inspect --values: the plan's inferred type of every graph input and node output.
+TEST(BuildRecordCli, InspectValuesListsEveryInferredType) {
+  TempDir dir;
+  const std::string plan_path = dir.file("m.plan");
+  Cli b = cli("build " + kModelA + " -o " + plan_path);
+  ASSERT_EQ(b.rc, 0) << b.out;
+  Plan p = read_plan(plan_path, {});
+  ASSERT_FALSE(p.values.empty());
+  Cli j = cli("inspect --json --values " + plan_path);
+  ASSERT_EQ(j.rc, 0) << j.out;
+  json m = json::parse(j.out);
+  ASSERT_EQ(m["values"].size(), p.values.size());
+  for (size_t i = 0; i < p.values.size(); ++i) {
+    EXPECT_EQ(m["values"][i]["name"], p.values[i].name);
+    EXPECT_EQ(m["values"][i]["dtype"], dtype_name(p.values[i].dtype));
+  }
+  // The first values are the graph inputs, as declared.
+  EXPECT_EQ(m["values"][0]["name"], p.graph.inputs[0].name);
+  Cli t = cli("inspect --values " + plan_path);
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_NE(t.out.find("values:\n  " + p.graph.inputs[0].name + "  int64["), std::string::npos) << t.out;
+  const std::string& last = p.values.back().name;
+  EXPECT_NE(t.out.find("\n  " + last + "  "), std::string::npos) << t.out;
 }
 
 }  // namespace

@@ -32,6 +32,24 @@ TEST(PlanIO, WeightHashVerification) {
   EXPECT_NE(e.find("differs from the weight's recorded hash"), std::string::npos) << e;
 }
 
+// Plan::values must name values of the graph, each once; plans without the key have none.
+TEST(PlanIO, ValueTypesNameGraphValuesOnce) {
+  const std::string b = serialize_plan(sample_plan());
+  json m = metadata_of(b);
+  ASSERT_TRUE(m.contains("values"));
+  json unknown = m;
+  unknown["values"][2]["name"] = "nowhere";
+  std::string e = error_of([&] { parse_bytes(with_metadata(b, unknown.dump())); });
+  EXPECT_NE(e.find("values[2]: 'nowhere' is not a graph input or node output"), std::string::npos) << e;
+  json twice = m;
+  twice["values"][1]["name"] = "x";
+  e = error_of([&] { parse_bytes(with_metadata(b, twice.dump())); });
+  EXPECT_NE(e.find("values[1]: 'x' is listed twice"), std::string::npos) << e;
+  json older = m;
+  older.erase("values");
+  EXPECT_TRUE(parse_bytes(with_metadata(b, older.dump())).values.empty());
+}
+
 TEST(PlanIO, TruncationAtEveryOffsetIsAnError) {
   std::string b = serialize_plan(sample_plan());
   for (size_t n = 0; n < b.size(); ++n) {

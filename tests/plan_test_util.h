@@ -224,6 +224,12 @@ inline Plan sample_plan() {
 
   p.weights = {w0, w1, w2, w3, w4, w5, w6};
   p.fingerprint = {"0 ConstantOfShape value=t:float32[1]", "1 MatMul in0=input:x in1=source", "2 Custom"};
+  // Inferred value types: symbols of the inputs and made by inference, unknown rank and type.
+  p.values = {{"x", DType::Float32, true, {{-1, "batch"}, {4, ""}, {-1, "unk_0"}, {3, ""}}},
+              {"mask", DType::Bool, false, {}},
+              {"filled", DType::Float32, true, {{2, ""}, {3, ""}}},
+              {"h", DType::Float32, true, {{-1, "batch"}, {4, ""}, {-1, "unk_0"}, {3, ""}}},
+              {"y", DType::Undefined, false, {}}};
   return p;
 }
 
@@ -295,6 +301,7 @@ inline void expect_plan_eq(const Plan& a, const Plan& b, bool weights_loaded = t
   EXPECT_EQ(ga.ir_version, gb.ir_version);
   EXPECT_EQ(ga.opsets, gb.opsets);
   EXPECT_EQ(ga.metadata, gb.metadata);
+  expect_value_infos_eq(a.values, b.values);
   expect_value_infos_eq(ga.inputs, gb.inputs);
   expect_value_infos_eq(ga.outputs, gb.outputs);
   ASSERT_EQ(ga.nodes.size(), gb.nodes.size());

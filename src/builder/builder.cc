@@ -9,6 +9,7 @@
 #include "core/nearest_names.h"
 #include "core/simd.h"
 #include "core/version.h"
+#include "ops/infer_graph.h"
 #include "passes/build_state.h"
 #include "runtime/lowered_graph.h"
 #include "transforms/recipe.h"
@@ -342,11 +343,57 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
   }
 }
 
+namespace {
+
+// Plan::values: the type and symbolic shape of every graph input and node output of the
+// optimized graph, inferred with the engine weights as its constants.
+std::vector<ir::ValueInfo> infer_value_types(const plan::Plan& plan) {
+  ir::Graph g = plan.graph;
+  for (const auto& w : plan.weights) g.initializers[w.name] = w.data;
+  ops::InferOptions io;
+  io.require_all = ops::kEveryOpInferred;
+  ops::GraphTypes types;
+  try {
+    types = ops::infer_graph(g, io);
+  } catch (Error& e) {
+    throw e.with_context("while inferring the value types of the optimized graph");
+  }
+  std::vector<ir::ValueInfo> out;
+  auto add = [&](const std::string& name) {
+    const ops::ValueType* t = types.find(name);
+    ir::ValueInfo v;
+    v.name = name;
+    if (t) {
+      v.dtype = t->dtype;
+      v.has_shape = t->rank_known;
+      for (const auto& d : t->shape) v.shape.push_back(d.known() ? ir::Dim{d.value(), ""} : ir::Dim{-1, d.symbol()});
+    }
+    out.push_back(std::move(v));
+  };
+  for (const auto& in : g.inputs) add(in.name);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) add(o);
+  return out;
+}
+
+}  // namespace
+
 plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   o.validate();
   ir::Graph g = canonicalize(std::move(input));
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
   check_build_request(g, literals, o);
+  // Every value's type and shape, before any data exists: an inconsistent shape (a Reshape whose
+  // element count cannot match, an axis out of range) fails the build here, naming the node.
+  try {
+    ops::InferOptions io;
+    io.require_all = ops::kEveryOpInferred;
+    (void)ops::infer_graph(g, io);
+  } catch (Error& e) {
+    throw e.with_context("in shape inference of " +
+                         (g.name.empty() ? std::string("the model") : "model '" + g.name + "'"));
+  }
   plan::Plan plan;
   plan.fingerprint = structural_fingerprint(g, literals);
   plan.mode = o.mode;
@@ -403,6 +450,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   }
   plan.graph = std::move(s.graph);
   plan.placement = place_nodes(plan.graph, o.backend);
+  plan.values = infer_value_types(plan);
 
   if (o.strip_weights) {
     for (auto& w : plan.weights)

@@ -15,6 +15,7 @@
 // the activation arena is planned per input signature without running the graph.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -110,6 +111,35 @@ class InferContext {
 using InferFn = std::function<void(InferContext&)>;
 
 // Helpers the per-op functions share.
+
+// Arithmetic on dimensions, for shape computations (Reshape's -1, Flatten, Concat along an axis,
+// Pad, Tile, shape arithmetic on dims values). Known operands give numbers; symbolic ones give an
+// expression symbol with a canonical name ("(batch*seq)", "(past+seq)", "(seq-1)"), so that two
+// values computed the same way from the same symbols compare equal. Products cancel: dividing
+// "(batch*seq*768)" by "(12*seq)" gives "(64*batch)". sym_div is floor division; a divisor known
+// to be 0 gives a fresh-looking "(a/0)" symbol, never a number (callers check divisors).
+SymDim sym_add(const SymDim& a, const SymDim& b);
+SymDim sym_sub(const SymDim& a, const SymDim& b);
+SymDim sym_mul(const SymDim& a, const SymDim& b);
+SymDim sym_div(const SymDim& a, const SymDim& b);
+// The product of the dimensions (1 for a scalar).
+SymDim sym_product(const SymShape& s, size_t begin = 0, size_t end = SIZE_MAX);
+// Two dimensions that must be equal (a contracted axis, the non-concatenated axes of Concat):
+// fails through ctx, with `what`, when both are known and differ; otherwise the more precise of
+// the two (a number over a symbol).
+SymDim merge_dims(InferContext& ctx, const SymDim& a, const SymDim& b, const std::string& what);
+// Reshape's output shape for input shape `in` and target `spec` (entries 0: copy the input's
+// dimension unless allowzero; -1: inferred from the element count), failing through ctx when the
+// element counts cannot match. `in_known` false: the input's rank is unknown.
+SymShape reshape_shape(InferContext& ctx, const SymShape& in, bool in_known, const SymShape& spec, bool allowzero);
+// numpy matmul's output shape (1-D operands promoted and their axis removed, batch dimensions
+// broadcast), failing through ctx when the contracted dimensions differ.
+SymShape matmul_shape(InferContext& ctx, const SymShape& a, const SymShape& b);
+// The values of integer input i when every one is known (from a constant or followed dims
+// values), else nullopt.
+std::optional<std::vector<int64_t>> known_ints(const InferContext& ctx, size_t i);
+// The values of float or integer scalar/vector input i when it is a constant, as doubles.
+std::optional<std::vector<double>> known_doubles(const InferContext& ctx, size_t i);
 // The numpy-style broadcast of two shapes (fails through ctx when they cannot broadcast; two
 // different symbols broadcast to a fresh symbol unless one is known to be 1).
 SymShape broadcast_shapes(InferContext& ctx, const SymShape& a, const SymShape& b);

@@ -28,6 +28,16 @@ ValueType type_of(const Tensor& t) {
   return ValueType::of(t.dtype(), std::move(s));
 }
 
+// True when the concrete tensor `t` is one of the values `v` describes.
+bool compatible(const ValueType& v, const Tensor& t) {
+  if (v.dtype != DType::Undefined && v.dtype != t.dtype()) return false;
+  if (!v.rank_known) return true;
+  if (static_cast<int64_t>(v.shape.size()) != t.rank()) return false;
+  for (size_t d = 0; d < v.shape.size(); ++d)
+    if (v.shape[d].known() && v.shape[d].value() != t.shape()[d]) return false;
+  return true;
+}
+
 class NodeContext final : public InferContext {
  public:
   NodeContext(const ir::Node& node, GraphTypes& g, int& next_symbol) : node_(node), g_(g), next_symbol_(next_symbol) {}
@@ -95,6 +105,12 @@ void try_fold(const ir::Node& node, const OpDef& def, GraphTypes& g) {
   for (size_t i = 0; i < node.outputs.size() && i < kc.outputs().size(); ++i) {
     if (node.outputs[i].empty() || !kc.outputs()[i].defined()) continue;
     const Tensor& t = kc.outputs()[i];
+    // The kernel is the truth: an inference that contradicts it is a bug of that inference.
+    ValueType& inferred = g.types[node.outputs[i]];
+    if (!compatible(inferred, t))
+      fail(node.label(), ": internal error: inference gives output ", i, " the type ", inferred.str(),
+           " but evaluating the node gives ", dtype_name(t.dtype()), shape_str(t.shape()));
+    inferred = type_of(t);
     g.constants[node.outputs[i]] = t;
     if (is_shape_int(t.dtype()) && t.rank() <= 1 && t.numel() <= kMaxDimsValue)
       g.dims_values[node.outputs[i]] = dims_of_constant(t);
@@ -140,6 +156,7 @@ GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options) {
       if (options.require_all) fail(node.label(), ": no shape inference for ", node.op_type, " at opset ", node.opset);
       for (const auto& o : node.outputs)
         if (!o.empty()) g.types[o] = ValueType::unranked(DType::Undefined);
+      if (def) try_fold(node, *def, g);  // small constant inputs still give exact outputs
       continue;
     }
     NodeContext ctx(node, g, next_symbol);

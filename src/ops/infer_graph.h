@@ -11,6 +11,12 @@
 
 namespace reforge::ops {
 
+// Whether every op of the registry has an inference (tests/infer_test.cc,
+// InferRegistry.EveryEntryHasAnInference, holds it to that). The builder, `reforge check` and the
+// conformance harness then infer with require_all: an op without inference is an error, not a
+// value of unknown type that nothing checks.
+inline constexpr bool kEveryOpInferred = true;
+
 struct InferOptions {
   // Fixes the graph inputs' shapes (one input signature): every dimension then comes out as a
   // number unless it depends on data. Inputs not named keep their declared shapes.

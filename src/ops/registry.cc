@@ -38,6 +38,13 @@ const OpRegistry& OpRegistry::global() {
     register_nn_ops(r);
     register_transformer_ops(r);
     register_reforge_ops(r);
+    register_elementwise_inference(r);
+    register_unary_inference(r);
+    register_tensor_inference(r);
+    register_reduce_inference(r);
+    register_nn_inference(r);
+    register_transformer_inference(r);
+    register_reforge_inference(r);
     return r;
   }();
   return registry;

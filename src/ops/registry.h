@@ -185,4 +185,13 @@ void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, nor
 void register_transformer_ops(OpRegistry& r);  // Attention, RotaryEmbedding, RMSNormalization, Resize
 void register_reforge_ops(OpRegistry& r);      // reforge domain: recipe transforms and fused kernels
 
+// Each family's shape and type inference (ops/infer.h), set on the entries registered above.
+void register_elementwise_inference(OpRegistry& r);  // ops/elementwise/infer.cc
+void register_unary_inference(OpRegistry& r);        // ops/unary/infer.cc
+void register_tensor_inference(OpRegistry& r);       // ops/tensor/infer.cc
+void register_reduce_inference(OpRegistry& r);       // ops/reduce/infer.cc
+void register_nn_inference(OpRegistry& r);           // ops/nn/infer.cc
+void register_transformer_inference(OpRegistry& r);  // ops/transformer/infer.cc
+void register_reforge_inference(OpRegistry& r);      // ops/reforge/infer.cc
+
 }  // namespace reforge::ops

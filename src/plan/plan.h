@@ -196,6 +196,13 @@ struct Plan {
   // (op type, attributes, where each input comes from, literal hashes; never initializer
   // names). Refit from ONNX compares the new model's fingerprint with this one.
   std::vector<std::string> fingerprint;
+  // The element type and symbolic shape of every graph input and node output of `graph`, as
+  // shape inference (ops/infer_graph.h) gives them for the optimized graph: a dimension is a size,
+  // a symbol of the inputs ("batch") or one inference made for a size it cannot name ("unk_3");
+  // has_shape false when the rank is unknown (a data-dependent rank, an op without inference), and
+  // dtype Undefined when nothing is known. In graph order (inputs, then node outputs); empty in
+  // plans written before it was recorded. Constants have theirs in `weights`.
+  std::vector<ir::ValueInfo> values;
 };
 
 // The backend of every node of p.graph: p.placement, or its default when empty. Throws when the

@@ -94,6 +94,11 @@ class Encoder {
     for (const auto& w : p.weights) ws.push_back(weight(w));
     j["weights"] = std::move(ws);
     j["fingerprint"] = strs(p.fingerprint);
+    if (!p.values.empty()) {
+      json vs = json::array();
+      for (const auto& v : p.values) vs.push_back(value_info(v));
+      j["values"] = std::move(vs);
+    }
     return j;
   }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/mapped_file.h"
 #include "plan/plan_format.h"
@@ -233,6 +234,8 @@ class Decoder {
     const json& ws = as_array(field(j, "weights", ""), "weights");
     for (size_t i = 0; i < ws.size(); ++i) p.weights.push_back(weight(ws[i], at("weights", i), p));
     p.fingerprint = strings(field(j, "fingerprint", ""), "fingerprint");
+    // Optional: plans written before value types were recorded have none.
+    if (j.contains("values")) p.values = value_types(j["values"], p.graph);
     return p;
   }
 
@@ -342,6 +345,26 @@ class Decoder {
     const json& s = as_array(field(j, "shape", where), at(where, "shape"));
     for (size_t i = 0; i < s.size(); ++i) v.shape.push_back(dim(s[i], at(at(where, "shape"), i)));
     return v;
+  }
+
+  // Plan::values: each names a graph input or node output of `g`, at most once.
+  std::vector<ir::ValueInfo> value_types(const json& j, const ir::Graph& g) {
+    std::set<std::string> known, seen;
+    for (const auto& in : g.inputs) known.insert(in.name);
+    for (const auto& n : g.nodes)
+      for (const auto& o : n.outputs)
+        if (!o.empty()) known.insert(o);
+    std::vector<ir::ValueInfo> out;
+    const json& a = as_array(j, "values");
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string w = at("values", i);
+      ir::ValueInfo v = value_info(a[i], w);
+      if (!known.count(v.name)) fail(w, ": '", v.name, "' is not a graph input or node output");
+      if (!seen.insert(v.name).second) fail(w, ": '", v.name, "' is listed twice");
+      if (!v.has_shape && !v.shape.empty()) fail(w, ": a value of unknown rank has no dimensions");
+      out.push_back(std::move(v));
+    }
+    return out;
   }
 
   ir::Graph graph(const json& j, const std::string& where) {

@@ -41,84 +41,104 @@ size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& off
   return total;
 }
 
-// ---- Recorder ----
+// ---- Aliases and planning ----
 
-struct Recorder::Live {
-  std::mutex mu;
-  std::map<uintptr_t, std::pair<uintptr_t, int>> ranges;  // begin -> (end, request id), live only
-};
-
-Recorder::Recorder(size_t num_steps) : calls_(num_steps), root_(num_steps), live_(std::make_shared<Live>()) {}
-
-void Recorder::begin_step(size_t step) { step_ = step; }
-
-Tensor Recorder::allocate(size_t output_index, DType dtype, Shape shape, bool zero) {
-  Tensor t = zero ? Tensor::empty(dtype, std::move(shape)) : Tensor::uninitialized(dtype, std::move(shape));
-  int id = static_cast<int>(requests_.size());
-  auto begin = reinterpret_cast<uintptr_t>(t.raw());
-  requests_.push_back({step_, t.nbytes(), begin});
-  calls_[step_].push_back(id);
-  // Track the allocation while the tensor's storage lives: a value's data that falls inside a
-  // live allocation is an alias of it. The guard dies with the last tensor sharing the storage.
-  auto live = live_;
-  {
-    std::lock_guard<std::mutex> lock(live->mu);
-    live->ranges[begin] = {begin + std::max<size_t>(t.nbytes(), 1), id};
-  }
-  auto guard = std::shared_ptr<const void>(t.raw(), [live, begin, keep = t](const void*) {
-    std::lock_guard<std::mutex> lock(live->mu);
-    live->ranges.erase(begin);
-  });
-  return Tensor::wrap(t.dtype(), t.shape(), std::move(guard), t.raw());
+void Observed::add_alias(ValueRef alias, ValueRef holder) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (known_.aliases.emplace(alias, holder).second) ++known_.version;
 }
 
-void Recorder::produced(size_t step, const std::vector<Tensor>& outputs) {
-  auto& roots = root_[step];
-  roots.assign(outputs.size(), -1);
-  std::lock_guard<std::mutex> lock(live_->mu);
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    const Tensor& t = outputs[o];
-    if (!t.defined() || t.nbytes() == 0) continue;
-    auto p = reinterpret_cast<uintptr_t>(t.raw());
-    auto it = live_->ranges.upper_bound(p);
-    if (it == live_->ranges.begin()) continue;
-    --it;
-    if (p < it->second.first) roots[o] = it->second.second;
-  }
+void Observed::add_outside(ValueRef v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (known_.outside.insert(v).second) ++known_.version;
 }
 
-std::shared_ptr<const Plan> Recorder::plan(const std::vector<std::vector<size_t>>& last_use) const {
-  std::vector<Block> blocks(requests_.size());
-  std::vector<bool> escapes(requests_.size(), false);
-  for (size_t id = 0; id < requests_.size(); ++id)
-    blocks[id] = {requests_[id].bytes, requests_[id].step, requests_[id].step};
-  for (size_t s = 0; s < root_.size(); ++s)
-    for (size_t o = 0; o < root_[s].size(); ++o) {
-      int r = root_[s][o];
-      if (r < 0) continue;
-      size_t last = o < last_use[s].size() ? last_use[s][o] : s;
-      if (last == kEscapes)
-        escapes[static_cast<size_t>(r)] = true;
-      else
-        blocks[static_cast<size_t>(r)].last = std::max(blocks[static_cast<size_t>(r)].last, std::max(last, s));
+Observed::Known Observed::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_;
+}
+
+uint64_t Observed::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_.version;
+}
+
+namespace {
+
+size_t last_use_of(const LastUse& last_use, ValueRef v) {
+  if (v.step >= last_use.size() || v.output >= last_use[v.step].size()) return v.step;
+  return last_use[v.step][v.output];
+}
+
+}  // namespace
+
+std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed) {
+  const std::map<ValueRef, ValueRef>& aliases = observed.aliases;
+  // The value holding an alias's bytes (following aliases of aliases).
+  auto holder_of = [&](ValueRef v) {
+    for (int hops = 0; hops < 64; ++hops) {
+      auto it = aliases.find(v);
+      if (it == aliases.end() || it->second == v) break;
+      v = it->second;
     }
-  // Escaping allocations are not planned: their requests go to the heap.
-  std::vector<int> entry(requests_.size(), -1);
-  std::vector<Block> planned;
-  for (size_t id = 0; id < requests_.size(); ++id)
-    if (!escapes[id]) {
-      entry[id] = static_cast<int>(planned.size());
-      planned.push_back(blocks[id]);
-    }
+    return v;
+  };
+  // A holder lives as long as its aliases are read, and leaves the run with them.
+  std::map<ValueRef, size_t> extended;
+  std::map<ValueRef, bool> leaves;
+  for (const auto& [alias, direct] : aliases) {
+    const ValueRef h = holder_of(direct);
+    const size_t lu = last_use_of(last_use, alias);
+    if (lu == kEscapes)
+      leaves[h] = true;
+    else
+      extended[h] = std::max(extended[h], lu);
+  }
   auto plan = std::make_shared<Plan>();
-  plan->total_bytes = assign_offsets(planned, plan->offset);
-  for (const Block& b : planned) plan->bytes.push_back(b.bytes);
-  plan->entry_of_call.resize(calls_.size());
-  for (size_t s = 0; s < calls_.size(); ++s)
-    for (int id : calls_[s]) plan->entry_of_call[s].push_back(entry[static_cast<size_t>(id)]);
-  plan->expected_root.resize(root_.size());
-  for (size_t s = 0; s < root_.size(); ++s)
-    for (int r : root_[s]) plan->expected_root[s].push_back(r < 0 ? -1 : entry[static_cast<size_t>(r)]);
+  plan->observed_version = observed.version;
+  plan->slot.resize(sizes.size());
+  plan->expected.resize(sizes.size());
+  std::vector<Block> blocks;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    plan->slot[s].assign(sizes[s].size(), Plan::kUnplanned);
+    for (size_t o = 0; o < sizes[s].size(); ++o) {
+      const ValueRef v{s, o};
+      const size_t lu = last_use_of(last_use, v);
+      int& slot = plan->slot[s][o];
+      if (aliases.count(v))
+        slot = Plan::kAlias;
+      else if (lu == kEscapes || leaves.count(v))
+        slot = Plan::kLeaves;
+      else if (observed.outside.count(v))
+        slot = Plan::kOutside;
+      else if (sizes[s][o]) {
+        slot = static_cast<int>(blocks.size());
+        size_t last = std::max(s, lu);
+        if (auto it = extended.find(v); it != extended.end()) last = std::max(last, it->second);
+        blocks.push_back({*sizes[s][o], s, last});
+        plan->value.push_back(v);
+      }
+    }
+  }
+  plan->total_bytes = assign_offsets(blocks, plan->offset);
+  for (const Block& b : blocks) {
+    plan->bytes.push_back(b.bytes);
+    plan->first.push_back(b.first);
+    plan->last.push_back(b.last);
+  }
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    plan->expected[s].assign(sizes[s].size(), -1);
+    for (size_t o = 0; o < sizes[s].size(); ++o) {
+      const int slot = plan->slot[s][o];
+      if (slot >= 0) {
+        plan->expected[s][o] = slot;
+      } else if (slot == Plan::kAlias) {
+        const ValueRef h = holder_of({s, o});
+        if (h.step < plan->slot.size() && h.output < plan->slot[h.step].size())
+          plan->expected[s][o] = std::max(plan->slot[h.step][h.output], -1);
+      }
+    }
+  }
   return plan;
 }
 
@@ -131,49 +151,78 @@ Buffer::Buffer(size_t bytes) : size(bytes) {
 
 Buffer::~Buffer() { std::free(data); }
 
-ArenaAllocator::ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer)
-    : plan_(plan), buffer_(std::move(buffer)) {}
+ArenaAllocator::ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use,
+                               Observed& observed)
+    : plan_(plan), buffer_(std::move(buffer)), last_use_(last_use), observed_(observed) {}
 
 void ArenaAllocator::begin_step(size_t step) {
   step_ = step;
-  call_ = 0;
+  served_.assign(step < plan_.slot.size() ? plan_.slot[step].size() : 0, false);
 }
 
 Tensor ArenaAllocator::allocate(size_t output_index, DType dtype, Shape shape, bool zero) {
-  size_t k = call_++;
-  const auto& calls = plan_.entry_of_call[step_];
-  int e = k < calls.size() ? calls[k] : -1;
-  if (e >= 0) {
-    size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const int e = output_index < served_.size() ? plan_.slot[step_][output_index] : Plan::kUnplanned;
+  if (e >= 0 && !served_[output_index]) {
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
     if (bytes <= plan_.bytes[static_cast<size_t>(e)]) {
+      served_[output_index] = true;
+      ++stats_.arena_allocations;
       char* p = static_cast<char*>(buffer_->data) + plan_.offset[static_cast<size_t>(e)];
       if (zero) std::memset(p, 0, bytes);
       return Tensor::wrap(dtype, std::move(shape), std::shared_ptr<const void>(buffer_, p), p);
     }
   }
+  ++stats_.heap_allocations;
+  if (e == Plan::kLeaves) ++stats_.leaving_allocations;
+  if (e == Plan::kUnplanned) ++stats_.unplanned_allocations;
   return zero ? Tensor::empty(dtype, std::move(shape)) : Tensor::uninitialized(dtype, std::move(shape));
 }
 
 bool ArenaAllocator::in_arena(const Tensor& t) const {
   auto p = reinterpret_cast<uintptr_t>(t.raw());
   auto b = reinterpret_cast<uintptr_t>(buffer_->data);
-  return t.defined() && t.nbytes() > 0 && p >= b && p < b + std::max<size_t>(plan_.total_bytes, 1);
+  return t.defined() && t.nbytes() > 0 && p >= b && p < b + std::max<size_t>(buffer_->size, 1);
 }
 
-void ArenaAllocator::placed(size_t step, std::vector<Tensor>& outputs) const {
-  const auto& expected = plan_.expected_root[step];
-  auto base = reinterpret_cast<uintptr_t>(buffer_->data);
+void ArenaAllocator::placed(size_t step, std::vector<Tensor>& outputs) {
+  const auto base = reinterpret_cast<uintptr_t>(buffer_->data);
+  auto holds = [&](size_t e, uintptr_t p, size_t n) {
+    const uintptr_t begin = base + plan_.offset[e];
+    return p >= begin && p + n <= begin + plan_.bytes[e];
+  };
   for (size_t o = 0; o < outputs.size(); ++o) {
     Tensor& t = outputs[o];
-    if (!in_arena(t)) continue;
-    int e = o < expected.size() ? expected[o] : -1;
-    auto p = reinterpret_cast<uintptr_t>(t.raw());
-    bool as_planned = false;
-    if (e >= 0) {
-      uintptr_t begin = base + plan_.offset[static_cast<size_t>(e)];
-      as_planned = p >= begin && p + t.nbytes() <= begin + plan_.bytes[static_cast<size_t>(e)];
+    if (!t.defined() || t.nbytes() == 0) continue;
+    const ValueRef v{step, o};
+    const auto p = reinterpret_cast<uintptr_t>(t.raw());
+    if (!in_arena(t)) {
+      // A view of a copy placed() made: an alias of what was copied.
+      if (auto it = copies_.upper_bound(p); it != copies_.begin()) {
+        --it;
+        if (p + t.nbytes() <= it->second.end) {
+          observed_.add_alias(v, it->second.holder);
+          continue;
+        }
+      }
+      // A slot the kernel did not take: it made the value elsewhere.
+      if (o < served_.size() && plan_.slot[step][o] >= 0 && !served_[o]) observed_.add_outside(v);
+      continue;
     }
-    if (!as_planned) t = t.clone();
+    const int e = step < plan_.expected.size() && o < plan_.expected[step].size() ? plan_.expected[step][o] : -1;
+    if (e >= 0 && holds(static_cast<size_t>(e), p, t.nbytes())) continue;
+    // An alias the plan did not expect: the live planned value whose slot holds its bytes.
+    int h = -1;
+    for (size_t i = 0; i < plan_.value.size() && h < 0; ++i)
+      if (plan_.first[i] <= step && step <= plan_.last[i] && holds(i, p, t.nbytes())) h = static_cast<int>(i);
+    const size_t lu = last_use_of(last_use_, v);
+    if (h >= 0) observed_.add_alias(v, plan_.value[static_cast<size_t>(h)]);
+    if (h >= 0 && lu != kEscapes && plan_.last[static_cast<size_t>(h)] >= lu) continue;
+    t = t.clone();
+    ++stats_.copies;
+    if (h >= 0) {
+      const auto c = reinterpret_cast<uintptr_t>(t.raw());
+      copies_[c] = Copy{c + t.nbytes(), plan_.value[static_cast<size_t>(h)], t};
+    }
   }
 }
 
@@ -185,19 +234,26 @@ std::shared_ptr<PlanCache::Entry> PlanCache::find(const std::string& signature) 
   return it == entries_.end() ? nullptr : it->second;
 }
 
-void PlanCache::insert(const std::string& signature, std::shared_ptr<const Plan> plan,
-                       std::shared_ptr<const Memo> memo) {
+std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& signature, Sizes sizes, std::string error) {
   // Bounded: a server fed ever-changing shapes keeps at most this many layouts (and their
   // pooled buffers); entries in use stay alive through their shared_ptr.
   constexpr size_t kMaxSignatures = 16;
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = entries_.find(signature); it != entries_.end()) return it->second;
   if (entries_.size() >= kMaxSignatures) entries_.clear();
   auto& slot = entries_[signature];
-  if (!slot) {
-    slot = std::make_shared<Entry>();
-    slot->plan = std::move(plan);
-    slot->memo = std::move(memo);
-  }
+  slot = std::make_shared<Entry>();
+  slot->sizes = std::move(sizes);
+  slot->error = std::move(error);
+  return slot;
+}
+
+std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, const Observed& observed) {
+  const uint64_t version = observed.version();
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.plan && e.plan->observed_version == version) return e.plan;
+  e.plan = make_plan(e.sizes, last_use, observed.snapshot());
+  return e.plan;
 }
 
 std::shared_ptr<const PlanCache::Memo> PlanCache::memo(Entry& e, uint64_t generation) {
@@ -210,16 +266,17 @@ void PlanCache::set_memo(Entry& e, std::shared_ptr<const Memo> memo) {
   e.memo = std::move(memo);
 }
 
-std::shared_ptr<Buffer> PlanCache::take(Entry& e) {
+std::shared_ptr<Buffer> PlanCache::take(Entry& e, size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(e.mu);
-    if (!e.free.empty()) {
+    // Buffers of an earlier plan of another size are dropped.
+    while (!e.free.empty()) {
       auto b = std::move(e.free.back());
       e.free.pop_back();
-      return b;
+      if (b->size == bytes) return b;
     }
   }
-  return std::make_shared<Buffer>(e.plan->total_bytes);
+  return std::make_shared<Buffer>(bytes);
 }
 
 void PlanCache::give_back(Entry& e, std::shared_ptr<Buffer> b) {

@@ -1,20 +1,31 @@
-// Activation arena: one buffer per run, laid out from a recorded run, so that a steady stream of
-// runs with the same input shapes allocates no activation memory.
+// Activation arena: one buffer per run, laid out before the run from inferred shapes, so that
+// runs allocate no activation memory.
 //
-// Kernels compute their output shapes from their actual inputs, so the sizes of the
-// intermediates are only known by running. The first run with a given input signature is a
-// *recording* run: outputs are heap allocations, and the Recorder notes every allocation request
-// (step, order within the step, bytes) and which allocation each produced value's data lies in
-// (its own, or an earlier one it aliases: Reshape, Identity, a Slice view). From the recording and
-// the values' last uses, plan() gives every allocation a lifetime (its step up to the last use of
-// any value living in it) and an offset, so that allocations whose lifetimes overlap never share
-// bytes. Values that leave the run (graph outputs and what they alias) stay on the heap.
+// For an input signature (the inputs' dtypes and shapes) the executor infers the graph again
+// with those shapes (ops/infer_graph.h): every value whose size does not depend on data comes out
+// with a number of bytes. make_plan() gives each such value a lifetime (its producing step up to
+// its last use) and an offset (assign_offsets), so that values whose lifetimes overlap never share
+// bytes. Values that leave the run (graph outputs) and values of unknown size (data-dependent
+// shapes: NonZero, what follows from it) are not planned: their allocations go to the heap.
 //
-// Later runs with the same signature hand out slices of an arena buffer (ArenaAllocator).
-// Nothing is assumed that is not checked: a request larger than recorded (data-dependent
-// shapes) goes to the heap, and after each step the executor calls placed(): a value whose data
-// lies in the arena anywhere but where the plan expects it is copied out to the heap at once,
-// before any later allocation can reuse its bytes.
+// A run hands kernels slices of an arena buffer (ArenaAllocator): output k of step s gets the
+// slot planned for that value when the request fits, else a heap allocation. Nothing is assumed
+// that is not checked: after each step the executor calls placed(); a value whose data lies in
+// the arena anywhere but where the plan expects it is copied out to the heap at once, before any
+// later allocation can reuse its bytes, unless the slot it lies in stays reserved for as long as
+// the value is read.
+//
+// What inference does not say: some kernels return a view of an input instead of new memory
+// (Reshape, Identity, Squeeze; a convolution that writes over its residual input), and some make
+// their outputs without the allocator (Constant, a Cast that converts into a fresh tensor, a
+// view of a weight). placed() reports both into the engine's Observed: each alias (value -> the
+// planned value whose slot holds its bytes; a view of a copy made earlier in the run counts as a
+// view of what was copied, so chains of views are found in one run) and each value made outside
+// the arena. Plans made after that extend a holder's lifetime to its aliases' last use (and keep
+// the holder off the arena when an alias leaves the run), and give aliases and values made
+// outside no slot. A cached plan made before something was observed is re-made from the same
+// sizes on its next use: from the second run on, runs copy nothing and the arena holds only what
+// kernels take from it.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +33,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,7 +43,7 @@
 
 namespace reforge::runtime::arena {
 
-// An allocation with a lifetime [first, last] in steps; plan() places it at `offset`.
+// An allocation with a lifetime [first, last] in steps; make_plan() places it at `offset`.
 struct Block {
   size_t bytes = 0;
   size_t first = 0, last = 0;
@@ -40,37 +53,59 @@ struct Block {
 // returns the arena size. Greedy by size, largest first, each at the lowest offset that fits.
 size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& offsets);
 
-struct Plan {
-  size_t total_bytes = 0;
-  std::vector<size_t> offset, bytes;            // per entry (allocation request)
-  std::vector<std::vector<int>> entry_of_call;  // [step][k-th request in the step] -> entry
-  std::vector<std::vector<int>> expected_root;  // [step][output] -> entry holding the value, or -1
+// A value of the run: output `output` of step `step`.
+struct ValueRef {
+  size_t step = 0, output = 0;
+  bool operator<(const ValueRef& o) const { return step != o.step ? step < o.step : output < o.output; }
+  bool operator==(const ValueRef&) const = default;
 };
 
-// Records allocations during a run (the heap serves them) and builds the Plan.
-class Recorder : public ops::OutputAllocator {
+// Last use of each value: [step][output] -> the last step reading it, or kEscapes for values
+// that leave the run (graph outputs).
+inline constexpr size_t kEscapes = SIZE_MAX;
+using LastUse = std::vector<std::vector<size_t>>;
+// Inferred size of each value for one input signature: [step][output] -> bytes, or nullopt when
+// the size is not known before the run (or the step is not served from the arena).
+using Sizes = std::vector<std::vector<std::optional<size_t>>>;
+
+// What runs observed of where kernels put their outputs, for every signature's plan. Thread-safe;
+// the version changes whenever something new is observed.
+class Observed {
  public:
-  Recorder(size_t num_steps);
-  void begin_step(size_t step);
-  Tensor allocate(size_t output_index, DType dtype, Shape shape, bool zero) override;
-  // After step `step`: where each produced output's data lives (outputs may be undefined).
-  void produced(size_t step, const std::vector<Tensor>& outputs);
-  // last_use[step][output]: last step reading that value; kEscapes for graph outputs.
-  static constexpr size_t kEscapes = SIZE_MAX;
-  std::shared_ptr<const Plan> plan(const std::vector<std::vector<size_t>>& last_use) const;
+  struct Known {
+    std::map<ValueRef, ValueRef> aliases;  // value -> the value whose storage holds its bytes
+    std::set<ValueRef> outside;            // values their kernels made outside the arena
+    uint64_t version = 0;
+  };
+  void add_alias(ValueRef alias, ValueRef holder);
+  void add_outside(ValueRef v);
+  Known snapshot() const;
+  uint64_t version() const;
 
  private:
-  struct Request {
-    size_t step, bytes;
-    uintptr_t begin;
-  };
-  struct Live;  // shared with the allocations' deleters
-  size_t step_ = 0;
-  std::vector<Request> requests_;
-  std::vector<std::vector<int>> calls_;  // [step] -> request ids in order
-  std::vector<std::vector<int>> root_;   // [step][output] -> request id or -1
-  std::shared_ptr<Live> live_;
+  mutable std::mutex mu_;
+  Known known_;
 };
+
+struct Plan {
+  uint64_t observed_version = 0;  // the Observed version it was made with
+  size_t total_bytes = 0;
+  // Per entry (a planned value).
+  std::vector<size_t> offset, bytes, first, last;
+  std::vector<ValueRef> value;
+  // [step][output] -> the entry allocate(output) is served from, or a negative status.
+  static constexpr int kUnplanned = -1;  // size unknown before the run, or the step is not served
+  static constexpr int kLeaves = -2;     // the value (or an alias of it) leaves the run
+  static constexpr int kAlias = -3;      // a known alias: its bytes are another value's
+  static constexpr int kOutside = -4;    // its kernel makes it outside the arena
+  std::vector<std::vector<int>> slot;
+  // [step][output] -> the entry expected to hold the value's bytes (its own, or its holder's
+  // for an alias), or -1.
+  std::vector<std::vector<int>> expected;
+};
+
+// The plan for values of `sizes` with `last_use`, given what runs observed so far.
+std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed);
 
 // One run's arena buffer; buffers go back to their plan's pool when no tensor uses them.
 struct Buffer {
@@ -82,25 +117,49 @@ struct Buffer {
   Buffer& operator=(const Buffer&) = delete;
 };
 
+// What a run's allocations did (Engine::arena_stats).
+struct RunStats {
+  size_t arena_allocations = 0;      // served from the arena
+  size_t heap_allocations = 0;       // served from the heap, of which:
+  size_t leaving_allocations = 0;    // values that leave the run (never in the arena)
+  size_t unplanned_allocations = 0;  // values whose size inference did not know
+  size_t copies = 0;                 // values found in the arena where the plan did not expect them, copied out
+};
+
 // Serves a run from a plan and a buffer.
 class ArenaAllocator : public ops::OutputAllocator {
  public:
-  ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer);
+  ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use, Observed& observed);
   void begin_step(size_t step);
   Tensor allocate(size_t output_index, DType dtype, Shape shape, bool zero) override;
-  // After step `step`: copies to the heap any output whose data is in the arena where the plan
-  // does not expect it (a data-dependent alias), so no later allocation can overwrite it.
-  void placed(size_t step, std::vector<Tensor>& outputs) const;
+  // After step `step`: finds outputs whose data is in the arena where the plan does not expect it
+  // (an alias of a planned value), records them as aliases, and copies to the heap those whose
+  // slot is not reserved for as long as they are read; records outputs made outside the arena.
+  void placed(size_t step, std::vector<Tensor>& outputs);
   // True when `t`'s data lies in this run's arena.
   bool in_arena(const Tensor& t) const;
+  const RunStats& stats() const { return stats_; }
 
  private:
   const Plan& plan_;
   std::shared_ptr<Buffer> buffer_;
-  size_t step_ = 0, call_ = 0;
+  const LastUse& last_use_;
+  Observed& observed_;
+  size_t step_ = 0;
+  std::vector<bool> served_;  // outputs of the current step already given a slot
+  RunStats stats_;
+  // Copies made by placed() in this run, by address: a later view of one is a view of `holder`.
+  // The copy is kept alive to the end of the run, so its address is not reused meanwhile.
+  struct Copy {
+    uintptr_t end;
+    ValueRef holder;
+    Tensor keep;
+  };
+  std::map<uintptr_t, Copy> copies_;
 };
 
-// Plans per input signature, and a pool of buffers per plan; thread-safe.
+// Per input signature: the inferred sizes, the current plan, a pool of buffers and the shape
+// subgraphs' memo; thread-safe.
 class PlanCache {
  public:
   // Outputs of the steps that depend only on input shapes and constants (the engine's shape
@@ -110,18 +169,23 @@ class PlanCache {
     std::vector<std::vector<Tensor>> outputs;  // per step; empty for steps not memoized
   };
   struct Entry {
-    std::shared_ptr<const Plan> plan;
+    Sizes sizes;
+    std::string error;  // why the sizes are unknown (inference failed), or ""
     std::mutex mu;
+    std::shared_ptr<const Plan> plan;
     std::vector<std::shared_ptr<Buffer>> free;
     std::shared_ptr<const Memo> memo;
   };
   std::shared_ptr<Entry> find(const std::string& signature) const;
-  void insert(const std::string& signature, std::shared_ptr<const Plan> plan, std::shared_ptr<const Memo> memo);
+  // The entry of `signature`: the one there, or a new one with `sizes`.
+  std::shared_ptr<Entry> insert(const std::string& signature, Sizes sizes, std::string error);
+  // The plan of `e` for what is observed now (re-made when something was observed since).
+  static std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Observed& observed);
   // The memo of `e` if it was made for constants of `generation`.
   static std::shared_ptr<const Memo> memo(Entry& e, uint64_t generation);
   static void set_memo(Entry& e, std::shared_ptr<const Memo> memo);
-  // A buffer for one run, from the pool or new.
-  static std::shared_ptr<Buffer> take(Entry& e);
+  // A buffer of `bytes` for one run, from the pool or new.
+  static std::shared_ptr<Buffer> take(Entry& e, size_t bytes);
   // Returns `b` to the pool unless a tensor still uses it (then it is freed with that tensor).
   static void give_back(Entry& e, std::shared_ptr<Buffer> b);
 

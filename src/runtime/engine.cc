@@ -11,6 +11,7 @@
 
 #include "backends/backend.h"
 #include "core/timing.h"
+#include "ops/infer_graph.h"
 #include "ops/registry.h"
 #include "runtime/arena.h"
 
@@ -62,9 +63,9 @@ struct Engine::Impl {
   std::vector<int> output_slots;  // per graph output
   size_t num_slots = 0;
   int threads = 1;
-  // Per step and output: the last step that reads the value (arena::Recorder::kEscapes for
-  // graph outputs), for planning the activation arena.
-  std::vector<std::vector<size_t>> value_last_use;
+  // Per step and output: the last step that reads the value (arena::kEscapes for graph
+  // outputs), for planning the activation arena.
+  arena::LastUse value_last_use;
   // Steps whose outputs depend only on the input shapes and the constants (Shape, Size and what
   // is computed from them and constants alone): run once per input signature and constant set,
   // then served from the plan cache's memo.
@@ -72,6 +73,13 @@ struct Engine::Impl {
   std::vector<bool> memo_value;  // per slot: produced by a memoized step
   bool any_memoized = false;
   mutable arena::PlanCache arenas;
+  mutable arena::Observed observed;  // where runs found kernels put their outputs, for every plan
+  mutable std::mutex stats_mutex;
+  mutable ArenaStats last_stats;  // of the most recent run
+
+  // The size of every step output for the inputs in `values` (with the constants there), by
+  // shape inference; `error` says why none is known when inference fails.
+  arena::Sizes infer_sizes(const std::vector<Tensor>& values, std::string& error) const;
   mutable std::mutex profile_mutex;
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
 };
@@ -197,7 +205,7 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
   for (size_t s = 0; s < m.steps.size(); ++s)
     for (int v : m.steps[s].outputs) {
       int lu = v < 0 ? -1 : last_use[static_cast<size_t>(v)];
-      m.value_last_use[s].push_back(lu == -2 ? arena::Recorder::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
+      m.value_last_use[s].push_back(lu == -2 ? arena::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
     }
 }
 
@@ -224,6 +232,44 @@ void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<
       fail("out of memory while preparing the weights of ", node.label());
     }
   }
+}
+
+arena::Sizes Engine::Impl::infer_sizes(const std::vector<Tensor>& values, std::string& error) const {
+  arena::Sizes sizes(steps.size());
+  for (size_t s = 0; s < steps.size(); ++s) sizes[s].resize(steps[s].outputs.size());
+  // The graph with the constants of this run's weight set and the inputs' actual shapes.
+  ir::Graph g;
+  g.opsets = graph.opsets;
+  g.inputs = graph.inputs;
+  g.outputs = graph.outputs;
+  g.nodes = graph.nodes;
+  for (const auto& [name, slot] : const_slot) g.initializers[name] = values[static_cast<size_t>(slot)];
+  std::map<std::string, Shape> shapes;
+  for (size_t i = 0; i < graph.inputs.size(); ++i)
+    shapes[graph.inputs[i].name] = values[static_cast<size_t>(input_slots[i])].shape();
+  ops::InferOptions io;
+  io.input_shapes = &shapes;
+  io.require_all = false;
+  ops::GraphTypes types;
+  try {
+    types = ops::infer_graph(g, io);
+  } catch (const Error& e) {
+    // The run itself reports what is wrong with these inputs; its values go to the heap.
+    error = e.what();
+    return sizes;
+  }
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (memoized[s]) continue;  // shape subgraphs run on the heap and are kept in the memo
+    const ir::Node& n = graph.nodes[steps[s].node_index];
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const ops::ValueType* t = n.outputs[o].empty() ? nullptr : types.find(n.outputs[o]);
+      if (!t || !t->fully_known() || t->dtype == DType::String || dtype_size(t->dtype) == 0) continue;
+      size_t numel = 1;
+      for (const auto& d : t->shape) numel *= static_cast<size_t>(d.value());
+      sizes[s][o] = numel * dtype_size(t->dtype);
+    }
+  }
+  return sizes;
 }
 
 Engine::~Engine() = default;
@@ -303,30 +349,34 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     values[v] = consts->values[v];
   }
 
-  // Activations: from the arena planned for these input shapes, or recorded to plan one.
-  std::string signature;
-  for (int slot : m.input_slots) {
-    const Tensor& t = values[static_cast<size_t>(slot)];
-    signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
-  }
-  std::shared_ptr<arena::PlanCache::Entry> arena_entry = m.options.arena ? m.arenas.find(signature) : nullptr;
-  std::optional<arena::Recorder> recorder;
+  // Activations: from the arena planned for these input shapes (inferred the first time a
+  // signature is seen).
+  std::shared_ptr<arena::PlanCache::Entry> arena_entry;
+  std::shared_ptr<const arena::Plan> arena_plan;
   std::optional<arena::ArenaAllocator> arena_alloc;
   std::shared_ptr<arena::Buffer> arena_buffer;
-  if (arena_entry) {
-    arena_buffer = arena::PlanCache::take(*arena_entry);
-    arena_alloc.emplace(*arena_entry->plan, arena_buffer);
-  } else if (m.options.arena) {
-    recorder.emplace(m.steps.size());
+  std::string signature;
+  if (m.options.arena) {
+    for (int slot : m.input_slots) {
+      const Tensor& t = values[static_cast<size_t>(slot)];
+      signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
+    }
+    arena_entry = m.arenas.find(signature);
+    if (!arena_entry) {
+      std::string error;
+      arena::Sizes sizes = m.infer_sizes(values, error);
+      arena_entry = m.arenas.insert(signature, std::move(sizes), std::move(error));
+    }
+    arena_plan = arena::PlanCache::plan(*arena_entry, m.value_last_use, m.observed);
+    arena_buffer = arena::PlanCache::take(*arena_entry, arena_plan->total_bytes);
+    arena_alloc.emplace(*arena_plan, arena_buffer, m.value_last_use, m.observed);
   }
-  ops::OutputAllocator* allocator = arena_alloc ? static_cast<ops::OutputAllocator*>(&*arena_alloc)
-                                    : recorder  ? static_cast<ops::OutputAllocator*>(&*recorder)
-                                                : nullptr;
+  ops::OutputAllocator* allocator = arena_alloc ? &*arena_alloc : nullptr;
   // Shape subgraphs: served from the memo, or computed (on the heap) and memoized after the run.
   std::shared_ptr<const arena::PlanCache::Memo> memo =
       arena_entry && m.any_memoized ? arena::PlanCache::memo(*arena_entry, consts->generation) : nullptr;
   std::shared_ptr<arena::PlanCache::Memo> new_memo;
-  if (m.options.arena && m.any_memoized && !memo) {
+  if (arena_entry && m.any_memoized && !memo) {
     new_memo = std::make_shared<arena::PlanCache::Memo>();
     new_memo->generation = consts->generation;
     new_memo->outputs.resize(m.steps.size());
@@ -359,7 +409,6 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     }
     ops::KernelContext ctx(node, in_ptrs, m.threads, m.memoized[si] ? nullptr : allocator, consts->prepared[si].get());
     if (arena_alloc) arena_alloc->begin_step(si);
-    if (recorder) recorder->begin_step(si);
     try {
       (*st.kernel)(ctx);
     } catch (Error& e) {
@@ -368,7 +417,6 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       fail("out of memory while running ", node.label());
     }
     if (arena_alloc) arena_alloc->placed(si, ctx.outputs());
-    if (recorder) recorder->produced(si, ctx.outputs());
     for (size_t o = 0; o < st.outputs.size(); ++o) {
       int slot = st.outputs[o];
       if (slot < 0) continue;
@@ -403,14 +451,32 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   }
   values.clear();
   if (arena_alloc) {
+    ArenaStats st;
+    st.signature = signature;
+    st.arena_bytes = arena_buffer->size;
+    st.planned_bytes = arena_plan->total_bytes;
+    st.planned_values = arena_plan->value.size();
+    const arena::RunStats& r = arena_alloc->stats();
+    st.arena_allocations = r.arena_allocations;
+    st.heap_allocations = r.heap_allocations;
+    st.leaving_allocations = r.leaving_allocations;
+    st.unplanned_allocations = r.unplanned_allocations;
+    st.copies = r.copies;
+    st.inference_error = arena_entry->error;
+    {
+      std::lock_guard<std::mutex> lock(m.stats_mutex);
+      m.last_stats = std::move(st);
+    }
     arena_alloc.reset();
     arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
   }
-  if (recorder)
-    m.arenas.insert(signature, recorder->plan(m.value_last_use), new_memo);
-  else if (arena_entry && new_memo)
-    arena::PlanCache::set_memo(*arena_entry, new_memo);
+  if (arena_entry && new_memo) arena::PlanCache::set_memo(*arena_entry, new_memo);
   return outs;
+}
+
+ArenaStats Engine::arena_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->stats_mutex);
+  return impl_->last_stats;
 }
 
 std::vector<NodeProfile> Engine::profile() const {

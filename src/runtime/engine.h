@@ -22,7 +22,8 @@ namespace reforge::runtime {
 struct EngineOptions {
   int threads = 0;       // 0 = all cores
   bool profile = false;  // time every node (see Engine::profile)
-  bool arena = true;     // serve intermediates from a planned activation arena (runtime/arena.h)
+  bool arena = true;     // serve intermediates from an activation arena planned from inferred shapes
+                         // (runtime/arena.h)
 };
 
 // Time spent in one node over all runs since the engine was made (EngineOptions::profile).
@@ -31,6 +32,21 @@ struct NodeProfile {
   std::string op_type;  // "Domain::Op" outside the ONNX domain
   int64_t calls = 0;
   double total_ms = 0;
+};
+
+// What the activation arena did in the most recent run (EngineOptions::arena): the plan of its
+// input signature and where its kernels' allocations went.
+struct ArenaStats {
+  std::string signature;      // the inputs' dtypes and shapes
+  size_t arena_bytes = 0;     // the run's arena buffer
+  size_t planned_bytes = 0;   // the plan's total (from inferred sizes and lifetimes)
+  size_t planned_values = 0;  // values given an arena slot
+  size_t arena_allocations = 0;
+  size_t heap_allocations = 0;       // all requests the heap served, of which
+  size_t leaving_allocations = 0;    //   values that leave the run (graph outputs)
+  size_t unplanned_allocations = 0;  //   values whose size inference did not know before the run
+  size_t copies = 0;                 // arena values found where the plan did not expect them, copied out
+  std::string inference_error;       // why no size is known for this signature, or ""
 };
 
 class Engine {
@@ -73,6 +89,9 @@ class Engine {
   std::shared_ptr<const Weights> weights() const;
   std::shared_ptr<const Weights> derive_weights(const Weights& base, const std::map<std::string, Tensor>& values) const;
   void install_weights(std::shared_ptr<const Weights> weights);
+
+  // The activation arena's account of the most recent run (zeros before any run with the arena).
+  ArenaStats arena_stats() const;
 
   // Per-node timings in execution order (empty unless EngineOptions::profile).
   std::vector<NodeProfile> profile() const;

@@ -113,8 +113,13 @@ Runner add_bench(CLI::App& app) {
     std::sort(times.begin(), times.end());
     double median =
         times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    // The activation arena of the last run: its size (planned from inferred shapes) and the
+    // allocations it did not serve (graph outputs, values of data-dependent size).
+    const runtime::ArenaStats arena = engine.arena_stats();
     std::cout << "{\"median_ms\": " << median << ", \"min_ms\": " << times.front() << ", \"max_ms\": " << times.back()
-              << ", \"iterations\": " << times.size() << ", \"build_ms\": " << build_ms << "}" << std::endl;
+              << ", \"iterations\": " << times.size() << ", \"build_ms\": " << build_ms
+              << ", \"arena_bytes\": " << arena.arena_bytes << ", \"arena_allocations\": " << arena.arena_allocations
+              << ", \"heap_allocations\": " << arena.heap_allocations << "}" << std::endl;
     return 0;
   };
 }

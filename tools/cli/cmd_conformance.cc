@@ -15,6 +15,12 @@
 // runtime::Engine (no passes, no plan), for telling an op bug from a pipeline bug. Each test
 // runs in a forked child so that one crashing kernel is reported as a failure instead of ending
 // the run.
+//
+// Every data set also checks shape and type inference against the truth: the imported graph is
+// inferred with the data set's input shapes (ops::infer_graph with InferOptions::input_shapes),
+// and every graph output's inferred dtype and shape must be those of the tensor the run produced
+// and of the expected output; a dimension that stays symbolic is not compared (its rank is). An
+// inference that throws where the run succeeds fails the test too.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +35,7 @@
 #include "builder/fingerprint.h"
 #include "common.h"
 #include "onnx/importer.h"
+#include "ops/infer_graph.h"
 #include "plan/plan_io.h"
 #include "refit/refitter.h"
 #include "runtime/engine.h"
@@ -144,17 +151,63 @@ std::vector<Tensor> read_inputs(const fs::path& set) {
   return v;
 }
 
-// Runs `runner` on one data set twice (the first run records the activation arena's layout, the
-// second runs from it and from the shape-subgraph memo; both must match). Only the first
+// Whether the concrete `t` is one of the values `v` describes; "" or the disagreement.
+std::string type_disagreement(const ops::ValueType& v, const Tensor& t) {
+  bool ok = v.dtype == t.dtype();
+  if (ok && v.rank_known) {
+    ok = static_cast<int64_t>(v.shape.size()) == t.rank();
+    for (size_t d = 0; ok && d < v.shape.size(); ++d) ok = !v.shape[d].known() || v.shape[d].value() == t.shape()[d];
+  }
+  return ok ? "" : v.str() + ", but " + dtype_name(t.dtype()) + shape_str(t.shape());
+}
+
+// Infers `graph` with the shapes of the first `fed` values as its inputs' shapes and compares
+// each graph output's inferred type with `outs` (what the run produced, in the runner's output
+// order) and the data set's expected outputs. Returns "" or why they disagree.
+std::string check_inference(const ir::Graph& graph, const std::vector<Tensor>& values, size_t fed,
+                            const std::vector<ir::ValueInfo>& out_infos, const std::vector<Tensor>& outs,
+                            const fs::path& set) {
+  std::map<std::string, Shape> shapes;
+  for (size_t i = 0; i < fed && i < graph.inputs.size(); ++i) shapes[graph.inputs[i].name] = values[i].shape();
+  ops::InferOptions o;
+  o.input_shapes = &shapes;
+  o.require_all = ops::kEveryOpInferred;
+  ops::GraphTypes types;
+  try {
+    types = ops::infer_graph(graph, o);
+  } catch (const Error& e) {
+    return std::string("shape inference fails where the run succeeds: ") + e.what();
+  }
+  for (size_t i = 0; i < out_infos.size() && i < outs.size(); ++i) {
+    const std::string& name = out_infos[i].name;
+    const ops::ValueType* t = types.find(name);
+    if (!t) return "shape inference gives output '" + name + "' no type";
+    // Without every op inferred, an output behind an op without inference has no type to check.
+    if (!ops::kEveryOpInferred && t->dtype == DType::Undefined && !t->rank_known) continue;
+    std::string why = type_disagreement(*t, outs[i]);
+    if (!why.empty()) return "shape inference: output '" + name + "' is inferred " + why + " in the run";
+    fs::path p = set / ("output_" + std::to_string(i) + ".pb");
+    if (!fs::exists(p)) continue;
+    why = type_disagreement(*t, onnx::read_tensor_file(p.string()));
+    if (!why.empty()) return "shape inference: output '" + name + "' is inferred " + why + " expected";
+  }
+  return "";
+}
+
+// Runs `runner` on one data set twice (the first run from the activation arena planned from
+// inferred shapes, the second also from the shape-subgraph memo and with the aliases the first
+// found; both must match). Only the first
 // `fed` values are fed (the rest were made initializers). Returns "" or why it failed.
-std::string run_set(const TestEngine& runner, const fs::path& set, const std::vector<Tensor>& values, size_t fed) {
+std::string run_set(const TestEngine& runner, const fs::path& set, const std::vector<Tensor>& values, size_t fed,
+                    std::vector<Tensor>* first_outputs = nullptr) {
   std::map<std::string, Tensor> inputs;
   for (size_t i = 0; i < fed; ++i) {
     if (i >= runner.inputs().size()) return "more input files than graph inputs";
     inputs[runner.inputs()[i].name] = values[i];
   }
-  for (const char* pass : {"", " (second run, from the arena)"}) {
+  for (const char* pass : {"", " (second run, from the memo)"}) {
     auto outs = runner.run(inputs);
+    if (first_outputs && first_outputs->empty()) *first_outputs = outs;
     for (size_t i = 0;; ++i) {
       fs::path p = set / ("output_" + std::to_string(i) + ".pb");
       if (!fs::exists(p)) break;
@@ -179,10 +232,13 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
   try {
     std::string model = (dir / "model.onnx").string();
     if (way.fed_inputs == SIZE_MAX) {
-      TestEngine runner(onnx::import_model_file(model), way);
+      ir::Graph imported = onnx::import_model_file(model);
+      TestEngine runner(imported, way);
       for (const auto& s : sets) {
         std::vector<Tensor> values = read_inputs(s);
-        std::string why = run_set(runner, s, values, values.size());
+        std::vector<Tensor> outs;
+        std::string why = run_set(runner, s, values, values.size(), &outs);
+        if (why.empty()) why = check_inference(imported, values, values.size(), runner.outputs(), outs, s);
         if (!why.empty()) return {Outcome::Fail, why};
       }
     } else {
@@ -199,8 +255,10 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
         // initializers (with the zero biases canonicalize() makes explicit).
         std::map<std::string, Tensor> initializers;
         if (way.strip) initializers = build::canonicalize(g).initializers;
-        TestEngine runner(std::move(g), way);
-        std::string why = run_set(runner, s, values, first);
+        TestEngine runner(g, way);
+        std::vector<Tensor> outs;
+        std::string why = run_set(runner, s, values, first, &outs);
+        if (why.empty()) why = check_inference(g, values, first, runner.outputs(), outs, s);
         if (!why.empty()) return {Outcome::Fail, why};
         if (way.strip) {
           why = run_set(runner.stripped_and_refit(initializers), s, values, first);

@@ -1,6 +1,7 @@
-// `reforge inspect PLAN [--json] [--verify]`: producer, build mode and options, target, the
-// plan's inputs and outputs, sizes, the weight table with provenance, and the sources with their
-// hashes. Reads metadata only (no weight data is loaded),
+// `reforge inspect PLAN [--json] [--verify] [--values]`: producer, build mode and options, target,
+// the plan's inputs and outputs, sizes, the weight table with provenance, and the sources with
+// their hashes; with --values, the inferred type and symbolic shape of every value of the
+// optimized graph (Plan::values). Reads metadata only (no weight data is loaded),
 // unless --verify: then every stored weight is hashed against the plan's hashes, as `run` does,
 // and a corrupted one is an error naming it (exit 1).
 #include <filesystem>
@@ -35,17 +36,24 @@ Runner add_inspect(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
   auto verify = std::make_shared<bool>(false);
+  auto values = std::make_shared<bool>(false);
   app.add_option("plan", *path, "plan file")->required();
   app.add_flag("--json", *json, "machine-readable output");
   app.add_flag("--verify", *verify,
                "hash every stored weight against the plan's hashes (exit 1 naming a corrupted one)");
-  return [path, json, verify]() {
+  app.add_flag("--values", *values,
+               "list the inferred element type and symbolic shape of every graph input and node output");
+  return [path, json, verify, values]() {
     plan::ReadOptions ro;
     ro.load_weights = *verify;
     ro.verify_weight_hashes = *verify;
     plan::Plan p = plan::read_plan(*path, ro);
     size_t file_bytes = std::filesystem::file_size(*path);
     nlohmann::json j = plan::inspect_json(p, file_bytes, *verify);
+    if (*values) {
+      j["values"] = nlohmann::json::array();
+      for (const auto& v : p.values) j["values"].push_back(plan::value_info_json(v));
+    }
     const size_t weight_bytes = j["weight_bytes"].get<size_t>(),
                  present_bytes = j["weight_bytes_present"].get<size_t>();
     if (*json) {
@@ -93,6 +101,11 @@ Runner add_inspect(CLI::App& app) {
     for (const char* side : {"inputs", "outputs"}) {
       std::cout << side << ":\n";
       for (const auto& e : j[side]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
+    }
+    if (*values) {
+      std::cout << "values:" << (p.values.empty() ? " none recorded (written by an older reforge)" : "") << "\n";
+      for (const auto& e : j["values"])
+        std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";
     }
     if (*verify)
       std::cout << "verified: " << j["verified"]["weights"].get<size_t>() << " stored engine weights ("

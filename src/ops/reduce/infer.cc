@@ -1,0 +1,289 @@
+// Shape and type inference of the reduce family (ops/infer.h): Reduce*, ArgMax/ArgMin,
+// Softmax/LogSoftmax, TopK, CumSum and Einsum.
+//
+// Reduce axes are an attribute before opset 13 (ReduceSum) or 18 (the others) and an optional
+// input from then on; an axes input whose contents inference does not know still gives the
+// rank when keepdims is set (each dimension is then unknown: kept or 1). TopK's k is an
+// attribute before opset 10, then an input: a constant or a followed shape value names the
+// output size, anything else gets a fresh symbol. Einsum parses its equation the way the
+// kernel does ("..." right-aligned broadcast labels; an implicit output is the ellipsis followed
+// by the letters used exactly once, in ASCII order).
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ops/registry.h"
+
+namespace reforge::ops {
+namespace {
+
+// Reduce* with the opset from which axes are an input.
+InferFn reduce(int axes_input_since) {
+  return [axes_input_since](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const bool keepdims = ctx.attr_int("keepdims", 1) != 0;
+    const bool noop = ctx.attr_int("noop_with_empty_axes", 0) != 0;
+    std::vector<int64_t> axes;
+    if (ctx.opset() >= axes_input_since) {
+      if (ctx.has_input(1)) {
+        const ValueType& at = ctx.input_type(1);
+        if (at.dtype != DType::Undefined && at.dtype != DType::Int64 && at.dtype != DType::Int32)
+          ctx.fail("axes must be int64, got " + at.str());
+        if (at.rank_known && at.shape.size() > 1) ctx.fail("axes must be a 1-D tensor, got " + at.str());
+        const SymShape* v = ctx.input_dims_value(1);
+        bool known = v != nullptr;
+        if (v)
+          for (const auto& d : *v) known = known && d.known();
+        if (!known) {
+          // Which axes is data: with keepdims the rank stays, every dimension kept or 1.
+          if (!keepdims || !x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+          SymShape out;
+          for (size_t i = 0; i < x.shape.size(); ++i)
+            out.push_back(x.shape[i].known() && x.shape[i].value() == 1 ? SymDim(1) : ctx.fresh_dim());
+          return ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+        }
+        for (const auto& d : *v) axes.push_back(d.value());
+      }
+    } else {
+      axes = ctx.attr_ints("axes");
+    }
+    if (axes.empty() && noop) return ctx.set_output(0, x);
+    if (x.dtype == DType::Bool && ctx.node().op_type != "ReduceMax" && ctx.node().op_type != "ReduceMin")
+      ctx.fail("input of type bool is only supported by ReduceMax and ReduceMin");
+    if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    std::vector<char> flags(static_cast<size_t>(rank), axes.empty() ? 1 : 0);
+    for (int64_t a : axes) {
+      if (rank == 0) {
+        if (a != 0 && a != -1) ctx.fail("axis " + std::to_string(a) + " is out of range for input of rank 0");
+        continue;  // numpy-style: axis 0/-1 of a scalar reduces nothing
+      }
+      const int64_t n = normalize_axis(ctx, a, rank);
+      if (flags[static_cast<size_t>(n)]) ctx.fail("axis " + std::to_string(a) + " is listed more than once");
+      flags[static_cast<size_t>(n)] = 1;
+    }
+    SymShape out;
+    for (int64_t i = 0; i < rank; ++i) {
+      if (!flags[static_cast<size_t>(i)])
+        out.push_back(x.shape[static_cast<size_t>(i)]);
+      else if (keepdims)
+        out.push_back(1);
+    }
+    ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+  };
+}
+
+void arg_reduce(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(DType::Int64));
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  // A scalar acts as a one-element vector (axis 0 or -1) and gives a scalar.
+  const int64_t axis = normalize_axis(ctx, ctx.attr_int("axis", 0), std::max<int64_t>(rank, 1));
+  const bool keepdims = ctx.attr_int("keepdims", 1) != 0;
+  SymShape out;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != axis)
+      out.push_back(x.shape[static_cast<size_t>(i)]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  ctx.set_output(0, ValueType::of(DType::Int64, std::move(out)));
+}
+
+void softmax(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.rank_known) {
+    const int64_t rank = static_cast<int64_t>(x.shape.size());
+    const bool coerce_2d = ctx.opset() < 13;
+    const int64_t axis = ctx.attr_int("axis", coerce_2d ? 1 : -1);
+    // Before opset 13, axis == rank is allowed (an empty trailing block).
+    if (!(coerce_2d && axis == rank)) normalize_axis(ctx, axis, std::max<int64_t>(rank, 1));
+  }
+  ctx.set_output(0, x);
+}
+
+void topk(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  SymDim k;
+  if (ctx.opset() >= 10) {
+    const ValueType& kt = ctx.input_type(1);
+    if (kt.dtype != DType::Undefined && !is_integer(kt.dtype)) ctx.fail("K must be an integer tensor, got " + kt.str());
+    const SymShape* v = ctx.input_dims_value(1);
+    if (v && v->size() == 1)
+      k = (*v)[0];
+    else
+      k = ctx.fresh_dim();
+  } else {
+    if (!ctx.node().has_attr("k")) ctx.fail("attribute k is required before opset 10");
+    k = ctx.attr_int("k", 0);
+  }
+  if (!x.rank_known) {
+    ctx.set_output(0, ValueType::unranked(x.dtype));
+    if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType::unranked(DType::Int64));
+    return;
+  }
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank < 1) ctx.fail("input must have rank >= 1, got " + x.str());
+  const size_t axis = static_cast<size_t>(normalize_axis(ctx, ctx.attr_int("axis", -1), rank));
+  const SymDim& n = x.shape[axis];
+  if (k.known() && (k.value() < 0 || (n.known() && k.value() > n.value())))
+    ctx.fail("k = " + k.str() + " is out of range for axis " + std::to_string(axis) + " of size " + n.str());
+  SymShape out = x.shape;
+  out[axis] = k;
+  ctx.set_output(0, ValueType::of(x.dtype, out));
+  if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType::of(DType::Int64, std::move(out)));
+}
+
+void cumsum(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& a = ctx.input_type(1);
+  if (a.dtype != DType::Undefined && a.dtype != DType::Int32 && a.dtype != DType::Int64)
+    ctx.fail("axis must be a scalar int32/int64 tensor, got " + a.str());
+  if (x.rank_known)
+    if (const SymShape* v = ctx.input_dims_value(1); v && v->size() == 1 && (*v)[0].known())
+      normalize_axis(ctx, (*v)[0].value(), std::max<int64_t>(static_cast<int64_t>(x.shape.size()), 1));
+  ctx.set_output(0, x);
+}
+
+// ---- Einsum ----
+
+constexpr int kEllipsis = -1;
+
+struct Equation {
+  std::vector<std::vector<int>> inputs;  // ASCII codes of the letters, kEllipsis for "..."
+  bool explicit_output = false;
+  std::vector<int> output;
+};
+
+Equation parse_equation(const InferContext& ctx, const std::string& raw) {
+  std::string eq;
+  for (char c : raw)
+    if (c != ' ' && c != '\t' && c != '\n') eq += c;
+  auto parse_term = [&](const std::string& t) {
+    std::vector<int> term;
+    bool ellipsis = false;
+    for (size_t i = 0; i < t.size();) {
+      const char c = t[i];
+      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+        term.push_back(static_cast<unsigned char>(c));
+        ++i;
+      } else if (c == '.' && t.compare(i, 3, "...") == 0 && !ellipsis) {
+        ellipsis = true;
+        term.push_back(kEllipsis);
+        i += 3;
+      } else {
+        ctx.fail("einsum equation '" + raw + "' is malformed at '" + t.substr(i) + "'");
+      }
+    }
+    return term;
+  };
+  Equation e;
+  std::string lhs = eq;
+  if (const size_t arrow = eq.find("->"); arrow != std::string::npos) {
+    lhs = eq.substr(0, arrow);
+    const std::string rhs = eq.substr(arrow + 2);
+    if (rhs.find("->") != std::string::npos || rhs.find(',') != std::string::npos)
+      ctx.fail("einsum equation '" + raw + "' has a malformed output");
+    e.explicit_output = true;
+    e.output = parse_term(rhs);
+  }
+  size_t start = 0;
+  while (true) {
+    const size_t comma = lhs.find(',', start);
+    e.inputs.push_back(parse_term(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return e;
+}
+
+void einsum(InferContext& ctx) {
+  if (!ctx.node().has_attr("equation")) ctx.fail("attribute 'equation' is required");
+  const std::string raw = ctx.attr_string("equation", "");
+  const Equation eq = parse_equation(ctx, raw);
+  if (eq.inputs.size() != ctx.num_inputs())
+    ctx.fail("einsum equation '" + raw + "' has " + std::to_string(eq.inputs.size()) + " operands but the node has " +
+             std::to_string(ctx.num_inputs()) + " inputs");
+  const DType dt = ctx.input_type(0).dtype;
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    const ValueType& t = ctx.input_type(i);
+    if (t.dtype != DType::Undefined && dt != DType::Undefined && t.dtype != dt)
+      ctx.fail("einsum inputs must share one type, input " + std::to_string(i) + " is " + t.str());
+    if (!t.rank_known) return ctx.set_output(0, ValueType::unranked(dt));
+  }
+  // The ellipsis covers the broadcast of what each operand leaves to it (right-aligned).
+  SymShape ell;
+  std::map<int, SymDim> size;  // per letter
+  std::map<int, int> uses;
+  for (size_t i = 0; i < eq.inputs.size(); ++i) {
+    const auto& term = eq.inputs[i];
+    const SymShape& s = ctx.input_type(i).shape;
+    const bool has_ell = std::find(term.begin(), term.end(), kEllipsis) != term.end();
+    const size_t letters = term.size() - (has_ell ? 1 : 0);
+    if (has_ell ? s.size() < letters : s.size() != letters)
+      ctx.fail("einsum term " + std::to_string(i) + " of '" + raw + "' names " + std::to_string(letters) +
+               " dimensions but input " + std::to_string(i) + " is " + ctx.input_type(i).str());
+    const size_t n_ell = s.size() - letters;
+    std::map<int, SymDim> seen;
+    size_t d = 0;
+    for (int l : term) {
+      if (l == kEllipsis) {
+        ell = broadcast_shapes(
+            ctx, ell, SymShape(s.begin() + static_cast<int64_t>(d), s.begin() + static_cast<int64_t>(d + n_ell)));
+        d += n_ell;
+        continue;
+      }
+      const SymDim& dim = s[d++];
+      ++uses[l];
+      if (auto it = seen.find(l); it != seen.end() && !(it->second == dim)) {
+        if (it->second.known() && dim.known())
+          ctx.fail(std::string("einsum label '") + char(l) + "' repeated in input " + std::to_string(i) +
+                   " with different sizes (" + it->second.str() + " and " + dim.str() + ")");
+      }
+      seen[l] = dim;
+      // A size-1 dimension against a larger one broadcasts.
+      auto it = size.find(l);
+      if (it == size.end())
+        size[l] = dim;
+      else
+        it->second = broadcast_shapes(ctx, {it->second}, {dim})[0];
+    }
+  }
+  SymShape out;
+  if (eq.explicit_output) {
+    for (int l : eq.output) {
+      if (l == kEllipsis) {
+        out.insert(out.end(), ell.begin(), ell.end());
+        continue;
+      }
+      auto it = size.find(l);
+      if (it == size.end())
+        ctx.fail(std::string("output ") + char(l) + " of einsum equation '" + raw + "' does not appear in any input");
+      out.push_back(it->second);
+    }
+  } else {
+    out = ell;
+    for (const auto& [l, n] : uses)  // std::map: ASCII order
+      if (n == 1) out.push_back(size[l]);
+  }
+  ctx.set_output(0, ValueType::of(dt, std::move(out)));
+}
+
+}  // namespace
+
+void register_reduce_inference(OpRegistry& r) {
+  r.set_infer("", "ReduceSum", 1, reduce(13));
+  for (const char* op : {"ReduceMean", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                         "ReduceProd", "ReduceMax", "ReduceMin"})
+    r.set_infer("", op, 1, reduce(18));
+  r.set_infer("", "ArgMax", 1, arg_reduce);
+  r.set_infer("", "ArgMin", 1, arg_reduce);
+  r.set_infer("", "Softmax", 1, softmax);
+  r.set_infer("", "LogSoftmax", 1, softmax);
+  r.set_infer("", "TopK", 1, topk);
+  r.set_infer("", "CumSum", 11, cumsum);
+  r.set_infer("", "Einsum", 12, einsum);
+}
+
+}  // namespace reforge::ops
