@@ -165,7 +165,7 @@ TEST(ArenaEngine, ChainsOfViewsAreFoundInOneRun) {
   g.outputs.push_back({"y", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int run = 0; run < 3; ++run) {
     Tensor x = test_support::random_floats({4, 6}, static_cast<uint32_t>(run + 10));
     EXPECT_TRUE(same_bits(e.run({{"x", x}})[0], heap.run({{"x", x}})[0])) << "run " << run;
@@ -196,7 +196,7 @@ TEST(ArenaEngine, FirstRunUsesTheArenaPlannedFromInferredShapes) {
   ir::Graph g = chain_graph();
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int64_t n : {4, 16, 4, 3}) {
     Tensor x = test_support::random_floats({n, 8}, static_cast<uint32_t>(n));
     auto got = e.run({{"x", x}});
@@ -230,7 +230,7 @@ TEST(ArenaEngine, DataDependentSizesGoToTheHeap) {
   g.outputs.push_back({"s", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int run = 0; run < 3; ++run) {
     Tensor x = test_support::random_floats({4, 6}, static_cast<uint32_t>(run));
     for (int i = 0; i < 24; i += 3) x.mutable_data<float>()[i] = 0.f;
@@ -274,7 +274,7 @@ TEST(ArenaEngine, SteadyRunsAllocateNoActivationMemory) {
   g.outputs.push_back({"y", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int64_t b : {1, 2, 1, 2}) {
     Tensor x = test_support::random_floats({b, 3, 9, 9}, static_cast<uint32_t>(b));
     auto got = e.run({{"x", x}});

@@ -256,6 +256,17 @@ void Refitter::set(const std::string& name, const Tensor& value) {
     if (match) ids.push_back(static_cast<uint32_t>(i));
   }
   if (ids.empty()) fail("refit: '", name, "' is not a source of this plan");
+  // An initializer with several uses names several sources. The uses may be one parameter (tied
+  // weights) or parameters an exporter merged because their values happened to be equal when it
+  // ran (TorchScript merges equal norm scales): which one this is cannot be told, so it is not
+  // guessed. Each use is set by its source key.
+  if (ids.size() > 1) {
+    std::string keys;
+    for (uint32_t id : ids) keys += (keys.empty() ? "" : ", ") + p.sources[id].key;
+    fail("refit: '", name, "' names ", ids.size(), " sources (", keys,
+         "): an initializer used in several places, either one tied parameter or equal parameters the exporter "
+         "merged; set each by its source key (the same tensor for each, if they are one parameter)");
+  }
   // Validate every use before recording any, so a failing set() changes nothing.
   std::map<uint32_t, Tensor> saved = pending_;
   try {

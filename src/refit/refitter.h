@@ -78,8 +78,10 @@ class Refitter {
   std::vector<SourceDesc> all_sources() const;
   // Keys of refittable sources that have no value (in the engine or set here).
   std::vector<std::string> missing() const;
-  // Sets every use the plan knows under `name` (an initializer name or a source key). Throws
-  // on an unknown or non-refittable name, or a dtype/shape that differs from the plan's.
+  // Sets the source `name` names: its source key, or the name of an initializer with one use.
+  // Throws on an unknown or non-refittable name, on an initializer name with several uses (each
+  // use is set by its key: nothing tells a tied parameter from equal ones an exporter merged), or
+  // on a dtype/shape that differs from the plan's.
   void set(const std::string& name, const Tensor& value);
   void set_source(uint32_t id, const Tensor& value);
   size_t pending() const { return pending_.size(); }

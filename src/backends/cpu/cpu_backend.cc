@@ -1,5 +1,8 @@
 #include "backends/cpu/cpu_backend.h"
 
+#include "backends/cpu/dnnl_conv.h"
+#include "ops/nn/activation_layout.h"
+
 namespace reforge::cpu {
 
 backends::Backend backend() {
@@ -8,6 +11,10 @@ backends::Backend backend() {
   b.memory = backends::Memory::Host;
   b.runs_reference_kernels = true;
   b.register_kernels = [](KernelRegistry& r) {
+    // What the layout name "NCHWc" means on this host (ops/nn/activation_layout.h).
+    ops::nn::set_native_activation_layout([] {
+      return ops::nn::NativeActivationLayout{native_layout(), activation_block()};
+    });
     register_arithmetic_kernels(r);
     register_matmul_kernels(r);
     register_gemm_kernels(r);
