@@ -608,6 +608,25 @@ TEST(InferModels, ExportsInferToTheirReferenceShapes) {
   std::cout << "compared " << compared << " model outputs with their references\n";
 }
 
+TEST(InferFolding, KnownShapeValuesFoldLikeConstants) {
+  // Range(0.0, float(Shape(x)[1]), 1.0): the float bound is not a dims value, but with one input
+  // signature fixed Shape's contents are numbers, so Gather, Cast and Range fold.
+  GraphBuilder b;
+  b.input("x", DType::Int64, {"batch", "seq"})
+      .node("Shape", {"x"}, {"shape"})
+      .init("i1", scalar_int(1))
+      .node("Gather", {"shape", "i1"}, {"n"})
+      .node("Cast", {"n"}, {"nf"}, {ir::int_attr("to", 1)})
+      .init("zero", make<float>({}, {0.0f}))
+      .init("one", make<float>({}, {1.0f}))
+      .node("Range", {"zero", "nf", "one"}, {"pos"});
+  std::map<std::string, Shape> shapes{{"x", {2, 7}}};
+  EXPECT_EQ(b.type("pos", &shapes), "float32[7]");
+  GraphTypes t = b.infer();
+  EXPECT_EQ(t.find("pos")->shape.size(), 1u);
+  EXPECT_FALSE(t.find("pos")->shape[0].known());  // symbolic: a float bound is not followed
+}
+
 // ---- Registry coverage ---------------------------------------------------------------------------
 
 // Every op of the tensor, transformer and reforge-domain families has an inference: a registry
