@@ -3,7 +3,7 @@
 // bytes measured in the same run; optionally slow refit and a fresh build.
 //
 //   build/reforge_refit_bench [--gb G | --hidden 768 --ffn 2048 --layers 6 --vocab 8192]
-//                             [--dir DIR] [--repeat 3] [--no-slow]
+//                             [--dir DIR] [--repeat 3] [--no-slow] [--write-models DIR]
 //
 // The model is a synthetic Llama-style decoder (tests/support/synthetic_llama.h). --gb G picks
 // hidden 2048, ffn 5632, vocab 32000 and as many layers as it takes to reach G x 10^9 bytes of
@@ -20,6 +20,9 @@
 // last safetensors refit the engine runs once (first run: pays page-in of weights that alias the
 // mapping) and once more (steady), on a [1, 8] input. Files go to DIR (default: the system temp
 // folder) and are removed at the end. Prints a table and a final JSON line. Not a test.
+// --write-models DIR only writes the model for other benchmarks (bench/py_refit.py) and exits:
+// DIR/model_a.onnx (external data in DIR/model_a.onnx.data), DIR/weights_a.safetensors and
+// DIR/weights_b.safetensors (the checkpoints of weights A and B), all kept.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -60,6 +63,7 @@ struct Options {
   synth::LlamaSpec spec;
   double gb = 0;  // > 0: size the model to this many 10^9 bytes
   std::string dir = fs::temp_directory_path().string();
+  std::string write_models;  // set: write the model files there and exit
   int repeat = 3;
   bool slow = true;
 };
@@ -101,6 +105,8 @@ Options parse(int argc, char** argv) {
       o.gb = number(k, v);
     else if (k == "--dir")
       o.dir = v;
+    else if (k == "--write-models")
+      o.write_models = v;
     else if (k == "--repeat")
       o.repeat = std::max(1, static_cast<int>(number(k, v)));
     else
@@ -179,6 +185,23 @@ int main(int argc, char** argv) {
   fs::path work;
   try {
     Options o = parse(argc, argv);
+    if (!o.write_models.empty()) {
+      const fs::path dir = o.write_models;
+      fs::create_directories(dir);
+      for (uint32_t seed : {1u, 2u}) {
+        o.spec.seed = seed;
+        ir::Graph g = synth::synthetic_llama(o.spec);
+        const std::string w = seed == 1 ? "a" : "b";
+        refit::write_safetensors((dir / ("weights_" + w + ".safetensors")).string(), g.initializers);
+        if (seed == 1) {
+          onnx::ExportOptions eo;
+          eo.external_threshold = 1024;
+          onnx::write_model_file(g, (dir / "model_a.onnx").string(), eo);
+        }
+        std::cerr << "wrote weights " << w << ": " << weight_bytes(g) / 1e6 << " MB in " << dir << "\n";
+      }
+      return 0;
+    }
     work = fs::path(o.dir) / ("reforge_refit_bench_" + std::to_string(::getpid()));
     fs::create_directories(work);
     const std::string ckpt_a = (work / "weights_a.safetensors").string();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit and model tests (gtest) and the ONNX backend node conformance
-# tests listed in tests/conformance/required-standard-types.txt. Run scripts/setup.sh first.
+# Runs the whole test suite: unit and model tests (gtest), the ONNX backend node conformance
+# tests listed in tests/conformance/required-standard-types.txt, and the Python package's tests
+# (pytest, python/tests, in .venv). Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -31,4 +32,6 @@ for init in weights all; do
   ./build/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt \
     --mode refit --initializers "$init" --strip || status=1
 done
+echo "== Python package (pytest)"
+.venv/bin/python -m pytest -q -p no:cacheprovider python/tests || status=1
 exit $status

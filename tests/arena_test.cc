@@ -16,6 +16,7 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
+#include "support/engine_for.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -70,7 +71,7 @@ TEST(ArenaEngine, MatchesHeapEngineAcrossShapesAndHeldOutputs) {
   ir::Graph g = onnx::import_model_file(model.string());
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), arena_engine(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), arena_engine = test_support::engine_for(g);
   std::vector<std::map<std::string, Tensor>> sets;
   for (const char* s : {"b1_s7", "b2_s5"}) {
     std::map<std::string, Tensor> in;
@@ -123,7 +124,7 @@ TEST(ArenaEngine, ViewsOutliveTheirSource) {
   g.outputs.push_back({"out_view", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), arena_engine(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), arena_engine = test_support::engine_for(g);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-2, 2);
   std::vector<std::vector<Tensor>> held;
@@ -164,7 +165,7 @@ TEST(ArenaEngine, ChainsOfViewsAreFoundInOneRun) {
   g.outputs.push_back({"y", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int run = 0; run < 3; ++run) {
     Tensor x = test_support::random_floats({4, 6}, static_cast<uint32_t>(run + 10));
     EXPECT_TRUE(same_bits(e.run({{"x", x}})[0], heap.run({{"x", x}})[0])) << "run " << run;
@@ -195,7 +196,7 @@ TEST(ArenaEngine, FirstRunUsesTheArenaPlannedFromInferredShapes) {
   ir::Graph g = chain_graph();
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int64_t n : {4, 16, 4, 3}) {
     Tensor x = test_support::random_floats({n, 8}, static_cast<uint32_t>(n));
     auto got = e.run({{"x", x}});
@@ -229,7 +230,7 @@ TEST(ArenaEngine, DataDependentSizesGoToTheHeap) {
   g.outputs.push_back({"s", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int run = 0; run < 3; ++run) {
     Tensor x = test_support::random_floats({4, 6}, static_cast<uint32_t>(run));
     for (int i = 0; i < 24; i += 3) x.mutable_data<float>()[i] = 0.f;
@@ -273,7 +274,7 @@ TEST(ArenaEngine, SteadyRunsAllocateNoActivationMemory) {
   g.outputs.push_back({"y", DType::Float32, false, {}});
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), e(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), e = test_support::engine_for(g);
   for (int64_t b : {1, 2, 1, 2}) {
     Tensor x = test_support::random_floats({b, 3, 9, 9}, static_cast<uint32_t>(b));
     auto got = e.run({{"x", x}});
@@ -295,7 +296,7 @@ TEST(ArenaEngine, ConcurrentRunsAgree) {
   ir::Graph g = onnx::import_model_file(model.string());
   runtime::EngineOptions heap_opts;
   heap_opts.arena = false;
-  runtime::Engine heap(g, heap_opts), arena_engine(g);
+  runtime::Engine heap = test_support::engine_for(g, heap_opts), arena_engine = test_support::engine_for(g);
   std::map<std::string, Tensor> in;
   auto dir = kModels / "bert/inputs";
   fs::path first_set = *fs::directory_iterator(dir);
@@ -335,7 +336,7 @@ TEST(ArenaEngine, ShapeMemoFollowsShapesAndRefits) {
   g.nodes.push_back(node("Relu", {"x"}, {"r"}));
   g.outputs.push_back({"scaled", DType::Float32, false, {}});
   g.outputs.push_back({"r", DType::Float32, false, {}});
-  runtime::Engine e(g);
+  runtime::Engine e = test_support::engine_for(g);
   auto run_n = [&](int64_t n) {
     Tensor x = Tensor::empty(DType::Float32, {n, 3});
     return e.run({{"x", x}})[0];

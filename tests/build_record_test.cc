@@ -16,6 +16,7 @@
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/cli.h"
+#include "support/counting_backend.h"
 #include "support/plan_round_trip.h"
 #include "transforms/recipe.h"
 
@@ -218,7 +219,24 @@ TEST(BuildRecord, SlowRefitRefusesAnotherBackend) {
   Plan built = build::build_plan(onnx::import_model_file(kModelA), o);
   built.build->backend = "cuda";
   std::string msg = error_of([&] { build::rebuild_from_onnx(built, onnx::import_model_file(kModelB)); });
-  EXPECT_NE(msg.find("built for backend 'cuda'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("built for backend 'cuda', which this reforge does not have"), std::string::npos) << msg;
+}
+
+// A plan built for another registered backend is rebuilt for that backend, as recorded.
+TEST(BuildRecord, SlowRefitRebuildsForThePlansBackend) {
+  test_support::register_counting_backend();
+  build::BuildOptions o;
+  o.mode = BuildMode::Refit;
+  o.backend = test_support::kCountingBackend;
+  const std::string err = error_of([&] { build::build_plan(onnx::import_model_file(kModelA), o); });
+  // The counting backend runs only a few ops: the model cannot be placed on it, and the rebuild
+  // of a plan recorded for it fails the same way (for the backend, not for the CPU).
+  EXPECT_NE(err.find("cannot run on backend 'counting'"), std::string::npos) << err;
+  o.backend = "cpu";
+  Plan built = build::build_plan(onnx::import_model_file(kModelA), o);
+  built.build->backend = test_support::kCountingBackend;
+  const std::string msg = error_of([&] { build::rebuild_from_onnx(built, onnx::import_model_file(kModelB)); });
+  EXPECT_NE(msg.find("cannot run on backend 'counting'"), std::string::npos) << msg;
 }
 
 TEST(BuildRecordCli, VersionPrintsTheProducer) {

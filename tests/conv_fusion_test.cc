@@ -17,6 +17,7 @@
 #include "plan/plan_io.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_for.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -122,11 +123,11 @@ TEST(ConvFusion, ReplacedWeightsArePackedAgain) {
   };
   const Tensor w1 = random({32, 16, 3, 3}, 1), w2 = random({32, 16, 3, 3}, 2);
   const std::map<std::string, Tensor> in = {{"x", random({2, 16, 12, 12}, 3)}, {"z", random({2, 32, 12, 12}, 4)}};
-  runtime::Engine e(graph(w1));
+  runtime::Engine e = test_support::engine_for(graph(w1));
   const Tensor y1 = e.run(in)[0];
   e.replace_constants({{"w", w2}});
   const Tensor y2 = e.run(in)[0];
-  const Tensor fresh = runtime::Engine(graph(w2)).run(in)[0];
+  const Tensor fresh = test_support::engine_for(graph(w2)).run(in)[0];
   ASSERT_EQ(y2.nbytes(), fresh.nbytes());
   EXPECT_EQ(std::memcmp(y2.raw(), fresh.raw(), y2.nbytes()), 0);
   EXPECT_NE(std::memcmp(y1.raw(), y2.raw(), y1.nbytes()), 0);
@@ -172,7 +173,7 @@ TEST(ConvFusion, PassesOnHandMadeGraph) {
   float two = 2.0f;
   g.initializers["two"] = Tensor::copy_of(DType::Float32, {}, &two);
   const std::map<std::string, Tensor> in = {{"x", random({2, 8, 10, 10}, 8)}};
-  const auto want = runtime::Engine(g).run(in);
+  const auto want = test_support::engine_for(g).run(in);
 
   build::BuildOptions o;
   o.mode = plan::BuildMode::Refit;

@@ -15,11 +15,13 @@
 #include <limits>
 #include <random>
 
+#include "backends/backend.h"
 #include "backends/cpu/dnnl_conv.h"
 #include "builder/builder.h"
 #include "ops/registry.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_for.h"
 #include "support/make_tensor.h"
 #include "support/run_op.h"
 
@@ -133,12 +135,12 @@ TEST(ConvLayout, ResidualWrittenInPlace) {
     node.name = "n", node.op_type = "FusedConv", node.domain = "reforge", node.opset = 1;
     node.inputs = {"x", "w", "b", "z"}, node.outputs = {"y"};
     for (const auto& a : at) node.attrs[a.name] = a;
-    const OpDef* def = OpRegistry::global().find("reforge", "FusedConv", 1);
-    auto prepared = def->prepare(node, {nullptr, &w, &b, nullptr});
+    const backends::Resolved def = backends::host_kernel(node);
+    auto prepared = (*def.prepare)(node, {nullptr, &w, &b, nullptr});
     for (int i = 0; i < calls; ++i) {
       const Tensor zi = i + 1 == calls ? zb : to_native(z);
       KernelContext ctx(node, {&xb, &w, &b, &zi}, 1, nullptr, prepared.get());
-      def->kernel(ctx);
+      (*def.kernel)(ctx);
       const Tensor got = ctx.outputs()[0];
       // (Where the native layout is plain NCHW the node runs the NCHW kernel, which copies.)
       if (cpu::native_layout() != cpu::ActLayout::Nchw) {
@@ -217,7 +219,7 @@ TEST(ConvLayout, ResidualInPlacePassAndArenaRuns) {
   node("Mul", {"a2", "two"}, "y2");
   const std::map<std::string, Tensor> in = {{"x", random_floats({2, 8, 12, 12}, 1)},
                                             {"r", random_floats({2, 16, 12, 12}, 2)}};
-  const auto want = runtime::Engine(g).run(in);
+  const auto want = test_support::engine_for(g).run(in);
 
   build::BuildOptions o;
   plan::Plan p = build::build_plan(g, o);

@@ -1,5 +1,5 @@
 // Transformer fusion passes (src/passes/fusion_transformer.cc) and their fused kernels
-// (src/ops/fused_transformer.cc):
+// (src/backends/cpu):
 // - on every exported model in models/manifest.json, the passes find the expected number of
 //   RMSNorm / GELU / SiLU / attention patterns, and the fused plan still matches the PyTorch
 //   reference (baked and refittable builds);
@@ -25,6 +25,7 @@
 #include "refit/refitter.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_for.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -193,7 +194,7 @@ std::map<std::string, int> check_fused_vs_unfused(const ir::Graph& g, const std:
                                                   int threads = 1) {
   runtime::EngineOptions eo;
   eo.threads = threads;
-  runtime::Engine ref(g, eo);
+  runtime::Engine ref = test_support::engine_for(g, eo);
   build::BuildOptions o;
   o.mode = mode;
   plan::Plan p = build::build_plan(g, o);
@@ -267,7 +268,7 @@ TEST(FusionRmsNorm, RefittableScalarsStayInputs) {
     refitter.set(name, scalar_f(v));
   }
   refitter.commit();
-  runtime::Engine ref(b.g);
+  runtime::Engine ref = test_support::engine_for(b.g);
   EXPECT_LE(max_abs_diff(fused.run(feeds)[0], ref.run(feeds)[0]), 1e-5);
 }
 
@@ -325,7 +326,7 @@ TEST(FusionGelu, BothFormsFuseAndNearMissesDoNot) {
     refit::Refitter r(fused);
     r.set(name, scalar_f(0.25f));
     r.commit();
-    runtime::Engine ref(g);
+    runtime::Engine ref = test_support::engine_for(g);
     EXPECT_LE(max_abs_diff(fused.run(feeds)[0], ref.run(feeds)[0]), 1e-5);
   }
 }

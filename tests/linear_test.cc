@@ -3,7 +3,7 @@
 // reference on odd sizes; --precision bf16 plans against the framework's reference outputs; and
 // refit of fp32, bf16 and fp16 plans, which must re-pack the weights: a plan refit from weights B
 // equals a fresh build from B bit for bit, weights and outputs.
-#include "ops/linear.h"
+#include "backends/cpu/linear.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 
+#include "backends/backend.h"
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/cpu/gemv.h"
@@ -60,8 +61,6 @@ float value_at(const Tensor& t, int64_t i) {
 // kernel with what was prepared.
 Tensor run_op(const std::string& domain, const std::string& op, std::vector<const Tensor*> inputs,
               std::vector<bool> constant, std::map<std::string, ir::Attribute> attrs, int threads, bool* prepared_out) {
-  const ops::OpDef* def = ops::OpRegistry::global().find(domain, op, domain.empty() ? 13 : 1);
-  EXPECT_NE(def, nullptr);
   ir::Node node;
   node.op_type = op;
   node.domain = domain;
@@ -73,10 +72,11 @@ Tensor run_op(const std::string& domain, const std::string& op, std::vector<cons
   std::vector<const Tensor*> cins(inputs.size(), nullptr);
   for (size_t i = 0; i < inputs.size(); ++i)
     if (i < constant.size() && constant[i]) cins[i] = inputs[i];
-  std::shared_ptr<const void> prepared = def->prepare ? def->prepare(node, cins) : nullptr;
+  const backends::Resolved def = backends::host_kernel(node);
+  std::shared_ptr<const void> prepared = def.prepare && *def.prepare ? (*def.prepare)(node, cins) : nullptr;
   if (prepared_out) *prepared_out = prepared != nullptr;
   ops::KernelContext ctx(node, inputs, threads, nullptr, prepared.get());
-  def->kernel(ctx);
+  (*def.kernel)(ctx);
   return ctx.outputs()[0];
 }
 

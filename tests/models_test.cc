@@ -24,6 +24,7 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
+#include "support/engine_for.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -136,7 +137,7 @@ TEST_P(ModelExport, MatchesFrameworkReference) {
     std::string list;
     for (const auto& u : unsupported) list += "\n  " + u;
     ASSERT_TRUE(unsupported.empty()) << unsupported.size() << " unsupported nodes:" << list;
-    engine = std::make_unique<runtime::Engine>(std::move(graph));
+    engine = std::make_unique<runtime::Engine>(test_support::engine_for(std::move(graph)));
   } catch (const std::exception& ex) {
     FAIL() << "import/build failed: " << ex.what();
   }

@@ -22,6 +22,7 @@
 #include "ops/registry.h"
 #include "passes/build_state.h"
 #include "runtime/engine.h"
+#include "support/engine_for.h"
 #include "support/make_tensor.h"
 #include "support/synthetic_checkpoint.h"
 
@@ -257,7 +258,7 @@ TEST(OpRoles, EngineNeverMemoizesANonDeterministicNode) {
     g.nodes.push_back(fill);
     g.nodes.push_back(dropout(13, {"ones", "ratio", "training"}, seeded));
     g.outputs.push_back({"y", DType::Float32, false, {}});
-    runtime::Engine e(g);
+    runtime::Engine e = test_support::engine_for(g);
     Tensor x = Tensor::empty(DType::Float32, {4, 64});
     Tensor a = e.run({{"x", x}})[0], b = e.run({{"x", x}})[0];
     return std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;

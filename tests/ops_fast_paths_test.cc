@@ -11,8 +11,8 @@
 
 #include "core/simd.h"
 #include "ops/registry.h"
-#include "ops/tensor_common.h"
-#include "ops/transpose2d.h"
+#include "ops/tensor/tensor_common.h"
+#include "ops/tensor/transpose2d.h"
 #include "support/make_tensor.h"
 #include "support/run_op.h"
 #include "support/simd_levels.h"

@@ -1,5 +1,5 @@
-// The fused transformer kernels (src/ops/fused_transformer.cc, gelu_fast.cc, layer_norm_fast.cc)
-// at every vector instruction set the CPU has (forced down with SimdOverride), each against a
+// The fused transformer kernels (src/backends/cpu: rms_norm.cc, silu.cc, attention.cc, rotary.cc, gelu.cc,
+// layer_normalization.cc) at every vector instruction set the CPU has (forced down with SimdOverride), each against a
 // float64 reference computed here: each variant has its own vector width (16 lanes for AVX-512,
 // 8 for AVX2, 4 for generic) and register blocking, so sizes straddle every width and tile
 // (rows not a multiple of the 6-row tile, columns not a multiple of any vector), and the

@@ -11,7 +11,7 @@
 
 #include "core/dispatch.h"
 #include "ops/registry.h"
-#include "ops/transpose2d.h"
+#include "ops/tensor/transpose2d.h"
 #include "support/make_tensor.h"
 #include "support/run_op.h"
 

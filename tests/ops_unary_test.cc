@@ -10,7 +10,7 @@
 #include <random>
 
 #include "ops/registry.h"
-#include "ops/unary_common.h"
+#include "ops/unary/unary_common.h"
 #include "support/run_op.h"
 #include "support/simd_levels.h"
 

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 
@@ -191,4 +192,65 @@ TEST(RefitFrom, StagedRefitChangesNothingUntilCommitted) {
   EXPECT_EQ(r.pending(), 0u);
   EXPECT_NE(derived_weight_hashes(e), before);
   EXPECT_LE(max_diff_to_b(e), 1e-4);
+}
+
+// A state dict in memory (checkpoint names) refits through the plan's bindings as the file does;
+// it cannot be combined with files.
+TEST(RefitFrom, CheckpointTensorsInMemoryMatchFrameworkB) {
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.strip_weights = true;
+  runtime::PlanEngine e(round_trip(
+      build::build_plan_with_checkpoint(onnx::import_model_file(onnx_of("A")), o,
+                                        refit::Checkpoint::open((kLlama / "checkpoint_A.safetensors").string()), {})));
+  refit::RefitRequest req;
+  const auto b = refit::Checkpoint::open((kLlama / "checkpoint_B.safetensors").string());
+  for (const auto& [name, t] : b.tensors()) req.checkpoint_tensors[name] = t.clone();
+  req.files = {(kLlama / "checkpoint_B.safetensors").string()};
+  EXPECT_NE(error_of([&] { refit::refit_from(e, req); }).find("either as files, as tensors or as checkpoint tensors"),
+            std::string::npos);
+  req.files.clear();
+  refit::RefitReport rep = refit::refit_from(e, req);
+  EXPECT_EQ(rep.from, "checkpoint");
+  EXPECT_TRUE(e.missing_sources().empty());
+  EXPECT_LE(max_diff_to_b(e), 1e-4);
+}
+
+// own_values: after the commit the engine shares no memory with the given tensors, so the caller
+// may overwrite them (a training loop's next step) without changing the engine; without it the
+// identity weights alias them, and overwriting them changes the engine's weights.
+TEST(RefitFrom, OwnValuesLeavesTheCallersBuffersFree) {
+  for (bool own : {true, false}) {
+    SCOPED_TRACE(own ? "own_values" : "aliasing");
+    runtime::PlanEngine e(build_a(true));
+    refit::RefitRequest req;
+    for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), onnx_of("B")))
+      req.tensors[e.plan().sources[id].key] = t.clone();  // the caller's buffers
+    req.commit.own_values = own;
+    refit::RefitReport rep = refit::refit_from(e, req);
+    EXPECT_LE(max_diff_to_b(e), 1e-4);
+    if (own) {
+      EXPECT_GT(rep.commit.bytes_copied, 0u);
+      EXPECT_LT(rep.commit.bytes_copied, rep.commit.bytes_in);  // transformed weights are new already
+    } else {
+      EXPECT_EQ(rep.commit.bytes_copied, 0u);
+    }
+    const auto hashes = derived_weight_hashes(e);
+    for (auto& [key, t] : req.tensors) std::memset(t.mutable_raw(), 0, t.nbytes());
+    if (own) {
+      EXPECT_EQ(derived_weight_hashes(e), hashes);
+      EXPECT_LE(max_diff_to_b(e), 1e-4);
+    } else {
+      EXPECT_NE(derived_weight_hashes(e), hashes);  // the engine's weights were the caller's bytes
+    }
+    // An incremental refit re-hashes the values the engine keeps: its own copies are intact.
+    if (own) {
+      refit::RefitRequest one;
+      const auto sources = build::read_sources_from_onnx(e.plan(), onnx_of("B"));
+      one.tensors[e.plan().sources[sources.begin()->first].key] = sources.begin()->second;
+      one.commit.incremental = true;
+      EXPECT_EQ(refit::refit_from(e, one).commit.sources_set, 1u);
+      EXPECT_LE(max_diff_to_b(e), 1e-4);
+    }
+  }
 }

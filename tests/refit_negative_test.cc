@@ -220,3 +220,32 @@ TEST(RefitIncremental, ABAGivesA) {
   auto out_again = e.run(llama_inputs());
   EXPECT_TRUE(transforms::bit_equal(out_a[0], out_again[0]));
 }
+
+// TorchScript merges initializers whose values are equal at export: the Llama's RMSNorm scales
+// are one initializer with several uses. A refit by that name cannot tell merged parameters from
+// one tied parameter, so it is refused, naming the source keys; each key refits on its own.
+TEST(RefitNegative, InitializerNameWithSeveralUsesIsRefused) {
+  const std::string model = (kModels / "llama/torch113_nofold_dynamic/A/model.onnx").string();
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  runtime::PlanEngine e(build::build_plan(reforge::onnx::import_model_file(model), o));
+  const plan::Plan& p = e.plan();
+  std::map<std::string, std::vector<uint32_t>> uses;
+  for (size_t i = 0; i < p.sources.size(); ++i)
+    if (p.sources[i].refittable)
+      for (const auto& n : p.sources[i].names) uses[n].push_back(static_cast<uint32_t>(i));
+  std::string merged;
+  for (const auto& [name, ids] : uses)
+    if (ids.size() > 1) merged = name;
+  ASSERT_FALSE(merged.empty()) << "the TorchScript export no longer merges equal initializers";
+  const std::vector<uint32_t>& ids = uses[merged];
+  const plan::Source& first = p.sources[ids[0]];
+  Tensor v = Tensor::empty(first.dtype, first.shape);
+  refit::Refitter r(e);
+  std::string err = error_of([&] { r.set(merged, v); });
+  EXPECT_NE(err.find("names " + std::to_string(ids.size()) + " sources"), std::string::npos) << err;
+  for (uint32_t id : ids) EXPECT_NE(err.find(p.sources[id].key), std::string::npos) << err;
+  EXPECT_EQ(r.pending(), 0u);
+  for (uint32_t id : ids) r.set(p.sources[id].key, v);
+  EXPECT_EQ(r.pending(), ids.size());
+}

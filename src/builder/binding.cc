@@ -20,7 +20,7 @@
 #include "core/nearest_names.h"
 #include "core/timing.h"
 #include "ops/registry.h"
-#include "ops/transpose2d.h"
+#include "ops/tensor/transpose2d.h"
 #include "refit/checkpoint_refit.h"
 #include "transforms/recipe.h"
 

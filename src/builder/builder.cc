@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "backends/backend.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "builder/fingerprint.h"
 #include "core/nearest_names.h"
@@ -10,7 +11,7 @@
 #include "core/version.h"
 #include "ops/infer_graph.h"
 #include "passes/build_state.h"
-#include "runtime/engine.h"
+#include "runtime/lowered_graph.h"
 #include "transforms/recipe.h"
 
 namespace reforge::build {
@@ -184,7 +185,7 @@ plan::BuildRecord target_record(const BuildOptions& o) {
   r.weight_packing = o.weight_packing;
   r.skip_passes = o.skip_passes;
   r.verify_recipes = o.verify_recipes;
-  r.backend = "cpu";
+  r.backend = o.backend;
   r.isa.push_back(simd_level_name(simd_level()));
   if (o.layouts) {
     r.layouts = *o.layouts;
@@ -289,13 +290,46 @@ void canonical_constant_names(passes::BuildState& s) {
   s.consts = std::move(renamed);
 }
 
+// The first op among those `pass` emits that `backend` has no kernel for (as "domain::Op"), or "".
+std::string missing_emitted_op(const passes::Pass& pass, const std::string& backend) {
+  const backends::Backend* b = backends::find_backend(backend);
+  REFORGE_ASSERT(b != nullptr);  // check_build_request checked it
+  for (const auto& op : pass.emits) {
+    const ops::OpDef* def = ops::OpRegistry::global().find(op.domain, op.op_type, op.opset);
+    REFORGE_ASSERT(def != nullptr);
+    const bool runs = backends::kernels().find(backend, op.domain, op.op_type, op.opset) != nullptr ||
+                      (b->runs_reference_kernels && def->kernel);
+    if (!runs) return *op.domain ? std::string(op.domain) + "::" + op.op_type : std::string(op.op_type);
+  }
+  return "";
+}
+
+// Placement, the build's last step: every node of the optimized graph on `backend`, checked to
+// have a kernel there (a pass emitting a node its backend cannot run is a bug of that pass).
+std::vector<std::string> place_nodes(const ir::Graph& g, const std::string& backend) {
+  auto bad = runtime::unsupported_nodes(g, backend);
+  if (!bad.empty()) {
+    std::string msg = str_cat("internal error: ", bad.size(), " node(s) of the optimized graph cannot run on backend '",
+                              backend, "':");
+    for (const auto& line : bad) msg += "\n  " + line;
+    fail(msg);
+  }
+  return std::vector<std::string>(g.nodes.size(), backend);
+}
+
 }  // namespace
 
 void check_build_request(const ir::Graph& g, const std::set<std::string>& literals, const BuildOptions& o) {
   std::string model = g.name.empty() ? std::string("the model") : "model '" + g.name + "'";
-  auto bad = runtime::unsupported_nodes(g);
+  if (!backends::find_backend(o.backend)) {
+    std::string known;
+    for (const auto& n : backends::backend_names()) known += (known.empty() ? "" : ", ") + n;
+    fail("backend '", o.backend, "' is not registered (registered: ", known, ")");
+  }
+  auto bad = runtime::unsupported_nodes(g, o.backend);
   if (!bad.empty()) {
-    std::string msg = str_cat(bad.size(), " of ", g.nodes.size(), " node(s) of ", model, " cannot run:");
+    std::string msg =
+        str_cat(bad.size(), " of ", g.nodes.size(), " node(s) of ", model, " cannot run on backend '", o.backend, "':");
     for (const auto& line : bad) msg += "\n  " + line;
     fail(msg);
   }
@@ -377,6 +411,12 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
         !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
     for (const auto& pattern : o.skip_passes) allowed &= !glob_match(pattern, pass.name);
     if (!allowed) continue;
+    // A pass that emits ops the backend cannot run leaves the graph to the backend as it is.
+    if (const std::string lacking = missing_emitted_op(pass, o.backend); !lacking.empty()) {
+      if (o.print_passes)
+        std::cerr << "pass " << pass.name << ": not run (backend '" << o.backend << "' cannot run " << lacking << ")\n";
+      continue;
+    }
     try {
       pass.run(s);
     } catch (Error& e) {
@@ -409,6 +449,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     plan.weights.push_back(std::move(w));
   }
   plan.graph = std::move(s.graph);
+  plan.placement = place_nodes(plan.graph, o.backend);
   plan.values = infer_value_types(plan);
 
   if (o.strip_weights) {

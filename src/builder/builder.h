@@ -20,6 +20,10 @@ using WeightPacking = plan::WeightPacking;
 
 struct BuildOptions {
   plan::BuildMode mode = plan::BuildMode::Baked;
+  // The backend every node is placed on (backends/backend.h): its kernel for the node, else the
+  // op's reference kernel where the backend runs those; a node with neither fails the build.
+  // Passes that emit ops the backend cannot run do not run.
+  std::string backend = "cpu";
   // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
   plan::Precision precision = plan::Precision::Fp32;

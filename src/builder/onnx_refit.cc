@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "backends/backend.h"
 #include "builder/builder.h"
 #include "builder/fingerprint.h"
 #include "core/timing.h"
@@ -66,8 +67,14 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
     if (model.initializers.count(name)) o.literal_names.push_back(name);
   if (plan.build) {
     const plan::BuildRecord& r = *plan.build;
-    if (r.backend != "cpu")
-      fail("refit: the plan was built for backend '", r.backend, "'; this reforge rebuilds for 'cpu' only");
+    // Rebuilt for the plan's backend, which this reforge must have.
+    if (!backends::find_backend(r.backend)) {
+      std::string known;
+      for (const auto& n : backends::backend_names()) known += (known.empty() ? "" : ", ") + n;
+      fail("refit: the plan was built for backend '", r.backend, "', which this reforge does not have (it has: ", known,
+           ")");
+    }
+    o.backend = r.backend;
     o.weight_packing = r.weight_packing;
     o.skip_passes = r.skip_passes;
     o.verify_recipes = r.verify_recipes;
@@ -125,7 +132,8 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
   if (req.files.size() != 1) fail("refit from ONNX takes exactly one model file (got ", req.files.size(), ")");
-  if (!req.tensors.empty()) fail("refit: give new weights either as files or as tensors, not both");
+  if (!req.tensors.empty() || !req.checkpoint_tensors.empty())
+    fail("refit: give new weights either as files or as tensors, not both");
   const std::string& src = req.files[0];
   refit::RefitReport rep;
   rep.from = "onnx";

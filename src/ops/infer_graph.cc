@@ -109,7 +109,7 @@ void materialize_dims_value(const std::string& name, GraphTypes& g) {
 
 // Runs the node's kernel when every input is a small constant and the op is deterministic.
 void try_fold(const ir::Node& node, const OpDef& def, GraphTypes& g) {
-  if (!is_deterministic(node)) return;
+  if (!def.kernel || !is_deterministic(node)) return;
   std::vector<const Tensor*> inputs;
   int64_t elements = 0;
   for (const auto& name : node.inputs) {

@@ -51,7 +51,6 @@ const OpRegistry& OpRegistry::global() {
 }
 
 void OpRegistry::add(OpDef def) {
-  REFORGE_ASSERT(def.kernel != nullptr);
   REFORGE_ASSERT(def.since_version <= def.end_version);
   auto& v = defs_[{def.domain, def.op_type}];
   for (const auto& d : v)

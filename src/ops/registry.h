@@ -1,9 +1,13 @@
-// Operator registry: one entry per (domain, op type, opset version range), with its reference
-// CPU kernel and an optional checker.
+// Operator registry: one entry per (domain, op type, opset version range): the op's schema (input
+// roles, determinism, shape inference, a checker of the attributes reforge supports at all) and
+// its reference kernel, portable C++ that every backend may fall back on and that tests compare
+// backends against. Backends register their own kernels by the same key plus the backend's name
+// (backends/backend.h); nothing here depends on any backend.
 //
 // The checker answers "can reforge run this node?" from the node alone (attributes, opset),
-// before any data exists: `reforge check` and the engine builder call it, so an unsupported
-// attribute value is reported up front instead of failing mid-run. Kernels receive a
+// before any data exists: `reforge check` and the engine builder call it (with the chosen
+// backend's kernel checker), so an unsupported attribute value is reported up front instead of
+// failing mid-run. Kernels receive a
 // KernelContext: inputs (absent optional inputs are null), the node (attributes), and they
 // allocate or alias their outputs. Shapes are computed by the kernel from its actual inputs, so
 // symbolic dimensions resolve at run time.
@@ -130,9 +134,11 @@ struct OpDef {
   std::string op_type;
   int since_version = 1;
   int end_version = INT_MAX;  // inclusive
+  // The reference kernel; null for an op that only backends implement (the fused ops that a
+  // backend's passes emit where that backend has a kernel for them).
   KernelFn kernel;
-  CheckFn check;                            // optional
-  PrepareFn prepare;                        // optional
+  CheckFn check;                            // optional: the schema's checker
+  PrepareFn prepare;                        // optional, for the reference kernel
   std::vector<InputRole> input_roles = {};  // empty: every input is data
   DrawsRandomFn draws_random = nullptr;     // null: deterministic
   InferFn infer = nullptr;                  // shape and type inference (ops/infer.h)

@@ -1,5 +1,6 @@
 // Float32 vectors of each instruction set's native width (GCC/Clang vector extensions), for the
-// fused transformer kernels (fused_transformer.cc, gelu_fast.cc, layer_norm_fast.cc).
+// fused transformer kernels (backends/cpu: rms_norm.cc, silu.cc, attention.cc, rotary.cc, gelu.cc,
+// layer_normalization.cc).
 // The unary op family (unary_common.h) and Softmax (softmax.cc) use them too.
 //
 // The build has no -march flag, so those kernels are written once as always-inline templates over

@@ -67,10 +67,21 @@ struct BuildState {
 
 // A named pass. `reads_weight_values` passes specialize on weight values and run only in baked
 // and refit-identical builds (none of the current passes does).
+// An op a pass puts in the graph: (domain, op type) at opset `opset`.
+struct EmittedOp {
+  const char* domain;
+  const char* op_type;
+  int opset;
+};
+
 struct Pass {
   const char* name;
   bool reads_weight_values;
   void (*run)(BuildState&);
+  // The ops this pass puts in the graph in place of others: it runs only for a backend that can
+  // run all of them (build::BuildOptions::backend), so a backend without those kernels gets the
+  // graph as it was.
+  std::vector<EmittedOp> emits = {};
 };
 
 void constant_folding(BuildState& s);

@@ -1,5 +1,5 @@
 // fuse-conv-activation: a Conv followed by a residual Add and/or a Relu becomes one
-// reforge::FusedConv (src/ops/conv.cc), which runs the add and the ReLU as post-ops of the
+// reforge::FusedConv (src/backends/cpu/conv.cc), which runs the add and the ReLU as post-ops of the
 // oneDNN convolution instead of as two more passes over the activations:
 //
 //   Relu(Conv(X, W, B))           -> FusedConv(X, W, B)     activation = "Relu"

@@ -1,5 +1,5 @@
 // Weight-transforming fusions. Both keep full provenance: the new weights are made by
-// BuildState::fold with reforge-domain operators (src/ops/reforge_ops.cc), so a refit replays
+// BuildState::fold with reforge-domain operators (src/ops/reforge/reforge_ops.cc), so a refit replays
 // the same kernels.
 //
 // fold-batchnorm-into-conv: Conv(X, W, B) -> BatchNormalization(scale, bias, mean, var) becomes

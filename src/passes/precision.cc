@@ -17,7 +17,7 @@
 // (|x| >= 65520, which does not round to 65504) becomes +-inf, as numpy's astype does. An
 // infinite weight would make the layer's outputs inf or NaN, so an fp16 build fails here naming
 // the weight, and a refit that would overflow one is refused by the prepare step of MatMulAdd or
-// MatMulAddPacked (ops/reforge_ops.cc), which runs inside the refit transaction.
+// MatMulAddPacked (backends/cpu/matmul_add.cc), which runs inside the refit transaction.
 #include <cmath>
 
 #include "core/error.h"

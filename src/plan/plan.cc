@@ -84,4 +84,12 @@ const char* binding_reason_name(Binding::Reason r) {
   return "unknown";
 }
 
+std::vector<std::string> node_backends(const Plan& p) {
+  if (p.placement.empty())
+    return std::vector<std::string>(p.graph.nodes.size(), p.build ? p.build->backend : std::string("cpu"));
+  REFORGE_CHECK(p.placement.size() == p.graph.nodes.size(), "plan: placement has ", p.placement.size(), " entries for ",
+                p.graph.nodes.size(), " nodes");
+  return p.placement;
+}
+
 }  // namespace reforge::plan

@@ -185,6 +185,10 @@ struct Plan {
   std::optional<BuildRecord> build;
   std::string model_name;
   ir::Graph graph;  // optimized graph; graph.initializers is empty: constants live in `weights`
+  // The backend each node of `graph` runs on (graph.nodes order), as the builder's placement
+  // chose it. Empty: every node on build->backend ("cpu" without a build record), which is how
+  // plans written before placement was recorded read.
+  std::vector<std::string> placement;
   std::vector<WeightEntry> weights;
   std::vector<Source> sources;
   std::vector<Tensor> literals;  // recipe literal operands
@@ -200,5 +204,9 @@ struct Plan {
   // plans written before it was recorded. Constants have theirs in `weights`.
   std::vector<ir::ValueInfo> values;
 };
+
+// The backend of every node of p.graph: p.placement, or its default when empty. Throws when the
+// placement does not have one entry per node.
+std::vector<std::string> node_backends(const Plan& p);
 
 }  // namespace reforge::plan

@@ -82,6 +82,8 @@ class Encoder {
     if (p.build) j["build"] = build_record(*p.build);
     // Structural tensors first: they sit next to the metadata and are read on every load.
     j["graph"] = graph(p.graph);
+    const std::vector<std::string> placement = node_backends(p);
+    j["placement"] = strs(placement);
     json lits = json::array();
     for (size_t i = 0; i < p.literals.size(); ++i) lits.push_back(tensor(p.literals[i], str_cat("literals[", i, "]")));
     j["literals"] = std::move(lits);

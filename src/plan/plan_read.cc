@@ -217,6 +217,16 @@ class Decoder {
     // Optional: plans written before the build record existed have none.
     if (j.contains("build")) p.build = build_record(j["build"], "build");
     p.graph = graph(field(j, "graph", ""), "graph");
+    // Optional: plans written before placement was recorded run every node on their backend.
+    if (j.contains("placement")) {
+      p.placement = strings(j["placement"], "placement");
+      if (p.placement.size() != p.graph.nodes.size())
+        fail("placement: ", p.placement.size(), " entries for ", p.graph.nodes.size(), " nodes");
+      for (size_t i = 0; i < p.placement.size(); ++i)
+        if (p.placement[i].empty()) fail(at("placement", i), ": empty backend name");
+    } else {
+      p.placement = node_backends(p);
+    }
     const json& lits = as_array(field(j, "literals", ""), "literals");
     for (size_t i = 0; i < lits.size(); ++i) p.literals.push_back(tensor(lits[i], at("literals", i)));
     const json& srcs = as_array(field(j, "sources", ""), "sources");

@@ -50,10 +50,13 @@ std::string RefitReport::summary() const {
 RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
-  if (req.files.empty() == req.tensors.empty())
-    fail("refit: give new weights either as files or as tensors (", req.files.size(), " file(s), ", req.tensors.size(),
-         " tensor(s) given)");
-  const bool checkpoint = !req.files.empty() && is_safetensors_path(req.files[0]);
+  const int kinds = !req.files.empty() + !req.tensors.empty() + !req.checkpoint_tensors.empty();
+  if (kinds != 1)
+    fail("refit: give new weights either as files, as tensors or as checkpoint tensors (", req.files.size(),
+         " file(s), ", req.tensors.size(), " tensor(s), ", req.checkpoint_tensors.size(),
+         " checkpoint tensor(s) given)");
+  const bool in_memory_checkpoint = !req.checkpoint_tensors.empty();
+  const bool checkpoint = in_memory_checkpoint || (!req.files.empty() && is_safetensors_path(req.files[0]));
   if (!req.files.empty() && !checkpoint)
     fail("refit from '", req.files[0],
          "': not a safetensors checkpoint; ONNX models are read on the build side "
@@ -66,7 +69,8 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   Refitter r(engine);
   auto t0 = std::chrono::steady_clock::now();
   if (checkpoint) {
-    auto ckpt = Checkpoint::open(req.files);
+    auto ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
+                                     : Checkpoint::open(req.files);
     auto cs = sources_from_checkpoint(p, ckpt);
     rep.read_ms = ms_since(t0);
     for (const auto& [id, t] : cs.sources) r.set_source(id, t);

@@ -41,6 +41,9 @@ struct RefitRequest {
   // New weights from memory, by initializer name or source key (Refitter::set). Not together
   // with `files`.
   std::map<std::string, Tensor> tensors;
+  // New weights from memory by checkpoint (framework) name, a state dict: read through the
+  // bindings of a plan built with a checkpoint, exactly as a safetensors file would be. Alone.
+  std::map<std::string, Tensor> checkpoint_tensors;
   RefitMode mode = RefitMode::Fast;  // ONNX models only; otherwise it must be Fast
   // check_finite (NaN/Inf refused), incremental (only the sources given change; caller tensors
   // only: a checkpoint or a model gives every source).

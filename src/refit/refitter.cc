@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "core/dispatch.h"
@@ -149,6 +150,42 @@ std::set<uint32_t> kept_sources(const plan::Plan& p) {
   return keep;
 }
 
+// Copies of `ts` in fresh storage: one pass over the bytes, in 1 MiB blocks over the OpenMP
+// threads when there are more than a few MiB (below that, waking the team costs more).
+std::vector<Tensor> copy_all(const std::vector<const Tensor*>& ts) {
+  struct Block {
+    const char* src;
+    char* dst;
+    size_t n;
+  };
+  constexpr size_t kBlock = size_t(1) << 20;
+  std::vector<Tensor> out;
+  std::vector<Block> blocks;
+  size_t total = 0;
+  for (const Tensor* t : ts) {
+    out.push_back(Tensor::uninitialized(t->dtype(), t->shape()));
+    const char* src = static_cast<const char*>(t->raw());
+    char* dst = static_cast<char*>(out.back().mutable_raw());
+    for (size_t off = 0; off < t->nbytes(); off += kBlock)
+      blocks.push_back({src + off, dst + off, std::min(kBlock, t->nbytes() - off)});
+    total += t->nbytes();
+  }
+  const auto n = static_cast<int64_t>(blocks.size());
+#pragma omp parallel for schedule(static) if (total > (size_t(8) << 20))
+  for (int64_t i = 0; i < n; ++i) std::memcpy(blocks[i].dst, blocks[i].src, blocks[i].n);
+  return out;
+}
+
+// True when the bytes of `t` overlap one of `ranges` ([begin, end) pairs).
+bool overlaps(const Tensor& t, const std::vector<std::pair<const char*, const char*>>& ranges) {
+  if (!t.defined() || t.nbytes() == 0) return false;
+  const char* b = static_cast<const char*>(t.raw());
+  const char* e = b + t.nbytes();
+  for (const auto& [lo, hi] : ranges)
+    if (b < hi && lo < e) return true;
+  return false;
+}
+
 }  // namespace
 
 Refitter::Refitter(runtime::PlanEngine& engine) : engine_(engine) {}
@@ -219,6 +256,17 @@ void Refitter::set(const std::string& name, const Tensor& value) {
     if (match) ids.push_back(static_cast<uint32_t>(i));
   }
   if (ids.empty()) fail("refit: '", name, "' is not a source of this plan");
+  // An initializer with several uses names several sources. The uses may be one parameter (tied
+  // weights) or parameters an exporter merged because their values happened to be equal when it
+  // ran (TorchScript merges equal norm scales): which one this is cannot be told, so it is not
+  // guessed. Each use is set by its source key.
+  if (ids.size() > 1) {
+    std::string keys;
+    for (uint32_t id : ids) keys += (keys.empty() ? "" : ", ") + p.sources[id].key;
+    fail("refit: '", name, "' names ", ids.size(), " sources (", keys,
+         "): an initializer used in several places, either one tied parameter or equal parameters the exporter "
+         "merged; set each by its source key (the same tensor for each, if they are one parameter)");
+  }
   // Validate every use before recording any, so a failing set() changes nothing.
   std::map<uint32_t, Tensor> saved = pending_;
   try {
@@ -332,8 +380,36 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     rep.bytes_out += t.nbytes();
     staged.set_weight(w.name, std::move(t));
   }
+  std::vector<Tensor> kept_values(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
-    staged.record_source(ids[i], keep.count(ids[i]) ? *values_set[i] : Tensor(), scans[i].hash);
+    if (keep.count(ids[i])) kept_values[i] = *values_set[i];
+  if (options.own_values) {
+    // Every staged weight or kept value that shares bytes with a value set here (an identity
+    // weight, a reshape's view, a kept source) gets storage of its own, copied in one pass; an
+    // identity weight and the source it keeps share that copy.
+    std::vector<std::pair<const char*, const char*>> given;
+    for (const Tensor* t : values_set)
+      if (t->defined() && t->nbytes())
+        given.emplace_back(static_cast<const char*>(t->raw()), static_cast<const char*>(t->raw()) + t->nbytes());
+    std::vector<std::string> names;
+    std::vector<const Tensor*> originals;  // the weights named, then kept values of other bytes
+    for (const auto& [name, t] : staged.weights())
+      if (overlaps(t, given)) names.push_back(name), originals.push_back(&t);
+    using Bytes = std::pair<const void*, size_t>;
+    std::set<Bytes> seen;
+    for (const Tensor* o : originals) seen.insert({o->raw(), o->nbytes()});
+    for (const Tensor& v : kept_values)
+      if (overlaps(v, given) && seen.insert({v.raw(), v.nbytes()}).second) originals.push_back(&v);
+    std::vector<Tensor> copies = copy_all(originals);
+    std::map<Bytes, Tensor> copy_of;  // the same bytes share one copy (an identity weight and its source)
+    for (size_t k = 0; k < originals.size(); ++k) copy_of[{originals[k]->raw(), originals[k]->nbytes()}] = copies[k];
+    for (auto& v : kept_values)
+      if (overlaps(v, given)) v = copy_of.at({v.raw(), v.nbytes()}).reshaped(v.shape());
+    for (size_t k = 0; k < names.size(); ++k) staged.set_weight(names[k], copies[k]);
+    rep.bytes_copied = 0;
+    for (const Tensor& c : copies) rep.bytes_copied += c.nbytes();
+  }
+  for (size_t i = 0; i < ids.size(); ++i) staged.record_source(ids[i], kept_values[i], scans[i].hash);
   rep.weights_replayed = staged.weights().size();
   rep.sources_set = pending_.size();
   rep.replay_ms = ms_since(t1);

@@ -46,13 +46,20 @@ struct CommitOptions {
   // multi-source recipes) is re-hashed against the hash recorded when it entered the engine, so
   // a corrupted or stale value is refused rather than replayed into new weights.
   bool incremental = false;
+  // On: no engine weight and no value the engine keeps shares memory with a value given to this
+  // refit. An engine weight that would (an identity recipe, a reshape's view) and a kept source
+  // value are copied into storage the engine owns, in one parallel pass, so that the caller may
+  // change or free its buffers after the commit (a training loop's state dict). Off: they alias
+  // the given tensors, which must then stay unchanged (a memory-mapped checkpoint).
+  bool own_values = false;
 };
 
 struct CommitReport {
   size_t sources_set = 0;
   size_t weights_replayed = 0;
-  size_t bytes_in = 0;   // bytes of sources read
-  size_t bytes_out = 0;  // bytes of engine weights written
+  size_t bytes_in = 0;      // bytes of sources read
+  size_t bytes_out = 0;     // bytes of engine weights written
+  size_t bytes_copied = 0;  // own_values: bytes copied out of the given values
   double validate_ms = 0, replay_ms = 0, commit_ms = 0;
 };
 
@@ -71,8 +78,10 @@ class Refitter {
   std::vector<SourceDesc> all_sources() const;
   // Keys of refittable sources that have no value (in the engine or set here).
   std::vector<std::string> missing() const;
-  // Sets every use the plan knows under `name` (an initializer name or a source key). Throws
-  // on an unknown or non-refittable name, or a dtype/shape that differs from the plan's.
+  // Sets the source `name` names: its source key, or the name of an initializer with one use.
+  // Throws on an unknown or non-refittable name, on an initializer name with several uses (each
+  // use is set by its key: nothing tells a tied parameter from equal ones an exporter merged), or
+  // on a dtype/shape that differs from the plan's.
   void set(const std::string& name, const Tensor& value);
   void set_source(uint32_t id, const Tensor& value);
   size_t pending() const { return pending_.size(); }

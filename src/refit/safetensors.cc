@@ -191,6 +191,14 @@ Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
   return all;
 }
 
+Checkpoint Checkpoint::from_tensors(std::map<std::string, Tensor> tensors, const std::string& description) {
+  Checkpoint c;
+  for (const auto& [name, t] : tensors) REFORGE_CHECK(t.defined(), description, ": tensor '", name, "' has no value");
+  c.tensors_ = std::move(tensors);
+  c.description_ = description;
+  return c;
+}
+
 const Tensor* Checkpoint::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;

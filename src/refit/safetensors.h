@@ -36,6 +36,10 @@ class Checkpoint {
   // Parses safetensors bytes held by `owner`; `what` names the input in errors.
   static Checkpoint parse(std::shared_ptr<const void> owner, const void* data, size_t size, const std::string& what);
 
+  // Tensors held in memory (a framework's state dict), by their framework names; no copy.
+  // `description` names them in errors ("state dict").
+  static Checkpoint from_tensors(std::map<std::string, Tensor> tensors, const std::string& description);
+
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor* find(const std::string& name) const;
   // The file a tensor came from ("" if unknown).

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backends/backend.h"
 #include "core/timing.h"
 #include "ops/infer_graph.h"
 #include "ops/registry.h"
@@ -21,10 +22,11 @@ namespace {
 // One node ready to execute: its kernel and value slots.
 struct Step {
   size_t node_index;
-  const ops::OpDef* def;
-  std::vector<int> inputs;      // value slot or -1 for an absent optional input
-  std::vector<int> outputs;     // value slot or -1 for an unwanted output
-  std::vector<int> free_after;  // slots whose last use is this step
+  const ops::KernelFn* kernel;    // the kernel its backend runs it with
+  const ops::PrepareFn* prepare;  // null or empty: nothing to prepare
+  std::vector<int> inputs;        // value slot or -1 for an absent optional input
+  std::vector<int> outputs;       // value slot or -1 for an unwanted output
+  std::vector<int> free_after;    // slots whose last use is this step
 };
 
 // A process-wide counter: every constant set gets a generation no other set has had.
@@ -82,29 +84,13 @@ struct Engine::Impl {
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
 };
 
-std::vector<std::string> unsupported_nodes(const ir::Graph& graph) {
-  std::vector<std::string> out;
-  const auto& reg = ops::OpRegistry::global();
-  for (const auto& n : graph.nodes) {
-    std::string why = reg.why_unsupported(n);
-    if (!why.empty()) out.push_back(n.label() + ", opset " + std::to_string(n.opset) + ": " + why);
-  }
-  return out;
-}
-
-Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<Impl>()) {
+Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.graph = std::move(graph);
+  m.graph = std::move(lowered.graph_);
+  const std::vector<std::string> placement = std::move(lowered.placement_);
   m.options = options;
   m.threads =
       options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  auto bad = unsupported_nodes(m.graph);
-  if (!bad.empty()) {
-    std::string msg = std::to_string(bad.size()) + " node(s) cannot run:";
-    for (size_t i = 0; i < bad.size() && i < 20; ++i) msg += "\n  " + bad[i];
-    if (bad.size() > 20) msg += "\n  ...";
-    fail(msg);
-  }
   std::vector<size_t> order = m.graph.topological_order();
 
   std::unordered_map<std::string, int> slot_of;
@@ -131,13 +117,15 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
   // The engine's constant table owns the weights from here on; the graph keeps only structure,
   // so a refit that replaces them frees the old tensors.
   for (auto& [name, t] : m.graph.initializers) t = Tensor();
-  const auto& reg = ops::OpRegistry::global();
   for (size_t idx : order) {
     const ir::Node& n = m.graph.nodes[idx];
     Step st;
     st.node_index = idx;
-    st.def = reg.find(n.domain, n.op_type, n.opset);
-    REFORGE_ASSERT(st.def != nullptr);
+    backends::Resolved kernel;
+    const std::string why = backends::resolve(n, placement[idx], &kernel);
+    REFORGE_CHECK(why.empty(), n.label(), ": ", why);  // LoweredGraph checked this
+    st.kernel = kernel.kernel;
+    st.prepare = kernel.prepare && *kernel.prepare ? kernel.prepare : nullptr;
     for (const auto& in : n.inputs) {
       if (in.empty()) {
         st.inputs.push_back(-1);
@@ -161,7 +149,7 @@ Engine::Engine(ir::Graph graph, EngineOptions options) : impl_(std::make_unique<
                            n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, 0, 0.0});
   }
   for (size_t si = 0; si < m.steps.size(); ++si) {
-    if (!m.steps[si].def->prepare) continue;
+    if (!m.steps[si].prepare) continue;
     for (int v : m.steps[si].inputs)
       if (v >= 0 && m.is_const[static_cast<size_t>(v)]) {
         m.preparing_steps.push_back(si);
@@ -237,7 +225,7 @@ void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<
     prepared[si] = nullptr;
     if (!complete) continue;
     try {
-      prepared[si] = st.def->prepare(node, cins);
+      prepared[si] = (*st.prepare)(node, cins);
     } catch (Error& e) {
       throw e.with_context("while preparing the weights of " + node.label());
     } catch (const std::bad_alloc&) {
@@ -327,28 +315,32 @@ void check_input(const ir::ValueInfo& vi, const Tensor& t, std::map<std::string,
 
 }  // namespace
 
+void check_inputs(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs) {
+  std::map<std::string, int64_t> symbols;
+  for (const auto& [name, t] : inputs) {
+    bool known = false;
+    for (const auto& vi : declared) known |= vi.name == name;
+    if (!known) {
+      std::string names;
+      for (const auto& vi : declared) names += (names.empty() ? "" : ", ") + vi.name;
+      fail("unknown input '", name, "'; the model's inputs are: ", names);
+    }
+  }
+  for (const auto& vi : declared) {
+    auto it = inputs.find(vi.name);
+    if (it == inputs.end()) fail("missing input '", vi.name, "' (", declared_str(vi), ")");
+    check_input(vi, it->second, symbols);
+  }
+}
+
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, *weights()); }
 
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const {
   const Impl& m = *impl_;
   std::vector<Tensor> values(m.num_slots);
-  std::map<std::string, int64_t> symbols;
-  for (const auto& [name, t] : inputs) {
-    bool known = false;
-    for (const auto& vi : m.graph.inputs) known |= vi.name == name;
-    if (!known) {
-      std::string names;
-      for (const auto& vi : m.graph.inputs) names += (names.empty() ? "" : ", ") + vi.name;
-      fail("unknown input '", name, "'; the model's inputs are: ", names);
-    }
-  }
-  for (size_t i = 0; i < m.graph.inputs.size(); ++i) {
-    const auto& vi = m.graph.inputs[i];
-    auto it = inputs.find(vi.name);
-    if (it == inputs.end()) fail("missing input '", vi.name, "' (", declared_str(vi), ")");
-    check_input(vi, it->second, symbols);
-    values[static_cast<size_t>(m.input_slots[i])] = it->second;
-  }
+  check_inputs(m.graph.inputs, inputs);
+  for (size_t i = 0; i < m.graph.inputs.size(); ++i)
+    values[static_cast<size_t>(m.input_slots[i])] = inputs.at(m.graph.inputs[i].name);
   const Weights* consts = &weights;
   REFORGE_CHECK(consts->values.size() == m.num_slots, "run: not a weight set of this engine");
   for (size_t v = 0; v < m.num_slots; ++v) {
@@ -418,7 +410,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     ops::KernelContext ctx(node, in_ptrs, m.threads, m.memoized[si] ? nullptr : allocator, consts->prepared[si].get());
     if (arena_alloc) arena_alloc->begin_step(si);
     try {
-      st.def->kernel(ctx);
+      (*st.kernel)(ctx);
     } catch (Error& e) {
       throw e.with_context("while running " + node.label());
     } catch (const std::bad_alloc&) {

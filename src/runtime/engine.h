@@ -1,8 +1,9 @@
-// Engine: runs a graph on the CPU.
+// Engine: runs a lowered graph.
 //
-// An Engine owns an immutable graph (nodes resolved to registry kernels once, at construction)
-// and runs it for any input sizes its symbolic dimensions allow. Construction checks that every
-// node is supported (listing all that are not) and that the graph is acyclic. run() validates
+// An Engine owns an immutable graph (each node resolved once, at construction, to the kernel of
+// the backend its placement names: backends/backend.h) and runs it for any input sizes its
+// symbolic dimensions allow. It is made only from a LoweredGraph (runtime/lowered_graph.h), so
+// every node is known to run; construction checks that the graph is acyclic. run() validates
 // the inputs (names, dtypes, ranks, fixed dimensions, consistent symbolic dimensions) before any
 // kernel runs, and frees each intermediate value after its last use.
 #pragma once
@@ -14,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "runtime/lowered_graph.h"
 
 namespace reforge::runtime {
 
@@ -49,7 +51,7 @@ struct ArenaStats {
 
 class Engine {
  public:
-  Engine(ir::Graph graph, EngineOptions options = {});
+  explicit Engine(LoweredGraph lowered, EngineOptions options = {});
   ~Engine();
   Engine(Engine&&) noexcept;
   Engine& operator=(Engine&&) noexcept;
@@ -99,7 +101,10 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-// Every node of `graph` that reforge cannot run, as "node 'x' (Op), opset N: reason" lines.
-std::vector<std::string> unsupported_nodes(const ir::Graph& graph);
+// Throws, naming the input, unless `inputs` gives every input of `declared` exactly (no unknown
+// name, none missing) with its dtype, rank and fixed dimensions, and the same size wherever two
+// inputs share a symbolic dimension. Engine::run checks this before any kernel runs; a caller
+// may check first to tell bad inputs from failures of the run itself.
+void check_inputs(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs);
 
 }  // namespace reforge::runtime

@@ -14,7 +14,7 @@ ir::Graph graph_with_weights(const plan::Plan& p) {
 }  // namespace
 
 PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
-    : plan_(std::move(plan)), engine_(graph_with_weights(plan_), options) {
+    : plan_(std::move(plan)), engine_(LoweredGraph(graph_with_weights(plan_), plan::node_backends(plan_)), options) {
   auto st = std::make_shared<State>();
   st->weights = engine_.weights();
   st->sources.resize(plan_.sources.size());

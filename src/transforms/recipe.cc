@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/backend.h"
 #include "ops/registry.h"
 
 namespace reforge::transforms {
@@ -21,10 +22,14 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
   node.attrs = attrs;
   for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "in" + std::to_string(i) : "");
   for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
-  const ops::OpDef* def = ops::OpRegistry::global().find(domain, op_type, opset);
-  if (!def) fail("operator ", domain.empty() ? "" : domain + "::", op_type, " (opset ", opset, ") is not available");
+  // The host's kernel (the CPU backend's, else the op's reference), whatever backend the plan
+  // targets: recipes transform weights on the host, and a replay at refit must give the bytes
+  // the build recorded.
+  if (!ops::OpRegistry::global().find(domain, op_type, opset))
+    fail("operator ", domain.empty() ? "" : domain + "::", op_type, " (opset ", opset, ") is not available");
+  const backends::Resolved kernel = backends::host_kernel(node);
   ops::KernelContext ctx(node, inputs, threads > 1 ? threads : 1);
-  def->kernel(ctx);
+  (*kernel.kernel)(ctx);
   for (size_t i = 0; i < num_outputs; ++i)
     if (!ctx.outputs()[i].defined()) fail(node.label(), ": kernel did not produce output ", i);
   return std::move(ctx.outputs());

@@ -99,7 +99,7 @@ class TestEngine {
  public:
   TestEngine(ir::Graph graph, const Way& way) {
     if (way.raw) {
-      raw_ = std::make_unique<runtime::Engine>(std::move(graph));
+      raw_ = std::make_unique<runtime::Engine>(runtime::lower_without_passes(std::move(graph)));
       return;
     }
     build::BuildOptions o;

@@ -82,7 +82,7 @@ enum ThreadSlot : int {
   kConvDstSlot = 2,      //            of the destination
   kConvScratchSlot = 3,  //            the direct path's scratchpad
   kWinogradSlot = 4,     // winograd: V and M
-  kRoundedXSlot = 5,     // ops/linear: activations rounded to bfloat16 (--activations bf16)
+  kRoundedXSlot = 5,     // backends/cpu/linear: activations rounded to bfloat16 (--activations bf16)
   kBf16DstSlot = 6,      // dnnl_matmul: the bfloat16 product's two partial products
   kBf16SrcSlot = 7,      //              the activations as bfloat16 (high and low parts)
   kThreadSlots = 8,

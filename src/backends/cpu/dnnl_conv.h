@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "ops/nn/activation_layout.h"
+
 namespace reforge::cpu {
 
 // Storage of a 4-D activation [N, C, H, W]:
@@ -14,7 +16,7 @@ namespace reforge::cpu {
 //            (oneDNN's nChw8c / nChw16c) its direct, 1x1 and Winograd kernels compute in, so
 //            a chain of convolutions storing their activations this way runs with no reorders
 //            at all (ONNX Runtime's NCHWc transformer does the same). C must be a multiple of b.
-enum class ActLayout : uint8_t { Nchw, Nhwc, Blocked };
+using ActLayout = ops::nn::ActLayout;  // the ops define the layouts (ops/nn/activation_layout.h)
 
 // The layout oneDNN's float32 convolution computes in on this CPU, found once from what it picks
 // for a typical layer (64 -> 64 channels, 3x3, 28x28): Blocked with AVX2 / AVX-512 direct

@@ -28,13 +28,12 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/reforge/panels.h"
 
 namespace reforge::cpu {
 
-inline constexpr int64_t kPanelWidth = 16;
-
-// Floats in the packed form of a [K, N] matrix: K x ceil(N / 16) x 16.
-inline int64_t panel_floats(int64_t K, int64_t N) { return K * ((N + kPanelWidth - 1) / kPanelWidth) * kPanelWidth; }
+using ops::kPanelWidth;  // the panel layout is the ops' (ops/reforge/panels.h)
+using ops::panel_floats;
 
 // Packs W into `dst` (panel_floats(K, N) floats, 64-byte aligned). `w` is [K, N] row-major, or
 // [N, K] row-major when `transposed` (W given as its transpose, as Gemm transB = 1 stores it).

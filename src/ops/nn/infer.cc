@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/dnnl_conv.h"
+#include "ops/nn/activation_layout.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -135,25 +135,25 @@ SymShape window_out(InferContext& ctx, const SymShape& in, const std::vector<int
 }
 
 // Activation layouts of FusedConv and reforge::MaxPool ("NCHW", "NHWC", "NCHWc").
-cpu::ActLayout layout_of(const InferContext& ctx, const char* attr, const char* def) {
+nn::ActLayout layout_of(const InferContext& ctx, const char* attr, const char* def) {
   const std::string s = ctx.attr_string(attr, def);
-  if (s == "NHWC") return cpu::ActLayout::Nhwc;
-  if (s == "NCHWc") return cpu::native_layout();
+  if (s == "NHWC") return nn::ActLayout::Nhwc;
+  if (s == "NCHWc") return nn::native_activation_layout().layout;
   if (s != "NCHW") ctx.fail(std::string(attr) + " '" + s + "' is not one of NCHW, NHWC, NCHWc");
-  return cpu::ActLayout::Nchw;
+  return nn::ActLayout::Nchw;
 }
 
 // The [N, C, H, W] shape of an activation of stored shape `s` in layout `l`.
-SymShape logical(InferContext& ctx, const SymShape& s, cpu::ActLayout l) {
-  if (l == cpu::ActLayout::Nchw) {
+SymShape logical(InferContext& ctx, const SymShape& s, nn::ActLayout l) {
+  if (l == nn::ActLayout::Nchw) {
     if (s.size() != 4) ctx.fail("expected a 2-D activation [N, C, H, W], got " + sym_shape_str(s));
     return s;
   }
-  if (l == cpu::ActLayout::Nhwc) {
+  if (l == nn::ActLayout::Nhwc) {
     if (s.size() != 4) ctx.fail("layout NHWC needs [N, H, W, C], got " + sym_shape_str(s));
     return {s[0], s[3], s[1], s[2]};
   }
-  const int64_t b = cpu::activation_block();
+  const int64_t b = nn::native_activation_layout().block;
   if (s.size() != 5 || differ(s[4], b))
     ctx.fail("layout NCHWc needs [N, C/" + std::to_string(b) + ", H, W, " + std::to_string(b) + "], got " +
              sym_shape_str(s));
@@ -161,10 +161,10 @@ SymShape logical(InferContext& ctx, const SymShape& s, cpu::ActLayout l) {
 }
 
 // The stored shape of an [N, C, H, W] activation in layout `l`.
-SymShape physical(InferContext& ctx, const SymShape& s, cpu::ActLayout l) {
-  if (l == cpu::ActLayout::Nhwc) return {s[0], s[2], s[3], s[1]};
-  if (l == cpu::ActLayout::Blocked) {
-    const int64_t b = cpu::activation_block();
+SymShape physical(InferContext& ctx, const SymShape& s, nn::ActLayout l) {
+  if (l == nn::ActLayout::Nhwc) return {s[0], s[2], s[3], s[1]};
+  if (l == nn::ActLayout::Blocked) {
+    const int64_t b = nn::native_activation_layout().block;
     if (s[1].known() && s[1].value() % b != 0)
       ctx.fail("layout NCHWc needs channels (" + s[1].str() + ") in multiples of " + std::to_string(b));
     return {s[0], s[1].known() ? SymDim(s[1].value() / b) : ctx.fresh_dim(), s[2], s[3], b};
@@ -224,10 +224,10 @@ void conv(InferContext& ctx) {
 void fused_conv(InferContext& ctx) {
   require_same_dtype(ctx, 0, 1, "X and W");
   const ValueType& x = ctx.input_type(0);
-  const cpu::ActLayout xl = layout_of(ctx, "x_layout", "NCHW");
-  const cpu::ActLayout yl = layout_of(ctx, "y_layout", "NCHW");
+  const nn::ActLayout xl = layout_of(ctx, "x_layout", "NCHW");
+  const nn::ActLayout yl = layout_of(ctx, "y_layout", "NCHW");
   if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
-  if (xl == cpu::ActLayout::Nchw && yl == cpu::ActLayout::Nchw)
+  if (xl == nn::ActLayout::Nchw && yl == nn::ActLayout::Nchw)
     return ctx.set_output(0, ValueType::of(x.dtype, conv_shape(ctx, x.shape, ctx.input_type(1))));
   const SymShape y = conv_shape(ctx, logical(ctx, x.shape, xl), ctx.input_type(1));
   ctx.set_output(0, ValueType::of(x.dtype, physical(ctx, y, yl)));
@@ -337,7 +337,7 @@ void max_pool_layout(InferContext& ctx) {
   const ValueType& x = ctx.input_type(0);
   const std::string layout = ctx.attr_string("layout", "NHWC");
   if (layout != "NHWC" && layout != "NCHWc") ctx.fail("layout must be 'NHWC' or 'NCHWc', got '" + layout + "'");
-  const cpu::ActLayout l = layout_of(ctx, "layout", "NHWC");
+  const nn::ActLayout l = layout_of(ctx, "layout", "NHWC");
   if (!x.rank_known) {
     ctx.set_output(0, ValueType::unranked(x.dtype));
     if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType::unranked(DType::Int64));

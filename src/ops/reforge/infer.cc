@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "backends/cpu/sgemm_panels.h"
+#include "ops/reforge/panels.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -90,16 +90,16 @@ void infer_pack_panels(InferContext& ctx) {
   if (w.dtype != DType::Undefined && !is_linear_weight_type(w.dtype))
     ctx.fail("weight must be a float32, bfloat16 or float16 matrix, got " + w.str());
   if (!w.rank_known) {
-    ctx.set_output(0, ValueType::of(w.dtype, {ctx.fresh_dim(), ctx.fresh_dim(), cpu::kPanelWidth}));
+    ctx.set_output(0, ValueType::of(w.dtype, {ctx.fresh_dim(), ctx.fresh_dim(), kPanelWidth}));
     return;
   }
   if (w.shape.size() != 2) ctx.fail("weight must be a float32, bfloat16 or float16 matrix, got " + w.str());
   const bool transposed = ctx.attr_int("transposed", 0) != 0;
   const SymDim k = w.shape[transposed ? 1 : 0], n = w.shape[transposed ? 0 : 1];
   // ceil(N / 16) panels, written so that no size overflows.
-  const SymDim panels = n.known() ? SymDim(n.value() / cpu::kPanelWidth + (n.value() % cpu::kPanelWidth != 0))
-                                  : sym_div(sym_add(n, cpu::kPanelWidth - 1), cpu::kPanelWidth);
-  ctx.set_output(0, ValueType::of(w.dtype, {panels, k, cpu::kPanelWidth}));
+  const SymDim panels = n.known() ? SymDim(n.value() / kPanelWidth + (n.value() % kPanelWidth != 0))
+                                  : sym_div(sym_add(n, kPanelWidth - 1), kPanelWidth);
+  ctx.set_output(0, ValueType::of(w.dtype, {panels, k, kPanelWidth}));
 }
 
 // Y = X W (+ b) with W packed: X [..., K] float32 -> float32 [..., n].
@@ -114,8 +114,8 @@ void infer_matmul_add_packed(InferContext& ctx) {
     ctx.fail("packed weight " + wp.str() + " must be float32, bfloat16 or float16");
   if (wp.rank_known) {
     if (wp.shape.size() != 3) ctx.fail("packed weight " + wp.str() + " must have rank 3");
-    merge_dims(ctx, wp.shape[2], cpu::kPanelWidth, "packed weight " + wp.str() + " panel width");
-    merge_dims(ctx, wp.shape[0], cpu::panel_floats(1, n) / cpu::kPanelWidth,
+    merge_dims(ctx, wp.shape[2], kPanelWidth, "packed weight " + wp.str() + " panel width");
+    merge_dims(ctx, wp.shape[0], panel_floats(1, n) / kPanelWidth,
                "packed weight " + wp.str() + " panel count for " + std::to_string(n) + " columns");
   }
   if (!x.rank_known) {

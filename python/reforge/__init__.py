@@ -1,0 +1,338 @@
+"""reforge: build, run and refit inference plans of ONNX models, in process.
+
+    import reforge
+    reforge.check("model.onnx")                        # nodes reforge cannot run
+    plan = reforge.build("model.onnx", refit=True, strip_weights=True, checkpoint="A.safetensors")
+    plan.save("model.plan"); plan = reforge.load("model.plan")
+    plan.refit("B.safetensors")                        # or B.onnx, or {name: array}, or model.state_dict()
+    out = plan.run({"input_ids": ids})                 # {output name: numpy array}
+
+The same library as the ``reforge`` CLI, with the same checks and the same error messages:
+every failure raises a :class:`reforge.Error` subclass. Arrays go in and out without copies where
+the layout allows (numpy arrays, and CPU tensors of any framework with ``__dlpack__``, torch
+included); ``run`` and ``refit`` release the GIL, so threads can run one plan while another
+refits it, each run on the old or the new weights, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+# A development set-up (scripts/setup.sh) keeps the package files in python/reforge and the
+# built extension in build/python/reforge, both on sys.path: the package spans the two.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+from . import _reforge  # noqa: E402
+from ._reforge import CorruptPlan, Error, InvalidInput, InvalidModel, RefitRefused  # noqa: E402
+
+__version__: str = _reforge.__version__
+
+__all__ = [
+    "Error",
+    "InvalidModel",
+    "InvalidInput",
+    "CorruptPlan",
+    "RefitRefused",
+    "ValueInfo",
+    "Plan",
+    "check",
+    "build",
+    "load",
+    "__version__",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Dim = Union[int, str, None]
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """A plan input or output, as ONNX Runtime's ``NodeArg``: its name, element type and shape.
+
+    ``dtype`` is the element type's name (``"float32"``, ``"int64"``, ...); ``shape`` holds a
+    size, a symbol (``"batch"``) or ``None`` (unknown) per dimension, and is ``None`` when even
+    the rank is unknown.
+    """
+
+    name: str
+    dtype: str
+    shape: Optional[Tuple[Dim, ...]]
+
+    @property
+    def type(self) -> str:
+        """The ONNX Runtime spelling of the type, e.g. ``"tensor(float)"``."""
+        onnx_names = {"float32": "float", "float64": "double"}
+        return "tensor(%s)" % onnx_names.get(self.dtype, self.dtype)
+
+
+def _value_infos(text: str) -> List[ValueInfo]:
+    import json
+
+    return [
+        ValueInfo(v["name"], v["dtype"], None if v["shape"] is None else tuple(v["shape"])) for v in json.loads(text)
+    ]
+
+
+def _array(value: Any, what: str) -> Any:
+    """A value as something the extension takes: numpy arrays and ``__dlpack__`` CPU tensors as
+    they are; a torch tensor that needs a gradient is detached (no copy), a non-contiguous one
+    made contiguous."""
+    if getattr(value, "requires_grad", False):
+        value = value.detach()
+    device = getattr(value, "device", None)
+    if device is not None and getattr(device, "type", "cpu") != "cpu":
+        raise TypeError("%s: a tensor on %s; reforge takes CPU memory (move it with .cpu())" % (what, device))
+    is_contiguous = getattr(value, "is_contiguous", None)
+    if callable(is_contiguous) and not is_contiguous():
+        value = value.contiguous()
+    return value
+
+
+class Plan:
+    """A built plan, ready to run: ONNX Runtime's ``InferenceSession`` for a reforge plan.
+
+    Made by :func:`build` or :func:`load`. ``run`` may be called from several threads at once,
+    also while another thread refits: each run uses the weights current when it starts, all of
+    them from one refit.
+    """
+
+    def __init__(self, impl: "_reforge.Plan") -> None:
+        self._impl = impl
+
+    # ---- running ----
+
+    @property
+    def inputs(self) -> List[ValueInfo]:
+        """The plan's inputs (name, dtype, symbolic shape), in declaration order."""
+        return _value_infos(self._impl.value_infos(False))
+
+    @property
+    def outputs(self) -> List[ValueInfo]:
+        """The plan's outputs (name, dtype, symbolic shape), in declaration order."""
+        return _value_infos(self._impl.value_infos(True))
+
+    def get_inputs(self) -> List[ValueInfo]:
+        """ONNX Runtime's spelling of :attr:`inputs`."""
+        return self.inputs
+
+    def get_outputs(self) -> List[ValueInfo]:
+        """ONNX Runtime's spelling of :attr:`outputs`."""
+        return self.outputs
+
+    def run(self, inputs: Mapping[str, Any], output_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """Runs the plan and returns ``{output name: numpy array}``.
+
+        ``inputs`` maps every input name to a C-contiguous CPU array of the input's dtype: a
+        numpy array or any tensor with ``__dlpack__`` (torch), used in place, not copied (other
+        layouts are made contiguous first). The outputs are numpy arrays over the engine's
+        output buffers (no copy); an output that shares bytes with an input or an engine weight
+        (an Identity or Reshape of one) is read-only. ``output_names`` selects outputs (all by
+        default). The GIL is released while the plan runs.
+
+        Raises :class:`InvalidInput` for an unknown, missing, or mistyped input (the message
+        names it with the dtype and shape the model expects), :class:`Error` when the plan
+        cannot run (a stripped plan before its refit, naming the missing sources).
+        """
+        arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
+        values = self._impl.run(arrays)
+        names = [v.name for v in self.outputs]
+        out = dict(zip(names, values))
+        if output_names is None:
+            return out
+        for name in output_names:
+            if name not in out:
+                raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
+        return {name: out[name] for name in output_names}
+
+    # ---- refit ----
+
+    def refit(
+        self,
+        weights: Union[PathLike, Sequence[PathLike], Mapping[str, Any]],
+        *,
+        mode: str = "fast",
+        names: Optional[str] = None,
+        allow_nonfinite: bool = False,
+        incremental: bool = False,
+    ) -> Dict[str, Any]:
+        """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
+
+        ``weights`` is one of:
+
+        - a re-exported ONNX model (``"B.onnx"``): sources taken by graph position; ``mode`` is
+          ``"fast"`` (replay the recipes), ``"slow"`` (rebuild from the model) or ``"verify"``
+          (both, committed only when every engine weight agrees bit for bit);
+        - a safetensors checkpoint (a file, several, or a sharded folder) the plan was bound to
+          at build (``build(checkpoint=...)``);
+        - a dict of arrays (numpy, or torch tensors: ``model.state_dict()``, read through
+          ``__dlpack__``, not converted to numpy). ``names`` says what its keys are:
+          ``"checkpoint"`` (framework names, read through the plan's checkpoint bindings, as a
+          safetensors file is) or ``"onnx"`` (ONNX initializer names or source keys); by
+          default ``"checkpoint"`` when the plan was built with a checkpoint, else ``"onnx"``.
+          The values are read in place (GIL released); what the plan would keep of them
+          (weights used as they are, such as norms and embeddings) is copied into memory the
+          plan owns, so changing the arrays after the call (an optimizer step) does not change
+          the plan. Do not change them during the call. ``incremental=True`` (``"onnx"`` names
+          only) changes only the sources given.
+
+        New weights holding NaN or Inf are refused unless ``allow_nonfinite``. Returns what the
+        refit did (``from``, ``mode``, timings in ms, ``sources_set``, ``weights_replayed``,
+        ``bytes_in``/``bytes_out``/``bytes_copied``, ``unused`` checkpoint tensors, ``summary``: the CLI's
+        text).
+        Raises :class:`RefitRefused` with the CLI's message (a missing, unbound or mistyped
+        source, a different model, non-finite values); the plan is then unchanged. Runs on
+        other threads continue meanwhile, each on the old or the new weights.
+        """
+        if isinstance(weights, Mapping):
+            if names is None:
+                names = "checkpoint" if self._impl.bound else "onnx"
+            if names not in ("checkpoint", "onnx"):
+                raise ValueError("names must be 'checkpoint' or 'onnx', got %r" % (names,))
+            if mode != "fast":
+                raise ValueError("mode %r needs a re-exported ONNX model; arrays refit the fast way" % (mode,))
+            arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
+            return self._impl.refit_tensors(arrays, names == "checkpoint", allow_nonfinite, incremental)
+        if names is not None or incremental:
+            raise ValueError("names and incremental apply to a dict of arrays, not to files")
+        files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
+        return self._impl.refit_files(files, mode, allow_nonfinite)
+
+    @property
+    def missing(self) -> List[str]:
+        """Keys of the refittable sources that have no value yet (a stripped plan before its refit)."""
+        return self._impl.missing
+
+    # ---- the plan itself ----
+
+    def save(self, path: PathLike, *, strip: Optional[bool] = None) -> None:
+        """Writes the plan with its current weights (atomically: a failed write leaves nothing).
+
+        ``strip=True`` leaves the refittable weight data out; the default strips exactly when
+        the plan still has sources without a value (a stripped build before any refit).
+        """
+        if strip is None:
+            strip = bool(self._impl.missing)
+        self._impl.save(os.fspath(path), strip)
+
+    def inspect(self) -> Dict[str, Any]:
+        """What ``reforge inspect --json`` shows: producer, build mode and options, target,
+        inputs and outputs, sizes, engine weights with recipes, sources with hashes and
+        checkpoint bindings, literals, unbound sources (the build-time record; ``file_bytes``
+        is ``None`` for a plan not read from or saved to a file)."""
+        import json
+
+        return json.loads(self._impl.inspect())
+
+    @property
+    def sources(self) -> List[Dict[str, Any]]:
+        """The plan's sources (what a refit can supply), as ``inspect()["sources"]``."""
+        return self.inspect().get("sources") or []
+
+    @property
+    def mode(self) -> str:
+        """The build mode: ``"baked"``, ``"refit"``, ``"refit-identical"`` or ``"refit-individual"``."""
+        return self._impl.mode
+
+    def __repr__(self) -> str:
+        where = self._impl.path
+        return "<reforge.Plan %s%s%s>" % (
+            self._impl.mode,
+            ", %d sources missing" % len(self.missing) if self.missing else "",
+            ", %s" % where if where else "",
+        )
+
+
+def check(model: PathLike) -> List[str]:
+    """The nodes of an ONNX model that reforge cannot run, one ``"node 'x' (Op), opset N: reason"``
+    line each (empty when every node can run), as ``reforge check`` lists them.
+
+    Raises :class:`InvalidModel` when the model cannot be imported."""
+    return _reforge.check(os.fspath(model))
+
+
+def build(
+    model: PathLike,
+    *,
+    refit: Union[bool, str, Sequence[str]] = False,
+    strip_weights: bool = False,
+    precision: str = "fp32",
+    activations: str = "fp32",
+    checkpoint: Union[None, PathLike, Sequence[PathLike], Mapping[str, Any]] = None,
+    literals: Sequence[str] = (),
+    bind: Optional[Mapping[str, str]] = None,
+    bind_file: Optional[PathLike] = None,
+    strict_binding: bool = False,
+    allow_partial_binding: bool = False,
+    skip_passes: Sequence[str] = (),
+    threads: int = 0,
+) -> Plan:
+    """Builds a plan from an ONNX model (``reforge build``).
+
+    ``refit``: ``False`` (baked), ``True`` (every source refittable), ``"identical"`` (refit
+    accepts only the build-time weights, checked by hash) or a list of glob patterns (only
+    matching sources refittable). ``strip_weights`` leaves the refittable weight data out: the
+    plan refuses to run until a refit. ``precision`` (``"fp32"``, ``"bf16"``, ``"fp16"``) is
+    the storage type of MatMul/Gemm weights; ``activations="bf16"`` (bf16 plans) rounds their
+    inputs too. ``checkpoint``: a safetensors file, files or sharded folder, or a dict of
+    arrays (a state dict), to bind every source to by exact value, so that the plan refits
+    from that framework's checkpoints; ``bind``/``bind_file``/``strict_binding``/
+    ``allow_partial_binding`` as the CLI's options. ``literals``: initializers to treat as
+    structure. ``threads``: for the build and the plan's runs (0: all cores).
+
+    Raises :class:`InvalidModel` when the model cannot be imported or built (unsupported nodes
+    listed as :func:`check` lists them, a checkpoint that does not bind), :class:`Error` for
+    inconsistent options.
+    """
+    if refit is True:
+        mode, individual = "refit", []
+    elif refit is False:
+        mode, individual = "baked", []
+    elif refit == "identical":
+        mode, individual = "refit-identical", []
+    elif isinstance(refit, str):
+        raise ValueError("refit must be True, False, 'identical' or a list of glob patterns, got %r" % (refit,))
+    else:
+        mode, individual = "refit-individual", [str(p) for p in refit]
+    files: List[str] = []
+    tensors = None
+    if isinstance(checkpoint, Mapping):
+        tensors = {str(k): _array(v, "checkpoint tensor '%s'" % k) for k, v in checkpoint.items()}
+    elif isinstance(checkpoint, (str, os.PathLike)):
+        files = [os.fspath(checkpoint)]
+    elif checkpoint is not None:
+        files = [os.fspath(c) for c in checkpoint]
+    impl = _reforge.build(
+        os.fspath(model),
+        mode,
+        individual,
+        strip_weights,
+        list(literals),
+        precision,
+        activations,
+        list(skip_passes),
+        files,
+        tensors,
+        dict(bind or {}),
+        os.fspath(bind_file) if bind_file is not None else "",
+        strict_binding,
+        allow_partial_binding,
+        threads,
+    )
+    return Plan(impl)
+
+
+def load(path: PathLike, *, verify: bool = True, threads: int = 0) -> Plan:
+    """Reads a plan file (memory-mapped: weights are not copied).
+
+    ``verify`` hashes every stored weight against the plan's hashes first (``--no-verify`` in
+    the CLI is ``verify=False``). Raises :class:`CorruptPlan` naming what is wrong (damaged
+    bytes, a weight that fails its hash, a newer format), ``FileNotFoundError`` when there is
+    no file.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    return Plan(_reforge.load(path, verify, threads))

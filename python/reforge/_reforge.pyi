@@ -1,0 +1,61 @@
+"""Type stubs of reforge's extension module (python/src/module.cc). The documented API is the
+reforge package; these are the calls it makes."""
+
+from typing import Any, Dict, List, Optional, Sequence
+
+__version__: str
+
+class Error(RuntimeError):
+    """A reforge error: the message names what is wrong and where, as the CLI's does."""
+
+class InvalidModel(Error):
+    """The ONNX model (or its checkpoint) cannot be imported or built."""
+
+class InvalidInput(Error):
+    """A run input is unknown, missing, or of another dtype or shape."""
+
+class CorruptPlan(Error):
+    """A plan file cannot be read: damaged bytes, a failed hash, a newer format."""
+
+class RefitRefused(Error):
+    """A refit was refused; the plan is unchanged (all or nothing)."""
+
+class Plan:
+    def run(self, inputs: Dict[str, Any]) -> List[Any]: ...
+    def refit_files(self, files: Sequence[str], mode: str, allow_nonfinite: bool) -> Dict[str, Any]: ...
+    def refit_tensors(
+        self, values: Dict[str, Any], checkpoint_names: bool, allow_nonfinite: bool, incremental: bool
+    ) -> Dict[str, Any]: ...
+    def save(self, path: str, strip: bool) -> None: ...
+    def inspect(self) -> str: ...
+    def value_infos(self, outputs: bool) -> str: ...
+    @property
+    def missing(self) -> List[str]: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def stripped(self) -> bool: ...
+    @property
+    def bound(self) -> bool: ...
+    @property
+    def path(self) -> Optional[str]: ...
+
+def check(model: str) -> List[str]: ...
+def build(
+    model: str,
+    mode: str,
+    individual: Sequence[str],
+    strip: bool,
+    literals: Sequence[str],
+    precision: str,
+    activations: str,
+    skip_passes: Sequence[str],
+    checkpoint_files: Sequence[str],
+    checkpoint_tensors: Optional[Dict[str, Any]],
+    binds: Dict[str, str],
+    bind_file: str,
+    strict_binding: bool,
+    allow_partial_binding: bool,
+    threads: int,
+) -> Plan: ...
+def load(path: str, verify: bool, threads: int) -> Plan: ...

@@ -1,0 +1,122 @@
+"""Errors: each failure raises the reforge.Error subclass of what went wrong, carrying the very
+message the CLI prints for the same failure (compared with the CLI of the same build)."""
+
+import numpy as np
+import pytest
+
+import reforge
+from conftest import cli_error, hf_checkpoint, hf_inputs, hf_onnx
+
+
+def test_error_classes_form_one_hierarchy():
+    for cls in (reforge.InvalidModel, reforge.InvalidInput, reforge.CorruptPlan, reforge.RefitRefused):
+        assert issubclass(cls, reforge.Error) and issubclass(cls, RuntimeError)
+        assert cls.__module__ == "reforge"
+
+
+def test_corrupted_weight_byte_is_corrupt_plan(tmp_path):
+    path = tmp_path / "m.plan"
+    reforge.build(hf_onnx("gpt2", "A")).save(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) - 100] ^= 0x40  # inside the data section: the last weight's bytes
+    path.write_bytes(bytes(data))
+    with pytest.raises(reforge.CorruptPlan) as e:
+        reforge.load(path)
+    assert "hash" in str(e.value) or "corrupt" in str(e.value)
+    assert str(e.value) == cli_error("inspect", "--verify", path)
+    # Unverified, the damaged bytes load (what --no-verify does).
+    reforge.load(path, verify=False)
+
+
+def test_corrupted_header_is_corrupt_plan(tmp_path):
+    path = tmp_path / "m.plan"
+    reforge.build(hf_onnx("gpt2", "A")).save(path)
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(reforge.CorruptPlan) as e:
+        reforge.load(path)
+    assert str(e.value) == cli_error("inspect", path)
+
+
+def test_missing_plan_file():
+    with pytest.raises(FileNotFoundError):
+        reforge.load("/nonexistent/m.plan")
+
+
+def test_checkpoint_refit_of_an_unbound_plan_is_refused_unchanged(tmp_path):
+    path = tmp_path / "m.plan"
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True)
+    plan.save(path)
+    before = plan.run(hf_inputs("gpt2"))
+    with pytest.raises(reforge.RefitRefused) as e:
+        plan.refit(hf_checkpoint("gpt2", "B"))
+    assert str(e.value) == cli_error("refit", path, "--weights", hf_checkpoint("gpt2", "B"), "-o", tmp_path / "o.plan")
+    after = plan.run(hf_inputs("gpt2"))
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_refit_of_a_baked_plan_is_refused(tmp_path):
+    path = tmp_path / "m.plan"
+    plan = reforge.build(hf_onnx("gpt2", "A"))
+    plan.save(path)
+    with pytest.raises(reforge.RefitRefused) as e:
+        plan.refit(hf_onnx("gpt2", "B"))
+    assert str(e.value) == cli_error("refit", path, "--weights", hf_onnx("gpt2", "B"), "-o", tmp_path / "o.plan")
+
+
+def test_nonfinite_refit_values_are_refused():
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True, checkpoint=hf_checkpoint("gpt2", "A"))
+    import safetensors.numpy
+
+    state = safetensors.numpy.load_file(str(hf_checkpoint("gpt2", "B")))
+    name = next(k for k, v in state.items() if v.dtype == np.float32 and v.size > 10)
+    state[name] = state[name].copy()
+    state[name].flat[3] = np.nan
+    with pytest.raises(reforge.RefitRefused, match="NaN|nan"):
+        plan.refit(state)
+    plan.refit(state, allow_nonfinite=True)
+
+
+def test_wrong_input_name_and_dtype_are_invalid_input(tmp_path):
+    path = tmp_path / "m.plan"
+    plan = reforge.build(hf_onnx("gpt2", "A"))
+    plan.save(path)
+    ids = hf_inputs("gpt2")["input_ids"]
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "ids_f.npy", ids.astype(np.float32))
+
+    with pytest.raises(reforge.InvalidInput) as e:
+        plan.run({"input_idz": ids})
+    assert str(e.value) == cli_error("run", path, "--input", "input_idz=%s" % (tmp_path / "ids.npy"))
+
+    with pytest.raises(reforge.InvalidInput) as e:
+        plan.run({"input_ids": ids.astype(np.float32)})
+    assert str(e.value) == cli_error("run", path, "--input", "input_ids=%s" % (tmp_path / "ids_f.npy"))
+    assert "int64" in str(e.value)
+
+    with pytest.raises(reforge.InvalidInput) as e:
+        plan.run({})
+    assert str(e.value) == cli_error("run", path)
+
+    with pytest.raises(reforge.InvalidInput, match="complex"):
+        plan.run({"input_ids": ids.astype(np.complex64)})
+
+
+def test_invalid_model_is_invalid_model(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07garbage that is not an ONNX model" * 3)
+    with pytest.raises(reforge.InvalidModel) as e:
+        reforge.build(bad)
+    assert str(e.value) == cli_error("build", bad, "-o", tmp_path / "x.plan")
+    with pytest.raises(reforge.InvalidModel):
+        reforge.check(bad)
+
+
+def test_inconsistent_options_are_errors():
+    with pytest.raises(reforge.Error, match="refit"):
+        reforge.build(hf_onnx("gpt2", "A"), strip_weights=True)  # stripping needs a refit mode
+    with pytest.raises(reforge.Error, match="precision"):
+        reforge.build(hf_onnx("gpt2", "A"), precision="fp8")
+    with pytest.raises(ValueError):
+        reforge.build(hf_onnx("gpt2", "A"), refit="maybe")

@@ -1,0 +1,134 @@
+"""The bundled real exports (models/hf: GPT-2, BERT, Llama, T5, ViT, exported by PyTorch's dynamo
+exporter, with PyTorch's outputs for weights A and B): built bound to checkpoint A, saved and
+loaded, run, and refit to B from every kind of source Python offers, each compared with PyTorch's
+reference outputs for B (the independent reference), as tests/hf_checkpoint_test.cc does in C++."""
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+import reforge
+from conftest import HF, HF_MODELS, TOLERANCE, hf_checkpoint, hf_inputs, hf_onnx, hf_reference, max_diff
+
+
+@pytest.mark.parametrize("model", HF_MODELS)
+def test_build_save_load_run_and_refit_match_pytorch(model, tmp_path):
+    inputs = hf_inputs(model)
+    ref_a, ref_b = hf_reference(model, "A"), hf_reference(model, "B")
+    assert max_diff(ref_a, ref_b) > 100 * TOLERANCE  # the two weight sets are told apart
+
+    plan = reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"))
+    assert max_diff(plan.run(inputs), ref_a) <= TOLERANCE
+    plan.save(tmp_path / "a.plan")
+    plan = reforge.load(tmp_path / "a.plan")
+    assert max_diff(plan.run(inputs), ref_a) <= TOLERANCE
+
+    # From B's safetensors checkpoint, through the bindings recorded at build.
+    report = plan.refit(hf_checkpoint(model, "B"))
+    assert report["from"] == "checkpoint" and report["weights_replayed"] > 0
+    assert max_diff(plan.run(inputs), ref_b) <= TOLERANCE
+
+    # Back to A, then from a dict of numpy arrays holding B (checkpoint names).
+    plan.refit(hf_checkpoint(model, "A"))
+    assert max_diff(plan.run(inputs), ref_a) <= TOLERANCE
+    state = safetensors.numpy.load_file(str(hf_checkpoint(model, "B")))
+    report = plan.refit(state)
+    assert report["from"] == "checkpoint"
+    assert max_diff(plan.run(inputs), ref_b) <= TOLERANCE
+
+    # The refit plan saved and loaded runs B.
+    plan.save(tmp_path / "b.plan")
+    assert max_diff(reforge.load(tmp_path / "b.plan").run(inputs), ref_b) <= TOLERANCE
+
+    # From B's re-exported ONNX model, fast and verified against a rebuild.
+    plan = reforge.load(tmp_path / "a.plan")
+    report = plan.refit(hf_onnx(model, "B"), mode="verify")
+    assert report["from"] == "onnx" and report["verified"] > 0
+    assert max_diff(plan.run(inputs), ref_b) <= TOLERANCE
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_stripped_plan_refuses_to_run_until_refit(model, tmp_path):
+    inputs = hf_inputs(model)
+    plan = reforge.build(hf_onnx(model, "A"), refit=True, strip_weights=True, checkpoint=hf_checkpoint(model, "A"))
+    assert plan.missing
+    plan.save(tmp_path / "s.plan")  # stripped: nothing to store
+    with pytest.raises(reforge.Error, match="stripped"):
+        plan.run(inputs)
+    plan = reforge.load(tmp_path / "s.plan")
+    info = plan.inspect()
+    assert info["stripped"] and info["file_bytes"] == (tmp_path / "s.plan").stat().st_size
+    plan.refit(safetensors.numpy.load_file(str(hf_checkpoint(model, "B"))))
+    assert plan.missing == []
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+
+
+def test_unbound_plan_refits_from_onnx_and_refuses_a_checkpoint():
+    model = "llama"
+    inputs = hf_inputs(model)
+    plan = reforge.build(hf_onnx(model, "A"), refit=True)
+    assert plan.sources and all(s["refittable"] for s in plan.sources)
+    plan.refit(hf_onnx(model, "B"))
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+    with pytest.raises(reforge.RefitRefused, match="bound"):
+        plan.refit(hf_checkpoint(model, "A"))
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE  # unchanged
+
+
+def test_refit_by_source_keys_from_a_dict():
+    # A TorchScript export without constant folding: five RMSNorm weights, all ones in A, are
+    # one initializer with five uses, so only source keys (one per use) say which is which. The
+    # plan bound to checkpoint A names, per use, the checkpoint tensor it is (identity here);
+    # a second, unbound plan takes B's tensors by those keys and computes PyTorch's B outputs.
+    llama = HF.parent / "llama"
+    onnx_a = llama / "torch113_nofold_dynamic" / "A" / "model.onnx"
+    inputs = {"input_ids": np.load(llama / "inputs" / "b1_s7" / "input_ids.npy")}
+    reference = {"logits": np.load(llama / "reference" / "B" / "b1_s7" / "logits.npy")}
+    bound = reforge.build(onnx_a, refit=True, checkpoint=llama / "checkpoint_A.safetensors")
+    state = safetensors.numpy.load_file(str(llama / "checkpoint_B.safetensors"))
+    by_key = {}
+    for s in bound.sources:
+        assert s["binding"]["status"] == "bound" and s["binding"]["note"].startswith("identity"), s
+        by_key[s["key"]] = state[s["binding"]["checkpoint"][0]]
+    assert len({s["names"][0] for s in bound.sources}) < len(by_key)  # a merged initializer
+    plan = reforge.build(onnx_a, refit=True)
+    report = plan.refit(by_key)  # an unbound plan: keys are ONNX names or source keys
+    assert report["from"] == "tensors" and report["sources_set"] == len(by_key)
+    assert max_diff(plan.run(inputs), reference) <= TOLERANCE
+    with pytest.raises(reforge.RefitRefused, match="not.a.weight"):
+        plan.refit({**by_key, "not.a.weight": np.zeros(3, np.float32)}, names="onnx")
+    assert max_diff(plan.run(inputs), reference) <= TOLERANCE
+
+
+def test_inputs_and_outputs_describe_the_model():
+    plan = reforge.build(hf_onnx("bert", "A"))
+    assert [v.name for v in plan.inputs] == sorted(hf_inputs("bert")) or {v.name for v in plan.inputs} == set(
+        hf_inputs("bert")
+    )
+    for v in plan.inputs:
+        assert v.dtype == "int64" and v.type == "tensor(int64)"
+        assert v.shape == hf_inputs("bert")[v.name].shape
+    assert [v.name for v in plan.outputs] == list(hf_reference("bert", "A"))
+    assert plan.outputs[0].dtype == "float32"
+    assert plan.get_inputs() == plan.inputs
+
+
+def test_check_lists_nothing_for_a_supported_model():
+    assert reforge.check(hf_onnx("gpt2", "A")) == []
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_16_bit_weights_run_near_pytorch_and_refit(precision, tmp_path):
+    # 16-bit MatMul weights: PyTorch's float32 outputs within the rounding of the weights (the
+    # README's bound for the exports: 1.5e-2 of the largest output), before and after a refit.
+    model = "llama"
+    inputs = hf_inputs(model)
+    plan = reforge.build(hf_onnx(model, "A"), refit=True, precision=precision, checkpoint=hf_checkpoint(model, "A"))
+    assert plan.inspect()["precision"] == precision
+    for weights in "AB":
+        if weights == "B":
+            plan.refit(hf_checkpoint(model, "B"))
+        ref = hf_reference(model, weights)
+        scale = max(float(np.max(np.abs(r))) for r in ref.values())
+        err = max_diff(plan.run(inputs), ref) / scale
+        assert 0 < err <= 1.5e-2, err

@@ -1,0 +1,106 @@
+// Backends: where nodes run, and the kernel registry that says with what.
+//
+// The op registry (ops/registry.h) holds each op's schema: domain, type, opset range, input roles,
+// inference, the schema checker, and the op's reference kernel (portable C++). A backend brings
+// kernels of its own, registered here keyed by (backend, domain, op type, opset range), each with
+// a checker that says whether *this* kernel can run a given node and an optional prepare step.
+//
+// A node placed on backend B runs B's kernel for its op when one covers its opset and that
+// kernel's checker accepts the node; otherwise it runs the op's reference kernel when B runs
+// reference kernels (the CPU backend does: it is the host); otherwise B cannot run it, and a build
+// for B fails listing every such node. The builder's placement records the backend of every node
+// in the plan; the engine resolves each node's kernel from that record when it is made.
+//
+// Adding a backend is a folder under src/backends with a Backend descriptor and its kernel
+// registrations; nothing in src/ops or src/runtime changes. The built-in backends (cpu) register
+// themselves when this registry is first used; more can be added at any time before a build or an
+// engine names them (a test registers one from a static initializer).
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ops/registry.h"
+
+namespace reforge::backends {
+
+// Where a backend's tensors live. Every backend today computes on host memory; a device backend
+// adds its kind here together with the copies between them.
+enum class Memory { Host };
+
+// One backend kernel of (domain, op type) for opsets [since, end].
+struct KernelDef {
+  std::string backend;
+  std::string domain;  // "" = default ONNX domain
+  std::string op_type;
+  int since = 1;
+  int end = INT_MAX;  // inclusive
+  ops::KernelFn kernel;
+  ops::CheckFn check = nullptr;      // "" when this kernel can run the node; null: every node
+  ops::PrepareFn prepare = nullptr;  // optional, as OpDef::prepare
+};
+
+class KernelRegistry;
+
+// A backend: its name (what plans record and BuildOptions::backend names), where its tensors
+// live, whether nodes it has no kernel for may run their ops' reference kernels on it, and the
+// function that registers its kernels.
+struct Backend {
+  std::string name;
+  Memory memory = Memory::Host;
+  bool runs_reference_kernels = false;
+  std::function<void(KernelRegistry&)> register_kernels;
+};
+
+class KernelRegistry {
+ public:
+  // Adds a kernel of a registered backend; kernels of one (backend, domain, op) must not overlap
+  // in their opset ranges.
+  void add(KernelDef def);
+  // The kernel of `backend` covering `opset` for (domain, op_type), or null.
+  const KernelDef* find(const std::string& backend, const std::string& domain, const std::string& op_type,
+                        int opset) const;
+  // Every kernel of `backend`, ordered by (domain, op type), then as registered.
+  std::vector<const KernelDef*> entries(const std::string& backend) const;
+
+ private:
+  struct Impl;
+  friend struct Global;  // backend.cc: the process's one registry
+  KernelRegistry();
+  ~KernelRegistry();
+  Impl* impl_;
+};
+
+// Registers a backend and its kernels. Throws when a backend of that name exists.
+void register_backend(Backend backend);
+// The backend named `name`, or null.
+const Backend* find_backend(const std::string& name);
+// Names of every registered backend, in registration order (the built-in ones first).
+std::vector<std::string> backend_names();
+// The registry of every backend's kernels.
+const KernelRegistry& kernels();
+
+// What runs a node on a backend.
+struct Resolved {
+  const ops::KernelFn* kernel = nullptr;
+  const ops::PrepareFn* prepare = nullptr;  // null or an empty function: nothing to prepare
+  bool reference = false;                   // the op's reference kernel (not the backend's own)
+};
+
+// Resolves the kernel of `node` on `backend`. Returns "" and fills `out`, or says why the node
+// cannot run there: unknown backend, unknown op or opset, the schema checker's reason, or "no
+// kernel on backend 'x'" (with the backend kernel checker's reason when it declined the node).
+std::string resolve(const ir::Node& node, const std::string& backend, Resolved* out);
+
+// The kernel that computes an op on the host where weights are transformed (recipe replay,
+// constant folding): the CPU backend's kernel for the node, else the op's reference kernel.
+// Throws an Error naming the node when neither can run it.
+Resolved host_kernel(const ir::Node& node);
+
+// The backend every build and lowering uses unless told otherwise.
+inline constexpr const char* kDefaultBackend = "cpu";
+
+}  // namespace reforge::backends

@@ -1,0 +1,39 @@
+// MatMul on the CPU: a constant 2-D float32 B (a Linear layer's weight) is prepared for the
+// Linear paths (linear.h); everything else runs MatMul's shape logic (ops/nn/matmul.h) with
+// run_matmul, oneDNN for float32.
+#include "backends/cpu/matmul.h"
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/linear.h"
+
+namespace reforge::cpu {
+
+namespace {
+
+void matmul_f32(const MatmulDims& d, const float* a, const float* b, float* c) {
+  if (dnnl_matmul_f32(d, a, b, c)) return;
+  ops::nn::matmul_ref<float>(d, a, b, c);
+}
+
+std::shared_ptr<const void> matmul_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
+  if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
+  return ops::prepare_linear(*constants[1], false);
+}
+
+void matmul_kernel(ops::KernelContext& ctx) {
+  if (const auto* lw = ctx.prepared<ops::LinearWeights>(); lw && ops::run_linear(ctx, ctx.input(0), *lw, nullptr))
+    return;
+  ops::nn::matmul_run(ctx, run_matmul);
+}
+
+}  // namespace
+
+void run_matmul(DType dtype, const MatmulDims& d, const void* a, const void* b, void* c) {
+  ops::nn::matmul_product(dtype, d, a, b, c, matmul_f32);
+}
+
+void register_matmul_kernels(KernelRegistry& r) {
+  r.add({"cpu", "", "MatMul", 1, INT_MAX, matmul_kernel, nullptr, matmul_prepare});
+}
+
+}  // namespace reforge::cpu

@@ -1,0 +1,17 @@
+// Softmax and LogSoftmax over [outer, n, inner] blocks (softmax.cc): the shape logic and the
+// 16-bit and double computations every backend shares; a backend plugs in the float32 block.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/registry.h"
+
+namespace reforge::ops {
+
+// Normalizes one float32 block [n, inner] over n (log: LogSoftmax). `work` holds 2 * inner floats.
+using SoftmaxF32Block = void (*)(const float* x, float* y, int64_t n, int64_t inner, bool log, float* work);
+
+// Softmax (log = false) or LogSoftmax of the node's input, float32 blocks by `f32_block`.
+void softmax_run(KernelContext& ctx, bool log, SoftmaxF32Block f32_block);
+
+}  // namespace reforge::ops

@@ -1,0 +1,16 @@
+// The tensor op family: shape and layout ops, gather/scatter, Pad, Range, Constant and friends.
+// Each file registers its own ops; this file only calls them.
+#include "ops/registry.h"
+#include "ops/tensor/tensor_common.h"
+
+namespace reforge::ops {
+
+void register_tensor_ops(OpRegistry& r) {
+  register_shape_ops(r);
+  register_layout_ops(r);
+  register_pad_ops(r);
+  register_gather_scatter_ops(r);
+  register_tensor_misc_ops(r);
+}
+
+}  // namespace reforge::ops

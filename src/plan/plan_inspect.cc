@@ -1,0 +1,185 @@
+#include "plan/plan_inspect.h"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+
+namespace reforge::plan {
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string hex(uint64_t h) {
+  std::ostringstream os;
+  os << std::hex << std::setw(16) << std::setfill('0') << h;
+  return os.str();
+}
+
+}  // namespace
+
+std::string recipe_summary(const Plan& p, const WeightEntry& w) {
+  if (w.kind != WeightKind::Derived) return "";
+  std::function<std::string(const Operand&)> render = [&](const Operand& o) -> std::string {
+    switch (o.kind) {
+      case Operand::Kind::Source:
+        return p.sources.at(o.index).names.at(0);
+      case Operand::Kind::Literal:
+        return "literal";
+      case Operand::Kind::Step: {
+        const auto& st = w.recipe.steps.at(o.index);
+        std::string s = lower(st.op_type) + "(";
+        for (size_t i = 0; i < st.inputs.size(); ++i) s += (i ? ", " : "") + render(st.inputs[i]);
+        return s + ")";
+      }
+    }
+    return "?";
+  };
+  return render(w.recipe.result);
+}
+
+nlohmann::json value_info_json(const ir::ValueInfo& v) {
+  nlohmann::json e;
+  e["name"] = v.name;
+  e["dtype"] = dtype_name(v.dtype);
+  if (!v.has_shape) {
+    e["shape"] = nullptr;
+    return e;
+  }
+  e["shape"] = nlohmann::json::array();
+  for (const auto& d : v.shape) {
+    if (d.fixed())
+      e["shape"].push_back(d.value);
+    else if (!d.symbol.empty())
+      e["shape"].push_back(d.symbol);
+    else
+      e["shape"].push_back(nullptr);
+  }
+  return e;
+}
+
+nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, bool verified) {
+  size_t weight_bytes = 0, present_bytes = 0;
+  for (const auto& w : p.weights) weight_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+  // A stripped plan stores literal and baked weights only.
+  for (const auto& w : p.weights)
+    if (!p.stripped || w.kind != WeightKind::Derived)
+      present_bytes += static_cast<size_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+  nlohmann::json j;
+  j["producer"] = p.producer;
+  j["model_name"] = p.model_name;
+  j["mode"] = build_mode_name(p.mode);
+  j["precision"] = precision_name(p.precision);
+  j["activations"] = precision_name(p.activations);
+  j["stripped"] = p.stripped;
+  if (file_bytes)
+    j["file_bytes"] = *file_bytes;
+  else
+    j["file_bytes"] = nullptr;
+  j["weight_bytes"] = weight_bytes;
+  j["weight_bytes_present"] = present_bytes;
+  j["nodes"] = p.graph.nodes.size();
+  // Where each node runs (the builder's placement).
+  const std::vector<std::string> backends_of = node_backends(p);
+  j["placement"] = nlohmann::json::array();
+  for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+    const ir::Node& n = p.graph.nodes[i];
+    j["placement"].push_back({{"node", n.name},
+                              {"op_type", n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type},
+                              {"backend", backends_of[i]}});
+  }
+  // The rest of the build options and the target (absent in plans an older reforge wrote).
+  if (p.build) {
+    const BuildRecord& r = *p.build;
+    j["build"] = {{"backend", r.backend},
+                  {"isa", r.isa},
+                  {"weight_packing", weight_packing_name(r.weight_packing)},
+                  {"layouts", {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}}},
+                  {"skip_passes", r.skip_passes},
+                  {"verify_recipes", r.verify_recipes},
+                  {"individual_patterns", p.individual_patterns},
+                  {"literal_names", p.literal_names}};
+  } else {
+    j["build"] = nullptr;
+  }
+  j["inputs"] = nlohmann::json::array();
+  for (const auto& v : p.graph.inputs) j["inputs"].push_back(value_info_json(v));
+  j["outputs"] = nlohmann::json::array();
+  for (const auto& v : p.graph.outputs) j["outputs"].push_back(value_info_json(v));
+  if (verified) {
+    // read_plan has hashed every stored weight by now; reaching here means all matched.
+    size_t n = 0, bytes = 0;
+    for (const auto& w : p.weights)
+      if (w.data.defined()) ++n, bytes += w.data.nbytes();
+    j["verified"] = {{"weights", n}, {"bytes", bytes}};
+  }
+  for (const auto& w : p.weights) {
+    nlohmann::json e;
+    e["name"] = w.name;
+    e["shape"] = w.shape;
+    e["dtype"] = dtype_name(w.dtype);
+    e["kind"] = weight_kind_name(w.kind);
+    std::vector<std::string> srcs;
+    for (uint32_t s : w.sources) srcs.push_back(p.sources[s].key);
+    e["sources"] = srcs;
+    e["recipe"] = recipe_summary(p, w);
+    e["present"] = !(p.stripped && w.kind == WeightKind::Derived);
+    j["weights"].push_back(e);
+  }
+  for (const auto& s : p.sources) {
+    nlohmann::json e;
+    e["key"] = s.key;
+    e["names"] = s.names;
+    e["consumer"] = s.consumer;
+    e["op_type"] = s.op_type;
+    e["shape"] = s.shape;
+    e["dtype"] = dtype_name(s.dtype);
+    e["refittable"] = s.refittable;
+    e["hash"] = hex(s.hash);
+    if (s.binding.status != Binding::Status::None) {
+      std::vector<std::string> names;
+      for (const auto& in : s.binding.checkpoint) names.push_back(in.name);
+      e["binding"] = {
+          {"status", binding_status_name(s.binding.status)}, {"checkpoint", names}, {"note", s.binding.note}};
+      if (s.binding.status == Binding::Status::Constant) {
+        e["binding"]["reason"] = binding_reason_name(s.binding.reason);
+        e["binding"]["rule"] = s.binding.rule;
+      }
+    }
+    j["sources"].push_back(e);
+  }
+  // Every literal with why it is one; every source a checkpoint refit cannot derive.
+  j["literals"] = nlohmann::json::array();
+  for (const auto& n : p.literal_names)
+    j["literals"].push_back({{"name", n}, {"reason", "user"}, {"rule", "--literal"}});
+  for (const auto& w : p.weights)
+    if (w.kind == WeightKind::Literal)
+      j["literals"].push_back(
+          {{"name", w.name},
+           {"reason", "structural"},
+           {"rule", "integer or bool tensor, Constant node, shape/axes/index input, or folded from these"}});
+  for (const auto& s : p.sources)
+    if (s.binding.status == Binding::Status::Constant)
+      j["literals"].push_back({{"name", s.names.empty() ? s.key : s.names[0]},
+                               {"source", s.key},
+                               {"consumer", s.consumer},
+                               {"reason", binding_reason_name(s.binding.reason)},
+                               {"rule", s.binding.rule},
+                               {"scope", "checkpoint refit (an ONNX refit takes it from the new model)"}});
+  j["unbound"] = nlohmann::json::array();
+  for (const auto& s : p.sources)
+    if (s.refittable && s.binding.status == Binding::Status::Unbound)
+      j["unbound"].push_back({{"name", s.names.empty() ? s.key : s.names[0]},
+                              {"source", s.key},
+                              {"consumer", s.consumer},
+                              {"op_type", s.op_type},
+                              {"why", s.binding.note}});
+  return j;
+}
+
+}  // namespace reforge::plan
