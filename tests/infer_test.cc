@@ -207,6 +207,20 @@ TEST(InferReshape, BackFromRowsCancelsTheProduct) {
   EXPECT_EQ(b.type("y"), "float32[batch,seq,768]");
 }
 
+TEST(InferReshape, TargetFromAGraphInputsValue) {
+  GraphBuilder b;
+  b.input("x", DType::Float32, {2, 3, 4}).input("s", DType::Int64, {2}).node("Reshape", {"x", "s"}, {"y"});
+  EXPECT_EQ(b.graph().inputs.size(), 2u);
+  GraphTypes t = b.infer();
+  EXPECT_EQ(t.find("y")->shape.size(), 2u);  // the target's length only
+  EXPECT_FALSE(t.find("y")->shape[0].known());
+  // With the input's value given (one run of the graph): [6, -1] -> [6, 4].
+  std::map<std::string, Tensor> values{{"s", ints({6, -1})}};
+  InferOptions o;
+  o.input_values = &values;
+  EXPECT_EQ(infer_graph(b.graph(), o).find("y")->str(), "float32[6,4]");
+}
+
 TEST(InferReshape, ElementCountMismatchNamesTheNode) {
   GraphBuilder b;
   b.input("x", DType::Float32, {2, 3}).init("s", ints({4, 2})).node("Reshape", {"x", "s"}, {"r"});

@@ -162,7 +162,17 @@ GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options) {
       auto it = options.input_shapes->find(in.name);
       if (it != options.input_shapes->end()) fixed = &it->second;
     }
-    if (fixed) {
+    const Tensor* value = nullptr;
+    if (options.input_values) {
+      auto it = options.input_values->find(in.name);
+      if (it != options.input_values->end() && it->second.defined()) value = &it->second;
+    }
+    if (value) {
+      g.types[in.name] = type_of(*value);
+      g.constants[in.name] = *value;
+      if (is_shape_int(value->dtype()) && value->rank() <= 1 && value->numel() <= kMaxDimsValue)
+        g.dims_values[in.name] = dims_of_constant(*value);
+    } else if (fixed) {
       g.types[in.name] = ValueType::of(in.dtype, SymShape(fixed->begin(), fixed->end()));
     } else if (in.has_shape) {
       SymShape s;
