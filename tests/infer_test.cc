@@ -207,6 +207,20 @@ TEST(InferReshape, BackFromRowsCancelsTheProduct) {
   EXPECT_EQ(b.type("y"), "float32[batch,seq,768]");
 }
 
+TEST(InferReshape, TargetFromAGraphInputsValue) {
+  GraphBuilder b;
+  b.input("x", DType::Float32, {2, 3, 4}).input("s", DType::Int64, {2}).node("Reshape", {"x", "s"}, {"y"});
+  EXPECT_EQ(b.graph().inputs.size(), 2u);
+  GraphTypes t = b.infer();
+  EXPECT_EQ(t.find("y")->shape.size(), 2u);  // the target's length only
+  EXPECT_FALSE(t.find("y")->shape[0].known());
+  // With the input's value given (one run of the graph): [6, -1] -> [6, 4].
+  std::map<std::string, Tensor> values{{"s", ints({6, -1})}};
+  InferOptions o;
+  o.input_values = &values;
+  EXPECT_EQ(infer_graph(b.graph(), o).find("y")->str(), "float32[6,4]");
+}
+
 TEST(InferReshape, ElementCountMismatchNamesTheNode) {
   GraphBuilder b;
   b.input("x", DType::Float32, {2, 3}).init("s", ints({4, 2})).node("Reshape", {"x", "s"}, {"r"});
@@ -606,6 +620,25 @@ TEST(InferModels, ExportsInferToTheirReferenceShapes) {
     }
   }
   std::cout << "compared " << compared << " model outputs with their references\n";
+}
+
+TEST(InferFolding, KnownShapeValuesFoldLikeConstants) {
+  // Range(0.0, float(Shape(x)[1]), 1.0): the float bound is not a dims value, but with one input
+  // signature fixed Shape's contents are numbers, so Gather, Cast and Range fold.
+  GraphBuilder b;
+  b.input("x", DType::Int64, {"batch", "seq"})
+      .node("Shape", {"x"}, {"shape"})
+      .init("i1", scalar_int(1))
+      .node("Gather", {"shape", "i1"}, {"n"})
+      .node("Cast", {"n"}, {"nf"}, {ir::int_attr("to", 1)})
+      .init("zero", make<float>({}, {0.0f}))
+      .init("one", make<float>({}, {1.0f}))
+      .node("Range", {"zero", "nf", "one"}, {"pos"});
+  std::map<std::string, Shape> shapes{{"x", {2, 7}}};
+  EXPECT_EQ(b.type("pos", &shapes), "float32[7]");
+  GraphTypes t = b.infer();
+  EXPECT_EQ(t.find("pos")->shape.size(), 1u);
+  EXPECT_FALSE(t.find("pos")->shape[0].known());  // symbolic: a float bound is not followed
 }
 
 // ---- Registry coverage ---------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // Whole-graph inference (ops/infer_graph.h).
 #include "ops/infer_graph.h"
 
+#include <cstdint>
+
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -80,6 +82,31 @@ class NodeContext final : public InferContext {
   int& next_symbol_;
 };
 
+// Records value `name` as a constant when its type is an integer tensor of rank 0 or 1 and its
+// contents (dims value) are all known numbers.
+void materialize_dims_value(const std::string& name, GraphTypes& g) {
+  auto d = g.dims_values.find(name);
+  auto t = g.types.find(name);
+  if (d == g.dims_values.end() || t == g.types.end()) return;
+  const ValueType& vt = t->second;
+  if (!is_shape_int(vt.dtype) || !vt.fully_known() || vt.shape.size() > 1) return;
+  const int64_t n = vt.shape.empty() ? 1 : vt.shape[0].value();
+  if (n != static_cast<int64_t>(d->second.size())) return;
+  for (const auto& x : d->second)
+    if (!x.known()) return;
+  Tensor c = Tensor::empty(vt.dtype, Shape(vt.shape.size(), n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t v = d->second[static_cast<size_t>(i)].value();
+    if (vt.dtype == DType::Int64) {
+      c.mutable_data<int64_t>()[i] = v;
+    } else {
+      if (v < INT32_MIN || v > INT32_MAX) return;
+      c.mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
+    }
+  }
+  g.constants[name] = std::move(c);
+}
+
 // Runs the node's kernel when every input is a small constant and the op is deterministic.
 void try_fold(const ir::Node& node, const OpDef& def, GraphTypes& g) {
   if (!def.kernel || !is_deterministic(node)) return;
@@ -135,7 +162,17 @@ GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options) {
       auto it = options.input_shapes->find(in.name);
       if (it != options.input_shapes->end()) fixed = &it->second;
     }
-    if (fixed) {
+    const Tensor* value = nullptr;
+    if (options.input_values) {
+      auto it = options.input_values->find(in.name);
+      if (it != options.input_values->end() && it->second.defined()) value = &it->second;
+    }
+    if (value) {
+      g.types[in.name] = type_of(*value);
+      g.constants[in.name] = *value;
+      if (is_shape_int(value->dtype()) && value->rank() <= 1 && value->numel() <= kMaxDimsValue)
+        g.dims_values[in.name] = dims_of_constant(*value);
+    } else if (fixed) {
       g.types[in.name] = ValueType::of(in.dtype, SymShape(fixed->begin(), fixed->end()));
     } else if (in.has_shape) {
       SymShape s;
@@ -165,6 +202,11 @@ GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options) {
       if (!node.outputs[i].empty() && !g.types.count(node.outputs[i]))
         ctx.fail("inference gave no type for output " + std::to_string(i) + " ('" + node.outputs[i] + "')");
     try_fold(node, *def, g);
+    // A shape value whose every element is known is a constant like any other: nodes reading it
+    // (a Cast to float feeding Range, arithmetic on sizes) fold, so that with one input signature
+    // fixed every size that does not depend on data comes out as a number.
+    for (const auto& o : node.outputs)
+      if (!o.empty() && !g.constants.count(o)) materialize_dims_value(o, g);
   }
   return g;
 }

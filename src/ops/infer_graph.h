@@ -21,6 +21,9 @@ struct InferOptions {
   // Fixes the graph inputs' shapes (one input signature): every dimension then comes out as a
   // number unless it depends on data. Inputs not named keep their declared shapes.
   const std::map<std::string, Shape>* input_shapes = nullptr;
+  // Fixes the values of some graph inputs too (their shapes then come from these tensors): they
+  // are followed as constants, e.g. to check inference against one run of the graph.
+  const std::map<std::string, Tensor>* input_values = nullptr;
   // A node whose op has no inference: an Error (true) or outputs of unknown type (false).
   bool require_all = true;
 };

@@ -17,10 +17,10 @@
 // the run.
 //
 // Every data set also checks shape and type inference against the truth: the imported graph is
-// inferred with the data set's input shapes (ops::infer_graph with InferOptions::input_shapes),
-// and every graph output's inferred dtype and shape must be those of the tensor the run produced
-// and of the expected output; a dimension that stays symbolic is not compared (its rank is). An
-// inference that throws where the run succeeds fails the test too.
+// inferred with the data set's input shapes and the values of its small integer inputs
+// (ops::infer_graph with InferOptions::input_shapes and input_values), and every graph output's inferred dtype and
+// shape must be those of the tensor the run produced and of the expected output; a dimension that stays symbolic is not
+// compared (its rank is). An inference that throws where the run succeeds fails the test too.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -161,16 +161,24 @@ std::string type_disagreement(const ops::ValueType& v, const Tensor& t) {
   return ok ? "" : v.str() + ", but " + dtype_name(t.dtype()) + shape_str(t.shape());
 }
 
-// Infers `graph` with the shapes of the first `fed` values as its inputs' shapes and compares
+// Infers `graph` with the shapes of the first `fed` values as its inputs' shapes (and the values
+// of small integer ones, which shape-like inputs are, so that sizes computed from them are
+// checked as numbers) and compares
 // each graph output's inferred type with `outs` (what the run produced, in the runner's output
 // order) and the data set's expected outputs. Returns "" or why they disagree.
 std::string check_inference(const ir::Graph& graph, const std::vector<Tensor>& values, size_t fed,
                             const std::vector<ir::ValueInfo>& out_infos, const std::vector<Tensor>& outs,
                             const fs::path& set) {
   std::map<std::string, Shape> shapes;
-  for (size_t i = 0; i < fed && i < graph.inputs.size(); ++i) shapes[graph.inputs[i].name] = values[i].shape();
+  std::map<std::string, Tensor> shape_values;  // small integer inputs: shapes, axes, bounds, counts
+  for (size_t i = 0; i < fed && i < graph.inputs.size(); ++i) {
+    shapes[graph.inputs[i].name] = values[i].shape();
+    if (is_integer(values[i].dtype()) && values[i].rank() <= 1 && values[i].numel() <= 64)
+      shape_values[graph.inputs[i].name] = values[i];
+  }
   ops::InferOptions o;
   o.input_shapes = &shapes;
+  o.input_values = &shape_values;
   o.require_all = ops::kEveryOpInferred;
   ops::GraphTypes types;
   try {
