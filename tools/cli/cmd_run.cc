@@ -1,9 +1,16 @@
-// `reforge run MODEL.onnx --input NAME=FILE.npy ... [--output-dir DIR] [--expect NAME=REF.npy ...]
+// `reforge run MODEL.onnx [--input NAME=FILE.npy ...] [--seed N] [--shape INPUT=AxB|SYMBOL=N ...]
+//             [--int-range LOW:HIGH] [--output-dir DIR] [--expect NAME=REF.npy ...] [--json]
 //             [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
+// Inputs given no --input are synthesized from their declared type and shape (common.h,
+// complete_inputs) and listed on stderr. The output folder and the --expect names are checked
+// before the model runs. With --json, stdout is one JSON document (inputs, outputs, comparisons).
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "common.h"
+#include "core/nearest_names.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "plan_loading.h"
@@ -22,7 +29,11 @@ struct RunArgs {
   std::string precision, activations;
   bool allow_nonfinite = false;
   bool no_verify = false;
+  bool json = false;
+  SynthOptions synth;
 };
+
+nlohmann::ordered_json shape_json(const Tensor& t) { return nlohmann::ordered_json(t.shape()); }
 }  // namespace
 
 Runner add_run(CLI::App& app) {
@@ -34,15 +45,32 @@ Runner add_run(CLI::App& app) {
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "with --weights: accept NaN/Inf in the new weights (refused by default)")
       ->needs(w);
-  app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
+  app.add_option("--input,-i", a->inputs,
+                 "NAME=FILE.npy for a graph input; inputs not given are synthesized (see --seed, --shape)");
+  add_synthetic_options(app, a->synth);
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
   app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
+  app.add_flag("--json", a->json, "print one JSON document on stdout (inputs, outputs, comparisons)");
   add_precision_options(app, a->precision, a->activations);
   add_no_verify_option(app, a->no_verify);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
+    // Output folder first: a run of minutes must not end in "cannot create folder".
+    if (!a->output_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(a->output_dir, ec);
+      if (ec) fail("--output-dir '", a->output_dir, "': cannot create the folder: ", ec.message());
+      if (!std::filesystem::is_directory(a->output_dir))
+        fail("--output-dir '", a->output_dir, "' exists and is not a folder");
+    }
+    std::vector<std::pair<std::string, std::string>> expects;
+    for (const auto& spec : a->expects) {
+      auto eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0) fail("--expect '", spec, "' is not NAME=REF.npy");
+      expects.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+    }
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
@@ -52,36 +80,75 @@ Runner add_run(CLI::App& app) {
     lo.verify_weights = !a->no_verify;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
+    std::vector<std::string> output_names;
+    for (const auto& o : engine.outputs()) output_names.push_back(o.name);
+    // References are read before the run too: a missing file or a wrong name fails now.
+    std::map<std::string, Tensor> refs;
+    for (const auto& [name, file] : expects) {
+      if (std::find(output_names.begin(), output_names.end(), name) == output_names.end()) {
+        auto near = nearest_names(name, output_names);
+        fail(
+            "--expect names '", name, "', which is not an output of the model",
+            near.empty() ? "; its outputs: " + quoted_list(output_names) : "; did you mean " + quoted_list(near) + "?");
+      }
+      if (refs.count(name)) fail("--expect gives output '", name, "' twice");
+      refs[name] = read_npy(file);
+    }
+    auto made = complete_inputs(inputs, engine.inputs(), a->synth);
+    std::cerr << describe_synthesized(inputs, made, a->synth);
     auto outs = engine.run(inputs);
-    if (!a->output_dir.empty()) std::filesystem::create_directories(a->output_dir);
+    nlohmann::ordered_json doc;
+    doc["model"] = a->model;
+    doc["inputs"] = nlohmann::ordered_json::array();
+    for (const auto& in : engine.inputs()) {
+      const Tensor& t = inputs.at(in.name);
+      doc["inputs"].push_back({{"name", in.name},
+                               {"dtype", dtype_name(t.dtype())},
+                               {"shape", shape_json(t)},
+                               {"synthesized", std::find(made.begin(), made.end(), in.name) != made.end()}});
+    }
+    if (!made.empty()) doc["seed"] = a->synth.seed;
+    doc["outputs"] = nlohmann::ordered_json::array();
     for (size_t i = 0; i < outs.size(); ++i) {
-      const std::string& name = engine.outputs()[i].name;
-      std::cout << name << ": " << outs[i].describe() << "\n";
-      if (!a->output_dir.empty())
-        write_npy((std::filesystem::path(a->output_dir) / (safe_file_name(name) + ".npy")).string(), outs[i]);
+      const std::string& name = output_names[i];
+      nlohmann::ordered_json o = {
+          {"name", name}, {"dtype", dtype_name(outs[i].dtype())}, {"shape", shape_json(outs[i])}};
+      if (!a->json) std::cout << name << ": " << outs[i].describe() << "\n";
+      if (!a->output_dir.empty()) {
+        std::string file = (std::filesystem::path(a->output_dir) / (safe_file_name(name) + ".npy")).string();
+        write_npy(file, outs[i]);
+        o["file"] = file;
+      }
+      doc["outputs"].push_back(o);
     }
     int rc = 0;
-    for (const auto& spec : a->expects) {
-      auto eq = spec.find('=');
-      if (eq == std::string::npos) fail("--expect '", spec, "' is not NAME=REF.npy");
-      std::string name = spec.substr(0, eq);
-      size_t idx = outs.size();
-      for (size_t i = 0; i < outs.size(); ++i)
-        if (engine.outputs()[i].name == name) idx = i;
-      if (idx == outs.size()) fail("--expect names '", name, "', which is not an output of the model");
-      Tensor ref = read_npy(spec.substr(eq + 1));
+    doc["compare"] = nlohmann::ordered_json::array();
+    for (const auto& [name, file] : expects) {
+      size_t idx = std::find(output_names.begin(), output_names.end(), name) - output_names.begin();
+      const Tensor& ref = refs.at(name);
+      nlohmann::ordered_json c = {{"name", name}, {"reference", file}, {"tolerance", a->tolerance}};
       if (ref.shape() != outs[idx].shape()) {
-        std::cout << "compare " << name << ": shape " << outs[idx].describe() << " vs reference " << ref.describe()
-                  << ": MISMATCH\n";
+        if (!a->json)
+          std::cout << "compare " << name << ": shape " << outs[idx].describe() << " vs reference " << ref.describe()
+                    << ": MISMATCH\n";
+        c["shape_mismatch"] = true;
+        c["reference_shape"] = shape_json(ref);
+        c["ok"] = false;
         rc = 1;
-        continue;
+      } else {
+        double d = max_abs_diff(outs[idx], ref);
+        bool ok = d <= a->tolerance;
+        if (!a->json)
+          std::cout << "compare " << name << ": max abs diff " << d << " (tolerance " << a->tolerance
+                    << "): " << (ok ? "OK" : "MISMATCH") << "\n";
+        c["max_abs_diff"] = std::isnan(d) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(d);
+        c["ok"] = ok;
+        if (!ok) rc = 1;
       }
-      double d = max_abs_diff(outs[idx], ref);
-      bool ok = d <= a->tolerance;
-      std::cout << "compare " << name << ": max abs diff " << d << " (tolerance " << a->tolerance
-                << "): " << (ok ? "OK" : "MISMATCH") << "\n";
-      if (!ok) rc = 1;
+      doc["compare"].push_back(c);
     }
+    doc["ok"] = rc == 0;
+    if (a->json) std::cout << doc.dump(2) << "\n";
     return rc;
   };
 }

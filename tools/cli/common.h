@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ir/graph.h"
 #include "plan/plan.h"
 
 namespace reforge::cli {
@@ -37,6 +38,28 @@ void note_bf16_activations(plan::Precision activations);
 
 // Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);
+// Synthetic inputs for graph inputs given no --input (as trtexec and Polygraphy make them):
+// floating-point inputs uniform in [-1, 1), integer inputs uniform in [int_low, int_high), bool
+// inputs 0 or 1, all from one generator seeded with `seed`, drawn input by input in declaration
+// order, so the same seed gives the same bytes on every machine.
+struct SynthOptions {
+  uint64_t seed = 0;
+  std::vector<std::string> shapes;  // "INPUT=1x128" (a whole shape) or "SYMBOL=4" (a symbolic dim)
+  std::string int_range;            // "LOW:HIGH" (HIGH excluded); "" is [0, 100)
+};
+// Adds `--seed`, `--shape` and `--int-range` to `app`.
+void add_synthetic_options(CLI::App& app, SynthOptions& options);
+// Fills in every declared input missing from `inputs` with synthetic data shaped as declared:
+// fixed dims as they are, a symbolic dim from `--shape SYMBOL=N`, or the whole shape from
+// `--shape INPUT=AxB`. A dim neither fixed nor given is an error naming the input, the dim and its
+// symbol (a size is never guessed); so is an input given that the model does not declare, and a
+// --shape naming neither an input nor a symbol. Returns the names synthesized, in declared order.
+std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
+                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& options);
+// One line per synthesized input for stderr: "synthesized input 'x': float32[1,3] uniform in [-1, 1) (seed 0)".
+std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, const std::vector<std::string>& names,
+                                 const SynthOptions& options);
+
 // Output file name for a tensor name: characters outside [A-Za-z0-9._-] become '_'.
 std::string safe_file_name(const std::string& name);
 
