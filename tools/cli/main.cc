@@ -5,6 +5,7 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/version.h"
+#include "hints.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"reforge: an inference-engine compiler for ONNX models with trustworthy refit"};
@@ -26,7 +27,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    int rc = app.exit(e);
+    if (rc != 0) std::cerr << reforge::cli::parse_error_hints(app, std::vector<std::string>(argv + 1, argv + argc));
+    return rc == 0 ? 0 : 2;
   }
   try {
     for (auto& [sub, runner] : cmds)
