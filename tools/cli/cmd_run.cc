@@ -13,6 +13,7 @@
 #include "core/nearest_names.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
+#include "onnxrt_compare.h"
 #include "plan_loading.h"
 
 namespace reforge::cli {
@@ -31,7 +32,14 @@ struct RunArgs {
   bool no_verify = false;
   bool json = false;
   SynthOptions synth;
+  bool compare_onnxrt = false;
+  std::string onnxrt_model, python;
+  std::vector<std::string> atol, rtol;
 };
+
+nlohmann::ordered_json number(double v) {
+  return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v);
+}
 
 nlohmann::ordered_json shape_json(const Tensor& t) { return nlohmann::ordered_json(t.shape()); }
 }  // namespace
@@ -53,6 +61,21 @@ Runner add_run(CLI::App& app) {
   app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   app.add_flag("--json", a->json, "print one JSON document on stdout (inputs, outputs, comparisons)");
+  auto* ort = app.add_flag("--compare-onnxrt", a->compare_onnxrt,
+                           "run the ONNX model in ONNX Runtime on the same inputs too and compare every output "
+                           "(max abs, max rel, mean abs error; exit 1 if any is outside --atol/--rtol)");
+  app.add_option("--onnxrt-model", a->onnxrt_model,
+                 "with --compare-onnxrt: the ONNX model for ONNX Runtime (needed when MODEL is a plan or --weights "
+                 "is given)")
+      ->needs(ort);
+  app.add_option("--atol", a->atol, "with --compare-onnxrt: absolute tolerance, X or OUTPUT=X (default 1e-4)")
+      ->needs(ort);
+  app.add_option("--rtol", a->rtol, "with --compare-onnxrt: relative tolerance, X or OUTPUT=X (default 1e-3)")
+      ->needs(ort);
+  app.add_option("--python", a->python,
+                 "with --compare-onnxrt: the Python with onnxruntime (default $REFORGE_PYTHON, else the source "
+                 "tree's .venv)")
+      ->needs(ort);
   add_precision_options(app, a->precision, a->activations);
   add_no_verify_option(app, a->no_verify);
   return [a]() {
@@ -71,6 +94,16 @@ Runner add_run(CLI::App& app) {
       if (eq == std::string::npos || eq == 0) fail("--expect '", spec, "' is not NAME=REF.npy");
       expects.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
     }
+    std::string ort_model = a->onnxrt_model;
+    if (a->compare_onnxrt && ort_model.empty()) {
+      if (is_plan_file(a->model))
+        fail("--compare-onnxrt: '", a->model, "' is a plan; give the ONNX model it was built from with --onnxrt-model");
+      if (!a->weights.empty())
+        fail("--compare-onnxrt with --weights: give the ONNX model holding those weights with --onnxrt-model");
+      ort_model = a->model;
+    }
+    if (!ort_model.empty() && is_plan_file(ort_model))
+      fail("--onnxrt-model '", ort_model, "' is a plan, not an ONNX model");
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
@@ -94,6 +127,9 @@ Runner add_run(CLI::App& app) {
       if (refs.count(name)) fail("--expect gives output '", name, "' twice");
       refs[name] = read_npy(file);
     }
+    for (const auto& name : output_names)  // a wrong output name or value fails before the run
+      for (const char* flag : {"--atol", "--rtol"})
+        tolerance_for(flag[2] == 'a' ? a->atol : a->rtol, name, 0, output_names, flag);
     auto made = complete_inputs(inputs, engine.inputs(), a->synth);
     std::cerr << describe_synthesized(inputs, made, a->synth);
     auto outs = engine.run(inputs);
@@ -146,6 +182,47 @@ Runner add_run(CLI::App& app) {
         if (!ok) rc = 1;
       }
       doc["compare"].push_back(c);
+    }
+    if (a->compare_onnxrt) {
+      auto ref = run_onnxrt(ort_model, inputs, a->python);
+      if (!a->json)
+        std::cout << "compare with ONNX Runtime (" << ort_model << "):\n"
+                  << "  output                          max abs      max rel     mean abs        atol        rtol  "
+                     "result\n";
+      doc["onnxrt"] = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const std::string& name = output_names[i];
+        double atol = tolerance_for(a->atol, name, 1e-4, output_names, "--atol");
+        double rtol = tolerance_for(a->rtol, name, 1e-3, output_names, "--rtol");
+        nlohmann::ordered_json c = {{"name", name}, {"atol", atol}, {"rtol", rtol}};
+        auto it = ref.find(name);
+        char line[256];
+        if (it == ref.end() || it->second.shape() != outs[i].shape()) {
+          std::string why = it == ref.end()
+                                ? "ONNX Runtime gave no output of this name"
+                                : "shape " + outs[i].describe() + " vs ONNX Runtime " + it->second.describe();
+          if (!a->json) std::cout << "  " << name << ": " << why << ": FAIL\n";
+          c["error"] = why;
+          c["pass"] = false;
+          rc = 1;
+        } else {
+          ErrorStats s = compare_tensors(outs[i], it->second, atol, rtol);
+          std::snprintf(line, sizeof line, "  %-28s %12.4g %12.4g %12.4g %11.3g %11.3g  %s", name.c_str(), s.max_abs,
+                        s.max_rel, s.mean_abs, atol, rtol, s.pass ? "PASS" : "FAIL");
+          if (!a->json) {
+            std::cout << line;
+            if (!s.pass) std::cout << " (" << s.failing << " of " << outs[i].numel() << " elements outside)";
+            std::cout << "\n";
+          }
+          c["max_abs"] = number(s.max_abs);
+          c["max_rel"] = number(s.max_rel);
+          c["mean_abs"] = number(s.mean_abs);
+          c["failing_elements"] = s.failing;
+          c["pass"] = s.pass;
+          if (!s.pass) rc = 1;
+        }
+        doc["onnxrt"].push_back(c);
+      }
     }
     doc["ok"] = rc == 0;
     if (a->json) std::cout << doc.dump(2) << "\n";
