@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -223,6 +224,16 @@ std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, co
     os << " (seed " << o.seed << ")\n";
   }
   return os.str();
+}
+
+void check_output_file(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) fail(flag, " '", path, "': the folder '", dir.string(), "' does not exist");
+  if (!fs::is_directory(dir, ec)) fail(flag, " '", path, "': '", dir.string(), "' is not a folder");
+  if (fs::is_directory(p, ec)) fail(flag, " '", path, "' is a folder, not a file");
 }
 
 std::string safe_file_name(const std::string& name) {

@@ -60,6 +60,10 @@ std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
 std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, const std::vector<std::string>& names,
                                  const SynthOptions& options);
 
+// Before long work that ends in writing `path` (named by option `flag`): fails, naming the file
+// and the reason, when its folder does not exist or is not a folder, or `path` is a folder.
+void check_output_file(const std::string& path, const char* flag);
+
 // Output file name for a tensor name: characters outside [A-Za-z0-9._-] become '_'.
 std::string safe_file_name(const std::string& name);
 
