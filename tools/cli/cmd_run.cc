@@ -23,7 +23,7 @@ struct RunArgs {
   std::string model;
   std::vector<std::string> inputs;
   std::vector<std::string> expects;
-  std::string output_dir;
+  std::string output_dir, save_inputs;
   double tolerance = 1e-4;
   int threads = 0;
   std::vector<std::string> weights;
@@ -57,6 +57,7 @@ Runner add_run(CLI::App& app) {
                  "NAME=FILE.npy for a graph input; inputs not given are synthesized (see --seed, --shape)");
   add_synthetic_options(app, a->synth);
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
+  app.add_option("--save-inputs", a->save_inputs, "write every input, given or synthesized, to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
   app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
@@ -81,12 +82,13 @@ Runner add_run(CLI::App& app) {
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     // Output folder first: a run of minutes must not end in "cannot create folder".
-    if (!a->output_dir.empty()) {
+    for (auto [flag, dir] : {std::pair<const char*, std::string>{"--output-dir", a->output_dir},
+                             std::pair<const char*, std::string>{"--save-inputs", a->save_inputs}}) {
+      if (dir.empty()) continue;
       std::error_code ec;
-      std::filesystem::create_directories(a->output_dir, ec);
-      if (ec) fail("--output-dir '", a->output_dir, "': cannot create the folder: ", ec.message());
-      if (!std::filesystem::is_directory(a->output_dir))
-        fail("--output-dir '", a->output_dir, "' exists and is not a folder");
+      std::filesystem::create_directories(dir, ec);
+      if (ec) fail(flag, " '", dir, "': cannot create the folder: ", ec.message());
+      if (!std::filesystem::is_directory(dir)) fail(flag, " '", dir, "' exists and is not a folder");
     }
     std::vector<std::pair<std::string, std::string>> expects;
     for (const auto& spec : a->expects) {
@@ -132,6 +134,9 @@ Runner add_run(CLI::App& app) {
         tolerance_for(flag[2] == 'a' ? a->atol : a->rtol, name, 0, output_names, flag);
     auto made = complete_inputs(inputs, engine.inputs(), a->synth);
     std::cerr << describe_synthesized(inputs, made, a->synth);
+    if (!a->save_inputs.empty())
+      for (const auto& [name, t] : inputs)
+        write_npy((std::filesystem::path(a->save_inputs) / (safe_file_name(name) + ".npy")).string(), t);
     auto outs = engine.run(inputs);
     nlohmann::ordered_json doc;
     doc["model"] = a->model;
