@@ -199,12 +199,34 @@ TEST(CliChecks, OutputFolderAndExpectNamesBeforeTheRun) {
       << expect.output;
   EXPECT_EQ(expect.output.find("synthesized input"), std::string::npos) << "checked after the inputs were made";
   std::ofstream(d + "/file") << "x";
-  auto out = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2 -o " + d + "/file");
+  auto out = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2 -o " + d + "/file/out");
   EXPECT_EQ(WEXITSTATUS(out.status), 1);
-  EXPECT_NE(out.output.find("--output-dir '" + d + "/file'"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("--output-dir '" + d + "/file/out': '" + d + "/file' is not a folder"), std::string::npos)
+      << out.output;
+  EXPECT_EQ(out.output.find("synthesized input"), std::string::npos) << "checked after the inputs were made";
   auto build = run_cli("build " + kGpt2 + " -o " + d + "/missing/a.plan");
   EXPECT_EQ(WEXITSTATUS(build.status), 1);
   EXPECT_NE(build.output.find("the folder '" + d + "/missing' does not exist"), std::string::npos) << build.output;
+}
+
+TEST(CliProgress, VerbosePrintsEveryPhaseQuietNone) {
+  std::string d = fresh_dir("progress");
+  auto v = run_cli("build " + kGpt2 + " --refit -o " + d + "/a.plan --verbose");
+  ASSERT_EQ(v.status, 0) << v.output;
+  for (const char* phase : {"reforge: importing '", "reforge: building '", "reforge: writing '"})
+    EXPECT_NE(v.output.find(phase), std::string::npos) << phase << "\n" << v.output;
+  EXPECT_NE(v.output.find("(passes, weight packing): done in "), std::string::npos) << v.output;
+  auto r = run_cli("--verbose refit " + d + "/a.plan -w " + kGpt2B + " -o " + d + "/b.plan");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("reforge: refitting from '" + kGpt2B + "': done in "), std::string::npos) << r.output;
+  // Quick phases print nothing by default; --quiet also drops the notes.
+  auto n = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2");
+  ASSERT_EQ(n.status, 0) << n.output;
+  EXPECT_EQ(n.output.find("reforge: "), std::string::npos) << n.output;
+  EXPECT_NE(n.output.find("synthesized input"), std::string::npos) << n.output;
+  auto q = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2 --quiet");
+  ASSERT_EQ(q.status, 0) << q.output;
+  EXPECT_EQ(q.output, "logits: float32[1,2,128]\n");
 }
 
 bool venv_has_onnxruntime() {

@@ -22,6 +22,7 @@
 #include "core/timing.h"
 #include "onnx/importer.h"
 #include "plan_loading.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -161,7 +162,7 @@ Runner add_bench(CLI::App& app) {
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);
     auto made = complete_inputs(inputs, engine.inputs(), a->synth);
-    std::cerr << describe_synthesized(inputs, made, a->synth);
+    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth);
     for (int i = 0; i < a->warmup; ++i) engine.run(inputs);
     std::vector<double> times;
     auto start = std::chrono::steady_clock::now();

@@ -14,6 +14,7 @@
 #include "common.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -78,13 +79,19 @@ Runner add_build(CLI::App& app) {
     o.precision = parse_precision(a->precision);
     o.activations = parse_precision(a->activations);
     o.validate();
-    note_bf16_activations(o.activations);
+    if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();
     plan::Plan p;
     if (a->checkpoints.empty()) {
       if (!a->binds.empty() || !a->bind_file.empty() || a->strict_binding || a->allow_partial)
         fail("--bind, --bind-file, --strict-binding and --allow-partial-binding need --checkpoint");
-      p = build::build_plan(onnx::import_model_file(a->model), o);
+      ir::Graph g;
+      {
+        Phase phase("importing '" + a->model + "'");
+        g = onnx::import_model_file(a->model);
+      }
+      Phase phase("building '" + a->model + "' (passes, weight packing)");
+      p = build::build_plan(std::move(g), o);
     } else {
       build::BindOptions bo;
       if (!a->bind_file.empty()) {
@@ -101,7 +108,15 @@ Runner add_build(CLI::App& app) {
       bo.allow_partial = a->allow_partial;
       auto ckpt = refit::Checkpoint::open(a->checkpoints);
       build::BindResult r;
-      p = build::build_plan_with_checkpoint(onnx::import_model_file(a->model), o, ckpt, bo, &r);
+      ir::Graph g;
+      {
+        Phase phase("importing '" + a->model + "'");
+        g = onnx::import_model_file(a->model);
+      }
+      {
+        Phase phase("building '" + a->model + "' bound to " + ckpt.description());
+        p = build::build_plan_with_checkpoint(std::move(g), o, ckpt, bo, &r);
+      }
       size_t bound = 0, constant = 0, unbound = 0;
       for (const auto& s : p.sources)
         (s.binding.status == plan::Binding::Status::Bound      ? bound
@@ -127,7 +142,10 @@ Runner add_build(CLI::App& app) {
         out << "a refit from a checkpoint will be refused until every source is bound (--bind, --literal); "
                "a refit from a re-exported ONNX model works\n";
     }
-    plan::write_plan(p, a->out);
+    {
+      Phase phase("writing '" + a->out + "'");
+      plan::write_plan(p, a->out);
+    }
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     size_t derived = 0, literal = 0, baked = 0, refittable = 0;
     for (const auto& w : p.weights)

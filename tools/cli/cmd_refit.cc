@@ -9,6 +9,7 @@
 #include "common.h"
 #include "plan/plan_io.h"
 #include "plan_loading.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -46,7 +47,10 @@ Runner add_refit(CLI::App& app) {
     lo.verify_weights = true;
     auto engine = load_engine(a->plan, lo);
     refit::RefitReport rep = refit_engine(*engine, o);
-    plan::write_plan(engine->current_plan(a->strip), out);
+    {
+      Phase phase("writing '" + out + "'");
+      plan::write_plan(engine->current_plan(a->strip), out);
+    }
     (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (a->strip ? " (stripped)" : "") << "\n";
     if (a->json) {
       const refit::CommitReport& c = rep.commit;

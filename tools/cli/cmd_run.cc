@@ -15,6 +15,7 @@
 #include "onnx/importer.h"
 #include "onnxrt_compare.h"
 #include "plan_loading.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -84,11 +85,7 @@ Runner add_run(CLI::App& app) {
     // Output folder first: a run of minutes must not end in "cannot create folder".
     for (auto [flag, dir] : {std::pair<const char*, std::string>{"--output-dir", a->output_dir},
                              std::pair<const char*, std::string>{"--save-inputs", a->save_inputs}}) {
-      if (dir.empty()) continue;
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) fail(flag, " '", dir, "': cannot create the folder: ", ec.message());
-      if (!std::filesystem::is_directory(dir)) fail(flag, " '", dir, "' exists and is not a folder");
+      if (!dir.empty()) check_output_folder(dir, flag);
     }
     std::vector<std::pair<std::string, std::string>> expects;
     for (const auto& spec : a->expects) {
@@ -133,11 +130,17 @@ Runner add_run(CLI::App& app) {
       for (const char* flag : {"--atol", "--rtol"})
         tolerance_for(flag[2] == 'a' ? a->atol : a->rtol, name, 0, output_names, flag);
     auto made = complete_inputs(inputs, engine.inputs(), a->synth);
-    std::cerr << describe_synthesized(inputs, made, a->synth);
+    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth);
+    if (!a->save_inputs.empty()) create_output_folder(a->save_inputs, "--save-inputs");
     if (!a->save_inputs.empty())
       for (const auto& [name, t] : inputs)
         write_npy((std::filesystem::path(a->save_inputs) / (safe_file_name(name) + ".npy")).string(), t);
-    auto outs = engine.run(inputs);
+    std::vector<Tensor> outs;
+    {
+      Phase phase("running '" + a->model + "'");
+      outs = engine.run(inputs);
+    }
+    if (!a->output_dir.empty()) create_output_folder(a->output_dir, "--output-dir");
     nlohmann::ordered_json doc;
     doc["model"] = a->model;
     doc["inputs"] = nlohmann::ordered_json::array();
@@ -189,7 +192,11 @@ Runner add_run(CLI::App& app) {
       doc["compare"].push_back(c);
     }
     if (a->compare_onnxrt) {
-      auto ref = run_onnxrt(ort_model, inputs, a->python);
+      std::map<std::string, Tensor> ref;
+      {
+        Phase phase("running '" + ort_model + "' in ONNX Runtime");
+        ref = run_onnxrt(ort_model, inputs, a->python);
+      }
       if (!a->json)
         std::cout << "compare with ONNX Runtime (" << ort_model << "):\n"
                   << "  output                          max abs      max rel     mean abs        atol        rtol  "

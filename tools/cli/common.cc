@@ -1,6 +1,10 @@
 #include "common.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -234,6 +238,24 @@ void check_output_file(const std::string& path, const char* flag) {
   if (!fs::exists(dir, ec)) fail(flag, " '", path, "': the folder '", dir.string(), "' does not exist");
   if (!fs::is_directory(dir, ec)) fail(flag, " '", path, "': '", dir.string(), "' is not a folder");
   if (fs::is_directory(p, ec)) fail(flag, " '", path, "' is a folder, not a file");
+}
+
+void check_output_folder(const std::string& dir, const char* flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  if (!fs::is_directory(p, ec))
+    fail(flag, " '", dir, "': '", p.string(), "' ", fs::exists(p, ec) ? "is not a folder" : "does not exist");
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    fail(flag, " '", dir, "': cannot write in '", p.string(), "': ", std::strerror(errno));
+}
+
+void create_output_folder(const std::string& dir, const char* flag) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(flag, " '", dir, "': cannot create the folder: ", ec.message());
+  if (!std::filesystem::is_directory(dir)) fail(flag, " '", dir, "' is not a folder");
 }
 
 std::string safe_file_name(const std::string& name) {

@@ -64,6 +64,12 @@ std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, co
 // and the reason, when its folder does not exist or is not a folder, or `path` is a folder.
 void check_output_file(const std::string& path, const char* flag);
 
+// Before long work that ends in writing files into folder `dir` (named by option `flag`): fails,
+// naming the folder and the reason, when `dir` or its nearest existing ancestor is not a folder
+// or cannot be written. Creates nothing (create_output_folder does, when there is something to write).
+void check_output_folder(const std::string& dir, const char* flag);
+void create_output_folder(const std::string& dir, const char* flag);
+
 // Output file name for a tensor name: characters outside [A-Za-z0-9._-] become '_'.
 std::string safe_file_name(const std::string& name);
 
