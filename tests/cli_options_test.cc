@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "core/npy.h"
+#include "onnx/exporter.h"
 #include "support/cli.h"
+#include "support/make_tensor.h"
 
 namespace reforge {
 namespace {
@@ -80,6 +82,44 @@ TEST(CliSynthetic, DeterministicShapedAsDeclaredAndInRange) {
     EXPECT_GE(other.as_int64(i), 10);
     EXPECT_LT(other.as_int64(i), 20);
   }
+}
+
+// ids: int64[batch, 3] indexing the 10 rows of 'emb' (Gather): synthetic ids stay below 10.
+TEST(CliSynthetic, TokenIdsStayBelowTheRowsOfTheirEmbedding) {
+  std::string d = fresh_dir("embedding");
+  ir::Graph g;
+  g.name = "embedding";
+  g.ir_version = 10;
+  g.opsets = {{"", 18}};
+  g.inputs.push_back({"ids", DType::Int64, true, {{-1, "batch"}, {3, ""}}});
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  g.initializers["emb"] = test_support::random_floats({10, 4}, 1);
+  ir::Node n;
+  n.name = "embed";
+  n.op_type = "Gather";
+  n.opset = 18;
+  n.inputs = {"emb", "ids"};
+  n.outputs = {"y"};
+  g.nodes.push_back(n);
+  std::string model = d + "/embedding.onnx";
+  onnx::write_model_file(g, model);
+  auto r = run_cli("run " + model + " --shape batch=40 --save-inputs " + d + " -o " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("synthesized input 'ids': int64[40,3] uniform in [0, 10) (below the 10 rows of 'emb' that "
+                          "node 'embed' (Gather) indexes"),
+            std::string::npos)
+      << r.output;
+  Tensor ids = read_npy(d + "/ids.npy");
+  ASSERT_EQ(ids.numel(), 120);
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < ids.numel(); ++i) seen.insert(ids.as_int64(i));
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), 9);  // 120 draws from 10 values reach both ends
+  // The output is the table's rows the ids pick.
+  Tensor y = read_npy(d + "/y.npy"), emb = g.initializers["emb"];
+  ASSERT_EQ(y.shape(), (Shape{40, 3, 4}));
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    for (int64_t k = 0; k < 4; ++k) EXPECT_EQ(y.as_double(i * 4 + k), emb.as_double(ids.as_int64(i) * 4 + k));
 }
 
 TEST(CliSynthetic, UnfixedSymbolIsAnErrorNamingIt) {

@@ -158,11 +158,13 @@ Runner add_bench(CLI::App& app) {
     lo.skip_passes = a->skip_passes;
     lo.arena = !a->no_arena;
     lo.verify_weights = !a->no_verify;
+    std::map<std::string, IndexBound> bounds;
+    lo.index_bounds = &bounds;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);
-    auto made = complete_inputs(inputs, engine.inputs(), a->synth);
-    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth);
+    auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
+    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     for (int i = 0; i < a->warmup; ++i) engine.run(inputs);
     std::vector<double> times;
     auto start = std::chrono::steady_clock::now();

@@ -110,6 +110,8 @@ Runner add_run(CLI::App& app) {
     lo.precision = a->precision;
     lo.activations = a->activations;
     lo.verify_weights = !a->no_verify;
+    std::map<std::string, IndexBound> bounds;
+    lo.index_bounds = &bounds;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     std::vector<std::string> output_names;
@@ -129,8 +131,8 @@ Runner add_run(CLI::App& app) {
     for (const auto& name : output_names)  // a wrong output name or value fails before the run
       for (const char* flag : {"--atol", "--rtol"})
         tolerance_for(flag[2] == 'a' ? a->atol : a->rtol, name, 0, output_names, flag);
-    auto made = complete_inputs(inputs, engine.inputs(), a->synth);
-    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth);
+    auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
+    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     if (!a->save_inputs.empty()) create_output_folder(a->save_inputs, "--save-inputs");
     if (!a->save_inputs.empty())
       for (const auto& [name, t] : inputs)

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "backends/cpu/dnnl_matmul.h"
@@ -100,22 +101,48 @@ std::pair<int64_t, int64_t> parse_int_range(const std::string& range) {
   return {lo, hi};
 }
 
+// [low, high) of a synthetic integer input: --int-range, else [0, 100) cut to a provable bound.
+std::pair<int64_t, int64_t> int_range_for(const std::string& input, const SynthOptions& o,
+                                          const std::map<std::string, IndexBound>& bounds) {
+  auto range = parse_int_range(o.int_range);
+  auto b = bounds.find(input);
+  if (o.int_range.empty() && b != bounds.end() && b->second.rows < range.second) range.second = b->second.rows;
+  return range;
+}
+
 }  // namespace
 
+std::map<std::string, IndexBound> index_bounds(const ir::Graph& g) {
+  std::map<std::string, IndexBound> out;
+  std::set<std::string> graph_inputs;
+  for (const auto& in : g.inputs) graph_inputs.insert(in.name);
+  for (const auto& n : g.nodes) {
+    if (n.op_type != "Gather" || !n.domain.empty() || n.inputs.size() < 2 || !graph_inputs.count(n.inputs[1])) continue;
+    auto table = g.initializers.find(n.inputs[0]);
+    if (table == g.initializers.end()) continue;
+    int64_t rank = table->second.rank(), axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) continue;  // the build reports it
+    int64_t rows = table->second.dim(axis);
+    auto it = out.find(n.inputs[1]);
+    if (rows > 0 && (it == out.end() || rows < it->second.rows)) out[n.inputs[1]] = {rows, n.inputs[0], n.label()};
+  }
+  return out;
+}
+
 std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
-                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& o) {
+                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& o,
+                                         const std::map<std::string, IndexBound>& bounds) {
   std::vector<std::string> input_names, symbols;
   for (const auto& in : declared) {
     input_names.push_back(in.name);
     for (const auto& d : in.shape)
       if (!d.fixed() && !d.symbol.empty()) symbols.push_back(d.symbol);
   }
+  // A given input the model does not declare: nothing is synthesized, and the engine's input
+  // check reports it (the message the library gives too).
   for (const auto& [name, t] : inputs)
-    if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) {
-      auto near = nearest_names(name, input_names);
-      fail("--input names '", name, "', which is not an input of the model",
-           near.empty() ? "; its inputs: " + quoted_list(input_names) : "; did you mean " + quoted_list(near) + "?");
-    }
+    if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) return {};
   // --shape: whole shapes by input name, sizes by symbol.
   std::map<std::string, Shape> whole;
   std::map<std::string, int64_t> sym;
@@ -150,7 +177,7 @@ std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
       sym[key] = parse_dim(value, spec);
     }
   }
-  auto [lo, hi] = parse_int_range(o.int_range);
+  parse_int_range(o.int_range);  // a bad range fails before any input is made
   std::mt19937_64 rng(o.seed);
   // 53 random bits -> [0, 1): the same on every standard library (the <random> distributions are not).
   auto unit = [&] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
@@ -192,6 +219,7 @@ std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
       auto* p = t.mutable_data<bool>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng() >> 63) != 0;
     } else if (is_integer(in.dtype)) {
+      auto [lo, hi] = int_range_for(in.name, o, bounds);
       Tensor v = Tensor::empty(DType::Int64, shape);
       auto* p = v.mutable_data<int64_t>();
       uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
@@ -213,16 +241,22 @@ std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
 }
 
 std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, const std::vector<std::string>& names,
-                                 const SynthOptions& o) {
+                                 const SynthOptions& o, const std::map<std::string, IndexBound>& bounds) {
   std::ostringstream os;
-  auto [lo, hi] = parse_int_range(o.int_range);
   for (const auto& n : names) {
+    auto [lo, hi] = int_range_for(n, o, bounds);
+    auto b = bounds.find(n);
     const Tensor& t = inputs.at(n);
     os << "synthesized input '" << n << "': " << t.describe();
     if (t.dtype() == DType::Bool)
       os << " random 0/1";
     else if (is_integer(t.dtype()))
-      os << " uniform in [" << lo << ", " << hi << ")" << (o.int_range.empty() ? " (default range: --int-range)" : "");
+      os << " uniform in [" << lo << ", " << hi << ")"
+         << (!o.int_range.empty() ? ""
+             : b != bounds.end() && hi == b->second.rows
+                 ? " (below the " + std::to_string(hi) + " rows of '" + b->second.table + "' that " + b->second.node +
+                       " indexes; --int-range to choose)"
+                 : std::string(" (default range: --int-range to choose)"));
     else
       os << " uniform in [-1, 1)";
     os << " (seed " << o.seed << ")\n";

@@ -47,18 +47,29 @@ struct SynthOptions {
   std::vector<std::string> shapes;  // "INPUT=1x128" (a whole shape) or "SYMBOL=4" (a symbolic dim)
   std::string int_range;            // "LOW:HIGH" (HIGH excluded); "" is [0, 100)
 };
+// An integer input's provable upper bound: the rows of a table it indexes directly (an ONNX Gather
+// of an initializer along `axis`, its indices the graph input itself); synthetic values of the
+// input without --int-range stay below the smallest such bound.
+struct IndexBound {
+  int64_t rows = 0;
+  std::string table, node;  // the initializer and the Gather's label
+};
+std::map<std::string, IndexBound> index_bounds(const ir::Graph& g);
+
 // Adds `--seed`, `--shape` and `--int-range` to `app`.
 void add_synthetic_options(CLI::App& app, SynthOptions& options);
 // Fills in every declared input missing from `inputs` with synthetic data shaped as declared:
 // fixed dims as they are, a symbolic dim from `--shape SYMBOL=N`, or the whole shape from
 // `--shape INPUT=AxB`. A dim neither fixed nor given is an error naming the input, the dim and its
-// symbol (a size is never guessed); so is an input given that the model does not declare, and a
-// --shape naming neither an input nor a symbol. Returns the names synthesized, in declared order.
+// symbol (a size is never guessed); so is a --shape naming neither an input nor a symbol. When an
+// input given is not declared, nothing is synthesized (running then reports it). Returns the
+// names synthesized, in declared order.
 std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
-                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& options);
+                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& options,
+                                         const std::map<std::string, IndexBound>& bounds = {});
 // One line per synthesized input for stderr: "synthesized input 'x': float32[1,3] uniform in [-1, 1) (seed 0)".
 std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, const std::vector<std::string>& names,
-                                 const SynthOptions& options);
+                                 const SynthOptions& options, const std::map<std::string, IndexBound>& bounds = {});
 
 // Before long work that ends in writing `path` (named by option `flag`): fails, naming the file
 // and the reason, when its folder does not exist or is not a folder, or `path` is a folder.

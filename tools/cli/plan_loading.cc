@@ -54,6 +54,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
       Phase phase("importing '" + path + "'");
       g = onnx::import_model_file(path);
     }
+    if (o.index_bounds) *o.index_bounds = index_bounds(g);
     {
       Phase phase("building '" + path + "' (passes, weight packing)");
       p = build::build_plan(std::move(g), bo);
