@@ -122,6 +122,38 @@ TEST(CliSynthetic, TokenIdsStayBelowTheRowsOfTheirEmbedding) {
     for (int64_t k = 0; k < 4; ++k) EXPECT_EQ(y.as_double(i * 4 + k), emb.as_double(ids.as_int64(i) * 4 + k));
 }
 
+// b: uint8[4], cast to float: the integer range must fit uint8.
+TEST(CliSynthetic, IntegerRangeMustFitTheInputType) {
+  std::string d = fresh_dir("uint8");
+  ir::Graph g;
+  g.name = "cast";
+  g.ir_version = 10;
+  g.opsets = {{"", 18}};
+  g.inputs.push_back({"b", DType::UInt8, true, {{4, ""}}});
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  ir::Node n;
+  n.name = "cast";
+  n.op_type = "Cast";
+  n.opset = 18;
+  n.inputs = {"b"};
+  n.outputs = {"y"};
+  n.attrs["to"] = ir::int_attr("to", 1);  // ONNX FLOAT
+  g.nodes.push_back(n);
+  std::string model = d + "/cast.onnx";
+  onnx::write_model_file(g, model);
+  auto wide = run_cli("run " + model + " --int-range 0:300");
+  EXPECT_EQ(WEXITSTATUS(wide.status), 1);
+  EXPECT_NE(
+      wide.output.find("input 'b' is uint8: the integer range [0, 300) does not fit it; give one within [0, 255]"),
+      std::string::npos)
+      << wide.output;
+  auto ok = run_cli("run " + model + " --int-range 250:256 --save-inputs " + d);
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  Tensor b = read_npy(d + "/b.npy");
+  ASSERT_EQ(b.dtype(), DType::UInt8);
+  for (int64_t i = 0; i < b.numel(); ++i) EXPECT_GE(b.as_int64(i), 250);
+}
+
 TEST(CliSynthetic, UnfixedSymbolIsAnErrorNamingIt) {
   auto r = run_cli("run " + kGpt2 + " --shape batch=1");
   EXPECT_NE(r.status, 0);

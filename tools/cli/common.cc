@@ -220,6 +220,17 @@ std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng() >> 63) != 0;
     } else if (is_integer(in.dtype)) {
       auto [lo, hi] = int_range_for(in.name, o, bounds);
+      if (dtype_size(in.dtype) < 8) {  // the range must fit the input's type (a cast would wrap)
+        int bits = static_cast<int>(8 * dtype_size(in.dtype));
+        int64_t tmin = is_signed(in.dtype) ? -(int64_t{1} << (bits - 1)) : 0;
+        int64_t tmax = is_signed(in.dtype) ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
+        if (lo < tmin || hi - 1 > tmax)
+          fail("input '", in.name, "' is ", dtype_name(in.dtype), ": the integer range [", lo, ", ", hi,
+               ") does not fit it; give one within [", tmin, ", ", tmax, "] with --int-range");
+      } else if (!is_signed(in.dtype) && lo < 0) {
+        fail("input '", in.name, "' is ", dtype_name(in.dtype), ": the integer range [", lo, ", ", hi,
+             ") has negative values; give one from 0 with --int-range");
+      }
       Tensor v = Tensor::empty(DType::Int64, shape);
       auto* p = v.mutable_data<int64_t>();
       uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
