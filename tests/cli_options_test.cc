@@ -37,8 +37,18 @@ test_support::CliResult run_stdout(const std::string& args) {
   return r;
 }
 
+fs::path scratch_root() { return fs::temp_directory_path() / ("reforge_cli_options_" + std::to_string(::getpid())); }
+
+// Removes this process's scratch folder when the tests end.
+struct ScratchCleanup {
+  ~ScratchCleanup() {
+    std::error_code ec;
+    fs::remove_all(scratch_root(), ec);
+  }
+} scratch_cleanup;
+
 std::string fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("reforge_cli_options_" + std::to_string(::getpid())) / name;
+  fs::path d = scratch_root() / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d.string();
