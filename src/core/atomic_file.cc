@@ -94,9 +94,8 @@ AtomicFile::AtomicFile(std::string path, std::string what) : path_(std::move(pat
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd_ < 0 && (errno != EEXIST || attempt > 100)) {
       int e = errno;
-      std::string tried = std::move(tmp_);
-      tmp_.clear();
-      fail("cannot write ", what_, " '", path_, "': cannot create '", tried, "': ", std::strerror(e));
+      tmp_.clear();  // a temporary's name means nothing to the user: the destination's folder does
+      fail("cannot write ", what_, " '", path_, "': cannot create a file in '", dir, "': ", std::strerror(e));
     }
   }
 }
@@ -107,9 +106,8 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::fail_io(const std::string& doing, int err) const {
-  std::string where = unnamed_ && tmp_.empty() ? str_cat("an unnamed temporary file in '", parent_dir(path_), "'")
-                                               : str_cat("'", tmp_, "'");
-  fail("cannot write ", what_, " '", path_, "': ", doing, " ", where, ": ", std::strerror(err));
+  // The reason and the step, never the temporary's name: the user knows the destination only.
+  fail("cannot write ", what_, " '", path_, "': ", doing, ": ", std::strerror(err));
 }
 
 void AtomicFile::write(const void* data, size_t n) {
@@ -129,7 +127,7 @@ void AtomicFile::write(const void* data, size_t n) {
 
 void AtomicFile::commit() {
   REFORGE_ASSERT(fd_ >= 0 && !committed_);
-  if (::fsync(fd_) != 0) fail_io("fsync of", errno);
+  if (::fsync(fd_) != 0) fail_io("flushing it to disk", errno);
   if (unnamed_) {
     // linkat cannot replace an existing file: link under a fresh name, then rename that. A kill
     // between the two leaves that name, which the next write's stale-temporary sweep removes.
@@ -140,13 +138,13 @@ void AtomicFile::commit() {
         tmp_ = std::move(name);
         break;
       }
-      if (errno != EEXIST || attempt > 100) fail_io("linking", errno);
+      if (errno != EEXIST || attempt > 100) fail_io("giving it a name in the folder", errno);
     }
   }
   int rc = ::close(fd_);
   fd_ = -1;
-  if (rc != 0) fail_io("closing", errno);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail_io("renaming", errno);
+  if (rc != 0) fail_io("closing it", errno);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail_io("moving it into place", errno);
   committed_ = true;
   // Make the rename itself durable; the file is complete either way, so this is best effort.
   int dfd = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -48,6 +48,7 @@ class AtomicFile {
   const std::string& path() const { return path_; }
 
  private:
+  // "cannot write plan 'out.plan': writing: No space left on device" (no temporary's name).
   [[noreturn]] void fail_io(const std::string& doing, int err) const;
 
   std::string path_;

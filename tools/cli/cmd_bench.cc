@@ -1,17 +1,28 @@
-// `reforge bench MODEL.onnx --input NAME=FILE.npy ... [--threads N] [--iterations N] [--warmup N]
-//                [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
-// Times runs in process after warm-up; the last line printed is JSON. --profile prints where
-// the time went (per op type and the slowest nodes) to stderr first.
+// `reforge bench MODEL.onnx [--input NAME=FILE.npy ...] [--seed N] [--shape INPUT=AxB|SYMBOL=N]
+//                [--threads N] [--iterations N] [--duration S] [--warmup N] [--profile]
+//                [--profile-json FILE] [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
+// Times runs in process after warm-up (at least --iterations runs and, with --duration, at
+// least that many seconds, as trtexec does); the one line on stdout is JSON: mean, median
+// (p50), p90, p99, min, max and standard deviation in ms, throughput in runs per second, and
+// the process's peak resident memory. Inputs not given are synthesized (common.h). --profile
+// prints where the time went (per op type and the slowest nodes) to stderr; --profile-json
+// writes the per-node times as a Chrome trace (chrome://tracing, Perfetto).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "core/atomic_file.h"
 #include "core/timing.h"
 #include "onnx/importer.h"
 #include "plan_loading.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -29,7 +40,43 @@ struct BenchArgs {
   std::vector<std::string> skip_passes;
   bool no_arena = false;
   bool no_verify = false;
+  double duration_s = 0;
+  std::string profile_json;
+  SynthOptions synth;
 };
+
+// Nearest-rank percentile of sorted values: the smallest value with at least p% of them at or below it.
+double percentile(const std::vector<double>& sorted, double p) {
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+// A Chrome trace (the JSON Object Format of the Trace Event Format) of one average run: every
+// node a complete ("X") event, in execution order, as long as its mean time over `runs` runs.
+std::string chrome_trace(const std::vector<runtime::NodeProfile>& nodes, const std::string& model) {
+  nlohmann::ordered_json events = nlohmann::ordered_json::array();
+  double ts_us = 0;
+  for (const auto& n : nodes) {
+    double dur_us = n.calls > 0 ? 1000.0 * n.total_ms / static_cast<double>(n.calls) : 0.0;
+    events.push_back({{"name", n.node},
+                      {"cat", n.op_type},
+                      {"ph", "X"},
+                      {"ts", ts_us},
+                      {"dur", dur_us},
+                      {"pid", 1},
+                      {"tid", 1},
+                      {"args", {{"op_type", n.op_type}, {"calls", n.calls}, {"total_ms", n.total_ms}}}});
+    ts_us += dur_us;
+  }
+  nlohmann::ordered_json doc = {{"traceEvents", events},
+                                {"displayTimeUnit", "ms"},
+                                {"otherData",
+                                 {{"model", model},
+                                  {"note",
+                                   "one average run: each node's mean time over all runs, laid end to end "
+                                   "in execution order"}}}};
+  return doc.dump(1) + "\n";
+}
 
 // Per op type (sorted by time) and the slowest nodes, from the engine's per-node timings.
 void print_profile(const std::vector<runtime::NodeProfile>& nodes, std::ostream& os) {
@@ -79,9 +126,21 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
   add_precision_options(app, a->precision, a->activations);
-  app.add_option("--iterations", a->iterations, "timed runs")->check(CLI::PositiveNumber);
+  add_synthetic_options(app, a->synth);
+  app.add_option("--iterations", a->iterations, "timed runs (at least; default 20)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty() && std::stoll(v) >= 1
+                       ? std::string()
+                       : "counts timed runs: give 1 or more, got '" + v + "'";
+          },
+          "N>=1"));
+  app.add_option("--duration", a->duration_s, "keep timing runs until this many seconds have passed (and --iterations)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
+  app.add_option("--profile-json", a->profile_json,
+                 "write the per-node times as a Chrome trace (chrome://tracing, Perfetto): one average run");
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
   add_no_verify_option(app, a->no_verify);
@@ -95,31 +154,63 @@ Runner add_bench(CLI::App& app) {
     lo.precision = a->precision;
     lo.activations = a->activations;
     lo.quiet = true;
-    lo.profile = a->profile;
+    lo.profile = a->profile || !a->profile_json.empty();
     lo.skip_passes = a->skip_passes;
     lo.arena = !a->no_arena;
     lo.verify_weights = !a->no_verify;
+    std::map<std::string, IndexBound> bounds;
+    lo.index_bounds = &bounds;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);
+    auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
+    if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     for (int i = 0; i < a->warmup; ++i) engine.run(inputs);
     std::vector<double> times;
-    for (int i = 0; i < a->iterations; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    while (static_cast<int>(times.size()) < a->iterations || ms_since(start) < 1000.0 * a->duration_s) {
       auto t = std::chrono::steady_clock::now();
       engine.run(inputs);
       times.push_back(ms_since(t));
     }
+    double wall_ms = ms_since(start);
     if (a->profile) print_profile(engine.profile(), std::cerr);
+    if (!a->profile_json.empty()) {
+      std::string text = chrome_trace(engine.profile(), a->model);
+      AtomicFile f(a->profile_json, "profile");
+      f.write(text.data(), text.size());
+      f.commit();
+    }
+    double sum = 0;
+    for (double t : times) sum += t;
+    double mean = sum / static_cast<double>(times.size()), var = 0;
+    for (double t : times) var += (t - mean) * (t - mean);
+    double stddev = times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
     std::sort(times.begin(), times.end());
     double median =
         times.size() % 2 ? times[times.size() / 2] : 0.5 * (times[times.size() / 2 - 1] + times[times.size() / 2]);
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    int64_t peak_rss = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
     // The activation arena of the last run: its size (planned from inferred shapes) and the
     // allocations it did not serve (graph outputs, values of data-dependent size).
     const runtime::ArenaStats arena = engine.arena_stats();
-    std::cout << "{\"median_ms\": " << median << ", \"min_ms\": " << times.front() << ", \"max_ms\": " << times.back()
-              << ", \"iterations\": " << times.size() << ", \"build_ms\": " << build_ms
-              << ", \"arena_bytes\": " << arena.arena_bytes << ", \"arena_allocations\": " << arena.arena_allocations
-              << ", \"heap_allocations\": " << arena.heap_allocations << "}" << std::endl;
+    nlohmann::ordered_json doc = {{"median_ms", median},
+                                  {"mean_ms", mean},
+                                  {"p50_ms", percentile(times, 50)},
+                                  {"p90_ms", percentile(times, 90)},
+                                  {"p99_ms", percentile(times, 99)},
+                                  {"min_ms", times.front()},
+                                  {"max_ms", times.back()},
+                                  {"stddev_ms", stddev},
+                                  {"iterations", times.size()},
+                                  {"throughput_per_s", 1000.0 * static_cast<double>(times.size()) / wall_ms},
+                                  {"build_ms", build_ms},
+                                  {"peak_rss_bytes", peak_rss},
+                                  {"arena_bytes", arena.arena_bytes},
+                                  {"arena_allocations", arena.arena_allocations},
+                                  {"heap_allocations", arena.heap_allocations}};
+    std::cout << doc.dump() << std::endl;
     return 0;
   };
 }

@@ -7,12 +7,14 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "builder/binding.h"
 #include "builder/builder.h"
 #include "common.h"
 #include "onnx/importer.h"
 #include "plan/plan_io.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -25,6 +27,7 @@ struct BuildArgs {
   std::string bind_file, precision, activations;
   bool strict_binding = false, allow_partial = false;
   int threads = 0;
+  bool json = false;
 };
 }  // namespace
 
@@ -57,7 +60,11 @@ Runner add_build(CLI::App& app) {
       "build even when the checkpoint binds under half of the weight sources (a checkpoint refit is then refused)");
   app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", a->json, "print one JSON document on stdout (the build's summary); other text goes to stderr");
   return [a]() {
+    check_output_file(a->out, "-o");
+    std::ostream& out = a->json ? std::cerr : std::cout;
+    nlohmann::ordered_json doc;
     if (a->threads > 0) omp_set_num_threads(a->threads);
     build::BuildOptions o;
     o.mode = a->refit                 ? plan::BuildMode::Refit
@@ -72,13 +79,19 @@ Runner add_build(CLI::App& app) {
     o.precision = parse_precision(a->precision);
     o.activations = parse_precision(a->activations);
     o.validate();
-    note_bf16_activations(o.activations);
+    if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();
     plan::Plan p;
     if (a->checkpoints.empty()) {
       if (!a->binds.empty() || !a->bind_file.empty() || a->strict_binding || a->allow_partial)
         fail("--bind, --bind-file, --strict-binding and --allow-partial-binding need --checkpoint");
-      p = build::build_plan(onnx::import_model_file(a->model), o);
+      ir::Graph g;
+      {
+        Phase phase("importing '" + a->model + "'");
+        g = onnx::import_model_file(a->model);
+      }
+      Phase phase("building '" + a->model + "' (passes, weight packing)");
+      p = build::build_plan(std::move(g), o);
     } else {
       build::BindOptions bo;
       if (!a->bind_file.empty()) {
@@ -95,42 +108,75 @@ Runner add_build(CLI::App& app) {
       bo.allow_partial = a->allow_partial;
       auto ckpt = refit::Checkpoint::open(a->checkpoints);
       build::BindResult r;
-      p = build::build_plan_with_checkpoint(onnx::import_model_file(a->model), o, ckpt, bo, &r);
+      ir::Graph g;
+      {
+        Phase phase("importing '" + a->model + "'");
+        g = onnx::import_model_file(a->model);
+      }
+      {
+        Phase phase("building '" + a->model + "' bound to " + ckpt.description());
+        p = build::build_plan_with_checkpoint(std::move(g), o, ckpt, bo, &r);
+      }
       size_t bound = 0, constant = 0, unbound = 0;
       for (const auto& s : p.sources)
         (s.binding.status == plan::Binding::Status::Bound      ? bound
          : s.binding.status == plan::Binding::Status::Constant ? constant
                                                                : unbound)++;
-      std::cout << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << ", "
-                << constant << " constant, " << unbound << " unbound (" << ckpt.total_bytes() << " bytes; index "
-                << r.index_ms << " ms, match " << r.match_ms << " ms)\n";
+      doc["binding"] = {{"checkpoint", ckpt.description()},
+                        {"sources", p.sources.size()},
+                        {"bound", bound},
+                        {"constant", constant},
+                        {"unbound", unbound}};
+      out << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << ", "
+          << constant << " constant, " << unbound << " unbound (" << ckpt.total_bytes() << " bytes; index "
+          << r.index_ms << " ms, match " << r.match_ms << " ms)\n";
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Constant)
-          std::cout << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": "
-                    << s.binding.rule << "\n";
+          out << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.rule
+              << "\n";
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Unbound)
-          std::cout << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": "
-                    << s.binding.note << "\n";
+          out << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.note
+              << "\n";
       if (unbound)
-        std::cout << "a refit from a checkpoint will be refused until every source is bound (--bind, --literal); "
-                     "a refit from a re-exported ONNX model works\n";
+        out << "a refit from a checkpoint will be refused until every source is bound (--bind, --literal); "
+               "a refit from a re-exported ONNX model works\n";
     }
-    plan::write_plan(p, a->out);
+    {
+      Phase phase("writing '" + a->out + "'");
+      plan::write_plan(p, a->out);
+    }
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     size_t derived = 0, literal = 0, baked = 0, refittable = 0;
     for (const auto& w : p.weights)
       (w.kind == plan::WeightKind::Derived ? derived : w.kind == plan::WeightKind::Literal ? literal : baked)++;
     for (const auto& s : p.sources) refittable += s.refittable;
-    std::cout << "built " << a->out << " (" << plan::build_mode_name(p.mode) << (p.stripped ? ", stripped" : "")
-              << (p.precision != plan::Precision::Fp32 ? std::string(", ") + plan::precision_name(p.precision) : "")
-              << (p.activations != plan::Precision::Fp32
-                      ? std::string(" with ") + plan::precision_name(p.activations) + " activations"
-                      : "")
-              << "): " << p.graph.nodes.size() << " nodes, " << p.weights.size() << " engine weights (" << derived
-              << " derived, " << literal << " literal, " << baked << " baked), " << refittable << "/"
-              << p.sources.size() << " sources refittable, " << std::filesystem::file_size(a->out) << " bytes, " << ms
-              << " ms\n";
+    out << "built " << a->out << " (" << plan::build_mode_name(p.mode) << (p.stripped ? ", stripped" : "")
+        << (p.precision != plan::Precision::Fp32 ? std::string(", ") + plan::precision_name(p.precision) : "")
+        << (p.activations != plan::Precision::Fp32
+                ? std::string(" with ") + plan::precision_name(p.activations) + " activations"
+                : "")
+        << "): " << p.graph.nodes.size() << " nodes, " << p.weights.size() << " engine weights (" << derived
+        << " derived, " << literal << " literal, " << baked << " baked), " << refittable << "/" << p.sources.size()
+        << " sources refittable, " << std::filesystem::file_size(a->out) << " bytes, " << ms << " ms\n";
+    if (a->json) {
+      nlohmann::ordered_json j = {{"plan", a->out},
+                                  {"mode", plan::build_mode_name(p.mode)},
+                                  {"stripped", p.stripped},
+                                  {"precision", plan::precision_name(p.precision)},
+                                  {"activations", plan::precision_name(p.activations)},
+                                  {"nodes", p.graph.nodes.size()},
+                                  {"engine_weights", p.weights.size()},
+                                  {"derived_weights", derived},
+                                  {"literal_weights", literal},
+                                  {"baked_weights", baked},
+                                  {"sources", p.sources.size()},
+                                  {"refittable_sources", refittable},
+                                  {"bytes", std::filesystem::file_size(a->out)},
+                                  {"build_ms", ms}};
+      if (doc.contains("binding")) j["binding"] = doc["binding"];
+      std::cout << j.dump(2) << "\n";
+    }
     return 0;
   };
 }

@@ -4,6 +4,7 @@
 // --shapes (or --verbose) it prints every graph output's inferred type, symbolic dimensions by
 // name ("float32[batch,seq,768]").
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "common.h"
 #include "onnx/importer.h"
@@ -15,12 +16,16 @@ namespace reforge::cli {
 Runner add_check(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto shapes = std::make_shared<bool>(false);
+  auto json = std::make_shared<bool>(false);
   app.add_option("model", *model, "ONNX model file")->required();
   app.add_flag("--shapes,--verbose,-v", *shapes, "print every graph output's inferred type and shape");
-  return [model, shapes]() {
+  app.add_flag("--json", *json,
+               "print one JSON document on stdout: unsupported nodes, the shape error, every output's type");
+  return [model, shapes, json]() {
     ir::Graph g = onnx::import_model_file(*model);
     auto bad = runtime::unsupported_nodes(g);
-    for (const auto& line : bad) std::cout << line << "\n";
+    if (!*json)
+      for (const auto& line : bad) std::cout << line << "\n";
     // Inference stops at the first inconsistent node; nodes that cannot run are listed above, so
     // they only leave their outputs' types unknown here.
     ops::InferOptions io;
@@ -31,7 +36,23 @@ Runner add_check(CLI::App& app) {
       types = ops::infer_graph(g, io);
     } catch (const Error& e) {
       shape_error = e.what();
-      std::cout << "shape error: " << shape_error << "\n";
+      if (!*json) std::cout << "shape error: " << shape_error << "\n";
+    }
+    if (*json) {
+      nlohmann::ordered_json doc = {
+          {"model", *model},
+          {"nodes", g.nodes.size()},
+          {"unsupported", bad},
+          {"shape_error", shape_error.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(shape_error)}};
+      doc["outputs"] = nlohmann::ordered_json::array();
+      for (const auto& out : g.outputs) {
+        const ops::ValueType* t = shape_error.empty() ? types.find(out.name) : nullptr;
+        doc["outputs"].push_back(
+            {{"name", out.name}, {"type", t ? nlohmann::ordered_json(t->str()) : nlohmann::ordered_json(nullptr)}});
+      }
+      doc["ok"] = bad.empty() && shape_error.empty();
+      std::cout << doc.dump(2) << "\n";
+      return bad.empty() && shape_error.empty() ? 0 : 1;
     }
     if (*shapes && shape_error.empty())
       for (const auto& out : g.outputs) {

@@ -4,10 +4,12 @@
 // their hashes first (there is no --no-verify here): the written plan re-hashes every weight it
 // carries over, so a corrupted literal or baked weight would otherwise leave with a valid hash.
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "common.h"
 #include "plan/plan_io.h"
 #include "plan_loading.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -15,7 +17,7 @@ namespace {
 struct RefitArgs {
   std::string plan, out;
   std::vector<std::string> weights;
-  bool strip = false, slow = false, verify = false, allow_nonfinite = false;
+  bool strip = false, slow = false, verify = false, allow_nonfinite = false, json = false;
 };
 }  // namespace
 
@@ -32,7 +34,10 @@ Runner add_refit(CLI::App& app) {
   auto* v = app.add_flag("--verify", a->verify, "run fast and slow refit, compare every engine weight bit for bit");
   s->excludes(v);
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "accept NaN/Inf in the new weights (refused by default)");
+  app.add_flag("--json", a->json, "print one JSON document on stdout (phases and counts); other text goes to stderr");
   return [a]() {
+    std::string out = a->out.empty() ? a->plan : a->out;
+    check_output_file(out, a->out.empty() ? "plan" : "-o");
     LoadOptions o;
     o.weights = a->weights;
     o.slow = a->slow;
@@ -41,10 +46,34 @@ Runner add_refit(CLI::App& app) {
     LoadOptions lo;
     lo.verify_weights = true;
     auto engine = load_engine(a->plan, lo);
-    refit_engine(*engine, o);
-    std::string out = a->out.empty() ? a->plan : a->out;
-    plan::write_plan(engine->current_plan(a->strip), out);
-    std::cout << "refit plan written to " << out << (a->strip ? " (stripped)" : "") << "\n";
+    refit::RefitReport rep = refit_engine(*engine, o);
+    {
+      Phase phase("writing '" + out + "'");
+      plan::write_plan(engine->current_plan(a->strip), out);
+    }
+    (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (a->strip ? " (stripped)" : "") << "\n";
+    if (a->json) {
+      const refit::CommitReport& c = rep.commit;
+      nlohmann::ordered_json j = {{"plan", out},
+                                  {"stripped", a->strip},
+                                  {"from", rep.from},
+                                  {"mode", a->verify ? "verify"
+                                           : a->slow ? "slow"
+                                                     : "fast"},
+                                  {"sources_set", c.sources_set},
+                                  {"weights_replayed", c.weights_replayed},
+                                  {"bytes_in", c.bytes_in},
+                                  {"bytes_out", c.bytes_out},
+                                  {"read_ms", rep.read_ms},
+                                  {"validate_ms", c.validate_ms},
+                                  {"replay_ms", c.replay_ms},
+                                  {"commit_ms", c.commit_ms},
+                                  {"verify_ms", rep.verify_ms},
+                                  {"verified_weights", rep.verified},
+                                  {"unused_checkpoint_tensors", rep.unused}};
+      if (!rep.note.empty()) j["note"] = rep.note;
+      std::cout << j.dump(2) << "\n";
+    }
     return 0;
   };
 }

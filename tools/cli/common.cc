@@ -1,10 +1,19 @@
 #include "common.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
+#include <random>
+#include <set>
+#include <sstream>
 
 #include "backends/cpu/dnnl_matmul.h"
 #include "core/dispatch.h"
+#include "core/nearest_names.h"
 #include "core/npy.h"
 
 namespace reforge::cli {
@@ -49,6 +58,249 @@ std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs)
     inputs[name] = read_npy(spec.substr(eq + 1));
   }
   return inputs;
+}
+
+void add_synthetic_options(CLI::App& app, SynthOptions& o) {
+  app.add_option("--seed", o.seed,
+                 "seed of the synthetic inputs made for graph inputs given no --input (default 0: the same inputs "
+                 "every run)");
+  app.add_option("--shape", o.shapes,
+                 "shape of a synthetic input, INPUT=1x128, or the size of a symbolic dimension, SYMBOL=4 (repeatable)");
+  app.add_option("--int-range", o.int_range,
+                 "LOW:HIGH: synthetic integer inputs (token ids, indices) are drawn from [LOW, HIGH) (default 0:100)");
+}
+
+namespace {
+
+int64_t parse_dim(const std::string& text, const std::string& spec) {
+  size_t used = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || v < 0) fail("--shape '", spec, "': '", text, "' is not a dimension size (0 or more)");
+  return v;
+}
+
+std::pair<int64_t, int64_t> parse_int_range(const std::string& range) {
+  if (range.empty()) return {0, 100};
+  auto colon = range.find(':');
+  if (colon == std::string::npos) fail("--int-range '", range, "' is not LOW:HIGH");
+  long long lo = 0, hi = 0;
+  size_t ul = 0, uh = 0;
+  try {
+    lo = std::stoll(range.substr(0, colon), &ul);
+    hi = std::stoll(range.substr(colon + 1), &uh);
+  } catch (const std::exception&) {
+    ul = uh = std::string::npos;
+  }
+  if (ul != colon || uh != range.size() - colon - 1) fail("--int-range '", range, "' is not LOW:HIGH (integers)");
+  if (hi <= lo) fail("--int-range '", range, "' is empty: HIGH must exceed LOW (HIGH is excluded)");
+  return {lo, hi};
+}
+
+// [low, high) of a synthetic integer input: --int-range, else [0, 100) cut to a provable bound.
+std::pair<int64_t, int64_t> int_range_for(const std::string& input, const SynthOptions& o,
+                                          const std::map<std::string, IndexBound>& bounds) {
+  auto range = parse_int_range(o.int_range);
+  auto b = bounds.find(input);
+  if (o.int_range.empty() && b != bounds.end() && b->second.rows < range.second) range.second = b->second.rows;
+  return range;
+}
+
+}  // namespace
+
+std::map<std::string, IndexBound> index_bounds(const ir::Graph& g) {
+  std::map<std::string, IndexBound> out;
+  std::set<std::string> graph_inputs;
+  for (const auto& in : g.inputs) graph_inputs.insert(in.name);
+  for (const auto& n : g.nodes) {
+    if (n.op_type != "Gather" || !n.domain.empty() || n.inputs.size() < 2 || !graph_inputs.count(n.inputs[1])) continue;
+    auto table = g.initializers.find(n.inputs[0]);
+    if (table == g.initializers.end()) continue;
+    int64_t rank = table->second.rank(), axis = n.attr_int("axis", 0);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) continue;  // the build reports it
+    int64_t rows = table->second.dim(axis);
+    auto it = out.find(n.inputs[1]);
+    if (rows > 0 && (it == out.end() || rows < it->second.rows)) out[n.inputs[1]] = {rows, n.inputs[0], n.label()};
+  }
+  return out;
+}
+
+std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
+                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& o,
+                                         const std::map<std::string, IndexBound>& bounds) {
+  std::vector<std::string> input_names, symbols;
+  for (const auto& in : declared) {
+    input_names.push_back(in.name);
+    for (const auto& d : in.shape)
+      if (!d.fixed() && !d.symbol.empty()) symbols.push_back(d.symbol);
+  }
+  // A given input the model does not declare: nothing is synthesized, and the engine's input
+  // check reports it (the message the library gives too).
+  for (const auto& [name, t] : inputs)
+    if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) return {};
+  // --shape: whole shapes by input name, sizes by symbol.
+  std::map<std::string, Shape> whole;
+  std::map<std::string, int64_t> sym;
+  for (const auto& spec : o.shapes) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--shape '", spec, "' is not INPUT=AxB or SYMBOL=N");
+    std::string key = spec.substr(0, eq), value = spec.substr(eq + 1);
+    bool is_input = std::find(input_names.begin(), input_names.end(), key) != input_names.end();
+    bool is_symbol = std::find(symbols.begin(), symbols.end(), key) != symbols.end();
+    if (!is_input && !is_symbol) {
+      std::vector<std::string> all = input_names;
+      all.insert(all.end(), symbols.begin(), symbols.end());
+      auto near = nearest_names(key, all);
+      fail("--shape '", spec, "': '", key, "' is neither an input nor a symbolic dimension of the model",
+           near.empty() ? "; inputs and symbols: " + quoted_list(all) : "; did you mean " + quoted_list(near) + "?");
+    }
+    if (is_input) {
+      Shape s;
+      if (!value.empty() && value != "scalar") {
+        size_t start = 0;
+        while (true) {
+          size_t x = value.find_first_of("x,", start);
+          s.push_back(parse_dim(value.substr(start, x == std::string::npos ? x : x - start), spec));
+          if (x == std::string::npos) break;
+          start = x + 1;
+        }
+      }
+      if (whole.count(key)) fail("--shape gives input '", key, "' twice");
+      whole[key] = s;
+    } else {
+      if (sym.count(key)) fail("--shape gives symbol '", key, "' twice");
+      sym[key] = parse_dim(value, spec);
+    }
+  }
+  parse_int_range(o.int_range);  // a bad range fails before any input is made
+  std::mt19937_64 rng(o.seed);
+  // 53 random bits -> [0, 1): the same on every standard library (the <random> distributions are not).
+  auto unit = [&] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  std::vector<std::string> made;
+  for (const auto& in : declared) {
+    if (inputs.count(in.name)) continue;
+    Shape shape;
+    if (auto w = whole.find(in.name); w != whole.end()) {
+      shape = w->second;
+      if (in.has_shape) {
+        bool ok = shape.size() == in.shape.size();
+        for (size_t i = 0; ok && i < shape.size(); ++i) ok = !in.shape[i].fixed() || in.shape[i].value == shape[i];
+        if (!ok)
+          fail("--shape gives input '", in.name, "' shape ", shape_str(shape),
+               ", which does not fit its declared shape");
+      }
+    } else {
+      if (!in.has_shape)
+        fail("input '", in.name, "' has no declared shape: give it with --shape ", in.name, "=AxB or --input ", in.name,
+             "=FILE.npy");
+      for (size_t i = 0; i < in.shape.size(); ++i) {
+        const ir::Dim& d = in.shape[i];
+        if (d.fixed()) {
+          shape.push_back(d.value);
+        } else if (!d.symbol.empty() && sym.count(d.symbol)) {
+          shape.push_back(sym.at(d.symbol));
+        } else if (!d.symbol.empty()) {
+          fail("input '", in.name, "' dimension ", i, " is the symbol '", d.symbol, "': give its size with --shape ",
+               d.symbol, "=N (or the whole shape with --shape ", in.name, "=...)");
+        } else {
+          fail("input '", in.name, "' dimension ", i, " has no declared size: give the shape with --shape ", in.name,
+               "=...");
+        }
+      }
+    }
+    Tensor t;
+    if (in.dtype == DType::Bool) {
+      t = Tensor::empty(DType::Bool, shape);
+      auto* p = t.mutable_data<bool>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = (rng() >> 63) != 0;
+    } else if (is_integer(in.dtype)) {
+      auto [lo, hi] = int_range_for(in.name, o, bounds);
+      if (dtype_size(in.dtype) < 8) {  // the range must fit the input's type (a cast would wrap)
+        int bits = static_cast<int>(8 * dtype_size(in.dtype));
+        int64_t tmin = is_signed(in.dtype) ? -(int64_t{1} << (bits - 1)) : 0;
+        int64_t tmax = is_signed(in.dtype) ? (int64_t{1} << (bits - 1)) - 1 : (int64_t{1} << bits) - 1;
+        if (lo < tmin || hi - 1 > tmax)
+          fail("input '", in.name, "' is ", dtype_name(in.dtype), ": the integer range [", lo, ", ", hi,
+               ") does not fit it; give one within [", tmin, ", ", tmax, "] with --int-range");
+      } else if (!is_signed(in.dtype) && lo < 0) {
+        fail("input '", in.name, "' is ", dtype_name(in.dtype), ": the integer range [", lo, ", ", hi,
+             ") has negative values; give one from 0 with --int-range");
+      }
+      Tensor v = Tensor::empty(DType::Int64, shape);
+      auto* p = v.mutable_data<int64_t>();
+      uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+      for (int64_t i = 0; i < v.numel(); ++i) p[i] = static_cast<int64_t>(static_cast<uint64_t>(lo) + rng() % span);
+      t = in.dtype == DType::Int64 ? v : cast_tensor(v, in.dtype);
+    } else if (is_float(in.dtype)) {
+      Tensor v = Tensor::empty(DType::Float64, shape);
+      auto* p = v.mutable_data<double>();
+      for (int64_t i = 0; i < v.numel(); ++i) p[i] = 2.0 * unit() - 1.0;
+      t = in.dtype == DType::Float64 ? v : cast_tensor(v, in.dtype);
+    } else {
+      fail("input '", in.name, "' is ", dtype_name(in.dtype), ": no synthetic data of that type; give it with --input ",
+           in.name, "=FILE.npy");
+    }
+    inputs[in.name] = std::move(t);
+    made.push_back(in.name);
+  }
+  return made;
+}
+
+std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, const std::vector<std::string>& names,
+                                 const SynthOptions& o, const std::map<std::string, IndexBound>& bounds) {
+  std::ostringstream os;
+  for (const auto& n : names) {
+    auto [lo, hi] = int_range_for(n, o, bounds);
+    auto b = bounds.find(n);
+    const Tensor& t = inputs.at(n);
+    os << "synthesized input '" << n << "': " << t.describe();
+    if (t.dtype() == DType::Bool)
+      os << " random 0/1";
+    else if (is_integer(t.dtype()))
+      os << " uniform in [" << lo << ", " << hi << ")"
+         << (!o.int_range.empty() ? ""
+             : b != bounds.end() && hi == b->second.rows
+                 ? " (below the " + std::to_string(hi) + " rows of '" + b->second.table + "' that " + b->second.node +
+                       " indexes; --int-range to choose)"
+                 : std::string(" (default range: --int-range to choose)"));
+    else
+      os << " uniform in [-1, 1)";
+    os << " (seed " << o.seed << ")\n";
+  }
+  return os.str();
+}
+
+void check_output_file(const std::string& path, const char* flag) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) fail(flag, " '", path, "': the folder '", dir.string(), "' does not exist");
+  if (!fs::is_directory(dir, ec)) fail(flag, " '", path, "': '", dir.string(), "' is not a folder");
+  if (fs::is_directory(p, ec)) fail(flag, " '", path, "' is a folder, not a file");
+}
+
+void check_output_folder(const std::string& dir, const char* flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  if (!fs::is_directory(p, ec))
+    fail(flag, " '", dir, "': '", p.string(), "' ", fs::exists(p, ec) ? "is not a folder" : "does not exist");
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    fail(flag, " '", dir, "': cannot write in '", p.string(), "': ", std::strerror(errno));
+}
+
+void create_output_folder(const std::string& dir, const char* flag) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(flag, " '", dir, "': cannot create the folder: ", ec.message());
+  if (!std::filesystem::is_directory(dir)) fail(flag, " '", dir, "' is not a folder");
 }
 
 std::string safe_file_name(const std::string& name) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ir/graph.h"
 #include "plan/plan.h"
 
 namespace reforge::cli {
@@ -37,6 +38,49 @@ void note_bf16_activations(plan::Precision activations);
 
 // Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);
+// Synthetic inputs for graph inputs given no --input (as trtexec and Polygraphy make them):
+// floating-point inputs uniform in [-1, 1), integer inputs uniform in [int_low, int_high), bool
+// inputs 0 or 1, all from one generator seeded with `seed`, drawn input by input in declaration
+// order, so the same seed gives the same bytes on every machine.
+struct SynthOptions {
+  uint64_t seed = 0;
+  std::vector<std::string> shapes;  // "INPUT=1x128" (a whole shape) or "SYMBOL=4" (a symbolic dim)
+  std::string int_range;            // "LOW:HIGH" (HIGH excluded); "" is [0, 100)
+};
+// An integer input's provable upper bound: the rows of a table it indexes directly (an ONNX Gather
+// of an initializer along `axis`, its indices the graph input itself); synthetic values of the
+// input without --int-range stay below the smallest such bound.
+struct IndexBound {
+  int64_t rows = 0;
+  std::string table, node;  // the initializer and the Gather's label
+};
+std::map<std::string, IndexBound> index_bounds(const ir::Graph& g);
+
+// Adds `--seed`, `--shape` and `--int-range` to `app`.
+void add_synthetic_options(CLI::App& app, SynthOptions& options);
+// Fills in every declared input missing from `inputs` with synthetic data shaped as declared:
+// fixed dims as they are, a symbolic dim from `--shape SYMBOL=N`, or the whole shape from
+// `--shape INPUT=AxB`. A dim neither fixed nor given is an error naming the input, the dim and its
+// symbol (a size is never guessed); so is a --shape naming neither an input nor a symbol. When an
+// input given is not declared, nothing is synthesized (running then reports it). Returns the
+// names synthesized, in declared order.
+std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
+                                         const std::vector<ir::ValueInfo>& declared, const SynthOptions& options,
+                                         const std::map<std::string, IndexBound>& bounds = {});
+// One line per synthesized input for stderr: "synthesized input 'x': float32[1,3] uniform in [-1, 1) (seed 0)".
+std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, const std::vector<std::string>& names,
+                                 const SynthOptions& options, const std::map<std::string, IndexBound>& bounds = {});
+
+// Before long work that ends in writing `path` (named by option `flag`): fails, naming the file
+// and the reason, when its folder does not exist or is not a folder, or `path` is a folder.
+void check_output_file(const std::string& path, const char* flag);
+
+// Before long work that ends in writing files into folder `dir` (named by option `flag`): fails,
+// naming the folder and the reason, when `dir` or its nearest existing ancestor is not a folder
+// or cannot be written. Creates nothing (create_output_folder does, when there is something to write).
+void check_output_folder(const std::string& dir, const char* flag);
+void create_output_folder(const std::string& dir, const char* flag);
+
 // Output file name for a tensor name: characters outside [A-Za-z0-9._-] become '_'.
 std::string safe_file_name(const std::string& name);
 

@@ -5,12 +5,20 @@
 #include "common.h"
 #include "core/error.h"
 #include "core/version.h"
+#include "hints.h"
+#include "progress.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"reforge: an inference-engine compiler for ONNX models with trustworthy refit"};
   // "reforge 0.1.0": the producer string every plan this build writes records.
   app.set_version_flag("--version", std::string(reforge::kProducer), "Print the version and exit");
   app.require_subcommand(1);
+  bool quiet = false, verbose = false;
+  // Before or after the command: CLI11 hands options a command does not know to the tool.
+  app.fallthrough();
+  auto* q = app.add_flag("--quiet,-q", quiet, "print no progress and no notes on stderr (errors still)");
+  app.add_flag("--verbose", verbose, "print every phase (import, build, refit, write) with its time on stderr")
+      ->excludes(q);
   std::vector<std::pair<CLI::App*, reforge::cli::Runner>> cmds;
   auto add = [&](const char* name, const char* help, reforge::cli::Runner (*fn)(CLI::App&)) {
     CLI::App* sub = app.add_subcommand(name, help);
@@ -26,8 +34,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    int rc = app.exit(e);
+    if (rc != 0) std::cerr << reforge::cli::parse_error_hints(app, std::vector<std::string>(argv + 1, argv + argc));
+    return rc == 0 ? 0 : 2;
   }
+  reforge::cli::set_verbosity(quiet     ? reforge::cli::Verbosity::Quiet
+                              : verbose ? reforge::cli::Verbosity::Verbose
+                                        : reforge::cli::Verbosity::Normal);
   try {
     for (auto& [sub, runner] : cmds)
       if (sub->parsed()) return runner();

@@ -10,6 +10,7 @@
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
+#include "progress.h"
 
 namespace reforge::cli {
 
@@ -32,7 +33,10 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
       fail("--skip-pass applies when building an ONNX model; '", path, "' is a plan, built already");
     plan::ReadOptions ro;
     ro.verify_weight_hashes = o.verify_weights;
-    p = plan::read_plan(path, ro);
+    {
+      Phase phase("loading plan '" + path + "'" + (o.verify_weights ? " (hashing its weights)" : ""));
+      p = plan::read_plan(path, ro);
+    }
     if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
       fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
            plan::precision_name(p.precision));
@@ -45,8 +49,17 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
     bo.activations = parse_precision(o.activations);
-    p = build::build_plan(onnx::import_model_file(path), bo);
-    if (!o.quiet) note_bf16_activations(bo.activations);
+    ir::Graph g;
+    {
+      Phase phase("importing '" + path + "'");
+      g = onnx::import_model_file(path);
+    }
+    if (o.index_bounds) *o.index_bounds = index_bounds(g);
+    {
+      Phase phase("building '" + path + "' (passes, weight packing)");
+      p = build::build_plan(std::move(g), bo);
+    }
+    if (!o.quiet && verbosity() != Verbosity::Quiet) note_bf16_activations(bo.activations);
   }
   auto engine = std::make_unique<runtime::PlanEngine>(std::move(p), eo);
   if (!o.weights.empty()) refit_engine(*engine, o);
@@ -58,8 +71,12 @@ refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& 
   req.files = o.weights;
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
-  refit::RefitReport rep = build::refit_from(engine, req);
-  if (!o.quiet) std::cerr << rep.summary();
+  refit::RefitReport rep;
+  {
+    Phase phase("refitting from " + (o.weights.size() == 1 ? "'" + o.weights[0] + "'" : "the weight files"));
+    rep = build::refit_from(engine, req);
+  }
+  if (!o.quiet && verbosity() != Verbosity::Quiet) std::cerr << rep.summary();
   return rep;
 }
 

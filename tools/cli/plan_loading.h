@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common.h"
 #include "refit/refit_from.h"
 #include "runtime/plan_engine.h"
 
@@ -28,6 +29,9 @@ struct LoadOptions {
   // Hash every stored weight of a plan file against the hashes it records before using it
   // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
   bool verify_weights = true;
+  // When set and the file is an ONNX model: the provable bounds of its integer inputs (common.h,
+  // index_bounds), for synthetic inputs. A plan gives none.
+  std::map<std::string, IndexBound>* index_bounds = nullptr;
 };
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);

@@ -1,0 +1,346 @@
+// The reforge tool as users of trtexec and Polygraphy use it: synthetic inputs, --json,
+// --compare-onnxrt, bench statistics and the hints on a parse error.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/npy.h"
+#include "onnx/exporter.h"
+#include "support/cli.h"
+#include "support/make_tensor.h"
+
+namespace reforge {
+namespace {
+
+namespace fs = std::filesystem;
+using test_support::run_cli;
+
+const std::string kRoot = REFORGE_SOURCE_DIR;
+// input_ids: int64[batch, seq]; logits: float32[batch, seq, 128].
+const std::string kGpt2 = kRoot + "/models/gpt2/torch113_fold_dynamic/A/model.onnx";
+const std::string kGpt2B = kRoot + "/models/gpt2/torch113_fold_dynamic/B/model.onnx";
+
+// stdout alone (stderr dropped), for the JSON documents.
+test_support::CliResult run_stdout(const std::string& args) {
+  test_support::CliResult r;
+  FILE* f = ::popen((std::string(REFORGE_CLI_PATH) + " " + args + " 2>/dev/null").c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) r.output.append(buf, n);
+  r.status = ::pclose(f);
+  return r;
+}
+
+fs::path scratch_root() { return fs::temp_directory_path() / ("reforge_cli_options_" + std::to_string(::getpid())); }
+
+// Removes this process's scratch folder when the tests end.
+struct ScratchCleanup {
+  ~ScratchCleanup() {
+    std::error_code ec;
+    fs::remove_all(scratch_root(), ec);
+  }
+} scratch_cleanup;
+
+std::string fresh_dir(const std::string& name) {
+  fs::path d = scratch_root() / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(CliSynthetic, DeterministicShapedAsDeclaredAndInRange) {
+  std::string a = fresh_dir("synth_a"), b = fresh_dir("synth_b"), c = fresh_dir("synth_c");
+  auto ra = run_cli("run " + kGpt2 + " --shape batch=2 --shape seq=5 --save-inputs " + a + " -o " + a);
+  ASSERT_EQ(ra.status, 0) << ra.output;
+  EXPECT_NE(ra.output.find("synthesized input 'input_ids': int64[2,5] uniform in [0, 100)"), std::string::npos)
+      << ra.output;
+  // The whole shape given by input name is the same thing as its symbols given one by one.
+  auto rb = run_cli("run " + kGpt2 + " --shape input_ids=2x5 --save-inputs " + b + " -o " + b);
+  ASSERT_EQ(rb.status, 0) << rb.output;
+  EXPECT_EQ(file_bytes(a + "/input_ids.npy"), file_bytes(b + "/input_ids.npy"));
+  EXPECT_EQ(file_bytes(a + "/logits.npy"), file_bytes(b + "/logits.npy"));
+  Tensor ids = read_npy(a + "/input_ids.npy");
+  ASSERT_EQ(ids.dtype(), DType::Int64);
+  ASSERT_EQ(ids.shape(), (Shape{2, 5}));
+  std::set<int64_t> distinct;
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    EXPECT_GE(ids.as_int64(i), 0);
+    EXPECT_LT(ids.as_int64(i), 100);
+    distinct.insert(ids.as_int64(i));
+  }
+  EXPECT_GT(distinct.size(), 3u);  // drawn, not a constant fill
+  EXPECT_EQ(read_npy(a + "/logits.npy").shape(), (Shape{2, 5, 128}));
+  // Another seed and range give other inputs, inside that range.
+  auto rc = run_cli("run " + kGpt2 + " --shape batch=2 --shape seq=5 --seed 7 --int-range 10:20 --save-inputs " + c);
+  ASSERT_EQ(rc.status, 0) << rc.output;
+  Tensor other = read_npy(c + "/input_ids.npy");
+  EXPECT_NE(file_bytes(a + "/input_ids.npy"), file_bytes(c + "/input_ids.npy"));
+  for (int64_t i = 0; i < other.numel(); ++i) {
+    EXPECT_GE(other.as_int64(i), 10);
+    EXPECT_LT(other.as_int64(i), 20);
+  }
+}
+
+// ids: int64[batch, 3] indexing the 10 rows of 'emb' (Gather): synthetic ids stay below 10.
+TEST(CliSynthetic, TokenIdsStayBelowTheRowsOfTheirEmbedding) {
+  std::string d = fresh_dir("embedding");
+  ir::Graph g;
+  g.name = "embedding";
+  g.ir_version = 10;
+  g.opsets = {{"", 18}};
+  g.inputs.push_back({"ids", DType::Int64, true, {{-1, "batch"}, {3, ""}}});
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  g.initializers["emb"] = test_support::random_floats({10, 4}, 1);
+  ir::Node n;
+  n.name = "embed";
+  n.op_type = "Gather";
+  n.opset = 18;
+  n.inputs = {"emb", "ids"};
+  n.outputs = {"y"};
+  g.nodes.push_back(n);
+  std::string model = d + "/embedding.onnx";
+  onnx::write_model_file(g, model);
+  auto r = run_cli("run " + model + " --shape batch=40 --save-inputs " + d + " -o " + d);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("synthesized input 'ids': int64[40,3] uniform in [0, 10) (below the 10 rows of 'emb' that "
+                          "node 'embed' (Gather) indexes"),
+            std::string::npos)
+      << r.output;
+  Tensor ids = read_npy(d + "/ids.npy");
+  ASSERT_EQ(ids.numel(), 120);
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < ids.numel(); ++i) seen.insert(ids.as_int64(i));
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_EQ(*seen.rbegin(), 9);  // 120 draws from 10 values reach both ends
+  // The output is the table's rows the ids pick.
+  Tensor y = read_npy(d + "/y.npy"), emb = g.initializers["emb"];
+  ASSERT_EQ(y.shape(), (Shape{40, 3, 4}));
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    for (int64_t k = 0; k < 4; ++k) EXPECT_EQ(y.as_double(i * 4 + k), emb.as_double(ids.as_int64(i) * 4 + k));
+}
+
+// b: uint8[4], cast to float: the integer range must fit uint8.
+TEST(CliSynthetic, IntegerRangeMustFitTheInputType) {
+  std::string d = fresh_dir("uint8");
+  ir::Graph g;
+  g.name = "cast";
+  g.ir_version = 10;
+  g.opsets = {{"", 18}};
+  g.inputs.push_back({"b", DType::UInt8, true, {{4, ""}}});
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  ir::Node n;
+  n.name = "cast";
+  n.op_type = "Cast";
+  n.opset = 18;
+  n.inputs = {"b"};
+  n.outputs = {"y"};
+  n.attrs["to"] = ir::int_attr("to", 1);  // ONNX FLOAT
+  g.nodes.push_back(n);
+  std::string model = d + "/cast.onnx";
+  onnx::write_model_file(g, model);
+  auto wide = run_cli("run " + model + " --int-range 0:300");
+  EXPECT_EQ(WEXITSTATUS(wide.status), 1);
+  EXPECT_NE(
+      wide.output.find("input 'b' is uint8: the integer range [0, 300) does not fit it; give one within [0, 255]"),
+      std::string::npos)
+      << wide.output;
+  auto ok = run_cli("run " + model + " --int-range 250:256 --save-inputs " + d);
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  Tensor b = read_npy(d + "/b.npy");
+  ASSERT_EQ(b.dtype(), DType::UInt8);
+  for (int64_t i = 0; i < b.numel(); ++i) EXPECT_GE(b.as_int64(i), 250);
+}
+
+TEST(CliSynthetic, UnfixedSymbolIsAnErrorNamingIt) {
+  auto r = run_cli("run " + kGpt2 + " --shape batch=1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("input 'input_ids' dimension 1 is the symbol 'seq'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--shape seq=N"), std::string::npos) << r.output;
+  auto typo = run_cli("run " + kGpt2 + " --shape bacth=1 --shape seq=2");
+  EXPECT_NE(typo.status, 0);
+  EXPECT_NE(typo.output.find("did you mean 'batch'?"), std::string::npos) << typo.output;
+  auto wrong = run_cli("run " + kGpt2 + " --shape input_ids=2x3x4");
+  EXPECT_NE(wrong.status, 0);
+  EXPECT_NE(wrong.output.find("does not fit its declared shape"), std::string::npos) << wrong.output;
+}
+
+TEST(CliJson, RunCheckBuildRefitAndBenchPrintOneDocument) {
+  std::string d = fresh_dir("json");
+  auto run = run_stdout("run " + kGpt2 + " --shape batch=1 --shape seq=3 --json -o " + d);
+  ASSERT_EQ(run.status, 0) << run.output;
+  auto j = nlohmann::json::parse(run.output);
+  ASSERT_EQ(j["inputs"].size(), 1u);
+  EXPECT_EQ(j["inputs"][0]["name"], "input_ids");
+  EXPECT_EQ(j["inputs"][0]["shape"], nlohmann::json::array({1, 3}));
+  EXPECT_EQ(j["inputs"][0]["synthesized"], true);
+  EXPECT_EQ(j["outputs"][0]["name"], "logits");
+  EXPECT_EQ(j["outputs"][0]["shape"], nlohmann::json::array({1, 3, 128}));
+  EXPECT_EQ(j["outputs"][0]["file"], d + "/logits.npy");
+  EXPECT_EQ(j["ok"], true);
+
+  auto check = run_stdout("check " + kGpt2 + " --json");
+  ASSERT_EQ(check.status, 0) << check.output;
+  auto c = nlohmann::json::parse(check.output);
+  EXPECT_EQ(c["unsupported"].size(), 0u);
+  EXPECT_TRUE(c["shape_error"].is_null());
+  EXPECT_EQ(c["outputs"][0]["type"], "float32[batch,seq,128]");
+
+  std::string plan = d + "/a.plan", refit = d + "/b.plan";
+  auto build = run_stdout("build " + kGpt2 + " --refit -o " + plan + " --json");
+  ASSERT_EQ(build.status, 0) << build.output;
+  auto b = nlohmann::json::parse(build.output);
+  EXPECT_EQ(b["plan"], plan);
+  EXPECT_EQ(b["mode"], "refit");
+  EXPECT_EQ(b["bytes"], fs::file_size(plan));
+  EXPECT_GT(b["refittable_sources"].get<int>(), 0);
+
+  auto rf = run_stdout("refit " + plan + " -w " + kGpt2B + " -o " + refit + " --json");
+  ASSERT_EQ(rf.status, 0) << rf.output;
+  auto r = nlohmann::json::parse(rf.output);
+  EXPECT_EQ(r["plan"], refit);
+  EXPECT_EQ(r["from"], "onnx");
+  EXPECT_EQ(r["sources_set"], b["refittable_sources"]);
+  EXPECT_TRUE(fs::exists(refit));
+}
+
+TEST(CliBench, StatisticsAndChromeTrace) {
+  std::string d = fresh_dir("bench");
+  std::string trace = d + "/trace.json";
+  auto r = run_stdout("bench " + kGpt2 + " --shape batch=1 --shape seq=4 --iterations 25 --warmup 1 --profile-json " +
+                      trace);
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["iterations"], 25);
+  double mn = j["min_ms"], mx = j["max_ms"], mean = j["mean_ms"];
+  double p50 = j["p50_ms"], p90 = j["p90_ms"], p99 = j["p99_ms"];
+  EXPECT_LE(mn, p50);
+  EXPECT_LE(p50, p90);
+  EXPECT_LE(p90, p99);
+  EXPECT_LE(p99, mx);
+  EXPECT_LE(mn, mean);
+  EXPECT_LE(mean, mx);
+  EXPECT_EQ(p99, mx);  // nearest rank: ceil(0.99 * 25) = 25, the largest
+  EXPECT_GE(j["stddev_ms"].get<double>(), 0.0);
+  EXPECT_GT(j["throughput_per_s"].get<double>(), 0.0);
+  EXPECT_LE(j["throughput_per_s"].get<double>(), 1000.0 / mn);
+  EXPECT_GT(j["peak_rss_bytes"].get<int64_t>(), 1 << 20);
+  auto t = nlohmann::json::parse(file_bytes(trace));
+  auto check = nlohmann::json::parse(run_stdout("check " + kGpt2 + " --json").output);
+  ASSERT_FALSE(t["traceEvents"].empty());
+  double end = 0;
+  for (const auto& e : t["traceEvents"]) {
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_GE(e["ts"].get<double>(), end - 1e-9);  // laid end to end, in execution order
+    end = e["ts"].get<double>() + e["dur"].get<double>();
+    EXPECT_EQ(e["args"]["calls"], 26);  // warm-up and timed runs
+  }
+  // The trace's nodes are the built plan's, fewer than the model's after fusion, never more.
+  EXPECT_LE(t["traceEvents"].size(), check["nodes"].get<size_t>());
+}
+
+TEST(CliHints, DidYouMeanAndTrtexecFlags) {
+  auto cmd = run_cli("buidl " + kGpt2);
+  EXPECT_EQ(WEXITSTATUS(cmd.status), 2);
+  EXPECT_NE(cmd.output.find("'buidl' is not a reforge command; did you mean 'build'?"), std::string::npos)
+      << cmd.output;
+  auto flag = run_cli("run " + kGpt2 + " --sed 3");
+  EXPECT_NE(flag.output.find("'--sed' is not an option of 'run'; did you mean '--seed'?"), std::string::npos)
+      << flag.output;
+  auto trt = run_cli("build " + kGpt2 + " --fp16 --saveEngine=x.plan");
+  EXPECT_NE(trt.output.find("'--fp16' is a trtexec/Polygraphy flag: reforge takes '--precision fp16'"),
+            std::string::npos)
+      << trt.output;
+  EXPECT_NE(trt.output.find("'--saveEngine' is a trtexec/Polygraphy flag: reforge writes the plan with '-o FILE'"),
+            std::string::npos)
+      << trt.output;
+  auto zero = run_cli("bench " + kGpt2 + " --iterations 0");
+  EXPECT_EQ(WEXITSTATUS(zero.status), 2);
+  EXPECT_NE(zero.output.find("counts timed runs: give 1 or more, got '0'"), std::string::npos) << zero.output;
+  EXPECT_NE(zero.output.find("--duration SECONDS"), std::string::npos) << zero.output;
+}
+
+TEST(CliChecks, OutputFolderAndExpectNamesBeforeTheRun) {
+  std::string d = fresh_dir("checks");
+  auto expect = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2 --expect logit=" + d + "/none.npy");
+  EXPECT_EQ(WEXITSTATUS(expect.status), 1);
+  EXPECT_NE(expect.output.find("--expect names 'logit', which is not an output of the model; did you mean 'logits'?"),
+            std::string::npos)
+      << expect.output;
+  EXPECT_EQ(expect.output.find("synthesized input"), std::string::npos) << "checked after the inputs were made";
+  std::ofstream(d + "/file") << "x";
+  auto out = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2 -o " + d + "/file/out");
+  EXPECT_EQ(WEXITSTATUS(out.status), 1);
+  EXPECT_NE(out.output.find("--output-dir '" + d + "/file/out': '" + d + "/file' is not a folder"), std::string::npos)
+      << out.output;
+  EXPECT_EQ(out.output.find("synthesized input"), std::string::npos) << "checked after the inputs were made";
+  auto build = run_cli("build " + kGpt2 + " -o " + d + "/missing/a.plan");
+  EXPECT_EQ(WEXITSTATUS(build.status), 1);
+  EXPECT_NE(build.output.find("the folder '" + d + "/missing' does not exist"), std::string::npos) << build.output;
+}
+
+TEST(CliProgress, VerbosePrintsEveryPhaseQuietNone) {
+  std::string d = fresh_dir("progress");
+  auto v = run_cli("build " + kGpt2 + " --refit -o " + d + "/a.plan --verbose");
+  ASSERT_EQ(v.status, 0) << v.output;
+  for (const char* phase : {"reforge: importing '", "reforge: building '", "reforge: writing '"})
+    EXPECT_NE(v.output.find(phase), std::string::npos) << phase << "\n" << v.output;
+  EXPECT_NE(v.output.find("(passes, weight packing): done in "), std::string::npos) << v.output;
+  auto r = run_cli("--verbose refit " + d + "/a.plan -w " + kGpt2B + " -o " + d + "/b.plan");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("reforge: refitting from '" + kGpt2B + "': done in "), std::string::npos) << r.output;
+  // Quick phases print nothing by default; --quiet also drops the notes.
+  auto n = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2");
+  ASSERT_EQ(n.status, 0) << n.output;
+  EXPECT_EQ(n.output.find("reforge: "), std::string::npos) << n.output;
+  EXPECT_NE(n.output.find("synthesized input"), std::string::npos) << n.output;
+  auto q = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2 --quiet");
+  ASSERT_EQ(q.status, 0) << q.output;
+  EXPECT_EQ(q.output, "logits: float32[1,2,128]\n");
+}
+
+bool venv_has_onnxruntime() {
+  std::string cmd = kRoot + "/.venv/bin/python -c 'import onnxruntime' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+TEST(CliOnnxrt, ComparePassesAndZeroToleranceFails) {
+  if (!venv_has_onnxruntime()) GTEST_SKIP() << kRoot << "/.venv has no onnxruntime (scripts/setup.sh installs it)";
+  auto ok = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=6 --compare-onnxrt");
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("compare with ONNX Runtime"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("PASS"), std::string::npos) << ok.output;
+  // The two engines round differently: with no tolerance at all some element differs.
+  auto strict = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=6 --compare-onnxrt --atol 0 --rtol 0");
+  EXPECT_EQ(WEXITSTATUS(strict.status), 1) << strict.output;
+  EXPECT_NE(strict.output.find("max abs"), std::string::npos) << strict.output;
+  EXPECT_NE(strict.output.find("FAIL ("), std::string::npos) << strict.output;
+  auto j = nlohmann::json::parse(
+      run_stdout("run " + kGpt2 + " --shape batch=1 --shape seq=6 --compare-onnxrt --atol logits=0 --rtol 0 --json")
+          .output);
+  ASSERT_EQ(j["onnxrt"].size(), 1u);
+  EXPECT_EQ(j["onnxrt"][0]["pass"], false);
+  EXPECT_GT(j["onnxrt"][0]["max_abs"].get<double>(), 0.0);
+  EXPECT_LT(j["onnxrt"][0]["max_abs"].get<double>(), 1e-3);
+  EXPECT_LE(j["onnxrt"][0]["mean_abs"].get<double>(), j["onnxrt"][0]["max_abs"].get<double>());
+  EXPECT_EQ(j["ok"], false);
+  auto plan = run_cli("run " + kRoot + "/models/gpt2/torch113_fold_dynamic/A/model.onnx --compare-onnxrt -w " + kGpt2B +
+                      " --shape batch=1 --shape seq=2");
+  EXPECT_NE(plan.output.find("give the ONNX model holding those weights with --onnxrt-model"), std::string::npos)
+      << plan.output;
+}
+
+}  // namespace
+}  // namespace reforge
