@@ -15,9 +15,9 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {
@@ -125,8 +125,8 @@ void gelu_kernel(KernelContext& ctx) {
       gelu_general(ctx, ctx.attr_string("approximate", "none") == "tanh"))
     return;
   if (x.dtype() != DType::Float32) {
-    // Other types: the standard Gelu-20 kernel (same function, more accurate).
-    const OpDef* def = OpRegistry::global().find("", "Gelu", 20);
+    // Other types: the CPU's standard Gelu-20 kernel (same function, more accurate).
+    const backends::KernelDef* def = backends::kernels().find("cpu", "", "Gelu", 20);
     REFORGE_ASSERT(def != nullptr && def->kernel);
     def->kernel(ctx);
     return;

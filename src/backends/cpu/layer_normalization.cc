@@ -9,7 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
+#include "backends/cpu/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

@@ -15,7 +15,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
+#include "backends/cpu/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

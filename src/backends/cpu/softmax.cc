@@ -15,7 +15,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/simd.h"
-#include "ops/simd_vec.h"
+#include "backends/cpu/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

@@ -1,18 +1,19 @@
-// Vector helpers shared by the reduce family (max/min scans over float and double).
+// Max/min scans over float and double, shared by the reduce family's extremum kernels.
 //
 // Why not plain loops: under the default -ftrapping-math GCC will not if-convert float compares
 // (`v > m ? v : m`, `v != v`), so max/min/NaN scans stay scalar however they are written. GCC
-// and Clang vector types make the compare-and-select explicit. The scans are compiled once per
-// instruction set (core/simd.h: AVX-512, AVX2, generic SSE2), each on vectors one register of its
-// own width (64, 32 or 16 bytes: a wider vector would be lowered lane by lane), and picked per
-// call. Max and min are exact, so the width only decides which of two equal values (-0 and +0)
-// is kept.
+// and Clang vector types make the compare-and-select explicit. The scans are templates over the
+// vector width and name no instruction set: the reference kernels run them on 16-byte vectors; the
+// CPU backend (backends/cpu/reduce.cc) compiles them once per instruction set, each on vectors
+// one register of its own width (64, 32 or 16 bytes), and picks one per call. Max and min are
+// exact, so the width only decides which of two equal values (-0 and +0) is kept.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
-#include "core/simd.h"
+#include "ops/registry.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only cross always-inline boundaries
@@ -104,56 +105,63 @@ REFORGE_REDUCE_INLINE void extremum_col_impl(S* acc, const S* x, int64_t n) {
   }
 }
 
-template <typename S, bool IsMax>
-REFORGE_TARGET_AVX512 S extremum_row_avx512(const S* x, int64_t n, S init, bool* nan) {
-  return extremum_row_impl<S, IsMax, 64>(x, n, init, nan);
-}
-template <typename S, bool IsMax>
-REFORGE_TARGET_AVX2 S extremum_row_avx2(const S* x, int64_t n, S init, bool* nan) {
-  return extremum_row_impl<S, IsMax, 32>(x, n, init, nan);
-}
-template <typename S, bool IsMax>
-REFORGE_TARGET_GENERIC S extremum_row_generic(const S* x, int64_t n, S init, bool* nan) {
-  return extremum_row_impl<S, IsMax, 16>(x, n, init, nan);
-}
-template <typename S, bool IsMax>
-REFORGE_TARGET_AVX512 void extremum_col_avx512(S* acc, const S* x, int64_t n) {
-  extremum_col_impl<S, IsMax, 64>(acc, x, n);
-}
-template <typename S, bool IsMax>
-REFORGE_TARGET_AVX2 void extremum_col_avx2(S* acc, const S* x, int64_t n) {
-  extremum_col_impl<S, IsMax, 32>(acc, x, n);
-}
-template <typename S, bool IsMax>
-REFORGE_TARGET_GENERIC void extremum_col_generic(S* acc, const S* x, int64_t n) {
-  extremum_col_impl<S, IsMax, 16>(acc, x, n);
+// The scans a kernel runs, one per element type and direction: ReduceMax / ReduceMin
+// (reduce.cc) and ArgMax / ArgMin (reduce_arg.cc) take them as an argument. reference_scans() are
+// the reference kernels' (16-byte vectors in the default target); the CPU backend passes its own,
+// one per instruction set (backends/cpu/reduce.cc).
+template <typename S>
+struct ScansOf {
+  // Max (IsMax) or min of x[0..n) folded into `init`; *nan is set when any element is NaN (the
+  // value returned then ignores the NaNs).
+  S (*max_row)(const S* x, int64_t n, S init, bool* nan);
+  S (*min_row)(const S* x, int64_t n, S init, bool* nan);
+  // acc[j] = extremum(acc[j], x[j]) for j in [0, n), NaN-propagating (a NaN in x or acc sticks).
+  void (*max_col)(S* acc, const S* x, int64_t n);
+  void (*min_col)(S* acc, const S* x, int64_t n);
+  template <bool IsMax>
+  S row(const S* x, int64_t n, S init, bool* nan) const {
+    return (IsMax ? max_row : min_row)(x, n, init, nan);
+  }
+  template <bool IsMax>
+  void col(S* acc, const S* x, int64_t n) const {
+    (IsMax ? max_col : min_col)(acc, x, n);
+  }
+};
+struct ExtremumScans {
+  ScansOf<float> f32;
+  ScansOf<double> f64;
+  template <typename S>
+  const ScansOf<S>& of() const {
+    if constexpr (std::is_same_v<S, float>)
+      return f32;
+    else
+      return f64;
+  }
+};
+
+// The scans of one vector width (kBytes-wide vectors: the portable default is 16).
+template <int kBytes>
+struct ScansOfWidth {
+  template <typename S, bool IsMax>
+  static S row(const S* x, int64_t n, S init, bool* nan) {
+    return extremum_row_impl<S, IsMax, kBytes>(x, n, init, nan);
+  }
+  template <typename S, bool IsMax>
+  static void col(S* acc, const S* x, int64_t n) {
+    extremum_col_impl<S, IsMax, kBytes>(acc, x, n);
+  }
+};
+
+inline const ExtremumScans& reference_scans() {
+  using W = ScansOfWidth<16>;
+  static const ExtremumScans scans = {
+      {W::row<float, true>, W::row<float, false>, W::col<float, true>, W::col<float, false>},
+      {W::row<double, true>, W::row<double, false>, W::col<double, true>, W::col<double, false>}};
+  return scans;
 }
 
-// Max (IsMax) or min of x[0..n) folded into `init`; *nan is set when any element is NaN (the
-// value returned then ignores the NaNs).
-template <typename S, bool IsMax>
-inline S extremum_row(const S* x, int64_t n, S init, bool* nan) {
-  switch (simd_level()) {
-    case SimdLevel::Avx512:
-      return extremum_row_avx512<S, IsMax>(x, n, init, nan);
-    case SimdLevel::Avx2:
-      return extremum_row_avx2<S, IsMax>(x, n, init, nan);
-    default:
-      return extremum_row_generic<S, IsMax>(x, n, init, nan);
-  }
-}
-
-// acc[j] = extremum(acc[j], x[j]) for j in [0, n), NaN-propagating (a NaN in x or acc sticks).
-template <typename S, bool IsMax>
-inline void extremum_col(S* acc, const S* x, int64_t n) {
-  switch (simd_level()) {
-    case SimdLevel::Avx512:
-      return extremum_col_avx512<S, IsMax>(acc, x, n);
-    case SimdLevel::Avx2:
-      return extremum_col_avx2<S, IsMax>(acc, x, n);
-    default:
-      return extremum_col_generic<S, IsMax>(acc, x, n);
-  }
-}
+// ReduceMax / ReduceMin (reduce.cc) and ArgMax / ArgMin (reduce_arg.cc) with the given scans.
+void reduce_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans);
+void arg_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans);
 
 }  // namespace reforge::ops::simd
