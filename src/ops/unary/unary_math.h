@@ -125,7 +125,7 @@ struct RoundOp {
   double scalar(double x) const { return std::nearbyint(x); }
 };
 
-// Functions without a SIMD form: libm for float and double alike (float uses the float
+// Functions without a vector form: libm for float and double alike (float uses the float
 // overloads, so float16/bfloat16 compute in float).
 #define REFORGE_LIBM_OP(Name, fn) \
   struct Name {                   \
