@@ -10,8 +10,8 @@
 namespace reforge::cpu {
 namespace {
 
-using ops::simd::extremum_col_impl;
-using ops::simd::extremum_row_impl;
+using ops::extremum::extremum_col_impl;
+using ops::extremum::extremum_row_impl;
 
 template <typename S, bool IsMax>
 REFORGE_TARGET_AVX512 S extremum_row_avx512(const S* x, int64_t n, S init, bool* nan) {
@@ -62,8 +62,8 @@ void extremum_col(S* acc, const S* x, int64_t n) {
   }
 }
 
-const ops::simd::ExtremumScans& cpu_scans() {
-  static const ops::simd::ExtremumScans scans = {
+const ops::extremum::ExtremumScans& cpu_scans() {
+  static const ops::extremum::ExtremumScans scans = {
       {extremum_row<float, true>, extremum_row<float, false>, extremum_col<float, true>, extremum_col<float, false>},
       {extremum_row<double, true>, extremum_row<double, false>, extremum_col<double, true>,
        extremum_col<double, false>}};
@@ -74,13 +74,13 @@ const ops::simd::ExtremumScans& cpu_scans() {
 
 void register_reduce_kernels(KernelRegistry& r) {
   r.add({"cpu", "", "ReduceMax", 1, INT_MAX,
-         [](ops::KernelContext& ctx) { ops::simd::reduce_extremum_kernel(ctx, true, cpu_scans()); }});
+         [](ops::KernelContext& ctx) { ops::extremum::reduce_extremum_kernel(ctx, true, cpu_scans()); }});
   r.add({"cpu", "", "ReduceMin", 1, INT_MAX,
-         [](ops::KernelContext& ctx) { ops::simd::reduce_extremum_kernel(ctx, false, cpu_scans()); }});
+         [](ops::KernelContext& ctx) { ops::extremum::reduce_extremum_kernel(ctx, false, cpu_scans()); }});
   r.add({"cpu", "", "ArgMax", 1, INT_MAX,
-         [](ops::KernelContext& ctx) { ops::simd::arg_extremum_kernel(ctx, true, cpu_scans()); }});
+         [](ops::KernelContext& ctx) { ops::extremum::arg_extremum_kernel(ctx, true, cpu_scans()); }});
   r.add({"cpu", "", "ArgMin", 1, INT_MAX,
-         [](ops::KernelContext& ctx) { ops::simd::arg_extremum_kernel(ctx, false, cpu_scans()); }});
+         [](ops::KernelContext& ctx) { ops::extremum::arg_extremum_kernel(ctx, false, cpu_scans()); }});
 }
 
 }  // namespace reforge::cpu

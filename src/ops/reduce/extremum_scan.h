@@ -19,7 +19,7 @@
 #pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only cross always-inline boundaries
 #endif
 
-namespace reforge::ops::simd {
+namespace reforge::ops::extremum {
 
 #define REFORGE_REDUCE_INLINE inline __attribute__((always_inline))
 
@@ -164,4 +164,4 @@ inline const ExtremumScans& reference_scans() {
 void reduce_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans);
 void arg_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans);
 
-}  // namespace reforge::ops::simd
+}  // namespace reforge::ops::extremum

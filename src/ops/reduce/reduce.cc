@@ -273,7 +273,7 @@ struct ProdOp {
 template <typename T, bool IsMax>
 struct ExtremumOp {
   using Acc = compute_t<T>;
-  const simd::ExtremumScans* scans;
+  const extremum::ExtremumScans* scans;
   static bool better(Acc v, Acc cur) {
     if constexpr (IsMax)
       return v > cur || v != v;
@@ -350,7 +350,7 @@ void run_op(const ReducePlan& p, const T* x, T* y, const Op& op, int threads, Fi
 }
 
 template <typename T>
-void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads, const simd::ExtremumScans& scans) {
+void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads, const extremum::ExtremumScans& scans) {
   using Acc = sum_acc_t<T>;
   const int64_t count = p.count;
   switch (kind) {
@@ -426,7 +426,7 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads,
 
 // Reads the axes (attribute before `axes_input_since`, optional input 1 from then on), applies
 // noop_with_empty_axes, keepdims, and runs the reduction.
-void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since, const simd::ExtremumScans& scans) {
+void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since, const extremum::ExtremumScans& scans) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   std::vector<int64_t> axes;
@@ -488,11 +488,11 @@ void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since, const si
 
 }  // namespace
 
-namespace simd {
+namespace extremum {
 void reduce_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans) {
   reduce_kernel(ctx, is_max ? Kind::Max : Kind::Min, 18, scans);
 }
-}  // namespace simd
+}  // namespace extremum
 
 // Axes became an input at opset 13 for ReduceSum and at opset 18 for the others.
 void register_reduce_kernels(OpRegistry& r) {
@@ -520,7 +520,7 @@ void register_reduce_kernels(OpRegistry& r) {
            e.name,
            1,
            INT_MAX,
-           [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since, simd::reference_scans()); },
+           [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since, extremum::reference_scans()); },
            nullptr,
            nullptr,
            {InputRole::kData, InputRole::kShape}});

@@ -29,7 +29,7 @@ inline bool wins(C v, C best) {
 
 template <typename T, bool IsMax, bool Last>
 void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, int threads,
-               const simd::ExtremumScans& scans) {
+               const extremum::ExtremumScans& scans) {
   using C = compute_t<T>;
   const bool par = threads > 1 && outer * n * inner >= (1 << 15) && outer > 1;
 #pragma omp parallel for num_threads(threads) if (par) schedule(static)
@@ -83,7 +83,7 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
 }
 
 template <bool IsMax>
-void arg_kernel(KernelContext& ctx, const simd::ExtremumScans& scans) {
+void arg_kernel(KernelContext& ctx, const extremum::ExtremumScans& scans) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
@@ -127,20 +127,20 @@ void arg_kernel(KernelContext& ctx, const simd::ExtremumScans& scans) {
 
 }  // namespace
 
-namespace simd {
+namespace extremum {
 void arg_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans) {
   if (is_max)
     arg_kernel<true>(ctx, scans);
   else
     arg_kernel<false>(ctx, scans);
 }
-}  // namespace simd
+}  // namespace extremum
 
 void register_arg_kernels(OpRegistry& r) {
-  r.add(
-      {"", "ArgMax", 1, INT_MAX, [](KernelContext& ctx) { arg_kernel<true>(ctx, simd::reference_scans()); }, nullptr});
-  r.add(
-      {"", "ArgMin", 1, INT_MAX, [](KernelContext& ctx) { arg_kernel<false>(ctx, simd::reference_scans()); }, nullptr});
+  r.add({"", "ArgMax", 1, INT_MAX, [](KernelContext& ctx) { arg_kernel<true>(ctx, extremum::reference_scans()); },
+         nullptr});
+  r.add({"", "ArgMin", 1, INT_MAX, [](KernelContext& ctx) { arg_kernel<false>(ctx, extremum::reference_scans()); },
+         nullptr});
 }
 
 }  // namespace reforge::ops
