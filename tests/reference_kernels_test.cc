@@ -318,10 +318,10 @@ TEST(ReferenceKernels, UnaryOpsAgreeWithTheCpuKernels) {
   }
 }
 
-// ReduceMax, ReduceMin, ArgMax and ArgMin on the CPU (backends/cpu/reduce.cc) run the reference
-// kernels with max/min scans compiled per instruction set. Max and min are exact, so every variant
-// gives the reference's bits (inputs without zeros: a variant's width only decides which of -0 and
-// +0 is kept) and the same indices, NaN rows included.
+// ReduceMax, ReduceMin, ReduceLogSumExp, ArgMax and ArgMin on the CPU (backends/cpu/reduce.cc) run
+// the reference kernels with max/min scans compiled per instruction set. Max and min are exact, so
+// every variant gives the reference's bits (inputs without zeros: a variant's width only decides
+// which of -0 and +0 is kept) and the same indices, NaN rows included.
 TEST(ReferenceKernels, ExtremaAgreeWithTheCpuKernels) {
   for (DType dt : {DType::Float32, DType::Float64}) {
     Tensor x32 = random_floats({5, 37, 3}, 41, -8.0f, 8.0f);
@@ -333,7 +333,7 @@ TEST(ReferenceKernels, ExtremaAgreeWithTheCpuKernels) {
     std::vector<Tensor> axes;
     axes.reserve(axes_sets.size());
     for (const auto& a : axes_sets) axes.push_back(make<int64_t>({static_cast<int64_t>(a.size())}, a));
-    for (const char* op : {"ReduceMax", "ReduceMin"}) {
+    for (const char* op : {"ReduceMax", "ReduceMin", "ReduceLogSumExp"}) {
       for (const Tensor& a : axes) runs.push_back({make_node(op, 18, 2), {&x, &a}});
       runs.push_back({make_node(op, 18, 2), {&row, &axes[0]}});
     }

@@ -1,8 +1,9 @@
-// The CPU's ReduceMax, ReduceMin, ArgMax and ArgMin: the reference kernels (ops/reduce) run with
-// max/min scans compiled once per instruction set (AVX-512, AVX2, generic SSE2: core/simd.h), each
-// on vectors one register of its own width (64, 32 or 16 bytes), and picked per call. Max and min
-// are exact: the variants differ from the reference only in which of -0 and +0 they keep when both
-// occur. Every other reduction runs its reference kernel.
+// The CPU's ReduceMax, ReduceMin, ReduceLogSumExp (whose first pass is a max), ArgMax and ArgMin:
+// the reference kernels (ops/reduce) run with max/min scans compiled once per instruction set
+// (AVX-512, AVX2, generic SSE2: core/simd.h), each on vectors one register of its own width (64,
+// 32 or 16 bytes), and picked per call. Max and min are exact: the variants differ from the
+// reference only in which of -0 and +0 they keep when both occur (and exp(x - max) is the same
+// for either). Every other reduction runs its reference kernel.
 #include "backends/cpu/cpu_backend.h"
 #include "core/simd.h"
 #include "ops/reduce/extremum_scan.h"
@@ -77,6 +78,8 @@ void register_reduce_kernels(KernelRegistry& r) {
          [](ops::KernelContext& ctx) { ops::extremum::reduce_extremum_kernel(ctx, true, cpu_scans()); }});
   r.add({"cpu", "", "ReduceMin", 1, INT_MAX,
          [](ops::KernelContext& ctx) { ops::extremum::reduce_extremum_kernel(ctx, false, cpu_scans()); }});
+  r.add({"cpu", "", "ReduceLogSumExp", 1, INT_MAX,
+         [](ops::KernelContext& ctx) { ops::extremum::reduce_log_sum_exp_kernel(ctx, cpu_scans()); }});
   r.add({"cpu", "", "ArgMax", 1, INT_MAX,
          [](ops::KernelContext& ctx) { ops::extremum::arg_extremum_kernel(ctx, true, cpu_scans()); }});
   r.add({"cpu", "", "ArgMin", 1, INT_MAX,

@@ -105,8 +105,8 @@ REFORGE_REDUCE_INLINE void extremum_col_impl(S* acc, const S* x, int64_t n) {
   }
 }
 
-// The scans a kernel runs, one per element type and direction: ReduceMax / ReduceMin
-// (reduce.cc) and ArgMax / ArgMin (reduce_arg.cc) take them as an argument. reference_scans() are
+// The scans a kernel runs, one per element type and direction: ReduceMax / ReduceMin and
+// ReduceLogSumExp (reduce.cc), ArgMax / ArgMin (reduce_arg.cc) take them as an argument. reference_scans() are
 // the reference kernels' (16-byte vectors in the default target); the CPU backend passes its own,
 // one per instruction set (backends/cpu/reduce.cc).
 template <typename S>
@@ -160,8 +160,10 @@ inline const ExtremumScans& reference_scans() {
   return scans;
 }
 
-// ReduceMax / ReduceMin (reduce.cc) and ArgMax / ArgMin (reduce_arg.cc) with the given scans.
+// ReduceMax / ReduceMin, ReduceLogSumExp (its first pass is a max) (reduce.cc) and ArgMax /
+// ArgMin (reduce_arg.cc) with the given scans.
 void reduce_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans);
+void reduce_log_sum_exp_kernel(KernelContext& ctx, const ExtremumScans& scans);
 void arg_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans);
 
 }  // namespace reforge::ops::extremum

@@ -492,6 +492,9 @@ namespace extremum {
 void reduce_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans) {
   reduce_kernel(ctx, is_max ? Kind::Max : Kind::Min, 18, scans);
 }
+void reduce_log_sum_exp_kernel(KernelContext& ctx, const ExtremumScans& scans) {
+  reduce_kernel(ctx, Kind::LogSumExp, 18, scans);
+}
 }  // namespace extremum
 
 // Axes became an input at opset 13 for ReduceSum and at opset 18 for the others.
