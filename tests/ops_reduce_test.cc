@@ -530,7 +530,7 @@ TEST(Reduce, RandomShapesWithZerosMatchNaive) {
 
 // ReduceMax/ReduceMin over the last axis (the row scan) and the first (the column scan), and
 // ArgMax/ArgMin (first and last ties), float and double, at every vector instruction set the CPU
-// has (reduce_simd.h compiles its scans per variant, 16, 32 or 64 bytes wide), lengths straddling
+// has (backends/cpu/reduce.cc compiles the scans per variant, 16, 32 or 64 bytes wide), lengths straddling
 // each width and its two-vector step, NaN anywhere: against a scalar reference.
 TEST(Reduce, ExtremaAtEverySimdLevel) {
   const std::vector<SimdLevel> levels = test_support::simd_levels();

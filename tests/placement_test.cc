@@ -135,7 +135,7 @@ TEST(Placement, NodeWithoutKernelFailsTheBuildNamingIt) {
   EXPECT_NE(err.find("node 'squash' (Sigmoid)"), std::string::npos) << err;
   EXPECT_NE(err.find("no kernel on backend 'counting'"), std::string::npos) << err;
   EXPECT_NE(err.find("1 of 9 node(s)"), std::string::npos) << err;
-  // The CPU runs it (its reference kernel).
+  // The CPU runs it (its own kernel, backends/cpu/unary.cc).
   EXPECT_EQ(error_of([&] { build_for(g, "cpu"); }), "");
 }
 
@@ -180,7 +180,7 @@ TEST(Placement, PlansWithoutAPlacementRunOnTheirBuildBackend) {
 TEST(Placement, ResolutionPrefersTheBackendKernelAndFallsBackToReference) {
   test_support::register_counting_backend();
   ir::Node mm = node("mm", "MatMul", {"a", "b"});
-  ir::Node sig = node("s", "Sigmoid", {"a"});
+  ir::Node sig = node("s", "Sin", {"a"});  // libm's sin: no vectorized CPU kernel
   backends::Resolved r;
   ASSERT_EQ(backends::resolve(mm, "cpu", &r), "");
   EXPECT_FALSE(r.reference);  // the CPU's own MatMul (oneDNN)

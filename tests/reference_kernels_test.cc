@@ -4,17 +4,26 @@
 // backend is held to the reference kernels the same way.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
+#include "core/simd.h"
 #include "support/make_tensor.h"
 #include "support/run_op.h"
+#include "support/simd_levels.h"
 
 using namespace reforge;
 using test_support::make;
 using test_support::random_floats;
+using test_support::simd_level_name;
+using test_support::simd_levels;
 
 namespace {
 
@@ -155,6 +164,213 @@ TEST(ReferenceKernels, SoftmaxByHandAndAgainstTheCpuKernel) {
   compare(make_node("Softmax", 13, 1), {&b});
   compare(make_node("LogSoftmax", 13, 1, {ir::int_attr("axis", 1)}), {&a});
   compare(make_node("Softmax", 11, 1, {ir::int_attr("axis", 1)}), {&a});  // the 2-D coercion before opset 13
+}
+
+// Distance of two floats in units in the last place, counted through the ordered bit patterns
+// (0 for the same bits; -0 and +0 are 1 apart). Two NaNs are 0 apart, a NaN and a number are not
+// comparable (returned as INT64_MAX).
+int64_t ulp_distance(float a, float b) {
+  if (a != a || b != b) return (a != a && b != b) ? 0 : INT64_MAX;
+  auto ordered = [](float v) {
+    const int64_t bits = std::bit_cast<int32_t>(v);
+    return bits < 0 ? int64_t{INT32_MIN} - bits : bits;
+  };
+  const int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
+}
+
+// The reference kernel's and the CPU kernel's outputs, element by element: their largest ulp
+// distance, or INT64_MAX when the shapes or NaN positions differ.
+int64_t max_ulp_distance(const Tensor& cpu, const Tensor& ref) {
+  if (cpu.shape() != ref.shape() || cpu.dtype() != DType::Float32 || ref.dtype() != DType::Float32) return INT64_MAX;
+  int64_t worst = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i)
+    worst = std::max(worst, ulp_distance(cpu.data<float>()[i], ref.data<float>()[i]));
+  return worst;
+}
+
+// "x -> cpu vs ref" at the element of largest ulp distance, for failure messages.
+std::string worst_element(const Tensor& x, const Tensor& cpu, const Tensor& ref) {
+  int64_t worst = -1, at = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const int64_t d = ulp_distance(cpu.data<float>()[i], ref.data<float>()[i]);
+    if (d > worst) worst = d, at = i;
+  }
+  std::ostringstream o;
+  o.precision(9);
+  o << "x = " << x.data<float>()[at] << ": " << cpu.data<float>()[at] << " vs " << ref.data<float>()[at];
+  return o.str();
+}
+
+// Inputs of odd sizes (vector tails in every variant: 4, 8 and 16 lanes), uniform over [lo, hi)
+// with the special values first: zeros of both signs, infinities, NaN, subnormals, the ends of
+// exp's range.
+Tensor unary_input(int64_t n, uint32_t seed, float lo, float hi) {
+  Tensor t = random_floats({n}, seed, lo, hi);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            1e-40f,
+                            -1e-40f,
+                            88.5f,
+                            -104.0f,
+                            0.5f,
+                            -2.5f};
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(std::size(specials)); ++i)
+    t.mutable_data<float>()[i] = specials[i];
+  return t;
+}
+
+// The unary ops' CPU kernels (backends/cpu/unary.cc) run the reference kernels' element functions
+// (ops/unary) in a loop compiled per instruction set. The generic variant computes exactly what
+// the reference does (the same 4-lane vectors, no FMA in the base instruction set): bit-identical.
+// The AVX2 and AVX-512 variants let the compiler contract a * b + c into one FMA, one rounding
+// fewer per step; each case states how far that can move its result:
+// - 8 ulp by default: the rounding differences of the polynomial steps (exp, log, erfc) stay in
+//   the last bits, since every polynomial is evaluated on a reduced argument.
+// - HardSigmoid, HardSwish: alpha * x + beta cancels near the lower clamp, so the one rounding of
+//   alpha * x that the FMA saves (at most 2^-25, |alpha * x| <= 0.5) is many ulps of a result
+//   near 0: bounded in absolute terms, 2^-23 (three roundings below 1), times |x| <= 3 for HardSwish.
+// - Gelu (tanh): the argument 2u = 1.596 (x + 0.044715 x^3) of exp is itself rounded
+//   differently, and exp turns an argument difference of d into a relative difference of d: one
+//   ulp of |2u| <= 142 is up to 2^-23 * 142 relative, ~142 ulps (256 allowed). The erf form has no
+//   such step (its exp arguments are split exactly, ops/unary/unary_common.h: vnormal_cdf).
+TEST(ReferenceKernels, UnaryOpsAgreeWithTheCpuKernels) {
+  struct Case {
+    std::string op;
+    int opset;
+    std::vector<ir::Attribute> attrs = {};
+    float lo = -12.0f, hi = 12.0f;
+    int64_t max_ulp = 8;   // the CPU's AVX variants against the reference, in ulps
+    double abs_tol = 0.0;  // or this far apart in absolute terms
+  };
+  const std::vector<Case> cases = {
+      {"Abs", 13},
+      {"Neg", 13},
+      {"Sign", 13},
+      {"Sqrt", 13, {}, 0.0f, 1e6f},
+      {"Reciprocal", 13},
+      {"Exp", 13, {}, -105.0f, 89.0f},
+      {"Log", 13, {}, 0.0f, 100.0f},
+      {"Erf", 13, {}, -5.0f, 5.0f},
+      {"Floor", 13, {}, -1e7f, 1e7f},
+      {"Ceil", 13, {}, -3.0f, 3.0f},
+      {"Round", 11, {}, -3.0f, 3.0f},
+      {"Tanh", 13},
+      {"Sigmoid", 13, {}, -100.0f, 100.0f},
+      {"Relu", 14},
+      {"LeakyRelu", 16, {ir::float_attr("alpha", 0.1f)}},
+      {"Elu", 6, {ir::float_attr("alpha", 0.7f)}},
+      {"Selu", 6},
+      {"Celu", 12, {ir::float_attr("alpha", 1.5f)}},
+      {"HardSigmoid", 6, {}, -12.0f, 12.0f, 8, std::ldexp(1.0, -23)},
+      {"HardSwish", 14, {}, -12.0f, 12.0f, 8, 3 * std::ldexp(1.0, -23)},
+      {"Softplus", 1, {}, -100.0f, 100.0f},
+      {"Softsign", 1},
+      {"Gelu", 20, {}, -12.0f, 6.0f},
+      {"Gelu", 20, {ir::string_attr("approximate", "tanh")}, -12.0f, 6.0f, 256},
+      {"Mish", 18, {}, -30.0f, 30.0f},
+      {"Swish", 24, {ir::float_attr("alpha", 1.25f)}},
+      {"ThresholdedRelu", 10, {ir::float_attr("alpha", 0.5f)}},
+      {"Shrink", 9, {ir::float_attr("bias", 0.25f), ir::float_attr("lambd", 0.75f)}},
+      {"Clip", 6, {ir::float_attr("min", -0.5f), ir::float_attr("max", 2.0f)}},
+  };
+  uint32_t seed = 100;
+  for (const Case& c : cases) {
+    const ir::Node n = make_node(c.op, c.opset, 1, c.attrs);
+    backends::Resolved r;
+    ASSERT_EQ(backends::resolve(n, "cpu", &r), "") << c.op;
+    EXPECT_FALSE(r.reference) << c.op << " has no CPU kernel of its own";
+    for (int64_t size : {1, 3, 7, 13, 37, 1001}) {
+      const Tensor x = unary_input(size, ++seed, c.lo, c.hi);
+      const Tensor ref = test_support::run_reference_node(n, {&x})[0];
+      for (SimdLevel level : simd_levels()) {
+        SimdOverride cap(level);
+        const Tensor cpu = test_support::run_node(n, {&x})[0];
+        if (level == SimdLevel::Generic) {
+          EXPECT_EQ(max_ulp_distance(cpu, ref), 0)
+              << c.op << " size " << size
+              << ": the generic CPU variant differs from the reference: " << worst_element(x, cpu, ref);
+          continue;
+        }
+        ASSERT_EQ(cpu.shape(), ref.shape());
+        for (int64_t i = 0; i < ref.numel(); ++i) {
+          const float a = cpu.data<float>()[i], b = ref.data<float>()[i];
+          if (ulp_distance(a, b) <= c.max_ulp || std::fabs(double(a) - double(b)) <= c.abs_tol) continue;
+          ADD_FAILURE() << c.op << " " << c.attrs.size() << " attrs, size " << size << " at " << simd_level_name(level)
+                        << ": x = " << x.data<float>()[i] << " gives " << a << " vs " << b << " (" << ulp_distance(a, b)
+                        << " ulp)";
+          break;
+        }
+      }
+    }
+  }
+  // float16 goes through the same float32 loop after conversion: bit-identical at the generic level.
+  const Tensor h = cast_tensor(unary_input(37, 7, -4.0f, 4.0f), DType::Float16);
+  for (const char* op : {"Exp", "Tanh", "Sigmoid"}) {
+    const ir::Node n = make_node(op, 13, 1);
+    SimdOverride cap(SimdLevel::Generic);
+    const Tensor cpu = cast_tensor(test_support::run_node(n, {&h})[0], DType::Float32);
+    const Tensor ref = cast_tensor(test_support::run_reference_node(n, {&h})[0], DType::Float32);
+    EXPECT_EQ(max_ulp_distance(cpu, ref), 0) << op << " float16";
+  }
+}
+
+// ReduceMax, ReduceMin, ReduceLogSumExp, ArgMax and ArgMin on the CPU (backends/cpu/reduce.cc) run
+// the reference kernels with max/min scans compiled per instruction set. Max and min are exact, so
+// every variant gives the reference's bits (inputs without zeros: a variant's width only decides
+// which of -0 and +0 is kept) and the same indices, NaN rows included.
+TEST(ReferenceKernels, ExtremaAgreeWithTheCpuKernels) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    Tensor x32 = random_floats({5, 37, 3}, 41, -8.0f, 8.0f);
+    x32.mutable_data<float>()[2 * 37 * 3 + 10 * 3 + 1] = std::numeric_limits<float>::quiet_NaN();
+    const Tensor x = dt == DType::Float32 ? x32 : cast_tensor(x32, dt);
+    const Tensor row = cast_tensor(random_floats({3, 1001}, 42, -8.0f, 8.0f), dt);
+    std::vector<std::pair<ir::Node, std::vector<const Tensor*>>> runs;
+    const std::vector<std::vector<int64_t>> axes_sets = {{1}, {2}, {0, 2}, {0, 1, 2}};
+    std::vector<Tensor> axes;
+    axes.reserve(axes_sets.size());
+    for (const auto& a : axes_sets) axes.push_back(make<int64_t>({static_cast<int64_t>(a.size())}, a));
+    for (const char* op : {"ReduceMax", "ReduceMin", "ReduceLogSumExp"}) {
+      for (const Tensor& a : axes) runs.push_back({make_node(op, 18, 2), {&x, &a}});
+      runs.push_back({make_node(op, 18, 2), {&row, &axes[0]}});
+    }
+    for (const char* op : {"ArgMax", "ArgMin"})
+      for (int64_t axis : {1, 2})
+        for (int64_t last : {0, 1}) {
+          runs.push_back(
+              {make_node(op, 13, 1, {ir::int_attr("axis", axis), ir::int_attr("select_last_index", last)}), {&x}});
+          runs.push_back(
+              {make_node(op, 13, 1, {ir::int_attr("axis", 1), ir::int_attr("select_last_index", last)}), {&row}});
+        }
+    for (const auto& [n, inputs] : runs) {
+      backends::Resolved r;
+      ASSERT_EQ(backends::resolve(n, "cpu", &r), "") << n.op_type;
+      EXPECT_FALSE(r.reference) << n.op_type << " has no CPU kernel of its own";
+      const Tensor ref = test_support::run_reference_node(n, inputs)[0];
+      for (SimdLevel level : simd_levels()) {
+        SimdOverride cap(level);
+        const Tensor cpu = test_support::run_node(n, inputs)[0];
+        ASSERT_EQ(cpu.shape(), ref.shape()) << n.op_type;
+        ASSERT_EQ(cpu.dtype(), ref.dtype()) << n.op_type;
+        EXPECT_EQ(std::memcmp(cpu.raw(), ref.raw(), ref.nbytes()), 0)
+            << n.op_type << " " << dtype_name(dt) << " at " << simd_level_name(level) << " differs from the reference";
+      }
+    }
+  }
+  // By hand: the NaN row's maximum is NaN; ArgMax points at the NaN.
+  const Tensor v = make<float>({1, 5}, {1.0f, 3.0f, std::numeric_limits<float>::quiet_NaN(), 7.0f, 3.0f});
+  const Tensor m =
+      test_support::run_reference_node(make_node("ReduceMax", 13, 1, {ir::ints_attr("axes", {1})}), {&v})[0];
+  EXPECT_TRUE(std::isnan(m.data<float>()[0]));
+  const Tensor i = test_support::run_reference_node(make_node("ArgMax", 13, 1, {ir::int_attr("axis", 1)}), {&v})[0];
+  EXPECT_EQ(i.data<int64_t>()[0], 2);
+  const Tensor w = make<float>({1, 5}, {1.0f, 3.0f, -2.0f, 7.0f, 3.0f});
+  const Tensor j = test_support::run_reference_node(
+      make_node("ArgMin", 13, 1, {ir::int_attr("axis", 1), ir::int_attr("select_last_index", 1)}), {&w})[0];
+  EXPECT_EQ(j.data<int64_t>()[0], 2);
 }
 
 }  // namespace

@@ -22,10 +22,10 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/fused_common.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

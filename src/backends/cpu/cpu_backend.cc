@@ -29,6 +29,8 @@ backends::Backend backend() {
     register_silu_kernels(r);
     register_attention_kernels(r);
     register_rotary_kernels(r);
+    register_unary_kernels(r);
+    register_reduce_kernels(r);
   };
   return b;
 }

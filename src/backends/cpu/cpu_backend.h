@@ -27,5 +27,7 @@ void register_rms_norm_kernels(KernelRegistry& r);             // rms_norm.cc: r
 void register_silu_kernels(KernelRegistry& r);                 // silu.cc: reforge::Silu, reforge::SiluMul
 void register_attention_kernels(KernelRegistry& r);            // attention.cc: reforge::Attention
 void register_rotary_kernels(KernelRegistry& r);               // rotary.cc: reforge::Rotary
+void register_unary_kernels(KernelRegistry& r);                // unary.cc: unary math, activations, Clip
+void register_reduce_kernels(KernelRegistry& r);               // reduce.cc: ReduceMax/Min, ReduceLogSumExp, ArgMax/Min
 
 }  // namespace reforge::cpu

@@ -1,7 +1,7 @@
 // What the CPU's fused transformer kernels (rms_norm.cc, silu.cc, attention.cc, rotary.cc) share.
 // Each computes exactly the subgraph the fusion pass (src/passes/fusion_transformer.cc) replaced,
 // for any values of its scalar inputs (a refit may change them), in float32. Kernels are written
-// once over the vector type of ops/simd_vec.h and instantiated for AVX-512 (16 lanes), AVX2 + FMA
+// once over the vector type of simd_vec.h and instantiated for AVX-512 (16 lanes), AVX2 + FMA
 // (8 lanes) and generic SSE2 (4 lanes), the widest the CPU has chosen per call; OpenMP over rows
 // or (batch, head, query block) when the work is large enough.
 #pragma once

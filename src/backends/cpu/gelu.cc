@@ -4,7 +4,7 @@
 // matches the decomposition it replaces instead, which has 1 + erf's cancellation anyway, and
 // trades that for speed. When the pass keeps the formula's constants as inputs (they are
 // refittable), other values than the standard ones run the formula as written. Float32 on the
-// native vectors of ops/simd_vec.h (AVX-512, AVX2 + FMA or SSE2), OpenMP over large tensors.
+// native vectors of simd_vec.h (AVX-512, AVX2 + FMA or SSE2), OpenMP over large tensors.
 // The erf form uses a rational erf approximation (max abs error 4.2e-7 on [-4, 4], saturating to
 // +-1 outside), so the absolute error stays below 1e-6 |x| like the decomposition it replaces
 // (1 + erf cancels for negative x there too). The tanh form is x * sigmoid(2u),
@@ -15,9 +15,9 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {
@@ -125,8 +125,8 @@ void gelu_kernel(KernelContext& ctx) {
       gelu_general(ctx, ctx.attr_string("approximate", "none") == "tanh"))
     return;
   if (x.dtype() != DType::Float32) {
-    // Other types: the standard Gelu-20 kernel (same function, more accurate).
-    const OpDef* def = OpRegistry::global().find("", "Gelu", 20);
+    // Other types: the CPU's standard Gelu-20 kernel (same function, more accurate).
+    const backends::KernelDef* def = backends::kernels().find("cpu", "", "Gelu", 20);
     REFORGE_ASSERT(def != nullptr && def->kernel);
     def->kernel(ctx);
     return;

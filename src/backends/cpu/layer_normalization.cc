@@ -1,6 +1,6 @@
 // The CPU's LayerNormalization: a float32 fast path for rows of `inner` contiguous elements, Scale and B with
 // exactly `inner` elements (no broadcast within the row), no Mean/InvStdDev outputs. Two passes
-// over each row in float32 on the native vectors of ops/simd_vec.h (mean, then the centred sum of
+// over each row in float32 on the native vectors of simd_vec.h (mean, then the centred sum of
 // squares, so no cancellation), OpenMP over rows for large tensors.
 #include <omp.h>
 
@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd_vec.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

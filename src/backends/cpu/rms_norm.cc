@@ -1,7 +1,7 @@
 // The CPU's reforge::RmsNorm, emitted by fuse-rms-norm (src/passes/fusion_transformer.cc):
 // RmsNorm(X, W?, eps, p?, n?):  Y = X * (n / sqrt(mean(X^p over the last axis) + eps)) [* W]
 //   p defaults to 2 (fast path), n to 1; W broadcasts along the last axis (N or 1 elements).
-// Float32 rows on the vectors of ops/simd_vec.h (fused_common.h).
+// Float32 rows on the vectors of simd_vec.h (fused_common.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -12,10 +12,10 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/fused_common.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

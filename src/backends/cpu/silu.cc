@@ -2,7 +2,7 @@
 // (src/passes/fusion_transformer.cc):
 // Silu(X):        Y = X * sigmoid(X)
 // SiluMul(X, U):  Y = X * sigmoid(X) * U   (U broadcasts as in Mul)
-// Float32 on the vectors of ops/simd_vec.h (fused_common.h); other types run the unfused ops.
+// Float32 on the vectors of simd_vec.h (fused_common.h); other types run the unfused ops.
 #include <omp.h>
 
 #include <algorithm>
@@ -13,10 +13,10 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/fused_common.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

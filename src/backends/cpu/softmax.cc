@@ -1,6 +1,6 @@
 // The CPU's Softmax and LogSoftmax: float runs on GCC/Clang vector types with a polynomial exp,
 // compiled for AVX-512, AVX2 and SSE2, each on vectors one register of its own width
-// (ops/simd_vec.h), and picked at run time: std::exp is a scalar library call, and the compiler
+// (simd_vec.h), and picked at run time: std::exp is a scalar library call, and the compiler
 // will not vectorize a clamped exp on its own (it may not if-convert float compares under the
 // default -ftrapping-math). The polynomial is within 2 ulp of expf and returns exactly 0 below
 // float's normal range, so masked (-inf) logits give 0. Everything else is the shared logic of
@@ -14,8 +14,8 @@
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd_vec.h"
 #include "core/simd.h"
-#include "ops/simd_vec.h"
 
 namespace reforge::ops {
 namespace {

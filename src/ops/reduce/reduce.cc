@@ -14,7 +14,8 @@
 // float32 sums of millions of elements stay exact to float precision); integer sums and products
 // use uint64 arithmetic, which wraps like the element type does (the result is cast back);
 // max/min compare in the compute type and propagate NaN like numpy (float and double through
-// the explicit vector code of reduce_simd.h, which the compiler would not produce itself).
+// the explicit vector code of extremum_scan.h, which the compiler would not produce itself; the
+// scans are an argument, so the CPU backend runs these kernels with its per-instruction-set ones).
 #include <omp.h>
 
 #include <algorithm>
@@ -25,7 +26,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "ops/reduce/reduce_simd.h"
+#include "ops/reduce/extremum_scan.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -272,6 +273,7 @@ struct ProdOp {
 template <typename T, bool IsMax>
 struct ExtremumOp {
   using Acc = compute_t<T>;
+  const extremum::ExtremumScans* scans;
   static bool better(Acc v, Acc cur) {
     if constexpr (IsMax)
       return v > cur || v != v;
@@ -288,7 +290,7 @@ struct ExtremumOp {
   Acc row(const T* x, int64_t n, int64_t) const {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       bool nan = false;
-      const T m = simd::extremum_row<T, IsMax>(x, n, init(), &nan);
+      const T m = scans->of<T>().template row<IsMax>(x, n, init(), &nan);
       return nan ? std::numeric_limits<T>::quiet_NaN() : m;
     } else {
       Acc lane[kLanes];
@@ -307,7 +309,7 @@ struct ExtremumOp {
   }
   void col(Acc* acc, const T* x, int64_t n, int64_t) const {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      simd::extremum_col<T, IsMax>(acc, x, n);
+      scans->of<T>().template col<IsMax>(acc, x, n);
     } else {
       for (int64_t j = 0; j < n; ++j) {
         Acc v = to_compute(x[j]);
@@ -348,7 +350,7 @@ void run_op(const ReducePlan& p, const T* x, T* y, const Op& op, int threads, Fi
 }
 
 template <typename T>
-void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads) {
+void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads, const extremum::ExtremumScans& scans) {
   using Acc = sum_acc_t<T>;
   const int64_t count = p.count;
   switch (kind) {
@@ -399,12 +401,12 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads)
           return static_cast<T>(a);
       });
     case Kind::Max:
-      return run_op(p, x, y, ExtremumOp<T, true>{}, threads, [](compute_t<T> a) { return from_compute<T>(a); });
+      return run_op(p, x, y, ExtremumOp<T, true>{&scans}, threads, [](compute_t<T> a) { return from_compute<T>(a); });
     case Kind::Min:
-      return run_op(p, x, y, ExtremumOp<T, false>{}, threads, [](compute_t<T> a) { return from_compute<T>(a); });
+      return run_op(p, x, y, ExtremumOp<T, false>{&scans}, threads, [](compute_t<T> a) { return from_compute<T>(a); });
     case Kind::LogSumExp: {
       // Two passes for stability: the max of each output, then log(sum(exp(x - max))) + max.
-      ExtremumOp<T, true> max_op;
+      ExtremumOp<T, true> max_op{&scans};
       std::unique_ptr<compute_t<T>[]> mx(new compute_t<T>[static_cast<size_t>(p.out_numel)]);
       for (int64_t i = 0; i < p.out_numel; ++i) mx[i] = max_op.init();
       reduce_into(p, x, max_op, mx.get(), threads);
@@ -424,7 +426,7 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads)
 
 // Reads the axes (attribute before `axes_input_since`, optional input 1 from then on), applies
 // noop_with_empty_axes, keepdims, and runs the reduction.
-void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since) {
+void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since, const extremum::ExtremumScans& scans) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   std::vector<int64_t> axes;
@@ -472,19 +474,28 @@ void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since) {
   Tensor& y = ctx.allocate_output(0, dt, out_shape);
   const int threads = thread_count(ctx);
   if (dt == DType::Bool) {
-    reduce_typed<bool>(kind, plan, x.data<bool>(), y.mutable_data<bool>(), threads);
+    reduce_typed<bool>(kind, plan, x.data<bool>(), y.mutable_data<bool>(), threads, scans);
     return;
   }
   dispatch_numeric(
       dt,
       [&](auto tag) {
         using T = typename decltype(tag)::type;
-        reduce_typed<T>(kind, plan, x.data<T>(), y.mutable_data<T>(), threads);
+        reduce_typed<T>(kind, plan, x.data<T>(), y.mutable_data<T>(), threads, scans);
       },
       ctx.node().op_type.c_str());
 }
 
 }  // namespace
+
+namespace extremum {
+void reduce_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans) {
+  reduce_kernel(ctx, is_max ? Kind::Max : Kind::Min, 18, scans);
+}
+void reduce_log_sum_exp_kernel(KernelContext& ctx, const ExtremumScans& scans) {
+  reduce_kernel(ctx, Kind::LogSumExp, 18, scans);
+}
+}  // namespace extremum
 
 // Axes became an input at opset 13 for ReduceSum and at opset 18 for the others.
 void register_reduce_kernels(OpRegistry& r) {
@@ -512,7 +523,7 @@ void register_reduce_kernels(OpRegistry& r) {
            e.name,
            1,
            INT_MAX,
-           [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since); },
+           [kind, since](KernelContext& ctx) { reduce_kernel(ctx, kind, since, extremum::reference_scans()); },
            nullptr,
            nullptr,
            {InputRole::kData, InputRole::kShape}});

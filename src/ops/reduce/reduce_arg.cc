@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "ops/reduce/reduce_simd.h"
+#include "ops/reduce/extremum_scan.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -28,7 +28,8 @@ inline bool wins(C v, C best) {
 }
 
 template <typename T, bool IsMax, bool Last>
-void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, int threads) {
+void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, int threads,
+               const extremum::ExtremumScans& scans) {
   using C = compute_t<T>;
   const bool par = threads > 1 && outer * n * inner >= (1 << 15) && outer > 1;
 #pragma omp parallel for num_threads(threads) if (par) schedule(static)
@@ -38,7 +39,7 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       if (inner == 1) {  // vector scan for the extreme value, then find its first/last position
         bool nan = false;
-        const T m = simd::extremum_row<T, IsMax>(block, n, block[0], &nan);
+        const T m = scans.of<T>().template row<IsMax>(block, n, block[0], &nan);
         auto hit = [&](int64_t r) { return nan ? block[r] != block[r] : block[r] == m; };
         int64_t bi = 0;
         if (Last) {
@@ -82,7 +83,7 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
 }
 
 template <bool IsMax>
-void arg_kernel(KernelContext& ctx) {
+void arg_kernel(KernelContext& ctx, const extremum::ExtremumScans& scans) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
@@ -114,9 +115,9 @@ void arg_kernel(KernelContext& ctx) {
   auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (last)
-      arg_typed<T, IsMax, true>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads);
+      arg_typed<T, IsMax, true>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads, scans);
     else
-      arg_typed<T, IsMax, false>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads);
+      arg_typed<T, IsMax, false>(x.data<T>(), y.mutable_data<int64_t>(), outer, n, inner, threads, scans);
   };
   if (x.dtype() == DType::Bool)
     run(TypeTag<bool>{});
@@ -126,9 +127,20 @@ void arg_kernel(KernelContext& ctx) {
 
 }  // namespace
 
+namespace extremum {
+void arg_extremum_kernel(KernelContext& ctx, bool is_max, const ExtremumScans& scans) {
+  if (is_max)
+    arg_kernel<true>(ctx, scans);
+  else
+    arg_kernel<false>(ctx, scans);
+}
+}  // namespace extremum
+
 void register_arg_kernels(OpRegistry& r) {
-  r.add({"", "ArgMax", 1, INT_MAX, arg_kernel<true>, nullptr});
-  r.add({"", "ArgMin", 1, INT_MAX, arg_kernel<false>, nullptr});
+  r.add({"", "ArgMax", 1, INT_MAX, [](KernelContext& ctx) { arg_kernel<true>(ctx, extremum::reference_scans()); },
+         nullptr});
+  r.add({"", "ArgMin", 1, INT_MAX, [](KernelContext& ctx) { arg_kernel<false>(ctx, extremum::reference_scans()); },
+         nullptr});
 }
 
 }  // namespace reforge::ops

@@ -1,16 +1,19 @@
-// Shared pieces of the unary op family: float32 SIMD math and the driver that maps a per-element
-// function over a tensor.
+// Shared pieces of the unary op family: float32 vector math, the op structs' driver that maps a
+// per-element function over a tensor, and the hook through which a backend plugs in its own
+// float32 loop.
 //
 // Why explicit vectors: libm's expf/tanhf/erff are opaque calls, and GCC (with its default
 // -ftrapping-math) will not if-convert a select that guards floating-point arithmetic, so even
 // `x < 0 ? a * x : x` stays a scalar branch. The float32 path is therefore written with GCC/Clang
-// vector extensions: straight-line arithmetic, bit operations and lane selects, no branches.
-// The helpers are always-inline, default-target templates over the vector type; the element-map
-// loop is compiled three times (AVX-512, AVX2 + FMA, generic SSE2), each on vectors one register
-// of its own width (ops/simd_vec.h), and picked per call; the AVX variants contract a * b + c
-// into FMAs. Accuracy is a few ulp against double-precision libm (tests/
-// ops_unary_test.cc measures it); NaN, +-inf, overflow and gradual underflow behave like libm.
-// double keeps libm; float16/bfloat16 are converted in blocks and use the float32 path.
+// vector extensions (ops/vector_ext.h): straight-line arithmetic, bit operations and lane
+// selects, no branches. The helpers are always-inline templates over the vector type and name no
+// instruction set. The reference kernels run them on 4-lane vectors (ReferenceMap); the CPU
+// backend (backends/cpu/unary.cc) compiles the same element loop once per instruction set, each
+// on vectors one register of its own width, and picks one per call; its AVX variants contract
+// a * b + c into FMAs, so they differ from the reference in the last bits. Accuracy is a few ulp
+// against double-precision libm (tests/ops_unary_test.cc measures it); NaN, +-inf, overflow and
+// gradual underflow behave like libm. double keeps libm; float16/bfloat16 are converted in blocks
+// and use the float32 path.
 #pragma once
 
 #include <omp.h>
@@ -22,23 +25,20 @@
 #include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "core/simd.h"
 #include "core/tensor.h"
 #include "ops/registry.h"
-#include "ops/simd_vec.h"
-
-#if defined(__SSE__)
-#include <immintrin.h>
-#endif
+#include "ops/vector_ext.h"
 
 namespace reforge::ops::unary {
 
-// Every helper is a template over the vector type V, one register of the variant that runs it:
-// simdv::Vec<kTag> (ops/simd_vec.h), 16 lanes for AVX-512, 8 for AVX2, 4 for SSE2. A vector
+// Every helper is a template over the vector type V: simdv::Vec4 in the reference kernels, one
+// register of the variant that runs it in the CPU backend's (16 lanes for AVX-512, 8 for AVX2, 4
+// for SSE2). A vector
 // wider than the target's registers compiles, but GCC 12 lowers it lane by lane through the stack
 // (the AVX2 and SSE2 variants on 16-lane vectors ran Tanh or Erf at 12-20 ns per element on
 // Zen 3). Every function taking or returning a vector is always inlined (REFORGE_VINLINE, the ops'
@@ -80,29 +80,13 @@ REFORGE_VINLINE VI<V> visnan(const V& x) {
   return x != x;
 }
 
+// Lane by lane; the square root is correctly rounded, so every form of it (a vector instruction
+// in the CPU backend's Sqrt) gives these bits.
 template <typename V>
 REFORGE_VINLINE V vsqrt(const V& x) {
-#if defined(__SSE__)
-  if constexpr (simdv::lanes_of<V> == 8) {
-    // Only ever inlined into the AVX2 variant, whose target has the instruction.
-    return reinterpret_cast<V>(__builtin_ia32_sqrtps256(reinterpret_cast<__v8sf>(x)));
-  } else {
-    // SSE square roots, a quad at a time (AVX-512: four per vector; Sqrt is rare enough in hot
-    // loops not to need the zmm form).
-    using q = float __attribute__((vector_size(16)));
-    constexpr int kQuads = simdv::lanes_of<V> / 4;
-    struct Quads {
-      q v[kQuads];
-    };
-    Quads in = std::bit_cast<Quads>(x), out;
-    for (int i = 0; i < kQuads; ++i) out.v[i] = std::bit_cast<q>(_mm_sqrt_ps(std::bit_cast<__m128>(in.v[i])));
-    return std::bit_cast<V>(out);
-  }
-#else
   V r;
   for (int l = 0; l < simdv::lanes_of<V>; ++l) r[l] = std::sqrt(x[l]);
   return r;
-#endif
 }
 
 // Round half to even for |x| < 2^23 by adding and subtracting 2^23 (the FPU rounds to nearest
@@ -291,10 +275,10 @@ REFORGE_VINLINE V vnormal_cdf(const V& x) {
   return x < 0.0f ? c : 1.0f - c;
 }
 
-// Scalar entry points to the float32 functions (tests, odd call sites).
-// (The generic variant's vector: the same arithmetic as the generic map.)
+// Scalar entry points to the float32 functions (tests, odd call sites): the reference kernels'
+// vector, so the same arithmetic as their element map.
 #define REFORGE_UNARY_SCALAR(name, vname) \
-  inline float name(float x) { return vname(splat<simdv::Vec<simdv::kGeneric>>(x))[0]; }
+  inline float name(float x) { return vname(splat<simdv::Vec4>(x))[0]; }
 REFORGE_UNARY_SCALAR(fast_exp, vexp)
 REFORGE_UNARY_SCALAR(fast_expm1, vexpm1)
 REFORGE_UNARY_SCALAR(fast_log, vlog)
@@ -318,14 +302,19 @@ inline double sigmoid(double x) {
 //
 // An op is a small struct with
 //   template <typename V> REFORGE_VINLINE V vec(const V& x) const
-//                                   optional: the float32 SIMD form on any of simd_vec.h's
-//                                   vector types, used for float, float16 and bfloat16 tensors;
+//                                   optional: the float32 vector form on any vector type of
+//                                   ops/vector_ext.h, used for float, float16 and bfloat16 tensors;
 //   R scalar(C x) const             the scalar form for every other element type it accepts
 //                                   (C = compute_t of the input; overloads or a template).
+//
+// The driver is a template over a map policy `Map` with
+//   template <typename Op> static void f32(const float* in, float* out, int64_t n, const Op& op)
+// the loop that applies op.vec over a float32 buffer (in == out allowed). ReferenceMap is the
+// reference kernels'; a backend passes its own (backends/cpu/unary.cc: one per instruction set).
 
 template <typename Op>
-concept HasVec = requires(const Op& op, simdv::Vec<simdv::kGeneric> v) {
-  { op.vec(v) } -> std::same_as<simdv::Vec<simdv::kGeneric>>;
+concept HasVec = requires(const Op& op, simdv::Vec4 v) {
+  { op.vec(v) } -> std::same_as<simdv::Vec4>;
 };
 
 template <typename T>
@@ -336,12 +325,13 @@ inline constexpr int64_t kBlock = 4096;
 // Below this many elements one thread is faster than waking a team.
 inline constexpr int64_t kParallelMin = 1 << 15;
 
+// op.vec over in[0, n) on vectors of type V, the tail padded with zeros (which every op accepts).
 template <typename V, typename Op>
 REFORGE_VINLINE void map_f32_impl(const float* in, float* out, int64_t n, const Op& op) {
   constexpr int64_t kW = simdv::lanes_of<V>;
   int64_t i = 0;
   for (; i + kW <= n; i += kW) simdv::store<V>(out + i, op.vec(simdv::load<V>(in + i)));  // unaligned is fine
-  if (i < n) {  // tail: pad with zeros, which every op accepts
+  if (i < n) {
     const size_t rest = static_cast<size_t>(n - i) * sizeof(float);
     V v{};
     std::memcpy(&v, in + i, rest);
@@ -349,39 +339,33 @@ REFORGE_VINLINE void map_f32_impl(const float* in, float* out, int64_t n, const 
     std::memcpy(out + i, &v, rest);
   }
 }
-// One per instruction set, each on its own register width; map_f32_vec picks one per call
-// (simdv::pick follows core/simd.h's simd_level()).
+
+// The reference kernels' float32 loop: 4-lane vectors in the default target.
 template <typename Op>
-REFORGE_TARGET_AVX512 void map_f32_vec_avx512(const float* in, float* out, int64_t n, const Op& op) {
-  map_f32_impl<simdv::Vec<simdv::kAvx512>>(in, out, n, op);
+__attribute__((flatten)) void map_f32_reference(const float* in, float* out, int64_t n, const Op& op) {
+  map_f32_impl<simdv::Vec4>(in, out, n, op);
 }
-template <typename Op>
-REFORGE_TARGET_AVX2 void map_f32_vec_avx2(const float* in, float* out, int64_t n, const Op& op) {
-  map_f32_impl<simdv::Vec<simdv::kAvx2>>(in, out, n, op);
-}
-template <typename Op>
-REFORGE_TARGET_GENERIC void map_f32_vec_generic(const float* in, float* out, int64_t n, const Op& op) {
-  map_f32_impl<simdv::Vec<simdv::kGeneric>>(in, out, n, op);
-}
-template <typename Op>
-void map_f32_vec(const float* in, float* out, int64_t n, const Op& op) {
-  simdv::pick(map_f32_vec_avx512<Op>, map_f32_vec_avx2<Op>, map_f32_vec_generic<Op>)(in, out, n, op);
-}
+struct ReferenceMap {
+  template <typename Op>
+  static void f32(const float* in, float* out, int64_t n, const Op& op) {
+    map_f32_reference(in, out, n, op);
+  }
+};
 
 // out[i] = op(in[i]) over elements [begin, end).
-template <typename In, typename Out, typename Op>
+template <typename Map, typename In, typename Out, typename Op>
 void map_range(const In* in, Out* out, int64_t begin, int64_t end, const Op& op) {
   const int64_t len = end - begin;
   const In* __restrict src = in + begin;
   Out* __restrict dst = out + begin;
   if constexpr (HasVec<Op> && std::is_same_v<In, float> && std::is_same_v<Out, float>) {
-    map_f32_vec(src, dst, len, op);
+    Map::f32(src, dst, len, op);
   } else if constexpr (HasVec<Op> && is_half_v<In> && std::is_same_v<In, Out>) {
     float buf[kBlock];
     for (int64_t b = 0; b < len; b += kBlock) {
       const int64_t m = std::min(kBlock, len - b);
       for (int64_t i = 0; i < m; ++i) buf[i] = static_cast<float>(src[b + i]);
-      map_f32_vec(buf, buf, m, op);
+      Map::f32(buf, buf, m, op);
       for (int64_t i = 0; i < m; ++i) dst[b + i] = Out(buf[i]);
     }
   } else {
@@ -391,29 +375,29 @@ void map_range(const In* in, Out* out, int64_t begin, int64_t end, const Op& op)
 
 // Runs map_range over n elements, in parallel blocks when n is large. threads <= 0 means the
 // OpenMP default.
-template <typename In, typename Out, typename Op>
+template <typename Map, typename In, typename Out, typename Op>
 void map_elements(const In* in, Out* out, int64_t n, int threads, const Op& op) {
   const int64_t nblocks = (n + kBlock - 1) / kBlock;
   int64_t team = threads > 0 ? threads : omp_get_max_threads();
   team = std::min(team, nblocks);
   if (n < kParallelMin || team <= 1) {
-    map_range(in, out, 0, n, op);
+    map_range<Map>(in, out, 0, n, op);
     return;
   }
 #pragma omp parallel for num_threads(static_cast <int>(team)) schedule(static)
-  for (int64_t b = 0; b < nblocks; ++b) map_range(in, out, b * kBlock, std::min(n, (b + 1) * kBlock), op);
+  for (int64_t b = 0; b < nblocks; ++b) map_range<Map>(in, out, b * kBlock, std::min(n, (b + 1) * kBlock), op);
 }
 
-template <typename In, typename Out, typename Op>
+template <typename Map, typename In, typename Out, typename Op>
 void map_tensor(const Tensor& x, Tensor& y, int threads, const Op& op) {
-  map_elements(x.data<In>(), y.mutable_data<Out>(), x.numel(), threads, op);
+  map_elements<Map>(x.data<In>(), y.mutable_data<Out>(), x.numel(), threads, op);
 }
 
 // ---- kernels -------------------------------------------------------------------------------
 
 // Y = op(X) with Y of X's type; `dispatch` is dispatch_float or dispatch_numeric and sets which
 // element types the op accepts (anything else is an Error naming the node).
-template <typename Op, typename Dispatch>
+template <typename Map, typename Op, typename Dispatch>
 void run_same_type(KernelContext& ctx, const Op& op, Dispatch dispatch) {
   const Tensor& x = ctx.input(0);
   const std::string who = ctx.node().label();
@@ -422,34 +406,41 @@ void run_same_type(KernelContext& ctx, const Op& op, Dispatch dispatch) {
       x.dtype(),
       [&](auto tag) {
         using T = typename decltype(tag)::type;
-        map_tensor<T, T>(x, y, ctx.threads(), op);
+        map_tensor<Map, T, T>(x, y, ctx.threads(), op);
       },
       who.c_str());
 }
 
 // Kernel for a float-only op. `make` builds the op from the node (attributes).
-template <typename MakeOp>
+template <typename Map, typename MakeOp>
 KernelFn float_kernel(MakeOp make) {
   return [make](KernelContext& ctx) {
-    run_same_type(ctx, make(ctx), [](DType t, auto&& f, const char* w) { return dispatch_float(t, f, w); });
+    run_same_type<Map>(ctx, make(ctx), [](DType t, auto&& f, const char* w) { return dispatch_float(t, f, w); });
   };
 }
-template <typename Op>
+template <typename Map, typename Op>
 KernelFn float_kernel() {
-  return float_kernel([](const KernelContext&) { return Op{}; });
+  return float_kernel<Map>([](const KernelContext&) { return Op{}; });
 }
 
 // Kernel for an op that also accepts integer types.
-template <typename MakeOp>
+template <typename Map, typename MakeOp>
 KernelFn numeric_kernel(MakeOp make) {
   return [make](KernelContext& ctx) {
-    run_same_type(ctx, make(ctx), [](DType t, auto&& f, const char* w) { return dispatch_numeric(t, f, w); });
+    run_same_type<Map>(ctx, make(ctx), [](DType t, auto&& f, const char* w) { return dispatch_numeric(t, f, w); });
   };
 }
-template <typename Op>
+template <typename Map, typename Op>
 KernelFn numeric_kernel() {
-  return numeric_kernel([](const KernelContext&) { return Op{}; });
+  return numeric_kernel<Map>([](const KernelContext&) { return Op{}; });
 }
+
+// Receives one kernel of the family's lists (unary_math.h, activations.h, unary_clip.h): the op
+// type, its first opset (every kernel covers it to the newest), the kernel built on the list's
+// map policy, the op's checker (null: none), and whether the kernel runs its float32 elements
+// through that policy (false: libm or scalar only, the same code under every policy).
+using AddUnaryKernel =
+    std::function<void(const char* op_type, int since, KernelFn kernel, CheckFn check, bool uses_map)>;
 
 // Integer negation that wraps instead of overflowing (-INT_MIN == INT_MIN, as in numpy).
 template <typename T>

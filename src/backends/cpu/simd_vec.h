@@ -1,7 +1,7 @@
 // Float32 vectors of each instruction set's native width (GCC/Clang vector extensions), for the
 // fused transformer kernels (backends/cpu: rms_norm.cc, silu.cc, attention.cc, rotary.cc, gelu.cc,
-// layer_normalization.cc).
-// The unary op family (unary_common.h) and Softmax (softmax.cc) use them too.
+// layer_normalization.cc), the unary ops (unary.cc) and Softmax (softmax.cc). The vector types and lane
+// helpers themselves are portable (ops/vector_ext.h); this header adds the per-instruction-set part.
 //
 // The build has no -march flag, so those kernels are written once as always-inline templates over
 // a tag (kGeneric, kAvx2, kAvx512) and instantiated three times: inside a function compiled with
@@ -12,23 +12,17 @@
 // lane by lane through the stack: with 64-byte vectors the AVX2 variant ran attention at
 // ~3 GFLOPS, no faster than generic. Register-blocked kernels take their block sizes per tag too
 // (32 zmm registers against 16 ymm or xmm).
-//
-// Functions taking or returning a vector are always inlined (RF_INLINE), so no call passes one
-// (the ABI of a vector wider than the base ISA's registers would differ between targets).
 #pragma once
 
 #include <bit>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "core/simd.h"
-
-#pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only cross always-inline boundaries
+#include "ops/vector_ext.h"
 
 namespace reforge::ops::simdv {
 
-#define RF_INLINE inline __attribute__((always_inline))
 #define RF_AVX512_TARGET __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,bmi2")))
 #define RF_AVX2_TARGET __attribute__((target("avx2,fma,bmi2")))
 
@@ -50,27 +44,6 @@ inline Fn pick(Fn avx512, Fn avx2, Fn generic) {
   }
 }
 
-template <int kLanes>
-struct LaneTypes;
-template <>
-struct LaneTypes<16> {
-  using F = float __attribute__((vector_size(64)));
-  using I = int32_t __attribute__((vector_size(64)));
-  using U = uint32_t __attribute__((vector_size(64)));
-};
-template <>
-struct LaneTypes<8> {
-  using F = float __attribute__((vector_size(32)));
-  using I = int32_t __attribute__((vector_size(32)));
-  using U = uint32_t __attribute__((vector_size(32)));
-};
-template <>
-struct LaneTypes<4> {
-  using F = float __attribute__((vector_size(16)));
-  using I = int32_t __attribute__((vector_size(16)));
-  using U = uint32_t __attribute__((vector_size(16)));
-};
-
 template <int kTag>
 inline constexpr int kLanesOf = kTag == kAvx512 ? 16
                                 : kTag == kAvx2 ? 8
@@ -82,53 +55,6 @@ template <int kTag>
 inline constexpr int64_t kW = kLanesOf<kTag>;
 // The widest lane count of any variant: split points that every variant's vectors divide.
 inline constexpr int64_t kMaxW = 16;
-
-template <typename V>
-inline constexpr int lanes_of = static_cast<int>(sizeof(V) / sizeof(float));
-template <typename V>
-using IVec = typename LaneTypes<lanes_of<V>>::I;
-template <typename V>
-using UVec = typename LaneTypes<lanes_of<V>>::U;
-
-// Every lane x: one vbroadcastss (from memory when x comes from there). The kernel templates are
-// default-target functions inlined into the per-ISA ones, and GCC lowers a vector built from
-// non-constant lanes ({x, x, ...}, or the lane-by-lane fill) in the default target's terms
-// before inlining: it came out as vinsertps chains. V{} + x keeps a broadcast but adds a scalar
-// 0 + x (and turns -0 into +0). Broadcasting lane 0 with __builtin_shufflevector stays one
-// instruction.
-template <typename V>
-RF_INLINE V splat(float x) {
-  const V v = {x};
-  if constexpr (lanes_of<V> == 16)
-    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-  else if constexpr (lanes_of<V> == 8)
-    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0);
-  else
-    return __builtin_shufflevector(v, v, 0, 0, 0, 0);
-}
-template <typename V>
-RF_INLINE V load(const float* p) {
-  V v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <typename V>
-RF_INLINE void store(float* p, const V& v) {
-  std::memcpy(p, &v, sizeof(v));
-}
-// Lane by lane, in order (so a variant's sums do not depend on how the compiler reduces).
-template <typename V>
-RF_INLINE float hsum(const V& v) {
-  float s = 0;
-  for (int i = 0; i < lanes_of<V>; ++i) s += v[i];
-  return s;
-}
-template <typename V>
-RF_INLINE float hmax(const V& v) {
-  float m = v[0];
-  for (int i = 1; i < lanes_of<V>; ++i) m = v[i] > m ? v[i] : m;
-  return m;
-}
 
 // Cephes-style expf: exp(x) = 2^n e^r, |r| <= ln2/2, degree-6 polynomial (within 2 ulp of expf).
 // Below -87.3 it returns 0 (masked logits); between 88 and ln(FLT_MAX) it saturates at exp(88),
