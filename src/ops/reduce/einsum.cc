@@ -15,6 +15,8 @@
 // plain loop. A single operand (transpose, trace, sum) is one strided reduction. Arithmetic runs
 // in float for 16-bit floats and float32, double for float64 and uint64 (wrapping like the
 // element type) for integers.
+#include "ops/reduce/einsum.h"
+
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -29,19 +31,9 @@
 #include "ops/registry.h"
 
 namespace reforge::ops {
-namespace {
 
-constexpr int kEllipsis = -1;       // marker inside a parsed term
-constexpr int kEllipsisBase = 128;  // labels of broadcast dims: 128, 129, ... (letters keep ASCII codes)
-constexpr int kMaxLabels = 256;
+namespace einsum {
 
-struct Equation {
-  std::vector<std::vector<int>> inputs;  // letters as ASCII codes, kEllipsis for "..."
-  bool explicit_output = false;
-  std::vector<int> output;
-};
-
-// Parses an equation; throws an Error that says what is wrong with it.
 Equation parse_equation(const std::string& raw, const std::string& label) {
   std::string eq;
   for (char c : raw)
@@ -98,6 +90,16 @@ Equation parse_equation(const std::string& raw, const std::string& label) {
   }
   return e;
 }
+
+}  // namespace einsum
+
+namespace {
+
+constexpr int kEllipsisBase = 128;  // labels of broadcast dims: 128, 129, ... (letters keep ASCII codes)
+constexpr int kMaxLabels = 256;
+using einsum::Equation;
+using einsum::kEllipsis;
+using einsum::parse_equation;
 
 // ---- strided operands in the compute type ----
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/reduce/einsum.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -148,60 +149,13 @@ void cumsum(InferContext& ctx) {
 
 // ---- Einsum ----
 
-constexpr int kEllipsis = -1;
+using einsum::Equation;
+using einsum::kEllipsis;
 
-struct Equation {
-  std::vector<std::vector<int>> inputs;  // ASCII codes of the letters, kEllipsis for "..."
-  bool explicit_output = false;
-  std::vector<int> output;
-};
-
-Equation parse_equation(const InferContext& ctx, const std::string& raw) {
-  std::string eq;
-  for (char c : raw)
-    if (c != ' ' && c != '\t' && c != '\n') eq += c;
-  auto parse_term = [&](const std::string& t) {
-    std::vector<int> term;
-    bool ellipsis = false;
-    for (size_t i = 0; i < t.size();) {
-      const char c = t[i];
-      if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-        term.push_back(static_cast<unsigned char>(c));
-        ++i;
-      } else if (c == '.' && t.compare(i, 3, "...") == 0 && !ellipsis) {
-        ellipsis = true;
-        term.push_back(kEllipsis);
-        i += 3;
-      } else {
-        ctx.fail("einsum equation '" + raw + "' is malformed at '" + t.substr(i) + "'");
-      }
-    }
-    return term;
-  };
-  Equation e;
-  std::string lhs = eq;
-  if (const size_t arrow = eq.find("->"); arrow != std::string::npos) {
-    lhs = eq.substr(0, arrow);
-    const std::string rhs = eq.substr(arrow + 2);
-    if (rhs.find("->") != std::string::npos || rhs.find(',') != std::string::npos)
-      ctx.fail("einsum equation '" + raw + "' has a malformed output");
-    e.explicit_output = true;
-    e.output = parse_term(rhs);
-  }
-  size_t start = 0;
-  while (true) {
-    const size_t comma = lhs.find(',', start);
-    e.inputs.push_back(parse_term(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return e;
-}
-
-void einsum(InferContext& ctx) {
+void infer_einsum(InferContext& ctx) {
   if (!ctx.node().has_attr("equation")) ctx.fail("attribute 'equation' is required");
   const std::string raw = ctx.attr_string("equation", "");
-  const Equation eq = parse_equation(ctx, raw);
+  const Equation eq = einsum::parse_equation(raw, ctx.node().label());
   if (eq.inputs.size() != ctx.num_inputs())
     ctx.fail("einsum equation '" + raw + "' has " + std::to_string(eq.inputs.size()) + " operands but the node has " +
              std::to_string(ctx.num_inputs()) + " inputs");
@@ -283,7 +237,7 @@ void register_reduce_inference(OpRegistry& r) {
   r.set_infer("", "LogSoftmax", 1, softmax);
   r.set_infer("", "TopK", 1, topk);
   r.set_infer("", "CumSum", 11, cumsum);
-  r.set_infer("", "Einsum", 12, einsum);
+  r.set_infer("", "Einsum", 12, infer_einsum);
 }
 
 }  // namespace reforge::ops
