@@ -41,6 +41,11 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   return m;
 }
 
+void MappedFile::release_pages() const {
+  // Advice only: a failure leaves the pages resident, which is what not calling this does.
+  if (data_) ::madvise(const_cast<unsigned char*>(data_), size_, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace reforge::refit {
@@ -48,6 +49,9 @@ class Checkpoint {
   size_t total_bytes() const;
   // "checkpoint 'a.safetensors'" or "checkpoint 'a.safetensors' (+2 more files)".
   std::string description() const { return description_; }
+  // Drops the resident pages of the files this checkpoint maps (MappedFile::release_pages); the
+  // tensors stay valid and unchanged. No effect on a checkpoint of in-memory tensors.
+  void release_pages() const;
 
  private:
   void merge(Checkpoint&& other);
@@ -55,6 +59,7 @@ class Checkpoint {
   std::map<std::string, std::string> files_;
   std::map<std::string, std::string> metadata_;
   std::string description_;
+  std::vector<std::shared_ptr<const MappedFile>> mappings_;  // the files open() mapped
 };
 
 // The shard file names of a model.safetensors.index.json held in [data, data+size), in index
