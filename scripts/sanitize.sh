@@ -33,7 +33,7 @@ if [[ " ${parts[*]} " == *" asan "* ]]; then
   configure build-asan REFORGE_ASAN
   cmake --build build-asan --target reforge reforge_tests -j"$(nproc)"
   t1=$SECONDS
-  export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1"
+  export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:check_initialization_order=1"
   export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
   echo "== ASan+UBSan: unit and model tests"
