@@ -21,6 +21,9 @@ class MappedFile {
   // again from the file), but they stop counting in the process's resident memory. For a reader
   // done with a large file whose bytes nothing else here reads soon (a checkpoint once bound).
   void release_pages() const;
+  // The same for the whole pages inside [p, p + n) (the pages it shares with neighbouring bytes
+  // stay); false, doing nothing, when that range is not inside this mapping.
+  bool release_pages(const void* p, size_t n) const;
 
  private:
   MappedFile() = default;

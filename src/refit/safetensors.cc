@@ -196,6 +196,12 @@ void Checkpoint::release_pages() const {
   for (const auto& m : mappings_) m->release_pages();
 }
 
+void Checkpoint::release_pages_of(const Tensor& t) const {
+  if (!t.defined() || !t.nbytes()) return;
+  for (const auto& m : mappings_)
+    if (m->release_pages(t.raw(), t.nbytes())) return;
+}
+
 Checkpoint Checkpoint::from_tensors(std::map<std::string, Tensor> tensors, const std::string& description) {
   Checkpoint c;
   for (const auto& [name, t] : tensors) REFORGE_CHECK(t.defined(), description, ": tensor '", name, "' has no value");

@@ -52,6 +52,9 @@ class Checkpoint {
   // Drops the resident pages of the files this checkpoint maps (MappedFile::release_pages); the
   // tensors stay valid and unchanged. No effect on a checkpoint of in-memory tensors.
   void release_pages() const;
+  // The same for the pages of one tensor's bytes, when they lie in a file this checkpoint maps
+  // (otherwise nothing). Thread-safe.
+  void release_pages_of(const Tensor& t) const;
 
  private:
   void merge(Checkpoint&& other);
