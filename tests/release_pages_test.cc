@@ -1,15 +1,23 @@
 // MappedFile::release_pages and Checkpoint::release_pages: the mapped bytes stay readable and
 // unchanged, and the pages leave the process's resident set (RssFile in /proc/self/status), which
-// is what bounds the peak memory of `build --checkpoint` (docs/reliability.md).
+// is what bounds the peak memory of `build --checkpoint` and of a refit from a checkpoint
+// (docs/reliability.md); CommitOptions::release, through which a refit releases its sources.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
 #include <string>
 
+#include "builder/onnx_refit.h"
 #include "core/mapped_file.h"
+#include "refit/refitter.h"
 #include "refit/safetensors.h"
+#include "support/llama_fixture.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -93,4 +101,42 @@ TEST(ReleasePages, CheckpointTensorsStayValid) {
     EXPECT_EQ(static_cast<const float*>(w->raw())[123457], static_cast<float>(123457 % 1000) * 0.5f);
   }
   fs::remove(path);
+}
+
+// CommitOptions::release: called for every value set (and only those), after validation has read
+// it and after the last recipe that reads it; the staged weights are those of a refit without it.
+TEST(ReleasePages, RefitReleasesEachValueSetAfterItsLastUse) {
+  runtime::PlanEngine e(test_support::llama_plan(plan::BuildMode::Refit, false));
+  const auto sources = build::read_sources_from_onnx(e.plan(), test_support::kLlamaB);
+  std::map<const void*, int> given;  // data pointer -> sources set to it (uses of one initializer share it)
+  for (const auto& [id, t] : sources) ++given[t.raw()];
+
+  refit::Refitter plain(e);
+  for (const auto& [id, t] : sources) plain.set_source(id, t);
+  const refit::StagedRefit reference = plain.stage();
+
+  std::mutex mu;
+  std::map<const void*, int> released;  // data pointer -> calls
+  refit::CommitOptions o;
+  refit::Refitter r(e);
+  for (const auto& [id, t] : sources) r.set_source(id, t);
+  o.release = [&](const Tensor& t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++released[t.raw()];
+  };
+  const refit::StagedRefit staged = r.stage(o);
+
+  ASSERT_EQ(released.size(), given.size());
+  for (const auto& [ptr, calls] : released) {
+    ASSERT_TRUE(given.count(ptr)) << "released a value that was not set";
+    // Each source: once after validation, once after its last reader (if any).
+    EXPECT_GE(calls, given[ptr]);
+    EXPECT_LE(calls, 2 * given[ptr]);
+  }
+  ASSERT_EQ(staged.update.weights().size(), reference.update.weights().size());
+  for (const auto& [name, t] : reference.update.weights()) {
+    const Tensor* mine = staged.update.weight(name);
+    ASSERT_NE(mine, nullptr) << name;
+    EXPECT_TRUE(transforms::bit_equal(*mine, t)) << name;
+  }
 }
