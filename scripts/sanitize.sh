@@ -4,7 +4,8 @@
 # the packages; gcc's sanitizer runtimes come with it).
 #   asan: configures and builds build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer,
 #         -fno-sanitize-recover=undefined, so a UB report ends the process with an error), then
-#         runs the unit and model tests and the ONNX node conformance required list there.
+#         runs the unit and model tests and the ONNX node conformance required list there (the
+#         three ways scripts/test.sh runs it: baked, and refit with weights / all as initializers).
 #   tsan: configures and builds build-tsan/ (ThreadSanitizer) and runs the concurrency tests
 #         (tests/refit_concurrency_test.cc, built alone as reforge_concurrency_tests).
 # Any sanitizer report fails the job. Suppressions, each with its reason: tests/sanitizers/.
@@ -52,6 +53,11 @@ if [[ " ${parts[*]} " == *" asan "* ]]; then
   fi
   echo "== ASan+UBSan: ONNX node conformance (required list)"
   ./build-asan/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt || status=1
+  echo "== ASan+UBSan: ONNX node conformance (required list, refittable plans, stripped and refit)"
+  for init in weights all; do
+    ./build-asan/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt \
+      --mode refit --initializers "$init" --strip || status=1
+  done
   t2=$SECONDS
   echo "sanitize asan: build $(minutes $((t1 - t0))) min, tests $(minutes $((t2 - t1))) min"
 fi
