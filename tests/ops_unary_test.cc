@@ -482,7 +482,8 @@ TEST(UnaryMath, TailsAndSpecialValuesAtEveryLevel) {
         Tensor part = floats(std::vector<float>(xs.begin(), xs.begin() + static_cast<std::ptrdiff_t>(n)));
         std::vector<float> got = values<float>(run(c.op, {&part}, c.attrs, c.opset));
         ASSERT_EQ(got.size(), n);
-        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0)
+        // n == 0: got.data() may be null, and memcmp of a null pointer is undefined even for 0 bytes.
+        EXPECT_TRUE(n == 0 || std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0)
             << c.op << " length " << n << " at " << simd_level_name(l);
       }
       std::vector<float> s = values<float>(run(c.op, {&sp}, c.attrs, c.opset));

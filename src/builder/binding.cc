@@ -504,6 +504,9 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
   BindOptions with_user = bo;
   with_user.user_literals.insert(o.literal_names.begin(), o.literal_names.end());
   BindResult r = bind_checkpoint(g, literals, ckpt, with_user);
+  // Binding has read every checkpoint tensor; the build reads none. Its pages leave the
+  // resident set before the build adds the engine weights to it (the model's bytes once more).
+  ckpt.release_pages();
   plan::Plan p = build_plan(graph, o);
   for (auto& s : p.sources) {
     auto it = r.bindings.find({s.node_position, s.slot});

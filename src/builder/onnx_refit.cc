@@ -140,9 +140,17 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   rep.mode = req.mode;
   refit::Refitter r(engine);
   auto t0 = std::chrono::steady_clock::now();
+  // The model is imported once: fast refit, verify's rebuild and a slow refit all read the one
+  // mapping of its external data (importing it twice would map, and page in, every weight twice).
+  ir::Graph model;
+  try {
+    model = onnx::import_model_file(src);
+  } catch (Error& e) {
+    throw e.with_context("while reading new weights from '" + src + "'");
+  }
   auto rebuild = [&] {
     try {
-      return rebuild_from_onnx(p, onnx::import_model_file(src), &rep.note);
+      return rebuild_from_onnx(p, model, &rep.note);
     } catch (Error& e) {
       throw e.with_context("while rebuilding from '" + src + "'");
     }
@@ -153,7 +161,11 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     rep.commit = r.commit_rebuilt(fresh, req.commit);
     return rep;
   }
-  for (const auto& [id, t] : read_sources_from_onnx(p, src)) r.set_source(id, t);
+  try {
+    for (const auto& [id, t] : read_sources_from_onnx(p, model)) r.set_source(id, t);
+  } catch (Error& e) {
+    throw e.with_context("while reading new weights from '" + src + "'");
+  }
   rep.read_ms = ms_since(t0);
   refit::StagedRefit staged = r.stage(req.commit);
   if (req.mode == refit::RefitMode::Verify) {

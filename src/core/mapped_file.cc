@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "core/error.h"
@@ -39,6 +40,21 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   }
   ::close(fd);
   return m;
+}
+
+void MappedFile::release_pages() const {
+  // Advice only: a failure leaves the pages resident, which is what not calling this does.
+  if (data_) ::madvise(const_cast<unsigned char*>(data_), size_, MADV_DONTNEED);
+}
+
+bool MappedFile::release_pages(const void* p, size_t n) const {
+  const auto* b = static_cast<const unsigned char*>(p);
+  if (!data_ || b < data_ || n > size_ || static_cast<size_t>(b - data_) > size_ - n) return false;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  return true;
 }
 
 MappedFile::~MappedFile() {

@@ -68,18 +68,27 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   rep.from = checkpoint ? "checkpoint" : "tensors";
   Refitter r(engine);
   auto t0 = std::chrono::steady_clock::now();
+  CommitOptions commit = req.commit;
+  Checkpoint ckpt;
   if (checkpoint) {
-    auto ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
-                                     : Checkpoint::open(req.files);
+    ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
+                                : Checkpoint::open(req.files);
     auto cs = sources_from_checkpoint(p, ckpt);
     rep.read_ms = ms_since(t0);
     for (const auto& [id, t] : cs.sources) r.set_source(id, t);
     rep.unused = std::move(cs.unused);
+    if (!in_memory_checkpoint && !commit.release) {
+      // A mapped checkpoint's pages leave the resident set as the refit is done with them: those
+      // that deriving the sources read (a transpose's input), then each source after its last
+      // use, so the refit holds about the new engine weights and the sources in use.
+      ckpt.release_pages();
+      commit.release = [&ckpt](const Tensor& t) { ckpt.release_pages_of(t); };
+    }
   } else {
     for (const auto& [name, t] : req.tensors) r.set(name, t);
     rep.read_ms = ms_since(t0);
   }
-  rep.commit = r.commit(req.commit);
+  rep.commit = r.commit(commit);
   return rep;
 }
 

@@ -81,14 +81,19 @@ Scan scan(const Tensor& t, bool hash, bool check_finite) {
 // Runs scan() on every tensor, in parallel when there are enough bytes to pay for the threads
 // (sources are many and independent).
 // `hash[i]`: whether to hash ts[i].
-std::vector<Scan> scan_all(const std::vector<const Tensor*>& ts, const std::vector<bool>& hash, bool check_finite) {
+// `release`, when set, is called with each tensor once it is scanned.
+std::vector<Scan> scan_all(const std::vector<const Tensor*>& ts, const std::vector<bool>& hash, bool check_finite,
+                           const std::function<void(const Tensor&)>& release = {}) {
   std::vector<Scan> out(ts.size());
   const int64_t n = static_cast<int64_t>(ts.size());
   size_t bytes = 0;
   for (size_t i = 0; i < ts.size(); ++i) bytes += hash[i] || check_finite ? ts[i]->nbytes() : 0;
   const bool parallel = n > 1 && bytes >= (size_t{8} << 20);
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t i = 0; i < n; ++i) out[i] = scan(*ts[i], hash[i], check_finite);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = scan(*ts[i], hash[i], check_finite);
+    if (release) release(*ts[i]);
+  }
   return out;
 }
 
@@ -318,7 +323,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     hash.push_back(identical || keep.count(id));
     rep.bytes_in += t.nbytes();
   }
-  const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite);
+  const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite, options.release);
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
     if (scans[i].nonfinite >= 0)
@@ -363,11 +368,22 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   for (size_t s = 0; s < p.sources.size(); ++s) values[s] = engine_.source_value(static_cast<uint32_t>(s));
   for (const auto& [id, t] : pending_) values[id] = t;
   runtime::WeightUpdate& staged = staged_refit.update;
-  for (const auto& w : p.weights) {
-    if (w.kind != plan::WeightKind::Derived) continue;
+  auto replayed = [&](const plan::WeightEntry& w) {
+    if (w.kind != plan::WeightKind::Derived) return false;
     bool touched = !engine_.weight(w.name).defined();
     for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
-    if (!touched) continue;
+    return touched;
+  };
+  // options.release: each value set is released after the last replayed recipe that reads it.
+  std::map<uint32_t, size_t> last_reader;
+  if (options.release)
+    for (size_t i = 0; i < p.weights.size(); ++i)
+      if (replayed(p.weights[i]))
+        for (uint32_t s : p.weights[i].sources)
+          if (pending_.count(s)) last_reader[s] = i;
+  for (size_t wi = 0; wi < p.weights.size(); ++wi) {
+    const auto& w = p.weights[wi];
+    if (!replayed(w)) continue;
     Tensor t;
     try {
       t = transforms::replay_recipe(w.recipe, values, p.literals);
@@ -379,6 +395,11 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
            shape_str(w.shape));
     rep.bytes_out += t.nbytes();
     staged.set_weight(w.name, std::move(t));
+    if (options.release)
+      for (uint32_t s : w.sources) {
+        auto it = last_reader.find(s);
+        if (it != last_reader.end() && it->second == wi) options.release(values[s]);
+      }
   }
   std::vector<Tensor> kept_values(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)

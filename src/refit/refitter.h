@@ -16,6 +16,7 @@
 // Most callers want refit_from() (refit/refit_from.h), which reads the sources too.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -52,6 +53,12 @@ struct CommitOptions {
   // change or free its buffers after the commit (a training loop's state dict). Off: they alias
   // the given tensors, which must then stay unchanged (a memory-mapped checkpoint).
   bool own_values = false;
+  // Set: called with each value set in this transaction once validation and every recipe replay
+  // that reads it are done with it (from several threads at once during validation). refit_from
+  // passes Checkpoint::release_pages_of, so that a refit from a memory-mapped checkpoint holds about
+  // the new engine weights plus the sources in use, not the whole checkpoint as well. It must not
+  // change the value's bytes.
+  std::function<void(const Tensor&)> release;
 };
 
 struct CommitReport {

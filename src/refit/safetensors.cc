@@ -185,10 +185,21 @@ Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
     Checkpoint one = parse(m, m->data(), m->size(), "checkpoint '" + f + "'");
     for (auto& [n, file] : one.files_) file = f;
     all.merge(std::move(one));
+    all.mappings_.push_back(m);
   }
   all.description_ =
       "checkpoint '" + files[0] + "'" + (files.size() > 1 ? str_cat(" (+", files.size() - 1, " more files)") : "");
   return all;
+}
+
+void Checkpoint::release_pages() const {
+  for (const auto& m : mappings_) m->release_pages();
+}
+
+void Checkpoint::release_pages_of(const Tensor& t) const {
+  if (!t.defined() || !t.nbytes()) return;
+  for (const auto& m : mappings_)
+    if (m->release_pages(t.raw(), t.nbytes())) return;
 }
 
 Checkpoint Checkpoint::from_tensors(std::map<std::string, Tensor> tensors, const std::string& description) {

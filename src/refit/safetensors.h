@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 
 namespace reforge::refit {
@@ -48,6 +49,12 @@ class Checkpoint {
   size_t total_bytes() const;
   // "checkpoint 'a.safetensors'" or "checkpoint 'a.safetensors' (+2 more files)".
   std::string description() const { return description_; }
+  // Drops the resident pages of the files this checkpoint maps (MappedFile::release_pages); the
+  // tensors stay valid and unchanged. No effect on a checkpoint of in-memory tensors.
+  void release_pages() const;
+  // The same for the pages of one tensor's bytes, when they lie in a file this checkpoint maps
+  // (otherwise nothing). Thread-safe.
+  void release_pages_of(const Tensor& t) const;
 
  private:
   void merge(Checkpoint&& other);
@@ -55,6 +62,7 @@ class Checkpoint {
   std::map<std::string, std::string> files_;
   std::map<std::string, std::string> metadata_;
   std::string description_;
+  std::vector<std::shared_ptr<const MappedFile>> mappings_;  // the files open() mapped
 };
 
 // The shard file names of a model.safetensors.index.json held in [data, data+size), in index
