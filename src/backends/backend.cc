@@ -7,6 +7,9 @@
 #include <tuple>
 
 #include "backends/cpu/cpu_backend.h"
+#ifdef REFORGE_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace reforge::backends {
 
@@ -34,6 +37,9 @@ struct Global {
     static KernelRegistry* r = [] {
       auto* reg = new KernelRegistry;
       add(*reg, cpu::backend());
+#ifdef REFORGE_HAVE_CUDA
+      add(*reg, cuda::backend());
+#endif
       return reg;
     }();
     return *r;

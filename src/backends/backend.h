@@ -27,9 +27,9 @@
 
 namespace reforge::backends {
 
-// Where a backend's tensors live. Every backend today computes on host memory; a device backend
-// adds its kind here together with the copies between them.
-enum class Memory { Host };
+// Where a backend's tensors live (core/tensor.h): host memory, or the memory of a device whose
+// backend provides allocation and copies (set_device_memory).
+using reforge::Memory;
 
 // One backend kernel of (domain, op type) for opsets [since, end].
 struct KernelDef {
@@ -48,11 +48,23 @@ class KernelRegistry;
 // A backend: its name (what plans record and BuildOptions::backend names), where its tensors
 // live, whether nodes it has no kernel for may run their ops' reference kernels on it, and the
 // function that registers its kernels.
+//
+// A device backend (memory == Device) also gives the allocator its kernels' outputs come from
+// (thread-safe; the engine hands it to every node placed there), a readiness check that says
+// why it cannot run here (no device, no driver) or "", and its kernels of the transfer ops
+// reforge::ToDevice and reforge::ToHost that placement inserts between host and device values
+// (backends/placement.h). Its kernels run on the calling thread's stream of work, so concurrent
+// runs of one engine on several threads do not wait for each other.
 struct Backend {
   std::string name;
   Memory memory = Memory::Host;
   bool runs_reference_kernels = false;
   std::function<void(KernelRegistry&)> register_kernels;
+  ops::OutputAllocator* allocator = nullptr;           // device backends only
+  std::function<std::string()> unavailable = nullptr;  // null: always available
+  // Device backends: waits for the calling thread's work on the device and throws an Error for
+  // any failure it reports; the engine calls it at the end of every run.
+  std::function<void()> synchronize = nullptr;
 };
 
 class KernelRegistry {

@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/dnnl_matmul.h"
+#include "backends/placement.h"
 #include "builder/fingerprint.h"
 #include "core/nearest_names.h"
 #include "core/simd.h"
@@ -186,6 +187,7 @@ plan::BuildRecord target_record(const BuildOptions& o) {
   r.skip_passes = o.skip_passes;
   r.verify_recipes = o.verify_recipes;
   r.backend = o.backend;
+  r.host_fallback = o.host_fallback;
   r.isa.push_back(simd_level_name(simd_level()));
   if (o.layouts) {
     r.layouts = *o.layouts;
@@ -304,17 +306,16 @@ std::string missing_emitted_op(const passes::Pass& pass, const std::string& back
   return "";
 }
 
-// Placement, the build's last step: every node of the optimized graph on `backend`, checked to
-// have a kernel there (a pass emitting a node its backend cannot run is a bug of that pass).
-std::vector<std::string> place_nodes(const ir::Graph& g, const std::string& backend) {
-  auto bad = runtime::unsupported_nodes(g, backend);
-  if (!bad.empty()) {
-    std::string msg = str_cat("internal error: ", bad.size(), " node(s) of the optimized graph cannot run on backend '",
-                              backend, "':");
-    for (const auto& line : bad) msg += "\n  " + line;
-    fail(msg);
+// Placement, the build's last step (backends/placement.h): every node of the optimized graph on
+// the backend, or on the host where placement says, with the transfers between them. A node of
+// the optimized graph that cannot run is a bug of the pass that made it (the request was
+// checked before the passes).
+std::vector<std::string> place_nodes(ir::Graph& g, const BuildOptions& o) {
+  try {
+    return backends::place_graph(g, {o.backend, o.host_fallback}).node_backend;
+  } catch (Error& e) {
+    throw e.with_context("internal error: placing the optimized graph");
   }
-  return std::vector<std::string>(g.nodes.size(), backend);
 }
 
 }  // namespace
@@ -326,12 +327,10 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
     for (const auto& n : backends::backend_names()) known += (known.empty() ? "" : ", ") + n;
     fail("backend '", o.backend, "' is not registered (registered: ", known, ")");
   }
-  auto bad = runtime::unsupported_nodes(g, o.backend);
-  if (!bad.empty()) {
-    std::string msg =
-        str_cat(bad.size(), " of ", g.nodes.size(), " node(s) of ", model, " cannot run on backend '", o.backend, "':");
-    for (const auto& line : bad) msg += "\n  " + line;
-    fail(msg);
+  {
+    // Placement of the model as imported: every node that cannot run where it would be placed.
+    ir::Graph copy = g;
+    (void)backends::place_graph(copy, {o.backend, o.host_fallback, model});
   }
   std::vector<std::string> problems = unmatched_literal_names(g, o);
   for (auto& p : unmatched_skip_passes(o)) problems.push_back(std::move(p));
@@ -449,7 +448,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     plan.weights.push_back(std::move(w));
   }
   plan.graph = std::move(s.graph);
-  plan.placement = place_nodes(plan.graph, o.backend);
+  plan.placement = place_nodes(plan.graph, o);
   plan.values = infer_value_types(plan);
 
   if (o.strip_weights) {

@@ -24,6 +24,9 @@ struct BuildOptions {
   // op's reference kernel where the backend runs those; a node with neither fails the build.
   // Passes that emit ops the backend cannot run do not run.
   std::string backend = "cpu";
+  // Device backends: nodes without a device kernel run on the host, with explicit transfers
+  // (backends/placement.h); without it such nodes fail the build, listed.
+  bool host_fallback = false;
   // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
   plan::Precision precision = plan::Precision::Fp32;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -249,9 +250,10 @@ Tensor Tensor::allocate(DType dtype, Shape shape, bool& zeroed) {
   return t;
 }
 
-Tensor Tensor::wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data) {
+Tensor Tensor::wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data, Memory memory) {
   Tensor t;
   t.dtype_ = dtype;
+  t.memory_ = memory;
   t.numel_ = shape_numel(shape);
   t.shape_ = std::move(shape);
   t.owner_ = std::move(owner);
@@ -273,9 +275,38 @@ Tensor Tensor::reshaped(Shape shape) const {
   return t;
 }
 
-Tensor Tensor::clone() const { return copy_of(dtype_, shape_, data_); }
+Tensor Tensor::clone() const {
+  if (memory_ == Memory::Host) return copy_of(dtype_, shape_, data_);
+  const DeviceMemory& d = device_memory();
+  Tensor t = d.allocate(dtype_, shape_);
+  if (nbytes()) d.copy(t.mutable_raw(), Memory::Device, data_, Memory::Device, nbytes());
+  return t;
+}
+
+const char* memory_name(Memory m) { return m == Memory::Host ? "host" : "device"; }
+
+namespace {
+std::atomic<const DeviceMemory*> g_device_memory{nullptr};
+}  // namespace
+
+void set_device_memory(const DeviceMemory* ops) { g_device_memory.store(ops); }
+
+const DeviceMemory& device_memory() {
+  const DeviceMemory* d = g_device_memory.load();
+  REFORGE_CHECK(d != nullptr, "device memory is used, but this build of reforge has no device backend");
+  return *d;
+}
+
+Tensor to_memory(const Tensor& t, Memory memory) {
+  if (t.memory() == memory || !t.defined()) return t;
+  const DeviceMemory& d = device_memory();
+  Tensor out = memory == Memory::Host ? Tensor::uninitialized(t.dtype(), t.shape()) : d.allocate(t.dtype(), t.shape());
+  if (t.nbytes()) d.copy(out.mutable_raw(), memory, t.raw(), t.memory(), t.nbytes());
+  return out;
+}
 
 double Tensor::as_double(int64_t i) const {
+  REFORGE_CHECK(memory_ == Memory::Host, describe(), " is in device memory: read it on the host after a copy");
   REFORGE_CHECK(i >= 0 && i < numel_, "index ", i, " out of range for ", describe());
   return dispatch_all(dtype_, [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
@@ -284,6 +315,7 @@ double Tensor::as_double(int64_t i) const {
 }
 
 int64_t Tensor::as_int64(int64_t i) const {
+  REFORGE_CHECK(memory_ == Memory::Host, describe(), " is in device memory: read it on the host after a copy");
   REFORGE_CHECK(i >= 0 && i < numel_, "index ", i, " out of range for ", describe());
   return dispatch_all(dtype_, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
@@ -351,6 +383,7 @@ To convert_one(From v) {
 
 Tensor cast_tensor(const Tensor& src, DType to) {
   if (src.dtype() == to) return src;
+  REFORGE_CHECK(src.on_host(), "cannot cast ", src.describe(), " in device memory on the host");
   REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ", dtype_name(to),
                 ": only standard numeric and bool types are supported");
   Tensor out = Tensor::empty(to, src.shape());

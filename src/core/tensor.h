@@ -1,5 +1,10 @@
 // Tensor: a dtype, a shape and a view into reference-counted storage.
 //
+// Storage lives in host memory or in the memory of a device backend (Memory::Device, e.g. a CUDA
+// GPU's): a device tensor's data() is a device address that only that backend's kernels read.
+// Host-side accessors (as_double, to_int64_vector, cast_tensor) refuse device tensors; clone()
+// and to_memory() copy through the device backend's copy functions (set_device_memory).
+//
 // Storage is shared, never copied implicitly: a Tensor taken from a memory-mapped file, from an
 // ONNX initializer or from a caller's buffer keeps that memory alive through `owner`. Tensors are
 // always dense and C-ordered (row major); `offset` lets several tensors share one buffer (a
@@ -20,6 +25,10 @@ namespace reforge {
 
 using Shape = std::vector<int64_t>;
 
+// Where a tensor's bytes live.
+enum class Memory : uint8_t { Host, Device };
+const char* memory_name(Memory m);  // "host", "device"
+
 // Number of elements; throws on negative dims or overflow past 2^62.
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[2,3,4]"
@@ -37,7 +46,8 @@ class Tensor {
   // Same placement as empty().
   static Tensor uninitialized(DType dtype, Shape shape);
   // Wraps memory owned by `owner` (which must keep `data` alive); no copy.
-  static Tensor wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
+  static Tensor wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data,
+                     Memory memory = Memory::Host);
   // Copies `nbytes` from data.
   static Tensor copy_of(DType dtype, Shape shape, const void* data);
   template <typename T>
@@ -49,6 +59,8 @@ class Tensor {
 
   bool defined() const { return dtype_ != DType::Undefined || owner_ != nullptr; }
   DType dtype() const { return dtype_; }
+  Memory memory() const { return memory_; }
+  bool on_host() const { return memory_ == Memory::Host; }
   const Shape& shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t i) const { return shape_.at(static_cast<size_t>(i)); }
@@ -68,7 +80,7 @@ class Tensor {
 
   // Same storage, new shape with the same element count.
   Tensor reshaped(Shape shape) const;
-  // Deep copy into fresh storage.
+  // Deep copy into fresh storage in the same memory.
   Tensor clone() const;
   // Reads element i converted to double / int64 (any supported dtype); for scalars and shape
   // tensors, not for hot loops.
@@ -85,6 +97,7 @@ class Tensor {
   DType dtype_ = DType::Undefined;
   Shape shape_;
   int64_t numel_ = 0;
+  Memory memory_ = Memory::Host;
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
 };
@@ -97,6 +110,19 @@ class Tensor {
 void set_storage_cache_limit(size_t bytes);
 size_t storage_cache_limit();
 size_t storage_cache_held();
+
+// What a device backend provides for device memory: an uninitialized tensor of device memory,
+// and a copy of `bytes` between any two memories that has finished when it returns. Set once by
+// the backend that owns device memory (backends/cuda); null until then.
+struct DeviceMemory {
+  Tensor (*allocate)(DType dtype, Shape shape) = nullptr;
+  void (*copy)(void* dst, Memory dst_memory, const void* src, Memory src_memory, size_t bytes) = nullptr;
+};
+void set_device_memory(const DeviceMemory* ops);
+// The device backend's functions; throws when no device backend is present.
+const DeviceMemory& device_memory();
+// `t` itself when it is in `memory`, else a copy there.
+Tensor to_memory(const Tensor& t, Memory memory);
 
 // Converts any supported dtype to another, elementwise (Cast semantics for float/int/bool).
 Tensor cast_tensor(const Tensor& src, DType to);

@@ -80,6 +80,8 @@ struct BuildRecord {
   bool verify_recipes = true;            // every recipe was replayed after the build
   // Target.
   std::string backend = "cpu";
+  // Device backends: nodes without a device kernel were placed on the host (--allow-cpu-fallback).
+  bool host_fallback = false;
   // The building CPU's instruction sets that the build consulted: its vector level ("generic",
   // "avx2" or "avx512", core/simd.h) and, in bf16 builds that let the CPU choose the layout,
   // "bf16-matmul" when oneDNN multiplies bfloat16 natively there.

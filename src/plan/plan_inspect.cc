@@ -97,6 +97,7 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
   if (p.build) {
     const BuildRecord& r = *p.build;
     j["build"] = {{"backend", r.backend},
+                  {"host_fallback", r.host_fallback},
                   {"isa", r.isa},
                   {"weight_packing", weight_packing_name(r.weight_packing)},
                   {"layouts", {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}}},

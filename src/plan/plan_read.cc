@@ -176,6 +176,7 @@ class Decoder {
     r.skip_passes = strings(field(j, "skip_passes", where), at(where, "skip_passes"));
     r.verify_recipes = as_bool(field(j, "verify_recipes", where), at(where, "verify_recipes"));
     r.backend = str_field(j, "backend", where);
+    if (j.contains("host_fallback")) r.host_fallback = as_bool(j["host_fallback"], at(where, "host_fallback"));
     r.isa = strings(field(j, "isa", where), at(where, "isa"));
     const std::string lw = at(where, "layouts");
     const json& l = field(j, "layouts", where);

@@ -27,6 +27,9 @@ struct Step {
   std::vector<int> inputs;        // value slot or -1 for an absent optional input
   std::vector<int> outputs;       // value slot or -1 for an unwanted output
   std::vector<int> free_after;    // slots whose last use is this step
+  // The device backend the node runs on, whose allocator its outputs come from; null on the
+  // host, whose outputs come from the activation arena or the heap.
+  const backends::Backend* device = nullptr;
 };
 
 // A process-wide counter: every constant set gets a generation no other set has had.
@@ -82,6 +85,8 @@ struct Engine::Impl {
   arena::Sizes infer_sizes(const std::vector<Tensor>& values, std::string& error) const;
   mutable std::mutex profile_mutex;
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
+  // Device backends that nodes run on: each run ends by waiting for their work (Backend::synchronize).
+  std::vector<const backends::Backend*> devices;
 };
 
 Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_unique<Impl>()) {
@@ -126,6 +131,12 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
     REFORGE_CHECK(why.empty(), n.label(), ": ", why);  // LoweredGraph checked this
     st.kernel = kernel.kernel;
     st.prepare = kernel.prepare && *kernel.prepare ? kernel.prepare : nullptr;
+    const backends::Backend* be = backends::find_backend(placement[idx]);
+    if (be->memory == Memory::Device) {
+      REFORGE_CHECK(be->allocator != nullptr, "internal error: device backend '", be->name, "' has no allocator");
+      st.device = be;
+      if (std::find(m.devices.begin(), m.devices.end(), be) == m.devices.end()) m.devices.push_back(be);
+    }
     for (const auto& in : n.inputs) {
       if (in.empty()) {
         st.inputs.push_back(-1);
@@ -259,7 +270,8 @@ arena::Sizes Engine::Impl::infer_sizes(const std::vector<Tensor>& values, std::s
     return sizes;
   }
   for (size_t s = 0; s < steps.size(); ++s) {
-    if (memoized[s]) continue;  // shape subgraphs run on the heap and are kept in the memo
+    if (memoized[s]) continue;      // shape subgraphs run on the heap and are kept in the memo
+    if (steps[s].device) continue;  // device memory: not the host arena's
     const ir::Node& n = graph.nodes[steps[s].node_index];
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const ops::ValueType* t = n.outputs[o].empty() ? nullptr : types.find(n.outputs[o]);
@@ -407,8 +419,10 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       REFORGE_ASSERT(t.defined());
       in_ptrs.push_back(&t);
     }
-    ops::KernelContext ctx(node, in_ptrs, m.threads, m.memoized[si] ? nullptr : allocator, consts->prepared[si].get());
-    if (arena_alloc) arena_alloc->begin_step(si);
+    const bool host_arena = arena_alloc && !st.device;
+    ops::OutputAllocator* step_allocator = st.device ? st.device->allocator : m.memoized[si] ? nullptr : allocator;
+    ops::KernelContext ctx(node, in_ptrs, m.threads, step_allocator, consts->prepared[si].get());
+    if (host_arena) arena_alloc->begin_step(si);
     try {
       (*st.kernel)(ctx);
     } catch (Error& e) {
@@ -416,7 +430,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     } catch (const std::bad_alloc&) {
       fail("out of memory while running ", node.label());
     }
-    if (arena_alloc) arena_alloc->placed(si, ctx.outputs());
+    if (host_arena) arena_alloc->placed(si, ctx.outputs());
     for (size_t o = 0; o < st.outputs.size(); ++o) {
       int slot = st.outputs[o];
       if (slot < 0) continue;
@@ -431,8 +445,19 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
         if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
     for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
-    if (m.options.profile) step_ms[si] = ms_since(started);
+    if (m.options.profile) {
+      if (st.device && st.device->synchronize) st.device->synchronize();  // the node's time, not its launch's
+      step_ms[si] = ms_since(started);
+    }
   }
+  for (const backends::Backend* d : m.devices)
+    if (d->synchronize) {
+      try {
+        d->synchronize();
+      } catch (Error& e) {
+        throw e.with_context("while finishing a run on backend '" + d->name + "'");
+      }
+    }
   if (m.options.profile) {
     std::lock_guard<std::mutex> lock(m.profile_mutex);
     for (size_t si = 0; si < step_ms.size(); ++si) {

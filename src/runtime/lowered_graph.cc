@@ -3,6 +3,7 @@
 #include <map>
 
 #include "backends/backend.h"
+#include "backends/placement.h"
 
 namespace reforge::runtime {
 
@@ -44,6 +45,12 @@ LoweredGraph::LoweredGraph(ir::Graph graph, std::vector<std::string> placement)
     fail(count, " node(s) are placed on backend '", name,
          "', which is not registered in this reforge (registered: ", known, ")");
   }
+  for (const auto& [name, count] : per_backend) {
+    const backends::Backend* b = backends::find_backend(name);
+    if (!b->unavailable) continue;
+    if (std::string why = b->unavailable(); !why.empty())
+      fail(count, " node(s) are placed on backend '", name, "', which cannot run here: ", why);
+  }
   std::vector<std::string> bad;
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     std::string why = backends::resolve(graph_.nodes[i], placement_[i], nullptr);
@@ -52,8 +59,8 @@ LoweredGraph::LoweredGraph(ir::Graph graph, std::vector<std::string> placement)
   if (!bad.empty()) fail_listing(bad);
 }
 
-LoweredGraph lower_without_passes(ir::Graph graph, const std::string& backend) {
-  std::vector<std::string> placement(graph.nodes.size(), backend);
+LoweredGraph lower_without_passes(ir::Graph graph, const std::string& backend, bool host_fallback) {
+  std::vector<std::string> placement = backends::place_graph(graph, {backend, host_fallback, ""}).node_backend;
   return LoweredGraph(std::move(graph), std::move(placement));
 }
 

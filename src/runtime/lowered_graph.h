@@ -18,9 +18,11 @@ class Engine;
 class PlanEngine;
 class LoweredGraph;
 
-// An imported (or hand-made) graph lowered without passes, every node on `backend`. Throws an
-// Error listing every node that cannot run there.
-LoweredGraph lower_without_passes(ir::Graph graph, const std::string& backend = "cpu");
+// An imported (or hand-made) graph lowered without passes, placed on `backend` as the builder
+// places (backends/placement.h: on a device backend, shape computation on the host, transfers
+// inserted, and nodes without a device kernel on the host when `host_fallback`). Throws an Error
+// listing every node that cannot run where it must.
+LoweredGraph lower_without_passes(ir::Graph graph, const std::string& backend = "cpu", bool host_fallback = false);
 
 class LoweredGraph {
  public:
@@ -34,7 +36,7 @@ class LoweredGraph {
  private:
   friend class Engine;
   friend class PlanEngine;
-  friend LoweredGraph lower_without_passes(ir::Graph graph, const std::string& backend);
+  friend LoweredGraph lower_without_passes(ir::Graph graph, const std::string& backend, bool host_fallback);
 
   // Checks that every node can run on its backend (throws listing every one that cannot).
   LoweredGraph(ir::Graph graph, std::vector<std::string> placement);

@@ -36,6 +36,7 @@ struct BenchArgs {
   std::vector<std::string> weights;
   bool allow_nonfinite = false;
   std::string precision, activations;
+  DeviceOptions device;
   bool profile = false;
   std::vector<std::string> skip_passes;
   bool no_arena = false;
@@ -144,6 +145,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
   add_no_verify_option(app, a->no_verify);
+  add_device_options(app, a->device);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
@@ -153,6 +155,7 @@ Runner add_bench(CLI::App& app) {
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
+    lo.device = a->device;
     lo.quiet = true;
     lo.profile = a->profile || !a->profile_json.empty();
     lo.skip_passes = a->skip_passes;

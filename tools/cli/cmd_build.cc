@@ -28,6 +28,7 @@ struct BuildArgs {
   bool strict_binding = false, allow_partial = false;
   int threads = 0;
   bool json = false;
+  DeviceOptions device;
 };
 }  // namespace
 
@@ -61,6 +62,7 @@ Runner add_build(CLI::App& app) {
   app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", a->json, "print one JSON document on stdout (the build's summary); other text goes to stderr");
+  add_device_options(app, a->device);
   return [a]() {
     check_output_file(a->out, "-o");
     std::ostream& out = a->json ? std::cerr : std::cout;
@@ -78,6 +80,8 @@ Runner add_build(CLI::App& app) {
     o.skip_passes = a->skip_passes;
     o.precision = parse_precision(a->precision);
     o.activations = parse_precision(a->activations);
+    o.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
+    o.host_fallback = a->device.cpu_fallback;
     o.validate();
     if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();
@@ -159,6 +163,11 @@ Runner add_build(CLI::App& app) {
         << "): " << p.graph.nodes.size() << " nodes, " << p.weights.size() << " engine weights (" << derived
         << " derived, " << literal << " literal, " << baked << " baked), " << refittable << "/" << p.sources.size()
         << " sources refittable, " << std::filesystem::file_size(a->out) << " bytes, " << ms << " ms\n";
+    const PlacementSummary placed = summarize_placement(p);
+    if (placed.device_memory)
+      out << "placement: " << placed.on_device << " node(s) on " << o.backend << ", " << placed.shape_on_host
+          << " shape computation on the CPU, " << placed.fallback << " fallback on the CPU, " << placed.transfers
+          << " transfers\n";
     if (a->json) {
       nlohmann::ordered_json j = {{"plan", a->out},
                                   {"mode", plan::build_mode_name(p.mode)},
@@ -172,6 +181,12 @@ Runner add_build(CLI::App& app) {
                                   {"baked_weights", baked},
                                   {"sources", p.sources.size()},
                                   {"refittable_sources", refittable},
+                                  {"device", o.backend},
+                                  {"placement",
+                                   {{"on_device", placed.on_device},
+                                    {"shape_on_host", placed.shape_on_host},
+                                    {"fallback_on_host", placed.fallback},
+                                    {"transfers", placed.transfers}}},
                                   {"bytes", std::filesystem::file_size(a->out)},
                                   {"build_ms", ms}};
       if (doc.contains("binding")) j["binding"] = doc["binding"];

@@ -57,6 +57,7 @@ struct ConfArgs {
   std::string mode = "baked";         // build mode of the plan: baked | refit
   std::string initializers = "none";  // none | weights (test inputs after the first) | all
   bool strip = false;                 // refit plans: also strip, reload and refit with the same values
+  DeviceOptions device;               // where the tests run
 };
 
 // How one test is run (ConfArgs without the driver's options).
@@ -67,6 +68,8 @@ struct Way {
   // data set's values. SIZE_MAX: all stay inputs.
   size_t fed_inputs = SIZE_MAX;
   bool strip = false;
+  std::string backend = "cpu";  // --device
+  bool host_fallback = false;   // --allow-cpu-fallback
 };
 
 enum class Outcome { Pass, Fail, Skip };
@@ -99,11 +102,14 @@ class TestEngine {
  public:
   TestEngine(ir::Graph graph, const Way& way) {
     if (way.raw) {
-      raw_ = std::make_unique<runtime::Engine>(runtime::lower_without_passes(std::move(graph)));
+      raw_ = std::make_unique<runtime::Engine>(
+          runtime::lower_without_passes(std::move(graph), way.backend, way.host_fallback));
       return;
     }
     build::BuildOptions o;
     o.mode = way.mode;
+    o.backend = way.backend;
+    o.host_fallback = way.host_fallback;
     plan_ = reload(build::build_plan(std::move(graph), o));
   }
   // The same plan stripped of its refittable weights, reloaded, and refit (recipes replayed by
@@ -336,6 +342,7 @@ Runner add_conformance(CLI::App& app) {
                "with --mode refit and --initializers: also strip each plan, reload it, refit it from the test's values "
                "and run it again")
       ->needs(mode);
+  add_device_options(app, a->device);
   app.add_flag("--raw", a->raw, "run the imported graph directly (no passes, no plan), for debugging")->excludes(mode);
   return [a]() {
     Way way;
@@ -344,6 +351,8 @@ Runner add_conformance(CLI::App& app) {
     if (a->initializers == "weights") way.fed_inputs = 1;
     if (a->initializers == "all") way.fed_inputs = 0;
     way.strip = a->strip;
+    way.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
+    way.host_fallback = a->device.cpu_fallback;
     if (a->strip && (a->mode != "refit" || a->initializers == "none"))
       fail("--strip needs --mode refit and --initializers weights or all (otherwise the plan has nothing to strip)");
     std::vector<std::string> names;

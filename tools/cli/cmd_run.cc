@@ -29,6 +29,7 @@ struct RunArgs {
   int threads = 0;
   std::vector<std::string> weights;
   std::string precision, activations;
+  DeviceOptions device;
   bool allow_nonfinite = false;
   bool no_verify = false;
   bool json = false;
@@ -80,6 +81,7 @@ Runner add_run(CLI::App& app) {
       ->needs(ort);
   add_precision_options(app, a->precision, a->activations);
   add_no_verify_option(app, a->no_verify);
+  add_device_options(app, a->device);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     // Output folder first: a run of minutes must not end in "cannot create folder".
@@ -109,6 +111,7 @@ Runner add_run(CLI::App& app) {
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
+    lo.device = a->device;
     lo.verify_weights = !a->no_verify;
     std::map<std::string, IndexBound> bounds;
     lo.index_bounds = &bounds;

@@ -11,7 +11,9 @@
 #include <set>
 #include <sstream>
 
+#include "backends/backend.h"
 #include "backends/cpu/dnnl_matmul.h"
+#include "backends/placement.h"
 #include "core/dispatch.h"
 #include "core/nearest_names.h"
 #include "core/npy.h"
@@ -33,6 +35,36 @@ void add_no_verify_option(CLI::App& app, bool& no_verify) {
   app.add_flag("--no-verify", no_verify,
                "do not hash a plan file's weights against the hashes it records before running it "
                "(corrupted weight bytes then run silently)");
+}
+
+void add_device_options(CLI::App& app, DeviceOptions& o) {
+  std::string names;
+  for (const auto& n : backends::backend_names()) names += (names.empty() ? "" : ", ") + n;
+  app.add_option("--device", o.device, "where nodes run: " + names + " (default cpu; a plan runs where it was built)")
+      ->check(CLI::IsMember(backends::backend_names()));
+  app.add_flag("--allow-cpu-fallback", o.cpu_fallback,
+               "with --device cuda: run nodes that have no CUDA kernel on the CPU, with explicit copies (shown by "
+               "inspect), instead of failing the build");
+}
+
+PlacementSummary summarize_placement(const plan::Plan& p) {
+  PlacementSummary s;
+  const std::string target = p.build ? p.build->backend : std::string("cpu");
+  const backends::Backend* b = backends::find_backend(target);
+  s.device_memory = b && b->memory == Memory::Device;
+  const std::vector<std::string> where = plan::node_backends(p);
+  const std::vector<bool> shape = backends::shape_computation(p.graph);
+  for (size_t i = 0; i < where.size(); ++i) {
+    if (backends::is_transfer(p.graph.nodes[i]))
+      ++s.transfers;
+    else if (where[i] == target && s.device_memory)
+      ++s.on_device;
+    else if (!s.device_memory)
+      ++s.on_host;
+    else
+      ++(shape[i] ? s.shape_on_host : s.fallback);
+  }
+  return s;
 }
 
 plan::Precision parse_precision(const std::string& value) {

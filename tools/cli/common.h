@@ -30,6 +30,23 @@ Runner add_inspect(CLI::App& app);
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations);
 // Adds `--no-verify` (load a plan file without hashing its weights; `run` and `bench`).
 void add_no_verify_option(CLI::App& app, bool& no_verify);
+
+// --device (the backend nodes run on: cpu, or cuda where reforge is built with it) and
+// --allow-cpu-fallback (device builds: nodes without a device kernel run on the CPU, with
+// explicit copies, instead of failing the build).
+struct DeviceOptions {
+  std::string device;  // "" = cpu for ONNX models, the plan's own for plans
+  bool cpu_fallback = false;
+};
+void add_device_options(CLI::App& app, DeviceOptions& o);
+
+// Where a plan's nodes run (backends/placement.h): on its device, shape computation and fallback
+// on the CPU, and the transfers between them. Zero but on_host for a CPU plan.
+struct PlacementSummary {
+  bool device_memory = false;  // the plan's backend computes in device memory
+  size_t on_device = 0, shape_on_host = 0, fallback = 0, transfers = 0, on_host = 0;
+};
+PlacementSummary summarize_placement(const plan::Plan& p);
 // "fp32" or "" -> Fp32, "bf16" -> Bf16, "fp16" -> Fp16; anything else is an error.
 plan::Precision parse_precision(const std::string& value);
 // For a build with bf16 activations on a CPU without bfloat16 arithmetic (no oneDNN bf16 product),

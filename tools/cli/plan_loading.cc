@@ -43,12 +43,20 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     if (!o.activations.empty() && parse_precision(o.activations) != p.activations)
       fail("--activations ", o.activations, " applies when building an ONNX model; plan '", path, "' was built with ",
            plan::precision_name(p.activations), " activations");
+    const std::string built_for = p.build ? p.build->backend : std::string("cpu");
+    if (!o.device.device.empty() && o.device.device != built_for)
+      fail("plan '", path, "' was built for device '", built_for, "', not '", o.device.device,
+           "': build it again with --device ", o.device.device);
+    if (o.device.cpu_fallback)
+      fail("--allow-cpu-fallback applies when building an ONNX model; plan '", path, "' is placed already");
   } else {
     build::BuildOptions bo;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
     bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
     bo.activations = parse_precision(o.activations);
+    bo.backend = o.device.device.empty() ? std::string("cpu") : o.device.device;
+    bo.host_fallback = o.device.cpu_fallback;
     ir::Graph g;
     {
       Phase phase("importing '" + path + "'");

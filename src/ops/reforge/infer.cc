@@ -154,6 +154,12 @@ void infer_rms_norm(InferContext& ctx) {
 // Silu(X) and Gelu(X, constants...): X's type.
 void infer_same_as_input(InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); }
 
+// A transfer changes where the bytes live, nothing else: the type and any known contents pass.
+void infer_transfer(InferContext& ctx) {
+  ctx.set_output(0, ctx.input_type(0));
+  if (const SymShape* d = ctx.input_dims_value(0)) ctx.set_output_dims_value(0, *d);
+}
+
 void infer_gelu(InferContext& ctx) {
   const std::string a = ctx.attr_string("approximate", "none");
   if (a != "none" && a != "tanh") ctx.fail("approximate '" + a + "' is not supported (expected 'none' or 'tanh')");
@@ -323,6 +329,8 @@ void register_reforge_inference(OpRegistry& r) {
   r.set_infer("reforge", "Gelu", 1, infer_gelu);
   r.set_infer("reforge", "Attention", 1, infer_fused_attention);
   r.set_infer("reforge", "Rotary", 1, infer_fused_rotary);
+  r.set_infer("reforge", "ToDevice", 1, infer_transfer);
+  r.set_infer("reforge", "ToHost", 1, infer_transfer);
 }
 
 }  // namespace reforge::ops

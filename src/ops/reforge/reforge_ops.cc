@@ -82,6 +82,11 @@ void register_reforge_ops(OpRegistry& r) {
   for (const char* op :
        {"MatMulAdd", "PackPanels", "MatMulAddPacked", "Gelu", "RmsNorm", "Silu", "SiluMul", "Attention", "Rotary"})
     r.add({"reforge", op, 1, INT_MAX, nullptr, nullptr});
+  // Transfers between host and device memory (backends/placement.h inserts them); the device
+  // backend that owns the memory has their kernels. ToDevice of an engine weight uploads it once,
+  // when the engine is made and again at each refit that replaces it (its prepare step).
+  r.add({"reforge", "ToDevice", 1, INT_MAX, nullptr, nullptr});
+  r.add({"reforge", "ToHost", 1, INT_MAX, nullptr, nullptr});
 }
 
 }  // namespace reforge::ops

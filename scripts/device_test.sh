@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Builds reforge from a clean tree on the GPU machine and runs the CUDA tests there: the CUDA
+# unit tests (tests/cuda_backend_test.cc), the ONNX node conformance required list on the GPU
+# (`reforge conformance --device cuda`), then with --bench the GPU benchmarks. Ends with the test
+# runner's summary lines.
+#
+# The GPU machine (Ubuntu, CUDA toolkit, no network) lacks some of reforge's Debian packages:
+# scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
+# carries; they are unpacked into a private prefix here, never into /.
+#   here:  scripts/device_debs.sh
+#   there: scripts/device_test.sh [--bench] [--keep-build]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+deps=/opt/reforge-deps
+B=${REFORGE_DEVICE_BUILD:-/tmp/reforge-device-build}
+bench=0 keep=0
+for a in "$@"; do
+  case $a in
+    --bench) bench=1 ;;
+    --keep-build) keep=1 ;;
+    *) echo "usage: scripts/device_test.sh [--bench] [--keep-build]" >&2; exit 2 ;;
+  esac
+done
+[ -d .device/debs ] || { echo "device_test: .device/debs missing (run scripts/device_debs.sh here first)" >&2; exit 1; }
+mkdir -p $deps
+for f in .device/debs/*.deb; do dpkg -x "$f" $deps; done
+arch=x86_64-linux-gnu
+export PATH=$deps/usr/bin:$PATH
+export CPATH=$deps/usr/include:$deps/usr/include/$arch${CPATH:+:$CPATH}
+export LIBRARY_PATH=$deps/usr/lib/$arch${LIBRARY_PATH:+:$LIBRARY_PATH}
+export LD_LIBRARY_PATH=$deps/usr/lib/$arch:$deps/usr/lib/$arch/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvcc --version | tail -1
+[ $keep = 1 ] || rm -rf "$B"
+t0=$SECONDS
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON -DREFORGE_PYTHON=OFF \
+  -DREFORGE_DEPS_PREFIX=$deps -DCMAKE_PREFIX_PATH=$deps/usr -DCMAKE_CUDA_ARCHITECTURES=90 >"$B.configure.log" 2>&1 ||
+  { tail -30 "$B.configure.log"; exit 1; }
+cmake --build "$B" -j"$(nproc)" --target reforge reforge_tests >"$B.build.log" 2>&1 ||
+  { grep -E "error|FAILED" "$B.build.log" | head -40; exit 1; }
+echo "device_test: built in $((SECONDS - t0)) s"
+
+suite=/tmp/reforge-onnx-node-suite
+if [ ! -f $suite/.unpacked ]; then
+  mkdir -p $suite
+  for f in .device/onnx-node-suite/node*.tar.xz; do tar -xJf "$f" -C $suite; done
+  touch $suite/.unpacked
+fi
+status=0
+echo "== CUDA unit tests"
+"$B/reforge_tests" --gtest_brief=1 --gtest_filter='Cuda*' || status=1
+echo "== ONNX node conformance on the GPU (required list)"
+"$B/reforge" conformance $suite/node --list tests/conformance/required-standard-types.txt --device cuda \
+  >"$B.conformance.log" 2>&1 || status=1
+# Which ops the failures are about, most frequent first, then the first failures in full.
+grep -oE "\(([A-Za-z0-9_:]+)\), opset [0-9]+: no kernel on backend 'cuda'" "$B.conformance.log" |
+  sed -E 's/\(([^)]*)\).*/\1/' | sort | uniq -c | sort -rn | head -40
+grep -E "^FAIL" "$B.conformance.log" | grep -v "no kernel on backend 'cuda'" | head -40
+[ -n "${OUT:-}" ] && cp "$B.conformance.log" "$B.build.log" "$OUT/" 2>/dev/null
+tail -1 "$B.conformance.log"
+if [ $bench = 1 ]; then
+  echo "== GPU benchmarks"
+  [ -x bench/gpu_bench.sh ] && bench/gpu_bench.sh "$B" || echo "device_test: bench/gpu_bench.sh not present"
+fi
+exit $status

@@ -1,0 +1,51 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include "backends/cuda/cuda_common.h"
+
+namespace reforge::cuda {
+
+namespace {
+
+// Kernel outputs of nodes on the device: stream-ordered device memory.
+class DeviceAllocator : public ops::OutputAllocator {
+ public:
+  Tensor allocate(size_t, DType dtype, Shape shape, bool zero) override {
+    Tensor t = device_tensor(dtype, std::move(shape));
+    if (zero && t.nbytes()) REFORGE_CUDA_CHECK(cudaMemsetAsync(t.mutable_raw(), 0, t.nbytes(), stream()));
+    return t;
+  }
+};
+
+Tensor allocate_device(DType dtype, Shape shape) { return device_tensor(dtype, std::move(shape)); }
+
+// Copies between any two memories, finished when it returns.
+void copy_memory(void* dst, Memory, const void* src, Memory, size_t bytes) {
+  REFORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
+  REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+void synchronize() { REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+}  // namespace
+
+backends::Backend backend() {
+  static DeviceAllocator allocator;
+  static const DeviceMemory memory{allocate_device, copy_memory};
+  set_device_memory(&memory);
+  backends::Backend b;
+  b.name = "cuda";
+  b.memory = Memory::Device;
+  b.runs_reference_kernels = false;
+  b.allocator = &allocator;
+  b.unavailable = unavailable_reason;
+  b.synchronize = synchronize;
+  b.register_kernels = [](backends::KernelRegistry& r) {
+    register_transfer_kernels(r);
+    register_view_kernels(r);
+    register_elementwise_kernels(r);
+    register_matmul_kernels(r);
+  };
+  return b;
+}
+
+}  // namespace reforge::cuda

@@ -1,0 +1,63 @@
+// The CUDA backend's shared host-side pieces: error checks, the calling thread's stream, device
+// tensors, and the registration of each kernel family.
+//
+// Every kernel runs on the calling thread's default stream (cudaStreamPerThread): an engine run
+// stays on one thread, so its kernels are ordered among themselves, and runs on other threads
+// overlap with it. Activations come from CUDA's stream-ordered pool (cudaMallocAsync on that
+// stream, kept by the pool for reuse rather than returned to the driver); engine weights are
+// plain cudaMalloc allocations, uploaded by reforge::ToDevice's prepare step. The engine waits
+// for the stream at the end of each run (Backend::synchronize), which is also where errors of
+// asynchronous work surface.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backends/backend.h"
+#include "core/tensor.h"
+
+namespace reforge::cuda {
+
+// Throws an Error with `what` and CUDA's message unless `status` is cudaSuccess.
+void check(cudaError_t status, const char* what);
+#define REFORGE_CUDA_CHECK(expr) ::reforge::cuda::check((expr), #expr)
+// Throws when the last kernel launch failed, naming `kernel`.
+void check_launch(const char* kernel);
+
+// The calling thread's stream.
+inline cudaStream_t stream() { return cudaStreamPerThread; }
+
+// Uninitialized device memory of `dtype` and `shape`, from the stream-ordered pool.
+Tensor device_tensor(DType dtype, Shape shape);
+// A copy of host tensor `t` in device memory that lives as long as the result (plain cudaMalloc:
+// weights may be released from any thread).
+Tensor upload(const Tensor& t);
+// A copy of host tensor `t` in stream-ordered device memory (for values of a run).
+Tensor to_device(const Tensor& t);
+// A host copy of device tensor `t` (waits for the stream).
+Tensor download(const Tensor& t);
+
+// "" when a CUDA device can be used, else why not (no driver, no device).
+std::string unavailable_reason();
+
+// Launch shape for `n` independent elements, 256 threads a block.
+inline unsigned blocks_for(int64_t n, int threads = 256) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 2147483647 ? 2147483647 : b));
+}
+
+// Registers `kernel` on "cuda" for every opset range of (domain, op_type) in the op registry.
+void add_kernel(backends::KernelRegistry& r, const std::string& domain, const std::string& op_type,
+                ops::KernelFn kernel, ops::CheckFn check = nullptr, ops::PrepareFn prepare = nullptr);
+
+// The backend descriptor ("cuda").
+backends::Backend backend();
+
+// Kernel families (one file each).
+void register_transfer_kernels(backends::KernelRegistry& r);     // transfer.cc: ToDevice, ToHost
+void register_view_kernels(backends::KernelRegistry& r);         // views.cc: Reshape, Squeeze, ..., Shape, Size
+void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.cu: binary arithmetic, compare
+void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
+
+}  // namespace reforge::cuda

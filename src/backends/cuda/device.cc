@@ -1,0 +1,123 @@
+#include <mutex>
+
+#include "backends/cuda/cuda_common.h"
+
+namespace reforge::cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError();  // clears a sticky launch error so that the next call can report its own
+  fail("CUDA error in ", what, ": ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")");
+}
+
+void check_launch(const char* kernel) {
+  cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    fail("CUDA kernel ", kernel, " failed to launch: ", cudaGetErrorName(status), " (", cudaGetErrorString(status),
+         ")");
+}
+
+std::string unavailable_reason() {
+  static std::once_flag once;
+  static std::string why;
+  std::call_once(once, [] {
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+      why = std::string("no usable CUDA device (") + cudaGetErrorString(status) + ")";
+      (void)cudaGetLastError();
+      return;
+    }
+    if (count == 0) {
+      why = "no CUDA device";
+      return;
+    }
+    // Keep freed activations in the device's pool for the next run instead of handing them back
+    // to the driver at every synchronization.
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
+      uint64_t keep = UINT64_MAX;
+      (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+  });
+  return why;
+}
+
+namespace {
+
+void require_device() {
+  if (std::string why = unavailable_reason(); !why.empty()) fail("the CUDA backend cannot run here: ", why);
+}
+
+size_t storage_bytes(DType dtype, const Shape& shape, int64_t& numel) {
+  numel = shape_numel(shape);
+  REFORGE_CHECK(dtype != DType::String && dtype_size(dtype) > 0, "tensors of type ", dtype_name(dtype),
+                " cannot live in device memory");
+  size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
+  return bytes < 256 ? 256 : (bytes + 255) / 256 * 256;
+}
+
+}  // namespace
+
+Tensor device_tensor(DType dtype, Shape shape) {
+  require_device();
+  int64_t numel = 0;
+  const size_t bytes = storage_bytes(dtype, shape, numel);
+  void* p = nullptr;
+  cudaError_t status = cudaMallocAsync(&p, bytes, stream());
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("out of device memory allocating ", bytes, " bytes for ", dtype_name(dtype), shape_str(shape), " (",
+         cudaGetErrorString(status), ")");
+  }
+  std::shared_ptr<const void> owner(p, [](const void* q) { (void)cudaFreeAsync(const_cast<void*>(q), stream()); });
+  return Tensor::wrap(dtype, std::move(shape), std::move(owner), p, Memory::Device);
+}
+
+Tensor upload(const Tensor& t) {
+  require_device();
+  REFORGE_CHECK(t.on_host(), "upload: ", t.describe(), " is already in device memory");
+  int64_t numel = 0;
+  const size_t bytes = storage_bytes(t.dtype(), t.shape(), numel);
+  void* p = nullptr;
+  cudaError_t status = cudaMalloc(&p, bytes);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("out of device memory uploading ", t.describe(), " (", bytes, " bytes: ", cudaGetErrorString(status), ")");
+  }
+  std::shared_ptr<const void> owner(p, [](const void* q) { (void)cudaFree(const_cast<void*>(q)); });
+  if (t.nbytes()) REFORGE_CUDA_CHECK(cudaMemcpy(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
+  return Tensor::wrap(t.dtype(), t.shape(), std::move(owner), p, Memory::Device);
+}
+
+Tensor to_device(const Tensor& t) {
+  REFORGE_CHECK(t.on_host(), "to_device: ", t.describe(), " is already in device memory");
+  Tensor d = device_tensor(t.dtype(), t.shape());
+  // From pageable memory the call returns once the bytes are staged, so `t` may go at once.
+  if (t.nbytes())
+    REFORGE_CUDA_CHECK(cudaMemcpyAsync(d.mutable_raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream()));
+  return d;
+}
+
+Tensor download(const Tensor& t) {
+  REFORGE_CHECK(!t.on_host(), "download: ", t.describe(), " is in host memory");
+  Tensor h = Tensor::uninitialized(t.dtype(), t.shape());
+  if (t.nbytes()) {
+    REFORGE_CUDA_CHECK(cudaMemcpyAsync(h.mutable_raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream()));
+    REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  return h;
+}
+
+void add_kernel(backends::KernelRegistry& r, const std::string& domain, const std::string& op_type,
+                ops::KernelFn kernel, ops::CheckFn check, ops::PrepareFn prepare) {
+  bool any = false;
+  for (const ops::OpDef* def : ops::OpRegistry::global().entries()) {
+    if (def->domain != domain || def->op_type != op_type) continue;
+    r.add({"cuda", domain, op_type, def->since_version, def->end_version, kernel, check, prepare});
+    any = true;
+  }
+  REFORGE_CHECK(any, "internal error: CUDA kernel for unregistered op ", domain.empty() ? "" : domain + "::", op_type);
+}
+
+}  // namespace reforge::cuda
