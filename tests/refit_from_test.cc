@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 
 #include "builder/binding.h"
 #include "builder/builder.h"
@@ -175,6 +177,85 @@ TEST(RefitFrom, WeightUpdateValidatesBeforeCommit) {
   e.validate(ok);
   e.commit(ok);
   EXPECT_TRUE(transforms::bit_equal(e.weight(derived->name), zeros));
+}
+
+// Verify still compares every replayed weight with the rebuild, now that it stages the rebuilt
+// tensors: a plan whose recipes of two like engine weights are swapped (each replays the other's
+// sources, same dtype and shape) refits fast without complaint, but verify refuses, naming one of
+// the two, and leaves the engine as it was.
+TEST(RefitFrom, VerifyRefusesAFastRefitThatDiffersFromTheRebuild) {
+  plan::Plan p = build_a(false);
+  size_t a = p.weights.size(), b = p.weights.size();
+  for (size_t i = 0; i < p.weights.size() && b == p.weights.size(); ++i)
+    for (size_t j = i + 1; j < p.weights.size(); ++j) {
+      const auto &wi = p.weights[i], &wj = p.weights[j];
+      if (wi.kind != plan::WeightKind::Derived || wj.kind != plan::WeightKind::Derived || wi.recipe.steps.empty() ||
+          wi.recipe.steps.size() != wj.recipe.steps.size() || wi.dtype != wj.dtype || wi.shape != wj.shape ||
+          wi.sources == wj.sources)
+        continue;
+      a = i, b = j;
+      break;
+    }
+  ASSERT_LT(b, p.weights.size()) << "no two derived weights of the same dtype, shape and recipe length";
+  std::swap(p.weights[a].recipe, p.weights[b].recipe);
+  std::swap(p.weights[a].sources, p.weights[b].sources);
+  const std::string name_a = p.weights[a].name, name_b = p.weights[b].name;
+
+  runtime::PlanEngine e(p);
+  const auto before = derived_weight_hashes(e);
+  refit::RefitRequest req;
+  req.files = {onnx_of("B")};
+  req.mode = refit::RefitMode::Verify;
+  const std::string err = error_of([&] { build::refit_from(e, req); });
+  EXPECT_NE(err.find("differs between fast refit and a fresh build"), std::string::npos) << err;
+  EXPECT_TRUE(err.find("'" + name_a + "'") != std::string::npos || err.find("'" + name_b + "'") != std::string::npos)
+      << err;
+  EXPECT_EQ(derived_weight_hashes(e), before);
+  req.mode = refit::RefitMode::Fast;
+  EXPECT_EQ(build::refit_from(e, req).mode, refit::RefitMode::Fast);
+  EXPECT_NE(derived_weight_hashes(e), before);
+}
+
+// CommitOptions::replayed sees every replayed engine weight once and stages what it returns; a
+// returned tensor of another shape, or a throw, refuses the refit with the engine unchanged.
+TEST(RefitFrom, ReplayedHookStagesWhatItReturns) {
+  runtime::PlanEngine e(build_a(false));
+  const auto before = derived_weight_hashes(e);
+  const auto sources = build::read_sources_from_onnx(e.plan(), onnx_of("B"));
+  auto refitter = [&] {
+    auto r = std::make_unique<refit::Refitter>(e);
+    for (const auto& [id, t] : sources) r->set_source(id, t);
+    return r;
+  };
+  const refit::StagedRefit reference = refitter()->stage();
+
+  std::map<std::string, Tensor> returned;
+  refit::CommitOptions o;
+  o.replayed = [&](const std::string& name, Tensor t) {
+    EXPECT_FALSE(returned.count(name)) << name << " replayed twice";
+    return returned[name] = t.clone();
+  };
+  const refit::StagedRefit staged = refitter()->stage(o);
+  ASSERT_EQ(returned.size(), reference.update.weights().size());
+  for (const auto& [name, t] : reference.update.weights()) {
+    const Tensor* mine = staged.update.weight(name);
+    ASSERT_NE(mine, nullptr) << name;
+    EXPECT_EQ(mine->raw(), returned.at(name).raw()) << name << ": not the tensor the hook returned";
+    EXPECT_TRUE(transforms::bit_equal(*mine, t)) << name;
+  }
+
+  const std::string last = std::prev(reference.update.weights().end())->first;
+  o.replayed = [&](const std::string& name, Tensor t) {
+    return name == last ? Tensor::empty(t.dtype(), {t.numel() + 1}) : t;
+  };
+  EXPECT_NE(error_of([&] { refitter()->commit(o); }).find("engine weight '" + last + "' came back from"),
+            std::string::npos);
+  o.replayed = [&](const std::string& name, Tensor t) -> Tensor {
+    if (name == last) fail("refused by the hook");
+    return t;
+  };
+  EXPECT_NE(error_of([&] { refitter()->commit(o); }).find("refused by the hook"), std::string::npos);
+  EXPECT_EQ(derived_weight_hashes(e), before);
 }
 
 // Refitter::stage validates and replays without touching the engine; commit(staged) applies it.

@@ -11,8 +11,10 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "builder/onnx_refit.h"
+#include "core/file_pages.h"
 #include "core/mapped_file.h"
 #include "refit/refitter.h"
 #include "refit/safetensors.h"
@@ -79,6 +81,43 @@ TEST(ReleasePages, MappedBytesStayAndLeaveTheResidentSet) {
     EXPECT_EQ(checksum(m->data(), m->size()), first);
     EXPECT_EQ(m->data()[(11u << 20) + 12345], static_cast<unsigned char>((11 * 131 + 12345 * 7) & 0xff));
   }
+  fs::remove(path);
+}
+
+// release_file_pages: given only an address range, it drops the pages of a live mapping's bytes
+// (which stay the same) and refuses, touching nothing, memory that is no file mapping and the
+// range of a mapping that is gone.
+TEST(ReleasePages, FilePagesByAddress) {
+  fs::path path = temp_file("reforge_release_file_pages");
+  {
+    std::ofstream out(path, std::ios::binary);
+    std::string block(1 << 20, '\0');
+    for (size_t b = 0; b < kBytes / block.size(); ++b) {
+      for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<char>((b * 17 + i * 3) & 0xff);
+      out.write(block.data(), static_cast<std::streamsize>(block.size()));
+    }
+  }
+  const void* gone = nullptr;
+  {
+    auto m = MappedFile::open(path.string());
+    ASSERT_EQ(m->size(), kBytes);
+    const uint64_t first = checksum(m->data(), m->size());
+    const size_t touched = rss_file_bytes();
+    // The second half, from an unaligned address (its first partial page stays).
+    EXPECT_TRUE(release_file_pages(m->data() + kBytes / 2 + 100, kBytes / 2 - 100));
+    const size_t released = rss_file_bytes();
+    EXPECT_LE(released + kBytes * 4 / 10, touched) << "release_file_pages left the bytes resident";
+    EXPECT_GE(released + kBytes * 6 / 10, touched) << "release_file_pages dropped more than its range";
+    EXPECT_EQ(checksum(m->data(), m->size()), first);
+    EXPECT_EQ(m->data()[(21u << 20) + 999], static_cast<unsigned char>((21 * 17 + 999 * 3) & 0xff));
+    // A range that runs past the mapping's end is not inside it.
+    EXPECT_FALSE(release_file_pages(m->data() + kBytes - 10, 20));
+    gone = m->data();
+  }
+  EXPECT_FALSE(release_file_pages(gone, 4096)) << "a mapping that was unmapped is still known";
+  std::vector<unsigned char> anon(kBytes, 7);
+  EXPECT_FALSE(release_file_pages(anon.data(), anon.size()));
+  EXPECT_EQ(checksum(anon.data(), anon.size()), checksum(std::vector<unsigned char>(kBytes, 7).data(), kBytes));
   fs::remove(path);
 }
 

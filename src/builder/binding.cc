@@ -17,6 +17,7 @@
 #include "builder/fingerprint.h"
 #include "builder/literal_proof.h"
 #include "core/dispatch.h"
+#include "core/file_pages.h"
 #include "core/nearest_names.h"
 #include "core/timing.h"
 #include "ops/registry.h"
@@ -343,7 +344,15 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       const Tensor& v = it->second;
       std::string key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);
       plan::Binding& bd = r.bindings[{uint32_t(p), uint32_t(slot)}];
-      if (!cache.count(in)) cache[in] = candidates(b, ckpt, v);
+      if (!cache.count(in)) {
+        cache[in] = candidates(b, ckpt, v);
+        // Later uses of `in` read the cache: the pages of the bytes just compared leave the
+        // resident set, so that binding does not hold the model and the checkpoint at once.
+        release_file_pages(v.raw(), v.nbytes());
+        for (const auto& [cn, cb] : cache[in])
+          for (const auto& c : cb.checkpoint)
+            if (const Tensor* t = ckpt.find(c.name)) ckpt.release_pages_of(*t);
+      }
       std::map<std::string, plan::Binding> cands = cache[in];
       std::string how;
       auto forced = o.binds.count(key) ? o.binds.find(key) : o.binds.find(in);

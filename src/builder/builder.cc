@@ -7,6 +7,7 @@
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/placement.h"
 #include "builder/fingerprint.h"
+#include "core/file_pages.h"
 #include "core/nearest_names.h"
 #include "core/simd.h"
 #include "core/version.h"
@@ -405,6 +406,16 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   plan.build = target_record(o);
 
   passes::BuildState s = make_state(std::move(g), o, plan.build->layouts, literals);
+  // The sources of a model read from external data are memory-mapped, and the caller may keep
+  // the model (a refit's verify rebuild, a build bound to a checkpoint), so their pages would stay
+  // resident through the build. After hashing them and after each pass, the build drops the
+  // resident pages of every source it still holds: a pass pages in what it reads again (from the
+  // page cache), and the build holds the engine weights made so far plus what one pass reads.
+  auto release_sources = [&s] {
+    for (const Tensor& v : s.source_values)
+      if (v.defined()) release_file_pages(v.raw(), v.nbytes());
+  };
+  release_sources();
   for (const auto& pass : passes::default_passes()) {
     bool allowed =
         !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
@@ -421,6 +432,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     } catch (Error& e) {
       throw e.with_context(std::string("in build pass '") + pass.name + "'");
     }
+    release_sources();
     if (o.print_passes)
       std::cerr << "pass " << pass.name << ": " << s.graph.nodes.size() << " nodes, " << s.consts.size()
                 << " constants\n";

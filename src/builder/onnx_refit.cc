@@ -5,6 +5,7 @@
 #include "backends/backend.h"
 #include "builder/builder.h"
 #include "builder/fingerprint.h"
+#include "core/file_pages.h"
 #include "core/timing.h"
 #include "onnx/importer.h"
 #include "refit/safetensors.h"
@@ -168,20 +169,48 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     throw e.with_context("while reading new weights from '" + src + "'");
   }
   rep.read_ms = ms_since(t0);
-  refit::StagedRefit staged = r.stage(req.commit);
-  if (req.mode == refit::RefitMode::Verify) {
-    auto t1 = std::chrono::steady_clock::now();
-    plan::Plan fresh = rebuild();
-    for (const auto& w : fresh.weights) {
-      if (w.kind != plan::WeightKind::Derived) continue;
-      const Tensor* staged_w = staged.update.weight(w.name);
-      if (!transforms::bit_equal(staged_w ? *staged_w : engine.weight(w.name), w.data))
-        fail("refit --verify: engine weight '", w.name,
-             "' differs between fast refit and a fresh build; nothing was changed");
-      ++rep.verified;
-    }
-    rep.verify_ms = ms_since(t1);
+  refit::CommitOptions options = req.commit;
+  // The model stays imported to the end (verify's rebuild reads it too): each source's pages
+  // leave the resident set once the refit is done with them, as a checkpoint's do.
+  if (!options.release) options.release = [](const Tensor& t) { release_file_pages(t.raw(), t.nbytes()); };
+  if (req.mode != refit::RefitMode::Verify) {
+    rep.commit = r.commit(r.stage(options));
+    return rep;
   }
+  // Verify: rebuild first, then replay the fast refit weight by weight against the rebuild. Each
+  // replayed weight is compared with the rebuilt one bit for bit and the rebuilt one (the same
+  // bytes) is staged, so the refit holds one derived weight set and one replayed weight, never
+  // two sets. The derived weights the fast refit does not replay are compared with the engine's.
+  auto t1 = std::chrono::steady_clock::now();
+  plan::Plan fresh = rebuild();
+  std::map<std::string, Tensor> rebuilt;
+  for (auto& w : fresh.weights)
+    if (w.kind == plan::WeightKind::Derived) rebuilt[w.name] = std::move(w.data);
+  fresh = plan::Plan();
+  double compare_ms = 0;
+  auto mismatch = [](const std::string& name) {
+    fail("refit --verify: engine weight '", name,
+         "' differs between fast refit and a fresh build; nothing was changed");
+  };
+  options.replayed = [&](const std::string& name, Tensor t) {
+    auto c0 = std::chrono::steady_clock::now();
+    auto it = rebuilt.find(name);
+    if (it == rebuilt.end()) fail("refit --verify: engine weight '", name, "' is not a derived weight of the rebuild");
+    if (!transforms::bit_equal(t, it->second)) mismatch(name);
+    ++rep.verified;
+    Tensor same = std::move(it->second);
+    rebuilt.erase(it);
+    compare_ms += ms_since(c0);
+    return same;
+  };
+  rep.verify_ms = ms_since(t1);
+  refit::StagedRefit staged = r.stage(options);
+  auto t2 = std::chrono::steady_clock::now();
+  for (const auto& [name, t] : rebuilt) {
+    if (!transforms::bit_equal(engine.weight(name), t)) mismatch(name);
+    ++rep.verified;
+  }
+  rep.verify_ms += compare_ms + ms_since(t2);
   rep.commit = r.commit(std::move(staged));
   return rep;
 }

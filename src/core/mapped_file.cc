@@ -8,10 +8,40 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
+#include "core/file_pages.h"
 
 namespace reforge {
+
+namespace {
+
+// The live mappings by start address, for release_file_pages. A mapping is registered once
+// mapped and unregistered before it is unmapped, under the same mutex as a release reads it, so
+// a release never advises an address range that is no longer (or not yet) this file's.
+struct Mappings {
+  std::mutex mutex;
+  std::map<const unsigned char*, const MappedFile*> by_start;
+};
+
+Mappings& mappings() {
+  static Mappings* m = new Mappings;  // never destroyed: mappings may outlive static destruction
+  return *m;
+}
+
+}  // namespace
+
+bool release_file_pages(const void* p, size_t n) {
+  if (!p || n == 0) return false;
+  const auto* b = static_cast<const unsigned char*>(p);
+  Mappings& m = mappings();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  auto it = m.by_start.upper_bound(b);
+  if (it == m.by_start.begin()) return false;
+  return std::prev(it)->second->release_pages(p, n);
+}
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -37,6 +67,8 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
       fail("cannot map '", path, "': ", std::strerror(e));
     }
     m->data_ = static_cast<const unsigned char*>(p);
+    std::lock_guard<std::mutex> lock(mappings().mutex);
+    mappings().by_start[m->data_] = m.get();
   }
   ::close(fd);
   return m;
@@ -58,7 +90,12 @@ bool MappedFile::release_pages(const void* p, size_t n) const {
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
+  if (!data_) return;
+  {
+    std::lock_guard<std::mutex> lock(mappings().mutex);
+    mappings().by_start.erase(data_);
+  }
+  ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
 }  // namespace reforge

@@ -1,5 +1,6 @@
 #include "passes/build_state.h"
 
+#include "core/file_pages.h"
 #include "transforms/recipe.h"
 
 namespace reforge::passes {
@@ -101,6 +102,11 @@ void BuildState::release_replaced(const std::string& value, const std::string& m
   for (const auto& [name, cv] : consts)
     if (name != made && cv.sources.count(id)) return;  // another constant's recipe still reads it
   verify_recipe(made, consts.at(made));
+  // A caller that keeps the imported model (a refit's verify rebuild, a build bound to a
+  // checkpoint) keeps its mappings alive: the pages of a memory-mapped source go now, not with
+  // the model.
+  const Tensor& v = source_values[id];
+  if (v.defined()) release_file_pages(v.raw(), v.nbytes());
   source_values[id] = Tensor();
 }
 

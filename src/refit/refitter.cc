@@ -393,6 +393,12 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     if (t.dtype() != w.dtype || t.shape() != w.shape)
       fail("refit: engine weight '", w.name, "' came out ", t.describe(), ", the plan expects ", dtype_name(w.dtype),
            shape_str(w.shape));
+    if (options.replayed) {
+      t = options.replayed(w.name, std::move(t));
+      if (!t.defined() || t.dtype() != w.dtype || t.shape() != w.shape)
+        fail("refit: engine weight '", w.name, "' came back from CommitOptions::replayed as ", t.describe(),
+             ", the plan expects ", dtype_name(w.dtype), shape_str(w.shape));
+    }
     rep.bytes_out += t.nbytes();
     staged.set_weight(w.name, std::move(t));
     if (options.release)

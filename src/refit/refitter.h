@@ -59,6 +59,12 @@ struct CommitOptions {
   // the new engine weights plus the sources in use, not the whole checkpoint as well. It must not
   // change the value's bytes.
   std::function<void(const Tensor&)> release;
+  // Set: called with each engine weight the refit replays (its name and the replayed value)
+  // before it is staged; the refit stages what it returns, which must be a tensor of the same
+  // dtype, shape and bytes (checked: dtype and shape), and it may throw to refuse the refit.
+  // build::refit_from's verify compares each weight with the rebuilt plan's and returns that
+  // one, so that the replayed copy is freed at once and two derived weight sets are never held.
+  std::function<Tensor(const std::string& name, Tensor replayed)> replayed;
 };
 
 struct CommitReport {
