@@ -1,6 +1,6 @@
 // Shape and type inference of the nn family (ops/infer.h): MatMul, Gemm, Conv, ConvTranspose,
-// reforge::FusedConv, the pools (with reforge::MaxPool), BatchNormalization,
-// InstanceNormalization and LayerNormalization.
+// reforge::FusedConv, the pools (with reforge::MaxPool and LpPool), BatchNormalization,
+// InstanceNormalization, LayerNormalization and LpNormalization.
 //
 // Spatial sizes follow the kernels' own geometry (ops/conv_geometry.cc, conv_transpose.cc):
 // explicit pads, auto_pad SAME_UPPER/SAME_LOWER/VALID, strides, dilations, ceil_mode (a last
@@ -428,6 +428,12 @@ void register_nn_inference(OpRegistry& r) {
   r.set_infer("", "MaxPool", 1, pool);
   r.set_infer("reforge", "MaxPool", 1, max_pool_layout);
   r.set_infer("", "AveragePool", 1, pool);
+  r.set_infer("", "LpPool", 2, pool);
+  r.set_infer("", "LpNormalization", 1, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (x.rank_known) normalize_axis(ctx, ctx.attr_int("axis", -1), static_cast<int64_t>(x.shape.size()));
+    ctx.set_output(0, x);
+  });
   r.set_infer("", "GlobalAveragePool", 1, global_pool);
   r.set_infer("", "GlobalMaxPool", 1, global_pool);
   r.set_infer("", "BatchNormalization", 1, batch_norm);

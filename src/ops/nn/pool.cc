@@ -1,5 +1,6 @@
 // MaxPool (with Indices, storage_order, dilations, ceil_mode), AveragePool (count_include_pad,
-// ceil_mode, dilations), GlobalAveragePool and GlobalMaxPool; the schema of reforge::MaxPool, the
+// ceil_mode, dilations), LpPool (the p-norm of each window: (sum |x|^p)^(1/p), padding
+// contributing nothing), GlobalAveragePool and GlobalMaxPool; the schema of reforge::MaxPool, the
 // blocked or channels-last form the CPU backend's conv-channels-last pass uses between
 // convolutions in those layouts (its kernel: backends/cpu/max_pool.cc).
 //
@@ -9,6 +10,7 @@
 // first maximum in window order (a NaN is never "greater"), and a window with no input
 // position yields 0 with index -1, as in the reference.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -179,6 +181,52 @@ void avg_pool(const PoolSetup& p, const T* x, T* y, bool count_include_pad) {
   }
 }
 
+template <typename T>
+void lp_pool(const PoolSetup& p, const T* x, T* y, double pw) {
+  const Geo3& g = p.g;
+  TapRange r[3];
+  for (size_t i = 0; i < 3; ++i) r[i] = tap_range(g.out[i], g.k[i], g.s[i], g.d[i], g.pb[i], 0, g.in[i]);
+  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+#pragma omp parallel for schedule(static) if (p.N * p.C * out_plane > (1 << 14))
+  for (int64_t nc = 0; nc < p.N * p.C; ++nc) {
+    const T* xp = x + nc * in_plane;
+    T* yp = y + nc * out_plane;
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          double sum = 0;
+          for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
+            const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+            for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
+              const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+              const T* row = xp + (id * g.in[1] + ih) * g.in[2];
+              for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw)
+                sum +=
+                    std::pow(std::abs(static_cast<double>(to_compute(row[ow * g.s[2] - g.pb[2] + kw * g.d[2]]))), pw);
+            }
+          }
+          yp[(od * g.out[1] + oh) * g.out[2] + ow] =
+              from_compute<T>(static_cast<compute_t<T>>(std::pow(sum, 1.0 / pw)));
+        }
+  }
+}
+
+void lp_pool_kernel(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const PoolSetup p = setup_pool(ctx, X);
+  const int64_t pw = ctx.attr_int("p", 2);
+  REFORGE_CHECK(pw >= 1, ctx.node().label(), ": p must be >= 1, got ", pw);
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), p.out_shape);
+  if (Y.numel() == 0) return;
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        lp_pool<T>(p, X.data<T>(), Y.mutable_data<T>(), static_cast<double>(pw));
+      },
+      "LpPool");
+}
+
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const PoolSetup p = setup_pool(ctx, X);
@@ -268,6 +316,7 @@ void register_pool_ops(OpRegistry& r) {
   // No reference kernel: made only by a backend's layout pass where that backend has a kernel.
   r.add({"reforge", "MaxPool", 1, INT_MAX, nullptr, check_pool});
   r.add({"", "AveragePool", 1, INT_MAX, average_pool_kernel, check_pool});
+  r.add({"", "LpPool", 2, INT_MAX, lp_pool_kernel, check_pool});
   r.add({"", "GlobalAveragePool", 1, INT_MAX, global_pool_kernel<false>, nullptr});
   r.add({"", "GlobalMaxPool", 1, INT_MAX, global_pool_kernel<true>, nullptr});
 }

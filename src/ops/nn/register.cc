@@ -9,13 +9,14 @@ namespace reforge::ops {
 
 namespace nn {
 
-void register_matmul_ops(OpRegistry& r);          // matmul.cc
-void register_gemm_ops(OpRegistry& r);            // gemm.cc
-void register_conv_ops(OpRegistry& r);            // conv.cc
-void register_conv_transpose_ops(OpRegistry& r);  // conv_transpose.cc
-void register_pool_ops(OpRegistry& r);            // pool.cc
-void register_batch_norm_ops(OpRegistry& r);      // norm_batch.cc
-void register_layer_norm_ops(OpRegistry& r);      // layer_normalization.cc
+void register_matmul_ops(OpRegistry& r);            // matmul.cc
+void register_gemm_ops(OpRegistry& r);              // gemm.cc
+void register_conv_ops(OpRegistry& r);              // conv.cc
+void register_conv_transpose_ops(OpRegistry& r);    // conv_transpose.cc
+void register_pool_ops(OpRegistry& r);              // pool.cc
+void register_batch_norm_ops(OpRegistry& r);        // norm_batch.cc
+void register_layer_norm_ops(OpRegistry& r);        // layer_normalization.cc
+void register_lp_normalization_ops(OpRegistry& r);  // lp_normalization.cc
 
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
@@ -71,6 +72,7 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_pool_ops(r);
   nn::register_batch_norm_ops(r);
   nn::register_layer_norm_ops(r);
+  nn::register_lp_normalization_ops(r);
 }
 
 }  // namespace reforge::ops

@@ -1,5 +1,5 @@
 // Shape and type inference of the reduce family (ops/infer.h): Reduce*, ArgMax/ArgMin,
-// Softmax/LogSoftmax, TopK, CumSum and Einsum.
+// Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum and the losses.
 //
 // Reduce axes are an attribute before opset 13 (ReduceSum) or 18 (the others) and an optional
 // input from then on; an axes input whose contents inference does not know still gives the
@@ -147,6 +147,35 @@ void cumsum(InferContext& ctx) {
   ctx.set_output(0, x);
 }
 
+// NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: scores [N, C, d...], target [N, d...];
+// the loss has the target's shape with reduction 'none', else it is a scalar.
+void loss(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& t = ctx.input_type(1);
+  if (t.dtype != DType::Undefined && t.dtype != DType::Int32 && t.dtype != DType::Int64)
+    ctx.fail("target must be int32 or int64, got " + t.str());
+  if (x.rank_known && x.shape.size() < 2) ctx.fail("scores must have rank >= 2 ([N, C, ...]), got " + x.str());
+  if (x.rank_known && t.rank_known && t.shape.size() + 1 != x.shape.size())
+    ctx.fail("target " + t.str() + " must have rank one less than scores " + x.str());
+  if (ctx.has_input(2) && ctx.input_type(2).dtype != x.dtype && ctx.input_type(2).dtype != DType::Undefined)
+    ctx.fail("weight " + ctx.input_type(2).str() + " must have the scores' element type");
+  const std::string red = ctx.attr_string("reduction", "mean");
+  if (red != "none" && red != "sum" && red != "mean")
+    ctx.fail("reduction must be 'none', 'sum' or 'mean', got '" + red + "'");
+  if (red != "none") {
+    ctx.set_output(0, ValueType::of(x.dtype, {}));
+  } else if (x.rank_known) {
+    SymShape out{x.shape[0]};
+    for (size_t i = 2; i < x.shape.size(); ++i)
+      out.push_back(t.rank_known ? merge_dims(ctx, x.shape[i], t.shape[i - 1], "target dimension") : x.shape[i]);
+    if (t.rank_known) out[0] = merge_dims(ctx, x.shape[0], t.shape[0], "batch dimension");
+    ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+  } else {
+    ctx.set_output(0, ValueType{x.dtype, t.rank_known, t.shape});
+  }
+  if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) ctx.set_output(1, x);
+}
+
 // ---- Einsum ----
 
 using einsum::Equation;
@@ -237,6 +266,10 @@ void register_reduce_inference(OpRegistry& r) {
   r.set_infer("", "LogSoftmax", 1, softmax);
   r.set_infer("", "TopK", 1, topk);
   r.set_infer("", "CumSum", 11, cumsum);
+  r.set_infer("", "CumProd", 26, cumsum);
+  r.set_infer("", "Hardmax", 1, softmax);
+  r.set_infer("", "NegativeLogLikelihoodLoss", 12, loss);
+  r.set_infer("", "SoftmaxCrossEntropyLoss", 12, loss);
   r.set_infer("", "Einsum", 12, infer_einsum);
 }
 

@@ -1,4 +1,5 @@
-// The tensor op family: shape and layout ops, gather/scatter, Pad, Range, Constant and friends.
+// The tensor op family: shape and layout ops, gather/scatter, Pad, Range, Constant and friends,
+// Compress/Unique and CenterCropPad/Col2Im.
 // Each file registers its own ops; this file only calls them.
 #include "ops/registry.h"
 #include "ops/tensor/tensor_common.h"
@@ -11,6 +12,8 @@ void register_tensor_ops(OpRegistry& r) {
   register_pad_ops(r);
   register_gather_scatter_ops(r);
   register_tensor_misc_ops(r);
+  register_select_ops(r);
+  register_image_ops(r);
 }
 
 }  // namespace reforge::ops

@@ -1,6 +1,6 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
-// RotaryEmbedding (23+), RMSNormalization (23+) and Resize (10+), following the ONNX operator
-// definitions and the checks their kernels make.
+// RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+) and AffineGrid
+// (20+), following the ONNX operator definitions and the checks their kernels make.
 #include "ops/infer.h"
 
 #include <algorithm>
@@ -249,6 +249,38 @@ void infer_resize(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(x.dtype, out));
 }
 
+// GridSample: [N, C] of X followed by the grid's output spatial dimensions.
+void infer_grid_sample(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& g = ctx.input_type(1);
+  if (!g.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  if (g.shape.size() < 3) ctx.fail("grid must be [N, out spatial..., r], got " + g.str());
+  if (x.rank_known && x.shape.size() != g.shape.size())
+    ctx.fail("X " + x.str() + " and grid " + g.str() + " must have the same rank");
+  SymShape out{x.rank_known ? merge_dims(ctx, x.shape[0], g.shape[0], "batch dimension") : g.shape[0],
+               x.rank_known ? x.shape[1] : ctx.fresh_dim()};
+  out.insert(out.end(), g.shape.begin() + 1, g.shape.end() - 1);
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// AffineGrid: size [N, C, (D,) H, W] gives grid [N, (D,) H, W, 2 or 3].
+void infer_affine_grid(InferContext& ctx) {
+  const ValueType& theta = ctx.input_type(0);
+  const SymShape* size = ctx.input_dims_value(1);
+  const ValueType& st = ctx.input_type(1);
+  int64_t len = -1;
+  if (size)
+    len = static_cast<int64_t>(size->size());
+  else if (st.rank_known && st.shape.size() == 1 && st.shape[0].known())
+    len = st.shape[0].value();
+  if (len < 0) return ctx.set_output(0, ValueType::unranked(theta.dtype));
+  if (len != 4 && len != 5) ctx.fail("size must have 4 or 5 values, got " + std::to_string(len));
+  SymShape out{size ? (*size)[0] : ctx.fresh_dim()};
+  for (int64_t i = 2; i < len; ++i) out.push_back(size ? (*size)[static_cast<size_t>(i)] : ctx.fresh_dim());
+  out.push_back(len - 2);
+  ctx.set_output(0, ValueType::of(theta.dtype, std::move(out)));
+}
+
 }  // namespace
 
 void register_transformer_inference(OpRegistry& r) {
@@ -256,6 +288,8 @@ void register_transformer_inference(OpRegistry& r) {
   r.set_infer("", "RotaryEmbedding", 23, infer_rotary_embedding);
   r.set_infer("", "RMSNormalization", 23, infer_rms_normalization);
   r.set_infer("", "Resize", 10, infer_resize);
+  r.set_infer("", "GridSample", 16, infer_grid_sample);
+  r.set_infer("", "AffineGrid", 20, infer_affine_grid);
 }
 
 }  // namespace reforge::ops

@@ -1,6 +1,6 @@
-// The transformer op family: Attention, RotaryEmbedding, RMSNormalization, and Resize. Each op
-// lives in its own file (attention.cc, rotary.cc, rms_norm.cc, resize.cc) and exposes one
-// registration function; this file only collects them.
+// The transformer op family: Attention, RotaryEmbedding, RMSNormalization, Resize and the grid
+// ops (GridSample, AffineGrid). Each lives in its own file (attention.cc, rotary.cc, rms_norm.cc,
+// resize.cc, grid_sample.cc) and exposes one registration function; this file only collects them.
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -9,12 +9,14 @@ void register_attention(OpRegistry& r);          // attention.cc: Attention 23+
 void register_rotary_embedding(OpRegistry& r);   // rotary.cc: RotaryEmbedding 23+
 void register_rms_normalization(OpRegistry& r);  // rms_norm.cc: RMSNormalization 23+
 void register_resize(OpRegistry& r);             // resize.cc: Resize 10+
+void register_grid_sample(OpRegistry& r);        // grid_sample.cc: GridSample 16+, AffineGrid 20+
 
 void register_transformer_ops(OpRegistry& r) {
   register_attention(r);
   register_rotary_embedding(r);
   register_rms_normalization(r);
   register_resize(r);
+  register_grid_sample(r);
 }
 
 }  // namespace reforge::ops

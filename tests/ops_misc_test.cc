@@ -1,0 +1,262 @@
+// Cases of the smaller op groups that the ONNX node suite leaves out, each checked against values
+// derived by hand: the losses (every position ignored, out-of-range targets, float16), BitShift
+// on unsigned types past the width and with broadcasting, the bitwise ops on signed types,
+// CumProd's integer wrap-around on a middle axis, Hardmax ties and its pre-13 coercion,
+// LpNormalization's L1 form on a leading axis, LpPool's padding, Compress with a short
+// condition, Unique's orders and NaN, CenterCropPad with odd differences, Col2Im with
+// overlapping blocks, GridSample's modes at known points and AffineGrid's base grid.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/registry.h"
+#include "support/make_tensor.h"
+#include "support/run_op.h"
+
+using namespace reforge;
+using namespace reforge::ops;
+
+namespace {
+
+using test_support::make;
+
+struct Attrs {
+  std::map<std::string, int64_t> ints = {};
+  std::map<std::string, std::vector<int64_t>> lists = {};
+  std::map<std::string, std::string> strings = {};
+};
+
+ir::Node node(const std::string& op, int opset, size_t ninputs, const Attrs& at = {}, size_t noutputs = 1) {
+  ir::Node n;
+  n.name = "t";
+  n.op_type = op;
+  n.opset = opset;
+  for (size_t i = 0; i < ninputs; ++i) n.inputs.push_back("in" + std::to_string(i));
+  for (size_t i = 0; i < noutputs; ++i) n.outputs.push_back("out" + std::to_string(i));
+  for (const auto& [k, v] : at.ints) {
+    ir::Attribute a;
+    a.name = k;
+    a.type = ir::AttrType::Int;
+    a.i = v;
+    n.attrs[k] = a;
+  }
+  for (const auto& [k, v] : at.lists) {
+    ir::Attribute a;
+    a.name = k;
+    a.type = ir::AttrType::Ints;
+    a.ints = v;
+    n.attrs[k] = a;
+  }
+  for (const auto& [k, v] : at.strings) {
+    ir::Attribute a;
+    a.name = k;
+    a.type = ir::AttrType::String;
+    a.s = v;
+    n.attrs[k] = a;
+  }
+  return n;
+}
+
+std::vector<Tensor> run_all(const ir::Node& n, const std::vector<Tensor>& ins) {
+  std::vector<const Tensor*> ptrs;
+  for (const auto& t : ins) ptrs.push_back(&t);
+  return test_support::run_node(n, ptrs, 1);
+}
+Tensor run(const ir::Node& n, const std::vector<Tensor>& ins) { return run_all(n, ins)[0]; }
+
+template <typename T>
+std::vector<T> values(const Tensor& t) {
+  return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol = 1e-5f) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "element " << i;
+}
+
+}  // namespace
+
+TEST(Loss, NllMeanDividesByTheWeightsOfKeptPositions) {
+  // x[n, c]: loss = -(w[t0] * x[0, t0] + w[t2] * x[2, t2]) / (w[t0] + w[t2]), position 1 ignored.
+  const Tensor x = make<float>({3, 3}, {-1, -2, -3, -4, -5, -6, -7, -8, -9});
+  const Tensor t = make<int64_t>({3}, {2, 7, 0});
+  const Tensor w = make<float>({3}, {0.5f, 1.0f, 2.0f});
+  const Tensor y = run(node("NegativeLogLikelihoodLoss", 22, 3, {{{"ignore_index", 7}}}), {x, t, w});
+  EXPECT_EQ(y.rank(), 0);
+  EXPECT_NEAR(y.data<float>()[0], (2.0f * 3 + 0.5f * 7) / 2.5f, 1e-6f);
+  const Tensor s = run(node("NegativeLogLikelihoodLoss", 22, 3, {{{"ignore_index", 7}}, {}, {{"reduction", "sum"}}}),
+                       {x, t, w});
+  EXPECT_NEAR(s.data<float>()[0], 2.0f * 3 + 0.5f * 7, 1e-6f);
+}
+
+TEST(Loss, EveryPositionIgnoredGivesNanMeanAndZeroSum) {
+  const Tensor x = make<float>({2, 2}, {1, 2, 3, 4});
+  const Tensor t = make<int64_t>({2}, {-1, -1});
+  EXPECT_TRUE(std::isnan(run(node("NegativeLogLikelihoodLoss", 22, 2, {{{"ignore_index", -1}}}), {x, t}).data<float>()[0]));
+  const Tensor s =
+      run(node("NegativeLogLikelihoodLoss", 22, 2, {{{"ignore_index", -1}}, {}, {{"reduction", "sum"}}}), {x, t});
+  EXPECT_EQ(s.data<float>()[0], 0.0f);
+}
+
+TEST(Loss, TargetOutsideTheClassesIsAnErrorNamingTheNode) {
+  const Tensor x = make<float>({2, 2}, {1, 2, 3, 4});
+  const Tensor t = make<int64_t>({2}, {0, 2});
+  try {
+    run(node("NegativeLogLikelihoodLoss", 22, 2), {x, t});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("target 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'t'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loss, SoftmaxCrossEntropyInFloat16MatchesHandValues) {
+  // Two classes with scores (0, ln 3): log-probabilities (ln 1/4, ln 3/4).
+  const float l3 = std::log(3.0f);
+  const Tensor x = make<float16>({2, 2}, {float16(0.0f), float16(l3), float16(l3), float16(0.0f)});
+  const Tensor t = make<int32_t>({2}, {1, 1});
+  const auto out = run_all(node("SoftmaxCrossEntropyLoss", 13, 2, {{}, {}, {{"reduction", "none"}}}, 2), {x, t});
+  ASSERT_EQ(out[0].shape(), (Shape{2}));
+  EXPECT_NEAR(static_cast<float>(out[0].data<float16>()[0]), -std::log(0.75f), 2e-3f);
+  EXPECT_NEAR(static_cast<float>(out[0].data<float16>()[1]), -std::log(0.25f), 2e-3f);
+  EXPECT_NEAR(static_cast<float>(out[1].data<float16>()[0]), std::log(0.25f), 2e-3f);
+}
+
+TEST(Bitwise, ShiftUnsignedPastTheWidthGivesZeroAndBroadcasts) {
+  const Tensor x = make<uint8_t>({2, 2}, {0x81, 0x0f, 0xff, 1});
+  const Tensor s = make<uint8_t>({2}, {1, 8});
+  EXPECT_EQ(values<uint8_t>(run(node("BitShift", 11, 2, {{}, {}, {{"direction", "LEFT"}}}), {x, s})),
+            (std::vector<uint8_t>{0x02, 0, 0xfe, 0}));
+  EXPECT_EQ(values<uint8_t>(run(node("BitShift", 11, 2, {{}, {}, {{"direction", "RIGHT"}}}), {x, s})),
+            (std::vector<uint8_t>{0x40, 0, 0x7f, 0}));
+  const Tensor big = make<uint64_t>({2}, {1, 1});
+  const Tensor amt = make<uint64_t>({2}, {63, 64});
+  EXPECT_EQ(values<uint64_t>(run(node("BitShift", 11, 2, {{}, {}, {{"direction", "LEFT"}}}), {big, amt})),
+            (std::vector<uint64_t>{uint64_t{1} << 63, 0}));
+}
+
+TEST(Bitwise, SignedShiftBeforeOpset28IsRefused) {
+  const Tensor x = make<int8_t>({1}, {4});
+  EXPECT_THROW(run(node("BitShift", 11, 2, {{}, {}, {{"direction", "LEFT"}}}), {x, x}), Error);
+}
+
+TEST(Bitwise, AndOrXorNotOnSignedValues) {
+  const Tensor a = make<int16_t>({3}, {-1, 0x0f0f, -32768});
+  const Tensor b = make<int16_t>({1}, {0x00ff});
+  EXPECT_EQ(values<int16_t>(run(node("BitwiseAnd", 18, 2), {a, b})), (std::vector<int16_t>{0xff, 0x0f, 0}));
+  EXPECT_EQ(values<int16_t>(run(node("BitwiseOr", 18, 2), {a, b})), (std::vector<int16_t>{-1, 0x0fff, -32768 + 0xff}));
+  EXPECT_EQ(values<int16_t>(run(node("BitwiseXor", 18, 2), {a, b})), (std::vector<int16_t>{-256, 0x0ff0, -32768 + 0xff}));
+  EXPECT_EQ(values<int16_t>(run(node("BitwiseNot", 18, 1), {a})), (std::vector<int16_t>{0, -0x0f10, 32767}));
+}
+
+TEST(CumProd, IntegerProductsWrapAlongAMiddleAxis) {
+  // [1, 3, 2] along axis 1: column 0 is 200, 200, 2 in int8 (200 * 200 wraps), exclusive.
+  const Tensor x = make<int8_t>({1, 3, 2}, {100, 2, 2, 3, 2, 5});
+  const Tensor axis = make<int64_t>({}, {1});
+  // Inclusive: col0 = 100, 200 -> -56, -56 * 2 = -112; col1 = 2, 6, 30.
+  EXPECT_EQ(values<int8_t>(run(node("CumProd", 26, 2), {x, axis})), (std::vector<int8_t>{100, 2, -56, 6, -112, 30}));
+  // Exclusive and reverse: col0 = 4, 2, 1; col1 = 15, 5, 1.
+  EXPECT_EQ(values<int8_t>(run(node("CumProd", 26, 2, {{{"exclusive", 1}, {"reverse", 1}}}), {x, axis})),
+            (std::vector<int8_t>{4, 15, 2, 5, 1, 1}));
+}
+
+TEST(Hardmax, FirstMaximumWinsAndOpset11FlattensTheTail) {
+  const Tensor x = make<float>({2, 2, 2}, {1, 3, 3, 0, 5, 5, 5, 5});
+  // Opset 13, axis -1: rows [1,3] [3,0] [5,5] [5,5].
+  EXPECT_EQ(values<float>(run(node("Hardmax", 13, 1), {x})), (std::vector<float>{0, 1, 1, 0, 1, 0, 1, 0}));
+  // Opset 11, axis 1: each batch's 4 values are one row.
+  EXPECT_EQ(values<float>(run(node("Hardmax", 11, 1), {x})), (std::vector<float>{0, 1, 0, 0, 1, 0, 0, 0}));
+}
+
+TEST(LpNormalization, L1AlongTheFirstAxis) {
+  const Tensor x = make<float>({2, 2}, {1, -3, 3, 1});
+  expect_near(values<float>(run(node("LpNormalization", 22, 1, {{{"axis", 0}, {"p", 1}}}), {x})),
+              {0.25f, -0.75f, 0.75f, 0.25f});
+}
+
+TEST(LpPool, PaddingContributesNothing) {
+  // 1-D, kernel 2, pad 1 each side, p = 2: windows [pad, 3], [3, -4], [-4, pad].
+  const Tensor x = make<float>({1, 1, 2}, {3, -4});
+  expect_near(values<float>(run(node("LpPool", 22, 1, {{{"p", 2}}, {{"kernel_shape", {2}}, {"pads", {1, 1}}}}), {x})),
+              {3, 5, 4});
+}
+
+TEST(Compress, ShortConditionKeepsLeadingSlicesAndTrueEntryPastTheEndIsRefused) {
+  const Tensor x = make<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor c = make<bool>({2}, {false, true});
+  const Tensor y = run(node("Compress", 11, 2, {{{"axis", 1}}}), {x, c});
+  EXPECT_EQ(y.shape(), (Shape{2, 1}));
+  EXPECT_EQ(values<int32_t>(y), (std::vector<int32_t>{2, 5}));
+  const Tensor flat = run(node("Compress", 11, 2), {x, c});
+  EXPECT_EQ(values<int32_t>(flat), (std::vector<int32_t>{2}));
+  const Tensor c4 = make<bool>({4}, {false, false, false, true});
+  EXPECT_THROW(run(node("Compress", 11, 2, {{{"axis", 1}}}), {x, c4}), Error);
+}
+
+TEST(Unique, SortedAndFirstOccurrenceOrders) {
+  const Tensor x = make<float>({6}, {2, 1, 2, NAN, 0, NAN});
+  const auto s = run_all(node("Unique", 11, 1, {}, 4), {x});
+  const auto y = values<float>(s[0]);
+  ASSERT_EQ(y.size(), 4u);
+  EXPECT_EQ(y[0], 0);
+  EXPECT_EQ(y[1], 1);
+  EXPECT_EQ(y[2], 2);
+  EXPECT_TRUE(std::isnan(y[3]));
+  EXPECT_EQ(values<int64_t>(s[1]), (std::vector<int64_t>{4, 1, 0, 3}));
+  EXPECT_EQ(values<int64_t>(s[2]), (std::vector<int64_t>{2, 1, 2, 3, 0, 3}));
+  EXPECT_EQ(values<int64_t>(s[3]), (std::vector<int64_t>{1, 1, 2, 2}));
+  const auto u = run_all(node("Unique", 11, 1, {{{"sorted", 0}}}, 4), {x});
+  EXPECT_EQ(values<int64_t>(u[1]), (std::vector<int64_t>{0, 1, 3, 4}));
+  EXPECT_EQ(values<int64_t>(u[2]), (std::vector<int64_t>{0, 1, 0, 2, 3, 2}));
+  EXPECT_EQ(values<int64_t>(u[3]), (std::vector<int64_t>{2, 1, 2, 1}));
+}
+
+TEST(CenterCropPad, OddDifferencesPutTheExtraRowAtTheEnd) {
+  // Axis 0: 4 -> 1 crops from floor(3/2) = 1; axis 1: 1 -> 4 pads floor(3/2) = 1 before.
+  const Tensor x = make<int64_t>({4, 1}, {10, 11, 12, 13});
+  const Tensor shape = make<int64_t>({2}, {1, 4});
+  const Tensor y = run(node("CenterCropPad", 18, 2), {x, shape});
+  EXPECT_EQ(y.shape(), (Shape{1, 4}));
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{0, 11, 0, 0}));
+}
+
+TEST(Col2Im, OverlappingBlocksSum) {
+  // Image 1x3, block 1x2, stride 1: two blocks [a0 a1] at columns 0-1 and [b0 b1] at 1-2.
+  // Input [1, 2, 2]: row k is tap k, column p is block p.
+  const Tensor x = make<float>({1, 2, 2}, {1, 10, 2, 20});
+  const Tensor image = make<int64_t>({2}, {1, 3});
+  const Tensor block = make<int64_t>({2}, {1, 2});
+  const Tensor y = run(node("Col2Im", 18, 3), {x, image, block});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 1, 3}));
+  expect_near(values<float>(y), {1, 12, 20});
+}
+
+TEST(GridSample, ModesAtKnownPoints) {
+  // 2x2 image; with align_corners the grid corners are the pixel centers.
+  const Tensor x = make<float>({1, 1, 2, 2}, {1, 2, 3, 4});
+  // Points (x, y): center, top-right corner, and one outside on the right.
+  const Tensor g = make<float>({1, 1, 3, 2}, {0, 0, 1, -1, 3, 0});
+  Attrs lin{{{"align_corners", 1}}, {}, {{"mode", "linear"}}};
+  expect_near(values<float>(run(node("GridSample", 22, 2, lin), {x, g})), {2.5f, 2.0f, 0.0f});
+  Attrs border{{{"align_corners", 1}}, {}, {{"mode", "linear"}, {"padding_mode", "border"}}};
+  expect_near(values<float>(run(node("GridSample", 22, 2, border), {x, g})), {2.5f, 2.0f, 3.0f});
+  // Nearest, 2-D: position 0.5 rounds half to even (0), so the center reads pixel (0, 0).
+  Attrs near{{{"align_corners", 1}}, {}, {{"mode", "nearest"}}};
+  expect_near(values<float>(run(node("GridSample", 22, 2, near), {x, g})), {1.0f, 2.0f, 0.0f});
+}
+
+TEST(AffineGrid, IdentityThetaGivesTheBaseGrid) {
+  const Tensor theta = make<float>({1, 2, 3}, {1, 0, 0, 0, 1, 0});
+  const Tensor size = make<int64_t>({4}, {1, 1, 1, 2});
+  // H = 1, W = 2 without align_corners: x at -0.5 and 0.5, y at 0.
+  const Tensor y = run(node("AffineGrid", 20, 2), {theta, size});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 2, 2}));
+  expect_near(values<float>(y), {-0.5f, 0, 0.5f, 0});
+  const Tensor ya = run(node("AffineGrid", 20, 2, {{{"align_corners", 1}}}), {theta, size});
+  expect_near(values<float>(ya), {-1, -1, 1, -1});
+}
