@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit and model tests (gtest), the ONNX backend node conformance
 # tests listed in tests/conformance/required-standard-types.txt and extra-passing.txt, and the
-# Python package's tests
-# (pytest, python/tests, in .venv). Run scripts/setup.sh first.
+# Python package's tests (pytest, python/tests, in .venv). Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)

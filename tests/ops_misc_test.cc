@@ -89,15 +89,16 @@ TEST(Loss, NllMeanDividesByTheWeightsOfKeptPositions) {
   const Tensor y = run(node("NegativeLogLikelihoodLoss", 22, 3, {{{"ignore_index", 7}}}), {x, t, w});
   EXPECT_EQ(y.rank(), 0);
   EXPECT_NEAR(y.data<float>()[0], (2.0f * 3 + 0.5f * 7) / 2.5f, 1e-6f);
-  const Tensor s = run(node("NegativeLogLikelihoodLoss", 22, 3, {{{"ignore_index", 7}}, {}, {{"reduction", "sum"}}}),
-                       {x, t, w});
+  const Tensor s =
+      run(node("NegativeLogLikelihoodLoss", 22, 3, {{{"ignore_index", 7}}, {}, {{"reduction", "sum"}}}), {x, t, w});
   EXPECT_NEAR(s.data<float>()[0], 2.0f * 3 + 0.5f * 7, 1e-6f);
 }
 
 TEST(Loss, EveryPositionIgnoredGivesNanMeanAndZeroSum) {
   const Tensor x = make<float>({2, 2}, {1, 2, 3, 4});
   const Tensor t = make<int64_t>({2}, {-1, -1});
-  EXPECT_TRUE(std::isnan(run(node("NegativeLogLikelihoodLoss", 22, 2, {{{"ignore_index", -1}}}), {x, t}).data<float>()[0]));
+  EXPECT_TRUE(
+      std::isnan(run(node("NegativeLogLikelihoodLoss", 22, 2, {{{"ignore_index", -1}}}), {x, t}).data<float>()[0]));
   const Tensor s =
       run(node("NegativeLogLikelihoodLoss", 22, 2, {{{"ignore_index", -1}}, {}, {{"reduction", "sum"}}}), {x, t});
   EXPECT_EQ(s.data<float>()[0], 0.0f);
@@ -150,7 +151,8 @@ TEST(Bitwise, AndOrXorNotOnSignedValues) {
   const Tensor b = make<int16_t>({1}, {0x00ff});
   EXPECT_EQ(values<int16_t>(run(node("BitwiseAnd", 18, 2), {a, b})), (std::vector<int16_t>{0xff, 0x0f, 0}));
   EXPECT_EQ(values<int16_t>(run(node("BitwiseOr", 18, 2), {a, b})), (std::vector<int16_t>{-1, 0x0fff, -32768 + 0xff}));
-  EXPECT_EQ(values<int16_t>(run(node("BitwiseXor", 18, 2), {a, b})), (std::vector<int16_t>{-256, 0x0ff0, -32768 + 0xff}));
+  EXPECT_EQ(values<int16_t>(run(node("BitwiseXor", 18, 2), {a, b})),
+            (std::vector<int16_t>{-256, 0x0ff0, -32768 + 0xff}));
   EXPECT_EQ(values<int16_t>(run(node("BitwiseNot", 18, 1), {a})), (std::vector<int16_t>{0, -0x0f10, 32767}));
 }
 

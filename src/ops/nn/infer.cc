@@ -1,6 +1,6 @@
 // Shape and type inference of the nn family (ops/infer.h): MatMul, Gemm, Conv, ConvTranspose,
 // reforge::FusedConv, the pools (with reforge::MaxPool and LpPool), BatchNormalization,
-// InstanceNormalization, LayerNormalization and LpNormalization.
+// InstanceNormalization, LayerNormalization, LpNormalization and RNN/GRU/LSTM.
 //
 // Spatial sizes follow the kernels' own geometry (ops/conv_geometry.cc, conv_transpose.cc):
 // explicit pads, auto_pad SAME_UPPER/SAME_LOWER/VALID, strides, dilations, ceil_mode (a last
@@ -417,6 +417,37 @@ void layer_norm(InferContext& ctx) {
   for (size_t i = 1; i < ctx.num_outputs() && i < 3; ++i) ctx.set_output(i, ValueType::of(stash, stat));
 }
 
+// ---- RNN / GRU / LSTM ----
+
+// Y [seq, dirs, batch, hidden] ([batch, seq, dirs, hidden] with layout 1); Y_h and Y_c
+// [dirs, batch, hidden] ([batch, dirs, hidden]).
+void recurrent(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const std::string dir = ctx.attr_string("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    ctx.fail("direction must be 'forward', 'reverse' or 'bidirectional', got '" + dir + "'");
+  const int64_t dirs = dir == "bidirectional" ? 2 : 1;
+  const int64_t layout = ctx.attr_int("layout", 0);
+  if (layout != 0 && layout != 1) ctx.fail("layout must be 0 or 1, got " + std::to_string(layout));
+  if (x.rank_known && x.shape.size() != 3) ctx.fail("X must have rank 3, got " + x.str());
+  const int64_t gates = ctx.node().op_type == "RNN" ? 1 : ctx.node().op_type == "GRU" ? 3 : 4;
+  SymDim hidden = ctx.fresh_dim();
+  if (ctx.node().has_attr("hidden_size")) {
+    hidden = ctx.attr_int("hidden_size", 0);
+  } else if (const ValueType& w = ctx.input_type(1); w.rank_known && w.shape.size() == 3 && w.shape[1].known()) {
+    hidden = w.shape[1].value() / gates;
+  }
+  const SymDim seq = x.rank_known ? x.shape[layout ? 1 : 0] : ctx.fresh_dim();
+  const SymDim batch = x.rank_known ? x.shape[layout ? 0 : 1] : ctx.fresh_dim();
+  const SymShape state = layout ? SymShape{batch, dirs, hidden} : SymShape{dirs, batch, hidden};
+  const auto wanted = [&](size_t i) { return ctx.num_outputs() > i && !ctx.node().outputs[i].empty(); };
+  if (wanted(0))
+    ctx.set_output(
+        0, ValueType::of(x.dtype, layout ? SymShape{batch, seq, dirs, hidden} : SymShape{seq, dirs, batch, hidden}));
+  if (wanted(1)) ctx.set_output(1, ValueType::of(x.dtype, state));
+  if (wanted(2)) ctx.set_output(2, ValueType::of(x.dtype, state));
+}
+
 }  // namespace
 
 void register_nn_inference(OpRegistry& r) {
@@ -429,6 +460,7 @@ void register_nn_inference(OpRegistry& r) {
   r.set_infer("reforge", "MaxPool", 1, max_pool_layout);
   r.set_infer("", "AveragePool", 1, pool);
   r.set_infer("", "LpPool", 2, pool);
+  for (const char* op : {"RNN", "GRU", "LSTM"}) r.set_infer("", op, 7, recurrent);
   r.set_infer("", "LpNormalization", 1, [](InferContext& ctx) {
     const ValueType& x = ctx.input_type(0);
     if (x.rank_known) normalize_axis(ctx, ctx.attr_int("axis", -1), static_cast<int64_t>(x.shape.size()));
