@@ -5,13 +5,13 @@
 // GridSample reads X [N, C, D1, ..., Dr] and grid [N, O1, ..., Or, r], whose last axis holds the
 // coordinates innermost-spatial-axis first (x for W, then y for H, then z for D), each in
 // [-1, 1]. A coordinate maps to a pixel position by ((v + 1) / 2) * (D - 1) with align_corners,
-// else ((v + 1) * D - 1) / 2. Positions outside [lo, hi] (0 and D - 1 with align_corners, -0.5 and
-// D - 0.5 without) are moved first: clamped into [0, D - 1] for padding_mode 'border', reflected
-// off lo/hi for 'reflection'; 'zeros' leaves them. Then mode 'nearest' rounds (half to even in
-// 2-D, half away from zero otherwise), 'linear' weighs the 2 neighbours per axis and 'cubic' the
-// 4 (Keys kernel, alpha -0.75), every tap read through the padding rule again (0 outside for
-// zeros, clamped for border, reflected for reflection). Weights multiply per axis; sums run in
-// double and each output is rounded once.
+// else ((v + 1) * D - 1) / 2; mode 'nearest' then rounds it half to even (numpy.rint, in 2-D and
+// 3-D alike). A position outside [lo, hi] (0 and D - 1 with align_corners, -0.5 and D - 0.5
+// without) is clamped into [0, D - 1] for padding_mode 'border' and reflected off lo/hi for
+// 'reflection'; 'zeros' leaves it. 'nearest' reads the one pixel there, 'linear' weighs the 2
+// neighbours per axis and 'cubic' the 4 (Keys kernel, alpha -0.75), every tap read through the
+// padding rule again (0 outside for zeros, clamped for border, reflected for reflection).
+// Weights multiply per axis; sums run in double and each output is rounded once.
 //
 // AffineGrid turns theta [N, 2, 3] (2-D) or [N, 3, 4] (3-D) and size [N, C, (D,) H, W] into the
 // grid [N, (D,) H, W, 2 or 3]: theta times the homogeneous base coordinates (x, y, (z), 1), each
@@ -135,7 +135,7 @@ void grid_sample_kernel(KernelContext& ctx) {
                     const double v = static_cast<double>(to_compute(g[r - 1 - i]));
                     // The reference denormalizes into float32.
                     double pos = static_cast<float>(align ? (v + 1) / 2.0 * (d - 1) : ((v + 1) * d - 1) / 2.0);
-                    if (mode == Mode::Nearest) pos = r == 2 ? std::nearbyint(pos) : std::round(pos);
+                    if (mode == Mode::Nearest) pos = std::nearbyint(pos);  // half to even, as numpy.rint
                     if (pos < lo[a] || pos > hi[a]) {
                       if (pad == Padding::Border)
                         pos = std::min(std::max(pos, 0.0), d - 1);
