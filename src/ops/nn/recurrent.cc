@@ -315,14 +315,17 @@ void recurrent_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_recurrent_ops(OpRegistry& r) {
-  const std::vector<InputRole> roles = {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight,
-                                        InputRole::kData, InputRole::kData,   InputRole::kData,   InputRole::kWeight};
+  // W, R and B are learned weights, and so are LSTM's peepholes P; sequence_lens and the
+  // initial states are data.
+  const std::vector<InputRole> roles = {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight};
+  std::vector<InputRole> lstm_roles = roles;
+  lstm_roles.insert(lstm_roles.end(), {InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kWeight});
   r.add({"", "RNN", 7, INT_MAX, recurrent_kernel<Cell::Rnn>,
          [](const ir::Node& n) { return check_recurrent(n, Cell::Rnn); }, nullptr, roles});
   r.add({"", "GRU", 7, INT_MAX, recurrent_kernel<Cell::Gru>,
          [](const ir::Node& n) { return check_recurrent(n, Cell::Gru); }, nullptr, roles});
   r.add({"", "LSTM", 7, INT_MAX, recurrent_kernel<Cell::Lstm>,
-         [](const ir::Node& n) { return check_recurrent(n, Cell::Lstm); }, nullptr, roles});
+         [](const ir::Node& n) { return check_recurrent(n, Cell::Lstm); }, nullptr, lstm_roles});
 }
 
 }  // namespace reforge::ops::nn

@@ -1,6 +1,6 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
-// RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+) and AffineGrid
-// (20+), following the ONNX operator definitions and the checks their kernels make.
+// RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+)
+// and NonMaxSuppression (10+), following the ONNX operator definitions and the checks their kernels make.
 #include "ops/infer.h"
 
 #include <algorithm>
@@ -281,6 +281,14 @@ void infer_affine_grid(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(theta.dtype, std::move(out)));
 }
 
+// NonMaxSuppression: int64 [selected, 3]; how many are selected depends on the data.
+void infer_non_max_suppression(InferContext& ctx) {
+  const ValueType& b = ctx.input_type(0);
+  if (b.rank_known && (b.shape.size() != 3 || (b.shape[2].known() && b.shape[2].value() != 4)))
+    ctx.fail("boxes must be [batches, boxes, 4], got " + b.str());
+  ctx.set_output(0, ValueType::of(DType::Int64, {ctx.fresh_dim(), 3}));
+}
+
 }  // namespace
 
 void register_transformer_inference(OpRegistry& r) {
@@ -290,6 +298,7 @@ void register_transformer_inference(OpRegistry& r) {
   r.set_infer("", "Resize", 10, infer_resize);
   r.set_infer("", "GridSample", 16, infer_grid_sample);
   r.set_infer("", "AffineGrid", 20, infer_affine_grid);
+  r.set_infer("", "NonMaxSuppression", 10, infer_non_max_suppression);
 }
 
 }  // namespace reforge::ops

@@ -1,15 +1,17 @@
-// The transformer op family: Attention, RotaryEmbedding, RMSNormalization, Resize and the grid
-// ops (GridSample, AffineGrid). Each lives in its own file (attention.cc, rotary.cc, rms_norm.cc,
-// resize.cc, grid_sample.cc) and exposes one registration function; this file only collects them.
+// The transformer op family: Attention, RotaryEmbedding, RMSNormalization, Resize and the image
+// ops (GridSample, AffineGrid, NonMaxSuppression). Each lives in its own file (attention.cc,
+// rotary.cc, rms_norm.cc, resize.cc, grid_sample.cc, nms.cc) and exposes one registration
+// function; this file only collects them.
 #include "ops/registry.h"
 
 namespace reforge::ops {
 
-void register_attention(OpRegistry& r);          // attention.cc: Attention 23+
-void register_rotary_embedding(OpRegistry& r);   // rotary.cc: RotaryEmbedding 23+
-void register_rms_normalization(OpRegistry& r);  // rms_norm.cc: RMSNormalization 23+
-void register_resize(OpRegistry& r);             // resize.cc: Resize 10+
-void register_grid_sample(OpRegistry& r);        // grid_sample.cc: GridSample 16+, AffineGrid 20+
+void register_attention(OpRegistry& r);            // attention.cc: Attention 23+
+void register_rotary_embedding(OpRegistry& r);     // rotary.cc: RotaryEmbedding 23+
+void register_rms_normalization(OpRegistry& r);    // rms_norm.cc: RMSNormalization 23+
+void register_resize(OpRegistry& r);               // resize.cc: Resize 10+
+void register_grid_sample(OpRegistry& r);          // grid_sample.cc: GridSample 16+, AffineGrid 20+
+void register_non_max_suppression(OpRegistry& r);  // nms.cc: NonMaxSuppression 10+
 
 void register_transformer_ops(OpRegistry& r) {
   register_attention(r);
@@ -17,6 +19,7 @@ void register_transformer_ops(OpRegistry& r) {
   register_rms_normalization(r);
   register_resize(r);
   register_grid_sample(r);
+  register_non_max_suppression(r);
 }
 
 }  // namespace reforge::ops
