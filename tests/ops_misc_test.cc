@@ -4,7 +4,10 @@
 // CumProd's integer wrap-around on a middle axis, Hardmax ties and its pre-13 coercion,
 // LpNormalization's L1 form on a leading axis, LpPool's padding, Compress with a short
 // condition, Unique's orders and NaN, CenterCropPad with odd differences, Col2Im with
-// overlapping blocks, GridSample's modes at known points and AffineGrid's base grid.
+// overlapping blocks, GridSample's modes at known points, AffineGrid's base grid, the recurrent
+// ops' options (sequence_lens in both directions, activations with alpha, GRU's
+// linear_before_reset, LSTM's clip and input_forget) and NonMaxSuppression's tie and threshold
+// rules.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,6 +71,29 @@ std::vector<Tensor> run_all(const ir::Node& n, const std::vector<Tensor>& ins) {
   return test_support::run_node(n, ptrs, 1);
 }
 Tensor run(const ir::Node& n, const std::vector<Tensor>& ins) { return run_all(n, ins)[0]; }
+
+// Runs with optional inputs: a null entry is an absent input (empty name in the node).
+std::vector<Tensor> run_opt(ir::Node n, const std::vector<const Tensor*>& ins) {
+  for (size_t i = 0; i < ins.size() && i < n.inputs.size(); ++i)
+    if (!ins[i]) n.inputs[i] = "";
+  return test_support::run_node(n, ins, 1);
+}
+
+ir::Attribute strings_attr(const std::string& name, std::vector<std::string> v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::Strings;
+  a.strings = std::move(v);
+  return a;
+}
+
+ir::Attribute floats_attr(const std::string& name, std::vector<float> v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::Floats;
+  a.floats = std::move(v);
+  return a;
+}
 
 template <typename T>
 std::vector<T> values(const Tensor& t) {
@@ -261,4 +287,79 @@ TEST(AffineGrid, IdentityThetaGivesTheBaseGrid) {
   expect_near(values<float>(y), {-0.5f, 0, 0.5f, 0});
   const Tensor ya = run(node("AffineGrid", 20, 2, {{{"align_corners", 1}}}), {theta, size});
   expect_near(values<float>(ya), {-1, -1, 1, -1});
+}
+
+TEST(Recurrent, RnnBidirectionalWithSequenceLengths) {
+  // hidden 1, input 1, W = 1, R = 0.5 in both directions, Relu: h = relu(x + 0.5 h).
+  // Batch 0 (x 1 2 3, length 3) forward: 1, 2.5, 4.25; reverse from t 2: 3, 3.5, 2.75.
+  // Batch 1 (x 4 5 6, length 2) forward: 4, 7, (zero); reverse from t 1: 5, 6.5, (zero).
+  const Tensor x = make<float>({3, 2, 1}, {1, 4, 2, 5, 3, 6});
+  const Tensor w = make<float>({2, 1, 1}, {1, 1});
+  const Tensor r = make<float>({2, 1, 1}, {0.5f, 0.5f});
+  const Tensor lens = make<int32_t>({2}, {3, 2});
+  ir::Node n = node("RNN", 14, 5, {{{"hidden_size", 1}}, {}, {{"direction", "bidirectional"}}}, 2);
+  n.attrs["activations"] = strings_attr("activations", {"Relu", "Relu"});
+  const auto out = run_opt(n, {&x, &w, &r, nullptr, &lens});
+  ASSERT_EQ(out[0].shape(), (Shape{3, 2, 2, 1}));
+  // Y[t, dir, batch]
+  expect_near(values<float>(out[0]), {1, 4, 2.75f, 6.5f, 2.5f, 7, 3.5f, 5, 4.25f, 0, 3, 0});
+  ASSERT_EQ(out[1].shape(), (Shape{2, 2, 1}));
+  expect_near(values<float>(out[1]), {4.25f, 7, 2.75f, 6.5f});
+}
+
+TEST(Recurrent, ActivationAlphaIsConsumedInOrder) {
+  const Tensor x = make<float>({1, 1, 1}, {-1});
+  const Tensor w = make<float>({1, 1, 1}, {1});
+  const Tensor r = make<float>({1, 1, 1}, {0});
+  ir::Node n = node("RNN", 14, 3, {{{"hidden_size", 1}}}, 2);
+  n.attrs["activations"] = strings_attr("activations", {"LeakyRelu"});
+  n.attrs["activation_alpha"] = floats_attr("activation_alpha", {0.25f});
+  expect_near(values<float>(run_opt(n, {&x, &w, &r})[1]), {-0.25f});
+}
+
+TEST(Recurrent, GruLinearBeforeReset) {
+  // z and r gates see 0 (both 0.5); the candidate gate has W 1, R 2, Rb 1; h0 = 1, x = 1.
+  // lbr 0: n = tanh(1 + (0.5 * 1) * 2 + 1) = tanh(3); lbr 1: n = tanh(1 + 0.5 * (1 * 2 + 1)).
+  const Tensor x = make<float>({1, 1, 1}, {1});
+  const Tensor w = make<float>({1, 3, 1}, {0, 0, 1});
+  const Tensor r = make<float>({1, 3, 1}, {0, 0, 2});
+  const Tensor b = make<float>({1, 6}, {0, 0, 0, 0, 0, 1});
+  const Tensor h0 = make<float>({1, 1, 1}, {1});
+  for (int lbr : {0, 1}) {
+    const ir::Node n = node("GRU", 14, 6, {{{"hidden_size", 1}, {"linear_before_reset", lbr}}}, 2);
+    const double cand = std::tanh(lbr ? 2.5 : 3.0);
+    expect_near(values<float>(run_opt(n, {&x, &w, &r, &b, nullptr, &h0})[1]), {static_cast<float>(0.5 * cand + 0.5)});
+  }
+}
+
+TEST(Recurrent, LstmClipAndInputForget) {
+  // Gates i o f c: W = (1, 0, 0, 1), R = 0, x = 10 clipped to 1: i = sigmoid(1), o = 0.5,
+  // c~ = tanh(1), f = 1 - i (input_forget); c0 = 2.
+  const Tensor x = make<float>({1, 1, 1}, {10});
+  const Tensor w = make<float>({1, 4, 1}, {1, 0, 0, 1});
+  const Tensor r = make<float>({1, 4, 1}, {0, 0, 0, 0});
+  const Tensor c0 = make<float>({1, 1, 1}, {2});
+  ir::Node n = node("LSTM", 14, 7, {{{"hidden_size", 1}, {"input_forget", 1}}}, 3);
+  n.attrs["clip"] = ir::float_attr("clip", 1.0f);
+  const auto out = run_opt(n, {&x, &w, &r, nullptr, nullptr, nullptr, &c0});
+  const double i = 1.0 / (1.0 + std::exp(-1.0));
+  const double c = (1.0 - i) * 2.0 + i * std::tanh(1.0);
+  expect_near(values<float>(out[2]), {static_cast<float>(c)});
+  expect_near(values<float>(out[1]), {static_cast<float>(0.5 * std::tanh(c))});
+}
+
+TEST(NonMaxSuppression, TiesTakeTheLowerIndexAndThresholdsAreStrict) {
+  // Boxes 0 and 1 coincide (IoU 1), box 2 overlaps box 0 by IoU 1/3, box 3 is apart.
+  const Tensor boxes = make<float>({1, 4, 4}, {0, 0, 2, 2, 0, 0, 2, 2, 0, 1, 2, 3, 5, 5, 6, 6});
+  const Tensor scores = make<float>({1, 1, 4}, {0.9f, 0.9f, 0.8f, 0.5f});
+  const Tensor max_out = make<int64_t>({1}, {10});
+  const Tensor iou_third = make<float>({1}, {1.0f / 3.0f});
+  const Tensor score_half = make<float>({1}, {0.5f});
+  const ir::Node n = node("NonMaxSuppression", 11, 5);
+  // IoU 1/3 is not above 1/3: box 2 stays; score 0.5 is not above 0.5: box 3 is no candidate.
+  const Tensor y = run_opt(n, {&boxes, &scores, &max_out, &iou_third, &score_half})[0];
+  ASSERT_EQ(y.shape(), (Shape{2, 3}));
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{0, 0, 0, 0, 0, 2}));
+  // Without max_output_boxes_per_class nothing is selected.
+  EXPECT_EQ(run_opt(n, {&boxes, &scores, nullptr, &iou_third, nullptr})[0].shape(), (Shape{0, 3}));
 }
