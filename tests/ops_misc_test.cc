@@ -201,10 +201,10 @@ TEST(Hardmax, FirstMaximumWinsAndOpset11FlattensTheTail) {
   EXPECT_EQ(values<float>(run(node("Hardmax", 11, 1), {x})), (std::vector<float>{0, 1, 0, 0, 1, 0, 0, 0}));
 }
 
-TEST(LpNormalization, L1AlongTheFirstAxis) {
-  const Tensor x = make<float>({2, 2}, {1, -3, 3, 1});
+TEST(LpNormalization, L1AlongTheFirstAxisAndZeroLanesStayZero) {
+  const Tensor x = make<float>({2, 3}, {1, -3, 0, 3, 1, 0});
   expect_near(values<float>(run(node("LpNormalization", 22, 1, {{{"axis", 0}, {"p", 1}}}), {x})),
-              {0.25f, -0.75f, 0.75f, 0.25f});
+              {0.25f, -0.75f, 0, 0.75f, 0.25f, 0});
 }
 
 TEST(LpPool, PaddingContributesNothing) {

@@ -1,5 +1,5 @@
 // LpNormalization: x divided by its L1 (p = 1) or L2 (p = 2) norm along `axis` (default -1). A
-// lane whose norm is 0 divides by 0, as the ONNX reference does (0/0 gives NaN). Norms
+// lane whose norm is 0 (all zeros) gives zeros, not 0/0 = NaN, as the ONNX reference does. Norms
 // accumulate in double and each output is rounded once.
 #include <cmath>
 
@@ -45,9 +45,10 @@ void lp_normalization_kernel(KernelContext& ctx) {
               norm += p == 1 ? std::abs(v) : v * v;
             }
             if (p == 2) norm = std::sqrt(norm);
-            for (int64_t k = 0; k < n; ++k)
-              ys[base + k * inner] = from_compute<T>(
-                  static_cast<compute_t<T>>(static_cast<double>(to_compute(xs[base + k * inner])) / norm));
+            for (int64_t k = 0; k < n; ++k) {
+              const double v = static_cast<double>(to_compute(xs[base + k * inner]));
+              ys[base + k * inner] = from_compute<T>(static_cast<compute_t<T>>(norm == 0.0 ? 0.0 : v / norm));
+            }
           }
       },
       label.c_str());
