@@ -7,7 +7,8 @@
 // overlapping blocks, GridSample's modes at known points, AffineGrid's base grid, the recurrent
 // ops' options (sequence_lens in both directions, activations with alpha, GRU's
 // linear_before_reset, LSTM's clip and input_forget) and NonMaxSuppression's tie and threshold
-// rules.
+// rules, Det of singular and pivoting matrices, EyeLike below the diagonal, ReverseSequence
+// with zero-length entries and the symmetric Hann window.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -362,4 +363,34 @@ TEST(NonMaxSuppression, TiesTakeTheLowerIndexAndThresholdsAreStrict) {
   EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{0, 0, 0, 0, 0, 2}));
   // Without max_output_boxes_per_class nothing is selected.
   EXPECT_EQ(run_opt(n, {&boxes, &scores, nullptr, &iou_third, nullptr})[0].shape(), (Shape{0, 3}));
+}
+
+TEST(Det, PivotingSingularAndBatched) {
+  // [[0, 1], [1, 0]] needs a row swap: -1; [[1, 2], [2, 4]] is singular; [[2, 0], [0, 3]]: 6.
+  const Tensor x = make<float>({3, 2, 2}, {0, 1, 1, 0, 1, 2, 2, 4, 2, 0, 0, 3});
+  const Tensor y = run(node("Det", 22, 1), {x});
+  EXPECT_EQ(y.shape(), (Shape{3}));
+  expect_near(values<float>(y), {-1, 0, 6});
+}
+
+TEST(EyeLike, NegativeKAndIntegerType) {
+  const Tensor x = make<float>({3, 2}, {0, 0, 0, 0, 0, 0});
+  ir::Node n = node("EyeLike", 22, 1, {{{"k", -1}, {"dtype", 7}}});
+  const Tensor y = run(n, {x});
+  EXPECT_EQ(y.dtype(), DType::Int64);
+  EXPECT_EQ(values<int64_t>(y), (std::vector<int64_t>{0, 0, 1, 0, 0, 1}));
+}
+
+TEST(ReverseSequence, ZeroAndFullLengths) {
+  // batch_axis 0, time_axis 1: row 0 keeps its order (length 0), row 1 reverses all 3.
+  const Tensor x = make<int32_t>({2, 3}, {1, 2, 3, 4, 5, 6});
+  const Tensor lens = make<int64_t>({2}, {0, 3});
+  const Tensor y = run(node("ReverseSequence", 10, 2, {{{"batch_axis", 0}, {"time_axis", 1}}}), {x, lens});
+  EXPECT_EQ(values<int32_t>(y), (std::vector<int32_t>{1, 2, 3, 6, 5, 4}));
+}
+
+TEST(Window, SymmetricHannEndsAtZero) {
+  // Symmetric, size 5: N = 4, values 0, 0.5, 1, 0.5, 0.
+  const Tensor size = make<int64_t>({}, {5});
+  expect_near(values<float>(run(node("HannWindow", 17, 1, {{{"periodic", 0}}}), {size})), {0, 0.5f, 1, 0.5f, 0});
 }

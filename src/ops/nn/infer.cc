@@ -1,6 +1,7 @@
 // Shape and type inference of the nn family (ops/infer.h): MatMul, Gemm, Conv, ConvTranspose,
 // reforge::FusedConv, the pools (with reforge::MaxPool and LpPool), BatchNormalization,
-// InstanceNormalization, LayerNormalization, LpNormalization and RNN/GRU/LSTM.
+// InstanceNormalization, LayerNormalization, LpNormalization, LRN,
+// MeanVarianceNormalization and RNN/GRU/LSTM.
 //
 // Spatial sizes follow the kernels' own geometry (ops/conv_geometry.cc, conv_transpose.cc):
 // explicit pads, auto_pad SAME_UPPER/SAME_LOWER/VALID, strides, dilations, ceil_mode (a last
@@ -461,6 +462,12 @@ void register_nn_inference(OpRegistry& r) {
   r.set_infer("", "AveragePool", 1, pool);
   r.set_infer("", "LpPool", 2, pool);
   for (const char* op : {"RNN", "GRU", "LSTM"}) r.set_infer("", op, 7, recurrent);
+  r.set_infer("", "LRN", 1, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
+    ctx.set_output(0, x);
+  });
+  r.set_infer("", "MeanVarianceNormalization", 9, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
   r.set_infer("", "LpNormalization", 1, [](InferContext& ctx) {
     const ValueType& x = ctx.input_type(0);
     if (x.rank_known) normalize_axis(ctx, ctx.attr_int("axis", -1), static_cast<int64_t>(x.shape.size()));

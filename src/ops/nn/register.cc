@@ -19,6 +19,7 @@ void register_batch_norm_ops(OpRegistry& r);        // norm_batch.cc
 void register_layer_norm_ops(OpRegistry& r);        // layer_normalization.cc
 void register_lp_normalization_ops(OpRegistry& r);  // lp_normalization.cc
 void register_recurrent_ops(OpRegistry& r);         // recurrent.cc
+void register_local_norm_ops(OpRegistry& r);        // norm_local.cc
 
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
@@ -76,6 +77,7 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_layer_norm_ops(r);
   nn::register_lp_normalization_ops(r);
   nn::register_recurrent_ops(r);
+  nn::register_local_norm_ops(r);
 }
 
 }  // namespace reforge::ops

@@ -1,5 +1,5 @@
 // Shape and type inference of the reduce family (ops/infer.h): Reduce*, ArgMax/ArgMin,
-// Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum and the losses.
+// Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum, Det and the losses.
 //
 // Reduce axes are an attribute before opset 13 (ReduceSum) or 18 (the others) and an optional
 // input from then on; an axes input whose contents inference does not know still gives the
@@ -270,6 +270,13 @@ void register_reduce_inference(OpRegistry& r) {
   r.set_infer("", "Hardmax", 1, softmax);
   r.set_infer("", "NegativeLogLikelihoodLoss", 12, loss);
   r.set_infer("", "SoftmaxCrossEntropyLoss", 12, loss);
+  r.set_infer("", "Det", 11, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+    if (x.shape.size() < 2) ctx.fail("input must be [..., M, M], got " + x.str());
+    merge_dims(ctx, x.shape[x.shape.size() - 1], x.shape[x.shape.size() - 2], "matrix dimensions");
+    ctx.set_output(0, ValueType::of(x.dtype, SymShape(x.shape.begin(), x.shape.end() - 2)));
+  });
   r.set_infer("", "Einsum", 12, infer_einsum);
 }
 

@@ -1,5 +1,5 @@
-// The reduce family: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum and
-// the losses (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss).
+// The reduce family: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum, Det
+// and the losses (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss).
 //
 // Each file of the family exposes one registration function; they are declared here rather than
 // in a header because nothing else calls them.
@@ -14,6 +14,7 @@ void register_topk_kernels(OpRegistry& r);     // topk.cc
 void register_cumsum_kernels(OpRegistry& r);   // cumsum.cc
 void register_einsum_kernels(OpRegistry& r);   // einsum.cc
 void register_loss_kernels(OpRegistry& r);     // loss.cc
+void register_det_kernels(OpRegistry& r);      // det.cc
 
 void register_reduce_ops(OpRegistry& r) {
   register_reduce_kernels(r);
@@ -23,6 +24,7 @@ void register_reduce_ops(OpRegistry& r) {
   register_cumsum_kernels(r);
   register_einsum_kernels(r);
   register_loss_kernels(r);
+  register_det_kernels(r);
 }
 
 }  // namespace reforge::ops

@@ -847,6 +847,24 @@ void infer_col2im(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
 }
 
+// EyeLike: the input's 2-D shape, of type `dtype` (default the input's).
+void infer_eye_like(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.rank_known && x.shape.size() != 2) ctx.fail("input must be 2-D, got " + x.str());
+  const DType dt =
+      ctx.node().has_attr("dtype") ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("dtype", 0))) : x.dtype;
+  ctx.set_output(0, ValueType{dt, x.rank_known, x.shape});
+}
+
+// HannWindow / HammingWindow / BlackmanWindow: [size] of output_datatype (default float32).
+void infer_window(InferContext& ctx) {
+  const DType dt = ctx.node().has_attr("output_datatype")
+                       ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("output_datatype", 0)))
+                       : DType::Float32;
+  const SymShape* size = ctx.input_dims_value(0);
+  ctx.set_output(0, ValueType::of(dt, {size && size->size() == 1 ? (*size)[0] : ctx.fresh_dim()}));
+}
+
 }  // namespace
 
 void register_tensor_inference(OpRegistry& r) {
@@ -883,6 +901,9 @@ void register_tensor_inference(OpRegistry& r) {
   r.set_infer("", "Unique", 11, infer_unique);
   r.set_infer("", "CenterCropPad", 18, infer_center_crop_pad);
   r.set_infer("", "Col2Im", 18, infer_col2im);
+  r.set_infer("", "EyeLike", 9, infer_eye_like);
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) r.set_infer("", op, 17, infer_window);
+  r.set_infer("", "ReverseSequence", 10, infer_identity);
 }
 
 }  // namespace reforge::ops

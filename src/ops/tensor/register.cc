@@ -1,5 +1,5 @@
 // The tensor op family: shape and layout ops, gather/scatter, Pad, Range, Constant and friends,
-// Compress/Unique and CenterCropPad/Col2Im.
+// Compress/Unique, CenterCropPad/Col2Im, EyeLike, the window functions and ReverseSequence.
 // Each file registers its own ops; this file only calls them.
 #include "ops/registry.h"
 #include "ops/tensor/tensor_common.h"
@@ -14,6 +14,7 @@ void register_tensor_ops(OpRegistry& r) {
   register_tensor_misc_ops(r);
   register_select_ops(r);
   register_image_ops(r);
+  register_generator_ops(r);
 }
 
 }  // namespace reforge::ops
