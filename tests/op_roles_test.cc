@@ -79,7 +79,7 @@ const std::vector<OldRow> kLaterWeightSlots = {
 const std::vector<OldRow> kLaterShapeSlots = {
     {"CumProd", 26, 2, {1}},       {"CenterCropPad", 18, 2, {1}},           {"Col2Im", 18, 3, {1, 2}},
     {"AffineGrid", 20, 2, {1}},    {"NonMaxSuppression", 11, 5, {2, 3, 4}}, {"HannWindow", 17, 1, {0}},
-    {"HammingWindow", 17, 1, {0}}, {"BlackmanWindow", 17, 1, {0}},
+    {"HammingWindow", 17, 1, {0}}, {"BlackmanWindow", 17, 1, {0}},          {"MaxUnpool", 11, 3, {2}},
 };
 
 void expect_rows(const std::vector<OldRow>& rows, InputRole role) {
@@ -146,7 +146,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
       }
     }
   EXPECT_EQ(weight, 17u + 10u);  // old tables + RNN, GRU, LSTM
-  EXPECT_EQ(shape, 34u + 11u);   // old tables + the later shape slots
+  EXPECT_EQ(shape, 34u + 12u);   // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
 }

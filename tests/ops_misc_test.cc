@@ -8,7 +8,8 @@
 // ops' options (sequence_lens in both directions, activations with alpha, GRU's
 // linear_before_reset, LSTM's clip and input_forget) and NonMaxSuppression's tie and threshold
 // rules, Det of singular and pivoting matrices, EyeLike below the diagonal, ReverseSequence
-// with zero-length entries and the symmetric Hann window.
+// with zero-length entries, the symmetric Hann window, SwiGLU's alpha, TensorScatter's bounds
+// and MaxUnpool into a larger output_shape.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -393,4 +394,32 @@ TEST(Window, SymmetricHannEndsAtZero) {
   // Symmetric, size 5: N = 4, values 0, 0.5, 1, 0.5, 0.
   const Tensor size = make<int64_t>({}, {5});
   expect_near(values<float>(run(node("HannWindow", 17, 1, {{{"periodic", 0}}}), {size})), {0, 0.5f, 1, 0.5f, 0});
+}
+
+TEST(SwiGLU, AlphaScalesTheGate) {
+  // a = 2, alpha = 0.5: swish = 2 * sigmoid(1); times b = 3.
+  const Tensor a = make<float>({2}, {2, 0});
+  const Tensor b = make<float>({2}, {3, 7});
+  ir::Node n = node("SwiGLU", 28, 2);
+  n.attrs["alpha"] = ir::float_attr("alpha", 0.5f);
+  expect_near(values<float>(run(n, {a, b})), {static_cast<float>(3.0 * 2.0 / (1.0 + std::exp(-1.0))), 0});
+}
+
+TEST(TensorScatter, LinearWritePastTheCacheIsRefusedAndCircularWraps) {
+  const Tensor cache = make<float>({1, 3, 1}, {1, 2, 3});
+  const Tensor update = make<float>({1, 2, 1}, {8, 9});
+  const Tensor at2 = make<int64_t>({1}, {2});
+  EXPECT_THROW(run(node("TensorScatter", 24, 3), {cache, update, at2}), Error);
+  const Tensor y = run(node("TensorScatter", 24, 3, {{}, {}, {{"mode", "circular"}}}), {cache, update, at2});
+  EXPECT_EQ(values<float>(y), (std::vector<float>{9, 2, 8}));
+}
+
+TEST(MaxUnpool, IndicesAddressTheUnpooledShapeInsideALargerOutput) {
+  // 1-D, kernel 2, stride 2: unpooled length 4; output_shape asks for 6.
+  const Tensor x = make<float>({1, 1, 2}, {5, 6});
+  const Tensor i = make<int64_t>({1, 1, 2}, {1, 2});
+  const Tensor shape = make<int64_t>({3}, {1, 1, 6});
+  const Tensor y = run(node("MaxUnpool", 22, 3, {{}, {{"kernel_shape", {2}}, {"strides", {2}}}}), {x, i, shape});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 6}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{0, 5, 6, 0, 0, 0}));
 }

@@ -418,6 +418,32 @@ void layer_norm(InferContext& ctx) {
   for (size_t i = 1; i < ctx.num_outputs() && i < 3; ++i) ctx.set_output(i, ValueType::of(stash, stat));
 }
 
+// MaxUnpool: the output_shape input when known, else (in - 1) * stride + kernel - pads.
+void max_unpool(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (ctx.has_input(2)) {
+    if (const SymShape* v = ctx.input_dims_value(2)) return ctx.set_output(0, ValueType::of(x.dtype, *v));
+    const ValueType& os = ctx.input_type(2);
+    if (os.rank_known && os.shape.size() == 1 && os.shape[0].known()) {
+      SymShape out;
+      for (int64_t i = 0; i < os.shape[0].value(); ++i) out.push_back(ctx.fresh_dim());
+      return ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+    }
+    return ctx.set_output(0, ValueType::unranked(x.dtype));
+  }
+  if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  if (x.shape.size() < 3) ctx.fail("X must be [N, C, spatial...], got " + x.str());
+  const size_t nsp = x.shape.size() - 2;
+  const std::vector<int64_t> k = pool_kernel(ctx, nsp);
+  const std::vector<int64_t> s = ctx.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  const std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  if (s.size() != nsp || pads.size() != 2 * nsp) ctx.fail("strides and pads do not match the spatial rank");
+  SymShape out{x.shape[0], x.shape[1]};
+  for (size_t i = 0; i < nsp; ++i)
+    out.push_back(sym_add(sym_mul(sym_sub(x.shape[i + 2], 1), s[i]), k[i] - pads[i] - pads[i + nsp]));
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
 // ---- RNN / GRU / LSTM ----
 
 // Y [seq, dirs, batch, hidden] ([batch, seq, dirs, hidden] with layout 1); Y_h and Y_c
@@ -461,6 +487,7 @@ void register_nn_inference(OpRegistry& r) {
   r.set_infer("reforge", "MaxPool", 1, max_pool_layout);
   r.set_infer("", "AveragePool", 1, pool);
   r.set_infer("", "LpPool", 2, pool);
+  r.set_infer("", "MaxUnpool", 9, max_unpool);
   for (const char* op : {"RNN", "GRU", "LSTM"}) r.set_infer("", op, 7, recurrent);
   r.set_infer("", "LRN", 1, [](InferContext& ctx) {
     const ValueType& x = ctx.input_type(0);

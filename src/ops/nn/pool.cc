@@ -1,6 +1,6 @@
 // MaxPool (with Indices, storage_order, dilations, ceil_mode), AveragePool (count_include_pad,
 // ceil_mode, dilations), LpPool (the p-norm of each window: (sum |x|^p)^(1/p), padding
-// contributing nothing), GlobalAveragePool and GlobalMaxPool; the schema of reforge::MaxPool, the
+// contributing nothing), MaxUnpool, GlobalAveragePool and GlobalMaxPool; the schema of reforge::MaxPool, the
 // blocked or channels-last form the CPU backend's conv-channels-last pass uses between
 // convolutions in those layouts (its kernel: backends/cpu/max_pool.cc).
 //
@@ -227,6 +227,62 @@ void lp_pool_kernel(KernelContext& ctx) {
       "LpPool");
 }
 
+// MaxUnpool: scatters X into zeros of the unpooled shape [N, C] and (in - 1) * stride + kernel -
+// pad_begin - pad_end per spatial axis, element k to flat position I[k] of it (the flat index
+// over the whole tensor, as MaxPool's Indices give it). An output_shape input, when given, may
+// only be larger per spatial axis: the unpooled tensor sits at its origin, zeros after it.
+void max_unpool_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& X = ctx.input(0);
+  const Tensor& I = ctx.input(1);
+  REFORGE_CHECK(X.rank() >= 3, label, ": X must be [N, C, spatial...], got ", X.describe());
+  REFORGE_CHECK(I.dtype() == DType::Int64 && I.shape() == X.shape(), label, ": I must be int64 of X's shape ",
+                shape_str(X.shape()), ", got ", I.describe());
+  const size_t nsp = static_cast<size_t>(X.rank() - 2);
+  const std::vector<int64_t> k = ctx.attr_ints("kernel_shape");
+  REFORGE_CHECK(k.size() == nsp, label, ": kernel_shape needs ", nsp, " values, got ", k.size());
+  const std::vector<int64_t> s = ctx.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  const std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  REFORGE_CHECK(s.size() == nsp && pads.size() == 2 * nsp, label, ": strides need ", nsp, " values and pads ", 2 * nsp);
+  Shape unpooled{X.dim(0), X.dim(1)};
+  for (size_t i = 0; i < nsp; ++i)
+    unpooled.push_back((X.dim(static_cast<int64_t>(i) + 2) - 1) * s[i] + k[i] - pads[i] - pads[i + nsp]);
+  for (int64_t d : unpooled) REFORGE_CHECK(d >= 0, label, ": unpooled shape ", shape_str(unpooled), " is negative");
+  Shape out_shape = unpooled;
+  if (ctx.has_input(2)) {
+    const Tensor& os = ctx.input(2);
+    REFORGE_CHECK(os.dtype() == DType::Int64 && os.rank() == 1 && os.numel() == X.rank(), label,
+                  ": output_shape must be int64 [", X.rank(), "], got ", os.describe());
+    for (int64_t i = 0; i < X.rank(); ++i) {
+      out_shape[static_cast<size_t>(i)] = os.as_int64(i);
+      REFORGE_CHECK(i < 2 ? out_shape[static_cast<size_t>(i)] == unpooled[static_cast<size_t>(i)]
+                          : out_shape[static_cast<size_t>(i)] >= unpooled[static_cast<size_t>(i)],
+                    label, ": output_shape ", shape_str(out_shape), " cannot hold the unpooled shape ",
+                    shape_str(unpooled));
+    }
+  }
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), out_shape);
+  const int64_t total = shape_numel(unpooled);
+  const int64_t* idx = I.data<int64_t>();
+  for (int64_t i = 0; i < X.numel(); ++i)
+    REFORGE_CHECK(idx[i] >= 0 && idx[i] < total, label, ": index ", idx[i], " at position ", i,
+                  " is outside the output of ", total, " elements");
+  REFORGE_CHECK(dtype_size(X.dtype()) > 0, label, ": element type ", dtype_name(X.dtype()), " is not supported");
+  const size_t elem = dtype_size(X.dtype());
+  const auto* src = X.data<uint8_t>();
+  auto* dst = Y.mutable_data<uint8_t>();
+  for (int64_t i = 0; i < X.numel(); ++i) {
+    // The flat index in the unpooled shape, re-addressed in the output shape.
+    int64_t rest = idx[i], at = 0, stride = 1;
+    for (size_t d = unpooled.size(); d-- > 0;) {
+      at += (rest % unpooled[d]) * stride;
+      rest /= unpooled[d];
+      stride *= out_shape[d];
+    }
+    std::memcpy(dst + static_cast<size_t>(at) * elem, src + static_cast<size_t>(i) * elem, elem);
+  }
+}
+
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const PoolSetup p = setup_pool(ctx, X);
@@ -317,6 +373,14 @@ void register_pool_ops(OpRegistry& r) {
   r.add({"reforge", "MaxPool", 1, INT_MAX, nullptr, check_pool});
   r.add({"", "AveragePool", 1, INT_MAX, average_pool_kernel, check_pool});
   r.add({"", "LpPool", 2, INT_MAX, lp_pool_kernel, check_pool});
+  r.add({"",
+         "MaxUnpool",
+         9,
+         INT_MAX,
+         max_unpool_kernel,
+         nullptr,
+         nullptr,
+         {InputRole::kData, InputRole::kData, InputRole::kShape}});
   r.add({"", "GlobalAveragePool", 1, INT_MAX, global_pool_kernel<false>, nullptr});
   r.add({"", "GlobalMaxPool", 1, INT_MAX, global_pool_kernel<true>, nullptr});
 }

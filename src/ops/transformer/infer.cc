@@ -1,6 +1,7 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
-// RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+)
-// and NonMaxSuppression (10+), following the ONNX operator definitions and the checks their kernels make.
+// RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+),
+// NonMaxSuppression (10+), TensorScatter (24+) and SwiGLU (28+), following the ONNX operator
+// definitions and the checks their kernels make.
 #include "ops/infer.h"
 
 #include <algorithm>
@@ -299,6 +300,14 @@ void register_transformer_inference(OpRegistry& r) {
   r.set_infer("", "GridSample", 16, infer_grid_sample);
   r.set_infer("", "AffineGrid", 20, infer_affine_grid);
   r.set_infer("", "NonMaxSuppression", 10, infer_non_max_suppression);
+  r.set_infer("", "SwiGLU", 28, [](InferContext& ctx) {
+    const ValueType& a = ctx.input_type(0);
+    const ValueType& b = ctx.input_type(1);
+    if (a.dtype != b.dtype && a.dtype != DType::Undefined && b.dtype != DType::Undefined)
+      ctx.fail("a " + a.str() + " and b " + b.str() + " must have the same type");
+    ctx.set_output(0, a);
+  });
+  r.set_infer("", "TensorScatter", 24, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
 }
 
 }  // namespace reforge::ops
