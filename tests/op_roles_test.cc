@@ -77,9 +77,18 @@ const std::vector<OldRow> kLaterWeightSlots = {
     {"LSTM", 14, 8, {1, 2, 3, 7}},
 };
 const std::vector<OldRow> kLaterShapeSlots = {
-    {"CumProd", 26, 2, {1}},       {"CenterCropPad", 18, 2, {1}},           {"Col2Im", 18, 3, {1, 2}},
-    {"AffineGrid", 20, 2, {1}},    {"NonMaxSuppression", 11, 5, {2, 3, 4}}, {"HannWindow", 17, 1, {0}},
-    {"HammingWindow", 17, 1, {0}}, {"BlackmanWindow", 17, 1, {0}},          {"MaxUnpool", 11, 3, {2}},
+    {"CumProd", 26, 2, {1}},
+    {"CenterCropPad", 18, 2, {1}},
+    {"Col2Im", 18, 3, {1, 2}},
+    {"AffineGrid", 20, 2, {1}},
+    {"NonMaxSuppression", 11, 5, {2, 3, 4}},
+    {"HannWindow", 17, 1, {0}},
+    {"HammingWindow", 17, 1, {0}},
+    {"BlackmanWindow", 17, 1, {0}},
+    {"MaxUnpool", 11, 3, {2}},
+    {"DFT", 20, 3, {1, 2}},
+    {"STFT", 17, 4, {1, 3}},
+    {"MelWeightMatrix", 17, 5, {0, 1, 2, 3, 4}},
 };
 
 void expect_rows(const std::vector<OldRow>& rows, InputRole role) {
@@ -146,7 +155,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
       }
     }
   EXPECT_EQ(weight, 17u + 10u);  // old tables + RNN, GRU, LSTM
-  EXPECT_EQ(shape, 34u + 12u);   // old tables + the later shape slots
+  EXPECT_EQ(shape, 34u + 21u);   // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
 }

@@ -9,7 +9,7 @@
 // linear_before_reset, LSTM's clip and input_forget) and NonMaxSuppression's tie and threshold
 // rules, Det of singular and pivoting matrices, EyeLike below the diagonal, ReverseSequence
 // with zero-length entries, the symmetric Hann window, SwiGLU's alpha, TensorScatter's bounds
-// and MaxUnpool into a larger output_shape.
+// MaxUnpool into a larger output_shape, and DFT's one-sided forms and dft_length.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -422,4 +422,24 @@ TEST(MaxUnpool, IndicesAddressTheUnpooledShapeInsideALargerOutput) {
   const Tensor y = run(node("MaxUnpool", 22, 3, {{}, {{"kernel_shape", {2}}, {"strides", {2}}}}), {x, i, shape});
   EXPECT_EQ(y.shape(), (Shape{1, 1, 6}));
   EXPECT_EQ(values<float>(y), (std::vector<float>{0, 5, 6, 0, 0, 0}));
+}
+
+TEST(DFT, OneSidedForwardAndInverseWithALength) {
+  // x = [1, 2, 3, 4] along axis 1 (real): X = [10, -2+2i, -2, -2-2i]; one-sided keeps 3 bins.
+  const Tensor x = make<float>({1, 4, 1}, {1, 2, 3, 4});
+  const Tensor axis = make<int64_t>({}, {1});
+  ir::Node fwd = node("DFT", 20, 3, {{{"onesided", 1}}});
+  fwd.inputs[1] = "";
+  const Tensor y = run_opt(fwd, {&x, nullptr, &axis})[0];
+  EXPECT_EQ(y.shape(), (Shape{1, 3, 2}));
+  expect_near(values<float>(y), {10, 0, -2, 2, -2, 0});
+  // The one-sided inverse of those 3 bins is the real signal of length 2 * (3 - 1) = 4.
+  ir::Node inv = node("DFT", 20, 3, {{{"onesided", 1}, {"inverse", 1}}});
+  const Tensor back = run_opt(inv, {&y, nullptr, &axis})[0];
+  EXPECT_EQ(back.shape(), (Shape{1, 4, 1}));
+  expect_near(values<float>(back), {1, 2, 3, 4});
+  // dft_length 2 truncates the signal to [1, 2]: X = [3, -1].
+  const Tensor len = make<int64_t>({}, {2});
+  const Tensor t = run_opt(node("DFT", 20, 3), {&x, &len, &axis})[0];
+  expect_near(values<float>(t), {3, 0, -1, 0});
 }

@@ -1,5 +1,5 @@
-// The reduce family: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum, Det
-// and the losses (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss).
+// The reduce family: Reduce*, ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum, Det,
+// DFT/STFT and the losses (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss).
 //
 // Each file of the family exposes one registration function; they are declared here rather than
 // in a header because nothing else calls them.
@@ -15,6 +15,7 @@ void register_cumsum_kernels(OpRegistry& r);   // cumsum.cc
 void register_einsum_kernels(OpRegistry& r);   // einsum.cc
 void register_loss_kernels(OpRegistry& r);     // loss.cc
 void register_det_kernels(OpRegistry& r);      // det.cc
+void register_dft_kernels(OpRegistry& r);      // dft.cc: DFT, STFT
 
 void register_reduce_ops(OpRegistry& r) {
   register_reduce_kernels(r);
@@ -25,6 +26,7 @@ void register_reduce_ops(OpRegistry& r) {
   register_einsum_kernels(r);
   register_loss_kernels(r);
   register_det_kernels(r);
+  register_dft_kernels(r);
 }
 
 }  // namespace reforge::ops

@@ -1,5 +1,5 @@
-// Ops that make values from a size or a shape: EyeLike and the window functions (HannWindow,
-// HammingWindow, BlackmanWindow), and ReverseSequence.
+// Ops that make values from a size or a shape: EyeLike, the window functions (HannWindow,
+// HammingWindow, BlackmanWindow) and MelWeightMatrix; and ReverseSequence.
 //
 // EyeLike: a 2-D tensor shaped like its input, 1 where column - row == k, else 0, of type `dtype`
 // (default: the input's).
@@ -10,6 +10,13 @@
 //   Hamming  25/46 - 21/46 cos(2 pi n / N)
 //   Blackman 0.42 - 0.5 cos(2 pi n / N) + 0.08 cos(4 pi n / N)
 // computed in double and rounded once.
+//
+// MelWeightMatrix(num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz)
+// gives [dft_length / 2 + 1, num_mel_bins] triangular filters, as the ONNX reference builds
+// them: num_mel_bins + 2 points evenly spaced in mel (2595 log10(1 + f / 700)) from the lower
+// edge in steps of (high - low) / (num_mel_bins + 2), each mapped back to hertz and to the bin
+// floor((dft_length + 1) * f / sample_rate); filter i rises from point i to point i + 1 (1 at
+// the center when they coincide) and falls to point i + 2.
 //
 // ReverseSequence reverses, for each index b along batch_axis, the first sequence_lens[b]
 // elements along time_axis (batch_axis and time_axis are 0 and 1 in either order); the rest is
@@ -119,9 +126,70 @@ void reverse_sequence_kernel(KernelContext& ctx) {
     }
 }
 
+void mel_weight_matrix_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  auto scalar = [&](size_t i, const char* what) {
+    const Tensor& t = ctx.input(i);
+    REFORGE_CHECK(t.numel() == 1, label, ": ", what, " must be a scalar, got ", t.describe());
+    return t;
+  };
+  const int64_t mel_bins = scalar(0, "num_mel_bins").as_int64(0);
+  const int64_t dft_length = scalar(1, "dft_length").as_int64(0);
+  const int64_t sample_rate = scalar(2, "sample_rate").as_int64(0);
+  const double lower = scalar(3, "lower_edge_hertz").as_double(0);
+  const double upper = scalar(4, "upper_edge_hertz").as_double(0);
+  REFORGE_CHECK(mel_bins >= 1 && dft_length >= 1 && sample_rate >= 1, label,
+                ": num_mel_bins, dft_length and sample_rate must be positive");
+  const DType dt = attr_dtype(ctx.node(), "output_datatype", DType::Float32);
+  REFORGE_CHECK(is_float(dt), label, ": output_datatype ", dtype_name(dt), " is not supported");
+  const int64_t spectrogram_bins = dft_length / 2 + 1;
+  const double low_mel = 2595.0 * std::log10(1.0 + lower / 700.0);
+  const double high_mel = 2595.0 * std::log10(1.0 + upper / 700.0);
+  const double step = (high_mel - low_mel) / static_cast<double>(mel_bins + 2);
+  std::vector<int64_t> point(static_cast<size_t>(mel_bins + 2));
+  for (int64_t i = 0; i < mel_bins + 2; ++i) {
+    const double hz = 700.0 * (std::pow(10.0, (static_cast<double>(i) * step + low_mel) / 2595.0) - 1.0);
+    point[static_cast<size_t>(i)] =
+        static_cast<int64_t>(std::floor(static_cast<double>(dft_length + 1) * hz / static_cast<double>(sample_rate)));
+  }
+  std::vector<double> w(static_cast<size_t>(spectrogram_bins * mel_bins), 0.0);
+  auto at = [&](int64_t j, int64_t i) -> double& {
+    REFORGE_CHECK(j >= 0 && j < spectrogram_bins, label, ": filter ", i, " reaches bin ", j, " outside [0, ",
+                  spectrogram_bins, ")");
+    return w[static_cast<size_t>(j * mel_bins + i)];
+  };
+  for (int64_t i = 0; i < mel_bins; ++i) {
+    const int64_t lo = point[static_cast<size_t>(i)], mid = point[static_cast<size_t>(i + 1)],
+                  hi = point[static_cast<size_t>(i + 2)];
+    if (mid == lo)
+      at(mid, i) = 1.0;
+    else
+      for (int64_t j = lo; j <= mid; ++j) at(j, i) = static_cast<double>(j - lo) / static_cast<double>(mid - lo);
+    if (hi > mid)
+      for (int64_t j = mid; j < hi; ++j) at(j, i) = static_cast<double>(hi - j) / static_cast<double>(hi - mid);
+  }
+  Tensor& y = ctx.allocate_output_uninit(0, dt, Shape{spectrogram_bins, mel_bins});
+  dispatch_float(
+      dt,
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* ys = y.mutable_data<T>();
+        for (size_t i = 0; i < w.size(); ++i) ys[i] = from_compute<T>(static_cast<compute_t<T>>(w[i]));
+      },
+      label.c_str());
+}
+
 }  // namespace
 
 void register_generator_ops(OpRegistry& r) {
+  r.add({"",
+         "MelWeightMatrix",
+         17,
+         INT_MAX,
+         mel_weight_matrix_kernel,
+         nullptr,
+         nullptr,
+         {InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
   r.add({"", "EyeLike", 9, INT_MAX, eye_like_kernel, nullptr});
   r.add({"", "HannWindow", 17, INT_MAX, window_kernel<Window::Hann>, nullptr, nullptr, {InputRole::kShape}});
   r.add({"", "HammingWindow", 17, INT_MAX, window_kernel<Window::Hamming>, nullptr, nullptr, {InputRole::kShape}});

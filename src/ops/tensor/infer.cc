@@ -904,6 +904,15 @@ void register_tensor_inference(OpRegistry& r) {
   r.set_infer("", "EyeLike", 9, infer_eye_like);
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) r.set_infer("", op, 17, infer_window);
   r.set_infer("", "ReverseSequence", 10, infer_identity);
+  r.set_infer("", "MelWeightMatrix", 17, [](InferContext& ctx) {
+    const DType dt = ctx.node().has_attr("output_datatype")
+                         ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("output_datatype", 0)))
+                         : DType::Float32;
+    const auto mel = known_ints(ctx, 0);
+    const auto len = known_ints(ctx, 1);
+    ctx.set_output(0, ValueType::of(dt, {len && len->size() == 1 ? SymDim((*len)[0] / 2 + 1) : ctx.fresh_dim(),
+                                         mel && mel->size() == 1 ? SymDim((*mel)[0]) : ctx.fresh_dim()}));
+  });
 }
 
 }  // namespace reforge::ops
