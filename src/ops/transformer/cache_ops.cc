@@ -1,4 +1,5 @@
-// SwiGLU (opset 28) and TensorScatter (opset 24), transformer building blocks.
+// SwiGLU (opset 28), TensorScatter (opset 24) and CausalConvWithState (opset 27), transformer
+// building blocks.
 //
 // SwiGLU(a, b) = Swish(a) * b with Swish(x) = x * sigmoid(alpha * x) (alpha default 1), computed
 // in double and rounded once; a and b have the same shape.
@@ -8,6 +9,12 @@
 // position write_indices[b] + s (write_indices default 0). Mode 'linear' (default) requires every
 // position to be inside the cache; 'circular' wraps them modulo the cache length. Other axes of
 // update must equal the cache's.
+//
+// CausalConvWithState: a causal depthwise 1-D convolution of input [B, C, L] with weight
+// [C, 1, K] and optional bias [C], left-padded by past_state [B, C, K - 1] (zeros when absent):
+// output[b, c, t] = bias[c] + sum_k weight[c, 0, k] * padded[b, c, t + k], then SiLU
+// (x * sigmoid(x)) when activation is 'silu' or 'swish'; present_state is the last K - 1
+// positions of the padded input. Sums run in double; outputs are rounded once.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -100,9 +107,79 @@ void tensor_scatter_kernel(KernelContext& ctx) {
       }
 }
 
+std::string check_causal_conv(const ir::Node& node) {
+  const std::string a = node.attr_string("activation", "none");
+  if (a != "none" && a != "silu" && a != "swish")
+    return "activation must be 'silu', 'swish' or 'none', got '" + a + "'";
+  return "";
+}
+
+void causal_conv_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  REFORGE_CHECK(x.rank() == 3, label, ": input must be [batch, channels, length], got ", x.describe());
+  const int64_t B = x.dim(0), C = x.dim(1), L = x.dim(2);
+  REFORGE_CHECK(w.dtype() == x.dtype() && w.rank() == 3 && w.dim(0) == C && w.dim(1) == 1 && w.dim(2) >= 1, label,
+                ": weight must be [", C, ", 1, k] of the input's type, got ", w.describe());
+  const int64_t K = w.dim(2), P = K - 1;
+  const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  if (bias)
+    REFORGE_CHECK(bias->dtype() == x.dtype() && bias->shape() == (Shape{C}), label, ": bias must be [", C, "], got ",
+                  bias->describe());
+  const Tensor* past = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  if (past)
+    REFORGE_CHECK(past->dtype() == x.dtype() && past->shape() == (Shape{B, C, P}), label, ": past_state must be [", B,
+                  ", ", C, ", ", P, "], got ", past->describe());
+  const std::string act = ctx.attr_string("activation", "none");
+  REFORGE_CHECK(act == "none" || act == "silu" || act == "swish", label,
+                ": activation must be 'silu', 'swish' or 'none', got '", act, "'");
+  const bool silu = act != "none";
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xs = x.data<T>();
+        const T* ws = w.data<T>();
+        T* ys = y.mutable_data<T>();
+        Tensor* state = ctx.output_wanted(1) ? &ctx.allocate_output_uninit(1, x.dtype(), Shape{B, C, P}) : nullptr;
+        std::vector<double> padded(static_cast<size_t>(P + L));
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t c = 0; c < C; ++c) {
+            for (int64_t t = 0; t < P; ++t)
+              padded[static_cast<size_t>(t)] =
+                  past ? static_cast<double>(to_compute(past->data<T>()[(b * C + c) * P + t])) : 0.0;
+            for (int64_t t = 0; t < L; ++t)
+              padded[static_cast<size_t>(P + t)] = static_cast<double>(to_compute(xs[(b * C + c) * L + t]));
+            const double bc = bias ? static_cast<double>(to_compute(bias->data<T>()[c])) : 0.0;
+            for (int64_t t = 0; t < L; ++t) {
+              double acc = bc;
+              for (int64_t k = 0; k < K; ++k)
+                acc += static_cast<double>(to_compute(ws[c * K + k])) * padded[static_cast<size_t>(t + k)];
+              if (silu) acc = acc / (1.0 + std::exp(-acc));
+              ys[(b * C + c) * L + t] = from_compute<T>(static_cast<compute_t<T>>(acc));
+            }
+            if (state)
+              for (int64_t t = 0; t < P; ++t)
+                state->mutable_data<T>()[(b * C + c) * P + t] =
+                    from_compute<T>(static_cast<compute_t<T>>(padded[static_cast<size_t>(L + t)]));
+          }
+      },
+      label.c_str());
+}
+
 }  // namespace
 
 void register_cache_ops(OpRegistry& r) {
+  r.add({"",
+         "CausalConvWithState",
+         27,
+         INT_MAX,
+         causal_conv_kernel,
+         check_causal_conv,
+         nullptr,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kData}});
   r.add({"", "SwiGLU", 28, INT_MAX, swiglu_kernel, nullptr});
   r.add({"", "TensorScatter", 24, INT_MAX, tensor_scatter_kernel, check_tensor_scatter});
 }

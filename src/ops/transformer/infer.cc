@@ -1,6 +1,6 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
 // RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+),
-// NonMaxSuppression (10+), TensorScatter (24+) and SwiGLU (28+), following the ONNX operator
+// NonMaxSuppression (10+), TensorScatter (24+), CausalConvWithState (27+) and SwiGLU (28+), following the ONNX operator
 // definitions and the checks their kernels make.
 #include "ops/infer.h"
 
@@ -306,6 +306,18 @@ void register_transformer_inference(OpRegistry& r) {
     if (a.dtype != b.dtype && a.dtype != DType::Undefined && b.dtype != DType::Undefined)
       ctx.fail("a " + a.str() + " and b " + b.str() + " must have the same type");
     ctx.set_output(0, a);
+  });
+  r.set_infer("", "CausalConvWithState", 27, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const ValueType& w = ctx.input_type(1);
+    if (x.rank_known && x.shape.size() != 3) ctx.fail("input must be [batch, channels, length], got " + x.str());
+    if (w.rank_known && w.shape.size() != 3) ctx.fail("weight must be [channels, 1, k], got " + w.str());
+    ctx.set_output(0, x);
+    if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) {
+      const SymDim state = w.rank_known ? sym_sub(w.shape[2], 1) : ctx.fresh_dim();
+      ctx.set_output(
+          1, x.rank_known ? ValueType::of(x.dtype, {x.shape[0], x.shape[1], state}) : ValueType::unranked(x.dtype));
+    }
   });
   r.set_infer("", "TensorScatter", 24, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
 }
