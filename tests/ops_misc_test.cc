@@ -9,7 +9,8 @@
 // linear_before_reset, LSTM's clip and input_forget) and NonMaxSuppression's tie and threshold
 // rules, Det of singular and pivoting matrices, EyeLike below the diagonal, ReverseSequence
 // with zero-length entries, the symmetric Hann window, SwiGLU's alpha, TensorScatter's bounds
-// MaxUnpool into a larger output_shape, and DFT's one-sided forms and dft_length.
+// MaxUnpool into a larger output_shape, DFT's one-sided forms and dft_length, CausalConvWithState's
+// carried state and LinearAttention's linear and delta rules.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -442,4 +443,34 @@ TEST(DFT, OneSidedForwardAndInverseWithALength) {
   const Tensor len = make<int64_t>({}, {2});
   const Tensor t = run_opt(node("DFT", 20, 3), {&x, &len, &axis})[0];
   expect_near(values<float>(t), {3, 0, -1, 0});
+}
+
+TEST(CausalConvWithState, PastStateIsPrependedAndTheTailCarried) {
+  // One channel, k = 2, weight (1, 10), past 5: padded 5 1 2 3 -> 15, 21, 32; state 3.
+  const Tensor x = make<float>({1, 1, 3}, {1, 2, 3});
+  const Tensor w = make<float>({1, 1, 2}, {1, 10});
+  const Tensor past = make<float>({1, 1, 1}, {5});
+  const auto out = run_opt(node("CausalConvWithState", 27, 4, {}, 2), {&x, &w, nullptr, &past});
+  expect_near(values<float>(out[0]), {15, 21, 32});
+  expect_near(values<float>(out[1]), {3});
+}
+
+TEST(LinearAttention, LinearAndDeltaRulesOnOneDimension) {
+  // dk = dv = 1, one head, scale 1: q = (1, 1), k = (2, 3), v = (4, 5).
+  const Tensor q = make<float>({1, 2, 1}, {1, 1});
+  const Tensor k = make<float>({1, 2, 1}, {2, 3});
+  const Tensor v = make<float>({1, 2, 1}, {4, 5});
+  ir::Node lin =
+      node("LinearAttention", 27, 3, {{{"q_num_heads", 1}, {"kv_num_heads", 1}}, {}, {{"update_rule", "linear"}}}, 2);
+  lin.attrs["scale"] = ir::float_attr("scale", 1.0f);
+  // S = 8, then 8 + 15 = 23.
+  const auto a = run_opt(lin, {&q, &k, &v});
+  expect_near(values<float>(a[0]), {8, 23});
+  expect_near(values<float>(a[1]), {23});
+  // Delta, beta 0.5: S = 2 * 0.5 * (4 - 0) = 4, then 4 + 3 * 0.5 * (5 - 4 * 3) = -6.5.
+  const Tensor beta = make<float>({1, 2, 1}, {0.5f, 0.5f});
+  ir::Node del =
+      node("LinearAttention", 27, 6, {{{"q_num_heads", 1}, {"kv_num_heads", 1}}, {}, {{"update_rule", "delta"}}}, 2);
+  del.attrs["scale"] = ir::float_attr("scale", 1.0f);
+  expect_near(values<float>(run_opt(del, {&q, &k, &v, nullptr, nullptr, &beta})[0]), {4, -6.5f});
 }

@@ -1,7 +1,7 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
 // RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+),
-// NonMaxSuppression (10+), TensorScatter (24+), CausalConvWithState (27+) and SwiGLU (28+), following the ONNX operator
-// definitions and the checks their kernels make.
+// NonMaxSuppression (10+), TensorScatter (24+), CausalConvWithState and LinearAttention (27+) and
+// SwiGLU (28+), following the ONNX operator definitions and the checks their kernels make.
 #include "ops/infer.h"
 
 #include <algorithm>
@@ -318,6 +318,23 @@ void register_transformer_inference(OpRegistry& r) {
       ctx.set_output(
           1, x.rank_known ? ValueType::of(x.dtype, {x.shape[0], x.shape[1], state}) : ValueType::unranked(x.dtype));
     }
+  });
+  r.set_infer("", "LinearAttention", 27, [](InferContext& ctx) {
+    const ValueType& q = ctx.input_type(0);
+    const ValueType& v = ctx.input_type(2);
+    const int64_t hq = ctx.attr_int("q_num_heads", 0), hkv = ctx.attr_int("kv_num_heads", 0);
+    if (hkv < 1 || hq < hkv || hq % hkv != 0)
+      ctx.fail("q_num_heads (" + std::to_string(hq) + ") must be a positive multiple of kv_num_heads (" +
+               std::to_string(hkv) + ")");
+    if (!q.rank_known || !v.rank_known || q.shape.size() != 3 || v.shape.size() != 3) {
+      ctx.set_output(0, ValueType::unranked(q.dtype));
+      if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) ctx.set_output(1, ValueType::unranked(q.dtype));
+      return;
+    }
+    const SymDim dv = sym_div(v.shape[2], hkv), dk = sym_div(q.shape[2], hq);
+    ctx.set_output(0, ValueType::of(q.dtype, {q.shape[0], q.shape[1], sym_mul(dv, hq)}));
+    if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty())
+      ctx.set_output(1, ValueType::of(q.dtype, {q.shape[0], hkv, dk, dv}));
   });
   r.set_infer("", "TensorScatter", 24, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
 }
