@@ -40,7 +40,7 @@ struct OldRow {
 };
 
 // is_weight_slot (src/builder/binding.cc) as it read before the roles moved onto the registry.
-// It also listed GroupNormalization, which reforge does not register (see UnregisteredOps).
+// It also listed GroupNormalization, registered later (below) from opset 18 (see UnregisteredOps).
 const std::vector<OldRow> kOldWeightSlots = {
     {"Conv", 18, 3, {1, 2}},
     {"ConvTranspose", 18, 3, {1, 2}},
@@ -53,7 +53,7 @@ const std::vector<OldRow> kOldWeightSlots = {
     {"PRelu", 18, 2, {1}},
 };
 
-// is_shape_like_input (src/builder/fingerprint.cc), same. It also listed Upsample (not registered).
+// is_shape_like_input (src/builder/fingerprint.cc), same. It also listed Upsample, registered later (below).
 const std::vector<OldRow> kOldShapeSlots = {
     {"Reshape", 18, 2, {1}},         {"Expand", 18, 2, {1}},
     {"ConstantOfShape", 18, 1, {0}}, {"Tile", 18, 2, {1}},
@@ -76,6 +76,7 @@ const std::vector<OldRow> kLaterWeightSlots = {
     {"GRU", 14, 6, {1, 2, 3}},
     {"LSTM", 14, 8, {1, 2, 3, 7}},
     {"CausalConvWithState", 27, 4, {1, 2}},
+    {"GroupNormalization", 21, 3, {1, 2}},
 };
 const std::vector<OldRow> kLaterShapeSlots = {
     {"CumProd", 26, 2, {1}},
@@ -87,6 +88,7 @@ const std::vector<OldRow> kLaterShapeSlots = {
     {"HammingWindow", 17, 1, {0}},
     {"BlackmanWindow", 17, 1, {0}},
     {"MaxUnpool", 11, 3, {2}},
+    {"Upsample", 9, 2, {1}},
     {"DFT", 20, 3, {1, 2}},
     {"STFT", 17, 4, {1, 3}},
     {"MelWeightMatrix", 17, 5, {0, 1, 2, 3, 4}},
@@ -155,19 +157,19 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
             << d->op_type << " input " << s;
       }
     }
-  EXPECT_EQ(weight, 17u + 12u);  // old tables + the later weight slots
-  EXPECT_EQ(shape, 34u + 21u);   // old tables + the later shape slots
+  EXPECT_EQ(weight, 17u + 14u);  // old tables + the later weight slots
+  EXPECT_EQ(shape, 34u + 22u);   // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
 }
 
 // Behaviour change: an op the registry does not cover (unknown, custom domain, opset outside
 // every range) has only data inputs. The old tables answered by name alone, so they also named
-// GroupNormalization's and Upsample's inputs and any custom-domain "Conv"; none of these can be
-// built, so no plan changes.
+// GroupNormalization's and Upsample's inputs at any opset and any custom-domain "Conv"; none of
+// these can be built, so no plan changes.
 TEST(OpRoles, UnregisteredOpsHaveOnlyDataInputs) {
-  EXPECT_EQ(ops::input_role("", "GroupNormalization", 21, 1), InputRole::kData);
-  EXPECT_EQ(ops::input_role("", "Upsample", 9, 1), InputRole::kData);
+  EXPECT_EQ(ops::input_role("", "GroupNormalization", 17, 1), InputRole::kData);  // registered from 18
+  EXPECT_EQ(ops::input_role("", "Upsample", 10, 1), InputRole::kData);            // registered up to 9
   EXPECT_EQ(ops::input_role("com.example", "Conv", 1, 1), InputRole::kData);
   EXPECT_EQ(ops::input_role("", "Resize", 9, 1), InputRole::kData);  // Resize is registered from 10
 }

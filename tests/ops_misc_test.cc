@@ -10,7 +10,8 @@
 // rules, Det of singular and pivoting matrices, EyeLike below the diagonal, ReverseSequence
 // with zero-length entries, the symmetric Hann window, SwiGLU's alpha, TensorScatter's bounds
 // MaxUnpool into a larger output_shape, DFT's one-sided forms and dft_length, CausalConvWithState's
-// carried state and LinearAttention's linear and delta rules.
+// carried state, LinearAttention's linear and delta rules, GroupNormalization's per-group
+// parameters before opset 21 and Upsample's linear mode.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -473,4 +474,24 @@ TEST(LinearAttention, LinearAndDeltaRulesOnOneDimension) {
       node("LinearAttention", 27, 6, {{{"q_num_heads", 1}, {"kv_num_heads", 1}}, {}, {{"update_rule", "delta"}}}, 2);
   del.attrs["scale"] = ir::float_attr("scale", 1.0f);
   expect_near(values<float>(run_opt(del, {&q, &k, &v, nullptr, nullptr, &beta})[0]), {4, -6.5f});
+}
+
+TEST(GroupNormalization, Opset18ScalesPerGroup) {
+  // One group over 1 3 5 7: mean 4, variance 5; scale 2, bias 1 for the group.
+  const Tensor x = make<float>({1, 2, 2}, {1, 3, 5, 7});
+  const Tensor scale = make<float>({1}, {2});
+  const Tensor bias = make<float>({1}, {1});
+  ir::Node n = node("GroupNormalization", 18, 3, {{{"num_groups", 1}}});
+  n.attrs["epsilon"] = ir::float_attr("epsilon", 0.0f);
+  const float r = 2.0f / std::sqrt(5.0f);
+  expect_near(values<float>(run(n, {x, scale, bias})), {-3 * r + 1, -r + 1, r + 1, 3 * r + 1});
+}
+
+TEST(Upsample, LinearModeClampsAtTheLastIndex) {
+  // Scale 2 on [0, 10]: source coordinates 0, 0.5, 1, 1.5 -> 0, 5, 10, 10.
+  const Tensor x = make<float>({1, 2}, {0, 10});
+  const Tensor scales = make<float>({2}, {1, 2});
+  const Tensor y = run(node("Upsample", 9, 2, {{}, {}, {{"mode", "linear"}}}), {x, scales});
+  EXPECT_EQ(y.shape(), (Shape{1, 4}));
+  expect_near(values<float>(y), {0, 5, 10, 10});
 }

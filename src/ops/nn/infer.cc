@@ -1,7 +1,7 @@
 // Shape and type inference of the nn family (ops/infer.h): MatMul, Gemm, Conv, ConvTranspose,
 // reforge::FusedConv, the pools (with reforge::MaxPool and LpPool), BatchNormalization,
 // InstanceNormalization, LayerNormalization, LpNormalization, LRN,
-// MeanVarianceNormalization and RNN/GRU/LSTM.
+// MeanVarianceNormalization, GroupNormalization and RNN/GRU/LSTM.
 //
 // Spatial sizes follow the kernels' own geometry (ops/conv_geometry.cc, conv_transpose.cc):
 // explicit pads, auto_pad SAME_UPPER/SAME_LOWER/VALID, strides, dilations, ceil_mode (a last
@@ -490,6 +490,11 @@ void register_nn_inference(OpRegistry& r) {
   r.set_infer("", "MaxUnpool", 9, max_unpool);
   for (const char* op : {"RNN", "GRU", "LSTM"}) r.set_infer("", op, 7, recurrent);
   r.set_infer("", "LRN", 1, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
+    ctx.set_output(0, x);
+  });
+  r.set_infer("", "GroupNormalization", 18, [](InferContext& ctx) {
     const ValueType& x = ctx.input_type(0);
     if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
     ctx.set_output(0, x);

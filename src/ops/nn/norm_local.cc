@@ -1,11 +1,18 @@
-// LRN and MeanVarianceNormalization.
+// LRN, MeanVarianceNormalization and GroupNormalization.
 //
 // LRN normalizes x [N, C, ...] across channels: y = x / (bias + alpha / size * sum x^2)^beta, the
 // sum over channels c - floor((size - 1) / 2) .. c + ceil((size - 1) / 2) that exist.
 //
 // MeanVarianceNormalization computes (x - mean) / (sqrt(E[x^2] - mean^2) + 1e-9) over `axes`
 // (default [0, 2, 3]), as the ONNX function that defines it does (a variance that rounds below 0
-// counts as 0). Sums run in double and each output is rounded once.
+// counts as 0).
+//
+// GroupNormalization splits the C channels of x [N, C, ...] into num_groups groups and
+// normalizes each (N, group) over its channels and spatial positions: (x - mean) /
+// sqrt(var + epsilon) (epsilon default 1e-5, population variance), then scale and bias, one per
+// channel from opset 21 and one per group before.
+//
+// Sums run in double and each output is rounded once.
 #include <cmath>
 #include <vector>
 
@@ -106,9 +113,68 @@ void mvn_kernel(KernelContext& ctx) {
       label.c_str());
 }
 
+void group_norm_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor& bias = ctx.input(2);
+  REFORGE_CHECK(x.rank() >= 2, label, ": X must be [N, C, ...], got ", x.describe());
+  const int64_t groups = ctx.node().attr_int("num_groups");
+  const int64_t n = x.dim(0), c = x.dim(1);
+  REFORGE_CHECK(groups >= 1 && c % groups == 0, label, ": num_groups ", groups, " must divide the ", c, " channels");
+  const int64_t per_param = ctx.opset() >= 21 ? c : groups;
+  REFORGE_CHECK(scale.shape() == (Shape{per_param}) && bias.shape() == (Shape{per_param}) &&
+                    scale.dtype() == x.dtype() && bias.dtype() == x.dtype(),
+                label, ": scale and bias must be [", per_param, "] of X's type at opset ", ctx.opset(), ", got ",
+                scale.describe(), " and ", bias.describe());
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  const int64_t cg = c / groups;
+  const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
+  if (y.numel() == 0) return;
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xs = x.data<T>();
+        T* ys = y.mutable_data<T>();
+        const int64_t block = cg * spatial;
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t g = 0; g < groups; ++g) {
+            const T* xp = xs + (b * c + g * cg) * spatial;
+            T* yp = ys + (b * c + g * cg) * spatial;
+            double sum = 0, sq = 0;
+            for (int64_t i = 0; i < block; ++i) sum += static_cast<double>(to_compute(xp[i]));
+            const double mean = sum / static_cast<double>(block);
+            for (int64_t i = 0; i < block; ++i) {
+              const double d = static_cast<double>(to_compute(xp[i])) - mean;
+              sq += d * d;
+            }
+            const double inv = 1.0 / std::sqrt(sq / static_cast<double>(block) + eps);
+            for (int64_t ch = 0; ch < cg; ++ch) {
+              const int64_t p = per_param == c ? g * cg + ch : g;
+              const double s = static_cast<double>(to_compute(scale.data<T>()[p]));
+              const double bb = static_cast<double>(to_compute(bias.data<T>()[p]));
+              for (int64_t i = ch * spatial; i < (ch + 1) * spatial; ++i)
+                yp[i] = from_compute<T>(
+                    static_cast<compute_t<T>>((static_cast<double>(to_compute(xp[i])) - mean) * inv * s + bb));
+            }
+          }
+      },
+      label.c_str());
+}
+
 }  // namespace
 
 void register_local_norm_ops(OpRegistry& r) {
+  r.add({"",
+         "GroupNormalization",
+         18,
+         INT_MAX,
+         group_norm_kernel,
+         [](const ir::Node& n) { return n.has_attr("num_groups") ? "" : std::string("num_groups is required"); },
+         nullptr,
+         {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
   r.add({"", "LRN", 1, INT_MAX, lrn_kernel, check_lrn});
   r.add({"", "MeanVarianceNormalization", 9, INT_MAX, mvn_kernel, nullptr});
 }

@@ -1,4 +1,4 @@
-// CenterCropPad and Col2Im.
+// CenterCropPad, Col2Im and Upsample.
 //
 // CenterCropPad brings each listed axis (`axes`, default all) to the size given by its `shape`
 // input: a larger input is cropped around its center (the crop starts at floor((in - out) / 2)),
@@ -9,6 +9,13 @@
 // [N, C, image_shape...] sums every block value into the image position it came from (positions in
 // the padding are dropped). L must equal the number of block positions
 // prod((image + pad_begin + pad_end - dilation * (block - 1) - 1) / stride + 1).
+//
+// Upsample (opsets 7 to 9; Resize replaces it) scales every axis by `scales` (an attribute at
+// opset 7, an input from 9): output size floor(in * scale), output index o reading input
+// coordinate o / scale; mode 'nearest' (default) takes floor of it, 'linear' interpolates
+// between floor and the next index (clamped to the last) per axis.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -148,9 +155,84 @@ void col2im_kernel(KernelContext& ctx) {
       label.c_str());
 }
 
+std::string check_upsample(const ir::Node& node) {
+  const std::string m = node.attr_string("mode", "nearest");
+  if (m != "nearest" && m != "linear" && m != "bilinear") return "mode '" + m + "' is not supported";
+  return "";
+}
+
+void upsample_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  std::vector<double> scales;
+  if (ctx.opset() >= 9) {
+    const Tensor& s = ctx.input(1);
+    REFORGE_CHECK(is_float(s.dtype()) && s.rank() == 1, label, ": scales must be a 1-D float tensor, got ",
+                  s.describe());
+    for (int64_t i = 0; i < s.numel(); ++i) scales.push_back(s.as_double(i));
+  } else {
+    for (float f : ctx.attr_floats("scales")) scales.push_back(f);
+  }
+  const int64_t rank = x.rank();
+  REFORGE_CHECK(static_cast<int64_t>(scales.size()) == rank, label, ": scales has ", scales.size(),
+                " values for an input of rank ", rank);
+  const std::string why = check_upsample(ctx.node());
+  REFORGE_CHECK(why.empty(), label, ": ", why);
+  const bool linear = ctx.attr_string("mode", "nearest") != "nearest";
+  Shape out_shape(static_cast<size_t>(rank));
+  for (int64_t d = 0; d < rank; ++d) {
+    REFORGE_CHECK(scales[static_cast<size_t>(d)] >= 1.0, label, ": scale ", scales[static_cast<size_t>(d)], " of axis ",
+                  d, " is below 1");
+    out_shape[static_cast<size_t>(d)] =
+        static_cast<int64_t>(std::floor(static_cast<double>(x.dim(d)) * scales[static_cast<size_t>(d)]));
+  }
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out_shape);
+  if (y.numel() == 0) return;
+  const std::vector<int64_t> xs_strides = contiguous_strides(x.shape());
+  dispatch_numeric(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xs = x.data<T>();
+        T* ys = y.mutable_data<T>();
+        std::vector<int64_t> idx(static_cast<size_t>(rank), 0), i0(static_cast<size_t>(rank)),
+            i1(static_cast<size_t>(rank));
+        std::vector<double> w(static_cast<size_t>(rank));
+        for (int64_t flat = 0; flat < y.numel(); ++flat) {
+          for (int64_t d = 0; d < rank; ++d) {
+            const size_t a = static_cast<size_t>(d);
+            const double src = static_cast<double>(idx[a]) / scales[a];
+            const int64_t f = std::min<int64_t>(static_cast<int64_t>(std::floor(src)), x.dim(d) - 1);
+            i0[a] = f;
+            i1[a] = std::min<int64_t>(f + 1, x.dim(d) - 1);
+            w[a] = linear ? src - static_cast<double>(f) : 0.0;
+          }
+          double acc = 0.0;
+          for (int64_t corner = 0; corner < (int64_t{1} << rank); ++corner) {
+            double weight = 1.0;
+            int64_t off = 0;
+            for (int64_t d = 0; d < rank; ++d) {
+              const size_t a = static_cast<size_t>(d);
+              const bool hi = (corner >> d) & 1;
+              weight *= hi ? w[a] : 1.0 - w[a];
+              off += (hi ? i1[a] : i0[a]) * xs_strides[a];
+            }
+            if (weight != 0.0) acc += weight * static_cast<double>(to_compute(xs[off]));
+          }
+          ys[flat] = from_compute<T>(static_cast<compute_t<T>>(acc));
+          for (int64_t d = rank - 1; d >= 0; --d) {
+            if (++idx[static_cast<size_t>(d)] < out_shape[static_cast<size_t>(d)]) break;
+            idx[static_cast<size_t>(d)] = 0;
+          }
+        }
+      },
+      label.c_str());
+}
+
 }  // namespace
 
 void register_image_ops(OpRegistry& r) {
+  r.add({"", "Upsample", 7, 9, upsample_kernel, check_upsample, nullptr, {InputRole::kData, InputRole::kShape}});
   r.add({"",
          "CenterCropPad",
          18,

@@ -902,6 +902,22 @@ void register_tensor_inference(OpRegistry& r) {
   r.set_infer("", "CenterCropPad", 18, infer_center_crop_pad);
   r.set_infer("", "Col2Im", 18, infer_col2im);
   r.set_infer("", "EyeLike", 9, infer_eye_like);
+  r.set_infer("", "Upsample", 7, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    std::vector<double> scales;
+    if (ctx.opset() >= 9) {
+      if (const auto s = known_doubles(ctx, 1)) scales = *s;
+    } else {
+      for (float f : ctx.node().attr_floats("scales")) scales.push_back(f);
+    }
+    if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+    SymShape out;
+    for (size_t d = 0; d < x.shape.size(); ++d)
+      out.push_back(scales.size() == x.shape.size() && x.shape[d].known()
+                        ? SymDim(static_cast<int64_t>(std::floor(static_cast<double>(x.shape[d].value()) * scales[d])))
+                        : ctx.fresh_dim());
+    ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+  });
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) r.set_infer("", op, 17, infer_window);
   r.set_infer("", "ReverseSequence", 10, infer_identity);
   r.set_infer("", "MelWeightMatrix", 17, [](InferContext& ctx) {

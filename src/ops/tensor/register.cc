@@ -1,5 +1,5 @@
 // The tensor op family: shape and layout ops, gather/scatter, Pad, Range, Constant and friends,
-// Compress/Unique, CenterCropPad/Col2Im, EyeLike, the window functions and ReverseSequence.
+// Compress/Unique, CenterCropPad/Col2Im/Upsample, EyeLike, the window functions and ReverseSequence.
 // Each file registers its own ops; this file only calls them.
 #include "ops/registry.h"
 #include "ops/tensor/tensor_common.h"
