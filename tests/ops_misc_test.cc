@@ -11,7 +11,8 @@
 // with zero-length entries, the symmetric Hann window, SwiGLU's alpha, TensorScatter's bounds
 // MaxUnpool into a larger output_shape, DFT's one-sided forms and dft_length, CausalConvWithState's
 // carried state, LinearAttention's linear and delta rules, GroupNormalization's per-group
-// parameters before opset 21 and Upsample's linear mode.
+// parameters before opset 21, Upsample's linear mode and RoiAlign's avg and max over clamped
+// samples.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -494,4 +495,17 @@ TEST(Upsample, LinearModeClampsAtTheLastIndex) {
   const Tensor y = run(node("Upsample", 9, 2, {{}, {}, {{"mode", "linear"}}}), {x, scales});
   EXPECT_EQ(y.shape(), (Shape{1, 4}));
   expect_near(values<float>(y), {0, 5, 10, 10});
+}
+
+TEST(RoiAlign, AverageAndMaxOverClampedSamples) {
+  // Image [[1, 2], [3, 4]], region (0, 0)-(2, 2), no half-pixel shift, one bin of 2 x 2 samples
+  // at 0.5 and 1.5 per axis; samples at 1.5 clamp to the last row/column. Interpolated values
+  // 2.5, 3, 3.5, 4 average to 3.25; the largest weighted neighbour value over the samples is 4.
+  const Tensor x = make<float>({1, 1, 2, 2}, {1, 2, 3, 4});
+  const Tensor rois = make<float>({1, 4}, {0, 0, 2, 2});
+  const Tensor idx = make<int64_t>({1}, {0});
+  Attrs at{{{"sampling_ratio", 2}}, {}, {{"coordinate_transformation_mode", "output_half_pixel"}}};
+  expect_near(values<float>(run(node("RoiAlign", 16, 3, at), {x, rois, idx})), {3.25f});
+  at.strings["mode"] = "max";
+  expect_near(values<float>(run(node("RoiAlign", 16, 3, at), {x, rois, idx})), {4.0f});
 }

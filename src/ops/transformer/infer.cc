@@ -1,7 +1,8 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
 // RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+),
-// NonMaxSuppression (10+), TensorScatter (24+), CausalConvWithState and LinearAttention (27+) and
-// SwiGLU (28+), following the ONNX operator definitions and the checks their kernels make.
+// NonMaxSuppression and RoiAlign (10+), TensorScatter (24+), CausalConvWithState and
+// LinearAttention (27+) and SwiGLU (28+), following the ONNX operator definitions and the checks
+// their kernels make.
 #include "ops/infer.h"
 
 #include <algorithm>
@@ -335,6 +336,15 @@ void register_transformer_inference(OpRegistry& r) {
     ctx.set_output(0, ValueType::of(q.dtype, {q.shape[0], q.shape[1], sym_mul(dv, hq)}));
     if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty())
       ctx.set_output(1, ValueType::of(q.dtype, {q.shape[0], hkv, dk, dv}));
+  });
+  r.set_infer("", "RoiAlign", 10, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const ValueType& rois = ctx.input_type(1);
+    if (x.rank_known && x.shape.size() != 4) ctx.fail("X must be [N, C, H, W], got " + x.str());
+    ctx.set_output(
+        0, ValueType::of(x.dtype, {rois.rank_known && rois.shape.size() == 2 ? rois.shape[0] : ctx.fresh_dim(),
+                                   x.rank_known ? x.shape[1] : ctx.fresh_dim(), ctx.attr_int("output_height", 1),
+                                   ctx.attr_int("output_width", 1)}));
   });
   r.set_infer("", "TensorScatter", 24, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
 }
