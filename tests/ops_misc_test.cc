@@ -11,8 +11,8 @@
 // with zero-length entries, the symmetric Hann window, SwiGLU's alpha, TensorScatter's bounds
 // MaxUnpool into a larger output_shape, DFT's one-sided forms and dft_length, CausalConvWithState's
 // carried state, LinearAttention's linear and delta rules, GroupNormalization's per-group
-// parameters before opset 21, Upsample's linear mode and RoiAlign's avg and max over clamped
-// samples.
+// parameters before opset 21, Upsample's linear mode, RoiAlign's avg and max over clamped
+// samples and DeformConv's fractional offsets past the image edge.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -508,4 +508,13 @@ TEST(RoiAlign, AverageAndMaxOverClampedSamples) {
   expect_near(values<float>(run(node("RoiAlign", 16, 3, at), {x, rois, idx})), {3.25f});
   at.strings["mode"] = "max";
   expect_near(values<float>(run(node("RoiAlign", 16, 3, at), {x, rois, idx})), {4.0f});
+}
+
+TEST(DeformConv, FractionalOffsetsInterpolateAndReadZerosOutside) {
+  // 1 x 1 kernel of weight 1 on [2, 4], every tap moved 0.5 along W: 0.5 reads (2 + 4) / 2 = 3,
+  // 1.5 reads 4 / 2 + 0 (outside) = 2.
+  const Tensor x = make<float>({1, 1, 1, 2}, {2, 4});
+  const Tensor w = make<float>({1, 1, 1, 1}, {1});
+  const Tensor off = make<float>({1, 2, 1, 2}, {0, 0, 0.5f, 0.5f});
+  expect_near(values<float>(run(node("DeformConv", 19, 3), {x, w, off})), {3, 2});
 }

@@ -494,6 +494,17 @@ void register_nn_inference(OpRegistry& r) {
     if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
     ctx.set_output(0, x);
   });
+  r.set_infer("", "DeformConv", 19, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const ValueType& w = ctx.input_type(1);
+    const ValueType& off = ctx.input_type(2);
+    if (x.rank_known && x.shape.size() != 4) ctx.fail("only 2-D DeformConv is supported, got X " + x.str());
+    ctx.set_output(0,
+                   ValueType::of(x.dtype, {x.rank_known ? x.shape[0] : ctx.fresh_dim(),
+                                           w.rank_known && w.shape.size() == 4 ? w.shape[0] : ctx.fresh_dim(),
+                                           off.rank_known && off.shape.size() == 4 ? off.shape[2] : ctx.fresh_dim(),
+                                           off.rank_known && off.shape.size() == 4 ? off.shape[3] : ctx.fresh_dim()}));
+  });
   r.set_infer("", "GroupNormalization", 18, [](InferContext& ctx) {
     const ValueType& x = ctx.input_type(0);
     if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
