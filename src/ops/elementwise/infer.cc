@@ -1,5 +1,5 @@
 // Shape and type inference of the elementwise family (ops/infer.h): binary arithmetic, PRelu,
-// comparisons, logic, Where, variadic Min/Max/Sum/Mean, Cast and CastLike.
+// comparisons, logic, bitwise ops, Where, variadic Min/Max/Sum/Mean, Cast and CastLike.
 //
 // Outputs take the numpy broadcast of the inputs' shapes (ONNX "multidirectional"
 // broadcasting; Add/Sub/Mul/Div/Pow before opset 7 with broadcast=1 take the first operand's
@@ -220,6 +220,23 @@ void not_op(InferContext& ctx) {
   ctx.set_output(0, x);
 }
 
+// BitShift and BitwiseAnd/Or/Xor: two integer inputs of one type, broadcast. BitShift takes
+// unsigned types only before opset 28.
+void bitwise(InferContext& ctx) {
+  require_same_dtype(ctx, 0, 1, "inputs");
+  const DType t = ctx.input_type(0).dtype;
+  if (t != DType::Undefined && !is_integer(t)) ctx.fail("inputs must be integers, got " + ctx.input_type(0).str());
+  if (ctx.node().op_type == "BitShift" && ctx.opset() < 28 && t != DType::Undefined && is_signed(t))
+    ctx.fail("BitShift takes unsigned integers before opset 28, got " + ctx.input_type(0).str());
+  set_broadcast(ctx, t);
+}
+
+void bitwise_not(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.dtype != DType::Undefined && !is_integer(x.dtype)) ctx.fail("input must be an integer, got " + x.str());
+  ctx.set_output(0, x);
+}
+
 void where(InferContext& ctx) {
   const DType c = ctx.input_type(0).dtype;
   if (c != DType::Bool && c != DType::Undefined) ctx.fail("condition must be bool, got " + ctx.input_type(0).str());
@@ -302,6 +319,9 @@ void register_elementwise_inference(OpRegistry& r) {
   r.set_infer("", "GreaterOrEqual", 12, compare(Cmp::GreaterOrEqual));
   for (const char* op : {"And", "Or", "Xor"}) r.set_infer("", op, 1, logic);
   r.set_infer("", "Not", 1, not_op);
+  r.set_infer("", "BitShift", 11, bitwise);
+  for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) r.set_infer("", op, 18, bitwise);
+  r.set_infer("", "BitwiseNot", 18, bitwise_not);
   r.set_infer("", "Where", 9, where);
   for (const char* op : {"Min", "Max", "Sum", "Mean"}) r.set_infer("", op, 1, variadic);
   r.set_infer("", "Cast", 1, [](InferContext& ctx) { cast_to(ctx, cast_target(ctx)); });

@@ -1,6 +1,7 @@
 // Shape and type inference of the nn family (ops/infer.h): MatMul, Gemm, Conv, ConvTranspose,
-// reforge::FusedConv, the pools (with reforge::MaxPool), BatchNormalization,
-// InstanceNormalization and LayerNormalization.
+// reforge::FusedConv, the pools (with reforge::MaxPool and LpPool), BatchNormalization,
+// InstanceNormalization, LayerNormalization, LpNormalization, LRN,
+// MeanVarianceNormalization, GroupNormalization and RNN/GRU/LSTM.
 //
 // Spatial sizes follow the kernels' own geometry (ops/conv_geometry.cc, conv_transpose.cc):
 // explicit pads, auto_pad SAME_UPPER/SAME_LOWER/VALID, strides, dilations, ceil_mode (a last
@@ -417,6 +418,63 @@ void layer_norm(InferContext& ctx) {
   for (size_t i = 1; i < ctx.num_outputs() && i < 3; ++i) ctx.set_output(i, ValueType::of(stash, stat));
 }
 
+// MaxUnpool: the output_shape input when known, else (in - 1) * stride + kernel - pads.
+void max_unpool(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (ctx.has_input(2)) {
+    if (const SymShape* v = ctx.input_dims_value(2)) return ctx.set_output(0, ValueType::of(x.dtype, *v));
+    const ValueType& os = ctx.input_type(2);
+    if (os.rank_known && os.shape.size() == 1 && os.shape[0].known()) {
+      SymShape out;
+      for (int64_t i = 0; i < os.shape[0].value(); ++i) out.push_back(ctx.fresh_dim());
+      return ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+    }
+    return ctx.set_output(0, ValueType::unranked(x.dtype));
+  }
+  if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  if (x.shape.size() < 3) ctx.fail("X must be [N, C, spatial...], got " + x.str());
+  const size_t nsp = x.shape.size() - 2;
+  const std::vector<int64_t> k = pool_kernel(ctx, nsp);
+  const std::vector<int64_t> s = ctx.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  const std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  if (s.size() != nsp || pads.size() != 2 * nsp) ctx.fail("strides and pads do not match the spatial rank");
+  SymShape out{x.shape[0], x.shape[1]};
+  for (size_t i = 0; i < nsp; ++i)
+    out.push_back(sym_add(sym_mul(sym_sub(x.shape[i + 2], 1), s[i]), k[i] - pads[i] - pads[i + nsp]));
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// ---- RNN / GRU / LSTM ----
+
+// Y [seq, dirs, batch, hidden] ([batch, seq, dirs, hidden] with layout 1); Y_h and Y_c
+// [dirs, batch, hidden] ([batch, dirs, hidden]).
+void recurrent(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const std::string dir = ctx.attr_string("direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    ctx.fail("direction must be 'forward', 'reverse' or 'bidirectional', got '" + dir + "'");
+  const int64_t dirs = dir == "bidirectional" ? 2 : 1;
+  const int64_t layout = ctx.attr_int("layout", 0);
+  if (layout != 0 && layout != 1) ctx.fail("layout must be 0 or 1, got " + std::to_string(layout));
+  if (x.rank_known && x.shape.size() != 3) ctx.fail("X must have rank 3, got " + x.str());
+  const int64_t gates = ctx.node().op_type == "RNN" ? 1 : ctx.node().op_type == "GRU" ? 3 : 4;
+  SymDim hidden = ctx.fresh_dim();
+  if (ctx.node().has_attr("hidden_size")) {
+    hidden = ctx.attr_int("hidden_size", 0);
+  } else if (const ValueType& w = ctx.input_type(1); w.rank_known && w.shape.size() == 3 && w.shape[1].known()) {
+    hidden = w.shape[1].value() / gates;
+  }
+  const SymDim seq = x.rank_known ? x.shape[layout ? 1 : 0] : ctx.fresh_dim();
+  const SymDim batch = x.rank_known ? x.shape[layout ? 0 : 1] : ctx.fresh_dim();
+  const SymShape state = layout ? SymShape{batch, dirs, hidden} : SymShape{dirs, batch, hidden};
+  const auto wanted = [&](size_t i) { return ctx.num_outputs() > i && !ctx.node().outputs[i].empty(); };
+  if (wanted(0))
+    ctx.set_output(
+        0, ValueType::of(x.dtype, layout ? SymShape{batch, seq, dirs, hidden} : SymShape{seq, dirs, batch, hidden}));
+  if (wanted(1)) ctx.set_output(1, ValueType::of(x.dtype, state));
+  if (wanted(2)) ctx.set_output(2, ValueType::of(x.dtype, state));
+}
+
 }  // namespace
 
 void register_nn_inference(OpRegistry& r) {
@@ -428,6 +486,36 @@ void register_nn_inference(OpRegistry& r) {
   r.set_infer("", "MaxPool", 1, pool);
   r.set_infer("reforge", "MaxPool", 1, max_pool_layout);
   r.set_infer("", "AveragePool", 1, pool);
+  r.set_infer("", "LpPool", 2, pool);
+  r.set_infer("", "MaxUnpool", 9, max_unpool);
+  for (const char* op : {"RNN", "GRU", "LSTM"}) r.set_infer("", op, 7, recurrent);
+  r.set_infer("", "LRN", 1, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
+    ctx.set_output(0, x);
+  });
+  r.set_infer("", "DeformConv", 19, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const ValueType& w = ctx.input_type(1);
+    const ValueType& off = ctx.input_type(2);
+    if (x.rank_known && x.shape.size() != 4) ctx.fail("only 2-D DeformConv is supported, got X " + x.str());
+    ctx.set_output(0,
+                   ValueType::of(x.dtype, {x.rank_known ? x.shape[0] : ctx.fresh_dim(),
+                                           w.rank_known && w.shape.size() == 4 ? w.shape[0] : ctx.fresh_dim(),
+                                           off.rank_known && off.shape.size() == 4 ? off.shape[2] : ctx.fresh_dim(),
+                                           off.rank_known && off.shape.size() == 4 ? off.shape[3] : ctx.fresh_dim()}));
+  });
+  r.set_infer("", "GroupNormalization", 18, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (x.rank_known && x.shape.size() < 2) ctx.fail("X must be [N, C, ...], got " + x.str());
+    ctx.set_output(0, x);
+  });
+  r.set_infer("", "MeanVarianceNormalization", 9, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
+  r.set_infer("", "LpNormalization", 1, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (x.rank_known) normalize_axis(ctx, ctx.attr_int("axis", -1), static_cast<int64_t>(x.shape.size()));
+    ctx.set_output(0, x);
+  });
   r.set_infer("", "GlobalAveragePool", 1, global_pool);
   r.set_infer("", "GlobalMaxPool", 1, global_pool);
   r.set_infer("", "BatchNormalization", 1, batch_norm);

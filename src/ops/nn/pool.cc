@@ -1,5 +1,6 @@
 // MaxPool (with Indices, storage_order, dilations, ceil_mode), AveragePool (count_include_pad,
-// ceil_mode, dilations), GlobalAveragePool and GlobalMaxPool; the schema of reforge::MaxPool, the
+// ceil_mode, dilations), LpPool (the p-norm of each window: (sum |x|^p)^(1/p), padding
+// contributing nothing), MaxUnpool, GlobalAveragePool and GlobalMaxPool; the schema of reforge::MaxPool, the
 // blocked or channels-last form the CPU backend's conv-channels-last pass uses between
 // convolutions in those layouts (its kernel: backends/cpu/max_pool.cc).
 //
@@ -9,6 +10,7 @@
 // first maximum in window order (a NaN is never "greater"), and a window with no input
 // position yields 0 with index -1, as in the reference.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -179,6 +181,108 @@ void avg_pool(const PoolSetup& p, const T* x, T* y, bool count_include_pad) {
   }
 }
 
+template <typename T>
+void lp_pool(const PoolSetup& p, const T* x, T* y, double pw) {
+  const Geo3& g = p.g;
+  TapRange r[3];
+  for (size_t i = 0; i < 3; ++i) r[i] = tap_range(g.out[i], g.k[i], g.s[i], g.d[i], g.pb[i], 0, g.in[i]);
+  const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
+#pragma omp parallel for schedule(static) if (p.N * p.C * out_plane > (1 << 14))
+  for (int64_t nc = 0; nc < p.N * p.C; ++nc) {
+    const T* xp = x + nc * in_plane;
+    T* yp = y + nc * out_plane;
+    for (int64_t od = 0; od < g.out[0]; ++od)
+      for (int64_t oh = 0; oh < g.out[1]; ++oh)
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          double sum = 0;
+          for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
+            const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+            for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
+              const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+              const T* row = xp + (id * g.in[1] + ih) * g.in[2];
+              for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw)
+                sum +=
+                    std::pow(std::abs(static_cast<double>(to_compute(row[ow * g.s[2] - g.pb[2] + kw * g.d[2]]))), pw);
+            }
+          }
+          yp[(od * g.out[1] + oh) * g.out[2] + ow] =
+              from_compute<T>(static_cast<compute_t<T>>(std::pow(sum, 1.0 / pw)));
+        }
+  }
+}
+
+void lp_pool_kernel(KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const PoolSetup p = setup_pool(ctx, X);
+  const int64_t pw = ctx.attr_int("p", 2);
+  REFORGE_CHECK(pw >= 1, ctx.node().label(), ": p must be >= 1, got ", pw);
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), p.out_shape);
+  if (Y.numel() == 0) return;
+  dispatch_float(
+      X.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        lp_pool<T>(p, X.data<T>(), Y.mutable_data<T>(), static_cast<double>(pw));
+      },
+      "LpPool");
+}
+
+// MaxUnpool: scatters X into zeros of the unpooled shape [N, C] and (in - 1) * stride + kernel -
+// pad_begin - pad_end per spatial axis, element k to flat position I[k] of it (the flat index
+// over the whole tensor, as MaxPool's Indices give it). An output_shape input, when given, may
+// only be larger per spatial axis: the unpooled tensor sits at its origin, zeros after it.
+void max_unpool_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& X = ctx.input(0);
+  const Tensor& I = ctx.input(1);
+  REFORGE_CHECK(X.rank() >= 3, label, ": X must be [N, C, spatial...], got ", X.describe());
+  REFORGE_CHECK(I.dtype() == DType::Int64 && I.shape() == X.shape(), label, ": I must be int64 of X's shape ",
+                shape_str(X.shape()), ", got ", I.describe());
+  const size_t nsp = static_cast<size_t>(X.rank() - 2);
+  const std::vector<int64_t> k = ctx.attr_ints("kernel_shape");
+  REFORGE_CHECK(k.size() == nsp, label, ": kernel_shape needs ", nsp, " values, got ", k.size());
+  const std::vector<int64_t> s = ctx.attr_ints("strides", std::vector<int64_t>(nsp, 1));
+  const std::vector<int64_t> pads = ctx.attr_ints("pads", std::vector<int64_t>(2 * nsp, 0));
+  REFORGE_CHECK(s.size() == nsp && pads.size() == 2 * nsp, label, ": strides need ", nsp, " values and pads ", 2 * nsp);
+  Shape unpooled{X.dim(0), X.dim(1)};
+  for (size_t i = 0; i < nsp; ++i)
+    unpooled.push_back((X.dim(static_cast<int64_t>(i) + 2) - 1) * s[i] + k[i] - pads[i] - pads[i + nsp]);
+  for (int64_t d : unpooled) REFORGE_CHECK(d >= 0, label, ": unpooled shape ", shape_str(unpooled), " is negative");
+  Shape out_shape = unpooled;
+  if (ctx.has_input(2)) {
+    const Tensor& os = ctx.input(2);
+    REFORGE_CHECK(os.dtype() == DType::Int64 && os.rank() == 1 && os.numel() == X.rank(), label,
+                  ": output_shape must be int64 [", X.rank(), "], got ", os.describe());
+    for (int64_t i = 0; i < X.rank(); ++i) {
+      out_shape[static_cast<size_t>(i)] = os.as_int64(i);
+      REFORGE_CHECK(i < 2 ? out_shape[static_cast<size_t>(i)] == unpooled[static_cast<size_t>(i)]
+                          : out_shape[static_cast<size_t>(i)] >= unpooled[static_cast<size_t>(i)],
+                    label, ": output_shape ", shape_str(out_shape), " cannot hold the unpooled shape ",
+                    shape_str(unpooled));
+    }
+  }
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), out_shape);
+  const int64_t total = shape_numel(unpooled);
+  const int64_t* idx = I.data<int64_t>();
+  for (int64_t i = 0; i < X.numel(); ++i)
+    REFORGE_CHECK(idx[i] >= 0 && idx[i] < total, label, ": index ", idx[i], " at position ", i,
+                  " is outside the output of ", total, " elements");
+  REFORGE_CHECK(dtype_size(X.dtype()) > 0, label, ": element type ", dtype_name(X.dtype()), " is not supported");
+  const size_t elem = dtype_size(X.dtype());
+  const auto* src = X.data<uint8_t>();
+  auto* dst = Y.mutable_data<uint8_t>();
+  for (int64_t i = 0; i < X.numel(); ++i) {
+    // The flat index in the unpooled shape, re-addressed in the output shape.
+    int64_t rest = idx[i], at = 0, stride = 1;
+    for (size_t d = unpooled.size(); d-- > 0;) {
+      at += (rest % unpooled[d]) * stride;
+      rest /= unpooled[d];
+      stride *= out_shape[d];
+    }
+    std::memcpy(dst + static_cast<size_t>(at) * elem, src + static_cast<size_t>(i) * elem, elem);
+  }
+}
+
 void max_pool_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const PoolSetup p = setup_pool(ctx, X);
@@ -268,6 +372,15 @@ void register_pool_ops(OpRegistry& r) {
   // No reference kernel: made only by a backend's layout pass where that backend has a kernel.
   r.add({"reforge", "MaxPool", 1, INT_MAX, nullptr, check_pool});
   r.add({"", "AveragePool", 1, INT_MAX, average_pool_kernel, check_pool});
+  r.add({"", "LpPool", 2, INT_MAX, lp_pool_kernel, check_pool});
+  r.add({"",
+         "MaxUnpool",
+         9,
+         INT_MAX,
+         max_unpool_kernel,
+         nullptr,
+         nullptr,
+         {InputRole::kData, InputRole::kData, InputRole::kShape}});
   r.add({"", "GlobalAveragePool", 1, INT_MAX, global_pool_kernel<false>, nullptr});
   r.add({"", "GlobalMaxPool", 1, INT_MAX, global_pool_kernel<true>, nullptr});
 }

@@ -1,4 +1,5 @@
-// The nn op family: MatMul, Gemm, Conv, ConvTranspose, the pools and the normalizations.
+// The nn op family: MatMul, Gemm, Conv, ConvTranspose, DeformConv, the pools, the normalizations
+// and the recurrent ops (RNN, GRU, LSTM).
 // Each file registers its own ops; this file ties them together and holds the small helpers
 // they share (declared in nn_common.h).
 #include "core/dispatch.h"
@@ -9,13 +10,17 @@ namespace reforge::ops {
 
 namespace nn {
 
-void register_matmul_ops(OpRegistry& r);          // matmul.cc
-void register_gemm_ops(OpRegistry& r);            // gemm.cc
-void register_conv_ops(OpRegistry& r);            // conv.cc
-void register_conv_transpose_ops(OpRegistry& r);  // conv_transpose.cc
-void register_pool_ops(OpRegistry& r);            // pool.cc
-void register_batch_norm_ops(OpRegistry& r);      // norm_batch.cc
-void register_layer_norm_ops(OpRegistry& r);      // layer_normalization.cc
+void register_matmul_ops(OpRegistry& r);            // matmul.cc
+void register_gemm_ops(OpRegistry& r);              // gemm.cc
+void register_conv_ops(OpRegistry& r);              // conv.cc
+void register_conv_transpose_ops(OpRegistry& r);    // conv_transpose.cc
+void register_pool_ops(OpRegistry& r);              // pool.cc
+void register_batch_norm_ops(OpRegistry& r);        // norm_batch.cc
+void register_layer_norm_ops(OpRegistry& r);        // layer_normalization.cc
+void register_lp_normalization_ops(OpRegistry& r);  // lp_normalization.cc
+void register_recurrent_ops(OpRegistry& r);         // recurrent.cc
+void register_local_norm_ops(OpRegistry& r);        // norm_local.cc
+void register_deform_conv_ops(OpRegistry& r);       // deform_conv.cc
 
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
@@ -71,6 +76,10 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_pool_ops(r);
   nn::register_batch_norm_ops(r);
   nn::register_layer_norm_ops(r);
+  nn::register_lp_normalization_ops(r);
+  nn::register_recurrent_ops(r);
+  nn::register_local_norm_ops(r);
+  nn::register_deform_conv_ops(r);
 }
 
 }  // namespace reforge::ops

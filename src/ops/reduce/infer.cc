@@ -1,5 +1,5 @@
 // Shape and type inference of the reduce family (ops/infer.h): Reduce*, ArgMax/ArgMin,
-// Softmax/LogSoftmax, TopK, CumSum and Einsum.
+// Softmax/LogSoftmax/Hardmax, TopK, CumSum/CumProd, Einsum, Det, DFT/STFT and the losses.
 //
 // Reduce axes are an attribute before opset 13 (ReduceSum) or 18 (the others) and an optional
 // input from then on; an axes input whose contents inference does not know still gives the
@@ -10,6 +10,7 @@
 // by the letters used exactly once, in ASCII order).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,89 @@ void cumsum(InferContext& ctx) {
   ctx.set_output(0, x);
 }
 
+// NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: scores [N, C, d...], target [N, d...];
+// the loss has the target's shape with reduction 'none', else it is a scalar.
+void loss(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& t = ctx.input_type(1);
+  if (t.dtype != DType::Undefined && t.dtype != DType::Int32 && t.dtype != DType::Int64)
+    ctx.fail("target must be int32 or int64, got " + t.str());
+  if (x.rank_known && x.shape.size() < 2) ctx.fail("scores must have rank >= 2 ([N, C, ...]), got " + x.str());
+  if (x.rank_known && t.rank_known && t.shape.size() + 1 != x.shape.size())
+    ctx.fail("target " + t.str() + " must have rank one less than scores " + x.str());
+  if (ctx.has_input(2) && ctx.input_type(2).dtype != x.dtype && ctx.input_type(2).dtype != DType::Undefined)
+    ctx.fail("weight " + ctx.input_type(2).str() + " must have the scores' element type");
+  const std::string red = ctx.attr_string("reduction", "mean");
+  if (red != "none" && red != "sum" && red != "mean")
+    ctx.fail("reduction must be 'none', 'sum' or 'mean', got '" + red + "'");
+  if (red != "none") {
+    ctx.set_output(0, ValueType::of(x.dtype, {}));
+  } else if (x.rank_known) {
+    SymShape out{x.shape[0]};
+    for (size_t i = 2; i < x.shape.size(); ++i)
+      out.push_back(t.rank_known ? merge_dims(ctx, x.shape[i], t.shape[i - 1], "target dimension") : x.shape[i]);
+    if (t.rank_known) out[0] = merge_dims(ctx, x.shape[0], t.shape[0], "batch dimension");
+    ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+  } else {
+    ctx.set_output(0, ValueType{x.dtype, t.rank_known, t.shape});
+  }
+  if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) ctx.set_output(1, x);
+}
+
+// DFT: the signal axis becomes n (n / 2 + 1 one-sided forward), the last axis 2 (1 for a
+// one-sided inverse); n follows dft_length when its value is known.
+void dft(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  const int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (rank < 2) ctx.fail("input must be [..., signal, 1 or 2], got " + x.str());
+  int64_t axis = ctx.opset() < 20 ? ctx.attr_int("axis", 1) : -2;
+  if (ctx.opset() >= 20 && ctx.has_input(2)) {
+    const auto a = known_ints(ctx, 2);
+    if (!a || a->size() != 1) {
+      SymShape out;
+      for (int64_t i = 0; i + 1 < rank; ++i) out.push_back(ctx.fresh_dim());
+      out.push_back(ctx.fresh_dim());
+      return ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+    }
+    axis = (*a)[0];
+  }
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank - 1) ctx.fail("axis " + std::to_string(axis) + " is out of range for " + x.str());
+  const bool inverse = ctx.attr_int("inverse", 0) != 0, onesided = ctx.attr_int("onesided", 0) != 0;
+  const SymDim m = x.shape[static_cast<size_t>(axis)];
+  SymDim n = inverse && onesided ? sym_mul(sym_sub(m, 1), 2) : m;
+  if (ctx.has_input(1)) {
+    const auto l = known_ints(ctx, 1);
+    n = l && l->size() == 1 ? SymDim((*l)[0]) : ctx.fresh_dim();
+  }
+  SymShape out = x.shape;
+  out[static_cast<size_t>(axis)] = inverse || !onesided ? n : sym_add(sym_div(n, 2), 1);
+  out[static_cast<size_t>(rank - 1)] = inverse && onesided ? 1 : 2;
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// STFT: [batch, frames, bins, 2], sizes from the constant frame_step, frame_length and window.
+void stft(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.rank_known && x.shape.size() != 3) ctx.fail("signal must be [batch, length, 1 or 2], got " + x.str());
+  const SymDim batch = x.rank_known ? x.shape[0] : ctx.fresh_dim();
+  std::optional<int64_t> flen;
+  if (ctx.has_input(3))
+    if (const auto l = known_ints(ctx, 3); l && l->size() == 1) flen = (*l)[0];
+  if (ctx.has_input(2))
+    if (const ValueType& w = ctx.input_type(2); w.rank_known && w.shape.size() == 1 && w.shape[0].known())
+      flen = w.shape[0].value();
+  const auto step = known_ints(ctx, 1);
+  SymDim frames = ctx.fresh_dim(), bins = ctx.fresh_dim();
+  if (flen) {
+    bins = ctx.attr_int("onesided", 1) != 0 ? *flen / 2 + 1 : *flen;
+    if (step && step->size() == 1 && (*step)[0] > 0 && x.rank_known)
+      frames = sym_add(sym_div(sym_sub(x.shape[1], *flen), (*step)[0]), 1);
+  }
+  ctx.set_output(0, ValueType::of(x.dtype, {batch, frames, bins, 2}));
+}
+
 // ---- Einsum ----
 
 using einsum::Equation;
@@ -237,6 +321,19 @@ void register_reduce_inference(OpRegistry& r) {
   r.set_infer("", "LogSoftmax", 1, softmax);
   r.set_infer("", "TopK", 1, topk);
   r.set_infer("", "CumSum", 11, cumsum);
+  r.set_infer("", "CumProd", 26, cumsum);
+  r.set_infer("", "Hardmax", 1, softmax);
+  r.set_infer("", "NegativeLogLikelihoodLoss", 12, loss);
+  r.set_infer("", "SoftmaxCrossEntropyLoss", 12, loss);
+  r.set_infer("", "DFT", 17, dft);
+  r.set_infer("", "STFT", 17, stft);
+  r.set_infer("", "Det", 11, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+    if (x.shape.size() < 2) ctx.fail("input must be [..., M, M], got " + x.str());
+    merge_dims(ctx, x.shape[x.shape.size() - 1], x.shape[x.shape.size() - 2], "matrix dimensions");
+    ctx.set_output(0, ValueType::of(x.dtype, SymShape(x.shape.begin(), x.shape.end() - 2)));
+  });
   r.set_infer("", "Einsum", 12, infer_einsum);
 }
 

@@ -1,4 +1,4 @@
-// Softmax and LogSoftmax: the shape logic every kernel shares (softmax.h) and the reference
+// Softmax, LogSoftmax and Hardmax: the shape logic every kernel shares (softmax.h) and the reference
 // kernels.
 //
 // Before opset 13 the input is coerced to 2-D at `axis` ([prod(dims[:axis]), prod(dims[axis:])])
@@ -157,11 +157,56 @@ void softmax_kernel(KernelContext& ctx) {
   softmax_run(ctx, Log, softmax_reference_f32);
 }
 
+// Hardmax: 1 at the first largest element along the axis (the axes from `axis` on, flattened,
+// before opset 13, as for Softmax), 0 elsewhere.
+void hardmax_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  const bool coerce_2d = ctx.opset() < 13;
+  int64_t axis = ctx.attr_int("axis", coerce_2d ? 1 : -1);
+  const int64_t r = std::max<int64_t>(rank, 1);
+  REFORGE_CHECK(axis >= -r && (axis < r || (coerce_2d && axis == rank)), label, ": axis ", axis,
+                " is out of range for input of rank ", rank);
+  if (axis < 0) axis += r;
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i < axis)
+      outer *= x.dim(i);
+    else if (coerce_2d || i == axis)
+      n *= x.dim(i);
+    else
+      inner *= x.dim(i);
+  }
+  Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+  if (y.numel() == 0) return;
+  dispatch_float(
+      x.dtype(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* xs = x.data<T>();
+        T* ys = y.mutable_data<T>();
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t j = 0; j < inner; ++j) {
+            const int64_t base = o * n * inner + j;
+            int64_t best = 0;
+            auto bv = to_compute(xs[base]);
+            for (int64_t k = 1; k < n; ++k) {
+              const auto v = to_compute(xs[base + k * inner]);
+              if (v > bv) bv = v, best = k;
+            }
+            ys[base + best * inner] = from_compute<T>(1.0f);
+          }
+      },
+      label.c_str());
+}
+
 }  // namespace
 
 void register_softmax_kernels(OpRegistry& r) {
   r.add({"", "Softmax", 1, INT_MAX, softmax_kernel<false>, nullptr});
   r.add({"", "LogSoftmax", 1, INT_MAX, softmax_kernel<true>, nullptr});
+  r.add({"", "Hardmax", 1, INT_MAX, hardmax_kernel, nullptr});
 }
 
 }  // namespace reforge::ops

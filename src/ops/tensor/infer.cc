@@ -770,6 +770,101 @@ void infer_non_zero(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(DType::Int64, {rank, ctx.fresh_dim()}));
 }
 
+// Compress: the condition's true entries (data) give the size along the axis.
+void infer_compress(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& c = ctx.input_type(1);
+  if (c.dtype != DType::Bool && c.dtype != DType::Undefined) ctx.fail("condition must be bool, got " + c.str());
+  if (!ctx.node().has_attr("axis")) return ctx.set_output(0, ValueType::of(x.dtype, {ctx.fresh_dim()}));
+  if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  SymShape out = x.shape;
+  out[static_cast<size_t>(normalize_axis(ctx, ctx.attr_int("axis", 0), rank_of(x)))] = ctx.fresh_dim();
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// Unique: the number of distinct values (slices) is data; inverse_indices has one entry per
+// element (slice along the axis).
+void infer_unique(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const SymDim u = ctx.fresh_dim();
+  const bool has_axis = ctx.node().has_attr("axis");
+  SymDim n = ctx.fresh_dim();
+  if (!has_axis) {
+    ctx.set_output(0, ValueType::of(x.dtype, {u}));
+    if (x.rank_known) n = sym_product(x.shape);
+  } else if (x.rank_known) {
+    const size_t a = static_cast<size_t>(normalize_axis(ctx, ctx.attr_int("axis", 0), rank_of(x)));
+    SymShape out = x.shape;
+    n = out[a];
+    out[a] = u;
+    ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+  } else {
+    ctx.set_output(0, ValueType::unranked(x.dtype));
+  }
+  const auto wanted = [&](size_t i) { return ctx.num_outputs() > i && !ctx.node().outputs[i].empty(); };
+  if (wanted(1)) ctx.set_output(1, ValueType::of(DType::Int64, {u}));
+  if (wanted(2)) ctx.set_output(2, ValueType::of(DType::Int64, {n}));
+  if (wanted(3)) ctx.set_output(3, ValueType::of(DType::Int64, {u}));
+}
+
+// CenterCropPad: the listed axes take the sizes of the shape input (when known).
+void infer_center_crop_pad(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  const int64_t rank = rank_of(x);
+  std::vector<int64_t> axes = ctx.attr_ints("axes");
+  if (!ctx.node().has_attr("axes"))
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  const SymShape* sizes = ctx.input_dims_value(1);
+  if (sizes && sizes->size() != axes.size())
+    ctx.fail("shape has " + std::to_string(sizes->size()) + " values for " + std::to_string(axes.size()) + " axes");
+  SymShape out = x.shape;
+  for (size_t i = 0; i < axes.size(); ++i)
+    out[static_cast<size_t>(normalize_axis(ctx, axes[i], rank))] = sizes ? (*sizes)[i] : ctx.fresh_dim();
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// Col2Im: [N, C * prod(block_shape), L] -> [N, C, image_shape...].
+void infer_col2im(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.rank_known && x.shape.size() != 3) ctx.fail("input must be [N, C * prod(block_shape), L], got " + x.str());
+  const SymShape* image = ctx.input_dims_value(1);
+  const auto block = known_ints(ctx, 2);
+  const ValueType& it = ctx.input_type(1);
+  if (!image && !(it.rank_known && it.shape.size() == 1 && it.shape[0].known()))
+    return ctx.set_output(0, ValueType::unranked(x.dtype));
+  SymShape out{x.rank_known ? x.shape[0] : ctx.fresh_dim(), ctx.fresh_dim()};
+  if (x.rank_known && block) {
+    int64_t b = 1;
+    for (int64_t v : *block) b *= v;
+    if (b > 0) out[1] = sym_div(x.shape[1], b);
+  }
+  if (image) {
+    out.insert(out.end(), image->begin(), image->end());
+  } else {
+    for (int64_t i = 0; i < it.shape[0].value(); ++i) out.push_back(ctx.fresh_dim());
+  }
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// EyeLike: the input's 2-D shape, of type `dtype` (default the input's).
+void infer_eye_like(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.rank_known && x.shape.size() != 2) ctx.fail("input must be 2-D, got " + x.str());
+  const DType dt =
+      ctx.node().has_attr("dtype") ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("dtype", 0))) : x.dtype;
+  ctx.set_output(0, ValueType{dt, x.rank_known, x.shape});
+}
+
+// HannWindow / HammingWindow / BlackmanWindow: [size] of output_datatype (default float32).
+void infer_window(InferContext& ctx) {
+  const DType dt = ctx.node().has_attr("output_datatype")
+                       ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("output_datatype", 0)))
+                       : DType::Float32;
+  const SymShape* size = ctx.input_dims_value(0);
+  ctx.set_output(0, ValueType::of(dt, {size && size->size() == 1 ? (*size)[0] : ctx.fresh_dim()}));
+}
+
 }  // namespace
 
 void register_tensor_inference(OpRegistry& r) {
@@ -802,6 +897,38 @@ void register_tensor_inference(OpRegistry& r) {
   r.set_infer("", "Dropout", 1, infer_dropout);
   r.set_infer("", "OneHot", 9, infer_one_hot);
   r.set_infer("", "NonZero", 9, infer_non_zero);
+  r.set_infer("", "Compress", 9, infer_compress);
+  r.set_infer("", "Unique", 11, infer_unique);
+  r.set_infer("", "CenterCropPad", 18, infer_center_crop_pad);
+  r.set_infer("", "Col2Im", 18, infer_col2im);
+  r.set_infer("", "EyeLike", 9, infer_eye_like);
+  r.set_infer("", "Upsample", 7, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    std::vector<double> scales;
+    if (ctx.opset() >= 9) {
+      if (const auto s = known_doubles(ctx, 1)) scales = *s;
+    } else {
+      for (float f : ctx.node().attr_floats("scales")) scales.push_back(f);
+    }
+    if (!x.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+    SymShape out;
+    for (size_t d = 0; d < x.shape.size(); ++d)
+      out.push_back(scales.size() == x.shape.size() && x.shape[d].known()
+                        ? SymDim(static_cast<int64_t>(std::floor(static_cast<double>(x.shape[d].value()) * scales[d])))
+                        : ctx.fresh_dim());
+    ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+  });
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) r.set_infer("", op, 17, infer_window);
+  r.set_infer("", "ReverseSequence", 10, infer_identity);
+  r.set_infer("", "MelWeightMatrix", 17, [](InferContext& ctx) {
+    const DType dt = ctx.node().has_attr("output_datatype")
+                         ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("output_datatype", 0)))
+                         : DType::Float32;
+    const auto mel = known_ints(ctx, 0);
+    const auto len = known_ints(ctx, 1);
+    ctx.set_output(0, ValueType::of(dt, {len && len->size() == 1 ? SymDim((*len)[0] / 2 + 1) : ctx.fresh_dim(),
+                                         mel && mel->size() == 1 ? SymDim((*mel)[0]) : ctx.fresh_dim()}));
+  });
 }
 
 }  // namespace reforge::ops

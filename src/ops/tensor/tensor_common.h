@@ -25,6 +25,9 @@ void register_layout_ops(OpRegistry& r);          // layout_ops.cc
 void register_pad_ops(OpRegistry& r);             // pad_ops.cc
 void register_gather_scatter_ops(OpRegistry& r);  // gather_scatter.cc
 void register_tensor_misc_ops(OpRegistry& r);     // tensor_misc.cc
+void register_select_ops(OpRegistry& r);          // select_ops.cc
+void register_image_ops(OpRegistry& r);           // image_ops.cc
+void register_generator_ops(OpRegistry& r);       // generator_ops.cc
 
 // Unsigned integer type of a given byte size, used to move elements of any dtype.
 template <size_t Bytes>

@@ -1,6 +1,8 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
-// RotaryEmbedding (23+), RMSNormalization (23+) and Resize (10+), following the ONNX operator
-// definitions and the checks their kernels make.
+// RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+),
+// NonMaxSuppression and RoiAlign (10+), TensorScatter (24+), CausalConvWithState and
+// LinearAttention (27+) and SwiGLU (28+), following the ONNX operator definitions and the checks
+// their kernels make.
 #include "ops/infer.h"
 
 #include <algorithm>
@@ -249,6 +251,46 @@ void infer_resize(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(x.dtype, out));
 }
 
+// GridSample: [N, C] of X followed by the grid's output spatial dimensions.
+void infer_grid_sample(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& g = ctx.input_type(1);
+  if (!g.rank_known) return ctx.set_output(0, ValueType::unranked(x.dtype));
+  if (g.shape.size() < 3) ctx.fail("grid must be [N, out spatial..., r], got " + g.str());
+  if (x.rank_known && x.shape.size() != g.shape.size())
+    ctx.fail("X " + x.str() + " and grid " + g.str() + " must have the same rank");
+  SymShape out{x.rank_known ? merge_dims(ctx, x.shape[0], g.shape[0], "batch dimension") : g.shape[0],
+               x.rank_known ? x.shape[1] : ctx.fresh_dim()};
+  out.insert(out.end(), g.shape.begin() + 1, g.shape.end() - 1);
+  ctx.set_output(0, ValueType::of(x.dtype, std::move(out)));
+}
+
+// AffineGrid: size [N, C, (D,) H, W] gives grid [N, (D,) H, W, 2 or 3].
+void infer_affine_grid(InferContext& ctx) {
+  const ValueType& theta = ctx.input_type(0);
+  const SymShape* size = ctx.input_dims_value(1);
+  const ValueType& st = ctx.input_type(1);
+  int64_t len = -1;
+  if (size)
+    len = static_cast<int64_t>(size->size());
+  else if (st.rank_known && st.shape.size() == 1 && st.shape[0].known())
+    len = st.shape[0].value();
+  if (len < 0) return ctx.set_output(0, ValueType::unranked(theta.dtype));
+  if (len != 4 && len != 5) ctx.fail("size must have 4 or 5 values, got " + std::to_string(len));
+  SymShape out{size ? (*size)[0] : ctx.fresh_dim()};
+  for (int64_t i = 2; i < len; ++i) out.push_back(size ? (*size)[static_cast<size_t>(i)] : ctx.fresh_dim());
+  out.push_back(len - 2);
+  ctx.set_output(0, ValueType::of(theta.dtype, std::move(out)));
+}
+
+// NonMaxSuppression: int64 [selected, 3]; how many are selected depends on the data.
+void infer_non_max_suppression(InferContext& ctx) {
+  const ValueType& b = ctx.input_type(0);
+  if (b.rank_known && (b.shape.size() != 3 || (b.shape[2].known() && b.shape[2].value() != 4)))
+    ctx.fail("boxes must be [batches, boxes, 4], got " + b.str());
+  ctx.set_output(0, ValueType::of(DType::Int64, {ctx.fresh_dim(), 3}));
+}
+
 }  // namespace
 
 void register_transformer_inference(OpRegistry& r) {
@@ -256,6 +298,55 @@ void register_transformer_inference(OpRegistry& r) {
   r.set_infer("", "RotaryEmbedding", 23, infer_rotary_embedding);
   r.set_infer("", "RMSNormalization", 23, infer_rms_normalization);
   r.set_infer("", "Resize", 10, infer_resize);
+  r.set_infer("", "GridSample", 16, infer_grid_sample);
+  r.set_infer("", "AffineGrid", 20, infer_affine_grid);
+  r.set_infer("", "NonMaxSuppression", 10, infer_non_max_suppression);
+  r.set_infer("", "SwiGLU", 28, [](InferContext& ctx) {
+    const ValueType& a = ctx.input_type(0);
+    const ValueType& b = ctx.input_type(1);
+    if (a.dtype != b.dtype && a.dtype != DType::Undefined && b.dtype != DType::Undefined)
+      ctx.fail("a " + a.str() + " and b " + b.str() + " must have the same type");
+    ctx.set_output(0, a);
+  });
+  r.set_infer("", "CausalConvWithState", 27, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const ValueType& w = ctx.input_type(1);
+    if (x.rank_known && x.shape.size() != 3) ctx.fail("input must be [batch, channels, length], got " + x.str());
+    if (w.rank_known && w.shape.size() != 3) ctx.fail("weight must be [channels, 1, k], got " + w.str());
+    ctx.set_output(0, x);
+    if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) {
+      const SymDim state = w.rank_known ? sym_sub(w.shape[2], 1) : ctx.fresh_dim();
+      ctx.set_output(
+          1, x.rank_known ? ValueType::of(x.dtype, {x.shape[0], x.shape[1], state}) : ValueType::unranked(x.dtype));
+    }
+  });
+  r.set_infer("", "LinearAttention", 27, [](InferContext& ctx) {
+    const ValueType& q = ctx.input_type(0);
+    const ValueType& v = ctx.input_type(2);
+    const int64_t hq = ctx.attr_int("q_num_heads", 0), hkv = ctx.attr_int("kv_num_heads", 0);
+    if (hkv < 1 || hq < hkv || hq % hkv != 0)
+      ctx.fail("q_num_heads (" + std::to_string(hq) + ") must be a positive multiple of kv_num_heads (" +
+               std::to_string(hkv) + ")");
+    if (!q.rank_known || !v.rank_known || q.shape.size() != 3 || v.shape.size() != 3) {
+      ctx.set_output(0, ValueType::unranked(q.dtype));
+      if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) ctx.set_output(1, ValueType::unranked(q.dtype));
+      return;
+    }
+    const SymDim dv = sym_div(v.shape[2], hkv), dk = sym_div(q.shape[2], hq);
+    ctx.set_output(0, ValueType::of(q.dtype, {q.shape[0], q.shape[1], sym_mul(dv, hq)}));
+    if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty())
+      ctx.set_output(1, ValueType::of(q.dtype, {q.shape[0], hkv, dk, dv}));
+  });
+  r.set_infer("", "RoiAlign", 10, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    const ValueType& rois = ctx.input_type(1);
+    if (x.rank_known && x.shape.size() != 4) ctx.fail("X must be [N, C, H, W], got " + x.str());
+    ctx.set_output(
+        0, ValueType::of(x.dtype, {rois.rank_known && rois.shape.size() == 2 ? rois.shape[0] : ctx.fresh_dim(),
+                                   x.rank_known ? x.shape[1] : ctx.fresh_dim(), ctx.attr_int("output_height", 1),
+                                   ctx.attr_int("output_width", 1)}));
+  });
+  r.set_infer("", "TensorScatter", 24, [](InferContext& ctx) { ctx.set_output(0, ctx.input_type(0)); });
 }
 
 }  // namespace reforge::ops
