@@ -31,12 +31,19 @@ export CPATH=$deps/usr/include:$deps/usr/include/$arch${CPATH:+:$CPATH}
 export LIBRARY_PATH=$deps/usr/lib/$arch${LIBRARY_PATH:+:$LIBRARY_PATH}
 export LD_LIBRARY_PATH=$deps/usr/lib/$arch:$deps/usr/lib/$arch/openblas-openmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
+# cuDNN: the system's, else the one PyTorch's wheels bring (nvidia-cudnn).
+cudnn_root=""
+if ! ls /usr/include/cudnn.h /usr/local/cuda/include/cudnn.h >/dev/null 2>&1; then
+  cudnn_root=$(python3 -c 'import nvidia.cudnn as c; print(list(c.__path__)[0])' 2>/dev/null || true)
+  [ -n "$cudnn_root" ] && export LD_LIBRARY_PATH=$cudnn_root/lib:$LD_LIBRARY_PATH
+fi
+echo "device_test: cuDNN from ${cudnn_root:-the system}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvcc --version | tail -1
 [ $keep = 1 ] || rm -rf "$B"
 t0=$SECONDS
 cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON -DREFORGE_PYTHON=OFF \
-  -DREFORGE_DEPS_PREFIX=$deps -DCMAKE_PREFIX_PATH=$deps/usr -DCMAKE_CUDA_ARCHITECTURES=90 >"$B.configure.log" 2>&1 ||
+  -DREFORGE_DEPS_PREFIX=$deps -DCMAKE_PREFIX_PATH=$deps/usr -DCMAKE_CUDA_ARCHITECTURES=90 ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} >"$B.configure.log" 2>&1 ||
   { tail -30 "$B.configure.log"; exit 1; }
 cmake --build "$B" -j"$(nproc)" --target reforge reforge_tests >"$B.build.log" 2>&1 ||
   { grep -E "error|FAILED" "$B.build.log" | head -40; exit 1; }

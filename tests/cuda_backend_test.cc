@@ -244,6 +244,78 @@ TEST(CudaKernels, GemmMatchesTheCpu) {
         }
 }
 
+TEST(CudaKernels, ConvMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape x, w;
+    std::map<std::string, ir::Attribute> attrs;
+    bool bias;
+  };
+  using ir::ints_attr;
+  const std::vector<Case> cases = {
+      {{1, 3, 9, 11}, {4, 3, 3, 3}, {}, true},
+      {{2, 4, 8, 8}, {6, 2, 3, 3}, {{"group", ir::int_attr("group", 2)}}, true},
+      {{1, 8, 7, 7}, {8, 1, 3, 3}, {{"group", ir::int_attr("group", 8)}, {"pads", ints_attr("pads", {1, 1, 1, 1})}},
+       false},
+      {{1, 3, 10, 10},
+       {5, 3, 3, 3},
+       {{"strides", ints_attr("strides", {2, 2})}, {"dilations", ints_attr("dilations", {2, 1})}},
+       true},
+      {{1, 2, 8, 8}, {3, 2, 2, 2}, {{"auto_pad", ir::string_attr("auto_pad", "SAME_UPPER")}}, true},
+      {{1, 2, 7, 6}, {3, 2, 3, 2}, {{"pads", ints_attr("pads", {0, 1, 2, 0})}}, false},
+      {{2, 3, 17}, {4, 3, 5}, {{"pads", ints_attr("pads", {2, 1})}}, true},
+      {{1, 2, 5, 6, 7}, {3, 2, 3, 3, 3}, {{"pads", ints_attr("pads", {1, 1, 1, 1, 1, 1})}}, true},
+      {{1, 64, 14, 14}, {32, 64, 1, 1}, {}, true}};
+  uint32_t seed = 4000;
+  for (DType t : {DType::Float32, DType::Float16})
+    for (const auto& c : cases) {
+      Tensor x = random_of(t, c.x, ++seed), w = random_of(t, c.w, ++seed), b = random_of(t, {c.w[0]}, ++seed);
+      std::vector<std::string> ins = {"X", "W"};
+      if (c.bias) ins.push_back("B");
+      expect_same_on_cuda(node("Y", "Conv", ins, c.attrs, 11), {x, w, b},
+                          describe_case("Conv", t, c.x, c.w) + (c.bias ? " bias" : ""), {"W", "B"});
+    }
+}
+
+TEST(CudaKernels, PoolsMatchTheCpu) {
+  REQUIRE_GPU();
+  using ir::ints_attr;
+  const std::vector<std::pair<Shape, std::map<std::string, ir::Attribute>>> cases = {
+      {{1, 3, 9, 11}, {{"kernel_shape", ints_attr("kernel_shape", {3, 3})}}},
+      {{2, 4, 12, 12},
+       {{"kernel_shape", ints_attr("kernel_shape", {3, 3})},
+        {"strides", ints_attr("strides", {2, 2})},
+        {"pads", ints_attr("pads", {1, 1, 1, 1})}}},
+      {{1, 2, 10, 9},
+       {{"kernel_shape", ints_attr("kernel_shape", {2, 3})},
+        {"strides", ints_attr("strides", {2, 2})},
+        {"ceil_mode", ir::int_attr("ceil_mode", 1)},
+        {"pads", ints_attr("pads", {0, 1, 1, 0})}}},
+      {{1, 2, 11, 11},
+       {{"kernel_shape", ints_attr("kernel_shape", {3, 3})},
+        {"dilations", ints_attr("dilations", {2, 2})},
+        {"auto_pad", ir::string_attr("auto_pad", "SAME_UPPER")}}},
+      {{2, 3, 17}, {{"kernel_shape", ints_attr("kernel_shape", {4})}, {"strides", ints_attr("strides", {3})}}},
+      {{1, 2, 5, 6, 7}, {{"kernel_shape", ints_attr("kernel_shape", {2, 2, 2})}}}};
+  uint32_t seed = 5000;
+  for (DType t : {DType::Float32, DType::Float16})
+    for (const auto& [shape, attrs] : cases) {
+      Tensor x = random_of(t, shape, ++seed);
+      expect_same_on_cuda(node("Y", "MaxPool", {"X"}, attrs, 12), {x}, describe_case("MaxPool", t, shape, {}));
+      ir::Node with_indices = node("Y", "MaxPool", {"X"}, attrs, 12);
+      with_indices.outputs.push_back("I");
+      expect_same_on_cuda(with_indices, {x}, describe_case("MaxPool+Indices", t, shape, {}));
+      for (int include = 0; include < 2; ++include) {
+        auto a = attrs;
+        a["count_include_pad"] = ir::int_attr("count_include_pad", include);
+        expect_same_on_cuda(node("Y", "AveragePool", {"X"}, a, 19), {x},
+                            describe_case("AveragePool include_pad=" + std::to_string(include), t, shape, {}));
+      }
+      expect_same_on_cuda(node("Y", "GlobalAveragePool", {"X"}), {x}, describe_case("GlobalAveragePool", t, shape, {}));
+      expect_same_on_cuda(node("Y", "GlobalMaxPool", {"X"}), {x}, describe_case("GlobalMaxPool", t, shape, {}));
+    }
+}
+
 TEST(CudaKernels, ViewsAndTransfersKeepValues) {
   REQUIRE_GPU();
   ir::Graph g = shape_model();

@@ -58,6 +58,8 @@ backends::Backend backend();
 void register_transfer_kernels(backends::KernelRegistry& r);     // transfer.cc: ToDevice, ToHost
 void register_view_kernels(backends::KernelRegistry& r);         // views.cc: Reshape, Squeeze, ..., Shape, Size
 void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.cu: binary arithmetic, compare
-void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
+void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cu: MatMul, Gemm (cuBLASLt)
+void register_conv_kernels(backends::KernelRegistry& r);         // conv.cu: Conv (cuDNN)
+void register_pool_kernels(backends::KernelRegistry& r);         // pool.cu: Max/Average/Global pools
 
 }  // namespace reforge::cuda
