@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit and model tests (gtest), the ONNX backend node conformance
-# tests listed in tests/conformance/required-standard-types.txt, and the Python package's tests
-# (pytest, python/tests, in .venv). Run scripts/setup.sh first.
+# tests listed in tests/conformance/required-standard-types.txt and extra-passing.txt, and the
+# Python package's tests (pytest, python/tests, in .venv). Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -25,12 +25,15 @@ fi
 status=0
 echo "== unit and model tests"
 ./build/reforge_tests --gtest_brief=1 || status=1
-echo "== ONNX node conformance (required list)"
-./build/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt || status=1
-echo "== ONNX node conformance (required list, refittable plans, test inputs as initializers, stripped and refit)"
-for init in weights all; do
-  ./build/reforge conformance "$suite/node" --list tests/conformance/required-standard-types.txt \
-    --mode refit --initializers "$init" --strip || status=1
+# The required list, then the tests that pass beyond it (extra-passing.txt), each run the same
+# three ways.
+for list in tests/conformance/required-standard-types.txt tests/conformance/extra-passing.txt; do
+  echo "== ONNX node conformance ($list)"
+  ./build/reforge conformance "$suite/node" --list "$list" || status=1
+  echo "== ONNX node conformance ($list, refittable plans, test inputs as initializers, stripped and refit)"
+  for init in weights all; do
+    ./build/reforge conformance "$suite/node" --list "$list" --mode refit --initializers "$init" --strip || status=1
+  done
 done
 echo "== Python package (pytest)"
 .venv/bin/python -m pytest -q -p no:cacheprovider python/tests || status=1

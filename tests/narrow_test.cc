@@ -91,7 +91,8 @@ TEST(Narrow, Float4E2M1) {
   EXPECT_EQ(narrow_from_double(t, -3.5), 0xE);         // tie 3 / 4: even, -4
   EXPECT_EQ(narrow_from_double(t, 1e9, kNoSat), 0x7);  // float4 always saturates
   EXPECT_EQ(narrow_from_double(t, -kInf, kNoSat), 0xF);
-  EXPECT_EQ(narrow_from_double(t, kNaN), 0x8);
+  EXPECT_EQ(narrow_from_double(t, kNaN), 0x8);  // no NaN: a zero of the opposite sign
+  EXPECT_EQ(narrow_from_double(t, -kNaN), 0x0);
   EXPECT_EQ(narrow_to_double(t, 0x7), 6.0);
   EXPECT_EQ(narrow_to_double(t, 0x9), -0.5);
 }

@@ -105,7 +105,7 @@ uint8_t minifloat_encode(const MiniFloat& f, double x, bool saturate) {
       case MiniFloat::Specials::kFNUZ:
         return 0x80;
       case MiniFloat::Specials::kNone:
-        return sign_bit;
+        break;
     }
     return 0;
   };
@@ -113,7 +113,9 @@ uint8_t minifloat_encode(const MiniFloat& f, double x, bool saturate) {
     if (f.specials == MiniFloat::Specials::kIEEE) return static_cast<uint8_t>(sign | (exp_all_ones << f.mbits));
     return nan_code();
   };
-  if (std::isnan(x)) return f.specials == MiniFloat::Specials::kNone ? sign_bit : nan_code();
+  // Float4 has no NaN: a NaN becomes a zero of the opposite sign, bit for bit what the ONNX
+  // reference evaluator (ml_dtypes) writes.
+  if (std::isnan(x)) return f.specials == MiniFloat::Specials::kNone ? (neg ? 0 : sign_bit) : nan_code();
   double a = std::fabs(x);
   if (saturate || f.specials == MiniFloat::Specials::kNone) {
     if (a > f.max) a = f.max;

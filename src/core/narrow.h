@@ -11,8 +11,8 @@
 //   `saturate` (the default) values beyond the largest finite value, infinities included, become
 //   that value; without it they become NaN, or infinity for E5M2 (the tables in the Cast
 //   schema). The FNUZ formats have no negative zero (-0 gives +0) and one NaN (0x80). Float4 has
-//   neither infinity nor NaN: it always saturates, and NaN gives the code 0x8 (the ONNX
-//   reference evaluator's choice, through ml_dtypes).
+//   neither infinity nor NaN: it always saturates, and NaN gives a zero of the opposite sign
+//   (0x8 for a positive NaN: the ONNX reference evaluator's codes, through ml_dtypes).
 // - float8 E8M0 (a bare power of two 2^(code-127), code 0xFF is NaN, no sign, no zero): the
 //   magnitude is rounded to a power of two by `round_mode` (up: the nearest not below it; down:
 //   the nearest not above it; nearest: the nearer, ties up). Below 2^-127 (zero included) and
