@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ir/graph.h"
+#include "onnx/exporter.h"
+#include "onnx/importer.h"
 
 namespace reforge {
 namespace {
@@ -159,6 +162,47 @@ TEST(Narrow, SubBytePacking) {
   ASSERT_EQ(packed.size(), 2u);
   pack_subbyte(DType::UInt2, uint2.data(), 5, packed.data());
   EXPECT_EQ(packed, (std::vector<uint8_t>{0x39, 0x01}));
+}
+
+// An ONNX file packs 4- and 2-bit initializers (odd counts included); importing unpacks them to
+// the same codes, and float8 codes travel as they are.
+TEST(Narrow, OnnxFileRoundTrip) {
+  ir::Graph g;
+  g.name = "narrow";
+  g.ir_version = 10;
+  g.opsets[""] = 21;
+  auto codes = [](DType t, std::vector<uint8_t> v) {
+    Tensor x = Tensor::empty(t, {static_cast<int64_t>(v.size())});
+    for (size_t i = 0; i < v.size(); ++i) x.mutable_data<uint8_t>()[i] = v[i];
+    return x;
+  };
+  g.initializers["i4"] = codes(DType::Int4, {0x1, 0xE, 0x3});
+  g.initializers["u2"] = codes(DType::UInt2, {1, 2, 3, 0, 1});
+  g.initializers["f8"] = codes(DType::Float8E5M2, {0x3C, 0xFC});
+  ir::Node n;
+  n.name = "cast";
+  n.op_type = "Cast";
+  n.opset = 21;
+  n.inputs = {"i4"};
+  n.outputs = {"y"};
+  n.attrs["to"] = ir::int_attr("to", static_cast<int64_t>(DType::Float32));
+  g.nodes.push_back(n);
+  ir::ValueInfo y;
+  y.name = "y";
+  y.dtype = DType::Float32;
+  g.outputs.push_back(y);
+  const std::string path = testing::TempDir() + "/narrow_roundtrip.onnx";
+  onnx::write_model_file(g, path);
+  ir::Graph back = onnx::import_model_file(path);
+  for (const char* name : {"i4", "u2", "f8"}) {
+    const Tensor& a = g.initializers.at(name);
+    const Tensor& b = back.initializers.at(name);
+    ASSERT_EQ(b.dtype(), a.dtype()) << name;
+    ASSERT_EQ(b.shape(), a.shape()) << name;
+    EXPECT_EQ(std::vector<uint8_t>(b.data<uint8_t>(), b.data<uint8_t>() + b.numel()),
+              std::vector<uint8_t>(a.data<uint8_t>(), a.data<uint8_t>() + a.numel()))
+        << name;
+  }
 }
 
 TEST(Narrow, CastTensor) {
