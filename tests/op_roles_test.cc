@@ -78,6 +78,10 @@ const std::vector<OldRow> kLaterWeightSlots = {
     {"CausalConvWithState", 27, 4, {1, 2}},
     {"GroupNormalization", 21, 3, {1, 2}},
     {"DeformConv", 19, 5, {1, 3}},
+    {"MatMulInteger", 10, 4, {1}},
+    {"QLinearMatMul", 10, 8, {3}},
+    {"ConvInteger", 10, 4, {1}},
+    {"QLinearConv", 10, 9, {3, 8}},
 };
 const std::vector<OldRow> kLaterShapeSlots = {
     {"CumProd", 26, 2, {1}},
@@ -158,7 +162,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
             << d->op_type << " input " << s;
       }
     }
-  EXPECT_EQ(weight, 17u + 16u);  // old tables + the later weight slots
+  EXPECT_EQ(weight, 17u + 16u + 5u);  // old tables + the later weight slots
   EXPECT_EQ(shape, 34u + 22u);   // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);

@@ -70,6 +70,11 @@ size_t dtype_size(DType t) {
     case DType::Float8E5M2:
     case DType::Float8E5M2FNUZ:
     case DType::Float8E8M0:
+    case DType::Float4E2M1:
+    case DType::UInt4:
+    case DType::Int4:
+    case DType::UInt2:
+    case DType::Int2:
       return 1;
     case DType::UInt16:
     case DType::Int16:

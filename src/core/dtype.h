@@ -1,6 +1,8 @@
 // Element types. The numeric codes are ONNX's TensorProto.DataType codes so that importers and
-// the plan format can store them as they are. Only the "standard" types have kernels; the rest
-// exist so that an importer can name them in an error message.
+// the plan format can store them as they are. The "standard" types have kernels; the narrow
+// types (float8, float4, 4- and 2-bit integers) are held one element per byte and only Cast,
+// BitCast and the quantization ops read or write them (core/narrow.h: is_narrow, has_storage,
+// the conversions); string and complex exist so that an importer can name them in an error.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +46,8 @@ bool is_supported(DType t);
 bool is_float(DType t);    // float32, float16, bfloat16, float64
 bool is_integer(DType t);  // signed or unsigned integer (not bool)
 bool is_signed(DType t);
-// Bytes per element; 0 for types without a fixed byte size (string, sub-byte types).
+// Bytes per element in memory: 1 for every narrow type (4- and 2-bit types are unpacked, one
+// element per byte); 0 for string.
 size_t dtype_size(DType t);
 // ONNX-style lower-case name: "float32", "int64", "bfloat16", "unknown(99)".
 std::string dtype_name(DType t);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/narrow.h"
 
 namespace reforge {
 
@@ -230,7 +231,7 @@ Tensor Tensor::uninitialized(DType dtype, Shape shape) {
 }
 
 Tensor Tensor::allocate(DType dtype, Shape shape, bool& zeroed) {
-  REFORGE_CHECK(is_supported(dtype), "tensors of type ", dtype_name(dtype), " are not supported");
+  REFORGE_CHECK(has_storage(dtype), "tensors of type ", dtype_name(dtype), " are not supported");
   Tensor t;
   t.dtype_ = dtype;
   t.numel_ = shape_numel(shape);
@@ -308,6 +309,7 @@ Tensor to_memory(const Tensor& t, Memory memory) {
 double Tensor::as_double(int64_t i) const {
   REFORGE_CHECK(memory_ == Memory::Host, describe(), " is in device memory: read it on the host after a copy");
   REFORGE_CHECK(i >= 0 && i < numel_, "index ", i, " out of range for ", describe());
+  if (is_narrow(dtype_)) return narrow_to_double(dtype_, data<uint8_t>()[i]);
   return dispatch_all(dtype_, [&](auto tag) -> double {
     using T = typename decltype(tag)::type;
     return static_cast<double>(to_compute(data<T>()[i]));
@@ -317,6 +319,7 @@ double Tensor::as_double(int64_t i) const {
 int64_t Tensor::as_int64(int64_t i) const {
   REFORGE_CHECK(memory_ == Memory::Host, describe(), " is in device memory: read it on the host after a copy");
   REFORGE_CHECK(i >= 0 && i < numel_, "index ", i, " out of range for ", describe());
+  if (is_narrow(dtype_)) return static_cast<int64_t>(narrow_to_double(dtype_, data<uint8_t>()[i]));
   return dispatch_all(dtype_, [&](auto tag) -> int64_t {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>)
@@ -381,9 +384,61 @@ To convert_one(From v) {
 }
 }  // namespace
 
-Tensor cast_tensor(const Tensor& src, DType to) {
+Tensor cast_tensor(const Tensor& src, DType to) { return cast_tensor(src, to, NarrowCastOptions{}); }
+
+namespace {
+// Casts from or to a narrow type (core/narrow.h): integers and bool go through int64 (exact,
+// so that 4- and 2-bit targets keep the low bits of the integer), floats and narrow sources
+// through double (exact for every float source), then the target's conversion.
+Tensor cast_narrow(const Tensor& src, DType to, const NarrowCastOptions& o) {
+  const int64_t n = src.numel();
+  const DType from = src.dtype();
+  if (!is_narrow(to)) {
+    // Narrow -> standard: every narrow value is exact in double (and integral for the integer
+    // types), so decoding to double and casting that rounds once.
+    Tensor wide = Tensor::empty(DType::Float64, src.shape());
+    const uint8_t* s = src.data<uint8_t>();
+    double* d = wide.mutable_data<double>();
+    for (int64_t i = 0; i < n; ++i) d[i] = narrow_to_double(from, s[i]);
+    return cast_tensor(wide, to);
+  }
+  Tensor out = Tensor::empty(to, src.shape());
+  uint8_t* d = out.mutable_data<uint8_t>();
+  if (is_narrow(from)) {
+    const uint8_t* s = src.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) d[i] = narrow_from_double(to, narrow_to_double(from, s[i]), o);
+  } else if (from == DType::Bool) {
+    const uint8_t* s = src.data<uint8_t>();
+    for (int64_t i = 0; i < n; ++i) d[i] = narrow_from_int64(to, s[i] != 0 ? 1 : 0, o);
+  } else {
+    dispatch_numeric(from, [&](auto tag) {
+      using From = typename decltype(tag)::type;
+      const From* s = src.data<From>();
+      for (int64_t i = 0; i < n; ++i) {
+        if constexpr (std::is_integral_v<From>) {
+          if constexpr (std::is_same_v<From, uint64_t>)
+            d[i] = !is_narrow_integer(to) ? narrow_from_double(to, static_cast<double>(s[i]), o)
+                                          : narrow_from_int64(to, static_cast<int64_t>(s[i]), o);
+          else
+            d[i] = narrow_from_int64(to, static_cast<int64_t>(s[i]), o);
+        } else {
+          d[i] = narrow_from_double(to, static_cast<double>(to_compute(s[i])), o);
+        }
+      }
+    });
+  }
+  return out;
+}
+}  // namespace
+
+Tensor cast_tensor(const Tensor& src, DType to, const NarrowCastOptions& narrow) {
   if (src.dtype() == to) return src;
   REFORGE_CHECK(src.on_host(), "cannot cast ", src.describe(), " in device memory on the host");
+  if (is_narrow(src.dtype()) || is_narrow(to)) {
+    REFORGE_CHECK(has_storage(src.dtype()) && has_storage(to), "cannot cast ", src.describe(), " to ", dtype_name(to),
+                  ": only numeric, bool, float8, float4 and 4-/2-bit integer types are supported");
+    return cast_narrow(src, to, narrow);
+  }
   REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ", dtype_name(to),
                 ": only standard numeric and bool types are supported");
   Tensor out = Tensor::empty(to, src.shape());

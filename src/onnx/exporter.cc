@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/atomic_file.h"
+#include "core/narrow.h"
 #include "onnx/proto/onnx.pb.h"
 
 namespace reforge::onnx {
@@ -17,6 +18,12 @@ void fill_tensor(::onnx::TensorProto* tp, const std::string& name, const Tensor&
   tp->set_name(name);
   tp->set_data_type(static_cast<int>(t.dtype()));
   for (int64_t d : t.shape()) tp->add_dims(d);
+  if (onnx_bits_per_element(t.dtype()) < 8) {  // 4- and 2-bit types are packed (core/narrow.h)
+    std::string packed(onnx_packed_bytes(t.dtype(), t.numel()), '\0');
+    pack_subbyte(t.dtype(), t.data<uint8_t>(), t.numel(), reinterpret_cast<uint8_t*>(packed.data()));
+    tp->set_raw_data(std::move(packed));
+    return;
+  }
   tp->set_raw_data(std::string(static_cast<const char*>(t.raw()), t.nbytes()));
 }
 
@@ -93,7 +100,8 @@ void write_model_file(const ir::Graph& g, const std::string& path, const ExportO
   size_t offset = 0;
   for (const auto& [name, t] : g.initializers) {
     auto* tp = gp->add_initializer();
-    if (o.external_threshold == 0 || t.nbytes() < o.external_threshold) {
+    // Sub-byte tensors are stored inline: external data holds the in-memory bytes as they are.
+    if (o.external_threshold == 0 || t.nbytes() < o.external_threshold || onnx_bits_per_element(t.dtype()) < 8) {
       fill_tensor(tp, name, t);
       continue;
     }

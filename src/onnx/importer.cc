@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/mapped_file.h"
+#include "core/narrow.h"
 #include "onnx/proto/onnx.pb.h"
 
 namespace reforge::onnx {
@@ -46,6 +47,13 @@ void check_count(const TensorProto& tp, const Field& field, int64_t n) {
     fail("tensor '", tp.name(), "' has ", field.size(), " values in its typed field, its shape needs ", n);
 }
 
+// A 4- or 2-bit tensor from ONNX's packed bytes, one element per byte (core/narrow.h).
+Tensor unpacked(DType dtype, const Shape& shape, const unsigned char* packed) {
+  Tensor t = Tensor::empty(dtype, shape);
+  unpack_subbyte(dtype, packed, t.numel(), t.mutable_data<uint8_t>());
+  return t;
+}
+
 // Returns (path, offset, length) of an external tensor after validating the location.
 Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, const Ctx& ctx) {
   std::string location;
@@ -73,7 +81,8 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
   if (b != base.end())
     fail("tensor '", tp.name(), "': external data location '", location, "' escapes the model's folder");
   auto file = MappedFile::open(full.string());
-  size_t need = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const bool packed = onnx_bits_per_element(dtype) < 8;
+  size_t need = onnx_packed_bytes(dtype, shape_numel(shape));
   if (offset < 0) fail("tensor '", tp.name(), "': negative external data offset ", offset);
   if (length >= 0 && static_cast<size_t>(length) != need)
     fail("tensor '", tp.name(), "': external data length ", length, " does not match ", dtype_name(dtype),
@@ -82,6 +91,7 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
     fail("tensor '", tp.name(), "': external data '", location, "' is ", file->size(), " bytes, too short for ", need,
          " bytes at offset ", offset);
   const unsigned char* p = file->data() + offset;
+  if (packed) return unpacked(dtype, shape, p);
   // Kernels read elements in their natural alignment; a tensor at an odd offset is copied.
   if (reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) != 0) return Tensor::copy_of(dtype, shape, p);
   return Tensor::wrap(dtype, shape, file, p);
@@ -92,7 +102,7 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
 Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
   DType dtype = dtype_from_onnx(tp.data_type());
   if (dtype == DType::Undefined) fail("tensor '", tp.name(), "' has unknown data type ", tp.data_type());
-  if (!is_supported(dtype))
+  if (!has_storage(dtype))
     fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
   if (tp.has_segment()) fail("tensor '", tp.name(), "' is segmented, which reforge does not support");
   Shape shape;
@@ -107,12 +117,13 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
     throw e.with_context("in tensor '" + tp.name() + "'");
   }
   if (tp.data_location() == TensorProto::EXTERNAL) return read_external(tp, dtype, shape, ctx);
-  size_t esize = dtype_size(dtype);
+  const bool packed = onnx_bits_per_element(dtype) < 8;
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
-    if (raw.size() != static_cast<size_t>(n) * esize)
+    if (raw.size() != onnx_packed_bytes(dtype, n))
       fail("tensor '", tp.name(), "' raw_data has ", raw.size(), " bytes, ", dtype_name(dtype), shape_str(shape),
-           " needs ", static_cast<size_t>(n) * esize);
+           " needs ", onnx_packed_bytes(dtype, n));
+    if (packed) return unpacked(dtype, shape, reinterpret_cast<const unsigned char*>(raw.data()));
     // The parsed proto already holds the one copy of these bytes; wrap it rather than copy again
     // when it is naturally aligned (kernels do not assume more than element alignment on inputs).
     auto addr = reinterpret_cast<uintptr_t>(raw.data());
@@ -180,6 +191,28 @@ Tensor tensor_from_proto(const TensorProto& tp, const Ctx& ctx) {
         for (int64_t i = 0; i < n; ++i) d[i] = static_cast<uint16_t>(tp.int32_data(static_cast<int>(i)));
       }
       break;
+    case DType::Float8E4M3FN:
+    case DType::Float8E4M3FNUZ:
+    case DType::Float8E5M2:
+    case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0:
+      // One code per int32_data entry, in its low byte.
+      check_count(tp, tp.int32_data(), n);
+      store_field<uint8_t>(t, tp.int32_data());
+      break;
+    case DType::Int4:
+    case DType::UInt4:
+    case DType::Float4E2M1:
+    case DType::Int2:
+    case DType::UInt2: {
+      // One packed byte per int32_data entry (the raw_data packing, byte by byte).
+      const int64_t bytes = static_cast<int64_t>(onnx_packed_bytes(dtype, n));
+      check_count(tp, tp.int32_data(), bytes);
+      std::vector<unsigned char> b(static_cast<size_t>(bytes));
+      for (int64_t i = 0; i < bytes; ++i)
+        b[static_cast<size_t>(i)] = static_cast<unsigned char>(tp.int32_data(static_cast<int>(i)));
+      return unpacked(dtype, shape, b.data());
+    }
     default:
       fail("tensor '", tp.name(), "' has type ", dtype_name(dtype), ", which reforge does not support");
   }

@@ -38,6 +38,7 @@ const OpRegistry& OpRegistry::global() {
     register_nn_ops(r);
     register_transformer_ops(r);
     register_reforge_ops(r);
+    register_quant_ops(r);
     register_elementwise_inference(r);
     register_unary_inference(r);
     register_tensor_inference(r);
@@ -45,6 +46,7 @@ const OpRegistry& OpRegistry::global() {
     register_nn_inference(r);
     register_transformer_inference(r);
     register_reforge_inference(r);
+    register_quant_inference(r);
     return r;
   }();
   return registry;

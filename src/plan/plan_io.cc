@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/atomic_file.h"
+#include "core/narrow.h"
 #include "plan/plan_format.h"
 
 namespace reforge::plan {
@@ -131,7 +132,7 @@ class Encoder {
   }
 
   void check_storable(const Tensor& t, const std::string& where) {
-    if (!is_supported(t.dtype()))
+    if (!has_storage(t.dtype()))
       fail(where, ": tensors of type ", dtype_name(t.dtype()), " cannot be stored in a plan");
   }
 

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/mapped_file.h"
+#include "core/narrow.h"
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
 
@@ -244,7 +245,7 @@ class Decoder {
   // Checks a data reference against the data section; returns a pointer to its first byte.
   const unsigned char* data_ref(const json& j, const std::string& where, DType dtype, const Shape& shape,
                                 uint64_t* recorded_hash) {
-    if (!is_supported(dtype)) fail(where, ": tensors of type ", dtype_name(dtype), " cannot hold data");
+    if (!has_storage(dtype)) fail(where, ": tensors of type ", dtype_name(dtype), " cannot hold data");
     uint64_t offset = as_u64(field(j, "offset", where), at(where, "offset"));
     uint64_t nbytes = as_u64(field(j, "nbytes", where), at(where, "nbytes"));
     *recorded_hash = hash_field(j, "xxh3", where);

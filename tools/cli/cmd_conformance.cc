@@ -34,6 +34,7 @@
 #include "builder/builder.h"
 #include "builder/fingerprint.h"
 #include "common.h"
+#include "core/narrow.h"
 #include "onnx/importer.h"
 #include "ops/infer_graph.h"
 #include "plan/plan_io.h"
@@ -79,7 +80,7 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
     return "output '" + name + "' has type " + dtype_name(got.dtype()) + ", expected " + dtype_name(want.dtype());
   if (got.shape() != want.shape())
     return "output '" + name + "' has shape " + shape_str(got.shape()) + ", expected " + shape_str(want.shape());
-  bool fp = is_float(want.dtype());
+  bool fp = is_float(want.dtype()) || (is_narrow(want.dtype()) && !is_narrow_integer(want.dtype()));
   for (int64_t i = 0; i < want.numel(); ++i) {
     if (fp) {
       double g = got.as_double(i), w = want.as_double(i);

@@ -1,5 +1,5 @@
 // Shape and type inference of the elementwise family (ops/infer.h): binary arithmetic, PRelu,
-// comparisons, logic, bitwise ops, Where, variadic Min/Max/Sum/Mean, Cast and CastLike.
+// comparisons, logic, bitwise ops, Where, variadic Min/Max/Sum/Mean, Cast, CastLike and BitCast.
 //
 // Outputs take the numpy broadcast of the inputs' shapes (ONNX "multidirectional"
 // broadcasting; Add/Sub/Mul/Div/Pow before opset 7 with broadcast=1 take the first operand's
@@ -326,6 +326,10 @@ void register_elementwise_inference(OpRegistry& r) {
   for (const char* op : {"Min", "Max", "Sum", "Mean"}) r.set_infer("", op, 1, variadic);
   r.set_infer("", "Cast", 1, [](InferContext& ctx) { cast_to(ctx, cast_target(ctx)); });
   r.set_infer("", "CastLike", 15, [](InferContext& ctx) { cast_to(ctx, ctx.input_type(1).dtype); });
+  r.set_infer("", "BitCast", 26, [](InferContext& ctx) {
+    const ValueType& x = ctx.input_type(0);
+    ctx.set_output(0, ValueType{dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("to", 0))), x.rank_known, x.shape});
+  });
 }
 
 }  // namespace reforge::ops

@@ -1,5 +1,6 @@
 // The elementwise op family: binary arithmetic (binary_arith.cc), comparisons, logic and Where
-// (compare_logic.cc), integer bitwise ops (bitwise.cc), variadic Min/Max/Sum/Mean (variadic.cc) and Cast/CastLike
+// (compare_logic.cc), integer bitwise ops (bitwise.cc), variadic Min/Max/Sum/Mean (variadic.cc) and
+// Cast/CastLike/BitCast
 // (cast.cc). All broadcasting goes through ops/broadcast.h.
 #include "ops/registry.h"
 

@@ -10,14 +10,15 @@
 namespace reforge::ops::nn {
 
 ConvSetup conv_setup(const KernelContext& ctx) {
-  const Tensor& X = ctx.input(0);
-  const Tensor& W = ctx.input(1);
-  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  return conv_setup(ctx, ctx.input(0), ctx.input(1), ctx.has_input(2) ? &ctx.input(2) : nullptr, true);
+}
+
+ConvSetup conv_setup(const KernelContext& ctx, const Tensor& X, const Tensor& W, const Tensor* B, bool same_types) {
   const ir::Node& node = ctx.node();
   REFORGE_CHECK(X.rank() >= 3, node.label(), ": X must be [N, C, spatial...], got ", X.describe());
   REFORGE_CHECK(W.rank() == X.rank(), node.label(), ": W ", W.describe(), " must have the rank of X ", X.describe());
-  REFORGE_CHECK(W.dtype() == X.dtype(), node.label(), ": W has element type ", dtype_name(W.dtype()), ", X has ",
-                dtype_name(X.dtype()));
+  REFORGE_CHECK(!same_types || W.dtype() == X.dtype(), node.label(), ": W has element type ", dtype_name(W.dtype()),
+                ", X has ", dtype_name(X.dtype()));
   const int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0);
   const int64_t group = ctx.attr_int("group", 1);
   REFORGE_CHECK(group >= 1, node.label(), ": group must be positive, got ", group);
@@ -26,7 +27,8 @@ ConvSetup conv_setup(const KernelContext& ctx) {
   REFORGE_CHECK(M % group == 0, node.label(), ": ", M, " output channels are not divisible by group ", group);
   if (B) {
     REFORGE_CHECK(B->numel() == M && B->rank() == 1, node.label(), ": bias ", B->describe(), " must be [", M, "]");
-    REFORGE_CHECK(B->dtype() == X.dtype(), node.label(), ": bias has element type ", dtype_name(B->dtype()));
+    REFORGE_CHECK(!same_types || B->dtype() == X.dtype(), node.label(), ": bias has element type ",
+                  dtype_name(B->dtype()));
   }
   const size_t nsp = static_cast<size_t>(X.rank() - 2);
   const std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/infer.h"
 #include "ops/nn/nn_common.h"
 
 namespace reforge::ops::nn {
@@ -62,6 +63,13 @@ struct ConvSetup {
 // Validates X (input 0), W (input 1) and the bias (input 2, optional) of a Conv-like node and
 // resolves its window; throws an Error naming the node.
 ConvSetup conv_setup(const KernelContext& ctx);
+// The same for explicit X, W and bias (the quantized convolutions, whose inputs sit elsewhere);
+// `same_types` false lets W and the bias have other element types than X.
+ConvSetup conv_setup(const KernelContext& ctx, const Tensor& X, const Tensor& W, const Tensor* B, bool same_types);
+
+// Shape inference: the NCHW output shape of a convolution of X (shape `xs`) with W, checking
+// the bias at input `bias_slot` (SIZE_MAX: none) against W's output channels.
+SymShape conv_infer_shape(InferContext& ctx, const SymShape& xs, const ValueType& w, size_t bias_slot);
 
 // reforge::FusedConv's attributes (activation, layouts) and inputs.
 std::string check_fused_conv(const ir::Node& node);

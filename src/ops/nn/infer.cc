@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/nn/activation_layout.h"
+#include "ops/nn/conv.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -175,8 +176,11 @@ SymShape physical(InferContext& ctx, const SymShape& s, nn::ActLayout l) {
 
 // ---- Conv, FusedConv, ConvTranspose ----
 
-// The NCHW output shape of a convolution of X (logical shape `xs`) with W.
-SymShape conv_shape(InferContext& ctx, const SymShape& xs, const ValueType& w) {
+}  // namespace
+
+// The NCHW output shape of a convolution of X (logical shape `xs`) with W and the bias at input
+// `bias_slot` (SIZE_MAX: none).
+SymShape nn::conv_infer_shape(InferContext& ctx, const SymShape& xs, const ValueType& w, size_t bias_slot) {
   if (xs.size() < 3) ctx.fail("X must be [N, C, spatial...], got " + sym_shape_str(xs));
   if (!w.rank_known) ctx.fail("W has no known rank");
   if (w.shape.size() != xs.size()) ctx.fail("W " + w.str() + " must have the rank of X " + sym_shape_str(xs));
@@ -191,8 +195,8 @@ SymShape conv_shape(InferContext& ctx, const SymShape& xs, const ValueType& w) {
              std::to_string(w.shape[1].value() * group));
   if (m.known() && m.value() % group != 0)
     ctx.fail(m.str() + " output channels are not divisible by group " + std::to_string(group));
-  if (ctx.has_input(2)) {
-    const ValueType& bias = ctx.input_type(2);
+  if (bias_slot != SIZE_MAX && ctx.has_input(bias_slot)) {
+    const ValueType& bias = ctx.input_type(bias_slot);
     if (bias.rank_known && (bias.shape.size() != 1 || differ(bias.shape[0], m)))
       ctx.fail("bias " + bias.str() + " must be [" + m.str() + "]");
   }
@@ -212,6 +216,12 @@ SymShape conv_shape(InferContext& ctx, const SymShape& xs, const ValueType& w) {
   const SymShape sp = window_out(ctx, SymShape(xs.begin() + 2, xs.end()), kernel, false);
   out.insert(out.end(), sp.begin(), sp.end());
   return out;
+}
+
+namespace {
+
+SymShape conv_shape(InferContext& ctx, const SymShape& xs, const ValueType& w) {
+  return nn::conv_infer_shape(ctx, xs, w, 2);
 }
 
 void conv(InferContext& ctx) {

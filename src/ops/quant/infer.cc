@@ -1,0 +1,64 @@
+// Shape and type inference of the quantization family (ops/infer.h). Quantize and Dequantize
+// keep x's shape; the output type is the zero point's / `output_dtype` / uint8 for
+// QuantizeLinear and `output_dtype` / the scale's for DequantizeLinear. The matrix products
+// follow numpy matmul, the convolutions Conv's geometry (ops/nn/conv.h).
+#include <string>
+
+#include "ops/nn/conv.h"
+#include "ops/registry.h"
+
+namespace reforge::ops {
+namespace {
+
+void set_like(InferContext& ctx, size_t out, const ValueType& x, DType dtype) {
+  ctx.set_output(out, x.rank_known ? ValueType::of(dtype, x.shape) : ValueType::unranked(dtype));
+}
+
+void quantize(InferContext& ctx) {
+  DType to = DType::UInt8;
+  const int64_t attr = ctx.attr_int("output_dtype", 0);
+  if (ctx.has_input(2))
+    to = ctx.input_type(2).dtype;
+  else if (attr != 0)
+    to = dtype_from_onnx(static_cast<int32_t>(attr));
+  set_like(ctx, 0, ctx.input_type(0), to);
+}
+
+void dequantize(InferContext& ctx) {
+  const int64_t attr = ctx.attr_int("output_dtype", 0);
+  const DType to = attr != 0 ? dtype_from_onnx(static_cast<int32_t>(attr)) : ctx.input_type(1).dtype;
+  set_like(ctx, 0, ctx.input_type(0), to);
+}
+
+void dynamic_quantize(InferContext& ctx) {
+  set_like(ctx, 0, ctx.input_type(0), DType::UInt8);
+  if (ctx.num_outputs() > 1) ctx.set_output(1, ValueType::of(DType::Float32, {}));
+  if (ctx.num_outputs() > 2) ctx.set_output(2, ValueType::of(DType::UInt8, {}));
+}
+
+void int_matmul(InferContext& ctx, size_t a, size_t b, DType to) {
+  const ValueType& at = ctx.input_type(a);
+  const ValueType& bt = ctx.input_type(b);
+  if (!at.rank_known || !bt.rank_known) return ctx.set_output(0, ValueType::unranked(to));
+  ctx.set_output(0, ValueType::of(to, matmul_shape(ctx, at.shape, bt.shape)));
+}
+
+void int_conv(InferContext& ctx, size_t x, size_t w, size_t bias, DType to) {
+  const ValueType& xt = ctx.input_type(x);
+  if (!xt.rank_known) return ctx.set_output(0, ValueType::unranked(to));
+  ctx.set_output(0, ValueType::of(to, nn::conv_infer_shape(ctx, xt.shape, ctx.input_type(w), bias)));
+}
+
+}  // namespace
+
+void register_quant_inference(OpRegistry& r) {
+  r.set_infer("", "QuantizeLinear", 10, quantize);
+  r.set_infer("", "DequantizeLinear", 10, dequantize);
+  r.set_infer("", "DynamicQuantizeLinear", 11, dynamic_quantize);
+  r.set_infer("", "MatMulInteger", 10, [](InferContext& ctx) { int_matmul(ctx, 0, 1, DType::Int32); });
+  r.set_infer("", "QLinearMatMul", 10, [](InferContext& ctx) { int_matmul(ctx, 0, 3, ctx.input_type(7).dtype); });
+  r.set_infer("", "ConvInteger", 10, [](InferContext& ctx) { int_conv(ctx, 0, 1, SIZE_MAX, DType::Int32); });
+  r.set_infer("", "QLinearConv", 10, [](InferContext& ctx) { int_conv(ctx, 0, 3, 8, ctx.input_type(7).dtype); });
+}
+
+}  // namespace reforge::ops
