@@ -45,6 +45,7 @@ backends::Backend backend() {
     register_elementwise_kernels(r);
     register_matmul_kernels(r);
     register_unary_kernels(r);
+    register_fused_unary_kernels(r);
   };
   return b;
 }

@@ -60,5 +60,6 @@ void register_view_kernels(backends::KernelRegistry& r);         // views.cc: Re
 void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.cu: binary arithmetic, compare
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_unary_kernels(backends::KernelRegistry& r);        // unary.cu: math, activations, Clip, Not
+void register_fused_unary_kernels(backends::KernelRegistry& r);  // fused_unary.cu: reforge::Gelu, Silu, SiluMul
 
 }  // namespace reforge::cuda
