@@ -61,5 +61,7 @@ void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_unary_kernels(backends::KernelRegistry& r);        // unary.cu: math, activations, Clip, Not
 void register_fused_unary_kernels(backends::KernelRegistry& r);  // fused_unary.cu: reforge::Gelu, Silu, SiluMul
+void register_select_kernels(backends::KernelRegistry& r);       // select.cu: Where, Min/Max/Sum/Mean, Mod, PRelu
+void register_cast_kernels(backends::KernelRegistry& r);         // cast.cu: Cast, CastLike
 
 }  // namespace reforge::cuda
