@@ -286,7 +286,7 @@ TEST(CudaSelect, VariadicMinMaxSumMeanMatchTheCpu) {
           std::vector<std::string> names;
           std::vector<Tensor> inputs;
           for (size_t k = 0; k < count; ++k) {
-            names.push_back("I" + std::to_string(k));
+            names.push_back(str_cat("I", k));
             Tensor x = random_of(t, s[k], ++seed);
             if (is_float(t) && k == 1) x = with_specials(x);
             inputs.push_back(x);
