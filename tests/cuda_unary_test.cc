@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "support/cuda_compare.h"
 #include "support/make_tensor.h"
 
