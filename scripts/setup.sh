@@ -17,6 +17,8 @@ PKGS=(build-essential cmake ninja-build pkg-config xz-utils
 apt_install_missing setup "${PKGS[@]}"
 
 root=$(pwd)
+# The CUDA backend is built where the CUDA toolkit is (CMake looks for nvcc on PATH).
+if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then export PATH=/usr/local/cuda/bin:$PATH; fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements.txt
 

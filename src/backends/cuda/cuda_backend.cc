@@ -46,6 +46,10 @@ backends::Backend backend() {
     register_matmul_kernels(r);
     register_conv_kernels(r);
     register_pool_kernels(r);
+    register_unary_kernels(r);
+    register_fused_unary_kernels(r);
+    register_select_kernels(r);
+    register_cast_kernels(r);
   };
   return b;
 }
