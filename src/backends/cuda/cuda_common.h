@@ -61,7 +61,6 @@ void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cu: MatMul, Gemm (cuBLASLt)
 void register_conv_kernels(backends::KernelRegistry& r);         // conv.cu: Conv (cuDNN)
 void register_pool_kernels(backends::KernelRegistry& r);         // pool.cu: Max/Average/Global pools
-void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_unary_kernels(backends::KernelRegistry& r);        // unary.cu: math, activations, Clip, Not
 void register_fused_unary_kernels(backends::KernelRegistry& r);  // fused_unary.cu: reforge::Gelu, Silu, SiluMul
 void register_select_kernels(backends::KernelRegistry& r);       // select.cu: Where, Min/Max/Sum/Mean, Mod, PRelu
