@@ -44,6 +44,7 @@ backends::Backend backend() {
     register_view_kernels(r);
     register_elementwise_kernels(r);
     register_matmul_kernels(r);
+    register_layout_kernels(r);
   };
   return b;
 }

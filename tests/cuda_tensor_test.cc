@@ -1,0 +1,177 @@
+// CUDA kernels of the tensor and layout ops against the CPU's: a one-node graph on "cuda" and on
+// "cpu" with the same inputs (tests/support/cuda_compare.h). Layout ops move elements without
+// arithmetic, so every result must be bit-equal; the cases cover every element size, odd shapes,
+// empty tensors, negative steps and each op's attribute variants. Skipped where no GPU can run them.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "support/cuda_compare.h"
+#include "support/make_tensor.h"
+
+using namespace reforge;
+
+namespace {
+
+using test_support::expect_same_on_cuda;
+using test_support::random_of;
+
+ir::Node node(const std::string& op, std::vector<std::string> ins, std::map<std::string, ir::Attribute> attrs = {},
+              int opset = 17, std::vector<std::string> outs = {"Y"}) {
+  ir::Node n;
+  n.name = op;
+  n.op_type = op;
+  n.opset = opset;
+  n.inputs = std::move(ins);
+  n.outputs = std::move(outs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+Tensor ints(std::vector<int64_t> v) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  return test_support::make<int64_t>({n}, std::move(v));
+}
+
+// One of each element size, plus bool.
+const DType kTypes[] = {DType::Float32, DType::Float16, DType::Int64, DType::Int8, DType::Bool, DType::Float64};
+
+TEST(CudaTensorKernels, TransposeMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape shape;
+    std::vector<int64_t> perm;  // empty: no attribute (reverse)
+  };
+  const Case cases[] = {{{33, 47}, {1, 0}},           {{3, 65, 31}, {0, 2, 1}}, {{2, 3, 4, 5}, {0, 1, 3, 2}},
+                        {{2, 3, 4, 5}, {3, 1, 0, 2}}, {{2, 3, 5}, {}},          {{7, 1, 9}, {2, 1, 0}},
+                        {{4, 0, 3}, {2, 0, 1}},       {{1, 40, 1}, {0, 2, 1}},  {{5}, {0}}};
+  uint32_t seed = 1;
+  for (DType t : kTypes)
+    for (const Case& c : cases) {
+      std::map<std::string, ir::Attribute> attrs;
+      if (!c.perm.empty()) attrs["perm"] = ir::ints_attr("perm", c.perm);
+      expect_same_on_cuda(
+          node("Transpose", {"X"}, attrs), {random_of(t, c.shape, seed++)},
+          "Transpose " + std::string(dtype_name(t)) + " " + shape_str(c.shape) + " perm " + shape_str(c.perm));
+    }
+}
+
+TEST(CudaTensorKernels, ConcatMatchesTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 100;
+  for (DType t : kTypes) {
+    for (int64_t axis : {0, 1, 2, -1}) {
+      Shape a{3, 4, 5}, b{3, 4, 5}, c{3, 4, 5};
+      const size_t ax = static_cast<size_t>(axis < 0 ? axis + 3 : axis);
+      b[ax] = 2;
+      c[ax] = 0;  // an empty input contributes nothing
+      expect_same_on_cuda(node("Concat", {"A", "B", "C"}, {{"axis", ir::int_attr("axis", axis)}}),
+                          {random_of(t, a, seed++), random_of(t, b, seed++), random_of(t, c, seed++)},
+                          "Concat " + std::string(dtype_name(t)) + " axis " + std::to_string(axis));
+    }
+  }
+}
+
+TEST(CudaTensorKernels, SplitMatchesTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 200;
+  for (DType t : {DType::Float32, DType::Float16, DType::Int8, DType::Int64}) {
+    const Tensor x = random_of(t, {4, 7, 3}, seed++);
+    const std::string ty = dtype_name(t);
+    // Opset 11: split attribute.
+    expect_same_on_cuda(
+        node("Split", {"X"}, {{"axis", ir::int_attr("axis", 1)}, {"split", ir::ints_attr("split", {2, 0, 5})}}, 11,
+             {"Y0", "Y1", "Y2"}),
+        {x}, "Split attribute " + ty);
+    // Opset 13: split input on the host.
+    expect_same_on_cuda(node("Split", {"X", "S"}, {{"axis", ir::int_attr("axis", -2)}}, 13, {"Y0", "Y1"}),
+                        {x, ints({3, 4})}, "Split input " + ty, {"S"});
+    // Equal parts.
+    expect_same_on_cuda(node("Split", {"X"}, {{"axis", ir::int_attr("axis", 0)}}, 13, {"Y0", "Y1"}), {x},
+                        "Split equal " + ty);
+    // Opset 18: num_outputs, last chunk smaller.
+    expect_same_on_cuda(
+        node("Split", {"X"}, {{"axis", ir::int_attr("axis", 1)}, {"num_outputs", ir::int_attr("num_outputs", 3)}}, 18,
+             {"Y0", "Y1", "Y2"}),
+        {x}, "Split num_outputs " + ty);
+  }
+}
+
+TEST(CudaTensorKernels, SliceMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    std::vector<int64_t> starts, ends, axes, steps;
+  };
+  const Case cases[] = {{{1, 0}, {3, 100}, {0, 2}, {1, 2}},
+                        {{-1}, {-100}, {1}, {-1}},
+                        {{4, 5}, {0, 1}, {1, 2}, {-2, -3}},
+                        {{2}, {2}, {0}, {1}},
+                        {{0, 0, 0}, {1, 9, 13}, {0, 1, 2}, {1, 1, 1}},
+                        {{-3}, {1000}, {-1}, {1000}},
+                        {{10}, {-1000}, {2}, {-1000}}};
+  uint32_t seed = 300;
+  for (DType t : kTypes)
+    for (const Case& c : cases) {
+      const Tensor x = random_of(t, {4, 9, 13}, seed++);
+      expect_same_on_cuda(
+          node("Slice", {"X", "S", "E", "A", "P"}), {x, ints(c.starts), ints(c.ends), ints(c.axes), ints(c.steps)},
+          "Slice " + std::string(dtype_name(t)) + " starts " + shape_str(c.starts) + " steps " + shape_str(c.steps),
+          {"S", "E", "A", "P"});
+    }
+  // No axes or steps; opset 9 attributes.
+  const Tensor x = random_of(DType::Float32, {6, 5}, 399);
+  expect_same_on_cuda(node("Slice", {"X", "S", "E"}), {x, ints({1, -4}), ints({5, 4})}, "Slice without axes",
+                      {"S", "E"});
+  expect_same_on_cuda(node("Slice", {"X"},
+                           {{"starts", ir::ints_attr("starts", {1})},
+                            {"ends", ir::ints_attr("ends", {4})},
+                            {"axes", ir::ints_attr("axes", {1})}},
+                           9),
+                      {x}, "Slice opset 9");
+}
+
+TEST(CudaTensorKernels, TileMatchesTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 400;
+  for (DType t : kTypes) {
+    expect_same_on_cuda(node("Tile", {"X", "R"}), {random_of(t, {3, 5, 2}, seed++), ints({2, 1, 3})},
+                        "Tile " + std::string(dtype_name(t)), {"R"});
+    expect_same_on_cuda(node("Tile", {"X", "R"}), {random_of(t, {3, 5}, seed++), ints({0, 2})},
+                        "Tile zero repeat " + std::string(dtype_name(t)), {"R"});
+  }
+}
+
+TEST(CudaTensorKernels, DepthToSpaceAndSpaceToDepthMatchTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 500;
+  for (DType t : {DType::Float32, DType::Float16, DType::Int8, DType::Int64})
+    for (const char* mode : {"DCR", "CRD"}) {
+      const std::string what = std::string(dtype_name(t)) + " " + mode;
+      expect_same_on_cuda(node("DepthToSpace", {"X"},
+                               {{"blocksize", ir::int_attr("blocksize", 2)}, {"mode", ir::string_attr("mode", mode)}}),
+                          {random_of(t, {2, 12, 3, 5}, seed++)}, "DepthToSpace " + what);
+      expect_same_on_cuda(node("SpaceToDepth", {"X"},
+                               {{"blocksize", ir::int_attr("blocksize", 3)}, {"mode", ir::string_attr("mode", mode)}}),
+                          {random_of(t, {2, 5, 6, 9}, seed++)}, "SpaceToDepth " + what);
+    }
+}
+
+TEST(CudaTensorKernels, TriluMatchesTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 600;
+  for (DType t : {DType::Float32, DType::Float16, DType::Int64, DType::Bool})
+    for (int64_t upper : {0, 1})
+      for (int64_t k : {-100, -2, 0, 1, 3, 100}) {
+        expect_same_on_cuda(
+            node("Trilu", {"X", "K"}, {{"upper", ir::int_attr("upper", upper)}}),
+            {random_of(t, {2, 5, 7}, seed++), test_support::make<int64_t>({}, {k})},
+            "Trilu " + std::string(dtype_name(t)) + " upper " + std::to_string(upper) + " k " + std::to_string(k),
+            {"K"});
+      }
+  expect_same_on_cuda(node("Trilu", {"X"}), {random_of(DType::Float32, {9, 4}, 699)}, "Trilu without k");
+  expect_same_on_cuda(node("Trilu", {"X"}), {random_of(DType::Float32, {3, 0, 4}, 698)}, "Trilu empty");
+}
+
+}  // namespace
