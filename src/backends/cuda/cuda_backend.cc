@@ -45,6 +45,7 @@ backends::Backend backend() {
     register_elementwise_kernels(r);
     register_matmul_kernels(r);
     register_layout_kernels(r);
+    register_gather_kernels(r);
   };
   return b;
 }

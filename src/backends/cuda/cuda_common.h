@@ -60,5 +60,6 @@ void register_view_kernels(backends::KernelRegistry& r);         // views.cc: Re
 void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.cu: binary arithmetic, compare
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_layout_kernels(backends::KernelRegistry& r);  // layout.cu: Transpose, Concat, Split, Slice, Tile, ...
+void register_gather_kernels(backends::KernelRegistry& r);  // gather.cu: Gather*, Scatter*
 
 }  // namespace reforge::cuda
