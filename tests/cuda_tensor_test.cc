@@ -174,4 +174,142 @@ TEST(CudaTensorKernels, TriluMatchesTheCpu) {
   expect_same_on_cuda(node("Trilu", {"X"}), {random_of(DType::Float32, {3, 0, 4}, 698)}, "Trilu empty");
 }
 
+// Indices in [-dim, dim) of `dtype` (int32 or int64), both signs.
+Tensor indices(DType dtype, const Shape& shape, int64_t dim, uint32_t seed) {
+  Tensor t = Tensor::empty(DType::Int64, shape);
+  uint32_t x = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    t.mutable_data<int64_t>()[i] = static_cast<int64_t>((x >> 8) % static_cast<uint32_t>(2 * dim)) - dim;
+  }
+  return cast_tensor(t, dtype);
+}
+
+TEST(CudaTensorKernels, GatherMatchesTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 700;
+  for (DType t : kTypes)
+    for (DType it : {DType::Int64, DType::Int32})
+      for (int64_t axis : {0, 1, -1}) {
+        const Shape xs{5, 7, 3};
+        const int64_t dim = xs[static_cast<size_t>(axis < 0 ? axis + 3 : axis)];
+        const std::string what =
+            "Gather " + std::string(dtype_name(t)) + " indices " + dtype_name(it) + " axis " + std::to_string(axis);
+        expect_same_on_cuda(node("Gather", {"X", "I"}, {{"axis", ir::int_attr("axis", axis)}}),
+                            {random_of(t, xs, seed++), indices(it, {2, 4}, dim, seed++)}, what);
+        expect_same_on_cuda(node("Gather", {"X", "I"}, {{"axis", ir::int_attr("axis", axis)}}),
+                            {random_of(t, xs, seed++), indices(it, {}, dim, seed++)}, what + " scalar index");
+        expect_same_on_cuda(node("Gather", {"X", "I"}, {{"axis", ir::int_attr("axis", axis)}}),
+                            {random_of(t, xs, seed++), indices(it, {0}, dim, seed++)}, what + " no index");
+      }
+}
+
+TEST(CudaTensorKernels, GatherElementsAndGatherNDMatchTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 800;
+  for (DType t : {DType::Float32, DType::Float16, DType::Int64, DType::Int8})
+    for (DType it : {DType::Int64, DType::Int32}) {
+      const std::string ty = std::string(dtype_name(t)) + " indices " + dtype_name(it);
+      for (int64_t axis : {0, 1, 2})
+        expect_same_on_cuda(node("GatherElements", {"X", "I"}, {{"axis", ir::int_attr("axis", axis)}}),
+                            {random_of(t, {4, 5, 6}, seed++), indices(it, {3, 5, 4}, Shape{4, 5, 6}[axis], seed++)},
+                            "GatherElements " + ty + " axis " + std::to_string(axis));
+      // GatherND: tuples of length 2 into [4, 5, 6], then batch_dims 1 with tuples of length 1.
+      Tensor i2 = test_support::make<int64_t>({3, 2}, {0, 4, -1, -5, 2, 3});
+      expect_same_on_cuda(node("GatherND", {"X", "I"}), {random_of(t, {4, 5, 6}, seed++), cast_tensor(i2, it)},
+                          "GatherND " + ty);
+      Tensor i1 = test_support::make<int64_t>({4, 2, 1}, {0, 4, -1, 2, 3, 3, -5, 1});
+      expect_same_on_cuda(node("GatherND", {"X", "I"}, {{"batch_dims", ir::int_attr("batch_dims", 1)}}),
+                          {random_of(t, {4, 5, 6}, seed++), cast_tensor(i1, it)}, "GatherND batch_dims 1 " + ty);
+      Tensor i3 = test_support::make<int64_t>({2, 3}, {3, 4, 5, -4, -5, -6});
+      expect_same_on_cuda(node("GatherND", {"X", "I"}), {random_of(t, {4, 5, 6}, seed++), cast_tensor(i3, it)},
+                          "GatherND full tuples " + ty);
+    }
+}
+
+TEST(CudaTensorKernels, ScattersMatchTheCpuIncludingRepeatedIndices) {
+  REQUIRE_GPU();
+  uint32_t seed = 900;
+  for (DType t : {DType::Float32, DType::Float16, DType::Int64, DType::Int8, DType::Bool}) {
+    for (const char* red : {"none", "add", "mul", "max", "min"}) {
+      const std::string what = std::string(dtype_name(t)) + " reduction " + red;
+      std::map<std::string, ir::Attribute> attrs{{"reduction", ir::string_attr("reduction", red)}};
+      // Repeated indices along the axis: the CPU applies them in order.
+      for (int64_t axis : {0, 1}) {
+        attrs["axis"] = ir::int_attr("axis", axis);
+        const Shape is{axis == 0 ? 6 : 3, axis == 0 ? 3 : 6};
+        expect_same_on_cuda(node("ScatterElements", {"X", "I", "U"}, attrs, 18),
+                            {random_of(t, {3, 4}, seed++), indices(DType::Int64, is, axis == 0 ? 3 : 4, seed++),
+                             random_of(t, is, seed++)},
+                            "ScatterElements " + what + " axis " + std::to_string(axis));
+      }
+      attrs.erase("axis");
+      Tensor idx = test_support::make<int64_t>({4, 1}, {1, -3, 2, 1});  // row 1 written three times
+      expect_same_on_cuda(node("ScatterND", {"X", "I", "U"}, attrs, 18),
+                          {random_of(t, {3, 5}, seed++), idx, random_of(t, {4, 5}, seed++)}, "ScatterND " + what);
+      Tensor full = test_support::make<int64_t>({3, 2}, {0, 1, 2, 4, 0, 1});
+      expect_same_on_cuda(node("ScatterND", {"X", "I", "U"}, attrs, 18),
+                          {random_of(t, {3, 5}, seed++), full, random_of(t, {3}, seed++)},
+                          "ScatterND element tuples " + what);
+    }
+  }
+  expect_same_on_cuda(node("Scatter", {"X", "I", "U"}, {{"axis", ir::int_attr("axis", 1)}}, 10),
+                      {random_of(DType::Float32, {3, 4}, 990), indices(DType::Int32, {3, 2}, 4, 991),
+                       random_of(DType::Float32, {3, 2}, 992)},
+                      "Scatter opset 10");
+}
+
+// An index out of range is the CPU's Error, naming the node, and reads nothing out of bounds.
+TEST(CudaTensorKernels, OutOfRangeIndicesFailNamingTheNode) {
+  REQUIRE_GPU();
+  ir::Graph g;
+  g.name = "bad_gather";
+  g.ir_version = 10;
+  g.opsets[""] = 17;
+  g.inputs = {test_support::value_info("X", DType::Float32, {4, 3}), test_support::value_info("I", DType::Int64, {3})};
+  g.nodes.push_back(node("Gather", {"X", "I"}));
+  g.outputs = {test_support::value_info("Y", DType::Float32, {3, 3})};
+  const std::map<std::string, Tensor> feed{{"X", random_of(DType::Float32, {4, 3}, 1)},
+                                           {"I", test_support::make<int64_t>({3}, {0, 7, -1})}};
+  for (const char* backend : {"cpu", "cuda"}) {
+    std::string err;
+    try {
+      test_support::engine_for(g, {}, backend).run(feed);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    EXPECT_NE(err.find("index 7 is out of range for a dimension of size 4"), std::string::npos)
+        << backend << ": " << err;
+    EXPECT_NE(err.find("Gather"), std::string::npos) << backend << ": " << err;
+  }
+}
+
+TEST(CudaTensorKernels, ExpandConstantOfShapeAndRangeMatchTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 1000;
+  for (DType t : kTypes) {
+    expect_same_on_cuda(node("Expand", {"X", "S"}), {random_of(t, {3, 1, 5}, seed++), ints({2, 1, 4, 1})},
+                        "Expand " + std::string(dtype_name(t)), {"S"});
+    expect_same_on_cuda(node("Expand", {"X", "S"}), {random_of(t, {1, 4}, seed++), ints({3, 0, 4})},
+                        "Expand to empty " + std::string(dtype_name(t)), {"S"});
+  }
+  for (DType t : {DType::Float32, DType::Float16, DType::Int64, DType::Int8, DType::Bool}) {
+    Tensor v = cast_tensor(test_support::make<float>({1}, {-3.0f}), t);
+    expect_same_on_cuda(node("ConstantOfShape", {"S"}, {{"value", ir::tensor_attr("value", v)}}), {ints({2, 7, 3})},
+                        "ConstantOfShape " + std::string(dtype_name(t)), {"S"});
+  }
+  expect_same_on_cuda(node("ConstantOfShape", {"S"}), {ints({4, 0})}, "ConstantOfShape default empty", {"S"});
+  struct R {
+    DType t;
+    double s, l, d;
+  };
+  for (const R& r :
+       {R{DType::Int64, -7, 20, 3}, R{DType::Int32, 10, -3, -4}, R{DType::Int16, 0, 0, 1},
+        R{DType::Float32, 0.5, 7.25, 0.3}, R{DType::Float64, 3, -2, -0.7}, R{DType::Float16, -1, 4, 0.5}}) {
+    auto scalar = [&](double v) { return cast_tensor(test_support::make<double>({}, {v}), r.t); };
+    expect_same_on_cuda(node("Range", {"A", "B", "C"}), {scalar(r.s), scalar(r.l), scalar(r.d)},
+                        "Range " + std::string(dtype_name(r.t)) + " from " + std::to_string(r.s), {"A", "B", "C"});
+  }
+}
+
 }  // namespace

@@ -46,6 +46,7 @@ backends::Backend backend() {
     register_matmul_kernels(r);
     register_layout_kernels(r);
     register_gather_kernels(r);
+    register_tensor_misc_kernels(r);
   };
   return b;
 }

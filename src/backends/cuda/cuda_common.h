@@ -61,5 +61,6 @@ void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_layout_kernels(backends::KernelRegistry& r);  // layout.cu: Transpose, Concat, Split, Slice, Tile, ...
 void register_gather_kernels(backends::KernelRegistry& r);  // gather.cu: Gather*, Scatter*
+void register_tensor_misc_kernels(backends::KernelRegistry& r);  // tensor_misc.cu: Expand, ConstantOfShape, Range
 
 }  // namespace reforge::cuda
