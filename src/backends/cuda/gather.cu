@@ -224,6 +224,7 @@ struct NdTuples {
 // resolved components (device memory); returns the tuple count through `ntuples`.
 NdTuples nd_tuples(const Tensor& idx, const Shape& data, int64_t b, int64_t k, const std::string& where, Tensor* comp,
                    int64_t* ntuples) {
+  REFORGE_CHECK(k <= kMaxRank, where, ": index tuples of length ", k, " are not supported on the CUDA backend");
   const std::vector<int64_t> ds = ops::contiguous_strides(data);
   std::vector<int64_t> dims(data.begin() + b, data.begin() + b + k);
   if (k == 0) dims = {1};  // no components to resolve
