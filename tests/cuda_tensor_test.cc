@@ -312,4 +312,32 @@ TEST(CudaTensorKernels, ExpandConstantOfShapeAndRangeMatchTheCpu) {
   }
 }
 
+TEST(CudaTensorKernels, PadMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    const char* mode;
+    std::vector<int64_t> pads;
+  };
+  const Case cases[] = {{"constant", {1, 0, 2, 3, 2, 1}}, {"constant", {-1, 2, 0, 0, -2, 3}},
+                        {"reflect", {2, 3, 1, 1, 4, 2}},  {"edge", {3, 0, 2, 2, 1, 5}},
+                        {"wrap", {4, 1, 0, 3, 2, 7}},     {"reflect", {0, -1, 1, 0, -1, 2}}};
+  uint32_t seed = 1100;
+  for (DType t : kTypes)
+    for (const Case& c : cases) {
+      const Tensor x = random_of(t, {3, 4, 5}, seed++);
+      const Tensor value = cast_tensor(test_support::make<float>({}, {1.5f}), t);
+      expect_same_on_cuda(node("Pad", {"X", "P", "V"}, {{"mode", ir::string_attr("mode", c.mode)}}, 19),
+                          {x, ints(c.pads), value},
+                          "Pad " + std::string(dtype_name(t)) + " " + c.mode + " " + shape_str(c.pads), {"P"});
+    }
+  // Axes (opset 18), no constant value, and opset 2 attributes.
+  const Tensor x = random_of(DType::Float32, {3, 4, 5}, 1199);
+  expect_same_on_cuda(node("Pad", {"X", "P", "", "A"}, {}, 18), {x, ints({1, 2, 3, 0}), x, ints({-1, 0})}, "Pad axes",
+                      {"P", "A"});
+  expect_same_on_cuda(
+      node("Pad", {"X"},
+           {{"pads", ir::ints_attr("pads", {0, 1, 1, 1, 0, 2})}, {"value", ir::float_attr("value", -2.5f)}}, 2),
+      {x}, "Pad opset 2");
+}
+
 }  // namespace

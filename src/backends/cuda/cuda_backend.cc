@@ -47,6 +47,7 @@ backends::Backend backend() {
     register_layout_kernels(r);
     register_gather_kernels(r);
     register_tensor_misc_kernels(r);
+    register_pad_kernels(r);
   };
   return b;
 }

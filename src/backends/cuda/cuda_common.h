@@ -62,5 +62,6 @@ void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: M
 void register_layout_kernels(backends::KernelRegistry& r);  // layout.cu: Transpose, Concat, Split, Slice, Tile, ...
 void register_gather_kernels(backends::KernelRegistry& r);  // gather.cu: Gather*, Scatter*
 void register_tensor_misc_kernels(backends::KernelRegistry& r);  // tensor_misc.cu: Expand, ConstantOfShape, Range
+void register_pad_kernels(backends::KernelRegistry& r);          // pad.cu: Pad
 
 }  // namespace reforge::cuda
