@@ -340,4 +340,16 @@ TEST(CudaTensorKernels, PadMatchesTheCpu) {
       {x}, "Pad opset 2");
 }
 
+TEST(CudaTensorKernels, NonZeroMatchesTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 1200;
+  for (DType t : kTypes)
+    for (const Shape& s : {Shape{7, 3, 5}, Shape{1000}, Shape{2, 0, 3}, Shape{}, Shape{33, 65}}) {
+      Tensor x = random_of(t, s, seed++, -1.0f, 1.0f);  // integers: about half are 0
+      expect_same_on_cuda(node("NonZero", {"X"}, {}, 13), {x},
+                          "NonZero " + std::string(dtype_name(t)) + " " + shape_str(s));
+    }
+  expect_same_on_cuda(node("NonZero", {"X"}, {}, 13), {Tensor::zeros(DType::Float32, {4, 4})}, "NonZero all zero");
+}
+
 }  // namespace

@@ -48,6 +48,7 @@ backends::Backend backend() {
     register_gather_kernels(r);
     register_tensor_misc_kernels(r);
     register_pad_kernels(r);
+    register_nonzero_kernels(r);
   };
   return b;
 }

@@ -63,5 +63,6 @@ void register_layout_kernels(backends::KernelRegistry& r);  // layout.cu: Transp
 void register_gather_kernels(backends::KernelRegistry& r);  // gather.cu: Gather*, Scatter*
 void register_tensor_misc_kernels(backends::KernelRegistry& r);  // tensor_misc.cu: Expand, ConstantOfShape, Range
 void register_pad_kernels(backends::KernelRegistry& r);          // pad.cu: Pad
+void register_nonzero_kernels(backends::KernelRegistry& r);      // nonzero.cu: NonZero
 
 }  // namespace reforge::cuda
