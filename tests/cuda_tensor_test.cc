@@ -352,4 +352,22 @@ TEST(CudaTensorKernels, NonZeroMatchesTheCpu) {
   expect_same_on_cuda(node("NonZero", {"X"}, {}, 13), {Tensor::empty(DType::Float32, {4, 4})}, "NonZero all zero");
 }
 
+TEST(CudaTensorKernels, OneHotMatchesTheCpu) {
+  REQUIRE_GPU();
+  // Indices in range, negative, out of range both ways; float indices truncate.
+  const Tensor idx = test_support::make<int64_t>({2, 4}, {0, 4, -1, -5, 5, -6, 2, 3});
+  const Tensor fidx = test_support::make<float>({5}, {0.5f, -0.5f, 4.9f, -4.9f, 7.0f});
+  for (DType vt : {DType::Float32, DType::Float16, DType::Int64, DType::Int8}) {
+    const Tensor values = cast_tensor(test_support::make<float>({2}, {-1.0f, 3.0f}), vt);
+    for (int64_t axis : {-1, 0, 1}) {
+      const std::string what = std::string(dtype_name(vt)) + " axis " + std::to_string(axis);
+      for (DType it : {DType::Int64, DType::Int32})
+        expect_same_on_cuda(node("OneHot", {"I", "D", "V"}, {{"axis", ir::int_attr("axis", axis)}}, 11),
+                            {cast_tensor(idx, it), ints({5}), values}, "OneHot " + what + " " + dtype_name(it), {"D"});
+      expect_same_on_cuda(node("OneHot", {"I", "D", "V"}, {{"axis", ir::int_attr("axis", axis < 1 ? axis : 1)}}, 11),
+                          {fidx, test_support::make<float>({}, {5.0f}), values}, "OneHot float indices " + what, {"D"});
+    }
+  }
+}
+
 }  // namespace

@@ -1,6 +1,7 @@
 // Tensor-producing ops on the GPU, with the CPU kernels' semantics (src/ops/tensor/shape_ops.cc,
 // tensor_misc.cc): Expand (broadcast copy of a device tensor to a shape read on the host),
-// ConstantOfShape (fill; shape on the host) and Range (scalars on the host, values computed on
+// ConstantOfShape (fill; shape on the host), OneHot (indices and values on the device, depth on
+// the host) and Range (scalars on the host, values computed on
 // the device: integers wrap as the CPU's exact arithmetic truncated to the type, floats in double).
 #include <cmath>
 #include <cstring>
@@ -171,12 +172,64 @@ void range_kernel(ops::KernelContext& ctx) {
   check_launch("range");
 }
 
+// OneHot: y[o, k, i] = values[1] where index (o, i) resolves to k, else values[0]. Indices of any
+// numeric type are read as double: those outside [-depth, depth) (and NaN) set no position,
+// negative ones count from the end, fractions truncate toward zero, as on the CPU.
+template <typename I, typename U>
+__global__ void one_hot_kernel_dev(U* dst, const I* ind, const U* values, int64_t depth, int64_t inner, int64_t n) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e % inner;
+    const int64_t ok = e / inner;
+    const int64_t k = ok % depth, o = ok / depth;
+    const double v = static_cast<double>(load_c(ind, o * inner + i));
+    int64_t want =
+        (v >= -static_cast<double>(depth) && v < static_cast<double>(depth)) ? static_cast<int64_t>(v) : -depth - 1;
+    if (want < 0) want += depth;
+    dst[e] = want == k ? values[1] : values[0];
+  }
+}
+
+void one_hot_kernel(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& ind = ctx.input(0);
+  const Tensor& depth_t = scalar_input(ctx, 1, "depth");
+  const Tensor& values = ctx.input(2);
+  if (values.numel() != 2) fail(where, ": values must hold [off_value, on_value], got ", values.describe());
+  const double depth_d = depth_t.as_double();
+  if (!(depth_d >= 0) || depth_d > static_cast<double>(int64_t{1} << 40))
+    fail(where, ": depth ", depth_d, " is not a valid size");
+  const int64_t depth = static_cast<int64_t>(depth_d);
+  const int64_t r = ind.rank();
+  int64_t axis = ctx.attr_int("axis", -1);
+  if (axis < -r - 1 || axis > r) fail(where, ": axis ", axis, " is out of range for indices of rank ", r);
+  if (axis < 0) axis += r + 1;
+  Shape out = ind.shape();
+  out.insert(out.begin() + axis, depth);
+  int64_t inner = 1;
+  for (int64_t d = axis; d < r; ++d) inner *= ind.dim(d);
+  if (ind.dtype() == DType::Bool) fail(where, ": indices of type bool are not supported");
+  Tensor& y = ctx.allocate_output_uninit(0, values.dtype(), out);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  dispatch_device(ind.dtype(), "OneHot indices", [&](auto itag) {
+    using I = typename decltype(itag)::type;
+    by_size(values.dtype(), where, [&](auto vtag) {
+      using U = typename decltype(vtag)::type;
+      if constexpr (!std::is_same_v<I, bool>)
+        one_hot_kernel_dev<I, U><<<grid_for(n), 256, 0, stream()>>>(
+            static_cast<U*>(y.mutable_raw()), ind.data<I>(), static_cast<const U*>(values.raw()), depth, inner, n);
+    });
+  });
+  check_launch("one_hot");
+}
+
 }  // namespace
 
 void register_tensor_misc_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "Expand", expand_kernel);
   add_kernel(r, "", "ConstantOfShape", constant_of_shape_kernel, check_constant_of_shape);
   add_kernel(r, "", "Range", range_kernel);
+  add_kernel(r, "", "OneHot", one_hot_kernel);
 }
 
 }  // namespace reforge::cuda
