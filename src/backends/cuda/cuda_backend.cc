@@ -50,6 +50,11 @@ backends::Backend backend() {
     register_fused_unary_kernels(r);
     register_select_kernels(r);
     register_cast_kernels(r);
+    register_layout_kernels(r);
+    register_gather_kernels(r);
+    register_tensor_misc_kernels(r);
+    register_pad_kernels(r);
+    register_nonzero_kernels(r);
   };
   return b;
 }
