@@ -65,7 +65,6 @@ void register_unary_kernels(backends::KernelRegistry& r);        // unary.cu: ma
 void register_fused_unary_kernels(backends::KernelRegistry& r);  // fused_unary.cu: reforge::Gelu, Silu, SiluMul
 void register_select_kernels(backends::KernelRegistry& r);       // select.cu: Where, Min/Max/Sum/Mean, Mod, PRelu
 void register_cast_kernels(backends::KernelRegistry& r);         // cast.cu: Cast, CastLike
-void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_layout_kernels(backends::KernelRegistry& r);  // layout.cu: Transpose, Concat, Split, Slice, Tile, ...
 void register_gather_kernels(backends::KernelRegistry& r);  // gather.cu: Gather*, Scatter*
 void register_tensor_misc_kernels(backends::KernelRegistry& r);  // tensor_misc.cu: Expand, ConstantOfShape, Range
