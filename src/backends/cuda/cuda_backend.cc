@@ -44,6 +44,8 @@ backends::Backend backend() {
     register_view_kernels(r);
     register_elementwise_kernels(r);
     register_matmul_kernels(r);
+    register_reduce_kernels(r);
+    register_softmax_kernels(r);
   };
   return b;
 }

@@ -59,5 +59,7 @@ void register_transfer_kernels(backends::KernelRegistry& r);     // transfer.cc:
 void register_view_kernels(backends::KernelRegistry& r);         // views.cc: Reshape, Squeeze, ..., Shape, Size
 void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.cu: binary arithmetic, compare
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
+void register_reduce_kernels(backends::KernelRegistry& r);       // reduce.cu: Reduce*, ArgMax, ArgMin
+void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: Softmax, LogSoftmax
 
 }  // namespace reforge::cuda
