@@ -46,6 +46,7 @@ backends::Backend backend() {
     register_matmul_kernels(r);
     register_reduce_kernels(r);
     register_softmax_kernels(r);
+    register_norm_kernels(r);
   };
   return b;
 }

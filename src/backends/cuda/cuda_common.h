@@ -61,5 +61,6 @@ void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.
 void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cc: MatMul, Gemm (cuBLASLt)
 void register_reduce_kernels(backends::KernelRegistry& r);       // reduce.cu: Reduce*, ArgMax, ArgMin
 void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: Softmax, LogSoftmax
+void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: LayerNormalization, RMSNormalization
 
 }  // namespace reforge::cuda
