@@ -55,6 +55,9 @@ backends::Backend backend() {
     register_tensor_misc_kernels(r);
     register_pad_kernels(r);
     register_nonzero_kernels(r);
+    register_reduce_kernels(r);
+    register_softmax_kernels(r);
+    register_norm_kernels(r);
   };
   return b;
 }

@@ -70,5 +70,8 @@ void register_gather_kernels(backends::KernelRegistry& r);  // gather.cu: Gather
 void register_tensor_misc_kernels(backends::KernelRegistry& r);  // tensor_misc.cu: Expand, ConstantOfShape, Range
 void register_pad_kernels(backends::KernelRegistry& r);          // pad.cu: Pad
 void register_nonzero_kernels(backends::KernelRegistry& r);      // nonzero.cu: NonZero
+void register_reduce_kernels(backends::KernelRegistry& r);       // reduce.cu: Reduce*, ArgMax, ArgMin
+void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: Softmax, LogSoftmax
+void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: LayerNormalization, RMSNormalization
 
 }  // namespace reforge::cuda

@@ -1,0 +1,287 @@
+// Normalizations on the GPU: LayerNormalization (opset 17) and RMSNormalization (opset 23, below).
+// LayerNormalization has the CPU's semantics (ops/nn/layer_normalization.cc): normalization over the dimensions from
+// `axis` on, Scale and optional B broadcast unidirectionally to those dimensions (or to all of X when they have more
+// dimensions), and the optional Mean and InvStdDev outputs in stash_type. One group of threads
+// per row (a warp, or a block for long rows) computes the mean and then the variance (two passes,
+// deterministic trees) in float32 (float64 for float64 X) and writes the row.
+#include <type_traits>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_types.cuh"
+#include "backends/cuda/group_reduce.cuh"
+#include "core/error.h"
+
+namespace reforge::cuda {
+
+namespace {
+
+constexpr int64_t kBlockRow = 2048;
+
+unsigned row_grid(int64_t rows, int groups) {
+  const int64_t b = (rows + groups - 1) / groups;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+unsigned grid_for(int64_t n) {
+  const unsigned b = blocks_for(n);
+  return b > 65535u * 4 ? 65535u * 4 : b;
+}
+
+template <typename A, typename P>
+__global__ void expand_kernel(A* out, const P* p, Strides<1> s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t off[1];
+    s.offsets(i, off);
+    out[i] = static_cast<A>(load_c(p, off[0]));
+  }
+}
+
+template <typename U, typename A>
+__global__ void convert_kernel(U* out, const A* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = store_c<U>(in[i]);
+}
+
+// Parameter `p` (any float type) broadcast unidirectionally to `target` (numpy rules, right-aligned),
+// as a dense device tensor of `adt`.
+Tensor expand_param(const Tensor& p, const Shape& target, DType adt, const std::string& label, const char* name) {
+  const Shape& ps = p.shape();
+  REFORGE_CHECK(ps.size() <= target.size(), label, ": ", name, " ", p.describe(), " has more dims than ",
+                shape_str(target));
+  const size_t off = target.size() - ps.size();
+  for (size_t i = 0; i < ps.size(); ++i)
+    REFORGE_CHECK(ps[i] == target[off + i] || ps[i] == 1, label, ": ", name, " ", p.describe(),
+                  " cannot be broadcast to ", shape_str(target));
+  Tensor out = device_tensor(adt, target);
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const Shape* shapes[1] = {&ps};
+  const Strides<1> st = make_strides<1>(target, shapes, label);
+  dispatch_device(adt, label.c_str(), [&](auto at) {
+    using A = typename decltype(at)::type;
+    dispatch_device(
+        p.dtype(), label.c_str(),
+        [&](auto pt) {
+          using P = typename decltype(pt)::type;
+          if constexpr (std::is_floating_point_v<compute_t<P>> && std::is_floating_point_v<A>)
+            expand_kernel<A, P><<<grid_for(n), 256, 0, stream()>>>(out.mutable_data<A>(), p.data<P>(), st, n);
+        },
+        true);
+  });
+  check_launch("LayerNormalization parameter broadcast");
+  return out;
+}
+
+template <int G, typename T, typename A>
+__global__ void layer_norm_rows(const T* x, T* y, const A* scale, const A* bias, bool full, A* mean, A* inv,
+                                int64_t outer, int64_t inner, A eps) {
+  constexpr int groups = kGroupThreads / G;
+  const int lane = threadIdx.x % G;
+  auto add = [](A a, A b) { return a + b; };
+  for (int64_t first = int64_t{blockIdx.x} * groups; first < outer; first += int64_t{gridDim.x} * groups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool live = row < outer;
+    const T* xp = x + (live ? row : 0) * inner;
+    A s = 0;
+    if (live)
+      for (int64_t i = lane; i < inner; i += G) s += static_cast<A>(load_c(xp, i));
+    const A m = group_combine<G>(s, add) / static_cast<A>(inner);
+    A q = 0;
+    if (live)
+      for (int64_t i = lane; i < inner; i += G) {
+        const A d = static_cast<A>(load_c(xp, i)) - m;
+        q += d * d;
+      }
+    const A var = group_combine<G>(q, add) / static_cast<A>(inner);
+    if (!live) continue;
+    const A iv = A(1) / sqrt(var + eps);
+    const A* sp = scale + (full ? row * inner : 0);
+    const A* bp = bias ? bias + (full ? row * inner : 0) : nullptr;
+    T* yp = y + row * inner;
+    for (int64_t i = lane; i < inner; i += G)
+      yp[i] = store_c<T>((static_cast<A>(load_c(xp, i)) - m) * iv * sp[i] + (bp ? bp[i] : A(0)));
+    if (lane == 0) {
+      if (mean) mean[row] = m;
+      if (inv) inv[row] = iv;
+    }
+  }
+}
+
+void layer_norm_kernel(ops::KernelContext& ctx) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& S = ctx.input(1);
+  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string& label = ctx.node().label();
+  const int64_t rank = X.rank();
+  int64_t axis = ctx.attr_int("axis", -1);
+  REFORGE_CHECK(axis >= -rank && axis < rank, label, ": axis ", axis, " is out of range for ", X.describe());
+  if (axis < 0) axis += rank;
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  const int64_t stash = ctx.attr_int("stash_type", 1);
+  const DType stash_dtype = dtype_from_onnx(static_cast<int32_t>(stash));
+  REFORGE_CHECK(is_float(stash_dtype), label, ": stash_type ", stash, " is not a float type");
+  REFORGE_CHECK(is_float(S.dtype()) && (!B || is_float(B->dtype())), label, ": Scale and B must be float tensors");
+
+  const Shape& xs = X.shape();
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
+  const Shape norm_shape(xs.begin() + axis, xs.end());
+  Shape stat_shape(xs.begin(), xs.begin() + axis);
+  stat_shape.resize(xs.size(), 1);
+
+  Tensor& Y = ctx.allocate_output_uninit(0, X.dtype(), xs);
+  Tensor* mean_t = ctx.output_wanted(1) ? &ctx.allocate_output(1, stash_dtype, stat_shape) : nullptr;
+  Tensor* inv_t = ctx.output_wanted(2) ? &ctx.allocate_output(2, stash_dtype, stat_shape) : nullptr;
+  if (X.numel() == 0) return;
+
+  dispatch_device(
+      X.dtype(), label.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<compute_t<T>>) {
+          using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+          const DType adt = std::is_same_v<A, double> ? DType::Float64 : DType::Float32;
+          // Parameters cover the normalized dims, or all of X when they have more dims than that.
+          const bool full = S.rank() > static_cast<int64_t>(norm_shape.size()) ||
+                            (B && B->rank() > static_cast<int64_t>(norm_shape.size()));
+          const Shape& pshape = full ? xs : norm_shape;
+          const Tensor scale = expand_param(S, pshape, adt, label, "Scale");
+          const Tensor bias = B ? expand_param(*B, pshape, adt, label, "B") : Tensor();
+          // Statistics in A, into the outputs or, where stash_type differs, buffers converted after.
+          const bool convert = stash_dtype != adt;
+          Tensor mean_a = mean_t && convert ? device_tensor(adt, stat_shape) : Tensor();
+          Tensor inv_a = inv_t && convert ? device_tensor(adt, stat_shape) : Tensor();
+          A* mp = !mean_t ? nullptr : convert ? mean_a.mutable_data<A>() : mean_t->mutable_data<A>();
+          A* ip = !inv_t ? nullptr : convert ? inv_a.mutable_data<A>() : inv_t->mutable_data<A>();
+          const A* bp = B ? bias.data<A>() : nullptr;
+          if (inner >= kBlockRow)
+            layer_norm_rows<kGroupThreads, T, A><<<row_grid(outer, 1), kGroupThreads, 0, stream()>>>(
+                X.data<T>(), Y.mutable_data<T>(), scale.data<A>(), bp, full, mp, ip, outer, inner, static_cast<A>(eps));
+          else
+            layer_norm_rows<32, T, A><<<row_grid(outer, kGroupThreads / 32), kGroupThreads, 0, stream()>>>(
+                X.data<T>(), Y.mutable_data<T>(), scale.data<A>(), bp, full, mp, ip, outer, inner, static_cast<A>(eps));
+          check_launch("LayerNormalization");
+          auto convert_stat = [&](Tensor* t, const Tensor& buf) {
+            if (!t || !convert) return;
+            dispatch_device(
+                stash_dtype, label.c_str(),
+                [&](auto st) {
+                  using U = typename decltype(st)::type;
+                  U* dst = static_cast<U*>(t->mutable_raw());
+                  const A* src = static_cast<const A*>(buf.raw());
+                  if constexpr (std::is_floating_point_v<compute_t<U>>)
+                    convert_kernel<U, A><<<grid_for(outer), 256, 0, stream()>>>(dst, src, outer);
+                },
+                true);
+            check_launch("LayerNormalization statistics");
+          };
+          convert_stat(mean_t, mean_a);
+          convert_stat(inv_t, inv_a);
+        }
+      },
+      true);
+}
+
+// RMSNormalization, as ops/transformer/rms_norm.cc: n = X / sqrt(mean(X^2 over [axis, rank)) +
+// epsilon) in the stash type Acc, rounded to X's type; then n * scale in float64, rounded to the
+// type of scale (Y's type). Scale broadcasts unidirectionally to X (`st` gives its offsets).
+template <int G, typename X, typename S, typename Acc>
+__global__ void rms_norm_rows(const X* x, const S* scale, S* y, Strides<1> st, int64_t outer, int64_t inner, Acc eps) {
+  constexpr int groups = kGroupThreads / G;
+  const int lane = threadIdx.x % G;
+  for (int64_t first = int64_t{blockIdx.x} * groups; first < outer; first += int64_t{gridDim.x} * groups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool live = row < outer;
+    const X* xp = x + (live ? row : 0) * inner;
+    Acc s = 0;
+    if (live)
+      for (int64_t i = lane; i < inner; i += G) {
+        const Acc v = static_cast<Acc>(load_c(xp, i));
+        s += v * v;
+      }
+    s = group_combine<G>(s, [](Acc a, Acc b) { return a + b; });
+    if (!live) continue;
+    const Acc inv = Acc(1) / sqrt(s / static_cast<Acc>(inner) + eps);
+    for (int64_t i = lane; i < inner; i += G) {
+      const X r = store_c<X>(static_cast<Acc>(load_c(xp, i)) * inv);
+      int64_t off[1];
+      st.offsets(row * inner + i, off);
+      const double v = static_cast<double>(load_c(&r, 0)) * static_cast<double>(load_c(scale, off[0]));
+      y[row * inner + i] = store_c<S>(v);
+    }
+  }
+}
+
+std::string rms_check(const ir::Node& node) {
+  const int64_t st = node.attr_int("stash_type", 1);
+  if (st != 1 && st != 11) return str_cat("stash_type ", st, " is not supported (only 1 = float, 11 = double)");
+  return "";
+}
+
+void rms_norm_kernel(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const std::string err = rms_check(ctx.node());
+  REFORGE_CHECK(err.empty(), where, ": ", err);
+  REFORGE_CHECK(is_float(x.dtype()) && is_float(scale.dtype()), where, ": X and scale must be float tensors, got ",
+                dtype_name(x.dtype()), " and ", dtype_name(scale.dtype()));
+  const int64_t rank = x.rank();
+  REFORGE_CHECK(rank >= 1, where, ": X must have rank >= 1");
+  int64_t axis = ctx.attr_int("axis", -1);
+  REFORGE_CHECK(axis >= -rank && axis < rank, where, ": axis ", axis, " is out of range for rank ", rank);
+  if (axis < 0) axis += rank;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
+  for (int64_t i = axis; i < rank; ++i) inner *= x.dim(i);
+  REFORGE_CHECK(scale.rank() <= rank, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
+                shape_str(x.shape()));
+  for (int64_t i = 0; i < scale.rank(); ++i) {
+    const int64_t sd = scale.dim(scale.rank() - 1 - i), xd = x.dim(rank - 1 - i);
+    REFORGE_CHECK(sd == 1 || sd == xd, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
+                  shape_str(x.shape()));
+  }
+  Tensor& out = ctx.allocate_output_uninit(0, scale.dtype(), x.shape());
+  if (out.numel() == 0) return;
+  const Shape* shapes[1] = {&scale.shape()};
+  const Strides<1> st = make_strides<1>(x.shape(), shapes, where);
+  const double eps = ctx.attr_float("epsilon", 1e-5f);
+  const bool stash_double = ctx.attr_int("stash_type", 1) == 11;
+  dispatch_device(
+      x.dtype(), where.c_str(),
+      [&](auto xt) {
+        using X = typename decltype(xt)::type;
+        dispatch_device(
+            scale.dtype(), where.c_str(),
+            [&](auto sc) {
+              using S = typename decltype(sc)::type;
+              if constexpr (std::is_floating_point_v<compute_t<X>> && std::is_floating_point_v<compute_t<S>>) {
+                auto run = [&](auto acc) {
+                  using Acc = decltype(acc);
+                  if (inner >= kBlockRow)
+                    rms_norm_rows<kGroupThreads, X, S, Acc><<<row_grid(outer, 1), kGroupThreads, 0, stream()>>>(
+                        x.data<X>(), scale.data<S>(), out.mutable_data<S>(), st, outer, inner, static_cast<Acc>(eps));
+                  else
+                    rms_norm_rows<32, X, S, Acc><<<row_grid(outer, kGroupThreads / 32), kGroupThreads, 0, stream()>>>(
+                        x.data<X>(), scale.data<S>(), out.mutable_data<S>(), st, outer, inner, static_cast<Acc>(eps));
+                };
+                if (stash_double)
+                  run(double{});
+                else
+                  run(float{});
+              }
+            },
+            true);
+      },
+      true);
+  check_launch("RMSNormalization");
+}
+
+}  // namespace
+
+void register_norm_kernels(backends::KernelRegistry& r) {
+  add_kernel(r, "", "LayerNormalization", layer_norm_kernel);
+  add_kernel(r, "", "RMSNormalization", rms_norm_kernel, rms_check);
+}
+
+}  // namespace reforge::cuda

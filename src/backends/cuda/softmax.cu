@@ -1,0 +1,131 @@
+// Softmax and LogSoftmax on the GPU, with the CPU's shape logic (ops/reduce/softmax.cc): before
+// opset 13 the input is coerced to 2-D at `axis` and normalized over the second dimension, from
+// opset 13 along `axis` alone; both become blocks [outer, n, inner] normalized over n. Each of the
+// outer * inner rows (n elements, stride inner) is handled by one group of threads (a warp, or a
+// block for long rows): the max (NaN never adopted, as std::max on the CPU), then the sum of
+// exp(x - max) by a deterministic tree, then the outputs. float32 and float64 compute in their
+// own type; 16-bit Softmax rounds where the CPU (following the ONNX reference) rounds: x - max,
+// exp, the sum (per addition, in order, except float16 over a contiguous axis, which sums in
+// float) and the quotient; 16-bit LogSoftmax computes in float32 and rounds once.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_types.cuh"
+#include "backends/cuda/group_reduce.cuh"
+
+namespace reforge::cuda {
+
+namespace {
+
+constexpr int64_t kBlockRow = 2048;
+
+// v rounded to the 16-bit type T and back.
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  const T t = store_c<T>(v);
+  return load_c(&t, 0);
+}
+
+template <int G, typename T, bool Log>
+__global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n, int64_t inner) {
+  using C = compute_t<T>;
+  constexpr bool narrow = !std::is_same_v<T, C>;
+  constexpr int groups = kGroupThreads / G;
+  const int lane = threadIdx.x % G;
+  // Float16 over a contiguous axis sums in float; other 16-bit sums round after each addition.
+  const bool rounded_sum = narrow && !Log && !(std::is_same_v<T, __half> && inner == 1);
+  for (int64_t first = int64_t{blockIdx.x} * groups; first < rows; first += int64_t{gridDim.x} * groups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool live = row < rows;
+    const int64_t base = live ? (row / inner) * n * inner + row % inner : 0;
+    C m = -std::numeric_limits<C>::infinity();
+    if (live)
+      for (int64_t k = lane; k < n; k += G) {
+        const C v = load_c(x, base + k * inner);
+        m = m < v ? v : m;
+      }
+    m = group_combine<G>(m, [](C a, C b) { return a < b ? b : a; });
+    C s = 0;
+    if constexpr (narrow && !Log) {
+      if (live && rounded_sum && lane == 0) {
+        for (int64_t k = 0; k < n; ++k)
+          s = round_to<T>(s + round_to<T>(expf(round_to<T>(load_c(x, base + k * inner) - m))));
+      } else if (live && !rounded_sum) {
+        for (int64_t k = lane; k < n; k += G) s += round_to<T>(expf(round_to<T>(load_c(x, base + k * inner) - m)));
+      }
+    } else {
+      if (live)
+        for (int64_t k = lane; k < n; k += G) s += exp(load_c(x, base + k * inner) - m);
+    }
+    s = group_combine<G>(s, [](C a, C b) { return a + b; });
+    if (live) {
+      if constexpr (Log) {
+        const C shift = m + log(s);
+        for (int64_t k = lane; k < n; k += G) y[base + k * inner] = store_c<T>(load_c(x, base + k * inner) - shift);
+      } else if constexpr (narrow) {
+        const float sum = round_to<T>(s);
+        for (int64_t k = lane; k < n; k += G)
+          y[base + k * inner] = store_c<T>(round_to<T>(expf(round_to<T>(load_c(x, base + k * inner) - m))) / sum);
+      } else {
+        for (int64_t k = lane; k < n; k += G) y[base + k * inner] = exp(load_c(x, base + k * inner) - m) / s;
+      }
+    }
+  }
+}
+
+unsigned row_grid(int64_t rows, int groups) {
+  const int64_t b = (rows + groups - 1) / groups;
+  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+template <bool Log>
+void softmax_kernel(ops::KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+  const bool coerce_2d = ctx.opset() < 13;
+  int64_t axis = ctx.attr_int("axis", coerce_2d ? 1 : -1);
+  const int64_t r = std::max<int64_t>(rank, 1);
+  // Opset < 13 also accepts axis == rank (an empty trailing block of size 1).
+  REFORGE_CHECK(axis >= -r && (axis < r || (coerce_2d && axis == rank)), label, ": axis ", axis,
+                " is out of range for input of rank ", rank);
+  if (axis < 0) axis += r;
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i < axis)
+      outer *= x.dim(i);
+    else if (coerce_2d || i == axis)
+      n *= x.dim(i);
+    else
+      inner *= x.dim(i);
+  }
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
+  if (y.numel() == 0) return;
+  const int64_t rows = outer * inner;
+  dispatch_device(
+      x.dtype(), label.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<compute_t<T>>) {
+          if (n >= kBlockRow)
+            softmax_rows<kGroupThreads, T, Log>
+                <<<row_grid(rows, 1), kGroupThreads, 0, stream()>>>(x.data<T>(), y.mutable_data<T>(), rows, n, inner);
+          else
+            softmax_rows<32, T, Log><<<row_grid(rows, kGroupThreads / 32), kGroupThreads, 0, stream()>>>(
+                x.data<T>(), y.mutable_data<T>(), rows, n, inner);
+          check_launch(Log ? "LogSoftmax" : "Softmax");
+        }
+      },
+      true);
+}
+
+}  // namespace
+
+void register_softmax_kernels(backends::KernelRegistry& r) {
+  add_kernel(r, "", "Softmax", softmax_kernel<false>);
+  add_kernel(r, "", "LogSoftmax", softmax_kernel<true>);
+}
+
+}  // namespace reforge::cuda
