@@ -57,7 +57,10 @@ if [ ! -f $suite/.unpacked ]; then
 fi
 status=0
 echo "== CUDA unit tests"
-"$B/reforge_tests" --gtest_brief=1 --gtest_filter='Cuda*' || status=1
+"$B/reforge_tests" --gtest_filter='Cuda*' --gtest_print_time=0 >"$B.unit.log" 2>&1 || status=1
+grep -E "FAILED|Failure|^\[  (PASSED|SKIPPED) |tests ran" "$B.unit.log" | tail -40
+# A crash ends the binary without a summary: name the test it was in.
+[ $status = 0 ] || { echo "last test started: $(grep '^\[ RUN' "$B.unit.log" | tail -1)"; tail -3 "$B.unit.log"; }
 echo "== ONNX node conformance on the GPU (required list)"
 "$B/reforge" conformance $suite/node --list tests/conformance/required-standard-types.txt --device cuda \
   >"$B.conformance.log" 2>&1 || status=1
@@ -65,7 +68,7 @@ echo "== ONNX node conformance on the GPU (required list)"
 grep -oE "\(([A-Za-z0-9_:]+)\), opset [0-9]+: no kernel on backend 'cuda'" "$B.conformance.log" |
   sed -E 's/\(([^)]*)\).*/\1/' | sort | uniq -c | sort -rn | head -40
 grep -E "^FAIL" "$B.conformance.log" | grep -v "no kernel on backend 'cuda'" | head -40
-[ -n "${OUT:-}" ] && cp "$B.conformance.log" "$B.build.log" "$OUT/" 2>/dev/null
+[ -n "${OUT:-}" ] && cp "$B.conformance.log" "$B.build.log" "$B.unit.log" "$OUT/" 2>/dev/null
 tail -1 "$B.conformance.log"
 if [ $bench = 1 ]; then
   echo "== GPU benchmarks"
