@@ -371,7 +371,7 @@ TEST(TensorOps, TransposeTiledMatchesNaive) {
 }
 
 // The cache-blocked, parallel batched 2-D transpose: every byte size, odd edges, size-1 axes,
-// merged inner blocks, 1 and 4 threads; bit-exact against index arithmetic on raw bytes. And
+// merged inner blocks, empty inputs, 1 and 4 threads; bit-exact against index arithmetic on raw bytes. And
 // transpose_equals() finds a single differing byte anywhere.
 TEST(TensorOps, TransposeBlockedBitExactEveryDtype) {
   const std::vector<DType> dtypes{DType::UInt8, DType::Float16, DType::Float32, DType::Float64};
@@ -379,7 +379,8 @@ TEST(TensorOps, TransposeBlockedBitExactEveryDtype) {
       {{130, 67}, {1, 0}},           {{1, 257, 1, 3}, {3, 2, 1, 0}},
       {{5, 70, 33}, {0, 2, 1}},      {{70, 33, 3}, {1, 0, 2}},
       {{2, 65, 9, 5}, {0, 2, 1, 3}}, {{600, 520}, {1, 0}},
-      {{3, 4, 5, 6}, {2, 0, 3, 1}},  {{64, 64}, {0, 1}}};
+      {{3, 4, 5, 6}, {2, 0, 3, 1}},  {{64, 64}, {0, 1}},
+      {{4, 0, 3}, {2, 0, 1}},        {{0, 9}, {1, 0}}};  // empty: nothing moves (ASan sees a stray write)
   for (DType dt : dtypes)
     for (const auto& [s, perm] : cases)
       for (int threads : {1, 4}) {
@@ -420,4 +421,7 @@ TEST(TensorOps, TransposeBlockedBitExactEveryDtype) {
           zb[at] ^= 0x10;
         }
       }
+  // A size-0 axis is not dropped like a size-1 one: an empty input has no 2-D form.
+  Transpose2D t;
+  EXPECT_FALSE(as_transpose_2d({4, 0, 3}, {2, 0, 1}, 8, &t));
 }

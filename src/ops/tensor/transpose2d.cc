@@ -11,6 +11,8 @@ namespace reforge::ops {
 bool as_transpose_2d(const Shape& shape, const std::vector<int64_t>& perm, size_t elem, Transpose2D* out) {
   const size_t rank = shape.size();
   if (perm.size() != rank || elem == 0) return false;
+  // An empty input has nothing to move; its size-0 axis must not be dropped with the size-1 ones.
+  if (shape_numel(shape) == 0) return false;
   // Keep the axes of size > 1, renumbered.
   std::vector<int64_t> newid(rank, -1), dims;
   for (size_t a = 0; a < rank; ++a)

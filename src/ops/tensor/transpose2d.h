@@ -23,7 +23,7 @@ struct Transpose2D {
 };
 
 // The batched 2-D form of transposing an input of `shape` (elements of `elem` bytes) by `perm`,
-// or false when the perm is not such a swap (or is an identity).
+// or false when the perm is not such a swap (or is an identity) or the input is empty.
 bool as_transpose_2d(const Shape& shape, const std::vector<int64_t>& perm, size_t elem, Transpose2D* out);
 
 // dst[b][c][r] = src[b][r][c].
