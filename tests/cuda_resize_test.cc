@@ -363,9 +363,9 @@ void check_einsum(const std::string& eq, const std::vector<Shape>& shapes, DType
   std::vector<Tensor> vals;
   std::string what = "Einsum '" + eq + "' " + dtype_name(t);
   for (size_t i = 0; i < shapes.size(); ++i) {
-    names.push_back("X" + std::to_string(i));
+    names.push_back(std::string(1, static_cast<char>('A' + i)));
     vals.push_back(random_of(t, shapes[i], seed + static_cast<uint32_t>(i)));
-    what += " " + shape_str(shapes[i]);
+    what.append(" ").append(shape_str(shapes[i]));
   }
   expect_same_on_cuda(node("Einsum", names, {{"equation", ir::string_attr("equation", eq)}}, 12), vals, what);
 }
