@@ -255,7 +255,9 @@ TEST(CudaKernels, ConvMatchesTheCpu) {
   const std::vector<Case> cases = {
       {{1, 3, 9, 11}, {4, 3, 3, 3}, {}, true},
       {{2, 4, 8, 8}, {6, 2, 3, 3}, {{"group", ir::int_attr("group", 2)}}, true},
-      {{1, 8, 7, 7}, {8, 1, 3, 3}, {{"group", ir::int_attr("group", 8)}, {"pads", ints_attr("pads", {1, 1, 1, 1})}},
+      {{1, 8, 7, 7},
+       {8, 1, 3, 3},
+       {{"group", ir::int_attr("group", 8)}, {"pads", ints_attr("pads", {1, 1, 1, 1})}},
        false},
       {{1, 3, 10, 10},
        {5, 3, 3, 3},

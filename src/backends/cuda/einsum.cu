@@ -134,6 +134,7 @@ void einsum_kernel(ops::KernelContext& ctx) {
     for (int l : con) meta.push_back(st[static_cast<size_t>(l)]);
     operands.data[i] = x.raw();
   }
+  if (meta.empty()) meta.push_back(0);  // scalars only: nothing to index, but a valid buffer
   const Tensor meta_dev = to_device(Tensor::copy_of(DType::Int64, {static_cast<int64_t>(meta.size())}, meta.data()));
   dispatch_device(dt, where.c_str(), [&](auto tag) {
     using T = typename decltype(tag)::type;
