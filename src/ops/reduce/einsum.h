@@ -1,5 +1,5 @@
 // Einsum equations, parsed once for the kernel (reduce/einsum.cc) and the shape inference
-// (reduce/infer.cc).
+// (reduce/infer.cc), and a node's resolved labels and sizes (the CPU and CUDA kernels).
 #pragma once
 
 #include <array>

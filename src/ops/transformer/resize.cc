@@ -5,7 +5,8 @@
 // axis it maps the index back to a source coordinate (coordinate_transformation_mode), derives
 // a fixed-size set of taps (2 for nearest/linear, 4 for cubic, wider with antialias when
 // downscaling) with edge-clamped source indices and weights, and sums. The final values are
-// cast to the input type with saturation (integers round half to even first).
+// cast to the input type with saturation (integers round half to even first). The host-side
+// part (attributes, output shape, per-axis taps) is resize_setup.h's, shared with the CUDA kernel.
 //
 // Opset differences: opset 10 has inputs (X, scales) and the asymmetric transform; opsets 11+
 // take (X, roi, scales, sizes) with coordinate_transformation_mode, cubic_coeff_a,
