@@ -329,7 +329,15 @@ TEST(CliProgress, VerbosePrintsEveryPhaseQuietNone) {
   ASSERT_EQ(v.status, 0) << v.output;
   for (const char* phase : {"reforge: importing '", "reforge: building '", "reforge: writing '"})
     EXPECT_NE(v.output.find(phase), std::string::npos) << phase << "\n" << v.output;
-  EXPECT_NE(v.output.find("(passes, weight packing): done in "), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("reforge: building '" + kGpt2 + "': done in "), std::string::npos) << v.output;
+  // The build's steps, each with its time, in order: inference, the passes, recipes, placement.
+  size_t at = 0;
+  for (const char* step : {"reforge:   shape inference: ", "reforge:   pass ", "reforge:   verifying recipes: ",
+                           "reforge:   hashing weights: ", "reforge:   placing nodes: "}) {
+    const size_t found = v.output.find(step, at);
+    EXPECT_NE(found, std::string::npos) << step << "\n" << v.output;
+    if (found != std::string::npos) at = found;
+  }
   auto r = run_cli("--verbose refit " + d + "/a.plan -w " + kGpt2B + " -o " + d + "/b.plan");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("reforge: refitting from '" + kGpt2B + "': done in "), std::string::npos) << r.output;

@@ -384,6 +384,10 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   ir::Graph g = canonicalize(std::move(input));
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
   check_build_request(g, literals, o);
+  auto step = [&o](const std::string& name) {
+    if (o.on_step) o.on_step(name);
+  };
+  step("shape inference");
   // Every value's type and shape, before any data exists: an inconsistent shape (a Reshape whose
   // element count cannot match, an axis out of range) fails the build here, naming the node.
   try {
@@ -427,6 +431,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
         std::cerr << "pass " << pass.name << ": not run (backend '" << o.backend << "' cannot run " << lacking << ")\n";
       continue;
     }
+    step(std::string("pass ") + pass.name);
     try {
       pass.run(s);
     } catch (Error& e) {
@@ -441,8 +446,11 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   canonical_constant_names(s);
   // Every recipe, replayed on the build-time sources, must reproduce its engine weight bit for
   // bit (those a pass verified already, before releasing a source, are not replayed again).
-  if (o.verify_recipes)
+  if (o.verify_recipes) {
+    step("verifying recipes");
     for (auto& [name, cv] : s.consts) s.verify_recipe(name, cv);
+  }
+  step("hashing weights");
   plan.sources = s.sources;
   plan.literals = s.literals;
   for (auto& [name, cv] : s.consts) {
@@ -460,6 +468,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     plan.weights.push_back(std::move(w));
   }
   plan.graph = std::move(s.graph);
+  step("placing nodes");
   plan.placement = place_nodes(plan.graph, o);
   plan.values = infer_value_types(plan);
 

@@ -6,6 +6,7 @@
 // transform that cannot be replayed exactly is a build error, not a silent refit bug later.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,7 +45,10 @@ struct BuildOptions {
   bool verify_recipes = true;              // replay every recipe after the build
   bool print_passes = false;               // print node/constant counts after each pass
   std::vector<std::string> skip_passes;    // glob patterns of passes not to run (each must match a pass)
-  void validate() const;                   // throws on inconsistent options (the model aside)
+  // Called as each step of the build starts ("shape inference", "pass NAME", "verifying recipes",
+  // "hashing weights", "placing nodes"), on the building thread; for progress reports.
+  std::function<void(const std::string& step)> on_step;
+  void validate() const;  // throws on inconsistent options (the model aside)
 };
 
 // Takes the graph by value: pass a temporary (or std::move) so the build owns the initializers

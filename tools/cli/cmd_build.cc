@@ -94,8 +94,10 @@ Runner add_build(CLI::App& app) {
         Phase phase("importing '" + a->model + "'");
         g = onnx::import_model_file(a->model);
       }
-      Phase phase("building '" + a->model + "' (passes, weight packing)");
-      p = build::build_plan(std::move(g), o);
+      Phase phase("building '" + a->model + "'");
+      build::BuildOptions reported = o;
+      reported.on_step = phase.step_reporter();
+      p = build::build_plan(std::move(g), reported);
     } else {
       build::BindOptions bo;
       if (!a->bind_file.empty()) {
@@ -119,7 +121,9 @@ Runner add_build(CLI::App& app) {
       }
       {
         Phase phase("building '" + a->model + "' bound to " + ckpt.description());
-        p = build::build_plan_with_checkpoint(std::move(g), o, ckpt, bo, &r);
+        build::BuildOptions reported = o;
+        reported.on_step = phase.step_reporter();
+        p = build::build_plan_with_checkpoint(std::move(g), reported, ckpt, bo, &r);
       }
       size_t bound = 0, constant = 0, unbound = 0;
       for (const auto& s : p.sources)

@@ -65,7 +65,8 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     }
     if (o.index_bounds) *o.index_bounds = index_bounds(g);
     {
-      Phase phase("building '" + path + "' (passes, weight packing)");
+      Phase phase("building '" + path + "'");
+      bo.on_step = phase.step_reporter();
       p = build::build_plan(std::move(g), bo);
     }
     if (!o.quiet && verbosity() != Verbosity::Quiet) note_bf16_activations(bo.activations);

@@ -9,9 +9,19 @@ namespace reforge::cli {
 namespace {
 Verbosity g_verbosity = Verbosity::Normal;
 constexpr auto kAnnounceAfter = std::chrono::seconds(2);
+constexpr double kReportStepSeconds = 0.5;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s < 1)
+    std::snprintf(buf, sizeof buf, "%.1f ms", 1000 * s);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
 }
 }  // namespace
 
@@ -26,11 +36,27 @@ Phase::Phase(std::string what) : what_(std::move(what)), start_(std::chrono::ste
     watcher_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_for(lock, kAnnounceAfter, [this] { return done_; })) {
-        std::cerr << "reforge: " << what_ << " ..." << std::endl;
+        std::cerr << "reforge: " << what_ << (step_.empty() ? "" : " (" + step_ + ")") << " ..." << std::endl;
         announced_ = true;
       }
     });
   }
+}
+
+void Phase::step(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto now = std::chrono::steady_clock::now();
+  end_step(now);
+  step_ = name;
+  step_start_ = now;
+}
+
+void Phase::end_step(std::chrono::steady_clock::time_point now) {
+  if (step_.empty()) return;
+  const double s = std::chrono::duration<double>(now - step_start_).count();
+  if (g_verbosity == Verbosity::Verbose || (announced_ && s >= kReportStepSeconds))
+    std::cerr << "reforge:   " << step_ << ": " << format_seconds(s) << std::endl;
+  step_.clear();
 }
 
 Phase::~Phase() {
@@ -40,16 +66,10 @@ Phase::~Phase() {
   }
   cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
-  if (announced_) {
-    char secs[32];
-    double s = seconds_since(start_);
-    if (s < 1)
-      std::snprintf(secs, sizeof secs, "%.1f ms", 1000 * s);
-    else
-      std::snprintf(secs, sizeof secs, "%.2f s", s);
+  end_step(std::chrono::steady_clock::now());
+  if (announced_)
     std::cerr << "reforge: " << what_ << (std::uncaught_exceptions() ? ": stopped by an error after " : ": done in ")
-              << secs << std::endl;
-  }
+              << format_seconds(seconds_since(start_)) << std::endl;
 }
 
 }  // namespace reforge::cli
