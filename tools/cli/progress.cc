@@ -36,7 +36,9 @@ Phase::Phase(std::string what) : what_(std::move(what)), start_(std::chrono::ste
     watcher_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_for(lock, kAnnounceAfter, [this] { return done_; })) {
-        std::cerr << "reforge: " << what_ << (step_.empty() ? "" : " (" + step_ + ")") << " ..." << std::endl;
+        std::cerr << "reforge: " << what_;
+        if (!step_.empty()) std::cerr << " (" << step_ << ")";
+        std::cerr << " ..." << std::endl;
         announced_ = true;
       }
     });
