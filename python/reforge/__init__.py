@@ -232,6 +232,11 @@ class Plan:
         return self.inspect().get("sources") or []
 
     @property
+    def device(self) -> str:
+        """Where the plan's nodes run: ``"cpu"`` or ``"cuda"`` (as built; a refit keeps it)."""
+        return self._impl.device
+
+    @property
     def mode(self) -> str:
         """The build mode: ``"baked"``, ``"refit"``, ``"refit-identical"`` or ``"refit-individual"``."""
         return self._impl.mode
@@ -268,6 +273,8 @@ def build(
     allow_partial_binding: bool = False,
     skip_passes: Sequence[str] = (),
     threads: int = 0,
+    device: str = "cpu",
+    allow_cpu_fallback: bool = False,
 ) -> Plan:
     """Builds a plan from an ONNX model (``reforge build``).
 
@@ -280,7 +287,12 @@ def build(
     arrays (a state dict), to bind every source to by exact value, so that the plan refits
     from that framework's checkpoints; ``bind``/``bind_file``/``strict_binding``/
     ``allow_partial_binding`` as the CLI's options. ``literals``: initializers to treat as
-    structure. ``threads``: for the build and the plan's runs (0: all cores).
+    structure. ``threads``: for the build and the plan's runs (0: all cores). ``device``:
+    where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
+    arrays in host memory, copied to and from the GPU); a node the device has no kernel for
+    fails the build, unless ``allow_cpu_fallback`` places it on the CPU with explicit copies
+    (``inspect()["placement"]`` shows where each node runs). A CUDA plan builds anywhere and
+    runs where a GPU is.
 
     Raises :class:`InvalidModel` when the model cannot be imported or built (unsupported nodes
     listed as :func:`check` lists them, a checkpoint that does not bind), :class:`Error` for
@@ -320,6 +332,8 @@ def build(
         strict_binding,
         allow_partial_binding,
         threads,
+        device,
+        allow_cpu_fallback,
     )
     return Plan(impl)
 

@@ -349,6 +349,10 @@ class Plan {
   std::vector<std::string> missing() const { return engine_->missing_sources(); }
   std::string mode() const { return plan::build_mode_name(engine_->plan().mode); }
   bool stripped() const { return engine_->plan().stripped; }
+  std::string device() const {
+    const auto& b = engine_->plan().build;
+    return b ? b->backend : std::string("cpu");
+  }
   bool bound() const {
     for (const auto& s : engine_->plan().sources)
       if (s.binding.status != plan::Binding::Status::None) return true;
@@ -394,7 +398,7 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
                   const std::string& activations, const std::vector<std::string>& skip_passes,
                   const std::vector<std::string>& checkpoint_files, std::optional<nb::dict> checkpoint_tensors,
                   const std::map<std::string, std::string>& binds, const std::string& bind_file, bool strict_binding,
-                  bool allow_partial_binding, int threads) {
+                  bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback) {
   std::vector<std::pair<std::string, InArray>> ckpt_arrays;
   if (checkpoint_tensors) ckpt_arrays = arrays_of(*checkpoint_tensors, Kind::InvalidModel, "checkpoint tensor");
   build::BuildOptions o;
@@ -410,6 +414,8 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
     o.skip_passes = skip_passes;
     o.precision = precision_of(precision, "precision");
     o.activations = precision_of(activations, "activations");
+    o.backend = device;
+    o.host_fallback = allow_cpu_fallback;
     o.validate();
     const bool with_checkpoint = !checkpoint_files.empty() || !ckpt_arrays.empty();
     if (!with_checkpoint && (!binds.empty() || !bind_file.empty() || strict_binding || allow_partial_binding))
@@ -500,11 +506,13 @@ NB_MODULE(_reforge, m) {
       .def_prop_ro("missing", &Plan::missing)
       .def_prop_ro("mode", &Plan::mode)
       .def_prop_ro("stripped", &Plan::stripped)
+      .def_prop_ro("device", &Plan::device)
       .def_prop_ro("bound", &Plan::bound)
       .def_prop_ro("path", &Plan::path);
   m.def("check", &check, "model"_a);
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
-        "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, nb::rv_policy::take_ownership);
+        "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a,
+        nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
 }

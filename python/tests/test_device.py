@@ -1,0 +1,35 @@
+"""device=: a plan built for the CUDA backend records it, shows where each node runs, and its
+outputs match the CPU plan's (numpy in, numpy out). Where no GPU can run it, build() raises
+reforge.Error saying so (a Python plan is ready to run once built)."""
+
+import numpy as np
+import pytest
+
+import reforge
+from conftest import hf_inputs, hf_onnx
+
+
+def test_cuda_plan_records_its_device_and_matches_the_cpu():
+    cpu = reforge.build(hf_onnx("gpt2", "A"))
+    try:
+        gpu = reforge.build(hf_onnx("gpt2", "A"), device="cuda")
+    except reforge.Error as e:
+        assert "placed on backend 'cuda', which cannot run here" in str(e), str(e)
+        pytest.skip("no usable GPU: " + str(e))
+    assert cpu.device == "cpu" and gpu.device == "cuda"
+    placement = gpu.inspect()["placement"]
+    backends = {p["backend"] for p in placement}
+    assert "cuda" in backends and backends <= {"cuda", "cpu"}
+    inputs = hf_inputs("gpt2")
+    want = cpu.run(inputs)
+    got = gpu.run(inputs)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    for g, w in zip(got, want):
+        assert isinstance(g, np.ndarray)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_unknown_device_is_an_error_naming_it():
+    with pytest.raises(reforge.Error) as e:
+        reforge.build(hf_onnx("gpt2", "A"), device="tpu")
+    assert "'tpu'" in str(e.value)
