@@ -10,9 +10,11 @@
 // TopK sorts each slice along the axis in the CPU's total order: by value (largest or smallest
 // first, NaN larger than any number), equal values by lower index; the first k give the values
 // (the input's elements, bit for bit) and their int64 indices, always sorted. Slices of up to
-// 4096 elements (2048 for 8-byte compute types) are sorted by one block each, a bitonic sort in
-// shared memory; longer ones by a bitonic sort in global memory, one launch per merge step
-// over every slice.
+// S = 4096 elements (2048 for 8-byte compute types) are sorted by one block each, a bitonic sort
+// in shared memory. Longer ones, with k <= S / 2, are selected in rounds: blocks sort chunks of S
+// and keep each chunk's best k (the best k of a slice are among them, the order being total)
+// until at most S entries are left, which are sorted whole. Longer slices with a larger k are
+// sorted by a bitonic sort in global memory, one launch per merge step over every slice.
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.h"
@@ -227,6 +229,49 @@ __global__ void topk_shared(const T* x, T* vals, int64_t* inds, int64_t slices, 
   }
 }
 
+// Selection in rounds for long slices with k <= S / 2: each block sorts a chunk of S entries
+// (key, index) in shared memory and keeps its best k, so a slice of m entries leaves ceil(m / S) * k
+// (at most half) for the next round; chunks shorter than k pad with index -1, which sorts last.
+template <typename C>
+__global__ void topk_chunks(const C* key, const int32_t* idx, int64_t slices, int64_t m, int64_t chunks, int S,
+                            int64_t k, bool largest, C* key_out, int32_t* idx_out) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  int32_t* sidx = reinterpret_cast<int32_t*>(smem);
+  C* skey = reinterpret_cast<C*>(smem + shared_key_offset(S));
+  for (int64_t b = blockIdx.x; b < slices * chunks; b += gridDim.x) {
+    const int64_t s = b / chunks, begin = (b - s * chunks) * S;
+    const int64_t len = m - begin < S ? m - begin : S;
+    const C* kp = key + s * m + begin;
+    const int32_t* ip = idx + s * m + begin;
+    for (int r = threadIdx.x; r < S; r += blockDim.x) {
+      skey[r] = r < len ? kp[r] : C(0);
+      sidx[r] = r < len ? ip[r] : -1;
+    }
+    __syncthreads();
+    for (int size = 2; size <= S; size <<= 1)
+      for (int stride = size >> 1; stride > 0; stride >>= 1) {
+        for (int t = threadIdx.x; t < S / 2; t += blockDim.x) bitonic_step(skey, sidx, t, size, stride, largest);
+        __syncthreads();
+      }
+    for (int64_t r = threadIdx.x; r < k; r += blockDim.x) {
+      key_out[b * k + r] = skey[r];
+      idx_out[b * k + r] = sidx[r];
+    }
+    __syncthreads();
+  }
+}
+
+// Every slice's n elements as (key, index) entries, slice-major.
+template <typename T>
+__global__ void topk_gather(const T* x, compute_t<T>* key, int32_t* idx, int64_t slices, int64_t n, int64_t inner) {
+  REFORGE_GRID_LOOP(e, slices * n) {
+    const int64_t s = e / n, r = e - s * n;
+    const int64_t o = s / inner, i = s - o * inner;
+    key[e] = load_c(x, o * n * inner + i + r * inner);
+    idx[e] = static_cast<int32_t>(r);
+  }
+}
+
 // The global-memory sort of long slices: load, one merge step, and the first k written out.
 template <typename T>
 __global__ void topk_load(const T* x, compute_t<T>* key, int64_t* idx, int64_t slices, int64_t n, int64_t inner,
@@ -249,9 +294,9 @@ __global__ void topk_merge_step(C* key, int64_t* idx, int64_t slices, int64_t P,
   }
 }
 
-template <typename T>
-__global__ void topk_write(const T* x, const int64_t* idx, T* vals, int64_t* inds, int64_t slices, int64_t n,
-                           int64_t inner, int64_t k, int64_t P) {
+template <typename T, typename I>
+__global__ void topk_write(const T* x, const I* idx, T* vals, int64_t* inds, int64_t slices, int64_t n, int64_t inner,
+                           int64_t k, int64_t P) {
   REFORGE_GRID_LOOP(e, slices * k) {
     const int64_t s = e / k, r = e - s * k;
     const int64_t o = s / inner, i = s - o * inner;
@@ -313,6 +358,36 @@ void topk_kernel(ops::KernelContext& ctx) {
         topk_shared<T><<<block_grid(slices), kThreads, bytes, stream()>>>(x.data<T>(), vals.mutable_data<T>(),
                                                                           inds.mutable_data<int64_t>(), slices, n,
                                                                           inner, k, static_cast<int>(P), largest);
+        check_launch("TopK");
+        return;
+      }
+      if (k <= shared_max / 2 && n <= INT32_MAX) {
+        // Rounds of chunk selection, then the last (at most shared_max entries) sorted whole.
+        const int S = static_cast<int>(shared_max);
+        int64_t m = n;
+        Tensor key = device_tensor(DType::UInt8, {slices * m * static_cast<int64_t>(sizeof(C))});
+        Tensor idx = device_tensor(DType::Int32, {slices * m});
+        topk_gather<T><<<grid_for(slices * m), kThreads, 0, stream()>>>(x.data<T>(), static_cast<C*>(key.mutable_raw()),
+                                                                        idx.mutable_data<int32_t>(), slices, n, inner);
+        check_launch("TopK gather");
+        for (bool last = false; !last;) {
+          last = m <= S;
+          const int width = last ? static_cast<int>(pow2_at_least(m)) : S;
+          const int64_t chunks = last ? 1 : (m + S - 1) / S;
+          Tensor key2 = device_tensor(DType::UInt8, {slices * chunks * k * static_cast<int64_t>(sizeof(C))});
+          Tensor idx2 = device_tensor(DType::Int32, {slices * chunks * k});
+          const size_t bytes = shared_key_offset(width) + static_cast<size_t>(width) * sizeof(C);
+          topk_chunks<C><<<block_grid(slices * chunks), kThreads, bytes, stream()>>>(
+              static_cast<const C*>(key.raw()), idx.data<int32_t>(), slices, m, chunks, width, k, largest,
+              static_cast<C*>(key2.mutable_raw()), idx2.mutable_data<int32_t>());
+          check_launch("TopK chunk selection");
+          key = std::move(key2);
+          idx = std::move(idx2);
+          m = chunks * k;
+        }
+        topk_write<T>
+            <<<grid_for(slices * k), kThreads, 0, stream()>>>(x.data<T>(), idx.data<int32_t>(), vals.mutable_data<T>(),
+                                                              inds.mutable_data<int64_t>(), slices, n, inner, k, k);
         check_launch("TopK");
         return;
       }
