@@ -337,9 +337,11 @@ void matmul_add_kernel(ops::KernelContext& ctx) {
   ops::nn::MatmulDims d;
   d.M = rows, d.N = N, d.K = K;
   d.alpha = 1.0f, d.beta = 0.0f;
-  if (lt_product(DType::Float32, d, xp, wp, y.mutable_raw(), bias)) return;
-  // No algorithm with the bias epilogue for these operands: the product, then the bias.
+  // The epilogue takes a 16-byte aligned bias only (cuBLASLt may reject others; those are added after).
+  if (bias && alignment_of(bias) >= 16 && lt_product(DType::Float32, d, xp, wp, y.mutable_raw(), bias)) return;
+  // No bias, or no algorithm with the bias epilogue for these operands: the product, then the bias.
   lt_product(DType::Float32, d, xp, wp, y.mutable_raw());
+  if (!bias) return;
   add_bias_kernel<<<blocks_for(total), 256, 0, stream()>>>(y.mutable_data<float>(), bias, total, N, false);
   check_launch("MatMulAdd bias");
 }
