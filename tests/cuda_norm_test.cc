@@ -52,6 +52,29 @@ Tensor with_nans(DType dtype, const Shape& shape, uint32_t seed) {
   return dtype == DType::Float32 ? f : cast_tensor(f, dtype);
 }
 
+// The error of building `n` (inputs of the given types and shapes, all graph inputs) for cuda, or
+// "" when the build succeeds.
+std::string cuda_build_error(const ir::Node& n, const std::vector<Tensor>& inputs) {
+  ir::Graph g;
+  g.name = "declined";
+  g.ir_version = 10;
+  g.opsets[n.domain] = n.opset;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    g.inputs.push_back(test_support::value_info(n.inputs[i], inputs[i].dtype(), inputs[i].shape()));
+  g.nodes.push_back(n);
+  for (const auto& o : n.outputs) {
+    ir::ValueInfo v;
+    v.name = o;
+    g.outputs.push_back(v);
+  }
+  try {
+    test_support::engine_for(g, {}, "cuda");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // ---- BatchNormalization -----------------------------------------------------------------------
 
 TEST(CudaNormSelect, BatchNormalizationInferenceMatchesTheCpu) {
@@ -310,6 +333,27 @@ TEST(CudaNormSelect, SeededTrainingDropoutMatchesTheCpu) {
             describe("Dropout training ratio " + std::to_string(ratio), t, s));
         if (HasFatalFailure()) return;
       }
+}
+
+TEST(CudaNormSelect, NodesTheKernelsCannotMatchAreDeclinedWithTheReason) {
+  REQUIRE_GPU();
+  // Dropout with a training_mode input and no seed draws a random mask on the CPU.
+  const std::string dropout =
+      cuda_build_error(node("Dropout", {"X", "ratio", "training_mode"}, {}, 13, {"Y", "mask"}),
+                       {random_of(DType::Float32, {2, 3}, 1), make<float>({}, {0.5f}), make<bool>({}, {true})});
+  EXPECT_NE(dropout.find("draws a random mask"), std::string::npos) << dropout;
+  // BatchNormalization's saved statistics (outputs past running_var) exist in no mode here.
+  std::vector<Tensor> bn = {random_of(DType::Float32, {2, 3, 4}, 2), random_of(DType::Float32, {3}, 3),
+                            random_of(DType::Float32, {3}, 4), random_of(DType::Float32, {3}, 5),
+                            random_of(DType::Float32, {3}, 6, 0.5f, 1.0f)};
+  const std::string training = cuda_build_error(node("BatchNormalization", {"X", "scale", "B", "mean", "var"},
+                                                     {{"training_mode", ir::int_attr("training_mode", 1)}}, 14,
+                                                     {"Y", "running_mean", "running_var", "saved_mean"}),
+                                                bn);
+  EXPECT_NE(training.find("training-mode outputs beyond running_mean/running_var"), std::string::npos) << training;
+  const std::string inference = cuda_build_error(
+      node("BatchNormalization", {"X", "scale", "B", "mean", "var"}, {}, 9, {"Y", "running_mean"}), bn);
+  EXPECT_NE(inference.find("only supported with training_mode=1"), std::string::npos) << inference;
 }
 
 // ---- reforge::RmsNorm -------------------------------------------------------------------------
