@@ -76,4 +76,8 @@ void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: Lay
 void register_batch_norm_kernels(backends::KernelRegistry& r);   // norm2.cu: Batch/Instance/GroupNormalization, Dropout
 void register_cumsum_topk_kernels(backends::KernelRegistry& r);  // cumsum_topk.cu: CumSum, CumProd, TopK
 
+void register_resize_kernels(backends::KernelRegistry& r);          // resize.cu: Resize
+void register_conv_transpose_kernels(backends::KernelRegistry& r);  // conv_transpose.cu: ConvTranspose (cuDNN)
+void register_einsum_kernels(backends::KernelRegistry& r);          // einsum.cu: Einsum
+
 }  // namespace reforge::cuda
