@@ -58,7 +58,7 @@ backends::Backend backend();
 void register_transfer_kernels(backends::KernelRegistry& r);     // transfer.cc: ToDevice, ToHost
 void register_view_kernels(backends::KernelRegistry& r);         // views.cc: Reshape, Squeeze, ..., Shape, Size
 void register_elementwise_kernels(backends::KernelRegistry& r);  // elementwise.cu: binary arithmetic, compare
-void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cu: MatMul, Gemm (cuBLASLt)
+void register_matmul_kernels(backends::KernelRegistry& r);       // matmul.cu: MatMul, Gemm, MatMulAdd (cuBLASLt)
 void register_conv_kernels(backends::KernelRegistry& r);         // conv.cu: Conv (cuDNN)
 void register_pool_kernels(backends::KernelRegistry& r);         // pool.cu: Max/Average/Global pools
 void register_unary_kernels(backends::KernelRegistry& r);        // unary.cu: math, activations, Clip, Not
@@ -72,7 +72,9 @@ void register_pad_kernels(backends::KernelRegistry& r);          // pad.cu: Pad
 void register_nonzero_kernels(backends::KernelRegistry& r);      // nonzero.cu: NonZero
 void register_reduce_kernels(backends::KernelRegistry& r);       // reduce.cu: Reduce*, ArgMax, ArgMin
 void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: Softmax, LogSoftmax
-void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: LayerNormalization, RMSNormalization
+void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: Layer/RMSNormalization, RmsNorm
+void register_batch_norm_kernels(backends::KernelRegistry& r);   // norm2.cu: Batch/Instance/GroupNormalization, Dropout
+void register_cumsum_topk_kernels(backends::KernelRegistry& r);  // cumsum_topk.cu: CumSum, CumProd, TopK
 
 void register_resize_kernels(backends::KernelRegistry& r);          // resize.cu: Resize
 void register_conv_transpose_kernels(backends::KernelRegistry& r);  // conv_transpose.cu: ConvTranspose (cuDNN)

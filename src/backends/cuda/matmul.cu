@@ -1,5 +1,5 @@
-// MatMul and Gemm on the GPU. Float types go through cuBLASLt: float32 exact (CUBLAS_COMPUTE_32F,
-// no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; integer types
+// MatMul, Gemm and reforge::MatMulAdd (below) on the GPU. Float types go through cuBLASLt: float32 exact
+// (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; integer types
 // through a plain kernel. The shape logic (1-D promotion, batch broadcasting) is MatMul's own
 // (ops/nn/matmul.h), which hands each product here with device pointers.
 //
@@ -76,7 +76,11 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
-void lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c) {
+// C = A B (with alpha, beta) by cuBLASLt; with `bias` (float32, one per column of C, float32
+// products only), C = A B + bias by the bias epilogue. Returns false only when a bias was asked
+// for and cuBLASLt has no algorithm with that epilogue (the caller then adds it).
+bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
+                const float* bias = nullptr) {
   cudaDataType_t type;
   cublasComputeType_t compute;
   cudaDataType_t scale;
@@ -104,6 +108,15 @@ void lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   REFORGE_LT_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   REFORGE_LT_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (bias) {
+    REFORGE_CHECK(dtype == DType::Float32 && d.batch <= 1, "internal error: a bias epilogue on a ", dtype_name(dtype),
+                  " product of batch ", d.batch);
+    // cuBLASLt's rows are our columns: one bias value per row of its column-major D.
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    REFORGE_LT_CHECK(
+        cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    REFORGE_LT_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
   if (d.trans_b)
     layout(&call.a, type, K, N, K, d.batch, d.b_broadcast ? 0 : K * N);
   else
@@ -132,6 +145,7 @@ void lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   int found = 0;
   REFORGE_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(h.handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
                                                   &heuristic, &found));
+  if (found == 0 && bias) return false;
   if (found == 0)
     fail("cuBLASLt has no algorithm for a ", dtype_name(dtype), " product of ", M, "x", K, " by ", K, "x", N,
          " (batch ", d.batch, ")");
@@ -141,6 +155,7 @@ void lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   const void* beta = scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
   REFORGE_LT_CHECK(cublasLtMatmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
                                   &heuristic.algo, h.workspace, kWorkspaceBytes, stream()));
+  return true;
 }
 
 // Integer products (and any type cuBLASLt does not take): one thread per output element,
@@ -244,11 +259,99 @@ void gemm_kernel(ops::KernelContext& ctx) {
   product(A.dtype(), d, A.raw(), B.raw(), Y.mutable_raw());
 }
 
+// ---- reforge::MatMulAdd ------------------------------------------------------------------
+
+__global__ void widen_kernel(const __half* w, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = __half2float(w[i]);
+}
+__global__ void widen_kernel(const __nv_bfloat16* w, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = __bfloat162float(w[i]);
+}
+
+// x rounded to bfloat16 values (round to nearest even), kept as float32.
+__global__ void round_bf16_kernel(const float* x, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+// y[r, j] += bias[j] (or = bias[j] with `assign`) over rows x N.
+__global__ void add_bias_kernel(float* y, const float* bias, int64_t total, int64_t N, bool assign) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = assign ? bias[i % N] : y[i] + bias[i % N];
+}
+
+// Y = MatMul(X, W) + b, as the CPU's reforge::MatMulAdd (backends/cpu/matmul_add.cc): X float32
+// [..., K], W [K, N] float32 or (16-bit Linear layers) bfloat16 / float16, widened exactly to
+// float32 before an exact float32 product; b (optional) float32 [N], added to the finished sum by
+// cuBLASLt's bias epilogue. With bf16_activations = 1, X is first rounded to bfloat16 values.
+void matmul_add_kernel(ops::KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& w = ctx.input(1);
+  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const std::string& label = ctx.node().label();
+  REFORGE_CHECK(
+      w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16),
+      label, ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
+  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == w.dim(0), label, ": input ",
+                x.describe(), " does not match the weight ", w.describe());
+  REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == w.dim(1)), label, ": bias ",
+                b ? b->describe() : "", " does not match the weight ", w.describe());
+  const int64_t K = w.dim(0), N = w.dim(1);
+  Shape out = x.shape();
+  out.back() = N;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  const int64_t rows = total / N;
+  const float* bias = b ? b->data<float>() : nullptr;
+  if (K == 0) {  // an empty sum: zeros plus the bias
+    if (bias) {
+      add_bias_kernel<<<blocks_for(total), 256, 0, stream()>>>(y.mutable_data<float>(), bias, total, N, true);
+      check_launch("MatMulAdd bias");
+    } else {
+      REFORGE_CUDA_CHECK(cudaMemsetAsync(y.mutable_raw(), 0, y.nbytes(), stream()));
+    }
+    return;
+  }
+  Tensor w32, x_rounded;
+  const void* wp = w.raw();
+  if (w.dtype() != DType::Float32) {
+    w32 = device_tensor(DType::Float32, w.shape());
+    if (w.dtype() == DType::Float16)
+      widen_kernel<<<blocks_for(K * N), 256, 0, stream()>>>(w.data<__half>(), w32.mutable_data<float>(), K * N);
+    else
+      widen_kernel<<<blocks_for(K * N), 256, 0, stream()>>>(w.data<__nv_bfloat16>(), w32.mutable_data<float>(), K * N);
+    check_launch("MatMulAdd weight widening");
+    wp = w32.raw();
+  }
+  const void* xp = x.raw();
+  if (ctx.node().attr_int("bf16_activations", 0) != 0) {
+    x_rounded = device_tensor(DType::Float32, x.shape());
+    round_bf16_kernel<<<blocks_for(x.numel()), 256, 0, stream()>>>(x.data<float>(), x_rounded.mutable_data<float>(),
+                                                                   x.numel());
+    check_launch("MatMulAdd activation rounding");
+    xp = x_rounded.raw();
+  }
+  ops::nn::MatmulDims d;
+  d.M = rows, d.N = N, d.K = K;
+  d.alpha = 1.0f, d.beta = 0.0f;
+  // The epilogue takes a 16-byte aligned bias only (cuBLASLt may reject others; those are added after).
+  if (bias && alignment_of(bias) >= 16 && lt_product(DType::Float32, d, xp, wp, y.mutable_raw(), bias)) return;
+  // No bias, or no algorithm with the bias epilogue for these operands: the product, then the bias.
+  lt_product(DType::Float32, d, xp, wp, y.mutable_raw());
+  if (!bias) return;
+  add_bias_kernel<<<blocks_for(total), 256, 0, stream()>>>(y.mutable_data<float>(), bias, total, N, false);
+  check_launch("MatMulAdd bias");
+}
+
 }  // namespace
 
 void register_matmul_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "MatMul", matmul_kernel);
   add_kernel(r, "", "Gemm", gemm_kernel);
+  add_kernel(r, "reforge", "MatMulAdd", matmul_add_kernel);
 }
 
 }  // namespace reforge::cuda

@@ -1,4 +1,5 @@
-// Normalizations on the GPU: LayerNormalization (opset 17) and RMSNormalization (opset 23, below).
+// Normalizations on the GPU: LayerNormalization (opset 17), RMSNormalization (opset 23, below) and
+// the fused reforge::RmsNorm (last).
 // LayerNormalization has the CPU's semantics (ops/nn/layer_normalization.cc): normalization over the dimensions from
 // `axis` on, Scale and optional B broadcast unidirectionally to those dimensions (or to all of X when they have more
 // dimensions), and the optional Mean and InvStdDev outputs in stash_type. One group of threads
@@ -277,11 +278,115 @@ void rms_norm_kernel(ops::KernelContext& ctx) {
   check_launch("RMSNormalization");
 }
 
+// reforge::RmsNorm's scalar inputs (epsilon, exponent, numerator), read on the device: absent,
+// or one float32, float64, int64 or int32 element (as the CPU's read_scalar).
+struct ScalarIn {
+  const void* p = nullptr;
+  DType dtype = DType::Float32;
+};
+
+__device__ __forceinline__ double read_scalar(const ScalarIn& s, double def) {
+  if (!s.p) return def;
+  switch (s.dtype) {
+    case DType::Float32:
+      return *static_cast<const float*>(s.p);
+    case DType::Float64:
+      return *static_cast<const double*>(s.p);
+    case DType::Int64:
+      return static_cast<double>(*static_cast<const int64_t*>(s.p));
+    default:
+      return *static_cast<const int32_t*>(s.p);
+  }
+}
+
+ScalarIn scalar_input(const ops::KernelContext& ctx, size_t i, const char* what) {
+  if (!ctx.has_input(i)) return {};
+  const Tensor& t = ctx.input(i);
+  REFORGE_CHECK(t.numel() == 1, ctx.node().label(), ": ", what, " must have one element, got ", t.describe());
+  switch (t.dtype()) {
+    case DType::Float32:
+    case DType::Float64:
+    case DType::Int64:
+    case DType::Int32:
+      return {t.raw(), t.dtype()};
+    default:
+      fail(ctx.node().label(), ": ", what, " has unsupported type ", dtype_name(t.dtype()));
+  }
+}
+
+// reforge::RmsNorm (float32), as backends/cpu/rms_norm.cc: per row of n, ss = sum x^2 in float32
+// (exponent 2) or sum powf(x, p) in float64 rounded to float32 (other exponents); inv = numerator
+// / sqrt(ss / n + eps); y = (x * inv) [* w], w of n elements or one.
+template <int G>
+__global__ void rms_fused_rows(const float* x, const float* w, bool w_scalar, float* y, int64_t rows, int64_t n,
+                               ScalarIn eps_in, ScalarIn p_in, ScalarIn num_in) {
+  constexpr int groups = kGroupThreads / G;
+  const int lane = threadIdx.x % G;
+  const float eps = static_cast<float>(read_scalar(eps_in, 0.0));
+  const double p = read_scalar(p_in, 2.0);
+  const float num = static_cast<float>(read_scalar(num_in, 1.0));
+  for (int64_t first = int64_t{blockIdx.x} * groups; first < rows; first += int64_t{gridDim.x} * groups) {
+    const int64_t row = first + threadIdx.x / G;
+    const bool live = row < rows;
+    const float* xp = x + (live ? row : 0) * n;
+    float ss;
+    if (p == 2.0) {
+      float s = 0;
+      if (live)
+        for (int64_t i = lane; i < n; i += G) s += xp[i] * xp[i];
+      ss = group_combine<G>(s, [](float a, float b) { return a + b; });
+    } else {
+      double s = 0;
+      if (live)
+        for (int64_t i = lane; i < n; i += G) s += static_cast<double>(powf(xp[i], static_cast<float>(p)));
+      ss = static_cast<float>(group_combine<G>(s, [](double a, double b) { return a + b; }));
+    }
+    if (!live) continue;
+    const float inv = num / sqrtf(ss / static_cast<float>(n) + eps);
+    float* yp = y + row * n;
+    for (int64_t i = lane; i < n; i += G) {
+      const float v = xp[i] * inv;
+      yp[i] = w ? v * w[w_scalar ? 0 : i] : v;
+    }
+  }
+}
+
+void rms_fused_kernel(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1, where, ": X must be a float32 tensor of rank >= 1, got ",
+                x.describe());
+  const int64_t n = x.dim(x.rank() - 1);
+  const int64_t rows = n ? x.numel() / n : 0;
+  const float* w = nullptr;
+  bool w_scalar = false;
+  if (ctx.has_input(1)) {
+    const Tensor& wt = ctx.input(1);
+    REFORGE_CHECK(wt.dtype() == DType::Float32 && (wt.numel() == n || wt.numel() == 1) && wt.rank() <= x.rank(), where,
+                  ": weight ", wt.describe(), " does not broadcast along the last axis of X ", x.describe());
+    w = wt.data<float>();
+    w_scalar = wt.numel() == 1 && n != 1;
+  }
+  const ScalarIn eps = scalar_input(ctx, 2, "epsilon");
+  const ScalarIn p = scalar_input(ctx, 3, "exponent");
+  const ScalarIn num = scalar_input(ctx, 4, "numerator");
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, x.shape());
+  if (rows == 0) return;
+  if (n >= kBlockRow)
+    rms_fused_rows<kGroupThreads><<<row_grid(rows, 1), kGroupThreads, 0, stream()>>>(
+        x.data<float>(), w, w_scalar, y.mutable_data<float>(), rows, n, eps, p, num);
+  else
+    rms_fused_rows<32><<<row_grid(rows, kGroupThreads / 32), kGroupThreads, 0, stream()>>>(
+        x.data<float>(), w, w_scalar, y.mutable_data<float>(), rows, n, eps, p, num);
+  check_launch("RmsNorm");
+}
+
 }  // namespace
 
 void register_norm_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "LayerNormalization", layer_norm_kernel);
   add_kernel(r, "", "RMSNormalization", rms_norm_kernel, rms_check);
+  add_kernel(r, "reforge", "RmsNorm", rms_fused_kernel);
 }
 
 }  // namespace reforge::cuda
