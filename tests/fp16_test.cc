@@ -16,9 +16,11 @@
 #include "builder/onnx_refit.h"
 #include "core/half.h"
 #include "core/simd.h"
+#include "ops/reforge/float16_weights.h"
 #include "plan/plan_io.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/cuda_compare.h"
 #include "support/model_references.h"
 #include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
@@ -369,4 +371,51 @@ TEST(Fp16Plan, RefitRefusesAWeightBeyondFloat16Range) {
     for (size_t i = 0; i < before.size(); ++i)
       EXPECT_TRUE(transforms::bit_equal(before[i], after[i])) << "output " << i;
   }
+}
+
+// On the CUDA backend a float16 weight reaches reforge::MatMulAdd through an upload: placement
+// marks those transfers, and where a GPU runs the plan, a refit whose new weight overflows
+// float16 is refused there and the engine keeps its weights, as on the CPU.
+TEST(Fp16Plan, CudaUploadRefusesAWeightBeyondFloat16Range) {
+  REQUIRE_CUDA_BUILD();
+  synth::LlamaSpec sa;
+  sa.seq = 1;
+  synth::LlamaSpec sb = sa;
+  sb.seed = 2;
+  ir::Graph ga = synth::synthetic_llama(sa), gb = synth::synthetic_llama(sb);
+  const std::string w = first_linear_weight(gb);
+  gb.initializers.at(w).mutable_data<float>()[0] = -1e5f;
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  o.precision = plan::Precision::Fp16;
+  o.backend = "cuda";
+  plan::Plan p = round_trip(build::build_plan(ga, o));
+  std::map<std::string, std::string> producer;  // value -> ToDevice node label
+  size_t marked = 0, fused = 0;
+  for (const auto& n : p.graph.nodes)
+    if (n.op_type == "ToDevice") {
+      producer[n.outputs[0]] = n.label();
+      marked += n.has_attr(ops::kFiniteFloat16For);
+    }
+  for (const auto& n : p.graph.nodes)
+    if (n.domain == "reforge" && n.op_type == "MatMulAdd") {
+      ++fused;
+      ASSERT_TRUE(producer.count(n.inputs[1])) << n.label();
+    }
+  ASSERT_GT(fused, 0u) << "the CUDA build fuses Linear layers into reforge::MatMulAdd";
+  EXPECT_EQ(marked, fused);  // one weight per Linear layer
+  if (!test_support::no_gpu().empty()) GTEST_SKIP() << test_support::no_gpu();
+  runtime::PlanEngine engine(std::move(p));
+  const auto before = engine.run(synth::synthetic_llama_inputs(1));
+  refit::Refitter r(engine);
+  for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
+  try {
+    r.commit();
+    ADD_FAILURE() << "a refit with -1e5 in a CUDA fp16 plan's weight succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("65504"), std::string::npos) << e.what();
+  }
+  const auto after = engine.run(synth::synthetic_llama_inputs(1));
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(transforms::bit_equal(before[i], after[i])) << "output " << i;
 }

@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "ops/reforge/float16_weights.h"
 #include "ops/registry.h"
 
 namespace reforge::backends {
@@ -243,6 +244,16 @@ PlaceResult place_graph(ir::Graph& g, const PlaceOptions& o) {
     placed_backend.push_back(where[i]);
   }
   for (const auto& [out, device_value] : device_output) transfer(device_value, Memory::Host, out);
+  // A float16 Linear weight reaches a device's reforge::MatMulAdd through a transfer: mark it, so
+  // that the upload refuses infinities as the CPU's prepare step does (ops/reforge/float16_weights.h).
+  std::map<std::string, size_t> to_device_of;  // transferred value -> its ToDevice node
+  for (size_t k = 0; k < placed_nodes.size(); ++k)
+    if (placed_nodes[k].domain == "reforge" && placed_nodes[k].op_type == "ToDevice")
+      to_device_of[placed_nodes[k].outputs[0]] = k;
+  for (const auto& node : placed_nodes)
+    if (node.domain == "reforge" && node.op_type == "MatMulAdd" && node.inputs.size() > 1)
+      if (auto it = to_device_of.find(node.inputs[1]); it != to_device_of.end())
+        placed_nodes[it->second].attrs[ops::kFiniteFloat16For] = ir::string_attr(ops::kFiniteFloat16For, node.label());
 
   g.nodes = std::move(placed_nodes);
   r.node_backend = std::move(placed_backend);

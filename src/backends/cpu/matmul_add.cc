@@ -7,6 +7,7 @@
 #include "backends/cpu/linear.h"
 #include "backends/cpu/sgemm_panels.h"
 #include "core/dispatch.h"
+#include "ops/reforge/float16_weights.h"
 
 namespace reforge::ops {
 
@@ -17,27 +18,10 @@ namespace {
 // float32). A constant W is prepared by the prepare step (linear.h); the bias is added after
 // the sum, as the unfused MatMul -> Add would.
 //
-// A float16 W with an infinity is refused: the fp16 recipe's Cast turns float32 values beyond
-// +-65504 into inf (ONNX semantics), which would make every output of the layer inf or NaN. The
-// step runs when an engine is made and inside every refit transaction that replaces W, so such a
-// refit fails and leaves the engine as it was.
-void refuse_float16_infinities(const ir::Node& node, const Tensor& w) {
-  if (w.dtype() != DType::Float16) return;
-  const auto* h = static_cast<const uint16_t*>(w.raw());
-  const int64_t n = w.numel();
-  int64_t infs = 0;
-  for (int64_t i = 0; i < n; ++i) infs += (h[i] & 0x7fffu) == 0x7c00u;
-  if (infs) {
-    int64_t first = 0;
-    while ((h[first] & 0x7fffu) != 0x7c00u) ++first;
-    fail(node.label(), ": float16 weight ", w.describe(), " has ", infs, " infinite value(s) (first at element ", first,
-         "): a float32 weight beyond float16's range (+-65504) was cast to float16; use --precision bf16 or fp32");
-  }
-}
-
+// A float16 W with an infinity is refused (ops/reforge/float16_weights.h).
 std::shared_ptr<const void> matmul_add_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
   if (constants.size() < 2 || !constants[1]) return nullptr;
-  refuse_float16_infinities(node, *constants[1]);
+  refuse_float16_infinities(node.label(), *constants[1]);
   return prepare_linear(*constants[1], false);
 }
 
@@ -101,7 +85,7 @@ void pack_panels_op(KernelContext& ctx) {
 // the same values plus zero padding, so the check reads them as they are.
 std::shared_ptr<const void> matmul_add_packed_prepare(const ir::Node& node,
                                                       const std::vector<const Tensor*>& constants) {
-  if (constants.size() >= 2 && constants[1]) refuse_float16_infinities(node, *constants[1]);
+  if (constants.size() >= 2 && constants[1]) refuse_float16_infinities(node.label(), *constants[1]);
   return nullptr;
 }
 

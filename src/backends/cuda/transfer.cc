@@ -1,5 +1,6 @@
 // reforge::ToDevice and reforge::ToHost on the CUDA backend (backends/placement.h inserts them).
 #include "backends/cuda/cuda_common.h"
+#include "ops/reforge/float16_weights.h"
 
 namespace reforge::cuda {
 
@@ -18,8 +19,10 @@ void to_device_kernel(ops::KernelContext& ctx) {
   ctx.set_output(0, to_device(x));
 }
 
-std::shared_ptr<const void> upload_weight(const ir::Node&, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> upload_weight(const ir::Node& node, const std::vector<const Tensor*>& constants) {
   if (constants.empty() || !constants[0]) return nullptr;
+  if (node.has_attr(ops::kFiniteFloat16For))
+    ops::refuse_float16_infinities(node.attr_string(ops::kFiniteFloat16For, ""), *constants[0]);
   return std::make_shared<const Tensor>(upload(*constants[0]));
 }
 
