@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "backends/backend.h"
+#include "backends/placement.h"
 #include "core/timing.h"
 #include "ops/infer_graph.h"
 #include "ops/registry.h"
@@ -87,6 +88,13 @@ struct Engine::Impl {
   mutable std::vector<NodeProfile> profile;  // per step, when options.profile
   // Device backends that nodes run on: each run ends by waiting for their work (Backend::synchronize).
   std::vector<const backends::Backend*> devices;
+  // Device-bound I/O (RunOptions, Engine::run). Per graph input: some node reads it in host
+  // memory, so a device tensor given for it is copied to the host once per run.
+  std::vector<bool> input_read_on_host;
+  // Per graph output: the device value whose reforge::ToHost copy it is (skipped when outputs
+  // stay on the device), or -1.
+  std::vector<int> output_device_slot;
+  std::vector<bool> output_copy_step;  // per step: such a ToHost, read by no other step
 };
 
 Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_unique<Impl>()) {
@@ -211,6 +219,44 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
         if (v >= 0) shape_value[static_cast<size_t>(v)] = true;
     }
     m.memo_value = shape_value;
+  }
+  // Device-bound I/O: where graph inputs are read, and which ToHost steps only deliver outputs.
+  {
+    std::vector<int> readers(m.num_slots, 0);
+    for (const Step& st : m.steps)
+      for (int v : st.inputs)
+        if (v >= 0) ++readers[static_cast<size_t>(v)];
+    std::vector<int> input_index(m.num_slots, -1);
+    for (size_t i = 0; i < m.input_slots.size(); ++i)
+      input_index[static_cast<size_t>(m.input_slots[i])] = static_cast<int>(i);
+    m.input_read_on_host.assign(m.input_slots.size(), false);
+    std::vector<int> producer(m.num_slots, -1);
+    for (size_t s = 0; s < m.steps.size(); ++s) {
+      const Step& st = m.steps[s];
+      const ir::Node& n = m.graph.nodes[st.node_index];
+      for (int v : st.outputs)
+        if (v >= 0) producer[static_cast<size_t>(v)] = static_cast<int>(s);
+      const bool only_dimensions = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
+      for (size_t i = 0; i < st.inputs.size(); ++i) {
+        const int v = st.inputs[i];
+        if (v < 0 || input_index[static_cast<size_t>(v)] < 0 || only_dimensions) continue;
+        if (!st.device || ops::input_role(n, i) == ops::InputRole::kShape)
+          m.input_read_on_host[static_cast<size_t>(input_index[static_cast<size_t>(v)])] = true;
+      }
+    }
+    m.output_copy_step.assign(m.steps.size(), false);
+    m.output_device_slot.assign(m.output_slots.size(), -1);
+    for (size_t o = 0; o < m.output_slots.size(); ++o) {
+      const int p = producer[static_cast<size_t>(m.output_slots[o])];
+      if (p < 0) continue;
+      const Step& st = m.steps[static_cast<size_t>(p)];
+      const ir::Node& n = m.graph.nodes[st.node_index];
+      if (!st.device || !backends::is_transfer(n) || n.op_type != "ToHost" || st.inputs.size() != 1 ||
+          st.inputs[0] < 0 || readers[static_cast<size_t>(m.output_slots[o])] != 0)
+        continue;
+      m.output_device_slot[o] = st.inputs[0];
+      m.output_copy_step[static_cast<size_t>(p)] = true;
+    }
   }
   m.value_last_use.resize(m.steps.size());
   for (size_t s = 0; s < m.steps.size(); ++s)
@@ -347,12 +393,28 @@ void check_inputs(const std::vector<ir::ValueInfo>& declared, const std::map<std
 
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, *weights()); }
 
-std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const {
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const RunOptions& options) const {
+  return run(inputs, *weights(), options);
+}
+
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
+                                const RunOptions& options) const {
   const Impl& m = *impl_;
   std::vector<Tensor> values(m.num_slots);
   check_inputs(m.graph.inputs, inputs);
-  for (size_t i = 0; i < m.graph.inputs.size(); ++i)
-    values[static_cast<size_t>(m.input_slots[i])] = inputs.at(m.graph.inputs[i].name);
+  const bool device_outputs = options.outputs == Memory::Device;
+  if (device_outputs && m.devices.empty())
+    fail(
+        "run: outputs in device memory were asked for, but every node of this engine runs on the host; "
+        "RunOptions::outputs = Device needs a plan built for a device backend");
+  for (size_t i = 0; i < m.graph.inputs.size(); ++i) {
+    const Tensor& given = inputs.at(m.graph.inputs[i].name);
+    if (!given.on_host() && m.devices.empty())
+      fail("input '", m.graph.inputs[i].name, "' is in device memory, but every node of this engine runs on the host");
+    // Read on the host somewhere: one host copy serves every reader (ToDevice uploads it again).
+    values[static_cast<size_t>(m.input_slots[i])] =
+        !given.on_host() && m.input_read_on_host[i] ? to_memory(given, Memory::Host) : given;
+  }
   const Weights* consts = &weights;
   REFORGE_CHECK(consts->values.size() == m.num_slots, "run: not a weight set of this engine");
   for (size_t v = 0; v < m.num_slots; ++v) {
@@ -399,6 +461,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   std::vector<double> step_ms(m.options.profile ? m.steps.size() : 0);
   for (size_t si = 0; si < m.steps.size(); ++si) {
     const Step& st = m.steps[si];
+    // Outputs that stay on the device skip their copy to the host (and keep the device value).
+    if (device_outputs && m.output_copy_step[si]) continue;
     auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const ir::Node& node = m.graph.nodes[st.node_index];
     if (memo && m.memoized[si]) {
@@ -467,7 +531,19 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   }
   std::vector<Tensor> outs;
   outs.reserve(m.output_slots.size());
-  for (int s : m.output_slots) {
+  for (size_t o = 0; o < m.output_slots.size(); ++o) {
+    const int s = m.output_slots[o];
+    if (device_outputs) {
+      const int d = m.output_device_slot[o];
+      const int v = d >= 0 ? d : s;
+      const Tensor& t = values[static_cast<size_t>(v)];
+      Tensor out = to_memory(t, Memory::Device);  // made on the host: a device copy
+      // Memoized values are shared with later runs, so the caller gets a copy.
+      if (out.raw() == t.raw() && m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(v)])
+        out = out.clone();
+      outs.push_back(std::move(out));
+      continue;
+    }
     const Tensor& t = values[static_cast<size_t>(s)];
     // The plan keeps graph outputs off the arena; this copy only guards against the unplanned.
     // Memoized values are shared with later runs, so the caller gets a copy.
@@ -532,6 +608,34 @@ std::shared_ptr<const Engine::Weights> Engine::weights() const {
 }
 
 bool Engine::has_constant(const std::string& name) const { return impl_->const_slot.count(name) != 0; }
+
+Tensor Engine::device_constant(const std::string& name) const { return device_constant(*weights(), name); }
+
+Tensor Engine::device_constant(const Weights& weights, const std::string& name) const {
+  const Impl& m = *impl_;
+  REFORGE_CHECK(weights.values.size() == m.num_slots, "device_constant: not a weight set of this engine");
+  auto it = m.const_slot.find(name);
+  if (it == m.const_slot.end()) return Tensor();
+  const Tensor& value = weights.values[static_cast<size_t>(it->second)];
+  if (!value.defined()) return Tensor();
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    const Step& st = m.steps[si];
+    const ir::Node& n = m.graph.nodes[st.node_index];
+    if (!st.device || !backends::is_transfer(n) || n.op_type != "ToDevice" || st.inputs.size() != 1 ||
+        st.inputs[0] != it->second)
+      continue;
+    // The step's own kernel, as a run calls it: it hands out what its prepare step made.
+    ops::KernelContext ctx(n, {&value}, 1, st.device->allocator, weights.prepared[si].get());
+    try {
+      (*st.kernel)(ctx);
+    } catch (Error& e) {
+      throw e.with_context("while reading the device copy of engine weight '" + name + "' (" + n.label() + ")");
+    }
+    if (st.device->synchronize) st.device->synchronize();
+    return ctx.outputs().at(0);
+  }
+  return Tensor();
+}
 
 void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
   // Writers queue on writer_mutex; runs take constants_mutex only to copy the pointer, so they
