@@ -16,6 +16,7 @@
 // replay, the device out of memory while uploading) leaves the outputs and the device weights
 // equal to A's.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -32,11 +33,13 @@
 #include "builder/onnx_refit.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
+#include "plan/plan_io.h"
 #include "refit/checkpoint_refit.h"
 #include "refit/refit_from.h"
 #include "refit/refitter.h"
 #include "refit/safetensors.h"
 #include "runtime/plan_engine.h"
+#include "support/cli.h"
 #include "support/counting_backend.h"
 #include "support/cuda_compare.h"
 #include "support/engine_checks.h"
@@ -467,4 +470,48 @@ TEST_F(CudaRefit, FailedRefitLeavesDeviceWeightsUnchanged) {
   runtime::PlanEngine fresh(cuda_plan("B", false));
   EXPECT_GT(expect_weights_equal(e, fresh), 0u);
   expect_outputs_equal(outputs_of(e), outputs_of(fresh), "refit after the failures");
+}
+
+// The command line on CUDA plans: `build --device cuda`, `inspect --nodes` shows the device and
+// where each node runs, and `refit` follows the plan's device (it has no --device). Where no GPU
+// can run the plan, `refit` and `run` fail before any work, naming the plan and the reason; with
+// a GPU, the refit plan's weights equal a fresh CUDA build of B.
+TEST(CudaPlanCli, BuildInspectRefit) {
+  REQUIRE_CUDA_BUILD();
+  if (!fs::exists(onnx_of("A"))) GTEST_SKIP() << "models/llama not present";
+  const fs::path dir = fs::temp_directory_path() / ("reforge_cuda_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string plan_a = (dir / "a.plan").string(), plan_b = (dir / "b.plan").string();
+  auto built = test_support::run_cli("build " + onnx_of("A") + " --device cuda --refit -o " + plan_a);
+  ASSERT_EQ(built.status, 0) << built.output;
+
+  auto shown = test_support::run_cli("inspect " + plan_a + " --nodes");
+  ASSERT_EQ(shown.status, 0) << shown.output;
+  EXPECT_NE(shown.output.find("target: cuda"), std::string::npos) << shown.output;
+  EXPECT_NE(shown.output.find("on the device "), std::string::npos) << shown.output;
+  EXPECT_NE(shown.output.find("reforge::ToDevice"), std::string::npos) << shown.output;
+  size_t cuda_lines = 0;
+  for (size_t at = shown.output.find("\n  cuda "); at != std::string::npos; at = shown.output.find("\n  cuda ", at + 1))
+    ++cuda_lines;
+  EXPECT_GT(cuda_lines, 10u) << shown.output;
+
+  auto refit = test_support::run_cli("refit " + plan_a + " --weights " + onnx_of("B") + " -o " + plan_b);
+  auto ran = test_support::run_cli("run " + plan_a);
+  if (const std::string why = test_support::no_gpu(); !why.empty()) {
+    for (const auto* r : {&refit, &ran}) {
+      EXPECT_NE(r->status, 0) << r->output;
+      EXPECT_NE(r->output.find("the CUDA backend cannot run here: " + why), std::string::npos) << r->output;
+      EXPECT_NE(r->output.find("plan '" + plan_a + "'"), std::string::npos) << r->output;
+    }
+    EXPECT_FALSE(fs::exists(plan_b));
+  } else {
+    ASSERT_EQ(refit.status, 0) << refit.output;
+    EXPECT_EQ(ran.status, 0) << ran.output;
+    runtime::PlanEngine e(plan::read_plan(plan_b));
+    EXPECT_EQ(e.plan().build->backend, "cuda");
+    runtime::PlanEngine fresh(cuda_plan("B", false));
+    EXPECT_GT(expect_weights_equal(e, fresh), 0u);
+    expect_outputs_equal(outputs_of(e), outputs_of(fresh), "refit from the command line");
+  }
+  fs::remove_all(dir);
 }
