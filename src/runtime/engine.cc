@@ -94,7 +94,8 @@ struct Engine::Impl {
   // Per graph output: the device value whose reforge::ToHost copy it is (skipped when outputs
   // stay on the device), or -1.
   std::vector<int> output_device_slot;
-  std::vector<bool> output_copy_step;  // per step: such a ToHost, read by no other step
+  std::vector<bool> output_copy_step;     // per step: such a ToHost, read by no other step
+  std::vector<bool> device_output_value;  // per slot: the input of such a ToHost (kept to the end)
 };
 
 Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_unique<Impl>()) {
@@ -245,17 +246,21 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
       }
     }
     m.output_copy_step.assign(m.steps.size(), false);
+    m.device_output_value.assign(m.num_slots, false);
     m.output_device_slot.assign(m.output_slots.size(), -1);
     for (size_t o = 0; o < m.output_slots.size(); ++o) {
       const int p = producer[static_cast<size_t>(m.output_slots[o])];
       if (p < 0) continue;
       const Step& st = m.steps[static_cast<size_t>(p)];
       const ir::Node& n = m.graph.nodes[st.node_index];
+      // A memoized copy (of a shape value) stays: later runs read it from the memo.
       if (!st.device || !backends::is_transfer(n) || n.op_type != "ToHost" || st.inputs.size() != 1 ||
-          st.inputs[0] < 0 || readers[static_cast<size_t>(m.output_slots[o])] != 0)
+          st.inputs[0] < 0 || readers[static_cast<size_t>(m.output_slots[o])] != 0 ||
+          m.memoized[static_cast<size_t>(p)])
         continue;
       m.output_device_slot[o] = st.inputs[0];
       m.output_copy_step[static_cast<size_t>(p)] = true;
+      m.device_output_value[static_cast<size_t>(st.inputs[0])] = true;
     }
   }
   m.value_last_use.resize(m.steps.size());
@@ -469,7 +474,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       const auto& outs = memo->outputs[si];
       for (size_t o = 0; o < st.outputs.size(); ++o)
         if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
-      for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+      for (int v : st.free_after)
+        if (!device_outputs || !m.device_output_value[static_cast<size_t>(v)])
+          values[static_cast<size_t>(v)] = Tensor();
       if (m.options.profile) step_ms[si] = ms_since(started);
       continue;
     }
@@ -508,7 +515,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       for (size_t o = 0; o < st.outputs.size(); ++o)
         if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
-    for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+    for (int v : st.free_after)
+      if (!device_outputs || !m.device_output_value[static_cast<size_t>(v)]) values[static_cast<size_t>(v)] = Tensor();
     if (m.options.profile) {
       if (st.device && st.device->synchronize) st.device->synchronize();  // the node's time, not its launch's
       step_ms[si] = ms_since(started);
