@@ -76,10 +76,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.backend = o.device.device.empty() ? std::string("cpu") : o.device.device;
     bo.host_fallback = o.device.cpu_fallback;
     // Before the import and the build: a device that cannot run here fails at once.
-    if (const backends::Backend* b = backends::find_backend(bo.backend); b && b->unavailable)
-      if (std::string why = b->unavailable(); !why.empty())
-        fail("the ", bo.backend == "cuda" ? std::string("CUDA") : bo.backend, " backend cannot run here: ", why,
-             " (--device ", bo.backend, " for '", path, "')");
+    require_backend_here(bo.backend, "--device " + bo.backend + " for '" + path + "'");
     ir::Graph g;
     {
       Phase phase("importing '" + path + "'");
