@@ -178,7 +178,10 @@ TEST(CudaIoPlans, BuildAndPlaceWithoutAGpu) {
   EXPECT_EQ(by_op["Reshape"], "cuda");
   EXPECT_EQ(by_op["ToDevice"], "cuda");
   EXPECT_EQ(by_op["ToHost"], "cuda");
-  for (const auto& n : p.graph.nodes)
-    if (n.op_type == "Reshape") EXPECT_EQ(n.inputs.at(1), "S");  // read on the host, no transfer
+  for (const auto& n : p.graph.nodes) {
+    if (n.op_type == "Reshape") {
+      EXPECT_EQ(n.inputs.at(1), "S");  // read on the host, no transfer
+    }
+  }
   EXPECT_NO_THROW(cuda_plan(square_layer()));
 }

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "builder/binding.h"
 #include "builder/builder.h"
 #include "builder/onnx_refit.h"
 #include "core/npy.h"
