@@ -359,34 +359,37 @@ TEST_F(CudaRefit, FromCheckpointEqualsAFreshCudaBuild) {
   }
 }
 
-// Caller tensors: complete, then incremental in two halves from A.
+// Caller tensors: a complete refit of a stripped plan, then (the engine keeping the values of its
+// sources, as after any refit) an incremental one in two halves.
 TEST_F(CudaRefit, FromTensorsCompleteAndIncrementalEqualAFreshCudaBuild) {
-  runtime::PlanEngine fresh(cuda_plan("B", false));
-  const auto want = outputs_of(fresh);
-  {
-    runtime::PlanEngine e(cuda_plan("A", true));
-    refit::RefitRequest req;
-    for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), onnx_of("B")))
-      req.tensors[e.plan().sources[id].key] = t;
-    refit::refit_from(e, req);
-    EXPECT_GT(expect_weights_equal(e, fresh), 0u);
-    expect_outputs_equal(outputs_of(e), want, "refit from tensors");
-  }
-  runtime::PlanEngine e(cuda_plan("A", false));
-  const auto a_outputs = outputs_of(e);
-  const auto sources = build::read_sources_from_onnx(e.plan(), onnx_of("B"));
-  ASSERT_GE(sources.size(), 2u);
+  runtime::PlanEngine fresh_a(cuda_plan("A", false)), fresh_b(cuda_plan("B", false));
+  const auto want_a = outputs_of(fresh_a), want_b = outputs_of(fresh_b);
+  runtime::PlanEngine e(cuda_plan("A", true));
+  auto tensors_of = [&](const char* weights) {
+    std::map<std::string, Tensor> out;
+    for (const auto& [id, t] : build::read_sources_from_onnx(e.plan(), onnx_of(weights)))
+      out[e.plan().sources[id].key] = t;
+    return out;
+  };
+  refit::RefitRequest complete;
+  complete.tensors = tensors_of("A");
+  refit::refit_from(e, complete);
+  EXPECT_GT(expect_weights_equal(e, fresh_a), 0u);
+  expect_outputs_equal(outputs_of(e), want_a, "complete refit from tensors");
+
+  const auto b = tensors_of("B");
+  ASSERT_GE(b.size(), 2u);
   refit::RefitRequest first, second;
   first.commit.incremental = second.commit.incremental = true;
   size_t i = 0;
-  for (const auto& [id, t] : sources) (i++ < sources.size() / 2 ? first : second).tensors[e.plan().sources[id].key] = t;
+  for (const auto& [key, t] : b) (i++ < b.size() / 2 ? first : second).tensors[key] = t;
   refit::refit_from(e, first);
-  // Half of the weights are B's: the outputs are neither A's nor B's.
-  EXPECT_FALSE(transforms::bit_equal(outputs_of(e).at(0), a_outputs.at(0)));
-  EXPECT_FALSE(transforms::bit_equal(outputs_of(e).at(0), want.at(0)));
+  // Half of the sources are B's: the outputs are neither A's nor B's.
+  EXPECT_FALSE(transforms::bit_equal(outputs_of(e).at(0), want_a.at(0)));
+  EXPECT_FALSE(transforms::bit_equal(outputs_of(e).at(0), want_b.at(0)));
   refit::refit_from(e, second);
-  EXPECT_GT(expect_weights_equal(e, fresh), 0u);
-  expect_outputs_equal(outputs_of(e), want, "incremental refit");
+  EXPECT_GT(expect_weights_equal(e, fresh_b), 0u);
+  expect_outputs_equal(outputs_of(e), want_b, "incremental refit");
 }
 
 // Failed refits leave the outputs and the device weights as they were (A's): a checkpoint with a
