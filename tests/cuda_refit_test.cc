@@ -518,6 +518,7 @@ TEST(CudaPlanCli, BuildInspectRefit) {
     EXPECT_FALSE(fs::exists(plan_b));
   } else {
     ASSERT_EQ(refit.status, 0) << refit.output;
+    EXPECT_NE(refit.output.find("for device cuda"), std::string::npos) << refit.output;
     EXPECT_EQ(ran.status, 0) << ran.output;
     runtime::PlanEngine e(plan::read_plan(plan_b));
     EXPECT_EQ(e.plan().build->backend, "cuda");
