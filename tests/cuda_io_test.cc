@@ -103,8 +103,8 @@ TEST_F(CudaIo, DeviceOutputFedToTheNextRun) {
 }
 
 // An input read on the host (Reshape's shape, a structure input) may be given in device memory:
-// the run reads a host copy. An output made on the host (Shape of an input) comes back in device
-// memory when asked.
+// the run reads a host copy, and the same input's ToDevice (it is also Cast's data) the caller's
+// tensor. An output made on the host (Shape of an input) comes back in device memory when asked.
 TEST_F(CudaIo, HostReadInputsAndHostMadeOutputs) {
   ir::Graph g;
   g.name = "host_reads";
@@ -114,19 +114,23 @@ TEST_F(CudaIo, HostReadInputsAndHostMadeOutputs) {
   g.nodes.push_back(op("r", "Reshape", {"X", "S"}));
   g.nodes.push_back(op("Y", "Relu", {"r"}));
   g.nodes.push_back(op("shape", "Shape", {"X"}));
-  g.outputs = {value_info("Y", DType::Float32, {}), value_info("shape", DType::Int64, {2})};
+  // S is also data of a device node: its ToDevice reads the caller's device tensor.
+  g.nodes.push_back(op("s_float", "Cast", {"S"}, {{"to", ir::int_attr("to", 1)}}));
+  g.outputs = {value_info("Y", DType::Float32, {}), value_info("shape", DType::Int64, {2}),
+               value_info("s_float", DType::Float32, {2})};
   g.outputs[0].has_shape = false;
   runtime::PlanEngine e(cuda_plan(g));
   const Tensor x = test_support::random_floats({4, 6}, 21);
   const Tensor s = test_support::make<int64_t>({2}, {3, 8});
   const auto want = e.run({{"X", x}, {"S", s}});
-  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(want.size(), 3u);
   EXPECT_EQ(want[0].shape(), (Shape{3, 8}));
+  EXPECT_EQ(want[2].data<float>()[1], 8.0f);
 
   runtime::RunOptions on_device;
   on_device.outputs = Memory::Device;
   const auto got = e.run({{"X", to_memory(x, Memory::Device)}, {"S", to_memory(s, Memory::Device)}}, on_device);
-  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got.size(), 3u);
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT_FALSE(got[i].on_host()) << i;
     expect_bit_equal_on_host(got[i], want[i], "output " + std::to_string(i));
@@ -169,9 +173,13 @@ TEST(CudaIoPlans, BuildAndPlaceWithoutAGpu) {
   g.inputs = {value_info("X", DType::Float32, {4, 6}), value_info("S", DType::Int64, {2})};
   g.nodes.push_back(op("r", "Reshape", {"X", "S"}));
   g.nodes.push_back(op("Y", "Relu", {"r"}));
-  g.outputs = {value_info("Y", DType::Float32, {})};
+  g.nodes.push_back(op("s_float", "Cast", {"S"}, {{"to", ir::int_attr("to", 1)}}));
+  g.outputs = {value_info("Y", DType::Float32, {}), value_info("s_float", DType::Float32, {2})};
   g.outputs[0].has_shape = false;
   const plan::Plan p = cuda_plan(g);
+  size_t s_uploads = 0;
+  for (const auto& n : p.graph.nodes) s_uploads += n.op_type == "ToDevice" && n.inputs.at(0) == "S";
+  EXPECT_EQ(s_uploads, 1u);  // S is read on the host by Reshape and on the device by Cast
   const auto where = plan::node_backends(p);
   std::map<std::string, std::string> by_op;
   for (size_t i = 0; i < p.graph.nodes.size(); ++i) by_op[p.graph.nodes[i].op_type] = where[i];

@@ -31,6 +31,9 @@ struct Step {
   // The device backend the node runs on, whose allocator its outputs come from; null on the
   // host, whose outputs come from the activation arena or the heap.
   const backends::Backend* device = nullptr;
+  // A reforge::ToDevice of a graph input: given a device tensor, it reads the caller's tensor even
+  // where the run also made a host copy for host readers.
+  int device_input = -1;  // graph input index, or -1
 };
 
 // A process-wide counter: every constant set gets a generation no other set has had.
@@ -233,8 +236,11 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
     m.input_read_on_host.assign(m.input_slots.size(), false);
     std::vector<int> producer(m.num_slots, -1);
     for (size_t s = 0; s < m.steps.size(); ++s) {
-      const Step& st = m.steps[s];
+      Step& st = m.steps[s];
       const ir::Node& n = m.graph.nodes[st.node_index];
+      if (st.device && backends::is_transfer(n) && n.op_type == "ToDevice" && st.inputs.size() == 1 &&
+          st.inputs[0] >= 0)
+        st.device_input = input_index[static_cast<size_t>(st.inputs[0])];
       for (int v : st.outputs)
         if (v >= 0) producer[static_cast<size_t>(v)] = static_cast<int>(s);
       const bool only_dimensions = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
@@ -412,13 +418,16 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     fail(
         "run: outputs in device memory were asked for, but every node of this engine runs on the host; "
         "RunOptions::outputs = Device needs a plan built for a device backend");
+  // Device inputs read on the host somewhere: one host copy serves the host readers, and the
+  // ToDevice steps of the input read the caller's tensor (device_given).
+  std::vector<const Tensor*> device_given(m.graph.inputs.size(), nullptr);
   for (size_t i = 0; i < m.graph.inputs.size(); ++i) {
     const Tensor& given = inputs.at(m.graph.inputs[i].name);
     if (!given.on_host() && m.devices.empty())
       fail("input '", m.graph.inputs[i].name, "' is in device memory, but every node of this engine runs on the host");
-    // Read on the host somewhere: one host copy serves every reader (ToDevice uploads it again).
-    values[static_cast<size_t>(m.input_slots[i])] =
-        !given.on_host() && m.input_read_on_host[i] ? to_memory(given, Memory::Host) : given;
+    const bool copy = !given.on_host() && m.input_read_on_host[i];
+    values[static_cast<size_t>(m.input_slots[i])] = copy ? to_memory(given, Memory::Host) : given;
+    if (copy) device_given[i] = &given;
   }
   const Weights* consts = &weights;
   REFORGE_CHECK(consts->values.size() == m.num_slots, "run: not a weight set of this engine");
@@ -488,7 +497,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       }
       const Tensor& t = values[static_cast<size_t>(v)];
       REFORGE_ASSERT(t.defined());
-      in_ptrs.push_back(&t);
+      in_ptrs.push_back(st.device_input >= 0 && device_given[static_cast<size_t>(st.device_input)]
+                            ? device_given[static_cast<size_t>(st.device_input)]
+                            : &t);
     }
     const bool host_arena = arena_alloc && !st.device;
     ops::OutputAllocator* step_allocator = st.device ? st.device->allocator : m.memoized[si] ? nullptr : allocator;
