@@ -58,6 +58,9 @@ backends::Backend backend() {
     register_reduce_kernels(r);
     register_softmax_kernels(r);
     register_norm_kernels(r);
+    register_resize_kernels(r);
+    register_conv_transpose_kernels(r);
+    register_einsum_kernels(r);
   };
   return b;
 }

@@ -74,4 +74,8 @@ void register_reduce_kernels(backends::KernelRegistry& r);       // reduce.cu: R
 void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: Softmax, LogSoftmax
 void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: LayerNormalization, RMSNormalization
 
+void register_resize_kernels(backends::KernelRegistry& r);          // resize.cu: Resize
+void register_conv_transpose_kernels(backends::KernelRegistry& r);  // conv_transpose.cu: ConvTranspose (cuDNN)
+void register_einsum_kernels(backends::KernelRegistry& r);          // einsum.cu: Einsum
+
 }  // namespace reforge::cuda
