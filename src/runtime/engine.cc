@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "backends/backend.h"
+#include "backends/placement.h"
 #include "core/timing.h"
 #include "ops/infer_graph.h"
 #include "ops/registry.h"
@@ -32,6 +33,9 @@ struct Step {
   // The device backend the node runs on, whose allocator its outputs come from; null on the
   // host, whose outputs come from the activation arena or the heap.
   const backends::Backend* device = nullptr;
+  // A reforge::ToDevice of a graph input: given a device tensor, it reads the caller's tensor even
+  // where the run also made a host copy for host readers.
+  int device_input = -1;  // graph input index, or -1
 };
 
 // A process-wide counter: every constant set gets a generation no other set has had.
@@ -93,6 +97,14 @@ struct Engine::Impl {
   std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   // Device backends that nodes run on: each run ends by waiting for their work (Backend::synchronize).
   std::vector<const backends::Backend*> devices;
+  // Device-bound I/O (RunOptions, Engine::run). Per graph input: some node reads it in host
+  // memory, so a device tensor given for it is copied to the host once per run.
+  std::vector<bool> input_read_on_host;
+  // Per graph output: the device value whose reforge::ToHost copy it is (skipped when outputs
+  // stay on the device), or -1.
+  std::vector<int> output_device_slot;
+  std::vector<bool> output_copy_step;     // per step: such a ToHost, read by no other step
+  std::vector<bool> device_output_value;  // per slot: the input of such a ToHost (kept to the end)
 };
 
 Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_unique<Impl>()) {
@@ -217,6 +229,51 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
         if (v >= 0) shape_value[static_cast<size_t>(v)] = true;
     }
     m.memo_value = shape_value;
+  }
+  // Device-bound I/O: where graph inputs are read, and which ToHost steps only deliver outputs.
+  {
+    std::vector<int> readers(m.num_slots, 0);
+    for (const Step& st : m.steps)
+      for (int v : st.inputs)
+        if (v >= 0) ++readers[static_cast<size_t>(v)];
+    std::vector<int> input_index(m.num_slots, -1);
+    for (size_t i = 0; i < m.input_slots.size(); ++i)
+      input_index[static_cast<size_t>(m.input_slots[i])] = static_cast<int>(i);
+    m.input_read_on_host.assign(m.input_slots.size(), false);
+    std::vector<int> producer(m.num_slots, -1);
+    for (size_t s = 0; s < m.steps.size(); ++s) {
+      Step& st = m.steps[s];
+      const ir::Node& n = m.graph.nodes[st.node_index];
+      if (st.device && backends::is_transfer(n) && n.op_type == "ToDevice" && st.inputs.size() == 1 &&
+          st.inputs[0] >= 0)
+        st.device_input = input_index[static_cast<size_t>(st.inputs[0])];
+      for (int v : st.outputs)
+        if (v >= 0) producer[static_cast<size_t>(v)] = static_cast<int>(s);
+      const bool only_dimensions = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
+      for (size_t i = 0; i < st.inputs.size(); ++i) {
+        const int v = st.inputs[i];
+        if (v < 0 || input_index[static_cast<size_t>(v)] < 0 || only_dimensions) continue;
+        if (!st.device || ops::input_role(n, i) == ops::InputRole::kShape)
+          m.input_read_on_host[static_cast<size_t>(input_index[static_cast<size_t>(v)])] = true;
+      }
+    }
+    m.output_copy_step.assign(m.steps.size(), false);
+    m.device_output_value.assign(m.num_slots, false);
+    m.output_device_slot.assign(m.output_slots.size(), -1);
+    for (size_t o = 0; o < m.output_slots.size(); ++o) {
+      const int p = producer[static_cast<size_t>(m.output_slots[o])];
+      if (p < 0) continue;
+      const Step& st = m.steps[static_cast<size_t>(p)];
+      const ir::Node& n = m.graph.nodes[st.node_index];
+      // A memoized copy (of a shape value) stays: later runs read it from the memo.
+      if (!st.device || !backends::is_transfer(n) || n.op_type != "ToHost" || st.inputs.size() != 1 ||
+          st.inputs[0] < 0 || readers[static_cast<size_t>(m.output_slots[o])] != 0 ||
+          m.memoized[static_cast<size_t>(p)])
+        continue;
+      m.output_device_slot[o] = st.inputs[0];
+      m.output_copy_step[static_cast<size_t>(p)] = true;
+      m.device_output_value[static_cast<size_t>(st.inputs[0])] = true;
+    }
   }
   m.value_last_use.resize(m.steps.size());
   for (size_t s = 0; s < m.steps.size(); ++s)
@@ -353,12 +410,31 @@ void check_inputs(const std::vector<ir::ValueInfo>& declared, const std::map<std
 
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs) const { return run(inputs, *weights()); }
 
-std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const {
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const RunOptions& options) const {
+  return run(inputs, *weights(), options);
+}
+
+std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
+                                const RunOptions& options) const {
   const Impl& m = *impl_;
   std::vector<Tensor> values(m.num_slots);
   check_inputs(m.graph.inputs, inputs);
-  for (size_t i = 0; i < m.graph.inputs.size(); ++i)
-    values[static_cast<size_t>(m.input_slots[i])] = inputs.at(m.graph.inputs[i].name);
+  const bool device_outputs = options.outputs == Memory::Device;
+  if (device_outputs && m.devices.empty())
+    fail(
+        "run: outputs in device memory were asked for, but every node of this engine runs on the host; "
+        "RunOptions::outputs = Device needs a plan built for a device backend");
+  // Device inputs read on the host somewhere: one host copy serves the host readers, and the
+  // ToDevice steps of the input read the caller's tensor (device_given).
+  std::vector<const Tensor*> device_given(m.graph.inputs.size(), nullptr);
+  for (size_t i = 0; i < m.graph.inputs.size(); ++i) {
+    const Tensor& given = inputs.at(m.graph.inputs[i].name);
+    if (!given.on_host() && m.devices.empty())
+      fail("input '", m.graph.inputs[i].name, "' is in device memory, but every node of this engine runs on the host");
+    const bool copy = !given.on_host() && m.input_read_on_host[i];
+    values[static_cast<size_t>(m.input_slots[i])] = copy ? to_memory(given, Memory::Host) : given;
+    if (copy) device_given[i] = &given;
+  }
   const Weights* consts = &weights;
   REFORGE_CHECK(consts->values.size() == m.num_slots, "run: not a weight set of this engine");
   for (size_t v = 0; v < m.num_slots; ++v) {
@@ -406,6 +482,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   std::vector<double> step_start_us(step_ms.size());
   for (size_t si = 0; si < m.steps.size(); ++si) {
     const Step& st = m.steps[si];
+    // Outputs that stay on the device skip their copy to the host (and keep the device value).
+    if (device_outputs && m.output_copy_step[si]) continue;
     auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (m.options.profile) step_start_us[si] = std::chrono::duration<double, std::micro>(started - m.created).count();
     const ir::Node& node = m.graph.nodes[st.node_index];
@@ -413,7 +491,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       const auto& outs = memo->outputs[si];
       for (size_t o = 0; o < st.outputs.size(); ++o)
         if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
-      for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+      for (int v : st.free_after)
+        if (!device_outputs || !m.device_output_value[static_cast<size_t>(v)])
+          values[static_cast<size_t>(v)] = Tensor();
       if (m.options.profile) step_ms[si] = ms_since(started);
       continue;
     }
@@ -425,7 +505,9 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       }
       const Tensor& t = values[static_cast<size_t>(v)];
       REFORGE_ASSERT(t.defined());
-      in_ptrs.push_back(&t);
+      in_ptrs.push_back(st.device_input >= 0 && device_given[static_cast<size_t>(st.device_input)]
+                            ? device_given[static_cast<size_t>(st.device_input)]
+                            : &t);
     }
     const bool host_arena = arena_alloc && !st.device;
     ops::OutputAllocator* step_allocator = st.device ? st.device->allocator : m.memoized[si] ? nullptr : allocator;
@@ -452,7 +534,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       for (size_t o = 0; o < st.outputs.size(); ++o)
         if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
-    for (int v : st.free_after) values[static_cast<size_t>(v)] = Tensor();
+    for (int v : st.free_after)
+      if (!device_outputs || !m.device_output_value[static_cast<size_t>(v)]) values[static_cast<size_t>(v)] = Tensor();
     if (m.options.profile) {
       if (st.device && st.device->synchronize) st.device->synchronize();  // the node's time, not its launch's
       step_ms[si] = ms_since(started);
@@ -483,7 +566,19 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   }
   std::vector<Tensor> outs;
   outs.reserve(m.output_slots.size());
-  for (int s : m.output_slots) {
+  for (size_t o = 0; o < m.output_slots.size(); ++o) {
+    const int s = m.output_slots[o];
+    if (device_outputs) {
+      const int d = m.output_device_slot[o];
+      const int v = d >= 0 ? d : s;
+      const Tensor& t = values[static_cast<size_t>(v)];
+      Tensor out = to_memory(t, Memory::Device);  // made on the host: a device copy
+      // Memoized values are shared with later runs, so the caller gets a copy.
+      if (out.raw() == t.raw() && m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(v)])
+        out = out.clone();
+      outs.push_back(std::move(out));
+      continue;
+    }
     const Tensor& t = values[static_cast<size_t>(s)];
     // The plan keeps graph outputs off the arena; this copy only guards against the unplanned.
     // Memoized values are shared with later runs, so the caller gets a copy.
@@ -555,6 +650,34 @@ std::shared_ptr<const Engine::Weights> Engine::weights() const {
 }
 
 bool Engine::has_constant(const std::string& name) const { return impl_->const_slot.count(name) != 0; }
+
+Tensor Engine::device_constant(const std::string& name) const { return device_constant(*weights(), name); }
+
+Tensor Engine::device_constant(const Weights& weights, const std::string& name) const {
+  const Impl& m = *impl_;
+  REFORGE_CHECK(weights.values.size() == m.num_slots, "device_constant: not a weight set of this engine");
+  auto it = m.const_slot.find(name);
+  if (it == m.const_slot.end()) return Tensor();
+  const Tensor& value = weights.values[static_cast<size_t>(it->second)];
+  if (!value.defined()) return Tensor();
+  for (size_t si = 0; si < m.steps.size(); ++si) {
+    const Step& st = m.steps[si];
+    const ir::Node& n = m.graph.nodes[st.node_index];
+    if (!st.device || !backends::is_transfer(n) || n.op_type != "ToDevice" || st.inputs.size() != 1 ||
+        st.inputs[0] != it->second)
+      continue;
+    // The step's own kernel, as a run calls it: it hands out what its prepare step made.
+    ops::KernelContext ctx(n, {&value}, 1, st.device->allocator, weights.prepared[si].get());
+    try {
+      (*st.kernel)(ctx);
+    } catch (Error& e) {
+      throw e.with_context("while reading the device copy of engine weight '" + name + "' (" + n.label() + ")");
+    }
+    if (st.device->synchronize) st.device->synchronize();
+    return ctx.outputs().at(0);
+  }
+  return Tensor();
+}
 
 void Engine::replace_constants(const std::map<std::string, Tensor>& values) {
   // Writers queue on writer_mutex; runs take constants_mutex only to copy the pointer, so they

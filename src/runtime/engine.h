@@ -26,6 +26,17 @@ struct EngineOptions {
                          // (runtime/arena.h)
 };
 
+// How one run delivers its results.
+struct RunOptions {
+  // Where the graph outputs are returned. Host (the default): every output in host memory (a
+  // device plan's outputs come back through their reforge::ToHost copies). Device: every output
+  // in the memory of the engine's device backend: outputs made on the device are returned as they
+  // are, without the copy to the host, and outputs made on the host are copied to the device, so
+  // that a caller can feed them to a later run (inputs may be device tensors: see Engine::run).
+  // An engine with no node on a device backend refuses Device.
+  Memory outputs = Memory::Host;
+};
+
 // Time spent in one node over all runs since the engine was made (EngineOptions::profile).
 struct NodeProfile {
   std::string node;     // node name or "#index"
@@ -79,9 +90,17 @@ class Engine {
 
   // Runs the graph. `inputs` must name every required graph input exactly once. Returns the
   // graph outputs in declaration order. Thread-safe: concurrent calls share only immutable state.
+  //
+  // An input may be in host memory or, for an engine with nodes on a device backend, in that
+  // device's memory (a caller's device buffer, or an output of an earlier run with
+  // RunOptions::outputs = Device): the reforge::ToDevice steps that move it to the device pass
+  // it through without a copy, and where a node reads the input on the host (shape computation,
+  // a node placed on the host, a structure input) the run reads a host copy made once.
   std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const RunOptions& options) const;
   // Runs the graph on `weights` (a set of this engine) instead of the current set.
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const Weights& weights) const;
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
+                          const RunOptions& options = {}) const;
 
   // Constants (engine weights). A graph initializer may be undefined (a stripped weight): the
   // engine then refuses to run until it is supplied.
@@ -89,6 +108,12 @@ class Engine {
   Tensor constant(const std::string& name) const;                          // undefined if not a constant or not set
   Tensor constant(const Weights& weights, const std::string& name) const;  // the same, in `weights`
   bool has_constant(const std::string& name) const;
+  // The copy of constant `name` that nodes on a device backend read: the output of the
+  // reforge::ToDevice step that reads it, as that step's prepare step made it when the weight
+  // set was made (uploaded once per weight set, replaced by a refit). Undefined when no
+  // ToDevice step reads the constant or the constant has no value (a stripped weight).
+  Tensor device_constant(const std::string& name) const;
+  Tensor device_constant(const Weights& weights, const std::string& name) const;
   // Replaces constants all at once: runs that already started keep the old set, later runs see
   // only the new one. Every name must be a constant of the engine with the same dtype and shape
   // (checked before anything changes).

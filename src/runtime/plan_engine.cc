@@ -53,7 +53,7 @@ std::vector<std::string> PlanEngine::missing_in(const State& st) const {
 
 std::vector<std::string> PlanEngine::missing_sources() const { return state()->missing; }
 
-std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs) const {
+std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs, const RunOptions& options) const {
   const std::shared_ptr<const State> st = state();  // the one weight set this run uses
   const auto& missing = st->missing;
   if (!missing.empty()) {
@@ -62,10 +62,14 @@ std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs)
     if (missing.size() > 10) list += "\n  ...";
     fail("the engine is stripped and ", missing.size(), " source(s) have no value yet; refit them first:", list);
   }
-  return engine_.run(inputs, *st->weights);
+  return engine_.run(inputs, *st->weights, options);
 }
 
 Tensor PlanEngine::weight(const std::string& name) const { return engine_.constant(*state()->weights, name); }
+
+Tensor PlanEngine::device_weight(const std::string& name) const {
+  return engine_.device_constant(*state()->weights, name);
+}
 
 Tensor PlanEngine::source_value(uint32_t id) const {
   const auto st = state();

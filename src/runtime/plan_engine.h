@@ -85,7 +85,8 @@ class PlanEngine {
 
   // Runs on the weight set current when it starts; throws naming the missing sources while the
   // engine is stripped. Thread-safe, also concurrently with commit().
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+  // Inputs may be device tensors and outputs may stay on the device (Engine::run, RunOptions).
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const RunOptions& options = {}) const;
   const std::vector<ir::ValueInfo>& inputs() const { return engine_.inputs(); }
   const std::vector<ir::ValueInfo>& outputs() const { return engine_.outputs(); }
   std::vector<NodeProfile> profile() const { return engine_.profile(); }
@@ -96,6 +97,10 @@ class PlanEngine {
   const plan::Plan& plan() const { return plan_; }
   // The current value of engine weight `name` (undefined while stripped and not refit).
   Tensor weight(const std::string& name) const;
+  // The copy of engine weight `name` that the plan's device nodes read (Engine::device_constant),
+  // from the current weight set: after a commit, the new weight's upload. Undefined when no device
+  // node reads it or it has no value yet.
+  Tensor device_weight(const std::string& name) const;
   // Refittable sources that have no value yet (keys), sorted by source id.
   std::vector<std::string> missing_sources() const;
   // A copy of the plan with the current engine weights in it (for saving a refit plan); all of

@@ -354,6 +354,7 @@ Runner add_conformance(CLI::App& app) {
     way.strip = a->strip;
     way.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
     way.host_fallback = a->device.cpu_fallback;
+    require_backend_here(way.backend, "conformance --device " + way.backend);
     if (a->strip && (a->mode != "refit" || a->initializers == "none"))
       fail("--strip needs --mode refit and --initializers weights or all (otherwise the plan has nothing to strip)");
     std::vector<std::string> names;

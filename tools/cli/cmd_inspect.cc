@@ -1,9 +1,9 @@
-// `reforge inspect PLAN [--json] [--verify] [--values]`: producer, build mode and options, target,
-// the plan's inputs and outputs, sizes, the weight table with provenance, and the sources with
-// their hashes; with --values, the inferred type and symbolic shape of every value of the
-// optimized graph (Plan::values). Reads metadata only (no weight data is loaded),
-// unless --verify: then every stored weight is hashed against the plan's hashes, as `run` does,
-// and a corrupted one is an error naming it (exit 1).
+// `reforge inspect PLAN [--json] [--verify] [--values] [--nodes]`: producer, build mode and options,
+// target, where the nodes run (with --nodes, every node and its backend), the plan's inputs and
+// outputs, sizes, the weight table with provenance, and the sources with their hashes; with --values, the inferred type
+// and symbolic shape of every value of the optimized graph (Plan::values). Reads metadata only (no weight data is
+// loaded), unless --verify: then every stored weight is hashed against the plan's hashes, as `run` does, and a
+// corrupted one is an error naming it (exit 1).
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -37,13 +37,15 @@ Runner add_inspect(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   auto verify = std::make_shared<bool>(false);
   auto values = std::make_shared<bool>(false);
+  auto nodes = std::make_shared<bool>(false);
   app.add_option("plan", *path, "plan file")->required();
   app.add_flag("--json", *json, "machine-readable output");
   app.add_flag("--verify", *verify,
                "hash every stored weight against the plan's hashes (exit 1 naming a corrupted one)");
   app.add_flag("--values", *values,
                "list the inferred element type and symbolic shape of every graph input and node output");
-  return [path, json, verify, values]() {
+  app.add_flag("--nodes", *nodes, "list every node with the backend it runs on (device, or the CPU's host side)");
+  return [path, json, verify, values, nodes]() {
     plan::ReadOptions ro;
     ro.load_weights = *verify;
     ro.verify_weight_hashes = *verify;
@@ -97,7 +99,14 @@ Runner add_inspect(CLI::App& app) {
       std::cout << sep << count << " node(s) on " << backend;
       sep = ", ";
     }
-    std::cout << " (--json lists every node)\n";
+    if (const PlacementSummary ps = summarize_placement(p); ps.device_memory)
+      std::cout << " (on the device " << ps.on_device << ", shape computation on the CPU " << ps.shape_on_host
+                << ", fallback on the CPU " << ps.fallback << ", transfers " << ps.transfers << ")";
+    std::cout << (*nodes ? "\n" : " (--nodes lists every node)\n");
+    if (*nodes)
+      for (const auto& e : j["placement"])
+        std::cout << "  " << std::left << std::setw(8) << e["backend"].get<std::string>() << " " << std::setw(24)
+                  << e["op_type"].get<std::string>() << " " << e["node"].get<std::string>() << "\n";
     for (const char* side : {"inputs", "outputs"}) {
       std::cout << side << ":\n";
       for (const auto& e : j[side]) std::cout << "  " << e["name"].get<std::string>() << "  " << value_text(e) << "\n";

@@ -1,8 +1,9 @@
 // `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights] [--slow | --verify]`
 // Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
-// -o is given; atomically either way). The plan's stored weights are always verified against
-// their hashes first (there is no --no-verify here): the written plan re-hashes every weight it
-// carries over, so a corrupted literal or baked weight would otherwise leave with a valid hash.
+// -o is given; atomically either way). The engine runs on the device the plan was built for (no
+// --device): a plan whose device cannot run here is refused before any work, naming the plan. The plan's stored weights
+// are always verified against their hashes first (there is no --no-verify here): the written plan re-hashes every
+// weight it carries over, so a corrupted literal or baked weight would otherwise leave with a valid hash.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -51,11 +52,16 @@ Runner add_refit(CLI::App& app) {
       Phase phase("writing '" + out + "'");
       plan::write_plan(engine->current_plan(a->strip), out);
     }
-    (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (a->strip ? " (stripped)" : "") << "\n";
+    // The device follows the plan (there is no --device here): its weights were replayed on the
+    // host and uploaded to that device by the commit.
+    const std::string device = engine->plan().build ? engine->plan().build->backend : std::string("cpu");
+    (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (a->strip ? " (stripped)" : "")
+                                      << (device != "cpu" ? " for device " + device : std::string()) << "\n";
     if (a->json) {
       const refit::CommitReport& c = rep.commit;
       nlohmann::ordered_json j = {{"plan", out},
                                   {"stripped", a->strip},
+                                  {"device", device},
                                   {"from", rep.from},
                                   {"mode", a->verify ? "verify"
                                            : a->slow ? "slow"

@@ -47,6 +47,14 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
                "inspect), instead of failing the build");
 }
 
+void require_backend_here(const std::string& backend, const std::string& context) {
+  const backends::Backend* b = backends::find_backend(backend);
+  if (!b || !b->unavailable) return;
+  if (std::string why = b->unavailable(); !why.empty())
+    fail("the ", backend == "cuda" ? std::string("CUDA") : backend, " backend cannot run here: ", why, " (", context,
+         ")");
+}
+
 PlacementSummary summarize_placement(const plan::Plan& p) {
   PlacementSummary s;
   const std::string target = p.build ? p.build->backend : std::string("cpu");

@@ -39,6 +39,10 @@ struct DeviceOptions {
   bool cpu_fallback = false;
 };
 void add_device_options(CLI::App& app, DeviceOptions& o);
+// Throws "the CUDA backend cannot run here: REASON (CONTEXT)" when `backend` is a registered
+// backend that cannot run on this machine (no GPU, no driver); an unknown backend is left to the
+// builder, which names it.
+void require_backend_here(const std::string& backend, const std::string& context);
 
 // Where a plan's nodes run (backends/placement.h): on its device, shape computation and fallback
 // on the CPU, and the transfers between them. Zero but on_host for a CPU plan.

@@ -3,7 +3,9 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 
+#include "backends/backend.h"
 #include "builder/builder.h"
 #include "builder/onnx_refit.h"
 #include "common.h"
@@ -20,6 +22,21 @@ bool is_plan_file(const std::string& path) {
   f.read(magic, sizeof magic);
   return f.gcount() == static_cast<std::streamsize>(sizeof magic) &&
          std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
+}
+
+void require_runnable(const plan::Plan& p, const std::string& subject) {
+  const std::vector<std::string> where = plan::node_backends(p);
+  std::map<std::string, size_t> count;
+  for (const auto& b : where) ++count[b];
+  for (const auto& [name, n] : count) {
+    const backends::Backend* b = backends::find_backend(name);
+    if (!b || !b->unavailable) continue;  // an unknown backend: the engine names it
+    if (std::string why = b->unavailable(); !why.empty())
+      fail("the ", name == "cuda" ? std::string("CUDA") : name, " backend cannot run here: ", why, "; ", subject,
+           " runs ", n, " of its ", where.size(), " nodes on '", name,
+           "' (a plan runs, and refits, on the device it was built for: use a machine with one, or build the model "
+           "again with --device cpu)");
+  }
 }
 
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& o) {
@@ -50,6 +67,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
            "': build it again with --device ", o.device.device);
     if (o.device.cpu_fallback)
       fail("--allow-cpu-fallback applies when building an ONNX model; plan '", path, "' is placed already");
+    require_runnable(p, "plan '" + path + "'");
   } else {
     build::BuildOptions bo;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
@@ -58,6 +76,8 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.activations = parse_precision(o.activations);
     bo.backend = o.device.device.empty() ? std::string("cpu") : o.device.device;
     bo.host_fallback = o.device.cpu_fallback;
+    // Before the import and the build: a device that cannot run here fails at once.
+    require_backend_here(bo.backend, "--device " + bo.backend + " for '" + path + "'");
     ir::Graph g;
     {
       Phase phase("importing '" + path + "'");

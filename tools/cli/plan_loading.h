@@ -35,6 +35,11 @@ struct LoadOptions {
   std::map<std::string, IndexBound>* index_bounds = nullptr;
 };
 
+// Throws, naming `subject` (e.g. "plan 'x.plan'") and the reason, when a backend that nodes of
+// `p` are placed on cannot run here (a CUDA plan on a machine without a usable GPU): the check
+// every engine's creation makes, worded for the command line.
+void require_runnable(const plan::Plan& p, const std::string& subject);
+
 std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
 
 // Refits `engine` from the weight files in `options` (build::refit_from: fast, slow or verify)

@@ -86,7 +86,12 @@ Tensor upload(const Tensor& t) {
     fail("out of device memory uploading ", t.describe(), " (", bytes, " bytes: ", cudaGetErrorString(status), ")");
   }
   std::shared_ptr<const void> owner(p, [](const void* q) { (void)cudaFree(const_cast<void*>(q)); });
-  if (t.nbytes()) REFORGE_CUDA_CHECK(cudaMemcpy(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
+  // On the calling thread's stream, not the legacy default stream (which would wait for every
+  // other thread's runs): a refit uploading new weights does not hold up runs in flight.
+  if (t.nbytes()) {
+    REFORGE_CUDA_CHECK(cudaMemcpyAsync(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream()));
+    REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
   return Tensor::wrap(t.dtype(), t.shape(), std::move(owner), p, Memory::Device);
 }
 
