@@ -68,7 +68,7 @@ if [ ! -f $suite/.unpacked ]; then
 fi
 status=0
 echo "== CUDA unit tests"
-"$B/reforge_tests" --gtest_filter='Cuda*' --gtest_print_time=0 >"$B.unit.log" 2>&1 || status=1
+"$B/reforge_tests" --gtest_filter='*Cuda*' --gtest_print_time=0 >"$B.unit.log" 2>&1 || status=1
 grep -E "FAILED|Failure|^\[  (PASSED|SKIPPED) |tests ran" "$B.unit.log" | tail -40
 # A crash ends the binary without a summary: name the test it was in.
 [ $status = 0 ] || { echo "last test started: $(grep '^\[ RUN' "$B.unit.log" | tail -1)"; tail -3 "$B.unit.log"; }
