@@ -58,6 +58,8 @@ backends::Backend backend() {
     register_reduce_kernels(r);
     register_softmax_kernels(r);
     register_norm_kernels(r);
+    register_attention_kernels(r);
+    register_rotary_kernels(r);
   };
   return b;
 }

@@ -73,5 +73,7 @@ void register_nonzero_kernels(backends::KernelRegistry& r);      // nonzero.cu: 
 void register_reduce_kernels(backends::KernelRegistry& r);       // reduce.cu: Reduce*, ArgMax, ArgMin
 void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: Softmax, LogSoftmax
 void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: LayerNormalization, RMSNormalization
+void register_attention_kernels(backends::KernelRegistry& r);    // attention.cu: Attention, reforge::Attention
+void register_rotary_kernels(backends::KernelRegistry& r);       // rotary.cu: RotaryEmbedding, reforge::Rotary
 
 }  // namespace reforge::cuda
