@@ -6,6 +6,7 @@
 // ranks; fully masked rows; empty query sequences. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -346,6 +347,24 @@ TEST(CudaFusedAttention, BroadcastKvHeadsAndSixteenBit) {
                                 {{"scale_op", ir::string_attr("scale_op", "mul")}}, 1, "reforge"),
                         {q16, k16, v16, cast_tensor(scale, t)}, "reforge::Attention " + tname(t), {"scale"});
   }
+}
+
+TEST(CudaFusedAttention, RowOfOnlyMinusInfinityIsNaN) {
+  REQUIRE_GPU();
+  // The CPU's fused kernel: softmax over a row of -inf scores is NaN (exp(-inf - -inf)); other rows
+  // with -inf entries are finite.
+  const int64_t Sq = 6, Sk = 45;
+  Tensor q = random_of(DType::Float32, {1, 2, Sq, 16}, 75);
+  Tensor k = random_of(DType::Float32, {1, 2, Sk, 16}, 76);
+  Tensor v = random_of(DType::Float32, {1, 2, Sk, 16}, 77);
+  Tensor m = random_of(DType::Float32, {Sq, Sk}, 78, -2.0f, 0.0f);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < Sk; ++j) m.mutable_data<float>()[3 * Sk + j] = ninf;
+  for (int64_t j = 0; j < Sk; j += 2) m.mutable_data<float>()[1 * Sk + j] = ninf;
+  for (int64_t j = 0; j < 40; ++j) m.mutable_data<float>()[4 * Sk + j] = ninf;  // open keys only in the last tile
+  expect_same_on_cuda(op_node("Attention", {"Q", "K", "V", "", "M"}, {"Y"},
+                              {{"mask_mode", ir::string_attr("mask_mode", "add")}}, 1, "reforge"),
+                      {q, k, v, Tensor(), m}, "reforge::Attention -inf rows");
 }
 
 // --- RotaryEmbedding and reforge::Rotary ------------------------------------------------------

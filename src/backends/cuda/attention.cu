@@ -240,7 +240,7 @@ __device__ __forceinline__ C warp_sum(C v) {
 template <typename T, bool Onnx>
 __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T> p, int tile) {
   using C = compute_t<T>;
-  extern __shared__ unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
   C* smem = reinterpret_cast<C*>(smem_raw);
   const int64_t D = p.D, Dv = p.Dv, L = p.L;
   const int64_t kstride = D + 1;
@@ -649,7 +649,7 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::s
   // Keys and values: the present tensors (past ++ new) when there is a past or they are wanted,
   // else the inputs through their strides.
   // Temporaries live until the launches below are queued (their memory is freed in stream order).
-  Tensor k_tmp, v_tmp, mask_buf;
+  Tensor k_tmp, v_tmp, mask_buf, nonpad_hold;
   auto cache = [&](const Tensor& cur, int past_i, int out_i, int64_t size, Tensor& hold, const T*& ptr, int64_t& sb,
                    int64_t& sh, int64_t& ss) {
     const View cv = make_view(d.is_3d, d.kv_heads, d.kv_len, size);
@@ -711,7 +711,8 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::s
                   t.describe());
     REFORGE_CHECK(t.dtype() == DType::Int64 || t.dtype() == DType::Int32, where, ": nonpad_kv_seqlen of type ",
                   dtype_name(t.dtype()), " is not supported on the CUDA backend (int32, int64)");
-    p.nonpad = t.raw();
+    if (t.on_host()) nonpad_hold = to_device(t);
+    p.nonpad = t.on_host() ? nonpad_hold.raw() : t.raw();
     p.nonpad_i64 = t.dtype() == DType::Int64;
   }
   p.past_len = d.past_len;
@@ -790,6 +791,13 @@ std::string fused_attention_check(const ir::Node& n) {
   if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
     return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";
   return "";
+}
+
+// A device pointer to `t`'s data: `t` itself, or a copy held by `hold` when it is on the host.
+const void* device_data(const Tensor& t, Tensor& hold) {
+  if (!t.on_host()) return t.raw();
+  hold = to_device(t);
+  return hold.raw();
 }
 
 // A 4-D tensor seen as [batch, heads, seq, dim] through strides (in elements).
@@ -900,12 +908,13 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   p.v_sb = vv.sb;
   p.v_sh = vv.sh;
   p.v_ss = vv.ss;
+  Tensor scale_hold, fill_hold;  // host scalars copied to the device, alive until the launch
   const std::string scale_op = ctx.attr_string("scale_op", "none");
   if (scale_op != "none") {
     REFORGE_CHECK(ctx.has_input(3), where, ": scale_op '", scale_op, "' needs the scale input");
     p.scale_op = scale_op == "mul" ? 1 : 2;
     p.scale_type = scalar_type(ctx.input(3), where, "scale");
-    p.scale_p = ctx.input(3).raw();
+    p.scale_p = device_data(ctx.input(3), scale_hold);
   }
   Tensor mask_buf;
   const std::string mask_mode = ctx.attr_string("mask_mode", "none");
@@ -935,7 +944,7 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
       p.mask_b = m.data<bool>();
       p.fill_when = mask_mode == "where_fill_true";
       p.fill_type = scalar_type(ctx.input(5), where, "fill value");
-      p.fill_p = ctx.input(5).raw();
+      p.fill_p = device_data(ctx.input(5), fill_hold);
     }
   }
   p.prec = prec_of(q.dtype());
