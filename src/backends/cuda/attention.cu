@@ -9,13 +9,13 @@
 // head h reads key/value head h / group (grouped-query attention) or head 0 (broadcast heads).
 //
 // ONNX Attention rounds where the ONNX reference rounds (Q and K scaled by sqrt(scale), the QK
-// product, softcap, the biased score), so 16-bit results match the CPU's to an ulp. When the
-// softmax precision is a 16-bit type (the default for 16-bit inputs) the kernel makes two passes:
-// the first finds each row's max, the second rounds x - max and exp(x - max) to that type as the
-// CPU does, and a bfloat16 sum is added in key order with a rounding after each addition. A row
-// whose every key is closed (attn_mask false or -inf, causal, window, padding) yields zeros; a NaN
-// score makes the row NaN. reforge::Attention follows the CPU's fused kernel: a row whose scores
-// are all -inf is NaN.
+// product, softcap, the biased score). When the softmax precision is a 16-bit type (the default
+// for 16-bit inputs; reforge::Attention on 16-bit inputs, whose CPU reference is the unfused
+// Softmax) the kernel makes three passes over the keys instead of one: the row max, then the sum,
+// then the weighted values, so that x - max, the exponentials, the sum (bfloat16: in key order,
+// rounded after each addition) and every weight e / sum round exactly as on the CPU. A row whose
+// every key is closed (attn_mask false or -inf, causal, window, padding) yields zeros; a NaN score
+// makes the row NaN. reforge::Attention follows the CPU: a row whose scores are all -inf is NaN.
 //
 // present_key/present_value (past ++ new, 4-D) are written by a copy kernel; the attention kernel
 // then reads keys and values from them. The optional qk_matmul_output comes from a second, simple
@@ -214,7 +214,7 @@ __device__ __forceinline__ compute_t<T> fused_score(const AttnParams<T>& p, comp
                                                     compute_t<T> fill, int64_t b, int64_t h, int64_t i, int64_t j) {
   using C = compute_t<T>;
   C s = round_t<T>(dot);
-  if (p.scale_op != 0) s = round_t<T>(s * scale);
+  if (p.scale_op != 0) s = round_t<T>(p.scale_op == 2 && !std::is_same_v<T, C> ? s / scale : s * scale);
   if (p.mask) s = round_t<T>(s + p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
   if (p.mask_b && p.mask_b[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk] == p.fill_when) s = fill;
   return s;
@@ -255,15 +255,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
   C scale_f = 1;
   if (!Onnx && p.scale_op != 0) {
     const double c = load_scalar(p.scale_p, p.scale_type);
-    scale_f = static_cast<C>(p.scale_op == 2 ? 1.0 / c : c);
+    // float32/float64 multiply by the inverse as the CPU's fused kernel; 16-bit types divide as
+    // the unfused Div does.
+    scale_f = static_cast<C>(p.scale_op == 2 && std::is_same_v<T, C> ? 1.0 / c : c);
   }
   const C fill = !Onnx && p.mask_b ? static_cast<C>(load_scalar(p.fill_p, p.fill_type)) : C(0);
   // Passes over the keys: 0 finds the row max, 1 sums exp(x - max), 2 accumulates the weighted
   // values. Softmax in the compute type runs pass 2 alone (online softmax). A 16-bit softmax
-  // precision needs the max first; float32/float64 inputs with it also need the sum first, to
-  // round each weight e / sum to that precision as the CPU does (16-bit inputs divide at the end:
-  // the difference is below their own rounding).
-  const bool exact_weights = p.prec != kNone && std::is_same_v<T, C>;
+  // precision runs all three, to round x - max, the exponentials, the sum and each weight e / sum
+  // to that precision (and the weight to T) as the CPU does.
+  const bool exact_weights = p.prec != kNone;
   const int first_pass = p.prec == kNone ? 2 : 0;
   const int64_t qblocks = (p.Sq + kRows - 1) / kRows;
   const int64_t nblocks = p.B * p.Hq * qblocks;
@@ -363,16 +364,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
     }
     if (live) {
       if (Onnx) open = __any_sync(0xffffffffu, open);
-      if (!exact_weights && p.prec == kHalf) l = round_s(l, kHalf);
       T* y = p.y + b * p.y_sb + h * p.y_sh + i * p.y_ss;
       for (int64_t e = lane; e < Dv; e += 32) {
-        C r;
-        if (exact_weights)
-          r = Onnx && !open ? C(0) : acc[e];
-        else if (Onnx)
-          r = !open || l == C(0) ? C(0) : acc[e] / l;
-        else
-          r = L == 0 ? C(0) : m == ninf ? std::numeric_limits<C>::quiet_NaN() : acc[e] / l;
+        C r = exact_weights ? acc[e] : l == C(0) ? C(0) : acc[e] / l;  // ONNX: a zero sum counts as 1
+        if (Onnx && !open) r = 0;
+        if (!Onnx && L > 0 && m == ninf) r = std::numeric_limits<C>::quiet_NaN();  // exp(-inf - -inf)
         y[e] = store_c<T>(r);
       }
     }
