@@ -349,6 +349,28 @@ TEST(CudaFusedAttention, BroadcastKvHeadsAndSixteenBit) {
   }
 }
 
+TEST(CudaFusedAttention, ThreeDimensionalOperandsBroadcast) {
+  REQUIRE_GPU();
+  // [H, S, D] operands (K^T given as [H, D, S]); a 4-D mask makes the output 4-D.
+  const int64_t H = 3, Sq = 10, Sk = 35, D = 24;
+  Tensor q = random_of(DType::Float32, {H, Sq, D}, 79);
+  Tensor kt = random_of(DType::Float32, {H, D, Sk}, 80);
+  Tensor k1 = random_of(DType::Float32, {1, D, Sk}, 81);
+  Tensor v = random_of(DType::Float32, {H, Sk, 20}, 82);
+  Tensor scale = Tensor::scalar(DType::Float32, 5.0f);
+  Tensor m3 = random_of(DType::Float32, {Sq, Sk}, 83, -2.0f, 0.0f);
+  Tensor m4 = random_of(DType::Float32, {2, 1, Sq, Sk}, 84, -2.0f, 0.0f);
+  auto attrs = layouts("bhsd", "bhds", "bhsd", "bhsd");
+  attrs["scale_op"] = ir::string_attr("scale_op", "div");
+  attrs["mask_mode"] = ir::string_attr("mask_mode", "add");
+  ir::Node n = op_node("Attention", {"Q", "K", "V", "scale", "M"}, {"Y"}, attrs, 1, "reforge");
+  expect_same_on_cuda(n, {q, kt, v, scale, m3}, "reforge::Attention 3-D", {"scale"});
+  expect_same_on_cuda(n, {q, kt, v, scale, m4}, "reforge::Attention 3-D with a 4-D mask", {"scale"});
+  // One K head for every Q head.
+  expect_same_on_cuda(op_node("Attention", {"Q", "K", "V", "scale", "M"}, {"Y"}, attrs, 1, "reforge"),
+                      {q, k1, v, scale, m3}, "reforge::Attention 3-D broadcast K", {"scale"});
+}
+
 TEST(CudaFusedAttention, RowOfOnlyMinusInfinityIsNaN) {
   REQUIRE_GPU();
   // The CPU's fused kernel: softmax over a row of -inf scores is NaN (exp(-inf - -inf)); other rows
@@ -414,6 +436,17 @@ TEST(CudaRotary, FusedRotaryLayoutsAndBroadcast) {
                             "reforge::Rotary " + tname(t) + " " + layout + " " + shape_str(table),
                             {"hs", "he", "ls", "le"});
       }
+  // 3-D X [H, S, D] with a [S, D] table, and with a 4-D table (the output becomes 4-D); bounds
+  // given as negative and clamped values.
+  Tensor x3 = random_of(DType::Float32, {H, S, D}, 93);
+  Tensor hs = i64s({1}, {-D / 2}), he = i64s({1}, {D + 5}), ls = i64s({1}, {0}), le = i64s({1}, {D / 2});
+  for (const Shape& table : {Shape{S, D}, Shape{1, 1, S, D}}) {
+    Tensor c = random_of(DType::Float32, table, 94, -1.0f, 1.0f);
+    Tensor s = random_of(DType::Float32, table, 95, -1.0f, 1.0f);
+    expect_same_on_cuda(op_node("Rotary", {"X", "cos", "sin", "hs", "he", "ls", "le"}, {"Y"}, {}, 1, "reforge"),
+                        {x3, c, s, hs, he, ls, le}, "reforge::Rotary 3-D X, table " + shape_str(table),
+                        {"hs", "he", "ls", "le"});
+  }
 }
 
 }  // namespace

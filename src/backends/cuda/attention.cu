@@ -761,9 +761,10 @@ void onnx_attention(ops::KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // reforge::Attention (inputs Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?,
-// v_reshape?; attributes as backends/cpu/attention.cc). The CUDA kernel takes 4-D Q, K and V of
-// one float type whose batch and heads match Q's or are 1, or whose heads repeat through the four
-// shape inputs; a mask that broadcasts to [B, Hq, Sq, Sk]; and fails naming the node otherwise.
+// v_reshape?; attributes as backends/cpu/attention.cc). The CUDA kernel takes Q, K and V of one
+// float type, 4-D (2-D and 3-D too in layouts bhsd/bhds, as MatMul operands), whose leading
+// (batch, head) dimensions broadcast with each other and the mask's (numpy rules) or whose K/V
+// heads repeat through the four shape inputs; and fails naming the node otherwise.
 
 enum class Layout { BHSD, BSHD, BHDS };
 
@@ -802,8 +803,12 @@ struct View4 {
   int64_t sb = 0, sh = 0, ss = 0, sd = 1;
 };
 
+// Ranks 2 and 3 (bhsd / bhds only) are [S, D] and [H, S, D] with the missing leading
+// dimensions 1; a size-1 batch or head dimension gets stride 0 (it broadcasts).
 View4 view_of(const Tensor& t, Layout l) {
-  const int64_t d0 = t.dim(0), d1 = t.dim(1), d2 = t.dim(2), d3 = t.dim(3);
+  const int64_t r = t.rank();
+  auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? t.dim(i - (4 - r)) : int64_t{1}; };
+  const int64_t d0 = dim(0), d1 = dim(1), d2 = dim(2), d3 = dim(3);
   View4 v;
   switch (l) {
     case Layout::BHSD:
@@ -817,6 +822,7 @@ View4 view_of(const Tensor& t, Layout l) {
       break;
   }
   if (v.b == 1) v.sb = 0;
+  if (v.h == 1) v.sh = 0;
   return v;
 }
 
@@ -860,23 +866,57 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
-  const View4 qv = view_of(q, parse_layout(node, "q_layout", false));
-  const View4 kv = view_of(k, parse_layout(node, "k_layout", true));
-  const View4 vv = view_of(v, parse_layout(node, "v_layout", false));
-  const Layout out_layout = parse_layout(node, "out_layout", false);
+  const Layout ql = parse_layout(node, "q_layout", false), kl = parse_layout(node, "k_layout", true),
+               vl = parse_layout(node, "v_layout", false), out_layout = parse_layout(node, "out_layout", false);
+  const Tensor* operands[3] = {&q, &k, &v};
+  const Layout layouts[3] = {ql, kl, vl};
+  const char* names[3] = {"Q", "K", "V"};
+  for (int x = 0; x < 3; ++x) {
+    const int64_t r = operands[x]->rank();
+    REFORGE_CHECK(r == 4 || (r >= 2 && r <= 3 && layouts[x] != Layout::BSHD), where, ": ", names[x], " ",
+                  operands[x]->describe(), " must be 4-D (2-D or 3-D only in layout bhsd/bhds) for the CUDA kernel");
+  }
+  const View4 qv = view_of(q, ql), kv = view_of(k, kl), vv = view_of(v, vl);
+  // The output's leading dimensions: Q's, K's, V's, the mask's, the scale's and the fill's
+  // broadcast (numpy rules, as the unfused MatMul/Mul/Add/Where/MatMul).
+  int64_t out_rank = std::max({q.rank(), k.rank(), v.rank()});
+  int64_t lead[2] = {1, 1};
+  auto join = [&](int64_t& dst, int64_t n, const char* what) {
+    REFORGE_CHECK(dst == 1 || n == 1 || dst == n, where, ": ", what, "'s leading dimension ", n,
+                  " does not broadcast with ", dst);
+    if (n != 1) dst = n;
+  };
+  const View4* views[3] = {&qv, &kv, &vv};
+  for (int x = 0; x < 3; ++x) {
+    join(lead[0], views[x]->b, names[x]);
+    if (x == 0 || !ctx.has_input(6)) join(lead[1], views[x]->h, names[x]);  // repeated K/V heads: below
+  }
+  const std::string mask_mode = ctx.attr_string("mask_mode", "none");
+  const std::string scale_op = ctx.attr_string("scale_op", "none");
+  for (size_t idx : {size_t{3}, size_t{4}, size_t{5}}) {
+    const bool used = (idx == 3 && scale_op != "none") || (idx == 4 && mask_mode != "none") ||
+                      (idx == 5 && mask_mode.rfind("where", 0) == 0);
+    if (!used || !ctx.has_input(idx)) continue;
+    const Tensor& t = ctx.input(idx);
+    REFORGE_CHECK(t.rank() <= 4, where, ": input ", idx, " ", t.describe(), " has more than 4 dimensions");
+    out_rank = std::max<int64_t>(out_rank, t.rank());
+    if (idx == 4)
+      for (int64_t x = 0; x < 2 && x < t.rank() - 2; ++x) join(lead[1 - x], t.dim(t.rank() - 3 - x), "the mask");
+  }
   AttnParams<T> p;
-  p.B = qv.b;
-  p.Hq = qv.h;
+  p.B = lead[0];
+  p.Hq = lead[1];
   p.Sq = qv.s;
   p.D = qv.d;
   p.L = kv.s;
   p.Dv = vv.d;
-  REFORGE_CHECK(kv.d == p.D && vv.s == p.L && (kv.b == p.B || kv.b == 1) && (vv.b == p.B || vv.b == 1), where, ": Q ",
-                shape_str(q.shape()), ", K ", shape_str(k.shape()), " and V ", shape_str(v.shape()),
-                " are not per-head attention operands (matching or size-1 batch, matching head and sequence sizes)");
+  REFORGE_CHECK(kv.d == p.D && vv.s == p.L, where, ": Q ", shape_str(q.shape()), ", K ", shape_str(k.shape()),
+                " and V ", shape_str(v.shape()), " disagree on the head size or the key sequence length");
   if (ctx.has_input(6)) {
     REFORGE_CHECK(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9), where,
                   ": k_expand, k_reshape, v_expand and v_reshape must be given together");
+    REFORGE_CHECK(k.rank() == 4 && v.rank() == 4, where, ": repeated K/V must be 4-D, got ", k.describe(), ", ",
+                  v.describe());
     const bool allowzero = ctx.attr_int("kv_allowzero", 0) != 0;
     const int64_t kg = repeat_group(kv, ints_of(ctx.input(6)), ints_of(ctx.input(7)), allowzero);
     const int64_t vg = repeat_group(vv, ints_of(ctx.input(8)), ints_of(ctx.input(9)), allowzero);
@@ -885,14 +925,9 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
                   " (the only form the CUDA kernel takes)");
     p.k_group = kg;
     p.v_group = vg;
-  } else {
-    REFORGE_CHECK((kv.h == p.Hq || kv.h == 1) && (vv.h == p.Hq || vv.h == 1), where, ": K has ", kv.h, " heads and V ",
-                  vv.h, ", neither Q's ", p.Hq, " nor 1");
-    p.k_group = kv.h == p.Hq ? 1 : std::max<int64_t>(p.Hq, 1);
-    p.v_group = vv.h == p.Hq ? 1 : std::max<int64_t>(p.Hq, 1);
   }
   p.q = q.data<T>();
-  p.q_sb = qv.b == 1 ? 0 : qv.sb;
+  p.q_sb = qv.sb;
   p.q_sh = qv.sh;
   p.q_ss = qv.ss;
   p.k = k.data<T>();
@@ -905,7 +940,6 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   p.v_sh = vv.sh;
   p.v_ss = vv.ss;
   Tensor scale_hold, fill_hold;  // host scalars copied to the device, alive until the launch
-  const std::string scale_op = ctx.attr_string("scale_op", "none");
   if (scale_op != "none") {
     REFORGE_CHECK(ctx.has_input(3), where, ": scale_op '", scale_op, "' needs the scale input");
     p.scale_op = scale_op == "mul" ? 1 : 2;
@@ -913,7 +947,6 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     p.scale_p = device_data(ctx.input(3), scale_hold);
   }
   Tensor mask_buf;
-  const std::string mask_mode = ctx.attr_string("mask_mode", "none");
   if (mask_mode != "none") {
     REFORGE_CHECK(ctx.has_input(4), where, ": mask_mode '", mask_mode, "' needs the mask input");
     const Tensor& m = ctx.input(4);
@@ -944,7 +977,9 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     }
   }
   p.prec = prec_of(q.dtype());
-  const Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
+  REFORGE_CHECK(out_layout == Layout::BHSD || out_rank == 4, where, ": output layout bshd needs a 4-D result");
+  Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
+  y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));  // ranks 2, 3: the leading 1s go
   Tensor& y = ctx.allocate_output_uninit(0, q.dtype(), y_shape);
   p.y = y.mutable_data<T>();
   if (out_layout == Layout::BHSD) {
@@ -966,10 +1001,9 @@ void fused_attention(ops::KernelContext& ctx) {
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
-  REFORGE_CHECK(is_float(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype() && q.rank() == 4 &&
-                    k.rank() == 4 && v.rank() == 4,
-                where, ": the CUDA kernel takes 4-D Q, K and V of one float type, got ", q.describe(), ", ",
-                k.describe(), ", ", v.describe());
+  REFORGE_CHECK(is_float(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), where,
+                ": the CUDA kernel takes Q, K and V of one float type, got ", q.describe(), ", ", k.describe(), ", ",
+                v.describe());
   dispatch_device(
       q.dtype(), where.c_str(),
       [&](auto tag) {

@@ -8,9 +8,10 @@
 // Each product rounds to the input type and the sum rounds once, as the ONNX reference does.
 //
 // reforge::Rotary: Y = X * cos + concat(-X[..., hi_start:hi_end], X[..., lo_start:lo_end]) * sin
-// over the last axis, X 4-D in layout bhsd or bshd, Y [B, H, S, D]; cos and sin (X's type)
-// broadcast to [B, H, S, D] with last dimension D, and the two slices together span D. Computed in
-// float32 (float64 for float64) and rounded once.
+// over the last axis, X 4-D in layout bhsd or bshd (1-D to 3-D in bhsd: the leading dimensions
+// are 1), Y [B, H, S, D] (with the rank of X, cos and sin); cos and sin (X's type) broadcast to
+// [B, H, S, D] with last dimension D, and the two slices together span D. Computed in float32
+// (float64 for float64) and rounded once.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -209,21 +210,24 @@ void fused_rotary(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& cos = ctx.input(1);
   const Tensor& sin = ctx.input(2);
-  REFORGE_CHECK(x.rank() == 4 && is_float(x.dtype()), where, ": the CUDA kernel takes a 4-D float X, got ",
-                x.describe());
+  const bool bshd = ctx.attr_string("layout", "bhsd") == "bshd";
+  const int64_t r = x.rank();
+  REFORGE_CHECK(is_float(x.dtype()) && (r == 4 || (!bshd && r >= 1 && r <= 3)), where,
+                ": the CUDA kernel takes a float X, 4-D (1-D to 3-D in layout bhsd), got ", x.describe());
   REFORGE_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), where, ": cos ", cos.describe(), " and sin ",
                 sin.describe(), " must have X's type");
   const std::vector<int64_t> axes = ctx.attr_ints("axes", {-1, -1, -1});
   REFORGE_CHECK(axes.size() == 3, where, ": axes must have 3 values");
   for (int64_t ax : axes)
-    REFORGE_CHECK(ax == -1 || ax == 3, where, ": axes ", ax,
+    REFORGE_CHECK(ax == -1 || ax == r - 1, where, ": axes ", ax,
                   " is not the last axis (the only one the CUDA kernel takes)");
-  const bool bshd = ctx.attr_string("layout", "bhsd") == "bshd";
   FusedRotaryArgs a;
-  const int64_t B = x.dim(0);
-  a.H = bshd ? x.dim(2) : x.dim(1);
-  a.S = bshd ? x.dim(1) : x.dim(2);
-  a.D = x.dim(3);
+  // X as [B, H, S, D]; lower ranks have the leading dimensions 1.
+  auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? x.dim(i - (4 - r)) : int64_t{1}; };
+  const int64_t B = dim(0);
+  a.H = bshd ? dim(2) : dim(1);
+  a.S = bshd ? dim(1) : dim(2);
+  a.D = dim(3);
   int64_t bounds[4];  // hi_start, hi_end, lo_start, lo_end
   for (int i = 0; i < 4; ++i) {
     const Tensor& t = ctx.input(3 + static_cast<size_t>(i));
@@ -249,7 +253,11 @@ void fused_rotary(ops::KernelContext& ctx) {
     a.x_sh = a.S * a.D;
     a.x_ss = a.D;
   }
-  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), {B, a.H, a.S, a.D});
+  // The output has the rank of the broadcast of X, cos and sin (whose extra dimensions are 1).
+  const int64_t out_rank = std::max({r, cos.rank(), sin.rank()});
+  Shape y_shape{B, a.H, a.S, a.D};
+  y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), y_shape);
   const int64_t n = y.numel();
   if (n == 0) return;
   dispatch_device(
