@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
 # Builds reforge from a clean tree on the GPU machine and runs the CUDA tests there: the CUDA
-# unit tests (tests/cuda_backend_test.cc), the ONNX node conformance required list on the GPU
-# (`reforge conformance --device cuda`), then with --bench the GPU benchmarks. Ends with the test
-# runner's summary lines.
+# unit tests (tests/cuda_*_test.cc), the ONNX node conformance required list on the GPU
+# (`reforge conformance --device cuda`), then with --bench the GPU benchmarks against PyTorch
+# (bench/gpu_bench.py). Ends with the test runner's summary lines.
 #
 # The GPU machine (Ubuntu, CUDA toolkit, no network) lacks some of reforge's Debian packages:
 # scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
-#   there: scripts/device_test.sh [--bench] [--keep-build]
+#   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt]
+# --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
+# .device/prebuilt.tar.gz (a Release build of this tree with CUDA; the GPU machine's CUDA
+# libraries and the carried packages serve them), which saves the build's minutes of device time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 deps=/opt/reforge-deps
 B=${REFORGE_DEVICE_BUILD:-/tmp/reforge-device-build}
-bench=0 keep=0
+bench=0 keep=0 prebuilt=0
 for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
     --keep-build) keep=1 ;;
-    *) echo "usage: scripts/device_test.sh [--bench] [--keep-build]" >&2; exit 2 ;;
+    --prebuilt) prebuilt=1 ;;
+    *) echo "usage: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt]" >&2; exit 2 ;;
   esac
 done
 [ -d .device/debs ] || { echo "device_test: .device/debs missing (run scripts/device_debs.sh here first)" >&2; exit 1; }
 mkdir -p $deps
 for f in .device/debs/*.deb; do dpkg -x "$f" $deps; done
 arch=x86_64-linux-gnu
+system_ld=${LD_LIBRARY_PATH:-}
 export PATH=$deps/usr/bin:$PATH
 export CPATH=$deps/usr/include:$deps/usr/include/$arch${CPATH:+:$CPATH}
 export LIBRARY_PATH=$deps/usr/lib/$arch${LIBRARY_PATH:+:$LIBRARY_PATH}
@@ -40,14 +45,20 @@ fi
 echo "device_test: cuDNN from ${cudnn_root:-the system}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvcc --version | tail -1
-[ $keep = 1 ] || rm -rf "$B"
-t0=$SECONDS
-cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON -DREFORGE_PYTHON=OFF \
-  -DREFORGE_DEPS_PREFIX=$deps -DCMAKE_PREFIX_PATH=$deps/usr -DCMAKE_CUDA_ARCHITECTURES=90 ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} >"$B.configure.log" 2>&1 ||
-  { tail -30 "$B.configure.log"; exit 1; }
-cmake --build "$B" -j"$(nproc)" --target reforge reforge_tests >"$B.build.log" 2>&1 ||
-  { grep -E "error|FAILED" "$B.build.log" | head -40; exit 1; }
-echo "device_test: built in $((SECONDS - t0)) s"
+if [ $prebuilt = 1 ]; then
+  [ -f .device/prebuilt.tar.gz ] || { echo "device_test: .device/prebuilt.tar.gz missing (scripts/device_bundle.sh)" >&2; exit 1; }
+  rm -rf "$B" && mkdir -p "$B" && tar -xzf .device/prebuilt.tar.gz -C "$B"
+  echo "device_test: prebuilt binaries of $(cat "$B/COMMIT")"
+else
+  [ $keep = 1 ] || rm -rf "$B"
+  t0=$SECONDS
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON -DREFORGE_PYTHON=OFF \
+    -DREFORGE_DEPS_PREFIX=$deps -DCMAKE_PREFIX_PATH=$deps/usr -DCMAKE_CUDA_ARCHITECTURES=90 ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} >"$B.configure.log" 2>&1 ||
+    { tail -30 "$B.configure.log"; exit 1; }
+  cmake --build "$B" -j"$(nproc)" --target reforge reforge_tests >"$B.build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$B.build.log" | head -40; exit 1; }
+  echo "device_test: built in $((SECONDS - t0)) s"
+fi
 
 suite=/tmp/reforge-onnx-node-suite
 if [ ! -f $suite/.unpacked ]; then
@@ -72,6 +83,8 @@ grep -E "^FAIL" "$B.conformance.log" | grep -v "no kernel on backend 'cuda'" | h
 tail -1 "$B.conformance.log"
 if [ $bench = 1 ]; then
   echo "== GPU benchmarks"
-  [ -x bench/gpu_bench.sh ] && bench/gpu_bench.sh "$B" || echo "device_test: bench/gpu_bench.sh not present"
+  # PyTorch runs with the system's libraries; reforge, its subprocess, with the unpacked packages.
+  REFORGE_LD_LIBRARY_PATH=$LD_LIBRARY_PATH LD_LIBRARY_PATH=$system_ld python3 bench/gpu_bench.py \
+    --reforge "$B/reforge" --out "${OUT:-$B}" || status=1
 fi
 exit $status

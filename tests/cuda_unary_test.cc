@@ -270,7 +270,7 @@ TEST(CudaSelect, WhereBroadcastsThreeWaysForEveryType) {
   for (DType t : kAllTypes)
     for (const auto& s : kTriples)
       expect_same_on_cuda(
-          op_node("Where", {"C", "X", "Y"}, {}, 16),
+          op_node("Where", {"C", "X", "B"}, {}, 16),
           {random_of(DType::Bool, s[0], ++seed), random_of(t, s[1], ++seed), random_of(t, s[2], ++seed)},
           std::string("Where ") + dtype_name(t) + " " + shape_str(s[0]) + shape_str(s[1]) + shape_str(s[2]));
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -84,7 +86,11 @@ struct Engine::Impl {
   // shape inference; `error` says why none is known when inference fails.
   arena::Sizes infer_sizes(const std::vector<Tensor>& values, std::string& error) const;
   mutable std::mutex profile_mutex;
-  mutable std::vector<NodeProfile> profile;  // per step, when options.profile
+  mutable std::vector<NodeProfile> profile;           // per step, when options.profile
+  mutable std::deque<std::vector<TraceEvent>> trace;  // the last kTraceRuns runs' events
+  mutable int64_t runs_traced = 0;
+  mutable std::map<std::thread::id, int> trace_threads;
+  std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
   // Device backends that nodes run on: each run ends by waiting for their work (Backend::synchronize).
   std::vector<const backends::Backend*> devices;
 };
@@ -397,9 +403,11 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   omp_set_num_threads(m.threads);
   std::vector<const Tensor*> in_ptrs;
   std::vector<double> step_ms(m.options.profile ? m.steps.size() : 0);
+  std::vector<double> step_start_us(step_ms.size());
   for (size_t si = 0; si < m.steps.size(); ++si) {
     const Step& st = m.steps[si];
     auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    if (m.options.profile) step_start_us[si] = std::chrono::duration<double, std::micro>(started - m.created).count();
     const ir::Node& node = m.graph.nodes[st.node_index];
     if (memo && m.memoized[si]) {
       const auto& outs = memo->outputs[si];
@@ -464,6 +472,14 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       m.profile[si].calls += 1;
       m.profile[si].total_ms += step_ms[si];
     }
+    const auto thread =
+        m.trace_threads.emplace(std::this_thread::get_id(), static_cast<int>(m.trace_threads.size())).first;
+    std::vector<TraceEvent> events(step_ms.size());
+    for (size_t si = 0; si < step_ms.size(); ++si)
+      events[si] = {si, m.runs_traced, thread->second, step_start_us[si], 1000.0 * step_ms[si]};
+    ++m.runs_traced;
+    m.trace.push_back(std::move(events));
+    if (m.trace.size() > kTraceRuns) m.trace.pop_front();
   }
   std::vector<Tensor> outs;
   outs.reserve(m.output_slots.size());
@@ -502,6 +518,13 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
 ArenaStats Engine::arena_stats() const {
   std::lock_guard<std::mutex> lock(impl_->stats_mutex);
   return impl_->last_stats;
+}
+
+std::vector<TraceEvent> Engine::trace() const {
+  std::lock_guard<std::mutex> lock(impl_->profile_mutex);
+  std::vector<TraceEvent> all;
+  for (const auto& run : impl_->trace) all.insert(all.end(), run.begin(), run.end());
+  return all;
 }
 
 std::vector<NodeProfile> Engine::profile() const {

@@ -34,6 +34,18 @@ struct NodeProfile {
   double total_ms = 0;
 };
 
+// One node's execution in one run (EngineOptions::profile): when it started, in microseconds since
+// the engine was made, and how long it took (device work included: the node waits for it).
+struct TraceEvent {
+  size_t step = 0;  // index into Engine::profile()
+  int64_t run = 0;  // the run's number since the engine was made, from 0
+  int thread = 0;   // the calling thread, numbered from 0 in the order threads first ran
+  double start_us = 0, dur_us = 0;
+};
+
+// How many runs Engine::trace() keeps.
+inline constexpr size_t kTraceRuns = 64;
+
 // What the activation arena did in the most recent run (EngineOptions::arena): the plan of its
 // input signature and where its kernels' allocations went.
 struct ArenaStats {
@@ -95,6 +107,9 @@ class Engine {
 
   // Per-node timings in execution order (empty unless EngineOptions::profile).
   std::vector<NodeProfile> profile() const;
+  // Every node's start and duration in each of the last kTraceRuns runs, oldest first (empty
+  // unless EngineOptions::profile): a timeline with the real gaps between nodes and runs.
+  std::vector<TraceEvent> trace() const;
 
  private:
   struct Impl;

@@ -89,6 +89,7 @@ class PlanEngine {
   const std::vector<ir::ValueInfo>& inputs() const { return engine_.inputs(); }
   const std::vector<ir::ValueInfo>& outputs() const { return engine_.outputs(); }
   std::vector<NodeProfile> profile() const { return engine_.profile(); }
+  std::vector<TraceEvent> trace() const { return engine_.trace(); }
   ArenaStats arena_stats() const { return engine_.arena_stats(); }
 
   // The plan's metadata (the weight data in it is the build-time data, not the current one).

@@ -6,7 +6,7 @@
 // (p50), p90, p99, min, max and standard deviation in ms, throughput in runs per second, and
 // the process's peak resident memory. Inputs not given are synthesized (common.h). --profile
 // prints where the time went (per op type and the slowest nodes) to stderr; --profile-json
-// writes the per-node times as a Chrome trace (chrome://tracing, Perfetto).
+// writes the last runs' node-by-node timeline as a Chrome trace (chrome://tracing, Perfetto).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -52,30 +52,32 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
 }
 
-// A Chrome trace (the JSON Object Format of the Trace Event Format) of one average run: every
-// node a complete ("X") event, in execution order, as long as its mean time over `runs` runs.
-std::string chrome_trace(const std::vector<runtime::NodeProfile>& nodes, const std::string& model) {
+// A Chrome trace (the JSON Object Format of the Trace Event Format) of the engine's last runs as
+// they happened: every node of every traced run a complete ("X") event at its real start, on a
+// track per calling thread, so the gaps between nodes and between runs show.
+std::string chrome_trace(const std::vector<runtime::NodeProfile>& nodes, const std::vector<runtime::TraceEvent>& trace,
+                         const std::string& model) {
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
-  double ts_us = 0;
-  for (const auto& n : nodes) {
-    double dur_us = n.calls > 0 ? 1000.0 * n.total_ms / static_cast<double>(n.calls) : 0.0;
+  const double t0 = trace.empty() ? 0.0 : trace.front().start_us;
+  for (const auto& e : trace) {
+    const runtime::NodeProfile& n = nodes.at(e.step);
     events.push_back({{"name", n.node},
                       {"cat", n.op_type},
                       {"ph", "X"},
-                      {"ts", ts_us},
-                      {"dur", dur_us},
+                      {"ts", e.start_us - t0},
+                      {"dur", e.dur_us},
                       {"pid", 1},
-                      {"tid", 1},
-                      {"args", {{"op_type", n.op_type}, {"calls", n.calls}, {"total_ms", n.total_ms}}}});
-    ts_us += dur_us;
+                      {"tid", e.thread + 1},
+                      {"args", {{"op_type", n.op_type}, {"run", e.run}}}});
   }
-  nlohmann::ordered_json doc = {{"traceEvents", events},
-                                {"displayTimeUnit", "ms"},
-                                {"otherData",
-                                 {{"model", model},
-                                  {"note",
-                                   "one average run: each node's mean time over all runs, laid end to end "
-                                   "in execution order"}}}};
+  const int64_t runs = trace.empty() ? 0 : trace.back().run - trace.front().run + 1;
+  nlohmann::ordered_json doc = {
+      {"traceEvents", events},
+      {"displayTimeUnit", "ms"},
+      {"otherData",
+       {{"model", model},
+        {"note", "the last " + std::to_string(runs) + " runs (warm-up included when there were fewer timed runs), " +
+                     "each node at its real start; device nodes wait for their work"}}}};
   return doc.dump(1) + "\n";
 }
 
@@ -141,7 +143,8 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
   app.add_option("--profile-json", a->profile_json,
-                 "write the per-node times as a Chrome trace (chrome://tracing, Perfetto): one average run");
+                 "write the last " + std::to_string(runtime::kTraceRuns) +
+                     " runs node by node, each at its real start, as a Chrome trace (chrome://tracing, Perfetto)");
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
   add_no_verify_option(app, a->no_verify);
@@ -179,7 +182,7 @@ Runner add_bench(CLI::App& app) {
     double wall_ms = ms_since(start);
     if (a->profile) print_profile(engine.profile(), std::cerr);
     if (!a->profile_json.empty()) {
-      std::string text = chrome_trace(engine.profile(), a->model);
+      std::string text = chrome_trace(engine.profile(), engine.trace(), a->model);
       AtomicFile f(a->profile_json, "profile");
       f.write(text.data(), text.size());
       f.commit();

@@ -144,20 +144,49 @@ std::pair<int64_t, int64_t> int_range_for(const std::string& input, const SynthO
 
 }  // namespace
 
-std::map<std::string, IndexBound> index_bounds(const ir::Graph& g) {
+namespace {
+
+// `table_shape(name)`: the shape of constant `name`, or null when it is not a constant.
+std::map<std::string, IndexBound> index_bounds_of(const ir::Graph& g,
+                                                  const std::function<const Shape*(const std::string&)>& table_shape) {
   std::map<std::string, IndexBound> out;
   std::set<std::string> graph_inputs;
   for (const auto& in : g.inputs) graph_inputs.insert(in.name);
   for (const auto& n : g.nodes) {
     if (n.op_type != "Gather" || !n.domain.empty() || n.inputs.size() < 2 || !graph_inputs.count(n.inputs[1])) continue;
-    auto table = g.initializers.find(n.inputs[0]);
-    if (table == g.initializers.end()) continue;
-    int64_t rank = table->second.rank(), axis = n.attr_int("axis", 0);
+    const Shape* table = table_shape(n.inputs[0]);
+    if (!table) continue;
+    int64_t rank = static_cast<int64_t>(table->size()), axis = n.attr_int("axis", 0);
     if (axis < 0) axis += rank;
     if (axis < 0 || axis >= rank) continue;  // the build reports it
-    int64_t rows = table->second.dim(axis);
+    int64_t rows = (*table)[static_cast<size_t>(axis)];
     auto it = out.find(n.inputs[1]);
     if (rows > 0 && (it == out.end() || rows < it->second.rows)) out[n.inputs[1]] = {rows, n.inputs[0], n.label()};
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, IndexBound> index_bounds(const ir::Graph& g) {
+  return index_bounds_of(g, [&](const std::string& name) -> const Shape* {
+    auto it = g.initializers.find(name);
+    return it == g.initializers.end() ? nullptr : &it->second.shape();
+  });
+}
+
+std::map<std::string, IndexBound> index_bounds(const plan::Plan& p) {
+  std::map<std::string, const plan::WeightEntry*> weights;
+  for (const auto& w : p.weights) weights[w.name] = &w;
+  auto out = index_bounds_of(p.graph, [&](const std::string& name) -> const Shape* {
+    auto it = weights.find(name);
+    return it == weights.end() ? nullptr : &it->second->shape;
+  });
+  // Name the table as the model did: the initializer a weight was made from alone.
+  for (auto& [input, bound] : out) {
+    const plan::WeightEntry* w = weights.at(bound.table);
+    if (w->sources.size() == 1 && w->sources[0] < p.sources.size() && !p.sources[w->sources[0]].names.empty())
+      bound.table = p.sources[w->sources[0]].names.front();
   }
   return out;
 }

@@ -71,7 +71,10 @@ struct IndexBound {
   int64_t rows = 0;
   std::string table, node;  // the initializer and the Gather's label
 };
+// Of an ONNX model's graph (tables are its initializers) or of a plan's optimized graph (tables
+// are its weights, whose shapes a weight-stripped plan records too).
 std::map<std::string, IndexBound> index_bounds(const ir::Graph& g);
+std::map<std::string, IndexBound> index_bounds(const plan::Plan& p);
 
 // Adds `--seed`, `--shape` and `--int-range` to `app`.
 void add_synthetic_options(CLI::App& app, SynthOptions& options);

@@ -37,6 +37,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
       Phase phase("loading plan '" + path + "'" + (o.verify_weights ? " (hashing its weights)" : ""));
       p = plan::read_plan(path, ro);
     }
+    if (o.index_bounds) *o.index_bounds = index_bounds(p);
     if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
       fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
            plan::precision_name(p.precision));

@@ -30,8 +30,8 @@ struct LoadOptions {
   // Hash every stored weight of a plan file against the hashes it records before using it
   // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
   bool verify_weights = true;
-  // When set and the file is an ONNX model: the provable bounds of its integer inputs (common.h,
-  // index_bounds), for synthetic inputs. A plan gives none.
+  // When set: the provable bounds of the model's or plan's integer inputs (common.h,
+  // index_bounds), for synthetic inputs.
   std::map<std::string, IndexBound>* index_bounds = nullptr;
 };
 

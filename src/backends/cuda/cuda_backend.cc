@@ -60,6 +60,9 @@ backends::Backend backend() {
     register_norm_kernels(r);
     register_attention_kernels(r);
     register_rotary_kernels(r);
+    register_resize_kernels(r);
+    register_conv_transpose_kernels(r);
+    register_einsum_kernels(r);
   };
   return b;
 }

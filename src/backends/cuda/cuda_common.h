@@ -76,4 +76,8 @@ void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: Lay
 void register_attention_kernels(backends::KernelRegistry& r);    // attention.cu: Attention, reforge::Attention
 void register_rotary_kernels(backends::KernelRegistry& r);       // rotary.cu: RotaryEmbedding, reforge::Rotary
 
+void register_resize_kernels(backends::KernelRegistry& r);          // resize.cu: Resize
+void register_conv_transpose_kernels(backends::KernelRegistry& r);  // conv_transpose.cu: ConvTranspose (cuDNN)
+void register_einsum_kernels(backends::KernelRegistry& r);          // einsum.cu: Einsum
+
 }  // namespace reforge::cuda

@@ -67,6 +67,18 @@ ConvSetup conv_setup(const KernelContext& ctx);
 // `same_types` false lets W and the bias have other element types than X.
 ConvSetup conv_setup(const KernelContext& ctx, const Tensor& X, const Tensor& W, const Tensor* B, bool same_types);
 
+// ConvTranspose's inputs checked and its attributes resolved (conv_transpose.cc; throws an Error
+// naming the node): the output shape and the window, whose pad_begin (pad_end repeats it; may be
+// negative) places output index o at position o + pad_begin of the unpadded result, where input
+// index i with kernel tap k lands at i * stride + k * dilation.
+struct ConvTransposeSetup {
+  int64_t N = 0, Cin = 0, M = 0, group = 1;
+  size_t nsp = 0;  // spatial dims, 1 to 3
+  Window win;      // in, kernel, strides, dilations, pad_begin, out
+  Shape y_shape;   // [N, M, out...]
+};
+ConvTransposeSetup conv_transpose_setup(const KernelContext& ctx);
+
 // Shape inference: the NCHW output shape of a convolution of X (shape `xs`) with W, checking
 // the bias at input `bias_slot` (SIZE_MAX: none) against W's output channels.
 SymShape conv_infer_shape(InferContext& ctx, const SymShape& xs, const ValueType& w, size_t bias_slot);

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "ops/nn/conv.h"
 #include "ops/nn/matmul.h"
 #include "ops/nn/nn_common.h"
 
@@ -78,7 +79,7 @@ std::vector<int64_t> ints_or(const KernelContext& ctx, const char* name, size_t 
 
 }  // namespace
 
-void conv_transpose_run(KernelContext& ctx, MatmulProduct product) {
+ConvTransposeSetup conv_transpose_setup(const KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
@@ -88,18 +89,19 @@ void conv_transpose_run(KernelContext& ctx, MatmulProduct product) {
   REFORGE_CHECK(W.rank() == X.rank(), label, ": W ", W.describe(), " must have the rank of X ", X.describe());
   REFORGE_CHECK(W.dtype() == X.dtype(), label, ": W has element type ", dtype_name(W.dtype()), ", X has ",
                 dtype_name(X.dtype()));
-  const int64_t N = X.dim(0), Cin = X.dim(1);
-  const int64_t group = ctx.attr_int("group", 1);
+  ConvTransposeSetup cs;
+  const int64_t N = cs.N = X.dim(0), Cin = cs.Cin = X.dim(1);
+  const int64_t group = cs.group = ctx.attr_int("group", 1);
   REFORGE_CHECK(group >= 1, label, ": group must be positive, got ", group);
   REFORGE_CHECK(W.dim(0) == Cin, label, ": W ", W.describe(), " must have ", Cin, " input channels (X is ",
                 X.describe(), ")");
   REFORGE_CHECK(Cin % group == 0, label, ": ", Cin, " input channels are not divisible by group ", group);
-  const int64_t M = W.dim(1) * group;
+  const int64_t M = cs.M = W.dim(1) * group;
   if (B) {
     REFORGE_CHECK(B->rank() == 1 && B->numel() == M, label, ": bias ", B->describe(), " must be [", M, "]");
     REFORGE_CHECK(B->dtype() == X.dtype(), label, ": bias has element type ", dtype_name(B->dtype()));
   }
-  const size_t nsp = static_cast<size_t>(X.rank() - 2);
+  const size_t nsp = cs.nsp = static_cast<size_t>(X.rank() - 2);
   const std::vector<int64_t> kernel(W.shape().begin() + 2, W.shape().end());
   std::vector<int64_t> k_attr = kernel_shape_attr(ctx, nsp);
   REFORGE_CHECK(k_attr.empty() || k_attr == kernel, label, ": kernel_shape ", shape_str(k_attr), " does not match W ",
@@ -139,16 +141,24 @@ void conv_transpose_run(KernelContext& ctx, MatmulProduct product) {
     }
     REFORGE_CHECK(out[i] >= 0, label, ": output spatial dimension ", i, " would be ", out[i]);
   }
-  Shape y_shape = {N, M};
-  y_shape.insert(y_shape.end(), out.begin(), out.end());
-  Tensor& Y = ctx.allocate_output(0, X.dtype(), y_shape);
+  cs.y_shape = {N, M};
+  cs.y_shape.insert(cs.y_shape.end(), out.begin(), out.end());
+  cs.win.in.assign(X.shape().begin() + 2, X.shape().end());
+  cs.win.kernel = kernel, cs.win.strides = strides, cs.win.dilations = dilations;
+  cs.win.pad_begin = pad_begin, cs.win.pad_end = pad_begin, cs.win.out = out;
+  return cs;
+}
+
+void conv_transpose_run(KernelContext& ctx, MatmulProduct product) {
+  const ConvTransposeSetup cs = conv_transpose_setup(ctx);
+  const Tensor& X = ctx.input(0);
+  const Tensor& W = ctx.input(1);
+  const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  const int64_t N = cs.N, Cin = cs.Cin, M = cs.M, group = cs.group;
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), cs.y_shape);
   if (Y.numel() == 0) return;
 
-  Window win;
-  win.in.assign(X.shape().begin() + 2, X.shape().end());
-  win.kernel = kernel, win.strides = strides, win.dilations = dilations;
-  win.pad_begin = pad_begin, win.pad_end = pad_begin, win.out = out;
-  const Geo3 g = to_geo3(win);
+  const Geo3 g = to_geo3(cs.win);
 
   dispatch_float(
       X.dtype(),

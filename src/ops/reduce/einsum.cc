@@ -95,11 +95,12 @@ Equation parse_equation(const std::string& raw, const std::string& label) {
 
 namespace {
 
-constexpr int kEllipsisBase = 128;  // labels of broadcast dims: 128, 129, ... (letters keep ASCII codes)
-constexpr int kMaxLabels = 256;
 using einsum::Equation;
 using einsum::kEllipsis;
+using einsum::kEllipsisBase;
+using einsum::kMaxLabels;
 using einsum::parse_equation;
+using einsum::Sizes;
 
 // ---- strided operands in the compute type ----
 
@@ -117,8 +118,6 @@ struct Operand {
     return 0;
   }
 };
-
-using Sizes = std::array<int64_t, kMaxLabels>;
 
 // Copies the strided view (sizes per dim, src strides) into contiguous dst, converting each element.
 template <typename S, typename D, typename Conv>
@@ -426,7 +425,11 @@ void einsum_typed(KernelContext& ctx, const std::vector<std::vector<int>>& terms
   strided_copy(cur.data, sz, st, y.mutable_data<T>(), [](C v) { return from_compute<T>(v); });
 }
 
-void einsum_kernel(KernelContext& ctx) {
+}  // namespace
+
+namespace einsum {
+
+Plan plan(const KernelContext& ctx) {
   const std::string label = ctx.node().label();
   REFORGE_CHECK(ctx.node().has_attr("equation"), label, ": attribute 'equation' is required");
   const std::string raw = ctx.attr_string("equation", "");
@@ -453,9 +456,12 @@ void einsum_kernel(KernelContext& ctx) {
   }
   REFORGE_CHECK(n_ell <= kMaxLabels - kEllipsisBase, label, ": einsum ellipsis covers ", n_ell,
                 " dimensions, more than the supported ", kMaxLabels - kEllipsisBase);
-  Sizes size;
+  Plan p;
+  p.equation = raw;
+  Sizes& size = p.size;
   size.fill(-1);
-  std::vector<std::vector<int>> terms(eq.inputs.size());
+  std::vector<std::vector<int>>& terms = p.terms;
+  terms.resize(eq.inputs.size());
   std::array<int, kMaxLabels> uses{};
   for (size_t i = 0; i < eq.inputs.size(); ++i) {
     const Tensor& x = ctx.input(i);
@@ -481,7 +487,7 @@ void einsum_kernel(KernelContext& ctx) {
                       " in one input and ", dim, " in input ", i, " (", x.describe(), ")");
     }
   }
-  std::vector<int> out_labels;
+  std::vector<int>& out_labels = p.out_labels;
   if (eq.explicit_output) {
     for (int l : eq.output) {
       if (l == kEllipsis)
@@ -494,12 +500,24 @@ void einsum_kernel(KernelContext& ctx) {
     for (int l = 0; l < kEllipsisBase; ++l)
       if (uses[l] == 1) out_labels.push_back(l);
   }
+  return p;
+}
+
+}  // namespace einsum
+
+namespace {
+
+void einsum_kernel(KernelContext& ctx) {
+  const std::string label = ctx.node().label();
+  const einsum::Plan p = einsum::plan(ctx);
+  const std::string& raw = p.equation;
+  const DType dt = ctx.input(0).dtype();
   try {
     dispatch_numeric(
         dt,
         [&](auto tag) {
           using T = typename decltype(tag)::type;
-          einsum_typed<T>(ctx, terms, out_labels, size);
+          einsum_typed<T>(ctx, p.terms, p.out_labels, p.size);
         },
         "Einsum");
   } catch (const std::bad_alloc&) {  // intermediates (outer products) can be far larger than the inputs

@@ -5,7 +5,8 @@
 // axis it maps the index back to a source coordinate (coordinate_transformation_mode), derives
 // a fixed-size set of taps (2 for nearest/linear, 4 for cubic, wider with antialias when
 // downscaling) with edge-clamped source indices and weights, and sums. The final values are
-// cast to the input type with saturation (integers round half to even first).
+// cast to the input type with saturation (integers round half to even first). The host-side
+// part (attributes, output shape, per-axis taps) is resize_setup.h's, shared with the CUDA kernel.
 //
 // Opset differences: opset 10 has inputs (X, scales) and the asymmetric transform; opsets 11+
 // take (X, roi, scales, sizes) with coordinate_transformation_mode, cubic_coeff_a,
@@ -21,34 +22,10 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
+#include "ops/transformer/resize_setup.h"
 
-namespace reforge::ops {
-namespace {
+namespace reforge::ops::resize {
 
-enum class Mode { Nearest, Linear, Cubic };
-enum class Coord {
-  HalfPixel,
-  HalfPixelSymmetric,
-  PytorchHalfPixel,
-  AlignCorners,
-  Asymmetric,
-  TfCropAndResize,
-  TfHalfPixelForNN
-};
-enum class NearestMode { RoundPreferFloor, RoundPreferCeil, Floor, Ceil };
-
-struct ResizeAttrs {
-  Mode mode = Mode::Nearest;
-  Coord coord = Coord::HalfPixel;
-  NearestMode nearest = NearestMode::RoundPreferFloor;
-  double cubic_a = -0.75;
-  bool exclude_outside = false;
-  double extrapolation = 0;
-  bool antialias = false;
-  DType roi_type = DType::Float64;  // the reference does its roi arithmetic in roi's type
-};
-
-// Parses the attributes; returns "" or the reason the node cannot run.
 std::string parse_attrs(const ir::Node& node, ResizeAttrs& a) {
   const std::string mode = node.attr_string("mode", "nearest");
   if (mode == "nearest")
@@ -101,10 +78,7 @@ std::string parse_attrs(const ir::Node& node, ResizeAttrs& a) {
   return "";
 }
 
-std::string resize_check(const ir::Node& node) {
-  ResizeAttrs a;
-  return parse_attrs(node, a);
-}
+namespace {
 
 // Tap weights for one output position (ratio in (0, 1], 1 meaning "exactly on a source pixel").
 void coeffs_for(const ResizeAttrs& a, double ratio, double scale, std::vector<double>& c) {
@@ -250,33 +224,27 @@ double source_coord(const ResizeAttrs& a, double y, double scale, int64_t in, in
   return 0;
 }
 
-// Resizes `data` (shape `shape`, float64) along `axis` to `out` entries.
-std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, int64_t axis, int64_t out, double scale,
-                                double roi_start, double roi_end, const ResizeAttrs& a, const std::string& where) {
-  const int64_t in = shape[axis];
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
-  for (size_t i = static_cast<size_t>(axis) + 1; i < shape.size(); ++i) inner *= shape[i];
-  shape[axis] = out;
-  std::vector<double> res(static_cast<size_t>(outer * out * inner));
-  if (out == 0 || res.empty()) return res;
+// The taps of axis `axis` (size `in`) resized to `out` entries.
+AxisTaps axis_taps(int64_t axis, int64_t in, int64_t out, double scale, double roi_start, double roi_end,
+                   const ResizeAttrs& a, const std::string& where) {
+  AxisTaps t;
+  t.axis = axis, t.in = in, t.out = out;
   REFORGE_CHECK(in > 0, where, ": cannot resize an empty axis ", axis, " to ", out, " entries");
-
-  // Taps per output index: n source indices (clamped) and weights; extrapolated flags.
   std::vector<double> c;
   coeffs_for(a, 1.0, scale, c);
   const int64_t n = static_cast<int64_t>(c.size());
   REFORGE_CHECK(n > 0 && n <= 8 * in + 16, where, ": resize filter of ", n, " taps is too wide for axis ", axis,
                 " of size ", in);
-  std::vector<int64_t> idx(static_cast<size_t>(out * n));
-  std::vector<double> w(static_cast<size_t>(out * n));
-  std::vector<char> extrapolated(static_cast<size_t>(out), 0);
+  t.n = n;
+  t.idx.resize(static_cast<size_t>(out * n));
+  t.w.resize(static_cast<size_t>(out * n));
+  t.extrapolated.assign(static_cast<size_t>(out), 0);
   const int64_t pad = (n + 1) / 2;
   const double limit = 4.0 * static_cast<double>(in) + 16;  // keeps float->int conversions defined
   for (int64_t y = 0; y < out; ++y) {
     double x = source_coord(a, static_cast<double>(y), scale, in, out, roi_start, roi_end);
     if (a.coord == Coord::TfCropAndResize && (x < 0 || x > static_cast<double>(in - 1) || std::isnan(x)))
-      extrapolated[y] = 1;
+      t.extrapolated[y] = 1;
     if (std::isnan(x)) x = 0;
     x = std::clamp(x, -limit, limit);
     const double x_int = std::floor(x);
@@ -302,11 +270,144 @@ std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, i
       for (double& v : c) v /= sum;
     }
     for (int64_t k = 0; k < n; ++k) {
-      idx[y * n + k] = std::clamp<int64_t>(start + k, 0, in - 1);
-      w[y * n + k] = c[k];
+      t.idx[y * n + k] = std::clamp<int64_t>(start + k, 0, in - 1);
+      t.w[y * n + k] = c[k];
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+ResizePlan resize_plan(const KernelContext& ctx) {
+  const ir::Node& node = ctx.node();
+  const std::string where = node.label();
+  ResizePlan plan;
+  ResizeAttrs& a = plan.attrs;
+  std::string err = parse_attrs(node, a);
+  REFORGE_CHECK(err.empty(), where, ": ", err);
+  const Tensor& x = ctx.input(0);
+  const int64_t rank = x.rank();
+
+  // Axes the scales/sizes/roi refer to (opset 18+), normalized and unique.
+  std::vector<int64_t> axes;
+  const bool has_axes = node.opset >= 18 && node.has_attr("axes");
+  if (has_axes) {
+    axes = ctx.attr_ints("axes");
+    std::vector<char> seen(static_cast<size_t>(rank), 0);
+    for (int64_t& ax : axes) {
+      REFORGE_CHECK(ax >= -rank && ax < rank, where, ": axis ", ax, " is out of range for rank ", rank);
+      if (ax < 0) ax += rank;
+      REFORGE_CHECK(!seen[ax], where, ": axis ", ax, " appears twice in axes");
+      seen[ax] = 1;
+    }
+  } else {
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  }
+  const size_t naxes = axes.size();
+
+  const Tensor* roi = nullptr;
+  const Tensor* scales = nullptr;
+  const Tensor* sizes = nullptr;
+  if (node.opset < 11) {
+    scales = &ctx.input(1);
+  } else {
+    if (ctx.has_input(1) && ctx.input(1).numel() > 0) roi = &ctx.input(1);
+    if (ctx.has_input(2) && ctx.input(2).numel() > 0) scales = &ctx.input(2);
+    if (ctx.has_input(3) && ctx.input(3).numel() > 0) sizes = &ctx.input(3);
+  }
+  REFORGE_CHECK(scales || sizes, where, ": one of scales and sizes must be given (non-empty)");
+  REFORGE_CHECK(!(scales && sizes), where, ": only one of scales and sizes may be given");
+
+  // Per-axis output size and scale (rank-long; untouched axes keep size and scale 1).
+  Shape& out_shape = plan.out_shape;
+  out_shape = x.shape();
+  std::vector<double> scale(static_cast<size_t>(rank), 1.0);
+  if (sizes) {
+    REFORGE_CHECK(is_integer(sizes->dtype()) && sizes->rank() == 1 && sizes->numel() == static_cast<int64_t>(naxes),
+                  where, ": sizes must be an integer vector of length ", naxes, ", got ", sizes->describe());
+    std::vector<int64_t> sz = sizes->to_int64_vector();
+    for (size_t i = 0; i < naxes; ++i) {
+      REFORGE_CHECK(sz[i] >= 0, where, ": sizes[", i, "] = ", sz[i], " is negative");
+      REFORGE_CHECK(x.dim(axes[i]) > 0 || sz[i] == 0, where, ": cannot resize empty axis ", axes[i], " to ", sz[i]);
+      out_shape[axes[i]] = sz[i];
+      scale[axes[i]] = x.dim(axes[i]) > 0 ? static_cast<double>(sz[i]) / static_cast<double>(x.dim(axes[i])) : 1.0;
+    }
+    const std::string policy = node.opset >= 18 ? node.attr_string("keep_aspect_ratio_policy", "stretch") : "stretch";
+    if (policy != "stretch" && naxes > 0) {
+      double s = scale[axes[0]];
+      for (int64_t ax : axes) s = policy == "not_larger" ? std::min(s, scale[ax]) : std::max(s, scale[ax]);
+      for (int64_t ax : axes) {
+        scale[ax] = s;
+        out_shape[ax] = static_cast<int64_t>(s * static_cast<double>(x.dim(ax)) + 0.5);
+      }
+    }
+  } else {
+    REFORGE_CHECK(is_float(scales->dtype()) && scales->rank() == 1 && scales->numel() == static_cast<int64_t>(naxes),
+                  where, ": scales must be a float vector of length ", naxes, ", got ", scales->describe());
+    for (size_t i = 0; i < naxes; ++i) {
+      const double s = scales->as_double(static_cast<int64_t>(i));
+      REFORGE_CHECK(s > 0 && std::isfinite(s), where, ": scales[", i, "] = ", s, " must be positive and finite");
+      const double o = s * static_cast<double>(x.dim(axes[i]));
+      REFORGE_CHECK(o < 4.0e18, where, ": scales[", i, "] = ", s, " gives an output dimension that is too large");
+      scale[axes[i]] = s;
+      out_shape[axes[i]] = static_cast<int64_t>(o);
+    }
+  }
+  (void)shape_numel(out_shape);  // throws on overflow
+
+  std::vector<double> roi_start(static_cast<size_t>(rank), 0.0), roi_end(static_cast<size_t>(rank), 1.0);
+  if (a.coord == Coord::TfCropAndResize) {
+    REFORGE_CHECK(roi != nullptr, where, ": coordinate_transformation_mode tf_crop_and_resize needs the roi input");
+    REFORGE_CHECK(roi->rank() == 1 && roi->numel() == static_cast<int64_t>(2 * naxes) && is_float(roi->dtype()), where,
+                  ": roi must be a float vector of length ", 2 * naxes, ", got ", roi->describe());
+    a.roi_type = roi->dtype();
+    for (size_t i = 0; i < naxes; ++i) {
+      roi_start[axes[i]] = roi->as_double(static_cast<int64_t>(i));
+      roi_end[axes[i]] = roi->as_double(static_cast<int64_t>(i + naxes));
     }
   }
 
+  if (shape_numel(out_shape) == 0) return plan;
+  auto close = [](double v, double t) { return std::abs(v - t) <= 1e-9 * std::max(std::abs(v), std::abs(t)); };
+  for (int64_t ax : axes) {
+    const bool identity =
+        close(scale[ax], 1.0) && out_shape[ax] == x.dim(ax) &&
+        (a.coord != Coord::TfCropAndResize || (std::abs(roi_start[ax]) <= 0.0 && close(roi_end[ax], 1.0)));
+    if (identity) continue;
+    plan.steps.push_back(axis_taps(ax, x.dim(ax), out_shape[ax], scale[ax], roi_start[ax], roi_end[ax], a, where));
+  }
+  return plan;
+}
+
+}  // namespace reforge::ops::resize
+
+namespace reforge::ops {
+namespace {
+
+using resize::AxisTaps;
+using resize::float_round_odd;
+using resize::Mode;
+using resize::ResizeAttrs;
+
+std::string resize_check(const ir::Node& node) {
+  ResizeAttrs a;
+  return resize::parse_attrs(node, a);
+}
+
+// Applies one axis's taps to `data` (shape `shape`, float64).
+std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, const AxisTaps& t,
+                                const ResizeAttrs& a) {
+  const int64_t axis = t.axis, in = t.in, out = t.out, n = t.n;
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+  for (size_t i = static_cast<size_t>(axis) + 1; i < shape.size(); ++i) inner *= shape[i];
+  shape[axis] = out;
+  std::vector<double> res(static_cast<size_t>(outer * out * inner));
+  if (res.empty()) return res;
+  const int64_t* idx = t.idx.data();
+  const double* w = t.w.data();
+  const char* extrapolated = t.extrapolated.data();
   const bool nearest = a.mode == Mode::Nearest;
 #pragma omp parallel for if (outer * out * inner * n > (1 << 16))
   for (int64_t o = 0; o < outer; ++o) {
@@ -318,8 +419,8 @@ std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, i
         std::fill(drow, drow + inner, a.extrapolation);
         continue;
       }
-      const int64_t* iy = idx.data() + y * n;
-      const double* wy = w.data() + y * n;
+      const int64_t* iy = idx + y * n;
+      const double* wy = w + y * n;
       if (nearest) {  // weights are one 1 and one 0: copy the chosen row (none: exclude_outside)
         const int64_t k = wy[0] == 1.0 ? 0 : wy[1] == 1.0 ? 1 : -1;
         if (k < 0)
@@ -367,93 +468,9 @@ T saturate(double v) {
 }
 
 void resize_kernel(KernelContext& ctx) {
-  const ir::Node& node = ctx.node();
-  const std::string where = node.label();
-  ResizeAttrs a;
-  std::string err = parse_attrs(node, a);
-  REFORGE_CHECK(err.empty(), where, ": ", err);
+  const resize::ResizePlan plan = resize::resize_plan(ctx);
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-
-  // Axes the scales/sizes/roi refer to (opset 18+), normalized and unique.
-  std::vector<int64_t> axes;
-  const bool has_axes = node.opset >= 18 && node.has_attr("axes");
-  if (has_axes) {
-    axes = ctx.attr_ints("axes");
-    std::vector<char> seen(static_cast<size_t>(rank), 0);
-    for (int64_t& ax : axes) {
-      REFORGE_CHECK(ax >= -rank && ax < rank, where, ": axis ", ax, " is out of range for rank ", rank);
-      if (ax < 0) ax += rank;
-      REFORGE_CHECK(!seen[ax], where, ": axis ", ax, " appears twice in axes");
-      seen[ax] = 1;
-    }
-  } else {
-    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
-  }
-  const size_t naxes = axes.size();
-
-  const Tensor* roi = nullptr;
-  const Tensor* scales = nullptr;
-  const Tensor* sizes = nullptr;
-  if (node.opset < 11) {
-    scales = &ctx.input(1);
-  } else {
-    if (ctx.has_input(1) && ctx.input(1).numel() > 0) roi = &ctx.input(1);
-    if (ctx.has_input(2) && ctx.input(2).numel() > 0) scales = &ctx.input(2);
-    if (ctx.has_input(3) && ctx.input(3).numel() > 0) sizes = &ctx.input(3);
-  }
-  REFORGE_CHECK(scales || sizes, where, ": one of scales and sizes must be given (non-empty)");
-  REFORGE_CHECK(!(scales && sizes), where, ": only one of scales and sizes may be given");
-
-  // Per-axis output size and scale (rank-long; untouched axes keep size and scale 1).
-  Shape out_shape = x.shape();
-  std::vector<double> scale(static_cast<size_t>(rank), 1.0);
-  if (sizes) {
-    REFORGE_CHECK(is_integer(sizes->dtype()) && sizes->rank() == 1 && sizes->numel() == static_cast<int64_t>(naxes),
-                  where, ": sizes must be an integer vector of length ", naxes, ", got ", sizes->describe());
-    std::vector<int64_t> sz = sizes->to_int64_vector();
-    for (size_t i = 0; i < naxes; ++i) {
-      REFORGE_CHECK(sz[i] >= 0, where, ": sizes[", i, "] = ", sz[i], " is negative");
-      REFORGE_CHECK(x.dim(axes[i]) > 0 || sz[i] == 0, where, ": cannot resize empty axis ", axes[i], " to ", sz[i]);
-      out_shape[axes[i]] = sz[i];
-      scale[axes[i]] = x.dim(axes[i]) > 0 ? static_cast<double>(sz[i]) / static_cast<double>(x.dim(axes[i])) : 1.0;
-    }
-    const std::string policy = node.opset >= 18 ? node.attr_string("keep_aspect_ratio_policy", "stretch") : "stretch";
-    if (policy != "stretch" && naxes > 0) {
-      double s = scale[axes[0]];
-      for (int64_t ax : axes) s = policy == "not_larger" ? std::min(s, scale[ax]) : std::max(s, scale[ax]);
-      for (int64_t ax : axes) {
-        scale[ax] = s;
-        out_shape[ax] = static_cast<int64_t>(s * static_cast<double>(x.dim(ax)) + 0.5);
-      }
-    }
-  } else {
-    REFORGE_CHECK(is_float(scales->dtype()) && scales->rank() == 1 && scales->numel() == static_cast<int64_t>(naxes),
-                  where, ": scales must be a float vector of length ", naxes, ", got ", scales->describe());
-    for (size_t i = 0; i < naxes; ++i) {
-      const double s = scales->as_double(static_cast<int64_t>(i));
-      REFORGE_CHECK(s > 0 && std::isfinite(s), where, ": scales[", i, "] = ", s, " must be positive and finite");
-      const double o = s * static_cast<double>(x.dim(axes[i]));
-      REFORGE_CHECK(o < 4.0e18, where, ": scales[", i, "] = ", s, " gives an output dimension that is too large");
-      scale[axes[i]] = s;
-      out_shape[axes[i]] = static_cast<int64_t>(o);
-    }
-  }
-  (void)shape_numel(out_shape);  // throws on overflow
-
-  std::vector<double> roi_start(static_cast<size_t>(rank), 0.0), roi_end(static_cast<size_t>(rank), 1.0);
-  if (a.coord == Coord::TfCropAndResize) {
-    REFORGE_CHECK(roi != nullptr, where, ": coordinate_transformation_mode tf_crop_and_resize needs the roi input");
-    REFORGE_CHECK(roi->rank() == 1 && roi->numel() == static_cast<int64_t>(2 * naxes) && is_float(roi->dtype()), where,
-                  ": roi must be a float vector of length ", 2 * naxes, ", got ", roi->describe());
-    a.roi_type = roi->dtype();
-    for (size_t i = 0; i < naxes; ++i) {
-      roi_start[axes[i]] = roi->as_double(static_cast<int64_t>(i));
-      roi_end[axes[i]] = roi->as_double(static_cast<int64_t>(i + naxes));
-    }
-  }
-
-  Tensor& out = ctx.allocate_output(0, x.dtype(), out_shape);
+  Tensor& out = ctx.allocate_output(0, x.dtype(), plan.out_shape);
   if (out.numel() == 0) return;
   dispatch_numeric(
       x.dtype(),
@@ -463,14 +480,7 @@ void resize_kernel(KernelContext& ctx) {
         std::vector<double> data(static_cast<size_t>(x.numel()));
         for (int64_t i = 0; i < x.numel(); ++i) data[i] = static_cast<double>(to_compute(xd[i]));
         Shape shape = x.shape();
-        auto close = [](double v, double t) { return std::abs(v - t) <= 1e-9 * std::max(std::abs(v), std::abs(t)); };
-        for (int64_t ax : axes) {
-          const bool identity =
-              close(scale[ax], 1.0) && out_shape[ax] == shape[ax] &&
-              (a.coord != Coord::TfCropAndResize || (std::abs(roi_start[ax]) <= 0.0 && close(roi_end[ax], 1.0)));
-          if (identity) continue;
-          data = resize_axis(data, shape, ax, out_shape[ax], scale[ax], roi_start[ax], roi_end[ax], a, where);
-        }
+        for (const AxisTaps& t : plan.steps) data = resize_axis(data, shape, t, plan.attrs);
         T* od = out.mutable_data<T>();
         for (int64_t i = 0; i < out.numel(); ++i) od[i] = saturate<T>(data[i]);
       },

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""reforge's CUDA backend against PyTorch eager on the same GPU, side by side in one run.
+
+Runs on a machine with an NVIDIA GPU, PyTorch, transformers, torchvision (optional), onnx and
+onnxscript (the device tool's machine has them). For each model and batch:
+
+  1. the model is made in PyTorch with seeded random weights (no downloads) and exported with
+     torch.onnx.export(dynamo=True), opset 18, static shapes;
+  2. PyTorch eager runs it on the GPU in float32 (TF32 off, as reforge's float32 is exact):
+     inputs already on the GPU, CUDA-event timing of each iteration, median of --iterations
+     after --warmup;
+  3. `reforge bench MODEL --device cuda` times the same export on the same inputs (median of
+     its iterations; its timing includes copying inputs to the GPU and outputs back, which
+     eager does not do);
+  4. `reforge run MODEL --device cuda` writes the outputs, compared with PyTorch's float32
+     outputs on the CPU (max abs and max relative difference).
+
+Models: bert (BERT-base: hidden 768, 12 layers, 12 heads, sequence 128, attention mask) and
+resnet50 (torchvision ResNet-50, 224x224), batches 1 and 8.
+
+    python3 bench/gpu_bench.py --reforge BUILD/reforge [--out DIR] [--models bert,resnet50]
+
+Prints one table and writes DIR/gpu_bench.json.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+SEQ = 128
+
+
+def make_bert():
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                        vocab_size=30522, max_position_embeddings=512, attn_implementation="eager")
+    model = tf.BertModel(cfg, add_pooling_layer=False).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    def inputs(batch):
+        g = torch.Generator().manual_seed(batch)
+        ids = torch.randint(0, cfg.vocab_size, (batch, SEQ), generator=g)
+        mask = torch.ones(batch, SEQ, dtype=torch.int64)
+        mask[:, SEQ - SEQ // 8:] = 0  # padding at the end of every row
+        return {"input_ids": ids, "attention_mask": mask}
+
+    return Wrap(model).eval(), inputs, ["last_hidden_state"]
+
+
+def make_resnet50():
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(weights=None).eval()
+
+    def inputs(batch):
+        g = torch.Generator().manual_seed(batch)
+        return {"pixel_values": torch.randn(batch, 3, 224, 224, generator=g)}
+
+    return model, inputs, ["logits"]
+
+
+MODELS = {"bert": make_bert, "resnet50": make_resnet50}
+
+
+def export(model, feeds, names, path):
+    args = tuple(feeds.values())
+    torch.onnx.export(model, args, path, dynamo=True, opset_version=18, input_names=list(feeds.keys()),
+                      output_names=names, external_data=False)
+
+
+def time_eager(model, feeds, warmup, iterations):
+    dev = {k: v.cuda() for k, v in feeds.items()}
+    times = []
+    with torch.no_grad():
+        for _ in range(warmup):
+            model(**dev)
+        torch.cuda.synchronize()
+        for _ in range(iterations):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            model(**dev)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def run(cmd):
+    # reforge's own libraries (the GPU machine's unpacked packages) stay out of PyTorch's process.
+    env = dict(os.environ)
+    if os.environ.get("REFORGE_LD_LIBRARY_PATH"):
+        env["LD_LIBRARY_PATH"] = os.environ["REFORGE_LD_LIBRARY_PATH"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    return p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reforge", required=True)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--models", default="bert,resnet50")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iterations", type=int, default=50)
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    rows = []
+    work = tempfile.mkdtemp(prefix="gpu_bench_")
+    for name in a.models.split(","):
+        model, make_inputs, out_names = MODELS[name]()
+        for batch in [int(b) for b in a.batches.split(",")]:
+            row = {"model": name, "batch": batch, "dtype": "float32"}
+            rows.append(row)
+            d = os.path.join(work, f"{name}_b{batch}")
+            os.makedirs(os.path.join(d, "in"), exist_ok=True)
+            feeds = make_inputs(batch)
+            try:
+                onnx_path = os.path.join(d, "model.onnx")
+                t0 = time.time()
+                export(model, feeds, out_names, onnx_path)
+                row["export_s"] = round(time.time() - t0, 1)
+                with torch.no_grad():
+                    ref = model(**feeds)
+                ref = (ref if isinstance(ref, (tuple, list)) else [ref])[0].numpy()
+                inputs = []
+                for k, v in feeds.items():
+                    np.save(os.path.join(d, "in", k + ".npy"), v.numpy())
+                    inputs += ["-i", f"{k}={os.path.join(d, 'in', k + '.npy')}"]
+                model.cuda()
+                row["torch_ms"] = round(time_eager(model, feeds, a.warmup, a.iterations), 3)
+                model.cpu()
+                torch.cuda.empty_cache()
+                out = run([a.reforge, "bench", onnx_path, "--device", "cuda", "--warmup", str(a.warmup),
+                           "--iterations", str(a.iterations)] + inputs)
+                stats = json.loads(out.strip().splitlines()[-1])
+                row["reforge_ms"] = round(stats["median_ms"], 3)
+                row["reforge_build_ms"] = round(stats.get("build_ms", 0), 1)
+                row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
+                run([a.reforge, "run", onnx_path, "--device", "cuda", "-o", os.path.join(d, "out")] + inputs)
+                got = np.load(os.path.join(d, "out", out_names[0] + ".npy"))
+                diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+                row["max_abs_diff"] = float(diff.max())
+                row["max_ref"] = float(np.abs(ref).max())
+                row["max_rel_diff"] = float((diff / np.maximum(np.abs(ref), 1e-6)).max())
+            except Exception as e:  # a failing row is reported, the others still run
+                row["error"] = str(e)[-2000:]
+            print(json.dumps(row), flush=True)
+    print()
+    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; float32, TF32 off; "
+          f"median of {a.iterations} after {a.warmup} warm-up")
+    print(f"{'model':10} {'batch':>5} {'torch ms':>9} {'reforge ms':>10} {'torch/reforge':>13} {'max abs diff':>12}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['model']:10} {r['batch']:5} error: {r['error'].splitlines()[-1][:150]}")
+            continue
+        print(f"{r['model']:10} {r['batch']:5} {r['torch_ms']:9.3f} {r['reforge_ms']:10.3f} {r['speedup']:13.2f} "
+              f"{r['max_abs_diff']:12.2e}")
+    with open(os.path.join(a.out, "gpu_bench.json"), "w") as f:
+        json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
