@@ -60,6 +60,8 @@ backends::Backend backend() {
     register_norm_kernels(r);
     register_batch_norm_kernels(r);
     register_cumsum_topk_kernels(r);
+    register_attention_kernels(r);
+    register_rotary_kernels(r);
     register_resize_kernels(r);
     register_conv_transpose_kernels(r);
     register_einsum_kernels(r);

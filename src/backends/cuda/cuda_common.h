@@ -75,6 +75,8 @@ void register_softmax_kernels(backends::KernelRegistry& r);      // softmax.cu: 
 void register_norm_kernels(backends::KernelRegistry& r);         // norm.cu: Layer/RMSNormalization, RmsNorm
 void register_batch_norm_kernels(backends::KernelRegistry& r);   // norm2.cu: Batch/Instance/GroupNormalization, Dropout
 void register_cumsum_topk_kernels(backends::KernelRegistry& r);  // cumsum_topk.cu: CumSum, CumProd, TopK
+void register_attention_kernels(backends::KernelRegistry& r);    // attention.cu: Attention, reforge::Attention
+void register_rotary_kernels(backends::KernelRegistry& r);       // rotary.cu: RotaryEmbedding, reforge::Rotary
 
 void register_resize_kernels(backends::KernelRegistry& r);          // resize.cu: Resize
 void register_conv_transpose_kernels(backends::KernelRegistry& r);  // conv_transpose.cu: ConvTranspose (cuDNN)

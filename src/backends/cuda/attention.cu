@@ -1,0 +1,1023 @@
+// Attention on the GPU: the ONNX Attention op (opset 23+) and reforge::Attention (the pattern
+// fuse-attention forms) on one fused kernel, with the CPU's semantics (ops/transformer/attention.cc
+// and backends/cpu/attention.cc).
+//
+// The fused kernel runs one block per (batch, query head, block of kRows query rows), one warp per
+// query row. It walks the keys in tiles held in shared memory: each lane scores one key of the
+// tile, the warp keeps the row's running max and sum (online softmax in float32, float64 for
+// float64 inputs) and lane e accumulates output features e, e + 32, ... in shared memory. A query
+// head h reads key/value head h / group (grouped-query attention) or head 0 (broadcast heads).
+//
+// ONNX Attention rounds where the ONNX reference rounds (Q and K scaled by sqrt(scale), the QK
+// product, softcap, the biased score). When the softmax precision is a 16-bit type (the default
+// for 16-bit inputs; reforge::Attention on 16-bit inputs, whose CPU reference is the unfused
+// Softmax) the kernel makes three passes over the keys instead of one: the row max, then the sum,
+// then the weighted values, so that x - max, the exponentials, the sum (bfloat16: in key order,
+// rounded after each addition) and every weight e / sum round exactly as on the CPU. A row whose
+// every key is closed (attn_mask false or -inf, causal, window, padding) yields zeros; a NaN score
+// makes the row NaN. reforge::Attention follows the CPU: a row whose scores are all -inf is NaN.
+//
+// present_key/present_value (past ++ new, 4-D) are written by a copy kernel; the attention kernel
+// then reads keys and values from them. The optional qk_matmul_output comes from a second, simple
+// kernel (one thread per query row, the CPU's sequence of operations).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_types.cuh"
+#include "core/error.h"
+
+namespace reforge::cuda {
+
+namespace {
+
+constexpr int kRows = 8;  // query rows (warps) per block
+constexpr int kThreads = kRows * 32;
+constexpr int kMaxTile = 32;  // keys per tile (one per lane)
+constexpr size_t kSharedLimit = 48 * 1024;
+
+// Softmax precision: kNone computes in the compute type; kHalf / kBf16 round to that type where
+// the ONNX reference does.
+enum SoftmaxPrec : int { kNone = 0, kHalf = 1, kBf16 = 2 };
+
+template <typename T, typename C>
+__device__ __forceinline__ C round_t(C v) {
+  if constexpr (std::is_same_v<T, C>) {
+    return v;
+  } else {
+    const T t = store_c<T>(v);
+    return static_cast<C>(load_c(&t, 0));
+  }
+}
+
+template <typename C>
+__device__ __forceinline__ C round_s(C v, int prec) {
+  if (prec == kHalf) return static_cast<C>(__half2float(__double2half(static_cast<double>(v))));
+  if (prec == kBf16) return static_cast<C>(__bfloat162float(__double2bfloat16(static_cast<double>(v))));
+  return v;
+}
+
+// A double rounded once to T (16-bit: correctly rounded from double), in T's compute type.
+template <typename T>
+__device__ __forceinline__ compute_t<T> from_double(double d) {
+  if constexpr (std::is_same_v<T, __half>)
+    return __half2float(__double2half(d));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(__double2bfloat16(d));
+  else
+    return static_cast<T>(d);
+}
+
+// A scalar of any float or integer type read as double (reforge::Attention's scale and fill).
+enum ScalarType : int { kF32, kF64, kF16, kBF16, kI32, kI64 };
+__device__ __forceinline__ double load_scalar(const void* p, int type) {
+  switch (type) {
+    case kF32:
+      return *static_cast<const float*>(p);
+    case kF64:
+      return *static_cast<const double*>(p);
+    case kF16:
+      return __half2float(*static_cast<const __half*>(p));
+    case kBF16:
+      return __bfloat162float(*static_cast<const __nv_bfloat16*>(p));
+    case kI32:
+      return *static_cast<const int32_t*>(p);
+    default:
+      return static_cast<double>(*static_cast<const int64_t*>(p));
+  }
+}
+
+int scalar_type(const Tensor& t, const std::string& where, const char* what) {
+  REFORGE_CHECK(t.numel() == 1, where, ": ", what, " must have one element, got ", t.describe());
+  switch (t.dtype()) {
+    case DType::Float32:
+      return kF32;
+    case DType::Float64:
+      return kF64;
+    case DType::Float16:
+      return kF16;
+    case DType::BFloat16:
+      return kBF16;
+    case DType::Int32:
+      return kI32;
+    case DType::Int64:
+      return kI64;
+    default:
+      fail(where, ": ", what, " of type ", dtype_name(t.dtype()), " is not supported on the CUDA backend");
+  }
+}
+
+// Everything the fused kernel and the qk kernel read. Strides are in elements; Q, V and Y rows
+// are contiguous in the feature dimension, K's stride there is k_sd (1, or the sequence stride of
+// a transposed K).
+template <typename T>
+struct AttnParams {
+  using C = compute_t<T>;
+  const T* q = nullptr;
+  int64_t q_sb = 0, q_sh = 0, q_ss = 0;
+  const T* k = nullptr;
+  int64_t k_sb = 0, k_sh = 0, k_ss = 0, k_sd = 1;
+  const T* v = nullptr;
+  int64_t v_sb = 0, v_sh = 0, v_ss = 0;
+  T* y = nullptr;
+  int64_t y_sb = 0, y_sh = 0, y_ss = 0;
+  int64_t B = 0, Hq = 0, Sq = 0, L = 0, D = 0, Dv = 0;
+  int64_t k_group = 1, v_group = 1;  // q head h reads kv head h / group (group = Hq: head 0)
+  // ONNX Attention.
+  double sqrt_scale = 1;  // Q and K are each scaled by it (rounded to T)
+  double softcap = 0;
+  bool causal = false;
+  int64_t left_window = -1, right_window = -1;
+  int64_t past_len = 0;          // causal offset with an internal cache
+  const void* nonpad = nullptr;  // [B] int32 or int64, or null
+  bool nonpad_i64 = true;
+  int prec = kNone;
+  // The bias mask (ONNX: attn_mask as bias rounded to T, bool as 0 / -inf; reforge 'add': the
+  // mask), in C, indexed b * m_sb + h * m_sh + i * m_sq + j * m_sk for j < m_len (-inf beyond).
+  const C* mask = nullptr;
+  int64_t m_sb = 0, m_sh = 0, m_sq = 0, m_sk = 1, m_len = 0;
+  // reforge::Attention.
+  int scale_op = 0;  // 0 none, 1 multiply by the scalar, 2 divide by it
+  const void* scale_p = nullptr;
+  int scale_type = kF32;
+  const bool* mask_b = nullptr;  // where modes: the score becomes `fill` where mask == fill_when
+  bool fill_when = true;
+  const void* fill_p = nullptr;
+  int fill_type = kF32;
+};
+
+template <typename T>
+struct RowState {
+  int64_t offset = 0;  // causal / window frontier offset
+  int64_t valid = 0;   // keys at or past it are padding (nonpad_kv_seqlen); else L
+};
+
+template <typename T>
+__device__ __forceinline__ RowState<T> row_state(const AttnParams<T>& p, int64_t b) {
+  RowState<T> r;
+  r.offset = p.past_len;
+  r.valid = p.L;
+  if (p.nonpad) {
+    int64_t n = p.nonpad_i64 ? static_cast<const int64_t*>(p.nonpad)[b] : static_cast<const int32_t*>(p.nonpad)[b];
+    const int64_t lim = int64_t{1} << 40;
+    n = n < -lim ? -lim : (n > lim ? lim : n);
+    r.offset = n - p.Sq;
+    r.valid = n;
+  }
+  return r;
+}
+
+// ONNX: the score's stages from the QK product `dot` (of Q and K already scaled and rounded):
+// raw, capped and biased (each rounded to T); `open` is false when the bias is -inf.
+template <typename T>
+struct Score {
+  compute_t<T> raw, capped, biased;
+  bool open;
+};
+
+template <typename T>
+__device__ __forceinline__ Score<T> onnx_score(const AttnParams<T>& p, const RowState<T>& rs, compute_t<T> dot,
+                                               int64_t b, int64_t h, int64_t i, int64_t j) {
+  using C = compute_t<T>;
+  const C ninf = -std::numeric_limits<C>::infinity();
+  Score<T> sc;
+  C s = round_t<T>(dot);
+  sc.raw = s;
+  if (p.softcap > 0) {
+    const C cap = round_t<T>(static_cast<C>(static_cast<float>(p.softcap)));
+    s = round_t<T>(s / cap);
+    s = round_t<T>(tanh(s));
+    s = round_t<T>(s * cap);
+  }
+  sc.capped = s;
+  C bias = 0;
+  if (p.mask) bias = j >= p.m_len ? ninf : p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk];
+  bool allowed = true;
+  const int64_t diff = i + rs.offset - j;
+  if (p.causal && diff < 0) allowed = false;
+  if (p.left_window >= 0 && diff > p.left_window) allowed = false;
+  if (p.right_window >= 0 && -diff > p.right_window) allowed = false;
+  if (p.nonpad && j >= rs.valid) allowed = false;
+  if (!allowed) bias = bias + ninf;
+  sc.open = !(isinf(bias) && bias < 0);
+  sc.biased = round_t<T>(s + bias);
+  return sc;
+}
+
+// reforge::Attention: the score after scale and mask.
+template <typename T>
+__device__ __forceinline__ compute_t<T> fused_score(const AttnParams<T>& p, compute_t<T> dot, compute_t<T> scale,
+                                                    compute_t<T> fill, int64_t b, int64_t h, int64_t i, int64_t j) {
+  using C = compute_t<T>;
+  C s = round_t<T>(dot);
+  if (p.scale_op != 0) s = round_t<T>(p.scale_op == 2 && !std::is_same_v<T, C> ? s / scale : s * scale);
+  if (p.mask) s = round_t<T>(s + p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
+  if (p.mask_b && p.mask_b[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk] == p.fill_when) s = fill;
+  return s;
+}
+
+template <typename C>
+__device__ __forceinline__ C warp_max(C v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const C w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;  // NaN never adopted
+  }
+  return v;
+}
+
+template <typename C>
+__device__ __forceinline__ C warp_sum(C v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The fused kernel (see the file comment). Shared memory: K tile [tile][D + 1], V tile
+// [tile][Dv], per warp the scaled query row [D], the accumulator [Dv] and the tile's weights.
+template <typename T, bool Onnx>
+__global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T> p, int tile) {
+  using C = compute_t<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  C* smem = reinterpret_cast<C*>(smem_raw);
+  const int64_t D = p.D, Dv = p.Dv, L = p.L;
+  const int64_t kstride = D + 1;
+  C* ks = smem;
+  C* vs = ks + tile * kstride;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  C* qrow = vs + tile * Dv + warp * D;
+  C* acc = vs + tile * Dv + kRows * D + warp * Dv;
+  C* wts = vs + tile * Dv + kRows * (D + Dv) + warp * tile;
+  const C ninf = -std::numeric_limits<C>::infinity();
+  const C scale_t = Onnx ? from_double<T>(p.sqrt_scale) : C(1);
+  C scale_f = 1;
+  if (!Onnx && p.scale_op != 0) {
+    const double c = load_scalar(p.scale_p, p.scale_type);
+    // float32/float64 multiply by the inverse as the CPU's fused kernel; 16-bit types divide as
+    // the unfused Div does.
+    scale_f = static_cast<C>(p.scale_op == 2 && std::is_same_v<T, C> ? 1.0 / c : c);
+  }
+  const C fill = !Onnx && p.mask_b ? static_cast<C>(load_scalar(p.fill_p, p.fill_type)) : C(0);
+  // Passes over the keys: 0 finds the row max, 1 sums exp(x - max), 2 accumulates the weighted
+  // values. Softmax in the compute type runs pass 2 alone (online softmax). A 16-bit softmax
+  // precision runs all three, to round x - max, the exponentials, the sum and each weight e / sum
+  // to that precision (and the weight to T) as the CPU does.
+  const bool exact_weights = p.prec != kNone;
+  const int first_pass = p.prec == kNone ? 2 : 0;
+  const int64_t qblocks = (p.Sq + kRows - 1) / kRows;
+  const int64_t nblocks = p.B * p.Hq * qblocks;
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int64_t qb = blk % qblocks, bh = blk / qblocks;
+    const int64_t b = bh / p.Hq, h = bh % p.Hq;
+    const int64_t i = qb * kRows + warp;
+    const bool live = i < p.Sq;
+    const T* kbase = p.k + b * p.k_sb + (h / p.k_group) * p.k_sh;
+    const T* vbase = p.v + b * p.v_sb + (h / p.v_group) * p.v_sh;
+    const RowState<T> rs = Onnx ? row_state(p, b) : RowState<T>{0, L};
+    if (live) {
+      const T* q = p.q + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+      for (int64_t e = lane; e < D; e += 32) qrow[e] = Onnx ? round_t<T>(load_c(q, e) * scale_t) : load_c(q, e);
+      for (int64_t e = lane; e < Dv; e += 32) acc[e] = 0;
+    }
+    C m = ninf, l = 0;
+    bool open = false;
+    for (int pass = first_pass; pass < 3; ++pass) {
+      if (pass == 1 && !exact_weights) continue;
+      // Pass 0 leaves the final max, pass 1 the final sum.
+      if (pass == 2 && exact_weights) {
+        l = round_s(l, p.prec);
+        if (l == C(0)) l = 1;
+      }
+      for (int64_t j0 = 0; j0 < L; j0 += tile) {
+        const int nk = L - j0 < tile ? static_cast<int>(L - j0) : tile;
+        __syncthreads();  // the previous tile is consumed
+        for (int64_t x = threadIdx.x; x < int64_t{nk} * D; x += kThreads) {
+          const int64_t jj = x / D, e = x - jj * D;
+          const C kv = load_c(kbase, (j0 + jj) * p.k_ss + e * p.k_sd);
+          ks[jj * kstride + e] = Onnx ? round_t<T>(kv * scale_t) : kv;
+        }
+        if (pass == 2)
+          for (int64_t x = threadIdx.x; x < int64_t{nk} * Dv; x += kThreads) {
+            const int64_t jj = x / Dv, e = x - jj * Dv;
+            vs[jj * Dv + e] = load_c(vbase, (j0 + jj) * p.v_ss + e);
+          }
+        __syncthreads();
+        if (!live) continue;
+        // This lane's key.
+        C xv = ninf;
+        if (lane < nk) {
+          const int64_t j = j0 + lane;
+          const C* kr = ks + lane * kstride;
+          C dot = 0;
+          for (int64_t e = 0; e < D; ++e) dot += qrow[e] * kr[e];
+          if constexpr (Onnx) {
+            const Score<T> sc = onnx_score(p, rs, dot, b, h, i, j);
+            open |= sc.open;
+            xv = round_s(sc.biased, p.prec);
+          } else {
+            xv = round_s(fused_score(p, dot, scale_f, fill, b, h, i, j), p.prec);
+          }
+        }
+        const C tmax = warp_max(xv);
+        if (pass == 0) {
+          m = tmax > m ? tmax : m;
+          continue;
+        }
+        const C m_new = tmax > m ? tmax : m;
+        const C ref = m_new == ninf ? C(0) : m_new;
+        const C alpha = m == ninf ? C(0) : exp(m - ref);
+        C pj = 0;
+        if (lane < nk) {
+          if (p.prec != kNone)
+            pj = round_s(static_cast<C>(exp(round_s(xv - ref, p.prec))), p.prec);
+          else
+            pj = exp(xv - ref);
+        }
+        if (lane < nk) wts[lane] = pj;
+        if (pass == 1 || !exact_weights) {
+          if (p.prec == kBf16) {
+            // The CPU adds in key order, rounding after each addition.
+            __syncwarp();
+            if (lane == 0)
+              for (int jj = 0; jj < nk; ++jj) l = round_s(l + wts[jj], kBf16);
+            l = __shfl_sync(0xffffffffu, l, 0);
+          } else {
+            l = l * alpha + warp_sum(pj);
+          }
+        }
+        m = m_new;
+        if (pass == 1) {
+          __syncwarp();
+          continue;
+        }
+        if (exact_weights && lane < nk) wts[lane] = round_t<T>(round_s(pj / l, p.prec));
+        __syncwarp();
+        for (int64_t e = lane; e < Dv; e += 32) {
+          C a = acc[e] * alpha;
+          for (int jj = 0; jj < nk; ++jj) a += wts[jj] * vs[jj * Dv + e];
+          acc[e] = a;
+        }
+        __syncwarp();
+      }
+    }
+    if (live) {
+      if (Onnx) open = __any_sync(0xffffffffu, open);
+      T* y = p.y + b * p.y_sb + h * p.y_sh + i * p.y_ss;
+      for (int64_t e = lane; e < Dv; e += 32) {
+        C r = exact_weights ? acc[e] : l == C(0) ? C(0) : acc[e] / l;  // ONNX: a zero sum counts as 1
+        if (Onnx && !open) r = 0;
+        if (!Onnx && L > 0 && m == ninf) r = std::numeric_limits<C>::quiet_NaN();  // exp(-inf - -inf)
+        y[e] = store_c<T>(r);
+      }
+    }
+  }
+}
+
+// ONNX qk_matmul_output: one thread per (b, h, i) row, the CPU's computation step by step. Mode 3
+// (the softmax output) stores the biased scores first and normalizes them in place.
+template <typename T>
+__global__ void qk_output_kernel(const AttnParams<T> p, int mode, T* out) {
+  using C = compute_t<T>;
+  const int64_t rows = p.B * p.Hq * p.Sq, L = p.L;
+  const C ninf = -std::numeric_limits<C>::infinity();
+  const C scale_t = from_double<T>(p.sqrt_scale);
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows; r += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = r % p.Sq, bh = r / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
+    const RowState<T> rs = row_state(p, b);
+    const T* q = p.q + b * p.q_sb + h * p.q_sh + i * p.q_ss;
+    const T* kb = p.k + b * p.k_sb + (h / p.k_group) * p.k_sh;
+    T* o = out + r * L;
+    bool open = false;
+    for (int64_t j = 0; j < L; ++j) {
+      C dot = 0;
+      for (int64_t e = 0; e < p.D; ++e)
+        dot += round_t<T>(load_c(q, e) * scale_t) * round_t<T>(load_c(kb, j * p.k_ss + e * p.k_sd) * scale_t);
+      const Score<T> sc = onnx_score(p, rs, dot, b, h, i, j);
+      open |= sc.open;
+      o[j] = store_c<T>(mode == 0 ? sc.raw : mode == 1 ? sc.capped : sc.biased);
+    }
+    if (mode != 3 || L == 0) continue;
+    // softmax_row of the CPU in precision prec (kNone: the compute type).
+    C mx = ninf;
+    bool nan = false;
+    for (int64_t j = 0; j < L; ++j) {
+      const C v = round_s(static_cast<C>(load_c(o, j)), p.prec);
+      if (isnan(v))
+        nan = true;
+      else if (v > mx)
+        mx = v;
+    }
+    if (nan) mx = std::numeric_limits<C>::quiet_NaN();
+    const C safe = isinf(mx) && mx < 0 ? C(0) : mx;
+    C sum = 0;
+    for (int64_t j = 0; j < L; ++j) {
+      const C v = round_s(static_cast<C>(load_c(o, j)), p.prec);
+      const C e = round_s(static_cast<C>(exp(round_s(v - safe, p.prec))), p.prec);
+      sum = p.prec == kBf16 ? round_s(sum + e, kBf16) : sum + e;
+    }
+    sum = round_s(sum, p.prec);
+    if (sum == C(0)) sum = 1;
+    for (int64_t j = 0; j < L; ++j) {
+      C prob = 0;
+      if (open) {
+        const C v = round_s(static_cast<C>(load_c(o, j)), p.prec);
+        const C e = round_s(static_cast<C>(exp(round_s(v - safe, p.prec))), p.prec);
+        prob = round_s(e / sum, p.prec);
+      }
+      o[j] = store_c<T>(prob);
+    }
+  }
+}
+
+// out[b, h, j, :] = j < P ? past[b, h, j, :] : cur(b, h, j - P, :) (cur through strides).
+template <typename T>
+__global__ void concat_cache_kernel(T* out, const T* past, const T* cur, int64_t H, int64_t P, int64_t L, int64_t D,
+                                    int64_t c_sb, int64_t c_sh, int64_t c_ss, int64_t n) {
+  for (int64_t x = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; x < n; x += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = x % D, row = x / D, j = row % L, bh = row / L, h = bh % H, b = bh / H;
+    out[x] = j < P ? past[(bh * P + j) * D + e] : cur[b * c_sb + h * c_sh + (j - P) * c_ss + e];
+  }
+}
+
+// The mask as C values: ONNX (round to T; bool: 0 / -inf), or a reforge 'add' mask as is.
+template <typename M, typename T>
+__global__ void mask_kernel(compute_t<T>* out, const M* in, int64_t n, bool onnx) {
+  using C = compute_t<T>;
+  for (int64_t x = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; x < n; x += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (std::is_same_v<M, bool>) {
+      out[x] = in[x] ? C(0) : -std::numeric_limits<C>::infinity();
+    } else {
+      const double v = static_cast<double>(load_c(in, x));
+      out[x] = onnx ? from_double<T>(v) : static_cast<C>(load_c(in, x));
+    }
+  }
+}
+
+unsigned grid_for(int64_t n) {
+  const unsigned b = blocks_for(n);
+  return b > 65535u * 8 ? 65535u * 8 : b;
+}
+
+template <typename T>
+Tensor convert_mask(const Tensor& m, bool onnx, const std::string& where) {
+  Tensor out = device_tensor(std::is_same_v<compute_t<T>, double> ? DType::Float64 : DType::Float32, m.shape());
+  const int64_t n = m.numel();
+  if (n == 0) return out;
+  auto* dst = out.mutable_data<compute_t<T>>();
+  if (m.dtype() == DType::Bool) {
+    mask_kernel<bool, T><<<grid_for(n), 256, 0, stream()>>>(dst, m.data<bool>(), n, onnx);
+  } else {
+    dispatch_device(
+        m.dtype(), where.c_str(),
+        [&](auto tag) {
+          using M = typename decltype(tag)::type;
+          if constexpr (std::is_floating_point_v<compute_t<M>>)
+            mask_kernel<M, T><<<grid_for(n), 256, 0, stream()>>>(dst, m.data<M>(), n, onnx);
+        },
+        true);
+  }
+  check_launch("Attention mask");
+  return out;
+}
+
+// The tile length whose shared memory fits, or a failure naming the sizes.
+template <typename C>
+int pick_tile(int64_t D, int64_t Dv, const std::string& where, size_t& bytes) {
+  for (int tile = kMaxTile; tile >= 1; --tile) {
+    bytes = sizeof(C) * static_cast<size_t>(tile * (D + 1 + Dv) + kRows * (D + Dv + tile));
+    if (bytes <= kSharedLimit) return tile;
+  }
+  fail(where, ": head sizes ", D, " (Q/K) and ", Dv, " (V) exceed the CUDA attention kernel's shared memory");
+}
+
+template <typename T, bool Onnx>
+void launch_attention(const AttnParams<T>& p, const std::string& where) {
+  if (p.B * p.Hq * p.Sq == 0 || p.Dv == 0) return;
+  size_t bytes = 0;
+  const int tile = pick_tile<compute_t<T>>(p.D, p.Dv, where, bytes);
+  const int64_t nblocks = p.B * p.Hq * ((p.Sq + kRows - 1) / kRows);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(nblocks, 2147483647));
+  attention_kernel<T, Onnx><<<grid, kThreads, bytes, stream()>>>(p, tile);
+  check_launch("Attention");
+}
+
+// ---------------------------------------------------------------------------------------------
+// ONNX Attention.
+
+std::string onnx_attention_check(const ir::Node& node) {
+  int64_t mode = node.attr_int("qk_matmul_output_mode", 0);
+  if (mode < 0 || mode > 3) return str_cat("qk_matmul_output_mode ", mode, " is not one of 0, 1, 2, 3");
+  if (node.has_attr("softmax_precision")) {
+    int64_t p = node.attr_int("softmax_precision", 0);
+    if (p != 1 && p != 10 && p != 11 && p != 16)
+      return str_cat("softmax_precision ", p, " is not one of 1 (float), 10 (float16), 11 (double), 16 (bfloat16)");
+  }
+  for (const char* w : {"left_window_size", "right_window_size"}) {
+    int64_t v = node.attr_int(w, -1);
+    if (v < -1) return str_cat(w, " ", v, " must be -1 or nonnegative");
+  }
+  return "";
+}
+
+struct OnnxDims {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0;
+  int64_t q_len = 0, kv_len = 0, past_len = 0, total_len = 0;
+  int64_t head_size = 0, v_head_size = 0;
+  bool is_3d = false;
+};
+
+// Strides of a [batch, heads, seq, hidden] view over a 3D or 4D tensor.
+struct View {
+  int64_t sb = 0, sh = 0, ss = 0;
+};
+
+View make_view(bool is_3d, int64_t heads, int64_t seq, int64_t size) {
+  if (is_3d) return {seq * heads * size, size, heads * size};
+  return {heads * seq * size, seq * size, size};
+}
+
+// Shape checks of the CPU kernel (same messages).
+OnnxDims onnx_dims(const ops::KernelContext& ctx, const std::string& where) {
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  REFORGE_CHECK(is_float(q.dtype()), where, ": Q must be a float tensor, got ", dtype_name(q.dtype()));
+  REFORGE_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), where, ": Q, K and V must share one type, got ",
+                dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
+  REFORGE_CHECK(q.rank() == k.rank() && q.rank() == v.rank() && (q.rank() == 3 || q.rank() == 4), where,
+                ": Q, K and V must all be 3D or all 4D, got ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ",
+                shape_str(v.shape()));
+  std::string err = onnx_attention_check(ctx.node());
+  REFORGE_CHECK(err.empty(), where, ": ", err);
+  OnnxDims d;
+  d.is_3d = q.rank() == 3;
+  d.batch = q.dim(0);
+  REFORGE_CHECK(k.dim(0) == d.batch && v.dim(0) == d.batch, where,
+                ": Q, K and V batch sizes differ: ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ",
+                shape_str(v.shape()));
+  const bool has_qh = ctx.node().has_attr("q_num_heads"), has_kvh = ctx.node().has_attr("kv_num_heads");
+  if (d.is_3d) {
+    REFORGE_CHECK(has_qh && has_kvh, where, ": 3D Q/K/V need the q_num_heads and kv_num_heads attributes");
+    d.q_heads = ctx.attr_int("q_num_heads", 0);
+    d.kv_heads = ctx.attr_int("kv_num_heads", 0);
+    REFORGE_CHECK(d.q_heads > 0 && d.kv_heads > 0, where, ": q_num_heads (", d.q_heads, ") and kv_num_heads (",
+                  d.kv_heads, ") must be positive");
+    REFORGE_CHECK(q.dim(2) % d.q_heads == 0, where, ": Q hidden size ", q.dim(2), " is not divisible by q_num_heads ",
+                  d.q_heads);
+    REFORGE_CHECK(k.dim(2) % d.kv_heads == 0 && v.dim(2) % d.kv_heads == 0, where, ": K/V hidden sizes ", k.dim(2), "/",
+                  v.dim(2), " are not divisible by kv_num_heads ", d.kv_heads);
+    d.q_len = q.dim(1);
+    d.kv_len = k.dim(1);
+    REFORGE_CHECK(v.dim(1) == d.kv_len, where, ": K and V sequence lengths differ: ", shape_str(k.shape()), " vs ",
+                  shape_str(v.shape()));
+    d.head_size = q.dim(2) / d.q_heads;
+    REFORGE_CHECK(k.dim(2) / d.kv_heads == d.head_size, where, ": Q head size ", d.head_size,
+                  " differs from K head size ", k.dim(2) / d.kv_heads);
+    d.v_head_size = v.dim(2) / d.kv_heads;
+  } else {
+    d.q_heads = q.dim(1);
+    d.kv_heads = k.dim(1);
+    d.q_len = q.dim(2);
+    d.kv_len = k.dim(2);
+    d.head_size = q.dim(3);
+    d.v_head_size = v.dim(3);
+    REFORGE_CHECK(v.dim(1) == d.kv_heads && v.dim(2) == d.kv_len, where, ": K ", shape_str(k.shape()), " and V ",
+                  shape_str(v.shape()), " disagree on heads or sequence length");
+    REFORGE_CHECK(k.dim(3) == d.head_size, where, ": Q head size ", d.head_size, " differs from K head size ",
+                  k.dim(3));
+    REFORGE_CHECK(!has_qh || ctx.attr_int("q_num_heads", 0) == d.q_heads, where, ": q_num_heads ",
+                  ctx.attr_int("q_num_heads", 0), " contradicts Q shape ", shape_str(q.shape()));
+    REFORGE_CHECK(!has_kvh || ctx.attr_int("kv_num_heads", 0) == d.kv_heads, where, ": kv_num_heads ",
+                  ctx.attr_int("kv_num_heads", 0), " contradicts K shape ", shape_str(k.shape()));
+  }
+  REFORGE_CHECK(d.q_heads > 0 && d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, where, ": q_num_heads ", d.q_heads,
+                " must be a positive multiple of kv_num_heads ", d.kv_heads);
+  const bool has_pk = ctx.has_input(4), has_pv = ctx.has_input(5);
+  REFORGE_CHECK(has_pk == has_pv, where, ": past_key and past_value must be given together");
+  if (has_pk) {
+    const Tensor& pk = ctx.input(4);
+    const Tensor& pv = ctx.input(5);
+    REFORGE_CHECK(pk.dtype() == q.dtype() && pv.dtype() == q.dtype(), where,
+                  ": past_key/past_value must have Q's type ", dtype_name(q.dtype()));
+    REFORGE_CHECK(pk.rank() == 4 && pv.rank() == 4, where, ": past_key/past_value must be 4D, got ",
+                  shape_str(pk.shape()), ", ", shape_str(pv.shape()));
+    d.past_len = pk.dim(2);
+    REFORGE_CHECK(pk.shape() == Shape({d.batch, d.kv_heads, d.past_len, d.head_size}), where, ": past_key shape ",
+                  shape_str(pk.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.head_size,
+                  "]");
+    REFORGE_CHECK(pv.shape() == Shape({d.batch, d.kv_heads, d.past_len, d.v_head_size}), where, ": past_value shape ",
+                  shape_str(pv.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.v_head_size,
+                  "]");
+  }
+  d.total_len = d.past_len + d.kv_len;
+  return d;
+}
+
+int prec_of(DType t) {
+  if (t == DType::Float16) return kHalf;
+  if (t == DType::BFloat16) return kBf16;
+  return kNone;  // float32; float64 (computed in the compute type)
+}
+
+template <typename T>
+void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::string& where) {
+  using C = compute_t<T>;
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  const bool has_past = ctx.has_input(4);
+  AttnParams<T> p;
+  p.B = d.batch;
+  p.Hq = d.q_heads;
+  p.Sq = d.q_len;
+  p.L = d.total_len;
+  p.D = d.head_size;
+  p.Dv = d.v_head_size;
+  p.k_group = p.v_group = d.q_heads / d.kv_heads;
+  const View qv = make_view(d.is_3d, d.q_heads, d.q_len, d.head_size);
+  p.q = q.data<T>();
+  p.q_sb = qv.sb;
+  p.q_sh = qv.sh;
+  p.q_ss = qv.ss;
+
+  // Keys and values: the present tensors (past ++ new) when there is a past or they are wanted,
+  // else the inputs through their strides.
+  // Temporaries live until the launches below are queued (their memory is freed in stream order).
+  Tensor k_tmp, v_tmp, mask_buf, nonpad_hold;
+  auto cache = [&](const Tensor& cur, int past_i, int out_i, int64_t size, Tensor& hold, const T*& ptr, int64_t& sb,
+                   int64_t& sh, int64_t& ss) {
+    const View cv = make_view(d.is_3d, d.kv_heads, d.kv_len, size);
+    if (!has_past && !ctx.output_wanted(out_i)) {
+      ptr = cur.data<T>();
+      sb = cv.sb;
+      sh = cv.sh;
+      ss = cv.ss;
+      return;
+    }
+    Shape shape{d.batch, d.kv_heads, d.total_len, size};
+    hold = ctx.output_wanted(out_i) ? ctx.allocate_output_uninit(out_i, q.dtype(), shape)
+                                    : device_tensor(q.dtype(), shape);
+    Tensor& t = hold;
+    const int64_t n = t.numel();
+    if (n > 0) {
+      concat_cache_kernel<T><<<grid_for(n), 256, 0, stream()>>>(
+          t.mutable_data<T>(), has_past ? ctx.input(past_i).data<T>() : nullptr, cur.data<T>(), d.kv_heads, d.past_len,
+          d.total_len, size, cv.sb, cv.sh, cv.ss, n);
+      check_launch("Attention present");
+    }
+    ptr = t.data<T>();
+    sb = d.kv_heads * d.total_len * size;
+    sh = d.total_len * size;
+    ss = size;
+  };
+  cache(k, 4, 1, d.head_size, k_tmp, p.k, p.k_sb, p.k_sh, p.k_ss);
+  cache(v, 5, 2, d.v_head_size, v_tmp, p.v, p.v_sb, p.v_sh, p.v_ss);
+
+  if (ctx.has_input(3)) {
+    const Tensor& t = ctx.input(3);
+    REFORGE_CHECK(t.rank() >= 1 && t.rank() <= 4, where, ": attn_mask must have rank 1 to 4, got shape ",
+                  shape_str(t.shape()));
+    REFORGE_CHECK(t.dtype() == DType::Bool || is_float(t.dtype()), where,
+                  ": attn_mask must be bool or a float type, got ", dtype_name(t.dtype()));
+    Shape s(4, 1);
+    for (int64_t x = 0; x < t.rank(); ++x) s[4 - t.rank() + x] = t.dim(x);
+    const int64_t target[3] = {d.batch, d.q_heads, d.q_len};
+    const char* names[3] = {"batch_size", "q_num_heads", "q_sequence_length"};
+    for (int x = 0; x < 3; ++x)
+      REFORGE_CHECK(s[x] == 1 || s[x] == target[x], where, ": attn_mask shape ", shape_str(t.shape()),
+                    " does not broadcast to [", d.batch, ",", d.q_heads, ",", d.q_len, ",", d.total_len, "] (",
+                    names[x], " is ", target[x], ")");
+    REFORGE_CHECK(s[3] <= d.total_len, where, ": attn_mask's last dimension ", s[3],
+                  " exceeds the total sequence length ", d.total_len);
+    mask_buf = convert_mask<T>(t, true, where);
+    p.mask = mask_buf.data<C>();
+    p.m_len = s[3];
+    p.m_sk = 1;
+    p.m_sq = s[2] == 1 ? 0 : s[3];
+    p.m_sh = s[1] == 1 ? 0 : s[2] * s[3];
+    p.m_sb = s[0] == 1 ? 0 : s[1] * s[2] * s[3];
+  }
+  if (ctx.has_input(6)) {
+    const Tensor& t = ctx.input(6);
+    REFORGE_CHECK(!has_past, where, ": nonpad_kv_seqlen cannot be combined with past_key/past_value");
+    REFORGE_CHECK(is_integer(t.dtype()) && t.rank() == 1 && t.dim(0) == d.batch, where,
+                  ": nonpad_kv_seqlen must be an integer vector of length batch_size ", d.batch, ", got ",
+                  t.describe());
+    REFORGE_CHECK(t.dtype() == DType::Int64 || t.dtype() == DType::Int32, where, ": nonpad_kv_seqlen of type ",
+                  dtype_name(t.dtype()), " is not supported on the CUDA backend (int32, int64)");
+    if (t.on_host()) nonpad_hold = to_device(t);
+    p.nonpad = t.on_host() ? nonpad_hold.raw() : t.raw();
+    p.nonpad_i64 = t.dtype() == DType::Int64;
+  }
+  p.past_len = d.past_len;
+
+  const double scale = ctx.node().has_attr("scale") ? static_cast<double>(ctx.attr_float("scale", 0))
+                                                    : 1.0 / std::sqrt(static_cast<double>(d.head_size));
+  REFORGE_CHECK(scale >= 0 && std::isfinite(scale), where, ": scale ", scale, " must be nonnegative and finite");
+  p.sqrt_scale = std::sqrt(scale);
+  p.softcap = ctx.attr_float("softcap", 0.0f);
+  p.causal = ctx.attr_int("is_causal", 0) != 0;
+  p.left_window = ctx.attr_int("left_window_size", -1);
+  p.right_window = ctx.attr_int("right_window_size", -1);
+  const DType softmax_type = ctx.node().has_attr("softmax_precision")
+                                 ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("softmax_precision", 1)))
+                                 : q.dtype();
+  p.prec = prec_of(softmax_type);
+
+  const Shape y_shape =
+      d.is_3d ? Shape{d.batch, d.q_len, d.q_heads * d.v_head_size} : Shape{d.batch, d.q_heads, d.q_len, d.v_head_size};
+  Tensor& y = ctx.allocate_output_uninit(0, q.dtype(), y_shape);
+  const View yv = make_view(d.is_3d, d.q_heads, d.q_len, d.v_head_size);
+  p.y = y.mutable_data<T>();
+  p.y_sb = yv.sb;
+  p.y_sh = yv.sh;
+  p.y_ss = yv.ss;
+  launch_attention<T, true>(p, where);
+
+  if (ctx.output_wanted(3)) {
+    Tensor& qk = ctx.allocate_output_uninit(3, q.dtype(), {d.batch, d.q_heads, d.q_len, d.total_len});
+    const int64_t rows = d.batch * d.q_heads * d.q_len;
+    if (qk.numel() > 0) {
+      qk_output_kernel<T><<<grid_for(rows), 256, 0, stream()>>>(
+          p, static_cast<int>(ctx.attr_int("qk_matmul_output_mode", 0)), qk.mutable_data<T>());
+      check_launch("Attention qk_matmul_output");
+    }
+  }
+}
+
+void onnx_attention(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const OnnxDims d = onnx_dims(ctx, where);
+  dispatch_device(
+      ctx.input(0).dtype(), where.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<compute_t<T>>) run_onnx_attention<T>(ctx, d, where);
+      },
+      true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// reforge::Attention (inputs Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?,
+// v_reshape?; attributes as backends/cpu/attention.cc). The CUDA kernel takes Q, K and V of one
+// float type, 4-D (2-D and 3-D too in layouts bhsd/bhds, as MatMul operands), whose leading
+// (batch, head) dimensions broadcast with each other and the mask's (numpy rules) or whose K/V
+// heads repeat through the four shape inputs; and fails naming the node otherwise.
+
+enum class Layout { BHSD, BSHD, BHDS };
+
+Layout parse_layout(const ir::Node& n, const char* attr, bool allow_bhds) {
+  std::string v = n.attr_string(attr, "bhsd");
+  if (v == "bhsd") return Layout::BHSD;
+  if (v == "bshd") return Layout::BSHD;
+  if (v == "bhds" && allow_bhds) return Layout::BHDS;
+  fail(n.label(), ": ", attr, " '", v, "' is not supported");
+}
+
+std::string fused_attention_check(const ir::Node& n) {
+  for (const char* a : {"q_layout", "v_layout", "out_layout", "k_layout"}) {
+    std::string v = n.attr_string(a, "bhsd");
+    if (v != "bhsd" && v != "bshd" && !(v == "bhds" && std::string(a) == "k_layout"))
+      return std::string(a) + " '" + v + "' is not one of bhsd, bshd" + (std::string(a) == "k_layout" ? ", bhds" : "");
+  }
+  std::string s = n.attr_string("scale_op", "none");
+  if (s != "none" && s != "mul" && s != "div") return "scale_op '" + s + "' is not one of none, mul, div";
+  std::string m = n.attr_string("mask_mode", "none");
+  if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
+    return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";
+  return "";
+}
+
+// A device pointer to `t`'s data: `t` itself, or a copy held by `hold` when it is on the host.
+const void* device_data(const Tensor& t, Tensor& hold) {
+  if (!t.on_host()) return t.raw();
+  hold = to_device(t);
+  return hold.raw();
+}
+
+// A 4-D tensor seen as [batch, heads, seq, dim] through strides (in elements).
+struct View4 {
+  int64_t b = 0, h = 0, s = 0, d = 0;
+  int64_t sb = 0, sh = 0, ss = 0, sd = 1;
+};
+
+// Ranks 2 and 3 (bhsd / bhds only) are [S, D] and [H, S, D] with the missing leading
+// dimensions 1; a size-1 batch or head dimension gets stride 0 (it broadcasts).
+View4 view_of(const Tensor& t, Layout l) {
+  const int64_t r = t.rank();
+  auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? t.dim(i - (4 - r)) : int64_t{1}; };
+  const int64_t d0 = dim(0), d1 = dim(1), d2 = dim(2), d3 = dim(3);
+  View4 v;
+  switch (l) {
+    case Layout::BHSD:
+      v = {d0, d1, d2, d3, d1 * d2 * d3, d2 * d3, d3, 1};
+      break;
+    case Layout::BSHD:
+      v = {d0, d2, d1, d3, d1 * d2 * d3, d3, d2 * d3, 1};
+      break;
+    case Layout::BHDS:
+      v = {d0, d1, d3, d2, d1 * d2 * d3, d2 * d3, 1, d3};
+      break;
+  }
+  if (v.b == 1) v.sb = 0;
+  if (v.h == 1) v.sh = 0;
+  return v;
+}
+
+// The integers of a shape input, wherever it lives.
+std::vector<int64_t> ints_of(const Tensor& t) {
+  return t.on_host() ? t.to_int64_vector() : download(t).to_int64_vector();
+}
+
+// Checks that Unsqueeze(2) -> Expand(expand) -> Reshape(reshape) of a [B, H, S, D] tensor is a
+// repeat of every head `group` times, and returns group (0 when it is anything else).
+int64_t repeat_group(const View4& kv, const std::vector<int64_t>& es, const std::vector<int64_t>& rs, bool allowzero) {
+  const int64_t in[5] = {kv.b, kv.h, 1, kv.s, kv.d};
+  if (es.size() > 5 || rs.size() != 4) return 0;
+  int64_t e[5];
+  for (int i = 0; i < 5; ++i) {
+    int64_t t = i >= 5 - static_cast<int>(es.size()) ? es[i - (5 - es.size())] : 1;
+    if (!(t == in[i] || t == 1 || in[i] == 1)) return 0;
+    e[i] = in[i] == 1 ? t : in[i];
+  }
+  if (!(e[0] == in[0] && e[1] == in[1] && e[3] == in[3] && e[4] == in[4] && e[2] >= 1)) return 0;
+  const int64_t want[4] = {e[0], e[1] * e[2], e[3], e[4]};
+  int64_t known = 1, infer = -1;
+  int64_t r[4];
+  for (int i = 0; i < 4; ++i) {
+    r[i] = rs[i] == 0 && !allowzero ? e[i] : rs[i];
+    if (r[i] == -1)
+      infer = i;
+    else
+      known *= r[i];
+  }
+  if (infer >= 0) r[infer] = known ? (e[0] * e[1] * e[2] * e[3] * e[4]) / known : 0;
+  for (int i = 0; i < 4; ++i)
+    if (r[i] != want[i]) return 0;
+  return e[2];
+}
+
+template <typename T>
+void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
+  using C = compute_t<T>;
+  const ir::Node& node = ctx.node();
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  const Layout ql = parse_layout(node, "q_layout", false), kl = parse_layout(node, "k_layout", true),
+               vl = parse_layout(node, "v_layout", false), out_layout = parse_layout(node, "out_layout", false);
+  const Tensor* operands[3] = {&q, &k, &v};
+  const Layout layouts[3] = {ql, kl, vl};
+  const char* names[3] = {"Q", "K", "V"};
+  for (int x = 0; x < 3; ++x) {
+    const int64_t r = operands[x]->rank();
+    REFORGE_CHECK(r == 4 || (r >= 2 && r <= 3 && layouts[x] != Layout::BSHD), where, ": ", names[x], " ",
+                  operands[x]->describe(), " must be 4-D (2-D or 3-D only in layout bhsd/bhds) for the CUDA kernel");
+  }
+  const View4 qv = view_of(q, ql), kv = view_of(k, kl), vv = view_of(v, vl);
+  // The output's leading dimensions: Q's, K's, V's, the mask's, the scale's and the fill's
+  // broadcast (numpy rules, as the unfused MatMul/Mul/Add/Where/MatMul).
+  int64_t out_rank = std::max({q.rank(), k.rank(), v.rank()});
+  int64_t lead[2] = {1, 1};
+  auto join = [&](int64_t& dst, int64_t n, const char* what) {
+    REFORGE_CHECK(dst == 1 || n == 1 || dst == n, where, ": ", what, "'s leading dimension ", n,
+                  " does not broadcast with ", dst);
+    if (n != 1) dst = n;
+  };
+  const View4* views[3] = {&qv, &kv, &vv};
+  for (int x = 0; x < 3; ++x) {
+    join(lead[0], views[x]->b, names[x]);
+    if (x == 0 || !ctx.has_input(6)) join(lead[1], views[x]->h, names[x]);  // repeated K/V heads: below
+  }
+  const std::string mask_mode = ctx.attr_string("mask_mode", "none");
+  const std::string scale_op = ctx.attr_string("scale_op", "none");
+  for (size_t idx : {size_t{3}, size_t{4}, size_t{5}}) {
+    const bool used = (idx == 3 && scale_op != "none") || (idx == 4 && mask_mode != "none") ||
+                      (idx == 5 && mask_mode.rfind("where", 0) == 0);
+    if (!used || !ctx.has_input(idx)) continue;
+    const Tensor& t = ctx.input(idx);
+    REFORGE_CHECK(t.rank() <= 4, where, ": input ", idx, " ", t.describe(), " has more than 4 dimensions");
+    out_rank = std::max<int64_t>(out_rank, t.rank());
+    if (idx == 4)
+      for (int64_t x = 0; x < 2 && x < t.rank() - 2; ++x) join(lead[1 - x], t.dim(t.rank() - 3 - x), "the mask");
+  }
+  AttnParams<T> p;
+  p.B = lead[0];
+  p.Hq = lead[1];
+  p.Sq = qv.s;
+  p.D = qv.d;
+  p.L = kv.s;
+  p.Dv = vv.d;
+  REFORGE_CHECK(kv.d == p.D && vv.s == p.L, where, ": Q ", shape_str(q.shape()), ", K ", shape_str(k.shape()),
+                " and V ", shape_str(v.shape()), " disagree on the head size or the key sequence length");
+  if (ctx.has_input(6)) {
+    REFORGE_CHECK(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9), where,
+                  ": k_expand, k_reshape, v_expand and v_reshape must be given together");
+    REFORGE_CHECK(k.rank() == 4 && v.rank() == 4, where, ": repeated K/V must be 4-D, got ", k.describe(), ", ",
+                  v.describe());
+    const bool allowzero = ctx.attr_int("kv_allowzero", 0) != 0;
+    const int64_t kg = repeat_group(kv, ints_of(ctx.input(6)), ints_of(ctx.input(7)), allowzero);
+    const int64_t vg = repeat_group(vv, ints_of(ctx.input(8)), ints_of(ctx.input(9)), allowzero);
+    REFORGE_CHECK(kg != 0 && vg != 0 && kv.h * kg == p.Hq && vv.h * vg == p.Hq, where,
+                  ": the Expand/Reshape of K or V is not a repeat of their heads to Q's ", p.Hq,
+                  " (the only form the CUDA kernel takes)");
+    p.k_group = kg;
+    p.v_group = vg;
+  }
+  p.q = q.data<T>();
+  p.q_sb = qv.sb;
+  p.q_sh = qv.sh;
+  p.q_ss = qv.ss;
+  p.k = k.data<T>();
+  p.k_sb = kv.sb;
+  p.k_sh = kv.sh;
+  p.k_ss = kv.ss;
+  p.k_sd = kv.sd;
+  p.v = v.data<T>();
+  p.v_sb = vv.sb;
+  p.v_sh = vv.sh;
+  p.v_ss = vv.ss;
+  Tensor scale_hold, fill_hold;  // host scalars copied to the device, alive until the launch
+  if (scale_op != "none") {
+    REFORGE_CHECK(ctx.has_input(3), where, ": scale_op '", scale_op, "' needs the scale input");
+    p.scale_op = scale_op == "mul" ? 1 : 2;
+    p.scale_type = scalar_type(ctx.input(3), where, "scale");
+    p.scale_p = device_data(ctx.input(3), scale_hold);
+  }
+  Tensor mask_buf;
+  if (mask_mode != "none") {
+    REFORGE_CHECK(ctx.has_input(4), where, ": mask_mode '", mask_mode, "' needs the mask input");
+    const Tensor& m = ctx.input(4);
+    int64_t dims[4] = {1, 1, 1, 1};
+    REFORGE_CHECK(m.rank() <= 4, where, ": mask ", m.describe(), " has more than 4 dimensions");
+    for (int64_t x = 0; x < m.rank(); ++x) dims[4 - m.rank() + x] = m.dim(x);
+    const int64_t target[4] = {p.B, p.Hq, p.Sq, p.L};
+    for (int x = 0; x < 4; ++x)
+      REFORGE_CHECK(dims[x] == 1 || dims[x] == target[x], where, ": mask ", m.describe(), " does not broadcast to [",
+                    p.B, ",", p.Hq, ",", p.Sq, ",", p.L, "]");
+    p.m_sk = dims[3] == 1 ? 0 : 1;
+    p.m_sq = dims[2] == 1 ? 0 : dims[3];
+    p.m_sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
+    p.m_sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
+    p.m_len = p.L;
+    if (mask_mode == "add") {
+      REFORGE_CHECK(is_float(m.dtype()), where, ": an added mask must be a float tensor, got ", m.describe());
+      mask_buf = convert_mask<T>(m, false, where);
+      p.mask = mask_buf.data<C>();
+    } else {
+      REFORGE_CHECK(m.dtype() == DType::Bool, where, ": mask_mode '", mask_mode, "' needs a bool mask, got ",
+                    m.describe());
+      REFORGE_CHECK(ctx.has_input(5), where, ": mask_mode '", mask_mode, "' needs the fill input");
+      p.mask_b = m.data<bool>();
+      p.fill_when = mask_mode == "where_fill_true";
+      p.fill_type = scalar_type(ctx.input(5), where, "fill value");
+      p.fill_p = device_data(ctx.input(5), fill_hold);
+    }
+  }
+  p.prec = prec_of(q.dtype());
+  REFORGE_CHECK(out_layout == Layout::BHSD || out_rank == 4, where, ": output layout bshd needs a 4-D result");
+  Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
+  y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));  // ranks 2, 3: the leading 1s go
+  Tensor& y = ctx.allocate_output_uninit(0, q.dtype(), y_shape);
+  p.y = y.mutable_data<T>();
+  if (out_layout == Layout::BHSD) {
+    p.y_sb = p.Hq * p.Sq * p.Dv;
+    p.y_sh = p.Sq * p.Dv;
+    p.y_ss = p.Dv;
+  } else {
+    p.y_sb = p.Sq * p.Hq * p.Dv;
+    p.y_sh = p.Dv;
+    p.y_ss = p.Hq * p.Dv;
+  }
+  launch_attention<T, false>(p, where);
+}
+
+void fused_attention(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  std::string err = fused_attention_check(ctx.node());
+  REFORGE_CHECK(err.empty(), where, ": ", err);
+  const Tensor& q = ctx.input(0);
+  const Tensor& k = ctx.input(1);
+  const Tensor& v = ctx.input(2);
+  REFORGE_CHECK(is_float(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), where,
+                ": the CUDA kernel takes Q, K and V of one float type, got ", q.describe(), ", ", k.describe(), ", ",
+                v.describe());
+  dispatch_device(
+      q.dtype(), where.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<compute_t<T>>) run_fused_attention<T>(ctx, where);
+      },
+      true);
+}
+
+}  // namespace
+
+void register_attention_kernels(backends::KernelRegistry& r) {
+  add_kernel(r, "", "Attention", onnx_attention, onnx_attention_check);
+  add_kernel(r, "reforge", "Attention", fused_attention, fused_attention_check);
+}
+
+}  // namespace reforge::cuda

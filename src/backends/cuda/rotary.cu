@@ -1,0 +1,283 @@
+// Rotary position embeddings on the GPU, with the CPU's semantics: the ONNX RotaryEmbedding op
+// (opset 23, ops/transformer/rotary.cc) and reforge::Rotary (backends/cpu/rotary.cc). One thread
+// per output element.
+//
+// RotaryEmbedding: 3-D ([B, S, H * Dh], num_heads) or 4-D ([B, H, S, Dh]) input; the first
+// rotary_embedding_dim features rotate in pairs (k, k + dim/2) or, interleaved, (2k, 2k + 1);
+// cos/sin caches are indexed by position_ids (a structure input, read on the host) or per token.
+// Each product rounds to the input type and the sum rounds once, as the ONNX reference does.
+//
+// reforge::Rotary: Y = X * cos + concat(-X[..., hi_start:hi_end], X[..., lo_start:lo_end]) * sin
+// over the last axis, X 4-D in layout bhsd or bshd (1-D to 3-D in bhsd: the leading dimensions
+// are 1), Y [B, H, S, D] (with the rank of X, cos and sin); cos and sin (X's type) broadcast to
+// [B, H, S, D] with last dimension D, and the two slices together span D. Computed in float32
+// (float64 for float64) and rounded once.
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_types.cuh"
+#include "core/error.h"
+
+namespace reforge::cuda {
+
+namespace {
+
+unsigned grid_for(int64_t n) {
+  const unsigned b = blocks_for(n);
+  return b > 65535u * 8 ? 65535u * 8 : b;
+}
+
+template <typename T, typename C>
+__device__ __forceinline__ C round_t(C v) {
+  if constexpr (std::is_same_v<T, C>) {
+    return v;
+  } else {
+    const T t = store_c<T>(v);
+    return static_cast<C>(load_c(&t, 0));
+  }
+}
+
+struct RotaryArgs {
+  int64_t heads = 0, seq = 0, head_size = 0, rot = 0, half = 0;
+  bool is_3d = false, interleaved = false;
+  const int64_t* rows = nullptr;  // cache row offset per (b, s), or null: (b * seq + s) * half
+};
+
+template <typename T>
+__global__ void rotary_embedding_kernel(const T* x, const T* cos, const T* sin, T* y, RotaryArgs a, int64_t n) {
+  using C = compute_t<T>;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = i % a.head_size, r = i / a.head_size;
+    if (e >= a.rot) {
+      y[i] = x[i];
+      continue;
+    }
+    int64_t s, b;
+    if (a.is_3d) {  // r = (b * seq + s) * heads + h
+      const int64_t bs = r / a.heads;
+      s = bs % a.seq;
+      b = bs / a.seq;
+    } else {  // r = (b * heads + h) * seq + s
+      s = r % a.seq;
+      b = r / a.seq / a.heads;
+    }
+    const int64_t bs = b * a.seq + s;
+    const int64_t row = a.rows ? a.rows[bs] : bs * a.half;
+    const T* base = x + (i - e);
+    int64_t k, i1, i2;
+    bool first;
+    if (a.interleaved) {
+      k = e / 2;
+      first = (e % 2) == 0;
+      i1 = 2 * k;
+      i2 = 2 * k + 1;
+    } else {
+      first = e < a.half;
+      k = first ? e : e - a.half;
+      i1 = k;
+      i2 = k + a.half;
+    }
+    const C x1 = load_c(base, i1), x2 = load_c(base, i2);
+    const C ck = load_c(cos, row + k), sk = load_c(sin, row + k);
+    const C out = first ? round_t<T>(ck * x1) - round_t<T>(sk * x2) : round_t<T>(sk * x1) + round_t<T>(ck * x2);
+    y[i] = store_c<T>(out);
+  }
+}
+
+void rotary_embedding(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const Tensor& cos = ctx.input(1);
+  const Tensor& sin = ctx.input(2);
+  REFORGE_CHECK(x.rank() == 3 || x.rank() == 4, where, ": input must be 3D or 4D, got ", shape_str(x.shape()));
+  REFORGE_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), where,
+                ": cos_cache and sin_cache must have the input's type ", dtype_name(x.dtype()));
+  RotaryArgs a;
+  a.is_3d = x.rank() == 3;
+  const int64_t batch = x.dim(0);
+  if (a.is_3d) {
+    a.heads = ctx.attr_int("num_heads", 0);
+    REFORGE_CHECK(a.heads > 0, where, ": 3D input needs a positive num_heads attribute, got ", a.heads);
+    REFORGE_CHECK(x.dim(2) % a.heads == 0, where, ": hidden size ", x.dim(2), " is not divisible by num_heads ",
+                  a.heads);
+    a.seq = x.dim(1);
+    a.head_size = x.dim(2) / a.heads;
+  } else {
+    a.heads = x.dim(1);
+    a.seq = x.dim(2);
+    a.head_size = x.dim(3);
+  }
+  a.rot = ctx.attr_int("rotary_embedding_dim", 0);
+  if (a.rot == 0) a.rot = a.head_size;
+  REFORGE_CHECK(a.rot > 0 && a.rot <= a.head_size && a.rot % 2 == 0, where, ": rotary_embedding_dim ", a.rot,
+                " must be even and within the head size ", a.head_size);
+  a.half = a.rot / 2;
+  a.interleaved = ctx.attr_int("interleaved", 0) != 0;
+  Tensor rows;  // lives until the launch is queued
+  if (ctx.has_input(3)) {
+    const Tensor& pos = ctx.input(3);
+    REFORGE_CHECK(is_integer(pos.dtype()) && pos.shape() == Shape({batch, a.seq}), where,
+                  ": position_ids must be an integer tensor of shape [", batch, ",", a.seq, "], got ", pos.describe());
+    REFORGE_CHECK(cos.rank() == 2 && sin.shape() == cos.shape() && cos.dim(1) == a.half, where,
+                  ": with position_ids, cos_cache and sin_cache must be [max_position, ", a.half, "], got ",
+                  shape_str(cos.shape()), " and ", shape_str(sin.shape()));
+    std::vector<int64_t> p = pos.on_host() ? pos.to_int64_vector() : download(pos).to_int64_vector();
+    Tensor host = Tensor::empty(DType::Int64, {static_cast<int64_t>(p.size())});
+    int64_t* hr = host.mutable_data<int64_t>();
+    for (size_t i = 0; i < p.size(); ++i) {
+      REFORGE_CHECK(p[i] >= 0 && p[i] < cos.dim(0), where, ": position id ", p[i], " is outside the cache [0, ",
+                    cos.dim(0), ")");
+      hr[i] = p[i] * a.half;
+    }
+    if (host.numel() > 0) {
+      rows = to_device(host);
+      a.rows = rows.data<int64_t>();
+    }
+  } else {
+    REFORGE_CHECK(cos.shape() == Shape({batch, a.seq, a.half}) && sin.shape() == cos.shape(), where,
+                  ": without position_ids, cos_cache and sin_cache must be [", batch, ",", a.seq, ",", a.half,
+                  "], got ", shape_str(cos.shape()), " and ", shape_str(sin.shape()));
+  }
+  Tensor& out = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_device(
+      x.dtype(), where.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<compute_t<T>>) {
+          rotary_embedding_kernel<T><<<grid_for(n), 256, 0, stream()>>>(x.data<T>(), cos.data<T>(), sin.data<T>(),
+                                                                        out.mutable_data<T>(), a, n);
+          check_launch("RotaryEmbedding");
+        }
+      },
+      true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// reforge::Rotary.
+
+struct FusedRotaryArgs {
+  int64_t H = 0, S = 0, D = 0;
+  int64_t x_sb = 0, x_sh = 0, x_ss = 0;
+  int64_t c_sb = 0, c_sh = 0, c_ss = 0, s_sb = 0, s_sh = 0, s_ss = 0;
+  int64_t hi_start = 0, hi_len = 0, lo_start = 0;
+};
+
+template <typename T>
+__global__ void fused_rotary_kernel(const T* x, const T* cos, const T* sin, T* y, FusedRotaryArgs a, int64_t n) {
+  using C = compute_t<T>;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = i % a.D, r = i / a.D;  // r = (b * H + h) * S + s
+    const int64_t s = r % a.S, bh = r / a.S, h = bh % a.H, b = bh / a.H;
+    const T* xr = x + b * a.x_sb + h * a.x_sh + s * a.x_ss;
+    const C c = load_c(cos, b * a.c_sb + h * a.c_sh + s * a.c_ss + e);
+    const C sn = load_c(sin, b * a.s_sb + h * a.s_sh + s * a.s_ss + e);
+    const C rot = e < a.hi_len ? -load_c(xr, a.hi_start + e) : load_c(xr, a.lo_start + e - a.hi_len);
+    y[i] = store_c<T>(load_c(xr, e) * c + rot * sn);
+  }
+}
+
+// Strides of a table (cos or sin) broadcast to [B, H, S, D] with its last dimension D.
+void table_strides(const Tensor& t, const int64_t (&target)[4], int64_t& sb, int64_t& sh, int64_t& ss,
+                   const std::string& where, const char* what) {
+  int64_t dims[4] = {1, 1, 1, 1};
+  bool ok = t.rank() >= 1 && t.rank() <= 4;
+  if (ok) {
+    for (int64_t i = 0; i < t.rank(); ++i) dims[4 - t.rank() + i] = t.dim(i);
+    ok = dims[3] == target[3];
+    for (int i = 0; i < 3; ++i) ok = ok && (dims[i] == 1 || dims[i] == target[i]);
+  }
+  REFORGE_CHECK(ok, where, ": ", what, " ", t.describe(), " does not broadcast to [", target[0], ",", target[1], ",",
+                target[2], ",", target[3], "] with last dimension ", target[3],
+                " (the only form the CUDA kernel takes)");
+  ss = dims[2] == 1 ? 0 : dims[3];
+  sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
+  sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
+}
+
+// One Slice bound (ONNX Slice, step 1) on an axis of size n.
+int64_t clamp_bound(int64_t v, int64_t n) {
+  if (v < 0) v += n;
+  return std::clamp<int64_t>(v, 0, n);
+}
+
+void fused_rotary(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  const Tensor& cos = ctx.input(1);
+  const Tensor& sin = ctx.input(2);
+  const bool bshd = ctx.attr_string("layout", "bhsd") == "bshd";
+  const int64_t r = x.rank();
+  REFORGE_CHECK(is_float(x.dtype()) && (r == 4 || (!bshd && r >= 1 && r <= 3)), where,
+                ": the CUDA kernel takes a float X, 4-D (1-D to 3-D in layout bhsd), got ", x.describe());
+  REFORGE_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), where, ": cos ", cos.describe(), " and sin ",
+                sin.describe(), " must have X's type");
+  const std::vector<int64_t> axes = ctx.attr_ints("axes", {-1, -1, -1});
+  REFORGE_CHECK(axes.size() == 3, where, ": axes must have 3 values");
+  for (int64_t ax : axes)
+    REFORGE_CHECK(ax == -1 || ax == r - 1, where, ": axes ", ax,
+                  " is not the last axis (the only one the CUDA kernel takes)");
+  FusedRotaryArgs a;
+  // X as [B, H, S, D]; lower ranks have the leading dimensions 1.
+  auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? x.dim(i - (4 - r)) : int64_t{1}; };
+  const int64_t B = dim(0);
+  a.H = bshd ? dim(2) : dim(1);
+  a.S = bshd ? dim(1) : dim(2);
+  a.D = dim(3);
+  int64_t bounds[4];  // hi_start, hi_end, lo_start, lo_end
+  for (int i = 0; i < 4; ++i) {
+    const Tensor& t = ctx.input(3 + static_cast<size_t>(i));
+    REFORGE_CHECK(t.numel() == 1 && is_integer(t.dtype()), where, ": slice bound ", i, " must be one integer, got ",
+                  t.describe());
+    bounds[i] = (t.on_host() ? t.to_int64_vector() : download(t).to_int64_vector())[0];
+  }
+  a.hi_start = clamp_bound(bounds[0], a.D);
+  a.hi_len = std::max<int64_t>(0, clamp_bound(bounds[1], a.D) - a.hi_start);
+  a.lo_start = clamp_bound(bounds[2], a.D);
+  const int64_t lo_len = std::max<int64_t>(0, clamp_bound(bounds[3], a.D) - a.lo_start);
+  REFORGE_CHECK(a.hi_len + lo_len == a.D, where, ": the rotated halves have ", a.hi_len, " and ", lo_len,
+                " features, not together the head size ", a.D);
+  const int64_t target[4] = {B, a.H, a.S, a.D};
+  table_strides(cos, target, a.c_sb, a.c_sh, a.c_ss, where, "cos");
+  table_strides(sin, target, a.s_sb, a.s_sh, a.s_ss, where, "sin");
+  if (bshd) {
+    a.x_sb = a.S * a.H * a.D;
+    a.x_ss = a.H * a.D;
+    a.x_sh = a.D;
+  } else {
+    a.x_sb = a.H * a.S * a.D;
+    a.x_sh = a.S * a.D;
+    a.x_ss = a.D;
+  }
+  // The output has the rank of the broadcast of X, cos and sin (whose extra dimensions are 1).
+  const int64_t out_rank = std::max({r, cos.rank(), sin.rank()});
+  Shape y_shape{B, a.H, a.S, a.D};
+  y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), y_shape);
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  dispatch_device(
+      x.dtype(), where.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<compute_t<T>>) {
+          fused_rotary_kernel<T>
+              <<<grid_for(n), 256, 0, stream()>>>(x.data<T>(), cos.data<T>(), sin.data<T>(), y.mutable_data<T>(), a, n);
+          check_launch("reforge::Rotary");
+        }
+      },
+      true);
+}
+
+}  // namespace
+
+void register_rotary_kernels(backends::KernelRegistry& r) {
+  add_kernel(r, "", "RotaryEmbedding", rotary_embedding);
+  add_kernel(r, "reforge", "Rotary", fused_rotary);
+}
+
+}  // namespace reforge::cuda
