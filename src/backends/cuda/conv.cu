@@ -3,86 +3,14 @@
 // float32 accumulation, float64 in float64. 1-D convolutions run as 2-D with a height of 1.
 // cuDNN pads symmetrically; asymmetric pads (auto_pad SAME_* with an even window) pad the input
 // explicitly first. The geometry and every check are the Conv op's own (ops/nn/conv.h).
-#include <cudnn.h>
-
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "ops/nn/conv.h"
 
 namespace reforge::cuda {
 
 namespace {
-
-void check_dnn(cudnnStatus_t status, const char* what) {
-  if (status != CUDNN_STATUS_SUCCESS) fail("cuDNN error in ", what, ": ", cudnnGetErrorString(status));
-}
-#define REFORGE_DNN_CHECK(expr) check_dnn((expr), #expr)
-
-// The calling thread's cuDNN handle, bound to its stream.
-cudnnHandle_t dnn() {
-  struct Handle {
-    cudnnHandle_t h = nullptr;
-    Handle() {
-      REFORGE_DNN_CHECK(cudnnCreate(&h));
-      REFORGE_DNN_CHECK(cudnnSetStream(h, stream()));
-    }
-    ~Handle() {
-      if (h) cudnnDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  return handle.h;
-}
-
-struct Descriptors {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  Descriptors() {
-    REFORGE_DNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    REFORGE_DNN_CHECK(cudnnCreateTensorDescriptor(&y));
-    REFORGE_DNN_CHECK(cudnnCreateTensorDescriptor(&b));
-    REFORGE_DNN_CHECK(cudnnCreateFilterDescriptor(&w));
-    REFORGE_DNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-  }
-  ~Descriptors() {
-    cudnnDestroyConvolutionDescriptor(conv);
-    cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyTensorDescriptor(b);
-    cudnnDestroyTensorDescriptor(y);
-    cudnnDestroyTensorDescriptor(x);
-  }
-};
-
-cudnnDataType_t dnn_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return CUDNN_DATA_FLOAT;
-    case DType::Float16:
-      return CUDNN_DATA_HALF;
-    case DType::BFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case DType::Float64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      fail("internal error: cuDNN convolution of ", dtype_name(t));
-  }
-}
-
-void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, const std::vector<int>& dims) {
-  std::vector<int> strides(dims.size());
-  int s = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= dims[i];
-  }
-  REFORGE_DNN_CHECK(cudnnSetTensorNdDescriptor(d, type, static_cast<int>(dims.size()), dims.data(), strides.data()));
-}
-
-int narrow(int64_t v, const std::string& where) {
-  REFORGE_CHECK(v >= 0 && v <= INT32_MAX, where, ": dimension ", v, " exceeds cuDNN's 32-bit sizes");
-  return static_cast<int>(v);
-}
 
 // X [N, C, in...] copied into a zero-padded [N, C, in + pb + pe...] (3 spatial dims, normalized).
 template <typename T>

@@ -6,11 +6,10 @@
 // output_padding, output_shape), the unpadded result is computed and a copy kernel crops or
 // zero-extends it into the output; the bias is added by cuDNN or by that copy. 1-D runs as 2-D
 // with a height of 1.
-#include <cudnn.h>
-
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "core/dispatch.h"
 #include "ops/nn/conv.h"
@@ -18,77 +17,6 @@
 namespace reforge::cuda {
 
 namespace {
-
-void check_dnn(cudnnStatus_t status, const char* what) {
-  if (status != CUDNN_STATUS_SUCCESS) fail("cuDNN error in ", what, ": ", cudnnGetErrorString(status));
-}
-#define REFORGE_DNN_CHECK(expr) check_dnn((expr), #expr)
-
-// The calling thread's cuDNN handle, bound to its stream.
-cudnnHandle_t dnn() {
-  struct Handle {
-    cudnnHandle_t h = nullptr;
-    Handle() {
-      REFORGE_DNN_CHECK(cudnnCreate(&h));
-      REFORGE_DNN_CHECK(cudnnSetStream(h, stream()));
-    }
-    ~Handle() {
-      if (h) cudnnDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  return handle.h;
-}
-
-struct Descriptors {
-  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
-  cudnnFilterDescriptor_t w = nullptr;
-  cudnnConvolutionDescriptor_t conv = nullptr;
-  Descriptors() {
-    REFORGE_DNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    REFORGE_DNN_CHECK(cudnnCreateTensorDescriptor(&y));
-    REFORGE_DNN_CHECK(cudnnCreateTensorDescriptor(&b));
-    REFORGE_DNN_CHECK(cudnnCreateFilterDescriptor(&w));
-    REFORGE_DNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
-  }
-  ~Descriptors() {
-    cudnnDestroyConvolutionDescriptor(conv);
-    cudnnDestroyFilterDescriptor(w);
-    cudnnDestroyTensorDescriptor(b);
-    cudnnDestroyTensorDescriptor(y);
-    cudnnDestroyTensorDescriptor(x);
-  }
-};
-
-cudnnDataType_t dnn_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return CUDNN_DATA_FLOAT;
-    case DType::Float16:
-      return CUDNN_DATA_HALF;
-    case DType::BFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case DType::Float64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      fail("internal error: cuDNN convolution of ", dtype_name(t));
-  }
-}
-
-void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, const std::vector<int>& dims) {
-  std::vector<int> strides(dims.size());
-  int s = 1;
-  for (size_t i = dims.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= dims[i];
-  }
-  REFORGE_DNN_CHECK(cudnnSetTensorNdDescriptor(d, type, static_cast<int>(dims.size()), dims.data(), strides.data()));
-}
-
-int narrow(int64_t v, const std::string& where) {
-  REFORGE_CHECK(v >= 0 && v <= INT32_MAX, where, ": dimension ", v, " exceeds cuDNN's 32-bit sizes");
-  return static_cast<int>(v);
-}
 
 // Y [N, M, out (3 dims, normalized)] from the unpadded result F [N, M, full] (null: none, an
 // empty sum): Y[o] = F[o + pb] where inside F, else 0; plus bias[m] when given.
