@@ -10,8 +10,10 @@
 #   here:  scripts/device_debs.sh
 #   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt]
 # --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
-# .device/prebuilt.tar.gz (a Release build of this tree with CUDA; the GPU machine's CUDA
-# libraries and the carried packages serve them), which saves the build's minutes of device time.
+# .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
+# libraries and the carried packages serve them), which saves the build's minutes of device time;
+# it needs only the runtime packages, so the device tool carries
+# [".device/prebuilt.tar.xz", ".device/runtime-debs", ".device/onnx-node-suite"].
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -26,9 +28,11 @@ for a in "$@"; do
     *) echo "usage: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt]" >&2; exit 2 ;;
   esac
 done
-[ -d .device/debs ] || { echo "device_test: .device/debs missing (run scripts/device_debs.sh here first)" >&2; exit 1; }
+debs=.device/debs
+[ $prebuilt = 1 ] && [ ! -d $debs ] && debs=.device/runtime-debs
+[ -d $debs ] || { echo "device_test: $debs missing (run scripts/device_debs.sh, for --prebuilt device_bundle.sh, here first)" >&2; exit 1; }
 mkdir -p $deps
-for f in .device/debs/*.deb; do dpkg -x "$f" $deps; done
+for f in $debs/*.deb; do dpkg -x "$f" $deps; done
 arch=x86_64-linux-gnu
 system_ld=${LD_LIBRARY_PATH:-}
 export PATH=$deps/usr/bin:$PATH
@@ -46,8 +50,8 @@ echo "device_test: cuDNN from ${cudnn_root:-the system}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvcc --version | tail -1
 if [ $prebuilt = 1 ]; then
-  [ -f .device/prebuilt.tar.gz ] || { echo "device_test: .device/prebuilt.tar.gz missing (scripts/device_bundle.sh)" >&2; exit 1; }
-  rm -rf "$B" && mkdir -p "$B" && tar -xzf .device/prebuilt.tar.gz -C "$B"
+  [ -f .device/prebuilt.tar.xz ] || { echo "device_test: .device/prebuilt.tar.xz missing (scripts/device_bundle.sh)" >&2; exit 1; }
+  rm -rf "$B" && mkdir -p "$B" && tar -xJf .device/prebuilt.tar.xz -C "$B"
   echo "device_test: prebuilt binaries of $(cat "$B/COMMIT")"
 else
   [ $keep = 1 ] || rm -rf "$B"
