@@ -91,12 +91,12 @@ def time_eager(model, feeds, warmup, iterations):
     times = []
     with torch.no_grad():
         for _ in range(warmup):
-            model(**dev)
+            model(*dev.values())
         torch.cuda.synchronize()
         for _ in range(iterations):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            model(**dev)
+            model(*dev.values())
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b))
@@ -141,7 +141,7 @@ def main():
                 export(model, feeds, out_names, onnx_path)
                 row["export_s"] = round(time.time() - t0, 1)
                 with torch.no_grad():
-                    ref = model(**feeds)
+                    ref = model(*feeds.values())
                 ref = (ref if isinstance(ref, (tuple, list)) else [ref])[0].numpy()
                 inputs = []
                 for k, v in feeds.items():

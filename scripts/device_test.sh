@@ -50,6 +50,8 @@ echo "device_test: cuDNN from ${cudnn_root:-the system}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvcc --version | tail -1
 if [ $prebuilt = 1 ]; then
+  # Where the tests were built to find the CLI (REFORGE_CLI_PATH): this tree's build/.
+  B=$root/build
   [ -f .device/prebuilt.tar.xz ] || { echo "device_test: .device/prebuilt.tar.xz missing (scripts/device_bundle.sh)" >&2; exit 1; }
   rm -rf "$B" && mkdir -p "$B" && tar -xJf .device/prebuilt.tar.xz -C "$B"
   echo "device_test: prebuilt binaries of $(cat "$B/COMMIT")"

@@ -323,6 +323,40 @@ std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way
   return {o, msg.substr(1)};
 }
 
+// require_backend_here() asked in a forked child: a device runtime initialized in this process
+// (CUDA's) cannot be used by the children forked after it, so the process that forks the tests
+// must not touch the device itself.
+void require_backend_here_isolated(const std::string& backend, const std::string& context) {
+  int fds[2];
+  if (pipe(fds) != 0) return require_backend_here(backend, context);
+  pid_t pid = fork();
+  if (pid < 0) return require_backend_here(backend, context);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string msg;
+    try {
+      require_backend_here(backend, context);
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    ssize_t w = write(fds[1], msg.data(), msg.size());
+    (void)w;
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string msg;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!msg.empty()) fail(msg);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail("the ", backend, " backend could not be checked (", context, "): the checking process crashed");
+}
+
 }  // namespace
 
 Runner add_conformance(CLI::App& app) {
@@ -354,7 +388,10 @@ Runner add_conformance(CLI::App& app) {
     way.strip = a->strip;
     way.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
     way.host_fallback = a->device.cpu_fallback;
-    require_backend_here(way.backend, "conformance --device " + way.backend);
+    if (a->no_fork)
+      require_backend_here(way.backend, "conformance --device " + way.backend);
+    else
+      require_backend_here_isolated(way.backend, "conformance --device " + way.backend);
     if (a->strip && (a->mode != "refit" || a->initializers == "none"))
       fail("--strip needs --mode refit and --initializers weights or all (otherwise the plan has nothing to strip)");
     std::vector<std::string> names;
