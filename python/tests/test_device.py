@@ -14,6 +14,8 @@ def test_cuda_plan_records_its_device_and_matches_the_cpu():
     try:
         gpu = reforge.build(hf_onnx("gpt2", "A"), device="cuda")
     except reforge.Error as e:
+        if "backend 'cuda' is not registered" in str(e):
+            pytest.skip("reforge is built without CUDA")
         assert "placed on backend 'cuda', which cannot run here" in str(e), str(e)
         pytest.skip("no usable GPU: " + str(e))
     assert cpu.device == "cpu" and gpu.device == "cuda"
