@@ -122,6 +122,9 @@ def main():
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iterations", type=int, default=50)
+    ap.add_argument("--profile", action="store_true",
+                    help="also print reforge's time per op type and slowest nodes (bench --profile; "
+                         "each node waits for the GPU)")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -157,6 +160,12 @@ def main():
                 row["reforge_ms"] = round(stats["median_ms"], 3)
                 row["reforge_build_ms"] = round(stats.get("build_ms", 0), 1)
                 row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
+                if a.profile:
+                    p = subprocess.run([a.reforge, "bench", onnx_path, "--device", "cuda", "--warmup", "3",
+                                        "--iterations", "10", "--profile"] + inputs, capture_output=True, text=True,
+                                       env=dict(os.environ, LD_LIBRARY_PATH=os.environ.get(
+                                           "REFORGE_LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))))
+                    print(f"== profile of {name} batch {batch}\n{p.stderr[-4000:]}", flush=True)
                 run([a.reforge, "run", onnx_path, "--device", "cuda", "-o", os.path.join(d, "out")] + inputs)
                 got = np.load(os.path.join(d, "out", out_names[0] + ".npy"))
                 diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
