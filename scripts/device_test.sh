@@ -8,7 +8,7 @@
 # scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
-#   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt]
+#   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt]   (GPU_BENCH_ARGS: more flags of bench/gpu_bench.py)
 # --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
 # .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
 # libraries and the carried packages serve them), which saves the build's minutes of device time;
@@ -91,6 +91,6 @@ if [ $bench = 1 ]; then
   echo "== GPU benchmarks"
   # PyTorch runs with the system's libraries; reforge, its subprocess, with the unpacked packages.
   REFORGE_LD_LIBRARY_PATH=$LD_LIBRARY_PATH LD_LIBRARY_PATH=$system_ld python3 bench/gpu_bench.py \
-    --reforge "$B/reforge" --out "${OUT:-$B}" || status=1
+    --reforge "$B/reforge" --out "${OUT:-$B}" ${GPU_BENCH_ARGS:-} || status=1
 fi
 exit $status
