@@ -28,7 +28,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "builder/builder.h"
@@ -289,17 +291,22 @@ std::pair<Outcome, std::string> run_test(const fs::path& dir, const Way& way) {
   return {Outcome::Pass, ""};
 }
 
-// Forks, runs the test in the child, reads back "P|F|S reason" through a pipe.
-std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way, int timeout_s) {
+// Runs `work` in a forked child (which gets alarm(timeout_s) when timeout_s > 0) and returns the
+// text it returned, read back through a pipe, and the child's wait status; nullopt when no child
+// could be started.
+std::optional<std::pair<std::string, int>> in_child(const std::function<std::string()>& work, int timeout_s) {
   int fds[2];
-  if (pipe(fds) != 0) return run_test(dir, way);
+  if (pipe(fds) != 0) return std::nullopt;
   pid_t pid = fork();
-  if (pid < 0) return run_test(dir, way);
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return std::nullopt;
+  }
   if (pid == 0) {
     close(fds[0]);
-    alarm(static_cast<unsigned>(timeout_s));
-    auto [o, why] = run_test(dir, way);
-    std::string msg = std::string(o == Outcome::Pass ? "P" : o == Outcome::Skip ? "S" : "F") + why;
+    if (timeout_s > 0) alarm(static_cast<unsigned>(timeout_s));
+    const std::string msg = work();
     ssize_t w = write(fds[1], msg.data(), msg.size());
     (void)w;
     close(fds[1]);
@@ -313,6 +320,19 @@ std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
+  return std::make_pair(std::move(msg), status);
+}
+
+// Runs the test in a forked child, which reports "P|F|S reason".
+std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way, int timeout_s) {
+  auto child = in_child(
+      [&] {
+        auto [o, why] = run_test(dir, way);
+        return std::string(o == Outcome::Pass ? "P" : o == Outcome::Skip ? "S" : "F") + why;
+      },
+      timeout_s);
+  if (!child) return run_test(dir, way);
+  const auto& [msg, status] = *child;
   if (WIFSIGNALED(status)) {
     int sig = WTERMSIG(status);
     return {Outcome::Fail, sig == SIGALRM ? "timed out after " + std::to_string(timeout_s) + " s"
@@ -327,31 +347,18 @@ std::pair<Outcome, std::string> run_isolated(const fs::path& dir, const Way& way
 // (CUDA's) cannot be used by the children forked after it, so the process that forks the tests
 // must not touch the device itself.
 void require_backend_here_isolated(const std::string& backend, const std::string& context) {
-  int fds[2];
-  if (pipe(fds) != 0) return require_backend_here(backend, context);
-  pid_t pid = fork();
-  if (pid < 0) return require_backend_here(backend, context);
-  if (pid == 0) {
-    close(fds[0]);
-    std::string msg;
-    try {
-      require_backend_here(backend, context);
-    } catch (const Error& e) {
-      msg = e.what();
-    }
-    ssize_t w = write(fds[1], msg.data(), msg.size());
-    (void)w;
-    close(fds[1]);
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string msg;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  auto child = in_child(
+      [&] {
+        try {
+          require_backend_here(backend, context);
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+        return std::string();
+      },
+      0);
+  if (!child) return require_backend_here(backend, context);
+  const auto& [msg, status] = *child;
   if (!msg.empty()) fail(msg);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     fail("the ", backend, " backend could not be checked (", context, "): the checking process crashed");
