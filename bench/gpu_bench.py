@@ -9,9 +9,10 @@ onnxscript (the device tool's machine has them). For each model and batch:
   2. PyTorch eager runs it on the GPU in float32 (TF32 off, as reforge's float32 is exact):
      inputs already on the GPU, CUDA-event timing of each iteration, median of --iterations
      after --warmup;
-  3. `reforge build MODEL --device cuda` makes a plan; `reforge bench PLAN` times it on the same
-     inputs (median of its iterations; its timing includes copying inputs to the GPU and
-     outputs back, which eager does not do);
+  3. `reforge build MODEL --device cuda` makes a plan; `reforge bench PLAN --device-io` times it
+     on the same inputs, already on the GPU, leaving the outputs there (as eager's timing does;
+     median of its iterations); the time with both copies (plain `reforge bench`) is reported
+     beside it;
   4. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
      model's dtype (max abs and max relative difference).
 
@@ -178,6 +179,13 @@ def main():
                 with torch.no_grad():
                     ref = model(*[v.cuda() for v in feeds.values()])
                 ref = (ref if isinstance(ref, (tuple, list)) else [ref])[0].float().cpu().numpy()
+                ref32 = None
+                if name in DTYPE:  # the same weights in float32: how far each 16-bit side is from it
+                    model.float()
+                    with torch.no_grad():
+                        ref32 = model(*[v.cuda() for v in feeds.values()])
+                    ref32 = (ref32 if isinstance(ref32, (tuple, list)) else [ref32])[0].float().cpu().numpy()
+                    model.to(getattr(torch, DTYPE[name]))
                 inputs = []
                 for k, v in feeds.items():
                     np.save(os.path.join(d, "in", k + ".npy"), v.numpy())
@@ -192,7 +200,10 @@ def main():
                 out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", str(a.warmup),
                            "--iterations", str(a.iterations)] + inputs)
                 stats = json.loads(out.strip().splitlines()[-1])
-                row["reforge_ms"] = round(stats["median_ms"], 3)
+                row["reforge_host_io_ms"] = round(stats["median_ms"], 3)
+                out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--device-io", "--warmup",
+                           str(a.warmup), "--iterations", str(a.iterations)] + inputs)
+                row["reforge_ms"] = round(json.loads(out.strip().splitlines()[-1])["median_ms"], 3)
                 row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
                 if a.profile:
                     p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", "3",
@@ -207,6 +218,10 @@ def main():
                 row["max_ref"] = float(np.abs(ref).max())
                 row["max_rel_diff"] = float((diff / np.maximum(np.abs(ref), 1e-6)).max())
                 row["max_abs_diff_over_max_ref"] = row["max_abs_diff"] / max(row["max_ref"], 1e-30)
+                if ref32 is not None:
+                    scale = max(float(np.abs(ref32).max()), 1e-30)
+                    row["reforge_vs_fp32_max_abs_over_max_ref"] = float(np.abs(got - ref32).max()) / scale
+                    row["torch_vs_fp32_max_abs_over_max_ref"] = float(np.abs(ref - ref32).max()) / scale
             except Exception as e:  # a failing row is reported, the others still run
                 row["error"] = str(e)[-2000:]
                 model.cpu()
