@@ -47,8 +47,8 @@ ir::Node node(const std::string& domain, const std::string& op, int opset, size_
   n.domain = domain;
   n.op_type = op;
   n.opset = opset;
-  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back("x" + std::to_string(i));
-  for (size_t i = 0; i < outputs; ++i) n.outputs.push_back("y" + std::to_string(i));
+  for (size_t i = 0; i < inputs; ++i) n.inputs.push_back(str_cat("x", i));
+  for (size_t i = 0; i < outputs; ++i) n.outputs.push_back(str_cat("y", i));
   for (const auto& a : attrs) n.attrs[a.name] = a;
   return n;
 }
@@ -172,7 +172,7 @@ TEST(Optimizers, RefusalsNameTheNodeAndTheTensor) {
   // A gradient whose shape is not X's.
   const std::string e = error_of(node(kTraining, "Adagrad", 1, 5, 2, {}),
                                  {scalar_f(0.1f), scalar_t(0), f32({2}, {1, 2}), f32({1}, {1}), f32({2}, {0, 0})});
-  EXPECT_NE(e.find("node 'n' (Adagrad)"), std::string::npos) << e;
+  EXPECT_NE(e.find("node 'n' (ai.onnx.preview.training::Adagrad)"), std::string::npos) << e;
   EXPECT_NE(e.find("G of tensor 0 (input 3)"), std::string::npos) << e;
   // T must be an int64 scalar.
   EXPECT_NE(error_of(node(kTraining, "Adagrad", 1, 5, 2, {}),

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 
@@ -31,5 +32,20 @@ DType label_encoder_key_type(const ir::Node& node);
 
 // TreeEnsemble's n_targets, checked to be positive.
 int64_t tree_ensemble_targets(const ir::Node& node);
+
+// A checker's answer (registry.h: "" or the reason) from a parse whose errors start with the
+// node's label, which the registry's callers add themselves.
+template <typename Parse>
+std::string reason_of(const ir::Node& node, Parse&& parse) {
+  try {
+    parse();
+  } catch (const Error& e) {
+    std::string message = e.what();
+    const std::string prefix = node.label() + ": ";
+    if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
+    return message;
+  }
+  return "";
+}
 
 }  // namespace reforge::ops::ml

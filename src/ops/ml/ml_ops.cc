@@ -126,12 +126,13 @@ Tensor label_default(const ir::Node& node, const Tensor& values) {
 }
 
 std::string check_label_encoder(const ir::Node& node) {
-  const Tensor keys = label_list(node, "keys");
-  const Tensor values = label_list(node, "values");
-  if (keys.numel() != values.numel())
-    return str_cat("keys (", keys.numel(), ") and values (", values.numel(), ") differ in length");
-  label_default(node, values);
-  return "";
+  return reason_of(node, [&] {
+    const Tensor keys = label_list(node, "keys");
+    const Tensor values = label_list(node, "values");
+    REFORGE_CHECK(keys.numel() == values.numel(), node.label(), ": keys (", keys.numel(), ") and values (",
+                  values.numel(), ") differ in length");
+    label_default(node, values);
+  });
 }
 
 template <typename K, typename X>

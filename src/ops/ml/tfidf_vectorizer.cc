@@ -95,8 +95,7 @@ TfIdfConfig parse_tfidf(const ir::Node& node) {
 namespace {
 
 std::string check_tfidf(const ir::Node& node) {
-  parse_tfidf(node);
-  return "";
+  return reason_of(node, [&] { parse_tfidf(node); });
 }
 
 template <typename T>

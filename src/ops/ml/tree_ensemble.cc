@@ -180,8 +180,7 @@ Forest parse_forest(const ir::Node& node) {
 }
 
 std::string check_tree_ensemble(const ir::Node& node) {
-  parse_forest(node);
-  return "";
+  return reason_of(node, [&] { parse_forest(node); });
 }
 
 bool goes_true(const Forest& f, size_t i, double x) {
