@@ -15,7 +15,8 @@
 // A target that no tree's leaf reaches for a row under MIN or MAX has no value the implementations
 // agree on (the ONNX reference gives the type's extreme, ONNX Runtime 0): such a row is an
 // error. post_transform other than NONE (0) is refused: the ONNX reference ignores the
-// attribute, so nothing independent defines those transforms for this op. The trees are checked
+// attribute for TreeEnsemble and implements none for the TreeEnsembleRegressor it replaces, so no
+// reference defines those transforms for a regression forest. The trees are checked
 // when the node is (indices in range, no cycles), so evaluation always ends at a leaf.
 #include <algorithm>
 #include <climits>
@@ -78,8 +79,8 @@ Forest parse_forest(const ir::Node& node) {
                 " is not one of AVERAGE (0), SUM (1), MIN (2), MAX (3)");
   const int64_t post = node.attr_int("post_transform", 0);
   REFORGE_CHECK(post == 0, label, ": post_transform ", post,
-                " is not supported (only NONE, 0: the ONNX reference ignores the attribute, so no independent "
-                "definition of the others exists for this op)");
+                " is not supported (only NONE, 0: the ONNX reference defines no post transform for a "
+                "regression forest)");
 
   f.feature = required_ints(node, "nodes_featureids");
   f.true_id = required_ints(node, "nodes_truenodeids");
