@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/infer_graph.h"
 #include "ops/registry.h"
 #include "support/make_tensor.h"
 #include "support/run_op.h"
@@ -358,4 +359,81 @@ TEST(MlOps, TreeEnsembleRefusals) {
             std::string::npos);
   // A feature index past X's width is found at run time.
   EXPECT_NE(error_of(forest(1, true), {f32({1, 1}, {0})}).find("node 1 reads feature 1"), std::string::npos);
+}
+
+// ---- inference ----------------------------------------------------------------------------------
+
+namespace {
+
+// A one-node graph over declared inputs (name, type, dims; a dim of -1 is the symbol "n"), whose
+// node's outputs are inferred; returns each output's type as text, or the inference's error.
+struct Declared {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> dims;
+};
+
+std::vector<std::string> infer_node(ir::Node n, const std::vector<Declared>& inputs) {
+  ir::Graph g;
+  g.opsets[""] = 21;
+  g.opsets[n.domain] = n.opset;
+  n.inputs.clear();
+  for (const auto& d : inputs) {
+    ir::ValueInfo v;
+    v.name = d.name;
+    v.dtype = d.dtype;
+    v.has_shape = true;
+    for (int64_t x : d.dims) v.shape.push_back(x < 0 ? ir::Dim{-1, "n"} : ir::Dim{x, ""});
+    g.inputs.push_back(v);
+    n.inputs.push_back(d.name);
+  }
+  for (const auto& o : n.outputs) g.outputs.push_back(ir::ValueInfo{o, DType::Undefined, false, {}});
+  g.nodes.push_back(n);
+  std::vector<std::string> out;
+  try {
+    const ops::GraphTypes t = ops::infer_graph(g);
+    for (const auto& o : n.outputs) out.push_back(t.find(o) ? t.find(o)->str() : "(none)");
+  } catch (const Error& e) {
+    out.push_back(e.what());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(MlOps, InferenceStatesTypesAndShapes) {
+  // Adam over a float [n, 3] and a double [2]: X', V', H' follow X, V, H.
+  const ir::Node adam = node(kTraining, "Adam", 1, 10, 6, {});
+  EXPECT_EQ(infer_node(adam, {{"r", DType::Float32, {}},
+                              {"t", DType::Int64, {}},
+                              {"x1", DType::Float32, {-1, 3}},
+                              {"x2", DType::Float64, {2}},
+                              {"g1", DType::Float32, {-1, 3}},
+                              {"g2", DType::Float64, {2}},
+                              {"v1", DType::Float32, {-1, 3}},
+                              {"v2", DType::Float64, {2}},
+                              {"h1", DType::Float32, {-1, 3}},
+                              {"h2", DType::Float64, {2}}}),
+            (std::vector<std::string>{"float32[n,3]", "float64[2]", "float32[n,3]", "float64[2]", "float32[n,3]",
+                                      "float64[2]"}));
+  // TfIdfVectorizer: [n, C] -> float [n, max(ngram_indexes) + 1] = [n, 3].
+  EXPECT_EQ(infer_node(tfidf("TF", 1, 2, 1, {0, 2}, {0, 1, 2}, {1, 2, 1, 2}), {{"x", DType::Int32, {-1, 6}}}),
+            (std::vector<std::string>{"float32[n,3]"}));
+  // LabelEncoder: X's shape, the values' type.
+  const ir::Node enc = node(kMl, "LabelEncoder", 4, 1, 1,
+                            {ir::tensor_attr("keys_tensor", make<int32_t>({2}, {5, 6})),
+                             ir::tensor_attr("values_tensor", make<int16_t>({2}, {-5, -6}))});
+  EXPECT_EQ(infer_node(enc, {{"x", DType::Int32, {-1, 2}}}), (std::vector<std::string>{"int16[n,2]"}));
+  const std::string wrong = infer_node(enc, {{"x", DType::Int64, {4}}})[0];
+  EXPECT_NE(wrong.find("LabelEncoder"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find("the keys are int32"), std::string::npos) << wrong;
+  // ArrayFeatureExtractor: the last axis becomes the number of indices; a vector becomes one row.
+  const ir::Node afe = node(kMl, "ArrayFeatureExtractor", 1, 2, 1, {});
+  EXPECT_EQ(infer_node(afe, {{"x", DType::Float32, {-1, 5}}, {"y", DType::Int64, {3}}}),
+            (std::vector<std::string>{"float32[n,3]"}));
+  EXPECT_EQ(infer_node(afe, {{"x", DType::Int64, {5}}, {"y", DType::Int64, {1, 2}}}),
+            (std::vector<std::string>{"int64[1,2]"}));
+  // TreeEnsemble: X's type, [N, n_targets].
+  EXPECT_EQ(infer_node(forest(1, true, 2, {0, 0, 0, 1}), {{"x", DType::Float64, {-1, 2}}}),
+            (std::vector<std::string>{"float64[n,2]"}));
 }
