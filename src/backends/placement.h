@@ -10,7 +10,10 @@
 //     Size read only their input's dimensions, so they run on the host without a copy.
 //   * host fallback: a node the device backend has no kernel for runs on the host only when the
 //     user allows it (PlaceOptions::host_fallback, `--allow-cpu-fallback`); otherwise placement
-//     fails listing every such node.
+//     fails listing every such node. A node whose device kernel declines it counts as one without
+//     a kernel: its checker refuses the attributes, or its shape check (backends/backend.h:
+//     ShapeCheckFn) refuses the input shapes the graph's shape inference gives, with the sizes
+//     symbolic where the model's are.
 // - A value lives where its producer runs (graph inputs and engine weights on the host). Every
 //   input slot wants its consumer's memory, except structure inputs (kShape), which are always
 //   read on the host, and the inputs of Shape and Size, which any memory serves. Where a value
@@ -21,9 +24,11 @@
 // an imported one. Both call place_graph, so both run the same transfers.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
 #include "ir/graph.h"
 
 namespace reforge::backends {
@@ -32,6 +37,10 @@ struct PlaceOptions {
   std::string backend = "cpu";  // where nodes run
   bool host_fallback = false;   // device backends: run nodes without a device kernel on the host
   std::string subject;          // what errors call the graph ("model 'x'"); "" for none
+  // The values of constants the graph reads but does not hold as initializers (the builder's
+  // engine weights): shape inference for the kernels' shape checks reads their types and the
+  // contents of small integer ones. Null: the graph's initializers are all there is.
+  const std::map<std::string, Tensor>* constants = nullptr;
 };
 
 struct PlaceResult {
