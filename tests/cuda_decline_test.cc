@@ -7,12 +7,14 @@
 // with CUDA.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "backends/placement.h"
 #include "builder/builder.h"
+#include "onnx/importer.h"
 #include "plan/plan.h"
 #include "support/cuda_compare.h"
 #include "support/engine_checks.h"
@@ -382,6 +384,28 @@ TEST(CudaDecline, AFusionTheKernelWouldDeclineIsNotMade) {
   // The CPU's kernel takes every form: the CPU build fuses both.
   build::BuildOptions cpu;
   EXPECT_EQ(count_op(build::build_plan(rotary_pattern("rope_wide_cpu", {2, 1, 5, 8}), cpu), "Rotary", "cpu"), 1u);
+}
+
+// The bundled Llama exports build for the GPU with every node there: the static-shape export
+// with attention and rotary fused (their forms proven), the dynamic-shape one with them unfused
+// (inference gives the sliced cos/sin tables a size of their own, which the checks cannot relate
+// to the sequence length).
+TEST(CudaDecline, BundledLlamaExportsRunEveryNodeOnTheGpu) {
+  REQUIRE_CUDA_BUILD();
+  const std::filesystem::path llama = std::filesystem::path(REFORGE_SOURCE_DIR) / "models" / "llama";
+  if (!std::filesystem::exists(llama / "dynamo" / "A" / "model.onnx")) GTEST_SKIP() << "models/llama not present";
+  build::BuildOptions o;
+  o.backend = "cuda";
+  const plan::Plan fixed =
+      build::build_plan(onnx::import_model_file((llama / "torch113_fold_static" / "A" / "model.onnx").string()), o);
+  EXPECT_EQ(count_op(fixed, "Attention", "cuda"), 2u);
+  EXPECT_EQ(count_op(fixed, "Rotary", "cuda"), 4u);
+  EXPECT_EQ(count_op(fixed, "Attention", "cpu") + count_op(fixed, "Rotary", "cpu"), 0u);
+  // Without fallback, a node placement declined would fail the build.
+  const plan::Plan dynamic =
+      build::build_plan(onnx::import_model_file((llama / "dynamo" / "A" / "model.onnx").string()), o);
+  EXPECT_EQ(count_op(dynamic, "Attention", "cpu") + count_op(dynamic, "Rotary", "cpu"), 0u);
+  EXPECT_EQ(count_op(dynamic, "Attention", "cuda") + count_op(dynamic, "Softmax", "cuda"), 2u);
 }
 
 }  // namespace
