@@ -84,17 +84,7 @@ class FactsSource {
     const KernelDef* k = kernels().find(o_.backend, node.domain, node.op_type, node.opset);
     if (!k || !k->shape_check) return nullptr;
     if (!inferred_) infer();
-    facts_ = {};
-    for (const auto& in : node.inputs) {
-      const ops::ValueType* t = nullptr;
-      const ops::SymShape* d = nullptr;
-      if (!in.empty() && types_) {
-        t = types_->find(in);
-        if (auto it = types_->dims_values.find(in); it != types_->dims_values.end()) d = &it->second;
-      }
-      facts_.types.push_back(t);
-      facts_.dims_values.push_back(d);
-    }
+    facts_ = input_facts(node, types_.get());
     return &facts_;
   }
   // Why the facts are unknown ("" when inference succeeded).
@@ -124,6 +114,21 @@ class FactsSource {
 };
 
 }  // namespace
+
+InputFacts input_facts(const ir::Node& node, const ops::GraphTypes* types) {
+  InputFacts f;
+  for (const auto& in : node.inputs) {
+    const ops::ValueType* t = nullptr;
+    const ops::SymShape* d = nullptr;
+    if (!in.empty() && types) {
+      t = types->find(in);
+      if (auto it = types->dims_values.find(in); it != types->dims_values.end()) d = &it->second;
+    }
+    f.types.push_back(t);
+    f.dims_values.push_back(d);
+  }
+  return f;
+}
 
 bool is_transfer(const ir::Node& n) {
   return n.domain == "reforge" && (n.op_type == "ToDevice" || n.op_type == "ToHost");

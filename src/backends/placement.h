@@ -28,8 +28,10 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
+#include "ops/infer_graph.h"
 
 namespace reforge::backends {
 
@@ -62,6 +64,10 @@ PlaceResult place_graph(ir::Graph& graph, const PlaceOptions& options);
 // Per node: whether it is shape computation (every output read only as structure, directly or
 // through other shape computation; deterministic; runnable on the host).
 std::vector<bool> shape_computation(const ir::Graph& graph);
+
+// The facts of `node`'s inputs for a kernel's shape check, from the graph's inferred `types`
+// (null: none known). Points into `types`.
+InputFacts input_facts(const ir::Node& node, const ops::GraphTypes* types);
 
 // True for reforge::ToDevice / reforge::ToHost.
 bool is_transfer(const ir::Node& node);

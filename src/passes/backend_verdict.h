@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/backend.h"
+#include "backends/placement.h"
 #include "ops/infer_graph.h"
 #include "passes/build_state.h"
 
@@ -23,23 +24,12 @@ class BackendVerdict {
   std::string why_not(const ir::Node& fused) {
     const backends::KernelDef* k = backends::kernels().find(s_.backend, fused.domain, fused.op_type, fused.opset);
     if (!k) return "";  // the pass runs only where the backend has the op (Pass::emits)
-    if (k->check)
-      if (std::string why = k->check(fused); !why.empty()) return why;
-    if (!k->shape_check) return "";
-    if (!types_) infer();
-    backends::InputFacts facts;
-    for (const auto& in : fused.inputs) {
-      const ops::ValueType* t = nullptr;
-      const ops::SymShape* d = nullptr;
-      if (!in.empty() && types_ok_) {
-        t = types_->find(in);
-        if (auto it = types_->dims_values.find(in); it != types_->dims_values.end()) d = &it->second;
-      }
-      facts.types.push_back(t);
-      facts.dims_values.push_back(d);
-    }
     try {
-      return k->shape_check(fused, facts);
+      if (k->check)
+        if (std::string why = k->check(fused); !why.empty()) return why;
+      if (!k->shape_check) return "";
+      if (!types_) infer();
+      return k->shape_check(fused, backends::input_facts(fused, types_ok_ ? types_.get() : nullptr));
     } catch (const Error& e) {
       return e.what();
     }
