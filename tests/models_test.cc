@@ -129,6 +129,30 @@ std::string compare(const Tensor& got, const Tensor& ref, double tolerance) {
   return "";
 }
 
+// Runs `engine` (runtime::Engine or PlanEngine) on every input set of `c` and compares each
+// output with the framework's reference.
+template <typename EngineT>
+void expect_reference_outputs(const EngineT& engine, const ExportCase& c) {
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    std::vector<Tensor> outputs;
+    try {
+      outputs = engine.run(feeds);
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << "run failed: " << ex.what();
+      continue;
+    }
+    ASSERT_EQ(outputs.size(), set.reference.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const auto& [name, file] = set.reference[i];
+      const std::string problem = compare(outputs[i], read_npy(file), c.tolerance);
+      EXPECT_TRUE(problem.empty()) << "output '" << name << "': " << problem;
+    }
+  }
+}
+
 class ModelExport : public ::testing::TestWithParam<ExportCase> {};
 
 TEST_P(ModelExport, MatchesFrameworkReference) {
@@ -154,24 +178,7 @@ TEST_P(ModelExport, MatchesFrameworkReference) {
   ASSERT_EQ(got_inputs, c.input_names);
   ASSERT_EQ(got_outputs, c.output_names);
 
-  for (const auto& set : c.sets) {
-    SCOPED_TRACE("input set " + set.name);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
-    std::vector<Tensor> outputs;
-    try {
-      outputs = engine->run(feeds);
-    } catch (const std::exception& ex) {
-      ADD_FAILURE() << "run failed: " << ex.what();
-      continue;
-    }
-    ASSERT_EQ(outputs.size(), set.reference.size());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const auto& [name, file] = set.reference[i];
-      const std::string problem = compare(outputs[i], read_npy(file), c.tolerance);
-      EXPECT_TRUE(problem.empty()) << "output '" << name << "': " << problem;
-    }
-  }
+  expect_reference_outputs(*engine, c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelExport, ::testing::ValuesIn(load_manifest()),
@@ -193,24 +200,7 @@ TEST_P(CudaModelExport, MatchesFrameworkReference) {
   } catch (const std::exception& ex) {
     FAIL() << "import/build for cuda failed: " << ex.what();
   }
-  for (const auto& set : c.sets) {
-    SCOPED_TRACE("input set " + set.name);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
-    std::vector<Tensor> outputs;
-    try {
-      outputs = engine->run(feeds);
-    } catch (const std::exception& ex) {
-      ADD_FAILURE() << "run failed: " << ex.what();
-      continue;
-    }
-    ASSERT_EQ(outputs.size(), set.reference.size());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const auto& [name, file] = set.reference[i];
-      const std::string problem = compare(outputs[i], read_npy(file), c.tolerance);
-      EXPECT_TRUE(problem.empty()) << "output '" << name << "': " << problem;
-    }
-  }
+  expect_reference_outputs(*engine, c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelExport, ::testing::ValuesIn(load_manifest()),

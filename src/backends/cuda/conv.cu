@@ -163,16 +163,12 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
                                                       fp64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
     REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    std::vector<int> key = {0, static_cast<int>(type), static_cast<int>(xd.size()), narrow(cs.group, where)};
-    for (const auto* v : {&xd, &wd, &yd, &pad, &stride, &dil}) key.insert(key.end(), v->begin(), v->end());
-    choice = cached_algo(std::move(key), [&] {
+    choice = cached_algo(geometry_key(0, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}), [&] {
       cudnnConvolutionFwdAlgoPerf_t perf[8];
       int found = 0;
       REFORGE_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 8, &found, perf));
       AlgoChoice c;
-      for (int i = 0; i < found && c.algo < 0; ++i)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && (half || perf[i].mathType != CUDNN_TENSOR_OP_MATH))
-          c.algo = static_cast<int>(perf[i].algo);
+      c.algo = first_algo(perf, found, half);
       if (c.algo < 0) fail(where, ": cuDNN has no algorithm for this convolution");
       // Then each candidate is timed once on this convolution's own operands (into a scratch
       // output, so Z is untouched when the output overwrites it), as TensorRT times tactics: the
@@ -187,11 +183,7 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
         REFORGE_DNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, input->raw(), d.w, W.raw(), d.conv, d.y,
                                                                  scratch.mutable_raw(), 8, &n, timed, fws.mutable_raw(),
                                                                  kFindWorkspace));
-        for (int i = 0; i < n; ++i)
-          if (timed[i].status == CUDNN_STATUS_SUCCESS && (half || timed[i].mathType != CUDNN_TENSOR_OP_MATH)) {
-            c.algo = static_cast<int>(timed[i].algo);
-            break;
-          }
+        if (const int fastest = first_algo(timed, n, half); fastest >= 0) c.algo = fastest;
       } catch (const Error&) {
         (void)cudaGetLastError();  // a failed allocation leaves no sticky error; clear it regardless
       }

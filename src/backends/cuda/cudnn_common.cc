@@ -74,6 +74,16 @@ int narrow(int64_t v, const std::string& where) {
   return static_cast<int>(v);
 }
 
+std::vector<int> geometry_key(int kind, cudnnDataType_t type, int group,
+                              std::initializer_list<const std::vector<int>*> dims) {
+  std::vector<int> key = {kind, static_cast<int>(type), group};
+  for (const auto* v : dims) {
+    key.push_back(static_cast<int>(v->size()));
+    key.insert(key.end(), v->begin(), v->end());
+  }
+  return key;
+}
+
 AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice()>& choose) {
   static std::mutex mutex;
   static std::map<std::vector<int>, AlgoChoice> memo;

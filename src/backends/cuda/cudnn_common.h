@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,20 @@ struct AlgoChoice {
 // cuDNN's heuristic query costs more than a whole small convolution, and its answer depends on
 // the geometry only, so every later run with the same shapes takes the same algorithm.
 AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice()>& choose);
+
+// The key of a convolution's geometry for cached_algo: the call's kind (forward, backward data),
+// its data type, group count and every descriptor dimension.
+std::vector<int> geometry_key(int kind, cudnnDataType_t type, int group,
+                              std::initializer_list<const std::vector<int>*> dims);
+
+// The first of cuDNN's ranked candidates (cudnnConvolution*AlgoPerf_t) that succeeded and, unless
+// `tensor_ops`, computes without tensor-core math (TF32 for float32); -1 when none does.
+template <typename Perf>
+int first_algo(const Perf* perf, int count, bool tensor_ops) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && (tensor_ops || perf[i].mathType != CUDNN_TENSOR_OP_MATH))
+      return static_cast<int>(perf[i].algo);
+  return -1;
+}
 
 }  // namespace reforge::cuda
