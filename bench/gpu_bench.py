@@ -13,7 +13,8 @@ onnxscript (the device tool's machine has them). For each model and batch:
      on the same inputs, already on the GPU, leaving the outputs there (as eager's timing does;
      median of its iterations); the time with both copies (plain `reforge bench`) is reported
      beside it;
-  4. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
+  4. the same model built refittable (`--refit`) is timed the same way (refit / baked);
+  5. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
      model's dtype (max abs and max relative difference).
 
 Models: bert (BERT-base: hidden 768, 12 layers, 12 heads, sequence 128, attention mask) and
@@ -205,6 +206,14 @@ def main():
                            str(a.warmup), "--iterations", str(a.iterations)] + inputs)
                 row["reforge_ms"] = round(json.loads(out.strip().splitlines()[-1])["median_ms"], 3)
                 row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
+                # The same model built refittable (every weight a refittable source): its time
+                # against the baked plan's, in the same way.
+                refit_path = os.path.join(d, "model.refit.plan")
+                run([a.reforge, "build", onnx_path, "-o", refit_path, "--device", "cuda", "--refit", "--quiet"])
+                out = run([a.reforge, "bench", refit_path, "--device", "cuda", "--device-io", "--warmup",
+                           str(a.warmup), "--iterations", str(a.iterations)] + inputs)
+                row["reforge_refit_ms"] = round(json.loads(out.strip().splitlines()[-1])["median_ms"], 3)
+                row["refit_over_baked"] = round(row["reforge_refit_ms"] / row["reforge_ms"], 3)
                 if a.profile:
                     p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", "3",
                                         "--iterations", "10", "--profile"] + inputs, capture_output=True, text=True,
@@ -231,13 +240,14 @@ def main():
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; TF32 off; "
           f"median of {a.iterations} after {a.warmup} warm-up")
     print(f"{'model':10} {'dtype':9} {'batch':>5} {'torch ms':>9} {'reforge ms':>10} {'torch/reforge':>13} "
-          f"{'max abs diff':>12} {'/ max |ref|':>11}")
+          f"{'max abs diff':>12} {'/ max |ref|':>11} {'refit/baked':>11}")
     for r in rows:
         if "error" in r:
             print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} error: {r['error'].splitlines()[-1][:150]}")
             continue
         print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} {r['torch_ms']:9.3f} {r['reforge_ms']:10.3f} "
-              f"{r['speedup']:13.2f} {r['max_abs_diff']:12.2e} {r['max_abs_diff_over_max_ref']:11.2e}")
+              f"{r['speedup']:13.2f} {r['max_abs_diff']:12.2e} {r['max_abs_diff_over_max_ref']:11.2e} "
+              f"{r['refit_over_baked']:11.3f}")
     with open(os.path.join(a.out, "gpu_bench.json"), "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}, f, indent=1)
     return 0
