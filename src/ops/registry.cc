@@ -39,6 +39,7 @@ const OpRegistry& OpRegistry::global() {
     register_transformer_ops(r);
     register_reforge_ops(r);
     register_quant_ops(r);
+    register_control_ops(r);
     register_elementwise_inference(r);
     register_unary_inference(r);
     register_tensor_inference(r);
@@ -47,6 +48,7 @@ const OpRegistry& OpRegistry::global() {
     register_transformer_inference(r);
     register_reforge_inference(r);
     register_quant_inference(r);
+    register_control_inference(r);
     return r;
   }();
   return registry;
