@@ -198,15 +198,19 @@ TEST(ControlFlow, IfBranchesAndHoistedInitializer) {
   // The branch's initializer moved to the top-level graph under a unique name.
   EXPECT_EQ(g.initializers.count("then.one"), 1u);
   EXPECT_EQ(g.nodes[0].attrs.at("then_branch").g->initializers.size(), 0u);
-  // Captured inputs in attribute-name order: else_branch's (a), then then_branch's (a, one).
-  EXPECT_EQ(g.nodes[0].inputs, (std::vector<std::string>{"cond", "a", "a", "then.one"}));
+  // Captured inputs in attribute-name order: else_branch's (a), then then_branch's (its moved
+  // initializer first, then a).
+  EXPECT_EQ(g.nodes[0].inputs, (std::vector<std::string>{"cond", "a", "then.one", "a"}));
+  EXPECT_EQ(g.nodes[0].attrs.at("then_branch").g->captures, (std::vector<std::string>{"one", "a"}));
   Tensor a = floats({3}, {1.0f, -2.0f, 3.5f});
   for (bool raw : {true, false}) {
     SCOPED_TRACE(raw ? "raw" : "plan");
     for (bool c : {true, false}) {
       std::map<std::string, Tensor> in = {{"cond", Tensor::scalar<bool>(DType::Bool, c)}, {"a", a}};
       auto out = raw ? test_support::engine_for(g).run(in) : reloaded(g).run(in);
-      EXPECT_EQ(values(out[0]), c ? std::vector<float>{2.0f, -1.0f, 4.5f} : std::vector<float>{-1.0f, 2.0f, -3.5f});
+      const std::vector<float> want =
+          c ? std::vector<float>{2.0f, -1.0f, 4.5f} : std::vector<float>{-1.0f, 2.0f, -3.5f};
+      EXPECT_EQ(values(out[0]), want);
     }
   }
 }
@@ -217,7 +221,7 @@ TEST(ControlFlow, SubgraphInitializerIsARefittableSource) {
   o.strip_weights = true;
   runtime::PlanEngine e = reloaded(if_graph(), o);
   refit::Refitter r(e);
-  EXPECT_EQ(r.missing(), std::vector<std::string>{"then.one"});
+  EXPECT_EQ(r.missing(), std::vector<std::string>{"then.one@0:2"});  // the If, its captured input 2
   r.set("then.one", floats({}, {10.0f}));
   r.commit();
   auto out = e.run({{"cond", Tensor::scalar<bool>(DType::Bool, true)}, {"a", floats({3}, {1.0f, -2.0f, 3.5f})}});
