@@ -266,6 +266,41 @@ TEST(ControlFlow, ScanReverseAlongAxes) {
   EXPECT_EQ(ops::infer_graph(scan_graph()).find("Y")->str(), "float32[2,3]");
 }
 
+// Scan opset 8: batch axis 0, sequence axis 1, per-entry lengths. X = [[1,2,3],[4,5,6]] (as
+// [2,3,1]), sequence_lens [3, 2], the scan input reversed: entry 0 scans 3, 2, 1 (s: 3, 5, 6),
+// entry 1 scans 5, 4 (s: 5, 9) and its third output step is zero padding.
+TEST(ControlFlow, Scan8SequenceLengthsAndReverse) {
+  ir::Graph body;
+  body.name = "scan8_body";
+  body.inputs = {vi("s", DType::Float32, {1}), vi("x", DType::Float32, {1})};
+  body.nodes = {node("Add", {"s", "x"}, {"s_next"}, 8), node("Identity", {"s_next"}, {"y"}, 8)};
+  body.outputs = {vi("s_next", DType::Float32, {1}), vi("y", DType::Float32, {1})};
+  ir::Graph g;
+  g.name = "scan8";
+  g.opsets[""] = 8;
+  g.inputs = {vi("lens", DType::Int64, {2}), vi("s0", DType::Float32, {2, 1}), vi("X", DType::Float32, {2, 3, 1})};
+  ir::Node n = node("Scan", {"lens", "s0", "X"}, {"s_final", "Y"}, 8);
+  n.attrs["body"] = graph_attr("body", body);
+  n.attrs["num_scan_inputs"] = ir::int_attr("num_scan_inputs", 1);
+  n.attrs["directions"] = ir::ints_attr("directions", {1});
+  g.nodes = {n};
+  g.outputs = {vi("s_final", DType::Float32, {2, 1}), vi("Y", DType::Float32, {2, 3, 1})};
+  ir::bind_captures(g);
+  Tensor lens = Tensor::empty(DType::Int64, {2});
+  lens.mutable_data<int64_t>()[0] = 3;
+  lens.mutable_data<int64_t>()[1] = 2;
+  std::map<std::string, Tensor> in = {
+      {"lens", lens}, {"s0", floats({2, 1}, {0, 0})}, {"X", floats({2, 3, 1}, {1, 2, 3, 4, 5, 6})}};
+  for (bool raw : {true, false}) {
+    SCOPED_TRACE(raw ? "raw" : "plan");
+    auto out = raw ? test_support::engine_for(g).run(in) : reloaded(g).run(in);
+    EXPECT_EQ(values(out[0]), (std::vector<float>{6, 9}));
+    EXPECT_EQ(out[1].shape(), (Shape{2, 3, 1}));
+    EXPECT_EQ(values(out[1]), (std::vector<float>{3, 5, 6, 5, 9, 0}));
+  }
+  EXPECT_EQ(ops::infer_graph(g).find("Y")->str(), "float32[2,3,1]");
+}
+
 TEST(ControlFlow, NestedSubgraphCapturesThroughEveryLevel) {
   // An If inside the Loop body reads `s`, a top-level input: the Loop body captures it too.
   ir::Graph g = loop_graph();
