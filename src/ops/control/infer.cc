@@ -116,11 +116,10 @@ ValueType with_axis(const ValueType& t, int64_t axis, SymDim size) {
   return v;
 }
 
-ValueType without_axis(InferContext& ctx, const ValueType& t, int64_t axis, const std::string& what) {
+ValueType without_axis(InferContext& ctx, const ValueType& t, int64_t axis) {
   if (!t.rank_known) return t;
   ValueType v = t;
   axis = normalize_axis(ctx, axis, static_cast<int64_t>(t.shape.size()));
-  (void)what;
   v.shape.erase(v.shape.begin() + axis);
   return v;
 }
@@ -198,7 +197,7 @@ void infer_scan(InferContext& ctx) {
   for (size_t i = 0; i < n; ++i) {
     const ValueType& t = ctx.input_type(leading + i);
     states.push_back(t);
-    in.push_back(v8 ? without_axis(ctx, t, 0, "state") : t);
+    in.push_back(v8 ? without_axis(ctx, t, 0) : t);
   }
   for (size_t j = 0; j < m; ++j) {
     const ValueType& t = ctx.input_type(leading + n + j);
@@ -206,11 +205,11 @@ void infer_scan(InferContext& ctx) {
       if (t.rank_known && t.shape.size() >= 2) {
         if (j == 0) batch = t.shape[0], length = t.shape[1];
       }
-      in.push_back(without_axis(ctx, without_axis(ctx, t, 0, "scan input"), 0, "scan input"));
+      in.push_back(without_axis(ctx, without_axis(ctx, t, 0), 0));
     } else {
       if (t.rank_known && j == 0)
         length = t.shape[static_cast<size_t>(normalize_axis(ctx, in_axes[j], static_cast<int64_t>(t.shape.size())))];
-      in.push_back(without_axis(ctx, t, in_axes[j], "scan input"));
+      in.push_back(without_axis(ctx, t, in_axes[j]));
     }
   }
   std::vector<ValueType> out = infer_body(ctx, "body", in);
