@@ -137,6 +137,36 @@ TEST(ControlFlow, DeadCodeEliminationKeepsValueReadOnlyInBody) {
   EXPECT_TRUE(has_mul) << "the Mul feeding only the body was removed";
 }
 
+// Constant folding folds a Loop only when every input, captured ones included, is constant: with
+// `s` (read only through the captured `step`) an initializer and M, x0 constant too, the whole
+// graph folds; with `s` a graph input, the Loop stays.
+TEST(ControlFlow, FoldsOnlyWhenCapturedValuesAreConstant) {
+  auto count = [](const plan::Plan& p, const std::string& op) {
+    size_t k = 0;
+    for (const auto& n : p.graph.nodes) k += n.op_type == op;
+    return k;
+  };
+  ir::Graph g = loop_graph();
+  EXPECT_EQ(count(build::build_plan(g, {}), "Loop"), 1u);
+  std::map<std::string, Tensor> in = loop_inputs();
+  // A condition that stays true (the body passes it on): the same result. (An absent optional
+  // input in the middle keeps any node from folding.)
+  g.nodes[1].inputs[1] = "go";
+  g.initializers["go"] = Tensor::scalar<bool>(DType::Bool, true);
+  g.inputs = {vi("s", DType::Float32, {2})};
+  g.initializers["M"] = in["M"];
+  g.initializers["x0"] = in["x0"];
+  EXPECT_EQ(count(build::build_plan(g, {}), "Loop"), 1u);  // s is still an input
+  g.inputs.clear();
+  g.initializers["s"] = in["s"];
+  plan::Plan folded = build::build_plan(g, {});
+  EXPECT_EQ(count(folded, "Loop"), 0u);
+  runtime::PlanEngine e(std::move(folded));
+  auto out = e.run({});
+  EXPECT_EQ(values(out[0]), (std::vector<float>{2.5f, -1.0f}));
+  EXPECT_EQ(values(out[1]), (std::vector<float>{0.0f, 1.0f, 2.0f}));
+}
+
 TEST(ControlFlow, PlanRoundTripKeepsSubgraph) {
   plan::Plan p = build::build_plan(loop_graph(), {});
   std::string bytes = plan::serialize_plan(p);
