@@ -15,6 +15,7 @@
 #include "plan/plan_io.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
+#include "support/counting_backend.h"
 #include "support/engine_checks.h"
 #include "support/engine_for.h"
 
@@ -377,6 +378,17 @@ TEST(ControlFlow, UnsupportedNodeInsideBodyIsNamed) {
   std::string e = error_of([&] { test_support::engine_for(g); });
   EXPECT_NE(e.find("in subgraph 'loop_body'"), std::string::npos) << e;
   EXPECT_NE(e.find("NoSuchOp"), std::string::npos) << e;
+}
+
+// A backend without kernels for control flow (the tests' counting backend, like CUDA) lists the
+// node as unsupported, the way it lists any other, and the build fails naming it.
+TEST(ControlFlow, BackendWithoutControlFlowKernelsListsTheNode) {
+  test_support::register_counting_backend();
+  build::BuildOptions o;
+  o.backend = test_support::kCountingBackend;
+  const std::string e = error_of([&] { build::build_plan(loop_graph(), o); });
+  EXPECT_NE(e.find("node 'acc_final_node' (Loop)"), std::string::npos) << e;
+  EXPECT_NE(e.find("no kernel on backend 'counting'"), std::string::npos) << e;
 }
 
 }  // namespace
