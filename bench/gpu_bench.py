@@ -9,16 +9,21 @@ onnxscript (the device tool's machine has them). For each model and batch:
   2. PyTorch eager runs it on the GPU in float32 (TF32 off, as reforge's float32 is exact):
      inputs already on the GPU, CUDA-event timing of each iteration, median of --iterations
      after --warmup;
-  3. `reforge bench MODEL --device cuda` times the same export on the same inputs (median of
-     its iterations; its timing includes copying inputs to the GPU and outputs back, which
-     eager does not do);
-  4. `reforge run MODEL --device cuda` writes the outputs, compared with PyTorch's float32
-     outputs on the CPU (max abs and max relative difference).
+  3. `reforge build MODEL --device cuda` makes a plan; `reforge bench PLAN --device-io` times it
+     on the same inputs, already on the GPU, leaving the outputs there (as eager's timing does;
+     median of its iterations); the time with both copies (plain `reforge bench`) is reported
+     beside it;
+  4. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
+     model's dtype (max abs and max relative difference).
 
 Models: bert (BERT-base: hidden 768, 12 layers, 12 heads, sequence 128, attention mask) and
-resnet50 (torchvision ResNet-50, 224x224), batches 1 and 8.
+resnet50 (torchvision ResNet-50, 224x224), float32 at batches 1 and 8; llama1b (a Llama-shaped
+1.1B model from `transformers`: hidden 2048, 16 layers, 32 query and 8 KV heads, intermediate
+8192, vocabulary 32000), bfloat16 on both sides, one 512-token prompt (logits of every
+position, cast to float32 in the model so that both sides write the same file). Its export is
+over 2 GB, so its weights go to external data.
 
-    python3 bench/gpu_bench.py --reforge BUILD/reforge [--out DIR] [--models bert,resnet50]
+    python3 bench/gpu_bench.py --reforge BUILD/reforge [--out DIR] [--models bert,resnet50,llama1b]
 
 Prints one table and writes DIR/gpu_bench.json.
 """
@@ -77,13 +82,39 @@ def make_resnet50():
     return model, inputs, ["logits"]
 
 
-MODELS = {"bert": make_bert, "resnet50": make_resnet50}
+def make_llama1b():
+    import transformers as tf
+
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                         intermediate_size=8192, vocab_size=32000, max_position_embeddings=2048, use_cache=False,
+                         tie_word_embeddings=False)
+    model = tf.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids).logits.float()
+
+    def inputs(batch):
+        g = torch.Generator().manual_seed(batch)
+        return {"input_ids": torch.randint(0, cfg.vocab_size, (batch, 512), generator=g)}
+
+    return Wrap(model).eval(), inputs, ["logits"]
 
 
-def export(model, feeds, names, path):
+MODELS = {"bert": make_bert, "resnet50": make_resnet50, "llama1b": make_llama1b}
+DTYPE = {"llama1b": "bfloat16"}
+BATCHES = {"llama1b": [1]}  # one prompt
+
+
+def export(model, feeds, names, path, external):
     args = tuple(feeds.values())
     torch.onnx.export(model, args, path, dynamo=True, opset_version=18, input_names=list(feeds.keys()),
-                      output_names=names, external_data=False)
+                      output_names=names, external_data=external)
 
 
 def time_eager(model, feeds, warmup, iterations):
@@ -118,7 +149,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reforge", required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--models", default="bert,resnet50")
+    ap.add_argument("--models", default="bert,resnet50,llama1b")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iterations", type=int, default=50)
@@ -132,8 +163,8 @@ def main():
     work = tempfile.mkdtemp(prefix="gpu_bench_")
     for name in a.models.split(","):
         model, make_inputs, out_names = MODELS[name]()
-        for batch in [int(b) for b in a.batches.split(",")]:
-            row = {"model": name, "batch": batch, "dtype": "float32"}
+        for batch in BATCHES.get(name, [int(b) for b in a.batches.split(",")]):
+            row = {"model": name, "batch": batch, "dtype": DTYPE.get(name, "float32")}
             rows.append(row)
             d = os.path.join(work, f"{name}_b{batch}")
             os.makedirs(os.path.join(d, "in"), exist_ok=True)
@@ -141,50 +172,72 @@ def main():
             try:
                 onnx_path = os.path.join(d, "model.onnx")
                 t0 = time.time()
-                export(model, feeds, out_names, onnx_path)
+                export(model, feeds, out_names, onnx_path, external=name in DTYPE)
                 row["export_s"] = round(time.time() - t0, 1)
+                # The reference: PyTorch on the GPU (TF32 off), in the model's own dtype.
+                model.cuda()
                 with torch.no_grad():
-                    ref = model(*feeds.values())
-                ref = (ref if isinstance(ref, (tuple, list)) else [ref])[0].numpy()
+                    ref = model(*[v.cuda() for v in feeds.values()])
+                ref = (ref if isinstance(ref, (tuple, list)) else [ref])[0].float().cpu().numpy()
+                ref32 = None
+                if name in DTYPE:  # the same weights in float32: how far each 16-bit side is from it
+                    model.float()
+                    with torch.no_grad():
+                        ref32 = model(*[v.cuda() for v in feeds.values()])
+                    ref32 = (ref32 if isinstance(ref32, (tuple, list)) else [ref32])[0].float().cpu().numpy()
+                    model.to(getattr(torch, DTYPE[name]))
                 inputs = []
                 for k, v in feeds.items():
                     np.save(os.path.join(d, "in", k + ".npy"), v.numpy())
                     inputs += ["-i", f"{k}={os.path.join(d, 'in', k + '.npy')}"]
-                model.cuda()
                 row["torch_ms"] = round(time_eager(model, feeds, a.warmup, a.iterations), 3)
                 model.cpu()
                 torch.cuda.empty_cache()
-                out = run([a.reforge, "bench", onnx_path, "--device", "cuda", "--warmup", str(a.warmup),
+                plan_path = os.path.join(d, "model.plan")  # built once, run by bench and run
+                t0 = time.time()
+                run([a.reforge, "build", onnx_path, "-o", plan_path, "--device", "cuda", "--quiet"])
+                row["reforge_build_s"] = round(time.time() - t0, 1)
+                out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", str(a.warmup),
                            "--iterations", str(a.iterations)] + inputs)
                 stats = json.loads(out.strip().splitlines()[-1])
-                row["reforge_ms"] = round(stats["median_ms"], 3)
-                row["reforge_build_ms"] = round(stats.get("build_ms", 0), 1)
+                row["reforge_host_io_ms"] = round(stats["median_ms"], 3)
+                out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--device-io", "--warmup",
+                           str(a.warmup), "--iterations", str(a.iterations)] + inputs)
+                row["reforge_ms"] = round(json.loads(out.strip().splitlines()[-1])["median_ms"], 3)
                 row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
                 if a.profile:
-                    p = subprocess.run([a.reforge, "bench", onnx_path, "--device", "cuda", "--warmup", "3",
+                    p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", "3",
                                         "--iterations", "10", "--profile"] + inputs, capture_output=True, text=True,
                                        env=dict(os.environ, LD_LIBRARY_PATH=os.environ.get(
                                            "REFORGE_LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))))
                     print(f"== profile of {name} batch {batch}\n{p.stderr[-4000:]}", flush=True)
-                run([a.reforge, "run", onnx_path, "--device", "cuda", "-o", os.path.join(d, "out")] + inputs)
+                run([a.reforge, "run", plan_path, "--device", "cuda", "-o", os.path.join(d, "out")] + inputs)
                 got = np.load(os.path.join(d, "out", out_names[0] + ".npy"))
                 diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
                 row["max_abs_diff"] = float(diff.max())
                 row["max_ref"] = float(np.abs(ref).max())
                 row["max_rel_diff"] = float((diff / np.maximum(np.abs(ref), 1e-6)).max())
+                row["max_abs_diff_over_max_ref"] = row["max_abs_diff"] / max(row["max_ref"], 1e-30)
+                if ref32 is not None:
+                    scale = max(float(np.abs(ref32).max()), 1e-30)
+                    row["reforge_vs_fp32_max_abs_over_max_ref"] = float(np.abs(got - ref32).max()) / scale
+                    row["torch_vs_fp32_max_abs_over_max_ref"] = float(np.abs(ref - ref32).max()) / scale
             except Exception as e:  # a failing row is reported, the others still run
                 row["error"] = str(e)[-2000:]
+                model.cpu()
+                torch.cuda.empty_cache()
             print(json.dumps(row), flush=True)
     print()
-    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; float32, TF32 off; "
+    print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; TF32 off; "
           f"median of {a.iterations} after {a.warmup} warm-up")
-    print(f"{'model':10} {'batch':>5} {'torch ms':>9} {'reforge ms':>10} {'torch/reforge':>13} {'max abs diff':>12}")
+    print(f"{'model':10} {'dtype':9} {'batch':>5} {'torch ms':>9} {'reforge ms':>10} {'torch/reforge':>13} "
+          f"{'max abs diff':>12} {'/ max |ref|':>11}")
     for r in rows:
         if "error" in r:
-            print(f"{r['model']:10} {r['batch']:5} error: {r['error'].splitlines()[-1][:150]}")
+            print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} error: {r['error'].splitlines()[-1][:150]}")
             continue
-        print(f"{r['model']:10} {r['batch']:5} {r['torch_ms']:9.3f} {r['reforge_ms']:10.3f} {r['speedup']:13.2f} "
-              f"{r['max_abs_diff']:12.2e}")
+        print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} {r['torch_ms']:9.3f} {r['reforge_ms']:10.3f} "
+              f"{r['speedup']:13.2f} {r['max_abs_diff']:12.2e} {r['max_abs_diff_over_max_ref']:11.2e}")
     with open(os.path.join(a.out, "gpu_bench.json"), "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}, f, indent=1)
     return 0

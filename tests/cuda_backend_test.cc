@@ -279,6 +279,45 @@ TEST(CudaKernels, ConvMatchesTheCpu) {
     }
 }
 
+// reforge::FusedConv = relu?(Conv(X, W, B?) + Z?), as the fuse-conv-activation pass makes it:
+// float32 with a ReLU runs as one cuDNN call (with and without Z, with and without a bias), the
+// other forms (no ReLU, a broadcast Z, 16-bit types) as the convolution and an epilogue kernel.
+TEST(CudaKernels, FusedConvMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    Shape x, w, z;  // z empty: no residual
+    bool bias, relu;
+    std::map<std::string, ir::Attribute> attrs;
+  };
+  using ir::ints_attr;
+  const std::map<std::string, ir::Attribute> same = {{"pads", ints_attr("pads", {1, 1, 1, 1})}};
+  const std::vector<Case> cases = {
+      {{1, 16, 14, 14}, {32, 16, 3, 3}, {}, true, true, same},
+      {{2, 16, 14, 14}, {16, 16, 3, 3}, {2, 16, 14, 14}, true, true, same},
+      {{1, 8, 9, 9}, {8, 8, 1, 1}, {1, 8, 9, 9}, false, true, {}},
+      {{1, 8, 9, 9}, {12, 8, 3, 3}, {}, false, true, {{"strides", ints_attr("strides", {2, 2})}}},
+      {{2, 8, 7, 7}, {8, 8, 3, 3}, {2, 8, 7, 7}, true, false, same},
+      {{2, 8, 7, 7}, {8, 8, 3, 3}, {1, 8, 1, 1}, true, true, same},
+      {{1, 4, 6, 6}, {6, 2, 3, 3}, {6, 1, 1}, true, false, {{"group", ir::int_attr("group", 2)}}},
+      {{1, 3, 11}, {5, 3, 3}, {1, 5, 9}, true, true, {}}};
+  uint32_t seed = 4500;
+  for (DType t : {DType::Float32, DType::Float16})
+    for (const auto& c : cases) {
+      Tensor x = random_of(t, c.x, ++seed), w = random_of(t, c.w, ++seed, -0.5f, 0.5f),
+             b = random_of(t, {c.w[0]}, ++seed), z = random_of(t, c.z.empty() ? Shape{1} : c.z, ++seed);
+      std::vector<std::string> ins = {"X", "W", c.bias ? "B" : ""};
+      if (!c.z.empty()) ins.push_back("Z");
+      auto attrs = c.attrs;
+      if (c.relu) attrs["activation"] = ir::string_attr("activation", "Relu");
+      ir::Node n = node("Y", "FusedConv", ins, attrs, 1);
+      n.domain = "reforge";
+      expect_same_on_cuda(n, {x, w, b, z},
+                          describe_case("FusedConv", t, c.x, c.w) + (c.bias ? " bias" : "") +
+                              (c.z.empty() ? "" : " z " + shape_str(c.z)) + (c.relu ? " relu" : ""),
+                          {"W", "B"});
+    }
+}
+
 TEST(CudaKernels, PoolsMatchTheCpu) {
   REQUIRE_GPU();
   using ir::ints_attr;

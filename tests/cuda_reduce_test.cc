@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/numerics.h"
 #include "support/cuda_compare.h"
 #include "support/make_tensor.h"
 
@@ -206,6 +207,34 @@ TEST(CudaSoftmax, SoftmaxAndLogSoftmaxMatchTheCpu) {
 }  // namespace
 
 namespace {
+
+// 16-bit sums on long rows, with the default float32 accumulation and with the ONNX reference's
+// rounding after each addition (ops/numerics.h): the GPU rounds as the CPU does in both, and on a
+// uniform bfloat16 row of 512 only the default gives 1/512.
+TEST(CudaSoftmax, SixteenBitSumsInBothRoundingsMatchTheCpu) {
+  REQUIRE_GPU();
+  uint32_t seed = 51000;
+  for (bool reference : {false, true})
+    for (DType t : {DType::Float16, DType::BFloat16})
+      for (const Shape& shape : {Shape{64, 512}, Shape{3, 4100}, Shape{2, 700, 3}}) {
+        ir::Node n = node("Softmax", {"X"}, {{"axis", ir::int_attr("axis", 1)}}, 13);
+        if (reference) ops::mark_reference_rounding_of(n);
+        expect_same_on_cuda(n, {random_of(t, shape, ++seed, -3.0f, 3.0f)},
+                            std::string(reference ? "reference " : "default ") + dtype_name(t) + shape_str(shape));
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  ir::Node n = node("Softmax", {"X"}, {}, 13);
+  ir::Graph g;
+  g.name = "uniform";
+  g.ir_version = 10;
+  g.opsets[""] = 13;
+  g.inputs = {test_support::value_info("X", DType::BFloat16, {4, 512})};
+  g.nodes = {n};
+  g.outputs = {test_support::value_info("Y", DType::BFloat16, {4, 512})};
+  const Tensor x = cast_tensor(test_support::make<float>({4, 512}, std::vector<float>(2048, 0.5f)), DType::BFloat16);
+  const Tensor y = test_support::engine_for(g, {}, "cuda").run({{"X", x}}).at(0);
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.as_double(i), 1.0 / 512) << i;
+}
 
 TEST(CudaNorm, LayerNormalizationMatchesTheCpu) {
   REQUIRE_GPU();

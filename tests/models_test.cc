@@ -6,7 +6,9 @@
 // initialized: the exporters merge equal initializers) and B (fine-tuned: nothing equal). For
 // every export and every input set it applies to, this test imports the model, builds an
 // Engine, runs it and compares every output's shape and values with the PyTorch reference
-// (max abs diff within the manifest's tolerance, no NaN or Inf).
+// (max abs diff within the manifest's tolerance, no NaN or Inf). CudaModelExport does the same
+// through the whole pipeline for the GPU (build_plan for "cuda" with every pass, the plan
+// serialized and parsed, PlanEngine), where a GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,10 +23,14 @@
 #include <string>
 #include <vector>
 
+#include "builder/builder.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "runtime/engine.h"
+#include "runtime/plan_engine.h"
+#include "support/cuda_compare.h"
 #include "support/engine_for.h"
+#include "support/plan_round_trip.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -169,6 +175,45 @@ TEST_P(ModelExport, MatchesFrameworkReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelExport, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
+
+class CudaModelExport : public ::testing::TestWithParam<ExportCase> {};
+
+TEST_P(CudaModelExport, MatchesFrameworkReference) {
+  REQUIRE_GPU();
+  const ExportCase& c = GetParam();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  SCOPED_TRACE(c.path);
+  std::unique_ptr<runtime::PlanEngine> engine;
+  try {
+    build::BuildOptions o;
+    o.backend = "cuda";  // every node on the GPU: a node without a kernel fails the build
+    engine = std::make_unique<runtime::PlanEngine>(
+        test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o)));
+  } catch (const std::exception& ex) {
+    FAIL() << "import/build for cuda failed: " << ex.what();
+  }
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    std::vector<Tensor> outputs;
+    try {
+      outputs = engine->run(feeds);
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << "run failed: " << ex.what();
+      continue;
+    }
+    ASSERT_EQ(outputs.size(), set.reference.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const auto& [name, file] = set.reference[i];
+      const std::string problem = compare(outputs[i], read_npy(file), c.tolerance);
+      EXPECT_TRUE(problem.empty()) << "output '" << name << "': " << problem;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelExport, ::testing::ValuesIn(load_manifest()),
                          [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
 
 // The manifest covers every model x exporter variant x weight set, and every file it names exists.

@@ -17,6 +17,7 @@
 
 #include "core/dispatch.h"
 #include "core/simd.h"
+#include "ops/numerics.h"
 #include "ops/registry.h"
 #include "support/make_tensor.h"
 #include "support/run_op.h"
@@ -281,6 +282,32 @@ TEST(Softmax, Opset11CoercesTo2DAndOpset13UsesOneAxis) {
   }
   Tensor ls = run(node("LogSoftmax", 11, 1, {{{"axis", 0}}}), {x});
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(ls.data<float>()[i], (i - 5.0) - std::log(total), 1e-5);
+}
+
+// 16-bit sums (ops/numerics.h): by default exp(x - max) accumulates in float32 and the sum is
+// rounded once, so a uniform row of 512 gives 1/512 (exact in bfloat16); with the ONNX
+// reference's rounding (the node marked by BuildOptions::reference_rounding) a bfloat16 sum
+// rounds after each addition and stops at 256 (256 + 1 is a tie that rounds to even), so each
+// weight comes out as 1/256, as numpy on bfloat16 arrays computes it.
+TEST(Softmax, SixteenBitSumsAccumulateInFloatUnlessTheReferenceRoundingIsAsked) {
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Tensor x = cast_tensor(make<float>({2, 512}, std::vector<float>(1024, 0.25f)), t);
+    ir::Node n = node("Softmax", 13, 1);
+    const Tensor y = run(n, {x});
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.as_double(i), 1.0 / 512) << i;
+    ops::mark_reference_rounding_of(n);
+    const Tensor r = run(n, {x});
+    // float16 over the last axis sums in float in the reference too (numpy's pairwise half sum).
+    const double want = t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 512;
+    for (int64_t i = 0; i < r.numel(); ++i) ASSERT_EQ(r.as_double(i), want) << i;
+  }
+  // Over a middle axis float16 rounds per addition as well: 2048 + 1 ties to 2048.
+  Tensor x = cast_tensor(make<float>({4096, 2}, std::vector<float>(8192, 1.0f)), DType::Float16);
+  ir::Node n = node("Softmax", 13, 1, {{{"axis", 0}}});
+  EXPECT_EQ(run(n, {x}).as_double(0), 1.0 / 4096);
+  ops::mark_reference_rounding_of(n);
+  EXPECT_EQ(run(n, {x}).as_double(0), 1.0 / 2048);
 }
 
 TEST(Softmax, MaskedLogitsAndLongRows) {

@@ -12,6 +12,7 @@
 #include "core/simd.h"
 #include "core/version.h"
 #include "ops/infer_graph.h"
+#include "ops/numerics.h"
 #include "passes/build_state.h"
 #include "runtime/lowered_graph.h"
 #include "transforms/recipe.h"
@@ -189,6 +190,7 @@ plan::BuildRecord target_record(const BuildOptions& o) {
   r.verify_recipes = o.verify_recipes;
   r.backend = o.backend;
   r.host_fallback = o.host_fallback;
+  r.reference_rounding = o.reference_rounding;
   r.isa.push_back(simd_level_name(simd_level()));
   if (o.layouts) {
     r.layouts = *o.layouts;
@@ -409,6 +411,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   plan.model_name = g.name;
   plan.build = target_record(o);
 
+  if (o.reference_rounding) ops::mark_reference_rounding(g);  // after the fingerprint: not part of the structure
   passes::BuildState s = make_state(std::move(g), o, plan.build->layouts, literals);
   // The sources of a model read from external data are memory-mapped, and the caller may keep
   // the model (a refit's verify rebuild, a build bound to a checkpoint), so their pages would stay

@@ -28,6 +28,12 @@ struct BuildOptions {
   // Device backends: nodes without a device kernel run on the host, with explicit transfers
   // (backends/placement.h); without it such nodes fail the build, listed.
   bool host_fallback = false;
+  // 16-bit sums of Softmax and Attention rounded after each addition, as the ONNX reference
+  // (numpy on 16-bit arrays) computes them, instead of accumulated in float32 and rounded once.
+  // The reference's sum stops growing once an addend falls below half its spacing (a bfloat16
+  // sum of 512 ones ends at 256), so this is for reproducing the reference (conformance), not
+  // for models (ops/numerics.h).
+  bool reference_rounding = false;
   // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
   plan::Precision precision = plan::Precision::Fp32;

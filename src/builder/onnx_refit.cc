@@ -77,6 +77,7 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
     }
     o.backend = r.backend;
     o.host_fallback = r.host_fallback;
+    o.reference_rounding = r.reference_rounding;
     o.weight_packing = r.weight_packing;
     o.skip_passes = r.skip_passes;
     o.verify_recipes = r.verify_recipes;

@@ -39,6 +39,8 @@ const OpRegistry& OpRegistry::global() {
     register_transformer_ops(r);
     register_reforge_ops(r);
     register_quant_ops(r);
+    register_training_ops(r);
+    register_ml_ops(r);
     register_control_ops(r);
     register_elementwise_inference(r);
     register_unary_inference(r);
@@ -48,6 +50,8 @@ const OpRegistry& OpRegistry::global() {
     register_transformer_inference(r);
     register_reforge_inference(r);
     register_quant_inference(r);
+    register_training_inference(r);
+    register_ml_inference(r);
     register_control_inference(r);
     return r;
   }();

@@ -185,6 +185,8 @@ void register_nn_ops(OpRegistry& r);           // MatMul, Gemm, Conv, pools, nor
 void register_transformer_ops(OpRegistry& r);  // Attention, RotaryEmbedding, RMSNormalization, Resize
 void register_reforge_ops(OpRegistry& r);      // reforge domain: recipe transforms and fused kernels
 void register_quant_ops(OpRegistry& r);        // Quantize/DequantizeLinear, QLinear*, *Integer
+void register_training_ops(OpRegistry& r);     // ai.onnx.preview.training: Adagrad, Adam, Momentum
+void register_ml_ops(OpRegistry& r);           // ai.onnx.ml ops and TfIdfVectorizer
 void register_control_ops(OpRegistry& r);      // If, Loop, Scan: nodes with subgraphs
 
 // Each family's shape and type inference (ops/infer.h), set on the entries registered above.
@@ -196,6 +198,8 @@ void register_nn_inference(OpRegistry& r);           // ops/nn/infer.cc
 void register_transformer_inference(OpRegistry& r);  // ops/transformer/infer.cc
 void register_reforge_inference(OpRegistry& r);      // ops/reforge/infer.cc
 void register_quant_inference(OpRegistry& r);        // ops/quant/infer.cc
+void register_training_inference(OpRegistry& r);     // ops/training/infer.cc
+void register_ml_inference(OpRegistry& r);           // ops/ml/infer.cc
 void register_control_inference(OpRegistry& r);      // ops/control/infer.cc
 
 }  // namespace reforge::ops

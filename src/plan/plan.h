@@ -85,6 +85,8 @@ struct BuildRecord {
   std::string backend = "cpu";
   // Device backends: nodes without a device kernel were placed on the host (--allow-cpu-fallback).
   bool host_fallback = false;
+  // 16-bit Softmax/Attention sums rounded as the ONNX reference rounds them (BuildOptions).
+  bool reference_rounding = false;
   // The building CPU's instruction sets that the build consulted: its vector level ("generic",
   // "avx2" or "avx512", core/simd.h) and, in bf16 builds that let the CPU choose the layout,
   // "bf16-matmul" when oneDNN multiplies bfloat16 natively there.

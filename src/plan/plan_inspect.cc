@@ -98,6 +98,7 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
     const BuildRecord& r = *p.build;
     j["build"] = {{"backend", r.backend},
                   {"host_fallback", r.host_fallback},
+                  {"reference_rounding", r.reference_rounding},
                   {"isa", r.isa},
                   {"weight_packing", weight_packing_name(r.weight_packing)},
                   {"layouts", {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}}},

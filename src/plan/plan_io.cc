@@ -65,7 +65,8 @@ class Encoder {
     j["skip_passes"] = strs(r.skip_passes);
     j["verify_recipes"] = r.verify_recipes;
     j["backend"] = str(r.backend);
-    if (r.host_fallback) j["host_fallback"] = true;  // optional: absent means false
+    if (r.host_fallback) j["host_fallback"] = true;            // optional: absent means false
+    if (r.reference_rounding) j["reference_rounding"] = true;  // optional: absent means false
     j["isa"] = strs(r.isa);
     j["layouts"] = {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}};
     return j;

@@ -178,6 +178,8 @@ class Decoder {
     r.verify_recipes = as_bool(field(j, "verify_recipes", where), at(where, "verify_recipes"));
     r.backend = str_field(j, "backend", where);
     if (j.contains("host_fallback")) r.host_fallback = as_bool(j["host_fallback"], at(where, "host_fallback"));
+    if (j.contains("reference_rounding"))
+      r.reference_rounding = as_bool(j["reference_rounding"], at(where, "reference_rounding"));
     r.isa = strings(field(j, "isa", where), at(where, "isa"));
     const std::string lw = at(where, "layouts");
     const json& l = field(j, "layouts", where);

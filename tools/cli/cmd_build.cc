@@ -28,6 +28,7 @@ struct BuildArgs {
   bool strict_binding = false, allow_partial = false;
   int threads = 0;
   bool json = false;
+  bool reference_rounding = false;
   DeviceOptions device;
 };
 }  // namespace
@@ -63,6 +64,9 @@ Runner add_build(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", a->json, "print one JSON document on stdout (the build's summary); other text goes to stderr");
   add_device_options(app, a->device);
+  app.add_flag("--reference-rounding", a->reference_rounding,
+               "round 16-bit Softmax/Attention sums after each addition, as the ONNX reference does (default: "
+               "accumulate in float32 and round once; the reference's sums stop growing on long rows)");
   return [a]() {
     check_output_file(a->out, "-o");
     std::ostream& out = a->json ? std::cerr : std::cout;
@@ -82,6 +86,7 @@ Runner add_build(CLI::App& app) {
     o.activations = parse_precision(a->activations);
     o.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
     o.host_fallback = a->device.cpu_fallback;
+    o.reference_rounding = a->reference_rounding;
     o.validate();
     if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();

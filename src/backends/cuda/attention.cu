@@ -12,7 +12,8 @@
 // product, softcap, the biased score). When the softmax precision is a 16-bit type (the default
 // for 16-bit inputs; reforge::Attention on 16-bit inputs, whose CPU reference is the unfused
 // Softmax) the kernel makes three passes over the keys instead of one: the row max, then the sum,
-// then the weighted values, so that x - max, the exponentials, the sum (bfloat16: in key order,
+// then the weighted values, so that x - max, the exponentials, the sum (accumulated in float and
+// rounded once; with the reference's rounding, ops/numerics.h, bfloat16 sums in key order,
 // rounded after each addition) and every weight e / sum round exactly as on the CPU. A row whose
 // every key is closed (attn_mask false or -inf, causal, window, padding) yields zeros; a NaN score
 // makes the row NaN. reforge::Attention follows the CPU: a row whose scores are all -inf is NaN.
@@ -30,6 +31,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "core/error.h"
+#include "ops/numerics.h"
 
 namespace reforge::cuda {
 
@@ -136,6 +138,7 @@ struct AttnParams {
   const void* nonpad = nullptr;  // [B] int32 or int64, or null
   bool nonpad_i64 = true;
   int prec = kNone;
+  bool reference = false;  // bfloat16 sums rounded after each addition (ops/numerics.h)
   // The bias mask (ONNX: attn_mask as bias rounded to T, bool as 0 / -inf; reforge 'add': the
   // mask), in C, indexed b * m_sb + h * m_sh + i * m_sq + j * m_sk for j < m_len (-inf beyond).
   const C* mask = nullptr;
@@ -337,8 +340,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         }
         if (lane < nk) wts[lane] = pj;
         if (pass == 1 || !exact_weights) {
-          if (p.prec == kBf16) {
-            // The CPU adds in key order, rounding after each addition.
+          if (p.prec == kBf16 && p.reference) {
+            // The reference adds in key order, rounding after each addition.
             __syncwarp();
             if (lane == 0)
               for (int jj = 0; jj < nk; ++jj) l = round_s(l + wts[jj], kBf16);
@@ -415,7 +418,7 @@ __global__ void qk_output_kernel(const AttnParams<T> p, int mode, T* out) {
     for (int64_t j = 0; j < L; ++j) {
       const C v = round_s(static_cast<C>(load_c(o, j)), p.prec);
       const C e = round_s(static_cast<C>(exp(round_s(v - safe, p.prec))), p.prec);
-      sum = p.prec == kBf16 ? round_s(sum + e, kBf16) : sum + e;
+      sum = p.prec == kBf16 && p.reference ? round_s(sum + e, kBf16) : sum + e;
     }
     sum = round_s(sum, p.prec);
     if (sum == C(0)) sum = 1;
@@ -725,6 +728,7 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::s
                                  ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("softmax_precision", 1)))
                                  : q.dtype();
   p.prec = prec_of(softmax_type);
+  p.reference = ops::reference_rounding(ctx.node());
 
   const Shape y_shape =
       d.is_3d ? Shape{d.batch, d.q_len, d.q_heads * d.v_head_size} : Shape{d.batch, d.q_heads, d.q_len, d.v_head_size};
@@ -977,6 +981,7 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     }
   }
   p.prec = prec_of(q.dtype());
+  p.reference = ops::reference_rounding(ctx.node());
   REFORGE_CHECK(out_layout == Layout::BHSD || out_rank == 4, where, ": output layout bshd needs a 4-D result");
   Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
   y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));  // ranks 2, 3: the leading 1s go

@@ -1,8 +1,17 @@
-// Conv on the GPU through cuDNN (the legacy convolution API): float32 with FMA arithmetic only
-// (CUDNN_FMA_MATH: no TF32, as float32 MatMul), float16 and bfloat16 with tensor cores and
-// float32 accumulation, float64 in float64. 1-D convolutions run as 2-D with a height of 1.
-// cuDNN pads symmetrically; asymmetric pads (auto_pad SAME_* with an even window) pad the input
-// explicitly first. The geometry and every check are the Conv op's own (ops/nn/conv.h).
+// Conv and reforge::FusedConv on the GPU through cuDNN (the legacy convolution API): float32 with
+// FMA arithmetic only (CUDNN_FMA_MATH: no TF32, as float32 MatMul), float16 and bfloat16 with
+// tensor cores and float32 accumulation, float64 in float64. 1-D convolutions run as 2-D with a
+// height of 1. cuDNN pads symmetrically; asymmetric pads (auto_pad SAME_* with an even window) pad
+// the input explicitly first. The geometry and every check are the Conv op's own (ops/nn/conv.h).
+//
+// FusedConv(X, W, B?, Z?) = relu?(Conv(X, W, B) + Z), made by the fuse-conv-activation pass, runs
+// in float32 with a ReLU as one cudnnConvolutionBiasActivationForward call (Z, when it has the
+// output's shape, read by the convolution's epilogue; with z_inplace = 1, from the
+// conv-residual-inplace pass, the output is written over Z). Other forms run the convolution and
+// then one epilogue kernel for the bias, the broadcast residual and the ReLU. The layouts of the
+// CPU's conv-channels-last pass (x_layout, y_layout, z_layout) are declined.
+//
+// Each geometry's algorithm comes from cuDNN's heuristics once and is remembered (cached_algo).
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/device_types.cuh"
@@ -24,27 +33,70 @@ __global__ void pad_input(const T* x, T* y, int64_t total, int64_t id, int64_t i
   }
 }
 
-void conv_kernel(ops::KernelContext& ctx) {
+// y = relu?(y + bias[channel] + z), each part optional; z broadcast to y by `zs`.
+template <typename T>
+__global__ void epilogue(T* y, const T* bias, const T* z, Strides<1> zs, int64_t total, int64_t pixels, int64_t M,
+                         bool relu) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    auto v = load_c(y, i);
+    if (bias) v += load_c(bias, (i / pixels) % M);
+    if (z) {
+      int64_t off[1];
+      zs.offsets(i, off);
+      v += load_c(z, off[0]);
+    }
+    if (relu && v < decltype(v)(0)) v = decltype(v)(0);
+    y[i] = store_c<T>(v);
+  }
+}
+
+// What follows the convolution in a FusedConv: the residual Z and the ReLU.
+struct Post {
+  const Tensor* z = nullptr;
+  bool relu = false;
+  bool z_inplace = false;
+};
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  auto pa = static_cast<const char*>(a.raw()), pb = static_cast<const char*>(b.raw());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+void conv_run(ops::KernelContext& ctx, const Post& post) {
   const std::string where = ctx.node().label();
   const ops::nn::ConvSetup cs = ops::nn::conv_setup(ctx);
   const Tensor& X = ctx.input(0);
   const Tensor& W = ctx.input(1);
-  Tensor& Y = ctx.allocate_output_uninit(0, X.dtype(), cs.out_shape);
-  if (Y.numel() == 0) return;
-  if (X.numel() == 0 || W.numel() == 0) {  // an empty sum: the bias, or zeros
-    REFORGE_CUDA_CHECK(cudaMemsetAsync(Y.mutable_raw(), 0, Y.nbytes(), stream()));
-    REFORGE_CHECK(!ctx.has_input(2) || ctx.input(2).numel() == 0, where, ": a bias over an empty input");
-    return;
+  const Tensor* B = ctx.has_input(2) && ctx.input(2).numel() > 0 ? &ctx.input(2) : nullptr;
+  if (ctx.has_input(2) && !B) REFORGE_CHECK(cs.M == 0, where, ": the bias is empty");
+  const Tensor* Z = post.z;
+  if (Z)
+    REFORGE_CHECK(Z->dtype() == X.dtype(), where, ": residual ", Z->describe(), " does not match the input's type ",
+                  dtype_name(X.dtype()));
+  const bool z_dense = Z && Z->shape() == cs.out_shape;
+  // The output: Z's buffer when the pass allowed it and nothing else the node reads shares it.
+  bool in_place = post.z_inplace && z_dense;
+  for (size_t i = 0; i < 3 && in_place; ++i)
+    if (ctx.has_input(i) && overlaps(*Z, ctx.input(i))) in_place = false;
+  Tensor* Yp;
+  if (in_place) {
+    ctx.set_output(0, *Z);
+    Yp = &ctx.outputs()[0];
+  } else {
+    Yp = &ctx.allocate_output_uninit(0, X.dtype(), cs.out_shape);
   }
+  Tensor& Y = *Yp;
+  if (Y.numel() == 0) return;
   const cudnnDataType_t type = dnn_type(X.dtype());
   const size_t nsp = cs.nsp;
+  const bool empty_sum = X.numel() == 0 || W.numel() == 0;  // the sum has no terms: the bias, or zeros
   // Asymmetric pads: pad the input explicitly and convolve without padding.
   bool symmetric = true;
   for (size_t i = 0; i < nsp; ++i) symmetric &= cs.win.pad_begin[i] == cs.win.pad_end[i];
   Tensor padded;
   const Tensor* input = &X;
   std::vector<int64_t> in = cs.win.in, pads = cs.win.pad_begin;
-  if (!symmetric) {
+  if (!symmetric && !empty_sum) {
     Shape ps = {cs.N, cs.C};
     for (size_t i = 0; i < nsp; ++i) ps.push_back(in[i] + cs.win.pad_begin[i] + cs.win.pad_end[i]);
     padded = device_tensor(X.dtype(), ps);
@@ -54,15 +106,18 @@ void conv_kernel(ops::KernelContext& ctx) {
       o3[3 - nsp + i] = ps[2 + i];
       p3[3 - nsp + i] = cs.win.pad_begin[i];
     }
-    dispatch_device(X.dtype(), where.c_str(), [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
-        pad_input<T><<<blocks_for(padded.numel()), 256, 0, stream()>>>(X.data<T>(), padded.mutable_data<T>(),
-                                                                        padded.numel(), i3[0], i3[1], i3[2], o3[0],
-                                                                        o3[1], o3[2], p3[0], p3[1], p3[2]);
-        check_launch("pad_input");
-      }
-    }, true);
+    dispatch_device(
+        X.dtype(), where.c_str(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+            pad_input<T><<<blocks_for(padded.numel()), 256, 0, stream()>>>(X.data<T>(), padded.mutable_data<T>(),
+                                                                           padded.numel(), i3[0], i3[1], i3[2], o3[0],
+                                                                           o3[1], o3[2], p3[0], p3[1], p3[2]);
+            check_launch("pad_input");
+          }
+        },
+        true);
     input = &padded;
     for (size_t i = 0; i < nsp; ++i) {
       in[i] = ps[2 + i];
@@ -70,7 +125,8 @@ void conv_kernel(ops::KernelContext& ctx) {
     }
   }
   // cuDNN descriptors: at least 2 spatial dims.
-  std::vector<int> xd = {narrow(cs.N, where), narrow(cs.C, where)}, wd = {narrow(cs.M, where), narrow(cs.C / cs.group, where)},
+  std::vector<int> xd = {narrow(cs.N, where), narrow(cs.C, where)},
+                   wd = {narrow(cs.M, where), narrow(cs.C / cs.group, where)},
                    yd = {narrow(cs.N, where), narrow(cs.M, where)};
   std::vector<int> pad, stride, dil;
   if (nsp == 1) {
@@ -85,46 +141,118 @@ void conv_kernel(ops::KernelContext& ctx) {
     stride.push_back(narrow(cs.win.strides[i], where));
     dil.push_back(narrow(cs.win.dilations[i], where));
   }
-  Descriptors d;
-  set_tensor(d.x, type, xd);
-  set_tensor(d.y, type, yd);
-  REFORGE_DNN_CHECK(cudnnSetFilterNdDescriptor(d.w, type, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
-  const cudnnDataType_t compute = X.dtype() == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  REFORGE_DNN_CHECK(cudnnSetConvolutionNdDescriptor(d.conv, static_cast<int>(pad.size()), pad.data(), stride.data(),
-                                                    dil.data(), CUDNN_CROSS_CORRELATION, compute));
-  REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
-  REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(
-      d.conv, X.dtype() == DType::Float16 || X.dtype() == DType::BFloat16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-  cudnnHandle_t h = dnn();
-  cudnnConvolutionFwdAlgoPerf_t perf[8];
-  int found = 0;
-  REFORGE_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 8, &found, perf));
-  int pick = -1;
-  for (int i = 0; i < found && pick < 0; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (X.dtype() == DType::Float16 || X.dtype() == DType::BFloat16 ||
-                                                   perf[i].mathType != CUDNN_TENSOR_OP_MATH))
-      pick = i;
-  if (pick < 0) fail(where, ": cuDNN has no algorithm for this convolution");
-  size_t ws_bytes = 0;
-  REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y, perf[pick].algo, &ws_bytes));
-  Tensor ws = ws_bytes ? device_tensor(DType::UInt8, {static_cast<int64_t>(ws_bytes)}) : Tensor();
+  const bool fp64 = X.dtype() == DType::Float64, half = X.dtype() == DType::Float16 || X.dtype() == DType::BFloat16;
   const double one64 = 1.0, zero64 = 0.0;
   const float one32 = 1.0f, zero32 = 0.0f;
-  const void* one = X.dtype() == DType::Float64 ? static_cast<const void*>(&one64) : &one32;
-  const void* zero = X.dtype() == DType::Float64 ? static_cast<const void*>(&zero64) : &zero32;
-  REFORGE_DNN_CHECK(cudnnConvolutionForward(h, one, d.x, input->raw(), d.w, W.raw(), d.conv, perf[pick].algo,
-                                            ws_bytes ? ws.mutable_raw() : nullptr, ws_bytes, zero, d.y,
-                                            Y.mutable_raw()));
-  if (ctx.has_input(2)) {
+  const void* one = fp64 ? static_cast<const void*>(&one64) : &one32;
+  const void* zero = fp64 ? static_cast<const void*>(&zero64) : &zero32;
+  // float32 with a ReLU: the convolution, bias, residual and ReLU in one cuDNN call.
+  const bool fused = !empty_sum && X.dtype() == DType::Float32 && post.relu && (!Z || z_dense);
+  Descriptors d;
+  cudnnHandle_t h = dnn();
+  AlgoChoice choice;
+  if (!empty_sum) {
+    set_tensor(d.x, type, xd);
+    set_tensor(d.y, type, yd);
+    REFORGE_DNN_CHECK(cudnnSetFilterNdDescriptor(d.w, type, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
+    REFORGE_DNN_CHECK(cudnnSetConvolutionNdDescriptor(d.conv, static_cast<int>(pad.size()), pad.data(), stride.data(),
+                                                      dil.data(), CUDNN_CROSS_CORRELATION,
+                                                      fp64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
+    REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
+    REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    std::vector<int> key = {0, static_cast<int>(type), static_cast<int>(xd.size()), narrow(cs.group, where)};
+    for (const auto* v : {&xd, &wd, &yd, &pad, &stride, &dil}) key.insert(key.end(), v->begin(), v->end());
+    choice = cached_algo(std::move(key), [&] {
+      cudnnConvolutionFwdAlgoPerf_t perf[8];
+      int found = 0;
+      REFORGE_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 8, &found, perf));
+      AlgoChoice c;
+      for (int i = 0; i < found && c.algo < 0; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS && (half || perf[i].mathType != CUDNN_TENSOR_OP_MATH))
+          c.algo = static_cast<int>(perf[i].algo);
+      if (c.algo < 0) fail(where, ": cuDNN has no algorithm for this convolution");
+      REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+          h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
+      return c;
+    });
+  }
+  Tensor ws = choice.workspace ? device_tensor(DType::UInt8, {static_cast<int64_t>(choice.workspace)}) : Tensor();
+  void* ws_ptr = choice.workspace ? ws.mutable_raw() : nullptr;
+  const auto algo = static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo);
+  if (fused) {
+    Tensor zeros;
+    const void* bias = B ? B->raw() : nullptr;
+    if (!B) {
+      zeros = device_tensor(X.dtype(), {cs.M});
+      REFORGE_CUDA_CHECK(cudaMemsetAsync(zeros.mutable_raw(), 0, zeros.nbytes(), stream()));
+      bias = zeros.raw();
+    }
     std::vector<int> bd(yd.size(), 1);
     bd[1] = yd[1];
     set_tensor(d.b, type, bd);
-    REFORGE_DNN_CHECK(cudnnAddTensor(h, one, d.b, ctx.input(2).raw(), one, d.y, Y.mutable_raw()));
+    cudnnActivationDescriptor_t act = nullptr;
+    REFORGE_DNN_CHECK(cudnnCreateActivationDescriptor(&act));
+    struct Release {
+      cudnnActivationDescriptor_t a;
+      ~Release() { cudnnDestroyActivationDescriptor(a); }
+    } release{act};
+    REFORGE_DNN_CHECK(cudnnSetActivationDescriptor(act, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+    // Without a residual, z is the output itself with a zero factor (cuDNN does not read it then).
+    REFORGE_DNN_CHECK(cudnnConvolutionBiasActivationForward(
+        h, one, d.x, input->raw(), d.w, W.raw(), d.conv, algo, ws_ptr, choice.workspace, Z ? one : zero, d.y,
+        Z ? Z->raw() : Y.raw(), d.b, bias, act, d.y, Y.mutable_raw()));
+    return;
   }
+  if (empty_sum)
+    REFORGE_CUDA_CHECK(cudaMemsetAsync(Y.mutable_raw(), 0, Y.nbytes(), stream()));
+  else
+    REFORGE_DNN_CHECK(cudnnConvolutionForward(h, one, d.x, input->raw(), d.w, W.raw(), d.conv, algo, ws_ptr,
+                                              choice.workspace, zero, d.y, Y.mutable_raw()));
+  if (!B && !Z && !post.relu) return;
+  Strides<1> zs;
+  if (Z) {
+    const Shape* ops[1] = {&Z->shape()};
+    zs = make_strides<1>(Y.shape(), ops, where);
+  }
+  const int64_t pixels = Y.numel() / (cs.N * cs.M);
+  dispatch_device(
+      X.dtype(), where.c_str(),
+      [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+          epilogue<T><<<blocks_for(Y.numel()), 256, 0, stream()>>>(Y.mutable_data<T>(), B ? B->data<T>() : nullptr,
+                                                                   Z ? Z->data<T>() : nullptr, zs, Y.numel(), pixels,
+                                                                   cs.M, post.relu);
+          check_launch("conv epilogue");
+        }
+      },
+      true);
+}
+
+void conv_kernel(ops::KernelContext& ctx) { conv_run(ctx, {}); }
+
+void fused_conv_kernel(ops::KernelContext& ctx) {
+  Post post;
+  if (ctx.has_input(3) && ctx.input(3).numel() > 0) post.z = &ctx.input(3);
+  post.relu = ctx.attr_string("activation", "") == "Relu";
+  post.z_inplace = ctx.attr_int("z_inplace", 0) == 1;
+  conv_run(ctx, post);
+}
+
+// The CPU's activation layouts (conv-channels-last) are not the GPU's.
+std::string check_fused_conv(const ir::Node& node) {
+  for (const char* a : {"x_layout", "y_layout", "z_layout"}) {
+    const std::string l = node.attr_string(a, "NCHW");
+    if (l != "NCHW") return std::string(a) + " '" + l + "' is a CPU layout; the CUDA kernel takes NCHW";
+  }
+  return "";
 }
 
 }  // namespace
 
-void register_conv_kernels(backends::KernelRegistry& r) { add_kernel(r, "", "Conv", conv_kernel); }
+void register_conv_kernels(backends::KernelRegistry& r) {
+  add_kernel(r, "", "Conv", conv_kernel);
+  add_kernel(r, "reforge", "FusedConv", fused_conv_kernel, check_fused_conv);
+}
 
 }  // namespace reforge::cuda

@@ -119,21 +119,29 @@ void conv_transpose_kernel(ops::KernelContext& ctx) {
   REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
   REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   cudnnHandle_t h = dnn();
-  cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-  int found = 0;
-  REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.x, d.conv, d.y, 8, &found, perf));
-  int pick = -1;
-  for (int i = 0; i < found && pick < 0; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && (half || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) pick = i;
-  if (pick < 0) fail(where, ": cuDNN has no algorithm for this transposed convolution");
-  size_t ws_bytes = 0;
-  REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w, d.x, d.conv, d.y, perf[pick].algo, &ws_bytes));
+  std::vector<int> key = {1, static_cast<int>(type), static_cast<int>(xd.size()), narrow(cs.group, where)};
+  for (const auto* v : {&xd, &wd, &yd, &pad, &stride, &dil}) key.insert(key.end(), v->begin(), v->end());
+  const AlgoChoice choice = cached_algo(std::move(key), [&] {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+    int found = 0;
+    REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.x, d.conv, d.y, 8, &found, perf));
+    AlgoChoice c;
+    for (int i = 0; i < found && c.algo < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && (half || perf[i].mathType != CUDNN_TENSOR_OP_MATH))
+        c.algo = static_cast<int>(perf[i].algo);
+    if (c.algo < 0) fail(where, ": cuDNN has no algorithm for this transposed convolution");
+    REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
+        h, d.w, d.x, d.conv, d.y, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &c.workspace));
+    return c;
+  });
+  const auto algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(choice.algo);
+  const size_t ws_bytes = choice.workspace;
   Tensor ws = ws_bytes ? device_tensor(DType::UInt8, {static_cast<int64_t>(ws_bytes)}) : Tensor();
   const double one64 = 1.0, zero64 = 0.0;
   const float one32 = 1.0f, zero32 = 0.0f;
   const void* one = X.dtype() == DType::Float64 ? static_cast<const void*>(&one64) : &one32;
   const void* zero = X.dtype() == DType::Float64 ? static_cast<const void*>(&zero64) : &zero32;
-  REFORGE_DNN_CHECK(cudnnConvolutionBackwardData(h, one, d.w, W.raw(), d.x, X.raw(), d.conv, perf[pick].algo,
+  REFORGE_DNN_CHECK(cudnnConvolutionBackwardData(h, one, d.w, W.raw(), d.x, X.raw(), d.conv, algo,
                                                  ws_bytes ? ws.mutable_raw() : nullptr, ws_bytes, zero, d.y,
                                                  dst.mutable_raw()));
   if (direct) {

@@ -1,6 +1,8 @@
 #include "backends/cuda/cudnn_common.h"
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "backends/cuda/cuda_common.h"
 #include "core/error.h"
@@ -70,6 +72,22 @@ void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, const std::vect
 int narrow(int64_t v, const std::string& where) {
   REFORGE_CHECK(v >= 0 && v <= INT32_MAX, where, ": dimension ", v, " exceeds cuDNN's 32-bit sizes");
   return static_cast<int>(v);
+}
+
+AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice()>& choose) {
+  static std::mutex mutex;
+  static std::map<std::vector<int>, AlgoChoice> memo;
+  int device = 0;
+  REFORGE_CUDA_CHECK(cudaGetDevice(&device));
+  key.push_back(device);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = memo.find(key);
+    if (it != memo.end()) return it->second;
+  }
+  const AlgoChoice c = choose();  // outside the lock: a query may take a while
+  std::lock_guard<std::mutex> lock(mutex);
+  return memo.emplace(std::move(key), c).first->second;
 }
 
 }  // namespace reforge::cuda

@@ -1,10 +1,13 @@
 // cuDNN pieces shared by the convolution kernels (conv.cu, conv_transpose.cu): error checks, the
-// calling thread's handle bound to its stream, the descriptor set of one convolution, and
-// packed N-d tensor descriptors (cuDNN sizes are 32-bit: larger ones are refused).
+// calling thread's handle bound to its stream, the descriptor set of one convolution, packed N-d
+// tensor descriptors (cuDNN sizes are 32-bit: larger ones are refused), and the memo of each
+// geometry's algorithm.
 #pragma once
 
 #include <cudnn.h>
 
+#include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,5 +41,17 @@ void set_tensor(cudnnTensorDescriptor_t d, cudnnDataType_t type, const std::vect
 
 // `v` as cuDNN's int, refused (naming `where`) beyond 32 bits.
 int narrow(int64_t v, const std::string& where);
+
+// An algorithm (a cudnnConvolution*Algo_t) and the workspace it needs.
+struct AlgoChoice {
+  int algo = -1;
+  size_t workspace = 0;
+};
+
+// The choice for the geometry `key` (the call's kind, types and every descriptor dimension; the
+// current device is added here), made by `choose` the first time and remembered for the process.
+// cuDNN's heuristic query costs more than a whole small convolution, and its answer depends on
+// the geometry only, so every later run with the same shapes takes the same algorithm.
+AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice()>& choose);
 
 }  // namespace reforge::cuda

@@ -4,9 +4,10 @@
 // outer * inner rows (n elements, stride inner) is handled by one group of threads (a warp, or a
 // block for long rows): the max (NaN never adopted, as std::max on the CPU), then the sum of
 // exp(x - max) by a deterministic tree, then the outputs. float32 and float64 compute in their
-// own type; 16-bit Softmax rounds where the CPU (following the ONNX reference) rounds: x - max,
-// exp, the sum (per addition, in order, except float16 over a contiguous axis, which sums in
-// float) and the quotient; 16-bit LogSoftmax computes in float32 and rounds once.
+// own type; 16-bit Softmax rounds where the CPU rounds: x - max, exp, the sum (accumulated in
+// float and rounded once, or, with the reference's rounding (ops/numerics.h), per addition in
+// order, except float16 over a contiguous axis) and the quotient; 16-bit LogSoftmax computes in
+// float32 and rounds once.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
+#include "ops/numerics.h"
 
 namespace reforge::cuda {
 
@@ -29,13 +31,14 @@ __device__ __forceinline__ float round_to(float v) {
 }
 
 template <int G, typename T, bool Log>
-__global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n, int64_t inner) {
+__global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n, int64_t inner, bool reference) {
   using C = compute_t<T>;
   constexpr bool narrow = !std::is_same_v<T, C>;
   constexpr int groups = kGroupThreads / G;
   const int lane = threadIdx.x % G;
-  // Float16 over a contiguous axis sums in float; other 16-bit sums round after each addition.
-  const bool rounded_sum = narrow && !Log && !(std::is_same_v<T, __half> && inner == 1);
+  // With the reference's rounding, 16-bit sums round after each addition (but float16 over a
+  // contiguous axis); otherwise they accumulate in float.
+  const bool rounded_sum = reference && narrow && !Log && !(std::is_same_v<T, __half> && inner == 1);
   for (int64_t first = int64_t{blockIdx.x} * groups; first < rows; first += int64_t{gridDim.x} * groups) {
     const int64_t row = first + threadIdx.x / G;
     const bool live = row < rows;
@@ -104,17 +107,18 @@ void softmax_kernel(ops::KernelContext& ctx) {
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int64_t rows = outer * inner;
+  const bool reference = ops::reference_rounding(ctx.node());
   dispatch_device(
       x.dtype(), label.c_str(),
       [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<compute_t<T>>) {
           if (n >= kBlockRow)
-            softmax_rows<kGroupThreads, T, Log>
-                <<<row_grid(rows, 1), kGroupThreads, 0, stream()>>>(x.data<T>(), y.mutable_data<T>(), rows, n, inner);
+            softmax_rows<kGroupThreads, T, Log><<<row_grid(rows, 1), kGroupThreads, 0, stream()>>>(
+                x.data<T>(), y.mutable_data<T>(), rows, n, inner, reference);
           else
             softmax_rows<32, T, Log><<<row_grid(rows, kGroupThreads / 32), kGroupThreads, 0, stream()>>>(
-                x.data<T>(), y.mutable_data<T>(), rows, n, inner);
+                x.data<T>(), y.mutable_data<T>(), rows, n, inner, reference);
           check_launch(Log ? "LogSoftmax" : "Softmax");
         }
       },

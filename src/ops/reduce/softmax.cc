@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/numerics.h"
 
 namespace reforge::ops {
 namespace {
@@ -50,15 +51,16 @@ void softmax_block_scalar(const T* x, T* y, int64_t n, int64_t inner, bool log, 
   }
 }
 
-// 16-bit floats: computed in float, but every intermediate is rounded to T where the ONNX
-// reference (numpy on float16/bfloat16 arrays) rounds it: x - max, exp, the sum and the
-// quotient; float16 sums over a contiguous axis accumulate in float (numpy's pairwise half sum),
-// all other sums round after each addition. A float-only computation differs by an ulp often
-// enough that the suite's rtol (1e-3, finer than a bfloat16 ulp) rejects it. (LogSoftmax does
-// not follow the reference's log(Softmax), which gives -inf wherever the 16-bit probability
-// underflows; it computes x - max - log(sum) in float and rounds once.)
+// 16-bit floats: computed in float, every intermediate rounded to T where the ONNX reference
+// (numpy on float16/bfloat16 arrays) rounds it: x - max, exp, the sum and the quotient. The sum
+// accumulates in float and is rounded once (ops/numerics.h); with the reference's rounding
+// (`reference`), float16 sums over a contiguous axis still accumulate in float (numpy's pairwise
+// half sum) and all other sums round after each addition, which the suite's 16-bit expected
+// outputs need (its rtol, 1e-3, is finer than a bfloat16 ulp). (LogSoftmax does not follow the
+// reference's log(Softmax), which gives -inf wherever the 16-bit probability underflows; it
+// computes x - max - log(sum) in float and rounds once.)
 template <typename T>
-void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, float* work) {
+void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, float* work, bool reference) {
   auto rnd = [](float v) { return static_cast<float>(T(v)); };
   float* mx = work;
   float* sum = work + inner;
@@ -68,7 +70,7 @@ void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, float* work) {
   }
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < inner; ++j) mx[j] = std::max(mx[j], static_cast<float>(x[r * inner + j]));
-  const bool float_sum = std::is_same_v<T, float16> && inner == 1;
+  const bool float_sum = !reference || (std::is_same_v<T, float16> && inner == 1);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t j = 0; j < inner; ++j) {
       const float e = rnd(std::exp(rnd(static_cast<float>(x[r * inner + j]) - mx[j])));
@@ -84,7 +86,7 @@ void softmax_block_16(const T* x, T* y, int64_t n, int64_t inner, float* work) {
 
 template <typename T>
 void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bool log, int threads,
-                   SoftmaxF32Block f32_block) {
+                   SoftmaxF32Block f32_block, bool reference) {
   using C = compute_t<T>;
   const int64_t block = n * inner;
   const bool par = threads > 1 && outer > 1 && outer * block >= (1 << 14);
@@ -101,7 +103,7 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bo
       } else if constexpr (std::is_same_v<T, double>) {
         softmax_block_scalar<double>(xs, ys, n, inner, log, work.data());
       } else if (!log) {
-        softmax_block_16<T>(xs, ys, n, inner, work.data());
+        softmax_block_16<T>(xs, ys, n, inner, work.data(), reference);
       } else {
         buf.resize(static_cast<size_t>(block));
         for (int64_t i = 0; i < block; ++i) buf[static_cast<size_t>(i)] = static_cast<float>(xs[i]);
@@ -141,7 +143,8 @@ void softmax_run(KernelContext& ctx, bool log, SoftmaxF32Block f32_block) {
       x.dtype(),
       [&](auto tag) {
         using T = typename decltype(tag)::type;
-        softmax_typed<T>(x.data<T>(), y.mutable_data<T>(), outer, n, inner, log, threads, f32_block);
+        softmax_typed<T>(x.data<T>(), y.mutable_data<T>(), outer, n, inner, log, threads, f32_block,
+                         reference_rounding(ctx.node()));
       },
       log ? "LogSoftmax" : "Softmax");
 }

@@ -27,6 +27,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "ops/numerics.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -93,6 +94,7 @@ struct Options {
   int64_t mode = 0;
   bool want_qk = false;
   DType softmax_type = DType::Undefined;
+  bool reference_rounding = false;  // bfloat16 sums rounded after each addition (ops/numerics.h)
 };
 
 std::string attention_check(const ir::Node& node) {
@@ -111,9 +113,11 @@ std::string attention_check(const ir::Node& node) {
 }
 
 // Softmax over one row of biased logits in precision S, then converted to T's compute type.
-// `x` holds T values (compute type CT); the result overwrites `p` (CT, rounded to T).
+// `x` holds T values (compute type CT); the result overwrites `p` (CT, rounded to T). The sum
+// accumulates in S's compute type and is rounded to S once, or, for bfloat16 with `reference`,
+// after each addition as the ONNX reference does (ops/numerics.h).
 template <typename T, typename S>
-void softmax_row(const compute_t<T>* x, int64_t n, compute_t<T>* p, std::vector<compute_t<S>>& tmp) {
+void softmax_row(const compute_t<T>* x, int64_t n, compute_t<T>* p, std::vector<compute_t<S>>& tmp, bool reference) {
   using SC = compute_t<S>;
   tmp.resize(static_cast<size_t>(n));
   SC mx = -std::numeric_limits<SC>::infinity();
@@ -133,7 +137,7 @@ void softmax_row(const compute_t<T>* x, int64_t n, compute_t<T>* p, std::vector<
     SC e = round_to<S>(std::exp(round_to<S>(tmp[j] - safe)));
     tmp[j] = e;
     if constexpr (std::is_same_v<S, bfloat16>)
-      sum = round_to<S>(sum + e);
+      sum = reference ? round_to<S>(sum + e) : sum + e;
     else
       sum += e;
   }
@@ -258,16 +262,16 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
       if (L > 0) {
         switch (o.softmax_type) {
           case DType::Float32:
-            softmax_row<T, float>(biased.data(), L, prob.data(), tmp_f);
+            softmax_row<T, float>(biased.data(), L, prob.data(), tmp_f, o.reference_rounding);
             break;
           case DType::Float16:
-            softmax_row<T, float16>(biased.data(), L, prob.data(), tmp_f);
+            softmax_row<T, float16>(biased.data(), L, prob.data(), tmp_f, o.reference_rounding);
             break;
           case DType::BFloat16:
-            softmax_row<T, bfloat16>(biased.data(), L, prob.data(), tmp_f);
+            softmax_row<T, bfloat16>(biased.data(), L, prob.data(), tmp_f, o.reference_rounding);
             break;
           default:
-            softmax_row<T, double>(biased.data(), L, prob.data(), tmp_d);
+            softmax_row<T, double>(biased.data(), L, prob.data(), tmp_d, o.reference_rounding);
             break;
         }
       }
@@ -452,6 +456,7 @@ void attention_kernel(KernelContext& ctx) {
   o.right_window = ctx.attr_int("right_window_size", -1);
   o.mode = ctx.attr_int("qk_matmul_output_mode", 0);
   o.want_qk = ctx.output_wanted(3);
+  o.reference_rounding = reference_rounding(ctx.node());
   o.softmax_type = ctx.node().has_attr("softmax_precision")
                        ? dtype_from_onnx(static_cast<int32_t>(ctx.attr_int("softmax_precision", 1)))
                        : q.dtype();
