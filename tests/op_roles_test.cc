@@ -4,7 +4,8 @@
 // engine (determinism).
 // - the roles answer as the side tables they replaced did, for every op those tables listed,
 //   and no registered op has a weight or shape-like role those tables did not give it, except
-//   the ops registered later with their roles (listed below the old tables);
+//   the ops registered later with their roles (listed below the old tables) and the structure
+//   inputs of the reforge domain's fused ops;
 // - Dropout, on which the two non-deterministic lists disagreed (folding folded it, the engine
 //   never memoized it), is non-deterministic exactly when it can draw: opset >= 12, a
 //   training_mode input, no seed;
@@ -100,6 +101,14 @@ const std::vector<OldRow> kLaterShapeSlots = {
     {"Loop", 11, 3, {0}},
 };
 
+// Shape-like inputs of the fused ops of the reforge domain: the structure inputs of the patterns
+// they replace (fuse-attention: the Expand/Reshape shapes of the grouped-query repeat; fuse-rotary:
+// the Slice bounds).
+const std::vector<OldRow> kReforgeShapeSlots = {
+    {"Attention", 1, 10, {6, 7, 8, 9}},
+    {"Rotary", 1, 7, {3, 4, 5, 6}},
+};
+
 void expect_rows(const std::vector<OldRow>& rows, InputRole role) {
   for (const auto& row : rows)
     for (size_t s = 0; s < row.num_inputs; ++s)
@@ -148,10 +157,16 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
       if (op == r.op) return r.slots.count(slot) != 0;
     return false;
   };
-  size_t weight = 0, shape = 0;
+  size_t weight = 0, shape = 0, reforge_shape = 0;
   for (const ops::OpDef* d : ops::OpRegistry::global().entries())
     for (size_t s = 0; s < d->input_roles.size(); ++s) {
       if (d->input_roles[s] == InputRole::kData) continue;
+      if (d->domain == "reforge") {
+        EXPECT_EQ(d->input_roles[s], InputRole::kShape) << "reforge::" << d->op_type << " input " << s;
+        EXPECT_TRUE(listed(kReforgeShapeSlots, d->op_type, s)) << "reforge::" << d->op_type << " input " << s;
+        ++reforge_shape;
+        continue;
+      }
       EXPECT_TRUE(d->domain.empty()) << d->domain << "::" << d->op_type;
       if (d->input_roles[s] == InputRole::kWeight) {
         ++weight;
@@ -167,6 +182,12 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
   EXPECT_EQ(shape, 34u + 23u);        // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
+  EXPECT_EQ(reforge_shape, 8u);
+  for (const auto& row : kReforgeShapeSlots)
+    for (size_t s = 0; s < row.num_inputs; ++s)
+      EXPECT_EQ(ops::input_role("reforge", row.op, row.opset, s),
+                row.slots.count(s) ? InputRole::kShape : InputRole::kData)
+          << "reforge::" << row.op << " input " << s;
 }
 
 // Behaviour change: an op the registry does not cover (unknown, custom domain, opset outside

@@ -112,7 +112,7 @@ std::vector<std::string> backend_names() {
 
 const KernelRegistry& kernels() { return Global::instance(); }
 
-std::string resolve(const ir::Node& node, const std::string& backend, Resolved* out) {
+std::string resolve(const ir::Node& node, const std::string& backend, Resolved* out, const InputFacts* facts) {
   const Backend* b = find_backend(backend);
   if (!b) {
     std::string known;
@@ -127,12 +127,11 @@ std::string resolve(const ir::Node& node, const std::string& backend, Resolved* 
   std::string declined;
   if (const KernelDef* k = kernels().find(backend, node.domain, node.op_type, node.opset)) {
     std::string reason;
-    if (k->check) {
-      try {
-        reason = k->check(node);
-      } catch (const Error& e) {
-        reason = e.what();
-      }
+    try {
+      if (k->check) reason = k->check(node);
+      if (reason.empty() && facts && k->shape_check) reason = k->shape_check(node, *facts);
+    } catch (const Error& e) {
+      reason = e.what();
     }
     if (reason.empty()) {
       if (out) *out = {&k->kernel, &k->prepare, false};

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/infer.h"
 #include "ops/registry.h"
 
 namespace reforge::backends {
@@ -30,6 +31,23 @@ namespace reforge::backends {
 // Where a backend's tensors live (core/tensor.h): host memory, or the memory of a device whose
 // backend provides allocation and copies (set_device_memory).
 using reforge::Memory;
+
+// What a build knows of a node's inputs before any data exists (ops/infer_graph.h), for a kernel's
+// shape check: per input slot its inferred type and, for small integer values inference follows
+// (constants, shape arithmetic), its contents as dimensions. Null where the slot is absent or the
+// build could not infer it.
+struct InputFacts {
+  std::vector<const ops::ValueType*> types;
+  std::vector<const ops::SymShape*> dims_values;
+  const ops::ValueType* type(size_t i) const { return i < types.size() ? types[i] : nullptr; }
+  const ops::SymShape* dims_value(size_t i) const { return i < dims_values.size() ? dims_values[i] : nullptr; }
+};
+
+// "" when a kernel runs the node for every input these facts allow; else why not. A kernel that
+// refuses some input forms at run time declares them here, so that placement reports the node
+// at build time instead of the run failing. Strict: a form that a symbolic dimension or an
+// unknown value may make unsupported is declined, never assumed to be fine.
+using ShapeCheckFn = std::function<std::string(const ir::Node&, const InputFacts&)>;
 
 // One backend kernel of (domain, op type) for opsets [since, end].
 struct KernelDef {
@@ -39,8 +57,9 @@ struct KernelDef {
   int since = 1;
   int end = INT_MAX;  // inclusive
   ops::KernelFn kernel;
-  ops::CheckFn check = nullptr;      // "" when this kernel can run the node; null: every node
-  ops::PrepareFn prepare = nullptr;  // optional, as OpDef::prepare
+  ops::CheckFn check = nullptr;        // "" when this kernel can run the node; null: every node
+  ops::PrepareFn prepare = nullptr;    // optional, as OpDef::prepare
+  ShapeCheckFn shape_check = nullptr;  // optional: asked with the inferred input types at placement
 };
 
 class KernelRegistry;
@@ -105,7 +124,9 @@ struct Resolved {
 // Resolves the kernel of `node` on `backend`. Returns "" and fills `out`, or says why the node
 // cannot run there: unknown backend, unknown op or opset, the schema checker's reason, or "no
 // kernel on backend 'x'" (with the backend kernel checker's reason when it declined the node).
-std::string resolve(const ir::Node& node, const std::string& backend, Resolved* out);
+// With `facts` (placement), a backend kernel's shape check is asked too; without them (an engine
+// resolving a placed plan) it is not: placement has decided.
+std::string resolve(const ir::Node& node, const std::string& backend, Resolved* out, const InputFacts* facts = nullptr);
 
 // The kernel that computes an op on the host where weights are transformed (recipe replay,
 // constant folding): the CPU backend's kernel for the node, else the op's reference kernel.

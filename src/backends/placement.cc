@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
 #include "backends/backend.h"
 #include "core/error.h"
+#include "ops/infer_graph.h"
 #include "ops/reforge/float16_weights.h"
 #include "ops/registry.h"
 
@@ -70,7 +72,63 @@ std::vector<size_t> node_order(const ir::Graph& g) {
   return order;
 }
 
+// The input facts of each node for the shape checks of `backend`'s kernels, inferred once, when the
+// first node whose kernel has a shape check asks. Where inference fails, every fact is unknown (and
+// the checks decline), with inference's message kept for the reason.
+class FactsSource {
+ public:
+  FactsSource(const ir::Graph& g, const PlaceOptions& o) : g_(g), o_(o) {}
+
+  // Null when the node's kernel on the backend has no shape check.
+  const InputFacts* facts_for(const ir::Node& node) {
+    const KernelDef* k = kernels().find(o_.backend, node.domain, node.op_type, node.opset);
+    if (!k || !k->shape_check) return nullptr;
+    if (!inferred_) infer();
+    facts_ = input_facts(node, types_.get());
+    return &facts_;
+  }
+  // Why the facts are unknown ("" when inference succeeded).
+  const std::string& inference_error() const { return error_; }
+
+ private:
+  void infer() {
+    inferred_ = true;
+    ir::Graph copy = g_;
+    if (o_.constants)
+      for (const auto& [name, t] : *o_.constants) copy.initializers.emplace(name, t);
+    ops::InferOptions io;
+    io.require_all = false;
+    try {
+      types_ = std::make_unique<ops::GraphTypes>(ops::infer_graph(copy, io));
+    } catch (const Error& e) {
+      error_ = e.what();
+    }
+  }
+
+  const ir::Graph& g_;
+  const PlaceOptions& o_;
+  bool inferred_ = false;
+  std::unique_ptr<ops::GraphTypes> types_;
+  std::string error_;
+  InputFacts facts_;
+};
+
 }  // namespace
+
+InputFacts input_facts(const ir::Node& node, const ops::GraphTypes* types) {
+  InputFacts f;
+  for (const auto& in : node.inputs) {
+    const ops::ValueType* t = nullptr;
+    const ops::SymShape* d = nullptr;
+    if (!in.empty() && types) {
+      t = types->find(in);
+      if (auto it = types->dims_values.find(in); it != types->dims_values.end()) d = &it->second;
+    }
+    f.types.push_back(t);
+    f.dims_values.push_back(d);
+  }
+  return f;
+}
 
 bool is_transfer(const ir::Node& n) {
   return n.domain == "reforge" && (n.op_type == "ToDevice" || n.op_type == "ToHost");
@@ -134,6 +192,7 @@ PlaceResult place_graph(ir::Graph& g, const PlaceOptions& o) {
 
   std::vector<std::string> where(n);
   std::vector<std::string> missing;
+  FactsSource facts(g, o);
   for (size_t i = 0; i < n; ++i) {
     const ir::Node& node = g.nodes[i];
     if (shape_side[i]) {
@@ -141,7 +200,9 @@ PlaceResult place_graph(ir::Graph& g, const PlaceOptions& o) {
       ++r.shape_nodes_on_host;
       continue;
     }
-    const std::string why = resolve(node, o.backend, nullptr);
+    std::string why = resolve(node, o.backend, nullptr, facts.facts_for(node));
+    if (!why.empty() && !facts.inference_error().empty() && facts.facts_for(node))
+      why += " (shape inference of the graph failed: " + facts.inference_error() + ")";
     if (why.empty()) {
       where[i] = o.backend;
       continue;

@@ -10,7 +10,10 @@
 //     Size read only their input's dimensions, so they run on the host without a copy.
 //   * host fallback: a node the device backend has no kernel for runs on the host only when the
 //     user allows it (PlaceOptions::host_fallback, `--allow-cpu-fallback`); otherwise placement
-//     fails listing every such node.
+//     fails listing every such node. A node whose device kernel declines it counts as one without
+//     a kernel: its checker refuses the attributes, or its shape check (backends/backend.h:
+//     ShapeCheckFn) refuses the input shapes the graph's shape inference gives, with the sizes
+//     symbolic where the model's are.
 // - A value lives where its producer runs (graph inputs and engine weights on the host). Every
 //   input slot wants its consumer's memory, except structure inputs (kShape), which are always
 //   read on the host, and the inputs of Shape and Size, which any memory serves. Where a value
@@ -21,10 +24,14 @@
 // an imported one. Both call place_graph, so both run the same transfers.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
+#include "core/tensor.h"
 #include "ir/graph.h"
+#include "ops/infer_graph.h"
 
 namespace reforge::backends {
 
@@ -32,6 +39,10 @@ struct PlaceOptions {
   std::string backend = "cpu";  // where nodes run
   bool host_fallback = false;   // device backends: run nodes without a device kernel on the host
   std::string subject;          // what errors call the graph ("model 'x'"); "" for none
+  // The values of constants the graph reads but does not hold as initializers (the builder's
+  // engine weights): shape inference for the kernels' shape checks reads their types and the
+  // contents of small integer ones. Null: the graph's initializers are all there is.
+  const std::map<std::string, Tensor>* constants = nullptr;
 };
 
 struct PlaceResult {
@@ -53,6 +64,10 @@ PlaceResult place_graph(ir::Graph& graph, const PlaceOptions& options);
 // Per node: whether it is shape computation (every output read only as structure, directly or
 // through other shape computation; deterministic; runnable on the host).
 std::vector<bool> shape_computation(const ir::Graph& graph);
+
+// The facts of `node`'s inputs for a kernel's shape check, from the graph's inferred `types`
+// (null: none known). Points into `types`.
+InputFacts input_facts(const ir::Node& node, const ops::GraphTypes* types);
 
 // True for reforge::ToDevice / reforge::ToHost.
 bool is_transfer(const ir::Node& node);

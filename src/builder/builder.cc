@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "backends/backend.h"
 #include "backends/cpu/dnnl_matmul.h"
@@ -219,6 +220,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const plan::We
   s.mode = o.mode;
   s.precision = o.precision;
   s.bf16_activations = o.activations == plan::Precision::Bf16;
+  s.backend = o.backend;
   s.pack_linear_panels = layouts.linear_panels;
   s.pack_half_panels = layouts.half_panels;
   for (size_t p = 0; p < g.nodes.size(); ++p) {
@@ -310,14 +312,21 @@ std::string missing_emitted_op(const passes::Pass& pass, const std::string& back
 }
 
 // Placement, the build's last step (backends/placement.h): every node of the optimized graph on
-// the backend, or on the host where placement says, with the transfers between them. A node of
-// the optimized graph that cannot run is a bug of the pass that made it (the request was
-// checked before the passes).
-std::vector<std::string> place_nodes(ir::Graph& g, const BuildOptions& o) {
+// the backend, or on the host where placement says, with the transfers between them. The request
+// was checked on the imported graph before the passes; a device kernel's shape check may still
+// decline a node the passes made (a fused node whose inputs take a form that kernel refuses), and
+// then the build fails naming it, or, with host fallback, runs it on the host.
+std::vector<std::string> place_nodes(ir::Graph& g, const plan::Plan& plan, const BuildOptions& o) {
+  std::map<std::string, Tensor> constants;
+  for (const auto& w : plan.weights) constants.emplace(w.name, w.data);
+  const std::string model =
+      plan.model_name.empty() ? std::string("the optimized model") : "the optimized model '" + plan.model_name + "'";
   try {
-    return backends::place_graph(g, {o.backend, o.host_fallback}).node_backend;
+    backends::PlaceOptions po{o.backend, o.host_fallback, model};
+    po.constants = &constants;
+    return backends::place_graph(g, po).node_backend;
   } catch (Error& e) {
-    throw e.with_context("internal error: placing the optimized graph");
+    throw e.with_context("placing the optimized graph");
   }
 }
 
@@ -472,7 +481,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   }
   plan.graph = std::move(s.graph);
   step("placing nodes");
-  plan.placement = place_nodes(plan.graph, o);
+  plan.placement = place_nodes(plan.graph, plan, o);
   plan.values = infer_value_types(plan);
 
   if (o.strip_weights) {

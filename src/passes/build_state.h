@@ -34,6 +34,7 @@ struct BuildState {
   bool pack_linear_panels = false;  // linear-weights-packing runs (BuildOptions::weight_packing)
   bool pack_half_panels = false;    // linear-weights-packing packs the 16-bit weights in panels
   bool bf16_activations = false;    // bf16 Linear layers round X to bfloat16 (BuildOptions::activations)
+  std::string backend = "cpu";      // where the nodes will run (BuildOptions::backend)
   // 16-bit weight made by linear-weights-precision -> the float32 constant it was cast from, where
   // no node reads that any more: linear-weights-packing releases it once the 16-bit one is packed.
   std::map<std::string, std::string> cast_from;

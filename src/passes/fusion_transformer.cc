@@ -19,8 +19,12 @@
 //                                                         ->  LayerNormalization-17(x, g, b)
 // fuse-rotary:    x * cos + concat(-x[..., h:], x[..., :h]) * sin (rotate_half), with the head
 //                 transpose of x absorbed               ->  reforge::Rotary(x, cos, sin)
+// fuse-attention and fuse-rotary make a fused node only where the target backend's kernel takes
+// it (passes/backend_verdict.h: its checker and its shape check on the inferred input types);
+// elsewhere the unfused ops stay.
 #include <tuple>
 
+#include "passes/backend_verdict.h"
 #include "passes/pattern.h"
 
 namespace reforge::passes {
@@ -327,6 +331,7 @@ std::optional<RepeatKv> match_repeat_kv(GraphIndex& g, const std::string& v, std
 }  // namespace
 
 void fuse_attention(BuildState& s) {
+  BackendVerdict verdict(s);
   GraphIndex g(s);
   std::vector<std::pair<size_t, ir::Node>> replace;
   for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
@@ -475,6 +480,7 @@ void fuse_attention(BuildState& s) {
     f.attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
     f.attrs["mask_mode"] = ir::string_attr("mask_mode", mask_mode);
     if (krep) f.attrs["kv_allowzero"] = ir::int_attr("kv_allowzero", krep->allowzero);
+    if (!verdict.why_not(f).empty()) continue;  // the backend's kernel would decline it
     for (ir::Node* n : matched)
       if (n != last) g.kill(n);
     replace.emplace_back(g.index_of(last), std::move(f));
@@ -508,6 +514,7 @@ std::optional<LastAxisSlice> last_axis_slice(const GraphIndex& g, const ir::Node
 }  // namespace
 
 void fuse_rotary(BuildState& s) {
+  BackendVerdict verdict(s);
   GraphIndex g(s);
   std::vector<std::pair<size_t, ir::Node>> replace;
   for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
@@ -556,6 +563,7 @@ void fuse_rotary(BuildState& s) {
     f.outputs = {add->outputs[0]};
     f.attrs["axes"] = ir::ints_attr("axes", {hs->axis, ls->axis, axis});  // for the unfused fallback
     f.attrs["layout"] = ir::string_attr("layout", layout);
+    if (!verdict.why_not(f).empty()) continue;  // the backend's kernel would decline it
     for (ir::Node* n : matched) g.kill(n);
     replace.emplace_back(g.index_of(add), std::move(f));
   }

@@ -25,6 +25,7 @@
 #include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "ops/reforge/attention_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -35,28 +36,10 @@ using fused::big_enough;
 using fused::read_scalar;
 using fused::run_op;
 
-enum class Layout { BHSD, BSHD, BHDS };
+using Layout = AttnLayout;
 
 Layout parse_layout(const ir::Node& n, const char* attr, bool allow_bhds) {
-  std::string v = n.attr_string(attr, "bhsd");
-  if (v == "bhsd") return Layout::BHSD;
-  if (v == "bshd") return Layout::BSHD;
-  if (v == "bhds" && allow_bhds) return Layout::BHDS;
-  fail(n.label(), ": ", attr, " '", v, "' is not supported");
-}
-
-std::string attention_check(const ir::Node& n) {
-  for (const char* a : {"q_layout", "v_layout", "out_layout", "k_layout"}) {
-    std::string v = n.attr_string(a, "bhsd");
-    if (v != "bhsd" && v != "bshd" && !(v == "bhds" && std::string(a) == "k_layout"))
-      return std::string(a) + " '" + v + "' is not one of bhsd, bshd" + (std::string(a) == "k_layout" ? ", bhds" : "");
-  }
-  std::string s = n.attr_string("scale_op", "none");
-  if (s != "none" && s != "mul" && s != "div") return "scale_op '" + s + "' is not one of none, mul, div";
-  std::string m = n.attr_string("mask_mode", "none");
-  if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
-    return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";
-  return "";
+  return parse_attn_layout(n, attr, allow_bhds);
 }
 
 // A 4-D tensor seen as [batch, heads, seq, dim] through strides (in elements).
@@ -85,34 +68,10 @@ View4 view_of(const Tensor& t, Layout l) {
   return v;
 }
 
-// Checks that Unsqueeze(2) -> Expand(expand) -> Reshape(reshape) of a [B, H, S, D] tensor is a
-// repeat of every head `group` times, and returns group (0 when it is anything else).
+// repeat_group (ops/reforge/attention_setup.h) of K or V and the shape inputs expand_i, reshape_i.
 int64_t repeat_group(const KernelContext& ctx, const View4& kv, size_t expand_i, size_t reshape_i, bool allowzero) {
-  std::vector<int64_t> es = ctx.input(expand_i).to_int64_vector();
-  std::vector<int64_t> rs = ctx.input(reshape_i).to_int64_vector();
-  const int64_t in[5] = {kv.b, kv.h, 1, kv.s, kv.d};
-  if (es.size() > 5 || rs.size() != 4) return 0;
-  int64_t e[5];
-  for (int i = 0; i < 5; ++i) {
-    int64_t t = i >= 5 - static_cast<int>(es.size()) ? es[i - (5 - es.size())] : 1;
-    if (!(t == in[i] || t == 1 || in[i] == 1)) return 0;
-    e[i] = in[i] == 1 ? t : in[i];
-  }
-  if (!(e[0] == in[0] && e[1] == in[1] && e[3] == in[3] && e[4] == in[4] && e[2] >= 1)) return 0;
-  const int64_t want[4] = {e[0], e[1] * e[2], e[3], e[4]};
-  int64_t known = 1, infer = -1;
-  int64_t r[4];
-  for (int i = 0; i < 4; ++i) {
-    r[i] = rs[i] == 0 && !allowzero ? e[i] : rs[i];
-    if (r[i] == -1)
-      infer = i;
-    else
-      known *= r[i];
-  }
-  if (infer >= 0) r[infer] = known ? (e[0] * e[1] * e[2] * e[3] * e[4]) / known : 0;
-  for (int i = 0; i < 4; ++i)
-    if (r[i] != want[i]) return 0;
-  return e[2];
+  return ops::repeat_group(kv.b, kv.h, kv.s, kv.d, ctx.input(expand_i).to_int64_vector(),
+                           ctx.input(reshape_i).to_int64_vector(), allowzero);
 }
 
 struct AttnArgs {
@@ -440,7 +399,7 @@ Tensor attention_unfused(const KernelContext& ctx) {
 void attention_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const ir::Node& node = ctx.node();
-  std::string err = attention_check(node);
+  std::string err = fused_attention_check(node);
   REFORGE_CHECK(err.empty(), where, ": ", err);
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
@@ -566,7 +525,7 @@ void attention_kernel(KernelContext& ctx) {
 namespace reforge::cpu {
 
 void register_attention_kernels(KernelRegistry& r) {
-  r.add({"cpu", "reforge", "Attention", 1, INT_MAX, ops::attention_kernel, ops::attention_check});
+  r.add({"cpu", "reforge", "Attention", 1, INT_MAX, ops::attention_kernel, ops::fused_attention_check});
 }
 
 }  // namespace reforge::cpu

@@ -8,6 +8,7 @@
 #include "backends/cpu/sgemm_panels.h"
 #include "core/dispatch.h"
 #include "ops/reforge/float16_weights.h"
+#include "ops/reforge/matmul_add_setup.h"
 
 namespace reforge::ops {
 
@@ -28,16 +29,8 @@ std::shared_ptr<const void> matmul_add_prepare(const ir::Node& node, const std::
 void matmul_add(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
-  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  const std::string& label = ctx.node().label();
-  REFORGE_CHECK(
-      w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16),
-      label, ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
-  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == w.dim(0), label, ": input ",
-                x.describe(), " does not match the weight ", w.describe());
-  REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == w.dim(1)), label, ": bias ",
-                b ? b->describe() : "", " does not match the weight ", w.describe());
-  const float* bias = b ? b->data<float>() : nullptr;
+  const MatMulAddSetup ms = matmul_add_setup(ctx);
+  const float* bias = ms.bias ? ms.bias->data<float>() : nullptr;
   const LinearWeights* lw = ctx.prepared<LinearWeights>();
   LinearWeights unprepared;  // W computed at run time: no packing, the plain paths
   if (!lw) {
@@ -52,10 +45,8 @@ void matmul_add(KernelContext& ctx) {
     return;
   }
   // An empty product: zeros plus the bias.
-  Shape out = x.shape();
-  out.back() = w.dim(1);
-  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
-  const int64_t n = w.dim(1), rows = n ? y.numel() / n : 0;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, ms.out);
+  const int64_t n = ms.N, rows = n ? y.numel() / n : 0;
   float* py = y.mutable_data<float>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n; ++j) py[r * n + j] = bias ? bias[j] : 0.0f;

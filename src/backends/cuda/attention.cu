@@ -24,14 +24,18 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/shape_facts.h"
 #include "core/error.h"
 #include "ops/numerics.h"
+#include "ops/reforge/attention_setup.h"
+#include "ops/transformer/attention_setup.h"
 
 namespace reforge::cuda {
 
@@ -485,14 +489,35 @@ Tensor convert_mask(const Tensor& m, bool onnx, const std::string& where) {
   return out;
 }
 
+// The longest tile of keys whose shared memory (values of `csize` bytes) fits, or 0; `bytes` is
+// what it takes.
+int fitting_tile(int64_t D, int64_t Dv, size_t csize, size_t& bytes) {
+  for (int tile = kMaxTile; tile >= 1; --tile) {
+    bytes = csize * static_cast<size_t>(tile * (D + 1 + Dv) + kRows * (D + Dv + tile));
+    if (bytes <= kSharedLimit) return tile;
+  }
+  return 0;
+}
+
+std::string head_sizes_exceed(int64_t D, int64_t Dv) {
+  return str_cat("head sizes ", D, " (Q/K) and ", Dv, " (V) exceed the CUDA attention kernel's shared memory");
+}
+
 // The tile length whose shared memory fits, or a failure naming the sizes.
 template <typename C>
 int pick_tile(int64_t D, int64_t Dv, const std::string& where, size_t& bytes) {
-  for (int tile = kMaxTile; tile >= 1; --tile) {
-    bytes = sizeof(C) * static_cast<size_t>(tile * (D + 1 + Dv) + kRows * (D + Dv + tile));
-    if (bytes <= kSharedLimit) return tile;
-  }
-  fail(where, ": head sizes ", D, " (Q/K) and ", Dv, " (V) exceed the CUDA attention kernel's shared memory");
+  const int tile = fitting_tile(D, Dv, sizeof(C), bytes);
+  if (tile == 0) fail(where, ": ", head_sizes_exceed(D, Dv));
+  return tile;
+}
+
+// Build time: "" when head sizes D and Dv of values of `csize` bytes provably fit the kernel.
+std::string head_sizes_fit(const ops::SymDim& D, const ops::SymDim& Dv, size_t csize) {
+  if (!D.known() || !Dv.known())
+    return "head sizes " + D.str() + " (Q/K) and " + Dv.str() +
+           " (V) are not known at build time (the CUDA attention kernel's shared memory bounds them)";
+  size_t bytes = 0;
+  return fitting_tile(D.value(), Dv.value(), csize, bytes) ? "" : head_sizes_exceed(D.value(), Dv.value());
 }
 
 template <typename T, bool Onnx>
@@ -509,113 +534,45 @@ void launch_attention(const AttnParams<T>& p, const std::string& where) {
 // ---------------------------------------------------------------------------------------------
 // ONNX Attention.
 
-std::string onnx_attention_check(const ir::Node& node) {
-  int64_t mode = node.attr_int("qk_matmul_output_mode", 0);
-  if (mode < 0 || mode > 3) return str_cat("qk_matmul_output_mode ", mode, " is not one of 0, 1, 2, 3");
-  if (node.has_attr("softmax_precision")) {
-    int64_t p = node.attr_int("softmax_precision", 0);
-    if (p != 1 && p != 10 && p != 11 && p != 16)
-      return str_cat("softmax_precision ", p, " is not one of 1 (float), 10 (float16), 11 (double), 16 (bfloat16)");
+// Build time: the forms the CUDA kernel refuses where the CPU's runs them: head sizes beyond its
+// shared memory (or not known), a nonpad_kv_seqlen of an integer type other than int32/int64.
+// Inputs the CPU refuses too are left to the run's error.
+std::string onnx_attention_shapes(const ir::Node& node, const backends::InputFacts& f) {
+  auto q = shape_of(f, 0), v = shape_of(f, 2);
+  if (!q || !v) return "the ranks of Q and V are not known at build time (the head sizes bound the CUDA kernel)";
+  ops::SymDim D, Dv;
+  if (q->size() == 4 && v->size() == 4) {
+    D = (*q)[3];
+    Dv = (*v)[3];
+  } else if (q->size() == 3 && v->size() == 3) {
+    const int64_t qh = node.attr_int("q_num_heads", 0), kvh = node.attr_int("kv_num_heads", 0);
+    if (qh <= 0 || kvh <= 0) return "";  // the run fails on every backend
+    auto per_head = [](const ops::SymDim& hidden, int64_t heads) {
+      return hidden.known() && hidden.value() % heads == 0
+                 ? ops::SymDim(hidden.value() / heads)
+                 : ops::SymDim::symbol(hidden.str() + "/" + std::to_string(heads));
+    };
+    D = per_head((*q)[2], qh);
+    Dv = per_head((*v)[2], kvh);
+  } else {
+    return "";  // the run fails on every backend
   }
-  for (const char* w : {"left_window_size", "right_window_size"}) {
-    int64_t v = node.attr_int(w, -1);
-    if (v < -1) return str_cat(w, " ", v, " must be -1 or nonnegative");
+  if (std::string why = head_sizes_fit(D, Dv, f.type(0)->dtype == DType::Float64 ? 8 : 4); !why.empty()) return why;
+  if (node.inputs.size() > 6 && !node.inputs[6].empty()) {
+    const ops::ValueType* t = f.type(6);
+    if (!t) return "the type of nonpad_kv_seqlen is not known at build time";
+    if (is_integer(t->dtype) && t->dtype != DType::Int64 && t->dtype != DType::Int32)
+      return str_cat("nonpad_kv_seqlen of type ", dtype_name(t->dtype),
+                     " is not supported on the CUDA backend (int32, int64)");
   }
   return "";
 }
 
-struct OnnxDims {
-  int64_t batch = 0, q_heads = 0, kv_heads = 0;
-  int64_t q_len = 0, kv_len = 0, past_len = 0, total_len = 0;
-  int64_t head_size = 0, v_head_size = 0;
-  bool is_3d = false;
-};
-
-// Strides of a [batch, heads, seq, hidden] view over a 3D or 4D tensor.
-struct View {
-  int64_t sb = 0, sh = 0, ss = 0;
-};
+using OnnxDims = ops::AttentionDims;
+using View = ops::AttentionView;
 
 View make_view(bool is_3d, int64_t heads, int64_t seq, int64_t size) {
-  if (is_3d) return {seq * heads * size, size, heads * size};
-  return {heads * seq * size, seq * size, size};
-}
-
-// Shape checks of the CPU kernel (same messages).
-OnnxDims onnx_dims(const ops::KernelContext& ctx, const std::string& where) {
-  const Tensor& q = ctx.input(0);
-  const Tensor& k = ctx.input(1);
-  const Tensor& v = ctx.input(2);
-  REFORGE_CHECK(is_float(q.dtype()), where, ": Q must be a float tensor, got ", dtype_name(q.dtype()));
-  REFORGE_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), where, ": Q, K and V must share one type, got ",
-                dtype_name(q.dtype()), ", ", dtype_name(k.dtype()), ", ", dtype_name(v.dtype()));
-  REFORGE_CHECK(q.rank() == k.rank() && q.rank() == v.rank() && (q.rank() == 3 || q.rank() == 4), where,
-                ": Q, K and V must all be 3D or all 4D, got ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ",
-                shape_str(v.shape()));
-  std::string err = onnx_attention_check(ctx.node());
-  REFORGE_CHECK(err.empty(), where, ": ", err);
-  OnnxDims d;
-  d.is_3d = q.rank() == 3;
-  d.batch = q.dim(0);
-  REFORGE_CHECK(k.dim(0) == d.batch && v.dim(0) == d.batch, where,
-                ": Q, K and V batch sizes differ: ", shape_str(q.shape()), ", ", shape_str(k.shape()), ", ",
-                shape_str(v.shape()));
-  const bool has_qh = ctx.node().has_attr("q_num_heads"), has_kvh = ctx.node().has_attr("kv_num_heads");
-  if (d.is_3d) {
-    REFORGE_CHECK(has_qh && has_kvh, where, ": 3D Q/K/V need the q_num_heads and kv_num_heads attributes");
-    d.q_heads = ctx.attr_int("q_num_heads", 0);
-    d.kv_heads = ctx.attr_int("kv_num_heads", 0);
-    REFORGE_CHECK(d.q_heads > 0 && d.kv_heads > 0, where, ": q_num_heads (", d.q_heads, ") and kv_num_heads (",
-                  d.kv_heads, ") must be positive");
-    REFORGE_CHECK(q.dim(2) % d.q_heads == 0, where, ": Q hidden size ", q.dim(2), " is not divisible by q_num_heads ",
-                  d.q_heads);
-    REFORGE_CHECK(k.dim(2) % d.kv_heads == 0 && v.dim(2) % d.kv_heads == 0, where, ": K/V hidden sizes ", k.dim(2), "/",
-                  v.dim(2), " are not divisible by kv_num_heads ", d.kv_heads);
-    d.q_len = q.dim(1);
-    d.kv_len = k.dim(1);
-    REFORGE_CHECK(v.dim(1) == d.kv_len, where, ": K and V sequence lengths differ: ", shape_str(k.shape()), " vs ",
-                  shape_str(v.shape()));
-    d.head_size = q.dim(2) / d.q_heads;
-    REFORGE_CHECK(k.dim(2) / d.kv_heads == d.head_size, where, ": Q head size ", d.head_size,
-                  " differs from K head size ", k.dim(2) / d.kv_heads);
-    d.v_head_size = v.dim(2) / d.kv_heads;
-  } else {
-    d.q_heads = q.dim(1);
-    d.kv_heads = k.dim(1);
-    d.q_len = q.dim(2);
-    d.kv_len = k.dim(2);
-    d.head_size = q.dim(3);
-    d.v_head_size = v.dim(3);
-    REFORGE_CHECK(v.dim(1) == d.kv_heads && v.dim(2) == d.kv_len, where, ": K ", shape_str(k.shape()), " and V ",
-                  shape_str(v.shape()), " disagree on heads or sequence length");
-    REFORGE_CHECK(k.dim(3) == d.head_size, where, ": Q head size ", d.head_size, " differs from K head size ",
-                  k.dim(3));
-    REFORGE_CHECK(!has_qh || ctx.attr_int("q_num_heads", 0) == d.q_heads, where, ": q_num_heads ",
-                  ctx.attr_int("q_num_heads", 0), " contradicts Q shape ", shape_str(q.shape()));
-    REFORGE_CHECK(!has_kvh || ctx.attr_int("kv_num_heads", 0) == d.kv_heads, where, ": kv_num_heads ",
-                  ctx.attr_int("kv_num_heads", 0), " contradicts K shape ", shape_str(k.shape()));
-  }
-  REFORGE_CHECK(d.q_heads > 0 && d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, where, ": q_num_heads ", d.q_heads,
-                " must be a positive multiple of kv_num_heads ", d.kv_heads);
-  const bool has_pk = ctx.has_input(4), has_pv = ctx.has_input(5);
-  REFORGE_CHECK(has_pk == has_pv, where, ": past_key and past_value must be given together");
-  if (has_pk) {
-    const Tensor& pk = ctx.input(4);
-    const Tensor& pv = ctx.input(5);
-    REFORGE_CHECK(pk.dtype() == q.dtype() && pv.dtype() == q.dtype(), where,
-                  ": past_key/past_value must have Q's type ", dtype_name(q.dtype()));
-    REFORGE_CHECK(pk.rank() == 4 && pv.rank() == 4, where, ": past_key/past_value must be 4D, got ",
-                  shape_str(pk.shape()), ", ", shape_str(pv.shape()));
-    d.past_len = pk.dim(2);
-    REFORGE_CHECK(pk.shape() == Shape({d.batch, d.kv_heads, d.past_len, d.head_size}), where, ": past_key shape ",
-                  shape_str(pk.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.head_size,
-                  "]");
-    REFORGE_CHECK(pv.shape() == Shape({d.batch, d.kv_heads, d.past_len, d.v_head_size}), where, ": past_value shape ",
-                  shape_str(pv.shape()), " should be [", d.batch, ",", d.kv_heads, ",", d.past_len, ",", d.v_head_size,
-                  "]");
-  }
-  d.total_len = d.past_len + d.kv_len;
-  return d;
+  return ops::attention_view(is_3d, heads, seq, size);
 }
 
 int prec_of(DType t) {
@@ -625,7 +582,8 @@ int prec_of(DType t) {
 }
 
 template <typename T>
-void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::string& where) {
+void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, double scale, const ops::AttentionMaskShape& ms,
+                        const std::string& where) {
   using C = compute_t<T>;
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
@@ -678,36 +636,18 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::s
   cache(k, 4, 1, d.head_size, k_tmp, p.k, p.k_sb, p.k_sh, p.k_ss);
   cache(v, 5, 2, d.v_head_size, v_tmp, p.v, p.v_sb, p.v_sh, p.v_ss);
 
-  if (ctx.has_input(3)) {
+  if (ms.present) {
     const Tensor& t = ctx.input(3);
-    REFORGE_CHECK(t.rank() >= 1 && t.rank() <= 4, where, ": attn_mask must have rank 1 to 4, got shape ",
-                  shape_str(t.shape()));
-    REFORGE_CHECK(t.dtype() == DType::Bool || is_float(t.dtype()), where,
-                  ": attn_mask must be bool or a float type, got ", dtype_name(t.dtype()));
-    Shape s(4, 1);
-    for (int64_t x = 0; x < t.rank(); ++x) s[4 - t.rank() + x] = t.dim(x);
-    const int64_t target[3] = {d.batch, d.q_heads, d.q_len};
-    const char* names[3] = {"batch_size", "q_num_heads", "q_sequence_length"};
-    for (int x = 0; x < 3; ++x)
-      REFORGE_CHECK(s[x] == 1 || s[x] == target[x], where, ": attn_mask shape ", shape_str(t.shape()),
-                    " does not broadcast to [", d.batch, ",", d.q_heads, ",", d.q_len, ",", d.total_len, "] (",
-                    names[x], " is ", target[x], ")");
-    REFORGE_CHECK(s[3] <= d.total_len, where, ": attn_mask's last dimension ", s[3],
-                  " exceeds the total sequence length ", d.total_len);
     mask_buf = convert_mask<T>(t, true, where);
     p.mask = mask_buf.data<C>();
-    p.m_len = s[3];
+    p.m_len = ms.len;
     p.m_sk = 1;
-    p.m_sq = s[2] == 1 ? 0 : s[3];
-    p.m_sh = s[1] == 1 ? 0 : s[2] * s[3];
-    p.m_sb = s[0] == 1 ? 0 : s[1] * s[2] * s[3];
+    p.m_sq = ms.sq;
+    p.m_sh = ms.sh;
+    p.m_sb = ms.sb;
   }
   if (ctx.has_input(6)) {
     const Tensor& t = ctx.input(6);
-    REFORGE_CHECK(!has_past, where, ": nonpad_kv_seqlen cannot be combined with past_key/past_value");
-    REFORGE_CHECK(is_integer(t.dtype()) && t.rank() == 1 && t.dim(0) == d.batch, where,
-                  ": nonpad_kv_seqlen must be an integer vector of length batch_size ", d.batch, ", got ",
-                  t.describe());
     REFORGE_CHECK(t.dtype() == DType::Int64 || t.dtype() == DType::Int32, where, ": nonpad_kv_seqlen of type ",
                   dtype_name(t.dtype()), " is not supported on the CUDA backend (int32, int64)");
     if (t.on_host()) nonpad_hold = to_device(t);
@@ -716,9 +656,6 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::s
   }
   p.past_len = d.past_len;
 
-  const double scale = ctx.node().has_attr("scale") ? static_cast<double>(ctx.attr_float("scale", 0))
-                                                    : 1.0 / std::sqrt(static_cast<double>(d.head_size));
-  REFORGE_CHECK(scale >= 0 && std::isfinite(scale), where, ": scale ", scale, " must be nonnegative and finite");
   p.sqrt_scale = std::sqrt(scale);
   p.softcap = ctx.attr_float("softcap", 0.0f);
   p.causal = ctx.attr_int("is_causal", 0) != 0;
@@ -753,12 +690,18 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, const std::s
 
 void onnx_attention(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
-  const OnnxDims d = onnx_dims(ctx, where);
+  // The CPU's checks, in the CPU's order (ops/transformer/attention_setup.h).
+  const OnnxDims d = ops::attention_dims(ctx);
+  ops::check_nonpad_kv_seqlen(ctx, d);
+  const double scale = ctx.node().has_attr("scale") ? static_cast<double>(ctx.attr_float("scale", 0))
+                                                    : 1.0 / std::sqrt(static_cast<double>(d.head_size));
+  REFORGE_CHECK(scale >= 0 && std::isfinite(scale), where, ": scale ", scale, " must be nonnegative and finite");
+  const ops::AttentionMaskShape ms = ops::attention_mask_shape(ctx, d);
   dispatch_device(
       ctx.input(0).dtype(), where.c_str(),
       [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if constexpr (std::is_floating_point_v<compute_t<T>>) run_onnx_attention<T>(ctx, d, where);
+        if constexpr (std::is_floating_point_v<compute_t<T>>) run_onnx_attention<T>(ctx, d, scale, ms, where);
       },
       true);
 }
@@ -770,28 +713,10 @@ void onnx_attention(ops::KernelContext& ctx) {
 // (batch, head) dimensions broadcast with each other and the mask's (numpy rules) or whose K/V
 // heads repeat through the four shape inputs; and fails naming the node otherwise.
 
-enum class Layout { BHSD, BSHD, BHDS };
+using Layout = ops::AttnLayout;
 
 Layout parse_layout(const ir::Node& n, const char* attr, bool allow_bhds) {
-  std::string v = n.attr_string(attr, "bhsd");
-  if (v == "bhsd") return Layout::BHSD;
-  if (v == "bshd") return Layout::BSHD;
-  if (v == "bhds" && allow_bhds) return Layout::BHDS;
-  fail(n.label(), ": ", attr, " '", v, "' is not supported");
-}
-
-std::string fused_attention_check(const ir::Node& n) {
-  for (const char* a : {"q_layout", "v_layout", "out_layout", "k_layout"}) {
-    std::string v = n.attr_string(a, "bhsd");
-    if (v != "bhsd" && v != "bshd" && !(v == "bhds" && std::string(a) == "k_layout"))
-      return std::string(a) + " '" + v + "' is not one of bhsd, bshd" + (std::string(a) == "k_layout" ? ", bhds" : "");
-  }
-  std::string s = n.attr_string("scale_op", "none");
-  if (s != "none" && s != "mul" && s != "div") return "scale_op '" + s + "' is not one of none, mul, div";
-  std::string m = n.attr_string("mask_mode", "none");
-  if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
-    return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";
-  return "";
+  return ops::parse_attn_layout(n, attr, allow_bhds);
 }
 
 // A device pointer to `t`'s data: `t` itself, or a copy held by `hold` when it is on the host.
@@ -835,32 +760,146 @@ std::vector<int64_t> ints_of(const Tensor& t) {
   return t.on_host() ? t.to_int64_vector() : download(t).to_int64_vector();
 }
 
-// Checks that Unsqueeze(2) -> Expand(expand) -> Reshape(reshape) of a [B, H, S, D] tensor is a
-// repeat of every head `group` times, and returns group (0 when it is anything else).
+// ops::repeat_group of a [B, H, S, D] view.
 int64_t repeat_group(const View4& kv, const std::vector<int64_t>& es, const std::vector<int64_t>& rs, bool allowzero) {
-  const int64_t in[5] = {kv.b, kv.h, 1, kv.s, kv.d};
-  if (es.size() > 5 || rs.size() != 4) return 0;
-  int64_t e[5];
-  for (int i = 0; i < 5; ++i) {
-    int64_t t = i >= 5 - static_cast<int>(es.size()) ? es[i - (5 - es.size())] : 1;
-    if (!(t == in[i] || t == 1 || in[i] == 1)) return 0;
-    e[i] = in[i] == 1 ? t : in[i];
+  return ops::repeat_group(kv.b, kv.h, kv.s, kv.d, es, rs, allowzero);
+}
+
+// ---- build time: the forms run_fused_attention refuses, declined from the inferred shapes ----
+
+// A shape seen as [batch, heads, seq, dim] (ranks 2 and 3: the leading dimensions 1).
+struct SymView4 {
+  ops::SymDim b, h, s, d;
+};
+
+SymView4 sym_view(const ops::SymShape& x, Layout l) {
+  const size_t r = x.size();
+  auto dim = [&](size_t i) { return i + r >= 4 ? x[i + r - 4] : ops::SymDim(1); };
+  switch (l) {
+    case Layout::BSHD:
+      return {dim(0), dim(2), dim(1), dim(3)};
+    case Layout::BHDS:
+      return {dim(0), dim(1), dim(3), dim(2)};
+    default:
+      return {dim(0), dim(1), dim(2), dim(3)};
   }
-  if (!(e[0] == in[0] && e[1] == in[1] && e[3] == in[3] && e[4] == in[4] && e[2] >= 1)) return 0;
-  const int64_t want[4] = {e[0], e[1] * e[2], e[3], e[4]};
-  int64_t known = 1, infer = -1;
-  int64_t r[4];
-  for (int i = 0; i < 4; ++i) {
-    r[i] = rs[i] == 0 && !allowzero ? e[i] : rs[i];
-    if (r[i] == -1)
-      infer = i;
+}
+
+// repeat_group over symbolic sizes: the repeat count when Unsqueeze(2) -> Expand(es) ->
+// Reshape(rs) of `kv` provably repeats every head, else nullopt.
+std::optional<ops::SymDim> sym_repeat_group(const SymView4& kv, const ops::SymShape& es, const ops::SymShape& rs,
+                                            bool allowzero) {
+  const ops::SymDim in[5] = {kv.b, kv.h, ops::SymDim(1), kv.s, kv.d};
+  if (es.size() > 5 || rs.size() != 4) return std::nullopt;
+  ops::SymDim e[5];
+  for (size_t i = 0; i < 5; ++i) {
+    const ops::SymDim t = i + es.size() >= 5 ? es[i + es.size() - 5] : ops::SymDim(1);
+    if (same_dim(t, in[i]) || dim_is(t, 1))
+      e[i] = in[i];
+    else if (dim_is(in[i], 1))
+      e[i] = t;
     else
-      known *= r[i];
+      return std::nullopt;
   }
-  if (infer >= 0) r[infer] = known ? (e[0] * e[1] * e[2] * e[3] * e[4]) / known : 0;
+  for (size_t i : {0, 1, 3, 4})
+    if (!same_dim(e[i], in[i])) return std::nullopt;
+  if (!e[2].known() || e[2].value() < 1) return std::nullopt;
+  const ops::SymDim want[4] = {e[0], ops::sym_mul(e[1], e[2]), e[3], e[4]};
+  ops::SymDim r[4];
+  int infer = -1;
+  ops::SymDim known(1);
+  for (int i = 0; i < 4; ++i) {
+    r[i] = dim_is(rs[i], 0) && !allowzero ? e[i] : rs[i];
+    if (dim_is(r[i], -1)) {
+      if (infer >= 0) return std::nullopt;
+      infer = i;
+    } else {
+      known = ops::sym_mul(known, r[i]);
+    }
+  }
+  if (infer >= 0)
+    r[infer] =
+        dim_is(known, 0) ? ops::SymDim(0) : ops::sym_div(ops::sym_product({e[0], e[1], e[2], e[3], e[4]}), known);
   for (int i = 0; i < 4; ++i)
-    if (r[i] != want[i]) return 0;
+    if (!same_dim(r[i], want[i])) return std::nullopt;
   return e[2];
+}
+
+bool scalar_type_supported(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16 ||
+         t == DType::Int32 || t == DType::Int64;
+}
+
+// "" when input `i` (the scale or the fill value) is provably one element of a type the kernel reads.
+std::string scalar_fact(const backends::InputFacts& f, size_t i, const char* what) {
+  const ops::ValueType* t = f.type(i);
+  if (!t || !t->rank_known) return fact_str(f, i, what) + ": its shape is not known at build time";
+  if (!one_element(f, i)) return fact_str(f, i, what) + " must have one element for the CUDA kernel";
+  if (!scalar_type_supported(t->dtype)) return fact_str(f, i, what) + ": its type is not supported on the CUDA backend";
+  return "";
+}
+
+std::string fused_attention_shapes(const ir::Node& node, const backends::InputFacts& f) {
+  const Layout layouts[3] = {parse_layout(node, "q_layout", false), parse_layout(node, "k_layout", true),
+                             parse_layout(node, "v_layout", false)};
+  const char* names[3] = {"Q", "K", "V"};
+  auto has = [&](size_t i) { return i < node.inputs.size() && !node.inputs[i].empty(); };
+  SymView4 views[3];
+  for (size_t x = 0; x < 3; ++x) {
+    auto s = shape_of(f, x);
+    if (!s) return fact_str(f, x, names[x]) + ": its rank is not known at build time";
+    const size_t r = s->size();
+    if (!(r == 4 || (r >= 2 && r <= 3 && layouts[x] != Layout::BSHD)))
+      return fact_str(f, x, names[x]) + " must be 4-D (2-D or 3-D only in layout bhsd/bhds) for the CUDA kernel";
+    views[x] = sym_view(*s, layouts[x]);
+  }
+  const DType qt = f.type(0)->dtype;
+  if (!is_float(qt) || f.type(1)->dtype != qt || f.type(2)->dtype != qt)
+    return "the CUDA kernel takes Q, K and V of one float type, got " + f.type(0)->str() + ", " + f.type(1)->str() +
+           ", " + f.type(2)->str();
+  const SymView4 &qv = views[0], &kv = views[1], &vv = views[2];
+  const std::string scale_op = node.attr_string("scale_op", "none");
+  const std::string mask_mode = node.attr_string("mask_mode", "none");
+  if (scale_op != "none" && has(3))
+    if (std::string why = scalar_fact(f, 3, "the scale"); !why.empty()) return why;
+  if (mask_mode.rfind("where", 0) == 0 && has(5))
+    if (std::string why = scalar_fact(f, 5, "the fill value"); !why.empty()) return why;
+  ops::SymDim heads = qv.h;  // Q's heads joined with the mask's
+  if (mask_mode != "none" && has(4)) {
+    auto m = shape_of(f, 4);
+    if (!m) return fact_str(f, 4, "the mask") + ": its rank is not known at build time";
+    if (m->size() > 4) return fact_str(f, 4, "the mask") + " has more than 4 dimensions";
+    const size_t r = m->size();
+    auto dim = [&](size_t i) { return i + r >= 4 ? (*m)[i + r - 4] : ops::SymDim(1); };
+    // Rows and keys: the mask may repeat over them, never be longer (the CPU would broadcast the
+    // scores up to it; the kernel computes one row per query).
+    if (!(dim_is(dim(2), 1) || same_dim(dim(2), qv.s)) || !(dim_is(dim(3), 1) || same_dim(dim(3), kv.s)))
+      return fact_str(f, 4, "the mask") + " does not provably broadcast to the scores' rows " + qv.s.str() +
+             " and keys " + kv.s.str() + " (the only form the CUDA kernel takes)";
+    const ops::SymDim mh = dim(1);
+    if (dim_is(heads, 1))
+      heads = mh;
+    else if (!(dim_is(mh, 1) || same_dim(mh, heads)))
+      return fact_str(f, 4, "the mask") + "'s heads " + mh.str() + " do not provably match Q's " + heads.str();
+  }
+  if (has(6) || has(7) || has(8) || has(9)) {
+    if (!(has(6) && has(7) && has(8) && has(9)))
+      return "k_expand, k_reshape, v_expand and v_reshape must be given together for the CUDA kernel";
+    if (f.type(1)->shape.size() != 4 || f.type(2)->shape.size() != 4)
+      return "repeated K/V must be 4-D for the CUDA kernel, got " + f.type(1)->str() + ", " + f.type(2)->str();
+    for (size_t i = 6; i <= 9; ++i)
+      if (!f.dims_value(i))
+        return "input " + std::to_string(i) + " (the Expand/Reshape of K or V) is not known at build time";
+    const bool allowzero = node.attr_int("kv_allowzero", 0) != 0;
+    const auto kg = sym_repeat_group(kv, *f.dims_value(6), *f.dims_value(7), allowzero);
+    const auto vg = sym_repeat_group(vv, *f.dims_value(8), *f.dims_value(9), allowzero);
+    if (!kg || !vg || !same_dim(ops::sym_mul(kv.h, *kg), heads) || !same_dim(ops::sym_mul(vv.h, *vg), heads))
+      return "the Expand/Reshape of K or V (" + ops::sym_shape_str(*f.dims_value(6)) + "/" +
+             ops::sym_shape_str(*f.dims_value(7)) + ", " + ops::sym_shape_str(*f.dims_value(8)) + "/" +
+             ops::sym_shape_str(*f.dims_value(9)) + ") is not provably a repeat of their heads to Q's " + heads.str() +
+             " (the only form the CUDA kernel takes)";
+  }
+  return head_sizes_fit(qv.d, vv.d, qt == DType::Float64 ? 8 : 4);
 }
 
 template <typename T>
@@ -1001,7 +1040,7 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
 
 void fused_attention(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
-  std::string err = fused_attention_check(ctx.node());
+  std::string err = ops::fused_attention_check(ctx.node());
   REFORGE_CHECK(err.empty(), where, ": ", err);
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
@@ -1021,8 +1060,8 @@ void fused_attention(ops::KernelContext& ctx) {
 }  // namespace
 
 void register_attention_kernels(backends::KernelRegistry& r) {
-  add_kernel(r, "", "Attention", onnx_attention, onnx_attention_check);
-  add_kernel(r, "reforge", "Attention", fused_attention, fused_attention_check);
+  add_kernel(r, "", "Attention", onnx_attention, ops::attention_check, nullptr, onnx_attention_shapes);
+  add_kernel(r, "reforge", "Attention", fused_attention, ops::fused_attention_check, nullptr, fused_attention_shapes);
 }
 
 }  // namespace reforge::cuda

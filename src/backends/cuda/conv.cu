@@ -11,7 +11,10 @@
 // then one epilogue kernel for the bias, the broadcast residual and the ReLU. The layouts of the
 // CPU's conv-channels-last pass (x_layout, y_layout, z_layout) are declined.
 //
-// Each geometry's algorithm comes from cuDNN's heuristics once and is remembered (cached_algo).
+// Each geometry's algorithm is chosen once per process and remembered (cached_algo): among
+// cuDNN's heuristic candidates, the fastest when timed on the first call's operands. The choice
+// may differ between processes (timing), so float32 results may differ in their last bits
+// between processes, as between two TensorRT builds; within a process every engine takes the same.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/device_types.cuh"
@@ -171,6 +174,27 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
         if (perf[i].status == CUDNN_STATUS_SUCCESS && (half || perf[i].mathType != CUDNN_TENSOR_OP_MATH))
           c.algo = static_cast<int>(perf[i].algo);
       if (c.algo < 0) fail(where, ": cuDNN has no algorithm for this convolution");
+      // Then each candidate is timed once on this convolution's own operands (into a scratch
+      // output, so Z is untouched when the output overwrites it), as TensorRT times tactics: the
+      // heuristic's first choice is often not the fastest. Without the memory for the timing
+      // (its workspace, the scratch output), the heuristic's choice stands.
+      try {
+        constexpr size_t kFindWorkspace = size_t{256} << 20;
+        Tensor scratch = device_tensor(X.dtype(), cs.out_shape);
+        Tensor fws = device_tensor(DType::UInt8, {static_cast<int64_t>(kFindWorkspace)});
+        cudnnConvolutionFwdAlgoPerf_t timed[8];
+        int n = 0;
+        REFORGE_DNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, input->raw(), d.w, W.raw(), d.conv, d.y,
+                                                                 scratch.mutable_raw(), 8, &n, timed, fws.mutable_raw(),
+                                                                 kFindWorkspace));
+        for (int i = 0; i < n; ++i)
+          if (timed[i].status == CUDNN_STATUS_SUCCESS && (half || timed[i].mathType != CUDNN_TENSOR_OP_MATH)) {
+            c.algo = static_cast<int>(timed[i].algo);
+            break;
+          }
+      } catch (const Error&) {
+        (void)cudaGetLastError();  // a failed allocation leaves no sticky error; clear it regardless
+      }
       REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
           h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
       return c;

@@ -47,9 +47,12 @@ inline unsigned blocks_for(int64_t n, int threads = 256) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 2147483647 ? 2147483647 : b));
 }
 
-// Registers `kernel` on "cuda" for every opset range of (domain, op_type) in the op registry.
+// Registers `kernel` on "cuda" for every opset range of (domain, op_type) in the op registry,
+// with its checker of the node, its prepare step and its check of the input shapes the build
+// infers (backends/backend.h: ShapeCheckFn), each optional.
 void add_kernel(backends::KernelRegistry& r, const std::string& domain, const std::string& op_type,
-                ops::KernelFn kernel, ops::CheckFn check = nullptr, ops::PrepareFn prepare = nullptr);
+                ops::KernelFn kernel, ops::CheckFn check = nullptr, ops::PrepareFn prepare = nullptr,
+                backends::ShapeCheckFn shape_check = nullptr);
 
 // The backend descriptor ("cuda").
 backends::Backend backend();

@@ -20,6 +20,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "core/error.h"
+#include "ops/reduce/scan_setup.h"
 
 namespace reforge::cuda {
 
@@ -116,23 +117,8 @@ template <bool kProd>
 void cumulate_kernel(ops::KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const Tensor& at = ctx.input(1);
-  REFORGE_CHECK((at.dtype() == DType::Int32 || at.dtype() == DType::Int64) && at.numel() == 1 && at.rank() <= 1, label,
-                ": axis must be a scalar int32/int64 tensor, got ", at.describe());
-  const int64_t rank = x.rank();
-  int64_t axis = at.as_int64(0);
-  const int64_t r = std::max<int64_t>(rank, 1);
-  REFORGE_CHECK(axis >= -r && axis < r, label, ": axis ", axis, " is out of range for input of rank ", rank);
-  if (axis < 0) axis += r;
-  int64_t outer = 1, n = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis)
-      outer *= x.dim(i);
-    else if (i == axis)
-      n = x.dim(i);
-    else
-      inner *= x.dim(i);
-  }
+  const ops::AxisSplit sp = ops::cumulate_setup(ctx);
+  const int64_t outer = sp.outer, n = sp.n, inner = sp.inner;
   const bool exclusive = ctx.attr_int("exclusive", 0) != 0;
   const bool reverse = ctx.attr_int("reverse", 0) != 0;
   REFORGE_CHECK(x.dtype() != DType::Bool, label, ": element type bool is not supported");
@@ -315,31 +301,11 @@ int64_t pow2_at_least(int64_t n) {
 void topk_kernel(ops::KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-  REFORGE_CHECK(rank >= 1, label, ": input must have rank >= 1, got ", x.describe());
-  int64_t axis = ctx.attr_int("axis", -1);
-  REFORGE_CHECK(axis >= -rank && axis < rank, label, ": axis ", axis, " is out of range for input of rank ", rank);
-  if (axis < 0) axis += rank;
-  int64_t k;
-  if (ctx.opset() >= 10) {
-    const Tensor& kt = ctx.input(1);
-    REFORGE_CHECK(kt.numel() == 1 && kt.rank() <= 1 && is_integer(kt.dtype()), label,
-                  ": K must be a 1-element integer tensor, got ", kt.describe());
-    k = kt.as_int64(0);
-  } else {
-    REFORGE_CHECK(ctx.node().has_attr("k"), label, ": attribute k is required before opset 10");
-    k = ctx.attr_int("k", 0);
-  }
-  const bool largest = ctx.attr_int("largest", 1) != 0;
-  const int64_t n = x.dim(axis);
-  REFORGE_CHECK(k >= 0 && k <= n, label, ": k = ", k, " is out of range for axis ", axis, " of size ", n, " (input ",
-                x.describe(), ")");
+  const ops::TopKSetup ts = ops::topk_setup(ctx);
+  const int64_t k = ts.k, n = ts.split.n, outer = ts.split.outer, inner = ts.split.inner;
+  const bool largest = ts.largest;
   REFORGE_CHECK(x.dtype() != DType::Bool, label, ": element type bool is not supported");
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-  for (int64_t i = axis + 1; i < rank; ++i) inner *= x.dim(i);
-  Shape out_shape = x.shape();
-  out_shape[static_cast<size_t>(axis)] = k;
+  const Shape& out_shape = ts.out_shape;
   Tensor& vals = ctx.allocate_output_uninit(0, x.dtype(), out_shape);
   // Indices are computed anyway; a node that does not declare the output gets a scratch tensor.
   Tensor scratch;

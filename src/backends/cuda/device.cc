@@ -115,11 +115,11 @@ Tensor download(const Tensor& t) {
 }
 
 void add_kernel(backends::KernelRegistry& r, const std::string& domain, const std::string& op_type,
-                ops::KernelFn kernel, ops::CheckFn check, ops::PrepareFn prepare) {
+                ops::KernelFn kernel, ops::CheckFn check, ops::PrepareFn prepare, backends::ShapeCheckFn shape_check) {
   bool any = false;
   for (const ops::OpDef* def : ops::OpRegistry::global().entries()) {
     if (def->domain != domain || def->op_type != op_type) continue;
-    r.add({"cuda", domain, op_type, def->since_version, def->end_version, kernel, check, prepare});
+    r.add({"cuda", domain, op_type, def->since_version, def->end_version, kernel, check, prepare, shape_check});
     any = true;
   }
   REFORGE_CHECK(any, "internal error: CUDA kernel for unregistered op ", domain.empty() ? "" : domain + "::", op_type);

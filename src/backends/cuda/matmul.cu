@@ -14,6 +14,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "ops/nn/matmul.h"
+#include "ops/reforge/matmul_add_setup.h"
 
 namespace reforge::cuda {
 
@@ -289,23 +290,13 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t total, int6
 void matmul_add_kernel(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
-  const Tensor* b = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-  const std::string& label = ctx.node().label();
-  REFORGE_CHECK(
-      w.rank() == 2 && (w.dtype() == DType::Float32 || w.dtype() == DType::BFloat16 || w.dtype() == DType::Float16),
-      label, ": weight must be a float32, bfloat16 or float16 matrix, got ", w.describe());
-  REFORGE_CHECK(x.dtype() == DType::Float32 && x.rank() >= 1 && x.shape().back() == w.dim(0), label, ": input ",
-                x.describe(), " does not match the weight ", w.describe());
-  REFORGE_CHECK(!b || (b->dtype() == DType::Float32 && b->rank() == 1 && b->dim(0) == w.dim(1)), label, ": bias ",
-                b ? b->describe() : "", " does not match the weight ", w.describe());
-  const int64_t K = w.dim(0), N = w.dim(1);
-  Shape out = x.shape();
-  out.back() = N;
-  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
+  const ops::MatMulAddSetup ms = ops::matmul_add_setup(ctx);
+  const int64_t K = ms.K, N = ms.N;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, ms.out);
   const int64_t total = y.numel();
   if (total == 0) return;
   const int64_t rows = total / N;
-  const float* bias = b ? b->data<float>() : nullptr;
+  const float* bias = ms.bias ? ms.bias->data<float>() : nullptr;
   if (K == 0) {  // an empty sum: zeros plus the bias
     if (bias) {
       add_bias_kernel<<<blocks_for(total), 256, 0, stream()>>>(y.mutable_data<float>(), bias, total, N, true);

@@ -30,6 +30,7 @@
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
 #include "core/error.h"
+#include "ops/nn/group_norm_setup.h"
 
 namespace reforge::cuda {
 
@@ -344,33 +345,18 @@ __global__ void group_norm_rows(const T* x, T* y, const T* scale, const T* bias,
   }
 }
 
-std::string group_norm_check(const ir::Node& node) {
-  return node.has_attr("num_groups") ? "" : std::string("num_groups is required");
-}
-
 void group_norm_kernel(ops::KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const Tensor& bias = ctx.input(2);
-  REFORGE_CHECK(x.rank() >= 2, label, ": X must be [N, C, ...], got ", x.describe());
-  REFORGE_CHECK(ctx.node().has_attr("num_groups"), label, ": num_groups is required");
-  REFORGE_CHECK(is_float(x.dtype()), label, ": element type ", dtype_name(x.dtype()), " is not supported");
-  const int64_t groups = ctx.node().attr_int("num_groups");
-  const int64_t n = x.dim(0), c = x.dim(1);
-  REFORGE_CHECK(groups >= 1 && c % groups == 0, label, ": num_groups ", groups, " must divide the ", c, " channels");
-  const int64_t per_param = ctx.opset() >= 21 ? c : groups;
-  REFORGE_CHECK(scale.shape() == (Shape{per_param}) && bias.shape() == (Shape{per_param}) &&
-                    scale.dtype() == x.dtype() && bias.dtype() == x.dtype(),
-                label, ": scale and bias must be [", per_param, "] of X's type at opset ", ctx.opset(), ", got ",
-                scale.describe(), " and ", bias.describe());
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const int64_t cg = c / groups;
-  const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
+  const ops::GroupNormSetup gs = ops::group_norm_setup(ctx);
+  const int64_t n = gs.n, groups = gs.groups, cg = gs.cg, spatial = gs.spatial;
+  const double eps = gs.eps;
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int64_t rows = n * groups, len = cg * spatial;
-  const bool per_channel = per_param == c;
+  const bool per_channel = gs.per_channel;
   dispatch_device(
       x.dtype(), label.c_str(),
       [&](auto tag) {
@@ -485,7 +471,7 @@ void dropout_kernel(ops::KernelContext& ctx) {
 void register_batch_norm_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "BatchNormalization", batch_norm_kernel, batch_norm_check);
   add_kernel(r, "", "InstanceNormalization", instance_norm_kernel);
-  add_kernel(r, "", "GroupNormalization", group_norm_kernel, group_norm_check);
+  add_kernel(r, "", "GroupNormalization", group_norm_kernel, ops::group_norm_check);
   add_kernel(r, "", "Dropout", dropout_kernel, dropout_check);
 }
 

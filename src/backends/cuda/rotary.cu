@@ -19,6 +19,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/shape_facts.h"
 #include "core/error.h"
 
 namespace reforge::cuda {
@@ -205,6 +206,61 @@ int64_t clamp_bound(int64_t v, int64_t n) {
   return std::clamp<int64_t>(v, 0, n);
 }
 
+// Build time: the forms fused_rotary refuses, declined from the inferred shapes: X of another
+// rank or type, an axis other than the last, slice bounds not known to split the head size in two
+// spans that together cover it, cos/sin that do not provably broadcast to X (the CPU would
+// broadcast X up to them).
+std::string fused_rotary_shapes(const ir::Node& node, const backends::InputFacts& f) {
+  const bool bshd = node.attr_string("layout", "bhsd") == "bshd";
+  auto xs = shape_of(f, 0);
+  if (!xs) return fact_str(f, 0, "X") + ": its rank is not known at build time";
+  const int64_t r = static_cast<int64_t>(xs->size());
+  if (!is_float(f.type(0)->dtype) || !(r == 4 || (!bshd && r >= 1 && r <= 3)))
+    return fact_str(f, 0, "X") + ": the CUDA kernel takes a float X, 4-D (1-D to 3-D in layout bhsd)";
+  const std::vector<int64_t> axes = node.attr_ints("axes", {-1, -1, -1});
+  if (axes.size() != 3) return "";  // the run fails on every backend
+  for (int64_t ax : axes)
+    if (ax != -1 && ax != r - 1)
+      return str_cat("axes ", ax, " is not the last axis (the only one the CUDA kernel takes)");
+  auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? (*xs)[static_cast<size_t>(i - (4 - r))] : ops::SymDim(1); };
+  const ops::SymDim target[4] = {dim(0), bshd ? dim(2) : dim(1), bshd ? dim(1) : dim(2), dim(3)};
+  const ops::SymDim& D = target[3];
+  int64_t bounds[4];
+  for (size_t i = 0; i < 4; ++i) {
+    const ops::ValueType* t = f.type(3 + i);
+    const ops::SymShape* v = f.dims_value(3 + i);
+    if (!t || !is_integer(t->dtype) || !one_element(f, 3 + i) || !v || v->size() != 1 || !(*v)[0].known())
+      return str_cat("slice bound ", i, " (", fact_str(f, 3 + i, "input " + std::to_string(3 + i)),
+                     ") is not one integer known at build time (the CUDA kernel needs the rotated halves to span "
+                     "the head size)");
+    bounds[i] = (*v)[0].value();
+  }
+  if (!D.known()) return "the head size " + D.str() + " is not known at build time";
+  const int64_t hi_start = clamp_bound(bounds[0], D.value());
+  const int64_t hi_len = std::max<int64_t>(0, clamp_bound(bounds[1], D.value()) - hi_start);
+  const int64_t lo_start = clamp_bound(bounds[2], D.value());
+  const int64_t lo_len = std::max<int64_t>(0, clamp_bound(bounds[3], D.value()) - lo_start);
+  if (hi_len + lo_len != D.value())
+    return str_cat("the rotated halves have ", hi_len, " and ", lo_len, " features, not together the head size ",
+                   D.value(), " (the only form the CUDA kernel takes)");
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    const char* what = i == 1 ? "cos" : "sin";
+    auto ts = shape_of(f, i);
+    if (!ts) return fact_str(f, i, what) + ": its rank is not known at build time";
+    const size_t tr = ts->size();
+    bool ok = tr >= 1 && tr <= 4;
+    for (size_t a = 0; ok && a < 4; ++a) {
+      const ops::SymDim d = a + tr >= 4 ? (*ts)[a + tr - 4] : ops::SymDim(1);
+      ok = same_dim(d, target[a]) || (a < 3 && dim_is(d, 1));
+    }
+    if (!ok)
+      return fact_str(f, i, what) + " does not provably broadcast to [" + target[0].str() + "," + target[1].str() +
+             "," + target[2].str() + "," + target[3].str() + "] with last dimension " + D.str() +
+             " (the only form the CUDA kernel takes)";
+  }
+  return "";
+}
+
 void fused_rotary(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
@@ -277,7 +333,7 @@ void fused_rotary(ops::KernelContext& ctx) {
 
 void register_rotary_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "RotaryEmbedding", rotary_embedding);
-  add_kernel(r, "reforge", "Rotary", fused_rotary);
+  add_kernel(r, "reforge", "Rotary", fused_rotary, nullptr, nullptr, fused_rotary_shapes);
 }
 
 }  // namespace reforge::cuda

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/nn/group_norm_setup.h"
 #include "ops/nn/nn_common.h"
 #include "ops/tensor/tensor_common.h"
 
@@ -118,18 +119,9 @@ void group_norm_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
   const Tensor& bias = ctx.input(2);
-  REFORGE_CHECK(x.rank() >= 2, label, ": X must be [N, C, ...], got ", x.describe());
-  const int64_t groups = ctx.node().attr_int("num_groups");
-  const int64_t n = x.dim(0), c = x.dim(1);
-  REFORGE_CHECK(groups >= 1 && c % groups == 0, label, ": num_groups ", groups, " must divide the ", c, " channels");
-  const int64_t per_param = ctx.opset() >= 21 ? c : groups;
-  REFORGE_CHECK(scale.shape() == (Shape{per_param}) && bias.shape() == (Shape{per_param}) &&
-                    scale.dtype() == x.dtype() && bias.dtype() == x.dtype(),
-                label, ": scale and bias must be [", per_param, "] of X's type at opset ", ctx.opset(), ", got ",
-                scale.describe(), " and ", bias.describe());
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const int64_t cg = c / groups;
-  const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
+  const GroupNormSetup gs = group_norm_setup(ctx);
+  const int64_t n = gs.n, c = gs.c, groups = gs.groups, cg = gs.cg, spatial = gs.spatial;
+  const double eps = gs.eps;
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   dispatch_float(
@@ -152,7 +144,7 @@ void group_norm_kernel(KernelContext& ctx) {
             }
             const double inv = 1.0 / std::sqrt(sq / static_cast<double>(block) + eps);
             for (int64_t ch = 0; ch < cg; ++ch) {
-              const int64_t p = per_param == c ? g * cg + ch : g;
+              const int64_t p = gs.per_channel ? g * cg + ch : g;
               const double s = static_cast<double>(to_compute(scale.data<T>()[p]));
               const double bb = static_cast<double>(to_compute(bias.data<T>()[p]));
               for (int64_t i = ch * spatial; i < (ch + 1) * spatial; ++i)
@@ -172,7 +164,7 @@ void register_local_norm_ops(OpRegistry& r) {
          18,
          INT_MAX,
          group_norm_kernel,
-         [](const ir::Node& n) { return n.has_attr("num_groups") ? "" : std::string("num_groups is required"); },
+         group_norm_check,
          nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight}});
   r.add({"", "LRN", 1, INT_MAX, lrn_kernel, check_lrn});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/reduce/scan_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -89,23 +90,8 @@ template <typename Step>
 void cumulate_kernel(KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const Tensor& at = ctx.input(1);
-  REFORGE_CHECK((at.dtype() == DType::Int32 || at.dtype() == DType::Int64) && at.numel() == 1 && at.rank() <= 1, label,
-                ": axis must be a scalar int32/int64 tensor, got ", at.describe());
-  const int64_t rank = x.rank();
-  int64_t axis = at.as_int64(0);
-  const int64_t r = std::max<int64_t>(rank, 1);
-  REFORGE_CHECK(axis >= -r && axis < r, label, ": axis ", axis, " is out of range for input of rank ", rank);
-  if (axis < 0) axis += r;
-  int64_t outer = 1, n = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis)
-      outer *= x.dim(i);
-    else if (i == axis)
-      n = x.dim(i);
-    else
-      inner *= x.dim(i);
-  }
+  const AxisSplit sp = cumulate_setup(ctx);
+  const int64_t outer = sp.outer, n = sp.n, inner = sp.inner;
   const bool exclusive = ctx.attr_int("exclusive", 0) != 0;
   const bool reverse = ctx.attr_int("reverse", 0) != 0;
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());

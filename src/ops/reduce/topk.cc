@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/reduce/scan_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -93,30 +94,10 @@ void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, in
 void topk_kernel(KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-  REFORGE_CHECK(rank >= 1, label, ": input must have rank >= 1, got ", x.describe());
-  int64_t axis = ctx.attr_int("axis", -1);
-  REFORGE_CHECK(axis >= -rank && axis < rank, label, ": axis ", axis, " is out of range for input of rank ", rank);
-  if (axis < 0) axis += rank;
-  int64_t k;
-  if (ctx.opset() >= 10) {
-    const Tensor& kt = ctx.input(1);
-    REFORGE_CHECK(kt.numel() == 1 && kt.rank() <= 1 && is_integer(kt.dtype()), label,
-                  ": K must be a 1-element integer tensor, got ", kt.describe());
-    k = kt.as_int64(0);
-  } else {
-    REFORGE_CHECK(ctx.node().has_attr("k"), label, ": attribute k is required before opset 10");
-    k = ctx.attr_int("k", 0);
-  }
-  const bool largest = ctx.attr_int("largest", 1) != 0;
-  const int64_t n = x.dim(axis);
-  REFORGE_CHECK(k >= 0 && k <= n, label, ": k = ", k, " is out of range for axis ", axis, " of size ", n, " (input ",
-                x.describe(), ")");
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-  for (int64_t i = axis + 1; i < rank; ++i) inner *= x.dim(i);
-  Shape out_shape = x.shape();
-  out_shape[static_cast<size_t>(axis)] = k;
+  const TopKSetup ts = topk_setup(ctx);
+  const int64_t k = ts.k, n = ts.split.n, outer = ts.split.outer, inner = ts.split.inner;
+  const bool largest = ts.largest;
+  const Shape& out_shape = ts.out_shape;
   Tensor& vals = ctx.allocate_output(0, x.dtype(), out_shape);
   // Indices are computed anyway; a node that does not declare the output gets a scratch tensor.
   Tensor scratch;

@@ -79,9 +79,31 @@ void register_reforge_ops(OpRegistry& r) {
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   // Ops without a reference kernel: the fusion and layout passes emit them only for a backend
   // that has a kernel for them (passes::Pass::emits), and PackPanels is the CPU's weight layout.
-  for (const char* op :
-       {"MatMulAdd", "PackPanels", "MatMulAddPacked", "Gelu", "RmsNorm", "Silu", "SiluMul", "Attention", "Rotary"})
+  for (const char* op : {"MatMulAdd", "PackPanels", "MatMulAddPacked", "Gelu", "RmsNorm", "Silu", "SiluMul"})
     r.add({"reforge", op, 1, INT_MAX, nullptr, nullptr});
+  // Attention(Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?, v_reshape?): the
+  // four shapes of the grouped-query repeat (Expand's and Reshape's shape inputs in the pattern
+  // fuse-attention replaces) are structure, read as integers on the host by every kernel.
+  r.add({"reforge",
+         "Attention",
+         1,
+         INT_MAX,
+         nullptr,
+         nullptr,
+         nullptr,
+         {InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kData,
+          InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
+  // Rotary(X, cos, sin, hi_start, hi_end, lo_start, lo_end): the bounds of the two halves (Slice
+  // starts and ends in the pattern fuse-rotary replaces) are structure.
+  r.add({"reforge",
+         "Rotary",
+         1,
+         INT_MAX,
+         nullptr,
+         nullptr,
+         nullptr,
+         {InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kShape, InputRole::kShape, InputRole::kShape,
+          InputRole::kShape}});
   // Transfers between host and device memory (backends/placement.h inserts them); the device
   // backend that owns the memory has their kernels. ToDevice of an engine weight uploads it once,
   // when the engine is made and again at each refit that replaces it (its prepare step).

@@ -1,0 +1,58 @@
+// What the target backend says of a node a fusion would make: its kernel's checker and shape check
+// (backends/backend.h), asked with the types that inference gives the graph as it is before the
+// fusion (the fused node reads values that exist already). A fusion the backend's kernel would
+// decline is not made: the unfused ops stay, and run where placement puts them, instead of a
+// fused node that only the host could run. Backends whose kernel of the op has no shape check
+// (the CPU) accept every node the checker accepts, and the graph is not inferred for them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backends/backend.h"
+#include "backends/placement.h"
+#include "ops/infer_graph.h"
+#include "passes/build_state.h"
+
+namespace reforge::passes {
+
+class BackendVerdict {
+ public:
+  explicit BackendVerdict(const BuildState& s) : s_(s) {}
+
+  // "" when the backend's kernel runs `fused`, else its reason.
+  std::string why_not(const ir::Node& fused) {
+    const backends::KernelDef* k = backends::kernels().find(s_.backend, fused.domain, fused.op_type, fused.opset);
+    if (!k) return "";  // the pass runs only where the backend has the op (Pass::emits)
+    try {
+      if (k->check)
+        if (std::string why = k->check(fused); !why.empty()) return why;
+      if (!k->shape_check) return "";
+      if (!types_) infer();
+      return k->shape_check(fused, backends::input_facts(fused, types_ok_ ? types_.get() : nullptr));
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+
+ private:
+  void infer() {
+    types_ = std::make_unique<ops::GraphTypes>();
+    ir::Graph g = s_.graph;
+    for (const auto& [name, cv] : s_.consts) g.initializers.emplace(name, cv.value);
+    ops::InferOptions io;
+    io.require_all = false;
+    try {
+      *types_ = ops::infer_graph(g, io);
+      types_ok_ = true;
+    } catch (const Error&) {
+      types_ok_ = false;  // every fact unknown: the shape checks decline
+    }
+  }
+
+  const BuildState& s_;
+  std::unique_ptr<ops::GraphTypes> types_;
+  bool types_ok_ = false;
+};
+
+}  // namespace reforge::passes
