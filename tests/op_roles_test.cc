@@ -98,6 +98,7 @@ const std::vector<OldRow> kLaterShapeSlots = {
     {"DFT", 20, 3, {1, 2}},
     {"STFT", 17, 4, {1, 3}},
     {"MelWeightMatrix", 17, 5, {0, 1, 2, 3, 4}},
+    {"Loop", 11, 3, {0}},
 };
 
 // Shape-like inputs of the fused ops of the reforge domain: the structure inputs of the patterns
@@ -178,7 +179,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
       }
     }
   EXPECT_EQ(weight, 17u + 16u + 5u);  // old tables + the later weight slots
-  EXPECT_EQ(shape, 34u + 22u);        // old tables + the later shape slots
+  EXPECT_EQ(shape, 34u + 23u);        // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
   EXPECT_EQ(reforge_shape, 8u);
@@ -219,8 +220,22 @@ TEST(OpRoles, RandomOpsAreNotDeterministicAndDropoutIsTheOnlyRegisteredDraw) {
        {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"})
     EXPECT_FALSE(ops::is_deterministic(node(op, 18, {"x"}))) << op;
   EXPECT_TRUE(ops::is_deterministic(node("Add", 18, {"a", "b"})));
+  // Dropout draws by itself; the control-flow ops draw exactly when a node of their subgraphs may.
+  const std::set<std::string> drawing = {"Dropout", "If", "Loop", "Scan"};
   for (const ops::OpDef* d : ops::OpRegistry::global().entries())
-    EXPECT_EQ(d->draws_random != nullptr, d->domain.empty() && d->op_type == "Dropout") << d->op_type;
+    EXPECT_EQ(d->draws_random != nullptr, d->domain.empty() && drawing.count(d->op_type)) << d->op_type;
+  for (const char* inner : {"RandomNormalLike", "Neg"}) {
+    auto body = std::make_shared<ir::Graph>();
+    body->nodes.push_back(node(inner, 18, {"x"}, {"r"}));
+    body->outputs.push_back(ir::ValueInfo{"r", DType::Float32, false, {}});
+    ir::Node loop = node("Loop", 18, {"m", "", "x"}, {"y"});
+    ir::Attribute a;
+    a.name = "body";
+    a.type = ir::AttrType::Graph;
+    a.g = body;
+    loop.attrs["body"] = a;
+    EXPECT_EQ(ops::is_deterministic(loop), std::string(inner) == "Neg") << inner;
+  }
 }
 
 // Constant folding asks the registry: a Dropout that may draw is kept even on constant inputs

@@ -85,7 +85,7 @@ TEST(PlanIO, FutureFormatVersionIsRefused) {
   put_u64(b, 56, XXH3_64bits(b.data(), 56));
   std::ofstream(dir.file("x.plan"), std::ios::binary) << b;
   std::string e = error_of([&] { read_plan(dir.file("x.plan")); });
-  EXPECT_NE(e.find("plan '" + dir.file("x.plan") + "' has format version 7; this reforge reads up to 1"),
+  EXPECT_NE(e.find("plan '" + dir.file("x.plan") + "' has format version 7; this reforge reads up to 2"),
             std::string::npos)
       << e;
 }
@@ -162,8 +162,32 @@ TEST(PlanIO, MaliciousMetadataIsRejected) {
          m["graph"]["name"] = {{"hex", "zz"}};
        },
        "invalid hex string"},
-      {"graph attribute", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "graph"; },
-       "subgraph attributes are not supported in plans"},
+      {"graph attribute without a graph", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "graph"; },
+       "missing field 'g'"},
+      {"graphs attribute", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "graphs"; },
+       "attributes holding lists of graphs are not supported in plans"},
+      {"subgraph nested too deep",
+       [](json& m) {
+         json a = m["graph"]["nodes"][0]["attrs"][0];
+         json g = m["graph"];
+         g["nodes"] = json::array();
+         json nested = a;
+         for (int d = 0; d < 40; ++d) {
+           json n = {{"name", "n"},
+                     {"op_type", "If"},
+                     {"domain", ""},
+                     {"opset", 17},
+                     {"inputs", json::array()},
+                     {"outputs", json::array()},
+                     {"attrs", json::array({nested})},
+                     {"metadata", json::array()}};
+           json sub = g;
+           sub["nodes"] = json::array({n});
+           nested = {{"name", "body"}, {"type", "graph"}, {"g", sub}};
+         }
+         m["graph"]["nodes"][0]["attrs"][0] = nested;
+       },
+       "subgraphs nested more than 32 deep"},
       {"attr type", [](json& m) { m["graph"]["nodes"][0]["attrs"][0]["type"] = "complex"; }, "unknown attribute type"},
       {"duplicate attr",
        [](json& m) {

@@ -286,7 +286,7 @@ inline bool operand_eq(const Operand& a, const Operand& b) { return a.kind == b.
 
 // Compares every field; weight data only when `weights_loaded`, else it must be undefined.
 inline void expect_plan_eq(const Plan& a, const Plan& b, bool weights_loaded = true) {
-  EXPECT_EQ(b.format_version, kFormatVersion);
+  EXPECT_EQ(b.format_version, written_format_version(a));
   EXPECT_EQ(a.mode, b.mode);
   EXPECT_EQ(a.precision, b.precision);
   EXPECT_EQ(a.individual_patterns, b.individual_patterns);

@@ -117,6 +117,8 @@ std::string tensor_sig(const Tensor& t) {
   return os.str();
 }
 
+std::string graph_sig(const ir::Graph& g);
+
 std::string attr_str(const ir::Attribute& a) {
   std::ostringstream os;
   switch (a.type) {
@@ -148,10 +150,37 @@ std::string attr_str(const ir::Attribute& a) {
       os << "ts:";
       for (const auto& t : a.tensors) os << tensor_sig(t) << ",";
       break;
+    case ir::AttrType::Graph:
+      os << "g:" << (a.g ? graph_sig(*a.g) : std::string());
+      break;
     default:
-      os << "graph";
+      os << "graphs";
       break;
   }
+  return os.str();
+}
+
+// A subgraph's whole structure: its values by their own names (a subgraph's names are local),
+// its nodes with their attributes (nested subgraphs recursively), and its captures.
+std::string graph_sig(const ir::Graph& g) {
+  std::ostringstream os;
+  os << "{in:";
+  for (const auto& v : g.inputs) os << v.name << ":" << dtype_name(v.dtype) << ",";
+  os << " cap:";
+  for (const auto& c : g.captures) os << c << ",";
+  for (const auto& [name, t] : g.initializers) os << " init:" << name << "=" << tensor_sig(t);
+  for (const auto& n : g.nodes) {
+    os << " " << n.domain << "::" << n.op_type << "@" << n.opset << "(";
+    for (const auto& i : n.inputs) os << i << ",";
+    os << ")[";
+    for (const auto& [k, a] : n.attrs) os << k << "=" << attr_str(a) << ";";
+    os << "]->(";
+    for (const auto& o : n.outputs) os << o << ",";
+    os << ")";
+  }
+  os << " out:";
+  for (const auto& v : g.outputs) os << v.name << ",";
+  os << "}";
   return os.str();
 }
 

@@ -139,6 +139,7 @@ std::vector<size_t> Graph::topological_order() const {
   std::set<std::string> available;
   for (const auto& in : inputs) available.insert(in.name);
   for (const auto& [n, t] : initializers) available.insert(n);
+  for (const auto& c : captures) available.insert(c);
   std::vector<size_t> pending(nodes.size(), 0);
   std::vector<std::vector<size_t>> consumers(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {

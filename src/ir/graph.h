@@ -91,9 +91,14 @@ struct Graph {
   std::vector<ValueInfo> outputs;
   std::map<std::string, Tensor> initializers;
   std::vector<std::pair<std::string, std::string>> metadata;  // model metadata_props
+  // Subgraphs only (the body of If, Loop, Scan; ir/subgraph.h): the values this graph reads from
+  // enclosing scopes, by the names its nodes use. The node owning the subgraph lists the outer
+  // values they are bound to, in this order, after its own inputs. Empty in a top-level graph.
+  std::vector<std::string> captures;
 
   // Node indices in an order where every node follows its producers. Throws an Error naming a
-  // node when an input is produced nowhere or the graph has a cycle.
+  // node when an input is produced nowhere (not a graph input, initializer, capture or node
+  // output) or the graph has a cycle.
   std::vector<size_t> topological_order() const;
 };
 

@@ -12,6 +12,7 @@
 
 #include "core/mapped_file.h"
 #include "core/narrow.h"
+#include "ir/subgraph.h"
 #include "onnx/proto/onnx.pb.h"
 
 namespace reforge::onnx {
@@ -370,6 +371,7 @@ ir::Graph convert_model(std::shared_ptr<ModelProto> model, const Ctx& base_ctx) 
   }
   if (model->opset_import_size() == 0 && model->ir_version() < 3) opsets[""] = 1;
   ir::Graph g = convert_graph(model->graph(), opsets, ctx);
+  ir::bind_captures(g);
   g.ir_version = model->ir_version();
   for (const auto& m : model->metadata_props()) g.metadata.emplace_back(m.key(), m.value());
   return g;

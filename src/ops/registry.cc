@@ -41,6 +41,7 @@ const OpRegistry& OpRegistry::global() {
     register_quant_ops(r);
     register_training_ops(r);
     register_ml_ops(r);
+    register_control_ops(r);
     register_elementwise_inference(r);
     register_unary_inference(r);
     register_tensor_inference(r);
@@ -51,6 +52,7 @@ const OpRegistry& OpRegistry::global() {
     register_quant_inference(r);
     register_training_inference(r);
     register_ml_inference(r);
+    register_control_inference(r);
     return r;
   }();
   return registry;

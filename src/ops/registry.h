@@ -187,6 +187,7 @@ void register_reforge_ops(OpRegistry& r);      // reforge domain: recipe transfo
 void register_quant_ops(OpRegistry& r);        // Quantize/DequantizeLinear, QLinear*, *Integer
 void register_training_ops(OpRegistry& r);     // ai.onnx.preview.training: Adagrad, Adam, Momentum
 void register_ml_ops(OpRegistry& r);           // ai.onnx.ml ops and TfIdfVectorizer
+void register_control_ops(OpRegistry& r);      // If, Loop, Scan: nodes with subgraphs
 
 // Each family's shape and type inference (ops/infer.h), set on the entries registered above.
 void register_elementwise_inference(OpRegistry& r);  // ops/elementwise/infer.cc
@@ -199,5 +200,6 @@ void register_reforge_inference(OpRegistry& r);      // ops/reforge/infer.cc
 void register_quant_inference(OpRegistry& r);        // ops/quant/infer.cc
 void register_training_inference(OpRegistry& r);     // ops/training/infer.cc
 void register_ml_inference(OpRegistry& r);           // ops/ml/infer.cc
+void register_control_inference(OpRegistry& r);      // ops/control/infer.cc
 
 }  // namespace reforge::ops

@@ -199,10 +199,9 @@ void conv_channels_last(BuildState& s) {
 }
 
 void conv_residual_inplace(BuildState& s) {
+  // A subgraph's reads of outer values are inputs of its node (ir/subgraph.h), so `readers` sees
+  // them: a control-flow node reading z keeps the convolution out of place.
   ir::Graph& g = s.graph;
-  for (const auto& n : g.nodes)
-    for (const auto& [name, a] : n.attrs)
-      if (a.type == ir::AttrType::Graph || a.type == ir::AttrType::Graphs) return;  // outer-scope readers unseen
   auto fresh_output = [](const ir::Node& n) {  // kernels whose output never aliases another value
     return (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "MaxPool")) ||
            (n.domain == "reforge" && (n.op_type == "FusedConv" || n.op_type == "MaxPool"));

@@ -92,4 +92,21 @@ std::vector<std::string> node_backends(const Plan& p) {
   return p.placement;
 }
 
+uint32_t written_format_version(const Plan& p) {
+  auto has_graph = [](const std::map<std::string, ir::Attribute>& attrs) {
+    for (const auto& [key, a] : attrs)
+      if (a.type == ir::AttrType::Graph || a.type == ir::AttrType::Graphs) return true;
+    return false;
+  };
+  for (const auto& n : p.graph.nodes)
+    if (has_graph(n.attrs)) return 2;
+  for (const auto& w : p.weights)
+    for (const auto& step : w.recipe.steps)
+      if (has_graph(step.attrs)) return 2;
+  for (const auto& s : p.sources)
+    for (const auto& step : s.binding.steps)
+      if (has_graph(step.attrs)) return 2;
+  return 1;
+}
+
 }  // namespace reforge::plan

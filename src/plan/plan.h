@@ -28,7 +28,10 @@
 
 namespace reforge::plan {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// The newest format version this reforge reads. Version 2 adds graph-valued attributes
+// (subgraphs of If, Loop, Scan; docs/plan-format.md); a plan that holds none is written as
+// version 1, byte for byte as before (written_format_version).
+inline constexpr uint32_t kFormatVersion = 2;
 
 enum class BuildMode { Baked, Refit, RefitIdentical, RefitIndividual };
 enum class WeightKind { Literal, Derived, Baked };
@@ -176,7 +179,7 @@ struct WeightEntry {
 };
 
 struct Plan {
-  uint32_t format_version = kFormatVersion;
+  uint32_t format_version = kFormatVersion;  // as read; the writer writes written_format_version()
   BuildMode mode = BuildMode::Baked;
   Precision precision = Precision::Fp32;
   Precision activations = Precision::Fp32;       // Fp32, or Bf16 (bf16 plans only)
@@ -212,5 +215,9 @@ struct Plan {
 // The backend of every node of p.graph: p.placement, or its default when empty. Throws when the
 // placement does not have one entry per node.
 std::vector<std::string> node_backends(const Plan& p);
+
+// The format version the writer gives `p`: 2 when its graph or a recipe step holds a graph-valued
+// attribute, else 1.
+uint32_t written_format_version(const Plan& p);
 
 }  // namespace reforge::plan

@@ -186,8 +186,11 @@ class Encoder {
         break;
       }
       case ir::AttrType::Graph:
+        if (!a.g) fail("graph attribute without a graph (", at, ")");
+        j["g"] = graph(*a.g);
+        break;
       case ir::AttrType::Graphs:
-        fail("subgraph attributes are not supported in plans (", at, ")");
+        fail("attributes holding lists of graphs are not supported in plans (", at, ")");
     }
     return j;
   }
@@ -238,6 +241,7 @@ class Encoder {
       inits.push_back(json{{"name", str(name)}, {"tensor", tensor(t, "initializer '" + name + "'")}});
     j["initializers"] = std::move(inits);
     j["metadata"] = pairs(g.metadata);
+    if (!g.captures.empty()) j["captures"] = strs(g.captures);
     return j;
   }
 
@@ -347,7 +351,7 @@ Encoded encode(const Plan& plan) {
   out.prefix.assign(data_offset, '\0');
   auto* h = reinterpret_cast<unsigned char*>(out.prefix.data());
   std::memcpy(h, kMagic, sizeof kMagic);
-  put_u32(h + kOffVersion, kFormatVersion);
+  put_u32(h + kOffVersion, written_format_version(plan));
   put_u32(h + kOffHeaderSize, static_cast<uint32_t>(kHeaderSize));
   put_u64(h + kOffMetaOffset, kHeaderSize);
   put_u64(h + kOffMetaSize, meta.size());

@@ -15,7 +15,7 @@
 // Invariants the reader enforces on untrusted files (every violation is an Error that names the
 // file and what is wrong; never a crash, never an out-of-bounds read):
 //  * a file from a newer format version is refused ("plan 'x.plan' has format version 7; this
-//    reforge reads up to 1"); a damaged header or metadata fails its checksum;
+//    reforge reads up to 2"); a damaged header or metadata fails its checksum;
 //  * every data reference lies inside the data section and its size equals dtype size x
 //    element count; every index (recipe operands, weight sources) is in range;
 //  * tensors wrap the mapping (no copy) and keep it alive; they are 64-byte aligned.

@@ -324,9 +324,14 @@ class Decoder {
         for (size_t i = 0; i < ts.size(); ++i) a.tensors.push_back(tensor(ts[i], at(at(w, "tensors"), i)));
         break;
       }
-      case ir::AttrType::Graph:
+      case ir::AttrType::Graph: {
+        if (++graph_depth_ > kMaxGraphDepth) fail(w, ": subgraphs nested more than ", kMaxGraphDepth, " deep");
+        a.g = std::make_shared<ir::Graph>(graph(field(j, "g", w), at(w, "g")));
+        --graph_depth_;
+        break;
+      }
       case ir::AttrType::Graphs:
-        fail(w, ": subgraph attributes are not supported in plans");
+        fail(w, ": attributes holding lists of graphs are not supported in plans");
     }
     return a;
   }
@@ -410,6 +415,7 @@ class Decoder {
         fail(w, ": duplicate initializer '", name, "'");
     }
     g.metadata = pairs(field(j, "metadata", where), at(where, "metadata"));
+    if (j.contains("captures")) g.captures = strings(j["captures"], at(where, "captures"));
     return g;
   }
 
@@ -586,6 +592,9 @@ class Decoder {
   }
 
   std::shared_ptr<const void> owner_;
+  // Subgraphs inside subgraphs: bounded so that a hostile file cannot exhaust the stack.
+  static constexpr int kMaxGraphDepth = 32;
+  int graph_depth_ = 0;
   const unsigned char* data_;  // the data section
   uint64_t data_offset_;       // its offset in the file
   uint64_t size_;
