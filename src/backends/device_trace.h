@@ -19,7 +19,7 @@ namespace reforge::backends {
 struct DeviceActivity {
   enum class Kind { Kernel, Copy, Memset };
   Kind kind = Kind::Kernel;
-  std::string name;  // the kernel's (demangled where the profiler gives it so) or "memcpy"/"memset"
+  std::string name;                   // the kernel's (demangled where the profiler gives it so) or "memcpy"/"memset"
   uint64_t start_ns = 0, end_ns = 0;  // device clock
   int64_t tag = -1;                   // the launching thread's innermost pushed tag, or -1
 };
@@ -43,10 +43,10 @@ class DeviceTracer {
 
 // What the device's memory holds for this process, as the backend allocated it.
 struct DeviceMemoryStats {
-  size_t weights_bytes = 0;       // engine weights resident now (every engine of the process)
-  size_t weights_peak_bytes = 0;  // the most they have been
-  size_t workspace_bytes = 0;     // library workspaces (cuBLASLt's per thread), resident now
-  size_t activations_peak_bytes = 0;  // the most that values of runs (and per-call workspaces) used at once
+  size_t weights_bytes = 0;                    // engine weights resident now (every engine of the process)
+  size_t weights_peak_bytes = 0;               // the most they have been
+  size_t workspace_bytes = 0;                  // library workspaces (cuBLASLt's per thread), resident now
+  size_t activations_peak_bytes = 0;           // the most that values of runs (and per-call workspaces) used at once
   size_t activations_reserved_peak_bytes = 0;  // the most the allocator has held for them
 };
 

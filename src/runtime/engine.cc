@@ -521,7 +521,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     if (host_arena) arena_alloc->begin_step(si);
     backends::DeviceTracer* tracer =
         m.options.device_trace && st.device && st.device->tracer && st.device->tracer->recording() ? st.device->tracer
-                                                                                                  : nullptr;
+                                                                                                   : nullptr;
     if (tracer) {
       tracer->push_tag(static_cast<int64_t>(si));
       std::vector<Tensor>& keep = kept[si];

@@ -17,8 +17,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "common.h"
 #include "backends/backend.h"
+#include "common.h"
 #include "core/atomic_file.h"
 #include "core/timing.h"
 #include "onnx/importer.h"

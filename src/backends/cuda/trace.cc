@@ -43,7 +43,8 @@ struct Cupti {
     if (!lib) {
       const char* why = dlerror();
       error = std::string("CUPTI (libcupti.so, the CUDA toolkit's profiling library) cannot be loaded: ") +
-              (why ? why : "not found") + "; add its folder (the toolkit's lib64 or extras/CUPTI/lib64) to LD_LIBRARY_PATH";
+              (why ? why : "not found") +
+              "; add its folder (the toolkit's lib64 or extras/CUPTI/lib64) to LD_LIBRARY_PATH";
       return;
     }
     auto get = [&](auto& fn, const char* symbol) {
@@ -73,9 +74,9 @@ const Cupti& cupti() {
   return c;
 }
 
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME,
-                                         CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+constexpr CUpti_ActivityKind kKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 constexpr size_t kBufferBytes = size_t{8} << 20;
 
 // What the buffer callbacks collected (CUPTI calls them on its own thread).
