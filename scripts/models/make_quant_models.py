@@ -9,6 +9,8 @@ Variants (all from the dynamo exports, opset 18):
                               MatMulInteger, ConvInteger
   bert_static, cnn_static     quantize_static, QDQ format (uint8 activations, int8 weights,
                               per-channel weights), calibrated on the committed inputs
+  cnn_static_B                the same from the float model with weights B: a QDQ plan built from
+                              cnn_static refits from it by position
   cnn_static_qop              quantize_static, QOperator format, convolutions only: QLinearConv
   llama_nbits_A, llama_nbits_B
                               MatMulNBitsQuantizer, 4 bits, block 32, asymmetric (zero points),
@@ -181,6 +183,7 @@ def main():
              dynamic_u8),
         make("bert_static", "bert", "A", "quantize_static QDQ per-channel", static_qdq),
         make("cnn_static", "cnn", "A", "quantize_static QDQ per-channel", static_qdq),
+        make("cnn_static_B", "cnn", "B", "quantize_static QDQ per-channel", static_qdq),
         make("cnn_static_qop", "cnn", "A", "quantize_static QOperator per-channel, Conv only", static_qop),
         make("llama_nbits_A", "llama", "A", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
         make("llama_nbits_B", "llama", "B", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
