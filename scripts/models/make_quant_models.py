@@ -9,8 +9,11 @@ Variants (all from the dynamo exports, opset 18):
                               MatMulInteger, ConvInteger
   bert_static, cnn_static     quantize_static, QDQ format (uint8 activations, int8 weights,
                               per-channel weights), calibrated on the committed inputs
-  cnn_static_B                the same from the float model with weights B: a QDQ plan built from
-                              cnn_static refits from it by position
+  cnn_static_B, cnn_static_B2 the same from the float model with weights B, and with weights B
+                              scaled elementwise by 0.5 .. 1.0 (float reference: ORT's run of that float model,
+                              float/<input set>/); a QDQ plan built from cnn_static_B refits from
+                              cnn_static_B2 by position (A's exporter merged its zero biases, so
+                              ORT quantizes A's biases otherwise: another structure)
   cnn_static_qop              quantize_static, QOperator format, convolutions only: QLinearConv
   llama_nbits_A, llama_nbits_B
                               MatMulNBitsQuantizer, 4 bits, block 32, asymmetric (zero points),
@@ -45,6 +48,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnxruntime as ort
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
                                       quantize_static)
@@ -96,22 +100,58 @@ class Reader(CalibrationDataReader):
         self.i = 0
 
 
-def make(name, model, weights, kind, quantize):
+def scaled_float_model(src, dst, factor):
+    """The float model with every float initializer of rank >= 1 multiplied elementwise by factors
+    spread over [factor - 0.25, factor + 0.25) (element i: factor - 0.25 + 0.5 * frac(0.618 i)):
+    other weights and other quantized codes, the same structure (scalars are the model's constants
+    and stay)."""
+    m = onnx.load(src)
+    for t in m.graph.initializer:
+        a = onnx.numpy_helper.to_array(t)
+        if a.dtype == np.float32 and a.ndim >= 1:
+            f = factor - 0.25 + 0.5 * np.modf(np.arange(a.size, dtype=np.float64) * 0.618)[0]
+            b = (a.astype(np.float64) * f.reshape(a.shape)).astype(np.float32)
+            t.CopyFrom(onnx.numpy_helper.from_array(b, t.name))
+    onnx.save(m, dst)
+
+
+def make(name, model, weights, kind, quantize, scale_weights=None):
     entry = float_entry(model, weights)
     src = os.path.join(MODELS, entry["path"])
     sets = load_inputs(entry)
-    # The float model must reproduce the framework reference under ORT before it is quantized.
-    fs = session(src)
-    for s, feeds, refs in sets:
-        outs = fs.run(None, feeds)
-        for o, v in zip(entry["outputs"], outs):
-            err = float(np.max(np.abs(v - refs[o])))
-            assert err < 1e-4, f"{name}: ORT float run of {src} differs from the reference by {err}"
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     dst = os.path.join(d, "model.onnx")
+    float_ref = None
+    if scale_weights is not None:
+        # No framework reference exists for these weights: the float reference is ORT's run of the
+        # scaled float model (not committed; the script remakes it), stored next to the variant.
+        scaled = os.path.join(d, "float_model.onnx")
+        scaled_float_model(src, scaled, scale_weights)
+        fs = session(scaled)
+        float_ref = {}
+        for i, (s, feeds, _) in enumerate(sets):
+            refs = {}
+            for o, v in zip(entry["outputs"], fs.run(None, feeds)):
+                rel = f"quant/{name}/float/{s['name']}/{o}.npy"
+                os.makedirs(os.path.dirname(os.path.join(MODELS, rel)), exist_ok=True)
+                np.save(os.path.join(MODELS, rel), v)
+                refs[o] = v
+                s = dict(s, reference=dict(s["reference"], **{o: rel}))
+            sets[i] = (s, feeds, refs)
+        src = scaled
+    else:
+        # The float model must reproduce the framework reference under ORT before it is quantized.
+        fs = session(src)
+        for s, feeds, refs in sets:
+            outs = fs.run(None, feeds)
+            for o, v in zip(entry["outputs"], outs):
+                err = float(np.max(np.abs(v - refs[o])))
+                assert err < 1e-4, f"{name}: ORT float run of {src} differs from the reference by {err}"
     quantize(src, dst, sets)
+    if scale_weights is not None:
+        os.remove(src)
     m = onnx.load(dst)
     onnx.checker.check_model(m)
     ops = sorted({(n.domain or "ai.onnx") + "::" + n.op_type for n in m.graph.node})
@@ -134,7 +174,7 @@ def make(name, model, weights, kind, quantize):
         "name": name,
         "model": model,
         "weights": weights,
-        "from": entry["path"],
+        "from": entry["path"] + ("" if scale_weights is None else f" with float weights scaled elementwise by {scale_weights} +- 0.25"),
         "kind": kind,
         "path": f"quant/{name}/model.onnx",
         "ops": ops,
@@ -184,6 +224,7 @@ def main():
         make("bert_static", "bert", "A", "quantize_static QDQ per-channel", static_qdq),
         make("cnn_static", "cnn", "A", "quantize_static QDQ per-channel", static_qdq),
         make("cnn_static_B", "cnn", "B", "quantize_static QDQ per-channel", static_qdq),
+        make("cnn_static_B2", "cnn", "B", "quantize_static QDQ per-channel", static_qdq, scale_weights=0.75),
         make("cnn_static_qop", "cnn", "A", "quantize_static QOperator per-channel, Conv only", static_qop),
         make("llama_nbits_A", "llama", "A", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
         make("llama_nbits_B", "llama", "B", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
