@@ -275,3 +275,23 @@ TEST(MatMulNBits, RefusesBadShapesAndAttributes) {
   Tensor zp = make<uint8_t>(DType::UInt8, {3}, {0, 0, 0});
   EXPECT_THROW(run_nbits(nbits_node(20, 2, 4, 16, {true, true, true, true}), {&c.A, &c.B, &c.S, &zp}), Error);
 }
+
+// The inputs a quantizer writes (ops::is_quantized_input): checkpoint binding refuses them, and
+// their integer values are sources rather than literals (build/fingerprint.h).
+TEST(QuantizedInputs, MarkedOnTheRegistry) {
+  auto q = [](const char* domain, const char* op, int opset, size_t slot) {
+    ir::Node n = node(op, opset, 0);
+    n.domain = domain;
+    return ops::is_quantized_input(n, slot);
+  };
+  EXPECT_TRUE(q("", "DequantizeLinear", 21, 0));
+  EXPECT_TRUE(q("", "DequantizeLinear", 21, 2));
+  EXPECT_FALSE(q("", "QuantizeLinear", 21, 0));  // a float weight quantized at run time binds
+  EXPECT_TRUE(q("", "QuantizeLinear", 21, 1));
+  EXPECT_TRUE(q("", "QLinearConv", 10, 8));
+  EXPECT_TRUE(q("", "MatMulInteger", 10, 3));
+  for (size_t s : {1, 2, 3, 4}) EXPECT_TRUE(q("com.microsoft", "MatMulNBits", 1, s)) << s;
+  EXPECT_FALSE(q("com.microsoft", "MatMulNBits", 1, 0));
+  EXPECT_FALSE(q("com.microsoft", "MatMulNBits", 1, 5));  // the float bias binds
+  EXPECT_FALSE(q("", "MatMul", 13, 1));
+}
