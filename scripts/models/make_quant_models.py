@@ -174,7 +174,8 @@ def make(name, model, weights, kind, quantize, scale_weights=None):
         "name": name,
         "model": model,
         "weights": weights,
-        "from": entry["path"] + ("" if scale_weights is None else f" with float weights scaled elementwise by {scale_weights} +- 0.25"),
+        "from": entry["path"] + ("" if scale_weights is None else
+                                 f" with float weights scaled elementwise by {scale_weights} +- 0.25"),
         "kind": kind,
         "path": f"quant/{name}/model.onnx",
         "ops": ops,
