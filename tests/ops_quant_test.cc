@@ -295,3 +295,23 @@ TEST(QuantizedInputs, MarkedOnTheRegistry) {
   EXPECT_FALSE(q("com.microsoft", "MatMulNBits", 1, 5));  // the float bias binds
   EXPECT_FALSE(q("", "MatMul", 13, 1));
 }
+
+// float16 A, scales and bias: the output is float16. The 8-bit case above (y = -47) plus a bias of
+// 0.5 is exact in float16.
+TEST(MatMulNBits, Float16) {
+  Tensor a = Tensor::empty(DType::Float16, {1, 5});
+  for (int k = 0; k < 5; ++k) a.mutable_data<float16>()[k] = float16(static_cast<float>(k + 1));
+  std::vector<uint8_t> codes(16, 0);
+  codes[0] = 130, codes[1] = 126, codes[2] = 128, codes[3] = 140, codes[4] = 100;
+  Tensor b = make<uint8_t>(DType::UInt8, {1, 1, 16}, codes);
+  Tensor s = Tensor::empty(DType::Float16, {1});
+  s.mutable_data<float16>()[0] = float16(0.5f);
+  Tensor bias = Tensor::empty(DType::Float16, {1});
+  bias.mutable_data<float16>()[0] = float16(0.5f);
+  Tensor y = test_support::run_node(nbits_node(5, 1, 8, 16, {true, true, true, false, false, true}),
+                                    {&a, &b, &s, nullptr, nullptr, &bias})[0];
+  EXPECT_EQ(y.dtype(), DType::Float16);
+  EXPECT_EQ(doubles(y), (std::vector<double>{-46.5}));
+  Tensor s32 = make<float>(DType::Float32, {1}, {0.5f});  // scales must have A's type
+  EXPECT_THROW(run_nbits(nbits_node(5, 1, 8, 16, {true, true, true}), {&a, &b, &s32}), Error);
+}
