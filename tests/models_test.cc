@@ -206,6 +206,44 @@ TEST_P(CudaModelExport, MatchesFrameworkReference) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelExport, ::testing::ValuesIn(load_manifest()),
                          [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
 
+// bf16 plans on the GPU (--precision bf16: every Linear layer's weights in bfloat16, float32
+// accumulation and activations): within 1e-2 of the reference, relative to its largest magnitude.
+class CudaModelExportBf16 : public ::testing::TestWithParam<ExportCase> {};
+
+TEST_P(CudaModelExportBf16, WithinOnePercentOfTheFrameworkReference) {
+  REQUIRE_GPU();
+  const ExportCase& c = GetParam();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  SCOPED_TRACE(c.path);
+  build::BuildOptions o;
+  o.backend = "cuda";
+  o.precision = plan::Precision::Bf16;
+  runtime::PlanEngine engine(
+      test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o)));
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    const std::vector<Tensor> outputs = engine.run(feeds);
+    ASSERT_EQ(outputs.size(), set.reference.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const Tensor ref = read_npy(set.reference[i].second);
+      ASSERT_EQ(outputs[i].shape(), ref.shape()) << set.reference[i].first;
+      double largest = 0, worst = 0;
+      for (int64_t k = 0; k < ref.numel(); ++k) {
+        largest = std::max(largest, std::fabs(ref.as_double(k)));
+        const double d = std::fabs(outputs[i].as_double(k) - ref.as_double(k));
+        worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+      }
+      EXPECT_LE(worst, 1e-2 * largest) << "output '" << set.reference[i].first << "': max abs diff " << worst
+                                       << ", largest reference magnitude " << largest;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelExportBf16, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
+
 // The manifest covers every model x exporter variant x weight set, and every file it names exists.
 TEST(ModelsManifest, CompleteAndPresent) {
   const auto cases = load_manifest();
