@@ -138,7 +138,7 @@ TEST(QuantizeWeight, Int4MatchesFloat64ReferenceOfMatMulNBitsRule) {
             const int got = (j & 1) ? byte >> 4 : byte & 15;
             int want;
             if (k < k1)
-              want = static_cast<int>(std::min(15.0, std::max(0.0, std::round(f32(f32(at(w, t, k, n) * r) + zp)))));
+              want = static_cast<int>(std::min(15.0, std::max(0.0, std::round(double(f32(f32(at(w, t, k, n) * r) + zp))))));
             else
               want = (j & 1) && k - 1 < k1 ? zp : 0;  // the partner of the last value holds zp, the rest 0
             ASSERT_EQ(got, want) << "n " << n << " k " << k;
@@ -192,9 +192,7 @@ TEST(MatMulQuant, ReferenceKernelIsTheProductOfTheDequantizedWeight) {
     Tensor x = random_floats({M, K}, 22);
     Tensor b = random_floats({N}, 23);
     const ir::Node node = matmul_quant_node(bits, block, K, N, bits == 4, true);
-    std::vector<const Tensor*> in = {&x, &q[0], &q[1]};
-    if (bits == 4) in.push_back(&q[2]);
-    in.push_back(&b);
+    std::vector<const Tensor*> in = {&x, &q[0], &q[1], bits == 4 ? &q[2] : nullptr, &b};
     const Tensor y = test_support::run_reference_node(node, in)[0];
     ASSERT_EQ(y.shape(), (Shape{M, N}));
     for (int64_t m = 0; m < M; ++m)
@@ -288,13 +286,66 @@ plan::Plan llama_quant_plan(plan::Precision p, bool strip = false, int64_t block
   return build::build_plan(onnx::import_model_file(test_support::kLlamaA), o);
 }
 
-// Every Linear layer of the Llama is quantized, the plan says so after a round trip, and the
-// logits stay near the float model's: relative max abs error (max |y - y_fp32| / max |y_fp32|)
-// below 2% for int8 and 10% for int4 on this small random-weight model.
-TEST(QuantizedPlan, LlamaEveryLinearLayerQuantizedOutputsNearFloat) {
+// The float model whose Linear weights are the dequantized weights of quantized plan `p`, decoded
+// here from the engine weights by the layouts (independently of the kernels): each quantized
+// layer's consumer reads a new initializer holding q * scale or (q - zp) * scale in its float
+// layout ([K, N], or [N, K] for a Gemm with transB).
+ir::Graph dequantized_model(const std::string& path, const plan::Plan& p) {
+  ir::Graph g = onnx::import_model_file(path);
+  std::map<uint32_t, std::map<uint32_t, const plan::WeightEntry*>> parts;  // source -> output -> weight
+  std::map<uint32_t, const plan::RecipeStep*> steps;
+  for (const auto& w : p.weights) {
+    if (w.kind != plan::WeightKind::Derived || w.recipe.steps.size() != 1) continue;
+    const plan::RecipeStep& st = w.recipe.steps[0];
+    if (st.op_type != "QuantizeWeight" || st.inputs[0].kind != plan::Operand::Kind::Source) continue;
+    parts[st.inputs[0].index][st.output] = &w;
+    steps[st.inputs[0].index] = &st;
+  }
+  EXPECT_FALSE(parts.empty());
+  for (const auto& [src, outs] : parts) {
+    const plan::Source& s = p.sources[src];
+    const plan::RecipeStep& st = *steps[src];
+    const bool t = st.attrs.at("transposed").i != 0;
+    const int64_t bits = st.attrs.at("bits").i, block = st.attrs.at("block_size").i;
+    const int64_t K = s.shape[t ? 1 : 0], N = s.shape[t ? 0 : 1];
+    const Tensor& q = outs.at(0)->data;
+    const float* scales = outs.at(1)->data.data<float>();
+    Tensor wd = Tensor::empty(DType::Float32, s.shape);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        double v;
+        if (bits == 8) {
+          v = static_cast<const int8_t*>(q.raw())[n * K + k] * double(scales[n]);
+        } else {
+          const int64_t nb = (K + block - 1) / block, b = k / block, j = k % block;
+          const uint8_t byte = static_cast<const uint8_t*>(q.raw())[(n * nb + b) * (block / 2) + j / 2];
+          const uint8_t zb = static_cast<const uint8_t*>(outs.at(2)->data.raw())[n * ((nb + 1) / 2) + b / 2];
+          v = (((j & 1) ? byte >> 4 : byte & 15) - ((b & 1) ? zb >> 4 : zb & 15)) * double(scales[n * nb + b]);
+        }
+        wd.mutable_data<float>()[t ? n * K + k : k * N + n] = static_cast<float>(v);
+      }
+    const std::string name = s.names.at(0) + ".dequantized";
+    g.initializers[name] = wd;
+    bool rewired = false;
+    for (auto& node : g.nodes)
+      if (node.name == s.consumer) {
+        EXPECT_EQ(node.inputs.at(s.slot), s.names.at(0));
+        node.inputs[s.slot] = name;
+        rewired = true;
+      }
+    EXPECT_TRUE(rewired) << s.key;
+  }
+  return g;
+}
+
+// Every Linear layer of the Llama is quantized, the plan says so after a round trip, and its logits
+// equal, within float32 sum order, those of the float model holding the dequantized weights. Their
+// error against the float model's (relative max abs: max |y - y_fp32| / max |y_fp32|) is printed;
+// this small random-weight model amplifies weight error (about 8x the per-weight relative error).
+TEST(QuantizedPlan, LlamaEveryLinearLayerQuantizedEqualsDequantizedFloatModel) {
   runtime::PlanEngine fp32(llama_quant_plan(plan::Precision::Fp32));
   const Tensor ref = fp32.run(test_support::llama_inputs())[0];
-  for (auto [prec, bound] : {std::pair{plan::Precision::Int8, 0.02}, std::pair{plan::Precision::Int4, 0.10}}) {
+  for (auto [prec, bound] : {std::pair{plan::Precision::Int8, 0.1}, std::pair{plan::Precision::Int4, 0.6}}) {
     SCOPED_TRACE(plan::precision_name(prec));
     plan::Plan p = test_support::round_trip(llama_quant_plan(prec));
     EXPECT_EQ(p.precision, prec);
@@ -314,8 +365,11 @@ TEST(QuantizedPlan, LlamaEveryLinearLayerQuantizedOutputsNearFloat) {
       if (w.kind == plan::WeightKind::Derived && w.recipe.steps.size() == 1 &&
           w.recipe.steps[0].op_type == "QuantizeWeight")
         EXPECT_TRUE(w.dtype == DType::Int8 || w.dtype == DType::UInt8 || w.dtype == DType::Float32) << w.name;
+    runtime::PlanEngine deq(build::build_plan(dequantized_model(test_support::kLlamaA, p), {}));
+    const Tensor want = deq.run(test_support::llama_inputs())[0];
     runtime::PlanEngine e(std::move(p));
     const Tensor y = e.run(test_support::llama_inputs())[0];
+    EXPECT_LE(max_abs_diff(y, want), 1e-5 * max_abs(want));
     const double rel = max_abs_diff(y, ref) / max_abs(ref);
     std::cout << "llama " << plan::precision_name(prec) << ": logits relative max abs error " << rel << "\n";
     EXPECT_GT(rel, 0.0);  // the weights did change
@@ -369,13 +423,13 @@ TEST(QuantizedPlan, RefitCountsChangedQuantizedValues) {
                               sz) != 0;
         EXPECT_EQ(c.values, static_cast<size_t>(a.numel()));
       } else {
-        // Nibbles: every difference of a real value shows in its byte; padding only repeats a zp.
+        // Nibbles. This model's K are even, so block padding holds 0 in both (the zero points'
+        // padding nibble is 8 in both): every differing nibble is a changed value.
         const uint8_t* pa = static_cast<const uint8_t*>(a.raw());
         const uint8_t* pb = static_cast<const uint8_t*>(b.raw());
         for (int64_t i = 0; i < a.numel(); ++i)
           diff += ((pa[i] ^ pb[i]) & 0x0f) != 0, diff += ((pa[i] ^ pb[i]) & 0xf0) != 0;
-        EXPECT_LE(c.changed, diff) << c.weight;
-        diff = c.changed;  // counted with padding above; the exact count is checked for int8 and scales
+        EXPECT_LE(c.values, static_cast<size_t>(a.numel()) * 2);
       }
       EXPECT_EQ(c.changed, diff) << c.weight << " " << c.part;
       changed += c.changed;
