@@ -138,7 +138,8 @@ TEST(QuantizeWeight, Int4MatchesFloat64ReferenceOfMatMulNBitsRule) {
             const int got = (j & 1) ? byte >> 4 : byte & 15;
             int want;
             if (k < k1)
-              want = static_cast<int>(std::min(15.0, std::max(0.0, std::round(double(f32(f32(at(w, t, k, n) * r) + zp))))));
+              want = static_cast<int>(
+                  std::min(15.0, std::max(0.0, std::round(double(f32(f32(at(w, t, k, n) * r) + zp))))));
             else
               want = (j & 1) && k - 1 < k1 ? zp : 0;  // the partner of the last value holds zp, the rest 0
             ASSERT_EQ(got, want) << "n " << n << " k " << k;
