@@ -52,6 +52,8 @@ def write_default_model(d):
 
 def ort_quantized(model, d, block_size):
     """ONNX Runtime's int8 (quantize_dynamic, its defaults) and int4 (MatMulNBits) models."""
+    import logging
+
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -60,6 +62,7 @@ def ort_quantized(model, d, block_size):
     if not os.path.exists(int8):
         quantize_dynamic(model, int8, weight_type=QuantType.QInt8)
     int4 = os.path.join(d, "ort_int4.onnx")
+    logging.getLogger().setLevel(logging.WARNING)  # the quantizers log every node at INFO
     if not os.path.exists(int4):
         q = MatMulNBitsQuantizer(onnx.load(model), block_size=block_size, is_symmetric=False)
         q.process()

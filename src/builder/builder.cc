@@ -452,7 +452,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     if (const std::string lacking = missing_emitted_op(pass, o.backend); !lacking.empty()) {
       if (quantizes)
         fail("--precision ", plan::precision_name(o.precision), ": backend '", o.backend, "' cannot run ", lacking,
-             ", the product on quantized weights (build for --backend cpu, or with --precision fp32, bf16 or fp16)");
+             ", the product on quantized weights (build for the CPU, or with --precision fp32, bf16 or fp16)");
       if (o.print_passes)
         std::cerr << "pass " << pass.name << ": not run (backend '" << o.backend << "' cannot run " << lacking << ")\n";
       continue;

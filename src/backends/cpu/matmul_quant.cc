@@ -2,14 +2,16 @@
 // (per output channel) and int4 (blocks, MatMulNBits' layout) weights, dequantized in registers.
 //
 // Each output n reads its weight row once per group of up to 4 rows of X (single-token decoding:
-// once). A weight vector is made as the reference makes it, int -> float, minus the zero point
-// (int4), times the scale, then multiplied into 4 partial sums per row (independent chains, so the
-// multiply-adds overlap); the tail of K that does not fill a vector is summed in scalar code.
+// once). int8: the weights are widened to float and multiplied into four partial sums per row,
+// and the column's scale multiplies the sum once. int4: each block's weights are dequantized as
+// the reference dequantizes them, (q - zp) * scale, and multiplied into two partial sums per row.
+// The tail of K that does not fill a vector is summed in scalar code on the reference's values.
 #include "backends/cpu/matmul_quant.h"
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which
-// -Wmaybe-uninitialized reports wherever they inline.
+// -Wmaybe-uninitialized (and, in _mm512_reduce_add_ps, -Wuninitialized) reports wherever they inline.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wpsabi"
 #include <immintrin.h>
 #include <omp.h>
@@ -76,90 +78,179 @@ RF_QUANT_AVX2 inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// AVX2 + FMA: 16 weights per step (two 8-float vectors).
-template <int kBits>
-RF_QUANT_AVX2 void column_avx2(const QuantMatrix& w, int64_t n, int rows, const float* x, int64_t ldx, float* out) {
+// The vector kernels take the rows of X per pass as a template parameter R and index their
+// accumulators with constants only, so every partial sum stays in a register.
+
+// Where the scalar tail of column n starts: the first k that no vector step covers.
+inline int64_t vector_end(const QuantMatrix& w) {
   const auto& s = w.shape;
-  const int64_t K = s.K, full = K / 16 * 16;
-  __m256 acc[kMaxRows][4];
-  for (int r = 0; r < kMaxRows; ++r)
-    for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
-  const int8_t* q8 = static_cast<const int8_t*>(w.q) + n * K;
-  __m256 scale = _mm256_set1_ps(kBits == 8 ? w.scales[n] : 0.0f), zp = _mm256_setzero_ps();
-  for (int64_t k = 0; k < full; k += 16) {
-    __m256 w0, w1;
-    if constexpr (kBits == 8) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q8 + k));
-      w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), scale);
-      w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), scale);
-    } else {
-      const int64_t b = k / s.block_size, j = k % s.block_size;
-      if (j == 0) {
-        scale = _mm256_set1_ps(w.scales[n * s.n_blocks + b]);
-        zp = _mm256_set1_ps(static_cast<float>(w.zp(n, b)));
-      }
-      const __m128i v = unpack_nibbles(static_cast<const uint8_t*>(w.q) + (n * s.n_blocks + b) * s.blob + j / 2);
-      w0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), zp), scale);
-      w1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), zp), scale);
-    }
-    const int u = static_cast<int>((k >> 4) & 1) * 2;
-    for (int r = 0; r < rows; ++r) {
-      const float* xr = x + r * ldx + k;
-      acc[r][u] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][u]);
-      acc[r][u + 1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][u + 1]);
-    }
-  }
-  for (int r = 0; r < rows; ++r)
-    out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3])));
-  tail(w, n, full, rows, x, ldx, out);
+  if (s.bits == 8) return s.K / 16 * 16;
+  const int64_t last = (s.n_blocks - 1) * s.block_size;  // only the last block can be short
+  return last + (s.K - last) / 16 * 16;
 }
 
-RF_QUANT_AVX512 inline __m512 weights16_avx512(const QuantMatrix& w, int64_t n, int64_t k, __m512& scale, __m512& zp,
-                                               int bits) {
+// AVX2 + FMA, int8: 32 weights per step in four 8-float partial sums per row; the column's
+// scale multiplies the sum once at the end.
+template <int R>
+RF_QUANT_AVX2 void column_i8_avx2(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
+  const int64_t K = w.shape.K;
+  const int8_t* q = static_cast<const int8_t*>(w.q) + n * K;
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
+    const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16));
+    const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0));
+    const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b0, 8)));
+    const __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b1));
+    const __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b1, 8)));
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + r * ldx + k;
+      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][1]);
+      acc[r][2] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 16), w2, acc[r][2]);
+      acc[r][3] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 24), w3, acc[r][3]);
+    }
+  }
+  for (; k + 16 <= K; k += 16) {
+    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
+    const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0));
+    const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b0, 8)));
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + r * ldx + k;
+      acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][1]);
+    }
+  }
+  const float scale = w.scales[n];
+  for (int r = 0; r < R; ++r)
+    out[r] = hsum256(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3]))) * scale;
+  tail(w, n, k, R, x, ldx, out);
+}
+
+// AVX2 + FMA, int4: each block's weights dequantized ((q - zp) * scale) 16 at a time into two
+// 8-float vectors, summed into two partial sums per row.
+template <int R>
+RF_QUANT_AVX2 void column_i4_avx2(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
   const auto& s = w.shape;
-  if (bits == 8) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(w.q) + n * s.K + k));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), scale);
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
+  for (int64_t b = 0; b < s.n_blocks; ++b) {
+    const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
+    const __m256 scale = _mm256_set1_ps(w.scales[n * s.n_blocks + b]);
+    const __m256 zp = _mm256_set1_ps(static_cast<float>(w.zp(n, b)));
+    const uint8_t* blob = row + b * s.blob;
+    for (int64_t j = 0; j + 16 <= len; j += 16) {
+      const __m128i v = unpack_nibbles(blob + j / 2);
+      const __m256 w0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), zp), scale);
+      const __m256 w1 =
+          _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), zp), scale);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * ldx + k0 + j;
+        acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][1]);
+      }
+    }
   }
-  const int64_t b = k / s.block_size, j = k % s.block_size;
-  if (j == 0) {
-    scale = _mm512_set1_ps(w.scales[n * s.n_blocks + b]);
-    zp = _mm512_set1_ps(static_cast<float>(w.zp(n, b)));
-  }
-  const __m128i v = unpack_nibbles(static_cast<const uint8_t*>(w.q) + (n * s.n_blocks + b) * s.blob + j / 2);
+  for (int r = 0; r < R; ++r) out[r] = hsum256(_mm256_add_ps(acc[r][0], acc[r][1]));
+  tail(w, n, vector_end(w), R, x, ldx, out);
+}
+
+// 16 int8 weights widened to float.
+RF_QUANT_AVX512 inline __m512 widen16(const int8_t* q) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
+}
+
+// 16 int4 values (one per byte of v) dequantized: (q - zp) * scale.
+RF_QUANT_AVX512 inline __m512 dequant16(__m128i v, __m512 zp, __m512 scale) {
   return _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)), zp), scale);
 }
 
-// AVX-512: 16 weights per step (one 16-float vector), 4 partial sums per row.
-template <int kBits>
-RF_QUANT_AVX512 void column_avx512(const QuantMatrix& w, int64_t n, int rows, const float* x, int64_t ldx, float* out) {
-  const int64_t K = w.shape.K, full = K / 16 * 16;
-  __m512 acc[kMaxRows][4];
-  for (int r = 0; r < kMaxRows; ++r)
+// AVX-512, int8: 64 weights per step in four 16-float partial sums per row; the column's scale
+// multiplies the sum once at the end.
+template <int R>
+RF_QUANT_AVX512 void column_i8_avx512(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
+  const int64_t K = w.shape.K;
+  const int8_t* q = static_cast<const int8_t*>(w.q) + n * K;
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
     for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
-  __m512 scale = _mm512_set1_ps(kBits == 8 ? w.scales[n] : 0.0f), zp = _mm512_setzero_ps();
-  for (int64_t k = 0; k < full; k += 16) {
-    const __m512 wv = weights16_avx512(w, n, k, scale, zp, kBits);
-    const int u = static_cast<int>((k >> 4) & 3);
-    for (int r = 0; r < rows; ++r) acc[r][u] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k), wv, acc[r][u]);
+  int64_t k = 0;
+  for (; k + 64 <= K; k += 64) {
+    const __m512 w0 = widen16(q + k), w1 = widen16(q + k + 16), w2 = widen16(q + k + 32), w3 = widen16(q + k + 48);
+    for (int r = 0; r < R; ++r) {
+      const float* xr = x + r * ldx + k;
+      acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), w0, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), w1, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 32), w2, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 48), w3, acc[r][3]);
+    }
   }
-  for (int r = 0; r < rows; ++r)
+  for (; k + 16 <= K; k += 16) {
+    const __m512 w0 = widen16(q + k);
+    for (int r = 0; r < R; ++r) acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k), w0, acc[r][0]);
+  }
+  const float scale = w.scales[n];
+  for (int r = 0; r < R; ++r)
     out[r] =
-        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3])));
-  tail(w, n, full, rows, x, ldx, out);
+        _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]))) *
+        scale;
+  tail(w, n, k, R, x, ldx, out);
 }
 
-using ColumnFn = void (*)(const QuantMatrix&, int64_t, int, const float*, int64_t, float*);
-
-ColumnFn pick_column(int bits) {
-  switch (simd_level()) {
-    case SimdLevel::Avx512:
-      return bits == 8 ? column_avx512<8> : column_avx512<4>;
-    case SimdLevel::Avx2:
-      return bits == 8 ? column_avx2<8> : column_avx2<4>;
-    default:
-      return column_generic;
+// AVX-512, int4: 32 weights (16 bytes) per step, dequantized into two 16-float vectors and summed
+// into two partial sums per row; a 16-weight step where a block has 16 left.
+template <int R>
+RF_QUANT_AVX512 void column_i4_avx512(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
+  const auto& s = w.shape;
+  __m512 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  for (int64_t b = 0; b < s.n_blocks; ++b) {
+    const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
+    const __m512 scale = _mm512_set1_ps(w.scales[n * s.n_blocks + b]);
+    const __m512 zp = _mm512_set1_ps(static_cast<float>(w.zp(n, b)));
+    const uint8_t* blob = row + b * s.blob;
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob + j / 2));
+      const __m128i lo = _mm_and_si128(bytes, mask), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
+      const __m512 w0 = dequant16(_mm_unpacklo_epi8(lo, hi), zp, scale),
+                   w1 = dequant16(_mm_unpackhi_epi8(lo, hi), zp, scale);
+      for (int r = 0; r < R; ++r) {
+        const float* xr = x + r * ldx + k0 + j;
+        acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), w0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), w1, acc[r][1]);
+      }
+    }
+    if (j + 16 <= len) {
+      const __m512 w0 = dequant16(unpack_nibbles(blob + j / 2), zp, scale);
+      for (int r = 0; r < R; ++r) acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k0 + j), w0, acc[r][0]);
+    }
   }
+  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
+  tail(w, n, vector_end(w), R, x, ldx, out);
+}
+
+using ColumnFn = void (*)(const QuantMatrix&, int64_t, const float*, int64_t, float*);
+
+template <int R>
+void column_generic_rows(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
+  column_generic(w, n, R, x, ldx, out);
+}
+
+// The kernel for `rows` rows (1..kMaxRows) at the CPU's level.
+ColumnFn pick_column(int bits, int rows) {
+  const SimdLevel level = simd_level();
+#define RF_QUANT_ROWS(F) (rows == 1 ? F<1> : rows == 2 ? F<2> : rows == 3 ? F<3> : F<4>)
+  if (level == SimdLevel::Avx512) return bits == 8 ? RF_QUANT_ROWS(column_i8_avx512) : RF_QUANT_ROWS(column_i4_avx512);
+  if (level == SimdLevel::Avx2) return bits == 8 ? RF_QUANT_ROWS(column_i8_avx2) : RF_QUANT_ROWS(column_i4_avx2);
+  return RF_QUANT_ROWS(column_generic_rows);
+#undef RF_QUANT_ROWS
 }
 
 }  // namespace
@@ -167,13 +258,13 @@ ColumnFn pick_column(int bits) {
 void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, const float* bias, float* y,
                   int64_t ldy, int threads) {
   const int64_t N = w.shape.N;
-  const ColumnFn column = pick_column(w.shape.bits);
   auto run = [&](int64_t n0, int64_t n1) {
     float out[kMaxRows];
     for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
+      const ColumnFn column = pick_column(w.shape.bits, rows);
       for (int64_t n = n0; n < n1; ++n) {
-        column(w, n, rows, x + m0 * ldx, ldx, out);
+        column(w, n, x + m0 * ldx, ldx, out);
         for (int r = 0; r < rows; ++r) y[(m0 + r) * ldy + n] = bias ? out[r] + bias[n] : out[r];
       }
     }
