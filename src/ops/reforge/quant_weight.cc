@@ -126,16 +126,10 @@ void matmul_quant(KernelContext& ctx) {
 
 void register_quant_weight_ops(OpRegistry& r) {
   r.add({"reforge", "QuantizeWeight", 1, INT_MAX, quantize_weight, nullptr});
-  // MatMulQuant(X, Q, scales, zero_points?, bias?): the quantized weight, its scales and zero
-  // points are the layer's weights (derived from one float32 source by QuantizeWeight).
-  r.add({"reforge",
-         "MatMulQuant",
-         1,
-         INT_MAX,
-         matmul_quant,
-         nullptr,
-         nullptr,
-         {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight, InputRole::kData}});
+  // MatMulQuant(X, Q, scales, zero_points?, bias?). Like the other ops the passes emit, its inputs
+  // are data: roles classify the imported graph's initializers, and the quantized weights only
+  // exist after the passes, as engine weights derived by QuantizeWeight.
+  r.add({"reforge", "MatMulQuant", 1, INT_MAX, matmul_quant, nullptr});
 }
 
 }  // namespace reforge::ops
