@@ -208,6 +208,19 @@ RF_QUANT_AVX512 void column_i8_avx512(const QuantMatrix& w, int64_t n, const flo
   tail(w, n, k, R, x, ldx, out);
 }
 
+// The zero points of column n's blocks [b, b + 64) as floats, 16 at a time from 8 bytes where the
+// row holds them (the rest one at a time).
+RF_QUANT_AVX512 inline void zero_points64(const QuantMatrix& w, int64_t n, int64_t b, float* zpf) {
+  const auto& s = w.shape;
+  int64_t i = 0;
+  if (w.zero_points) {
+    const uint8_t* zrow = w.zero_points + n * s.zp_row;
+    for (; i + 16 <= 64 && (b + i) / 2 + 8 <= s.zp_row; i += 16)
+      _mm512_store_ps(zpf + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(unpack_nibbles(zrow + (b + i) / 2))));
+  }
+  for (; i < 64 && b + i < s.n_blocks; ++i) zpf[i] = static_cast<float>(w.zp(n, b + i));
+}
+
 // AVX-512, int4: 32 weights (16 bytes) per step, dequantized by a lookup in the block's table of
 // its 16 values (one permute per 16 weights) and summed into two partial sums per row; a 16-weight
 // step where a block has 16 left.
@@ -217,17 +230,9 @@ RF_QUANT_AVX512 void column_i4_avx512(const QuantMatrix& w, int64_t n, const flo
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
-  // The zero points as floats, 64 blocks at a time (16 from each 8 bytes where the row has them).
   alignas(64) float zpf[64];
-  const uint8_t* zrow = w.zero_points ? w.zero_points + n * s.zp_row : nullptr;
   for (int64_t b = 0; b < s.n_blocks; ++b) {
-    if (b % 64 == 0) {
-      int64_t i = 0;
-      if (zrow)
-        for (; i + 16 <= 64 && (b + i) / 2 + 8 <= s.zp_row; i += 16)
-          _mm512_store_ps(zpf + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(unpack_nibbles(zrow + (b + i) / 2))));
-      for (; i < 64 && b + i < s.n_blocks; ++i) zpf[i] = static_cast<float>(w.zp(n, b + i));
-    }
+    if (b % 64 == 0) zero_points64(w, n, b, zpf);
     const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
     const __m512 table = block_table(w.scales[n * s.n_blocks + b], zpf[b % 64]);
     const uint8_t* blob = row + b * s.blob;
@@ -253,6 +258,47 @@ RF_QUANT_AVX512 void column_i4_avx512(const QuantMatrix& w, int64_t n, const flo
   tail(w, n, vector_end(w), R, x, ldx, out);
 }
 
+// AVX-512, int4, one row of X: columns n and n + 1 at once, column_i4_avx512<1>'s steps for both,
+// interleaved (twice the independent work per step, and each X vector loaded once for both).
+RF_QUANT_AVX512 void column_pair_i4_avx512(const QuantMatrix& w, int64_t n, const float* x, float* out) {
+  const auto& s = w.shape;
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
+  const uint8_t* row0 = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
+  const uint8_t* row1 = row0 + s.n_blocks * s.blob;
+  alignas(64) float zp0[64], zp1[64];
+  for (int64_t b = 0; b < s.n_blocks; ++b) {
+    if (b % 64 == 0) {
+      zero_points64(w, n, b, zp0);
+      zero_points64(w, n + 1, b, zp1);
+    }
+    const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
+    const __m512 t0 = block_table(w.scales[n * s.n_blocks + b], zp0[b % 64]);
+    const __m512 t1 = block_table(w.scales[(n + 1) * s.n_blocks + b], zp1[b % 64]);
+    const uint8_t* blob0 = row0 + b * s.blob;
+    const uint8_t* blob1 = row1 + b * s.blob;
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+      const __m512 x0 = _mm512_loadu_ps(x + k0 + j), x1 = _mm512_loadu_ps(x + k0 + j + 16);
+      const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob0 + j / 2));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob1 + j / 2));
+      const __m128i ph = _mm_srli_epi16(p, 4), qh = _mm_srli_epi16(q, 4);
+      a0 = _mm512_fmadd_ps(x0, lookup16(_mm_unpacklo_epi8(p, ph), t0), a0);
+      c0 = _mm512_fmadd_ps(x0, lookup16(_mm_unpacklo_epi8(q, qh), t1), c0);
+      a1 = _mm512_fmadd_ps(x1, lookup16(_mm_unpackhi_epi8(p, ph), t0), a1);
+      c1 = _mm512_fmadd_ps(x1, lookup16(_mm_unpackhi_epi8(q, qh), t1), c1);
+    }
+    if (j + 16 <= len) {
+      const __m512 x0 = _mm512_loadu_ps(x + k0 + j);
+      a0 = _mm512_fmadd_ps(x0, lookup16(unpack_nibbles(blob0 + j / 2), t0), a0);
+      c0 = _mm512_fmadd_ps(x0, lookup16(unpack_nibbles(blob1 + j / 2), t1), c0);
+    }
+  }
+  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(c0, c1));
+  tail(w, n, vector_end(w), 1, x, 0, out);
+  tail(w, n + 1, vector_end(w), 1, x, 0, out + 1);
+}
+
 using ColumnFn = void (*)(const QuantMatrix&, int64_t, const float*, int64_t, float*);
 
 template <int R>
@@ -276,11 +322,17 @@ void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, 
                   int64_t ldy, int threads) {
   const int64_t N = w.shape.N;
   auto run = [&](int64_t n0, int64_t n1) {
-    float out[kMaxRows];
+    float out[kMaxRows > 2 ? kMaxRows : 2];
     for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
       const ColumnFn column = pick_column(w.shape.bits, rows);
-      for (int64_t n = n0; n < n1; ++n) {
+      int64_t n = n0;
+      if (rows == 1 && w.shape.bits == 4 && simd_level() == SimdLevel::Avx512)
+        for (; n + 2 <= n1; n += 2) {
+          column_pair_i4_avx512(w, n, x + m0 * ldx, out);
+          for (int c = 0; c < 2; ++c) y[m0 * ldy + n + c] = bias ? out[c] + bias[n + c] : out[c];
+        }
+      for (; n < n1; ++n) {
         column(w, n, x + m0 * ldx, ldx, out);
         for (int r = 0; r < rows; ++r) y[(m0 + r) * ldy + n] = bias ? out[r] + bias[n] : out[r];
       }
