@@ -258,46 +258,46 @@ RF_QUANT_AVX512 void column_i4_avx512(const QuantMatrix& w, int64_t n, const flo
   tail(w, n, vector_end(w), R, x, ldx, out);
 }
 
-// AVX-512, int4, one row of X: columns n and n + 1 at once, column_i4_avx512<1>'s steps for both,
-// interleaved (twice the independent work per step, and each X vector loaded once for both).
-RF_QUANT_AVX512 void column_pair_i4_avx512(const QuantMatrix& w, int64_t n, const float* x, float* out) {
+// AVX-512, int4, one row of X: columns n .. n + C - 1 at once, column_i4_avx512<1>'s steps for
+// each, interleaved (C times the independent work per step, each X vector loaded once for all).
+template <int C>
+RF_QUANT_AVX512 void columns_i4_avx512(const QuantMatrix& w, int64_t n, const float* x, float* out) {
   const auto& s = w.shape;
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0;
-  const uint8_t* row0 = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
-  const uint8_t* row1 = row0 + s.n_blocks * s.blob;
-  alignas(64) float zp0[64], zp1[64];
+  __m512 acc[C][2];
+  for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
+  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
+  const int64_t stride = s.n_blocks * s.blob;  // bytes from one column to the next
+  alignas(64) float zpf[C][64];
   for (int64_t b = 0; b < s.n_blocks; ++b) {
-    if (b % 64 == 0) {
-      zero_points64(w, n, b, zp0);
-      zero_points64(w, n + 1, b, zp1);
-    }
+    if (b % 64 == 0)
+      for (int c = 0; c < C; ++c) zero_points64(w, n + c, b, zpf[c]);
     const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
-    const __m512 t0 = block_table(w.scales[n * s.n_blocks + b], zp0[b % 64]);
-    const __m512 t1 = block_table(w.scales[(n + 1) * s.n_blocks + b], zp1[b % 64]);
-    const uint8_t* blob0 = row0 + b * s.blob;
-    const uint8_t* blob1 = row1 + b * s.blob;
+    __m512 table[C];
+    for (int c = 0; c < C; ++c) table[c] = block_table(w.scales[(n + c) * s.n_blocks + b], zpf[c][b % 64]);
+    const uint8_t* blob = row + b * s.blob;
     int64_t j = 0;
     for (; j + 32 <= len; j += 32) {
       const __m512 x0 = _mm512_loadu_ps(x + k0 + j), x1 = _mm512_loadu_ps(x + k0 + j + 16);
-      const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob0 + j / 2));
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob1 + j / 2));
-      const __m128i ph = _mm_srli_epi16(p, 4), qh = _mm_srli_epi16(q, 4);
-      a0 = _mm512_fmadd_ps(x0, lookup16(_mm_unpacklo_epi8(p, ph), t0), a0);
-      c0 = _mm512_fmadd_ps(x0, lookup16(_mm_unpacklo_epi8(q, qh), t1), c0);
-      a1 = _mm512_fmadd_ps(x1, lookup16(_mm_unpackhi_epi8(p, ph), t0), a1);
-      c1 = _mm512_fmadd_ps(x1, lookup16(_mm_unpackhi_epi8(q, qh), t1), c1);
+      for (int c = 0; c < C; ++c) {
+        const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob + c * stride + j / 2));
+        const __m128i ph = _mm_srli_epi16(p, 4);
+        acc[c][0] = _mm512_fmadd_ps(x0, lookup16(_mm_unpacklo_epi8(p, ph), table[c]), acc[c][0]);
+        acc[c][1] = _mm512_fmadd_ps(x1, lookup16(_mm_unpackhi_epi8(p, ph), table[c]), acc[c][1]);
+      }
     }
     if (j + 16 <= len) {
       const __m512 x0 = _mm512_loadu_ps(x + k0 + j);
-      a0 = _mm512_fmadd_ps(x0, lookup16(unpack_nibbles(blob0 + j / 2), t0), a0);
-      c0 = _mm512_fmadd_ps(x0, lookup16(unpack_nibbles(blob1 + j / 2), t1), c0);
+      for (int c = 0; c < C; ++c)
+        acc[c][0] = _mm512_fmadd_ps(x0, lookup16(unpack_nibbles(blob + c * stride + j / 2), table[c]), acc[c][0]);
     }
   }
-  out[0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-  out[1] = _mm512_reduce_add_ps(_mm512_add_ps(c0, c1));
-  tail(w, n, vector_end(w), 1, x, 0, out);
-  tail(w, n + 1, vector_end(w), 1, x, 0, out + 1);
+  for (int c = 0; c < C; ++c) {
+    out[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1]));
+    tail(w, n + c, vector_end(w), 1, x, 0, out + c);
+  }
 }
+
+constexpr int kPairColumns = 4;  // columns per pass of columns_i4_avx512
 
 using ColumnFn = void (*)(const QuantMatrix&, int64_t, const float*, int64_t, float*);
 
@@ -322,15 +322,15 @@ void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, 
                   int64_t ldy, int threads) {
   const int64_t N = w.shape.N;
   auto run = [&](int64_t n0, int64_t n1) {
-    float out[kMaxRows > 2 ? kMaxRows : 2];
+    float out[kMaxRows > kPairColumns ? kMaxRows : kPairColumns];
     for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
       const ColumnFn column = pick_column(w.shape.bits, rows);
       int64_t n = n0;
       if (rows == 1 && w.shape.bits == 4 && simd_level() == SimdLevel::Avx512)
-        for (; n + 2 <= n1; n += 2) {
-          column_pair_i4_avx512(w, n, x + m0 * ldx, out);
-          for (int c = 0; c < 2; ++c) y[m0 * ldy + n + c] = bias ? out[c] + bias[n + c] : out[c];
+        for (; n + kPairColumns <= n1; n += kPairColumns) {
+          columns_i4_avx512<kPairColumns>(w, n, x + m0 * ldx, out);
+          for (int c = 0; c < kPairColumns; ++c) y[m0 * ldy + n + c] = bias ? out[c] + bias[n + c] : out[c];
         }
       for (; n < n1; ++n) {
         column(w, n, x + m0 * ldx, ldx, out);
