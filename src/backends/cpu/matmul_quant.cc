@@ -4,7 +4,8 @@
 // Each output n reads its weight row once per group of up to 4 rows of X (single-token decoding:
 // once). int8: the weights are widened to float and multiplied into four partial sums per row,
 // and the column's scale multiplies the sum once. int4: each block's weights are dequantized as
-// the reference dequantizes them, (q - zp) * scale, and multiplied into two partial sums per row.
+// the reference dequantizes them, (q - zp) * scale (on AVX-512 by a lookup in the block's table of
+// its 16 values, four columns per pass for one row), and multiplied into two partial sums per row.
 // The tail of K that does not fill a vector is summed in scalar code on the reference's values.
 #include "backends/cpu/matmul_quant.h"
 
