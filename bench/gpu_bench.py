@@ -13,8 +13,15 @@ onnxscript (the device tool's machine has them). For each model and batch:
      on the same inputs, already on the GPU, leaving the outputs there (as eager's timing does;
      median of its iterations); the time with both copies (plain `reforge bench`) is reported
      beside it;
-  4. the same model built refittable (`--refit`) is timed the same way (refit / baked);
-  5. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
+  4. the same model built refittable (`--refit`) is timed the same way (refit / baked); the two
+     plans are timed in turn, three times each, and each side's figure is the median of its three
+     medians (one process after another on a GPU drifts by a few per cent: timing one plan first
+     and the other second made a 10% difference between two plans with identical kernels);
+  5. `reforge bench PLAN --device-trace` traces the baked plan with CUPTI: kernel launches per
+     run, the share of the run outside the matrix products, each product in the run against the
+     same product run alone, and the device memory the plan held (weights, workspaces, the
+     activations' peak);
+  6. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
      model's dtype (max abs and max relative difference).
 
 Models: bert (BERT-base: hidden 768, 12 layers, 12 heads, sequence 128, attention mask) and
@@ -135,12 +142,16 @@ def time_eager(model, feeds, warmup, iterations):
     return statistics.median(times)
 
 
-def run(cmd):
+def reforge_env():
     # reforge's own libraries (the GPU machine's unpacked packages) stay out of PyTorch's process.
     env = dict(os.environ)
     if os.environ.get("REFORGE_LD_LIBRARY_PATH"):
         env["LD_LIBRARY_PATH"] = os.environ["REFORGE_LD_LIBRARY_PATH"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return env
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=reforge_env())
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return p.stdout
@@ -202,18 +213,36 @@ def main():
                            "--iterations", str(a.iterations)] + inputs)
                 stats = json.loads(out.strip().splitlines()[-1])
                 row["reforge_host_io_ms"] = round(stats["median_ms"], 3)
-                out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--device-io", "--warmup",
-                           str(a.warmup), "--iterations", str(a.iterations)] + inputs)
-                row["reforge_ms"] = round(json.loads(out.strip().splitlines()[-1])["median_ms"], 3)
-                row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
-                # The same model built refittable (every weight a refittable source): its time
-                # against the baked plan's, in the same way.
+                # The same model built refittable (every weight a refittable source): timed in turn
+                # with the baked plan, three times each.
                 refit_path = os.path.join(d, "model.refit.plan")
                 run([a.reforge, "build", onnx_path, "-o", refit_path, "--device", "cuda", "--refit", "--quiet"])
-                out = run([a.reforge, "bench", refit_path, "--device", "cuda", "--device-io", "--warmup",
-                           str(a.warmup), "--iterations", str(a.iterations)] + inputs)
-                row["reforge_refit_ms"] = round(json.loads(out.strip().splitlines()[-1])["median_ms"], 3)
+                medians = {plan_path: [], refit_path: []}
+                for _ in range(3):
+                    for p in (plan_path, refit_path):
+                        out = run([a.reforge, "bench", p, "--device", "cuda", "--device-io", "--warmup",
+                                   str(a.warmup), "--iterations", str(a.iterations)] + inputs)
+                        medians[p].append(json.loads(out.strip().splitlines()[-1])["median_ms"])
+                row["reforge_ms"] = round(statistics.median(medians[plan_path]), 3)
+                row["reforge_refit_ms"] = round(statistics.median(medians[refit_path]), 3)
+                row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
                 row["refit_over_baked"] = round(row["reforge_refit_ms"] / row["reforge_ms"], 3)
+                # The device's own account of a run (CUPTI), and the plan's device memory.
+                p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--device-io", "--warmup",
+                                    str(a.warmup), "--iterations", "20", "--device-trace"] + inputs,
+                                   capture_output=True, text=True, env=reforge_env())
+                if p.returncode == 0:
+                    trace = json.loads(p.stdout.strip().splitlines()[-1])
+                    for k in ("kernel_launches_per_run", "device_busy_ms", "outside_products_fraction",
+                              "outside_products_and_convolutions_fraction", "products",
+                              "products_within_10pct_of_alone", "products_in_run_over_alone",
+                              "products_worst_in_run_over_alone", "device_weights_bytes", "device_workspace_bytes",
+                              "device_activations_peak_bytes", "device_peak_bytes"):
+                        if k in trace:
+                            row[k] = trace[k]
+                    print(f"== device trace of {name} batch {batch}\n{p.stderr[-3000:]}", flush=True)
+                else:
+                    row["device_trace_error"] = p.stderr[-500:]
                 if a.profile:
                     p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", "3",
                                         "--iterations", "10", "--profile"] + inputs, capture_output=True, text=True,
@@ -240,14 +269,18 @@ def main():
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; TF32 off; "
           f"median of {a.iterations} after {a.warmup} warm-up")
     print(f"{'model':10} {'dtype':9} {'batch':>5} {'torch ms':>9} {'reforge ms':>10} {'torch/reforge':>13} "
-          f"{'max abs diff':>12} {'/ max |ref|':>11} {'refit/baked':>11}")
+          f"{'max abs diff':>12} {'/ max |ref|':>11} {'refit/baked':>11} {'launches':>8} {'outside products':>16} "
+          f"{'products <=1.1x alone':>21} {'device MB':>9}")
     for r in rows:
         if "error" in r:
             print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} error: {r['error'].splitlines()[-1][:150]}")
             continue
         print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} {r['torch_ms']:9.3f} {r['reforge_ms']:10.3f} "
               f"{r['speedup']:13.2f} {r['max_abs_diff']:12.2e} {r['max_abs_diff_over_max_ref']:11.2e} "
-              f"{r['refit_over_baked']:11.3f}")
+              f"{r['refit_over_baked']:11.3f} {r.get('kernel_launches_per_run', 0):8.0f} "
+              f"{r.get('outside_products_fraction', float('nan')):16.3f} "
+              f"{str(r.get('products_within_10pct_of_alone', '-')) + '/' + str(r.get('products', '-')):>21} "
+              f"{r.get('device_peak_bytes', 0) / 2**20:9.0f}")
     with open(os.path.join(a.out, "gpu_bench.json"), "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}, f, indent=1)
     return 0

@@ -389,6 +389,32 @@ TEST(CudaFusedAttention, RowOfOnlyMinusInfinityIsNaN) {
                       {q, k, v, Tensor(), m}, "reforge::Attention -inf rows");
 }
 
+TEST(CudaFusedAttention, QAndKScaledSeparatelyWithTheNanGuard) {
+  REQUIRE_GPU();
+  // PyTorch's decomposition as fuse-attention finds it: Q * c1 and K * c2 (scale_op 'mul_qk'),
+  // and softmax_nan 'zero', on rows of only -inf (zero, not NaN) and partly -inf.
+  const int64_t Sq = 7, Sk = 40, D = 32;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    Tensor q = random_of(t, {2, 2, Sq, D}, 85);
+    Tensor k = random_of(t, {2, 2, Sk, D}, 86);
+    Tensor v = random_of(t, {2, 2, Sk, D}, 87);
+    Tensor m = random_of(DType::Float32, {Sq, Sk}, 88, -2.0f, 0.0f);
+    for (int64_t j = 0; j < Sk; ++j) m.mutable_data<float>()[2 * Sk + j] = ninf;
+    for (int64_t j = 0; j < Sk; j += 3) m.mutable_data<float>()[5 * Sk + j] = ninf;
+    Tensor c1 = Tensor::scalar(DType::Float32, 0.42f), c2 = Tensor::scalar(DType::Float32, 0.42f);
+    auto attrs = layouts("bhsd", "bhsd", "bhsd", "bhsd");
+    attrs["scale_op"] = ir::string_attr("scale_op", "mul_qk");
+    attrs["mask_mode"] = ir::string_attr("mask_mode", "add");
+    attrs["softmax_nan"] = ir::string_attr("softmax_nan", "zero");
+    expect_same_on_cuda(
+        op_node("Attention", {"Q", "K", "V", "c1", "M", "", "", "", "", "", "c2"}, {"Y"}, attrs, 1, "reforge"),
+        {q, k, v, cast_tensor(c1, t), cast_tensor(m, t), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+         cast_tensor(c2, t)},
+        "reforge::Attention mul_qk + softmax_nan zero " + tname(t), {"c1", "c2"});
+  }
+}
+
 // --- RotaryEmbedding and reforge::Rotary ------------------------------------------------------
 
 TEST(CudaRotary, RotaryEmbeddingVariants) {

@@ -9,6 +9,7 @@
 //   grouped-query attention, odd sizes and thread counts.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -454,6 +455,56 @@ TEST(FusionAttention, RefitBuildFuses) {
   AttnCase c{1, 8, 2, 9, 9, 16, "where"};
   auto counts = check_fused_vs_unfused(attention_graph(c), attention_feeds(c), 2e-5, plan::BuildMode::Refit);
   EXPECT_EQ(counts["reforge::Attention"], 1);
+}
+
+// PyTorch's scaled_dot_product_attention decomposition, as the dynamo exporter writes it for
+// Hugging Face models: Q and K^T each multiplied by sqrt(scale), K^T through a Reshape to its own
+// shape, a float mask added, and Where(IsNaN(P), 0, P) after the softmax. Row 0 of the mask is
+// -inf throughout, so that row's softmax is NaN and the guard makes its output zero.
+ir::Graph sdpa_graph(int64_t B, int64_t H, int64_t S, int64_t D, bool scales_as_inits) {
+  GraphBuilder b;
+  auto shaped = [&](const std::string& name) {
+    b.g.inputs.push_back({name, DType::Float32, true, {{B, ""}, {H, ""}, {S, ""}, {D, ""}}});
+  };
+  shaped("q");
+  shaped("k");
+  shaped("v");
+  const float root = std::sqrt(1.0f / std::sqrt(static_cast<float>(D)));
+  auto scale = [&] { return scales_as_inits ? b.init(scalar_f(root)) : b.constant(scalar_f(root)); };
+  std::string kt = b.op("Transpose", {"k"}, {{"perm", ir::ints_attr("perm", {0, 1, 3, 2})}});
+  kt = b.op("Reshape", {kt, b.constant(ints({B, H, D, S}))});
+  std::string qs = b.op("Mul", {"q", scale()});
+  std::string ks = b.op("Mul", {kt, scale()});
+  Tensor mask = Tensor::empty(DType::Float32, {1, 1, S, S});
+  float* m = mask.mutable_data<float>();
+  for (int64_t i = 0; i < S; ++i)
+    for (int64_t j = 0; j < S; ++j) m[i * S + j] = i == 0 || j > i ? -INFINITY : 0.0f;
+  std::string scores = b.op("Add", {b.op("MatMul", {qs, ks}), b.constant(mask)});
+  std::string p = b.op("Softmax", {scores}, {{"axis", ir::int_attr("axis", -1)}});
+  std::string guarded = b.op("Where", {b.op("IsNaN", {p}), b.constant(scalar_f(0.0f)), p});
+  b.output(b.op("MatMul", {guarded, "v"}));
+  return b.g;
+}
+
+TEST(FusionAttention, ScaledDotProductDecompositionFusesWithItsNanGuard) {
+  for (auto [B, H, S, D] : std::vector<std::array<int64_t, 4>>{{1, 2, 5, 8}, {2, 4, 33, 16}, {1, 3, 70, 20}}) {
+    SCOPED_TRACE(testing::Message() << "B" << B << " H" << H << " S" << S << " D" << D);
+    std::map<std::string, Tensor> feeds = {
+        {"q", random_f({B, H, S, D}, 41)}, {"k", random_f({B, H, S, D}, 42)}, {"v", random_f({B, H, S, D}, 43)}};
+    for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit})
+      for (int threads : {1, 2}) {
+        auto counts =
+            check_fused_vs_unfused(sdpa_graph(B, H, S, D, mode == plan::BuildMode::Refit), feeds, 2e-5, mode, threads);
+        EXPECT_EQ(counts["reforge::Attention"], 1);
+        EXPECT_EQ(counts.size(), 1u) << "everything but the attention should be absorbed";
+      }
+    // The fully masked row is zero in the fused plan, as the guard makes it (not NaN).
+    plan::Plan p = build::build_plan(sdpa_graph(B, H, S, D, false), {});
+    runtime::PlanEngine e(std::move(p));
+    const Tensor y = e.run(feeds)[0];
+    for (int64_t bh = 0; bh < B * H; ++bh)
+      for (int64_t d = 0; d < D; ++d) EXPECT_EQ(y.data<float>()[bh * S * D + d], 0.0f);
+  }
 }
 
 // rotate_half rotary embedding as both exporters write it (slice axes [3], concat axis -1), on a

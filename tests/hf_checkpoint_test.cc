@@ -319,3 +319,23 @@ TEST(HfCheckpointCli, InspectListsLiteralReasons) {
   EXPECT_TRUE(j.at("unbound").empty());
   fs::remove(plan);
 }
+
+// The attention of real Hugging Face exports (PyTorch's scaled_dot_product_attention
+// decomposition: Q and K^T each scaled by sqrt(scale), Where(IsNaN(P), 0, P) after the softmax)
+// is fused into one reforge::Attention per layer, and the plan still matches PyTorch.
+TEST(HfFusion, AttentionOfRealExportsIsFusedAndMatchesPyTorch) {
+  for (const char* model : {"llama", "gpt2", "bert", "vit"}) {
+    SCOPED_TRACE(model);
+    if (!fs::exists(kHf / model)) GTEST_SKIP() << "models/hf/" << model << " not present";
+    plan::Plan p = build::build_plan(reforge::onnx::import_model_file(onnx_path(model, "A")), {});
+    int attention = 0, softmax = 0;
+    for (const auto& n : p.graph.nodes) {
+      attention += n.domain == "reforge" && n.op_type == "Attention";
+      softmax += n.domain.empty() && n.op_type == "Softmax";
+    }
+    EXPECT_EQ(attention, 2) << "two layers, one fused attention each";
+    EXPECT_EQ(softmax, 0);
+    runtime::PlanEngine e(round_trip(std::move(p)));
+    EXPECT_LE(max_diff(model, "A", e), 1e-4);
+  }
+}

@@ -104,6 +104,10 @@ const std::vector<OldRow> kLaterShapeSlots = {
 // Shape-like inputs of the fused ops of the reforge domain: the structure inputs of the patterns
 // they replace (fuse-attention: the Expand/Reshape shapes of the grouped-query repeat; fuse-rotary:
 // the Slice bounds).
+// ONNX Runtime's com.microsoft ops: MatMulNBits' B, scales, zero_points, g_idx and bias.
+const std::vector<OldRow> kMicrosoftWeightSlots = {
+    {"MatMulNBits", 1, 6, {1, 2, 3, 4, 5}},
+};
 const std::vector<OldRow> kReforgeShapeSlots = {
     {"Attention", 1, 10, {6, 7, 8, 9}},
     {"Rotary", 1, 7, {3, 4, 5, 6}},
@@ -157,7 +161,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
       if (op == r.op) return r.slots.count(slot) != 0;
     return false;
   };
-  size_t weight = 0, shape = 0, reforge_shape = 0;
+  size_t weight = 0, shape = 0, reforge_shape = 0, microsoft_weight = 0;
   for (const ops::OpDef* d : ops::OpRegistry::global().entries())
     for (size_t s = 0; s < d->input_roles.size(); ++s) {
       if (d->input_roles[s] == InputRole::kData) continue;
@@ -165,6 +169,12 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
         EXPECT_EQ(d->input_roles[s], InputRole::kShape) << "reforge::" << d->op_type << " input " << s;
         EXPECT_TRUE(listed(kReforgeShapeSlots, d->op_type, s)) << "reforge::" << d->op_type << " input " << s;
         ++reforge_shape;
+        continue;
+      }
+      if (d->domain == "com.microsoft") {
+        EXPECT_EQ(d->input_roles[s], InputRole::kWeight) << "com.microsoft::" << d->op_type << " input " << s;
+        EXPECT_TRUE(listed(kMicrosoftWeightSlots, d->op_type, s)) << "com.microsoft::" << d->op_type << " input " << s;
+        ++microsoft_weight;
         continue;
       }
       EXPECT_TRUE(d->domain.empty()) << d->domain << "::" << d->op_type;
@@ -183,6 +193,12 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
   EXPECT_EQ(reforge_shape, 8u);
+  EXPECT_EQ(microsoft_weight, 5u);
+  for (const auto& row : kMicrosoftWeightSlots)
+    for (size_t s = 0; s < row.num_inputs; ++s)
+      EXPECT_EQ(ops::input_role("com.microsoft", row.op, row.opset, s),
+                row.slots.count(s) ? InputRole::kWeight : InputRole::kData)
+          << "com.microsoft::" << row.op << " input " << s;
   for (const auto& row : kReforgeShapeSlots)
     for (size_t s = 0; s < row.num_inputs; ++s)
       EXPECT_EQ(ops::input_role("reforge", row.op, row.opset, s),

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/device_trace.h"
 #include "ir/graph.h"
 #include "ops/infer.h"
 #include "ops/registry.h"
@@ -84,6 +85,10 @@ struct Backend {
   // Device backends: waits for the calling thread's work on the device and throws an Error for
   // any failure it reports; the engine calls it at the end of every run.
   std::function<void()> synchronize = nullptr;
+  // Device backends, optional: the device's profiler (device_trace.h), or null where it has none.
+  DeviceTracer* tracer = nullptr;
+  // Device backends, optional: what the device's memory holds for this process.
+  std::function<DeviceMemoryStats()> memory_stats = nullptr;
 };
 
 class KernelRegistry {

@@ -316,6 +316,12 @@ static std::string nearest_hint(const std::string& name, const std::vector<std::
   return near.empty() ? "" : " (nearest: " + quoted_list(near) + ")";
 }
 
+// Why a quantized input (ops::is_quantized_input) is never bound to a float checkpoint.
+constexpr const char* kQuantizedNote =
+    "a quantized weight (integer codes, scales or zero points) computed by the tool that quantized this ONNX model "
+    "(ONNX Runtime's quantize_static / quantize_dynamic / MatMulNBitsQuantizer write them so), not by a reforge "
+    "recipe: it cannot be re-derived exactly from float checkpoint tensors";
+
 BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
                            const BindOptions& o) {
   BindResult r;
@@ -330,7 +336,7 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   r.index_ms = ms_since(t0);
   auto t1 = std::chrono::steady_clock::now();
 
-  std::vector<std::string> ambiguous;
+  std::vector<std::string> ambiguous, quantized;
   std::set<std::string> used_binds;
   std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
   std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> unmatched;  // initializer -> its uses
@@ -344,6 +350,14 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       const Tensor& v = it->second;
       std::string key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);
       plan::Binding& bd = r.bindings[{uint32_t(p), uint32_t(slot)}];
+      if (ops::is_quantized_input(n, slot)) {
+        // Codes, scales and zero points of a weight quantized before reforge saw the model.
+        bd.status = plan::Binding::Status::Unbound;
+        bd.note = std::string(kQuantizedNote);
+        quantized.push_back("'" + in + "' " + v.describe() + " (input " + std::to_string(slot) + " of " + n.label() +
+                            ")");
+        continue;
+      }
       if (!cache.count(in)) {
         cache[in] = candidates(b, ckpt, v);
         // Later uses of `in` read the cache: the pages of the bytes just compared leave the
@@ -415,6 +429,16 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
         unmatched[in].push_back({uint32_t(p), uint32_t(slot)});
       }
     }
+  }
+  if (!quantized.empty() && !o.allow_partial) {
+    std::string list;
+    for (size_t i = 0; i < quantized.size() && i < 8; ++i) list += "\n  " + quantized[i];
+    if (quantized.size() > 8) list += "\n  ... and " + std::to_string(quantized.size() - 8) + " more";
+    fail("binding: ", quantized.size(), " source(s) of this model are quantized weights that ", ckpt.description(),
+         " cannot derive:", list, "\n", kQuantizedNote,
+         ". Refit the plan from a re-quantized ONNX model instead (its sources are taken by position), or build the "
+         "float model with --precision int8|int4, whose quantization is a reforge recipe that a checkpoint refit "
+         "replays. --allow-partial-binding builds anyway; a checkpoint refit of the plan is then refused");
   }
   if (!ambiguous.empty()) {
     std::string list;

@@ -18,6 +18,9 @@
 // `pkg.torch.onnx.name_scopes`, or a node name like `/layers.0/input_norm/Mul`); when the scope
 // leaves several candidates the build fails listing them, and `--bind` settles it.
 // A name match whose values differ is never a binding: that source is unbound, with the reason.
+// An input that a quantizer wrote (ops::is_quantized_input: integer codes, scales, zero points of
+// a model quantized by another tool) is never bound either: the build fails listing them, since a
+// float checkpoint cannot re-derive them exactly (unless allow_partial: then they are unbound).
 //
 // A float initializer that no checkpoint tensor derives is never kept by guess. It is a
 // *constant* (plan::Binding::Status::Constant: a checkpoint refit gives it its build-time value)

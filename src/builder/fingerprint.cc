@@ -82,10 +82,12 @@ ir::Graph canonicalize(ir::Graph g) {
 std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector<std::string>& literal_names) {
   std::set<std::string> lit;
   std::map<std::string, bool> only_shape_like;
+  std::set<std::string> quantized;  // integer codes and zero points of quantized weights: sources
   for (const auto& n : g.nodes)
     for (size_t s = 0; s < n.inputs.size(); ++s) {
       const std::string& in = n.inputs[s];
       if (in.empty() || !g.initializers.count(in)) continue;
+      if (ops::is_quantized_input(n, s)) quantized.insert(in);
       bool sl = ops::input_role(n, s) == ops::InputRole::kShape;
       auto [it, inserted] = only_shape_like.emplace(in, sl);
       if (!inserted) it->second = it->second && sl;
@@ -96,7 +98,8 @@ std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector
     bool by_name = false;
     for (const auto& l : literal_names) by_name |= l == name;
     auto it = only_shape_like.find(name);
-    if (by_name || !is_float(t.dtype()) || (it != only_shape_like.end() && it->second)) lit.insert(name);
+    const bool structural_int = !is_float(t.dtype()) && !quantized.count(name);
+    if (by_name || structural_int || (it != only_shape_like.end() && it->second)) lit.insert(name);
   }
   return lit;
 }

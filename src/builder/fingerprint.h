@@ -20,7 +20,9 @@ namespace reforge::build {
 // the weight values, so both build and refit work on this form.
 ir::Graph canonicalize(ir::Graph g);
 
-// Initializers that are literals: integer/bool tensors, tensors that feed only inputs whose
+// Initializers that are literals: integer/bool tensors (except the integer codes and zero
+// points of quantized weights, read by an input ops::is_quantized_input names: those are sources,
+// so that a re-quantized model refits), tensors that feed only inputs whose
 // registry role is shape-like (ops::InputRole::kShape: Reshape shape, Slice bounds, axes, Expand
 // shape, Range bounds, Resize scales, ...), and the names in `literal_names`.
 std::set<std::string> literal_initializers(const ir::Graph& g, const std::vector<std::string>& literal_names);

@@ -115,6 +115,11 @@ bool is_deterministic(const ir::Node& n) {
   return d && !(d->draws_random && d->draws_random(n));
 }
 
+bool is_quantized_input(const ir::Node& n, size_t slot) {
+  const OpDef* d = OpRegistry::global().find(n.domain, n.op_type, n.opset);
+  return d && std::find(d->quantized_inputs.begin(), d->quantized_inputs.end(), slot) != d->quantized_inputs.end();
+}
+
 std::vector<const OpDef*> OpRegistry::entries() const {
   std::vector<const OpDef*> v;
   for (const auto& [k, defs] : defs_)

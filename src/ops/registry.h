@@ -142,6 +142,11 @@ struct OpDef {
   std::vector<InputRole> input_roles = {};  // empty: every input is data
   DrawsRandomFn draws_random = nullptr;     // null: deterministic
   InferFn infer = nullptr;                  // shape and type inference (ops/infer.h)
+  // Inputs whose values a quantizer computed from float weights: integer codes, scales and zero
+  // points of a quantized weight (DequantizeLinear's, MatMulNBits' B/scales/zero_points, the
+  // QLinear ops' weight parameters). No float checkpoint tensor derives them exactly, so
+  // checkpoint binding refuses them (build/binding.h).
+  std::vector<size_t> quantized_inputs = {};
 };
 
 class OpRegistry {
@@ -175,6 +180,8 @@ inline InputRole input_role(const ir::Node& n, size_t slot) { return input_role(
 // Unregistered ops (RandomNormal, RandomUniform(Like), Bernoulli, Multinomial, ...) are not
 // deterministic: nothing is known about them.
 bool is_deterministic(const ir::Node& n);
+// True when input `slot` of `n` is one of its op's quantized_inputs (false for unregistered ops).
+bool is_quantized_input(const ir::Node& n, size_t slot);
 
 // Each op family registers itself here (one file or folder per family).
 void register_elementwise_ops(OpRegistry& r);  // binary math, compare, logic, Cast, Where, Min/Max/Sum/Mean

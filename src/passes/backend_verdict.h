@@ -35,6 +35,13 @@ class BackendVerdict {
     }
   }
 
+  // The inferred type of value `v` in the graph as it is now (inferred once, at the first call of
+  // this or why_not), or null when inference did not reach it.
+  const ops::ValueType* type_of(const std::string& v) {
+    if (!types_) infer();
+    return types_ok_ ? types_->find(v) : nullptr;
+  }
+
  private:
   void infer() {
     types_ = std::make_unique<ops::GraphTypes>();

@@ -15,6 +15,10 @@
 // fuse-attention: softmax(mask(scale(Q K^T))) V with the K transpose, the grouped-query
 //                 repeat_kv (Unsqueeze/Expand/Reshape) and the head transposes of Q, V and the
 //                 output absorbed                         ->  reforge::Attention
+//                 also PyTorch's scaled_dot_product_attention decomposition: (Q c1)(K^T c2), each
+//                 side scaled by sqrt(scale) (scale_op 'mul_qk', K^T possibly through a Reshape
+//                 to its own shape), and Where(IsNaN(P), 0, P) after the softmax (softmax_nan
+//                 'zero')
 // fuse-layer-norm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g [+ b]
 //                                                         ->  LayerNormalization-17(x, g, b)
 // fuse-rotary:    x * cos + concat(-x[..., h:], x[..., :h]) * sin (rotate_half), with the head
@@ -22,6 +26,7 @@
 // fuse-attention and fuse-rotary make a fused node only where the target backend's kernel takes
 // it (passes/backend_verdict.h: its checker and its shape check on the inferred input types);
 // elsewhere the unfused ops stay.
+#include <algorithm>
 #include <tuple>
 
 #include "passes/backend_verdict.h"
@@ -339,9 +344,29 @@ void fuse_attention(BuildState& s) {
     if (g.dead(i) || !is(sm, "Softmax")) continue;
     if (sm->attr_int("axis", sm->opset >= 13 ? -1 : 1) != -1) continue;
     std::vector<ir::Node*> matched = {sm};
-    // Softmax -> MatMul(P, V)
-    ir::Node* pv = g.sole_consumer(sm->outputs[0]);
-    if (!is(pv, "MatMul") || pv->inputs[0] != sm->outputs[0]) continue;
+    // Softmax -> [Where(IsNaN(P), 0, P)] -> MatMul(P, V)
+    std::string probs = sm->outputs[0];
+    bool nan_zero = false;
+    ir::Node* pv = g.sole_consumer(probs);
+    if (!pv && g.uses(probs) == 2) {
+      ir::Node *isnan = nullptr, *guard = nullptr;
+      for (size_t j = 0; j < s.graph.nodes.size(); ++j) {
+        ir::Node* c = &s.graph.nodes[j];
+        if (g.dead(j) || std::find(c->inputs.begin(), c->inputs.end(), probs) == c->inputs.end()) continue;
+        if (is(c, "IsNaN")) isnan = c;
+        if (is(c, "Where")) guard = c;
+      }
+      if (isnan && guard && guard->inputs.size() == 3 && guard->inputs[0] == isnan->outputs[0] &&
+          guard->inputs[2] == probs && g.single_use(isnan->outputs[0]) && g.is_const(guard->inputs[1]) &&
+          g.scalar(guard->inputs[1]) == 0.0) {
+        matched.push_back(isnan);
+        matched.push_back(guard);
+        probs = guard->outputs[0];
+        pv = g.sole_consumer(probs);
+        nan_zero = true;
+      }
+    }
+    if (!is(pv, "MatMul") || pv->inputs[0] != probs) continue;
     // Mask: Add(S, mask) or Where(cond, fill, S) / Where(cond, S, fill).
     std::string scores = sm->inputs[0];
     std::string mask, fill, mask_mode = "none";
@@ -408,13 +433,50 @@ void fuse_attention(BuildState& s) {
     ir::Node* qk = g.producer(scores, "MatMul");
     if (!qk) continue;
     matched.push_back(qk);
+    std::string qk_q = qk->inputs[0], qk_k = qk->inputs[1];
+    // PyTorch's decomposition: Mul(Q, c1) and Mul(K^T, c2), K^T maybe through a Reshape that
+    // keeps its shape; c1 and c2 scalar float constants (of any float type: the kernels round
+    // each product to the tensors' type, as the Muls do).
+    std::string k_scale;
+    auto float_scalar = [&](const std::string& v) {
+      if (!g.is_const(v) || s.consts.at(v).value.numel() != 1) return false;
+      const DType t = g.const_dtype(v);
+      return t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16;
+    };
+    if (scale_op == "none") {
+      ir::Node* mq = g.producer(qk_q, "Mul");
+      ir::Node* mk = g.producer(qk_k, "Mul");
+      if (mq && mk && g.single_use(qk_q) && g.single_use(qk_k)) {
+        const int sq = float_scalar(mq->inputs[1]) ? 1 : float_scalar(mq->inputs[0]) ? 0 : -1;
+        const int sk = float_scalar(mk->inputs[1]) ? 1 : float_scalar(mk->inputs[0]) ? 0 : -1;
+        if (sq >= 0 && sk >= 0) {
+          scale = mq->inputs[sq];
+          k_scale = mk->inputs[sk];
+          scale_op = "mul_qk";
+          qk_q = mq->inputs[1 - sq];
+          qk_k = mk->inputs[1 - sk];
+          matched.push_back(mq);
+          matched.push_back(mk);
+          // A Reshape of K^T to its own shape (the decomposition's view) is no reshape at all.
+          if (ir::Node* r = g.producer(qk_k, "Reshape"); r && g.single_use(qk_k)) {
+            const ops::ValueType* in = verdict.type_of(r->inputs[0]);
+            const ops::ValueType* out = verdict.type_of(qk_k);
+            if (in && out && in->fully_known() && out->fully_known() && in->shape == out->shape) {
+              qk_k = r->inputs[0];
+              matched.push_back(r);
+            }
+          }
+        }
+      }
+    }
     // The attention kernel runs float32 only: the pattern must show it through a constant.
     bool f32 = (!scale.empty() && g.const_dtype(scale) == DType::Float32) ||
                (!fill.empty() && g.const_dtype(fill) == DType::Float32) ||
                (mask_mode == "add" && g.const_dtype(mask) == DType::Float32);
-    if (!f32) continue;
+    // Other backends' kernels take 16-bit types too; the backend's verdict below decides.
+    if (!f32 && s.backend == "cpu") continue;
     // K^T: Transpose(K, [0,1,3,2]) of [B,H,S,D] or Transpose(K, [0,2,3,1]) of [B,S,H,D].
-    std::string k = qk->inputs[1], k_layout = "bhds";
+    std::string k = qk_k, k_layout = "bhds";
     if (ir::Node* t = g.producer(k, "Transpose"); t && g.single_use(k)) {
       if (perm_is(*t, {0, 1, 3, 2}))
         k_layout = "bhsd";
@@ -425,7 +487,7 @@ void fuse_attention(BuildState& s) {
         matched.push_back(t);
       }
     }
-    std::string q = qk->inputs[0], q_layout = "bhsd";
+    std::string q = qk_q, q_layout = "bhsd";
     if (ir::Node* t = g.producer(q, "Transpose"); t && g.single_use(q) && perm_is(*t, {0, 2, 1, 3})) {
       q = t->inputs[0];
       q_layout = "bshd";
@@ -471,6 +533,10 @@ void fuse_attention(BuildState& s) {
     if (krep)
       f.inputs.insert(f.inputs.end(),
                       {krep->expand_shape, krep->reshape_shape, vrep->expand_shape, vrep->reshape_shape});
+    if (!k_scale.empty()) {
+      f.inputs.resize(10);
+      f.inputs.push_back(k_scale);
+    }
     while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
     f.outputs = {last->outputs[0]};
     f.attrs["q_layout"] = ir::string_attr("q_layout", q_layout);
@@ -479,6 +545,7 @@ void fuse_attention(BuildState& s) {
     f.attrs["out_layout"] = ir::string_attr("out_layout", out_layout);
     f.attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
     f.attrs["mask_mode"] = ir::string_attr("mask_mode", mask_mode);
+    if (nan_zero) f.attrs["softmax_nan"] = ir::string_attr("softmax_nan", "zero");
     if (krep) f.attrs["kv_allowzero"] = ir::int_attr("kv_allowzero", krep->allowzero);
     if (!verdict.why_not(f).empty()) continue;  // the backend's kernel would decline it
     for (ir::Node* n : matched)

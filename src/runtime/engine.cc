@@ -89,6 +89,11 @@ struct Engine::Impl {
   // The size of every step output for the inputs in `values` (with the constants there), by
   // shape inference; `error` says why none is known when inference fails.
   arena::Sizes infer_sizes(const std::vector<Tensor>& values, std::string& error) const;
+  std::vector<NodeProfile> step_nodes;  // per step: its node's name and op type (no timings)
+  // options.device_trace: per device step, the inputs it read in the most recent run (rerun_step).
+  mutable std::mutex kept_mutex;
+  mutable std::vector<std::vector<Tensor>> kept_inputs;
+  mutable std::vector<std::shared_ptr<const void>> kept_prepared;  // what the kernels prepared, of that run's set
   mutable std::mutex profile_mutex;
   mutable std::vector<NodeProfile> profile;           // per step, when options.profile
   mutable std::deque<std::vector<TraceEvent>> trace;  // the last kTraceRuns runs' events
@@ -173,9 +178,9 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
       st.outputs.push_back(new_slot(o));
     }
     m.steps.push_back(std::move(st));
-    if (m.options.profile)
-      m.profile.push_back({n.name.empty() ? "#" + std::to_string(idx) : n.name,
-                           n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, 0, 0.0});
+    m.step_nodes.push_back({n.name.empty() ? "#" + std::to_string(idx) : n.name,
+                            n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, 0, 0.0});
+    if (m.options.profile) m.profile.push_back(m.step_nodes.back());
   }
   for (size_t si = 0; si < m.steps.size(); ++si) {
     if (!m.steps[si].prepare) continue;
@@ -477,6 +482,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   }
 
   omp_set_num_threads(m.threads);
+  std::vector<std::vector<Tensor>> kept(m.options.device_trace ? m.steps.size() : 0);
   std::vector<const Tensor*> in_ptrs;
   std::vector<double> step_ms(m.options.profile ? m.steps.size() : 0);
   std::vector<double> step_start_us(step_ms.size());
@@ -513,13 +519,24 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
     ops::OutputAllocator* step_allocator = st.device ? st.device->allocator : m.memoized[si] ? nullptr : allocator;
     ops::KernelContext ctx(node, in_ptrs, m.threads, step_allocator, consts->prepared[si].get());
     if (host_arena) arena_alloc->begin_step(si);
+    backends::DeviceTracer* tracer =
+        m.options.device_trace && st.device && st.device->tracer && st.device->tracer->recording() ? st.device->tracer
+                                                                                                   : nullptr;
+    if (tracer) {
+      tracer->push_tag(static_cast<int64_t>(si));
+      std::vector<Tensor>& keep = kept[si];
+      for (const Tensor* t : in_ptrs) keep.push_back(t ? *t : Tensor());
+    }
     try {
       (*st.kernel)(ctx);
     } catch (Error& e) {
+      if (tracer) tracer->pop_tag();
       throw e.with_context("while running " + node.label());
     } catch (const std::bad_alloc&) {
+      if (tracer) tracer->pop_tag();
       fail("out of memory while running ", node.label());
     }
+    if (tracer) tracer->pop_tag();
     if (host_arena) arena_alloc->placed(si, ctx.outputs());
     for (size_t o = 0; o < st.outputs.size(); ++o) {
       int slot = st.outputs[o];
@@ -549,6 +566,11 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
         throw e.with_context("while finishing a run on backend '" + d->name + "'");
       }
     }
+  if (m.options.device_trace && std::any_of(kept.begin(), kept.end(), [](const auto& k) { return !k.empty(); })) {
+    std::lock_guard<std::mutex> lock(m.kept_mutex);
+    m.kept_inputs = std::move(kept);
+    m.kept_prepared = consts->prepared;
+  }
   if (m.options.profile) {
     std::lock_guard<std::mutex> lock(m.profile_mutex);
     for (size_t si = 0; si < step_ms.size(); ++si) {
@@ -620,6 +642,40 @@ std::vector<TraceEvent> Engine::trace() const {
   std::vector<TraceEvent> all;
   for (const auto& run : impl_->trace) all.insert(all.end(), run.begin(), run.end());
   return all;
+}
+
+std::vector<NodeProfile> Engine::steps() const { return impl_->step_nodes; }
+
+void Engine::rerun_step(size_t step, int times) const {
+  const Impl& m = *impl_;
+  REFORGE_CHECK(m.options.device_trace, "rerun_step: the engine was not made with EngineOptions::device_trace");
+  REFORGE_CHECK(step < m.steps.size(), "rerun_step: no step ", step, " (the engine has ", m.steps.size(), ")");
+  const Step& st = m.steps[step];
+  REFORGE_CHECK(st.device != nullptr, "rerun_step: step ", step, " does not run on a device");
+  std::vector<Tensor> inputs;
+  std::shared_ptr<const void> prepared;
+  {
+    std::lock_guard<std::mutex> lock(m.kept_mutex);
+    if (step < m.kept_inputs.size()) inputs = m.kept_inputs[step];
+    if (step < m.kept_prepared.size()) prepared = m.kept_prepared[step];
+  }
+  const ir::Node& node = m.graph.nodes[st.node_index];
+  REFORGE_CHECK(!inputs.empty() || st.inputs.empty(), "rerun_step: ", node.label(), " did not run in the last run");
+  std::vector<const Tensor*> in_ptrs;
+  for (const Tensor& t : inputs) in_ptrs.push_back(t.defined() ? &t : nullptr);
+  backends::DeviceTracer* tracer = st.device->tracer;
+  for (int i = 0; i < times; ++i) {
+    ops::KernelContext ctx(node, in_ptrs, m.threads, st.device->allocator, prepared.get());
+    if (tracer) tracer->push_tag(static_cast<int64_t>(step));
+    try {
+      (*st.kernel)(ctx);
+    } catch (Error& e) {
+      if (tracer) tracer->pop_tag();
+      throw e.with_context("while running " + node.label() + " alone");
+    }
+    if (tracer) tracer->pop_tag();
+  }
+  if (st.device->synchronize) st.device->synchronize();
 }
 
 std::vector<NodeProfile> Engine::profile() const {

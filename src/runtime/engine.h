@@ -24,6 +24,10 @@ struct EngineOptions {
   bool profile = false;  // time every node (see Engine::profile)
   bool arena = true;     // serve intermediates from an activation arena planned from inferred shapes
                          // (runtime/arena.h)
+  // For a benchmark of device work (backends/device_trace.h): while a device backend's tracer
+  // records, the work of each of its steps is tagged with the step's index, and the run keeps the
+  // inputs of those steps for rerun_step (until the next such run: their device memory).
+  bool device_trace = false;
 };
 
 // How one run delivers its results.
@@ -129,6 +133,15 @@ class Engine {
 
   // The activation arena's account of the most recent run (zeros before any run with the arena).
   ArenaStats arena_stats() const;
+
+  // Every step's node (name and op type; no timings), in execution order: what the step index of
+  // a device trace's tag and of rerun_step refers to.
+  std::vector<NodeProfile> steps() const;
+  // Runs device step `step` `times` times more on the inputs (and weights) it had in the most
+  // recent run recorded by its device tracer, its work tagged as in a run, then waits for the
+  // device; the outputs are dropped.
+  // For timing one node alone (EngineOptions::device_trace, which keeps those inputs).
+  void rerun_step(size_t step, int times) const;
 
   // Per-node timings in execution order (empty unless EngineOptions::profile).
   std::vector<NodeProfile> profile() const;

@@ -90,6 +90,8 @@ class PlanEngine {
   const std::vector<ir::ValueInfo>& inputs() const { return engine_.inputs(); }
   const std::vector<ir::ValueInfo>& outputs() const { return engine_.outputs(); }
   std::vector<NodeProfile> profile() const { return engine_.profile(); }
+  std::vector<NodeProfile> steps() const { return engine_.steps(); }
+  void rerun_step(size_t step, int times) const { engine_.rerun_step(step, times); }
   std::vector<TraceEvent> trace() const { return engine_.trace(); }
   ArenaStats arena_stats() const { return engine_.arena_stats(); }
 

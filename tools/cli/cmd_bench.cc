@@ -18,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "backends/backend.h"
 #include "common.h"
 #include "core/atomic_file.h"
 #include "core/timing.h"
@@ -47,6 +48,7 @@ struct BenchArgs {
   std::string profile_json;
   SynthOptions synth;
   bool device_io = false;
+  bool device_trace = false;
 };
 
 // Nearest-rank percentile of sorted values: the smallest value with at least p% of them at or below it.
@@ -120,6 +122,139 @@ void print_profile(const std::vector<runtime::NodeProfile>& nodes, std::ostream&
     os << line;
   }
 }
+
+// The op types whose device kernels are matrix products (cuBLASLt on CUDA).
+bool is_product(const std::string& op_type) {
+  return op_type == "MatMul" || op_type == "Gemm" || op_type == "reforge::MatMulAdd";
+}
+bool is_convolution(const std::string& op_type) {
+  return op_type == "Conv" || op_type == "reforge::FusedConv" || op_type == "ConvTranspose";
+}
+
+// --device-trace: traces `runs` runs with the device's profiler, then runs every product node
+// alone `runs` times on the inputs it had; prints the account to `os` and adds its figures to
+// `doc`. `median_ms` is the untraced runs' median, the wall time the shares are taken of.
+void device_trace(const runtime::PlanEngine& engine, const std::map<std::string, Tensor>& inputs,
+                  const runtime::RunOptions& run_options, int runs, double median_ms, nlohmann::ordered_json& doc,
+                  std::ostream& os) {
+  const auto& p = engine.plan();
+  const std::string backend_name = p.build ? p.build->backend : "cpu";
+  const backends::Backend* backend = backends::find_backend(backend_name);
+  if (!backend || !backend->tracer)
+    fail("--device-trace: backend '", backend_name, "' has no device profiler (build the plan with --device cuda)");
+  const std::vector<runtime::NodeProfile> steps = engine.steps();
+  backends::DeviceTracer& tracer = *backend->tracer;
+  // Per step: kernel launches and device time in `runs` runs, then alone.
+  struct Account {
+    int64_t kernels = 0, copies = 0, memsets = 0;
+    double ms = 0;
+  };
+  auto account = [&](const std::vector<backends::DeviceActivity>& acts, std::map<int64_t, Account>& by_step,
+                     Account& all) {
+    for (const auto& a : acts) {
+      Account& s = by_step[a.tag];
+      const double ms = 1e-6 * static_cast<double>(a.end_ns - a.start_ns);
+      for (Account* x : {&s, &all}) {
+        x->ms += ms;
+        if (a.kind == backends::DeviceActivity::Kind::Kernel) x->kernels += 1;
+        if (a.kind == backends::DeviceActivity::Kind::Copy) x->copies += 1;
+        if (a.kind == backends::DeviceActivity::Kind::Memset) x->memsets += 1;
+      }
+    }
+  };
+  size_t dropped = 0;
+  tracer.start();
+  for (int i = 0; i < runs; ++i) engine.run(inputs, run_options);
+  std::map<int64_t, Account> in_run;
+  Account total;
+  account(tracer.stop(dropped), in_run, total);
+  if (dropped) fail("--device-trace: the profiler dropped ", dropped, " records; trace fewer runs (--iterations)");
+  // Every product alone, on the inputs of the last traced run.
+  std::vector<size_t> products;
+  for (size_t si = 0; si < steps.size(); ++si)
+    if (is_product(steps[si].op_type) && in_run.count(static_cast<int64_t>(si))) products.push_back(si);
+  std::map<int64_t, Account> alone;
+  if (!products.empty()) {
+    for (size_t si : products) engine.rerun_step(si, 2);  // warm: the same state as in the runs
+    Account unused;
+    tracer.start();
+    for (size_t si : products) engine.rerun_step(si, runs);
+    account(tracer.stop(dropped), alone, unused);
+    if (dropped) fail("--device-trace: the profiler dropped ", dropped, " records; trace fewer runs (--iterations)");
+  }
+  const double n = static_cast<double>(runs);
+  double product_ms = 0, conv_ms = 0, other_ms = 0, untagged_ms = 0;
+  for (const auto& [tag, a] : in_run) {
+    if (tag < 0 || static_cast<size_t>(tag) >= steps.size()) {
+      untagged_ms += a.ms;
+      continue;
+    }
+    const std::string& op = steps[static_cast<size_t>(tag)].op_type;
+    (is_product(op) ? product_ms : is_convolution(op) ? conv_ms : other_ms) += a.ms;
+  }
+  product_ms /= n, conv_ms /= n, other_ms /= n, untagged_ms /= n;
+  const double busy_ms = total.ms / n;
+  char line[320];
+  os << "device trace over " << runs << " runs (device clock; wall time per run is the untimed median, " << median_ms
+     << " ms):\n";
+  std::snprintf(line, sizeof line,
+                "  per run: %.1f kernel launches, %.1f copies, %.1f memsets; device busy %.3f ms (%.1f%% of the run)\n",
+                static_cast<double>(total.kernels) / n, static_cast<double>(total.copies) / n,
+                static_cast<double>(total.memsets) / n, busy_ms, 100.0 * busy_ms / median_ms);
+  os << line;
+  std::snprintf(line, sizeof line,
+                "  matrix products %.3f ms (%.1f%%), convolutions %.3f ms (%.1f%%), other kernels %.3f ms (%.1f%%), "
+                "idle %.3f ms (%.1f%%)\n",
+                product_ms, 100.0 * product_ms / median_ms, conv_ms, 100.0 * conv_ms / median_ms,
+                other_ms + untagged_ms, 100.0 * (other_ms + untagged_ms) / median_ms,
+                std::max(0.0, median_ms - busy_ms), 100.0 * std::max(0.0, median_ms - busy_ms) / median_ms);
+  os << line;
+  // Each product in the run against the same call alone.
+  struct Row {
+    size_t step;
+    double run_ms, alone_ms;
+  };
+  std::vector<Row> rows;
+  double worst = 0, sum_run = 0, sum_alone = 0;
+  for (size_t si : products) {
+    const double r = in_run[static_cast<int64_t>(si)].ms / n, a = alone[static_cast<int64_t>(si)].ms / n;
+    if (a <= 0) continue;
+    rows.push_back({si, r, a});
+    worst = std::max(worst, r / a);
+    sum_run += r;
+    sum_alone += a;
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const Row& x, const Row& y) { return x.run_ms / x.alone_ms > y.run_ms / y.alone_ms; });
+  if (!rows.empty()) {
+    std::snprintf(line, sizeof line,
+                  "  %zu products: in the run %.3f ms, alone %.3f ms (in run / alone %.3f overall, %.3f at worst); "
+                  "the least like alone:\n",
+                  rows.size(), sum_run, sum_alone, sum_run / sum_alone, worst);
+    os << line;
+    for (size_t i = 0; i < rows.size() && i < 8; ++i) {
+      std::snprintf(line, sizeof line, "    %-48s %-20s %8.4f ms in run %8.4f ms alone  %.3f\n",
+                    steps[rows[i].step].node.c_str(), steps[rows[i].step].op_type.c_str(), rows[i].run_ms,
+                    rows[i].alone_ms, rows[i].run_ms / rows[i].alone_ms);
+      os << line;
+    }
+    size_t within = 0;
+    for (const Row& r : rows) within += r.run_ms <= 1.1 * r.alone_ms;
+    os << "  products within 10% of alone: " << within << " of " << rows.size() << "\n";
+    doc["products_within_10pct_of_alone"] = within;
+    doc["products"] = rows.size();
+    doc["products_in_run_over_alone"] = sum_run / sum_alone;
+    doc["products_worst_in_run_over_alone"] = worst;
+  }
+  doc["kernel_launches_per_run"] = static_cast<double>(total.kernels) / n;
+  doc["device_copies_per_run"] = static_cast<double>(total.copies) / n;
+  doc["device_memsets_per_run"] = static_cast<double>(total.memsets) / n;
+  doc["device_busy_ms"] = busy_ms;
+  doc["product_ms"] = product_ms;
+  doc["convolution_ms"] = conv_ms;
+  doc["outside_products_fraction"] = 1.0 - product_ms / median_ms;
+  doc["outside_products_and_convolutions_fraction"] = 1.0 - (product_ms + conv_ms) / median_ms;
+}
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
@@ -155,6 +290,10 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--device-io", a->device_io,
                "with a GPU plan: copy the inputs to the GPU once before timing and leave the outputs there, as a "
                "framework's timing of tensors that live on the GPU does (by default each run copies both ways)");
+  app.add_flag("--device-trace", a->device_trace,
+               "with a GPU plan: after timing, trace as many runs with the GPU's profiler (CUPTI): kernel launches "
+               "per run, device time of matrix products, convolutions and the rest, and each product in the run "
+               "against the same product run alone (stderr; figures in the JSON)");
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     auto t0 = std::chrono::steady_clock::now();
@@ -170,6 +309,7 @@ Runner add_bench(CLI::App& app) {
     lo.profile = a->profile || !a->profile_json.empty();
     lo.skip_passes = a->skip_passes;
     lo.arena = !a->no_arena;
+    lo.device_trace = a->device_trace;
     lo.verify_weights = !a->no_verify;
     std::map<std::string, IndexBound> bounds;
     lo.index_bounds = &bounds;
@@ -240,6 +380,17 @@ Runner add_bench(CLI::App& app) {
                                   {"arena_bytes", arena.arena_bytes},
                                   {"arena_allocations", arena.arena_allocations},
                                   {"heap_allocations", arena.heap_allocations}};
+    const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
+    if (const backends::Backend* be = backends::find_backend(backend_name); be && be->memory_stats) {
+      // Device memory: engine weights (and what kernels prepared from them), library workspaces,
+      // and the most the runs' values held at once.
+      const backends::DeviceMemoryStats m = be->memory_stats();
+      doc["device_weights_bytes"] = m.weights_bytes;
+      doc["device_workspace_bytes"] = m.workspace_bytes;
+      doc["device_activations_peak_bytes"] = m.activations_peak_bytes;
+      doc["device_peak_bytes"] = m.weights_peak_bytes + m.workspace_bytes + m.activations_reserved_peak_bytes;
+    }
+    if (a->device_trace) device_trace(engine, inputs, run_options, a->iterations, median, doc, std::cerr);
     std::cout << doc.dump() << std::endl;
     return 0;
   };

@@ -4,10 +4,15 @@
 //   Y = softmax(mask(scale(Q K^T)), last axis) V per (batch, head), where
 //   - q_layout/v_layout/out_layout 'bhsd' ([B,H,S,D]) or 'bshd' ([B,S,H,D], the head transpose
 //     absorbed); k_layout additionally 'bhds' (K^T given as [B,H,D,S]);
-//   - scale_op 'none' | 'mul' | 'div' with the scalar `scale`;
+//   - scale_op 'none' | 'mul' | 'div' with the scalar `scale`, or 'mul_qk': Q multiplied by
+//     `scale` and K by `k_scale` (input 10) before the product, each rounded to float32, as
+//     PyTorch's scaled_dot_product_attention decomposition scales both by sqrt(scale);
 //   - mask_mode 'none' | 'add' (float mask added) | 'where_fill_true' / 'where_fill_false'
 //     (bool mask: the score is replaced by `fill` where the mask is true / false); the mask
 //     broadcasts to [B, Hq, Sq, Sk];
+//   - softmax_nan 'keep' | 'zero': 'zero' gives a row whose softmax is NaN (a NaN score, or every
+//     score -inf) zero weights, as Where(IsNaN(P), 0, P) after the softmax does (a softmax row
+//     is NaN whole or not at all: one NaN term makes the sum NaN);
 //   - grouped-query attention: with the four shape inputs, K and V are the un-repeated
 //     [B, Hkv, S, D] tensors and the kernel checks that Unsqueeze(2) -> Expand(k_expand) ->
 //     Reshape(k_reshape) is the repeat_kv it replaces; query head h reads kv head h / (Hq / Hkv).
@@ -83,7 +88,8 @@ struct AttnArgs {
   bool k_bcast_h = false, v_bcast_h = false;
   int scale_op = 0;  // 0 none, 1 multiply by scale (div already inverted)
   float scale = 1;
-  int mask_mode = 0;  // 0 none, 1 add, 2 fill where true, 3 fill where false
+  int mask_mode = 0;           // 0 none, 1 add, 2 fill where true, 3 fill where false
+  bool nan_rows_zero = false;  // softmax_nan 'zero'
   const float* mask_f = nullptr;
   const bool* mask_b = nullptr;
   int64_t m_sb = 0, m_sh = 0, m_sq = 0, m_sk = 0;
@@ -320,7 +326,12 @@ RF_INLINE void attn_task_impl(const AttnArgs& a, int64_t b, int64_t h, int64_t i
       store(sr + j, e);
       sum += e;
     }
-    inv[r] = 1.0f / hsum(sum);
+    const float total = hsum(sum);
+    inv[r] = 1.0f / total;
+    if (a.nan_rows_zero && std::isnan(total)) {  // softmax_nan 'zero': the whole row's weights are 0
+      for (int64_t j = 0; j < kp; ++j) sr[j] = 0;
+      inv[r] = 0;
+    }
   }
   // P V.
   const float* vb = a.v.p + (a.v.b == 1 ? 0 : b) * a.v.sb + vh * a.v.sh;
@@ -377,9 +388,13 @@ Tensor attention_unfused(const KernelContext& ctx) {
     k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 1, 3, 2}));
   else if (kl == "bshd")
     k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 2, 3, 1}));
-  Tensor s = run_op(ctx, "MatMul", 13, {&q, &k});
   const std::string so = ctx.attr_string("scale_op", "none");
-  if (so != "none") s = run_op(ctx, so == "div" ? "Div" : "Mul", 14, {&s, &ctx.input(3)});
+  if (so == "mul_qk") {
+    q = run_op(ctx, "Mul", 14, {&q, &ctx.input(3)});
+    k = run_op(ctx, "Mul", 14, {&k, &ctx.input(10)});
+  }
+  Tensor s = run_op(ctx, "MatMul", 13, {&q, &k});
+  if (so == "mul" || so == "div") s = run_op(ctx, so == "div" ? "Div" : "Mul", 14, {&s, &ctx.input(3)});
   const std::string mm = ctx.attr_string("mask_mode", "none");
   if (mm == "add")
     s = run_op(ctx, "Add", 14, {&s, &ctx.input(4)});
@@ -388,6 +403,11 @@ Tensor attention_unfused(const KernelContext& ctx) {
   else if (mm == "where_fill_false")
     s = run_op(ctx, "Where", 16, {&ctx.input(4), &s, &ctx.input(5)});
   Tensor p = run_op(ctx, "Softmax", 13, {&s}, {{"axis", ir::int_attr("axis", -1)}});
+  if (ctx.attr_string("softmax_nan", "keep") == "zero") {
+    const Tensor nan = run_op(ctx, "IsNaN", 20, {&p});
+    const Tensor zero = Tensor::empty(p.dtype(), {});
+    p = run_op(ctx, "Where", 16, {&nan, &zero, &p});
+  }
   // V's head transpose comes before its repeat (the pass absorbs it from there).
   Tensor v = vl == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(2)}, perm({0, 2, 1, 3})) : ctx.input(2);
   v = repeat(v, 8, 9);
@@ -434,11 +454,20 @@ void attention_kernel(KernelContext& ctx) {
     a.v_bcast_h = a.v.h == 1 && a.Hq != 1;
   }
   const std::string scale_op = ctx.attr_string("scale_op", "none");
-  if (scale_op != "none") {
+  Tensor q_scaled;  // mul_qk: Q * scale, rounded to float32 as the unfused Mul
+  float k_scale = 1.0f;
+  if (scale_op == "mul_qk") {
+    q_scaled = run_op(ctx, "Mul", 14, {&q, &ctx.input(3)});
+    if (q_scaled.dtype() != DType::Float32 || q_scaled.shape() != q.shape() || ctx.input(10).numel() != 1)
+      return unfused();
+    a.q.p = q_scaled.data<float>();
+    k_scale = static_cast<float>(read_scalar(ctx, 10, 1.0, "K scale"));
+  } else if (scale_op != "none") {
     const double c = read_scalar(ctx, 3, 1.0, "scale");
     a.scale_op = 1;
     a.scale = static_cast<float>(scale_op == "div" ? 1.0 / c : c);
   }
+  a.nan_rows_zero = ctx.attr_string("softmax_nan", "keep") == "zero";
   const std::string mask_mode = ctx.attr_string("mask_mode", "none");
   if (mask_mode != "none") {
     const Tensor& m = ctx.input(4);
@@ -490,14 +519,14 @@ void attention_kernel(KernelContext& ctx) {
       // destination, D x Skp floats, stays in cache; the source rows may be far apart).
       for (int64_t j = 0; j < a.Sk; ++j) {
         const float* krow = src + j * a.k.ss;
-        for (int64_t d = 0; d < a.D; ++d) dst[d * a.Skp + j] = krow[d];
+        for (int64_t d = 0; d < a.D; ++d) dst[d * a.Skp + j] = krow[d] * k_scale;
       }
       for (int64_t d = 0; d < a.D; ++d)
         for (int64_t j = a.Sk; j < a.Skp; ++j) dst[d * a.Skp + j] = 0;
     } else {
       for (int64_t d = 0; d < a.D; ++d) {
         float* row = dst + d * a.Skp;
-        for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd];
+        for (int64_t j = 0; j < a.Sk; ++j) row[j] = src[j * a.k.ss + d * a.k.sd] * k_scale;
         for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
       }
     }

@@ -148,9 +148,12 @@ struct AttnParams {
   const C* mask = nullptr;
   int64_t m_sb = 0, m_sh = 0, m_sq = 0, m_sk = 1, m_len = 0;
   // reforge::Attention.
-  int scale_op = 0;  // 0 none, 1 multiply by the scalar, 2 divide by it
+  int scale_op = 0;  // 0 none, 1 multiply by the scalar, 2 divide by it, 3 scale Q and K (mul_qk)
   const void* scale_p = nullptr;
   int scale_type = kF32;
+  const void* k_scale_p = nullptr;  // mul_qk: K's factor
+  int k_scale_type = kF32;
+  bool nan_rows_zero = false;    // softmax_nan 'zero': a NaN softmax row gives zeros
   const bool* mask_b = nullptr;  // where modes: the score becomes `fill` where mask == fill_when
   bool fill_when = true;
   const void* fill_p = nullptr;
@@ -221,7 +224,8 @@ __device__ __forceinline__ compute_t<T> fused_score(const AttnParams<T>& p, comp
                                                     compute_t<T> fill, int64_t b, int64_t h, int64_t i, int64_t j) {
   using C = compute_t<T>;
   C s = round_t<T>(dot);
-  if (p.scale_op != 0) s = round_t<T>(p.scale_op == 2 && !std::is_same_v<T, C> ? s / scale : s * scale);
+  if (p.scale_op == 1 || p.scale_op == 2)
+    s = round_t<T>(p.scale_op == 2 && !std::is_same_v<T, C> ? s / scale : s * scale);
   if (p.mask) s = round_t<T>(s + p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
   if (p.mask_b && p.mask_b[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk] == p.fill_when) s = fill;
   return s;
@@ -260,7 +264,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
   const C ninf = -std::numeric_limits<C>::infinity();
   const C scale_t = Onnx ? from_double<T>(p.sqrt_scale) : C(1);
   C scale_f = 1;
-  if (!Onnx && p.scale_op != 0) {
+  // mul_qk: Q and K each multiplied by their factor and rounded to T before the product.
+  const C q_mul = !Onnx && p.scale_op == 3 ? static_cast<C>(load_scalar(p.scale_p, p.scale_type)) : C(1);
+  const C k_mul = !Onnx && p.scale_op == 3 ? static_cast<C>(load_scalar(p.k_scale_p, p.k_scale_type)) : C(1);
+  if (!Onnx && (p.scale_op == 1 || p.scale_op == 2)) {
     const double c = load_scalar(p.scale_p, p.scale_type);
     // float32/float64 multiply by the inverse as the CPU's fused kernel; 16-bit types divide as
     // the unfused Div does.
@@ -285,7 +292,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
     const RowState<T> rs = Onnx ? row_state(p, b) : RowState<T>{0, L};
     if (live) {
       const T* q = p.q + b * p.q_sb + h * p.q_sh + i * p.q_ss;
-      for (int64_t e = lane; e < D; e += 32) qrow[e] = Onnx ? round_t<T>(load_c(q, e) * scale_t) : load_c(q, e);
+      for (int64_t e = lane; e < D; e += 32)
+        qrow[e] = Onnx ? round_t<T>(load_c(q, e) * scale_t)
+                       : (p.scale_op == 3 ? round_t<T>(load_c(q, e) * q_mul) : load_c(q, e));
       for (int64_t e = lane; e < Dv; e += 32) acc[e] = 0;
     }
     C m = ninf, l = 0;
@@ -303,7 +312,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         for (int64_t x = threadIdx.x; x < int64_t{nk} * D; x += kThreads) {
           const int64_t jj = x / D, e = x - jj * D;
           const C kv = load_c(kbase, (j0 + jj) * p.k_ss + e * p.k_sd);
-          ks[jj * kstride + e] = Onnx ? round_t<T>(kv * scale_t) : kv;
+          ks[jj * kstride + e] = Onnx ? round_t<T>(kv * scale_t) : (p.scale_op == 3 ? round_t<T>(kv * k_mul) : kv);
         }
         if (pass == 2)
           for (int64_t x = threadIdx.x; x < int64_t{nk} * Dv; x += kThreads) {
@@ -376,6 +385,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         C r = exact_weights ? acc[e] : l == C(0) ? C(0) : acc[e] / l;  // ONNX: a zero sum counts as 1
         if (Onnx && !open) r = 0;
         if (!Onnx && L > 0 && m == ninf) r = std::numeric_limits<C>::quiet_NaN();  // exp(-inf - -inf)
+        if (!Onnx && p.nan_rows_zero && (isnan(r) || isnan(l))) r = 0;
         y[e] = store_c<T>(r);
       }
     }
@@ -862,6 +872,8 @@ std::string fused_attention_shapes(const ir::Node& node, const backends::InputFa
   const std::string mask_mode = node.attr_string("mask_mode", "none");
   if (scale_op != "none" && has(3))
     if (std::string why = scalar_fact(f, 3, "the scale"); !why.empty()) return why;
+  if (scale_op == "mul_qk" && has(10))
+    if (std::string why = scalar_fact(f, 10, "the K scale"); !why.empty()) return why;
   if (mask_mode.rfind("where", 0) == 0 && has(5))
     if (std::string why = scalar_fact(f, 5, "the fill value"); !why.empty()) return why;
   ops::SymDim heads = qv.h;  // Q's heads joined with the mask's
@@ -982,13 +994,19 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   p.v_sb = vv.sb;
   p.v_sh = vv.sh;
   p.v_ss = vv.ss;
-  Tensor scale_hold, fill_hold;  // host scalars copied to the device, alive until the launch
+  Tensor scale_hold, k_scale_hold, fill_hold;  // host scalars copied to the device, alive until the launch
   if (scale_op != "none") {
     REFORGE_CHECK(ctx.has_input(3), where, ": scale_op '", scale_op, "' needs the scale input");
-    p.scale_op = scale_op == "mul" ? 1 : 2;
+    p.scale_op = scale_op == "mul" ? 1 : scale_op == "div" ? 2 : 3;
     p.scale_type = scalar_type(ctx.input(3), where, "scale");
     p.scale_p = device_data(ctx.input(3), scale_hold);
+    if (p.scale_op == 3) {
+      REFORGE_CHECK(ctx.has_input(10), where, ": scale_op 'mul_qk' needs the K scale input");
+      p.k_scale_type = scalar_type(ctx.input(10), where, "K scale");
+      p.k_scale_p = device_data(ctx.input(10), k_scale_hold);
+    }
   }
+  p.nan_rows_zero = ctx.attr_string("softmax_nan", "keep") == "zero";
   Tensor mask_buf;
   if (mask_mode != "none") {
     REFORGE_CHECK(ctx.has_input(4), where, ": mask_mode '", mask_mode, "' needs the mask input");

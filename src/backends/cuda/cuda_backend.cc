@@ -39,6 +39,8 @@ backends::Backend backend() {
   b.allocator = &allocator;
   b.unavailable = unavailable_reason;
   b.synchronize = synchronize;
+  b.tracer = tracer();
+  b.memory_stats = memory_stats;
   b.register_kernels = [](backends::KernelRegistry& r) {
     register_transfer_kernels(r);
     register_view_kernels(r);

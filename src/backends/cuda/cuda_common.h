@@ -38,6 +38,13 @@ Tensor to_device(const Tensor& t);
 // A host copy of device tensor `t` (waits for the stream).
 Tensor download(const Tensor& t);
 
+// The device's profiler (trace.cc: CUPTI, loaded when a trace starts).
+backends::DeviceTracer* tracer();
+// What the device's memory holds for this process (weights, workspaces, the pool's peaks).
+backends::DeviceMemoryStats memory_stats();
+// Records `bytes` more (or, negative, fewer) of library workspace in device memory.
+void note_workspace(int64_t bytes);
+
 // "" when a CUDA device can be used, else why not (no driver, no device).
 std::string unavailable_reason();
 

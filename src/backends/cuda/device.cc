@@ -1,3 +1,4 @@
+#include <atomic>
 #include <mutex>
 
 #include "backends/cuda/cuda_common.h"
@@ -74,6 +75,39 @@ Tensor device_tensor(DType dtype, Shape shape) {
   return Tensor::wrap(dtype, std::move(shape), std::move(owner), p, Memory::Device);
 }
 
+namespace {
+
+// Engine weights and workspaces resident in device memory, in bytes.
+std::atomic<int64_t> weights_now{0}, weights_peak{0}, workspace_now{0};
+
+void note_weights(int64_t bytes) {
+  const int64_t now = weights_now.fetch_add(bytes) + bytes;
+  int64_t peak = weights_peak.load();
+  while (now > peak && !weights_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+void note_workspace(int64_t bytes) { workspace_now.fetch_add(bytes); }
+
+backends::DeviceMemoryStats memory_stats() {
+  backends::DeviceMemoryStats s;
+  s.weights_bytes = static_cast<size_t>(weights_now.load());
+  s.weights_peak_bytes = static_cast<size_t>(weights_peak.load());
+  s.workspace_bytes = static_cast<size_t>(workspace_now.load());
+  cudaMemPool_t pool;
+  if (unavailable_reason().empty() && cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
+    uint64_t used = 0, reserved = 0;
+    if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used) == cudaSuccess)
+      s.activations_peak_bytes = static_cast<size_t>(used);
+    if (cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reserved) == cudaSuccess)
+      s.activations_reserved_peak_bytes = static_cast<size_t>(reserved);
+  }
+  (void)cudaGetLastError();
+  return s;
+}
+
 Tensor upload(const Tensor& t) {
   require_device();
   REFORGE_CHECK(t.on_host(), "upload: ", t.describe(), " is already in device memory");
@@ -85,7 +119,11 @@ Tensor upload(const Tensor& t) {
     (void)cudaGetLastError();
     fail("out of device memory uploading ", t.describe(), " (", bytes, " bytes: ", cudaGetErrorString(status), ")");
   }
-  std::shared_ptr<const void> owner(p, [](const void* q) { (void)cudaFree(const_cast<void*>(q)); });
+  note_weights(static_cast<int64_t>(bytes));
+  std::shared_ptr<const void> owner(p, [bytes](const void* q) {
+    (void)cudaFree(const_cast<void*>(q));
+    note_weights(-static_cast<int64_t>(bytes));
+  });
   // On the calling thread's stream, not the legacy default stream (which would wait for every
   // other thread's runs): a refit uploading new weights does not hold up runs in flight.
   if (t.nbytes()) {

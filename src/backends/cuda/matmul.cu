@@ -34,9 +34,13 @@ struct Lt {
   Lt() {
     REFORGE_LT_CHECK(cublasLtCreate(&handle));
     REFORGE_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    note_workspace(static_cast<int64_t>(kWorkspaceBytes));
   }
   ~Lt() {
-    if (workspace) (void)cudaFree(workspace);
+    if (workspace) {
+      (void)cudaFree(workspace);
+      note_workspace(-static_cast<int64_t>(kWorkspaceBytes));
+    }
     if (handle) (void)cublasLtDestroy(handle);
   }
 };

@@ -1,7 +1,8 @@
 // Shape and type inference of the quantization family (ops/infer.h). Quantize and Dequantize
 // keep x's shape; the output type is the zero point's / `output_dtype` / uint8 for
 // QuantizeLinear and `output_dtype` / the scale's for DequantizeLinear. The matrix products
-// follow numpy matmul, the convolutions Conv's geometry (ops/nn/conv.h).
+// follow numpy matmul, the convolutions Conv's geometry (ops/nn/conv.h); com.microsoft MatMulNBits
+// maps A [..., K] to [..., N].
 #include <string>
 
 #include "ops/nn/conv.h"
@@ -49,6 +50,17 @@ void int_conv(InferContext& ctx, size_t x, size_t w, size_t bias, DType to) {
   ctx.set_output(0, ValueType::of(to, nn::conv_infer_shape(ctx, xt.shape, ctx.input_type(w), bias)));
 }
 
+// com.microsoft MatMulNBits: A [..., K] -> [..., N] of A's type (K and N are attributes).
+void matmul_nbits(InferContext& ctx) {
+  const ValueType& at = ctx.input_type(0);
+  if (!at.rank_known) return ctx.set_output(0, ValueType::unranked(at.dtype));
+  if (at.shape.empty()) ctx.fail("A must have rank >= 1");
+  SymShape out = at.shape;
+  merge_dims(ctx, out.back(), SymDim(ctx.attr_int("K", 0)), "A's last dimension and K");
+  out.back() = SymDim(ctx.attr_int("N", 0));
+  ctx.set_output(0, ValueType::of(at.dtype, out));
+}
+
 }  // namespace
 
 void register_quant_inference(OpRegistry& r) {
@@ -59,6 +71,7 @@ void register_quant_inference(OpRegistry& r) {
   r.set_infer("", "QLinearMatMul", 10, [](InferContext& ctx) { int_matmul(ctx, 0, 3, ctx.input_type(7).dtype); });
   r.set_infer("", "ConvInteger", 10, [](InferContext& ctx) { int_conv(ctx, 0, 1, SIZE_MAX, DType::Int32); });
   r.set_infer("", "QLinearConv", 10, [](InferContext& ctx) { int_conv(ctx, 0, 3, 8, ctx.input_type(7).dtype); });
+  r.set_infer("com.microsoft", "MatMulNBits", 1, matmul_nbits);
 }
 
 }  // namespace reforge::ops

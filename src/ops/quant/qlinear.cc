@@ -245,24 +245,18 @@ void qlinear_conv_kernel(KernelContext& ctx) {
 
 void register_qlinear_ops(OpRegistry& r) {
   using R = InputRole;
-  r.add({"", "MatMulInteger", 10, INT_MAX, matmul_integer_kernel, nullptr, nullptr, {R::kData, R::kWeight}});
-  r.add({"",
-         "QLinearMatMul",
-         10,
-         INT_MAX,
-         qlinear_matmul_kernel,
-         nullptr,
-         nullptr,
-         {R::kData, R::kData, R::kData, R::kWeight}});
-  r.add({"", "ConvInteger", 10, INT_MAX, conv_integer_kernel, nullptr, nullptr, {R::kData, R::kWeight}});
-  r.add({"",
-         "QLinearConv",
-         10,
-         INT_MAX,
-         qlinear_conv_kernel,
-         nullptr,
-         nullptr,
-         {R::kData, R::kData, R::kData, R::kWeight, R::kData, R::kData, R::kData, R::kData, R::kWeight}});
+  // Every input that is an initializer was written by the quantizer (codes, scales, zero points,
+  // QLinearConv's int32 bias): quantized_inputs lists them all.
+  auto add = [&](const char* op, KernelFn k, std::vector<InputRole> roles, size_t ninputs) {
+    OpDef d{"", op, 10, INT_MAX, std::move(k), nullptr, nullptr, std::move(roles)};
+    for (size_t i = 0; i < ninputs; ++i) d.quantized_inputs.push_back(i);
+    r.add(std::move(d));
+  };
+  add("MatMulInteger", matmul_integer_kernel, {R::kData, R::kWeight}, 4);
+  add("QLinearMatMul", qlinear_matmul_kernel, {R::kData, R::kData, R::kData, R::kWeight}, 8);
+  add("ConvInteger", conv_integer_kernel, {R::kData, R::kWeight}, 4);
+  add("QLinearConv", qlinear_conv_kernel,
+      {R::kData, R::kData, R::kData, R::kWeight, R::kData, R::kData, R::kData, R::kData, R::kWeight}, 9);
 }
 
 }  // namespace reforge::ops::quant

@@ -189,8 +189,14 @@ void dynamic_quantize_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_quantize_ops(OpRegistry& r) {
-  r.add({"", "QuantizeLinear", 10, INT_MAX, quantize_kernel, quantize_check});
-  r.add({"", "DequantizeLinear", 10, INT_MAX, dequantize_kernel, nullptr});
+  // QuantizeLinear's x may be a float weight (quantized at run time, bindable); its scale and
+  // zero point are the quantizer's. Every input of DequantizeLinear is.
+  OpDef q{"", "QuantizeLinear", 10, INT_MAX, quantize_kernel, quantize_check};
+  q.quantized_inputs = {1, 2};
+  r.add(std::move(q));
+  OpDef dq{"", "DequantizeLinear", 10, INT_MAX, dequantize_kernel, nullptr};
+  dq.quantized_inputs = {0, 1, 2};
+  r.add(std::move(dq));
   r.add({"", "DynamicQuantizeLinear", 11, INT_MAX, dynamic_quantize_kernel, nullptr});
 }
 

@@ -1,5 +1,6 @@
 // The quantization op family: QuantizeLinear, DequantizeLinear and DynamicQuantizeLinear
-// (quantize.cc), MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv (qlinear.cc). The
+// (quantize.cc), MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv (qlinear.cc), and
+// ONNX Runtime's com.microsoft MatMulNBits (matmul_nbits.cc). The
 // narrow types they read and write (int4, float8, ...) are held one element per byte
 // (core/narrow.h).
 #include "ops/registry.h"
@@ -7,13 +8,15 @@
 namespace reforge::ops {
 
 namespace quant {
-void register_quantize_ops(OpRegistry& r);  // quantize.cc
-void register_qlinear_ops(OpRegistry& r);   // qlinear.cc
+void register_quantize_ops(OpRegistry& r);      // quantize.cc
+void register_qlinear_ops(OpRegistry& r);       // qlinear.cc
+void register_matmul_nbits_ops(OpRegistry& r);  // matmul_nbits.cc
 }  // namespace quant
 
 void register_quant_ops(OpRegistry& r) {
   quant::register_quantize_ops(r);
   quant::register_qlinear_ops(r);
+  quant::register_matmul_nbits_ops(r);
 }
 
 }  // namespace reforge::ops

@@ -20,7 +20,12 @@ inline std::string fused_attention_check(const ir::Node& n) {
       return std::string(a) + " '" + v + "' is not one of bhsd, bshd" + (std::string(a) == "k_layout" ? ", bhds" : "");
   }
   std::string s = n.attr_string("scale_op", "none");
-  if (s != "none" && s != "mul" && s != "div") return "scale_op '" + s + "' is not one of none, mul, div";
+  if (s != "none" && s != "mul" && s != "div" && s != "mul_qk")
+    return "scale_op '" + s + "' is not one of none, mul, div, mul_qk";
+  if (s == "mul_qk" && (n.inputs.size() < 11 || n.inputs[3].empty() || n.inputs[10].empty()))
+    return "scale_op 'mul_qk' needs the scale (input 3) and the K scale (input 10)";
+  std::string z = n.attr_string("softmax_nan", "keep");
+  if (z != "keep" && z != "zero") return "softmax_nan '" + z + "' is not one of keep, zero";
   std::string m = n.attr_string("mask_mode", "none");
   if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
     return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";

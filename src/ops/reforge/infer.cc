@@ -283,7 +283,7 @@ void infer_fused_attention(InferContext& ctx) {
   const std::string ql = layout("q_layout", false), kl = layout("k_layout", true), vl = layout("v_layout", false),
                     ol = layout("out_layout", false);
   const std::string scale_op = ctx.attr_string("scale_op", "none");
-  if (scale_op != "none" && scale_op != "mul" && scale_op != "div")
+  if (scale_op != "none" && scale_op != "mul" && scale_op != "div" && scale_op != "mul_qk")
     ctx.fail("scale_op '" + scale_op + "' is not supported");
   const std::string mask_mode = ctx.attr_string("mask_mode", "none");
   if (mask_mode != "none" && mask_mode != "add" && mask_mode != "where_fill_true" && mask_mode != "where_fill_false")
@@ -300,7 +300,7 @@ void infer_fused_attention(InferContext& ctx) {
   need4(q, ql, "Q");
   need4(k, kl, "K");
   need4(v, vl, "V");
-  const SymShape qs = ql == "bshd" ? permuted(q.shape, {0, 2, 1, 3}) : q.shape;
+  SymShape qs = ql == "bshd" ? permuted(q.shape, {0, 2, 1, 3}) : q.shape;
   SymShape ks = ctx.has_input(6) ? repeat_kv(ctx, k.shape, 6, 7) : k.shape;
   if (kl == "bhsd") {
     if (ks.size() < 2) ctx.fail("K must have rank >= 2, got " + sym_shape_str(ks));
@@ -309,8 +309,14 @@ void infer_fused_attention(InferContext& ctx) {
     if (ks.size() != 4) ctx.fail("K in layout bshd must be 4D, got " + sym_shape_str(ks));
     ks = permuted(ks, {0, 2, 3, 1});
   }
+  if (scale_op == "mul_qk") {  // Q * scale and K^T * k_scale before the product
+    const ValueType& cq = ctx.input_type(3);
+    const ValueType& ck = ctx.input_type(10);
+    if (cq.rank_known) qs = broadcast_shapes(ctx, qs, cq.shape);
+    if (ck.rank_known) ks = broadcast_shapes(ctx, ks, ck.shape);
+  }
   SymShape s = matmul_shape(ctx, qs, ks);
-  if (scale_op != "none") {
+  if (scale_op == "mul" || scale_op == "div") {
     const ValueType& c = ctx.input_type(3);
     if (c.rank_known) s = broadcast_shapes(ctx, s, c.shape);
   }

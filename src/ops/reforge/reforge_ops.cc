@@ -86,9 +86,10 @@ void register_reforge_ops(OpRegistry& r) {
   // that has a kernel for them (passes::Pass::emits), and PackPanels is the CPU's weight layout.
   for (const char* op : {"MatMulAdd", "PackPanels", "MatMulAddPacked", "Gelu", "RmsNorm", "Silu", "SiluMul"})
     r.add({"reforge", op, 1, INT_MAX, nullptr, nullptr});
-  // Attention(Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?, v_reshape?): the
-  // four shapes of the grouped-query repeat (Expand's and Reshape's shape inputs in the pattern
-  // fuse-attention replaces) are structure, read as integers on the host by every kernel.
+  // Attention(Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?, v_reshape?,
+  // k_scale?): the four shapes of the grouped-query repeat (Expand's and Reshape's shape inputs in
+  // the pattern fuse-attention replaces) are structure, read as integers on the host by every
+  // kernel; k_scale is K's own scale factor under scale_op 'mul_qk'.
   r.add({"reforge",
          "Attention",
          1,
@@ -97,7 +98,7 @@ void register_reforge_ops(OpRegistry& r) {
          nullptr,
          nullptr,
          {InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kData, InputRole::kData,
-          InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape}});
+          InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kShape, InputRole::kData}});
   // Rotary(X, cos, sin, hi_start, hi_end, lo_start, lo_end): the bounds of the two halves (Slice
   // starts and ends in the pattern fuse-rotary replaces) are structure.
   r.add({"reforge",

@@ -1,0 +1,269 @@
+// Quantized ONNX models as ONNX Runtime's tools write them, against ONNX Runtime's own outputs
+// and against the float model.
+//
+// models/quant/manifest.json (scripts/models/make_quant_models.py) lists the bundled BERT, CNN
+// and Llama quantized by quantize_dynamic (DynamicQuantizeLinear, MatMulInteger, ConvInteger),
+// quantize_static (QDQ; QOperator with QLinearConv) and MatMulNBitsQuantizer (com.microsoft
+// MatMulNBits, 4 bits, block 32), with ORT's outputs on the committed inputs. Each variant is
+// built for the CPU with every pass, serialized and loaded, run on every input set, and compared
+// with ORT's output (tolerance vs_ort, tight) and with the float model's framework output
+// (tolerance vs_float: ORT's own error against it with a margin); the test prints both errors
+// and ORT's. Then the refit rules: a plan built from a quantized model refits by position from
+// the model re-quantized from other weights, giving the engine weights and outputs of a fresh
+// build of that model bit for bit; a float checkpoint is refused, naming the quantized weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "builder/binding.h"
+#include "builder/builder.h"
+#include "builder/onnx_refit.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "refit/refit_from.h"
+#include "refit/safetensors.h"
+#include "runtime/engine.h"
+#include "runtime/plan_engine.h"
+#include "support/engine_checks.h"
+#include "support/plan_round_trip.h"
+#include "transforms/recipe.h"
+
+using namespace reforge;
+using test_support::derived_weight_hashes;
+using test_support::error_of;
+using test_support::round_trip;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
+
+struct QuantSet {
+  std::string name;
+  std::map<std::string, std::string> inputs;  // input name -> npy path
+  std::vector<std::pair<std::string, std::string>> ort, flt;
+};
+
+struct QuantCase {
+  std::string name, error, path, model, weights;
+  std::vector<std::string> input_names, output_names;
+  std::vector<QuantSet> sets;
+  double ort_vs_float = 0, tol_float = 0, tol_ort = 0;
+};
+
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<QuantCase> load_manifest() {
+  std::vector<QuantCase> out;
+  const fs::path path = kModels / "quant" / "manifest.json";
+  try {
+    std::ifstream f(path);
+    if (!f) throw std::runtime_error("cannot open " + path.string() + " (scripts/models/make_quant_models.py)");
+    const nlohmann::json j = nlohmann::json::parse(f);
+    for (const auto& v : j.at("variants")) {
+      QuantCase c;
+      c.name = v.at("name").get<std::string>();
+      c.path = (kModels / v.at("path").get<std::string>()).string();
+      c.model = v.at("model").get<std::string>();
+      c.weights = v.at("weights").get<std::string>();
+      c.input_names = v.at("inputs").get<std::vector<std::string>>();
+      c.output_names = v.at("outputs").get<std::vector<std::string>>();
+      c.ort_vs_float = v.at("ort_vs_float").get<double>();
+      c.tol_float = v.at("tolerance").at("vs_float").get<double>();
+      c.tol_ort = v.at("tolerance").at("vs_ort").get<double>();
+      for (const auto& s : v.at("input_sets")) {
+        QuantSet qs;
+        qs.name = s.at("name").get<std::string>();
+        for (const auto& [n, p] : s.at("inputs").items()) qs.inputs[n] = (kModels / p.get<std::string>()).string();
+        for (const auto& o : c.output_names) {
+          qs.ort.emplace_back(o, (kModels / s.at("ort_reference").at(o).get<std::string>()).string());
+          qs.flt.emplace_back(o, (kModels / s.at("float_reference").at(o).get<std::string>()).string());
+        }
+        c.sets.push_back(std::move(qs));
+      }
+      out.push_back(std::move(c));
+    }
+    if (out.empty()) throw std::runtime_error(path.string() + " lists no variants");
+  } catch (const std::exception& ex) {
+    QuantCase c;
+    c.name = "manifest";
+    c.error = std::string("reading ") + path.string() + ": " + ex.what();
+    out = {c};
+  }
+  return out;
+}
+
+QuantCase find_case(const std::string& name) {
+  for (auto& c : load_manifest())
+    if (c.name == name) return c;
+  ADD_FAILURE() << "models/quant/manifest.json has no variant " << name;
+  return {};
+}
+
+// max |got - ref| over the elements; fails the test on a shape, dtype or non-finite mismatch.
+double max_diff(const Tensor& got, const Tensor& ref, const std::string& what) {
+  EXPECT_EQ(got.dtype(), ref.dtype()) << what;
+  EXPECT_EQ(got.shape(), ref.shape()) << what;
+  if (got.shape() != ref.shape() || got.dtype() != ref.dtype()) return INFINITY;
+  double m = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    const double g = got.as_double(i), r = ref.as_double(i);
+    if (!std::isfinite(g)) return INFINITY;
+    m = std::max(m, std::fabs(g - r));
+  }
+  return m;
+}
+
+std::map<std::string, Tensor> feeds_of(const QuantSet& s) {
+  std::map<std::string, Tensor> feeds;
+  for (const auto& [n, p] : s.inputs) feeds[n] = read_npy(p);
+  return feeds;
+}
+
+plan::Plan build(const std::string& path, plan::BuildMode mode = plan::BuildMode::Baked, bool strip = false) {
+  build::BuildOptions o;
+  o.mode = mode;
+  o.strip_weights = strip;
+  return round_trip(build::build_plan(onnx::import_model_file(path), o));
+}
+
+class QuantModel : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(QuantModel, MatchesOrtAndFloat) {
+  const QuantCase& c = GetParam();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  SCOPED_TRACE(c.path);
+  ir::Graph g = onnx::import_model_file(c.path);
+  const auto unsupported = runtime::unsupported_nodes(g);
+  std::string list;
+  for (const auto& u : unsupported) list += "\n  " + u;
+  ASSERT_TRUE(unsupported.empty()) << unsupported.size() << " unsupported nodes:" << list;
+  std::unique_ptr<runtime::PlanEngine> e;
+  try {
+    e = std::make_unique<runtime::PlanEngine>(build(c.path));
+  } catch (const std::exception& ex) {
+    FAIL() << "build failed: " << ex.what();
+  }
+  double vs_ort = 0, vs_float = 0;
+  for (const auto& s : c.sets) {
+    SCOPED_TRACE("input set " + s.name);
+    const auto outs = e->run(feeds_of(s));
+    ASSERT_EQ(outs.size(), s.ort.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      vs_ort = std::max(vs_ort, max_diff(outs[i], read_npy(s.ort[i].second), "vs ORT " + s.ort[i].first));
+      vs_float = std::max(vs_float, max_diff(outs[i], read_npy(s.flt[i].second), "vs float " + s.flt[i].first));
+    }
+  }
+  std::printf("[ quant    ] %-16s ORT vs float %.4g   reforge vs float %.4g   reforge vs ORT %.3g\n", c.name.c_str(),
+              c.ort_vs_float, vs_float, vs_ort);
+  EXPECT_LE(vs_ort, c.tol_ort) << "reforge vs ONNX Runtime's quantized output";
+  EXPECT_LE(vs_float, c.tol_float) << "reforge vs the float model (ORT reaches " << c.ort_vs_float << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, QuantModel, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<QuantCase>& info) { return info.param.name; });
+
+// The manifest has every variant the tests below rely on, and every file it names exists.
+TEST(QuantManifest, CompleteAndPresent) {
+  std::set<std::string> names;
+  for (const auto& c : load_manifest()) {
+    ASSERT_TRUE(c.error.empty()) << c.error;
+    names.insert(c.name);
+    EXPECT_TRUE(fs::exists(c.path)) << c.path;
+    for (const auto& s : c.sets) {
+      for (const auto& [n, p] : s.inputs) EXPECT_TRUE(fs::exists(p)) << p;
+      for (const auto& [n, p] : s.ort) EXPECT_TRUE(fs::exists(p)) << p;
+      for (const auto& [n, p] : s.flt) EXPECT_TRUE(fs::exists(p)) << p;
+    }
+  }
+  for (const char* n : {"bert_dynamic", "cnn_dynamic", "bert_static", "cnn_static", "cnn_static_B", "cnn_static_B2",
+                        "cnn_static_qop", "llama_nbits_A", "llama_nbits_B"})
+    EXPECT_TRUE(names.count(n)) << "manifest lacks " << n;
+}
+
+// A plan built (--refit) from the model quantized from weights A, refit from the same model
+// quantized from weights B, equals a fresh build of B: every derived engine weight bit for bit,
+// every output bit for bit, and B's ORT output within the manifest's tolerance.
+void expect_refit_equals_fresh(const std::string& a_name, const std::string& b_name) {
+  const QuantCase a = find_case(a_name), b = find_case(b_name);
+  for (bool strip : {false, true}) {
+    SCOPED_TRACE(strip ? "stripped" : "full");
+    runtime::PlanEngine refit(build(a.path, plan::BuildMode::Refit, strip));
+    runtime::PlanEngine fresh(build(b.path, plan::BuildMode::Refit));
+    refit::RefitRequest req;
+    req.files = {b.path};
+    req.mode = refit::RefitMode::Verify;
+    const refit::RefitReport rep = build::refit_from(refit, req);
+    EXPECT_GT(rep.commit.sources_set, 0u);
+    EXPECT_TRUE(refit.missing_sources().empty());
+    EXPECT_EQ(derived_weight_hashes(refit), derived_weight_hashes(fresh));
+    for (const auto& s : b.sets) {
+      SCOPED_TRACE("input set " + s.name);
+      const auto got = refit.run(feeds_of(s));
+      const auto want = fresh.run(feeds_of(s));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "output " << i << " differs from a fresh build";
+        EXPECT_LE(max_diff(got[i], read_npy(s.ort[i].second), "vs ORT"), b.tol_ort);
+      }
+    }
+  }
+}
+
+TEST(QuantRefit, MatMulNBitsFromRequantizedOnnx) { expect_refit_equals_fresh("llama_nbits_A", "llama_nbits_B"); }
+
+TEST(QuantRefit, QdqFromRequantizedOnnx) { expect_refit_equals_fresh("cnn_static_B", "cnn_static_B2"); }
+
+// A float checkpoint cannot re-derive weights another tool quantized: binding refuses, naming
+// a quantized weight, its consumer and why, and pointing at the ways that work.
+TEST(QuantRefit, FloatCheckpointRefused) {
+  const QuantCase llama = find_case("llama_nbits_A");
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  const auto ckpt = refit::Checkpoint::open((kModels / "llama" / "checkpoint_A.safetensors").string());
+  const std::string err =
+      error_of([&] { build::build_plan_with_checkpoint(onnx::import_model_file(llama.path), o, ckpt, {}); });
+  EXPECT_NE(err.find("quantized weights"), std::string::npos) << err;
+  EXPECT_NE(err.find("'val_22_Q4' uint8[64,2,16] (input 1 of node 'node_linear_Q4' (com.microsoft::MatMulNBits))"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("not by a reforge recipe"), std::string::npos) << err;
+  EXPECT_NE(err.find("re-quantized ONNX"), std::string::npos) << err;
+  EXPECT_NE(err.find("--precision int8|int4"), std::string::npos) << err;
+
+  // QDQ: DequantizeLinear's int8 weights and scales are refused the same way.
+  const QuantCase cnn = find_case("cnn_static");
+  const auto cnn_ckpt = refit::Checkpoint::open((kModels / "cnn" / "checkpoint_A.safetensors").string());
+  const std::string qdq =
+      error_of([&] { build::build_plan_with_checkpoint(onnx::import_model_file(cnn.path), o, cnn_ckpt, {}); });
+  EXPECT_NE(
+      qdq.find("int8[16,16,3,3] (input 0 of node 'block1.conv1.conv.weight_DequantizeLinear' (DequantizeLinear))"),
+      std::string::npos)
+      << qdq;
+
+  // --allow-partial-binding builds; the plan's checkpoint refit is refused, naming the weight
+  // and the reason, and the engine is left as it was.
+  build::BindOptions partial;
+  partial.allow_partial = true;
+  runtime::PlanEngine e(
+      round_trip(build::build_plan_with_checkpoint(onnx::import_model_file(llama.path), o, ckpt, partial)));
+  const auto before = derived_weight_hashes(e);
+  refit::RefitRequest req;
+  req.files = {(kModels / "llama" / "checkpoint_B.safetensors").string()};
+  const std::string refused = error_of([&] { refit::refit_from(e, req); });
+  EXPECT_NE(refused.find("val_22_Q4"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("not by a reforge recipe"), std::string::npos) << refused;
+  EXPECT_EQ(derived_weight_hashes(e), before);
+}
+
+}  // namespace
