@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "backends/backend.h"
 #include "builder/builder.h"
@@ -39,6 +40,12 @@ std::vector<Tensor> quantize(const Tensor& w, int64_t bits, int64_t block, bool 
 // Float32 arithmetic, one correctly rounded operation at a time, carried out in float64 and rounded
 // to float32 after each operation (exact for +, -, *, / of float32 operands).
 float f32(double v) { return static_cast<float>(v); }
+
+double max_abs_of(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(double(t.data<float>()[i])));
+  return m;
+}
 
 // W[k, n] of a [K, N] or (transposed) [N, K] matrix.
 double at(const Tensor& w, bool t, int64_t k, int64_t n) {
@@ -266,6 +273,47 @@ TEST(MatMulQuant, CpuKernelsMatchReferenceOnOddSizes) {
   }
 }
 
+// QuantizeWeight's int4 layout is MatMulNBits': the com.microsoft op's reference kernel
+// (ops/quant/matmul_nbits.cc, written independently) on QuantizeWeight's outputs gives MatMulQuant's
+// reference result bit for bit, and the CPU kernel of MatMulNBits (cpu::matmul_quant on its inputs
+// as they are) matches it at every SIMD level; a form it does not take (g_idx) runs the reference.
+TEST(MatMulQuant, MatMulNBitsReadsTheSameLayoutAndRunsOnTheSameKernels) {
+  const int64_t K = 77, N = 13;
+  Tensor w = random_floats({K, N}, 41);
+  const std::vector<Tensor> q = quantize(w, 4, 32, false);
+  Tensor b = random_floats({N}, 42);
+  ir::Node nb;
+  nb.name = "nbits";
+  nb.domain = "com.microsoft";
+  nb.op_type = "MatMulNBits";
+  nb.opset = 1;
+  nb.inputs = {"a", "b", "s", "z", "", "bias"};
+  nb.outputs = {"y"};
+  for (const auto& [name, v] : std::map<std::string, int64_t>{{"K", K}, {"N", N}, {"bits", 4}, {"block_size", 32}})
+    nb.attrs[name] = ir::int_attr(name, v);
+  for (int64_t M : {1, 3}) {
+    Tensor x = random_floats({M, K}, 43 + static_cast<uint32_t>(M));
+    const std::vector<const Tensor*> in = {&x, &q[0], &q[1], &q[2], nullptr, &b};
+    const Tensor ref = test_support::run_reference_node(nb, in)[0];
+    const Tensor mine =
+        test_support::run_reference_node(matmul_quant_node(4, 32, K, N, true, true), {&x, &q[0], &q[1], &q[2], &b})[0];
+    EXPECT_TRUE(transforms::bit_equal(ref, mine)) << "M " << M;
+    for (SimdLevel level : test_support::simd_levels()) {
+      SimdOverride cap(level);
+      const Tensor y = test_support::run_node(nb, in)[0];
+      ASSERT_EQ(y.shape(), ref.shape());
+      for (int64_t i = 0; i < y.numel(); ++i)
+        ASSERT_NEAR(y.data<float>()[i], ref.data<float>()[i], 1e-5 * (1 + max_abs_of(ref)))
+            << test_support::simd_level_name(level) << " element " << i;
+    }
+    // g_idx (here the default grouping, spelled out) is the reference kernel's.
+    Tensor g = Tensor::empty(DType::Int32, {K});
+    for (int64_t k = 0; k < K; ++k) g.mutable_data<int32_t>()[k] = static_cast<int32_t>(k / 32);
+    const std::vector<const Tensor*> with_g = {&x, &q[0], &q[1], &q[2], &g, &b};
+    EXPECT_TRUE(transforms::bit_equal(test_support::run_node(nb, with_g)[0], ref));
+  }
+}
+
 double max_abs(const Tensor& t) {
   double m = 0;
   for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(double(t.data<float>()[i])));
@@ -436,6 +484,40 @@ TEST(QuantizedPlan, RefitCountsChangedQuantizedValues) {
       changed += c.changed;
     }
     EXPECT_GT(changed, 0u);
+    // A small update, every weight scaled by 1 + 2^-20 (16 float32 ulps): every scale of a nonzero
+    // column or block moves, while the quantized weights stay (scaled weight over scaled scale)
+    // but for rare rounding ties.
+    // (Only the Linear weights: the other sources, a mask's -FLT_MAX among them, stay as they are.)
+    std::set<uint32_t> linear;
+    for (const auto& w : e.plan().weights)
+      for (const auto& st : w.recipe.steps)
+        if (st.op_type == "QuantizeWeight") linear.insert(st.inputs.at(0).index);
+    refit::Refitter r(e);
+    for (auto [id, t] : build::read_sources_from_onnx(e.plan(), onnx::import_model_file(test_support::kLlamaB))) {
+      if (!linear.count(id)) {
+        r.set_source(id, t);
+        continue;
+      }
+      Tensor scaled = Tensor::empty(t.dtype(), t.shape());
+      for (int64_t i = 0; i < t.numel(); ++i) scaled.mutable_data<float>()[i] = t.data<float>()[i] * (1.0f + 0x1p-20f);
+      r.set_source(id, scaled);
+    }
+    const refit::CommitReport small = r.commit();
+    size_t q_values = 0, q_changed = 0, scales_changed = 0;
+    for (const auto& c : small.quantized) {
+      if (c.part == "q") q_values += c.values, q_changed += c.changed;
+      if (c.part == "scales") {
+        size_t nonzero = 0;
+        const Tensor s = e.weight(c.weight);
+        for (int64_t i = 0; i < s.numel(); ++i) nonzero += s.data<float>()[i] != 0.0f;
+        EXPECT_EQ(c.changed, nonzero) << c.weight;
+        scales_changed += c.changed;
+      }
+    }
+    EXPECT_GT(scales_changed, 0u);
+    EXPECT_LT(q_changed * 1000, q_values) << q_changed << " of " << q_values << " quantized weights changed";
+    std::cout << plan::precision_name(prec) << ": a 2^-20 update changed " << q_changed << " of " << q_values
+              << " quantized weights and " << scales_changed << " scales\n";
   }
 }
 

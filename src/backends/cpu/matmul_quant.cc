@@ -362,6 +362,52 @@ namespace reforge::ops {
 
 namespace {
 
+// com.microsoft MatMulNBits (ops/quant/matmul_nbits.cc) in the form reforge's int4 shares with it
+// (bits 4, float32 A and scales, zero points absent or packed uint8, no g_idx, float32 bias): the
+// product above on its B, scales and zero points as they are. Every other form runs the op's
+// reference kernel.
+void matmul_nbits_cpu(KernelContext& ctx) {
+  const ir::Node& node = ctx.node();
+  const int64_t K = node.attr_int("K", 0), N = node.attr_int("N", 0), bits = node.attr_int("bits", 4),
+                block = node.attr_int("block_size", 0);
+  const Tensor& a = ctx.input(0);
+  bool fast = bits == 4 && K > 0 && N > 0 && quant::valid_block_size(block) && a.dtype() == DType::Float32 &&
+              a.rank() >= 1 && a.shape().back() == K && !ctx.has_input(4);
+  quant::QuantMatrix w;
+  const float* bias = nullptr;
+  if (fast) {
+    w.shape = quant::quant_shape(4, block, K, N, node.label());
+    const Tensor& q = ctx.input(1);
+    const Tensor& s = ctx.input(2);
+    fast = q.dtype() == DType::UInt8 && q.shape() == w.shape.q_shape() && s.dtype() == DType::Float32 &&
+           s.numel() == w.shape.num_scales();
+    if (fast && ctx.has_input(3)) {
+      const Tensor& z = ctx.input(3);
+      fast = z.dtype() == DType::UInt8 && z.numel() == w.shape.num_zero_points();
+      if (fast) w.zero_points = static_cast<const uint8_t*>(z.raw());
+    }
+    if (fast && ctx.has_input(5)) {
+      const Tensor& b = ctx.input(5);
+      fast = b.dtype() == DType::Float32 && b.numel() == N;
+      if (fast) bias = b.data<float>();
+    }
+    if (fast) {
+      w.q = q.raw();
+      w.scales = s.data<float>();
+    }
+  }
+  if (!fast) {
+    const OpDef* def = OpRegistry::global().find(node.domain, node.op_type, node.opset);
+    REFORGE_ASSERT(def && def->kernel);
+    def->kernel(ctx);
+    return;
+  }
+  Shape out = a.shape();
+  out.back() = N;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, out);
+  cpu::matmul_quant(w, a.numel() / K, a.data<float>(), K, bias, y.mutable_data<float>(), N, ctx.threads());
+}
+
 void matmul_quant_cpu(KernelContext& ctx) {
   const quant::MatMulQuantSetup s = quant::matmul_quant_setup(ctx);
   Tensor& y = ctx.allocate_output_uninit(0, DType::Float32, s.out);
@@ -377,6 +423,7 @@ namespace reforge::cpu {
 
 void register_matmul_quant_kernels(KernelRegistry& r) {
   r.add({"cpu", "reforge", "MatMulQuant", 1, INT_MAX, ops::matmul_quant_cpu});
+  r.add({"cpu", "com.microsoft", "MatMulNBits", 1, INT_MAX, ops::matmul_nbits_cpu});
 }
 
 }  // namespace reforge::cpu
