@@ -3,7 +3,7 @@
 // bytes measured in the same run; optionally slow refit and a fresh build.
 //
 //   build/reforge_refit_bench [--gb G | --hidden 768 --ffn 2048 --layers 6 --vocab 8192]
-//                             [--dir DIR] [--repeat 3] [--no-slow] [--write-models DIR]
+//                             [--seq 8] [--dir DIR] [--repeat 3] [--no-slow] [--write-models DIR]
 //
 // The model is a synthetic Llama-style decoder (tests/support/synthetic_llama.h). --gb G picks
 // hidden 2048, ffn 5632, vocab 32000 and as many layers as it takes to reach G x 10^9 bytes of
@@ -22,7 +22,8 @@
 // folder) and are removed at the end. Prints a table and a final JSON line. Not a test.
 // --write-models DIR only writes the model for other benchmarks (bench/py_refit.py) and exits:
 // DIR/model_a.onnx (external data in DIR/model_a.onnx.data), DIR/weights_a.safetensors and
-// DIR/weights_b.safetensors (the checkpoints of weights A and B), all kept.
+// DIR/weights_b.safetensors (the checkpoints of weights A and B), all kept. --seq S sets the
+// model's (static) sequence length: 1 for single-token decoding (bench/quant_decode.py).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -101,6 +102,8 @@ Options parse(int argc, char** argv) {
       o.spec.layers = static_cast<int64_t>(number(k, v));
     else if (k == "--vocab")
       o.spec.vocab = static_cast<int64_t>(number(k, v));
+    else if (k == "--seq")
+      o.spec.seq = static_cast<int64_t>(number(k, v));
     else if (k == "--gb")
       o.gb = number(k, v);
     else if (k == "--dir")

@@ -152,6 +152,44 @@ TEST_P(CheckpointRefit, Fp16PlanRefitFromCheckpointMatchesFramework) {
   EXPECT_LT(after * 10, before) << c.id << ": the refit did not take B's weights";
 }
 
+// Quantized plans (--precision int8 / int4) bound to checkpoint A and refit from checkpoint B
+// re-quantize B's tensors: every engine weight equals a fresh quantized build of B's ONNX export,
+// bit for bit, and the refit reports changed quantized values.
+TEST_P(CheckpointRefit, QuantizedPlanRefitFromCheckpointEqualsFreshBuild) {
+  const Case& c = GetParam();
+  if (c.model != "llama" && c.model != "bert") GTEST_SKIP() << "quantized rows cover llama and bert";
+  for (plan::Precision prec : {plan::Precision::Int8, plan::Precision::Int4}) {
+    SCOPED_TRACE(plan::precision_name(prec));
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    o.precision = prec;
+    plan::Plan fresh_b = build::build_plan(reforge::onnx::import_model_file(c.onnx_b), o);
+    for (bool strip : {false, true}) {
+      o.strip_weights = strip;
+      runtime::PlanEngine e(round_trip(build::build_plan_with_checkpoint(reforge::onnx::import_model_file(c.onnx_a), o,
+                                                                         refit::Checkpoint::open(c.ckpt_a), {})));
+      refit::Refitter r(e);
+      auto cs = refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open(c.ckpt_b));
+      for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+      const refit::CommitReport rep = r.commit();
+      ASSERT_FALSE(rep.quantized.empty());
+      size_t changed = 0;
+      for (const auto& q : rep.quantized) {
+        changed += q.changed;
+        EXPECT_EQ(q.compared, !strip) << q.weight;
+      }
+      EXPECT_GT(changed, 0u);
+      for (const auto& w : fresh_b.weights) {
+        Tensor mine = e.weight(w.name);
+        ASSERT_TRUE(mine.defined()) << w.name;
+        EXPECT_TRUE(transforms::bit_equal(mine, w.data))
+            << c.id << (strip ? " stripped" : " full") << ": engine weight " << w.name
+            << " differs from a fresh build of B";
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, CheckpointRefit, ::testing::ValuesIn(cases_of(false)),
                          [](const auto& info) { return info.param.id; });
 

@@ -169,6 +169,56 @@ TEST_P(RefitMatrix, FastSlowFreshAgreeAndMatchFramework) {
   }
 }
 
+// Quantized plans (--precision int8 / int4) of the Llama and BERT exports: a refit re-quantizes
+// B's float32 weights, and fast refit == slow refit == a fresh quantized build of B bit for bit,
+// engine weights and outputs alike, full and stripped. (How near a quantized plan's outputs are to
+// the float model's is tests/quant_plan_test.cc's: exactly the float model holding the
+// dequantized weights; these tiny random-weight models amplify int4's weight error to tens of
+// percent of their outputs.)
+TEST_P(RefitMatrix, QuantizedFastSlowFreshAgree) {
+  const Pair& p = GetParam();
+  if (p.model != "llama" && p.model != "bert") GTEST_SKIP() << "quantized rows cover llama and bert";
+  ir::Graph ga = reforge::onnx::import_model_file(p.path_a);
+  ir::Graph gb = reforge::onnx::import_model_file(p.path_b);
+  for (plan::Precision prec : {plan::Precision::Int8, plan::Precision::Int4}) {
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    o.precision = prec;
+    plan::Plan fresh_b = build::build_plan(gb, o);
+    size_t quantized = 0;
+    for (const auto& n : fresh_b.graph.nodes) quantized += n.op_type == "MatMulQuant";
+    ASSERT_GT(quantized, 0u) << plan::precision_name(prec);
+    runtime::PlanEngine fresh_engine(round_trip(plan::Plan(fresh_b)));
+    const std::vector<Tensor> fresh_out = fresh_engine.run(read_inputs(p));
+    for (bool strip : {false, true}) {
+      for (bool slow : {false, true}) {
+        SCOPED_TRACE(std::string(plan::precision_name(prec)) + (strip ? " stripped" : " full") +
+                     (slow ? " slow" : " fast"));
+        o.strip_weights = strip;
+        runtime::PlanEngine engine(round_trip(build::build_plan(ga, o)));
+        refit::Refitter r(engine);
+        if (slow) {
+          r.commit_rebuilt(build::rebuild_from_onnx(engine.plan(), gb));
+        } else {
+          for (const auto& [id, t] : build::read_sources_from_onnx(engine.plan(), gb)) r.set_source(id, t);
+          r.commit();
+        }
+        for (const auto& w : fresh_b.weights) {
+          Tensor mine = engine.weight(w.name);
+          ASSERT_TRUE(mine.defined()) << w.name;
+          EXPECT_TRUE(transforms::bit_equal(mine, w.data))
+              << "engine weight " << w.name << " differs from a fresh build of B";
+        }
+        const std::vector<Tensor> outs = engine.run(read_inputs(p));
+        ASSERT_EQ(outs.size(), fresh_out.size());
+        for (size_t i = 0; i < outs.size(); ++i) {
+          EXPECT_TRUE(transforms::bit_equal(outs[i], fresh_out[i])) << "output " << i << " differs from a fresh build";
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, RefitMatrix, ::testing::ValuesIn(load_pairs()),
                          [](const ::testing::TestParamInfo<Pair>& i) { return i.param.id; });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RefitMatrix);

@@ -231,7 +231,9 @@ plan::Precision precision_of(const std::string& v, const char* option) {
   if (v == "fp32") return plan::Precision::Fp32;
   if (v == "bf16") return plan::Precision::Bf16;
   if (v == "fp16") return plan::Precision::Fp16;
-  fail(option, " must be 'fp32', 'bf16' or 'fp16', got '", v, "'");
+  if (v == "int8") return plan::Precision::Int8;
+  if (v == "int4") return plan::Precision::Int4;
+  fail(option, " must be 'fp32', 'bf16', 'fp16', 'int8' or 'int4', got '", v, "'");
 }
 
 refit::RefitMode refit_mode_of(const std::string& v) {

@@ -53,6 +53,10 @@ void BuildOptions::validate() const {
       fail("--activations bf16 needs --precision bf16 (the plan's precision is ", plan::precision_name(precision), ")");
     fail("--activations must be fp32 or bf16, not ", plan::precision_name(activations));
   }
+  if (block_size != 0 && precision != plan::Precision::Int4)
+    fail("--block-size applies to --precision int4 only (the precision is ", plan::precision_name(precision), ")");
+  if (block_size != 0 && (block_size < 16 || block_size > (int64_t{1} << 20) || (block_size & (block_size - 1)) != 0))
+    fail("--block-size ", block_size, " is not a power of two >= 16");
   if (layouts && layouts->half_panels && !layouts->linear_panels)
     fail("weight layouts: 16-bit panels (half_panels) need float32 panels (linear_panels)");
 }
@@ -219,6 +223,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const plan::We
   passes::BuildState s;
   s.mode = o.mode;
   s.precision = o.precision;
+  s.block_size = o.precision == plan::Precision::Int4 ? (o.block_size ? o.block_size : 32) : 0;
   s.bf16_activations = o.activations == plan::Precision::Bf16;
   s.backend = o.backend;
   s.pack_linear_panels = layouts.linear_panels;
@@ -414,6 +419,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   plan.mode = o.mode;
   plan.precision = o.precision;
   plan.activations = o.activations;
+  if (o.precision == plan::Precision::Int4) plan.block_size = o.block_size ? o.block_size : 32;
   plan.individual_patterns = o.individual_patterns;
   plan.literal_names = o.literal_names;
   plan.producer = kProducer;
@@ -436,9 +442,17 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     bool allowed =
         !pass.reads_weight_values || o.mode == plan::BuildMode::Baked || o.mode == plan::BuildMode::RefitIdentical;
     for (const auto& pattern : o.skip_passes) allowed &= !glob_match(pattern, pass.name);
+    // A quantized plan whose weights were not quantized would say int8 / int4 and hold float32.
+    const bool quantizes = plan::is_quantized(o.precision) && std::string(pass.name) == "linear-weights-quantize";
+    if (!allowed && quantizes)
+      fail("--precision ", plan::precision_name(o.precision), " needs the pass '", pass.name,
+           "', which --skip-pass skips");
     if (!allowed) continue;
     // A pass that emits ops the backend cannot run leaves the graph to the backend as it is.
     if (const std::string lacking = missing_emitted_op(pass, o.backend); !lacking.empty()) {
+      if (quantizes)
+        fail("--precision ", plan::precision_name(o.precision), ": backend '", o.backend, "' cannot run ", lacking,
+             ", the product on quantized weights (build for the CPU, or with --precision fp32, bf16 or fp16)");
       if (o.print_passes)
         std::cerr << "pass " << pass.name << ": not run (backend '" << o.backend << "' cannot run " << lacking << ")\n";
       continue;

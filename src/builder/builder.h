@@ -36,7 +36,13 @@ struct BuildOptions {
   bool reference_rounding = false;
   // Bf16 / Fp16: MatMul/Gemm weights (constant matrices) are stored in bfloat16 / float16 (pass
   // "linear-weights-precision"; the cast is a recipe step, so refit re-applies it).
+  //
+  // Int8 / Int4: those weights are quantized (pass "linear-weights-quantize": int8 per output
+  // channel, int4 in blocks of `block_size` along K with zero points; the quantization is a recipe
+  // step, so refit re-quantizes). CPU backend only.
   plan::Precision precision = plan::Precision::Fp32;
+  // Int4: k per quantization block (a power of two >= 16); 0 = 32. Other precisions: must be 0.
+  int64_t block_size = 0;
   // Bf16 (bf16 plans only): Linear layers round their float32 activations to bfloat16 before the
   // product (plan.h, Precision), trading accuracy for one native bfloat16 product instead of two.
   plan::Precision activations = plan::Precision::Fp32;

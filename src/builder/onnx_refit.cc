@@ -60,6 +60,7 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
   o.mode = plan.mode;
   o.precision = plan.precision;
   o.activations = plan.activations;
+  o.block_size = plan.precision == plan::Precision::Int4 ? plan.block_size : 0;
   o.individual_patterns = plan.individual_patterns;
   // Names the new model lacks are left out rather than refused (the build refuses a --literal
   // that names nothing): a re-export may rename an initializer that is a literal anyway, and a

@@ -1,5 +1,7 @@
 #include "passes/build_state.h"
 
+#include <algorithm>
+
 #include "core/file_pages.h"
 #include "transforms/recipe.h"
 
@@ -91,7 +93,7 @@ std::map<std::string, int> BuildState::use_counts() const {
   return uses;
 }
 
-void BuildState::release_replaced(const std::string& value, const std::string& made) {
+void BuildState::release_replaced(const std::string& value, const std::vector<std::string>& made) {
   auto it = consts.find(value);
   if (it == consts.end()) return;
   // The source whose own value this is: its key is the constant's name until the builder renames.
@@ -100,8 +102,9 @@ void BuildState::release_replaced(const std::string& value, const std::string& m
   if (id == sources.size()) return;  // not a source's own value (a literal, or made by a pass)
   consts.erase(it);
   for (const auto& [name, cv] : consts)
-    if (name != made && cv.sources.count(id)) return;  // another constant's recipe still reads it
-  verify_recipe(made, consts.at(made));
+    if (std::find(made.begin(), made.end(), name) == made.end() && cv.sources.count(id))
+      return;  // another constant's recipe still reads it
+  for (const std::string& m : made) verify_recipe(m, consts.at(m));
   // A caller that keeps the imported model (a refit's verify rebuild, a build bound to a
   // checkpoint) keeps its mappings alive: the pages of a memory-mapped source go now, not with
   // the model.
@@ -133,6 +136,7 @@ const std::vector<Pass>& default_passes() {
       {"conv-residual-inplace", false, conv_residual_inplace, {{"reforge", "FusedConv", 1}}},
       {"fuse-matmul-add", false, fuse_matmul_add, {{"reforge", "MatMulAdd", 1}}},
       {"linear-weights-precision", false, linear_weights_precision, {{"reforge", "MatMulAdd", 1}}},
+      {"linear-weights-quantize", false, linear_weights_quantize, {{"reforge", "MatMulQuant", 1}}},
       {"linear-weights-packing",
        false,
        linear_weights_packing,

@@ -31,6 +31,7 @@ struct BuildState {
   std::vector<Tensor> literals;       // recipe literal operands
   plan::BuildMode mode = plan::BuildMode::Baked;
   plan::Precision precision = plan::Precision::Fp32;
+  int64_t block_size = 0;           // --precision int4: k per quantization block
   bool pack_linear_panels = false;  // linear-weights-packing runs (BuildOptions::weight_packing)
   bool pack_half_panels = false;    // linear-weights-packing packs the 16-bit weights in panels
   bool bf16_activations = false;    // bf16 Linear layers round X to bfloat16 (BuildOptions::activations)
@@ -60,7 +61,12 @@ struct BuildState {
   // source either, `made`'s recipe is verified now (as the builder verifies every recipe) and
   // the build lets go of the source's value: a pass that re-lays out every weight (packing)
   // then holds one extra weight at a time, not a second copy of the model.
-  void release_replaced(const std::string& value, const std::string& made);
+  void release_replaced(const std::string& value, const std::string& made) {
+    release_replaced(value, std::vector<std::string>{made});
+  }
+  // Same, for a value replaced by several constants made from it (a quantized weight, its scales
+  // and zero points): each one's recipe is verified.
+  void release_replaced(const std::string& value, const std::vector<std::string>& made);
   // Replays the recipe of the derived constant `cv` (named `name` in errors) on the build-time
   // sources unless that was done already, and fails unless it reproduces `cv` bit for bit.
   void verify_recipe(const std::string& name, ConstValue& cv) const;
@@ -99,7 +105,8 @@ void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
 void fuse_rotary(BuildState& s);
 void linear_weights_precision(BuildState& s);
-void linear_weights_packing(BuildState& s);  // weight_packing.cc
+void linear_weights_quantize(BuildState& s);  // quantize_weights.cc
+void linear_weights_packing(BuildState& s);   // weight_packing.cc
 void eliminate_dead_code(BuildState& s);
 
 // The default pipeline, in order.

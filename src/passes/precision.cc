@@ -49,8 +49,7 @@ std::string to_half(BuildState& s, const std::string& w, const std::string& sour
 }  // namespace
 
 void linear_weights_precision(BuildState& s) {
-  if (s.precision == plan::Precision::Fp32) return;
-  REFORGE_ASSERT(s.precision == plan::Precision::Bf16 || s.precision == plan::Precision::Fp16);
+  if (s.precision != plan::Precision::Bf16 && s.precision != plan::Precision::Fp16) return;
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
     const std::optional<LinearLayer> l = match_linear(s, n);

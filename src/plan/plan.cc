@@ -10,6 +10,10 @@ const char* precision_name(Precision p) {
       return "bf16";
     case Precision::Fp16:
       return "fp16";
+    case Precision::Int8:
+      return "int8";
+    case Precision::Int4:
+      return "int4";
   }
   return "unknown";
 }

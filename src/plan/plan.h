@@ -45,10 +45,18 @@ enum class WeightKind { Literal, Derived, Baked };
 // bfloat16 first (Bf16: the rounding TensorRT's and ONNX Runtime's bf16 modes apply, and one
 // bfloat16 product instead of two on CPUs that multiply bfloat16 natively). Recorded as the plan's
 // `activations` and, on each such Linear node, the attribute bf16_activations = 1.
-enum class Precision { Fp32, Bf16, Fp16 };
+//
+// Int8 / Int4: those weights are quantized by a reforge::QuantizeWeight recipe step (int8: symmetric,
+// per output channel; int4: asymmetric with zero points, in blocks of Plan::block_size along K, the
+// layout of ONNX Runtime's MatMulNBits; ops/reforge/quant_weight.h has the rules) and multiplied by
+// reforge::MatMulQuant, which dequantizes them to float32; activations and sums stay float32.
+enum class Precision { Fp32, Bf16, Fp16, Int8, Int4 };
+
+// True for the quantized precisions (Int8, Int4).
+inline bool is_quantized(Precision p) { return p == Precision::Int8 || p == Precision::Int4; }
 
 const char* build_mode_name(BuildMode m);  // "baked", "refit", "refit-identical", "refit-individual"
-const char* precision_name(Precision p);   // "fp32", "bf16", "fp16"
+const char* precision_name(Precision p);   // "fp32", "bf16", "fp16", "int8", "int4"
 // True when Linear layers may take `activations` in a plan of weight `precision`: Fp32 always,
 // Bf16 in bf16 plans only.
 bool activations_allowed(Precision precision, Precision activations);
@@ -183,6 +191,7 @@ struct Plan {
   BuildMode mode = BuildMode::Baked;
   Precision precision = Precision::Fp32;
   Precision activations = Precision::Fp32;       // Fp32, or Bf16 (bf16 plans only)
+  int64_t block_size = 0;                        // Int4: k per quantization block; else 0
   std::vector<std::string> individual_patterns;  // for RefitIndividual
   std::vector<std::string> literal_names;        // initializers the user declared literal (--literal)
   bool stripped = false;

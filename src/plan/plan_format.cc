@@ -111,7 +111,7 @@ std::optional<BuildMode> build_mode_from_name(const std::string& s) {
 }
 
 std::optional<Precision> precision_from_name(const std::string& s) {
-  for (auto p : {Precision::Fp32, Precision::Bf16, Precision::Fp16})
+  for (auto p : {Precision::Fp32, Precision::Bf16, Precision::Fp16, Precision::Int8, Precision::Int4})
     if (s == precision_name(p)) return p;
   return std::nullopt;
 }

@@ -76,6 +76,7 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
   j["mode"] = build_mode_name(p.mode);
   j["precision"] = precision_name(p.precision);
   j["activations"] = precision_name(p.activations);
+  if (p.precision == Precision::Int4) j["block_size"] = p.block_size;
   j["stripped"] = p.stripped;
   if (file_bytes)
     j["file_bytes"] = *file_bytes;

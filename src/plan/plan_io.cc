@@ -79,6 +79,7 @@ class Encoder {
     j["mode"] = build_mode_name(p.mode);
     j["precision"] = precision_name(p.precision);
     if (p.activations != Precision::Fp32) j["activations"] = precision_name(p.activations);
+    if (p.precision == Precision::Int4) j["block_size"] = p.block_size;
     j["individual_patterns"] = strs(p.individual_patterns);
     j["literal_names"] = strs(p.literal_names);
     j["stripped"] = p.stripped;

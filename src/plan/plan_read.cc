@@ -215,6 +215,14 @@ class Decoder {
              "' (bf16 activations need bf16 weights)");
       p.activations = *a;
     }
+    // int4 plans only: the quantization block along K.
+    if (p.precision == Precision::Int4) {
+      p.block_size = as_i64(field(j, "block_size", ""), "block_size");
+      if (p.block_size < 16 || p.block_size > (int64_t{1} << 20) || (p.block_size & (p.block_size - 1)) != 0)
+        fail("block_size: ", p.block_size, " is not a power of two >= 16");
+    } else if (j.contains("block_size")) {
+      fail("block_size: given, but the precision is '", precision_name(p.precision), "' (only int4 has blocks)");
+    }
     p.individual_patterns = strings(field(j, "individual_patterns", ""), "individual_patterns");
     p.literal_names = strings(field(j, "literal_names", ""), "literal_names");
     p.stripped = as_bool(field(j, "stripped", ""), "stripped");

@@ -44,6 +44,32 @@ std::string RefitReport::summary() const {
       os << "refit --verify: fast == slow for all " << verified << " derived engine weights, bit for bit (" << verify_ms
          << " ms)\n";
   }
+  if (!c.quantized.empty()) {
+    // One line per part: values changed, and in how many weights any changed.
+    os << "quantized values changed:";
+    bool first = true;
+    for (const char* part : {"q", "scales", "zero_points"}) {
+      size_t values = 0, changed = 0, weights = 0, touched = 0;
+      bool compared = true;
+      for (const QuantizedChange& q : c.quantized) {
+        if (q.part != part) continue;
+        values += q.values;
+        changed += q.changed;
+        ++weights;
+        touched += q.changed != 0;
+        compared &= q.compared;
+      }
+      if (!weights) continue;
+      os << (first ? " " : "; ")
+         << (std::string(part) == "q"        ? "weights"
+             : part == std::string("scales") ? "scales"
+                                             : "zero points")
+         << " " << changed << " of " << values << " (in " << touched << " of " << weights << " engine weights)";
+      if (!compared) os << " [no previous values to compare: a stripped plan]";
+      first = false;
+    }
+    os << "\n";
+  }
   return os.str();
 }
 

@@ -400,6 +400,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
              ", the plan expects ", dtype_name(w.dtype), shape_str(w.shape));
     }
     rep.bytes_out += t.nbytes();
+    if (auto c = quantized_change(p, w, engine_.weight(w.name), t)) rep.quantized.push_back(std::move(*c));
     staged.set_weight(w.name, std::move(t));
     if (options.release)
       for (uint32_t s : w.sources) {
@@ -472,6 +473,7 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     if (f.name != w.name || !f.data.defined() || f.data.dtype() != w.dtype || f.data.shape() != w.shape)
       fail("refit: engine weight '", w.name, "' of the rebuilt plan does not match");
     rep.bytes_out += f.data.nbytes();
+    if (auto c = quantized_change(p, w, engine_.weight(w.name), f.data)) rep.quantized.push_back(std::move(*c));
     staged.set_weight(w.name, f.data);
   }
   if (options.check_finite) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "refit/quant_changes.h"
 #include "runtime/plan_engine.h"
 
 namespace reforge::refit {
@@ -74,6 +75,9 @@ struct CommitReport {
   size_t bytes_out = 0;     // bytes of engine weights written
   size_t bytes_copied = 0;  // own_values: bytes copied out of the given values
   double validate_ms = 0, replay_ms = 0, commit_ms = 0;
+  // Quantized plans: each replayed weight made by reforge::QuantizeWeight, and how many of its
+  // values changed (refit/quant_changes.h), in plan weight order.
+  std::vector<QuantizedChange> quantized;
 };
 
 // A refit validated and replayed but not applied: the new engine weights and source records,

@@ -1,6 +1,7 @@
 // `reforge bench MODEL.onnx [--input NAME=FILE.npy ...] [--seed N] [--shape INPUT=AxB|SYMBOL=N]
 //                [--threads N] [--iterations N] [--duration S] [--warmup N] [--profile]
-//                [--profile-json FILE] [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
+//                [--profile-json FILE] [--precision fp32|bf16|fp16|int8|int4] [--block-size N] [--activations
+//                fp32|bf16]`
 // Times runs in process after warm-up (at least --iterations runs and, with --duration, at
 // least that many seconds, as trtexec does); the one line on stdout is JSON: mean, median
 // (p50), p90, p99, min, max and standard deviation in ms, throughput in runs per second, and
@@ -37,6 +38,7 @@ struct BenchArgs {
   std::vector<std::string> weights;
   bool allow_nonfinite = false;
   std::string precision, activations;
+  int64_t block_size = 0;
   DeviceOptions device;
   bool profile = false;
   std::vector<std::string> skip_passes;
@@ -264,7 +266,7 @@ Runner add_bench(CLI::App& app) {
       ->needs(w);
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)");
-  add_precision_options(app, a->precision, a->activations);
+  add_precision_options(app, a->precision, a->activations, a->block_size);
   add_synthetic_options(app, a->synth);
   app.add_option("--iterations", a->iterations, "timed runs (at least; default 20)")
       ->check(CLI::Validator(
@@ -301,6 +303,7 @@ Runner add_bench(CLI::App& app) {
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
+    lo.block_size = a->block_size;
     lo.device = a->device;
     lo.quiet = true;
     lo.profile = a->profile || !a->profile_json.empty();

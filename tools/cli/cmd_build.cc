@@ -1,6 +1,6 @@
 // `reforge build MODEL.onnx -o OUT.plan [--refit | --refit-identical | --refit-individual PATTERN...]
 //                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N]
-//                          [--precision fp32|bf16|fp16] [--activations fp32|bf16]
+//                          [--precision fp32|bf16|fp16|int8|int4] [--block-size N] [--activations fp32|bf16]
 //                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
 #include <omp.h>
 
@@ -25,6 +25,7 @@ struct BuildArgs {
   std::vector<std::string> skip_passes;
   std::vector<std::string> individual, literals, checkpoints, binds;
   std::string bind_file, precision, activations;
+  int64_t block_size = 0;
   bool strict_binding = false, allow_partial = false;
   int threads = 0;
   bool json = false;
@@ -54,7 +55,7 @@ Runner add_build(CLI::App& app) {
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
   app.add_option("--bind-file", a->bind_file,
                  "JSON object {ONNX_NAME: CHECKPOINT_NAME, ..., \"literals\": [ONNX_NAME, ...]}");
-  add_precision_options(app, a->precision, a->activations);
+  add_precision_options(app, a->precision, a->activations, a->block_size);
   app.add_flag("--strict-binding", a->strict_binding,
                "declared literals must also be structural or provably configuration-only");
   app.add_flag(
@@ -84,6 +85,7 @@ Runner add_build(CLI::App& app) {
     o.skip_passes = a->skip_passes;
     o.precision = parse_precision(a->precision);
     o.activations = parse_precision(a->activations);
+    o.block_size = a->block_size;
     o.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
     o.host_fallback = a->device.cpu_fallback;
     o.reference_rounding = a->reference_rounding;

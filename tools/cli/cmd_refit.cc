@@ -78,6 +78,17 @@ Runner add_refit(CLI::App& app) {
                                   {"verified_weights", rep.verified},
                                   {"unused_checkpoint_tensors", rep.unused}};
       if (!rep.note.empty()) j["note"] = rep.note;
+      // Quantized plans: per engine weight made by QuantizeWeight, the values that changed.
+      if (!c.quantized.empty()) {
+        nlohmann::ordered_json qs = nlohmann::ordered_json::array();
+        for (const refit::QuantizedChange& q : c.quantized)
+          qs.push_back({{"weight", q.weight},
+                        {"part", q.part},
+                        {"values", q.values},
+                        {"changed", q.changed},
+                        {"compared", q.compared}});
+        j["quantized"] = std::move(qs);
+      }
       std::cout << j.dump(2) << "\n";
     }
     return 0;

@@ -1,6 +1,6 @@
 // `reforge run MODEL.onnx [--input NAME=FILE.npy ...] [--seed N] [--shape INPUT=AxB|SYMBOL=N ...]
 //             [--int-range LOW:HIGH] [--output-dir DIR] [--expect NAME=REF.npy ...] [--json]
-//             [--precision fp32|bf16|fp16] [--activations fp32|bf16]`
+//             [--precision fp32|bf16|fp16|int8|int4] [--block-size N] [--activations fp32|bf16]`
 // Inputs given no --input are synthesized from their declared type and shape (common.h,
 // complete_inputs) and listed on stderr. The output folder and the --expect names are checked
 // before the model runs. With --json, stdout is one JSON document (inputs, outputs, comparisons).
@@ -29,6 +29,7 @@ struct RunArgs {
   int threads = 0;
   std::vector<std::string> weights;
   std::string precision, activations;
+  int64_t block_size = 0;
   DeviceOptions device;
   bool allow_nonfinite = false;
   bool no_verify = false;
@@ -79,7 +80,7 @@ Runner add_run(CLI::App& app) {
                  "with --compare-onnxrt: the Python with onnxruntime (default $REFORGE_PYTHON, else the source "
                  "tree's .venv)")
       ->needs(ort);
-  add_precision_options(app, a->precision, a->activations);
+  add_precision_options(app, a->precision, a->activations, a->block_size);
   add_no_verify_option(app, a->no_verify);
   add_device_options(app, a->device);
   return [a]() {
@@ -111,6 +112,7 @@ Runner add_run(CLI::App& app) {
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.precision = a->precision;
     lo.activations = a->activations;
+    lo.block_size = a->block_size;
     lo.device = a->device;
     lo.verify_weights = !a->no_verify;
     std::map<std::string, IndexBound> bounds;

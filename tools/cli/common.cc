@@ -20,11 +20,15 @@
 
 namespace reforge::cli {
 
-void add_precision_options(CLI::App& app, std::string& precision, std::string& activations) {
+void add_precision_options(CLI::App& app, std::string& precision, std::string& activations, int64_t& block_size) {
   app.add_option("--precision", precision,
-                 "storage type of MatMul/Gemm weights when building: fp32 (default), bf16 or fp16 "
-                 "(float32 activations and accumulation; a refit re-applies the cast)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+                 "storage type of MatMul/Gemm weights when building: fp32 (default), bf16 or fp16 (a cast), int8 "
+                 "(symmetric, per output channel) or int4 (asymmetric, blocks of --block-size along K, ONNX Runtime's "
+                 "MatMulNBits layout); float32 activations and accumulation; a refit re-applies the cast or "
+                 "re-quantizes, CPU only for int8/int4")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16", "int8", "int4"}));
+  app.add_option("--block-size", block_size,
+                 "with --precision int4: weights per quantization block along K, a power of two >= 16 (default 32)");
   app.add_option("--activations", activations,
                  "with --precision bf16: fp32 (default: exact activations) or bf16 (round them to bfloat16 before each "
                  "MatMul/Gemm: faster on CPUs with bfloat16 arithmetic, less accurate)")
@@ -79,7 +83,9 @@ plan::Precision parse_precision(const std::string& value) {
   if (value.empty() || value == "fp32") return plan::Precision::Fp32;
   if (value == "bf16") return plan::Precision::Bf16;
   if (value == "fp16") return plan::Precision::Fp16;
-  fail("--precision must be fp32, bf16 or fp16, got '", value, "'");
+  if (value == "int8") return plan::Precision::Int8;
+  if (value == "int4") return plan::Precision::Int4;
+  fail("--precision must be fp32, bf16, fp16, int8 or int4, got '", value, "'");
 }
 
 void note_bf16_activations(plan::Precision activations) {

@@ -25,9 +25,10 @@ Runner add_build(CLI::App& app);
 Runner add_refit(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 
-// Adds `--precision fp32|bf16|fp16` (storage type of the MatMul/Gemm weights of a build) and
+// Adds `--precision fp32|bf16|fp16|int8|int4` (storage type of the MatMul/Gemm weights of a build) and
 // `--activations fp32|bf16` (what bf16 Linear layers multiply them with) to `app`.
-void add_precision_options(CLI::App& app, std::string& precision, std::string& activations);
+// `--block-size N` (int4 quantization blocks) too.
+void add_precision_options(CLI::App& app, std::string& precision, std::string& activations, int64_t& block_size);
 // Adds `--no-verify` (load a plan file without hashing its weights; `run` and `bench`).
 void add_no_verify_option(CLI::App& app, bool& no_verify);
 

@@ -75,6 +75,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
     bo.activations = parse_precision(o.activations);
+    bo.block_size = o.block_size;
     bo.backend = o.device.device.empty() ? std::string("cpu") : o.device.device;
     bo.host_fallback = o.device.cpu_fallback;
     // Before the import and the build: a device that cannot run here fails at once.

@@ -26,6 +26,7 @@ struct LoadOptions {
   bool device_trace = false;             // runtime::EngineOptions::device_trace
   std::string precision;                 // --precision for an ONNX model built on the fly ("" = fp32)
   std::string activations;               // --activations likewise ("" = fp32)
+  int64_t block_size = 0;                // --block-size likewise (int4; 0 = 32)
   DeviceOptions device;                  // --device / --allow-cpu-fallback for an ONNX model; a plan's must match
   bool allow_nonfinite = false;          // accept NaN/Inf in new weights (CommitOptions::check_finite off)
   // Hash every stored weight of a plan file against the hashes it records before using it

@@ -25,6 +25,7 @@ backends::Backend backend() {
     register_layer_normalization_kernels(r);
     register_gelu_kernels(r);
     register_matmul_add_kernels(r);
+    register_matmul_quant_kernels(r);
     register_rms_norm_kernels(r);
     register_silu_kernels(r);
     register_attention_kernels(r);

@@ -23,6 +23,7 @@ void register_softmax_kernels(KernelRegistry& r);              // softmax.cc: So
 void register_layer_normalization_kernels(KernelRegistry& r);  // layer_normalization.cc
 void register_gelu_kernels(KernelRegistry& r);                 // gelu.cc: reforge::Gelu
 void register_matmul_add_kernels(KernelRegistry& r);           // matmul_add.cc: MatMulAdd(Packed), PackPanels
+void register_matmul_quant_kernels(KernelRegistry& r);         // matmul_quant.cc: MatMulQuant, MatMulNBits
 void register_rms_norm_kernels(KernelRegistry& r);             // rms_norm.cc: reforge::RmsNorm
 void register_silu_kernels(KernelRegistry& r);                 // silu.cc: reforge::Silu, reforge::SiluMul
 void register_attention_kernels(KernelRegistry& r);            // attention.cc: reforge::Attention

@@ -1,6 +1,6 @@
 // Shape and type inference of the "reforge" domain (ops/infer.h): the recipe transforms
 // (BnFoldWeight, BnFoldBias, PackPanels) and the fused kernels the passes emit (MatMulAdd,
-// MatMulAddPacked, RmsNorm, Silu, SiluMul, Gelu, Attention, Rotary).
+// MatMulAddPacked, QuantizeWeight, MatMulQuant, RmsNorm, Silu, SiluMul, Gelu, Attention, Rotary).
 //
 // A fused op computes exactly the subgraph it replaces, and its kernel falls back to that
 // subgraph for the inputs its fast path does not take; so its output type is the type of the
@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "ops/reforge/panels.h"
+#include "ops/reforge/quant_weight.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -103,6 +104,72 @@ void infer_pack_panels(InferContext& ctx) {
 }
 
 // Y = X W (+ b) with W packed: X [..., K] float32 -> float32 [..., n].
+// QuantizeWeight(W [K, N] or [N, K]) -> (Q, scales[, zero_points]), the layouts of
+// ops/reforge/quant_weight.h; a W of unknown shape gives outputs of known types and unknown shapes.
+void infer_quantize_weight(InferContext& ctx) {
+  const ValueType& w = ctx.input_type(0);
+  require_dtype(ctx, w, DType::Float32, "weight");
+  const int64_t bits = ctx.attr_int("bits", 8), block = ctx.attr_int("block_size", 0);
+  if (bits != 8 && bits != 4) ctx.fail("bits " + std::to_string(bits) + " is not 8 or 4");
+  if (bits == 8 && block != 0) ctx.fail("int8 weights take block_size 0, not " + std::to_string(block));
+  if (bits == 4 && !quant::valid_block_size(block))
+    ctx.fail("block_size " + std::to_string(block) + " is not a power of two >= 16");
+  const DType qt = bits == 8 ? DType::Int8 : DType::UInt8;
+  if (w.rank_known && w.shape.size() != 2) ctx.fail("weight must be a matrix, got " + w.str());
+  const bool known = w.rank_known && w.shape[0].known() && w.shape[1].known();
+  if (!known) {
+    ctx.set_output(0, ValueType::unranked(qt));
+    ctx.set_output(1, ValueType::unranked(DType::Float32));
+    if (bits == 4 && ctx.num_outputs() > 2) ctx.set_output(2, ValueType::unranked(DType::UInt8));
+    return;
+  }
+  const bool t = ctx.attr_int("transposed", 0) != 0;
+  const int64_t K = w.shape[t ? 1 : 0].value(), N = w.shape[t ? 0 : 1].value();
+  if (K <= 0 || N <= 0) ctx.fail("weight " + w.str() + " is empty");
+  const quant::QuantShape qs = quant::quant_shape(bits, block, K, N, ctx.node().label());
+  SymShape qshape;
+  for (int64_t d : qs.q_shape()) qshape.push_back(d);
+  ctx.set_output(0, ValueType::of(qt, qshape));
+  ctx.set_output(1, ValueType::of(DType::Float32, {qs.num_scales()}));
+  if (bits == 4 && ctx.num_outputs() > 2) ctx.set_output(2, ValueType::of(DType::UInt8, {qs.num_zero_points()}));
+}
+
+// MatMulQuant(X [..., K], Q, scales[, zero_points][, bias]) -> float32 [..., N] (attributes K, N).
+void infer_matmul_quant(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  require_dtype(ctx, x, DType::Float32, "input");
+  const int64_t K = ctx.attr_int("K", 0), N = ctx.attr_int("N", 0);
+  const int64_t bits = ctx.attr_int("bits", 8);
+  if (K <= 0 || N <= 0)
+    ctx.fail("attributes K = " + std::to_string(K) + ", N = " + std::to_string(N) + " are not sizes");
+  const quant::QuantShape qs = quant::quant_shape(bits, ctx.attr_int("block_size", 0), K, N, ctx.node().label());
+  const ValueType& q = ctx.input_type(1);
+  const DType qt = bits == 8 ? DType::Int8 : DType::UInt8;
+  require_dtype(ctx, q, qt, "quantized weight");
+  if (q.rank_known) {
+    const Shape want = qs.q_shape();
+    if (q.shape.size() != want.size()) ctx.fail("quantized weight " + q.str() + " is not " + shape_str(want));
+    for (size_t i = 0; i < want.size(); ++i) merge_dims(ctx, q.shape[i], want[i], "quantized weight " + q.str());
+  }
+  require_dtype(ctx, ctx.input_type(2), DType::Float32, "scales");
+  if (ctx.has_input(3)) require_dtype(ctx, ctx.input_type(3), DType::UInt8, "zero points");
+  if (ctx.has_input(4)) {
+    const ValueType& b = ctx.input_type(4);
+    require_dtype(ctx, b, DType::Float32, "bias");
+    if (b.rank_known && (b.shape.size() != 1 || (b.shape[0].known() && b.shape[0].value() != N)))
+      ctx.fail("bias " + b.str() + " does not match N = " + std::to_string(N));
+  }
+  if (!x.rank_known) {
+    ctx.set_output(0, ValueType::unranked(DType::Float32));
+    return;
+  }
+  if (x.shape.empty()) ctx.fail("input " + x.str() + " does not match K = " + std::to_string(K));
+  merge_dims(ctx, x.shape.back(), K, "input " + x.str() + " and the quantized weight's K");
+  SymShape out = x.shape;
+  out.back() = N;
+  ctx.set_output(0, ValueType::of(DType::Float32, out));
+}
+
 void infer_matmul_add_packed(InferContext& ctx) {
   const ValueType& x = ctx.input_type(0);
   const ValueType& wp = ctx.input_type(1);
@@ -329,6 +396,8 @@ void register_reforge_inference(OpRegistry& r) {
   r.set_infer("reforge", "MatMulAdd", 1, infer_matmul_add);
   r.set_infer("reforge", "PackPanels", 1, infer_pack_panels);
   r.set_infer("reforge", "MatMulAddPacked", 1, infer_matmul_add_packed);
+  r.set_infer("reforge", "QuantizeWeight", 1, infer_quantize_weight);
+  r.set_infer("reforge", "MatMulQuant", 1, infer_matmul_quant);
   r.set_infer("reforge", "RmsNorm", 1, infer_rms_norm);
   r.set_infer("reforge", "Silu", 1, infer_same_as_input);
   r.set_infer("reforge", "SiluMul", 1, infer_silu_mul);

@@ -1,6 +1,8 @@
 // Operators of the "reforge" domain: the schema of every one, and the reference kernels of the
 // portable weight transforms that build passes record in recipes (BatchNorm folding). The fused
 // ops the passes emit (MatMulAdd, also the 16-bit Linear layer of --precision bf16/fp16;
+// MatMulQuant, the Linear layer of --precision int8/int4, and its recipe step QuantizeWeight, which
+// have reference kernels too: quant_weight.cc;
 // MatMulAddPacked on packed weights; RmsNorm, Silu, SiluMul, Gelu, Attention, Rotary; FusedConv
 // and MaxPool in the nn family) and the CPU's panel packing have kernels only in backends
 // (backends/cpu). Because recipes are replayed by the same kernels at refit, each transform has
@@ -74,7 +76,10 @@ void bn_fold_bias(KernelContext& ctx) {
 
 }  // namespace
 
+void register_quant_weight_ops(OpRegistry& r);  // quant_weight.cc: QuantizeWeight, MatMulQuant
+
 void register_reforge_ops(OpRegistry& r) {
+  register_quant_weight_ops(r);
   r.add({"reforge", "BnFoldWeight", 1, INT_MAX, bn_fold_weight, nullptr});
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   // Ops without a reference kernel: the fusion and layout passes emit them only for a backend

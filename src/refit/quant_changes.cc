@@ -1,0 +1,68 @@
+#include "refit/quant_changes.h"
+
+#include <cstring>
+
+namespace reforge::refit {
+
+namespace {
+
+// Nibble i (low nibble first) of `bytes`.
+inline int nibble(const uint8_t* bytes, int64_t i) { return (i & 1) ? bytes[i / 2] >> 4 : bytes[i / 2] & 0x0f; }
+
+}  // namespace
+
+std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan::WeightEntry& w, const Tensor& before,
+                                                const Tensor& after) {
+  if (w.kind != plan::WeightKind::Derived || w.recipe.steps.empty() ||
+      w.recipe.result.kind != plan::Operand::Kind::Step)
+    return std::nullopt;
+  const plan::RecipeStep& st = w.recipe.steps[w.recipe.result.index];
+  if (st.domain != "reforge" || st.op_type != "QuantizeWeight" || st.output > 2) return std::nullopt;
+  static const char* const kPart[] = {"q", "scales", "zero_points"};
+  QuantizedChange c;
+  c.weight = w.name;
+  c.part = kPart[st.output];
+  c.compared = before.defined() && before.dtype() == after.dtype() && before.shape() == after.shape();
+  const auto attr = [&](const char* name) {
+    auto it = st.attrs.find(name);
+    return it == st.attrs.end() ? int64_t{0} : it->second.i;
+  };
+  const int64_t bits = attr("bits");
+  // K: from the recipe's float32 input when it is a source (the pass's one-step recipe).
+  int64_t K = -1;
+  if (!st.inputs.empty() && st.inputs[0].kind == plan::Operand::Kind::Source && st.inputs[0].index < p.sources.size()) {
+    const Shape& s = p.sources[st.inputs[0].index].shape;
+    if (s.size() == 2) K = s[attr("transposed") ? 1 : 0];
+  }
+  const uint8_t* a = static_cast<const uint8_t*>(after.raw());
+  const uint8_t* b = c.compared ? static_cast<const uint8_t*>(before.raw()) : nullptr;
+  auto count_nibbles = [&](int64_t rows, int64_t row_bytes, int64_t per_row, auto real) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < per_row; ++i) {
+        if (!real(i)) continue;
+        ++c.values;
+        if (!b || nibble(a + r * row_bytes, i) != nibble(b + r * row_bytes, i)) ++c.changed;
+      }
+  };
+  if (st.output == 1 || (st.output == 0 && bits == 8)) {
+    // Scales (float32, compared bit for bit) and int8 weights: one value per element.
+    const size_t size = dtype_size(after.dtype());
+    c.values = static_cast<size_t>(after.numel());
+    for (int64_t i = 0; i < after.numel(); ++i)
+      if (!b || std::memcmp(a + i * size, b + i * size, size) != 0) ++c.changed;
+  } else if (st.output == 0) {
+    // int4 [N, n_blocks, blob]: the nibbles of k < K.
+    const int64_t N = after.dim(0), n_blocks = after.dim(1), blob = after.dim(2), block = blob * 2;
+    count_nibbles(N, n_blocks * blob, n_blocks * block, [&](int64_t i) { return K < 0 || i < K; });
+  } else {
+    // int4 zero points [N * ceil(n_blocks / 2)]: one nibble per block.
+    const int64_t block = attr("block_size");
+    const int64_t n_blocks = K > 0 && block > 0 ? (K + block - 1) / block : -1;
+    const int64_t row_bytes = n_blocks > 0 ? (n_blocks + 1) / 2 : after.numel();
+    const int64_t rows = after.numel() / row_bytes;
+    count_nibbles(rows, row_bytes, row_bytes * 2, [&](int64_t i) { return n_blocks < 0 || i < n_blocks; });
+  }
+  return c;
+}
+
+}  // namespace reforge::refit
