@@ -26,18 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-ir::Node op(const std::string& name, const std::string& type, std::vector<std::string> ins,
-            std::map<std::string, ir::Attribute> attrs = {}) {
-  ir::Node n;
-  n.name = name;
-  n.op_type = type;
-  n.opset = 17;
-  n.inputs = std::move(ins);
-  n.outputs = {name};
-  n.attrs = std::move(attrs);
-  return n;
-}
-
 plan::Plan cuda_plan(const ir::Graph& g) {
   build::BuildOptions o;
   o.backend = "cuda";
@@ -53,9 +41,9 @@ ir::Graph square_layer() {
   g.inputs = {value_info("X", DType::Float32, {3, 8})};
   g.initializers["W"] = test_support::random_floats({8, 8}, 11, -0.5f, 0.5f);
   g.initializers["B"] = test_support::random_floats({8}, 12);
-  g.nodes.push_back(op("mm", "MatMul", {"X", "W"}));
-  g.nodes.push_back(op("add", "Add", {"mm", "B"}));
-  g.nodes.push_back(op("Y", "Relu", {"add"}));
+  g.nodes.push_back(test_support::node("mm", "MatMul", {"X", "W"}));
+  g.nodes.push_back(test_support::node("add", "Add", {"mm", "B"}));
+  g.nodes.push_back(test_support::node("Y", "Relu", {"add"}));
   g.outputs = {value_info("Y", DType::Float32, {3, 8})};
   return g;
 }
@@ -111,11 +99,11 @@ TEST_F(CudaIo, HostReadInputsAndHostMadeOutputs) {
   g.ir_version = 10;
   g.opsets[""] = 17;
   g.inputs = {value_info("X", DType::Float32, {4, 6}), value_info("S", DType::Int64, {2})};
-  g.nodes.push_back(op("r", "Reshape", {"X", "S"}));
-  g.nodes.push_back(op("Y", "Relu", {"r"}));
-  g.nodes.push_back(op("shape", "Shape", {"X"}));
+  g.nodes.push_back(test_support::node("r", "Reshape", {"X", "S"}));
+  g.nodes.push_back(test_support::node("Y", "Relu", {"r"}));
+  g.nodes.push_back(test_support::node("shape", "Shape", {"X"}));
   // S is also data of a device node: its ToDevice reads the caller's device tensor.
-  g.nodes.push_back(op("s_float", "Cast", {"S"}, {{"to", ir::int_attr("to", 1)}}));
+  g.nodes.push_back(test_support::node("s_float", "Cast", {"S"}, {{"to", ir::int_attr("to", 1)}}));
   g.outputs = {value_info("Y", DType::Float32, {}), value_info("shape", DType::Int64, {2}),
                value_info("s_float", DType::Float32, {2})};
   g.outputs[0].has_shape = false;
@@ -171,9 +159,9 @@ TEST(CudaIoPlans, BuildAndPlaceWithoutAGpu) {
   g.ir_version = 10;
   g.opsets[""] = 17;
   g.inputs = {value_info("X", DType::Float32, {4, 6}), value_info("S", DType::Int64, {2})};
-  g.nodes.push_back(op("r", "Reshape", {"X", "S"}));
-  g.nodes.push_back(op("Y", "Relu", {"r"}));
-  g.nodes.push_back(op("s_float", "Cast", {"S"}, {{"to", ir::int_attr("to", 1)}}));
+  g.nodes.push_back(test_support::node("r", "Reshape", {"X", "S"}));
+  g.nodes.push_back(test_support::node("Y", "Relu", {"r"}));
+  g.nodes.push_back(test_support::node("s_float", "Cast", {"S"}, {{"to", ir::int_attr("to", 1)}}));
   g.outputs = {value_info("Y", DType::Float32, {}), value_info("s_float", DType::Float32, {2})};
   g.outputs[0].has_shape = false;
   const plan::Plan p = cuda_plan(g);

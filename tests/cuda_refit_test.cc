@@ -67,16 +67,6 @@ ir::ValueInfo float_value(const std::string& name, std::vector<int64_t> dims) {
   return v;
 }
 
-ir::Node op(const std::string& name, const std::string& type, std::vector<std::string> ins) {
-  ir::Node n;
-  n.name = name;
-  n.op_type = type;
-  n.opset = 17;
-  n.inputs = std::move(ins);
-  n.outputs = {name};
-  return n;
-}
-
 // Y = Relu(X W1) W2, with weights drawn from `seed`.
 ir::Graph two_products(uint32_t seed) {
   ir::Graph g;
@@ -86,9 +76,9 @@ ir::Graph two_products(uint32_t seed) {
   g.inputs = {float_value("X", {2, 4})};
   g.initializers["W1"] = test_support::random_floats({4, 3}, seed);
   g.initializers["W2"] = test_support::random_floats({3, 5}, seed + 100);
-  g.nodes.push_back(op("mm1", "MatMul", {"X", "W1"}));
-  g.nodes.push_back(op("relu", "Relu", {"mm1"}));
-  g.nodes.push_back(op("Y", "MatMul", {"relu", "W2"}));
+  g.nodes.push_back(test_support::node("mm1", "MatMul", {"X", "W1"}));
+  g.nodes.push_back(test_support::node("relu", "Relu", {"mm1"}));
+  g.nodes.push_back(test_support::node("Y", "MatMul", {"relu", "W2"}));
   g.outputs = {float_value("Y", {2, 5})};
   return g;
 }

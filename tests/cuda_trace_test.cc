@@ -21,16 +21,6 @@ using test_support::value_info;
 
 namespace {
 
-ir::Node op(const std::string& name, const std::string& type, std::vector<std::string> ins) {
-  ir::Node n;
-  n.name = name;
-  n.op_type = type;
-  n.opset = 17;
-  n.inputs = std::move(ins);
-  n.outputs = {name};
-  return n;
-}
-
 // Y = Tanh(X W) + X: a product, an elementwise op and an addition, [4, 64] throughout.
 ir::Graph layer() {
   ir::Graph g;
@@ -39,9 +29,9 @@ ir::Graph layer() {
   g.opsets[""] = 17;
   g.inputs = {value_info("X", DType::Float32, {4, 64})};
   g.initializers["W"] = test_support::random_floats({64, 64}, 21, -0.5f, 0.5f);
-  g.nodes.push_back(op("mm", "MatMul", {"X", "W"}));
-  g.nodes.push_back(op("t", "Tanh", {"mm"}));
-  g.nodes.push_back(op("Y", "Add", {"t", "X"}));
+  g.nodes.push_back(test_support::node("mm", "MatMul", {"X", "W"}));
+  g.nodes.push_back(test_support::node("t", "Tanh", {"mm"}));
+  g.nodes.push_back(test_support::node("Y", "Add", {"t", "X"}));
   g.outputs = {value_info("Y", DType::Float32, {4, 64})};
   return g;
 }

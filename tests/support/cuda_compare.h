@@ -76,6 +76,19 @@ inline ir::ValueInfo value_info(const std::string& name, DType dtype, const Shap
   return v;
 }
 
+// An ONNX node (opset 17) named after its one output.
+inline ir::Node node(const std::string& name, const std::string& type, std::vector<std::string> ins,
+                     std::map<std::string, ir::Attribute> attrs = {}) {
+  ir::Node n;
+  n.name = name;
+  n.op_type = type;
+  n.opset = 17;
+  n.inputs = std::move(ins);
+  n.outputs = {name};
+  n.attrs = std::move(attrs);
+  return n;
+}
+
 // Runs node `n` on cuda and on cpu and compares every output. `inputs[i]` feeds n.inputs[i]
 // (absent optional inputs: empty name, any tensor). Inputs named in `constants` become
 // initializers (weights, structure inputs such as Reshape's shape); the rest graph inputs.
