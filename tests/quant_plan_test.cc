@@ -430,7 +430,9 @@ TEST(QuantizedPlan, BlockSizeIsRecordedAndChecked) {
   plan::Plan p = test_support::round_trip(llama_quant_plan(plan::Precision::Int4, false, 64));
   EXPECT_EQ(p.block_size, 64);
   for (const auto& n : p.graph.nodes)
-    if (n.op_type == "MatMulQuant") EXPECT_EQ(n.attr_int("block_size", 0), 64);
+    if (n.op_type == "MatMulQuant") {
+      EXPECT_EQ(n.attr_int("block_size", 0), 64);
+    }
   build::BuildOptions o;
   o.precision = plan::Precision::Int8;
   o.block_size = 32;
