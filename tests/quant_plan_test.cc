@@ -152,7 +152,9 @@ TEST(QuantizeWeight, Int4MatchesFloat64ReferenceOfMatMulNBitsRule) {
             ASSERT_EQ(got, want) << "n " << n << " k " << k;
           }
         }
-        if (nb % 2) EXPECT_EQ(z[n * zrow + zrow - 1] >> 4, 8) << "an odd row's last zero-point nibble";
+        if (nb % 2) {
+          EXPECT_EQ(z[n * zrow + zrow - 1] >> 4, 8) << "an odd row's last zero-point nibble";
+        }
       }
       // The all-zero column: scales 0, zero points 0, values 0.
       for (int64_t b = 0; b < nb; ++b) EXPECT_EQ(out[1].data<float>()[2 * nb + b], 0.0f);
@@ -407,13 +409,16 @@ TEST(QuantizedPlan, LlamaEveryLinearLayerQuantizedEqualsDequantizedFloatModel) {
     }
     EXPECT_GT(quantized, 0u);
     // What remains is activation x activation (attention's products), never a constant weight.
-    for (const auto& n : p.graph.nodes)
-      if (n.op_type == "MatMul" || n.op_type == "Gemm" || n.op_type == "MatMulAddPacked")
-        for (const auto& w : p.weights) EXPECT_NE(n.inputs.size() > 1 ? n.inputs[1] : "", w.name) << n.name;
-    for (const auto& w : p.weights)
+    for (const auto& n : p.graph.nodes) {
+      if (n.op_type != "MatMul" && n.op_type != "Gemm" && n.op_type != "MatMulAddPacked") continue;
+      for (const auto& w : p.weights) EXPECT_NE(n.inputs.size() > 1 ? n.inputs[1] : "", w.name) << n.name;
+    }
+    for (const auto& w : p.weights) {
       if (w.kind == plan::WeightKind::Derived && w.recipe.steps.size() == 1 &&
-          w.recipe.steps[0].op_type == "QuantizeWeight")
+          w.recipe.steps[0].op_type == "QuantizeWeight") {
         EXPECT_TRUE(w.dtype == DType::Int8 || w.dtype == DType::UInt8 || w.dtype == DType::Float32) << w.name;
+      }
+    }
     runtime::PlanEngine deq(build::build_plan(dequantized_model(test_support::kLlamaA, p), {}));
     const Tensor want = deq.run(test_support::llama_inputs())[0];
     runtime::PlanEngine e(std::move(p));
