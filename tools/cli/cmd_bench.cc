@@ -134,11 +134,9 @@ bool is_convolution(const std::string& op_type) {
 // --device-trace: traces `runs` runs with the device's profiler, then runs every product node
 // alone `runs` times on the inputs it had; prints the account to `os` and adds its figures to
 // `doc`. `median_ms` is the untraced runs' median, the wall time the shares are taken of.
-void device_trace(const runtime::PlanEngine& engine, const std::map<std::string, Tensor>& inputs,
-                  const runtime::RunOptions& run_options, int runs, double median_ms, nlohmann::ordered_json& doc,
-                  std::ostream& os) {
-  const auto& p = engine.plan();
-  const std::string backend_name = p.build ? p.build->backend : "cpu";
+void device_trace(const runtime::PlanEngine& engine, const std::string& backend_name,
+                  const std::map<std::string, Tensor>& inputs, const runtime::RunOptions& run_options, int runs,
+                  double median_ms, nlohmann::ordered_json& doc, std::ostream& os) {
   const backends::Backend* backend = backends::find_backend(backend_name);
   if (!backend || !backend->tracer)
     fail("--device-trace: backend '", backend_name, "' has no device profiler (build the plan with --device cuda)");
@@ -319,10 +317,10 @@ Runner add_bench(CLI::App& app) {
     auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
     if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     runtime::RunOptions run_options;
+    const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
     if (a->device_io) {
-      const auto& p = engine.plan();
-      const std::string backend = p.build ? p.build->backend : "cpu";
-      if (backend == "cpu") fail("--device-io: '", a->model, "' is a plan for the CPU (build it with --device cuda)");
+      if (backend_name == "cpu")
+        fail("--device-io: '", a->model, "' is a plan for the CPU (build it with --device cuda)");
       for (auto& [name, t] : inputs) t = to_memory(t, Memory::Device);
       run_options.outputs = Memory::Device;
     }
@@ -380,7 +378,6 @@ Runner add_bench(CLI::App& app) {
                                   {"arena_bytes", arena.arena_bytes},
                                   {"arena_allocations", arena.arena_allocations},
                                   {"heap_allocations", arena.heap_allocations}};
-    const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
     if (const backends::Backend* be = backends::find_backend(backend_name); be && be->memory_stats) {
       // Device memory: engine weights (and what kernels prepared from them), library workspaces,
       // and the most the runs' values held at once.
@@ -390,7 +387,7 @@ Runner add_bench(CLI::App& app) {
       doc["device_activations_peak_bytes"] = m.activations_peak_bytes;
       doc["device_peak_bytes"] = m.weights_peak_bytes + m.workspace_bytes + m.activations_reserved_peak_bytes;
     }
-    if (a->device_trace) device_trace(engine, inputs, run_options, a->iterations, median, doc, std::cerr);
+    if (a->device_trace) device_trace(engine, backend_name, inputs, run_options, a->iterations, median, doc, std::cerr);
     std::cout << doc.dump() << std::endl;
     return 0;
   };
