@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@
 #include "support/cuda_compare.h"
 #include "support/engine_for.h"
 #include "support/plan_round_trip.h"
+#include "transforms/recipe.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -218,8 +220,7 @@ TEST_P(CudaModelExportBf16, WithinOnePercentOfTheFrameworkReference) {
   build::BuildOptions o;
   o.backend = "cuda";
   o.precision = plan::Precision::Bf16;
-  runtime::PlanEngine engine(
-      test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o)));
+  runtime::PlanEngine engine(test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o)));
   for (const auto& set : c.sets) {
     SCOPED_TRACE("input set " + set.name);
     std::map<std::string, Tensor> feeds;
@@ -242,6 +243,46 @@ TEST_P(CudaModelExportBf16, WithinOnePercentOfTheFrameworkReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelExportBf16, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
+
+// Every bundled export as a CUDA plan whose runs are recorded and replayed (EngineOptions::
+// device_replay, CUDA graphs): each input set run four times (eager, recording, two replays), every
+// result bit-equal to the same plan run with replay off. Models whose work cannot be recorded (a
+// kernel reads device data on the host) stay eager; the test prints which.
+class CudaModelReplay : public ::testing::TestWithParam<ExportCase> {};
+
+TEST_P(CudaModelReplay, ReplaysEqualEagerRunsBitForBit) {
+  REQUIRE_GPU();
+  const ExportCase& c = GetParam();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  SCOPED_TRACE(c.path);
+  build::BuildOptions o;
+  o.backend = "cuda";
+  const plan::Plan p = test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o));
+  runtime::EngineOptions eager_options;
+  eager_options.device_replay = false;
+  runtime::PlanEngine eager(p, eager_options);
+  runtime::PlanEngine replaying(p);
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    const std::vector<Tensor> want = eager.run(feeds);
+    for (int run = 0; run < 4; ++run) {
+      const std::vector<Tensor> got = replaying.run(feeds);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "run " << run << ", output " << i;
+    }
+  }
+  const runtime::ReplayStats st = replaying.replay_stats();
+  std::cout << "  " << c.id << ": " << st.replays << " replays, " << st.eager_runs << " eager runs"
+            << (st.declined.empty() ? "" : ", declined: " + st.declined)
+            << (st.failed ? ", recording failed: " + st.last_failure : "") << "\n";
+  EXPECT_EQ(st.replays + st.eager_runs, static_cast<int64_t>(4 * c.sets.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelReplay, ::testing::ValuesIn(load_manifest()),
                          [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
 
 // The manifest covers every model x exporter variant x weight set, and every file it names exists.

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/device_replay.h"
 #include "backends/device_trace.h"
 #include "ir/graph.h"
 #include "ops/infer.h"
@@ -89,6 +90,8 @@ struct Backend {
   DeviceTracer* tracer = nullptr;
   // Device backends, optional: what the device's memory holds for this process.
   std::function<DeviceMemoryStats()> memory_stats = nullptr;
+  // Device backends, optional: recorded replay of device work (device_replay.h), or null.
+  DeviceRecorder* recorder = nullptr;
 };
 
 class KernelRegistry {

@@ -48,6 +48,8 @@ struct DeviceMemoryStats {
   size_t workspace_bytes = 0;                  // library workspaces (cuBLASLt's per thread), resident now
   size_t activations_peak_bytes = 0;           // the most that values of runs (and per-call workspaces) used at once
   size_t activations_reserved_peak_bytes = 0;  // the most the allocator has held for them
+  size_t replay_bytes = 0;       // what recordings of device work (device_replay.h) hold for their values now
+  size_t replay_peak_bytes = 0;  // the most they have held
 };
 
 }  // namespace reforge::backends

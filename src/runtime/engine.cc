@@ -110,6 +110,52 @@ struct Engine::Impl {
   std::vector<int> output_device_slot;
   std::vector<bool> output_copy_step;     // per step: such a ToHost, read by no other step
   std::vector<bool> device_output_value;  // per slot: the input of such a ToHost (kept to the end)
+
+  // Recorded replay (EngineOptions::device_replay).
+  struct Recording;
+  backends::DeviceRecorder* recorder = nullptr;  // null when the engine's runs are never recorded
+  std::string replay_declined;                   // why not, then
+  std::vector<int> staged_input;                 // per step: the graph input its ToDevice reads, or -1
+  mutable std::mutex recordings_mutex;
+  mutable std::map<std::string, std::shared_ptr<Recording>> recordings;
+  mutable std::atomic<int64_t> recorded{0}, replays{0}, eager_runs{0}, failed_recordings{0}, live_recordings{0};
+  mutable std::string last_failure;  // under recordings_mutex
+
+  // The record of `signature`, made on first use; null once the table of signatures is full.
+  std::shared_ptr<Recording> recording(const std::string& signature) const;
+  // Runs the graph step by step. With `record`, the run's device work is recorded into it instead
+  // (the inputs go through its staging buffers, the outputs into its result buffers), and nothing
+  // is returned: the caller replays the recording. Throws when the recording fails.
+  std::vector<Tensor> execute(const std::map<std::string, Tensor>& inputs, const Weights& weights,
+                              const RunOptions& options, Recording* record) const;
+  // Copies the inputs into `r`'s staging buffers, replays it and returns the outputs (copies of
+  // its result buffers, in the memory the options ask for).
+  std::vector<Tensor> replay(const std::map<std::string, Tensor>& inputs, Recording& r,
+                             const RunOptions& options) const;
+};
+
+// One input signature's recorded run, for one weight set.
+struct Engine::Impl::Recording {
+  std::mutex busy;                                   // held by the run that records or replays it
+  uint64_t generation = 0;                           // the weight set it belongs to
+  int eager_runs = 0;                                // runs of this signature and weight set before a recording
+  int failures = 0;                                  // failed recordings; after two the signature stays eager
+  std::shared_ptr<const void> work;                  // the recording, or null
+  std::vector<Tensor> staging;                       // per graph input: the device buffer its ToDevice step hands out
+  std::vector<Tensor> results;                       // per graph output: the device buffer the recording copies it into
+  std::vector<std::pair<DType, Shape>> result_desc;  // per graph output, as the last eager run made it
+  std::shared_ptr<const void> keep;                  // the shape memo whose device values the recording reads
+
+  // Forgets everything but the lock, for the weight set `g`.
+  void reset(uint64_t g) {
+    generation = g;
+    eager_runs = failures = 0;
+    work.reset();
+    staging.clear();
+    results.clear();
+    result_desc.clear();
+    keep.reset();
+  }
 };
 
 Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_unique<Impl>()) {
@@ -286,6 +332,32 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
       int lu = v < 0 ? -1 : last_use[static_cast<size_t>(v)];
       m.value_last_use[s].push_back(lu == -2 ? arena::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
     }
+  // Recorded replay: only where a recording computes exactly what an eager run would, for every
+  // run of the signature and weight set it was made with.
+  m.staged_input.assign(m.steps.size(), -1);
+  auto decline = [&](std::string why) {
+    if (m.replay_declined.empty()) m.replay_declined = std::move(why);
+  };
+  if (!m.options.device_replay) decline("turned off (EngineOptions::device_replay)");
+  if (m.options.profile) decline("the engine profiles every node");
+  if (m.options.device_trace) decline("the engine traces device work");
+  if (!m.options.arena) decline("the engine runs without its arena and shape memo");
+  if (m.devices.size() != 1)
+    decline(m.devices.empty() ? "every node runs on the host" : "nodes run on several devices");
+  if (m.replay_declined.empty() && !m.devices[0]->recorder)
+    decline("backend '" + m.devices[0]->name + "' cannot record device work");
+  for (size_t s = 0; s < m.steps.size() && m.replay_declined.empty(); ++s) {
+    const Step& st = m.steps[s];
+    const ir::Node& n = m.graph.nodes[st.node_index];
+    if (!st.device && !m.memoized[s]) decline(n.label() + " runs on the host");
+    if (!ops::is_deterministic(n)) decline(n.label() + " is not deterministic");
+    if (st.device_input >= 0) m.staged_input[s] = st.device_input;
+  }
+  for (size_t i = 0; i < m.input_slots.size() && m.replay_declined.empty(); ++i)
+    if (m.input_read_on_host[i]) decline("input '" + m.graph.inputs[i].name + "' is read on the host");
+  for (size_t o = 0; o < m.output_slots.size() && m.replay_declined.empty(); ++o)
+    if (m.output_device_slot[o] < 0) decline("output '" + m.graph.outputs[o].name + "' is not made on the device");
+  if (m.replay_declined.empty()) m.recorder = m.devices[0]->recorder;
 }
 
 void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
@@ -419,11 +491,104 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   return run(inputs, *weights(), options);
 }
 
+std::shared_ptr<Engine::Impl::Recording> Engine::Impl::recording(const std::string& signature) const {
+  std::lock_guard<std::mutex> lock(recordings_mutex);
+  auto it = recordings.find(signature);
+  if (it != recordings.end()) return it->second;
+  if (recordings.size() >= kReplaySignatures) return nullptr;
+  return recordings.emplace(signature, std::make_shared<Recording>()).first->second;
+}
+
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
                                 const RunOptions& options) const {
   const Impl& m = *impl_;
-  std::vector<Tensor> values(m.num_slots);
+  if (!m.recorder) return m.execute(inputs, weights, options, nullptr);
   check_inputs(m.graph.inputs, inputs);
+  std::string signature;
+  for (const auto& in : m.graph.inputs) {
+    const Tensor& t = inputs.at(in.name);
+    signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
+  }
+  std::shared_ptr<Impl::Recording> r = m.recording(signature);
+  if (!r) return m.execute(inputs, weights, options, nullptr);
+  std::unique_lock<std::mutex> busy(r->busy, std::try_to_lock);
+  if (!busy.owns_lock()) return m.execute(inputs, weights, options, nullptr);
+  if (r->generation != weights.generation) {  // a new weight set: its own recording
+    if (r->work) --m.live_recordings;
+    r->reset(weights.generation);
+  }
+  if (r->work) {
+    ++m.replays;
+    return m.replay(inputs, *r, options);
+  }
+  if (r->eager_runs > 0 && r->failures < 2 && r->result_desc.size() == m.output_slots.size()) {
+    std::vector<Tensor> outs;
+    try {
+      outs = m.execute(inputs, weights, options, r.get());
+    } catch (const Error& e) {
+      m.recorder->abandon();
+      r->work.reset();
+      r->staging.clear();
+      r->results.clear();
+      r->keep.reset();
+      ++r->failures;
+      ++m.failed_recordings;
+      std::lock_guard<std::mutex> lock(m.recordings_mutex);
+      m.last_failure = e.what();
+    }
+    if (r->work) {
+      ++m.live_recordings;
+      ++m.recorded;
+      ++m.replays;
+      return m.replay(inputs, *r, options);
+    }
+    if (!outs.empty()) {  // not recorded: the shape memo of this weight set was not there yet
+      ++r->eager_runs;
+      return outs;
+    }
+  }
+  std::vector<Tensor> outs = m.execute(inputs, weights, options, nullptr);
+  ++r->eager_runs;
+  r->result_desc.clear();
+  for (const Tensor& t : outs) r->result_desc.emplace_back(t.dtype(), t.shape());
+  return outs;
+}
+
+std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& inputs, Recording& r,
+                                         const RunOptions& options) const {
+  for (size_t i = 0; i < r.staging.size(); ++i) {
+    if (!r.staging[i].defined()) continue;
+    const Tensor& given = inputs.at(graph.inputs[i].name);
+    recorder->copy(r.staging[i].mutable_raw(), given.raw(), given.nbytes());
+  }
+  recorder->replay(r.work.get());
+  std::vector<Tensor> outs;
+  outs.reserve(r.results.size());
+  for (const Tensor& d : r.results) {
+    if (options.outputs == Memory::Host) {
+      outs.push_back(to_memory(d, Memory::Host));  // waits for the device
+      continue;
+    }
+    Tensor out = device_memory().allocate(d.dtype(), d.shape());  // the next replay reuses `d`
+    recorder->copy(out.mutable_raw(), d.raw(), d.nbytes());
+    outs.push_back(std::move(out));
+  }
+  const backends::Backend* d = devices[0];
+  if (d->synchronize) {
+    try {
+      d->synchronize();
+    } catch (Error& e) {
+      throw e.with_context("while finishing a run on backend '" + d->name + "'");
+    }
+  }
+  return outs;
+}
+
+std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const Weights& weights,
+                                          const RunOptions& options, Recording* record) const {
+  const Impl& m = *this;
+  std::vector<Tensor> values(m.num_slots);
+  if (!record) check_inputs(m.graph.inputs, inputs);  // Engine::run checked them before recording
   const bool device_outputs = options.outputs == Memory::Device;
   if (device_outputs && m.devices.empty())
     fail(
@@ -475,6 +640,25 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   std::shared_ptr<const arena::PlanCache::Memo> memo =
       arena_entry && m.any_memoized ? arena::PlanCache::memo(*arena_entry, consts->generation) : nullptr;
   std::shared_ptr<arena::PlanCache::Memo> new_memo;
+  if (record && m.any_memoized && !memo) record = nullptr;  // recorded once the memo exists: runs eagerly
+  if (record) {
+    // The recording's staging buffers (the graph inputs' device copies, which its ToDevice steps
+    // hand out) and result buffers, allocated and filled before the recording starts.
+    record->keep = memo;
+    record->staging.assign(m.graph.inputs.size(), Tensor());
+    for (size_t si = 0; si < m.steps.size(); ++si) {
+      const int i = m.staged_input[si];
+      if (i < 0 || record->staging[static_cast<size_t>(i)].defined()) continue;
+      const Tensor& given = values[static_cast<size_t>(m.input_slots[static_cast<size_t>(i)])];
+      Tensor staged = device_memory().allocate(given.dtype(), given.shape());
+      m.recorder->copy(staged.mutable_raw(), given.raw(), given.nbytes());
+      record->staging[static_cast<size_t>(i)] = std::move(staged);
+    }
+    record->results.clear();
+    for (const auto& [dtype, shape] : record->result_desc)
+      record->results.push_back(device_memory().allocate(dtype, shape));
+    m.recorder->begin();
+  }
   if (arena_entry && m.any_memoized && !memo) {
     new_memo = std::make_shared<arena::PlanCache::Memo>();
     new_memo->generation = consts->generation;
@@ -489,7 +673,13 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   for (size_t si = 0; si < m.steps.size(); ++si) {
     const Step& st = m.steps[si];
     // Outputs that stay on the device skip their copy to the host (and keep the device value).
-    if (device_outputs && m.output_copy_step[si]) continue;
+    if ((device_outputs || record) && m.output_copy_step[si]) continue;
+    if (record && m.staged_input[si] >= 0) {  // a graph input: the recording's staging buffer
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0)
+          values[static_cast<size_t>(st.outputs[o])] = record->staging[static_cast<size_t>(m.staged_input[si])];
+      continue;
+    }
     auto started = m.options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     if (m.options.profile) step_start_us[si] = std::chrono::duration<double, std::micro>(started - m.created).count();
     const ir::Node& node = m.graph.nodes[st.node_index];
@@ -498,7 +688,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       for (size_t o = 0; o < st.outputs.size(); ++o)
         if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
       for (int v : st.free_after)
-        if (!device_outputs || !m.device_output_value[static_cast<size_t>(v)])
+        if (!(device_outputs || record) || !m.device_output_value[static_cast<size_t>(v)])
           values[static_cast<size_t>(v)] = Tensor();
       if (m.options.profile) step_ms[si] = ms_since(started);
       continue;
@@ -552,12 +742,34 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
         if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
     for (int v : st.free_after)
-      if (!device_outputs || !m.device_output_value[static_cast<size_t>(v)]) values[static_cast<size_t>(v)] = Tensor();
+      if (!(device_outputs || record) || !m.device_output_value[static_cast<size_t>(v)])
+        values[static_cast<size_t>(v)] = Tensor();
     if (m.options.profile) {
       if (st.device && st.device->synchronize) st.device->synchronize();  // the node's time, not its launch's
       step_ms[si] = ms_since(started);
     }
   }
+  if (record) {
+    // The outputs go into the recording's result buffers; every value the recording allocated is
+    // released inside it, so that the recording owns all of its memory.
+    for (size_t o = 0; o < m.output_slots.size(); ++o) {
+      const Tensor& t = values[static_cast<size_t>(m.output_device_slot[o])];
+      const auto& [dtype, shape] = record->result_desc[o];
+      if (t.dtype() != dtype || t.shape() != shape)
+        fail("output '", m.graph.outputs[o].name, "' is ", t.describe(),
+             " where the eager run of the same inputs made ", dtype_name(dtype), shape_str(shape));
+      m.recorder->copy(record->results[o].mutable_raw(), t.raw(), t.nbytes());
+    }
+    values.clear();
+    in_ptrs.clear();
+    record->work = m.recorder->end();
+    if (arena_alloc) {
+      arena_alloc.reset();
+      arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
+    }
+    return {};
+  }
+  ++m.eager_runs;
   for (const backends::Backend* d : m.devices)
     if (d->synchronize) {
       try {
@@ -630,6 +842,20 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   }
   if (arena_entry && new_memo) arena::PlanCache::set_memo(*arena_entry, new_memo);
   return outs;
+}
+
+ReplayStats Engine::replay_stats() const {
+  const Impl& m = *impl_;
+  ReplayStats st;
+  st.declined = m.replay_declined;
+  st.recorded = m.recorded.load();
+  st.replays = m.replays.load();
+  st.eager_runs = m.eager_runs.load();
+  st.failed = m.failed_recordings.load();
+  st.recordings = static_cast<size_t>(m.live_recordings.load());
+  std::lock_guard<std::mutex> lock(m.recordings_mutex);
+  st.last_failure = m.last_failure;
+  return st;
 }
 
 ArenaStats Engine::arena_stats() const {

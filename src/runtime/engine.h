@@ -28,6 +28,27 @@ struct EngineOptions {
   // records, the work of each of its steps is tagged with the step's index, and the run keeps the
   // inputs of those steps for rerun_step (until the next such run: their device memory).
   bool device_trace = false;
+  // Recorded replay of device work (backends/device_replay.h): an engine whose every step runs on
+  // one device backend that can record (or is a shape computation the memo serves), whose inputs
+  // are read only on the device and whose outputs are all made there, records a run per input
+  // signature and weight set once that signature has run eagerly, and replays it from then on
+  // (runs with host inputs and outputs; at most kReplaySignatures signatures; a run that finds
+  // the recording in use on another thread runs eagerly). Off with profile or device_trace.
+  bool device_replay = true;
+};
+
+// How many input signatures an engine keeps recordings of (EngineOptions::device_replay).
+inline constexpr size_t kReplaySignatures = 16;
+
+// What recorded replay did (EngineOptions::device_replay), over all runs since the engine was made.
+struct ReplayStats {
+  std::string declined;      // why the engine's runs are never recorded, or "" when they can be
+  size_t recordings = 0;     // signatures with a recording now
+  int64_t recorded = 0;      // recordings made (a refit's new weights need a new one)
+  int64_t replays = 0;       // runs served by replaying a recording
+  int64_t eager_runs = 0;    // runs that executed step by step
+  int64_t failed = 0;        // recordings that failed (their signatures run eagerly from then on)
+  std::string last_failure;  // the error of the last failed recording
 };
 
 // How one run delivers its results.
@@ -133,6 +154,8 @@ class Engine {
 
   // The activation arena's account of the most recent run (zeros before any run with the arena).
   ArenaStats arena_stats() const;
+  // What recorded replay of device work did (EngineOptions::device_replay).
+  ReplayStats replay_stats() const;
 
   // Every step's node (name and op type; no timings), in execution order: what the step index of
   // a device trace's tag and of rerun_step refers to.

@@ -41,6 +41,7 @@ backends::Backend backend() {
   b.synchronize = synchronize;
   b.tracer = tracer();
   b.memory_stats = memory_stats;
+  b.recorder = recorder();
   b.register_kernels = [](backends::KernelRegistry& r) {
     register_transfer_kernels(r);
     register_view_kernels(r);

@@ -42,6 +42,13 @@ Tensor download(const Tensor& t);
 backends::DeviceTracer* tracer();
 // What the device's memory holds for this process (weights, workspaces, the pool's peaks).
 backends::DeviceMemoryStats memory_stats();
+// Recorded replay of device work as CUDA graphs (replay.cc).
+backends::DeviceRecorder* recorder();
+// True while the calling thread's work is being recorded (kernels then take scratch memory from
+// device_tensor, which the recording owns, never from per-thread buffers).
+bool recording();
+// Device memory that recordings hold for their values (CUDA's graph memory), now and at peak.
+void replay_memory(size_t& now, size_t& peak);
 // Records `bytes` more (or, negative, fewer) of library workspace in device memory.
 void note_workspace(int64_t bytes);
 

@@ -105,6 +105,7 @@ backends::DeviceMemoryStats memory_stats() {
       s.activations_reserved_peak_bytes = static_cast<size_t>(reserved);
   }
   (void)cudaGetLastError();
+  if (unavailable_reason().empty()) replay_memory(s.replay_bytes, s.replay_peak_bytes);
   return s;
 }
 

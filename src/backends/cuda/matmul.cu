@@ -158,8 +158,13 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   const float alpha32 = d.alpha, beta32 = d.beta;
   const void* alpha = scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
+  // A recorded product gets a workspace of the recording's own (backends/cuda/replay.cc): the
+  // thread's workspace would tie every replay to this thread's concurrent eager products.
+  Tensor recorded_workspace;
+  if (recording()) recorded_workspace = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
+  void* workspace = recorded_workspace.defined() ? recorded_workspace.mutable_raw() : h.workspace;
   REFORGE_LT_CHECK(cublasLtMatmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
-                                  &heuristic.algo, h.workspace, kWorkspaceBytes, stream()));
+                                  &heuristic.algo, workspace, kWorkspaceBytes, stream()));
   return true;
 }
 
