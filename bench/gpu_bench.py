@@ -13,8 +13,9 @@ onnxscript (the device tool's machine has them). For each model and batch:
      on the same inputs, already on the GPU, leaving the outputs there (as eager's timing does;
      median of its iterations); the time with both copies (plain `reforge bench`) is reported
      beside it;
-  4. the same model built refittable (`--refit`) is timed the same way (refit / baked); the two
-     plans are timed in turn, three times each, and each side's figure is the median of its three
+  4. the same model built refittable (`--refit`) is timed the same way (refit / baked), and the
+     baked plan with `--no-device-replay` (every kernel launched from the host in every run, instead
+     of replaying the run recorded as a CUDA graph); the three are timed in turn, three times each, and each side's figure is the median of its three
      medians (one process after another on a GPU drifts by a few per cent: timing one plan first
      and the other second made a 10% difference between two plans with identical kernels);
   5. `reforge bench PLAN --device-trace` traces the baked plan with CUPTI: kernel launches per
@@ -217,14 +218,23 @@ def main():
                 # with the baked plan, three times each.
                 refit_path = os.path.join(d, "model.refit.plan")
                 run([a.reforge, "build", onnx_path, "-o", refit_path, "--device", "cuda", "--refit", "--quiet"])
-                medians = {plan_path: [], refit_path: []}
+                # The baked plan also with replay off (every kernel launched from the host each run).
+                variants = {"baked": [plan_path], "refit": [refit_path], "eager": [plan_path, "--no-device-replay"]}
+                medians = {k: [] for k in variants}
                 for _ in range(3):
-                    for p in (plan_path, refit_path):
-                        out = run([a.reforge, "bench", p, "--device", "cuda", "--device-io", "--warmup",
-                                   str(a.warmup), "--iterations", str(a.iterations)] + inputs)
-                        medians[p].append(json.loads(out.strip().splitlines()[-1])["median_ms"])
-                row["reforge_ms"] = round(statistics.median(medians[plan_path]), 3)
-                row["reforge_refit_ms"] = round(statistics.median(medians[refit_path]), 3)
+                    for k, v in variants.items():
+                        out = run([a.reforge, "bench"] + v + ["--device", "cuda", "--device-io", "--warmup",
+                                                              str(a.warmup), "--iterations", str(a.iterations)] + inputs)
+                        stats = json.loads(out.strip().splitlines()[-1])
+                        medians[k].append(stats["median_ms"])
+                        if k == "baked":  # how many runs replayed a recording (CUDA graphs), or why none
+                            for key in ("device_replays", "device_eager_runs", "device_replay_declined",
+                                        "device_replay_failure", "device_replay_peak_bytes"):
+                                if key in stats:
+                                    row[key] = stats[key]
+                row["reforge_ms"] = round(statistics.median(medians["baked"]), 3)
+                row["reforge_refit_ms"] = round(statistics.median(medians["refit"]), 3)
+                row["reforge_eager_ms"] = round(statistics.median(medians["eager"]), 3)
                 row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
                 row["refit_over_baked"] = round(row["reforge_refit_ms"] / row["reforge_ms"], 3)
                 # The device's own account of a run (CUPTI), and the plan's device memory.
@@ -269,6 +279,7 @@ def main():
     print(f"GPU: {torch.cuda.get_device_name(0)}; PyTorch {torch.__version__}; TF32 off; "
           f"median of {a.iterations} after {a.warmup} warm-up")
     print(f"{'model':10} {'dtype':9} {'batch':>5} {'torch ms':>9} {'reforge ms':>10} {'torch/reforge':>13} "
+          f"{'eager ms':>8} {'replayed':>8} "
           f"{'max abs diff':>12} {'/ max |ref|':>11} {'refit/baked':>11} {'launches':>8} {'outside products':>16} "
           f"{'products <=1.1x alone':>21} {'device MB':>9}")
     for r in rows:
@@ -276,7 +287,8 @@ def main():
             print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} error: {r['error'].splitlines()[-1][:150]}")
             continue
         print(f"{r['model']:10} {r['dtype']:9} {r['batch']:5} {r['torch_ms']:9.3f} {r['reforge_ms']:10.3f} "
-              f"{r['speedup']:13.2f} {r['max_abs_diff']:12.2e} {r['max_abs_diff_over_max_ref']:11.2e} "
+              f"{r['speedup']:13.2f} {r['reforge_eager_ms']:8.3f} "
+              f"{'yes' if r.get('device_replays', 0) > 0 else 'no':>8} {r['max_abs_diff']:12.2e} {r['max_abs_diff_over_max_ref']:11.2e} "
               f"{r['refit_over_baked']:11.3f} {r.get('kernel_launches_per_run', 0):8.0f} "
               f"{r.get('outside_products_fraction', float('nan')):16.3f} "
               f"{str(r.get('products_within_10pct_of_alone', '-')) + '/' + str(r.get('products', '-')):>21} "
