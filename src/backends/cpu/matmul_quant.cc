@@ -44,9 +44,15 @@ using ops::quant::QuantMatrix;
 constexpr int kMaxRows = 4;     // rows of X per pass over a weight row
 constexpr int kMaxColumns = 4;  // columns per pass of the int4 kernels
 // How far ahead of its reads a kernel prefetches a weight's bytes. Decoding streams the weights once per token
-// through one core, whose hardware prefetchers alone keep too few lines in flight; 4 to 8 KB ahead is where
-// bench/quant_bench.cc finds the kernels fastest on an AVX-512 Xeon.
+// through one core, whose hardware prefetchers alone keep too few lines in flight. On an AVX-512 Xeon,
+// bench/quant_bench.cc finds the kernels fastest at 8 KB ahead for int8 and int4 in blocks of 16 or 32, and at 2 KB
+// for larger int4 blocks (whose passes prefetch several lines per block at once).
 constexpr int64_t kPrefetchBytes = 8192;
+inline int64_t int4_prefetch_bytes(int64_t blob) { return blob <= 16 ? kPrefetchBytes : 2048; }
+
+// Brings the line at p into the L1 cache. An asm statement, which the optimizer keeps: GCC 12 deletes
+// _mm_prefetch as free of effects from some loops that it inlines into a caller.
+inline void prefetch_line(const char* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
 #define RF_QUANT_AVX2 __attribute__((target("avx2,fma")))
 #define RF_QUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
@@ -104,6 +110,7 @@ RF_QUANT_AVX2 void column_i8_avx2(const QuantMatrix& w, int64_t n, const float* 
     for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
+    prefetch_line(reinterpret_cast<const char*>(q + k) + kPrefetchBytes);
     const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
     const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16));
     const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0));
@@ -150,6 +157,7 @@ RF_QUANT_AVX512 void column_i8_avx512(const QuantMatrix& w, int64_t n, const flo
     for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
+    prefetch_line(reinterpret_cast<const char*>(q + k) + kPrefetchBytes);
     const __m512 w0 = widen16(q + k), w1 = widen16(q + k + 16), w2 = widen16(q + k + 32), w3 = widen16(q + k + 48);
     for (int r = 0; r < R; ++r) {
       const float* xr = x + r * ldx + k;
@@ -208,14 +216,6 @@ class Int4Rows {
   std::vector<float> buf_;
 };
 
-// AVX-512: the 32 weights of 16 bytes, the low nibbles (even k) in `lo`, the high ones (odd k) in
-// `hi`, as floats (0..15).
-RF_QUANT_AVX512 inline void nibbles32(__m128i bytes, __m512& lo, __m512& hi) {
-  const __m512i v = _mm512_cvtepu8_epi32(bytes);
-  lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f)));
-  hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-}
-
 // AVX-512: the zero points of column n's blocks [b, b + 16) as floats (8 where the weight has
 // none); those past n_blocks are unspecified (finite) values.
 RF_QUANT_AVX512 inline __m512 zero_points16(const QuantMatrix& w, int64_t n, int64_t b) {
@@ -228,6 +228,88 @@ RF_QUANT_AVX512 inline __m512 zero_points16(const QuantMatrix& w, int64_t n, int
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z));
 }
 
+// Prefetches, for block b of a pass over C columns, the lines of the pass's bytes (Q rows [n, n + C), contiguous;
+// the scales, likewise) that the pass reads per block, `ahead` bytes of Q (proportionally of the scales) ahead:
+// `qa` and `sa` point that far past the pass's first byte of each.
+template <int C>
+inline void prefetch_block(const char* qa, const char* sa, int64_t b, int64_t blob) {
+  const int64_t qb = b * C * blob, sb = b * C * 4;  // where the block's bytes start in the pass's
+  for (int64_t i = (qb + 63) / 64 * 64; i < qb + C * blob; i += 64) prefetch_line(qa + i);
+  for (int64_t i = (sb + 63) / 64 * 64; i < sb + C * 4; i += 64) prefetch_line(sa + i);
+}
+
+// AVX-512, int4, blocks of 32 * steps weights (STEPS: steps known at compile time, or 0): acc[r][c] += each
+// block's products times its scale.
+template <int R, int C, int STEPS>
+RF_QUANT_AVX512 inline __attribute__((always_inline)) void blocks_i4_avx512(const QuantMatrix& w, const uint8_t* q,
+                                                                            const float* sc, const float* x,
+                                                                            int64_t kpad, __m512 (&acc)[R][C]) {
+  const auto& s = w.shape;
+  const int64_t steps = STEPS ? STEPS : s.block_size / 32, blob = steps * 16, nb = s.n_blocks, stride = nb * blob;
+  const int64_t ahead = int4_prefetch_bytes(blob);
+  const char* qa = reinterpret_cast<const char*>(q) + ahead;
+  const char* sa = reinterpret_cast<const char*>(sc) + ahead * 4 / blob;
+  const __m512i mask = _mm512_set1_epi32(0x0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qb = q + b * blob;
+    const float* xb = x + b * steps * 32;
+    prefetch_block<C>(qa, sa, b, blob);
+    __m512 part[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) part[r][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < steps; ++j) {
+      __m512 xe[R], xo[R];
+      for (int r = 0; r < R; ++r) {
+        xe[r] = _mm512_load_ps(xb + r * kpad + j * 32);
+        xo[r] = _mm512_load_ps(xb + r * kpad + j * 32 + 16);
+      }
+      for (int c = 0; c < C; ++c) {
+        // The 32 weights of 16 bytes: the low nibbles (even k) and the high ones (odd k), as floats.
+        const __m512i v =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + c * stride + j * 16)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask)),
+                     hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+        for (int r = 0; r < R; ++r) part[r][c] = _mm512_fmadd_ps(xo[r], hi, _mm512_fmadd_ps(xe[r], lo, part[r][c]));
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m512 scale = _mm512_set1_ps(sc[c * nb + b]);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(part[r][c], scale, acc[r][c]);
+    }
+  }
+}
+
+// AVX-512, int4, blocks of 16: a step of 16 bytes covers blocks b (lanes 0..7) and b + 1 (lanes 8..15), whose
+// scales multiply its products lane by lane; an odd last block takes 8 bytes.
+template <int R, int C>
+RF_QUANT_AVX512 inline __attribute__((always_inline)) void pairs_i4_avx512(const QuantMatrix& w, const uint8_t* q,
+                                                                           const float* sc, const float* x,
+                                                                           int64_t kpad, __m512 (&acc)[R][C]) {
+  const int64_t nb = w.shape.n_blocks, stride = nb * 8;
+  const char* qa = reinterpret_cast<const char*>(q) + kPrefetchBytes;
+  const char* sa = reinterpret_cast<const char*>(sc) + kPrefetchBytes / 2;
+  const __m512i mask = _mm512_set1_epi32(0x0f);
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool pair = b + 1 < nb;
+    prefetch_block<C>(qa, sa, b / 2, 16);
+    __m512 xe[R], xo[R];
+    for (int r = 0; r < R; ++r) {
+      xe[r] = _mm512_load_ps(x + r * kpad + b * 16);
+      xo[r] = _mm512_load_ps(x + r * kpad + b * 16 + 16);
+    }
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* qb = q + c * stride + b * 8;
+      const __m512i v = _mm512_cvtepu8_epi32(pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))
+                                                  : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qb)));
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+      const __m512 scale =
+          _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sc[c * nb + b]), _mm512_set1_ps(sc[c * nb + b + (pair ? 1 : 0)]));
+      for (int r = 0; r < R; ++r)
+        acc[r][c] = _mm512_fmadd_ps(_mm512_fmadd_ps(xo[r], hi, _mm512_mul_ps(xe[r], lo)), scale, acc[r][c]);
+    }
+  }
+}
+
 // AVX-512, int4: outputs (m0 + r, n + c) for r < R, c < C into out[r * C + c].
 template <int R, int C>
 RF_QUANT_AVX512 void columns_i4_avx512(const QuantMatrix& w, int64_t n, const Int4Rows& p, int64_t m0, float* out) {
@@ -236,67 +318,19 @@ RF_QUANT_AVX512 void columns_i4_avx512(const QuantMatrix& w, int64_t n, const In
   const uint8_t* q = static_cast<const uint8_t*>(w.q) + n * stride;
   const float* sc = w.scales + n * nb;
   const float* x = p.xs + m0 * p.kpad;
-  const int64_t kpad = p.kpad;
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
-  if (s.block_size >= 32) {
-    const int64_t steps = s.block_size / 32;
-    const char* qa = reinterpret_cast<const char*>(q) + kPrefetchBytes;
-    const char* sa = reinterpret_cast<const char*>(sc) + kPrefetchBytes * 4 / s.blob;
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* qb = q + b * s.blob;
-      const float* xb = x + b * s.block_size;
-      // The pass's bytes are contiguous ([n, n + C) rows of Q, of the scales): each block, the lines the
-      // pass reads per block, kPrefetchBytes (of Q; proportionally of the scales) ahead.
-      for (int64_t i = 0; i < C * s.blob; i += 64) _mm_prefetch(qa + b * C * s.blob + i, _MM_HINT_T0);
-      if ((b * C * 4) % 64 < C * 4) _mm_prefetch(sa + b * C * 4, _MM_HINT_T0);
-      __m512 part[R][C];
-      for (int r = 0; r < R; ++r)
-        for (int c = 0; c < C; ++c) part[r][c] = _mm512_setzero_ps();
-      for (int64_t j = 0; j < steps; ++j) {
-        __m512 xe[R], xo[R];
-        for (int r = 0; r < R; ++r) {
-          xe[r] = _mm512_load_ps(xb + r * kpad + j * 32);
-          xo[r] = _mm512_load_ps(xb + r * kpad + j * 32 + 16);
-        }
-        for (int c = 0; c < C; ++c) {
-          __m512 lo, hi;
-          nibbles32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + c * stride + j * 16)), lo, hi);
-          for (int r = 0; r < R; ++r) part[r][c] = _mm512_fmadd_ps(xo[r], hi, _mm512_fmadd_ps(xe[r], lo, part[r][c]));
-        }
-      }
-      for (int c = 0; c < C; ++c) {
-        const __m512 scale = _mm512_set1_ps(sc[c * nb + b]);
-        for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(part[r][c], scale, acc[r][c]);
-      }
-    }
-  } else {  // blocks of 16: a step covers blocks b (lanes 0..7) and b + 1 (lanes 8..15)
-    const char* qa = reinterpret_cast<const char*>(q) + kPrefetchBytes;
-    const char* sa = reinterpret_cast<const char*>(sc) + kPrefetchBytes / 2;
-    for (int64_t b = 0; b < nb; b += 2) {
-      const bool pair = b + 1 < nb;
-      for (int64_t i = 0; i < C * 16; i += 64) _mm_prefetch(qa + b * C * 8 + i, _MM_HINT_T0);
-      if ((b * C * 4) % 64 < C * 8) _mm_prefetch(sa + b * C * 4, _MM_HINT_T0);
-      __m512 xe[R], xo[R];
-      for (int r = 0; r < R; ++r) {
-        xe[r] = _mm512_load_ps(x + r * kpad + b * 16);
-        xo[r] = _mm512_load_ps(x + r * kpad + b * 16 + 16);
-      }
-      for (int c = 0; c < C; ++c) {
-        const uint8_t* qb = q + c * stride + b * 8;
-        __m512 lo, hi;
-        nibbles32(pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))
-                       : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qb)),
-                  lo, hi);
-        const __m512 s0 = _mm512_set1_ps(sc[c * nb + b]), s1 = _mm512_set1_ps(pair ? sc[c * nb + b + 1] : 0.0f);
-        for (int r = 0; r < R; ++r) {
-          const __m512 part = _mm512_fmadd_ps(xo[r], hi, _mm512_mul_ps(xe[r], lo));
-          acc[r][c] = _mm512_fmadd_ps(part, _mm512_mask_blend_ps(0xff00, s0, s1), acc[r][c]);
-        }
-      }
-    }
-  }
+  if (s.block_size == 16)
+    pairs_i4_avx512<R, C>(w, q, sc, x, p.kpad, acc);
+  else if (s.block_size == 32)
+    blocks_i4_avx512<R, C, 1>(w, q, sc, x, p.kpad, acc);
+  else if (s.block_size == 64)
+    blocks_i4_avx512<R, C, 2>(w, q, sc, x, p.kpad, acc);
+  else if (s.block_size == 128)
+    blocks_i4_avx512<R, C, 4>(w, q, sc, x, p.kpad, acc);
+  else
+    blocks_i4_avx512<R, C, 0>(w, q, sc, x, p.kpad, acc);
   // The zero points' share, sum_b s_b zp_b X_b.
   __m512 corr[R][C];
   for (int r = 0; r < R; ++r)
@@ -339,11 +373,11 @@ RF_QUANT_AVX2 void columns_i4_avx2(const QuantMatrix& w, int64_t n, const Int4Ro
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const char* qa = reinterpret_cast<const char*>(q) + kPrefetchBytes;
-  const char* sa = reinterpret_cast<const char*>(sc) + kPrefetchBytes * 4 / s.blob;
+  const int64_t ahead = int4_prefetch_bytes(s.blob);
+  const char* qa = reinterpret_cast<const char*>(q) + ahead;
+  const char* sa = reinterpret_cast<const char*>(sc) + ahead * 4 / s.blob;
   for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t i = 0; i < C * s.blob; i += 64) _mm_prefetch(qa + b * C * s.blob + i, _MM_HINT_T0);
-    if ((b * C * 4) % 64 < C * 4) _mm_prefetch(sa + b * C * 4, _MM_HINT_T0);
+    prefetch_block<C>(qa, sa, b, s.blob);
     __m256 part[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) part[r][c] = _mm256_setzero_ps();
