@@ -17,7 +17,7 @@
 // nibbles past K contribute nothing whatever they hold, so no k is left to scalar code.
 //
 // Every output is computed by one thread in an order that depends only on the weight's shape, not on
-// the thread count or on which columns share its pass.
+// the thread count or on which rows and columns share its pass.
 #include "backends/cpu/matmul_quant.h"
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which
@@ -41,8 +41,9 @@ namespace {
 
 using ops::quant::QuantMatrix;
 
-constexpr int kMaxRows = 4;     // rows of X per pass over a weight row
-constexpr int kMaxColumns = 4;  // columns per pass of the int4 kernels
+constexpr int kMaxRows = 4;                        // rows of X per pass over a weight row
+constexpr int kMaxColumns = 4;                     // columns per pass of the int4 kernels
+constexpr int64_t kKeptFloats = int64_t{1} << 16;  // the largest prepared X (int4) kept between calls
 // How far ahead of its reads a kernel prefetches a weight's bytes. Decoding streams the weights once per token
 // through one core, whose hardware prefetchers alone keep too few lines in flight. On an AVX-512 Xeon,
 // bench/quant_bench.cc finds the kernels fastest at 8 KB ahead for int8 and int4 in blocks of 16 or 32, and at 2 KB
@@ -460,8 +461,12 @@ void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, 
   const int64_t N = w.shape.N;
   const SimdLevel level = simd_level();
   const bool int4 = w.shape.bits == 4 && level != SimdLevel::Generic;
-  thread_local Int4Rows prepared_here;
-  Int4Rows& rows4 = prepared_here;  // the caller's, read by every thread of the team below
+  // X prepared, read by every thread of the team below. Decoding's few rows keep their buffer between calls (one
+  // per calling thread); many rows (prefill) take one of their own, freed on return.
+  thread_local Int4Rows kept;
+  Int4Rows own;
+  const auto& s = w.shape;
+  Int4Rows& rows4 = M * (s.n_blocks * s.block_size + s.n_blocks) <= kKeptFloats ? kept : own;
   if (int4) rows4.prepare(w, M, x, ldx);
   auto run = [&](int64_t n0, int64_t n1) {
     float out[kMaxRows * kMaxColumns];
