@@ -1,12 +1,23 @@
 // reforge::MatMulQuant on the CPU, and cpu::matmul_quant (matmul_quant.h): products on int8
 // (per output channel) and int4 (blocks, MatMulNBits' layout) weights, dequantized in registers.
 //
-// Each output n reads its weight row once per group of up to 4 rows of X (single-token decoding:
-// once). int8: the weights are widened to float and multiplied into four partial sums per row,
-// and the column's scale multiplies the sum once. int4: each block's weights are dequantized as
-// the reference dequantizes them, (q - zp) * scale (on AVX-512 by a lookup in the block's table of
-// its 16 values, four columns per pass for one row), and multiplied into two partial sums per row.
-// The tail of K that does not fill a vector is summed in scalar code on the reference's values.
+// int8: each output n reads its weight row once per group of up to 4 rows of X; the weights are
+// widened to float and multiplied into four partial sums per row, and the column's scale multiplies
+// the sum once.
+//
+// int4: X is prepared once per call (Int4Rows): each row zero-padded to whole blocks, every 32 k
+// reordered into its 16 even k then its 16 odd k, and summed per block. 16 bytes of a weight row (32
+// weights) widen to 16 integers whose low nibbles are the weights of the even k and high nibbles those
+// of the odd k: a mask and a shift, two conversions and two multiply-adds against the prepared X, no
+// table and no shuffle per weight. The zero point is factored out of each block,
+//   sum_k x_k (q_k - zp) s = s sum_k x_k q_k - s zp X_b   (X_b: the block's sum of x),
+// so a block's products sum into one partial sum that the block's scale multiplies into the output's
+// sum, and sum_b s_b zp_b X_b, 16 blocks per vector, is subtracted at the end. A pass computes several
+// columns for up to 4 rows, each X vector loaded once for all of them. The zero padding makes the
+// nibbles past K contribute nothing whatever they hold, so no k is left to scalar code.
+//
+// Every output is computed by one thread in an order that depends only on the weight's shape, not on
+// the thread count or on which rows and columns share its pass.
 #include "backends/cpu/matmul_quant.h"
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which
@@ -18,6 +29,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/simd.h"
@@ -28,7 +41,19 @@ namespace {
 
 using ops::quant::QuantMatrix;
 
-constexpr int kMaxRows = 4;  // rows of X per pass over a weight row
+constexpr int kMaxRows = 4;                        // rows of X per pass over a weight row
+constexpr int kMaxColumns = 4;                     // columns per pass of the int4 kernels
+constexpr int64_t kKeptFloats = int64_t{1} << 16;  // the largest prepared X (int4) kept between calls
+// How far ahead of its reads a kernel prefetches a weight's bytes. Decoding streams the weights once per token
+// through one core, whose hardware prefetchers alone keep too few lines in flight. On an AVX-512 Xeon,
+// bench/quant_bench.cc finds the kernels fastest at 8 KB ahead for int8 and int4 in blocks of 16 or 32, and at 2 KB
+// for larger int4 blocks (whose passes prefetch several lines per block at once).
+constexpr int64_t kPrefetchBytes = 8192;
+inline int64_t int4_prefetch_bytes(int64_t blob) { return blob <= 16 ? kPrefetchBytes : 2048; }
+
+// Brings the line at p into the L1 cache. An asm statement, which the optimizer keeps: GCC 12 deletes
+// _mm_prefetch as free of effects from some loops that it inlines into a caller.
+inline void prefetch_line(const char* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
 #define RF_QUANT_AVX2 __attribute__((target("avx2,fma")))
 #define RF_QUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
@@ -63,15 +88,6 @@ void column_generic(const QuantMatrix& w, int64_t n, int rows, const float* x, i
   tail(w, n, 0, rows, x, ldx, out);
 }
 
-// The 16 nibbles of 8 bytes, in k order (low nibble first), as 16 bytes.
-RF_QUANT_AVX2 inline __m128i unpack_nibbles(const uint8_t* p) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(bytes, mask);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
-  return _mm_unpacklo_epi8(lo, hi);
-}
-
 RF_QUANT_AVX2 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -79,16 +95,10 @@ RF_QUANT_AVX2 inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// The vector kernels take the rows of X per pass as a template parameter R and index their
-// accumulators with constants only, so every partial sum stays in a register.
+// The vector kernels take the rows of X (R) and the columns (C) per pass as template parameters and
+// index their accumulators with constants only, so every partial sum stays in a register.
 
-// Where the scalar tail of column n starts: the first k that no vector step covers.
-inline int64_t vector_end(const QuantMatrix& w) {
-  const auto& s = w.shape;
-  if (s.bits == 8) return s.K / 16 * 16;
-  const int64_t last = (s.n_blocks - 1) * s.block_size;  // only the last block can be short
-  return last + (s.K - last) / 16 * 16;
-}
+// ---- int8 ----
 
 // AVX2 + FMA, int8: 32 weights per step in four 8-float partial sums per row; the column's
 // scale multiplies the sum once at the end.
@@ -101,6 +111,7 @@ RF_QUANT_AVX2 void column_i8_avx2(const QuantMatrix& w, int64_t n, const float* 
     for (int u = 0; u < 4; ++u) acc[r][u] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
+    prefetch_line(reinterpret_cast<const char*>(q + k) + kPrefetchBytes);
     const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
     const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16));
     const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0));
@@ -131,50 +142,9 @@ RF_QUANT_AVX2 void column_i8_avx2(const QuantMatrix& w, int64_t n, const float* 
   tail(w, n, k, R, x, ldx, out);
 }
 
-// AVX2 + FMA, int4: each block's weights dequantized ((q - zp) * scale) 16 at a time into two
-// 8-float vectors, summed into two partial sums per row.
-template <int R>
-RF_QUANT_AVX2 void column_i4_avx2(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
-  const auto& s = w.shape;
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
-  for (int64_t b = 0; b < s.n_blocks; ++b) {
-    const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
-    const __m256 scale = _mm256_set1_ps(w.scales[n * s.n_blocks + b]);
-    const __m256 zp = _mm256_set1_ps(static_cast<float>(w.zp(n, b)));
-    const uint8_t* blob = row + b * s.blob;
-    for (int64_t j = 0; j + 16 <= len; j += 16) {
-      const __m128i v = unpack_nibbles(blob + j / 2);
-      const __m256 w0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)), zp), scale);
-      const __m256 w1 =
-          _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))), zp), scale);
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * ldx + k0 + j;
-        acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xr), w0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xr + 8), w1, acc[r][1]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) out[r] = hsum256(_mm256_add_ps(acc[r][0], acc[r][1]));
-  tail(w, n, vector_end(w), R, x, ldx, out);
-}
-
 // 16 int8 weights widened to float.
 RF_QUANT_AVX512 inline __m512 widen16(const int8_t* q) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
-}
-
-// The 16 dequantized values of an int4 block, (i - zp) * scale for i = 0..15, as the reference
-// computes them: a vector the block's nibbles index.
-RF_QUANT_AVX512 inline __m512 block_table(float scale, float zp) {
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  return _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(zp)), _mm512_set1_ps(scale));
-}
-
-// 16 weights from 16 bytes whose low 4 bits are the nibbles (vpermps reads only those bits).
-RF_QUANT_AVX512 inline __m512 lookup16(__m128i v, __m512 table) {
-  return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(v), table);
 }
 
 // AVX-512, int8: 64 weights per step in four 16-float partial sums per row; the column's scale
@@ -188,6 +158,7 @@ RF_QUANT_AVX512 void column_i8_avx512(const QuantMatrix& w, int64_t n, const flo
     for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 64 <= K; k += 64) {
+    prefetch_line(reinterpret_cast<const char*>(q + k) + kPrefetchBytes);
     const __m512 w0 = widen16(q + k), w1 = widen16(q + k + 16), w2 = widen16(q + k + 32), w3 = widen16(q + k + 48);
     for (int r = 0; r < R; ++r) {
       const float* xr = x + r * ldx + k;
@@ -209,112 +180,278 @@ RF_QUANT_AVX512 void column_i8_avx512(const QuantMatrix& w, int64_t n, const flo
   tail(w, n, k, R, x, ldx, out);
 }
 
-// The zero points of column n's blocks [b, b + 64) as floats, 16 at a time from 8 bytes where the
-// row holds them (the rest one at a time).
-RF_QUANT_AVX512 inline void zero_points64(const QuantMatrix& w, int64_t n, int64_t b, float* zpf) {
-  const auto& s = w.shape;
-  int64_t i = 0;
-  if (w.zero_points) {
-    const uint8_t* zrow = w.zero_points + n * s.zp_row;
-    for (; i + 16 <= 64 && (b + i) / 2 + 8 <= s.zp_row; i += 16)
-      _mm512_store_ps(zpf + i, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(unpack_nibbles(zrow + (b + i) / 2))));
-  }
-  for (; i < 64 && b + i < s.n_blocks; ++i) zpf[i] = static_cast<float>(w.zp(n, b + i));
-}
+// ---- int4 ----
 
-// AVX-512, int4: 32 weights (16 bytes) per step, dequantized by a lookup in the block's table of
-// its 16 values (one permute per 16 weights) and summed into two partial sums per row; a 16-weight
-// step where a block has 16 left.
-template <int R>
-RF_QUANT_AVX512 void column_i4_avx512(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
-  const auto& s = w.shape;
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
-  alignas(64) float zpf[64];
-  for (int64_t b = 0; b < s.n_blocks; ++b) {
-    if (b % 64 == 0) zero_points64(w, n, b, zpf);
-    const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
-    const __m512 table = block_table(w.scales[n * s.n_blocks + b], zpf[b % 64]);
-    const uint8_t* blob = row + b * s.blob;
-    int64_t j = 0;
-    for (; j + 32 <= len; j += 32) {
-      // Low nibbles in `bytes`, high ones in `hi` (bits above the nibble are ignored by the lookup).
-      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob + j / 2));
-      const __m128i hi = _mm_srli_epi16(bytes, 4);
-      const __m512 w0 = lookup16(_mm_unpacklo_epi8(bytes, hi), table),
-                   w1 = lookup16(_mm_unpackhi_epi8(bytes, hi), table);
-      for (int r = 0; r < R; ++r) {
-        const float* xr = x + r * ldx + k0 + j;
-        acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(xr), w0, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + 16), w1, acc[r][1]);
+// X prepared for the int4 kernels. Row m's k sits at x[m * kpad + (k & ~31) + (k & 1) * 16 + (k & 31) / 2]:
+// each 32 k, the 16 even ones, then the 16 odd ones; zeros from K to kpad (whole blocks, a multiple of 32).
+// sums[m * bpad + b] is the float32 sum of row m's x over block b, zeros from n_blocks to bpad (a multiple of
+// 16). The rows are 64-byte aligned.
+class Int4Rows {
+ public:
+  void prepare(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx) {
+    const auto& s = w.shape;
+    kpad = (s.n_blocks * s.block_size + 31) / 32 * 32;
+    bpad = (s.n_blocks + 15) / 16 * 16;
+    buf_.assign(static_cast<size_t>(M * (kpad + bpad) + 16), 0.0f);
+    float* base = buf_.data();
+    base += (16 - reinterpret_cast<uintptr_t>(base) / sizeof(float) % 16) % 16;
+    float* sum_rows = base + M * kpad;
+    xs = base;
+    sums = sum_rows;
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * ldx;
+      float* d = base + m * kpad;
+      for (int64_t k = 0; k < s.K; ++k) d[(k & ~int64_t{31}) + (k & 1) * 16 + (k & 31) / 2] = xr[k];
+      for (int64_t b = 0; b < s.n_blocks; ++b) {
+        float sum = 0.0f;
+        for (int64_t k = b * s.block_size, end = std::min(s.K, k + s.block_size); k < end; ++k) sum += xr[k];
+        sum_rows[m * bpad + b] = sum;
       }
     }
-    if (j + 16 <= len) {
-      const __m512 w0 = lookup16(unpack_nibbles(blob + j / 2), table);
-      for (int r = 0; r < R; ++r) acc[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + k0 + j), w0, acc[r][0]);
-    }
   }
-  for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
-  tail(w, n, vector_end(w), R, x, ldx, out);
+  int64_t kpad = 0, bpad = 0;
+  const float* xs = nullptr;
+  const float* sums = nullptr;
+
+ private:
+  std::vector<float> buf_;
+};
+
+// AVX-512: the zero points of column n's blocks [b, b + 16) as floats (8 where the weight has
+// none); those past n_blocks are unspecified (finite) values.
+RF_QUANT_AVX512 inline __m512 zero_points16(const QuantMatrix& w, int64_t n, int64_t b) {
+  if (!w.zero_points) return _mm512_set1_ps(8.0f);
+  const int64_t first = b / 2, bytes = std::min<int64_t>(8, w.shape.zp_row - first);
+  const __m128i v =
+      _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << bytes) - 1), w.zero_points + n * w.shape.zp_row + first);
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i z = _mm_unpacklo_epi8(_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask));
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(z));
 }
 
-// AVX-512, int4, one row of X: columns n .. n + C - 1 at once, column_i4_avx512<1>'s steps for
-// each, interleaved (C times the independent work per step, each X vector loaded once for all).
+// Prefetches, for block b of a pass over C columns, the lines of the pass's bytes (Q rows [n, n + C), contiguous;
+// the scales, likewise) that the pass reads per block, `ahead` bytes of Q (proportionally of the scales) ahead:
+// `qa` and `sa` point that far past the pass's first byte of each.
 template <int C>
-RF_QUANT_AVX512 void columns_i4_avx512(const QuantMatrix& w, int64_t n, const float* x, float* out) {
+inline void prefetch_block(const char* qa, const char* sa, int64_t b, int64_t blob) {
+  const int64_t qb = b * C * blob, sb = b * C * 4;  // where the block's bytes start in the pass's
+  for (int64_t i = (qb + 63) / 64 * 64; i < qb + C * blob; i += 64) prefetch_line(qa + i);
+  for (int64_t i = (sb + 63) / 64 * 64; i < sb + C * 4; i += 64) prefetch_line(sa + i);
+}
+
+// AVX-512, int4, blocks of 32 * steps weights (STEPS: steps known at compile time, or 0): acc[r][c] += each
+// block's products times its scale.
+template <int R, int C, int STEPS>
+RF_QUANT_AVX512 inline __attribute__((always_inline)) void blocks_i4_avx512(const QuantMatrix& w, const uint8_t* q,
+                                                                            const float* sc, const float* x,
+                                                                            int64_t kpad, __m512 (&acc)[R][C]) {
   const auto& s = w.shape;
-  __m512 acc[C][2];
-  for (int c = 0; c < C; ++c) acc[c][0] = acc[c][1] = _mm512_setzero_ps();
-  const uint8_t* row = static_cast<const uint8_t*>(w.q) + n * s.n_blocks * s.blob;
-  const int64_t stride = s.n_blocks * s.blob;  // bytes from one column to the next
-  alignas(64) float zpf[C][64];
-  for (int64_t b = 0; b < s.n_blocks; ++b) {
-    if (b % 64 == 0)
-      for (int c = 0; c < C; ++c) zero_points64(w, n + c, b, zpf[c]);
-    const int64_t k0 = b * s.block_size, len = std::min(s.block_size, s.K - k0);
-    __m512 table[C];
-    for (int c = 0; c < C; ++c) table[c] = block_table(w.scales[(n + c) * s.n_blocks + b], zpf[c][b % 64]);
-    const uint8_t* blob = row + b * s.blob;
-    int64_t j = 0;
-    for (; j + 32 <= len; j += 32) {
-      const __m512 x0 = _mm512_loadu_ps(x + k0 + j), x1 = _mm512_loadu_ps(x + k0 + j + 16);
+  const int64_t steps = STEPS ? STEPS : s.block_size / 32, blob = steps * 16, nb = s.n_blocks, stride = nb * blob;
+  const int64_t ahead = int4_prefetch_bytes(blob);
+  const char* qa = reinterpret_cast<const char*>(q) + ahead;
+  const char* sa = reinterpret_cast<const char*>(sc) + ahead * 4 / blob;
+  const __m512i mask = _mm512_set1_epi32(0x0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qb = q + b * blob;
+    const float* xb = x + b * steps * 32;
+    prefetch_block<C>(qa, sa, b, blob);
+    __m512 part[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) part[r][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < steps; ++j) {
+      __m512 xe[R], xo[R];
+      for (int r = 0; r < R; ++r) {
+        xe[r] = _mm512_load_ps(xb + r * kpad + j * 32);
+        xo[r] = _mm512_load_ps(xb + r * kpad + j * 32 + 16);
+      }
       for (int c = 0; c < C; ++c) {
-        const __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob + c * stride + j / 2));
-        const __m128i ph = _mm_srli_epi16(p, 4);
-        acc[c][0] = _mm512_fmadd_ps(x0, lookup16(_mm_unpacklo_epi8(p, ph), table[c]), acc[c][0]);
-        acc[c][1] = _mm512_fmadd_ps(x1, lookup16(_mm_unpackhi_epi8(p, ph), table[c]), acc[c][1]);
+        // The 32 weights of 16 bytes: the low nibbles (even k) and the high ones (odd k), as floats.
+        const __m512i v =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + c * stride + j * 16)));
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask)),
+                     hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+        for (int r = 0; r < R; ++r) part[r][c] = _mm512_fmadd_ps(xo[r], hi, _mm512_fmadd_ps(xe[r], lo, part[r][c]));
       }
     }
-    if (j + 16 <= len) {
-      const __m512 x0 = _mm512_loadu_ps(x + k0 + j);
-      for (int c = 0; c < C; ++c)
-        acc[c][0] = _mm512_fmadd_ps(x0, lookup16(unpack_nibbles(blob + c * stride + j / 2), table[c]), acc[c][0]);
+    for (int c = 0; c < C; ++c) {
+      const __m512 scale = _mm512_set1_ps(sc[c * nb + b]);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(part[r][c], scale, acc[r][c]);
     }
-  }
-  for (int c = 0; c < C; ++c) {
-    out[c] = _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1]));
-    tail(w, n + c, vector_end(w), 1, x, 0, out + c);
   }
 }
 
-constexpr int kPairColumns = 4;  // columns per pass of columns_i4_avx512
+// AVX-512, int4, blocks of 16: a step of 16 bytes covers blocks b (lanes 0..7) and b + 1 (lanes 8..15), whose
+// scales multiply its products lane by lane; an odd last block takes 8 bytes.
+template <int R, int C>
+RF_QUANT_AVX512 inline __attribute__((always_inline)) void pairs_i4_avx512(const QuantMatrix& w, const uint8_t* q,
+                                                                           const float* sc, const float* x,
+                                                                           int64_t kpad, __m512 (&acc)[R][C]) {
+  const int64_t nb = w.shape.n_blocks, stride = nb * 8;
+  const char* qa = reinterpret_cast<const char*>(q) + kPrefetchBytes;
+  const char* sa = reinterpret_cast<const char*>(sc) + kPrefetchBytes / 2;
+  const __m512i mask = _mm512_set1_epi32(0x0f);
+  for (int64_t b = 0; b < nb; b += 2) {
+    const bool pair = b + 1 < nb;
+    prefetch_block<C>(qa, sa, b / 2, 16);
+    __m512 xe[R], xo[R];
+    for (int r = 0; r < R; ++r) {
+      xe[r] = _mm512_load_ps(x + r * kpad + b * 16);
+      xo[r] = _mm512_load_ps(x + r * kpad + b * 16 + 16);
+    }
+    for (int c = 0; c < C; ++c) {
+      const uint8_t* qb = q + c * stride + b * 8;
+      const __m512i v = _mm512_cvtepu8_epi32(pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qb))
+                                                  : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qb)));
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(v, mask)), hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+      const __m512 scale =
+          _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(sc[c * nb + b]), _mm512_set1_ps(sc[c * nb + b + (pair ? 1 : 0)]));
+      for (int r = 0; r < R; ++r)
+        acc[r][c] = _mm512_fmadd_ps(_mm512_fmadd_ps(xo[r], hi, _mm512_mul_ps(xe[r], lo)), scale, acc[r][c]);
+    }
+  }
+}
+
+// AVX-512, int4: outputs (m0 + r, n + c) for r < R, c < C into out[r * C + c].
+template <int R, int C>
+RF_QUANT_AVX512 void columns_i4_avx512(const QuantMatrix& w, int64_t n, const Int4Rows& p, int64_t m0, float* out) {
+  const auto& s = w.shape;
+  const int64_t nb = s.n_blocks, stride = nb * s.blob;  // bytes from one column to the next
+  const uint8_t* q = static_cast<const uint8_t*>(w.q) + n * stride;
+  const float* sc = w.scales + n * nb;
+  const float* x = p.xs + m0 * p.kpad;
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  if (s.block_size == 16)
+    pairs_i4_avx512<R, C>(w, q, sc, x, p.kpad, acc);
+  else if (s.block_size == 32)
+    blocks_i4_avx512<R, C, 1>(w, q, sc, x, p.kpad, acc);
+  else if (s.block_size == 64)
+    blocks_i4_avx512<R, C, 2>(w, q, sc, x, p.kpad, acc);
+  else if (s.block_size == 128)
+    blocks_i4_avx512<R, C, 4>(w, q, sc, x, p.kpad, acc);
+  else
+    blocks_i4_avx512<R, C, 0>(w, q, sc, x, p.kpad, acc);
+  // The zero points' share, sum_b s_b zp_b X_b.
+  __m512 corr[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) corr[r][c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 16) {
+    const __mmask16 live = nb - b >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (nb - b)) - 1);
+    __m512 sums[R];
+    for (int r = 0; r < R; ++r) sums[r] = _mm512_load_ps(p.sums + (m0 + r) * p.bpad + b);
+    for (int c = 0; c < C; ++c) {
+      const __m512 sz = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, sc + c * nb + b), zero_points16(w, n + c, b));
+      for (int r = 0; r < R; ++r) corr[r][c] = _mm512_fmadd_ps(sz, sums[r], corr[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[r * C + c] = _mm512_reduce_add_ps(acc[r][c]) - _mm512_reduce_add_ps(corr[r][c]);
+}
+
+// AVX2: column n's zero points of blocks [b, b + 8) as floats (8 where the weight has none); b + 8 <= n_blocks.
+RF_QUANT_AVX2 inline __m256 zero_points8(const QuantMatrix& w, int64_t n, int64_t b) {
+  if (!w.zero_points) return _mm256_set1_ps(8.0f);
+  uint32_t bytes;
+  std::memcpy(&bytes, w.zero_points + n * w.shape.zp_row + b / 2, 4);
+  const __m128i v = _mm_cvtsi32_si128(static_cast<int>(bytes));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i z = _mm_unpacklo_epi8(_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask));
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z));
+}
+
+// AVX2 + FMA, int4: as columns_i4_avx512, 16 weights (8 bytes) per step: the even k of the step in
+// one 8-float vector, the odd k in another.
+template <int R, int C>
+RF_QUANT_AVX2 void columns_i4_avx2(const QuantMatrix& w, int64_t n, const Int4Rows& p, int64_t m0, float* out) {
+  const auto& s = w.shape;
+  const int64_t nb = s.n_blocks, stride = nb * s.blob;
+  const uint8_t* q = static_cast<const uint8_t*>(w.q) + n * stride;
+  const float* sc = w.scales + n * nb;
+  const float* x = p.xs + m0 * p.kpad;
+  const int64_t kpad = p.kpad, steps = s.block_size / 16;
+  const __m256i mask = _mm256_set1_epi32(0x0f);
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  const int64_t ahead = int4_prefetch_bytes(s.blob);
+  const char* qa = reinterpret_cast<const char*>(q) + ahead;
+  const char* sa = reinterpret_cast<const char*>(sc) + ahead * 4 / s.blob;
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_block<C>(qa, sa, b, s.blob);
+    __m256 part[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) part[r][c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < steps; ++j) {
+      const int64_t k = b * s.block_size + j * 16;  // the step's first k; even k at xk, odd k at xk + 16
+      const float* xk = x + (k & ~int64_t{31}) + (k & 16) / 2;
+      for (int c = 0; c < C; ++c) {
+        const __m256i v =
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + c * stride + k / 2)));
+        const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, mask)),
+                     hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+        for (int r = 0; r < R; ++r)
+          part[r][c] = _mm256_fmadd_ps(_mm256_load_ps(xk + r * kpad + 16), hi,
+                                       _mm256_fmadd_ps(_mm256_load_ps(xk + r * kpad), lo, part[r][c]));
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256 scale = _mm256_set1_ps(sc[c * nb + b]);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(part[r][c], scale, acc[r][c]);
+    }
+  }
+  __m256 corr[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) corr[r][c] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8)
+    for (int c = 0; c < C; ++c) {
+      const __m256 sz = _mm256_mul_ps(_mm256_loadu_ps(sc + c * nb + b), zero_points8(w, n + c, b));
+      for (int r = 0; r < R; ++r)
+        corr[r][c] = _mm256_fmadd_ps(sz, _mm256_load_ps(p.sums + (m0 + r) * p.bpad + b), corr[r][c]);
+    }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float rest = 0.0f;
+      for (int64_t i = b; i < nb; ++i)
+        rest += sc[c * nb + i] * static_cast<float>(w.zp(n + c, i)) * p.sums[(m0 + r) * p.bpad + i];
+      out[r * C + c] = hsum256(acc[r][c]) - (hsum256(corr[r][c]) + rest);
+    }
+}
 
 using ColumnFn = void (*)(const QuantMatrix&, int64_t, const float*, int64_t, float*);
+using ColumnsFn = void (*)(const QuantMatrix&, int64_t, const Int4Rows&, int64_t, float*);
 
 template <int R>
 void column_generic_rows(const QuantMatrix& w, int64_t n, const float* x, int64_t ldx, float* out) {
   column_generic(w, n, R, x, ldx, out);
 }
 
-// The kernel for `rows` rows (1..kMaxRows) at the CPU's level.
-ColumnFn pick_column(int bits, int rows) {
-  const SimdLevel level = simd_level();
+// The int8 (or generic) kernel for `rows` rows (1..kMaxRows) at the CPU's level.
+ColumnFn pick_column(const SimdLevel level, int rows) {
 #define RF_QUANT_ROWS(F) (rows == 1 ? F<1> : rows == 2 ? F<2> : rows == 3 ? F<3> : F<4>)
-  if (level == SimdLevel::Avx512) return bits == 8 ? RF_QUANT_ROWS(column_i8_avx512) : RF_QUANT_ROWS(column_i4_avx512);
-  if (level == SimdLevel::Avx2) return bits == 8 ? RF_QUANT_ROWS(column_i8_avx2) : RF_QUANT_ROWS(column_i4_avx2);
+  if (level == SimdLevel::Avx512) return RF_QUANT_ROWS(column_i8_avx512);
+  if (level == SimdLevel::Avx2) return RF_QUANT_ROWS(column_i8_avx2);
   return RF_QUANT_ROWS(column_generic_rows);
 #undef RF_QUANT_ROWS
+}
+
+// The int4 kernels for `rows` rows (1..kMaxRows) at a vector level: `wide` takes `columns` columns
+// per pass, `one` a single column.
+struct Int4Kernels {
+  ColumnsFn wide, one;
+  int columns;
+};
+
+Int4Kernels pick_int4(const SimdLevel level, int rows) {
+#define RF_QUANT_I4(F, C1, C2, C34)                   \
+  (rows == 1   ? Int4Kernels{F<1, C1>, F<1, 1>, C1}   \
+   : rows == 2 ? Int4Kernels{F<2, C2>, F<2, 1>, C2}   \
+   : rows == 3 ? Int4Kernels{F<3, C34>, F<3, 1>, C34} \
+               : Int4Kernels{F<4, C34>, F<4, 1>, C34})
+  if (level == SimdLevel::Avx512) return RF_QUANT_I4(columns_i4_avx512, 4, 4, 2);
+  return RF_QUANT_I4(columns_i4_avx2, 4, 2, 1);
+#undef RF_QUANT_I4
 }
 
 }  // namespace
@@ -322,20 +459,41 @@ ColumnFn pick_column(int bits, int rows) {
 void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, const float* bias, float* y,
                   int64_t ldy, int threads) {
   const int64_t N = w.shape.N;
+  const SimdLevel level = simd_level();
+  const bool int4 = w.shape.bits == 4 && level != SimdLevel::Generic;
+  // X prepared, read by every thread of the team below. Decoding's few rows keep their buffer between calls (one
+  // per calling thread); many rows (prefill) take one of their own, freed on return.
+  thread_local Int4Rows kept;
+  Int4Rows own;
+  const auto& s = w.shape;
+  Int4Rows& rows4 = M * (s.n_blocks * s.block_size + s.n_blocks) <= kKeptFloats ? kept : own;
+  if (int4) rows4.prepare(w, M, x, ldx);
   auto run = [&](int64_t n0, int64_t n1) {
-    float out[kMaxRows > kPairColumns ? kMaxRows : kPairColumns];
+    float out[kMaxRows * kMaxColumns];
     for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
-      const ColumnFn column = pick_column(w.shape.bits, rows);
-      int64_t n = n0;
-      if (rows == 1 && w.shape.bits == 4 && simd_level() == SimdLevel::Avx512)
-        for (; n + kPairColumns <= n1; n += kPairColumns) {
-          columns_i4_avx512<kPairColumns>(w, n, x + m0 * ldx, out);
-          for (int c = 0; c < kPairColumns; ++c) y[m0 * ldy + n + c] = bias ? out[c] + bias[n + c] : out[c];
+      auto store = [&](int64_t n, int columns) {
+        for (int r = 0; r < rows; ++r)
+          for (int c = 0; c < columns; ++c)
+            y[(m0 + r) * ldy + n + c] = bias ? out[r * columns + c] + bias[n + c] : out[r * columns + c];
+      };
+      if (int4) {
+        const Int4Kernels k = pick_int4(level, rows);
+        int64_t n = n0;
+        for (; n + k.columns <= n1; n += k.columns) {
+          k.wide(w, n, rows4, m0, out);
+          store(n, k.columns);
         }
-      for (; n < n1; ++n) {
-        column(w, n, x + m0 * ldx, ldx, out);
-        for (int r = 0; r < rows; ++r) y[(m0 + r) * ldy + n] = bias ? out[r] + bias[n] : out[r];
+        for (; n < n1; ++n) {
+          k.one(w, n, rows4, m0, out);
+          store(n, 1);
+        }
+      } else {
+        const ColumnFn column = pick_column(level, rows);
+        for (int64_t n = n0; n < n1; ++n) {
+          column(w, n, x + m0 * ldx, ldx, out);
+          store(n, 1);
+        }
       }
     }
   };
@@ -347,10 +505,11 @@ void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, 
     run(0, N);
     return;
   }
+  // Each thread's share of the columns is a multiple of kMaxColumns (but the last).
 #pragma omp parallel num_threads(team)
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t per = (N + nt - 1) / nt;
+    const int64_t per = ((N + nt - 1) / nt + kMaxColumns - 1) / kMaxColumns * kMaxColumns;
     const int64_t n0 = std::min(N, t * per), n1 = std::min(N, (t + 1) * per);
     if (n0 < n1) run(n0, n1);
   }

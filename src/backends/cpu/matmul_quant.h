@@ -4,15 +4,17 @@
 // nibble first, scales [N * n_blocks], zero points two per byte) is the one QuantMatrix describes
 // (ops/reforge/quant_weight.h).
 //
-// The weight is dequantized in registers, 8 (AVX2) or 16 (AVX-512) values at a time (int4: exactly
-// as the reference kernel dequantizes it, (q - zp) * scale; int8: widened to float, the column's
-// scale applied to the sum once) and multiplied with float32 activations into float32 sums: bytes
-// read per weight are 1 (int8) or 1/2 (int4) plus the scales, which is what single-token decoding,
-// bound by memory, pays for. The results differ from the reference's only by float32 rounding
-// (several partial sums per output, combined at the end; int8's scale factored out); each output is
-// computed by one thread in a fixed order, so results do not depend on the thread count. No VNNI path: VNNI multiplies
-// 8-bit activations, and quantizing the activations would change the results (and their error against the float model)
-// for a compute saving that memory-bound decoding does not need.
+// The weight is dequantized in registers, 8 (AVX2) or 16 (AVX-512) values at a time, and multiplied with
+// float32 activations into float32 sums: bytes read per weight are 1 (int8) or 1/2 (int4) plus the scales, which
+// is what single-token decoding, bound by memory, pays for; the kernels prefetch that stream ahead of their reads.
+// int8: widened to float, the column's scale applied to the sum once. int4: X is reordered once per call so that
+// the low and high nibbles of 16 weight bytes multiply the even and odd k directly, and each block's zero point is
+// factored out (s * (sum_k x_k q_k - zp * sum_k x_k), the block sums of X computed once). The results differ from
+// the reference's only by float32 rounding (partial sums per block and per vector lane, combined at the end); each
+// output is computed by one thread in an order fixed by the weight's shape, so results do not depend on the thread
+// count, nor on which rows or columns share a pass. No VNNI path: VNNI multiplies 8-bit activations, and
+// quantizing the activations would change the results (and their error against the float model) for a compute
+// saving that memory-bound decoding does not need.
 #pragma once
 
 #include <cstdint>
