@@ -11,6 +11,8 @@
 // and ORT's. Then the refit rules: a plan built from a quantized model refits by position from
 // the model re-quantized from other weights, giving the engine weights and outputs of a fresh
 // build of that model bit for bit; a float checkpoint is refused, naming the quantized weights.
+// The QDQ variants run their Linear layers on the integer codes (fuse-dequantize-matmul): the
+// plans hold the codes, not float32 copies, and stay as close to ORT as the float path.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -130,11 +132,40 @@ std::map<std::string, Tensor> feeds_of(const QuantSet& s) {
   return feeds;
 }
 
-plan::Plan build(const std::string& path, plan::BuildMode mode = plan::BuildMode::Baked, bool strip = false) {
+plan::Plan build(const std::string& path, plan::BuildMode mode = plan::BuildMode::Baked, bool strip = false,
+                 std::vector<std::string> skip = {}) {
   build::BuildOptions o;
   o.mode = mode;
   o.strip_weights = strip;
+  o.skip_passes = std::move(skip);
   return round_trip(build::build_plan(onnx::import_model_file(path), o));
+}
+
+// max |output - reference| over every input set and output of `c`, for the engine `e`.
+std::pair<double, double> errors(const runtime::PlanEngine& e, const QuantCase& c) {
+  double vs_ort = 0, vs_float = 0;
+  for (const auto& s : c.sets) {
+    SCOPED_TRACE("input set " + s.name);
+    const auto outs = e.run(feeds_of(s));
+    EXPECT_EQ(outs.size(), s.ort.size());
+    for (size_t i = 0; i < outs.size() && i < s.ort.size(); ++i) {
+      vs_ort = std::max(vs_ort, max_diff(outs[i], read_npy(s.ort[i].second), "vs ORT " + s.ort[i].first));
+      vs_float = std::max(vs_float, max_diff(outs[i], read_npy(s.flt[i].second), "vs float " + s.flt[i].first));
+    }
+  }
+  return {vs_ort, vs_float};
+}
+
+size_t count_ops(const plan::Plan& p, const std::string& op) {
+  size_t n = 0;
+  for (const auto& node : p.graph.nodes) n += node.op_type == op;
+  return n;
+}
+
+size_t weight_bytes(const plan::Plan& p) {
+  size_t b = 0;
+  for (const auto& w : p.weights) b += w.data.nbytes();
+  return b;
 }
 
 class QuantModel : public ::testing::TestWithParam<QuantCase> {};
@@ -154,20 +185,49 @@ TEST_P(QuantModel, MatchesOrtAndFloat) {
   } catch (const std::exception& ex) {
     FAIL() << "build failed: " << ex.what();
   }
-  double vs_ort = 0, vs_float = 0;
-  for (const auto& s : c.sets) {
-    SCOPED_TRACE("input set " + s.name);
-    const auto outs = e->run(feeds_of(s));
-    ASSERT_EQ(outs.size(), s.ort.size());
-    for (size_t i = 0; i < outs.size(); ++i) {
-      vs_ort = std::max(vs_ort, max_diff(outs[i], read_npy(s.ort[i].second), "vs ORT " + s.ort[i].first));
-      vs_float = std::max(vs_float, max_diff(outs[i], read_npy(s.flt[i].second), "vs float " + s.flt[i].first));
-    }
-  }
+  const auto [vs_ort, vs_float] = errors(*e, c);
   std::printf("[ quant    ] %-16s ORT vs float %.4g   reforge vs float %.4g   reforge vs ORT %.3g\n", c.name.c_str(),
               c.ort_vs_float, vs_float, vs_ort);
   EXPECT_LE(vs_ort, c.tol_ort) << "reforge vs ONNX Runtime's quantized output";
   EXPECT_LE(vs_float, c.tol_float) << "reforge vs the float model (ORT reaches " << c.ort_vs_float << ")";
+}
+
+// The QDQ variants: every Linear layer on DequantizeLinear of int8 (ORT's quantize_static) or
+// 4-bit (its weight-only quantizer in QDQ format) codes runs on MatMulQuant, the plan holds the
+// codes instead of float32 weights, and the outputs are as close to ORT's and to the float model
+// as those of the plan that dequantizes at build (--skip-pass fuse-dequantize-matmul), with the
+// same tolerances. Convolutions keep their weights dequantized at build (MatMulQuant is a
+// matrix product). The test prints both plans' errors.
+TEST(QuantModelFusion, QdqLinearLayersRunOnTheCodes) {
+  const std::vector<std::pair<std::string, size_t>> variants = {
+      {"bert_static", 13}, {"cnn_static", 1}, {"llama_qdq4_A", 15}, {"llama_qdq4_sym_A", 15}};
+  for (const auto& [name, linear] : variants) {
+    SCOPED_TRACE(name);
+    const QuantCase c = find_case(name);
+    const plan::Plan fused = build(c.path),
+                     plain = build(c.path, plan::BuildMode::Baked, false, {"fuse-dequantize-matmul"});
+    EXPECT_EQ(count_ops(fused, "MatMulQuant"), linear);
+    EXPECT_EQ(count_ops(plain, "MatMulQuant"), 0u);
+    EXPECT_EQ(count_ops(fused, "MatMul") + count_ops(fused, "Gemm") + count_ops(fused, "MatMulAdd") +
+                  count_ops(fused, "MatMulAddPacked") + linear,
+              count_ops(plain, "MatMul") + count_ops(plain, "Gemm") + count_ops(plain, "MatMulAdd") +
+                  count_ops(plain, "MatMulAddPacked"));
+    // int8 codes are a quarter of float32, 4-bit ones an eighth (plus their scales): the fused plan
+    // is at least half the bytes of the fused layers' float32 weights smaller.
+    size_t fused_float = 0;
+    for (const auto& n : fused.graph.nodes)
+      if (n.op_type == "MatMulQuant") fused_float += size_t(4 * n.attr_int("K", 0) * n.attr_int("N", 0));
+    EXPECT_LE(weight_bytes(fused) + fused_float / 2, weight_bytes(plain))
+        << "fused " << weight_bytes(fused) << " bytes, dequantized at build " << weight_bytes(plain);
+    const auto [f_ort, f_float] = errors(runtime::PlanEngine(fused), c);
+    const auto [p_ort, p_float] = errors(runtime::PlanEngine(plain), c);
+    std::printf(
+        "[ qdq      ] %-16s %zu layers on codes, weights %zu -> %zu bytes; vs ORT %.3g (dequantized at build "
+        "%.3g), vs float %.4g (%.4g), ORT vs float %.4g\n",
+        name.c_str(), linear, weight_bytes(plain), weight_bytes(fused), f_ort, p_ort, f_float, p_float, c.ort_vs_float);
+    EXPECT_LE(f_ort, c.tol_ort);
+    EXPECT_LE(f_float, c.tol_float);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Quant, QuantModel, ::testing::ValuesIn(load_manifest()),
@@ -186,8 +246,9 @@ TEST(QuantManifest, CompleteAndPresent) {
       for (const auto& [n, p] : s.flt) EXPECT_TRUE(fs::exists(p)) << p;
     }
   }
-  for (const char* n : {"bert_dynamic", "cnn_dynamic", "bert_static", "cnn_static", "cnn_static_B", "cnn_static_B2",
-                        "cnn_static_qop", "llama_nbits_A", "llama_nbits_B"})
+  for (const char* n :
+       {"bert_dynamic", "cnn_dynamic", "bert_static", "cnn_static", "cnn_static_B", "cnn_static_B2", "cnn_static_qop",
+        "llama_nbits_A", "llama_nbits_B", "llama_qdq4_A", "llama_qdq4_B", "llama_qdq4_sym_A"})
     EXPECT_TRUE(names.count(n)) << "manifest lacks " << n;
 }
 
@@ -222,7 +283,12 @@ void expect_refit_equals_fresh(const std::string& a_name, const std::string& b_n
 
 TEST(QuantRefit, MatMulNBitsFromRequantizedOnnx) { expect_refit_equals_fresh("llama_nbits_A", "llama_nbits_B"); }
 
+// The classifier's Gemm runs on int8 codes (MatMulQuant), the convolutions on weights dequantized
+// at build: both kinds of recipe replay.
 TEST(QuantRefit, QdqFromRequantizedOnnx) { expect_refit_equals_fresh("cnn_static_B", "cnn_static_B2"); }
+
+// Every Linear layer on uint4 codes with zero points, blocks of 32 (QdqWeight's int4 form).
+TEST(QuantRefit, Qdq4BitFromRequantizedOnnx) { expect_refit_equals_fresh("llama_qdq4_A", "llama_qdq4_B"); }
 
 // A float checkpoint cannot re-derive weights another tool quantized: binding refuses, naming
 // a quantized weight, its consumer and why, and pointing at the ways that work.
@@ -250,6 +316,14 @@ TEST(QuantRefit, FloatCheckpointRefused) {
       qdq.find("int8[16,16,3,3] (input 0 of node 'block1.conv1.conv.weight_DequantizeLinear' (DequantizeLinear))"),
       std::string::npos)
       << qdq;
+
+  // QDQ 4-bit: the codes of a layer that runs on MatMulQuant are refused just the same.
+  const QuantCase qdq4 = find_case("llama_qdq4_A");
+  const std::string q4 =
+      error_of([&] { build::build_plan_with_checkpoint(onnx::import_model_file(qdq4.path), o, ckpt, {}); });
+  EXPECT_NE(q4.find("'val_119_DQ_Q4' uint4[64,64] (input 0 of node 'node_linear_3_DQ_Q4' (DequantizeLinear))"),
+            std::string::npos)
+      << q4;
 
   // --allow-partial-binding builds; the plan's checkpoint refit is refused, naming the weight
   // and the reason, and the engine is left as it was.
