@@ -4,7 +4,8 @@
 //
 // - The layout is exact: MatMulQuant's reference kernel on QdqWeight's output equals, bit for bit,
 //   DequantizeLinear's float32 weight multiplied with the float32 sum taken in ascending k (the
-//   reference kernel's order), for every form the step takes (int8/uint8 per tensor and per output
+//   reference kernel's order), and the CPU kernel is within the bound of that sum in another
+//   order, for every form the step takes (int8/uint8 per tensor and per output
 //   channel, int4/uint4 per tensor, per channel and in blocks, with and without zero points, [K, N]
 //   and transposed codes, a K that is no multiple of the block).
 // - Built plans: the fused plan holds the codes, not float32 copies (its weight bytes shrink), and
@@ -28,6 +29,7 @@
 #include "support/engine_checks.h"
 #include "support/make_tensor.h"
 #include "support/plan_round_trip.h"
+#include "support/run_op.h"
 #include "transforms/recipe.h"
 
 using namespace reforge;
@@ -141,13 +143,20 @@ TEST(QdqWeight, MatMulQuantReferenceEqualsDequantizeThenAscendingSum) {
     const bool four = f.target.bits == 4;
     const std::vector<Tensor> q = qdq_weight(w, c.transposed, four ? 3 : 2);
     const Tensor x = random_floats({M, K}, seed + 5);
-    std::map<std::string, ir::Attribute> mq = {{"bits", ir::int_attr("bits", f.target.bits)},
-                                               {"block_size", ir::int_attr("block_size", f.target.block_size)},
-                                               {"K", ir::int_attr("K", K)},
-                                               {"N", ir::int_attr("N", N)}};
-    std::vector<const Tensor*> in = {&x, &q[0], &q[1]};
-    if (four) in.push_back(&q[2]);
-    const Tensor y = transforms::evaluate_op("reforge", "MatMulQuant", 1, mq, in, 1)[0];
+    ir::Node mq;
+    mq.name = "mq";
+    mq.domain = "reforge";
+    mq.op_type = "MatMulQuant";
+    mq.opset = 1;
+    mq.inputs = {"x", "q", "s", four ? "z" : ""};
+    mq.outputs = {"y"};
+    mq.attrs = {{"bits", ir::int_attr("bits", f.target.bits)},
+                {"block_size", ir::int_attr("block_size", f.target.block_size)},
+                {"K", ir::int_attr("K", K)},
+                {"N", ir::int_attr("N", N)}};
+    std::vector<const Tensor*> in = {&x, &q[0], &q[1], four ? &q[2] : nullptr};
+    const Tensor y = test_support::run_reference_node(mq, in)[0];
+    const Tensor y_cpu = test_support::run_node(mq, in)[0];
     ASSERT_EQ(y.shape(), (Shape{M, N}));
     const float* pw = wd.data<float>();
     for (int64_t m = 0; m < M; ++m)
@@ -158,6 +167,12 @@ TEST(QdqWeight, MatMulQuantReferenceEqualsDequantizeThenAscendingSum) {
           acc += p;
         }
         ASSERT_EQ(y.data<float>()[m * N + n], acc) << "m " << m << " n " << n;
+        // The CPU kernel: another order of the same sum (int8: the scale applied to the sum).
+        double mag = 0;
+        for (int64_t k = 0; k < K; ++k)
+          mag += std::fabs(double(x.data<float>()[m * K + k]) * pw[c.transposed ? n * K + k : k * N + n]);
+        ASSERT_LE(std::fabs(double(y_cpu.data<float>()[m * N + n]) - acc), double(K + 1) * std::ldexp(mag, -23))
+            << "CPU kernel, m " << m << " n " << n;
       }
   }
 }
