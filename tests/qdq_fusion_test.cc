@@ -381,8 +381,18 @@ TEST(FuseDequantizeMatMul, RefitEqualsFreshBuildAndRefusesAsymmetricZeroPoints) 
     r.set("w.zp", b.zp);
     r.set("b.q", random_codes(DType::Int32, {N}, 77));  // the bias of linear_graph()
     r.set("b.scale", test_support::make<float>({}, {1e-9f}));
-    r.commit();
+    const refit::CommitReport rep = r.commit();
     EXPECT_EQ(test_support::derived_weight_hashes(e), test_support::derived_weight_hashes(fresh));
+    // The refit reports how many codes and scales changed: counted here on the sources.
+    size_t codes_changed = 0, scales_changed = 0;
+    const auto ca = ops::quant::to_int64_values(a.codes), cb = ops::quant::to_int64_values(b.codes);
+    for (size_t i = 0; i < ca.size(); ++i) codes_changed += ca[i] != cb[i];
+    for (int64_t i = 0; i < a.scale.numel(); ++i)
+      scales_changed += a.scale.data<float>()[i] != b.scale.data<float>()[i];
+    std::map<std::string, std::pair<size_t, size_t>> parts;
+    for (const auto& q : rep.quantized) parts[q.part] = {q.values, q.changed};
+    EXPECT_EQ(parts["q"], std::make_pair(size_t(K * N), codes_changed));
+    EXPECT_EQ(parts["scales"], std::make_pair(size_t(a.scale.numel()), scales_changed));
     const Tensor x = random_floats({4, K}, 3000);
     EXPECT_TRUE(transforms::bit_equal(e.run({{"x", x}})[0], fresh.run({{"x", x}})[0]));
     if (t != DType::Int8) continue;
