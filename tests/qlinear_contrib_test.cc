@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "ops/registry.h"
 #include "support/make_tensor.h"
 #include "transforms/recipe.h"
 
@@ -107,6 +108,28 @@ TEST(QLinearContrib, SoftmaxNearTheFloatSoftmax) {
   const Tensor yt = run("QLinearSoftmax", {xt, f(xs), u8(0), f(ys), u8(0)}, attrs);
   for (int r = 0; r < 2; ++r)
     for (int j = 0; j < 5; ++j) EXPECT_EQ(yt.data<uint8_t>()[j * 2 + r], y.data<uint8_t>()[r * 5 + j]);
+}
+
+// What reforge check says before any work, and what a kernel says about inputs it cannot take.
+TEST(QLinearContrib, CheckerAndErrorsNameTheProblem) {
+  ir::Node n;
+  n.name = "sm";
+  n.domain = "com.microsoft";
+  n.op_type = "QLinearSoftmax";
+  n.opset = 1;
+  n.inputs = {"x", "xs", "xz", "ys", "yz"};
+  n.outputs = {"y"};
+  EXPECT_NE(ops::OpRegistry::global().why_unsupported(n).find("needs the attribute opset"), std::string::npos);
+  n.attrs["opset"] = ir::int_attr("opset", 13);
+  EXPECT_EQ(ops::OpRegistry::global().why_unsupported(n), "");
+  std::string err;
+  try {
+    run("QLinearAdd",
+        {make<uint8_t>({2}, {1, 2}), f(1.0f), u8(0), make<int8_t>({2}, {1, 2}), f(1.0f), i8(0), f(1.0f), u8(0)});
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("A and B must be both int8 or both uint8, got uint8[2] and int8[2]"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -253,7 +253,7 @@ void qlinear_softmax_kernel(KernelContext& ctx) {
   const std::string label = node.label();
   const Tensor& X = ctx.input(0);
   REFORGE_CHECK(is_int8(X.dtype()), label, ": X must be int8/uint8, got ", X.describe());
-  REFORGE_CHECK(node.has_attr("opset"), label, ": needs the attribute opset");
+  REFORGE_CHECK(node.has_attr("opset"), label, ": needs the attribute opset (the ONNX Softmax semantics it follows)");
   const int64_t opset = node.attr_int("opset", 13);
   const int64_t rank = X.rank();
   int64_t axis = node.attr_int("axis", opset < 13 ? 1 : -1);
@@ -324,8 +324,9 @@ void register_qlinear_contrib_ops(OpRegistry& r) {
   // Initializers these ops read were written by the quantizer: every input but the activations
   // (the codes and scales of a weight, its zero points, QGemm's int32 bias, and the activations'
   // own scales and zero points, which calibration chose).
-  auto add = [&](const char* op, KernelFn k, std::vector<InputRole> roles, std::vector<size_t> quantized) {
-    OpDef d{"com.microsoft", op, 1, INT_MAX, std::move(k), nullptr, nullptr, std::move(roles)};
+  auto add = [&](const char* op, KernelFn k, std::vector<InputRole> roles, std::vector<size_t> quantized,
+                 CheckFn check = nullptr) {
+    OpDef d{"com.microsoft", op, 1, INT_MAX, std::move(k), std::move(check), nullptr, std::move(roles)};
     d.quantized_inputs = std::move(quantized);
     r.add(std::move(d));
   };
@@ -333,7 +334,9 @@ void register_qlinear_contrib_ops(OpRegistry& r) {
   add("QLinearMul", qlinear_mul_kernel, {}, {0, 1, 2, 3, 4, 5, 6, 7});
   add("QGemm", qgemm_kernel, {R::kData, R::kData, R::kData, R::kWeight, R::kData, R::kData, R::kWeight},
       {0, 1, 2, 3, 4, 5, 6, 7, 8});
-  add("QLinearSoftmax", qlinear_softmax_kernel, {}, {0, 1, 2, 3, 4});
+  add("QLinearSoftmax", qlinear_softmax_kernel, {}, {0, 1, 2, 3, 4}, [](const ir::Node& n) -> std::string {
+    return n.has_attr("opset") ? "" : "needs the attribute opset (the ONNX Softmax semantics it follows)";
+  });
 }
 
 }  // namespace reforge::ops::quant
