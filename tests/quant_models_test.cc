@@ -290,6 +290,39 @@ TEST(QuantRefit, QdqFromRequantizedOnnx) { expect_refit_equals_fresh("cnn_static
 // Every Linear layer on uint4 codes with zero points, blocks of 32 (QdqWeight's int4 form).
 TEST(QuantRefit, Qdq4BitFromRequantizedOnnx) { expect_refit_equals_fresh("llama_qdq4_A", "llama_qdq4_B"); }
 
+// Which quantization a float tensor re-derives: ONNX Runtime's quantize_static writes its int8
+// weights by the rule of reforge::QuantizeWeight (symmetric, per output channel, amax / 127, halves
+// to even), so every int8 weight of the QDQ BERT, codes and scales, equals QuantizeWeight of the
+// float model's weight bit for bit (docs/refit.md). The activations' scales of the same model come
+// from calibration data, which no checkpoint holds.
+TEST(QuantRefit, OrtInt8WeightsAreQuantizeWeightOfTheFloatWeights) {
+  const ir::Graph q = onnx::import_model_file(find_case("bert_static").path);
+  const ir::Graph f = onnx::import_model_file((kModels / "bert" / "dynamo" / "A" / "model.onnx").string());
+  size_t checked = 0;
+  for (const ir::Node& n : q.nodes) {
+    if (n.op_type != "DequantizeLinear" || !q.initializers.count(n.inputs[0])) continue;
+    const Tensor& codes = q.initializers.at(n.inputs[0]);
+    if (codes.dtype() != DType::Int8 || codes.rank() != 2) continue;
+    SCOPED_TRACE(n.name);
+    const std::string name = n.inputs[0].substr(0, n.inputs[0].rfind("_quantized"));
+    ASSERT_TRUE(f.initializers.count(name)) << name;
+    const bool transposed = n.attr_int("axis", 1) == 0;  // [N, K]: a Gemm's transB weight
+    const Tensor& w = f.initializers.at(name);
+    const std::vector<Tensor> out =
+        transforms::evaluate_op("reforge", "QuantizeWeight", 1,
+                                {{"bits", ir::int_attr("bits", 8)},
+                                 {"block_size", ir::int_attr("block_size", 0)},
+                                 {"transposed", ir::int_attr("transposed", transposed ? 1 : 0)}},
+                                {&w}, 2);
+    // Q is [N, K]: the codes as the model stores them, transposed for a MatMul's [K, N] weight.
+    const Tensor want = transposed ? out[0] : transforms::evaluate_op("", "Transpose", 21, {}, {&out[0]}, 1)[0];
+    EXPECT_TRUE(transforms::bit_equal(want, codes)) << "codes";
+    EXPECT_TRUE(transforms::bit_equal(out[1], q.initializers.at(n.inputs[1]))) << "scales";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 13u);
+}
+
 // A float checkpoint cannot re-derive weights another tool quantized: binding refuses, naming
 // a quantized weight, its consumer and why, and pointing at the ways that work.
 TEST(QuantRefit, FloatCheckpointRefused) {
