@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -323,17 +324,49 @@ TEST(QuantRefit, OrtInt8WeightsAreQuantizeWeightOfTheFloatWeights) {
   EXPECT_EQ(checked, 13u);
 }
 
+// The same for ONNX Runtime's 4-bit quantizer (MatMulNBits, block 32, asymmetric): its B, scales
+// and zero points are reforge::QuantizeWeight's int4 output of the float weight, bit for bit.
+TEST(QuantRefit, Ort4BitWeightsAreQuantizeWeightOfTheFloatWeights) {
+  const ir::Graph q = onnx::import_model_file(find_case("llama_nbits_A").path);
+  const ir::Graph f = onnx::import_model_file((kModels / "llama" / "dynamo" / "A" / "model.onnx").string());
+  size_t checked = 0;
+  for (const ir::Node& n : q.nodes) {
+    if (n.op_type != "MatMulNBits") continue;
+    SCOPED_TRACE(n.name);
+    const std::string name = n.inputs[1].substr(0, n.inputs[1].rfind("_Q4"));
+    ASSERT_TRUE(f.initializers.count(name)) << name;
+    const Tensor& w = f.initializers.at(name);
+    const std::vector<Tensor> out =
+        transforms::evaluate_op("reforge", "QuantizeWeight", 1,
+                                {{"bits", ir::int_attr("bits", 4)},
+                                 {"block_size", ir::int_attr("block_size", n.attr_int("block_size", 0))},
+                                 {"transposed", ir::int_attr("transposed", 0)}},
+                                {&w}, 3);
+    for (size_t i = 0; i < 3; ++i) {
+      const Tensor& ort = q.initializers.at(n.inputs[1 + i]);
+      EXPECT_EQ(ort.nbytes(), out[i].nbytes()) << "input " << 1 + i;
+      EXPECT_TRUE(ort.nbytes() == out[i].nbytes() && std::memcmp(ort.raw(), out[i].raw(), ort.nbytes()) == 0)
+          << "input " << 1 + i << " " << ort.describe() << " vs " << out[i].describe();
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+  std::printf("[ quant    ] %zu MatMulNBits weights equal QuantizeWeight int4 of the float weights\n", checked);
+}
+
 // A float checkpoint cannot re-derive weights another tool quantized: binding refuses, naming
 // a quantized weight, its consumer and why, and pointing at the ways that work.
 TEST(QuantRefit, FloatCheckpointRefused) {
-  const QuantCase llama = find_case("llama_nbits_A");
+  const QuantCase llama = find_case("llama_qdq4_A");
   build::BuildOptions o;
   o.mode = plan::BuildMode::Refit;
   const auto ckpt = refit::Checkpoint::open((kModels / "llama" / "checkpoint_A.safetensors").string());
   const std::string err =
       error_of([&] { build::build_plan_with_checkpoint(onnx::import_model_file(llama.path), o, ckpt, {}); });
   EXPECT_NE(err.find("quantized weights"), std::string::npos) << err;
-  EXPECT_NE(err.find("'val_22_Q4' uint8[64,2,16] (input 1 of node 'node_linear_Q4' (com.microsoft::MatMulNBits))"),
+  // QDQ 4-bit: the codes of a layer that runs on MatMulQuant are refused (uint4 codes [K, N], not a
+  // layout reforge::QuantizeWeight writes).
+  EXPECT_NE(err.find("'val_119_DQ_Q4' uint4[64,64] (input 0 of node 'node_linear_3_DQ_Q4' (DequantizeLinear))"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("not by a reforge recipe"), std::string::npos) << err;
@@ -350,14 +383,6 @@ TEST(QuantRefit, FloatCheckpointRefused) {
       std::string::npos)
       << qdq;
 
-  // QDQ 4-bit: the codes of a layer that runs on MatMulQuant are refused just the same.
-  const QuantCase qdq4 = find_case("llama_qdq4_A");
-  const std::string q4 =
-      error_of([&] { build::build_plan_with_checkpoint(onnx::import_model_file(qdq4.path), o, ckpt, {}); });
-  EXPECT_NE(q4.find("'val_119_DQ_Q4' uint4[64,64] (input 0 of node 'node_linear_3_DQ_Q4' (DequantizeLinear))"),
-            std::string::npos)
-      << q4;
-
   // --allow-partial-binding builds; the plan's checkpoint refit is refused, naming the weight
   // and the reason, and the engine is left as it was.
   build::BindOptions partial;
@@ -368,9 +393,46 @@ TEST(QuantRefit, FloatCheckpointRefused) {
   refit::RefitRequest req;
   req.files = {(kModels / "llama" / "checkpoint_B.safetensors").string()};
   const std::string refused = error_of([&] { refit::refit_from(e, req); });
-  EXPECT_NE(refused.find("val_22_Q4"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("val_119_DQ_Q4"), std::string::npos) << refused;
   EXPECT_NE(refused.find("not by a reforge recipe"), std::string::npos) << refused;
   EXPECT_EQ(derived_weight_hashes(e), before);
+}
+
+// MatMulNBits 4-bit weights are reforge::QuantizeWeight int4 of the float weights (above), so a
+// float checkpoint re-derives them: the build binds B, scales and zero points to that step of the
+// checkpoint's Linear weight, and a refit from checkpoint B equals a fresh build of the model ONNX
+// Runtime quantized from weights B, engine weights and outputs bit for bit.
+TEST(QuantRefit, MatMulNBitsFromFloatCheckpoint) {
+  const QuantCase a = find_case("llama_nbits_A"), b = find_case("llama_nbits_B");
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  const auto ckpt = refit::Checkpoint::open((kModels / "llama" / "checkpoint_A.safetensors").string());
+  build::BindResult bound;
+  runtime::PlanEngine e(
+      round_trip(build::build_plan_with_checkpoint(onnx::import_model_file(a.path), o, ckpt, {}, &bound)));
+  EXPECT_EQ(bound.unbound, 0u);
+  size_t quantized_bound = 0;
+  for (const auto& s : e.plan().sources)
+    if (s.op_type == "MatMulNBits" && s.slot >= 1 && s.slot <= 3) {
+      EXPECT_EQ(s.binding.status, plan::Binding::Status::Bound) << s.key << ": " << s.binding.note;
+      quantized_bound += s.binding.status == plan::Binding::Status::Bound;
+    }
+  EXPECT_EQ(quantized_bound, 15u * 3u);
+  runtime::PlanEngine fresh(build(b.path, plan::BuildMode::Refit));
+  refit::RefitRequest req;
+  req.files = {(kModels / "llama" / "checkpoint_B.safetensors").string()};
+  refit::refit_from(e, req);
+  EXPECT_EQ(derived_weight_hashes(e), derived_weight_hashes(fresh));
+  for (const auto& s : b.sets) {
+    SCOPED_TRACE("input set " + s.name);
+    const auto got = e.run(feeds_of(s));
+    const auto want = fresh.run(feeds_of(s));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "output " << i;
+      EXPECT_LE(max_diff(got[i], read_npy(s.ort[i].second), "vs ORT"), b.tol_ort);
+    }
+  }
 }
 
 }  // namespace
