@@ -3,14 +3,17 @@
 //
 // models/quant/manifest.json (scripts/models/make_quant_models.py) lists the bundled BERT, CNN
 // and Llama quantized by quantize_dynamic (DynamicQuantizeLinear, MatMulInteger, ConvInteger),
-// quantize_static (QDQ; QOperator with QLinearConv) and MatMulNBitsQuantizer (com.microsoft
-// MatMulNBits, 4 bits, block 32), with ORT's outputs on the committed inputs. Each variant is
+// quantize_static (QDQ; QOperator: QLinearConv, QLinearMatMul and com.microsoft QGemm,
+// QLinearAdd, QLinearMul, QLinearSoftmax) and MatMulNBitsQuantizer (com.microsoft MatMulNBits, and
+// DequantizeLinear of 4-bit codes in its QDQ format; 4 bits, block 32), with ORT's outputs on the committed inputs. Each variant is
 // built for the CPU with every pass, serialized and loaded, run on every input set, and compared
 // with ORT's output (tolerance vs_ort, tight) and with the float model's framework output
 // (tolerance vs_float: ORT's own error against it with a margin); the test prints both errors
 // and ORT's. Then the refit rules: a plan built from a quantized model refits by position from
 // the model re-quantized from other weights, giving the engine weights and outputs of a fresh
-// build of that model bit for bit; a float checkpoint is refused, naming the quantized weights.
+// build of that model bit for bit; a float checkpoint refits a MatMulNBits plan (its 4-bit weights
+// are reforge::QuantizeWeight of the float weights, bit for bit) and is refused, naming the
+// quantized weights, where it cannot re-derive them.
 // The QDQ variants run their Linear layers on the integer codes (fuse-dequantize-matmul): the
 // plans hold the codes, not float32 copies, and stay as close to ORT as the float path.
 #include <gtest/gtest.h>
