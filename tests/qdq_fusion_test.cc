@@ -203,6 +203,37 @@ TEST(QdqWeight, FormsThatStayOnDequantizeLinear) {
       << err;
 }
 
+// Int4Unpack lays QuantizeWeight's int4 output out as DequantizeLinear's uint4 inputs, and
+// QdqWeight lays those back out: the round trip gives QuantizeWeight's bytes, padding included.
+TEST(QdqWeight, Int4UnpackIsTheInverseOfQdqWeight) {
+  for (bool transposed : {false, true})
+    for (int64_t block : {16, 32}) {
+      SCOPED_TRACE(std::string(transposed ? "[N, K]" : "[K, N]") + " block " + std::to_string(block));
+      const int64_t K = 77, N = 6;
+      const Tensor w = random_floats(transposed ? Shape{N, K} : Shape{K, N}, 40 + static_cast<uint32_t>(block));
+      const std::vector<Tensor> q = transforms::evaluate_op("reforge", "QuantizeWeight", 1,
+                                                            {{"bits", ir::int_attr("bits", 4)},
+                                                             {"block_size", ir::int_attr("block_size", block)},
+                                                             {"transposed", ir::int_attr("transposed", transposed)}},
+                                                            {&w}, 3);
+      const std::vector<Tensor> u =
+          transforms::evaluate_op("reforge", "Int4Unpack", 1,
+                                  {{"K", ir::int_attr("K", K)}, {"transposed", ir::int_attr("transposed", transposed)}},
+                                  {&q[0], &q[1], &q[2]}, 3);
+      ASSERT_EQ(u[0].dtype(), DType::UInt4);
+      ASSERT_EQ(u[0].shape(), transposed ? (Shape{N, K}) : (Shape{K, N}));
+      // DequantizeLinear of the unpacked form is QuantizeWeight's dequantized weight: (q - zp) * scale.
+      Qdq d;
+      d.codes = u[0];
+      d.scale = u[1];
+      d.zp = u[2];
+      d.axis = transposed ? 1 : 0;
+      d.block = block;
+      const std::vector<Tensor> back = qdq_weight(d, transposed, 3);
+      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(transforms::bit_equal(back[i], q[i])) << "output " << i;
+    }
+}
+
 // --- Plans built from small graphs -------------------------------------------------------------
 
 ir::Node node(const std::string& name, const std::string& op, std::vector<std::string> ins, std::string out,

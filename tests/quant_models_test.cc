@@ -5,13 +5,12 @@
 // and Llama quantized by quantize_dynamic (DynamicQuantizeLinear, MatMulInteger, ConvInteger),
 // quantize_static (QDQ; QOperator: QLinearConv, QLinearMatMul and com.microsoft QGemm,
 // QLinearAdd, QLinearMul, QLinearSoftmax) and MatMulNBitsQuantizer (com.microsoft MatMulNBits, and
-// DequantizeLinear of 4-bit codes in its QDQ format; 4 bits, block 32), with ORT's outputs on the committed inputs. Each variant is
-// built for the CPU with every pass, serialized and loaded, run on every input set, and compared
-// with ORT's output (tolerance vs_ort, tight) and with the float model's framework output
-// (tolerance vs_float: ORT's own error against it with a margin); the test prints both errors
-// and ORT's. Then the refit rules: a plan built from a quantized model refits by position from
-// the model re-quantized from other weights, giving the engine weights and outputs of a fresh
-// build of that model bit for bit; a float checkpoint refits a MatMulNBits plan (its 4-bit weights
+// DequantizeLinear of 4-bit codes in its QDQ format; 4 bits, block 32), with ORT's outputs on the committed inputs.
+// Each variant is built for the CPU with every pass, serialized and loaded, run on every input set, and compared with
+// ORT's output (tolerance vs_ort, tight) and with the float model's framework output (tolerance vs_float: ORT's own
+// error against it with a margin); the test prints both errors and ORT's. Then the refit rules: a plan built from a
+// quantized model refits by position from the model re-quantized from other weights, giving the engine weights and
+// outputs of a fresh build of that model bit for bit; a float checkpoint refits a MatMulNBits plan (its 4-bit weights
 // are reforge::QuantizeWeight of the float weights, bit for bit) and is refused, naming the
 // quantized weights, where it cannot re-derive them.
 // The QDQ variants run their Linear layers on the integer codes (fuse-dequantize-matmul): the
@@ -360,16 +359,15 @@ TEST(QuantRefit, Ort4BitWeightsAreQuantizeWeightOfTheFloatWeights) {
 // A float checkpoint cannot re-derive weights another tool quantized: binding refuses, naming
 // a quantized weight, its consumer and why, and pointing at the ways that work.
 TEST(QuantRefit, FloatCheckpointRefused) {
-  const QuantCase llama = find_case("llama_qdq4_A");
+  const QuantCase llama = find_case("llama_qdq4_sym_A");
   build::BuildOptions o;
   o.mode = plan::BuildMode::Refit;
   const auto ckpt = refit::Checkpoint::open((kModels / "llama" / "checkpoint_A.safetensors").string());
   const std::string err =
       error_of([&] { build::build_plan_with_checkpoint(onnx::import_model_file(llama.path), o, ckpt, {}); });
   EXPECT_NE(err.find("quantized weights"), std::string::npos) << err;
-  // QDQ 4-bit: the codes of a layer that runs on MatMulQuant are refused (uint4 codes [K, N], not a
-  // layout reforge::QuantizeWeight writes).
-  EXPECT_NE(err.find("'val_119_DQ_Q4' uint4[64,64] (input 0 of node 'node_linear_3_DQ_Q4' (DequantizeLinear))"),
+  // QDQ 4-bit, symmetric (int4 codes, no zero points): not QuantizeWeight's rule, refused.
+  EXPECT_NE(err.find("'val_119_DQ_Q4' int4[64,64] (input 0 of node 'node_linear_3_DQ_Q4' (DequantizeLinear))"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("not by a reforge recipe"), std::string::npos) << err;
@@ -401,12 +399,14 @@ TEST(QuantRefit, FloatCheckpointRefused) {
   EXPECT_EQ(derived_weight_hashes(e), before);
 }
 
-// MatMulNBits 4-bit weights are reforge::QuantizeWeight int4 of the float weights (above), so a
-// float checkpoint re-derives them: the build binds B, scales and zero points to that step of the
-// checkpoint's Linear weight, and a refit from checkpoint B equals a fresh build of the model ONNX
-// Runtime quantized from weights B, engine weights and outputs bit for bit.
-TEST(QuantRefit, MatMulNBitsFromFloatCheckpoint) {
-  const QuantCase a = find_case("llama_nbits_A"), b = find_case("llama_nbits_B");
+// ONNX Runtime's asymmetric 4-bit weights are reforge::QuantizeWeight int4 of the float weights
+// (above), so a float checkpoint re-derives them: the build binds every quantized input of the
+// `op` nodes to that step of the checkpoint's Linear weight (laid out by Int4Unpack for
+// DequantizeLinear), and a refit from checkpoint B equals a fresh build of the model ONNX Runtime
+// quantized from weights B, engine weights and outputs bit for bit.
+void expect_checkpoint_refit_equals_fresh(const std::string& a_name, const std::string& b_name, const std::string& op,
+                                          size_t quantized_inputs) {
+  const QuantCase a = find_case(a_name), b = find_case(b_name);
   build::BuildOptions o;
   o.mode = plan::BuildMode::Refit;
   const auto ckpt = refit::Checkpoint::open((kModels / "llama" / "checkpoint_A.safetensors").string());
@@ -416,11 +416,11 @@ TEST(QuantRefit, MatMulNBitsFromFloatCheckpoint) {
   EXPECT_EQ(bound.unbound, 0u);
   size_t quantized_bound = 0;
   for (const auto& s : e.plan().sources)
-    if (s.op_type == "MatMulNBits" && s.slot >= 1 && s.slot <= 3) {
+    if (s.op_type == op) {
       EXPECT_EQ(s.binding.status, plan::Binding::Status::Bound) << s.key << ": " << s.binding.note;
       quantized_bound += s.binding.status == plan::Binding::Status::Bound;
     }
-  EXPECT_EQ(quantized_bound, 15u * 3u);
+  EXPECT_EQ(quantized_bound, quantized_inputs);
   runtime::PlanEngine fresh(build(b.path, plan::BuildMode::Refit));
   refit::RefitRequest req;
   req.files = {(kModels / "llama" / "checkpoint_B.safetensors").string()};
@@ -436,6 +436,14 @@ TEST(QuantRefit, MatMulNBitsFromFloatCheckpoint) {
       EXPECT_LE(max_diff(got[i], read_npy(s.ort[i].second), "vs ORT"), b.tol_ort);
     }
   }
+}
+
+TEST(QuantRefit, MatMulNBitsFromFloatCheckpoint) {
+  expect_checkpoint_refit_equals_fresh("llama_nbits_A", "llama_nbits_B", "MatMulNBits", 15 * 3);
+}
+
+TEST(QuantRefit, Qdq4BitFromFloatCheckpoint) {
+  expect_checkpoint_refit_equals_fresh("llama_qdq4_A", "llama_qdq4_B", "DequantizeLinear", 15 * 3);
 }
 
 }  // namespace

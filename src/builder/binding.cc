@@ -322,8 +322,8 @@ static std::string nearest_hint(const std::string& name, const std::vector<std::
 constexpr const char* kQuantizedNote =
     "a quantized weight (integer codes, scales or zero points) computed by the tool that quantized this ONNX model "
     "(ONNX Runtime's quantize_static / quantize_dynamic / MatMulNBitsQuantizer write them so), not by a reforge "
-    "recipe: it cannot be re-derived exactly from float checkpoint tensors (only MatMulNBits 4-bit weights that "
-    "reforge::QuantizeWeight of a checkpoint tensor reproduces bit for bit are)";
+    "recipe: it cannot be re-derived exactly from float checkpoint tensors (only 4-bit weights that "
+    "reforge::QuantizeWeight of a checkpoint tensor reproduces bit for bit are: build/binding_quant.h)";
 
 BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
                            const BindOptions& o) {
@@ -344,8 +344,8 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
   std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> unmatched;  // initializer -> its uses
   std::map<std::string, std::map<std::string, plan::Binding>> cache;            // by initializer name
-  // MatMulNBits node position -> the bindings of its B, scales, zero points (or why none).
-  std::map<size_t, std::pair<std::optional<std::array<plan::Binding, 3>>, std::string>> nbits;
+  // Node position -> the bindings of its quantized inputs by slot (build/binding_quant.h), or why none.
+  std::map<size_t, std::pair<std::optional<std::map<size_t, plan::Binding>>, std::string>> requantized;
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     const ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -358,13 +358,13 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       if (ops::is_quantized_input(n, slot)) {
         // Codes, scales and zero points of a weight quantized before reforge saw the model: bound
         // only where reforge::QuantizeWeight of one checkpoint tensor gives them bit for bit.
-        if (!nbits.count(p)) {
+        if (!requantized.count(p)) {
           std::string why;
-          nbits[p] = {nbits_bindings(g, n, ckpt, why), why};
+          requantized[p] = {quantized_bindings(g, n, ckpt, why), why};
         }
-        const auto& [found, why] = nbits.at(p);
-        if (found && slot >= 1 && slot <= 3) {
-          bd = (*found)[slot - 1];
+        const auto& [found, why] = requantized.at(p);
+        if (found && found->count(slot)) {
+          bd = found->at(slot);
           continue;
         }
         bd.status = plan::Binding::Status::Unbound;

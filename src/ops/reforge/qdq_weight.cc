@@ -1,6 +1,7 @@
 // reforge::QdqWeight, the recipe step that lays a DequantizeLinear weight out for
-// reforge::MatMulQuant (rules in ops/reforge/qdq_weight.h). It has no other kernel: the build and
-// every refit re-lay the codes out with this code.
+// reforge::MatMulQuant, and reforge::Int4Unpack, its inverse for uint4 codes with zero points
+// (rules in ops/reforge/qdq_weight.h). They have no other kernels: the build, every refit and every
+// checkpoint binding lay the codes out with this code.
 #include "ops/reforge/qdq_weight.h"
 
 #include <algorithm>
@@ -150,8 +151,54 @@ void qdq_weight(KernelContext& ctx) {
   }
 }
 
+// Int4Unpack(Q, scales, zero_points) -> (codes, scale, zero_point): the int4 layout of
+// MatMulQuant / MatMulNBits (ops/reforge/quant_weight.h) as DequantizeLinear's blocked uint4
+// inputs, attributes K and transposed (0: codes [K, N], scale and zero point [n_blocks, N], axis 0;
+// 1: codes [N, K], [N, n_blocks], axis 1). The inverse of QdqWeight on uint4 codes with zero points:
+// a binding step that re-derives a QDQ 4-bit weight from QuantizeWeight of a float tensor.
+void int4_unpack(KernelContext& ctx) {
+  const std::string& label = ctx.node().label();
+  const Tensor& q = ctx.input(0);
+  const Tensor& sc = ctx.input(1);
+  const Tensor& zp = ctx.input(2);
+  REFORGE_CHECK(q.dtype() == DType::UInt8 && q.rank() == 3, label, ": Q must be uint8 [N, n_blocks, blob], got ",
+                q.describe());
+  const int64_t N = q.dim(0), n_blocks = q.dim(1), block = q.dim(2) * 2, K = ctx.attr_int("K", 0);
+  const quant::QuantShape qs = quant::quant_shape(4, block, K, N, label);
+  REFORGE_CHECK(qs.n_blocks == n_blocks, label, ": Q ", q.describe(), " does not hold K = ", K);
+  REFORGE_CHECK(sc.dtype() == DType::Float32 && sc.numel() == qs.num_scales(), label, ": scales ", sc.describe(),
+                " are not float32[", qs.num_scales(), "]");
+  REFORGE_CHECK(zp.dtype() == DType::UInt8 && zp.numel() == qs.num_zero_points(), label, ": zero points ",
+                zp.describe(), " are not uint8[", qs.num_zero_points(), "]");
+  const bool t = ctx.attr_int("transposed", 0) != 0;
+  const auto* pq = static_cast<const uint8_t*>(q.raw());
+  const auto* pz = static_cast<const uint8_t*>(zp.raw());
+  const float* ps = sc.data<float>();
+  std::vector<int64_t> codes(static_cast<size_t>(K * N)), zps(static_cast<size_t>(n_blocks * N));
+  Shape ss = t ? Shape{N, n_blocks} : Shape{n_blocks, N};
+  Tensor& scales = ctx.allocate_output_uninit(1, DType::Float32, ss);
+  float* out_s = scales.mutable_data<float>();
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const size_t at = static_cast<size_t>(t ? n * n_blocks + b : b * N + n);
+      const uint8_t z = pz[n * qs.zp_row + b / 2];
+      zps[at] = (b & 1) ? z >> 4 : z & 0x0f;
+      out_s[at] = ps[n * n_blocks + b];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t byte = pq[(n * n_blocks + k / block) * qs.blob + (k % block) / 2];
+      codes[static_cast<size_t>(t ? n * K + k : k * N + n)] = (k & 1) ? byte >> 4 : byte & 0x0f;
+    }
+  }
+  ctx.set_output(0, quant::int_tensor(codes, DType::UInt4, t ? Shape{N, K} : Shape{K, N}));
+  ctx.set_output(2, quant::int_tensor(zps, DType::UInt4, ss));
+}
+
 }  // namespace
 
-void register_qdq_weight_ops(OpRegistry& r) { r.add({"reforge", "QdqWeight", 1, INT_MAX, qdq_weight, nullptr}); }
+void register_qdq_weight_ops(OpRegistry& r) {
+  r.add({"reforge", "QdqWeight", 1, INT_MAX, qdq_weight, nullptr});
+  r.add({"reforge", "Int4Unpack", 1, INT_MAX, int4_unpack, nullptr});
+}
 
 }  // namespace reforge::ops

@@ -22,6 +22,11 @@
 //     exact for every value, so this form depends on structure only. Layout: MatMulNBits' (Q uint8
 //     [N, n_blocks, block_size / 2], scales [N * n_blocks], zero points two per byte).
 //
+// reforge::Int4Unpack is the inverse of the int4 form for uint4 codes with zero points: it lays
+// MatMulQuant's int4 weight (QuantizeWeight's output) out as DequantizeLinear's uint4 codes, blocked
+// scale and zero point, the binding step that re-derives a QDQ 4-bit weight from a float checkpoint
+// (build/binding_quant.h).
+//
 // Everything else stays on DequantizeLinear (folded to a float32 weight at build, a recipe step
 // like any other): int16/uint16/int32, float8/float4 codes, int8 in blocks or with a scale along
 // K, float16/bfloat16 scales, 4-bit blocks that are not a power of two >= 16.
