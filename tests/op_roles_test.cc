@@ -107,6 +107,7 @@ const std::vector<OldRow> kLaterShapeSlots = {
 // ONNX Runtime's com.microsoft ops: MatMulNBits' B, scales, zero_points, g_idx and bias.
 const std::vector<OldRow> kMicrosoftWeightSlots = {
     {"MatMulNBits", 1, 6, {1, 2, 3, 4, 5}},
+    {"QGemm", 1, 9, {3, 6}},  // B and the int32 bias C, as QLinearConv's W and B
 };
 const std::vector<OldRow> kReforgeShapeSlots = {
     {"Attention", 1, 10, {6, 7, 8, 9}},
@@ -193,7 +194,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
   EXPECT_EQ(reforge_shape, 8u);
-  EXPECT_EQ(microsoft_weight, 5u);
+  EXPECT_EQ(microsoft_weight, 7u);
   for (const auto& row : kMicrosoftWeightSlots)
     for (size_t s = 0; s < row.num_inputs; ++s)
       EXPECT_EQ(ops::input_role("com.microsoft", row.op, row.opset, s),

@@ -15,10 +15,17 @@ Variants (all from the dynamo exports, opset 18):
                               cnn_static_B2 by position (A's exporter merged its zero biases, so
                               ORT quantizes A's biases otherwise: another structure)
   cnn_static_qop              quantize_static, QOperator format, convolutions only: QLinearConv
+  bert_qop, cnn_qop           quantize_static, QOperator format, every op ORT quantizes: QLinearMatMul,
+                              QLinearConv and ORT's com.microsoft QGemm, QLinearAdd, QLinearMul,
+                              QLinearSoftmax
   llama_nbits_A, llama_nbits_B
                               MatMulNBitsQuantizer, 4 bits, block 32, asymmetric (zero points),
                               from the float model with weights A and with weights B; the two
                               have the same structure, so B refits a plan built from A
+  llama_qdq4_A, llama_qdq4_B  the same quantizer writing QDQ format (opset 21): DequantizeLinear of
+                              uint4 codes with uint4 zero points, block 32 along K, before MatMul;
+                              B refits a plan built from A
+  llama_qdq4_sym_A            the same, symmetric: int4 codes without zero points
 
 The float reference of each variant is the bundled framework reference (models/<model>/reference/
 <weights>/...), PyTorch's float32 output; the script checks that ONNX Runtime's float run agrees
@@ -39,7 +46,9 @@ Tolerances written to the manifest, per variant, as max |a - b| over every outpu
 Requirements (kept out of the project's .venv):
   python3 -m venv --system-site-packages /tmp/qvenv
   /tmp/qvenv/bin/pip install onnx onnx_ir onnxruntime==1.32.0 numpy
-  /tmp/qvenv/bin/python scripts/models/make_quant_models.py
+  /tmp/qvenv/bin/python scripts/models/make_quant_models.py [NAME ...]
+
+With names, only those variants are made again; the manifest keeps the others' entries as they are.
 """
 import json
 import os
@@ -52,7 +61,7 @@ import onnx.numpy_helper
 import onnxruntime as ort
 from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic,
                                       quantize_static)
-from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "models")
@@ -210,26 +219,65 @@ def static_qop(src, dst, sets):
                     weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["Conv"])
 
 
+def static_qop_all(src, dst, sets):
+    quantize_static(src, dst, Reader(sets), quant_format=QuantFormat.QOperator, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, per_channel=True)
+
+
 def nbits(src, dst, sets):
     q = MatMulNBitsQuantizer(onnx.load(src), block_size=32, is_symmetric=False, accuracy_level=None)
     q.process()
     q.model.save_model_to_file(dst, use_external_data_format=False)
 
 
+def nbits_qdq(symmetric):
+    def quantize(src, dst, sets):
+        cfg = DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=symmetric, accuracy_level=None,
+                                           quant_format=QuantFormat.QDQ)
+        q = MatMulNBitsQuantizer(onnx.load(src), algo_config=cfg)
+        q.process()
+        q.model.save_model_to_file(dst, use_external_data_format=False)
+    return quantize
+
+
+VARIANTS = [
+    ("bert_dynamic", "bert", "A", "quantize_dynamic int8", dynamic),
+    ("cnn_dynamic", "cnn", "A", "quantize_dynamic uint8 (ORT's ConvInteger takes uint8 weights)",
+     dynamic_u8),
+    ("bert_static", "bert", "A", "quantize_static QDQ per-channel", static_qdq),
+    ("cnn_static", "cnn", "A", "quantize_static QDQ per-channel", static_qdq),
+    ("cnn_static_B", "cnn", "B", "quantize_static QDQ per-channel", static_qdq),
+    ("cnn_static_B2", "cnn", "B", "quantize_static QDQ per-channel", static_qdq, {"scale_weights": 0.75}),
+    ("cnn_static_qop", "cnn", "A", "quantize_static QOperator per-channel, Conv only", static_qop),
+    ("bert_qop", "bert", "A", "quantize_static QOperator per-channel", static_qop_all),
+    ("cnn_qop", "cnn", "A", "quantize_static QOperator per-channel", static_qop_all),
+    ("llama_nbits_A", "llama", "A", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
+    ("llama_nbits_B", "llama", "B", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
+    ("llama_qdq4_A", "llama", "A", "MatMulNBitsQuantizer QDQ uint4 block 32 asymmetric", nbits_qdq(False)),
+    ("llama_qdq4_B", "llama", "B", "MatMulNBitsQuantizer QDQ uint4 block 32 asymmetric", nbits_qdq(False)),
+    ("llama_qdq4_sym_A", "llama", "A", "MatMulNBitsQuantizer QDQ int4 block 32 symmetric", nbits_qdq(True)),
+]
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
-    variants = [
-        make("bert_dynamic", "bert", "A", "quantize_dynamic int8", dynamic),
-        make("cnn_dynamic", "cnn", "A", "quantize_dynamic uint8 (ORT's ConvInteger takes uint8 weights)",
-             dynamic_u8),
-        make("bert_static", "bert", "A", "quantize_static QDQ per-channel", static_qdq),
-        make("cnn_static", "cnn", "A", "quantize_static QDQ per-channel", static_qdq),
-        make("cnn_static_B", "cnn", "B", "quantize_static QDQ per-channel", static_qdq),
-        make("cnn_static_B2", "cnn", "B", "quantize_static QDQ per-channel", static_qdq, scale_weights=0.75),
-        make("cnn_static_qop", "cnn", "A", "quantize_static QOperator per-channel, Conv only", static_qop),
-        make("llama_nbits_A", "llama", "A", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
-        make("llama_nbits_B", "llama", "B", "MatMulNBitsQuantizer bits 4 block 32 asymmetric", nbits),
-    ]
+    only = set(sys.argv[1:])
+    unknown = only - {v[0] for v in VARIANTS}
+    if unknown:
+        sys.exit(f"unknown variants: {sorted(unknown)}")
+    old = {}
+    if only:
+        with open(os.path.join(OUT, "manifest.json")) as f:
+            old = {v["name"]: v for v in json.load(f)["variants"]}
+    variants = []
+    for v in VARIANTS:
+        if only and v[0] not in only:
+            if v[0] not in old:
+                sys.exit(f"{v[0]} is not in the manifest yet: make it too")
+            variants.append(old[v[0]])
+            continue
+        name, model, weights, kind, quantize = v[:5]
+        variants.append(make(name, model, weights, kind, quantize, **(v[5] if len(v) > 5 else {})))
     manifest = {
         "description": ("Quantized variants of the bundled models made by ONNX Runtime " + ort.__version__ +
                         "'s quantization tools; regenerate with scripts/models/make_quant_models.py. Paths are "

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "builder/binding_quant.h"
 #include "builder/binding_search.h"
 #include "builder/fingerprint.h"
 #include "builder/literal_proof.h"
@@ -320,7 +322,8 @@ static std::string nearest_hint(const std::string& name, const std::vector<std::
 constexpr const char* kQuantizedNote =
     "a quantized weight (integer codes, scales or zero points) computed by the tool that quantized this ONNX model "
     "(ONNX Runtime's quantize_static / quantize_dynamic / MatMulNBitsQuantizer write them so), not by a reforge "
-    "recipe: it cannot be re-derived exactly from float checkpoint tensors";
+    "recipe: it cannot be re-derived exactly from float checkpoint tensors (only 4-bit weights that "
+    "reforge::QuantizeWeight of a checkpoint tensor reproduces bit for bit are: build/binding_quant.h)";
 
 BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& literals, const refit::Checkpoint& ckpt,
                            const BindOptions& o) {
@@ -341,6 +344,8 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
   std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> unmatched;  // initializer -> its uses
   std::map<std::string, std::map<std::string, plan::Binding>> cache;            // by initializer name
+  // Node position -> the bindings of its quantized inputs by slot (build/binding_quant.h), or why none.
+  std::map<size_t, std::pair<std::optional<std::map<size_t, plan::Binding>>, std::string>> requantized;
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     const ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -351,9 +356,19 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       std::string key = in + "@" + std::to_string(p) + ":" + std::to_string(slot);
       plan::Binding& bd = r.bindings[{uint32_t(p), uint32_t(slot)}];
       if (ops::is_quantized_input(n, slot)) {
-        // Codes, scales and zero points of a weight quantized before reforge saw the model.
+        // Codes, scales and zero points of a weight quantized before reforge saw the model: bound
+        // only where reforge::QuantizeWeight of one checkpoint tensor gives them bit for bit.
+        if (!requantized.count(p)) {
+          std::string why;
+          requantized[p] = {quantized_bindings(g, n, ckpt, why), why};
+        }
+        const auto& [found, why] = requantized.at(p);
+        if (found && found->count(slot)) {
+          bd = found->at(slot);
+          continue;
+        }
         bd.status = plan::Binding::Status::Unbound;
-        bd.note = std::string(kQuantizedNote);
+        bd.note = std::string(kQuantizedNote) + (why.empty() ? "" : " (" + why + ")");
         quantized.push_back("'" + in + "' " + v.describe() + " (input " + std::to_string(slot) + " of " + n.label() +
                             ")");
         continue;

@@ -19,8 +19,11 @@
 // leaves several candidates the build fails listing them, and `--bind` settles it.
 // A name match whose values differ is never a binding: that source is unbound, with the reason.
 // An input that a quantizer wrote (ops::is_quantized_input: integer codes, scales, zero points of
-// a model quantized by another tool) is never bound either: the build fails listing them, since a
-// float checkpoint cannot re-derive them exactly (unless allow_partial: then they are unbound).
+// a model quantized by another tool) is not bound either, since a float checkpoint cannot
+// re-derive it exactly: the build fails listing them (unless allow_partial: then they are
+// unbound). The exception is a weight that reforge::QuantizeWeight of one checkpoint tensor
+// reproduces bit for bit (build/binding_quant.h: ONNX Runtime's asymmetric 4-bit quantizer, as
+// MatMulNBits or in QDQ format): it is bound to that step, which a checkpoint refit replays.
 //
 // A float initializer that no checkpoint tensor derives is never kept by guess. It is a
 // *constant* (plan::Binding::Status::Constant: a checkpoint refit gives it its build-time value)

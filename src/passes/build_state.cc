@@ -123,6 +123,7 @@ void BuildState::verify_recipe(const std::string& name, ConstValue& cv) const {
 
 const std::vector<Pass>& default_passes() {
   static const std::vector<Pass> passes = {
+      {"fuse-dequantize-matmul", false, fuse_dequantize_matmul, {{"reforge", "MatMulQuant", 1}}},
       {"constant-folding", false, constant_folding},
       {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
       {"fuse-layer-norm", false, fuse_layer_norm, {{"", "LayerNormalization", 17}}},

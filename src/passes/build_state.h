@@ -91,6 +91,7 @@ struct Pass {
   std::vector<EmittedOp> emits = {};
 };
 
+void fuse_dequantize_matmul(BuildState& s);  // qdq_matmul.cc
 void constant_folding(BuildState& s);
 void fold_batchnorm_into_conv(BuildState& s);
 void fuse_conv_activation(BuildState& s);   // conv_fusion.cc

@@ -275,6 +275,10 @@ class Encoder {
                              {"opset", st.opset},
                              {"attrs", attributes(st.attrs, str_cat("source '", s.key, "' binding step ", i))},
                              {"inputs", std::move(inputs)}});
+        // Optional: a reforge-domain step (a quantization) taking one output of several.
+        if (!st.domain.empty()) steps.back()["domain"] = str(st.domain);
+        if (st.output != 0) steps.back()["output"] = st.output;
+        if (st.num_outputs > st.output + 1) steps.back()["num_outputs"] = st.num_outputs;
       }
       j["binding"] = json{{"status", binding_status_name(s.binding.status)},
                           {"checkpoint", checkpoint_inputs(s.binding)},

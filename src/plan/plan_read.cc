@@ -490,9 +490,17 @@ class Decoder {
     for (size_t i = 0; i < steps.size(); ++i) {
       std::string sw = at(at(where, "steps"), i);
       RecipeStep st;
+      if (steps[i].contains("domain")) st.domain = str_field(steps[i], "domain", sw);
       st.op_type = str_field(steps[i], "op_type", sw);
       st.opset = as_int(field(steps[i], "opset", sw), at(sw, "opset"));
       st.attrs = attributes(field(steps[i], "attrs", sw), at(sw, "attrs"));
+      if (steps[i].contains("output")) st.output = as_u32(steps[i]["output"], at(sw, "output"));
+      st.num_outputs = st.output + 1;
+      if (steps[i].contains("num_outputs")) {
+        st.num_outputs = as_u32(steps[i]["num_outputs"], at(sw, "num_outputs"));
+        if (st.num_outputs <= st.output)
+          fail(at(sw, "num_outputs"), ": ", st.num_outputs, " outputs do not include output ", st.output);
+      }
       const json& ins = as_array(field(steps[i], "inputs", sw), at(sw, "inputs"));
       for (size_t k = 0; k < ins.size(); ++k) {
         Operand o = operand(ins[k], at(at(sw, "inputs"), k));

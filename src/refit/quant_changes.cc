@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ops/reforge/qdq_weight.h"
+
 namespace reforge::refit {
 
 namespace {
@@ -17,23 +19,44 @@ std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan:
       w.recipe.result.kind != plan::Operand::Kind::Step)
     return std::nullopt;
   const plan::RecipeStep& st = w.recipe.steps[w.recipe.result.index];
-  if (st.domain != "reforge" || st.op_type != "QuantizeWeight" || st.output > 2) return std::nullopt;
+  const bool quantize = st.op_type == "QuantizeWeight", qdq = st.op_type == "QdqWeight";
+  if (st.domain != "reforge" || !(quantize || qdq) || st.output > 2) return std::nullopt;
+  const auto attr = [&](const char* name) {
+    auto it = st.attrs.find(name);
+    return it == st.attrs.end() ? int64_t{0} : it->second.i;
+  };
+  // The source at operand `i` of the step (the pass's one-step recipe), or null.
+  const auto source = [&](size_t i) -> const plan::Source* {
+    if (st.inputs.size() <= i || st.inputs[i].kind != plan::Operand::Kind::Source ||
+        st.inputs[i].index >= p.sources.size())
+      return nullptr;
+    return &p.sources[st.inputs[i].index];
+  };
+  // bits, K (-1: unknown) and the int4 block size: QuantizeWeight's attributes and its float32
+  // source; QdqWeight's form, derived from its codes and scale as its kernel derives it.
+  int64_t bits = 0, K = -1, block = 0;
+  if (quantize) {
+    bits = attr("bits");
+    block = attr("block_size");
+    if (const plan::Source* s = source(0); s && s->shape.size() == 2) K = s->shape[attr("transposed") ? 1 : 0];
+  } else {
+    const plan::Source *codes = source(0), *scale = source(1);
+    if (!codes || !scale) return std::nullopt;
+    ops::quant::QdqForm f;
+    const int64_t axis = st.attrs.count("axis") ? attr("axis") : 1;
+    if (!ops::quant::qdq_form(codes->dtype, codes->shape, scale->dtype, scale->shape, axis, attr("block_size"),
+                              attr("transposed") != 0, f)
+             .empty())
+      return std::nullopt;
+    bits = f.target.bits;
+    K = f.target.K;
+    block = f.target.block_size;
+  }
   static const char* const kPart[] = {"q", "scales", "zero_points"};
   QuantizedChange c;
   c.weight = w.name;
   c.part = kPart[st.output];
   c.compared = before.defined() && before.dtype() == after.dtype() && before.shape() == after.shape();
-  const auto attr = [&](const char* name) {
-    auto it = st.attrs.find(name);
-    return it == st.attrs.end() ? int64_t{0} : it->second.i;
-  };
-  const int64_t bits = attr("bits");
-  // K: from the recipe's float32 input when it is a source (the pass's one-step recipe).
-  int64_t K = -1;
-  if (!st.inputs.empty() && st.inputs[0].kind == plan::Operand::Kind::Source && st.inputs[0].index < p.sources.size()) {
-    const Shape& s = p.sources[st.inputs[0].index].shape;
-    if (s.size() == 2) K = s[attr("transposed") ? 1 : 0];
-  }
   const uint8_t* a = static_cast<const uint8_t*>(after.raw());
   const uint8_t* b = c.compared ? static_cast<const uint8_t*>(before.raw()) : nullptr;
   auto count_nibbles = [&](int64_t rows, int64_t row_bytes, int64_t per_row, auto real) {
@@ -56,7 +79,6 @@ std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan:
     count_nibbles(N, n_blocks * blob, n_blocks * block, [&](int64_t i) { return K < 0 || i < K; });
   } else {
     // int4 zero points [N * ceil(n_blocks / 2)]: one nibble per block.
-    const int64_t block = attr("block_size");
     const int64_t n_blocks = K > 0 && block > 0 ? (K + block - 1) / block : -1;
     const int64_t row_bytes = n_blocks > 0 ? (n_blocks + 1) / 2 : after.numel();
     const int64_t rows = after.numel() / row_bytes;

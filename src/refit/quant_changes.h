@@ -1,5 +1,6 @@
-// What a refit changed in a quantized plan (--precision int8 / int4): per engine weight made by
-// reforge::QuantizeWeight, how many of its quantized values differ from the engine's previous
+// What a refit changed in a quantized plan (--precision int8 / int4, or Linear layers of a quantized
+// ONNX model on their codes): per engine weight made by reforge::QuantizeWeight or
+// reforge::QdqWeight, how many of its quantized values differ from the engine's previous
 // ones. Small fine-tuning updates often change none (the update is below the quantization step),
 // and a refit says so (RefitReport::summary, `reforge refit --json`).
 //
@@ -26,7 +27,7 @@ struct QuantizedChange {
 };
 
 // The change record of engine weight `w` of plan `p` going from `before` (undefined: none) to
-// `after`, or nullopt when `w` is not made by reforge::QuantizeWeight.
+// `after`, or nullopt when `w` is not made by reforge::QuantizeWeight or reforge::QdqWeight.
 std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan::WeightEntry& w, const Tensor& before,
                                                 const Tensor& after);
 

@@ -388,7 +388,9 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     try {
       t = transforms::replay_recipe(w.recipe, values, p.literals);
     } catch (Error& e) {
-      throw e.with_context("while replaying the recipe of engine weight '" + w.name + "'");
+      std::string from;
+      for (uint32_t id : w.sources) from += (from.empty() ? "" : ", ") + ("'" + p.sources[id].key + "'");
+      throw e.with_context("while replaying the recipe of engine weight '" + w.name + "' (from sources " + from + ")");
     }
     if (t.dtype() != w.dtype || t.shape() != w.shape)
       fail("refit: engine weight '", w.name, "' came out ", t.describe(), ", the plan expects ", dtype_name(w.dtype),

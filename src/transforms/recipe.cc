@@ -94,7 +94,8 @@ Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, 
         st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
                               st.op_type == "Cast" || st.op_type == "Gather" || st.op_type == "Expand");
     steps.push_back(
-        std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, 1, movement ? threads : 1)[0]));
+        std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,
+                              std::max<size_t>(st.num_outputs, st.output + 1), movement ? threads : 1)[st.output]));
   }
   const Tensor& r = steps.empty() ? inputs[0] : steps.back();
   if (r.dtype() != dtype || r.numel() != shape_numel(shape))

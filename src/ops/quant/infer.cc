@@ -2,7 +2,8 @@
 // keep x's shape; the output type is the zero point's / `output_dtype` / uint8 for
 // QuantizeLinear and `output_dtype` / the scale's for DequantizeLinear. The matrix products
 // follow numpy matmul, the convolutions Conv's geometry (ops/nn/conv.h); com.microsoft MatMulNBits
-// maps A [..., K] to [..., N].
+// maps A [..., K] to [..., N]; com.microsoft QLinearAdd and QLinearMul broadcast A and B, QGemm is
+// Gemm's [M, N] (float32 without y_zero_point), QLinearSoftmax keeps X's type and shape.
 #include <string>
 
 #include "ops/nn/conv.h"
@@ -61,6 +62,28 @@ void matmul_nbits(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(at.dtype, out));
 }
 
+// QLinearAdd / QLinearMul (A 0, B 3): A's type, numpy broadcast of the two shapes.
+void qlinear_binary(InferContext& ctx) {
+  const ValueType& a = ctx.input_type(0);
+  const ValueType& b = ctx.input_type(3);
+  if (!a.rank_known || !b.rank_known) return ctx.set_output(0, ValueType::unranked(a.dtype));
+  ctx.set_output(0, ValueType::of(a.dtype, broadcast_shapes(ctx, a.shape, b.shape)));
+}
+
+// QGemm: [M, N] from A and B with transA / transB; y_zero_point's type, else float32.
+void qgemm(InferContext& ctx) {
+  const DType to = ctx.has_input(8) ? ctx.input_type(8).dtype : DType::Float32;
+  const ValueType& a = ctx.input_type(0);
+  const ValueType& b = ctx.input_type(3);
+  if (!a.rank_known || !b.rank_known) return ctx.set_output(0, ValueType::unranked(to));
+  if (a.shape.size() != 2 || b.shape.size() != 2)
+    ctx.fail("A and B must be matrices, got " + a.str() + " and " + b.str());
+  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
+  SymDim k = a.shape[ta ? 0 : 1];
+  merge_dims(ctx, k, b.shape[tb ? 1 : 0], "the inner dimensions of A and B");
+  ctx.set_output(0, ValueType::of(to, {a.shape[ta ? 1 : 0], b.shape[tb ? 0 : 1]}));
+}
+
 }  // namespace
 
 void register_quant_inference(OpRegistry& r) {
@@ -72,6 +95,11 @@ void register_quant_inference(OpRegistry& r) {
   r.set_infer("", "ConvInteger", 10, [](InferContext& ctx) { int_conv(ctx, 0, 1, SIZE_MAX, DType::Int32); });
   r.set_infer("", "QLinearConv", 10, [](InferContext& ctx) { int_conv(ctx, 0, 3, 8, ctx.input_type(7).dtype); });
   r.set_infer("com.microsoft", "MatMulNBits", 1, matmul_nbits);
+  r.set_infer("com.microsoft", "QLinearAdd", 1, qlinear_binary);
+  r.set_infer("com.microsoft", "QLinearMul", 1, qlinear_binary);
+  r.set_infer("com.microsoft", "QGemm", 1, qgemm);
+  r.set_infer("com.microsoft", "QLinearSoftmax", 1,
+              [](InferContext& ctx) { set_like(ctx, 0, ctx.input_type(0), ctx.input_type(0).dtype); });
 }
 
 }  // namespace reforge::ops

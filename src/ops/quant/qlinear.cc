@@ -9,8 +9,8 @@
 // product in double, round half to even, as the ONNX reference does.
 //
 // Zero points: per tensor (one element), or per row of A / per column of B for the matrix
-// products (A's [M] or [..., M, 1], B's [N] or [..., 1, N]), per output channel ([M]) for W of a
-// convolution. QLinearConv's w_scale may be per output channel too.
+// products (A's [M] or [..., M, 1], B's [N] or [..., 1, N]; QLinearMatMul's b_scale too),
+// per output channel ([M]) for W of a convolution. QLinearConv's w_scale may be per output channel too.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -173,16 +173,23 @@ void qlinear_matmul_kernel(KernelContext& ctx) {
   const Tensor& yz = ctx.input(7);
   REFORGE_CHECK(is_int8(yz.dtype()) && yz.numel() == 1, label, ": y_zero_point must be an int8/uint8 scalar, got ",
                 yz.describe());
-  const double sa = scalar_scale(ctx.input(1), "a_scale", label), sb = scalar_scale(ctx.input(4), "b_scale", label),
-               sy = scalar_scale(ctx.input(6), "y_scale", label);
+  const double sa = scalar_scale(ctx.input(1), "a_scale", label), sy = scalar_scale(ctx.input(6), "y_scale", label);
+  // b_scale: per tensor, or per column of B (1-D with B's last dimension).
+  const Tensor& bs = ctx.input(4);
+  const int64_t N = B.rank() >= 2 ? B.shape().back() : 1;
+  REFORGE_CHECK(is_float(bs.dtype()) && (bs.numel() == 1 || (bs.rank() == 1 && B.rank() >= 2 && bs.numel() == N)),
+                label, ": b_scale must be a float scalar or 1-D with B's ", N, " columns, got ", bs.describe());
+  const std::vector<double> sb = to_double_vector(bs);
   const auto a = minus(to_int64_values(A), expand_zero_point(&ctx.input(2), A.shape(), A.rank() - 2, label));
   const auto b = minus(to_int64_values(B), expand_zero_point(&ctx.input(5), B.shape(), -1, label));
   Shape out;
   const auto c = int_matmul(a, A.shape(), b, B.shape(), out, label);
-  const double m = requant_multiplier(ctx.input(1), sa, sb, sy);
+  std::vector<double> m(sb.size());
+  for (size_t n = 0; n < sb.size(); ++n) m[n] = requant_multiplier(ctx.input(1), sa, sb[n], sy);
   const double z = yz.as_double(0);
   std::vector<double> d(c.size());
-  for (size_t i = 0; i < c.size(); ++i) d[i] = static_cast<double>(c[i]) * m + z;
+  for (size_t i = 0; i < c.size(); ++i)
+    d[i] = static_cast<double>(c[i]) * m[m.size() == 1 ? 0 : i % static_cast<size_t>(N)] + z;
   ctx.set_output(0, requantize(d, yz.dtype(), out));
 }
 

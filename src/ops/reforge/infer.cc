@@ -1,6 +1,7 @@
 // Shape and type inference of the "reforge" domain (ops/infer.h): the recipe transforms
 // (BnFoldWeight, BnFoldBias, PackPanels) and the fused kernels the passes emit (MatMulAdd,
-// MatMulAddPacked, QuantizeWeight, MatMulQuant, RmsNorm, Silu, SiluMul, Gelu, Attention, Rotary).
+// MatMulAddPacked, QuantizeWeight, QdqWeight, Int4Unpack, MatMulQuant, RmsNorm, Silu, SiluMul, Gelu, Attention,
+// Rotary).
 //
 // A fused op computes exactly the subgraph it replaces, and its kernel falls back to that
 // subgraph for the inputs its fast path does not take; so its output type is the type of the
@@ -11,6 +12,7 @@
 #include <algorithm>
 
 #include "ops/reforge/panels.h"
+#include "ops/reforge/qdq_weight.h"
 #include "ops/reforge/quant_weight.h"
 #include "ops/registry.h"
 
@@ -132,6 +134,59 @@ void infer_quantize_weight(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(qt, qshape));
   ctx.set_output(1, ValueType::of(DType::Float32, {qs.num_scales()}));
   if (bits == 4 && ctx.num_outputs() > 2) ctx.set_output(2, ValueType::of(DType::UInt8, {qs.num_zero_points()}));
+}
+
+// QdqWeight(codes, scale[, zero_point]) -> (Q, scales[, zero_points]): the MatMulQuant layout of a
+// DequantizeLinear weight (ops/reforge/qdq_weight.h); codes or a scale of unknown shape give
+// outputs of known types and unknown shapes.
+void infer_qdq_weight(InferContext& ctx) {
+  const ValueType& c = ctx.input_type(0);
+  const ValueType& s = ctx.input_type(1);
+  const bool int4 = c.dtype == DType::Int4 || c.dtype == DType::UInt4;
+  const DType qt = int4 ? DType::UInt8 : DType::Int8;
+  auto known = [](const ValueType& t) {
+    if (!t.rank_known) return false;
+    for (const SymDim& d : t.shape)
+      if (!d.known()) return false;
+    return true;
+  };
+  if (!known(c) || !known(s)) {
+    ctx.set_output(0, ValueType::unranked(qt));
+    ctx.set_output(1, ValueType::unranked(DType::Float32));
+    if (ctx.num_outputs() > 2) ctx.set_output(2, ValueType::unranked(DType::UInt8));
+    return;
+  }
+  Shape cs, ss;
+  for (const SymDim& d : c.shape) cs.push_back(d.value());
+  for (const SymDim& d : s.shape) ss.push_back(d.value());
+  quant::QdqForm f;
+  const std::string why = quant::qdq_form(c.dtype, cs, s.dtype, ss, ctx.attr_int("axis", 1),
+                                          ctx.attr_int("block_size", 0), ctx.attr_int("transposed", 0) != 0, f);
+  if (!why.empty()) ctx.fail("no MatMulQuant form: " + why);
+  SymShape qshape;
+  for (int64_t d : f.target.q_shape()) qshape.push_back(d);
+  ctx.set_output(0, ValueType::of(qt, qshape));
+  ctx.set_output(1, ValueType::of(DType::Float32, {f.target.num_scales()}));
+  if (ctx.num_outputs() > 2) ctx.set_output(2, ValueType::of(DType::UInt8, {f.target.num_zero_points()}));
+}
+
+// Int4Unpack(Q [N, n_blocks, blob], scales, zero_points) -> uint4 codes [K, N] (transposed: [N, K]),
+// float32 scale and uint4 zero point [n_blocks, N] ([N, n_blocks]).
+void infer_int4_unpack(InferContext& ctx) {
+  const ValueType& q = ctx.input_type(0);
+  require_dtype(ctx, q, DType::UInt8, "Q");
+  const int64_t K = ctx.attr_int("K", 0);
+  const bool t = ctx.attr_int("transposed", 0) != 0;
+  if (!q.rank_known || q.shape.size() != 3) {
+    ctx.set_output(0, ValueType::unranked(DType::UInt4));
+    ctx.set_output(1, ValueType::unranked(DType::Float32));
+    ctx.set_output(2, ValueType::unranked(DType::UInt4));
+    return;
+  }
+  const SymDim n = q.shape[0], b = q.shape[1];
+  ctx.set_output(0, ValueType::of(DType::UInt4, t ? SymShape{n, SymDim(K)} : SymShape{SymDim(K), n}));
+  ctx.set_output(1, ValueType::of(DType::Float32, t ? SymShape{n, b} : SymShape{b, n}));
+  ctx.set_output(2, ValueType::of(DType::UInt4, t ? SymShape{n, b} : SymShape{b, n}));
 }
 
 // MatMulQuant(X [..., K], Q, scales[, zero_points][, bias]) -> float32 [..., N] (attributes K, N).
@@ -397,6 +452,8 @@ void register_reforge_inference(OpRegistry& r) {
   r.set_infer("reforge", "PackPanels", 1, infer_pack_panels);
   r.set_infer("reforge", "MatMulAddPacked", 1, infer_matmul_add_packed);
   r.set_infer("reforge", "QuantizeWeight", 1, infer_quantize_weight);
+  r.set_infer("reforge", "QdqWeight", 1, infer_qdq_weight);
+  r.set_infer("reforge", "Int4Unpack", 1, infer_int4_unpack);
   r.set_infer("reforge", "MatMulQuant", 1, infer_matmul_quant);
   r.set_infer("reforge", "RmsNorm", 1, infer_rms_norm);
   r.set_infer("reforge", "Silu", 1, infer_same_as_input);

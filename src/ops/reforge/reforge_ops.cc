@@ -77,9 +77,11 @@ void bn_fold_bias(KernelContext& ctx) {
 }  // namespace
 
 void register_quant_weight_ops(OpRegistry& r);  // quant_weight.cc: QuantizeWeight, MatMulQuant
+void register_qdq_weight_ops(OpRegistry& r);    // qdq_weight.cc: QdqWeight
 
 void register_reforge_ops(OpRegistry& r) {
   register_quant_weight_ops(r);
+  register_qdq_weight_ops(r);
   r.add({"reforge", "BnFoldWeight", 1, INT_MAX, bn_fold_weight, nullptr});
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   // Ops without a reference kernel: the fusion and layout passes emit them only for a backend
