@@ -204,6 +204,47 @@ TEST_F(CudaReplay, ConcurrentRunsEachGetTheirOwnResult) {
   EXPECT_EQ(st.replays + st.eager_runs, kThreads * kRuns);
 }
 
+// An embedding lookup: Gather's index check waits for the device in an eager run; a recording
+// reads its flag back after every replay instead, so a bad index fails the replay with the eager
+// run's message, and the next good run replays again.
+TEST_F(CudaReplay, IndexErrorsOfAReplayAreRaisedAsInAnEagerRun) {
+  ir::Graph g;
+  g.name = "embedding";
+  g.ir_version = 10;
+  g.opsets[""] = 17;
+  g.inputs = {value_info("ids", DType::Int64, {5})};
+  g.initializers["table"] = test_support::random_floats({6, 4}, 51);
+  g.nodes.push_back(node("rows", "Gather", {"table", "ids"}));
+  g.nodes.push_back(node("Y", "Relu", {"rows"}));
+  g.outputs = {value_info("Y", DType::Float32, {5, 4})};
+  runtime::Engine eager = cuda_engine(g, false);
+  runtime::Engine replaying = cuda_engine(g, true);
+  for (int run = 0; run < 3; ++run) {
+    const Tensor ids = test_support::make<int64_t>({5}, {run, 5, 0, -1, 2});
+    expect_bit_equal(replaying.run({{"ids", ids}}).at(0), eager.run({{"ids", ids}}).at(0),
+                     "run " + std::to_string(run));
+  }
+  EXPECT_EQ(replaying.replay_stats().replays, 2) << replaying.replay_stats().last_failure;
+  const Tensor bad = test_support::make<int64_t>({5}, {1, 9, 0, 0, 0});
+  std::string eager_error, replay_error;
+  try {
+    eager.run({{"ids", bad}});
+  } catch (const Error& e) {
+    eager_error = e.what();
+  }
+  try {
+    replaying.run({{"ids", bad}});
+  } catch (const Error& e) {
+    replay_error = e.what();
+  }
+  EXPECT_NE(eager_error.find("index 9 is out of range for a dimension of size 6"), std::string::npos) << eager_error;
+  EXPECT_NE(replay_error.find("index 9 is out of range for a dimension of size 6"), std::string::npos) << replay_error;
+  EXPECT_EQ(replaying.replay_stats().replays, 3);
+  const Tensor good = test_support::make<int64_t>({5}, {4, 3, 2, 1, 0});
+  expect_bit_equal(replaying.run({{"ids", good}}).at(0), eager.run({{"ids", good}}).at(0), "after the error");
+  EXPECT_EQ(replaying.replay_stats().replays, 4);
+}
+
 // NonZero's output size depends on the data: its kernel waits for the device, so the recording
 // fails, twice at most, and every run is eager and right.
 TEST_F(CudaReplay, WorkThatWaitsForTheDeviceStaysEager) {

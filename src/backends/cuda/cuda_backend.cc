@@ -19,7 +19,9 @@ class DeviceAllocator : public ops::OutputAllocator {
 Tensor allocate_device(DType dtype, Shape shape) { return device_tensor(dtype, std::move(shape)); }
 
 // Copies between any two memories, finished when it returns.
-void copy_memory(void* dst, Memory, const void* src, Memory, size_t bytes) {
+void copy_memory(void* dst, Memory dst_memory, const void* src, Memory src_memory, size_t bytes) {
+  REFORGE_CHECK(!recording() || (dst_memory == Memory::Device && src_memory == Memory::Device),
+                "a copy between host and device memory cannot be part of a recorded run");
   REFORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
   REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }

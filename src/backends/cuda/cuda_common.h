@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 
 #include "backends/backend.h"
@@ -47,6 +48,11 @@ backends::DeviceRecorder* recorder();
 // True while the calling thread's work is being recorded (kernels then take scratch memory from
 // device_tensor, which the recording owns, never from per-thread buffers).
 bool recording();
+// While recording (only then): `bytes` of device memory where a kernel flags a failure that its
+// eager form would raise after waiting for the device (an index out of range). The recording
+// copies them to the host after every replay and calls `check` with them, which throws the same
+// Error the eager kernel throws. The kernel must clear the flag as part of its recorded work.
+void* deferred_check(size_t bytes, std::function<void(const void*)> check);
 // Device memory that recordings hold for their values (CUDA's graph memory), now and at peak.
 void replay_memory(size_t& now, size_t& peak);
 // Records `bytes` more (or, negative, fewer) of library workspace in device memory.

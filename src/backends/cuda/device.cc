@@ -136,6 +136,8 @@ Tensor upload(const Tensor& t) {
 
 Tensor to_device(const Tensor& t) {
   REFORGE_CHECK(t.on_host(), "to_device: ", t.describe(), " is already in device memory");
+  // A recorded copy would read the host memory again at every replay, long after `t` is gone.
+  REFORGE_CHECK(!recording(), "a copy of ", t.describe(), " from host memory cannot be part of a recorded run");
   Tensor d = device_tensor(t.dtype(), t.shape());
   // From pageable memory the call returns once the bytes are staged, so `t` may go at once.
   if (t.nbytes())
@@ -145,6 +147,7 @@ Tensor to_device(const Tensor& t) {
 
 Tensor download(const Tensor& t) {
   REFORGE_CHECK(!t.on_host(), "download: ", t.describe(), " is in host memory");
+  REFORGE_CHECK(!recording(), "reading ", t.describe(), " on the host cannot be part of a recorded run");
   Tensor h = Tensor::uninitialized(t.dtype(), t.shape());
   if (t.nbytes()) {
     REFORGE_CUDA_CHECK(cudaMemcpyAsync(h.mutable_raw(), t.raw(), t.nbytes(), cudaMemcpyDeviceToHost, stream()));

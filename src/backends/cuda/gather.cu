@@ -10,6 +10,7 @@
 // different lanes never collide), ScatterND gives each thread one element of the update slice and
 // walks the index tuples in order. Reductions combine in float32 for 16-bit floats, as on the CPU.
 #include <algorithm>
+#include <cstring>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
@@ -67,8 +68,20 @@ Tensor resolve_indices(const Tensor& idx, const std::vector<int64_t>& dims, cons
                 dims.size(), " are not supported on the CUDA backend");
   d.period = static_cast<int>(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) d.dims[i] = dims[i];
-  Tensor flag = device_tensor(DType::UInt8, {static_cast<int64_t>(sizeof(IndexError))});
-  auto* err = static_cast<IndexError*>(flag.mutable_raw());
+  // Recorded: the flag is checked after every replay (replay.cc) instead of waiting here.
+  const bool recorded = recording();
+  Tensor flag;
+  IndexError* err = nullptr;
+  if (recorded) {
+    err = static_cast<IndexError*>(deferred_check(sizeof(IndexError), [where](const void* bytes) {
+      IndexError e{};
+      std::memcpy(&e, bytes, sizeof e);
+      if (e.flag) fail(where, ": index ", e.raw, " is out of range for a dimension of size ", e.dim);
+    }));
+  } else {
+    flag = device_tensor(DType::UInt8, {static_cast<int64_t>(sizeof(IndexError))});
+    err = static_cast<IndexError*>(flag.mutable_raw());
+  }
   REFORGE_CUDA_CHECK(cudaMemsetAsync(err, 0, sizeof(IndexError), stream()));
   if (idx.dtype() == DType::Int64)
     resolve_kernel<int64_t>
@@ -77,6 +90,7 @@ Tensor resolve_indices(const Tensor& idx, const std::vector<int64_t>& dims, cons
     resolve_kernel<int32_t>
         <<<grid_for(n), 256, 0, stream()>>>(out.mutable_data<int64_t>(), idx.data<int32_t>(), d, n, err);
   check_launch("resolve_indices");
+  if (recorded) return out;
   IndexError host{};
   REFORGE_CUDA_CHECK(cudaMemcpyAsync(&host, err, sizeof(IndexError), cudaMemcpyDeviceToHost, stream()));
   REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
