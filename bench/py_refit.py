@@ -13,8 +13,8 @@ with the safetensors package into a dict of numpy arrays, the state dict a train
 of float32): two instances, seeds 0 (A) and 1 (B), random initialization (no download), every
 parameter then moved by N(0, 0.02^2) (torchvision initializes the head to zero and the norms to
 one, equal in A and B); A exported with torch.onnx.export (opset 17, batch 1, constant
-folding) and both state dicts saved as safetensors, all cached under --dir/reforge_py_refit_NAME
-(about 3.7 GB; delete it to export again). load_state_dict is then that torchvision module's, and
+folding unless --no-constant-folding) and both state dicts saved as safetensors, all cached under
+--dir/reforge_py_refit_NAME[_nofold] (about 3.7 GB; delete it to export again). load_state_dict is then that torchvision module's, and
 after the timings plan.refit(B) is checked once against the module with B loaded (eval, no_grad):
 the maximum absolute difference of the logits must be at most 1e-4. It needs torch and torchvision,
 which .venv does not have (CI and the tests do not need them); Debian 12's python3-torch 1.13 and
@@ -107,9 +107,9 @@ def torchvision_model(name, seed):
     return model.eval()
 
 
-def torchvision_files(name, cache, image):
-    """The ONNX export of `name` with weights A and the safetensors checkpoints A and B, written
-    once into `cache` (kept for the next run)."""
+def torchvision_files(name, cache, image, fold):
+    """The ONNX export of `name` with weights A (constant folding if `fold`) and the safetensors
+    checkpoints A and B, written once into `cache` (kept for the next run)."""
     import safetensors.torch
 
     files = {"onnx": cache / "A.onnx", "A": cache / "A.safetensors", "B": cache / "B.safetensors"}
@@ -125,7 +125,7 @@ def torchvision_files(name, cache, image):
             # Traced with gradients enabled: under no_grad, eval-mode nn.MultiheadAttention takes
             # the fused aten::_native_multi_head_attention, which torch 1.13 cannot export.
             torch.onnx.export(model, (torch.zeros(1, 3, image, image),), str(files["onnx"]) + ".tmp",
-                              opset_version=17, do_constant_folding=True, input_names=["image"],
+                              opset_version=17, do_constant_folding=fold, input_names=["image"],
                               output_names=["logits"])
             os.replace(str(files["onnx"]) + ".tmp", files["onnx"])
         os.replace(str(files[weights]) + ".tmp", files[weights])
@@ -233,6 +233,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--torchvision", default="", help="also this torchvision model, e.g. vit_l_16 (needs torch)")
     ap.add_argument("--image", type=int, default=224, help="the torchvision model's input height and width")
+    ap.add_argument("--no-constant-folding", action="store_true",
+                    help="export the torchvision model with do_constant_folding=False")
     a = ap.parse_args()
     if torch is not None:
         torch.set_num_threads(a.threads or os.cpu_count())
@@ -255,10 +257,12 @@ def main():
     if a.torchvision:
         if torch is None:
             raise SystemExit("--torchvision needs torch and torchvision (see the docstring: python3-torch)")
-        files = torchvision_files(a.torchvision, Path(a.dir) / ("reforge_py_refit_" + a.torchvision), a.image)
+        fold = not a.no_constant_folding
+        cache = Path(a.dir) / ("reforge_py_refit_%s%s" % (a.torchvision, "" if fold else "_nofold"))
+        files = torchvision_files(a.torchvision, cache, a.image, fold)
         torch.manual_seed(2)
         rows.append(
-            measure("%s (torchvision)" % a.torchvision, files["onnx"], files["A"], files["B"], a.repeat, a.threads,
+            measure("%s%s" % (a.torchvision, "" if fold else " nofold"), files["onnx"], files["A"], files["B"], a.repeat, a.threads,
                     module=torchvision_model(a.torchvision, 0), check_input=torch.randn(1, 3, a.image, a.image)))
     head = "%-24s %12s %10s %10s %8s %15s" % ("model", "bytes", "memcpy ms", "refit ms", "/memcpy", "/(memcpy+replay)")
     if torch is not None:
