@@ -14,9 +14,10 @@ of float32): two instances, seeds 0 (A) and 1 (B), random initialization (no dow
 parameter then moved by N(0, 0.02^2) (torchvision initializes the head to zero and the norms to
 one, equal in A and B); A exported with torch.onnx.export (opset 17, batch 1, constant
 folding unless --no-constant-folding) and both state dicts saved as safetensors, all cached under
---dir/reforge_py_refit_NAME[_nofold] (about 3.7 GB; delete it to export again). load_state_dict is then that torchvision module's, and
-after the timings plan.refit(B) is checked once against the module with B loaded (eval, no_grad):
-the maximum absolute difference of the logits must be at most 1e-4. It needs torch and torchvision,
+--dir/reforge_py_refit_NAME[_nofold] (about 3.7 GB; delete it to export again). load_state_dict
+is then that torchvision module's, and after the timings plan.refit(B) is checked once against
+the module with B loaded (eval, no_grad): the maximum absolute difference of the logits must be
+at most 1e-4. It needs torch and torchvision,
 which .venv does not have (CI and the tests do not need them); Debian 12's python3-torch 1.13 and
 python3-torchvision 0.14 with an environment that sees them and has safetensors:
 
@@ -262,8 +263,9 @@ def main():
         files = torchvision_files(a.torchvision, cache, a.image, fold)
         torch.manual_seed(2)
         rows.append(
-            measure("%s%s" % (a.torchvision, "" if fold else " nofold"), files["onnx"], files["A"], files["B"], a.repeat, a.threads,
-                    module=torchvision_model(a.torchvision, 0), check_input=torch.randn(1, 3, a.image, a.image)))
+            measure("%s%s" % (a.torchvision, "" if fold else " nofold"), files["onnx"], files["A"], files["B"],
+                    a.repeat, a.threads, module=torchvision_model(a.torchvision, 0),
+                    check_input=torch.randn(1, 3, a.image, a.image)))
     head = "%-24s %12s %10s %10s %8s %15s" % ("model", "bytes", "memcpy ms", "refit ms", "/memcpy", "/(memcpy+replay)")
     if torch is not None:
         head += " %12s %12s %15s %8s" % ("load_sd ms", "refit(t) ms", "/(memcpy+replay)", "/load_sd")
