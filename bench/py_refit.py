@@ -17,9 +17,9 @@ folding unless --no-constant-folding) and both state dicts saved as safetensors,
 --dir/reforge_py_refit_NAME[_nofold] (about 3.7 GB; delete it to export again). load_state_dict
 is then that torchvision module's, and after the timings plan.refit(B) is checked once against
 the module with B loaded (eval, no_grad): the maximum absolute difference of the logits must be
-at most 1e-4. It needs torch and torchvision,
-which .venv does not have (CI and the tests do not need them); Debian 12's python3-torch 1.13 and
-python3-torchvision 0.14 with an environment that sees them and has safetensors:
+at most 1e-4. It needs torch and torchvision, which .venv does not have (CI and the tests do not
+need them): Debian 12's python3-torch 1.13 and python3-torchvision 0.14, with an environment that
+sees them and has the safetensors package:
 
     apt-get install python3-torch python3-torchvision
     /usr/bin/python3 -m venv --system-site-packages build/torch-venv
@@ -262,10 +262,10 @@ def main():
         cache = Path(a.dir) / ("reforge_py_refit_%s%s" % (a.torchvision, "" if fold else "_nofold"))
         files = torchvision_files(a.torchvision, cache, a.image, fold)
         torch.manual_seed(2)
+        image = torch.randn(1, 3, a.image, a.image)
         rows.append(
             measure("%s%s" % (a.torchvision, "" if fold else " nofold"), files["onnx"], files["A"], files["B"],
-                    a.repeat, a.threads, module=torchvision_model(a.torchvision, 0),
-                    check_input=torch.randn(1, 3, a.image, a.image)))
+                    a.repeat, a.threads, module=torchvision_model(a.torchvision, 0), check_input=image))
     head = "%-24s %12s %10s %10s %8s %15s" % ("model", "bytes", "memcpy ms", "refit ms", "/memcpy", "/(memcpy+replay)")
     if torch is not None:
         head += " %12s %12s %15s %8s" % ("load_sd ms", "refit(t) ms", "/(memcpy+replay)", "/load_sd")
