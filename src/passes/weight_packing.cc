@@ -37,8 +37,10 @@ const Tensor* half_weight(const BuildState& s, const ir::Node& n) {
 
 void pack_half_weights(BuildState& s) {
   uint64_t total = 0;
+  size_t weights = 0;
   for (const ir::Node& n : s.graph.nodes)
-    if (const Tensor* w = half_weight(s, n)) total += w->nbytes();
+    if (const Tensor* w = half_weight(s, n)) total += w->nbytes(), ++weights;
+  if (weights == 0) return;  // nothing to pack
   ProgressStep progress(s.progress, s.step, total, "bytes");
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
@@ -72,8 +74,10 @@ void linear_weights_packing(BuildState& s) {
   }
   if (!s.pack_linear_panels) return;
   uint64_t total = 0;
+  size_t layers = 0;
   for (const ir::Node& n : s.graph.nodes)
-    if (const std::optional<LinearLayer> l = match_linear(s, n)) total += s.consts.at(l->w).value.nbytes();
+    if (const std::optional<LinearLayer> l = match_linear(s, n)) total += s.consts.at(l->w).value.nbytes(), ++layers;
+  if (layers == 0) return;  // no Linear layer
   ProgressStep progress(s.progress, s.step, total, "bytes");
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
