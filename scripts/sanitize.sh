@@ -44,10 +44,14 @@ if [[ " ${parts[*]} " == *" asan "* ]]; then
   suite="$root/build/onnx-node-suite"
   if [ ! -f "$suite/.unpacked" ]; then
     src=""
-    for d in "${REFORGE_ONNX_SUITE:-}" "$root/../shared/onnx-node-suite" /work/shared/onnx-node-suite; do
+    for d in "${REFORGE_ONNX_SUITE:-}" "$root/../shared/onnx-node-suite"; do
       if [ -n "$d" ] && ls "$d"/node*.tar.xz >/dev/null 2>&1; then src="$d"; break; fi
     done
-    [ -n "$src" ] || { echo "sanitize: ONNX node suite not found (set REFORGE_ONNX_SUITE)" >&2; exit 1; }
+    [ -n "$src" ] || {
+      echo "sanitize: the ONNX 1.23.1 node suite's archives (node*.tar.xz) are not in" \
+        "${REFORGE_ONNX_SUITE:-$root/../shared/onnx-node-suite}: set REFORGE_ONNX_SUITE to the folder holding them" >&2
+      exit 1
+    }
     rm -rf "$suite" && mkdir -p "$suite"
     for f in "$src"/node*.tar.xz; do tar -xJf "$f" -C "$suite"; done
     touch "$suite/.unpacked"

@@ -6,17 +6,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-# The ONNX 1.23.1 node suite ships as four .tar.xz parts; unpack once into the build tree.
-suite_src=""
-for d in "${REFORGE_ONNX_SUITE:-}" "$root/../shared/onnx-node-suite" /work/shared/onnx-node-suite; do
-  if [ -n "$d" ] && ls "$d"/node*.tar.xz >/dev/null 2>&1; then suite_src="$d"; break; fi
-done
-if [ -z "$suite_src" ]; then
-  echo "test: ONNX node suite not found (set REFORGE_ONNX_SUITE to the folder with node*.tar.xz)" >&2
-  exit 1
-fi
+# The ONNX 1.23.1 node suite ships as four .tar.xz parts, in the folder $REFORGE_ONNX_SUITE names
+# (when unset: shared/onnx-node-suite beside the checkout); unpacked once into build/onnx-node-suite.
 suite="$root/build/onnx-node-suite"
 if [ ! -f "$suite/.unpacked" ]; then
+  suite_src=""
+  for d in "${REFORGE_ONNX_SUITE:-}" "$root/../shared/onnx-node-suite"; do
+    if [ -n "$d" ] && ls "$d"/node*.tar.xz >/dev/null 2>&1; then suite_src="$d"; break; fi
+  done
+  if [ -z "$suite_src" ]; then
+    echo "test: the ONNX 1.23.1 node suite's archives (node*.tar.xz) are not in" \
+      "${REFORGE_ONNX_SUITE:-$root/../shared/onnx-node-suite}: set REFORGE_ONNX_SUITE to the folder holding them" >&2
+    exit 1
+  fi
   rm -rf "$suite" && mkdir -p "$suite"
   for f in "$suite_src"/node*.tar.xz; do tar -xJf "$f" -C "$suite"; done
   touch "$suite/.unpacked"

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -323,6 +324,17 @@ TEST(CliChecks, OutputFolderAndExpectNamesBeforeTheRun) {
   EXPECT_NE(build.output.find("the folder '" + d + "/missing' does not exist"), std::string::npos) << build.output;
 }
 
+// Without the node suite, conformance says what the folder is and where it comes from.
+TEST(CliConformance, MissingSuiteFolderSaysWhereItComesFrom) {
+  for (const std::string& args : {std::string("conformance"), "conformance " + fresh_dir("nosuite") + "/node"}) {
+    auto r = run_cli(args + " --list " + kRoot + "/tests/conformance/required-standard-types.txt");
+    EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.output;
+    EXPECT_NE(r.output.find("the 'node' folder of the ONNX backend node suite"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("$REFORGE_ONNX_SUITE"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("test folder not found"), std::string::npos) << "no test runs: " << r.output;
+  }
+}
+
 TEST(CliProgress, VerbosePrintsEveryPhaseQuietNone) {
   std::string d = fresh_dir("progress");
   auto v = run_cli("build " + kGpt2 + " --refit -o " + d + "/a.plan --verbose");
@@ -332,15 +344,31 @@ TEST(CliProgress, VerbosePrintsEveryPhaseQuietNone) {
   EXPECT_NE(v.output.find("reforge: building '" + kGpt2 + "': done in "), std::string::npos) << v.output;
   // The build's steps, each with its time, in order: inference, the passes, recipes, placement.
   size_t at = 0;
-  for (const char* step : {"reforge:   shape inference: ", "reforge:   pass ", "reforge:   verifying recipes: ",
-                           "reforge:   hashing weights: ", "reforge:   placing nodes: "}) {
+  for (const char* step : {"reforge:   shape inference: ", "reforge:   pass ", "reforge:   verifying recipes (",
+                           "reforge:   hashing weights (", "reforge:   placing nodes: "}) {
     const size_t found = v.output.find(step, at);
     EXPECT_NE(found, std::string::npos) << step << "\n" << v.output;
     if (found != std::string::npos) at = found;
   }
+  // Counted steps end with their size: engine weights verified, bytes hashed.
+  const std::regex verified("reforge:   verifying recipes \\([0-9]+ weights\\): [0-9.]+ m?s\n");
+  const std::regex hashed("reforge:   hashing weights \\([0-9.]+ [KMG]B\\): [0-9.]+ m?s\n");
+  EXPECT_TRUE(std::regex_search(v.output, verified)) << v.output;
+  EXPECT_TRUE(std::regex_search(v.output, hashed)) << v.output;
   auto r = run_cli("--verbose refit " + d + "/a.plan -w " + kGpt2B + " -o " + d + "/b.plan");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("reforge: refitting from '" + kGpt2B + "': done in "), std::string::npos) << r.output;
+  // The refit's steps from inside the library, in order, the replay with the bytes it wrote.
+  at = 0;
+  for (const char* step :
+       {"reforge:   importing the model: ", "reforge:   validating sources: ", "reforge:   replaying recipes ("}) {
+    const size_t found = r.output.find(step, at);
+    EXPECT_NE(found, std::string::npos) << step << "\n" << r.output;
+    if (found != std::string::npos) at = found;
+  }
+  auto rq = run_cli("--quiet refit " + d + "/a.plan -w " + kGpt2B + " -o " + d + "/c.plan");
+  ASSERT_EQ(rq.status, 0) << rq.output;
+  EXPECT_EQ(rq.output, "refit plan written to " + d + "/c.plan\n") << "--quiet: no progress, no summary";
   // Quick phases print nothing by default; --quiet also drops the notes.
   auto n = run_cli("run " + kGpt2 + " --shape batch=1 --shape seq=2");
   ASSERT_EQ(n.status, 0) << n.output;

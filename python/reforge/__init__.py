@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import pkgutil
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 # A development set-up (scripts/setup.sh) keeps the package files in python/reforge and the
 # built extension in build/python/reforge, both on sys.path: the package spans the two.
@@ -157,6 +157,7 @@ class Plan:
         names: Optional[str] = None,
         allow_nonfinite: bool = False,
         incremental: bool = False,
+        progress: Optional[Callable[[str, int, int, str], None]] = None,
     ) -> Dict[str, Any]:
         """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
 
@@ -181,7 +182,11 @@ class Plan:
         New weights holding NaN or Inf are refused unless ``allow_nonfinite``. Returns what the
         refit did (``from``, ``mode``, timings in ms, ``sources_set``, ``weights_replayed``,
         ``bytes_in``/``bytes_out``/``bytes_copied``, ``unused`` checkpoint tensors, ``summary``: the CLI's
-        text).
+        text). ``progress(step, done, total, unit)`` is called as each step starts (reading:
+        ``"reading the checkpoint"`` or ``"importing the model"``; a slow refit's build steps;
+        ``"validating sources"``; ``"replaying recipes"``) and as the replay advances (``done``
+        of ``total`` bytes of engine weights); an exception it raises stops the refit, which then
+        changes nothing, and propagates.
         Raises :class:`RefitRefused` with the CLI's message (a missing, unbound or mistyped
         source, a different model, non-finite values); the plan is then unchanged. Runs on
         other threads continue meanwhile, each on the old or the new weights.
@@ -194,11 +199,11 @@ class Plan:
             if mode != "fast":
                 raise ValueError("mode %r needs a re-exported ONNX model; arrays refit the fast way" % (mode,))
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
-            return self._impl.refit_tensors(arrays, names == "checkpoint", allow_nonfinite, incremental)
+            return self._impl.refit_tensors(arrays, names == "checkpoint", allow_nonfinite, incremental, progress)
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
-        return self._impl.refit_files(files, mode, allow_nonfinite)
+        return self._impl.refit_files(files, mode, allow_nonfinite, progress)
 
     @property
     def missing(self) -> List[str]:
@@ -275,6 +280,7 @@ def build(
     threads: int = 0,
     device: str = "cpu",
     allow_cpu_fallback: bool = False,
+    progress: Optional[Callable[[str, int, int, str], None]] = None,
 ) -> Plan:
     """Builds a plan from an ONNX model (``reforge build``).
 
@@ -292,7 +298,11 @@ def build(
     arrays in host memory, copied to and from the GPU); a node the device has no kernel for
     fails the build, unless ``allow_cpu_fallback`` places it on the CPU with explicit copies
     (``inspect()["placement"]`` shows where each node runs). A CUDA plan builds anywhere and
-    runs where a GPU is.
+    runs where a GPU is. ``progress(step, done, total, unit)`` is called as each step of the
+    build starts (``"shape inference"``, ``"pass NAME"``, ``"verifying recipes"``, ``"hashing
+    weights"``, ``"placing nodes"``) and as counted steps advance (``total`` > 0: bytes of
+    weights packed or hashed, engine weights verified; ``unit`` says which); an exception it
+    raises stops the build and propagates.
 
     Raises :class:`InvalidModel` when the model cannot be imported or built (unsupported nodes
     listed as :func:`check` lists them, a checkpoint that does not bind), :class:`Error` for
@@ -334,6 +344,7 @@ def build(
         threads,
         device,
         allow_cpu_fallback,
+        progress,
     )
     return Plan(impl)
 

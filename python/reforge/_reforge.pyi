@@ -1,7 +1,7 @@
 """Type stubs of reforge's extension module (python/src/module.cc). The documented API is the
 reforge package; these are the calls it makes."""
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __version__: str
 
@@ -22,9 +22,20 @@ class RefitRefused(Error):
 
 class Plan:
     def run(self, inputs: Dict[str, Any]) -> List[Any]: ...
-    def refit_files(self, files: Sequence[str], mode: str, allow_nonfinite: bool) -> Dict[str, Any]: ...
+    def refit_files(
+        self,
+        files: Sequence[str],
+        mode: str,
+        allow_nonfinite: bool,
+        progress: Optional[Callable[[str, int, int, str], None]],
+    ) -> Dict[str, Any]: ...
     def refit_tensors(
-        self, values: Dict[str, Any], checkpoint_names: bool, allow_nonfinite: bool, incremental: bool
+        self,
+        values: Dict[str, Any],
+        checkpoint_names: bool,
+        allow_nonfinite: bool,
+        incremental: bool,
+        progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def save(self, path: str, strip: bool) -> None: ...
     def inspect(self) -> str: ...
@@ -61,5 +72,6 @@ def build(
     threads: int,
     device: str,
     allow_cpu_fallback: bool,
+    progress: Optional[Callable[[str, int, int, str], None]],
 ) -> Plan: ...
 def load(path: str, verify: bool, threads: int) -> Plan: ...

@@ -72,6 +72,20 @@ auto guarded(Kind kind, F&& f) -> decltype(f()) {
   }
 }
 
+// A library progress callback that calls `progress(step, done, total, unit)` with the GIL held. The
+// callable is borrowed: the caller holds it for the whole call, and the copies the library makes of
+// the callback (without the GIL) must not touch its reference count. An exception it raises stops
+// the work (a build makes no plan, a refit changes nothing) and reaches the caller as raised.
+ProgressCallback progress_of(const std::optional<nb::callable>& progress) {
+  if (!progress) return {};
+  PyObject* cb = progress->ptr();
+  return [cb](const Progress& p) {
+    nb::gil_scoped_acquire gil;
+    const nb::handle callable(cb);
+    callable(p.step, p.done, p.total, p.unit);
+  };
+}
+
 // ---- arrays ----
 
 using InArray = nb::ndarray<nb::ro, nb::device::cpu, nb::c_contig>;
@@ -296,17 +310,20 @@ class Plan {
     return result;
   }
 
-  nb::dict refit_files(const std::vector<std::string>& files, const std::string& mode, bool allow_nonfinite) {
+  nb::dict refit_files(const std::vector<std::string>& files, const std::string& mode, bool allow_nonfinite,
+                       std::optional<nb::callable> progress) {
     return report_dict(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
       req.files = files;
       req.mode = refit_mode_of(mode);
       req.commit.check_finite = !allow_nonfinite;
+      req.commit.progress = progress_of(progress);
       return build::refit_from(*engine_, req);
     }));
   }
 
-  nb::dict refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental) {
+  nb::dict refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental,
+                         std::optional<nb::callable> progress) {
     auto arrays = arrays_of(values, Kind::RefitRefused, checkpoint_names ? "checkpoint tensor" : "source");
     return report_dict(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
@@ -315,6 +332,7 @@ class Plan {
       req.commit.check_finite = !allow_nonfinite;
       req.commit.incremental = incremental;
       req.commit.own_values = true;  // the caller's arrays may change once refit() returns
+      req.commit.progress = progress_of(progress);
       return build::refit_from(*engine_, req);
     }));
   }
@@ -400,7 +418,8 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
                   const std::string& activations, const std::vector<std::string>& skip_passes,
                   const std::vector<std::string>& checkpoint_files, std::optional<nb::dict> checkpoint_tensors,
                   const std::map<std::string, std::string>& binds, const std::string& bind_file, bool strict_binding,
-                  bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback) {
+                  bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback,
+                  std::optional<nb::callable> progress) {
   std::vector<std::pair<std::string, InArray>> ckpt_arrays;
   if (checkpoint_tensors) ckpt_arrays = arrays_of(*checkpoint_tensors, Kind::InvalidModel, "checkpoint tensor");
   build::BuildOptions o;
@@ -418,6 +437,7 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
     o.activations = precision_of(activations, "activations");
     o.backend = device;
     o.host_fallback = allow_cpu_fallback;
+    o.progress = progress_of(progress);
     o.validate();
     const bool with_checkpoint = !checkpoint_files.empty() || !ckpt_arrays.empty();
     if (!with_checkpoint && (!binds.empty() || !bind_file.empty() || strict_binding || allow_partial_binding))
@@ -499,9 +519,9 @@ NB_MODULE(_reforge, m) {
 
   nb::class_<Plan>(m, "Plan")
       .def("run", &Plan::run, "inputs"_a)
-      .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a)
+      .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "progress"_a.none())
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
-           "incremental"_a)
+           "incremental"_a, "progress"_a.none())
       .def("save", &Plan::save, "path"_a, "strip"_a)
       .def("inspect", &Plan::inspect)
       .def("value_infos", &Plan::value_infos, "outputs"_a)
@@ -515,6 +535,6 @@ NB_MODULE(_reforge, m) {
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
         "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a,
-        nb::rv_policy::take_ownership);
+        "progress"_a.none(), nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
 }

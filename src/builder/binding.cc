@@ -551,6 +551,7 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
   check_build_request(g, literals, o);  // refuse what the build cannot honour before binding
   BindOptions with_user = bo;
   with_user.user_literals.insert(o.literal_names.begin(), o.literal_names.end());
+  if (o.progress) o.progress(Progress{"binding the checkpoint"});
   BindResult r = bind_checkpoint(g, literals, ckpt, with_user);
   // Binding has read every checkpoint tensor; the build reads none. Its pages leave the
   // resident set before the build adds the engine weights to it (the model's bytes once more).

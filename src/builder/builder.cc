@@ -400,8 +400,10 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   ir::Graph g = canonicalize(std::move(input));
   std::set<std::string> literals = literal_initializers(g, o.literal_names);
   check_build_request(g, literals, o);
-  auto step = [&o](const std::string& name) {
-    if (o.on_step) o.on_step(name);
+  std::string current_step;
+  auto step = [&o, &current_step](const std::string& name) {
+    current_step = name;
+    if (o.progress) o.progress(Progress{name});
   };
   step("shape inference");
   // Every value's type and shape, before any data exists: an inconsistent shape (a Reshape whose
@@ -428,6 +430,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
 
   if (o.reference_rounding) ops::mark_reference_rounding(g);  // after the fingerprint: not part of the structure
   passes::BuildState s = make_state(std::move(g), o, plan.build->layouts, literals);
+  s.progress = o.progress;
   // The sources of a model read from external data are memory-mapped, and the caller may keep
   // the model (a refit's verify rebuild, a build bound to a checkpoint), so their pages would stay
   // resident through the build. After hashing them and after each pass, the build drops the
@@ -458,6 +461,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
       continue;
     }
     step(std::string("pass ") + pass.name);
+    s.step = current_step;
     try {
       pass.run(s);
     } catch (Error& e) {
@@ -473,10 +477,17 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
   // Every recipe, replayed on the build-time sources, must reproduce its engine weight bit for
   // bit (those a pass verified already, before releasing a source, are not replayed again).
   if (o.verify_recipes) {
-    step("verifying recipes");
-    for (auto& [name, cv] : s.consts) s.verify_recipe(name, cv);
+    current_step = "verifying recipes";
+    ProgressStep verifying(o.progress, current_step, s.consts.size(), "weights");
+    for (auto& [name, cv] : s.consts) {
+      s.verify_recipe(name, cv);
+      verifying.advance(1);
+    }
   }
-  step("hashing weights");
+  uint64_t weight_bytes = 0;
+  for (const auto& [name, cv] : s.consts) weight_bytes += cv.value.nbytes();
+  current_step = "hashing weights";
+  ProgressStep hashing(o.progress, current_step, weight_bytes, "bytes");
   plan.sources = s.sources;
   plan.literals = s.literals;
   for (auto& [name, cv] : s.consts) {
@@ -486,6 +497,7 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
     w.dtype = cv.value.dtype();
     w.shape = cv.value.shape();
     w.hash = transforms::hash_tensor(cv.value);
+    hashing.advance(cv.value.nbytes());
     w.data = cv.value;
     if (cv.kind == plan::WeightKind::Derived) {
       w.recipe = cv.recipe;

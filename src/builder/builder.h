@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 
@@ -58,8 +59,9 @@ struct BuildOptions {
   bool print_passes = false;               // print node/constant counts after each pass
   std::vector<std::string> skip_passes;    // glob patterns of passes not to run (each must match a pass)
   // Called as each step of the build starts ("shape inference", "pass NAME", "verifying recipes",
-  // "hashing weights", "placing nodes"), on the building thread; for progress reports.
-  std::function<void(const std::string& step)> on_step;
+  // "hashing weights", "placing nodes") and as counted steps advance (weight packing, recipe
+  // verification, hashing), on the building thread (core/progress.h).
+  ProgressCallback progress;
   void validate() const;  // throws on inconsistent options (the model aside)
 };
 

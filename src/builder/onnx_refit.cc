@@ -111,8 +111,10 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
   return o;
 }
 
-plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note) {
+plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note,
+                             const ProgressCallback& progress) {
   BuildOptions o = rebuild_options(plan, model, note);
+  o.progress = progress;
   plan::Plan fresh;
   try {
     fresh = build_plan(model, o);
@@ -147,6 +149,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   // The model is imported once: fast refit, verify's rebuild and a slow refit all read the one
   // mapping of its external data (importing it twice would map, and page in, every weight twice).
   ir::Graph model;
+  if (req.commit.progress) req.commit.progress(Progress{"importing the model"});
   try {
     model = onnx::import_model_file(src);
   } catch (Error& e) {
@@ -154,7 +157,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   }
   auto rebuild = [&] {
     try {
-      return rebuild_from_onnx(p, model, &rep.note);
+      return rebuild_from_onnx(p, model, &rep.note, req.commit.progress);
     } catch (Error& e) {
       throw e.with_context("while rebuilding from '" + src + "'");
     }

@@ -28,8 +28,9 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
 // A fresh build of `model` with `plan`'s build options (not stripped); checks the fingerprint.
 // The options come from the plan's build record (Plan::build), layouts and skipped passes
 // included. A plan without one (an older reforge's) is rebuilt with options inferred from its
-// nodes, and `note`, when given, says so.
-plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr);
+// nodes, and `note`, when given, says so. `progress` is told the build's steps (BuildOptions::progress).
+plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr,
+                             const ProgressCallback& progress = {});
 
 // The options rebuild_from_onnx() builds with (same `note`).
 BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr);

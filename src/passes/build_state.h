@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
 
@@ -40,6 +41,10 @@ struct BuildState {
   // no node reads that any more: linear-weights-packing releases it once the 16-bit one is packed.
   std::map<std::string, std::string> cast_from;
   int next_id = 0;
+  // BuildOptions::progress, and the step the builder reported last ("pass NAME"): a pass that
+  // counts its work reports it under that name (core/progress.h).
+  ProgressCallback progress;
+  std::string step;
 
   bool is_const(const std::string& value) const { return consts.count(value) != 0; }
   // A fresh value name that no node or constant uses yet.

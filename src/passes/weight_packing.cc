@@ -26,16 +26,32 @@ namespace reforge::passes {
 
 namespace {
 
+// The 16-bit weight of `n` that pack_half_weights packs, or null.
+const Tensor* half_weight(const BuildState& s, const ir::Node& n) {
+  if (n.domain != "reforge" || n.op_type != "MatMulAdd" || n.inputs.size() < 2 || !s.is_const(n.inputs[1]))
+    return nullptr;
+  const Tensor& w = s.consts.at(n.inputs[1]).value;
+  if ((w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16) || w.rank() != 2) return nullptr;
+  return &w;
+}
+
 void pack_half_weights(BuildState& s) {
+  uint64_t total = 0;
+  size_t weights = 0;
+  for (const ir::Node& n : s.graph.nodes)
+    if (const Tensor* w = half_weight(s, n)) total += w->nbytes(), ++weights;
+  if (weights == 0) return;  // nothing to pack
+  ProgressStep progress(s.progress, s.step, total, "bytes");
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
-    if (n.domain != "reforge" || n.op_type != "MatMulAdd" || n.inputs.size() < 2 || !s.is_const(n.inputs[1])) continue;
+    const Tensor* w = half_weight(s, n);
+    if (!w) continue;
     const std::string w16 = n.inputs[1];
-    const Tensor& w = s.consts.at(w16).value;
-    if ((w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16) || w.rank() != 2) continue;
-    const int64_t N = w.dim(1);
+    const int64_t N = w->dim(1);
+    const uint64_t bytes = w->nbytes();
     std::string wp =
         fold_into(s, w16, w16 + ".panels", "reforge", "PackPanels", 1, {{"transposed", ir::int_attr("transposed", 0)}});
+    progress.advance(bytes);
     std::vector<std::string> inputs = {n.inputs[0], wp};
     if (n.inputs.size() > 2 && !n.inputs[2].empty()) inputs.push_back(n.inputs[2]);
     std::map<std::string, ir::Attribute> attrs = {{"n", ir::int_attr("n", N)}};
@@ -57,12 +73,20 @@ void linear_weights_packing(BuildState& s) {
     return;
   }
   if (!s.pack_linear_panels) return;
+  uint64_t total = 0;
+  size_t layers = 0;
+  for (const ir::Node& n : s.graph.nodes)
+    if (const std::optional<LinearLayer> l = match_linear(s, n)) total += s.consts.at(l->w).value.nbytes(), ++layers;
+  if (layers == 0) return;  // no Linear layer
+  ProgressStep progress(s.progress, s.step, total, "bytes");
   std::map<std::string, int> uses = s.use_counts();
   for (ir::Node& n : s.graph.nodes) {
     const std::optional<LinearLayer> l = match_linear(s, n);
     if (!l) continue;
+    const uint64_t bytes = s.consts.at(l->w).value.nbytes();
     std::string wp = fold_into(s, l->w, l->w + ".panels", "reforge", "PackPanels", 1,
                                {{"transposed", ir::int_attr("transposed", l->trans_b ? 1 : 0)}});
+    progress.advance(bytes);
     std::vector<std::string> inputs = {l->x, wp};
     if (!l->bias.empty()) inputs.push_back(l->bias);
     n = linear_node(n, "MatMulAddPacked", std::move(inputs), {{"n", ir::int_attr("n", l->N)}});

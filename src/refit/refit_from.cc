@@ -97,6 +97,7 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   CommitOptions commit = req.commit;
   Checkpoint ckpt;
   if (checkpoint) {
+    if (commit.progress) commit.progress(Progress{"reading the checkpoint"});
     ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
                                 : Checkpoint::open(req.files);
     auto cs = sources_from_checkpoint(p, ckpt);

@@ -314,6 +314,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   // the ones the engine will keep become its record of them (the others are not hashed: nothing
   // could re-check them later).
   const std::set<uint32_t> keep = kept_sources(p);
+  if (options.progress) options.progress(Progress{"validating sources"});
   std::vector<uint32_t> ids;
   std::vector<const Tensor*> values_set;
   std::vector<bool> hash;
@@ -381,6 +382,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
       if (replayed(p.weights[i]))
         for (uint32_t s : p.weights[i].sources)
           if (pending_.count(s)) last_reader[s] = i;
+  uint64_t replay_bytes = 0;
+  for (const auto& w : p.weights)
+    if (replayed(w)) replay_bytes += static_cast<uint64_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+  ProgressStep replaying(options.progress, "replaying recipes", replay_bytes, "bytes");
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {
     const auto& w = p.weights[wi];
     if (!replayed(w)) continue;
@@ -402,6 +407,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
              ", the plan expects ", dtype_name(w.dtype), shape_str(w.shape));
     }
     rep.bytes_out += t.nbytes();
+    replaying.advance(t.nbytes());
     if (auto c = quantized_change(p, w, engine_.weight(w.name), t)) rep.quantized.push_back(std::move(*c));
     staged.set_weight(w.name, std::move(t));
     if (options.release)

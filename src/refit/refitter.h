@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "refit/quant_changes.h"
 #include "runtime/plan_engine.h"
 
@@ -66,6 +67,11 @@ struct CommitOptions {
   // build::refit_from's verify compares each weight with the rebuilt plan's and returns that
   // one, so that the replayed copy is freed at once and two derived weight sets are never held.
   std::function<Tensor(const std::string& name, Tensor replayed)> replayed;
+  // Set: told the steps of the refit as they start and advance, on the calling thread:
+  // "validating sources", then "replaying recipes" (counts the bytes of the engine weights
+  // replayed) (core/progress.h). refit_from reports its reading before those ("reading the
+  // checkpoint", "importing the model") and a slow or verifying refit its rebuild's steps.
+  ProgressCallback progress;
 };
 
 struct CommitReport {

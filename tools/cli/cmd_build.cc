@@ -103,7 +103,7 @@ Runner add_build(CLI::App& app) {
       }
       Phase phase("building '" + a->model + "'");
       build::BuildOptions reported = o;
-      reported.on_step = phase.step_reporter();
+      reported.progress = phase.reporter();
       p = build::build_plan(std::move(g), reported);
     } else {
       build::BindOptions bo;
@@ -129,7 +129,7 @@ Runner add_build(CLI::App& app) {
       {
         Phase phase("building '" + a->model + "' bound to " + ckpt.description());
         build::BuildOptions reported = o;
-        reported.on_step = phase.step_reporter();
+        reported.progress = phase.reporter();
         p = build::build_plan_with_checkpoint(std::move(g), reported, ckpt, bo, &r);
       }
       size_t bound = 0, constant = 0, unbound = 0;

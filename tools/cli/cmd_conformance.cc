@@ -373,7 +373,9 @@ void require_backend_here_isolated(const std::string& backend, const std::string
 
 Runner add_conformance(CLI::App& app) {
   auto a = std::make_shared<ConfArgs>();
-  app.add_option("dir", a->dir, "folder holding test_* folders (e.g. onnx/backend/test/data/node)")->required();
+  app.add_option("dir", a->dir,
+                 "the ONNX node suite's folder of test_* folders (onnx/backend/test/data/node, or "
+                 "build/onnx-node-suite/node as scripts/test.sh unpacks it from $REFORGE_ONNX_SUITE)");
   app.add_option("--list", a->list,
                  "file naming the tests to run, one per line; a listed test that fails fails the command");
   app.add_flag("--no-fork", a->no_fork, "run tests in this process (faster, but a crash ends the run)");
@@ -411,6 +413,13 @@ Runner add_conformance(CLI::App& app) {
       require_backend_here_isolated(way.backend, "conformance --device " + way.backend);
     if (a->strip && (a->mode != "refit" || a->initializers == "none"))
       fail("--strip needs --mode refit and --initializers weights or all (otherwise the plan has nothing to strip)");
+    const char* where =
+        "the 'node' folder of the ONNX backend node suite (test_*/ folders with model.onnx): "
+        "onnx/backend/test/data/node in an ONNX source checkout, or build/onnx-node-suite/node once scripts/test.sh "
+        "has unpacked the suite's node*.tar.xz archives from the folder $REFORGE_ONNX_SUITE names";
+    if (a->dir.empty()) fail("conformance needs the node test folder (reforge conformance DIR): DIR is ", where);
+    if (!fs::is_directory(a->dir))
+      fail("conformance: the node test folder '", a->dir, "' does not exist or is not a folder; it must be ", where);
     std::vector<std::string> names;
     bool listed = !a->list.empty();
     if (listed) {
@@ -422,7 +431,6 @@ Runner add_conformance(CLI::App& app) {
         if (!line.empty() && line[0] != '#') names.push_back(line);
       }
     } else {
-      if (!fs::is_directory(a->dir)) fail("'", a->dir, "' is not a folder");
       for (const auto& e : fs::directory_iterator(a->dir))
         if (e.is_directory()) names.push_back(e.path().filename().string());
       std::sort(names.begin(), names.end());

@@ -89,7 +89,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     if (o.index_bounds) *o.index_bounds = index_bounds(g);
     {
       Phase phase("building '" + path + "'");
-      bo.on_step = phase.step_reporter();
+      bo.progress = phase.reporter();
       p = build::build_plan(std::move(g), bo);
     }
     if (!o.quiet && verbosity() != Verbosity::Quiet) note_bf16_activations(bo.activations);
@@ -107,6 +107,7 @@ refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& 
   refit::RefitReport rep;
   {
     Phase phase("refitting from " + (o.weights.size() == 1 ? "'" + o.weights[0] + "'" : "the weight files"));
+    req.commit.progress = phase.reporter();
     rep = build::refit_from(engine, req);
   }
   if (!o.quiet && verbosity() != Verbosity::Quiet) std::cerr << rep.summary();
