@@ -13,9 +13,10 @@ onnxscript (the device tool's machine has them). For each model and batch:
      on the same inputs, already on the GPU, leaving the outputs there (as eager's timing does;
      median of its iterations); the time with both copies (plain `reforge bench`) is reported
      beside it;
-  4. the same model built refittable (`--refit`) is timed the same way (refit / baked), and the
-     baked plan with `--no-device-replay` (every kernel launched from the host in every run, instead
-     of replaying the run recorded as a CUDA graph); the three are timed in turn, three times each, and each side's figure is the median of its three
+  4. the plans are timed with `--device-replay` (each run after the first replays the run recorded
+     as a CUDA graph); the same model built refittable (`--refit`) is timed the same way (refit /
+     baked), and the baked plan with `--no-device-replay` (every kernel launched from the host in
+     every run); the three are timed in turn, three times each, and each side's figure is the median of its three
      medians (one process after another on a GPU drifts by a few per cent: timing one plan first
      and the other second made a 10% difference between two plans with identical kernels);
   5. `reforge bench PLAN --device-trace` traces the baked plan with CUPTI: kernel launches per
@@ -219,7 +220,8 @@ def main():
                 refit_path = os.path.join(d, "model.refit.plan")
                 run([a.reforge, "build", onnx_path, "-o", refit_path, "--device", "cuda", "--refit", "--quiet"])
                 # The baked plan also with replay off (every kernel launched from the host each run).
-                variants = {"baked": [plan_path], "refit": [refit_path], "eager": [plan_path, "--no-device-replay"]}
+                variants = {"baked": [plan_path, "--device-replay"], "refit": [refit_path, "--device-replay"],
+                            "eager": [plan_path, "--no-device-replay"]}
                 medians = {k: [] for k in variants}
                 for _ in range(3):
                     for k, v in variants.items():

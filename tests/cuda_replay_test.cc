@@ -273,8 +273,12 @@ TEST_F(CudaReplay, WorkThatWaitsForTheDeviceStaysEager) {
 // A CPU engine never records.
 TEST(Replay, DeclinedWhereItCannotApply) {
   const ir::Graph g = dense_with_positions();
-  runtime::Engine cpu(runtime::lower_without_passes(g, "cpu"));
+  runtime::EngineOptions replay;
+  replay.device_replay = true;
+  runtime::Engine cpu(runtime::lower_without_passes(g, "cpu"), replay);
   EXPECT_EQ(cpu.replay_stats().declined, "every node runs on the host");
+  EXPECT_EQ(runtime::Engine(runtime::lower_without_passes(g, "cpu")).replay_stats().declined,
+            "turned off (EngineOptions::device_replay)");
   const Tensor x = test_support::random_floats({3, 8}, 1);
   cpu.run({{"X", x}});
   cpu.run({{"X", x}});
@@ -285,10 +289,12 @@ TEST(Replay, DeclinedWhereItCannotApply) {
 TEST_F(CudaReplay, DeclinedForEnginesThatProfileOrTrace) {
   const ir::Graph g = dense_with_positions();
   runtime::EngineOptions profiled;
+  profiled.device_replay = true;
   profiled.profile = true;
   EXPECT_EQ(runtime::Engine(runtime::lower_without_passes(g, "cuda"), profiled).replay_stats().declined,
             "the engine profiles every node");
   runtime::EngineOptions traced;
+  traced.device_replay = true;
   traced.device_trace = true;
   EXPECT_EQ(runtime::Engine(runtime::lower_without_passes(g, "cuda"), traced).replay_stats().declined,
             "the engine traces device work");

@@ -262,7 +262,9 @@ TEST_P(CudaModelReplay, ReplaysEqualEagerRunsBitForBit) {
   runtime::EngineOptions eager_options;
   eager_options.device_replay = false;
   runtime::PlanEngine eager(p, eager_options);
-  runtime::PlanEngine replaying(p);
+  runtime::EngineOptions replay_options;
+  replay_options.device_replay = true;
+  runtime::PlanEngine replaying(p, replay_options);
   for (const auto& set : c.sets) {
     SCOPED_TRACE("input set " + set.name);
     std::map<std::string, Tensor> feeds;

@@ -33,8 +33,9 @@ struct EngineOptions {
   // are read only on the device and whose outputs are all made there, records a run per input
   // signature and weight set once that signature has run eagerly, and replays it from then on
   // (runs with host inputs and outputs; at most kReplaySignatures signatures; a run that finds
-  // the recording in use on another thread runs eagerly). Off with profile or device_trace.
-  bool device_replay = true;
+  // the recording in use on another thread runs eagerly). Off with profile or device_trace. Off by
+  // default until its tests (tests/cuda_replay_test.cc, Models/CudaModelReplay) have run on a GPU.
+  bool device_replay = false;
 };
 
 // How many input signatures an engine keeps recordings of (EngineOptions::device_replay).

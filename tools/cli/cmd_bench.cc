@@ -49,7 +49,7 @@ struct BenchArgs {
   SynthOptions synth;
   bool device_io = false;
   bool device_trace = false;
-  bool no_device_replay = false;
+  bool device_replay = false, no_device_replay = false;
 };
 
 // Nearest-rank percentile of sorted values: the smallest value with at least p% of them at or below it.
@@ -289,9 +289,12 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--device-io", a->device_io,
                "with a GPU plan: copy the inputs to the GPU once before timing and leave the outputs there, as a "
                "framework's timing of tensors that live on the GPU does (by default each run copies both ways)");
+  auto* replay = app.add_flag("--device-replay", a->device_replay,
+                              "with a GPU plan: record each input signature's run after its first (a CUDA graph) and "
+                              "replay it, instead of launching every kernel from the host in every run");
   app.add_flag("--no-device-replay", a->no_device_replay,
-               "with a GPU plan: launch every kernel of every run from the host, instead of replaying each input "
-               "signature's recorded run (CUDA graphs) after its first run (for comparison)");
+               "with a GPU plan: launch every kernel of every run from the host (the default)")
+      ->excludes(replay);
   app.add_flag("--device-trace", a->device_trace,
                "with a GPU plan: after timing, trace as many runs with the GPU's profiler (CUPTI): kernel launches "
                "per run, device time of matrix products, convolutions and the rest, and each product in the run "
@@ -312,7 +315,7 @@ Runner add_bench(CLI::App& app) {
     lo.skip_passes = a->skip_passes;
     lo.arena = !a->no_arena;
     lo.device_trace = a->device_trace;
-    lo.device_replay = !a->no_device_replay;
+    if (a->device_replay || a->no_device_replay) lo.device_replay = a->device_replay;
     lo.verify_weights = !a->no_verify;
     std::map<std::string, IndexBound> bounds;
     lo.index_bounds = &bounds;
@@ -399,7 +402,7 @@ Runner add_bench(CLI::App& app) {
       doc["device_eager_runs"] = r.eager_runs;
       if (!r.declined.empty()) doc["device_replay_declined"] = r.declined;
       if (r.failed) doc["device_replay_failure"] = r.last_failure;
-      if (!r.declined.empty() && !a->no_device_replay && !a->device_trace && !a->profile && a->profile_json.empty())
+      if (!r.declined.empty() && a->device_replay && !a->device_trace && !a->profile && a->profile_json.empty())
         std::cerr << "device replay: not used (" << r.declined << ")\n";
       else if (r.failed)
         std::cerr << "device replay: recording failed, runs were eager (" << r.last_failure << ")\n";

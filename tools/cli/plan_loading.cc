@@ -45,7 +45,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   eo.profile = o.profile;
   eo.arena = o.arena;
   eo.device_trace = o.device_trace;
-  eo.device_replay = o.device_replay;
+  if (o.device_replay) eo.device_replay = *o.device_replay;
   plan::Plan p;
   if (is_plan_file(path)) {
     if (!o.skip_passes.empty())

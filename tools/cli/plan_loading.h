@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,7 @@ struct LoadOptions {
   std::vector<std::string> skip_passes;  // build passes not to run (glob patterns)
   bool arena = true;                     // runtime::EngineOptions::arena
   bool device_trace = false;             // runtime::EngineOptions::device_trace
-  bool device_replay = true;             // runtime::EngineOptions::device_replay
+  std::optional<bool> device_replay;     // runtime::EngineOptions::device_replay (unset: its default)
   std::string precision;                 // --precision for an ONNX model built on the fly ("" = fp32)
   std::string activations;               // --activations likewise ("" = fp32)
   int64_t block_size = 0;                // --block-size likewise (int4; 0 = 32)
