@@ -35,8 +35,23 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
   return std::move(ctx.outputs());
 }
 
+namespace {
+
+// Steps whose bytes do not depend on the thread count: pure data movement (every output element
+// a copy of one input element, or zero padding), the element-wise Cast, and the CPU's panel
+// packing. Arithmetic steps (BN folding, quantization, folded expressions) stay on one thread.
+bool moves_data(const plan::RecipeStep& st) {
+  if (st.domain.empty())
+    return st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" || st.op_type == "Cast" ||
+           st.op_type == "Gather" || st.op_type == "Expand";
+  return st.domain == "reforge" && st.op_type == "PackPanels";
+}
+
+}  // namespace
+
 Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                     const std::vector<Tensor>& literals) {
+                     const std::vector<Tensor>& literals, int threads) {
+  if (threads <= 0) threads = omp_get_max_threads();
   std::vector<Tensor> steps(recipe.steps.size());
   auto operand = [&](const plan::Operand& o) -> const Tensor& {
     switch (o.kind) {
@@ -56,8 +71,8 @@ Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sour
     const plan::RecipeStep& st = recipe.steps[s];
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(&operand(o));
-    auto outs =
-        evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, std::max<size_t>(st.num_outputs, st.output + 1));
+    auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,
+                            std::max<size_t>(st.num_outputs, st.output + 1), moves_data(st) ? threads : 1);
     steps[s] = std::move(outs[st.output]);
   }
   return operand(recipe.result);
@@ -90,12 +105,9 @@ Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, 
   for (const auto& st : b.steps) {
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(operand(o));
-    const bool movement =
-        st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
-                              st.op_type == "Cast" || st.op_type == "Gather" || st.op_type == "Expand");
-    steps.push_back(
-        std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,
-                              std::max<size_t>(st.num_outputs, st.output + 1), movement ? threads : 1)[st.output]));
+    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,
+                                          std::max<size_t>(st.num_outputs, st.output + 1),
+                                          moves_data(st) ? threads : 1)[st.output]));
   }
   const Tensor& r = steps.empty() ? inputs[0] : steps.back();
   if (r.dtype() != dtype || r.numel() != shape_numel(shape))

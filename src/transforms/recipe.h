@@ -29,9 +29,11 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
                                 const std::vector<const Tensor*>& inputs, size_t num_outputs, int threads = 1);
 
 // Replays `recipe`: `sources` is indexed by source id (only the ones the recipe reads need to
-// be defined), `literals` by literal index.
+// be defined), `literals` by literal index. Data-movement steps (Transpose, Slice, Concat,
+// Gather, Expand, Cast, PackPanels) run on `threads` threads (0 = all), as apply_binding's do:
+// their bytes do not depend on it; every other step runs on one thread.
 Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                     const std::vector<Tensor>& literals);
+                     const std::vector<Tensor>& literals, int threads = 0);
 
 // XXH3-64 of a tensor's bytes (dtype and shape not included).
 uint64_t hash_tensor(const Tensor& t);
@@ -41,9 +43,8 @@ bool bit_equal(const Tensor& a, const Tensor& b);
 
 // Applies checkpoint binding `b` to `inputs` (one tensor per b.checkpoint entry; none for a
 // Constant binding, which gives its value) and reshapes the result to `shape`. Throws an Error
-// when a step fails or the result has another dtype or element count. Data-movement steps
-// (Transpose, Slice, Concat, Gather, Expand) and Cast run on `threads` threads (0 = all): their
-// bytes do not depend on it.
+// when a step fails or the result has another dtype or element count. Data-movement steps run
+// on `threads` threads (0 = all), as in replay_recipe: their bytes do not depend on it.
 Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, DType dtype, const Shape& shape,
                      int threads = 0);
 

@@ -53,7 +53,7 @@ void gather_kernel(KernelContext& ctx) {
   for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
   for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
   const int64_t n = static_cast<int64_t>(ind.size());
-  Tensor& y = ctx.allocate_output(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
   if (y.numel() == 0) return;
   dispatch_bytes(
       x.dtype(),

@@ -36,7 +36,7 @@ void transpose_kernel(KernelContext& ctx) {
     out[i] = x.dim(perm[i]);
     strides[i] = xs[static_cast<size_t>(perm[i])];
   }
-  Tensor& y = ctx.allocate_output(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
   // Batched 2-D swaps (weight [in, out] <-> [out, in], attention heads): cache-blocked, parallel.
   Transpose2D t2;
   if (as_transpose_2d(x.shape(), perm, dtype_size(x.dtype()), &t2))
@@ -67,7 +67,7 @@ void concat_kernel(KernelContext& ctx) {
            axis);
     out[static_cast<size_t>(axis)] += t->dim(axis);
   }
-  Tensor& y = ctx.allocate_output(0, first.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, first.dtype(), out);
   const size_t elem = dtype_size(first.dtype());
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= out[static_cast<size_t>(d)];
@@ -200,7 +200,7 @@ void slice_kernel(KernelContext& ctx) {
     if (len > 0) offset += start * xs[a];
     strides[a] = step * xs[a];
   }
-  Tensor& y = ctx.allocate_output(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
   strided_copy(y.mutable_raw(), x.raw(), dtype_size(x.dtype()), out, strides, offset);
 }
 
@@ -223,7 +223,7 @@ void tile_kernel(KernelContext& ctx) {
     out.push_back(reps[d] * x.shape()[d]);
   }
   shape_numel(view);  // rejects overflow before allocating
-  Tensor& y = ctx.allocate_output(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
   strided_copy(y.mutable_raw(), x.raw(), dtype_size(x.dtype()), view, strides, 0);
 }
 

@@ -163,7 +163,7 @@ void expand_kernel(KernelContext& ctx) {
     const size_t xd = xr - 1 - j, od = rank - 1 - j;
     strides[od] = (x.shape()[xd] == 1) ? 0 : xs[xd];
   }
-  Tensor& y = ctx.allocate_output(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
   strided_copy(y.mutable_raw(), x.raw(), dtype_size(x.dtype()), out, strides, 0);
 }
 
