@@ -18,7 +18,7 @@
 //                 also PyTorch's scaled_dot_product_attention decomposition: (Q c1)(K^T c2), each
 //                 side scaled by sqrt(scale) (scale_op 'mul_qk', K^T possibly through a Reshape
 //                 to its own shape), and Where(IsNaN(P), 0, P) after the softmax (softmax_nan
-//                 'zero'); for the CPU backend (the gate in fuse_attention says why)
+//                 'zero')
 // fuse-layer-norm: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * g [+ b]
 //                                                         ->  LayerNormalization-17(x, g, b)
 // fuse-rotary:    x * cos + concat(-x[..., h:], x[..., :h]) * sin (rotate_half), with the head
@@ -545,10 +545,6 @@ void fuse_attention(BuildState& s) {
     f.attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
     f.attrs["mask_mode"] = ir::string_attr("mask_mode", mask_mode);
     if (nan_zero) f.attrs["softmax_nan"] = ir::string_attr("softmax_nan", "zero");
-    // The CUDA kernel's mul_qk and softmax_nan paths are exercised by
-    // CudaFusedAttention.QAndKScaledSeparatelyWithTheNanGuard, which has not yet run on a GPU:
-    // until it has, the decomposition is fused for the CPU only, and other backends run its ops.
-    if ((scale_op == "mul_qk" || nan_zero) && s.backend != "cpu") continue;
     if (krep) f.attrs["kv_allowzero"] = ir::int_attr("kv_allowzero", krep->allowzero);
     if (!verdict.why_not(f).empty()) continue;  // the backend's kernel would decline it
     for (ir::Node* n : matched)
