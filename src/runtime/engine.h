@@ -33,8 +33,8 @@ struct EngineOptions {
   // are read only on the device and whose outputs are all made there, records a run per input
   // signature and weight set once that signature has run eagerly, and replays it from then on
   // (runs with host inputs and outputs; at most kReplaySignatures signatures; a run that finds
-  // the recording in use on another thread runs eagerly). Off with profile or device_trace. Off by
-  // default until its tests (tests/cuda_replay_test.cc, Models/CudaModelReplay) have run on a GPU.
+  // the recording in use on another thread runs eagerly). Off with profile or device_trace. Asked
+  // for, not on by default: each recorded signature keeps its activation memory while the engine lives.
   bool device_replay = false;
 };
 
