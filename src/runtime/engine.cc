@@ -123,9 +123,9 @@ struct Engine::Impl {
 
   // The record of `signature`, made on first use; null once the table of signatures is full.
   std::shared_ptr<Recording> recording(const std::string& signature) const;
-  // Runs the graph step by step. With `record`, the run's device work is recorded into it instead
-  // (the inputs go through its staging buffers, the outputs into its result buffers), and nothing
-  // is returned: the caller replays the recording. Throws when the recording fails.
+  // Runs the graph step by step on inputs Engine::run has checked. With `record`, the run's device work is recorded
+  // into it instead (the inputs go through its staging buffers, the outputs into its result buffers), and nothing is
+  // returned: the caller replays the recording. Throws when the recording fails.
   std::vector<Tensor> execute(const std::map<std::string, Tensor>& inputs, const Weights& weights,
                               const RunOptions& options, Recording* record) const;
   // Copies the inputs into `r`'s staging buffers, replays it and returns the outputs (copies of
@@ -146,15 +146,19 @@ struct Engine::Impl::Recording {
   std::vector<std::pair<DType, Shape>> result_desc;  // per graph output, as the last eager run made it
   std::shared_ptr<const void> keep;                  // the shape memo whose device values the recording reads
 
-  // Forgets everything but the lock, for the weight set `g`.
-  void reset(uint64_t g) {
-    generation = g;
-    eager_runs = failures = 0;
+  // Drops the recording and its buffers.
+  void discard() {
     work.reset();
     staging.clear();
     results.clear();
-    result_desc.clear();
     keep.reset();
+  }
+  // Forgets everything but the lock, for the weight set `g`.
+  void reset(uint64_t g) {
+    discard();
+    generation = g;
+    eager_runs = failures = 0;
+    result_desc.clear();
   }
 };
 
@@ -491,6 +495,20 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   return run(inputs, *weights(), options);
 }
 
+namespace {
+
+// The inputs' dtypes and shapes: what an arena plan and a recording are kept per.
+std::string input_signature(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs) {
+  std::string signature;
+  for (const auto& in : declared) {
+    const Tensor& t = inputs.at(in.name);
+    signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
+  }
+  return signature;
+}
+
+}  // namespace
+
 std::shared_ptr<Engine::Impl::Recording> Engine::Impl::recording(const std::string& signature) const {
   std::lock_guard<std::mutex> lock(recordings_mutex);
   auto it = recordings.find(signature);
@@ -502,14 +520,9 @@ std::shared_ptr<Engine::Impl::Recording> Engine::Impl::recording(const std::stri
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
                                 const RunOptions& options) const {
   const Impl& m = *impl_;
-  if (!m.recorder) return m.execute(inputs, weights, options, nullptr);
   check_inputs(m.graph.inputs, inputs);
-  std::string signature;
-  for (const auto& in : m.graph.inputs) {
-    const Tensor& t = inputs.at(in.name);
-    signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
-  }
-  std::shared_ptr<Impl::Recording> r = m.recording(signature);
+  if (!m.recorder) return m.execute(inputs, weights, options, nullptr);
+  std::shared_ptr<Impl::Recording> r = m.recording(input_signature(m.graph.inputs, inputs));
   if (!r) return m.execute(inputs, weights, options, nullptr);
   std::unique_lock<std::mutex> busy(r->busy, std::try_to_lock);
   if (!busy.owns_lock()) return m.execute(inputs, weights, options, nullptr);
@@ -527,10 +540,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       outs = m.execute(inputs, weights, options, r.get());
     } catch (const Error& e) {
       m.recorder->abandon();
-      r->work.reset();
-      r->staging.clear();
-      r->results.clear();
-      r->keep.reset();
+      r->discard();
       ++r->failures;
       ++m.failed_recordings;
       std::lock_guard<std::mutex> lock(m.recordings_mutex);
@@ -587,8 +597,7 @@ std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& in
 std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const Weights& weights,
                                           const RunOptions& options, Recording* record) const {
   const Impl& m = *this;
-  std::vector<Tensor> values(m.num_slots);
-  if (!record) check_inputs(m.graph.inputs, inputs);  // Engine::run checked them before recording
+  std::vector<Tensor> values(m.num_slots);  // Engine::run checked the inputs
   const bool device_outputs = options.outputs == Memory::Device;
   if (device_outputs && m.devices.empty())
     fail(
@@ -621,10 +630,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
   std::shared_ptr<arena::Buffer> arena_buffer;
   std::string signature;
   if (m.options.arena) {
-    for (int slot : m.input_slots) {
-      const Tensor& t = values[static_cast<size_t>(slot)];
-      signature += dtype_name(t.dtype()) + shape_str(t.shape()) + ";";
-    }
+    signature = input_signature(m.graph.inputs, inputs);
     arena_entry = m.arenas.find(signature);
     if (!arena_entry) {
       std::string error;
