@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
       refit::Refitter r(engine);
       auto cs = refit::sources_from_checkpoint(engine.plan(), refit::Checkpoint::open(ckpt_b));
       if (!cs.unused.empty()) throw std::runtime_error(refit::unused_summary(cs.unused));
-      for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+      refit::set_sources(r, cs);
       return r.commit();
     });
     const double onnx_ms = onnx_t.best_ms, st_ms = st_t.best_ms;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -102,7 +104,7 @@ plan::Plan build_bound(const Case& c, bool strip) {
 void refit_from(runtime::PlanEngine& e, const refit::Checkpoint& ck) {
   refit::Refitter r(e);
   auto cs = refit::sources_from_checkpoint(e.plan(), ck);
-  for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+  refit::set_sources(r, cs);
   r.commit();
 }
 
@@ -170,7 +172,7 @@ TEST_P(CheckpointRefit, QuantizedPlanRefitFromCheckpointEqualsFreshBuild) {
                                                                          refit::Checkpoint::open(c.ckpt_a), {})));
       refit::Refitter r(e);
       auto cs = refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open(c.ckpt_b));
-      for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+      refit::set_sources(r, cs);
       const refit::CommitReport rep = r.commit();
       ASSERT_FALSE(rep.quantized.empty());
       size_t changed = 0;
@@ -188,6 +190,87 @@ TEST_P(CheckpointRefit, QuantizedPlanRefitFromCheckpointEqualsFreshBuild) {
       }
     }
   }
+}
+
+// Checkpoint tensors an exporter stored transposed (torch 1.13's constant folding keeps each
+// Linear weight as W^T for MatMul) are given to the refit as they are
+// (Refitter::set_source_transposed) and packed into panels in one pass. The engine weights equal,
+// bit for bit, those of a refit given every source made first (the transposes done by
+// apply_binding); a NaN is reported at the same place of the same source either way; and a
+// refit-identical plan, which hashes every source, makes the transposes first and accepts A.
+TEST_P(CheckpointRefit, TransposedCheckpointTensorsArePackedInOnePass) {
+  const Case& c = GetParam();
+  const refit::Checkpoint b = refit::Checkpoint::open(c.ckpt_b);
+  runtime::PlanEngine direct(round_trip(build_bound(c, true)));
+  const auto cs = refit::sources_from_checkpoint(direct.plan(), b);
+  if (c.id.find("torch113_fold") != std::string::npos) {
+    EXPECT_FALSE(cs.transposed.empty()) << c.id;
+  }
+  refit::Refitter r(direct);
+  refit::set_sources(r, cs);
+  const refit::CommitReport rep = r.commit();
+  EXPECT_EQ(rep.packed_from_transposed + rep.transposed_first, cs.transposed.size());
+  if (!cs.transposed.empty()) {
+    EXPECT_GT(rep.packed_from_transposed, 0u) << c.id;
+  }
+
+  // Every source made first, as the refit did before: the same engine weights.
+  auto made_first = [&](const refit::Checkpoint& ck, runtime::PlanEngine& e) {
+    refit::Refitter m(e);
+    auto all = refit::sources_from_checkpoint(e.plan(), ck);
+    for (const auto& [id, t] : all.sources) m.set_source(id, t);
+    for (const auto& [id, t] : all.transposed) m.set_source(id, transforms::transpose_2d(t));
+    return m.commit();
+  };
+  runtime::PlanEngine made(round_trip(build_bound(c, true)));
+  EXPECT_EQ(made_first(b, made).packed_from_transposed, 0u);
+  EXPECT_EQ(derived_weight_hashes(direct), derived_weight_hashes(made)) << c.id;
+  EXPECT_LE(max_diff_to_reference(c, direct), 1e-4) << c.id;
+  if (cs.transposed.empty()) return;
+
+  // A NaN in a transposed tensor that no other source reads (GPT-2's tied embedding is also the
+  // Gather's table): the same message, naming the source's index, either way.
+  std::map<std::string, int> readers;
+  for (const auto& s : direct.plan().sources)
+    for (const auto& in : s.binding.checkpoint) ++readers[in.name];
+  uint32_t id = 0;
+  Tensor matrix;
+  for (const auto& [i, t] : cs.transposed)
+    if (readers[direct.plan().sources[i].binding.checkpoint[0].name] == 1) id = i, matrix = t;
+  // GPT-2's only transposed tensor is its tied embedding (its Conv1D weights are stored [in, out]).
+  if (!matrix.defined()) {
+    EXPECT_EQ(c.model, "gpt2") << c.id << ": no transposed checkpoint tensor read by one source only";
+  } else {
+    const std::string name = direct.plan().sources[id].binding.checkpoint[0].name;
+    std::map<std::string, Tensor> tensors = b.tensors();
+    Tensor bad = Tensor::empty(matrix.dtype(), matrix.shape());
+    std::memcpy(bad.mutable_raw(), matrix.raw(), matrix.nbytes());
+    bad.mutable_data<float>()[1] = NAN;                      // matrix [0, 1] = source [1, 0]
+    bad.mutable_data<float>()[matrix.dim(1) + 0] = -INFINITY;  // matrix [1, 0] = source [0, 1], first in the source
+    tensors[name] = bad;
+    const refit::Checkpoint nan_ckpt = refit::Checkpoint::from_tensors(tensors, "state dict");
+    const auto hashes = derived_weight_hashes(direct);
+    const std::string direct_err = error_of([&] {
+      refit::Refitter n(direct);
+      refit::set_sources(n, refit::sources_from_checkpoint(direct.plan(), nan_ckpt));
+      n.commit();
+    });
+    EXPECT_NE(direct_err.find("-inf at index [0, 1]"), std::string::npos) << direct_err;
+    EXPECT_EQ(direct_err, error_of([&] { made_first(nan_ckpt, made); }));
+    EXPECT_EQ(derived_weight_hashes(direct), hashes) << "a refused refit changed the engine";
+  }
+
+  // Refit-identical: every source hashed, so each transpose is made first; A is accepted.
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::RefitIdentical;
+  runtime::PlanEngine identical(round_trip(build::build_plan_with_checkpoint(
+      reforge::onnx::import_model_file(c.onnx_a), o, refit::Checkpoint::open(c.ckpt_a), {})));
+  refit::Refitter ri(identical);
+  const auto ca = refit::sources_from_checkpoint(identical.plan(), refit::Checkpoint::open(c.ckpt_a));
+  refit::set_sources(ri, ca);
+  const refit::CommitReport irep = ri.commit();
+  EXPECT_EQ(irep.packed_from_transposed, 0u);
+  EXPECT_EQ(irep.transposed_first, ca.transposed.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CheckpointRefit, ::testing::ValuesIn(cases_of(false)),

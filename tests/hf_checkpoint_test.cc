@@ -95,8 +95,7 @@ plan::Plan build_bound(const std::string& model, bool strip) {
 
 void refit_from_checkpoint(runtime::PlanEngine& e, const std::string& path) {
   refit::Refitter r(e);
-  for (const auto& [id, t] : refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open(path)).sources)
-    r.set_source(id, t);
+  refit::set_sources(r, refit::sources_from_checkpoint(e.plan(), refit::Checkpoint::open(path)));
   r.commit();
 }
 
@@ -214,7 +213,7 @@ TEST(HfCheckpointRefusal, WeightTransformOutsideTheSearchIsRefusedNotKept) {
   const size_t missing = e.missing_sources().size();
   std::string err = error_of([&] {
     refit::Refitter r(e);
-    for (const auto& [id, t] : refit::sources_from_checkpoint(e.plan(), checkpoint_of(b)).sources) r.set_source(id, t);
+    refit::set_sources(r, refit::sources_from_checkpoint(e.plan(), checkpoint_of(b)));
     r.commit();
   });
   EXPECT_NE(err.find("'val_2'"), std::string::npos) << err;
@@ -231,7 +230,7 @@ TEST(HfCheckpointRefusal, WeightTransformOutsideTheSearchIsRefusedNotKept) {
   for (const auto& s : q.sources) EXPECT_EQ(s.binding.status, plan::Binding::Status::Bound) << s.key;
   runtime::PlanEngine f(std::move(q));
   refit::Refitter r(f);
-  for (const auto& [id, t] : refit::sources_from_checkpoint(f.plan(), checkpoint_of(b)).sources) r.set_source(id, t);
+  refit::set_sources(r, refit::sources_from_checkpoint(f.plan(), checkpoint_of(b)));
   r.commit();
 }
 

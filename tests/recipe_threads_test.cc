@@ -2,7 +2,8 @@
 // as checkpoint bindings do, while the builder folds them on one: the bytes must not depend on
 // the thread count. Checked against hand-derived values (the transpose and the panel layout of
 // backends/cpu/sgemm_panels.h, written out element by element), at sizes that take the kernels'
-// parallel paths.
+// parallel paths. A 2-D Transpose read only by PackPanels, and a source given as a transpose, are
+// packed from the matrix directly (transforms/recipe.h): the same bytes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -89,4 +90,47 @@ TEST(RecipeThreads, TransposeAndCastStepsMatchOneThread) {
     }
   for (int threads : {2, 4, 0})
     EXPECT_TRUE(transforms::bit_equal(transforms::replay_recipe(r, {w}, {}, threads), one)) << "threads = " << threads;
+}
+
+// A source given as the transpose of a matrix (a checkpoint tensor an exporter stored
+// transposed, Refitter::set_source_transposed): PackPanels reads the matrix directly, and any
+// other step reads the transpose, made first. Both against the hand-derived bytes above.
+TEST(RecipeThreads, SourceGivenTransposedIsPackedOrTransposedAsIfMade) {
+  const int64_t N = 530, K = 611;
+  const Tensor w = random_f({N, K}, 7);  // the source is w^T, [K, N]
+  const Tensor wt = transforms::transpose_2d(w, 1);
+  ASSERT_EQ(wt.shape(), (Shape{K, N}));
+  for (int64_t k = 0; k < K; k += 61)
+    for (int64_t n = 0; n < N; n += 53) ASSERT_EQ(wt.data<float>()[k * N + n], w.data<float>()[n * K + k]);
+  plan::Recipe pack;
+  pack.steps.push_back(
+      step("reforge", "PackPanels", {{"transposed", ir::int_attr("transposed", 0)}}, {plan::Operand::Kind::Source, 0}));
+  pack.result = {plan::Operand::Kind::Step, 0};
+  EXPECT_TRUE(transforms::packs_source(pack, 0));
+  const std::vector<Tensor> given_w = {w};
+  const Tensor direct = transforms::replay_recipe(pack, {Tensor()}, {}, 0, &given_w);
+  EXPECT_TRUE(transforms::bit_equal(direct, transforms::replay_recipe(pack, {wt}, {}, 1)));
+  EXPECT_TRUE(transforms::bit_equal(direct, transforms::replay_recipe(transpose_then_pack(), {w}, {}, 1)));
+  // Read by a Cast as well: not only packed, so the transpose is made for it.
+  plan::Recipe cast = pack;
+  cast.steps.push_back(step("", "Cast", {{"to", ir::int_attr("to", 16)}}, {plan::Operand::Kind::Source, 0}));
+  cast.result = {plan::Operand::Kind::Step, 1};
+  EXPECT_FALSE(transforms::packs_source(cast, 0));
+  EXPECT_TRUE(transforms::bit_equal(transforms::replay_recipe(cast, {Tensor()}, {}, 0, &given_w),
+                                    transforms::replay_recipe(cast, {wt}, {}, 1)));
+  // The identity recipe keeps the source itself: nothing to pack.
+  plan::Recipe identity;
+  identity.result = {plan::Operand::Kind::Source, 0};
+  EXPECT_FALSE(transforms::packs_source(identity, 0));
+}
+
+// A Transpose read twice (by PackPanels and as the result) is made once and used by both.
+TEST(RecipeThreads, TransposeReadTwiceIsNotFolded) {
+  const Tensor w = random_f({40, 70}, 3);
+  plan::Recipe r = transpose_then_pack();
+  r.result = {plan::Operand::Kind::Step, 0};  // the transpose itself is the engine weight
+  const Tensor got = transforms::replay_recipe(r, {w}, {}, 1);
+  ASSERT_EQ(got.shape(), (Shape{70, 40}));
+  for (int64_t k = 0; k < 70; ++k)
+    for (int64_t n = 0; n < 40; ++n) ASSERT_EQ(got.data<float>()[k * 40 + n], w.data<float>()[n * 70 + k]);
 }

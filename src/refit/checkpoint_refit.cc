@@ -51,8 +51,13 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
       used.insert(in.name);
       ins.push_back(*t);
     }
+    if (transforms::is_transpose_binding(s.binding, s.shape)) {
+      out.transposed[static_cast<uint32_t>(i)] = ins[0];
+      continue;
+    }
     try {
       out.sources[static_cast<uint32_t>(i)] = transforms::apply_binding(s.binding, ins, s.dtype, s.shape);
+      if (!s.binding.steps.empty()) out.read.insert(out.read.end(), ins.begin(), ins.end());
     } catch (Error& e) {
       throw e.with_context("while deriving source '" + s.key + "' from " + ckpt.description());
     }
@@ -60,6 +65,11 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
   for (const auto& [name, _] : ckpt.tensors())
     if (!used.count(name)) out.unused.push_back(name);
   return out;
+}
+
+void set_sources(Refitter& r, const CheckpointSources& cs) {
+  for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+  for (const auto& [id, t] : cs.transposed) r.set_source_transposed(id, t);
 }
 
 std::string unused_summary(const std::vector<std::string>& unused) {

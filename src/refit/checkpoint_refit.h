@@ -9,13 +9,22 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "refit/refitter.h"
 #include "refit/safetensors.h"
 
 namespace reforge::refit {
 
 struct CheckpointSources {
-  std::map<uint32_t, Tensor> sources;  // by source id, every refittable source
-  std::vector<std::string> unused;     // checkpoint tensors no binding reads
+  // By source id, every refittable source: its value in `sources`, or in `transposed` the
+  // checkpoint tensor whose 2-D transpose it is (transforms::is_transpose_binding: an exporter
+  // that stored a Linear weight transposed), left for Refitter::set_source_transposed, which packs
+  // it without making the transpose where the plan's recipes allow.
+  std::map<uint32_t, Tensor> sources;
+  std::map<uint32_t, Tensor> transposed;
+  // Checkpoint tensors that deriving `sources` read into new tensors (a slice, a concatenation):
+  // nothing refers to their bytes any more, so a mapped checkpoint may let their pages go.
+  std::vector<Tensor> read;
+  std::vector<std::string> unused;  // checkpoint tensors no binding reads
 };
 
 // "N refittable source(s) are not bound to checkpoint tensors:" and one line per source (name,
@@ -27,6 +36,10 @@ std::string unbound_report(const plan::Plan& plan, size_t limit);
 // read, when the plan has refittable sources that are not bound (naming them and why); and when a bound checkpoint
 // tensor is missing or has another dtype or shape (naming it).
 CheckpointSources sources_from_checkpoint(const plan::Plan& plan, const Checkpoint& ckpt);
+
+// Sets every source of `cs` on `r`: set_source for `sources`, set_source_transposed for
+// `transposed`.
+void set_sources(Refitter& r, const CheckpointSources& cs);
 
 // "3 checkpoint tensors are not used by this plan: a, b, c" (names elided past 8); "" if none.
 std::string unused_summary(const std::vector<std::string>& unused);

@@ -30,7 +30,9 @@ std::string RefitReport::summary() const {
   if (from == "checkpoint") {
     os << "refit (checkpoint): read+bind " << read_ms << " ms, validate " << c.validate_ms << " ms, replay "
        << c.replay_ms << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources -> "
-       << c.weights_replayed << " engine weights\n";
+       << c.weights_replayed << " engine weights";
+    if (c.packed_from_transposed) os << " (" << c.packed_from_transposed << " packed straight from transposed tensors)";
+    os << "\n";
     if (!unused.empty()) os << unused_summary(unused) << "\n";
   } else if (mode == RefitMode::Slow) {
     os << "refit (slow): import+build " << read_ms << " ms, validate " << c.validate_ms << " ms, commit " << c.commit_ms
@@ -102,13 +104,13 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
                                 : Checkpoint::open(req.files);
     auto cs = sources_from_checkpoint(p, ckpt);
     rep.read_ms = ms_since(t0);
-    for (const auto& [id, t] : cs.sources) r.set_source(id, t);
+    set_sources(r, cs);
     rep.unused = std::move(cs.unused);
     if (!in_memory_checkpoint && !commit.release) {
       // A mapped checkpoint's pages leave the resident set as the refit is done with them: those
-      // that deriving the sources read (a transpose's input), then each source after its last
-      // use, so the refit holds about the new engine weights and the sources in use.
-      ckpt.release_pages();
+      // that deriving the sources read into new tensors, then each value set after its last use,
+      // so the refit holds about the new engine weights and the sources in use.
+      for (const Tensor& t : cs.read) ckpt.release_pages_of(t);
       commit.release = [&ckpt](const Tensor& t) { ckpt.release_pages_of(t); };
     }
   } else {

@@ -249,6 +249,22 @@ void Refitter::set_source(uint32_t id, const Tensor& value) {
     fail("refit: source '", s.key, "' has ", value.describe(), ", the plan expects ", dtype_name(s.dtype),
          shape_str(s.shape));
   pending_[id] = value;
+  transposed_.erase(id);
+}
+
+void Refitter::set_source_transposed(uint32_t id, const Tensor& matrix) {
+  const plan::Plan& p = engine_.plan();
+  REFORGE_CHECK(id < p.sources.size(), "refit: no source with id ", id);
+  const plan::Source& s = p.sources[id];
+  if (!s.refittable)
+    fail("refit: source '", s.key, "' is baked into this plan (", plan::build_mode_name(p.mode),
+         " build) and cannot be refit");
+  if (matrix.dtype() != s.dtype || matrix.rank() != 2 || s.shape != Shape{matrix.dim(1), matrix.dim(0)})
+    fail("refit: source '", s.key, "' transposed from ", matrix.describe(), " would be ", dtype_name(matrix.dtype()),
+         matrix.rank() == 2 ? shape_str(Shape{matrix.dim(1), matrix.dim(0)}) : std::string(" (not a matrix)"),
+         ", the plan expects ", dtype_name(s.dtype), shape_str(s.shape));
+  pending_[id] = matrix;
+  transposed_.insert(id);
 }
 
 void Refitter::set(const std::string& name, const Tensor& value) {
@@ -314,21 +330,50 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   // the ones the engine will keep become its record of them (the others are not hashed: nothing
   // could re-check them later).
   const std::set<uint32_t> keep = kept_sources(p);
+  auto replayed = [&](const plan::WeightEntry& w) {
+    if (w.kind != plan::WeightKind::Derived) return false;
+    bool touched = !engine_.weight(w.name).defined();
+    for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
+    return touched;
+  };
   if (options.progress) options.progress(Progress{"validating sources"});
+  // Values set as a transpose (set_source_transposed): packed straight from the matrix given
+  // (`packed_from`, by source id) when every replayed recipe reads the source only as a
+  // PackPanels weight and neither the value nor its hash is kept; otherwise transposed here.
+  // Either way the value is the same set of numbers, so the finiteness scan reads the matrix.
+  std::vector<Tensor> packed_from(p.sources.size());
+  std::map<uint32_t, Tensor> made;
+  for (uint32_t id : transposed_) {
+    bool direct = !identical && !keep.count(id);
+    for (const auto& w : p.weights)
+      if (direct && replayed(w) && std::find(w.sources.begin(), w.sources.end(), id) != w.sources.end())
+        direct = transforms::packs_source(w.recipe, id);
+    if (direct)
+      packed_from[id] = pending_.at(id), ++rep.packed_from_transposed;
+    else
+      made[id] = transforms::transpose_2d(pending_.at(id)), ++rep.transposed_first;
+  }
   std::vector<uint32_t> ids;
   std::vector<const Tensor*> values_set;
   std::vector<bool> hash;
   for (const auto& [id, t] : pending_) {
     ids.push_back(id);
-    values_set.push_back(&t);
+    auto m = made.find(id);
+    values_set.push_back(m == made.end() ? &t : &m->second);
     hash.push_back(identical || keep.count(id));
     rep.bytes_in += t.nbytes();
   }
   const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite, options.release);
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
-    if (scans[i].nonfinite >= 0)
+    if (scans[i].nonfinite >= 0) {
+      if (packed_from[ids[i]].defined()) {
+        // Named by its place in the source, as for any other value: the first in the transpose.
+        const Tensor value = transforms::transpose_2d(*values_set[i]);
+        fail_nonfinite("source '" + s.key + "'", source_origin(s), value, scan(value, false, true).nonfinite);
+      }
       fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
+    }
     if (identical && scans[i].hash != s.hash)
       fail("refit: source '", s.key, "'", source_origin(s),
            " differs from the weights this refit-identical plan was built with; "
@@ -367,14 +412,8 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   auto t1 = std::chrono::steady_clock::now();
   std::vector<Tensor> values(p.sources.size());
   for (size_t s = 0; s < p.sources.size(); ++s) values[s] = engine_.source_value(static_cast<uint32_t>(s));
-  for (const auto& [id, t] : pending_) values[id] = t;
+  for (size_t i = 0; i < ids.size(); ++i) values[ids[i]] = packed_from[ids[i]].defined() ? Tensor() : *values_set[i];
   runtime::WeightUpdate& staged = staged_refit.update;
-  auto replayed = [&](const plan::WeightEntry& w) {
-    if (w.kind != plan::WeightKind::Derived) return false;
-    bool touched = !engine_.weight(w.name).defined();
-    for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
-    return touched;
-  };
   // options.release: each value set is released after the last replayed recipe that reads it.
   std::map<uint32_t, size_t> last_reader;
   if (options.release)
@@ -391,7 +430,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     if (!replayed(w)) continue;
     Tensor t;
     try {
-      t = transforms::replay_recipe(w.recipe, values, p.literals);
+      t = transforms::replay_recipe(w.recipe, values, p.literals, 0, &packed_from);
     } catch (Error& e) {
       std::string from;
       for (uint32_t id : w.sources) from += (from.empty() ? "" : ", ") + ("'" + p.sources[id].key + "'");
@@ -413,7 +452,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     if (options.release)
       for (uint32_t s : w.sources) {
         auto it = last_reader.find(s);
-        if (it != last_reader.end() && it->second == wi) options.release(values[s]);
+        if (it != last_reader.end() && it->second == wi) options.release(pending_.at(s));
       }
   }
   std::vector<Tensor> kept_values(ids.size());
@@ -423,10 +462,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     // Every staged weight or kept value that shares bytes with a value set here (an identity
     // weight, a reshape's view, a kept source) gets storage of its own, copied in one pass; an
     // identity weight and the source it keeps share that copy.
-    std::vector<std::pair<const char*, const char*>> given;
-    for (const Tensor* t : values_set)
-      if (t->defined() && t->nbytes())
-        given.emplace_back(static_cast<const char*>(t->raw()), static_cast<const char*>(t->raw()) + t->nbytes());
+    std::vector<std::pair<const char*, const char*>> given;  // the caller's bytes (not transposes made here)
+    for (const auto& [id, t] : pending_)
+      if (t.defined() && t.nbytes())
+        given.emplace_back(static_cast<const char*>(t.raw()), static_cast<const char*>(t.raw()) + t.nbytes());
     std::vector<std::string> names;
     std::vector<const Tensor*> originals;  // the weights named, then kept values of other bytes
     for (const auto& [name, t] : staged.weights())
@@ -455,7 +494,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
 CommitReport Refitter::commit(StagedRefit staged) {
   auto t = std::chrono::steady_clock::now();
   engine_.commit(staged.update);  // the one step that changes the engine
-  pending_.clear();
+  clear();
   staged.report.commit_ms = ms_since(t);
   return staged.report;
 }
@@ -515,7 +554,7 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     staged.record_source(static_cast<uint32_t>(i), it == kept.end() ? Tensor() : it->second, fresh.sources[i].hash);
   }
   engine_.commit(staged);
-  pending_.clear();
+  clear();
   rep.weights_replayed = staged.weights().size();
   rep.commit_ms = ms_since(t2);
   return rep;

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,9 @@ struct CommitReport {
   size_t bytes_in = 0;      // bytes of sources read
   size_t bytes_out = 0;     // bytes of engine weights written
   size_t bytes_copied = 0;  // own_values: bytes copied out of the given values
+  // Values set transposed (Refitter::set_source_transposed): how many the recipes packed straight
+  // from the matrix given, and how many were transposed first.
+  size_t packed_from_transposed = 0, transposed_first = 0;
   double validate_ms = 0, replay_ms = 0, commit_ms = 0;
   // Quantized plans: each replayed weight made by reforge::QuantizeWeight, and how many of its
   // values changed (refit/quant_changes.h), in plan weight order.
@@ -107,8 +111,17 @@ class Refitter {
   // on a dtype/shape that differs from the plan's.
   void set(const std::string& name, const Tensor& value);
   void set_source(uint32_t id, const Tensor& value);
+  // Sets source `id` to the 2-D transpose of `matrix` (a checkpoint tensor stored transposed)
+  // without making that transpose here. Where every recipe the refit replays reads the source
+  // only as a PackPanels weight, and the engine keeps neither the value nor its hash, the
+  // recipes pack `matrix` directly: one pass over the weight instead of two. Otherwise the
+  // commit makes the transpose first. Validation and results are the same either way.
+  void set_source_transposed(uint32_t id, const Tensor& matrix);
   size_t pending() const { return pending_.size(); }
-  void clear() { pending_.clear(); }
+  void clear() {
+    pending_.clear();
+    transposed_.clear();
+  }
   // Keys of refittable sources not set in this transaction (what a non-incremental commit
   // refuses), sorted by source id.
   std::vector<std::string> unset() const;
@@ -130,6 +143,7 @@ class Refitter {
  private:
   runtime::PlanEngine& engine_;
   std::map<uint32_t, Tensor> pending_;
+  std::set<uint32_t> transposed_;  // pending_ holds the matrix whose transpose the value is
 };
 
 }  // namespace reforge::refit

@@ -47,15 +47,77 @@ bool moves_data(const plan::RecipeStep& st) {
   return st.domain == "reforge" && st.op_type == "PackPanels";
 }
 
+bool is_pack_panels(const plan::RecipeStep& st) { return st.domain == "reforge" && st.op_type == "PackPanels"; }
+
+// A Transpose that swaps the two axes of a matrix (perm [1, 0], or none: reversed axes); whether
+// its input has rank 2 is known only when it runs.
+bool is_transpose_step(const plan::RecipeStep& st) {
+  if (!st.domain.empty() || st.op_type != "Transpose" || st.inputs.size() != 1 || st.output != 0) return false;
+  auto perm = st.attrs.find("perm");
+  return perm == st.attrs.end() || perm->second.ints == std::vector<int64_t>{1, 0};
+}
+
+// PackPanels of the transpose of a matrix: the same step with `transposed` flipped, reading the
+// matrix itself.
+Tensor pack_transposed(const plan::RecipeStep& st, const Tensor& matrix, int threads) {
+  std::map<std::string, ir::Attribute> attrs = st.attrs;
+  auto t = attrs.find("transposed");
+  const bool was = t != attrs.end() && t->second.i != 0;
+  attrs["transposed"] = ir::int_attr("transposed", was ? 0 : 1);
+  return std::move(evaluate_op(st.domain, st.op_type, st.opset, attrs, {&matrix}, 1, threads)[0]);
+}
+
 }  // namespace
 
-Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                     const std::vector<Tensor>& literals, int threads) {
+Tensor transpose_2d(const Tensor& t, int threads) {
   if (threads <= 0) threads = omp_get_max_threads();
-  std::vector<Tensor> steps(recipe.steps.size());
+  REFORGE_CHECK(t.rank() == 2, "transpose_2d: ", t.describe(), " is not a matrix");
+  return std::move(evaluate_op("", "Transpose", 13, {{"perm", ir::ints_attr("perm", {1, 0})}}, {&t}, 1, threads)[0]);
+}
+
+bool packs_source(const plan::Recipe& recipe, uint32_t source) {
+  auto reads = [&](const plan::Operand& o) { return o.kind == plan::Operand::Kind::Source && o.index == source; };
+  if (reads(recipe.result)) return false;
+  bool any = false;
+  for (const auto& st : recipe.steps)
+    for (size_t i = 0; i < st.inputs.size(); ++i) {
+      if (!reads(st.inputs[i])) continue;
+      if (!is_pack_panels(st) || i != 0 || st.inputs.size() != 1) return false;
+      any = true;
+    }
+  return any;
+}
+
+bool is_transpose_binding(const plan::Binding& b, const Shape& shape) {
+  if (b.status != plan::Binding::Status::Bound || b.checkpoint.size() != 1 || b.steps.size() != 1) return false;
+  const plan::RecipeStep& st = b.steps[0];
+  const Shape& in = b.checkpoint[0].shape;
+  return is_transpose_step(st) && st.inputs[0].kind == plan::Operand::Kind::Source && st.inputs[0].index == 0 &&
+         in.size() == 2 && shape == Shape{in[1], in[0]};
+}
+
+Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
+                     const std::vector<Tensor>& literals, int threads,
+                     const std::vector<Tensor>* transposed_sources) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  const size_t n = recipe.steps.size();
+  std::vector<Tensor> steps(n);
+  // Sources given transposed and read other than by PackPanels: made once, on first read.
+  std::map<uint32_t, Tensor> made;
+  auto given_transposed = [&](const plan::Operand& o) -> const Tensor* {
+    if (o.kind != plan::Operand::Kind::Source || !transposed_sources || o.index >= transposed_sources->size() ||
+        !(*transposed_sources)[o.index].defined())
+      return nullptr;
+    return &(*transposed_sources)[o.index];
+  };
   auto operand = [&](const plan::Operand& o) -> const Tensor& {
     switch (o.kind) {
       case plan::Operand::Kind::Source:
+        if (const Tensor* t = given_transposed(o)) {
+          auto it = made.find(o.index);
+          if (it == made.end()) it = made.emplace(o.index, transpose_2d(*t, threads)).first;
+          return it->second;
+        }
         REFORGE_ASSERT(o.index < sources.size() && sources[o.index].defined());
         return sources[o.index];
       case plan::Operand::Kind::Literal:
@@ -67,8 +129,36 @@ Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sour
     }
     fail("internal error: bad operand");
   };
-  for (size_t s = 0; s < recipe.steps.size(); ++s) {
+  // Transpose steps read once, by a PackPanels step as its weight, and not the result: packed
+  // from their input instead (`folded`: the input, once the Transpose's turn came).
+  std::vector<int> readers(n, 0);
+  for (const auto& st : recipe.steps)
+    for (const auto& o : st.inputs)
+      if (o.kind == plan::Operand::Kind::Step && o.index < n) ++readers[o.index];
+  if (recipe.result.kind == plan::Operand::Kind::Step && recipe.result.index < n) ++readers[recipe.result.index];
+  std::vector<bool> packed_by_reader(n, false);
+  for (const auto& st : recipe.steps)
+    if (is_pack_panels(st) && st.inputs.size() == 1 && st.inputs[0].kind == plan::Operand::Kind::Step &&
+        st.inputs[0].index < n)
+      packed_by_reader[st.inputs[0].index] = true;
+  std::vector<const Tensor*> folded(n, nullptr);
+  for (size_t s = 0; s < n; ++s) {
     const plan::RecipeStep& st = recipe.steps[s];
+    if (is_transpose_step(st) && readers[s] == 1 && packed_by_reader[s]) {
+      const Tensor* in = given_transposed(st.inputs[0]) ? nullptr : &operand(st.inputs[0]);
+      if (in && in->rank() == 2) {
+        folded[s] = in;
+        continue;
+      }
+    }
+    if (is_pack_panels(st) && st.inputs.size() == 1) {
+      const plan::Operand& w = st.inputs[0];
+      const Tensor* matrix = w.kind == plan::Operand::Kind::Step && w.index < n ? folded[w.index] : given_transposed(w);
+      if (matrix && matrix->rank() == 2) {
+        steps[s] = pack_transposed(st, *matrix, threads);
+        continue;
+      }
+    }
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(&operand(o));
     auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,

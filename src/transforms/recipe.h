@@ -32,8 +32,30 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
 // be defined), `literals` by literal index. Data-movement steps (Transpose, Slice, Concat,
 // Gather, Expand, Cast, PackPanels) run on `threads` threads (0 = all), as apply_binding's do:
 // their bytes do not depend on it; every other step runs on one thread.
+//
+// A 2-D Transpose whose one reader is a PackPanels step is not made: PackPanels reads the
+// Transpose's input with its `transposed` attribute flipped, which gives the same bytes in one
+// pass over the weight instead of two.
+//
+// `transposed_sources`, when given, is indexed by source id like `sources`: a defined entry
+// gives that source as the 2-D transpose of the entry (a checkpoint tensor an exporter stored
+// transposed, refit/checkpoint_refit.h), and the source's entry in `sources` may be undefined.
+// A PackPanels step that reads such a source packs the entry directly, as above; any other
+// read makes the transpose first.
 Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                     const std::vector<Tensor>& literals, int threads = 0);
+                     const std::vector<Tensor>& literals, int threads = 0,
+                     const std::vector<Tensor>* transposed_sources = nullptr);
+
+// True when `recipe` reads source `source`, and only as the packed weight of PackPanels steps:
+// replay_recipe then packs it from a transposed entry without making the transpose.
+bool packs_source(const plan::Recipe& recipe, uint32_t source);
+
+// True when binding `b` is exactly one 2-D Transpose of one checkpoint tensor, whose result has
+// `shape`: the source is that tensor transposed, and nothing else.
+bool is_transpose_binding(const plan::Binding& b, const Shape& shape);
+
+// The 2-D transpose of `t`, on `threads` threads (0 = all), by the registry's Transpose kernel.
+Tensor transpose_2d(const Tensor& t, int threads = 0);
 
 // XXH3-64 of a tensor's bytes (dtype and shape not included).
 uint64_t hash_tensor(const Tensor& t);

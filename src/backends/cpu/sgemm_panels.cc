@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -324,6 +325,9 @@ namespace {
 // - Big matrices are written with non-temporal stores: dst is far larger than the caches and
 //   not read soon, and streaming skips reading each destination line before writing it
 //   (~25% faster above). Small ones use ordinary stores (they may be read right away).
+// - A transposed w ([N, K]: each panel is 16 rows of w, read along K) goes panel by panel over
+//   all of K instead: 16 sequential read streams and one write stream. Float32 moves in 4 x 4
+//   tiles through SSE registers (the k-th row of a panel is the k-th column of 16 rows of w).
 // Every element is copied as is (padding columns are zeros), so the result does not depend on
 // the path taken. T is float, or the bits of a 16-bit float: a panel row is 16 elements, 64 or
 // 32 bytes, copied 16 bytes at a time.
@@ -346,7 +350,37 @@ void pack_panels_t(const T* w, int64_t K, int64_t N, bool transposed, T* dst) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(o) + c, v[c]);
     }
   };
+  // transposed: panel p holds rows n0 .. n0 + 15 of w, one element of each per panel row.
+  auto pack_range_transposed = [&](int64_t p0, int64_t p1) {
+    alignas(64) T tile[4][kPanelWidth];
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t n0 = p * kPanelWidth, ncols = std::min(kPanelWidth, N - n0);
+      T* out = dst + p * K * kPanelWidth;
+      int64_t k = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        if (ncols == kPanelWidth)
+          for (; k + 4 <= K; k += 4) {
+            for (int64_t j = 0; j < kPanelWidth; j += 4) {
+              __m128 r0 = _mm_loadu_ps(w + (n0 + j) * K + k), r1 = _mm_loadu_ps(w + (n0 + j + 1) * K + k);
+              __m128 r2 = _mm_loadu_ps(w + (n0 + j + 2) * K + k), r3 = _mm_loadu_ps(w + (n0 + j + 3) * K + k);
+              _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+              _mm_store_ps(&tile[0][j], r0);
+              _mm_store_ps(&tile[1][j], r1);
+              _mm_store_ps(&tile[2][j], r2);
+              _mm_store_ps(&tile[3][j], r3);
+            }
+            for (int r = 0; r < 4; ++r) put(out + (k + r) * kPanelWidth, tile[r]);
+          }
+      }
+      for (; k < K; ++k) {
+        for (int64_t j = 0; j < kPanelWidth; ++j) tile[0][j] = j >= ncols ? T{} : w[(n0 + j) * K + k];
+        put(out + k * kPanelWidth, tile[0]);
+      }
+    }
+    if (stream) _mm_sfence();
+  };
   auto pack_range = [&](int64_t p0, int64_t p1) {
+    if (transposed) return pack_range_transposed(p0, p1);
     alignas(64) T line[kPanelWidth];
     for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
       const int64_t k1 = std::min(K, k0 + kBlock);
@@ -355,12 +389,11 @@ void pack_panels_t(const T* w, int64_t K, int64_t N, bool transposed, T* dst) {
         T* out = dst + p * K * kPanelWidth;
         for (int64_t k = k0; k < k1; ++k) {
           T* o = out + k * kPanelWidth;
-          if (!transposed && ncols == kPanelWidth) {
+          if (ncols == kPanelWidth) {
             put(o, w + k * N + n0);
             continue;
           }
-          for (int64_t j = 0; j < kPanelWidth; ++j)
-            line[j] = j >= ncols ? T{} : transposed ? w[(n0 + j) * K + k] : w[k * N + n0 + j];
+          for (int64_t j = 0; j < kPanelWidth; ++j) line[j] = j >= ncols ? T{} : w[k * N + n0 + j];
           put(o, line);
         }
       }
