@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "backends/cuda/cublaslt_api.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "ops/nn/matmul.h"
@@ -21,7 +22,7 @@ namespace reforge::cuda {
 namespace {
 
 void check_lt(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": ", cublasLtGetStatusString(status));
+  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt error in ", what, ": ", cublaslt().GetStatusString(status));
 }
 #define REFORGE_LT_CHECK(expr) check_lt((expr), #expr)
 
@@ -32,7 +33,7 @@ struct Lt {
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
   Lt() {
-    REFORGE_LT_CHECK(cublasLtCreate(&handle));
+    REFORGE_LT_CHECK(cublaslt().Create(&handle));
     REFORGE_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
     note_workspace(static_cast<int64_t>(kWorkspaceBytes));
   }
@@ -41,7 +42,7 @@ struct Lt {
       (void)cudaFree(workspace);
       note_workspace(-static_cast<int64_t>(kWorkspaceBytes));
     }
-    if (handle) (void)cublasLtDestroy(handle);
+    if (handle) (void)cublaslt().Destroy(handle);
   }
 };
 Lt& lt() {
@@ -55,22 +56,22 @@ struct LtCall {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtCall() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) cublaslt().MatmulPreferenceDestroy(pref);
+    if (c) cublaslt().MatrixLayoutDestroy(c);
+    if (b) cublaslt().MatrixLayoutDestroy(b);
+    if (a) cublaslt().MatrixLayoutDestroy(a);
+    if (op) cublaslt().MatmulDescDestroy(op);
   }
 };
 
 void layout(cublasLtMatrixLayout_t* l, cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
             int64_t stride) {
-  REFORGE_LT_CHECK(cublasLtMatrixLayoutCreate(l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  REFORGE_LT_CHECK(cublaslt().MatrixLayoutCreate(l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     int32_t count = static_cast<int32_t>(batch);
-    REFORGE_LT_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    REFORGE_LT_CHECK(cublaslt().MatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
     REFORGE_LT_CHECK(
-        cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+        cublaslt().MatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
 }
 
@@ -107,20 +108,20 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   }
   const int64_t M = d.M, N = d.N, K = d.K;
   LtCall call;
-  REFORGE_LT_CHECK(cublasLtMatmulDescCreate(&call.op, compute, scale));
+  REFORGE_LT_CHECK(cublaslt().MatmulDescCreate(&call.op, compute, scale));
   // cuBLASLt's A is our B, its B our A.
   cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  REFORGE_LT_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  REFORGE_LT_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  REFORGE_LT_CHECK(cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  REFORGE_LT_CHECK(cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   if (bias) {
     REFORGE_CHECK(dtype == DType::Float32 && d.batch <= 1, "internal error: a bias epilogue on a ", dtype_name(dtype),
                   " product of batch ", d.batch);
     // cuBLASLt's rows are our columns: one bias value per row of its column-major D.
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     REFORGE_LT_CHECK(
-        cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    REFORGE_LT_CHECK(cublasLtMatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    REFORGE_LT_CHECK(cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   if (d.trans_b)
     layout(&call.a, type, K, N, K, d.batch, d.b_broadcast ? 0 : K * N);
@@ -132,23 +133,23 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
     layout(&call.b, type, K, M, K, d.batch, d.a_broadcast ? 0 : M * K);
   layout(&call.c, type, N, M, N, d.batch, M * N);
 
-  REFORGE_LT_CHECK(cublasLtMatmulPreferenceCreate(&call.pref));
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceCreate(&call.pref));
   uint64_t ws = kWorkspaceBytes;
   REFORGE_LT_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   uint32_t align_a = alignment_of(b), align_b = alignment_of(a), align_c = alignment_of(c);
-  REFORGE_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                         sizeof(align_a)));
-  REFORGE_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                         sizeof(align_b)));
-  REFORGE_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
                                                         sizeof(align_c)));
-  REFORGE_LT_CHECK(cublasLtMatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                         sizeof(align_c)));
   Lt& h = lt();
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  REFORGE_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(h.handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
+  REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(h.handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
                                                   &heuristic, &found));
   if (found == 0 && bias) return false;
   if (found == 0)
@@ -163,7 +164,7 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   Tensor recorded_workspace;
   if (recording()) recorded_workspace = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
   void* workspace = recorded_workspace.defined() ? recorded_workspace.mutable_raw() : h.workspace;
-  REFORGE_LT_CHECK(cublasLtMatmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
+  REFORGE_LT_CHECK(cublaslt().Matmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
                                   &heuristic.algo, workspace, kWorkspaceBytes, stream()));
   return true;
 }
