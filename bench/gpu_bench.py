@@ -21,8 +21,9 @@ onnxscript (the device tool's machine has them). For each model and batch:
      and the other second made a 10% difference between two plans with identical kernels);
   5. `reforge bench PLAN --device-trace` traces the baked plan with CUPTI: kernel launches per
      run, the share of the run outside the matrix products, each product in the run against the
-     same product run alone, and the device memory the plan held (weights, workspaces, the
-     activations' peak);
+     same product run alone (with the device's caches flushed before each call, nvbench's
+     convention; the back-to-back figure, operands left in the cache, is in the JSON too), and
+     the device memory the plan held (weights, workspaces, the activations' peak);
   6. `reforge run PLAN` writes the outputs, compared with PyTorch's outputs on the GPU in the
      model's dtype (max abs and max relative difference).
 
@@ -248,7 +249,8 @@ def main():
                     for k in ("kernel_launches_per_run", "device_busy_ms", "outside_products_fraction",
                               "outside_products_and_convolutions_fraction", "products",
                               "products_within_10pct_of_alone", "products_in_run_over_alone",
-                              "products_worst_in_run_over_alone", "device_weights_bytes", "device_workspace_bytes",
+                              "products_worst_in_run_over_alone", "products_in_run_over_alone_warm",
+                              "products_alone_caches_flushed", "device_weights_bytes", "device_workspace_bytes",
                               "device_activations_peak_bytes", "device_peak_bytes"):
                         if k in trace:
                             row[k] = trace[k]

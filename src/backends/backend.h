@@ -92,6 +92,11 @@ struct Backend {
   std::function<DeviceMemoryStats()> memory_stats = nullptr;
   // Device backends, optional: recorded replay of device work (device_replay.h), or null.
   DeviceRecorder* recorder = nullptr;
+  // Device backends, optional: evicts what the device's caches hold, by writing a buffer larger
+  // than its last-level cache on the calling thread's stream of work (untagged, not waited for),
+  // so that the next kernel reads its operands from memory, as a benchmark of one kernel alone
+  // measures it (`reforge bench --device-trace`).
+  std::function<void()> flush_caches = nullptr;
 };
 
 class KernelRegistry {

@@ -1,5 +1,7 @@
 #include "backends/cuda/cuda_backend.h"
 
+#include <algorithm>
+
 #include "backends/cuda/cuda_common.h"
 
 namespace reforge::cuda {
@@ -28,6 +30,18 @@ void copy_memory(void* dst, Memory dst_memory, const void* src, Memory src_memor
 
 void synchronize() { REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
+// Twice the device's L2 cache, written with a memset: whatever the cache held is evicted. The
+// buffer is made once per process and kept (each thread's stream writes it in turn).
+void flush_caches() {
+  static Tensor buffer = [] {
+    int device = 0, l2 = 0;
+    REFORGE_CUDA_CHECK(cudaGetDevice(&device));
+    REFORGE_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+    return device_tensor(DType::UInt8, {std::max<int64_t>(2 * static_cast<int64_t>(l2), int64_t{1} << 20)});
+  }();
+  REFORGE_CUDA_CHECK(cudaMemsetAsync(buffer.mutable_raw(), 0, buffer.nbytes(), stream()));
+}
+
 }  // namespace
 
 backends::Backend backend() {
@@ -44,6 +58,7 @@ backends::Backend backend() {
   b.tracer = tracer();
   b.memory_stats = memory_stats;
   b.recorder = recorder();
+  b.flush_caches = flush_caches;
   b.register_kernels = [](backends::KernelRegistry& r) {
     register_transfer_kernels(r);
     register_view_kernels(r);
