@@ -25,10 +25,11 @@ def test_cuda_plan_records_its_device_and_matches_the_cpu():
     inputs = hf_inputs("gpt2")
     want = cpu.run(inputs)
     got = gpu.run(inputs)
-    assert [g.shape for g in got] == [w.shape for w in want]
-    for g, w in zip(got, want):
-        assert isinstance(g, np.ndarray)
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    assert list(got) == list(want) and len(want) > 0
+    for name, w in want.items():
+        g = got[name]
+        assert isinstance(g, np.ndarray) and g.shape == w.shape, name
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)
 
 
 def test_unknown_device_is_an_error_naming_it():
