@@ -30,11 +30,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def group_of(r):
+    """"model bN": compare_ort's large-suite rows already name the batch in `model`."""
+    suffix = " b%s" % r["batch"]
+    return r["model"] if r["model"].endswith(suffix) else r["model"] + suffix
+
+
 def ratio_chart(rows, key, ylabel, title, path):
     """Grouped bars: one group per model and batch, one bar per thread count."""
     groups = []
     for r in rows:
-        g = "%s b%s" % (r["model"], r["batch"])
+        g = group_of(r)
         if g not in groups:
             groups.append(g)
     threads = sorted({r["threads"] for r in rows})
@@ -44,7 +50,7 @@ def ratio_chart(rows, key, ylabel, title, path):
         xs, ys = [], []
         for i, g in enumerate(groups):
             for r in rows:
-                if "%s b%s" % (r["model"], r["batch"]) == g and r["threads"] == t and r.get(key) is not None:
+                if group_of(r) == g and r["threads"] == t and r.get(key) is not None:
                     xs.append(i + (k - (len(threads) - 1) / 2) * width)
                     ys.append(r[key])
         bars = ax.bar(xs, ys, width, label="%d thread%s" % (t, "" if t == 1 else "s"))
