@@ -3,12 +3,14 @@
 // sizes derived by hand from the model.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "builder/builder.h"
 #include "builder/onnx_refit.h"
+#include "plan/plan_io.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "support/synthetic_llama.h"
@@ -172,4 +174,35 @@ TEST(RefitProgress, ThrowingCallbackLeavesTheEngineUnchanged) {
   EXPECT_THROW(r.commit(co), Error);
   for (size_t i = 0; i < before.size(); ++i)
     EXPECT_EQ(e.weight(e.plan().weights[i].name).raw(), before[i].raw()) << e.plan().weights[i].name;
+}
+
+// write_plan: encoding, then writing counted in the file's bytes (the size on disk), then syncing;
+// a callback that throws while writing leaves no file and no temporary one.
+TEST(WriteProgress, WritingCountsTheFilesBytesAndAStopLeavesNoFile) {
+  synth::LlamaSpec spec;
+  spec.share_norms = false;
+  const plan::Plan p = build::build_plan(synth::synthetic_llama(spec), packed_refit());
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "reforge_write_progress";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.plan").string();
+  std::vector<Recorded> events;
+  plan::write_plan(p, path, recorder(events));
+  std::vector<std::string> steps;
+  for (const auto& e : events)
+    if (steps.empty() || steps.back() != e.step) steps.push_back(e.step);
+  EXPECT_EQ(steps, (std::vector<std::string>{"encoding the plan", "writing the plan", "syncing to disk"}));
+  expect_counts_to(events, "writing the plan", std::filesystem::file_size(path), "bytes");
+  EXPECT_EQ(plan::read_plan(path).weights.size(), p.weights.size());
+
+  const std::string other = (dir / "other.plan").string();
+  EXPECT_THROW(plan::write_plan(p, other,
+                                [](const Progress& e) {
+                                  if (e.step == "writing the plan" && e.done > 0) fail("stopped by the caller");
+                                }),
+               Error);
+  std::vector<std::string> left;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) left.push_back(f.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"model.plan"}) << "a stopped write left a file behind";
+  std::filesystem::remove_all(dir);
 }

@@ -212,15 +212,25 @@ class Plan:
 
     # ---- the plan itself ----
 
-    def save(self, path: PathLike, *, strip: Optional[bool] = None) -> None:
+    def save(
+        self,
+        path: PathLike,
+        *,
+        strip: Optional[bool] = None,
+        progress: Optional[Callable[[str, int, int, str], None]] = None,
+    ) -> None:
         """Writes the plan with its current weights (atomically: a failed write leaves nothing).
 
         ``strip=True`` leaves the refittable weight data out; the default strips exactly when
         the plan still has sources without a value (a stripped build before any refit).
+        ``progress(step, done, total, unit)`` is called as each step starts (``"encoding the
+        plan"``, ``"writing the plan"``, ``"syncing to disk"``) and as the writing advances
+        (``done`` of ``total`` bytes of the file); an exception it raises stops the save, which
+        then leaves no file, and propagates.
         """
         if strip is None:
             strip = bool(self._impl.missing)
-        self._impl.save(os.fspath(path), strip)
+        self._impl.save(os.fspath(path), strip, progress)
 
     def inspect(self) -> Dict[str, Any]:
         """What ``reforge inspect --json`` shows: producer, build mode and options, target,

@@ -337,7 +337,7 @@ class Plan {
     }));
   }
 
-  void save(const std::string& path, bool strip) {
+  void save(const std::string& path, bool strip, const std::optional<nb::callable>& progress) {
     guarded(Kind::Plain, [&] {
       if (!strip) {
         auto missing = engine_->missing_sources();
@@ -345,7 +345,7 @@ class Plan {
           fail("save: ", missing.size(), " refittable source(s) have no value yet (first: '", missing[0],
                "'); refit them first, or save with strip=True");
       }
-      plan::write_plan(engine_->current_plan(strip), path);
+      plan::write_plan(engine_->current_plan(strip), path, progress_of(progress));
     });
     path_ = path;
   }
@@ -522,7 +522,7 @@ NB_MODULE(_reforge, m) {
       .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "progress"_a.none())
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
            "incremental"_a, "progress"_a.none())
-      .def("save", &Plan::save, "path"_a, "strip"_a)
+      .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())
       .def("inspect", &Plan::inspect)
       .def("value_infos", &Plan::value_infos, "outputs"_a)
       .def_prop_ro("missing", &Plan::missing)

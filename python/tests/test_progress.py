@@ -77,3 +77,26 @@ def test_an_exception_in_the_refit_callback_leaves_the_plan_unchanged():
     # The same refit without the interruption does change the outputs.
     plan.refit(hf_onnx("gpt2", "B"))
     assert not all(np.array_equal(a, b) for a, b in zip(before, outputs()))
+
+
+def test_save_reports_writing_the_files_bytes_and_a_stop_leaves_no_file(tmp_path):
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True)
+    events = []
+    path = tmp_path / "gpt2.plan"
+    plan.save(path, progress=lambda *e: events.append(e))
+    steps = []
+    for step, _, _, _ in events:
+        if not steps or steps[-1] != step:
+            steps.append(step)
+    assert steps == ["encoding the plan", "writing the plan", "syncing to disk"]
+    written = [e for e in events if e[0] == "writing the plan" and e[2] > 0]
+    assert written[0][1] == 0 and written[-1][1] == written[-1][2] == path.stat().st_size
+    assert all(e[3] == "bytes" for e in written)
+
+    def stop_while_writing(step, done, total, unit):
+        if step == "writing the plan" and done > 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        plan.save(tmp_path / "other.plan", progress=stop_while_writing)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2.plan"]

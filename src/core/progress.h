@@ -10,6 +10,7 @@
 //                "hashing weights" (bytes), "placing nodes"; build_plan_with_checkpoint reports
 //                "binding the checkpoint" before those
 //   Refitter:    "validating sources", "replaying recipes" (bytes of the engine weights replayed)
+//   write_plan:  "encoding the plan", "writing the plan" (bytes of the file), "syncing to disk"
 // Calls come on the working thread, in order. An exception a callback throws stops the work as its
 // error (a build makes no plan; a refit leaves the engine as it was).
 #pragma once

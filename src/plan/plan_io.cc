@@ -2,6 +2,7 @@
 // (docs/plan-format.md) and writes it atomically. The reader is plan_read.cc.
 #include "plan/plan_io.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -394,12 +395,27 @@ std::string serialize_plan(const Plan& plan) {
   return out;
 }
 
-void write_plan(const Plan& plan, const std::string& path) {
+void write_plan(const Plan& plan, const std::string& path, const ProgressCallback& progress) {
   // Everything that can fail on the plan's content fails here, before a file exists.
-  Encoded e = encode(plan);
-
+  Encoded e;
+  {
+    ProgressStep encoding(progress, "encoding the plan");
+    e = encode(plan);
+  }
   AtomicFile out(path, "plan");
-  emit(e, [&](const void* p, size_t n) { out.write(p, n); });
+  {
+    ProgressStep writing(progress, "writing the plan", e.prefix.size() + e.data_size, "bytes");
+    // Large weights go out in pieces, so that a counted report comes at least every 64 MiB.
+    constexpr size_t kPiece = size_t{64} << 20;
+    emit(e, [&](const void* p, size_t n) {
+      for (size_t off = 0; off < n; off += kPiece) {
+        const size_t len = std::min(kPiece, n - off);
+        out.write(static_cast<const char*>(p) + off, len);
+        writing.advance(len);
+      }
+    });
+  }
+  ProgressStep syncing(progress, "syncing to disk");
   out.commit();
 }
 

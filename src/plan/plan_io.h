@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 
+#include "core/progress.h"
 #include "plan/plan.h"
 
 namespace reforge::plan {
@@ -37,7 +38,9 @@ namespace reforge::plan {
 // (a kill on the named path leaves one, which the next write to `path` removes). Throws an Error for graphs with
 // subgraph attributes, tensors of types without a fixed byte size, and weight data whose dtype/shape differ from the
 // entry's.
-void write_plan(const Plan& plan, const std::string& path);
+// `progress` (core/progress.h), when set, is told the steps: "encoding the plan" (the metadata and
+// the hash of every weight), "writing the plan" (counts the file's bytes), "syncing to disk".
+void write_plan(const Plan& plan, const std::string& path, const ProgressCallback& progress = {});
 
 // The exact bytes write_plan writes.
 std::string serialize_plan(const Plan& plan);

@@ -159,7 +159,7 @@ Runner add_build(CLI::App& app) {
     }
     {
       Phase phase("writing '" + a->out + "'");
-      plan::write_plan(p, a->out);
+      plan::write_plan(p, a->out, phase.reporter());
     }
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     size_t derived = 0, literal = 0, baked = 0, refittable = 0;

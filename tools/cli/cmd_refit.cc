@@ -50,7 +50,7 @@ Runner add_refit(CLI::App& app) {
     refit::RefitReport rep = refit_engine(*engine, o);
     {
       Phase phase("writing '" + out + "'");
-      plan::write_plan(engine->current_plan(a->strip), out);
+      plan::write_plan(engine->current_plan(a->strip), out, phase.reporter());
     }
     // The device follows the plan (there is no --device here): its weights were replayed on the
     // host and uploaded to that device by the commit.
