@@ -238,13 +238,22 @@ std::vector<std::string> Refitter::missing() const {
   return out;
 }
 
-void Refitter::set_source(uint32_t id, const Tensor& value) {
-  const plan::Plan& p = engine_.plan();
+namespace {
+
+// Source `id` of `p`, which a refit may set: throws naming it when there is none or it is baked.
+const plan::Source& settable_source(const plan::Plan& p, uint32_t id) {
   REFORGE_CHECK(id < p.sources.size(), "refit: no source with id ", id);
   const plan::Source& s = p.sources[id];
   if (!s.refittable)
     fail("refit: source '", s.key, "' is baked into this plan (", plan::build_mode_name(p.mode),
          " build) and cannot be refit");
+  return s;
+}
+
+}  // namespace
+
+void Refitter::set_source(uint32_t id, const Tensor& value) {
+  const plan::Source& s = settable_source(engine_.plan(), id);
   if (value.dtype() != s.dtype || value.shape() != s.shape)
     fail("refit: source '", s.key, "' has ", value.describe(), ", the plan expects ", dtype_name(s.dtype),
          shape_str(s.shape));
@@ -253,12 +262,7 @@ void Refitter::set_source(uint32_t id, const Tensor& value) {
 }
 
 void Refitter::set_source_transposed(uint32_t id, const Tensor& matrix) {
-  const plan::Plan& p = engine_.plan();
-  REFORGE_CHECK(id < p.sources.size(), "refit: no source with id ", id);
-  const plan::Source& s = p.sources[id];
-  if (!s.refittable)
-    fail("refit: source '", s.key, "' is baked into this plan (", plan::build_mode_name(p.mode),
-         " build) and cannot be refit");
+  const plan::Source& s = settable_source(engine_.plan(), id);
   if (matrix.dtype() != s.dtype || matrix.rank() != 2 || s.shape != Shape{matrix.dim(1), matrix.dim(0)})
     fail("refit: source '", s.key, "' transposed from ", matrix.describe(), " would be ", dtype_name(matrix.dtype()),
          matrix.rank() == 2 ? shape_str(Shape{matrix.dim(1), matrix.dim(0)}) : std::string(" (not a matrix)"),
