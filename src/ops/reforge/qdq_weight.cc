@@ -135,18 +135,13 @@ void qdq_weight(KernelContext& ctx) {
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < qs.zp_row; ++j) pz[n * qs.zp_row + j] = 0x80;  // an odd row's last high nibble: 8
     for (int64_t b = 0; b < qs.n_blocks; ++b) {
-      const int64_t k0 = b * qs.block_size, k1 = std::min(K, k0 + qs.block_size);
+      const int64_t k0 = b * qs.block_size;
       const int64_t s = map(at(k0, n));  // one scale and zero point per (block, n)
       out_s[n * qs.n_blocks + b] = ps[s];
       const auto zpv = static_cast<uint8_t>((zp ? z[static_cast<size_t>(s)] : 0) + f.code_offset);
-      uint8_t& zbyte = pz[n * qs.zp_row + b / 2];
-      zbyte = (b & 1) ? static_cast<uint8_t>((zbyte & 0x0f) | (zpv << 4)) : static_cast<uint8_t>((zbyte & 0xf0) | zpv);
-      uint8_t* blob = pq + (n * qs.n_blocks + b) * qs.blob;
-      for (int64_t k = k0; k < k1; k += 2) {
-        const auto v0 = static_cast<uint8_t>(c[static_cast<size_t>(at(k, n))] + f.code_offset);
-        const auto v1 = k + 1 < k1 ? static_cast<uint8_t>(c[static_cast<size_t>(at(k + 1, n))] + f.code_offset) : zpv;
-        blob[(k - k0) / 2] = static_cast<uint8_t>(v0 | (v1 << 4));
-      }
+      quant::put_zero_point(qs, pz, n, b, zpv);
+      quant::put_block(qs, pq, n, b, zpv,
+                       [&](int64_t k) { return static_cast<uint8_t>(c[static_cast<size_t>(at(k, n))] + f.code_offset); });
     }
   }
 }

@@ -72,18 +72,11 @@ void quantize_weight(KernelContext& ctx) {
       const uint8_t zp = zp_f < 0.0f ? 0 : zp_f > 15.0f ? 15 : static_cast<uint8_t>(quant::round_half_away(zp_f));
       const float r = scale != 0.0f ? 1.0f / scale : 0.0f;
       ps[n * qs.n_blocks + b] = scale;
-      uint8_t& zbyte = pz[n * qs.zp_row + b / 2];
-      zbyte = (b & 1) ? static_cast<uint8_t>((zbyte & 0x0f) | (zp << 4)) : static_cast<uint8_t>((zbyte & 0xf0) | zp);
-      uint8_t* blob = pq + (n * qs.n_blocks + b) * qs.blob;
-      for (int64_t k = k0; k < k1; k += 2) {
-        auto quantize = [&](float v) {
-          const float t = v * r;  // rounded to float32 before the zero point is added
-          return static_cast<uint8_t>(std::clamp(quant::round_half_away(t + static_cast<float>(zp)), 0.0f, 15.0f));
-        };
-        const uint8_t v0 = quantize(pw[k * sk + n * sn]);
-        const uint8_t v1 = k + 1 < k1 ? quantize(pw[(k + 1) * sk + n * sn]) : zp;
-        blob[(k - k0) / 2] = static_cast<uint8_t>(v0 | (v1 << 4));
-      }
+      quant::put_zero_point(qs, pz, n, b, zp);
+      quant::put_block(qs, pq, n, b, zp, [&](int64_t k) {
+        const float t = pw[k * sk + n * sn] * r;  // rounded to float32 before the zero point is added
+        return static_cast<uint8_t>(std::clamp(quant::round_half_away(t + static_cast<float>(zp)), 0.0f, 15.0f));
+      });
     }
   }
 }

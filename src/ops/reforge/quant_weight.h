@@ -28,6 +28,8 @@
 // MatMulNBits), each a float32 product of an exact integer.
 #pragma once
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -64,6 +66,27 @@ struct QuantShape {
   int64_t num_scales() const { return bits == 8 ? N : N * n_blocks; }
   int64_t num_zero_points() const { return N * zp_row; }
 };
+
+// int4, MatMulNBits' layout: zero point `zp` (its low 4 bits) of block `b` of output channel `n`, into
+// `pz` (num_zero_points() bytes): two per byte, the even block in the low nibble.
+inline void put_zero_point(const QuantShape& qs, uint8_t* pz, int64_t n, int64_t b, uint8_t zp) {
+  uint8_t& byte = pz[n * qs.zp_row + b / 2];
+  byte = (b & 1) ? static_cast<uint8_t>((byte & 0x0f) | (zp << 4)) : static_cast<uint8_t>((byte & 0xf0) | zp);
+}
+
+// int4, MatMulNBits' layout: the codes of block `b` of output channel `n` into `pq`, code(k) for each
+// k of the block below K (two per byte, the even k in the low nibble); an odd block's last high
+// nibble is `pad`.
+template <typename Code>
+inline void put_block(const QuantShape& qs, uint8_t* pq, int64_t n, int64_t b, uint8_t pad, Code code) {
+  const int64_t k0 = b * qs.block_size, k1 = std::min(qs.K, k0 + qs.block_size);
+  uint8_t* blob = pq + (n * qs.n_blocks + b) * qs.blob;
+  for (int64_t k = k0; k < k1; k += 2) {
+    const uint8_t v0 = code(k);
+    const uint8_t v1 = k + 1 < k1 ? code(k + 1) : pad;
+    blob[(k - k0) / 2] = static_cast<uint8_t>(v0 | (v1 << 4));
+  }
+}
 
 // Throws naming `where` when bits or block_size are not a supported pair.
 inline QuantShape quant_shape(int64_t bits, int64_t block_size, int64_t K, int64_t N, const std::string& where) {
