@@ -435,8 +435,16 @@ arena::Sizes Engine::Impl::infer_sizes(const std::vector<Tensor>& values, arena:
   for (size_t s = 0; s < steps.size(); ++s) {
     if (memoized[s]) continue;  // shape subgraphs run on the heap and are kept in the memo
     const ir::Node& n = graph.nodes[steps[s].node_index];
-    // Device steps' outputs are the device arena's, except a ToHost's (host memory by definition).
-    if (steps[s].device && (!arena_device || (backends::is_transfer(n) && n.op_type == "ToHost"))) continue;
+    // Device steps' outputs are the device arena's, except a ToHost's (host memory by definition)
+    // and a ToDevice's of an engine weight (the upload made with the weight set, as the op says:
+    // planning it would size the first run's arena by every weight the plan uploads).
+    if (steps[s].device) {
+      if (!arena_device) continue;
+      const std::vector<int>& in = steps[s].inputs;
+      if (backends::is_transfer(n) &&
+          (n.op_type == "ToHost" || (in.size() == 1 && in[0] >= 0 && is_const[static_cast<size_t>(in[0])])))
+        continue;
+    }
     auto& out = steps[s].device ? device_sizes[s] : sizes[s];
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const ops::ValueType* t = n.outputs[o].empty() ? nullptr : types.find(n.outputs[o]);
