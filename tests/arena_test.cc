@@ -65,6 +65,101 @@ TEST(ArenaPlanner, ReusesMemoryOfDeadValues) {
   EXPECT_EQ(runtime::arena::assign_offsets(chain, off), 2048u);
 }
 
+// The device arena's slots: 256-byte aligned offsets and reserved sizes, and never shared by
+// values alive together.
+TEST(ArenaPlanner, DeviceSlotsAre256ByteAligned) {
+  std::mt19937 rng(11);
+  std::vector<runtime::arena::Block> blocks;
+  for (int i = 0; i < 30; ++i) {
+    size_t first = rng() % 20;
+    blocks.push_back({rng() % 3000, first, first + rng() % 6});
+  }
+  std::vector<size_t> off;
+  const size_t total = runtime::arena::assign_offsets(blocks, off, runtime::arena::kDeviceAlign);
+  EXPECT_EQ(total % 256, 0u);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(off[i] % 256, 0u);
+    const size_t end_i = off[i] + (std::max<size_t>(blocks[i].bytes, 1) + 255) / 256 * 256;
+    EXPECT_LE(end_i, total);
+    for (size_t j = i + 1; j < blocks.size(); ++j) {
+      const size_t end_j = off[j] + (std::max<size_t>(blocks[j].bytes, 1) + 255) / 256 * 256;
+      bool live_together = blocks[i].first <= blocks[j].last && blocks[j].first <= blocks[i].last;
+      EXPECT_FALSE(live_together && off[i] < end_j && off[j] < end_i) << "blocks " << i << " and " << j;
+    }
+  }
+  // A chain of 100-byte values: two slots of 256 bytes (of 64 on the host).
+  std::vector<runtime::arena::Block> chain;
+  for (size_t s = 0; s < 6; ++s) chain.push_back({100, s, s + 1});
+  EXPECT_EQ(runtime::arena::assign_offsets(chain, off, runtime::arena::kDeviceAlign), 512u);
+  EXPECT_EQ(runtime::arena::assign_offsets(chain, off), 256u);
+}
+
+// The device arena's plan of a chain of steps x -> ToDevice -> a -> b -> c -> ToHost (step
+// outputs 0..4 of steps 0..4, each read by the next step): the values returned in device memory
+// leave the run; with keep_to_end (a device trace) no slot is reused; the host arena's lifetimes
+// are those given.
+TEST(ArenaPlanner, DeviceLifetimes) {
+  using runtime::arena::kEscapes;
+  const runtime::arena::LastUse last_use = {{1}, {2}, {3}, {4}, {kEscapes}};
+  runtime::arena::Sizes sizes = {{1000}, {1000}, {1000}, {1000}, {std::nullopt}};  // the ToHost's: host memory
+  const std::vector<std::vector<bool>> leaving = {{false}, {false}, {false}, {true}, {false}};
+  const runtime::arena::Observed::Known none{};
+
+  const runtime::arena::LastUse plain = runtime::arena::device_last_use(last_use, {}, false);
+  EXPECT_EQ(plain, last_use);
+  auto p = runtime::arena::make_plan(sizes, plain, none, runtime::arena::kDeviceAlign);
+  EXPECT_EQ(p->align, 256u);
+  EXPECT_EQ(p->value.size(), 4u);
+  EXPECT_EQ(p->total_bytes, 2 * 1024u);                     // two alive at a time, each 1000 bytes in 1024
+  EXPECT_EQ(p->slot[4][0], runtime::arena::Plan::kLeaves);  // the graph output
+
+  // c is returned in device memory (the ToHost is skipped): it leaves the run, off the arena.
+  const runtime::arena::LastUse out = runtime::arena::device_last_use(last_use, leaving, false);
+  EXPECT_EQ(out[3][0], kEscapes);
+  EXPECT_EQ(out[2][0], 3u);
+  p = runtime::arena::make_plan(sizes, out, none, runtime::arena::kDeviceAlign);
+  EXPECT_EQ(p->slot[3][0], runtime::arena::Plan::kLeaves);
+  EXPECT_EQ(p->value.size(), 3u);
+  EXPECT_EQ(p->total_bytes, 2 * 1024u);
+
+  // Kept to the end: every planned value has bytes of its own.
+  const runtime::arena::LastUse kept = runtime::arena::device_last_use(last_use, leaving, true);
+  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(kept[s][0], 4u) << "step " << s;
+  EXPECT_EQ(kept[3][0], kEscapes);
+  EXPECT_EQ(kept[4][0], kEscapes);
+  p = runtime::arena::make_plan(sizes, kept, none, runtime::arena::kDeviceAlign);
+  EXPECT_EQ(p->value.size(), 3u);
+  EXPECT_EQ(p->total_bytes, 3 * 1024u);
+  for (size_t i = 0; i < p->value.size(); ++i)
+    for (size_t j = i + 1; j < p->value.size(); ++j) EXPECT_NE(p->offset[i], p->offset[j]);
+}
+
+// An engine with every node on the host has no device arena: its stats' device part is zero.
+TEST(ArenaEngine, HostEnginesHaveNoDeviceArena) {
+  ir::Graph g;
+  g.opsets[""] = 17;
+  g.inputs.push_back({"x", DType::Float32, true, {ir::Dim{4}, ir::Dim{8}}});
+  ir::Node relu;
+  relu.name = relu.op_type = "Relu";
+  relu.opset = 17;
+  relu.inputs = {"x"};
+  relu.outputs = {"r"};
+  ir::Node neg = relu;
+  neg.name = neg.op_type = "Neg";
+  neg.inputs = {"r"};
+  neg.outputs = {"y"};
+  g.nodes = {relu, neg};
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  runtime::Engine e = test_support::engine_for(g);
+  e.run({{"x", test_support::random_floats({4, 8}, 3)}});
+  const runtime::ArenaStats st = e.arena_stats();
+  EXPECT_EQ(st.arena_allocations, 1u);  // r
+  EXPECT_EQ(st.device.arena_bytes, 0u);
+  EXPECT_EQ(st.device.planned_values, 0u);
+  EXPECT_EQ(st.device.arena_allocations, 0u);
+  EXPECT_EQ(st.device.backend_allocations, 0u);
+}
+
 // The dynamic Llama export at both of its input sizes, alternating, with and without the arena.
 TEST(ArenaEngine, MatchesHeapEngineAcrossShapesAndHeldOutputs) {
   fs::path model = kModels / "llama/torch113_nofold_dynamic/A/model.onnx";

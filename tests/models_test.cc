@@ -302,6 +302,47 @@ TEST_P(CudaModelReplay, ReplaysEqualEagerRunsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelReplay, ::testing::ValuesIn(load_manifest()),
                          [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
 
+// Every bundled export as a CUDA plan run eagerly with its device activation arena (runtime/
+// arena.h): each input set run twice, every result bit-equal to the same plan run with the arena
+// off; the second run of each set copies nothing out of the device arena and leaves to the backend's
+// allocator only the values its plan does not serve.
+class CudaModelArena : public ::testing::TestWithParam<ExportCase> {};
+
+TEST_P(CudaModelArena, EagerRunsEqualArenaLessRunsBitForBit) {
+  REQUIRE_GPU();
+  const ExportCase& c = GetParam();
+  ASSERT_TRUE(c.error.empty()) << c.error;
+  SCOPED_TRACE(c.path);
+  build::BuildOptions o;
+  o.backend = "cuda";
+  const plan::Plan p = test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o));
+  runtime::EngineOptions off_options;
+  off_options.arena = false;
+  runtime::PlanEngine off(p, off_options), on(p, runtime::EngineOptions{});
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    std::map<std::string, Tensor> feeds;
+    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    const std::vector<Tensor> want = off.run(feeds);
+    for (int run = 0; run < 2; ++run) {
+      const std::vector<Tensor> got = on.run(feeds);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "run " << run << ", output " << i;
+    }
+    const runtime::DeviceArenaStats st = on.arena_stats().device;
+    std::cout << "  " << c.id << " " << set.name << ": device arena " << st.arena_bytes << " bytes, "
+              << st.arena_allocations << " allocations; backend " << st.backend_allocations << " ("
+              << st.leaving_allocations << " leaving, " << st.unplanned_allocations << " unplanned)\n";
+    EXPECT_GT(st.arena_allocations, 0u);
+    EXPECT_EQ(st.copies, 0u);
+    EXPECT_EQ(st.backend_allocations, st.leaving_allocations + st.unplanned_allocations);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaModelArena, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<ExportCase>& info) { return info.param.id; });
+
 // The manifest covers every model x exporter variant x weight set, and every file it names exists.
 TEST(ModelsManifest, CompleteAndPresent) {
   const auto cases = load_manifest();

@@ -4,14 +4,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/device_zero.h"
+
 namespace reforge::runtime::arena {
 
 namespace {
-constexpr size_t kAlign = 64;
-size_t round_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+size_t round_up(size_t n, size_t align = kHostAlign) { return (n + align - 1) / align * align; }
 }  // namespace
 
-size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& offsets) {
+size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& offsets, size_t align) {
   offsets.assign(blocks.size(), 0);
   std::vector<size_t> order(blocks.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -21,12 +22,12 @@ size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& off
   std::vector<std::pair<size_t, size_t>> busy;  // [begin, end) of placed blocks alive at the same time
   for (size_t i : order) {
     const Block& b = blocks[i];
-    size_t need = round_up(std::max<size_t>(b.bytes, 1));
+    size_t need = round_up(std::max<size_t>(b.bytes, 1), align);
     busy.clear();
     for (size_t j : placed) {
       const Block& o = blocks[j];
       if (o.first <= b.last && b.first <= o.last)
-        busy.emplace_back(offsets[j], offsets[j] + round_up(std::max<size_t>(o.bytes, 1)));
+        busy.emplace_back(offsets[j], offsets[j] + round_up(std::max<size_t>(o.bytes, 1), align));
     }
     std::sort(busy.begin(), busy.end());
     size_t at = 0;
@@ -72,7 +73,8 @@ size_t last_use_of(const LastUse& last_use, ValueRef v) {
 
 }  // namespace
 
-std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed) {
+std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed,
+                                      size_t align) {
   const std::map<ValueRef, ValueRef>& aliases = observed.aliases;
   // The value holding an alias's bytes (following aliases of aliases).
   auto holder_of = [&](ValueRef v) {
@@ -96,6 +98,7 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
   }
   auto plan = std::make_shared<Plan>();
   plan->observed_version = observed.version;
+  plan->align = align;
   plan->slot.resize(sizes.size());
   plan->expected.resize(sizes.size());
   std::vector<Block> blocks;
@@ -120,7 +123,7 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
       }
     }
   }
-  plan->total_bytes = assign_offsets(blocks, plan->offset);
+  plan->total_bytes = assign_offsets(blocks, plan->offset, align);
   for (const Block& b : blocks) {
     plan->bytes.push_back(b.bytes);
     plan->first.push_back(b.first);
@@ -142,18 +145,44 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
   return plan;
 }
 
+LastUse device_last_use(const LastUse& last_use, const std::vector<std::vector<bool>>& leaving, bool keep_to_end) {
+  LastUse out = last_use;
+  const size_t end = last_use.empty() ? 0 : last_use.size() - 1;
+  for (size_t s = 0; s < out.size(); ++s)
+    for (size_t o = 0; o < out[s].size(); ++o) {
+      size_t& lu = out[s][o];
+      if (s < leaving.size() && o < leaving[s].size() && leaving[s][o])
+        lu = kEscapes;
+      else if (keep_to_end && lu != kEscapes)
+        lu = end;
+    }
+  return out;
+}
+
 // ---- Buffer and ArenaAllocator ----
 
-Buffer::Buffer(size_t bytes) : size(bytes) {
-  data = std::aligned_alloc(kAlign, round_up(std::max<size_t>(bytes, 1)));
+Buffer::Buffer(size_t bytes, Memory where) : size(bytes), memory(where) {
+  if (memory == Memory::Device) {
+    // The backend's own allocation, so that its memory figures count the arena; `data` is its
+    // first kDeviceAlign-aligned address.
+    REFORGE_CHECK(device_zero(), "the device backend offers no zero fill for a device activation arena");
+    const size_t reserve = round_up(std::max<size_t>(bytes, 1), kDeviceAlign) + kDeviceAlign;
+    device_ = device_memory().allocate(DType::UInt8, {static_cast<int64_t>(reserve)});
+    const auto at = reinterpret_cast<uintptr_t>(device_.mutable_raw());
+    data = reinterpret_cast<void*>(round_up(at, kDeviceAlign));
+    return;
+  }
+  data = std::aligned_alloc(kHostAlign, round_up(std::max<size_t>(bytes, 1)));
   if (!data) fail("out of memory allocating a ", bytes, "-byte activation arena");
 }
 
-Buffer::~Buffer() { std::free(data); }
+Buffer::~Buffer() {
+  if (memory == Memory::Host) std::free(data);
+}
 
 ArenaAllocator::ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use,
-                               Observed& observed)
-    : plan_(plan), buffer_(std::move(buffer)), last_use_(last_use), observed_(observed) {}
+                               Observed& observed, ops::OutputAllocator* fallback)
+    : plan_(plan), buffer_(std::move(buffer)), last_use_(last_use), observed_(observed), fallback_(fallback) {}
 
 void ArenaAllocator::begin_step(size_t step) {
   step_ = step;
@@ -168,6 +197,10 @@ Tensor ArenaAllocator::allocate(size_t output_index, DType dtype, Shape shape, b
       served_[output_index] = true;
       ++stats_.arena_allocations;
       char* p = static_cast<char*>(buffer_->data) + plan_.offset[static_cast<size_t>(e)];
+      if (buffer_->memory == Memory::Device) {
+        if (zero && bytes) device_zero()(p, bytes);
+        return Tensor::wrap(dtype, std::move(shape), std::shared_ptr<const void>(buffer_, p), p, Memory::Device);
+      }
       if (zero) std::memset(p, 0, bytes);
       return Tensor::wrap(dtype, std::move(shape), std::shared_ptr<const void>(buffer_, p), p);
     }
@@ -175,6 +208,7 @@ Tensor ArenaAllocator::allocate(size_t output_index, DType dtype, Shape shape, b
   ++stats_.heap_allocations;
   if (e == Plan::kLeaves) ++stats_.leaving_allocations;
   if (e == Plan::kUnplanned) ++stats_.unplanned_allocations;
+  if (fallback_) return fallback_->allocate(output_index, dtype, std::move(shape), zero);
   return zero ? Tensor::empty(dtype, std::move(shape)) : Tensor::uninitialized(dtype, std::move(shape));
 }
 
@@ -234,7 +268,8 @@ std::shared_ptr<PlanCache::Entry> PlanCache::find(const std::string& signature) 
   return it == entries_.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& signature, Sizes sizes, std::string error) {
+std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& signature, Sizes sizes, Sizes device_sizes,
+                                                    std::string error) {
   // Bounded: a server fed ever-changing shapes keeps at most this many layouts (and their
   // pooled buffers); entries in use stay alive through their shared_ptr.
   constexpr size_t kMaxSignatures = 16;
@@ -244,16 +279,20 @@ std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& signature
   auto& slot = entries_[signature];
   slot = std::make_shared<Entry>();
   slot->sizes = std::move(sizes);
+  slot->device_sizes = std::move(device_sizes);
   slot->error = std::move(error);
   return slot;
 }
 
-std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, const Observed& observed) {
+std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, const Observed& observed,
+                                            Memory memory) {
   const uint64_t version = observed.version();
+  const bool device = memory == Memory::Device;
   std::lock_guard<std::mutex> lock(e.mu);
-  if (e.plan && e.plan->observed_version == version) return e.plan;
-  e.plan = make_plan(e.sizes, last_use, observed.snapshot());
-  return e.plan;
+  std::shared_ptr<const Plan>& p = device ? e.device_plan : e.plan;
+  if (p && p->observed_version == version) return p;
+  p = make_plan(device ? e.device_sizes : e.sizes, last_use, observed.snapshot(), device ? kDeviceAlign : kHostAlign);
+  return p;
 }
 
 std::shared_ptr<const PlanCache::Memo> PlanCache::memo(Entry& e, uint64_t generation) {
@@ -266,23 +305,24 @@ void PlanCache::set_memo(Entry& e, std::shared_ptr<const Memo> memo) {
   e.memo = std::move(memo);
 }
 
-std::shared_ptr<Buffer> PlanCache::take(Entry& e, size_t bytes) {
+std::shared_ptr<Buffer> PlanCache::take(Entry& e, size_t bytes, Memory memory) {
   {
     std::lock_guard<std::mutex> lock(e.mu);
+    auto& free = memory == Memory::Device ? e.device_free : e.free;
     // Buffers of an earlier plan of another size are dropped.
-    while (!e.free.empty()) {
-      auto b = std::move(e.free.back());
-      e.free.pop_back();
+    while (!free.empty()) {
+      auto b = std::move(free.back());
+      free.pop_back();
       if (b->size == bytes) return b;
     }
   }
-  return std::make_shared<Buffer>(bytes);
+  return std::make_shared<Buffer>(bytes, memory);
 }
 
 void PlanCache::give_back(Entry& e, std::shared_ptr<Buffer> b) {
   if (b.use_count() != 1) return;  // a tensor still points into it: it goes when that tensor does
   std::lock_guard<std::mutex> lock(e.mu);
-  e.free.push_back(std::move(b));
+  (b->memory == Memory::Device ? e.device_free : e.free).push_back(std::move(b));
 }
 
 }  // namespace reforge::runtime::arena

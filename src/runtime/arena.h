@@ -26,6 +26,23 @@
 // outside no slot. A cached plan made before something was observed is re-made from the same
 // sizes on its next use: from the second run on, runs copy nothing and the arena holds only what
 // kernels take from it.
+//
+// Device steps (nodes on a device backend) get an arena of their own, planned the same way from the
+// same inference: a second plan over the device steps' outputs, served from one buffer of device
+// memory per run (DeviceMemory::allocate, so the backend's memory figures count it), with the
+// backend's allocator in place of the heap for what the plan does not serve. Only the memory
+// differs: zero-filled requests are cleared by the backend on the device (core/device_zero.h),
+// values found where the plan does not expect them are copied out device to device (Tensor::clone),
+// and slots are 256-byte aligned like the backend's own allocations, so that libraries that choose
+// their algorithm by pointer alignment (cuBLASLt) choose as they would without the arena. Values
+// that leave the run on the device (outputs returned in device memory) stay off it, as graph
+// outputs do on the host.
+//
+// The device arena serves eager runs only. A run that records device work for replay
+// (backends/device_replay.h) takes its values from the backend: what a recording allocates becomes
+// the recording's own memory, at addresses its replays reuse for as long as it lives, whereas an
+// arena buffer goes back to the pool when its run ends and serves the next run, which would then
+// write the recording's memory. A replay executes no step, so it asks no allocator.
 #pragma once
 
 #include <cstddef>
@@ -49,9 +66,14 @@ struct Block {
   size_t first = 0, last = 0;
 };
 
-// Assigns offsets (64-byte aligned) so that blocks with overlapping lifetimes are disjoint;
-// returns the arena size. Greedy by size, largest first, each at the lowest offset that fits.
-size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& offsets);
+// Slot alignment of the host arena and of the device arena.
+inline constexpr size_t kHostAlign = 64;
+inline constexpr size_t kDeviceAlign = 256;
+
+// Assigns offsets (multiples of `align`, a power of two) so that blocks with overlapping lifetimes
+// are disjoint; returns the arena size. Greedy by size, largest first, each at the lowest offset
+// that fits.
+size_t assign_offsets(const std::vector<Block>& blocks, std::vector<size_t>& offsets, size_t align = kHostAlign);
 
 // A value of the run: output `output` of step `step`.
 struct ValueRef {
@@ -89,6 +111,7 @@ class Observed {
 
 struct Plan {
   uint64_t observed_version = 0;  // the Observed version it was made with
+  size_t align = kHostAlign;      // of every offset, and of every slot's reserved bytes
   size_t total_bytes = 0;
   // Per entry (a planned value).
   std::vector<size_t> offset, bytes, first, last;
@@ -104,20 +127,34 @@ struct Plan {
   std::vector<std::vector<int>> expected;
 };
 
-// The plan for values of `sizes` with `last_use`, given what runs observed so far.
-std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed);
+// The plan for values of `sizes` with `last_use`, given what runs observed so far, its slots
+// aligned to `align`.
+std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_use, const Observed::Known& observed,
+                                      size_t align = kHostAlign);
 
-// One run's arena buffer; buffers go back to their plan's pool when no tensor uses them.
+// The lifetimes the device arena is planned with: `last_use`, except that the values `leaving`
+// marks ([step][output], true: handed out in device memory as a graph output) leave the run, and,
+// with `keep_to_end`, every other value lives to the run's last step (no slot is reused within a
+// run: a device trace keeps every device step's inputs for Engine::rerun_step).
+LastUse device_last_use(const LastUse& last_use, const std::vector<std::vector<bool>>& leaving, bool keep_to_end);
+
+// One run's arena buffer, in host memory or in the device backend's (DeviceMemory::allocate);
+// buffers go back to their plan's pool when no tensor uses them.
 struct Buffer {
   void* data = nullptr;
   size_t size = 0;
-  explicit Buffer(size_t bytes);
+  Memory memory = Memory::Host;
+  explicit Buffer(size_t bytes, Memory where = Memory::Host);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+
+ private:
+  Tensor device_;  // device memory: the allocation (released as the backend releases it)
 };
 
-// What a run's allocations did (Engine::arena_stats).
+// What a run's allocations did (Engine::arena_stats). For the device arena, "heap" is the device
+// backend's allocator.
 struct RunStats {
   size_t arena_allocations = 0;      // served from the arena
   size_t heap_allocations = 0;       // served from the heap, of which:
@@ -126,15 +163,18 @@ struct RunStats {
   size_t copies = 0;                 // values found in the arena where the plan did not expect them, copied out
 };
 
-// Serves a run from a plan and a buffer.
+// Serves a run from a plan and a buffer. A device buffer's allocator hands what the plan does not
+// serve to `fallback` (the device backend's allocator); a host buffer's, to the heap.
 class ArenaAllocator : public ops::OutputAllocator {
  public:
-  ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use, Observed& observed);
+  ArenaAllocator(const Plan& plan, std::shared_ptr<Buffer> buffer, const LastUse& last_use, Observed& observed,
+                 ops::OutputAllocator* fallback = nullptr);
   void begin_step(size_t step);
   Tensor allocate(size_t output_index, DType dtype, Shape shape, bool zero) override;
   // After step `step`: finds outputs whose data is in the arena where the plan does not expect it
-  // (an alias of a planned value), records them as aliases, and copies to the heap those whose
-  // slot is not reserved for as long as they are read; records outputs made outside the arena.
+  // (an alias of a planned value), records them as aliases, and copies out those whose slot is
+  // not reserved for as long as they are read (to the heap, or device to device); records outputs
+  // made outside the arena.
   void placed(size_t step, std::vector<Tensor>& outputs);
   // True when `t`'s data lies in this run's arena.
   bool in_arena(const Tensor& t) const;
@@ -145,6 +185,7 @@ class ArenaAllocator : public ops::OutputAllocator {
   std::shared_ptr<Buffer> buffer_;
   const LastUse& last_use_;
   Observed& observed_;
+  ops::OutputAllocator* fallback_;
   size_t step_ = 0;
   std::vector<bool> served_;  // outputs of the current step already given a slot
   RunStats stats_;
@@ -158,8 +199,8 @@ class ArenaAllocator : public ops::OutputAllocator {
   std::map<uintptr_t, Copy> copies_;
 };
 
-// Per input signature: the inferred sizes, the current plan, a pool of buffers and the shape
-// subgraphs' memo; thread-safe.
+// Per input signature: the inferred sizes, the current plan and a pool of buffers, for the host
+// arena and for the device arena, and the shape subgraphs' memo; thread-safe.
 class PlanCache {
  public:
   // Outputs of the steps that depend only on input shapes and constants (the engine's shape
@@ -169,23 +210,26 @@ class PlanCache {
     std::vector<std::vector<Tensor>> outputs;  // per step; empty for steps not memoized
   };
   struct Entry {
-    Sizes sizes;
-    std::string error;  // why the sizes are unknown (inference failed), or ""
+    Sizes sizes;         // host steps' outputs
+    Sizes device_sizes;  // device steps' outputs
+    std::string error;   // why the sizes are unknown (inference failed), or ""
     std::mutex mu;
-    std::shared_ptr<const Plan> plan;
-    std::vector<std::shared_ptr<Buffer>> free;
+    std::shared_ptr<const Plan> plan, device_plan;
+    std::vector<std::shared_ptr<Buffer>> free, device_free;
     std::shared_ptr<const Memo> memo;
   };
   std::shared_ptr<Entry> find(const std::string& signature) const;
-  // The entry of `signature`: the one there, or a new one with `sizes`.
-  std::shared_ptr<Entry> insert(const std::string& signature, Sizes sizes, std::string error);
-  // The plan of `e` for what is observed now (re-made when something was observed since).
-  static std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Observed& observed);
+  // The entry of `signature`: the one there, or a new one with these sizes.
+  std::shared_ptr<Entry> insert(const std::string& signature, Sizes sizes, Sizes device_sizes, std::string error);
+  // The plan of `e`'s host arena (or device arena) for what is observed now (re-made when
+  // something was observed since).
+  static std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Observed& observed,
+                                          Memory memory = Memory::Host);
   // The memo of `e` if it was made for constants of `generation`.
   static std::shared_ptr<const Memo> memo(Entry& e, uint64_t generation);
   static void set_memo(Entry& e, std::shared_ptr<const Memo> memo);
-  // A buffer of `bytes` for one run, from the pool or new.
-  static std::shared_ptr<Buffer> take(Entry& e, size_t bytes);
+  // A buffer of `bytes` in `memory` for one run, from the pool or new.
+  static std::shared_ptr<Buffer> take(Entry& e, size_t bytes, Memory memory = Memory::Host);
   // Returns `b` to the pool unless a tensor still uses it (then it is freed with that tensor).
   static void give_back(Entry& e, std::shared_ptr<Buffer> b);
 

@@ -83,12 +83,21 @@ struct Engine::Impl {
   bool any_memoized = false;
   mutable arena::PlanCache arenas;
   mutable arena::Observed observed;  // where runs found kernels put their outputs, for every plan
+  // The device arena (arena.h): steps on the engine's one device backend take their outputs from
+  // it, in eager runs only. A run that records device work (device_replay.h) never uses it: a
+  // recording's allocations must be the recording's own memory, which it keeps for its replays,
+  // while an arena buffer goes back to the pool for the next run. Null when the engine has no
+  // device arena (EngineOptions::arena off, no device step, or steps on several devices).
+  const backends::Backend* arena_device = nullptr;
+  arena::LastUse device_last_use;  // value_last_use as the device arena plans it (arena::device_last_use)
+  mutable arena::Observed device_observed;
   mutable std::mutex stats_mutex;
   mutable ArenaStats last_stats;  // of the most recent run
 
-  // The size of every step output for the inputs in `values` (with the constants there), by
-  // shape inference; `error` says why none is known when inference fails.
-  arena::Sizes infer_sizes(const std::vector<Tensor>& values, std::string& error) const;
+  // The size of every host step output (and, in `device_sizes`, of every device step output that
+  // the device arena may serve) for the inputs in `values` (with the constants there), by shape
+  // inference; `error` says why none is known when inference fails.
+  arena::Sizes infer_sizes(const std::vector<Tensor>& values, arena::Sizes& device_sizes, std::string& error) const;
   std::vector<NodeProfile> step_nodes;  // per step: its node's name and op type (no timings)
   // options.device_trace: per device step, the inputs it read in the most recent run (rerun_step).
   mutable std::mutex kept_mutex;
@@ -336,6 +345,14 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
       int lu = v < 0 ? -1 : last_use[static_cast<size_t>(v)];
       m.value_last_use[s].push_back(lu == -2 ? arena::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
     }
+  if (m.options.arena && m.devices.size() == 1) {
+    // Device values that a run returns in device memory leave the run.
+    std::vector<std::vector<bool>> leaving(m.steps.size());
+    for (size_t s = 0; s < m.steps.size(); ++s)
+      for (int v : m.steps[s].outputs) leaving[s].push_back(v >= 0 && m.device_output_value[static_cast<size_t>(v)]);
+    m.arena_device = m.devices[0];
+    m.device_last_use = arena::device_last_use(m.value_last_use, leaving, m.options.device_trace);
+  }
   // Recorded replay: only where a recording computes exactly what an eager run would, for every
   // run of the signature and weight set it was made with.
   m.staged_input.assign(m.steps.size(), -1);
@@ -389,9 +406,11 @@ void Engine::Impl::prepare(const std::vector<Tensor>& values, const std::vector<
   }
 }
 
-arena::Sizes Engine::Impl::infer_sizes(const std::vector<Tensor>& values, std::string& error) const {
+arena::Sizes Engine::Impl::infer_sizes(const std::vector<Tensor>& values, arena::Sizes& device_sizes,
+                                       std::string& error) const {
   arena::Sizes sizes(steps.size());
   for (size_t s = 0; s < steps.size(); ++s) sizes[s].resize(steps[s].outputs.size());
+  device_sizes = sizes;
   // The graph with the constants of this run's weight set and the inputs' actual shapes.
   ir::Graph g;
   g.opsets = graph.opsets;
@@ -414,15 +433,25 @@ arena::Sizes Engine::Impl::infer_sizes(const std::vector<Tensor>& values, std::s
     return sizes;
   }
   for (size_t s = 0; s < steps.size(); ++s) {
-    if (memoized[s]) continue;      // shape subgraphs run on the heap and are kept in the memo
-    if (steps[s].device) continue;  // device memory: not the host arena's
+    if (memoized[s]) continue;  // shape subgraphs run on the heap and are kept in the memo
     const ir::Node& n = graph.nodes[steps[s].node_index];
+    // Device steps' outputs are the device arena's, except a ToHost's (host memory by definition)
+    // and a ToDevice's of an engine weight (the upload made with the weight set, as the op says:
+    // planning it would size the first run's arena by every weight the plan uploads).
+    if (steps[s].device) {
+      if (!arena_device) continue;
+      const std::vector<int>& in = steps[s].inputs;
+      if (backends::is_transfer(n) &&
+          (n.op_type == "ToHost" || (in.size() == 1 && in[0] >= 0 && is_const[static_cast<size_t>(in[0])])))
+        continue;
+    }
+    auto& out = steps[s].device ? device_sizes[s] : sizes[s];
     for (size_t o = 0; o < n.outputs.size(); ++o) {
       const ops::ValueType* t = n.outputs[o].empty() ? nullptr : types.find(n.outputs[o]);
       if (!t || !t->fully_known() || t->dtype == DType::String || dtype_size(t->dtype) == 0) continue;
       size_t numel = 1;
       for (const auto& d : t->shape) numel *= static_cast<size_t>(d.value());
-      sizes[s][o] = numel * dtype_size(t->dtype);
+      out[o] = numel * dtype_size(t->dtype);
     }
   }
   return sizes;
@@ -634,8 +663,9 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     arena_entry = m.arenas.find(signature);
     if (!arena_entry) {
       std::string error;
-      arena::Sizes sizes = m.infer_sizes(values, error);
-      arena_entry = m.arenas.insert(signature, std::move(sizes), std::move(error));
+      arena::Sizes device_sizes;
+      arena::Sizes sizes = m.infer_sizes(values, device_sizes, error);
+      arena_entry = m.arenas.insert(signature, std::move(sizes), std::move(device_sizes), std::move(error));
     }
     arena_plan = arena::PlanCache::plan(*arena_entry, m.value_last_use, m.observed);
     arena_buffer = arena::PlanCache::take(*arena_entry, arena_plan->total_bytes);
@@ -647,6 +677,15 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
       arena_entry && m.any_memoized ? arena::PlanCache::memo(*arena_entry, consts->generation) : nullptr;
   std::shared_ptr<arena::PlanCache::Memo> new_memo;
   if (record && m.any_memoized && !memo) record = nullptr;  // recorded once the memo exists: runs eagerly
+  // Device activations: from the device arena, in eager runs (Impl::arena_device says why).
+  std::shared_ptr<const arena::Plan> device_plan;
+  std::optional<arena::ArenaAllocator> device_alloc;
+  std::shared_ptr<arena::Buffer> device_buffer;
+  if (arena_entry && m.arena_device && !record) {
+    device_plan = arena::PlanCache::plan(*arena_entry, m.device_last_use, m.device_observed, Memory::Device);
+    device_buffer = arena::PlanCache::take(*arena_entry, device_plan->total_bytes, Memory::Device);
+    device_alloc.emplace(*device_plan, device_buffer, m.device_last_use, m.device_observed, m.arena_device->allocator);
+  }
   if (record) {
     // The recording's staging buffers (the graph inputs' device copies, which its ToDevice steps
     // hand out) and result buffers, allocated and filled before the recording starts.
@@ -712,9 +751,15 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
                             : &t);
     }
     const bool host_arena = arena_alloc && !st.device;
-    ops::OutputAllocator* step_allocator = st.device ? st.device->allocator : m.memoized[si] ? nullptr : allocator;
+    // Memoized values outlive the run: never in an arena.
+    const bool device_arena = device_alloc && st.device && !m.memoized[si];
+    ops::OutputAllocator* step_allocator = device_arena     ? &*device_alloc
+                                           : st.device      ? st.device->allocator
+                                           : m.memoized[si] ? nullptr
+                                                            : allocator;
     ops::KernelContext ctx(node, in_ptrs, m.threads, step_allocator, consts->prepared[si].get());
     if (host_arena) arena_alloc->begin_step(si);
+    if (device_arena) device_alloc->begin_step(si);
     backends::DeviceTracer* tracer =
         m.options.device_trace && st.device && st.device->tracer && st.device->tracer->recording() ? st.device->tracer
                                                                                                    : nullptr;
@@ -734,6 +779,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     }
     if (tracer) tracer->pop_tag();
     if (host_arena) arena_alloc->placed(si, ctx.outputs());
+    if (device_arena) device_alloc->placed(si, ctx.outputs());
     for (size_t o = 0; o < st.outputs.size(); ++o) {
       int slot = st.outputs[o];
       if (slot < 0) continue;
@@ -813,8 +859,10 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
       const int v = d >= 0 ? d : s;
       const Tensor& t = values[static_cast<size_t>(v)];
       Tensor out = to_memory(t, Memory::Device);  // made on the host: a device copy
-      // Memoized values are shared with later runs, so the caller gets a copy.
-      if (out.raw() == t.raw() && m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(v)])
+      // Memoized values are shared with later runs, so the caller gets a copy; so are values in
+      // the device arena (its plan keeps them off it: this only guards against the unplanned).
+      if (out.raw() == t.raw() && ((m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(v)]) ||
+                                   (device_alloc && device_alloc->in_arena(t))))
         out = out.clone();
       outs.push_back(std::move(out));
       continue;
@@ -823,7 +871,8 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     // The plan keeps graph outputs off the arena; this copy only guards against the unplanned.
     // Memoized values are shared with later runs, so the caller gets a copy.
     bool shared = m.any_memoized && m.options.arena && m.memo_value[static_cast<size_t>(s)];
-    outs.push_back((arena_alloc && arena_alloc->in_arena(t)) || shared ? t.clone() : t);
+    const bool in_arena = (arena_alloc && arena_alloc->in_arena(t)) || (device_alloc && device_alloc->in_arena(t));
+    outs.push_back(in_arena || shared ? t.clone() : t);
   }
   values.clear();
   if (arena_alloc) {
@@ -839,12 +888,27 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     st.unplanned_allocations = r.unplanned_allocations;
     st.copies = r.copies;
     st.inference_error = arena_entry->error;
+    if (device_alloc) {
+      st.device.arena_bytes = device_buffer->size;
+      st.device.planned_bytes = device_plan->total_bytes;
+      st.device.planned_values = device_plan->value.size();
+      const arena::RunStats& d = device_alloc->stats();
+      st.device.arena_allocations = d.arena_allocations;
+      st.device.backend_allocations = d.heap_allocations;
+      st.device.leaving_allocations = d.leaving_allocations;
+      st.device.unplanned_allocations = d.unplanned_allocations;
+      st.device.copies = d.copies;
+    }
     {
       std::lock_guard<std::mutex> lock(m.stats_mutex);
       m.last_stats = std::move(st);
     }
     arena_alloc.reset();
     arena::PlanCache::give_back(*arena_entry, std::move(arena_buffer));
+    if (device_alloc) {
+      device_alloc.reset();
+      arena::PlanCache::give_back(*arena_entry, std::move(device_buffer));
+    }
   }
   if (arena_entry && new_memo) arena::PlanCache::set_memo(*arena_entry, new_memo);
   return outs;

@@ -22,11 +22,12 @@ namespace reforge::runtime {
 struct EngineOptions {
   int threads = 0;       // 0 = all cores
   bool profile = false;  // time every node (see Engine::profile)
-  bool arena = true;     // serve intermediates from an activation arena planned from inferred shapes
-                         // (runtime/arena.h)
+  bool arena = true;     // serve intermediates from activation arenas planned from inferred shapes
+                         // (runtime/arena.h): one in host memory, one in device memory for device steps
   // For a benchmark of device work (backends/device_trace.h): while a device backend's tracer
   // records, the work of each of its steps is tagged with the step's index, and the run keeps the
-  // inputs of those steps for rerun_step (until the next such run: their device memory).
+  // inputs of those steps for rerun_step (until the next such run: their device memory). The
+  // device arena then reuses no slot within a run, so that those inputs keep their values.
   bool device_trace = false;
   // Recorded replay of device work (backends/device_replay.h): an engine whose every step runs on
   // one device backend that can record (or is a shape computation the memo serves), whose inputs
@@ -83,6 +84,20 @@ struct TraceEvent {
 // How many runs Engine::trace() keeps.
 inline constexpr size_t kTraceRuns = 64;
 
+// The device arena's part (runtime/arena.h): device steps' outputs, in eager runs of an engine
+// whose device steps run on one device backend; all zero when the run had none (a run that
+// records device work, EngineOptions::arena off, no device step).
+struct DeviceArenaStats {
+  size_t arena_bytes = 0;     // the run's device arena buffer (counted in the backend's memory_stats)
+  size_t planned_bytes = 0;   // the plan's total
+  size_t planned_values = 0;  // values given a device arena slot
+  size_t arena_allocations = 0;
+  size_t backend_allocations = 0;    // all requests the backend's allocator served, of which
+  size_t leaving_allocations = 0;    //   values that leave the run (returned in device memory)
+  size_t unplanned_allocations = 0;  //   values whose size inference did not know before the run
+  size_t copies = 0;                 // device arena values found where the plan did not expect them, copied out
+};
+
 // What the activation arena did in the most recent run (EngineOptions::arena): the plan of its
 // input signature and where its kernels' allocations went.
 struct ArenaStats {
@@ -96,6 +111,7 @@ struct ArenaStats {
   size_t unplanned_allocations = 0;  //   values whose size inference did not know before the run
   size_t copies = 0;                 // arena values found where the plan did not expect them, copied out
   std::string inference_error;       // why no size is known for this signature, or ""
+  DeviceArenaStats device;           // the device steps' arena
 };
 
 class Engine {

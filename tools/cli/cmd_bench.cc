@@ -412,11 +412,15 @@ Runner add_bench(CLI::App& app) {
                                   {"heap_allocations", arena.heap_allocations}};
     if (const backends::Backend* be = backends::find_backend(backend_name); be && be->memory_stats) {
       // Device memory: engine weights (and what kernels prepared from them), library workspaces,
-      // and the most the runs' values held at once.
+      // and the most the runs' values held at once (the device arena of an eager run is one
+      // allocation of the backend's: in that figure), with the device arena of the last eager run.
       const backends::DeviceMemoryStats m = be->memory_stats();
       doc["device_weights_bytes"] = m.weights_bytes;
       doc["device_workspace_bytes"] = m.workspace_bytes;
-      doc["device_activations_peak_bytes"] = m.activations_peak_bytes;
+      doc["device_activations_peak_bytes"] = m.activations_peak_bytes;  // the device arena's buffers included
+      doc["device_arena_bytes"] = arena.device.arena_bytes;
+      doc["device_arena_allocations"] = arena.device.arena_allocations;
+      doc["device_backend_allocations"] = arena.device.backend_allocations;
       doc["device_peak_bytes"] =
           m.weights_peak_bytes + m.workspace_bytes + m.activations_reserved_peak_bytes + m.replay_peak_bytes;
       doc["device_replay_peak_bytes"] = m.replay_peak_bytes;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
+#include "core/device_zero.h"
 
 namespace reforge::cuda {
 
@@ -28,6 +29,9 @@ void copy_memory(void* dst, Memory dst_memory, const void* src, Memory src_memor
   REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+// Zeros on the device, in order with the calling thread's work.
+void zero_memory(void* dst, size_t bytes) { REFORGE_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream())); }
+
 void synchronize() { REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
 // Twice the device's L2 cache, written with a memset: whatever the cache held is evicted. The
@@ -48,6 +52,7 @@ backends::Backend backend() {
   static DeviceAllocator allocator;
   static const DeviceMemory memory{allocate_device, copy_memory};
   set_device_memory(&memory);
+  set_device_zero(zero_memory);
   backends::Backend b;
   b.name = "cuda";
   b.memory = Memory::Device;
