@@ -96,8 +96,7 @@ TEST(ArenaPlanner, DeviceSlotsAre256ByteAligned) {
 
 // The device arena's plan of a chain of steps x -> ToDevice -> a -> b -> c -> ToHost (step
 // outputs 0..4 of steps 0..4, each read by the next step): the values returned in device memory
-// leave the run; with keep_to_end (a device trace) no slot is reused; the host arena's lifetimes
-// are those given.
+// leave the run; the host arena's lifetimes are those given.
 TEST(ArenaPlanner, DeviceLifetimes) {
   using runtime::arena::kEscapes;
   const runtime::arena::LastUse last_use = {{1}, {2}, {3}, {4}, {kEscapes}};
@@ -105,7 +104,7 @@ TEST(ArenaPlanner, DeviceLifetimes) {
   const std::vector<std::vector<bool>> leaving = {{false}, {false}, {false}, {true}, {false}};
   const runtime::arena::Observed::Known none{};
 
-  const runtime::arena::LastUse plain = runtime::arena::device_last_use(last_use, {}, false);
+  const runtime::arena::LastUse plain = runtime::arena::device_last_use(last_use, {});
   EXPECT_EQ(plain, last_use);
   auto p = runtime::arena::make_plan(sizes, plain, none, runtime::arena::kDeviceAlign);
   EXPECT_EQ(p->align, 256u);
@@ -114,7 +113,7 @@ TEST(ArenaPlanner, DeviceLifetimes) {
   EXPECT_EQ(p->slot[4][0], runtime::arena::Plan::kLeaves);  // the graph output
 
   // c is returned in device memory (the ToHost is skipped): it leaves the run, off the arena.
-  const runtime::arena::LastUse out = runtime::arena::device_last_use(last_use, leaving, false);
+  const runtime::arena::LastUse out = runtime::arena::device_last_use(last_use, leaving);
   EXPECT_EQ(out[3][0], kEscapes);
   EXPECT_EQ(out[2][0], 3u);
   p = runtime::arena::make_plan(sizes, out, none, runtime::arena::kDeviceAlign);
@@ -122,16 +121,6 @@ TEST(ArenaPlanner, DeviceLifetimes) {
   EXPECT_EQ(p->value.size(), 3u);
   EXPECT_EQ(p->total_bytes, 2 * 1024u);
 
-  // Kept to the end: every planned value has bytes of its own.
-  const runtime::arena::LastUse kept = runtime::arena::device_last_use(last_use, leaving, true);
-  for (size_t s = 0; s < 3; ++s) EXPECT_EQ(kept[s][0], 4u) << "step " << s;
-  EXPECT_EQ(kept[3][0], kEscapes);
-  EXPECT_EQ(kept[4][0], kEscapes);
-  p = runtime::arena::make_plan(sizes, kept, none, runtime::arena::kDeviceAlign);
-  EXPECT_EQ(p->value.size(), 3u);
-  EXPECT_EQ(p->total_bytes, 3 * 1024u);
-  for (size_t i = 0; i < p->value.size(); ++i)
-    for (size_t j = i + 1; j < p->value.size(); ++j) EXPECT_NE(p->offset[i], p->offset[j]);
 }
 
 // An engine with every node on the host has no device arena: its stats' device part is zero.

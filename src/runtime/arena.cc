@@ -145,17 +145,11 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
   return plan;
 }
 
-LastUse device_last_use(const LastUse& last_use, const std::vector<std::vector<bool>>& leaving, bool keep_to_end) {
+LastUse device_last_use(const LastUse& last_use, const std::vector<std::vector<bool>>& leaving) {
   LastUse out = last_use;
-  const size_t end = last_use.empty() ? 0 : last_use.size() - 1;
-  for (size_t s = 0; s < out.size(); ++s)
-    for (size_t o = 0; o < out[s].size(); ++o) {
-      size_t& lu = out[s][o];
-      if (s < leaving.size() && o < leaving[s].size() && leaving[s][o])
-        lu = kEscapes;
-      else if (keep_to_end && lu != kEscapes)
-        lu = end;
-    }
+  for (size_t s = 0; s < out.size() && s < leaving.size(); ++s)
+    for (size_t o = 0; o < out[s].size() && o < leaving[s].size(); ++o)
+      if (leaving[s][o]) out[s][o] = kEscapes;
   return out;
 }
 

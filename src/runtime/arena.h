@@ -133,10 +133,8 @@ std::shared_ptr<const Plan> make_plan(const Sizes& sizes, const LastUse& last_us
                                       size_t align = kHostAlign);
 
 // The lifetimes the device arena is planned with: `last_use`, except that the values `leaving`
-// marks ([step][output], true: handed out in device memory as a graph output) leave the run, and,
-// with `keep_to_end`, every other value lives to the run's last step (no slot is reused within a
-// run: a device trace keeps every device step's inputs for Engine::rerun_step).
-LastUse device_last_use(const LastUse& last_use, const std::vector<std::vector<bool>>& leaving, bool keep_to_end);
+// marks ([step][output], true: handed out in device memory as a graph output) leave the run.
+LastUse device_last_use(const LastUse& last_use, const std::vector<std::vector<bool>>& leaving);
 
 // One run's arena buffer, in host memory or in the device backend's (DeviceMemory::allocate);
 // buffers go back to their plan's pool when no tensor uses them.

@@ -345,13 +345,16 @@ Engine::Engine(LoweredGraph lowered, EngineOptions options) : impl_(std::make_un
       int lu = v < 0 ? -1 : last_use[static_cast<size_t>(v)];
       m.value_last_use[s].push_back(lu == -2 ? arena::kEscapes : lu < 0 ? s : static_cast<size_t>(lu));
     }
-  if (m.options.arena && m.devices.size() == 1) {
+  // A device-tracing engine keeps every device step's inputs for rerun_step past the run, which a
+  // reused arena slot would overwrite: its device values come from the backend's pool, as do the
+  // values of runs that record (below).
+  if (m.options.arena && m.devices.size() == 1 && !m.options.device_trace) {
     // Device values that a run returns in device memory leave the run.
     std::vector<std::vector<bool>> leaving(m.steps.size());
     for (size_t s = 0; s < m.steps.size(); ++s)
       for (int v : m.steps[s].outputs) leaving[s].push_back(v >= 0 && m.device_output_value[static_cast<size_t>(v)]);
     m.arena_device = m.devices[0];
-    m.device_last_use = arena::device_last_use(m.value_last_use, leaving, m.options.device_trace);
+    m.device_last_use = arena::device_last_use(m.value_last_use, leaving);
   }
   // Recorded replay: only where a recording computes exactly what an eager run would, for every
   // run of the signature and weight set it was made with.
