@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 B=${1:-build}
 grep -q '^REFORGE_CUDA:BOOL=ON' "$B/CMakeCache.txt" || { echo "device_bundle: $B is not a CUDA build" >&2; exit 1; }
 cmake --build "$B" --target reforge reforge_tests
-grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >>.git/info/exclude
+exclude="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 strip -o "$tmp/reforge" "$B/reforge"
