@@ -132,11 +132,12 @@ struct Engine::Impl {
 
   // The record of `signature`, made on first use; null once the table of signatures is full.
   std::shared_ptr<Recording> recording(const std::string& signature) const;
-  // Runs the graph step by step on inputs Engine::run has checked. With `record`, the run's device work is recorded
+  // Runs the graph step by step on inputs Engine::run has checked, whose input signature is `signature` (what the
+  // arena plans are kept per; "" when the engine has no arena). With `record`, the run's device work is recorded
   // into it instead (the inputs go through its staging buffers, the outputs into its result buffers), and nothing is
   // returned: the caller replays the recording. Throws when the recording fails.
-  std::vector<Tensor> execute(const std::map<std::string, Tensor>& inputs, const Weights& weights,
-                              const RunOptions& options, Recording* record) const;
+  std::vector<Tensor> execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
+                              const Weights& weights, const RunOptions& options, Recording* record) const;
   // Copies the inputs into `r`'s staging buffers, replays it and returns the outputs (copies of
   // its result buffers, in the memory the options ask for).
   std::vector<Tensor> replay(const std::map<std::string, Tensor>& inputs, Recording& r,
@@ -553,11 +554,14 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
                                 const RunOptions& options) const {
   const Impl& m = *impl_;
   check_inputs(m.graph.inputs, inputs);
-  if (!m.recorder) return m.execute(inputs, weights, options, nullptr);
-  std::shared_ptr<Impl::Recording> r = m.recording(input_signature(m.graph.inputs, inputs));
-  if (!r) return m.execute(inputs, weights, options, nullptr);
+  // One signature per run, for the arena plans and the recordings.
+  const std::string signature =
+      m.options.arena || m.recorder ? input_signature(m.graph.inputs, inputs) : std::string();
+  if (!m.recorder) return m.execute(inputs, signature, weights, options, nullptr);
+  std::shared_ptr<Impl::Recording> r = m.recording(signature);
+  if (!r) return m.execute(inputs, signature, weights, options, nullptr);
   std::unique_lock<std::mutex> busy(r->busy, std::try_to_lock);
-  if (!busy.owns_lock()) return m.execute(inputs, weights, options, nullptr);
+  if (!busy.owns_lock()) return m.execute(inputs, signature, weights, options, nullptr);
   if (r->generation != weights.generation) {  // a new weight set: its own recording
     if (r->work) --m.live_recordings;
     r->reset(weights.generation);
@@ -569,7 +573,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   if (r->eager_runs > 0 && r->failures < 2 && r->result_desc.size() == m.output_slots.size()) {
     std::vector<Tensor> outs;
     try {
-      outs = m.execute(inputs, weights, options, r.get());
+      outs = m.execute(inputs, signature, weights, options, r.get());
     } catch (const Error& e) {
       m.recorder->abandon();
       r->discard();
@@ -589,7 +593,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       return outs;
     }
   }
-  std::vector<Tensor> outs = m.execute(inputs, weights, options, nullptr);
+  std::vector<Tensor> outs = m.execute(inputs, signature, weights, options, nullptr);
   ++r->eager_runs;
   r->result_desc.clear();
   for (const Tensor& t : outs) r->result_desc.emplace_back(t.dtype(), t.shape());
@@ -626,8 +630,8 @@ std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& in
   return outs;
 }
 
-std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const Weights& weights,
-                                          const RunOptions& options, Recording* record) const {
+std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
+                                          const Weights& weights, const RunOptions& options, Recording* record) const {
   const Impl& m = *this;
   std::vector<Tensor> values(m.num_slots);  // Engine::run checked the inputs
   const bool device_outputs = options.outputs == Memory::Device;
@@ -660,9 +664,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
   std::shared_ptr<const arena::Plan> arena_plan;
   std::optional<arena::ArenaAllocator> arena_alloc;
   std::shared_ptr<arena::Buffer> arena_buffer;
-  std::string signature;
   if (m.options.arena) {
-    signature = input_signature(m.graph.inputs, inputs);
     arena_entry = m.arenas.find(signature);
     if (!arena_entry) {
       std::string error;
