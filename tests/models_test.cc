@@ -15,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -133,12 +134,44 @@ std::string compare(const Tensor& got, const Tensor& ref, double tolerance) {
 
 // Runs `engine` (runtime::Engine or PlanEngine) on every input set of `c` and compares each
 // output with the framework's reference.
+// The inputs of `set`, read from their files.
+std::map<std::string, Tensor> feeds_of(const InputSet& set) {
+  std::map<std::string, Tensor> feeds;
+  for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+  return feeds;
+}
+
+// Export `c` built for `backend` with every pass (and `precision`), through a plan file.
+plan::Plan plan_of(const ExportCase& c, const std::string& backend, plan::Precision precision = plan::Precision::Fp32) {
+  build::BuildOptions o;
+  o.backend = backend;  // every node on that backend: a node without a kernel fails the build
+  o.precision = precision;
+  return test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o));
+}
+
+// For each input set of `c`: `runs` runs of `engine`, each output bit-equal to `reference`'s run of
+// the set; then `after(set)`.
+void expect_runs_bit_equal(const ExportCase& c, const runtime::PlanEngine& reference, const runtime::PlanEngine& engine,
+                           int runs, const std::function<void(const InputSet&)>& after = {}) {
+  for (const auto& set : c.sets) {
+    SCOPED_TRACE("input set " + set.name);
+    const std::map<std::string, Tensor> feeds = feeds_of(set);
+    const std::vector<Tensor> want = reference.run(feeds);
+    for (int run = 0; run < runs; ++run) {
+      const std::vector<Tensor> got = engine.run(feeds);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "run " << run << ", output " << i;
+    }
+    if (after) after(set);
+  }
+}
+
 template <typename EngineT>
 void expect_reference_outputs(const EngineT& engine, const ExportCase& c) {
   for (const auto& set : c.sets) {
     SCOPED_TRACE("input set " + set.name);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    const std::map<std::string, Tensor> feeds = feeds_of(set);
     std::vector<Tensor> outputs;
     try {
       outputs = engine.run(feeds);
@@ -195,10 +228,7 @@ TEST_P(CudaModelExport, MatchesFrameworkReference) {
   SCOPED_TRACE(c.path);
   std::unique_ptr<runtime::PlanEngine> engine;
   try {
-    build::BuildOptions o;
-    o.backend = "cuda";  // every node on the GPU: a node without a kernel fails the build
-    engine = std::make_unique<runtime::PlanEngine>(
-        test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o)));
+    engine = std::make_unique<runtime::PlanEngine>(plan_of(c, "cuda"));
   } catch (const std::exception& ex) {
     FAIL() << "import/build for cuda failed: " << ex.what();
   }
@@ -221,18 +251,11 @@ TEST_P(CudaModelExportBf16, WithinOnePercentOfTheFrameworkReference) {
   const ExportCase& c = GetParam();
   ASSERT_TRUE(c.error.empty()) << c.error;
   SCOPED_TRACE(c.path);
-  auto bf16_plan = [&](const std::string& backend) {
-    build::BuildOptions o;
-    o.backend = backend;
-    o.precision = plan::Precision::Bf16;
-    return test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o));
-  };
-  runtime::PlanEngine engine(bf16_plan("cuda"));
-  runtime::PlanEngine cpu(bf16_plan("cpu"));
+  runtime::PlanEngine engine(plan_of(c, "cuda", plan::Precision::Bf16));
+  runtime::PlanEngine cpu(plan_of(c, "cpu", plan::Precision::Bf16));
   for (const auto& set : c.sets) {
     SCOPED_TRACE("input set " + set.name);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
+    const std::map<std::string, Tensor> feeds = feeds_of(set);
     const std::vector<Tensor> outputs = engine.run(feeds);
     const std::vector<Tensor> on_cpu = cpu.run(feeds);
     ASSERT_EQ(outputs.size(), set.reference.size());
@@ -271,27 +294,14 @@ TEST_P(CudaModelReplay, ReplaysEqualEagerRunsBitForBit) {
   const ExportCase& c = GetParam();
   ASSERT_TRUE(c.error.empty()) << c.error;
   SCOPED_TRACE(c.path);
-  build::BuildOptions o;
-  o.backend = "cuda";
-  const plan::Plan p = test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o));
+  const plan::Plan p = plan_of(c, "cuda");
   runtime::EngineOptions eager_options;
   eager_options.device_replay = false;
   runtime::PlanEngine eager(p, eager_options);
   runtime::EngineOptions replay_options;
   replay_options.device_replay = true;
   runtime::PlanEngine replaying(p, replay_options);
-  for (const auto& set : c.sets) {
-    SCOPED_TRACE("input set " + set.name);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
-    const std::vector<Tensor> want = eager.run(feeds);
-    for (int run = 0; run < 4; ++run) {
-      const std::vector<Tensor> got = replaying.run(feeds);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "run " << run << ", output " << i;
-    }
-  }
+  expect_runs_bit_equal(c, eager, replaying, 4);
   const runtime::ReplayStats st = replaying.replay_stats();
   std::cout << "  " << c.id << ": " << st.replays << " replays, " << st.eager_runs << " eager runs"
             << (st.declined.empty() ? "" : ", declined: " + st.declined)
@@ -313,23 +323,11 @@ TEST_P(CudaModelArena, EagerRunsEqualArenaLessRunsBitForBit) {
   const ExportCase& c = GetParam();
   ASSERT_TRUE(c.error.empty()) << c.error;
   SCOPED_TRACE(c.path);
-  build::BuildOptions o;
-  o.backend = "cuda";
-  const plan::Plan p = test_support::round_trip(build::build_plan(reforge::onnx::import_model_file(c.path), o));
+  const plan::Plan p = plan_of(c, "cuda");
   runtime::EngineOptions off_options;
   off_options.arena = false;
   runtime::PlanEngine off(p, off_options), on(p, runtime::EngineOptions{});
-  for (const auto& set : c.sets) {
-    SCOPED_TRACE("input set " + set.name);
-    std::map<std::string, Tensor> feeds;
-    for (const auto& [name, file] : set.inputs) feeds[name] = read_npy(file);
-    const std::vector<Tensor> want = off.run(feeds);
-    for (int run = 0; run < 2; ++run) {
-      const std::vector<Tensor> got = on.run(feeds);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_TRUE(transforms::bit_equal(got[i], want[i])) << "run " << run << ", output " << i;
-    }
+  expect_runs_bit_equal(c, off, on, 2, [&](const InputSet& set) {
     const runtime::DeviceArenaStats st = on.arena_stats().device;
     std::cout << "  " << c.id << " " << set.name << ": device arena " << st.arena_bytes << " bytes, "
               << st.arena_allocations << " allocations; backend " << st.backend_allocations << " ("
@@ -337,7 +335,7 @@ TEST_P(CudaModelArena, EagerRunsEqualArenaLessRunsBitForBit) {
     EXPECT_GT(st.arena_allocations, 0u);
     EXPECT_EQ(st.copies, 0u);
     EXPECT_EQ(st.backend_allocations, st.leaving_allocations + st.unplanned_allocations);
-  }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaModelArena, ::testing::ValuesIn(load_manifest()),
