@@ -1,14 +1,16 @@
-// Build-time declines of the CUDA kernels' shape checks (backends/backend.h: ShapeCheckFn): a form
-// of reforge::Attention, reforge::Rotary or the ONNX Attention op that the CUDA kernel refuses at
-// run time is declined at placement, from the shapes the build infers, so that the build fails
-// naming the node and the reason, or, with --allow-cpu-fallback, runs that node on the host. A
-// symbolic size the check cannot prove supported is declined too. Supported forms, static and
-// symbolic, stay on the GPU. Placement needs no GPU: these tests run wherever reforge is built
-// with CUDA.
+// Which forms the CUDA kernels decline at build time, and which they take whatever the shapes.
+// The ONNX Attention op's kernel declines head sizes beyond its shared memory and nonpad types it
+// does not read (backends/backend.h: ShapeCheckFn): placement, from the shapes the build infers,
+// fails naming the node and the reason, or, with --allow-cpu-fallback, runs it on the host.
+// reforge::Attention and reforge::Rotary decline nothing: a form outside their fast paths runs the
+// unfused ops on the device (ops/reforge/unfused.h), as the CPU's kernels run them on the host,
+// so those nodes are placed on the GPU at any shape, symbolic or not, and compute there what the
+// CPU computes. Placement needs no GPU; the runs skip without one.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -125,23 +127,52 @@ void expect_on_gpu(const ir::Graph& g, const std::string& op) {
   EXPECT_EQ(placed_on(g, op, false), "cuda") << g.name;
 }
 
+// `g` run on the GPU gives the CPU's outputs (NMSE <= 1e-7): the fused node's fast path or its
+// unfused form on the device, against the CPU's kernel. Random inputs of the graph inputs' shapes,
+// or `feeds` where given.
+void expect_runs_as_on_cpu(const ir::Graph& g, std::map<std::string, Tensor> feeds = {}) {
+  if (!test_support::no_gpu().empty()) return;  // placement was checked; the run needs a GPU
+  uint32_t seed = 1;
+  for (const auto& in : g.inputs) {
+    if (feeds.count(in.name)) continue;
+    Shape shape;
+    for (const auto& d : in.shape) shape.push_back(d.value);
+    feeds[in.name] = test_support::random_of(in.dtype, shape, seed++);
+  }
+  std::vector<Tensor> want, got;
+  try {
+    want = test_support::engine_for(g).run(feeds);
+    got = test_support::engine_for(g, {}, "cuda").run(feeds);
+  } catch (const Error& e) {
+    FAIL() << g.name << ": " << e.what();
+  }
+  ASSERT_EQ(got.size(), want.size()) << g.name;
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].shape(), want[k].shape()) << g.name;
+    EXPECT_LE(test_support::nmse(got[k], want[k]), 1e-7) << g.name;
+  }
+}
+
 std::map<std::string, ir::Attribute> attention_attrs(const std::string& scale_op, const std::string& mask_mode) {
   return {{"scale_op", ir::string_attr("scale_op", scale_op)}, {"mask_mode", ir::string_attr("mask_mode", mask_mode)}};
 }
 
 // ---- reforge::Attention ----
 
-TEST(CudaDecline, FusedAttentionOfRankFive) {
+// Every form below is placed on the GPU and runs there as on the CPU: the fast path where the
+// form is its own, the unfused ops on the device elsewhere.
+TEST(CudaDecline, FusedAttentionOfRankFiveRunsUnfusedOnTheGpu) {
   REQUIRE_CUDA_BUILD();
   ir::Graph g =
       graph_of("rank5", {make("Y", "Attention", {"Q", "K", "V"}, attention_attrs("none", "none"), "reforge", 1)},
                {data("Q", {2, 1, 2, 3, 8}), data("K", {2, 1, 2, 5, 8}), data("V", {2, 1, 2, 5, 8})}, "Y");
-  expect_declined(g, "Attention", "Q float32[2,1,2,3,8] must be 4-D (2-D or 3-D only in layout bhsd/bhds)");
-  // The same node of rank 4 runs on the GPU.
-  expect_on_gpu(
+  expect_on_gpu(g, "Attention");
+  expect_runs_as_on_cpu(g);
+  ir::Graph g4 =
       graph_of("rank4", {make("Y", "Attention", {"Q", "K", "V"}, attention_attrs("none", "none"), "reforge", 1)},
-               {data("Q", {2, 2, 3, 8}), data("K", {2, 2, 5, 8}), data("V", {2, 2, 5, 8})}, "Y"),
-      "Attention");
+               {data("Q", {2, 2, 3, 8}), data("K", {2, 2, 5, 8}), data("V", {2, 2, 5, 8})}, "Y");
+  expect_on_gpu(g4, "Attention");
+  expect_runs_as_on_cpu(g4);
 }
 
 // K [1, 2, 4, 8] repeated through Unsqueeze(2) -> Expand(e) -> Reshape(r).
@@ -157,23 +188,37 @@ ir::Graph repeat_graph(const std::string& name, std::vector<int64_t> expand, std
 
 TEST(CudaDecline, FusedAttentionWithAnExpandThatIsNotAHeadRepeat) {
   REQUIRE_CUDA_BUILD();
-  // A head repeat (2 KV heads to 4 query heads) runs on the GPU.
+  // A head repeat (2 KV heads to 4 query heads): the fast path.
   expect_on_gpu(repeat_graph("gqa", {1, 2, 2, 4, 8}, {1, 4, 4, 8}, 4), "Attention");
-  // The same Expand reshaped into twice the keys per head: the CPU computes it, the kernel cannot.
-  expect_declined(repeat_graph("keys_repeated", {1, 2, 2, 4, 8}, {1, 2, 8, 8}, 2), "Attention",
-                  "is not provably a repeat of their heads to Q's 2");
+  expect_runs_as_on_cpu(repeat_graph("gqa", {1, 2, 2, 4, 8}, {1, 4, 4, 8}, 4));
+  // The same Expand reshaped into twice the keys per head: the unfused ops.
+  expect_on_gpu(repeat_graph("keys_repeated", {1, 2, 2, 4, 8}, {1, 2, 8, 8}, 2), "Attention");
+  expect_runs_as_on_cpu(repeat_graph("keys_repeated", {1, 2, 2, 4, 8}, {1, 2, 8, 8}, 2));
 }
 
 TEST(CudaDecline, FusedAttentionWithRepeatShapesUnknownAtBuildTime) {
   REQUIRE_CUDA_BUILD();
-  // The repeat's shapes are graph inputs: their values are unknown, so the repeat is unproven.
+  // The repeat's shapes are graph inputs, read on the host at run time.
   std::vector<In> ins = {data("Q", {1, 4, 3, 8}), data("K", {1, 2, 4, 8}), data("V", {1, 2, 4, 8}),
                          data("e", {5}, DType::Int64), data("r", {4}, DType::Int64)};
   ir::Graph g = graph_of("runtime_shapes",
                          {make("Y", "Attention", {"Q", "K", "V", "", "", "", "e", "r", "e", "r"},
                                attention_attrs("none", "none"), "reforge", 1)},
                          ins, "Y");
-  expect_declined(g, "Attention", "(the Expand/Reshape of K or V) is not known at build time");
+  expect_on_gpu(g, "Attention");
+  expect_runs_as_on_cpu(g, {{"e", i64s({1, 2, 2, 4, 8})}, {"r", i64s({1, 4, 4, 8})}});
+  // A repeat that is not one, and one that fails as the unfused Reshape fails.
+  expect_runs_as_on_cpu(g, {{"e", i64s({1, 2, 1, 4, 8})}, {"r", i64s({1, 2, 4, 8})}, {"Q", test_support::random_of(DType::Float32, {1, 2, 3, 8}, 9)}});
+  if (test_support::no_gpu().empty()) {
+    std::map<std::string, Tensor> bad = {{"Q", test_support::random_of(DType::Float32, {1, 4, 3, 8}, 3)},
+                                         {"K", test_support::random_of(DType::Float32, {1, 2, 4, 8}, 4)},
+                                         {"V", test_support::random_of(DType::Float32, {1, 2, 4, 8}, 5)},
+                                         {"e", i64s({1, 2, 2, 4, 8})},
+                                         {"r", i64s({1, 4, 4, 7})}};
+    const std::string err = error_of([&] { test_support::engine_for(g, {}, "cuda").run(bad); });
+    EXPECT_NE(err.find("Reshape"), std::string::npos) << err;
+    EXPECT_NE(err.find("node 'Y'"), std::string::npos) << err;
+  }
 }
 
 TEST(CudaDecline, FusedAttentionWithAMaskLongerThanTheQueries) {
@@ -183,10 +228,12 @@ TEST(CudaDecline, FusedAttentionWithAMaskLongerThanTheQueries) {
                     {make("Y", "Attention", {"Q", "K", "V", "", "M"}, attention_attrs("none", "add"), "reforge", 1)},
                     {data("Q", {1, 2, 1, 8}), data("K", {1, 2, 6, 8}), data("V", {1, 2, 6, 8}), data("M", mask)}, "Y");
   };
-  // One query row, a mask of three rows: the CPU broadcasts the scores up to three rows.
-  expect_declined(g_of("longer", {1, 1, 3, 6}), "Attention", "does not provably broadcast to the scores' rows 1");
-  expect_on_gpu(g_of("row", {1, 1, 1, 6}), "Attention");
-  expect_on_gpu(g_of("keys_only", {6}), "Attention");
+  // One query row, a mask of three rows: the scores broadcast up to three rows, as the CPU's.
+  for (const auto& [name, mask] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"longer", {1, 1, 3, 6}}, {"row", {1, 1, 1, 6}}, {"keys_only", {6}}, {"per_head", {1, 2, 3, 6}}}) {
+    expect_on_gpu(g_of(name, mask), "Attention");
+    expect_runs_as_on_cpu(g_of(name, mask));
+  }
 }
 
 TEST(CudaDecline, FusedAttentionWithSymbolicSizes) {
@@ -200,10 +247,26 @@ TEST(CudaDecline, FusedAttentionWithSymbolicSizes) {
                     {make("Y", "Attention", {"Q", "K", "V", "", "M"}, attention_attrs("none", "add"), "reforge", 1)},
                     {q, k, v, m}, "Y");
   };
-  // The mask's rows are Q's by name: supported whatever the sizes.
   expect_on_gpu(g_of("same_symbols", "seq"), "Attention");
-  // Another symbol may be longer than Q at run time: declined (never guessed).
-  expect_declined(g_of("other_symbol", "rows"), "Attention", "does not provably broadcast to the scores' rows seq");
+  expect_on_gpu(g_of("other_symbol", "rows"), "Attention");
+  if (test_support::no_gpu().empty()) {
+    auto r = [](Shape s, uint32_t seed) { return test_support::random_of(DType::Float32, s, seed); };
+    // rows = seq: the fast path; rows 1: the mask repeats; rows 3 against one query: broadcast.
+    expect_runs_as_on_cpu(g_of("other_symbol", "rows"),
+                          {{"Q", r({2, 4, 5, 16}, 1)}, {"K", r({2, 4, 5, 16}, 2)}, {"V", r({2, 4, 5, 16}, 3)},
+                           {"M", r({2, 1, 5, 5}, 4)}});
+    expect_runs_as_on_cpu(g_of("other_symbol", "rows"),
+                          {{"Q", r({2, 4, 1, 16}, 1)}, {"K", r({2, 4, 1, 16}, 2)}, {"V", r({2, 4, 1, 16}, 3)},
+                           {"M", r({2, 1, 3, 1}, 4)}});
+    // Rows that do not broadcast: the unfused Add's error, naming the node.
+    const std::string err = error_of([&] {
+      test_support::engine_for(g_of("other_symbol", "rows"), {}, "cuda")
+          .run({{"Q", r({2, 4, 5, 16}, 1)}, {"K", r({2, 4, 5, 16}, 2)}, {"V", r({2, 4, 5, 16}, 3)},
+                {"M", r({2, 1, 3, 5}, 4)}});
+    });
+    EXPECT_NE(err.find("node 'Y'"), std::string::npos) << err;
+    EXPECT_NE(err.find("broadcast"), std::string::npos) << err;
+  }
 }
 
 TEST(CudaDecline, FusedAttentionHeadSizesBeyondSharedMemory) {
@@ -211,8 +274,8 @@ TEST(CudaDecline, FusedAttentionHeadSizesBeyondSharedMemory) {
   ir::Graph g =
       graph_of("wide_heads", {make("Y", "Attention", {"Q", "K", "V"}, attention_attrs("none", "none"), "reforge", 1)},
                {data("Q", {1, 1, 2, 1024}), data("K", {1, 1, 3, 1024}), data("V", {1, 1, 3, 1024})}, "Y");
-  expect_declined(g, "Attention",
-                  "head sizes 1024 (Q/K) and 1024 (V) exceed the CUDA attention kernel's shared memory");
+  expect_on_gpu(g, "Attention");
+  expect_runs_as_on_cpu(g);
 }
 
 // ---- ONNX Attention ----
@@ -260,31 +323,46 @@ ir::Graph rotary_graph(const std::string& name, std::vector<ir::Dim> x, std::vec
 
 TEST(CudaDecline, FusedRotaryTablesThatBroadcastX) {
   REQUIRE_CUDA_BUILD();
-  // cos/sin with a batch of 2 for X of batch 1: the CPU broadcasts X up to them.
-  expect_declined(rotary_graph("tables_wider", dims_of({1, 2, 5, 8}), dims_of({2, 1, 5, 8})), "Rotary",
-                  "cos float32[2,1,5,8] does not provably broadcast to [1,2,5,8] with last dimension 8");
-  expect_on_gpu(rotary_graph("tables_narrower", dims_of({2, 2, 5, 8}), dims_of({1, 1, 5, 8})), "Rotary");
+  // cos/sin with a batch of 2 for X of batch 1: X broadcasts up to them, as on the CPU.
+  for (const ir::Graph& g : {rotary_graph("tables_wider", dims_of({1, 2, 5, 8}), dims_of({2, 1, 5, 8})),
+                             rotary_graph("tables_narrower", dims_of({2, 2, 5, 8}), dims_of({1, 1, 5, 8})),
+                             rotary_graph("one_position", dims_of({1, 2, 1, 8}), dims_of({1, 1, 5, 8})),
+                             rotary_graph("one_feature", dims_of({1, 2, 5, 8}), dims_of({5, 1}))}) {
+    expect_on_gpu(g, "Rotary");
+    expect_runs_as_on_cpu(g);
+  }
   // Symbolic: the tables' sequence is X's by name, or another symbol.
   expect_on_gpu(rotary_graph("symbolic_same", {sym("batch"), fixed(2), sym("seq"), fixed(8)},
                              {fixed(1), fixed(1), sym("seq"), fixed(8)}),
                 "Rotary");
-  expect_declined(rotary_graph("symbolic_other", {sym("batch"), fixed(2), sym("seq"), fixed(8)},
-                               {fixed(1), fixed(1), sym("len"), fixed(8)}),
-                  "Rotary", "does not provably broadcast to [batch,2,seq,8]");
+  const ir::Graph other = rotary_graph("symbolic_other", {sym("batch"), fixed(2), sym("seq"), fixed(8)},
+                                       {fixed(1), fixed(1), sym("len"), fixed(8)});
+  expect_on_gpu(other, "Rotary");
+  if (test_support::no_gpu().empty()) {
+    auto r = [](Shape s, uint32_t seed) { return test_support::random_of(DType::Float32, s, seed); };
+    expect_runs_as_on_cpu(other, {{"X", r({2, 2, 5, 8}, 1)}, {"cos", r({1, 1, 5, 8}, 2)}, {"sin", r({1, 1, 5, 8}, 3)}});
+    const std::string err = error_of([&] {
+      test_support::engine_for(other, {}, "cuda")
+          .run({{"X", r({2, 2, 5, 8}, 1)}, {"cos", r({1, 1, 4, 8}, 2)}, {"sin", r({1, 1, 4, 8}, 3)}});
+    });
+    EXPECT_NE(err.find("node 'Y'"), std::string::npos) << err;
+    EXPECT_NE(err.find("broadcast"), std::string::npos) << err;
+  }
 }
 
 TEST(CudaDecline, FusedRotaryHalvesThatDoNotSpanTheHeadSize) {
   REQUIRE_CUDA_BUILD();
-  // hi = [7, 8), lo = [0, 0): one feature, which the CPU broadcasts over sin's 8; the kernel
-  // rotates whole heads only.
-  expect_declined(rotary_graph("short_halves", dims_of({1, 2, 5, 8}), dims_of({5, 8}), {7, 8, 0, 0}), "Rotary",
-                  "the rotated halves have 1 and 0 features, not together the head size 8");
+  // hi = [7, 8), lo = [0, 0): one feature, broadcast over sin's 8: the unfused ops.
+  const ir::Graph g = rotary_graph("short_halves", dims_of({1, 2, 5, 8}), dims_of({5, 8}), {7, 8, 0, 0});
+  expect_on_gpu(g, "Rotary");
+  expect_runs_as_on_cpu(g);
 }
 
 TEST(CudaDecline, FusedRotaryOfRankFive) {
   REQUIRE_CUDA_BUILD();
-  expect_declined(rotary_graph("rank5", dims_of({1, 1, 2, 5, 8}), dims_of({5, 8})), "Rotary",
-                  "the CUDA kernel takes a float X, 4-D (1-D to 3-D in layout bhsd)");
+  const ir::Graph g = rotary_graph("rank5", dims_of({1, 1, 2, 5, 8}), dims_of({5, 8}));
+  expect_on_gpu(g, "Rotary");
+  expect_runs_as_on_cpu(g);
 }
 
 // Bounds computed from X's shape (as dynamic-shape exports do) are shape computation: they run on
@@ -350,62 +428,74 @@ size_t count_op(const plan::Plan& p, const std::string& op, const std::string& b
   return n;
 }
 
-// A reforge::Rotary node in the model itself: the build fails naming it, or runs it on the host.
+// A node the CUDA backend declines in the model itself: the build fails naming it, or runs it on
+// the host.
 TEST(CudaDecline, TheBuildFailsNamingTheNodeOrRunsItOnTheHost) {
   REQUIRE_CUDA_BUILD();
-  const ir::Graph g = rotary_graph("rope_node", dims_of({1, 2, 5, 8}), dims_of({2, 1, 5, 8}));
+  const ir::Graph g = graph_of("onnx_wide", {make("Y", "Attention", {"Q", "K", "V"}, {}, "", 23)},
+                               {data("Q", {1, 1, 2, 2048}), data("K", {1, 1, 3, 2048}), data("V", {1, 1, 3, 2048})},
+                               "Y");
   build::BuildOptions o;
   o.backend = "cuda";
   const std::string err = error_of([&] { build::build_plan(g, o); });
-  EXPECT_NE(err.find("1 of 1 node(s) of model 'rope_node' cannot run on backend 'cuda'"), std::string::npos) << err;
-  EXPECT_NE(err.find("node 'Y' (reforge::Rotary)"), std::string::npos) << err;
-  EXPECT_NE(err.find("cos float32[2,1,5,8] does not provably broadcast"), std::string::npos) << err;
+  EXPECT_NE(err.find("1 of 1 node(s) of model 'onnx_wide' cannot run on backend 'cuda'"), std::string::npos) << err;
+  EXPECT_NE(err.find("node 'Y' (Attention)"), std::string::npos) << err;
+  EXPECT_NE(err.find("head sizes 2048 (Q/K) and 2048 (V) exceed"), std::string::npos) << err;
   EXPECT_NE(err.find("--allow-cpu-fallback"), std::string::npos) << err;
   o.host_fallback = true;
   const plan::Plan p = build::build_plan(g, o);
-  EXPECT_EQ(count_op(p, "Rotary", "cpu"), 1u);
-  EXPECT_EQ(count_op(p, "Rotary", "cuda"), 0u);
+  EXPECT_EQ(count_op(p, "Attention", "cpu"), 1u);
+  EXPECT_EQ(count_op(p, "Attention", "cuda"), 0u);
 }
 
-// fuse-rotary makes a reforge::Rotary only where the CUDA kernel takes it; elsewhere the unfused
-// ops stay, every one of them on the GPU.
-TEST(CudaDecline, AFusionTheKernelWouldDeclineIsNotMade) {
+// fuse-rotary makes a reforge::Rotary for CUDA wherever it makes one for the CPU: the CUDA kernel
+// takes every form (X broadcast up to wider tables too), and no unfused op is left.
+TEST(CudaDecline, FusionsAreMadeForTheGpuAsForTheCpu) {
   REQUIRE_CUDA_BUILD();
   build::BuildOptions o;
   o.backend = "cuda";
-  const plan::Plan fused = build::build_plan(rotary_pattern("rope", {1, 1, 5, 8}), o);
-  EXPECT_EQ(count_op(fused, "Rotary", "cuda"), 1u);
-  EXPECT_EQ(count_op(fused, "Concat", "cuda"), 0u);
-  const plan::Plan wide = build::build_plan(rotary_pattern("rope_wide", {2, 1, 5, 8}), o);
-  EXPECT_EQ(count_op(wide, "Rotary", "cuda") + count_op(wide, "Rotary", "cpu"), 0u);
-  EXPECT_EQ(count_op(wide, "Concat", "cuda"), 1u);
-  EXPECT_EQ(count_op(wide, "Neg", "cuda"), 1u);
-  for (const auto& b : plan::node_backends(wide)) EXPECT_EQ(b, "cuda");
-  // The CPU's kernel takes every form: the CPU build fuses both.
-  build::BuildOptions cpu;
-  EXPECT_EQ(count_op(build::build_plan(rotary_pattern("rope_wide_cpu", {2, 1, 5, 8}), cpu), "Rotary", "cpu"), 1u);
+  for (const auto& table : std::vector<std::vector<int64_t>>{{1, 1, 5, 8}, {2, 1, 5, 8}}) {
+    const ir::Graph g = rotary_pattern("rope", table);
+    const plan::Plan fused = build::build_plan(g, o);
+    EXPECT_EQ(count_op(fused, "Rotary", "cuda"), 1u) << shape_str(table);
+    EXPECT_EQ(count_op(fused, "Concat", "cuda") + count_op(fused, "Neg", "cuda"), 0u) << shape_str(table);
+    build::BuildOptions cpu;
+    EXPECT_EQ(count_op(build::build_plan(g, cpu), "Rotary", "cpu"), 1u);
+  }
 }
 
-// The bundled Llama exports build for the GPU with every node there: the static-shape export
-// with attention and rotary fused (their forms proven), the dynamic-shape one with them unfused
-// (inference gives the sliced cos/sin tables a size of their own, which the checks cannot relate
-// to the sequence length).
+// Every bundled Llama export, static or dynamic in shape, builds for the GPU with attention and
+// rotary fused as for the CPU and every node there; the host runs only shape computation, none of
+// it reading a value the device made (a ToHost read by a node would make the run's host steps
+// depend on device values, which a recorded replay cannot serve from the shape memo).
 TEST(CudaDecline, BundledLlamaExportsRunEveryNodeOnTheGpu) {
   REQUIRE_CUDA_BUILD();
-  const std::filesystem::path llama = std::filesystem::path(REFORGE_SOURCE_DIR) / "models" / "llama";
-  if (!std::filesystem::exists(llama / "dynamo" / "A" / "model.onnx")) GTEST_SKIP() << "models/llama not present";
-  build::BuildOptions o;
-  o.backend = "cuda";
-  const plan::Plan fixed =
-      build::build_plan(onnx::import_model_file((llama / "torch113_fold_static" / "A" / "model.onnx").string()), o);
-  EXPECT_EQ(count_op(fixed, "Attention", "cuda"), 2u);
-  EXPECT_EQ(count_op(fixed, "Rotary", "cuda"), 4u);
-  EXPECT_EQ(count_op(fixed, "Attention", "cpu") + count_op(fixed, "Rotary", "cpu"), 0u);
-  // Without fallback, a node placement declined would fail the build.
-  const plan::Plan dynamic =
-      build::build_plan(onnx::import_model_file((llama / "dynamo" / "A" / "model.onnx").string()), o);
-  EXPECT_EQ(count_op(dynamic, "Attention", "cpu") + count_op(dynamic, "Rotary", "cpu"), 0u);
-  EXPECT_EQ(count_op(dynamic, "Attention", "cuda") + count_op(dynamic, "Softmax", "cuda"), 2u);
+  const std::filesystem::path models = std::filesystem::path(REFORGE_SOURCE_DIR) / "models";
+  if (!std::filesystem::exists(models / "llama" / "dynamo" / "A" / "model.onnx"))
+    GTEST_SKIP() << "models/llama not present";
+  for (const std::string& m : {"llama/dynamo", "llama/torch113_fold_dynamic", "llama/torch113_fold_static",
+                               "llama/torch113_nofold_dynamic", "llama/torch113_nofold_static", "hf/llama"}) {
+    const std::string path = (models / m / "A" / "model.onnx").string();
+    if (!std::filesystem::exists(path)) continue;
+    build::BuildOptions o;
+    o.backend = "cuda";
+    const plan::Plan p = build::build_plan(onnx::import_model_file(path), o);
+    const plan::Plan cpu = build::build_plan(onnx::import_model_file(path), {});
+    EXPECT_EQ(count_op(p, "Attention", "cuda"), count_op(cpu, "Attention", "cpu")) << m;
+    EXPECT_EQ(count_op(p, "Rotary", "cuda"), count_op(cpu, "Rotary", "cpu")) << m;
+    EXPECT_EQ(count_op(p, "Attention", "cuda"), 2u) << m;
+    EXPECT_EQ(count_op(p, "Rotary", "cuda"), 4u) << m;
+    EXPECT_EQ(count_op(p, "Softmax", "cuda"), 0u) << m;
+    std::set<std::string> from_device;
+    for (const auto& n : p.graph.nodes)
+      if (n.op_type == "ToHost") from_device.insert(n.outputs[0]);
+    const auto where = plan::node_backends(p);
+    for (size_t i = 0; i < p.graph.nodes.size(); ++i) {
+      if (where[i] == "cuda") continue;
+      for (const auto& in : p.graph.nodes[i].inputs)
+        EXPECT_FALSE(from_device.count(in)) << m << ": " << p.graph.nodes[i].label() << " reads " << in;
+    }
+  }
 }
 
 }  // namespace

@@ -144,7 +144,9 @@ std::vector<bool> shape_computation(const ir::Graph& g) {
   std::set<std::string> graph_outputs;
   for (const auto& v : g.outputs) graph_outputs.insert(v.name);
   // From the consumers back: every use of every output is a structure input, or an input of
-  // another shape-computation node that reads its bytes.
+  // another shape-computation node that reads its bytes, or the input of a Shape or Size (which
+  // reads its dimensions wherever it lives, so it neither asks for nor forbids the host); and at
+  // least one use is of the first two kinds.
   std::vector<bool> shape_side(n, false);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const ir::Node& node = g.nodes[*it];
@@ -156,11 +158,11 @@ std::vector<bool> shape_computation(const ir::Graph& g) {
       auto u = uses.find(out);
       if (u == uses.end()) continue;
       for (const auto& [c, slot] : u->second) {
-        used = true;
         const ir::Node& consumer = g.nodes[c];
+        if (reads_only_dimensions(consumer)) continue;
+        used = true;
         const bool structure = ops::input_role(consumer, slot) == ops::InputRole::kShape;
-        const bool feeds_shape_node = shape_side[c] && !reads_only_dimensions(consumer);
-        if (!structure && !feeds_shape_node) only_structure = false;
+        if (!structure && !shape_side[c]) only_structure = false;
       }
     }
     shape_side[*it] = used && only_structure;

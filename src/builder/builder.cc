@@ -468,9 +468,12 @@ plan::Plan build_plan(ir::Graph input, const BuildOptions& o) {
       throw e.with_context(std::string("in build pass '") + pass.name + "'");
     }
     release_sources();
-    if (o.print_passes)
+    if (o.print_passes) {
       std::cerr << "pass " << pass.name << ": " << s.graph.nodes.size() << " nodes, " << s.consts.size()
                 << " constants\n";
+      for (const std::string& d : s.declined) std::cerr << "  not fused: " << d << "\n";
+      s.declined.clear();
+    }
   }
 
   canonical_constant_names(s);

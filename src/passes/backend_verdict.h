@@ -4,6 +4,7 @@
 // decline is not made: the unfused ops stay, and run where placement puts them, instead of a
 // fused node that only the host could run. Backends whose kernel of the op has no shape check
 // (the CPU) accept every node the checker accepts, and the graph is not inferred for them.
+// Each refusal is recorded in BuildState::declined (shown by `build --print-passes`).
 #pragma once
 
 #include <memory>
@@ -18,7 +19,15 @@ namespace reforge::passes {
 
 class BackendVerdict {
  public:
-  explicit BackendVerdict(const BuildState& s) : s_(s) {}
+  explicit BackendVerdict(BuildState& s) : s_(s) {}
+
+  // True when the backend's kernel would decline `fused`; the reason goes to s.declined.
+  bool declines(const ir::Node& fused) {
+    std::string why = why_not(fused);
+    if (why.empty()) return false;
+    s_.declined.push_back(fused.op_type + " at " + fused.label() + ": " + why);
+    return true;
+  }
 
   // "" when the backend's kernel runs `fused`, else its reason.
   std::string why_not(const ir::Node& fused) {
@@ -57,7 +66,7 @@ class BackendVerdict {
     }
   }
 
-  const BuildState& s_;
+  BuildState& s_;
   std::unique_ptr<ops::GraphTypes> types_;
   bool types_ok_ = false;
 };

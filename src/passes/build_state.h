@@ -40,6 +40,9 @@ struct BuildState {
   // 16-bit weight made by linear-weights-precision -> the float32 constant it was cast from, where
   // no node reads that any more: linear-weights-packing releases it once the 16-bit one is packed.
   std::map<std::string, std::string> cast_from;
+  // Fusions not made because the backend's kernel would decline the fused node ("OP at NODE:
+  // reason"; passes/backend_verdict.h): the unfused ops run instead.
+  std::vector<std::string> declined;
   int next_id = 0;
   // BuildOptions::progress, and the step the builder reported last ("pass NAME"): a pass that
   // counts its work reports it under that name (core/progress.h).

@@ -546,7 +546,7 @@ void fuse_attention(BuildState& s) {
     f.attrs["mask_mode"] = ir::string_attr("mask_mode", mask_mode);
     if (nan_zero) f.attrs["softmax_nan"] = ir::string_attr("softmax_nan", "zero");
     if (krep) f.attrs["kv_allowzero"] = ir::int_attr("kv_allowzero", krep->allowzero);
-    if (!verdict.why_not(f).empty()) continue;  // the backend's kernel would decline it
+    if (verdict.declines(f)) continue;  // the unfused ops stay
     for (ir::Node* n : matched)
       if (n != last) g.kill(n);
     replace.emplace_back(g.index_of(last), std::move(f));
@@ -629,7 +629,7 @@ void fuse_rotary(BuildState& s) {
     f.outputs = {add->outputs[0]};
     f.attrs["axes"] = ir::ints_attr("axes", {hs->axis, ls->axis, axis});  // for the unfused fallback
     f.attrs["layout"] = ir::string_attr("layout", layout);
-    if (!verdict.why_not(f).empty()) continue;  // the backend's kernel would decline it
+    if (verdict.declines(f)) continue;  // the unfused ops stay
     for (ir::Node* n : matched) g.kill(n);
     replace.emplace_back(g.index_of(add), std::move(f));
   }

@@ -365,57 +365,6 @@ bool mask_strides(const Tensor& m, AttnArgs& a) {
   return true;
 }
 
-// The unfused computation, op by op with the registry kernels: for the inputs the fast path does
-// not take (other dtypes or ranks, batch broadcasting between ranks).
-Tensor attention_unfused(const KernelContext& ctx) {
-  auto perm = [](std::vector<int64_t> p) {
-    return std::map<std::string, ir::Attribute>{{"perm", ir::ints_attr("perm", p)}};
-  };
-  const std::string ql = ctx.attr_string("q_layout", "bhsd"), kl = ctx.attr_string("k_layout", "bhsd"),
-                    vl = ctx.attr_string("v_layout", "bhsd"), ol = ctx.attr_string("out_layout", "bhsd");
-  auto repeat = [&](const Tensor& x, size_t ei, size_t ri) {
-    if (!ctx.has_input(ei)) return x;
-    Tensor axes = Tensor::empty(DType::Int64, {1});
-    axes.mutable_data<int64_t>()[0] = 2;
-    Tensor u = run_op(ctx, "Unsqueeze", 13, {&x, &axes});
-    Tensor e = run_op(ctx, "Expand", 13, {&u, &ctx.input(ei)});
-    return run_op(ctx, "Reshape", 14, {&e, &ctx.input(ri)},
-                  {{"allowzero", ir::int_attr("allowzero", ctx.attr_int("kv_allowzero", 0))}});
-  };
-  Tensor q = ql == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(0)}, perm({0, 2, 1, 3})) : ctx.input(0);
-  Tensor k = repeat(ctx.input(1), 6, 7);
-  if (kl == "bhsd")
-    k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 1, 3, 2}));
-  else if (kl == "bshd")
-    k = run_op(ctx, "Transpose", 13, {&k}, perm({0, 2, 3, 1}));
-  const std::string so = ctx.attr_string("scale_op", "none");
-  if (so == "mul_qk") {
-    q = run_op(ctx, "Mul", 14, {&q, &ctx.input(3)});
-    k = run_op(ctx, "Mul", 14, {&k, &ctx.input(10)});
-  }
-  Tensor s = run_op(ctx, "MatMul", 13, {&q, &k});
-  if (so == "mul" || so == "div") s = run_op(ctx, so == "div" ? "Div" : "Mul", 14, {&s, &ctx.input(3)});
-  const std::string mm = ctx.attr_string("mask_mode", "none");
-  if (mm == "add")
-    s = run_op(ctx, "Add", 14, {&s, &ctx.input(4)});
-  else if (mm == "where_fill_true")
-    s = run_op(ctx, "Where", 16, {&ctx.input(4), &ctx.input(5), &s});
-  else if (mm == "where_fill_false")
-    s = run_op(ctx, "Where", 16, {&ctx.input(4), &s, &ctx.input(5)});
-  Tensor p = run_op(ctx, "Softmax", 13, {&s}, {{"axis", ir::int_attr("axis", -1)}});
-  if (ctx.attr_string("softmax_nan", "keep") == "zero") {
-    const Tensor nan = run_op(ctx, "IsNaN", 20, {&p});
-    const Tensor zero = Tensor::empty(p.dtype(), {});
-    p = run_op(ctx, "Where", 16, {&nan, &zero, &p});
-  }
-  // V's head transpose comes before its repeat (the pass absorbs it from there).
-  Tensor v = vl == "bshd" ? run_op(ctx, "Transpose", 13, {&ctx.input(2)}, perm({0, 2, 1, 3})) : ctx.input(2);
-  v = repeat(v, 8, 9);
-  Tensor y = run_op(ctx, "MatMul", 13, {&p, &v});
-  if (ol == "bshd") y = run_op(ctx, "Transpose", 13, {&y}, perm({0, 2, 1, 3}));
-  return y;
-}
-
 void attention_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const ir::Node& node = ctx.node();
@@ -427,7 +376,7 @@ void attention_kernel(KernelContext& ctx) {
   bool fast = true;
   for (const Tensor* t : {&q, &k, &v}) fast &= t->dtype() == DType::Float32 && t->rank() == 4;
   if (ctx.attr_string("mask_mode", "none") == "add") fast &= ctx.input(4).dtype() == DType::Float32;
-  auto unfused = [&] { ctx.set_output(0, attention_unfused(ctx)); };
+  auto unfused = [&] { ctx.set_output(0, attention_unfused(ctx, fused::host_ops(ctx))); };
   if (!fast) return unfused();
   AttnArgs a;
   a.q = view_of(q, parse_layout(node, "q_layout", false));

@@ -12,6 +12,7 @@
 
 #include "backends/backend.h"
 #include "ops/registry.h"
+#include "ops/reforge/unfused.h"
 
 namespace reforge::ops::fused {
 
@@ -30,6 +31,16 @@ inline Tensor run_op(const KernelContext& ctx, const char* op, int opset, std::v
   KernelContext inner(node, std::move(ins), ctx.threads());
   (*kernel.kernel)(inner);
   return std::move(inner.outputs()[0]);
+}
+
+// run_op as an ops::RunOp: the unfused forms of fused ops (ops/reforge/unfused.h) on the host.
+inline RunOp host_ops(const KernelContext& ctx) {
+  RunOp r;
+  r.op = [&ctx](const char* op, int opset, std::vector<const Tensor*> ins, std::map<std::string, ir::Attribute> attrs) {
+    return run_op(ctx, op, opset, std::move(ins), std::move(attrs));
+  };
+  r.zeros = [](DType dtype, Shape shape) { return Tensor::empty(dtype, std::move(shape)); };
+  return r;
 }
 
 inline double read_scalar(const KernelContext& ctx, size_t i, double def, const char* what) {

@@ -27,26 +27,6 @@ using fused::big_enough;
 using fused::read_scalar;
 using fused::run_op;
 
-Tensor rotary_unfused(const KernelContext& ctx) {
-  Tensor x = ctx.input(0);
-  if (ctx.attr_string("layout", "bhsd") == "bshd")
-    x = run_op(ctx, "Transpose", 13, {&x}, {{"perm", ir::ints_attr("perm", {0, 2, 1, 3})}});
-  const std::vector<int64_t> axes = ctx.attr_ints("axes", {-1, -1, -1});
-  REFORGE_CHECK(axes.size() == 3, ctx.node().label(), ": axes must have 3 values");
-  auto i64 = [](int64_t v) {
-    Tensor t = Tensor::empty(DType::Int64, {1});
-    t.mutable_data<int64_t>()[0] = v;
-    return t;
-  };
-  Tensor a0 = i64(axes[0]), a1 = i64(axes[1]);
-  Tensor hi = run_op(ctx, "Slice", 13, {&x, &ctx.input(3), &ctx.input(4), &a0});
-  Tensor lo = run_op(ctx, "Slice", 13, {&x, &ctx.input(5), &ctx.input(6), &a1});
-  Tensor neg = run_op(ctx, "Neg", 13, {&hi});
-  Tensor cat = run_op(ctx, "Concat", 13, {&neg, &lo}, {{"axis", ir::int_attr("axis", axes[2])}});
-  Tensor ms = run_op(ctx, "Mul", 14, {&cat, &ctx.input(2)});
-  Tensor mc = run_op(ctx, "Mul", 14, {&x, &ctx.input(1)});
-  return run_op(ctx, "Add", 14, {&mc, &ms});
-}
 
 struct RotArgs {
   const float* x;
@@ -105,7 +85,7 @@ bool table_strides(const Tensor& t, const int64_t (&target)[4], int64_t& sb, int
 void rotary_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const bool bshd = ctx.attr_string("layout", "bhsd") == "bshd";
-  auto unfused = [&] { ctx.set_output(0, rotary_unfused(ctx)); };
+  auto unfused = [&] { ctx.set_output(0, rotary_unfused(ctx, fused::host_ops(ctx))); };
   if (x.dtype() != DType::Float32 || x.rank() != 4) return unfused();
   int64_t bounds[4];  // hi_start, hi_end, lo_start, lo_end
   for (int i = 0; i < 4; ++i) {

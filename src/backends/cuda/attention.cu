@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_ops.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/shape_facts.h"
 #include "core/error.h"
@@ -718,10 +719,10 @@ void onnx_attention(ops::KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------------------------
 // reforge::Attention (inputs Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?,
-// v_reshape?; attributes as backends/cpu/attention.cc). The CUDA kernel takes Q, K and V of one
-// float type, 4-D (2-D and 3-D too in layouts bhsd/bhds, as MatMul operands), whose leading
-// (batch, head) dimensions broadcast with each other and the mask's (numpy rules) or whose K/V
-// heads repeat through the four shape inputs; and fails naming the node otherwise.
+// v_reshape?; attributes as backends/cpu/attention.cc). The fused kernel runs the inputs of its
+// form (try_fused_attention); any other inputs run the unfused ops on the device
+// (ops/reforge/unfused.h), as the CPU's kernel runs them on the host, so the node takes every
+// input the graph before the fusion took, and fails where that graph fails, with its errors.
 
 using Layout = ops::AttnLayout;
 
@@ -775,147 +776,22 @@ int64_t repeat_group(const View4& kv, const std::vector<int64_t>& es, const std:
   return ops::repeat_group(kv.b, kv.h, kv.s, kv.d, es, rs, allowzero);
 }
 
-// ---- build time: the forms run_fused_attention refuses, declined from the inferred shapes ----
-
-// A shape seen as [batch, heads, seq, dim] (ranks 2 and 3: the leading dimensions 1).
-struct SymView4 {
-  ops::SymDim b, h, s, d;
-};
-
-SymView4 sym_view(const ops::SymShape& x, Layout l) {
-  const size_t r = x.size();
-  auto dim = [&](size_t i) { return i + r >= 4 ? x[i + r - 4] : ops::SymDim(1); };
-  switch (l) {
-    case Layout::BSHD:
-      return {dim(0), dim(2), dim(1), dim(3)};
-    case Layout::BHDS:
-      return {dim(0), dim(1), dim(3), dim(2)};
-    default:
-      return {dim(0), dim(1), dim(2), dim(3)};
-  }
-}
-
-// repeat_group over symbolic sizes: the repeat count when Unsqueeze(2) -> Expand(es) ->
-// Reshape(rs) of `kv` provably repeats every head, else nullopt.
-std::optional<ops::SymDim> sym_repeat_group(const SymView4& kv, const ops::SymShape& es, const ops::SymShape& rs,
-                                            bool allowzero) {
-  const ops::SymDim in[5] = {kv.b, kv.h, ops::SymDim(1), kv.s, kv.d};
-  if (es.size() > 5 || rs.size() != 4) return std::nullopt;
-  ops::SymDim e[5];
-  for (size_t i = 0; i < 5; ++i) {
-    const ops::SymDim t = i + es.size() >= 5 ? es[i + es.size() - 5] : ops::SymDim(1);
-    if (same_dim(t, in[i]) || dim_is(t, 1))
-      e[i] = in[i];
-    else if (dim_is(in[i], 1))
-      e[i] = t;
-    else
-      return std::nullopt;
-  }
-  for (size_t i : {0, 1, 3, 4})
-    if (!same_dim(e[i], in[i])) return std::nullopt;
-  if (!e[2].known() || e[2].value() < 1) return std::nullopt;
-  const ops::SymDim want[4] = {e[0], ops::sym_mul(e[1], e[2]), e[3], e[4]};
-  ops::SymDim r[4];
-  int infer = -1;
-  ops::SymDim known(1);
-  for (int i = 0; i < 4; ++i) {
-    r[i] = dim_is(rs[i], 0) && !allowzero ? e[i] : rs[i];
-    if (dim_is(r[i], -1)) {
-      if (infer >= 0) return std::nullopt;
-      infer = i;
-    } else {
-      known = ops::sym_mul(known, r[i]);
-    }
-  }
-  if (infer >= 0)
-    r[infer] =
-        dim_is(known, 0) ? ops::SymDim(0) : ops::sym_div(ops::sym_product({e[0], e[1], e[2], e[3], e[4]}), known);
-  for (int i = 0; i < 4; ++i)
-    if (!same_dim(r[i], want[i])) return std::nullopt;
-  return e[2];
-}
-
+// A scale or fill value type the kernel reads (load_scalar).
 bool scalar_type_supported(DType t) {
   return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16 ||
          t == DType::Int32 || t == DType::Int64;
 }
 
-// "" when input `i` (the scale or the fill value) is provably one element of a type the kernel reads.
-std::string scalar_fact(const backends::InputFacts& f, size_t i, const char* what) {
-  const ops::ValueType* t = f.type(i);
-  if (!t || !t->rank_known) return fact_str(f, i, what) + ": its shape is not known at build time";
-  if (!one_element(f, i)) return fact_str(f, i, what) + " must have one element for the CUDA kernel";
-  if (!scalar_type_supported(t->dtype)) return fact_str(f, i, what) + ": its type is not supported on the CUDA backend";
-  return "";
-}
-
-std::string fused_attention_shapes(const ir::Node& node, const backends::InputFacts& f) {
-  const Layout layouts[3] = {parse_layout(node, "q_layout", false), parse_layout(node, "k_layout", true),
-                             parse_layout(node, "v_layout", false)};
-  const char* names[3] = {"Q", "K", "V"};
-  auto has = [&](size_t i) { return i < node.inputs.size() && !node.inputs[i].empty(); };
-  SymView4 views[3];
-  for (size_t x = 0; x < 3; ++x) {
-    auto s = shape_of(f, x);
-    if (!s) return fact_str(f, x, names[x]) + ": its rank is not known at build time";
-    const size_t r = s->size();
-    if (!(r == 4 || (r >= 2 && r <= 3 && layouts[x] != Layout::BSHD)))
-      return fact_str(f, x, names[x]) + " must be 4-D (2-D or 3-D only in layout bhsd/bhds) for the CUDA kernel";
-    views[x] = sym_view(*s, layouts[x]);
-  }
-  const DType qt = f.type(0)->dtype;
-  if (!is_float(qt) || f.type(1)->dtype != qt || f.type(2)->dtype != qt)
-    return "the CUDA kernel takes Q, K and V of one float type, got " + f.type(0)->str() + ", " + f.type(1)->str() +
-           ", " + f.type(2)->str();
-  const SymView4 &qv = views[0], &kv = views[1], &vv = views[2];
-  const std::string scale_op = node.attr_string("scale_op", "none");
-  const std::string mask_mode = node.attr_string("mask_mode", "none");
-  if (scale_op != "none" && has(3))
-    if (std::string why = scalar_fact(f, 3, "the scale"); !why.empty()) return why;
-  if (scale_op == "mul_qk" && has(10))
-    if (std::string why = scalar_fact(f, 10, "the K scale"); !why.empty()) return why;
-  if (mask_mode.rfind("where", 0) == 0 && has(5))
-    if (std::string why = scalar_fact(f, 5, "the fill value"); !why.empty()) return why;
-  ops::SymDim heads = qv.h;  // Q's heads joined with the mask's
-  if (mask_mode != "none" && has(4)) {
-    auto m = shape_of(f, 4);
-    if (!m) return fact_str(f, 4, "the mask") + ": its rank is not known at build time";
-    if (m->size() > 4) return fact_str(f, 4, "the mask") + " has more than 4 dimensions";
-    const size_t r = m->size();
-    auto dim = [&](size_t i) { return i + r >= 4 ? (*m)[i + r - 4] : ops::SymDim(1); };
-    // Rows and keys: the mask may repeat over them, never be longer (the CPU would broadcast the
-    // scores up to it; the kernel computes one row per query).
-    if (!(dim_is(dim(2), 1) || same_dim(dim(2), qv.s)) || !(dim_is(dim(3), 1) || same_dim(dim(3), kv.s)))
-      return fact_str(f, 4, "the mask") + " does not provably broadcast to the scores' rows " + qv.s.str() +
-             " and keys " + kv.s.str() + " (the only form the CUDA kernel takes)";
-    const ops::SymDim mh = dim(1);
-    if (dim_is(heads, 1))
-      heads = mh;
-    else if (!(dim_is(mh, 1) || same_dim(mh, heads)))
-      return fact_str(f, 4, "the mask") + "'s heads " + mh.str() + " do not provably match Q's " + heads.str();
-  }
-  if (has(6) || has(7) || has(8) || has(9)) {
-    if (!(has(6) && has(7) && has(8) && has(9)))
-      return "k_expand, k_reshape, v_expand and v_reshape must be given together for the CUDA kernel";
-    if (f.type(1)->shape.size() != 4 || f.type(2)->shape.size() != 4)
-      return "repeated K/V must be 4-D for the CUDA kernel, got " + f.type(1)->str() + ", " + f.type(2)->str();
-    for (size_t i = 6; i <= 9; ++i)
-      if (!f.dims_value(i))
-        return "input " + std::to_string(i) + " (the Expand/Reshape of K or V) is not known at build time";
-    const bool allowzero = node.attr_int("kv_allowzero", 0) != 0;
-    const auto kg = sym_repeat_group(kv, *f.dims_value(6), *f.dims_value(7), allowzero);
-    const auto vg = sym_repeat_group(vv, *f.dims_value(8), *f.dims_value(9), allowzero);
-    if (!kg || !vg || !same_dim(ops::sym_mul(kv.h, *kg), heads) || !same_dim(ops::sym_mul(vv.h, *vg), heads))
-      return "the Expand/Reshape of K or V (" + ops::sym_shape_str(*f.dims_value(6)) + "/" +
-             ops::sym_shape_str(*f.dims_value(7)) + ", " + ops::sym_shape_str(*f.dims_value(8)) + "/" +
-             ops::sym_shape_str(*f.dims_value(9)) + ") is not provably a repeat of their heads to Q's " + heads.str() +
-             " (the only form the CUDA kernel takes)";
-  }
-  return head_sizes_fit(qv.d, vv.d, qt == DType::Float64 ? 8 : 4);
-}
-
+// The fast path of reforge::Attention: false, before any work, when the inputs are not of its
+// form (then the unfused ops run instead, and compute or fail exactly as the graph before the
+// fusion would). Its form: Q, K and V of one float type, 4-D (2-D and 3-D too in layouts
+// bhsd/bhds, as MatMul operands); their and the mask's leading (batch, head) dimensions
+// broadcasting together (numpy rules), or K/V heads repeated through the four shape inputs;
+// K's head size Q's and V's sequence K's; a mask that broadcasts to the scores (a single query
+// row broadcasts up to the mask's rows); one-element scale and fill of a type the kernel reads;
+// head sizes whose tiles fit in shared memory.
 template <typename T>
-void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
+bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   using C = compute_t<T>;
   const ir::Node& node = ctx.node();
   const Tensor& q = ctx.input(0);
@@ -925,39 +801,44 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
                vl = parse_layout(node, "v_layout", false), out_layout = parse_layout(node, "out_layout", false);
   const Tensor* operands[3] = {&q, &k, &v};
   const Layout layouts[3] = {ql, kl, vl};
-  const char* names[3] = {"Q", "K", "V"};
   for (int x = 0; x < 3; ++x) {
     const int64_t r = operands[x]->rank();
-    REFORGE_CHECK(r == 4 || (r >= 2 && r <= 3 && layouts[x] != Layout::BSHD), where, ": ", names[x], " ",
-                  operands[x]->describe(), " must be 4-D (2-D or 3-D only in layout bhsd/bhds) for the CUDA kernel");
+    if (!(r == 4 || (r >= 2 && r <= 3 && layouts[x] != Layout::BSHD))) return false;
   }
   const View4 qv = view_of(q, ql), kv = view_of(k, kl), vv = view_of(v, vl);
-  // The output's leading dimensions: Q's, K's, V's, the mask's, the scale's and the fill's
-  // broadcast (numpy rules, as the unfused MatMul/Mul/Add/Where/MatMul).
+  // The output's leading dimensions: Q's, K's, V's and the mask's broadcast (numpy rules, as the
+  // unfused MatMul/Add/Where/MatMul).
   int64_t out_rank = std::max({q.rank(), k.rank(), v.rank()});
   int64_t lead[2] = {1, 1};
-  auto join = [&](int64_t& dst, int64_t n, const char* what) {
-    REFORGE_CHECK(dst == 1 || n == 1 || dst == n, where, ": ", what, "'s leading dimension ", n,
-                  " does not broadcast with ", dst);
+  bool joined = true;
+  auto join = [&](int64_t& dst, int64_t n) {
+    if (!(dst == 1 || n == 1 || dst == n)) joined = false;
     if (n != 1) dst = n;
   };
   const View4* views[3] = {&qv, &kv, &vv};
   for (int x = 0; x < 3; ++x) {
-    join(lead[0], views[x]->b, names[x]);
-    if (x == 0 || !ctx.has_input(6)) join(lead[1], views[x]->h, names[x]);  // repeated K/V heads: below
+    join(lead[0], views[x]->b);
+    if (x == 0 || !ctx.has_input(6)) join(lead[1], views[x]->h);  // repeated K/V heads: below
   }
   const std::string mask_mode = ctx.attr_string("mask_mode", "none");
   const std::string scale_op = ctx.attr_string("scale_op", "none");
-  for (size_t idx : {size_t{3}, size_t{4}, size_t{5}}) {
-    const bool used = (idx == 3 && scale_op != "none") || (idx == 4 && mask_mode != "none") ||
-                      (idx == 5 && mask_mode.rfind("where", 0) == 0);
-    if (!used || !ctx.has_input(idx)) continue;
-    const Tensor& t = ctx.input(idx);
-    REFORGE_CHECK(t.rank() <= 4, where, ": input ", idx, " ", t.describe(), " has more than 4 dimensions");
-    out_rank = std::max<int64_t>(out_rank, t.rank());
-    if (idx == 4)
-      for (int64_t x = 0; x < 2 && x < t.rank() - 2; ++x) join(lead[1 - x], t.dim(t.rank() - 3 - x), "the mask");
+  const bool masked = mask_mode != "none" && ctx.has_input(4);
+  if (masked) {
+    const Tensor& m = ctx.input(4);
+    if (m.rank() > 4) return false;
+    out_rank = std::max<int64_t>(out_rank, m.rank());
+    for (int64_t x = 0; x < 2 && x < m.rank() - 2; ++x) join(lead[1 - x], m.dim(m.rank() - 3 - x));
   }
+  for (size_t idx : {size_t{3}, size_t{5}, size_t{10}}) {  // scale, fill, K scale: one element
+    const bool used = (idx == 3 && scale_op != "none") || (idx == 5 && mask_mode.rfind("where", 0) == 0) ||
+                      (idx == 10 && scale_op == "mul_qk");
+    if (!used) continue;
+    if (!ctx.has_input(idx)) return false;
+    const Tensor& t = ctx.input(idx);
+    if (t.numel() != 1 || t.rank() > 4 || !scalar_type_supported(t.dtype())) return false;
+    out_rank = std::max<int64_t>(out_rank, t.rank());
+  }
+  if (!joined) return false;
   AttnParams<T> p;
   p.B = lead[0];
   p.Hq = lead[1];
@@ -965,26 +846,40 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   p.D = qv.d;
   p.L = kv.s;
   p.Dv = vv.d;
-  REFORGE_CHECK(kv.d == p.D && vv.s == p.L, where, ": Q ", shape_str(q.shape()), ", K ", shape_str(k.shape()),
-                " and V ", shape_str(v.shape()), " disagree on the head size or the key sequence length");
+  if (kv.d != p.D || vv.s != p.L) return false;
+  size_t smem = 0;
+  if (!fitting_tile(p.D, p.Dv, sizeof(C), smem)) return false;
   if (ctx.has_input(6)) {
-    REFORGE_CHECK(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9), where,
-                  ": k_expand, k_reshape, v_expand and v_reshape must be given together");
-    REFORGE_CHECK(k.rank() == 4 && v.rank() == 4, where, ": repeated K/V must be 4-D, got ", k.describe(), ", ",
-                  v.describe());
+    if (!(ctx.has_input(7) && ctx.has_input(8) && ctx.has_input(9)) || k.rank() != 4 || v.rank() != 4) return false;
     const bool allowzero = ctx.attr_int("kv_allowzero", 0) != 0;
     const int64_t kg = repeat_group(kv, ints_of(ctx.input(6)), ints_of(ctx.input(7)), allowzero);
     const int64_t vg = repeat_group(vv, ints_of(ctx.input(8)), ints_of(ctx.input(9)), allowzero);
-    REFORGE_CHECK(kg != 0 && vg != 0 && kv.h * kg == p.Hq && vv.h * vg == p.Hq, where,
-                  ": the Expand/Reshape of K or V is not a repeat of their heads to Q's ", p.Hq,
-                  " (the only form the CUDA kernel takes)");
+    if (!(kg != 0 && vg != 0 && kv.h * kg == p.Hq && vv.h * vg == p.Hq)) return false;
     p.k_group = kg;
     p.v_group = vg;
   }
+  int64_t mdims[4] = {1, 1, 1, 1};
+  if (masked) {
+    const Tensor& m = ctx.input(4);
+    for (int64_t x = 0; x < m.rank(); ++x) mdims[4 - m.rank() + x] = m.dim(x);
+    // The scores' rows broadcast with the mask's as the unfused Add/Where would: one query row
+    // against a mask of many is that row repeated (Q's row stride 0, below).
+    const int64_t rows = p.Sq == 1 ? mdims[2] : p.Sq;
+    const int64_t target[4] = {p.B, p.Hq, rows, p.L};
+    for (int x = 0; x < 4; ++x)
+      if (!(mdims[x] == 1 || mdims[x] == target[x])) return false;
+    if (mask_mode == "add" ? !is_float(m.dtype()) : m.dtype() != DType::Bool) return false;
+    if (mask_mode != "add" && !ctx.has_input(5)) return false;
+  }
+  // The fast path's form holds: from here on, the kernel runs.
   p.q = q.data<T>();
   p.q_sb = qv.sb;
   p.q_sh = qv.sh;
   p.q_ss = qv.ss;
+  if (masked && p.Sq == 1 && mdims[2] != 1) {
+    p.Sq = mdims[2];
+    p.q_ss = 0;
+  }
   p.k = k.data<T>();
   p.k_sb = kv.sb;
   p.k_sh = kv.sh;
@@ -996,41 +891,27 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   p.v_ss = vv.ss;
   Tensor scale_hold, k_scale_hold, fill_hold;  // host scalars copied to the device, alive until the launch
   if (scale_op != "none") {
-    REFORGE_CHECK(ctx.has_input(3), where, ": scale_op '", scale_op, "' needs the scale input");
     p.scale_op = scale_op == "mul" ? 1 : scale_op == "div" ? 2 : 3;
     p.scale_type = scalar_type(ctx.input(3), where, "scale");
     p.scale_p = device_data(ctx.input(3), scale_hold);
     if (p.scale_op == 3) {
-      REFORGE_CHECK(ctx.has_input(10), where, ": scale_op 'mul_qk' needs the K scale input");
       p.k_scale_type = scalar_type(ctx.input(10), where, "K scale");
       p.k_scale_p = device_data(ctx.input(10), k_scale_hold);
     }
   }
   p.nan_rows_zero = ctx.attr_string("softmax_nan", "keep") == "zero";
   Tensor mask_buf;
-  if (mask_mode != "none") {
-    REFORGE_CHECK(ctx.has_input(4), where, ": mask_mode '", mask_mode, "' needs the mask input");
+  if (masked) {
     const Tensor& m = ctx.input(4);
-    int64_t dims[4] = {1, 1, 1, 1};
-    REFORGE_CHECK(m.rank() <= 4, where, ": mask ", m.describe(), " has more than 4 dimensions");
-    for (int64_t x = 0; x < m.rank(); ++x) dims[4 - m.rank() + x] = m.dim(x);
-    const int64_t target[4] = {p.B, p.Hq, p.Sq, p.L};
-    for (int x = 0; x < 4; ++x)
-      REFORGE_CHECK(dims[x] == 1 || dims[x] == target[x], where, ": mask ", m.describe(), " does not broadcast to [",
-                    p.B, ",", p.Hq, ",", p.Sq, ",", p.L, "]");
-    p.m_sk = dims[3] == 1 ? 0 : 1;
-    p.m_sq = dims[2] == 1 ? 0 : dims[3];
-    p.m_sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
-    p.m_sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
+    p.m_sk = mdims[3] == 1 ? 0 : 1;
+    p.m_sq = mdims[2] == 1 ? 0 : mdims[3];
+    p.m_sh = mdims[1] == 1 ? 0 : mdims[2] * mdims[3];
+    p.m_sb = mdims[0] == 1 ? 0 : mdims[1] * mdims[2] * mdims[3];
     p.m_len = p.L;
     if (mask_mode == "add") {
-      REFORGE_CHECK(is_float(m.dtype()), where, ": an added mask must be a float tensor, got ", m.describe());
       mask_buf = convert_mask<T>(m, false, where);
       p.mask = mask_buf.data<C>();
     } else {
-      REFORGE_CHECK(m.dtype() == DType::Bool, where, ": mask_mode '", mask_mode, "' needs a bool mask, got ",
-                    m.describe());
-      REFORGE_CHECK(ctx.has_input(5), where, ": mask_mode '", mask_mode, "' needs the fill input");
       p.mask_b = m.data<bool>();
       p.fill_when = mask_mode == "where_fill_true";
       p.fill_type = scalar_type(ctx.input(5), where, "fill value");
@@ -1039,7 +920,7 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   }
   p.prec = prec_of(q.dtype());
   p.reference = ops::reference_rounding(ctx.node());
-  REFORGE_CHECK(out_layout == Layout::BHSD || out_rank == 4, where, ": output layout bshd needs a 4-D result");
+  if (out_layout != Layout::BHSD && out_rank != 4) return false;
   Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
   y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));  // ranks 2, 3: the leading 1s go
   Tensor& y = ctx.allocate_output_uninit(0, q.dtype(), y_shape);
@@ -1054,6 +935,7 @@ void run_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     p.y_ss = p.Hq * p.Dv;
   }
   launch_attention<T, false>(p, where);
+  return true;
 }
 
 void fused_attention(ops::KernelContext& ctx) {
@@ -1063,23 +945,23 @@ void fused_attention(ops::KernelContext& ctx) {
   const Tensor& q = ctx.input(0);
   const Tensor& k = ctx.input(1);
   const Tensor& v = ctx.input(2);
-  REFORGE_CHECK(is_float(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype(), where,
-                ": the CUDA kernel takes Q, K and V of one float type, got ", q.describe(), ", ", k.describe(), ", ",
-                v.describe());
-  dispatch_device(
-      q.dtype(), where.c_str(),
-      [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if constexpr (std::is_floating_point_v<compute_t<T>>) run_fused_attention<T>(ctx, where);
-      },
-      true);
+  bool done = false;
+  if (is_float(q.dtype()) && k.dtype() == q.dtype() && v.dtype() == q.dtype())
+    dispatch_device(
+        q.dtype(), where.c_str(),
+        [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if constexpr (std::is_floating_point_v<compute_t<T>>) done = try_fused_attention<T>(ctx, where);
+        },
+        true);
+  if (!done) ctx.set_output(0, ops::attention_unfused(ctx, device_ops(ctx)));
 }
 
 }  // namespace
 
 void register_attention_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "Attention", onnx_attention, ops::attention_check, nullptr, onnx_attention_shapes);
-  add_kernel(r, "reforge", "Attention", fused_attention, ops::fused_attention_check, nullptr, fused_attention_shapes);
+  add_kernel(r, "reforge", "Attention", fused_attention, ops::fused_attention_check);
 }
 
 }  // namespace reforge::cuda

@@ -3,21 +3,12 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_ops.h"
 #include "core/device_zero.h"
 
 namespace reforge::cuda {
 
 namespace {
-
-// Kernel outputs of nodes on the device: stream-ordered device memory.
-class DeviceAllocator : public ops::OutputAllocator {
- public:
-  Tensor allocate(size_t, DType dtype, Shape shape, bool zero) override {
-    Tensor t = device_tensor(dtype, std::move(shape));
-    if (zero && t.nbytes()) REFORGE_CUDA_CHECK(cudaMemsetAsync(t.mutable_raw(), 0, t.nbytes(), stream()));
-    return t;
-  }
-};
 
 Tensor allocate_device(DType dtype, Shape shape) { return device_tensor(dtype, std::move(shape)); }
 
@@ -49,7 +40,6 @@ void flush_caches() {
 }  // namespace
 
 backends::Backend backend() {
-  static DeviceAllocator allocator;
   static const DeviceMemory memory{allocate_device, copy_memory};
   set_device_memory(&memory);
   set_device_zero(zero_memory);
@@ -57,7 +47,7 @@ backends::Backend backend() {
   b.name = "cuda";
   b.memory = Memory::Device;
   b.runs_reference_kernels = false;
-  b.allocator = &allocator;
+  b.allocator = &device_outputs();
   b.unavailable = unavailable_reason;
   b.synchronize = synchronize;
   b.tracer = tracer();

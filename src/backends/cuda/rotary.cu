@@ -9,9 +9,10 @@
 //
 // reforge::Rotary: Y = X * cos + concat(-X[..., hi_start:hi_end], X[..., lo_start:lo_end]) * sin
 // over the last axis, X 4-D in layout bhsd or bshd (1-D to 3-D in bhsd: the leading dimensions
-// are 1), Y [B, H, S, D] (with the rank of X, cos and sin); cos and sin (X's type) broadcast to
-// [B, H, S, D] with last dimension D, and the two slices together span D. Computed in float32
-// (float64 for float64) and rounded once.
+// are 1), Y [B, H, S, D] (with the rank of X, cos and sin); X, cos and sin (X's type) broadcast
+// together over [B, H, S], the tables' last dimension is D or 1, and the two slices together span
+// D. Computed in float32 (float64 for float64) and rounded once. Other inputs run the unfused ops
+// on the device (ops/reforge/unfused.h), as the CPU's kernel runs them on the host.
 #include <algorithm>
 #include <string>
 #include <type_traits>
@@ -19,7 +20,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
-#include "backends/cuda/shape_facts.h"
+#include "backends/cuda/device_ops.h"
 #include "core/error.h"
 
 namespace reforge::cuda {
@@ -164,7 +165,7 @@ void rotary_embedding(ops::KernelContext& ctx) {
 struct FusedRotaryArgs {
   int64_t H = 0, S = 0, D = 0;
   int64_t x_sb = 0, x_sh = 0, x_ss = 0;
-  int64_t c_sb = 0, c_sh = 0, c_ss = 0, s_sb = 0, s_sh = 0, s_ss = 0;
+  int64_t c_sb = 0, c_sh = 0, c_ss = 0, c_sd = 1, s_sb = 0, s_sh = 0, s_ss = 0, s_sd = 1;
   int64_t hi_start = 0, hi_len = 0, lo_start = 0;
 };
 
@@ -175,26 +176,28 @@ __global__ void fused_rotary_kernel(const T* x, const T* cos, const T* sin, T* y
     const int64_t e = i % a.D, r = i / a.D;  // r = (b * H + h) * S + s
     const int64_t s = r % a.S, bh = r / a.S, h = bh % a.H, b = bh / a.H;
     const T* xr = x + b * a.x_sb + h * a.x_sh + s * a.x_ss;
-    const C c = load_c(cos, b * a.c_sb + h * a.c_sh + s * a.c_ss + e);
-    const C sn = load_c(sin, b * a.s_sb + h * a.s_sh + s * a.s_ss + e);
+    const C c = load_c(cos, b * a.c_sb + h * a.c_sh + s * a.c_ss + e * a.c_sd);
+    const C sn = load_c(sin, b * a.s_sb + h * a.s_sh + s * a.s_ss + e * a.s_sd);
     const C rot = e < a.hi_len ? -load_c(xr, a.hi_start + e) : load_c(xr, a.lo_start + e - a.hi_len);
     y[i] = store_c<T>(load_c(xr, e) * c + rot * sn);
   }
 }
 
-// Strides of a table (cos or sin) broadcast to [B, H, S, D] with its last dimension D.
-void table_strides(const Tensor& t, const int64_t (&target)[4], int64_t& sb, int64_t& sh, int64_t& ss,
-                   const std::string& where, const char* what) {
+// A table (cos or sin) as [B, H, S, D]: rank 1 to 4, the missing leading dimensions 1.
+struct Table4 {
   int64_t dims[4] = {1, 1, 1, 1};
-  bool ok = t.rank() >= 1 && t.rank() <= 4;
-  if (ok) {
-    for (int64_t i = 0; i < t.rank(); ++i) dims[4 - t.rank() + i] = t.dim(i);
-    ok = dims[3] == target[3];
-    for (int i = 0; i < 3; ++i) ok = ok && (dims[i] == 1 || dims[i] == target[i]);
-  }
-  REFORGE_CHECK(ok, where, ": ", what, " ", t.describe(), " does not broadcast to [", target[0], ",", target[1], ",",
-                target[2], ",", target[3], "] with last dimension ", target[3],
-                " (the only form the CUDA kernel takes)");
+};
+
+// False unless `t` has 1 to 4 dimensions, the last 1 or D.
+bool table_of(const Tensor& t, int64_t D, Table4& tb) {
+  if (t.rank() < 1 || t.rank() > 4) return false;
+  for (int64_t i = 0; i < t.rank(); ++i) tb.dims[4 - t.rank() + i] = t.dim(i);
+  return tb.dims[3] == D || tb.dims[3] == 1;
+}
+
+// Strides of a [B, H, S, D] operand broadcast to the output (0 where its dimension is 1).
+void broadcast_strides(const int64_t (&dims)[4], int64_t& sb, int64_t& sh, int64_t& ss, int64_t& sd) {
+  sd = dims[3] == 1 ? 0 : 1;
   ss = dims[2] == 1 ? 0 : dims[3];
   sh = dims[1] == 1 ? 0 : dims[2] * dims[3];
   sb = dims[0] == 1 ? 0 : dims[1] * dims[2] * dims[3];
@@ -206,77 +209,24 @@ int64_t clamp_bound(int64_t v, int64_t n) {
   return std::clamp<int64_t>(v, 0, n);
 }
 
-// Build time: the forms fused_rotary refuses, declined from the inferred shapes: X of another
-// rank or type, an axis other than the last, slice bounds not known to split the head size in two
-// spans that together cover it, cos/sin that do not provably broadcast to X (the CPU would
-// broadcast X up to them).
-std::string fused_rotary_shapes(const ir::Node& node, const backends::InputFacts& f) {
-  const bool bshd = node.attr_string("layout", "bhsd") == "bshd";
-  auto xs = shape_of(f, 0);
-  if (!xs) return fact_str(f, 0, "X") + ": its rank is not known at build time";
-  const int64_t r = static_cast<int64_t>(xs->size());
-  if (!is_float(f.type(0)->dtype) || !(r == 4 || (!bshd && r >= 1 && r <= 3)))
-    return fact_str(f, 0, "X") + ": the CUDA kernel takes a float X, 4-D (1-D to 3-D in layout bhsd)";
-  const std::vector<int64_t> axes = node.attr_ints("axes", {-1, -1, -1});
-  if (axes.size() != 3) return "";  // the run fails on every backend
-  for (int64_t ax : axes)
-    if (ax != -1 && ax != r - 1)
-      return str_cat("axes ", ax, " is not the last axis (the only one the CUDA kernel takes)");
-  auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? (*xs)[static_cast<size_t>(i - (4 - r))] : ops::SymDim(1); };
-  const ops::SymDim target[4] = {dim(0), bshd ? dim(2) : dim(1), bshd ? dim(1) : dim(2), dim(3)};
-  const ops::SymDim& D = target[3];
-  int64_t bounds[4];
-  for (size_t i = 0; i < 4; ++i) {
-    const ops::ValueType* t = f.type(3 + i);
-    const ops::SymShape* v = f.dims_value(3 + i);
-    if (!t || !is_integer(t->dtype) || !one_element(f, 3 + i) || !v || v->size() != 1 || !(*v)[0].known())
-      return str_cat("slice bound ", i, " (", fact_str(f, 3 + i, "input " + std::to_string(3 + i)),
-                     ") is not one integer known at build time (the CUDA kernel needs the rotated halves to span "
-                     "the head size)");
-    bounds[i] = (*v)[0].value();
-  }
-  if (!D.known()) return "the head size " + D.str() + " is not known at build time";
-  const int64_t hi_start = clamp_bound(bounds[0], D.value());
-  const int64_t hi_len = std::max<int64_t>(0, clamp_bound(bounds[1], D.value()) - hi_start);
-  const int64_t lo_start = clamp_bound(bounds[2], D.value());
-  const int64_t lo_len = std::max<int64_t>(0, clamp_bound(bounds[3], D.value()) - lo_start);
-  if (hi_len + lo_len != D.value())
-    return str_cat("the rotated halves have ", hi_len, " and ", lo_len, " features, not together the head size ",
-                   D.value(), " (the only form the CUDA kernel takes)");
-  for (size_t i : {size_t{1}, size_t{2}}) {
-    const char* what = i == 1 ? "cos" : "sin";
-    auto ts = shape_of(f, i);
-    if (!ts) return fact_str(f, i, what) + ": its rank is not known at build time";
-    const size_t tr = ts->size();
-    bool ok = tr >= 1 && tr <= 4;
-    for (size_t a = 0; ok && a < 4; ++a) {
-      const ops::SymDim d = a + tr >= 4 ? (*ts)[a + tr - 4] : ops::SymDim(1);
-      ok = same_dim(d, target[a]) || (a < 3 && dim_is(d, 1));
-    }
-    if (!ok)
-      return fact_str(f, i, what) + " does not provably broadcast to [" + target[0].str() + "," + target[1].str() +
-             "," + target[2].str() + "," + target[3].str() + "] with last dimension " + D.str() +
-             " (the only form the CUDA kernel takes)";
-  }
-  return "";
-}
-
-void fused_rotary(ops::KernelContext& ctx) {
-  const std::string where = ctx.node().label();
+// The fast path of reforge::Rotary: false, before any work, when the inputs are not of its form
+// (then the unfused ops run instead, and compute or fail exactly as the graph before the fusion
+// would). Its form: a float X, 4-D (1-D to 3-D in layout bhsd), cos and sin of X's type; the
+// three axes X's last; the slice bounds splitting the head size D in two spans that together
+// cover it; cos and sin of 1 to 4 dimensions, the last 1 or D, broadcasting with X over the
+// others (numpy rules, as the unfused Mul/Add).
+bool try_fused_rotary(ops::KernelContext& ctx, const std::string& where) {
   const Tensor& x = ctx.input(0);
   const Tensor& cos = ctx.input(1);
   const Tensor& sin = ctx.input(2);
   const bool bshd = ctx.attr_string("layout", "bhsd") == "bshd";
   const int64_t r = x.rank();
-  REFORGE_CHECK(is_float(x.dtype()) && (r == 4 || (!bshd && r >= 1 && r <= 3)), where,
-                ": the CUDA kernel takes a float X, 4-D (1-D to 3-D in layout bhsd), got ", x.describe());
-  REFORGE_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), where, ": cos ", cos.describe(), " and sin ",
-                sin.describe(), " must have X's type");
+  if (!is_float(x.dtype()) || !(r == 4 || (!bshd && r >= 1 && r <= 3))) return false;
+  if (cos.dtype() != x.dtype() || sin.dtype() != x.dtype()) return false;
   const std::vector<int64_t> axes = ctx.attr_ints("axes", {-1, -1, -1});
-  REFORGE_CHECK(axes.size() == 3, where, ": axes must have 3 values");
+  if (axes.size() != 3) return false;
   for (int64_t ax : axes)
-    REFORGE_CHECK(ax == -1 || ax == r - 1, where, ": axes ", ax,
-                  " is not the last axis (the only one the CUDA kernel takes)");
+    if (ax != -1 && ax != r - 1) return false;
   FusedRotaryArgs a;
   // X as [B, H, S, D]; lower ranks have the leading dimensions 1.
   auto dim = [&](int64_t i) { return i - (4 - r) >= 0 ? x.dim(i - (4 - r)) : int64_t{1}; };
@@ -287,35 +237,42 @@ void fused_rotary(ops::KernelContext& ctx) {
   int64_t bounds[4];  // hi_start, hi_end, lo_start, lo_end
   for (int i = 0; i < 4; ++i) {
     const Tensor& t = ctx.input(3 + static_cast<size_t>(i));
-    REFORGE_CHECK(t.numel() == 1 && is_integer(t.dtype()), where, ": slice bound ", i, " must be one integer, got ",
-                  t.describe());
+    if (t.numel() != 1 || !is_integer(t.dtype())) return false;
     bounds[i] = (t.on_host() ? t.to_int64_vector() : download(t).to_int64_vector())[0];
   }
   a.hi_start = clamp_bound(bounds[0], a.D);
   a.hi_len = std::max<int64_t>(0, clamp_bound(bounds[1], a.D) - a.hi_start);
   a.lo_start = clamp_bound(bounds[2], a.D);
   const int64_t lo_len = std::max<int64_t>(0, clamp_bound(bounds[3], a.D) - a.lo_start);
-  REFORGE_CHECK(a.hi_len + lo_len == a.D, where, ": the rotated halves have ", a.hi_len, " and ", lo_len,
-                " features, not together the head size ", a.D);
-  const int64_t target[4] = {B, a.H, a.S, a.D};
-  table_strides(cos, target, a.c_sb, a.c_sh, a.c_ss, where, "cos");
-  table_strides(sin, target, a.s_sb, a.s_sh, a.s_ss, where, "sin");
-  if (bshd) {
-    a.x_sb = a.S * a.H * a.D;
-    a.x_ss = a.H * a.D;
-    a.x_sh = a.D;
-  } else {
-    a.x_sb = a.H * a.S * a.D;
-    a.x_sh = a.S * a.D;
-    a.x_ss = a.D;
+  if (a.hi_len + lo_len != a.D) return false;
+  // X, cos and sin broadcast together over [B, H, S].
+  Table4 ct, st;
+  if (!table_of(cos, a.D, ct) || !table_of(sin, a.D, st)) return false;
+  const int64_t x_dims[4] = {B, a.H, a.S, a.D};
+  int64_t out[3] = {B, a.H, a.S};
+  for (int d = 0; d < 3; ++d)
+    for (const int64_t n : {ct.dims[d], st.dims[d]}) {
+      if (!(out[d] == 1 || n == 1 || out[d] == n)) return false;
+      if (n != 1) out[d] = n;
+    }
+  broadcast_strides(ct.dims, a.c_sb, a.c_sh, a.c_ss, a.c_sd);
+  broadcast_strides(st.dims, a.s_sb, a.s_sh, a.s_ss, a.s_sd);
+  int64_t x_sd = 0;  // X's features are contiguous
+  broadcast_strides(x_dims, a.x_sb, a.x_sh, a.x_ss, x_sd);
+  if (bshd) {  // X is [B, S, H, D]
+    a.x_ss = a.S == 1 ? 0 : a.H * a.D;
+    a.x_sh = a.H == 1 ? 0 : a.D;
+    a.x_sb = B == 1 ? 0 : a.S * a.H * a.D;
   }
+  a.H = out[1];
+  a.S = out[2];
   // The output has the rank of the broadcast of X, cos and sin (whose extra dimensions are 1).
   const int64_t out_rank = std::max({r, cos.rank(), sin.rank()});
-  Shape y_shape{B, a.H, a.S, a.D};
+  Shape y_shape{out[0], a.H, a.S, a.D};
   y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), y_shape);
   const int64_t n = y.numel();
-  if (n == 0) return;
+  if (n == 0) return true;
   dispatch_device(
       x.dtype(), where.c_str(),
       [&](auto tag) {
@@ -327,13 +284,19 @@ void fused_rotary(ops::KernelContext& ctx) {
         }
       },
       true);
+  return true;
+}
+
+void fused_rotary(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  if (!try_fused_rotary(ctx, where)) ctx.set_output(0, ops::rotary_unfused(ctx, device_ops(ctx)));
 }
 
 }  // namespace
 
 void register_rotary_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "RotaryEmbedding", rotary_embedding);
-  add_kernel(r, "reforge", "Rotary", fused_rotary, nullptr, nullptr, fused_rotary_shapes);
+  add_kernel(r, "reforge", "Rotary", fused_rotary);
 }
 
 }  // namespace reforge::cuda
