@@ -18,7 +18,9 @@ onnxscript (the device tool's machine has them). For each model and batch:
      baked), and the baked plan with `--no-device-replay` (every kernel launched from the host in
      every run); the three are timed in turn, three times each, and each side's figure is the median of its three
      medians (one process after another on a GPU drifts by a few per cent: timing one plan first
-     and the other second made a 10% difference between two plans with identical kernels);
+     and the other second made a 10% difference between two plans with identical kernels); every
+     `reforge` process of a model shares one timing cache (`--timing-cache`), so the baked and the
+     refittable plan run the convolution algorithms the first process timed, not each its own;
   5. `reforge bench PLAN --device-trace` traces the baked plan with CUPTI: kernel launches per
      run, the share of the run outside the matrix products, each product in the run against the
      same product run alone (with the device's caches flushed before each call, nvbench's
@@ -209,10 +211,11 @@ def main():
                 model.cpu()
                 torch.cuda.empty_cache()
                 plan_path = os.path.join(d, "model.plan")  # built once, run by bench and run
+                cache = os.path.join(d, "timing.cache")  # one timing cache for the model's processes
                 t0 = time.time()
                 run([a.reforge, "build", onnx_path, "-o", plan_path, "--device", "cuda", "--quiet"])
                 row["reforge_build_s"] = round(time.time() - t0, 1)
-                out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", str(a.warmup),
+                out = run([a.reforge, "bench", plan_path, "--device", "cuda", "--timing-cache", cache, "--warmup", str(a.warmup),
                            "--iterations", str(a.iterations)] + inputs)
                 stats = json.loads(out.strip().splitlines()[-1])
                 row["reforge_host_io_ms"] = round(stats["median_ms"], 3)
@@ -226,7 +229,7 @@ def main():
                 medians = {k: [] for k in variants}
                 for _ in range(3):
                     for k, v in variants.items():
-                        out = run([a.reforge, "bench"] + v + ["--device", "cuda", "--device-io", "--warmup",
+                        out = run([a.reforge, "bench"] + v + ["--device", "cuda", "--timing-cache", cache, "--device-io", "--warmup",
                                                               str(a.warmup), "--iterations", str(a.iterations)] + inputs)
                         stats = json.loads(out.strip().splitlines()[-1])
                         medians[k].append(stats["median_ms"])
@@ -241,7 +244,7 @@ def main():
                 row["speedup"] = round(row["torch_ms"] / row["reforge_ms"], 3)
                 row["refit_over_baked"] = round(row["reforge_refit_ms"] / row["reforge_ms"], 3)
                 # The device's own account of a run (CUPTI), and the plan's device memory.
-                p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--device-io", "--warmup",
+                p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--timing-cache", cache, "--device-io", "--warmup",
                                     str(a.warmup), "--iterations", "20", "--device-trace"] + inputs,
                                    capture_output=True, text=True, env=reforge_env())
                 if p.returncode == 0:
@@ -258,12 +261,12 @@ def main():
                 else:
                     row["device_trace_error"] = p.stderr[-500:]
                 if a.profile:
-                    p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--warmup", "3",
+                    p = subprocess.run([a.reforge, "bench", plan_path, "--device", "cuda", "--timing-cache", cache, "--warmup", "3",
                                         "--iterations", "10", "--profile"] + inputs, capture_output=True, text=True,
                                        env=dict(os.environ, LD_LIBRARY_PATH=os.environ.get(
                                            "REFORGE_LD_LIBRARY_PATH", os.environ.get("LD_LIBRARY_PATH", ""))))
                     print(f"== profile of {name} batch {batch}\n{p.stderr[-4000:]}", flush=True)
-                run([a.reforge, "run", plan_path, "--device", "cuda", "-o", os.path.join(d, "out")] + inputs)
+                run([a.reforge, "run", plan_path, "--device", "cuda", "--timing-cache", cache, "-o", os.path.join(d, "out")] + inputs)
                 got = np.load(os.path.join(d, "out", out_names[0] + ".npy"))
                 diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
                 row["max_abs_diff"] = float(diff.max())

@@ -410,5 +410,21 @@ TEST(CliOnnxrt, ComparePassesAndZeroToleranceFails) {
       << plan.output;
 }
 
+// --timing-cache is for a GPU plan: a CPU plan's run or bench is refused, naming the file and
+// writing nothing.
+TEST(CliTimingCache, ACpuPlanKeepsNoTimingCache) {
+  const fs::path cache = scratch_root() / "timing" / "t.cache";
+  fs::create_directories(cache.parent_path());
+  for (const std::string cmd : {"run", "bench"}) {
+    auto r = run_cli(cmd + " " + kGpt2 + " --shape batch=1 --shape seq=2 --timing-cache " + cache.string() +
+                     (cmd == "bench" ? " --iterations 1 --warmup 0" : ""));
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_NE(r.output.find("--timing-cache '" + cache.string() + "': backend 'cpu' keeps no timing cache"),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(fs::exists(cache));
+  }
+}
+
 }  // namespace
 }  // namespace reforge

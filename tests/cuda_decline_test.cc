@@ -153,6 +153,22 @@ void expect_runs_as_on_cpu(const ir::Graph& g, std::map<std::string, Tensor> fee
   }
 }
 
+// `g` fails on the GPU with the CPU's error (the unfused ops' own, naming the node), given `feeds`.
+void expect_fails_as_on_cpu(const ir::Graph& g, const std::map<std::string, Tensor>& feeds, const std::string& part) {
+  const std::string cpu = error_of([&] { test_support::engine_for(g).run(feeds); });
+  EXPECT_NE(cpu.find(part), std::string::npos) << cpu;
+  if (!test_support::no_gpu().empty()) return;
+  const std::string gpu = error_of([&] { test_support::engine_for(g, {}, "cuda").run(feeds); });
+  EXPECT_EQ(gpu, cpu);
+}
+
+std::map<std::string, Tensor> random_feeds(const std::vector<std::pair<std::string, Shape>>& shapes) {
+  std::map<std::string, Tensor> f;
+  uint32_t seed = 11;
+  for (const auto& [name, shape] : shapes) f[name] = test_support::random_of(DType::Float32, shape, seed++);
+  return f;
+}
+
 std::map<std::string, ir::Attribute> attention_attrs(const std::string& scale_op, const std::string& mask_mode) {
   return {{"scale_op", ir::string_attr("scale_op", scale_op)}, {"mask_mode", ir::string_attr("mask_mode", mask_mode)}};
 }
@@ -161,13 +177,15 @@ std::map<std::string, ir::Attribute> attention_attrs(const std::string& scale_op
 
 // Every form below is placed on the GPU and runs there as on the CPU: the fast path where the
 // form is its own, the unfused ops on the device elsewhere.
-TEST(CudaDecline, FusedAttentionOfRankFiveRunsUnfusedOnTheGpu) {
+TEST(CudaDecline, FusedAttentionOfRankFive) {
   REQUIRE_CUDA_BUILD();
   ir::Graph g =
       graph_of("rank5", {make("Y", "Attention", {"Q", "K", "V"}, attention_attrs("none", "none"), "reforge", 1)},
                {data("Q", {2, 1, 2, 3, 8}), data("K", {2, 1, 2, 5, 8}), data("V", {2, 1, 2, 5, 8})}, "Y");
   expect_on_gpu(g, "Attention");
-  expect_runs_as_on_cpu(g);
+  // The unfused form (K's transpose of four axes) refuses rank 5 on both.
+  expect_fails_as_on_cpu(g, random_feeds({{"Q", {2, 1, 2, 3, 8}}, {"K", {2, 1, 2, 5, 8}}, {"V", {2, 1, 2, 5, 8}}}),
+                         "perm [0,1,3,2] has 4 entries for an input of rank 5");
   ir::Graph g4 =
       graph_of("rank4", {make("Y", "Attention", {"Q", "K", "V"}, attention_attrs("none", "none"), "reforge", 1)},
                {data("Q", {2, 2, 3, 8}), data("K", {2, 2, 5, 8}), data("V", {2, 2, 5, 8})}, "Y");
@@ -199,26 +217,25 @@ TEST(CudaDecline, FusedAttentionWithAnExpandThatIsNotAHeadRepeat) {
 TEST(CudaDecline, FusedAttentionWithRepeatShapesUnknownAtBuildTime) {
   REQUIRE_CUDA_BUILD();
   // The repeat's shapes are graph inputs, read on the host at run time.
-  std::vector<In> ins = {data("Q", {1, 4, 3, 8}), data("K", {1, 2, 4, 8}), data("V", {1, 2, 4, 8}),
-                         data("e", {5}, DType::Int64), data("r", {4}, DType::Int64)};
-  ir::Graph g = graph_of("runtime_shapes",
-                         {make("Y", "Attention", {"Q", "K", "V", "", "", "", "e", "r", "e", "r"},
-                               attention_attrs("none", "none"), "reforge", 1)},
-                         ins, "Y");
+  auto g_of = [](const std::string& name, int64_t q_heads) {
+    std::vector<In> ins = {data("Q", {1, q_heads, 3, 8}), data("K", {1, 2, 4, 8}), data("V", {1, 2, 4, 8}),
+                           data("e", {5}, DType::Int64), data("r", {4}, DType::Int64)};
+    return graph_of(name,
+                    {make("Y", "Attention", {"Q", "K", "V", "", "", "", "e", "r", "e", "r"},
+                          attention_attrs("none", "none"), "reforge", 1)},
+                    ins, "Y");
+  };
+  const ir::Graph g = g_of("runtime_shapes", 4);
   expect_on_gpu(g, "Attention");
+  // A head repeat: the fast path.
   expect_runs_as_on_cpu(g, {{"e", i64s({1, 2, 2, 4, 8})}, {"r", i64s({1, 4, 4, 8})}});
-  // A repeat that is not one, and one that fails as the unfused Reshape fails.
-  expect_runs_as_on_cpu(g, {{"e", i64s({1, 2, 1, 4, 8})}, {"r", i64s({1, 2, 4, 8})}, {"Q", test_support::random_of(DType::Float32, {1, 2, 3, 8}, 9)}});
-  if (test_support::no_gpu().empty()) {
-    std::map<std::string, Tensor> bad = {{"Q", test_support::random_of(DType::Float32, {1, 4, 3, 8}, 3)},
-                                         {"K", test_support::random_of(DType::Float32, {1, 2, 4, 8}, 4)},
-                                         {"V", test_support::random_of(DType::Float32, {1, 2, 4, 8}, 5)},
-                                         {"e", i64s({1, 2, 2, 4, 8})},
-                                         {"r", i64s({1, 4, 4, 7})}};
-    const std::string err = error_of([&] { test_support::engine_for(g, {}, "cuda").run(bad); });
-    EXPECT_NE(err.find("Reshape"), std::string::npos) << err;
-    EXPECT_NE(err.find("node 'Y'"), std::string::npos) << err;
-  }
+  // Twice the keys per head, not a repeat of the heads: the unfused ops.
+  expect_runs_as_on_cpu(g_of("runtime_shapes_keys", 2), {{"e", i64s({1, 2, 2, 4, 8})}, {"r", i64s({1, 2, 8, 8})}});
+  // A Reshape the unfused ops refuse: its error, on both.
+  std::map<std::string, Tensor> bad = random_feeds({{"Q", {1, 4, 3, 8}}, {"K", {1, 2, 4, 8}}, {"V", {1, 2, 4, 8}}});
+  bad["e"] = i64s({1, 2, 2, 4, 8});
+  bad["r"] = i64s({1, 4, 4, 7});
+  expect_fails_as_on_cpu(g, bad, "Reshape");
 }
 
 TEST(CudaDecline, FusedAttentionWithAMaskLongerThanTheQueries) {
@@ -258,15 +275,12 @@ TEST(CudaDecline, FusedAttentionWithSymbolicSizes) {
     expect_runs_as_on_cpu(g_of("other_symbol", "rows"),
                           {{"Q", r({2, 4, 1, 16}, 1)}, {"K", r({2, 4, 1, 16}, 2)}, {"V", r({2, 4, 1, 16}, 3)},
                            {"M", r({2, 1, 3, 1}, 4)}});
-    // Rows that do not broadcast: the unfused Add's error, naming the node.
-    const std::string err = error_of([&] {
-      test_support::engine_for(g_of("other_symbol", "rows"), {}, "cuda")
-          .run({{"Q", r({2, 4, 5, 16}, 1)}, {"K", r({2, 4, 5, 16}, 2)}, {"V", r({2, 4, 5, 16}, 3)},
-                {"M", r({2, 1, 3, 5}, 4)}});
-    });
-    EXPECT_NE(err.find("node 'Y'"), std::string::npos) << err;
-    EXPECT_NE(err.find("broadcast"), std::string::npos) << err;
   }
+  // Rows that do not broadcast: the unfused Add's error, on both.
+  expect_fails_as_on_cpu(g_of("other_symbol", "rows"),
+                         random_feeds({{"Q", {2, 4, 5, 16}}, {"K", {2, 4, 5, 16}}, {"V", {2, 4, 5, 16}},
+                                       {"M", {2, 1, 3, 5}}}),
+                         "broadcast");
 }
 
 TEST(CudaDecline, FusedAttentionHeadSizesBeyondSharedMemory) {
@@ -341,13 +355,9 @@ TEST(CudaDecline, FusedRotaryTablesThatBroadcastX) {
   if (test_support::no_gpu().empty()) {
     auto r = [](Shape s, uint32_t seed) { return test_support::random_of(DType::Float32, s, seed); };
     expect_runs_as_on_cpu(other, {{"X", r({2, 2, 5, 8}, 1)}, {"cos", r({1, 1, 5, 8}, 2)}, {"sin", r({1, 1, 5, 8}, 3)}});
-    const std::string err = error_of([&] {
-      test_support::engine_for(other, {}, "cuda")
-          .run({{"X", r({2, 2, 5, 8}, 1)}, {"cos", r({1, 1, 4, 8}, 2)}, {"sin", r({1, 1, 4, 8}, 3)}});
-    });
-    EXPECT_NE(err.find("node 'Y'"), std::string::npos) << err;
-    EXPECT_NE(err.find("broadcast"), std::string::npos) << err;
   }
+  expect_fails_as_on_cpu(other, random_feeds({{"X", {2, 2, 5, 8}}, {"cos", {1, 1, 4, 8}}, {"sin", {1, 1, 4, 8}}}),
+                         "broadcast");
 }
 
 TEST(CudaDecline, FusedRotaryHalvesThatDoNotSpanTheHeadSize) {

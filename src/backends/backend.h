@@ -97,6 +97,14 @@ struct Backend {
   // so that the next kernel reads its operands from memory, as a benchmark of one kernel alone
   // measures it (`reforge bench --device-trace`).
   std::function<void()> flush_caches = nullptr;
+  // Device backends, optional: the choices the backend times at a kernel's first call (the CUDA
+  // backend's cuDNN convolution algorithms, per geometry), as TensorRT's timing cache. save gives
+  // every choice made or loaded in this process, as text; load takes such text (`where` names its
+  // file in errors), after which those geometries take the loaded choice without timing. Two
+  // processes that load one cache run the same algorithms, so their results and speed agree
+  // (`reforge run/bench --timing-cache FILE`).
+  std::function<std::string()> save_timing_cache = nullptr;
+  std::function<void(const std::string& text, const std::string& where)> load_timing_cache = nullptr;
 };
 
 class KernelRegistry {

@@ -13,7 +13,6 @@
 #include <mutex>
 #include <vector>
 
-#include "core/device_zero.h"
 #include "core/dispatch.h"
 #include "core/narrow.h"
 
@@ -289,13 +288,10 @@ const char* memory_name(Memory m) { return m == Memory::Host ? "host" : "device"
 
 namespace {
 std::atomic<const DeviceMemory*> g_device_memory{nullptr};
-std::atomic<DeviceZeroFn> g_device_zero{nullptr};
 }  // namespace
 
 void set_device_memory(const DeviceMemory* ops) { g_device_memory.store(ops); }
 
-void set_device_zero(DeviceZeroFn zero) { g_device_zero.store(zero); }
-DeviceZeroFn device_zero() { return g_device_zero.load(); }
 
 const DeviceMemory& device_memory() {
   const DeviceMemory* d = g_device_memory.load();

@@ -111,12 +111,16 @@ void set_storage_cache_limit(size_t bytes);
 size_t storage_cache_limit();
 size_t storage_cache_held();
 
-// What a device backend provides for device memory: an uninitialized tensor of device memory,
-// and a copy of `bytes` between any two memories that has finished when it returns. Set once by
-// the backend that owns device memory (backends/cuda); null until then.
+// What a device backend provides for device memory: an uninitialized tensor of device memory, a
+// copy of `bytes` between any two memories that has finished when it returns, and a zero fill of
+// `bytes` at device address `dst`, on the device in order with the calling thread's device work
+// and not waited for (whoever hands out device memory that was not just allocated zero-filled,
+// such as the engine's device activation arena, clears it with this, never from the host). Set
+// once by the backend that owns device memory (backends/cuda); null until then.
 struct DeviceMemory {
   Tensor (*allocate)(DType dtype, Shape shape) = nullptr;
   void (*copy)(void* dst, Memory dst_memory, const void* src, Memory src_memory, size_t bytes) = nullptr;
+  void (*zero)(void* dst, size_t bytes) = nullptr;
 };
 void set_device_memory(const DeviceMemory* ops);
 // The device backend's functions; throws when no device backend is present.

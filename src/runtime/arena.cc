@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/device_zero.h"
 
 namespace reforge::runtime::arena {
 
@@ -159,7 +158,7 @@ Buffer::Buffer(size_t bytes, Memory where) : size(bytes), memory(where) {
   if (memory == Memory::Device) {
     // The backend's own allocation, so that its memory figures count the arena; `data` is its
     // first kDeviceAlign-aligned address.
-    REFORGE_CHECK(device_zero(), "the device backend offers no zero fill for a device activation arena");
+    REFORGE_CHECK(device_memory().zero, "the device backend offers no zero fill for a device activation arena");
     const size_t reserve = round_up(std::max<size_t>(bytes, 1), kDeviceAlign) + kDeviceAlign;
     device_ = device_memory().allocate(DType::UInt8, {static_cast<int64_t>(reserve)});
     const auto at = reinterpret_cast<uintptr_t>(device_.mutable_raw());
@@ -192,7 +191,7 @@ Tensor ArenaAllocator::allocate(size_t output_index, DType dtype, Shape shape, b
       ++stats_.arena_allocations;
       char* p = static_cast<char*>(buffer_->data) + plan_.offset[static_cast<size_t>(e)];
       if (buffer_->memory == Memory::Device) {
-        if (zero && bytes) device_zero()(p, bytes);
+        if (zero && bytes) device_memory().zero(p, bytes);
         return Tensor::wrap(dtype, std::move(shape), std::shared_ptr<const void>(buffer_, p), p, Memory::Device);
       }
       if (zero) std::memset(p, 0, bytes);

@@ -31,7 +31,7 @@
 // same inference: a second plan over the device steps' outputs, served from one buffer of device
 // memory per run (DeviceMemory::allocate, so the backend's memory figures count it), with the
 // backend's allocator in place of the heap for what the plan does not serve. Only the memory
-// differs: zero-filled requests are cleared by the backend on the device (core/device_zero.h),
+// differs: zero-filled requests are cleared by the backend on the device (DeviceMemory::zero, core/tensor.h),
 // values found where the plan does not expect them are copied out device to device (Tensor::clone),
 // and slots are 256-byte aligned like the backend's own allocations, so that libraries that choose
 // their algorithm by pointer alignment (cuBLASLt) choose as they would without the arena. Values

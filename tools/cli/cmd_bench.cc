@@ -44,6 +44,7 @@ struct BenchArgs {
   std::vector<std::string> skip_passes;
   bool no_arena = false;
   bool no_verify = false;
+  std::string timing_cache;
   double duration_s = 0;
   std::string profile_json;
   SynthOptions synth;
@@ -309,6 +310,7 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--no-arena", a->no_arena, "allocate intermediates on the heap (for comparison)");
   add_no_verify_option(app, a->no_verify);
   add_device_options(app, a->device);
+  add_timing_cache_option(app, a->timing_cache);
   app.add_flag("--device-io", a->device_io,
                "with a GPU plan: copy the inputs to the GPU once before timing and leave the outputs there, as a "
                "framework's timing of tensors that live on the GPU does (by default each run copies both ways)");
@@ -350,6 +352,7 @@ Runner add_bench(CLI::App& app) {
     if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     runtime::RunOptions run_options;
     const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
+    const TimingCacheFile timing_cache(a->timing_cache, backend_name);
     if (a->device_io) {
       if (backend_name == "cpu")
         fail("--device-io: '", a->model, "' is a plan for the CPU (build it with --device cuda)");
@@ -436,6 +439,7 @@ Runner add_bench(CLI::App& app) {
         std::cerr << "device replay: recording failed, runs were eager (" << r.last_failure << ")\n";
     }
     if (a->device_trace) device_trace(engine, backend_name, inputs, run_options, a->iterations, median, doc, std::cerr);
+    timing_cache.save();
     std::cout << doc.dump() << std::endl;
     return 0;
   };

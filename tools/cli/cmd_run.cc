@@ -33,6 +33,7 @@ struct RunArgs {
   DeviceOptions device;
   bool allow_nonfinite = false;
   bool no_verify = false;
+  std::string timing_cache;
   bool json = false;
   SynthOptions synth;
   bool compare_onnxrt = false;
@@ -83,6 +84,7 @@ Runner add_run(CLI::App& app) {
   add_precision_options(app, a->precision, a->activations, a->block_size);
   add_no_verify_option(app, a->no_verify);
   add_device_options(app, a->device);
+  add_timing_cache_option(app, a->timing_cache);
   return [a]() {
     auto inputs = load_inputs(a->inputs);
     // Output folder first: a run of minutes must not end in "cannot create folder".
@@ -119,6 +121,7 @@ Runner add_run(CLI::App& app) {
     lo.index_bounds = &bounds;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
+    const TimingCacheFile timing_cache(a->timing_cache, engine.plan().build ? engine.plan().build->backend : "cpu");
     std::vector<std::string> output_names;
     for (const auto& o : engine.outputs()) output_names.push_back(o.name);
     // References are read before the run too: a missing file or a wrong name fails now.
@@ -147,6 +150,7 @@ Runner add_run(CLI::App& app) {
       Phase phase("running '" + a->model + "'");
       outs = engine.run(inputs);
     }
+    timing_cache.save();
     if (!a->output_dir.empty()) create_output_folder(a->output_dir, "--output-dir");
     nlohmann::ordered_json doc;
     doc["model"] = a->model;

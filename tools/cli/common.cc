@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <random>
 #include <set>
@@ -14,6 +15,7 @@
 #include "backends/backend.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/placement.h"
+#include "core/atomic_file.h"
 #include "core/dispatch.h"
 #include "core/nearest_names.h"
 #include "core/npy.h"
@@ -49,6 +51,36 @@ void add_device_options(CLI::App& app, DeviceOptions& o) {
   app.add_flag("--allow-cpu-fallback", o.cpu_fallback,
                "with --device cuda: run nodes that have no CUDA kernel on the CPU, with explicit copies (shown by "
                "inspect), instead of failing the build");
+}
+
+void add_timing_cache_option(CLI::App& app, std::string& path) {
+  app.add_option("--timing-cache", path,
+                 "with a GPU plan: read the convolution algorithms chosen for each geometry from this file when it "
+                 "exists, and write back every choice after the runs (as TensorRT's timing cache): processes given "
+                 "one file run the same algorithms");
+}
+
+TimingCacheFile::TimingCacheFile(std::string path, const std::string& backend) : path_(std::move(path)) {
+  if (path_.empty()) return;
+  backend_ = backends::find_backend(backend);
+  if (!backend_ || !backend_->load_timing_cache || !backend_->save_timing_cache)
+    fail("--timing-cache '", path_, "': backend '", backend, "' keeps no timing cache (build the plan with --device cuda)");
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) {
+    if (std::filesystem::exists(path_)) fail("--timing-cache '", path_, "': cannot be read");
+    return;  // written after the runs
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  backend_->load_timing_cache(text.str(), "timing cache '" + path_ + "'");
+}
+
+void TimingCacheFile::save() const {
+  if (path_.empty()) return;
+  const std::string text = backend_->save_timing_cache();
+  AtomicFile f(path_, "timing cache");
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 void require_backend_here(const std::string& backend, const std::string& context) {

@@ -16,7 +16,7 @@
 // three timings each; candidates within 5% of the fastest go by the heuristic's order). The
 // choice may still differ between processes (timing), so float32 results may differ in their
 // last bits between processes, as between two TensorRT builds; within a process every engine
-// takes the same.
+// takes the same, and processes that load one timing cache (cudnn_common.h) take the same.
 #include <algorithm>
 #include <map>
 
@@ -187,7 +187,15 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
                                                       fp64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
     REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    choice = cached_algo(geometry_key(0, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}), [&] {
+    choice = cached_algo(geometry_key(0, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}),
+                         [&](int loaded) {
+      if (loaded >= 0) {  // a timing cache's choice: sized, not timed
+        AlgoChoice c;
+        c.algo = loaded;
+        REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
+        return c;
+      }
       cudnnConvolutionFwdAlgoPerf_t perf[8];
       int found = 0;
       REFORGE_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 8, &found, perf));

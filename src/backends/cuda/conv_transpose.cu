@@ -120,12 +120,16 @@ void conv_transpose_kernel(ops::KernelContext& ctx) {
   REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   cudnnHandle_t h = dnn();
   const AlgoChoice choice =
-      cached_algo(geometry_key(1, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}), [&] {
-        cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-        int found = 0;
-        REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.x, d.conv, d.y, 8, &found, perf));
+      cached_algo(geometry_key(1, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}),
+                  [&](int loaded) {
         AlgoChoice c;
-        c.algo = first_algo(perf, found, half);
+        c.algo = loaded;  // a timing cache's choice, else cuDNN's heuristic first
+        if (c.algo < 0) {
+          cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+          int found = 0;
+          REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w, d.x, d.conv, d.y, 8, &found, perf));
+          c.algo = first_algo(perf, found, half);
+        }
         if (c.algo < 0) fail(where, ": cuDNN has no algorithm for this transposed convolution");
         REFORGE_DNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
             h, d.w, d.x, d.conv, d.y, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), &c.workspace));

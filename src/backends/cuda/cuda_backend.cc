@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/cudnn_common.h"
 #include "backends/cuda/device_ops.h"
-#include "core/device_zero.h"
 
 namespace reforge::cuda {
 
@@ -40,14 +40,15 @@ void flush_caches() {
 }  // namespace
 
 backends::Backend backend() {
-  static const DeviceMemory memory{allocate_device, copy_memory};
+  static const DeviceMemory memory{allocate_device, copy_memory, zero_memory};
   set_device_memory(&memory);
-  set_device_zero(zero_memory);
   backends::Backend b;
   b.name = "cuda";
   b.memory = Memory::Device;
   b.runs_reference_kernels = false;
   b.allocator = &device_outputs();
+  b.save_timing_cache = save_timing_cache;
+  b.load_timing_cache = load_timing_cache;
   b.unavailable = unavailable_reason;
   b.synchronize = synchronize;
   b.tracer = tracer();

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <sstream>
+#include <string>
 
 #include "backends/cuda/cuda_common.h"
 #include "core/error.h"
@@ -84,20 +86,125 @@ std::vector<int> geometry_key(int kind, cudnnDataType_t type, int group,
   return key;
 }
 
-AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice()>& choose) {
-  static std::mutex mutex;
-  static std::map<std::vector<int>, AlgoChoice> memo;
+namespace {
+
+struct Memo {
+  std::mutex mutex;
+  std::map<std::vector<int>, AlgoChoice> chosen;  // key + device
+  std::map<std::vector<int>, int> loaded;         // key + device: from a timing cache
+};
+Memo& memo() {
+  static Memo m;
+  return m;
+}
+
+int current_device() {
   int device = 0;
   REFORGE_CUDA_CHECK(cudaGetDevice(&device));
-  key.push_back(device);
+  return device;
+}
+
+std::string device_name(int device) {
+  cudaDeviceProp prop{};
+  REFORGE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+constexpr const char* kHeader = "reforge timing cache 1";
+
+}  // namespace
+
+AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice(int loaded)>& choose) {
+  key.push_back(current_device());
+  Memo& m = memo();
+  int loaded = -1;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = memo.find(key);
-    if (it != memo.end()) return it->second;
+    std::lock_guard<std::mutex> lock(m.mutex);
+    auto it = m.chosen.find(key);
+    if (it != m.chosen.end()) return it->second;
+    auto l = m.loaded.find(key);
+    if (l != m.loaded.end()) loaded = l->second;
   }
-  const AlgoChoice c = choose();  // outside the lock: a query may take a while
-  std::lock_guard<std::mutex> lock(mutex);
-  return memo.emplace(std::move(key), c).first->second;
+  const AlgoChoice c = choose(loaded);  // outside the lock: a query may take a while
+  std::lock_guard<std::mutex> lock(m.mutex);
+  return m.chosen.emplace(std::move(key), c).first->second;
+}
+
+std::string save_timing_cache() {
+  const int device = current_device();
+  std::ostringstream out;
+  out << kHeader << "\ndevice " << device_name(device) << "\ncudnn " << cudnnGetVersion() << "\n";
+  Memo& m = memo();
+  std::map<std::vector<int>, int> all;
+  {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    for (const auto& [key, algo] : m.loaded)
+      if (key.back() == device) all[key] = algo;
+    for (const auto& [key, c] : m.chosen)
+      if (key.back() == device) all[key] = c.algo;
+  }
+  for (const auto& [key, algo] : all) {
+    for (size_t i = 0; i + 1 < key.size(); ++i) out << (i ? " " : "") << key[i];
+    out << " -> " << algo << "\n";
+  }
+  return out.str();
+}
+
+void load_timing_cache(const std::string& text, const std::string& where) {
+  std::istringstream in(text);
+  std::string line;
+  size_t n = 0;
+  auto bad = [&](const std::string& what) { fail(where, ": line ", n, ": ", what); };
+  std::string device, version;
+  std::vector<std::pair<std::vector<int>, int>> entries;
+  while (std::getline(in, line)) {
+    ++n;
+    if (n == 1) {
+      if (line != kHeader) bad("not a reforge timing cache (the first line must be '" + std::string(kHeader) + "')");
+      continue;
+    }
+    if (n == 2 || n == 3) {
+      const std::string tag = n == 2 ? "device " : "cudnn ";
+      if (line.rfind(tag, 0) != 0) bad("expected '" + tag + "...'");
+      (n == 2 ? device : version) = line.substr(tag.size());
+      continue;
+    }
+    if (line.empty()) continue;
+    const size_t arrow = line.find(" -> ");
+    if (arrow == std::string::npos) bad("expected '<geometry> -> <algorithm>'");
+    std::vector<int> key;
+    std::istringstream ks(line.substr(0, arrow));
+    long long v = 0;
+    while (ks >> v) {
+      if (v < INT32_MIN || v > INT32_MAX) bad("a number beyond 32 bits");
+      key.push_back(static_cast<int>(v));
+    }
+    if (!ks.eof() || key.size() < 3) bad("the geometry is not a list of integers (kind, type, group, dimensions)");
+    std::istringstream as(line.substr(arrow + 4));
+    long long algo = -1;
+    std::string rest;
+    if (!(as >> algo) || (as >> rest)) bad("the algorithm is not one integer");
+    const long long count = key[0] == 0   ? CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                            : key[0] == 1 ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                          : -1;
+    if (count < 0) bad("kind " + std::to_string(key[0]) + " is not a convolution (0) or a transposed one (1)");
+    if (algo < 0 || algo >= count)
+      bad("algorithm " + std::to_string(algo) + " is outside cuDNN's range [0, " + std::to_string(count) + ")");
+    entries.emplace_back(std::move(key), static_cast<int>(algo));
+  }
+  if (n < 3) fail(where, ": not a reforge timing cache (it ends before its device and cuDNN lines)");
+  const int dev = current_device();
+  const std::string here = device_name(dev);
+  if (device != here) fail(where, ": the timing cache was made on ", device, "; this device is ", here);
+  if (version != std::to_string(cudnnGetVersion()))
+    fail(where, ": the timing cache was made with cuDNN ", version, "; this process has cuDNN ", cudnnGetVersion());
+  Memo& m = memo();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (auto& [key, algo] : entries) {
+    key.push_back(dev);
+    m.chosen.erase(key);
+    m.loaded[key] = algo;
+  }
 }
 
 }  // namespace reforge::cuda

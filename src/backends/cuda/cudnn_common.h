@@ -52,8 +52,23 @@ struct AlgoChoice {
 // The choice for the geometry `key` (the call's kind, types and every descriptor dimension; the
 // current device is added here), made by `choose` the first time and remembered for the process.
 // cuDNN's heuristic query costs more than a whole small convolution, and its answer depends on
-// the geometry only, so every later run with the same shapes takes the same algorithm.
-AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice()>& choose);
+// the geometry only, so every later run with the same shapes takes the same algorithm. `choose`
+// gets the algorithm a loaded timing cache names for the geometry (then it only sizes that
+// algorithm's workspace), or -1 (then it chooses).
+AlgoChoice cached_algo(std::vector<int> key, const std::function<AlgoChoice(int loaded)>& choose);
+
+// The timing cache (Backend::save_timing_cache / load_timing_cache), as TensorRT's: every
+// algorithm chosen or loaded on the current device, as text:
+//   reforge timing cache 1
+//   device NVIDIA H100 80GB HBM3
+//   cudnn 91300
+//   <geometry key> -> <algorithm>        (one line per geometry)
+// Loading takes such text (`where` names its file in errors): a line that does not parse, a kind
+// or algorithm out of cuDNN's range, another device's or cuDNN version's cache is an error naming
+// `where`, the line and what is wrong, and loads nothing. Loaded geometries take the named
+// algorithm without timing; an algorithm cuDNN refuses for the geometry fails that call.
+std::string save_timing_cache();
+void load_timing_cache(const std::string& text, const std::string& where);
 
 // The key of a convolution's geometry for cached_algo: the call's kind (forward, backward data),
 // its data type, group count and every descriptor dimension.
