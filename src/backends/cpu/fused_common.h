@@ -20,13 +20,7 @@ namespace reforge::ops::fused {
 // inputs: the fallback for dtypes and shapes the fast paths do not cover.
 inline Tensor run_op(const KernelContext& ctx, const char* op, int opset, std::vector<const Tensor*> ins,
                      std::map<std::string, ir::Attribute> attrs = {}) {
-  ir::Node node;
-  node.name = ctx.node().name;
-  node.op_type = op;
-  node.opset = opset;
-  node.attrs = std::move(attrs);
-  for (size_t i = 0; i < ins.size(); ++i) node.inputs.push_back("in" + std::to_string(i));
-  node.outputs = {"out"};
+  const ir::Node node = unfused_node(ctx.node(), op, opset, ins.size(), std::move(attrs));
   const backends::Resolved kernel = backends::host_kernel(node);
   KernelContext inner(node, std::move(ins), ctx.threads());
   (*kernel.kernel)(inner);

@@ -31,13 +31,7 @@ ops::OutputAllocator& device_outputs() {
 ops::RunOp device_ops(const ops::KernelContext& ctx) {
   ops::RunOp r;
   r.op = [&ctx](const char* op, int opset, std::vector<const Tensor*> ins, std::map<std::string, ir::Attribute> attrs) {
-    ir::Node node;
-    node.name = ctx.node().name;
-    node.op_type = op;
-    node.opset = opset;
-    node.attrs = std::move(attrs);
-    for (size_t i = 0; i < ins.size(); ++i) node.inputs.push_back("in" + std::to_string(i));
-    node.outputs = {"out"};
+    const ir::Node node = ops::unfused_node(ctx.node(), op, opset, ins.size(), std::move(attrs));
     const backends::KernelDef* k = backends::kernels().find("cuda", "", op, opset);
     REFORGE_CHECK(k, ctx.node().label(), ": the CUDA backend has no kernel of ", op, "-", opset,
                   " for the unfused form");

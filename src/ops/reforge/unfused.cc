@@ -4,6 +4,18 @@
 
 namespace reforge::ops {
 
+ir::Node unfused_node(const ir::Node& of, const char* op, int opset, size_t inputs,
+                      std::map<std::string, ir::Attribute> attrs) {
+  ir::Node node;
+  node.name = of.name;
+  node.op_type = op;
+  node.opset = opset;
+  node.attrs = std::move(attrs);
+  for (size_t i = 0; i < inputs; ++i) node.inputs.push_back("in" + std::to_string(i));
+  node.outputs = {"out"};
+  return node;
+}
+
 Tensor attention_unfused(const KernelContext& ctx, const RunOp& runner) {
   const auto& run = runner.op;
   auto perm = [](std::vector<int64_t> p) {

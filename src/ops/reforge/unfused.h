@@ -28,6 +28,11 @@ struct RunOp {
   std::function<Tensor(DType dtype, Shape shape)> zeros;
 };
 
+// The node of one op of the unfused form: named as the fused node `of` (its errors name that
+// node), inputs "in0".., one output "out".
+ir::Node unfused_node(const ir::Node& of, const char* op, int opset, size_t inputs,
+                      std::map<std::string, ir::Attribute> attrs);
+
 // reforge::Attention (backends/cpu/attention.cc) as Transpose, Unsqueeze/Expand/Reshape (the K/V
 // repeat), Mul, MatMul, Div/Mul, Add/Where, Softmax, IsNaN/Where, MatMul, Transpose.
 Tensor attention_unfused(const KernelContext& ctx, const RunOp& run);
