@@ -34,7 +34,8 @@ resnet50 (torchvision ResNet-50, 224x224), float32 at batches 1 and 8; llama1b (
 1.1B model from `transformers`: hidden 2048, 16 layers, 32 query and 8 KV heads, intermediate
 8192, vocabulary 32000), bfloat16 on both sides, one 512-token prompt (logits of every
 position, cast to float32 in the model so that both sides write the same file). Its export is
-over 2 GB, so its weights go to external data.
+over 2 GB, so its weights go to external data. llama1b_dynamic: the same model exported with the
+prompt's length a symbol (torch.export dims), run on the same prompt.
 
     python3 bench/gpu_bench.py --reforge BUILD/reforge [--out DIR] [--models bert,resnet50,llama1b]
 
@@ -119,15 +120,22 @@ def make_llama1b():
     return Wrap(model).eval(), inputs, ["logits"]
 
 
-MODELS = {"bert": make_bert, "resnet50": make_resnet50, "llama1b": make_llama1b}
-DTYPE = {"llama1b": "bfloat16"}
-BATCHES = {"llama1b": [1]}  # one prompt
+MODELS = {"bert": make_bert, "resnet50": make_resnet50, "llama1b": make_llama1b, "llama1b_dynamic": make_llama1b}
+DTYPE = {"llama1b": "bfloat16", "llama1b_dynamic": "bfloat16"}
+BATCHES = {"llama1b": [1], "llama1b_dynamic": [1]}  # one prompt
+# llama1b_dynamic: the same model exported with the prompt's length symbolic (as a server that takes
+# prompts of any length exports it), run on the same 512-token prompt.
+DYNAMIC = {"llama1b_dynamic": {"input_ids": {1: ("seq", 2, 2048)}}}
 
 
-def export(model, feeds, names, path, external):
+def export(model, feeds, names, path, external, dynamic=None):
     args = tuple(feeds.values())
+    shapes = None
+    if dynamic:  # {input: {axis: (name, min, max)}} as torch.export dims, in the inputs' order
+        shapes = tuple({ax: torch.export.Dim(n, min=lo, max=hi) for ax, (n, lo, hi) in dynamic.get(k, {}).items()}
+                       or None for k in feeds)
     torch.onnx.export(model, args, path, dynamo=True, opset_version=18, input_names=list(feeds.keys()),
-                      output_names=names, external_data=external)
+                      output_names=names, external_data=external, dynamic_shapes=shapes)
 
 
 def time_eager(model, feeds, warmup, iterations):
@@ -189,7 +197,7 @@ def main():
             try:
                 onnx_path = os.path.join(d, "model.onnx")
                 t0 = time.time()
-                export(model, feeds, out_names, onnx_path, external=name in DTYPE)
+                export(model, feeds, out_names, onnx_path, external=name in DTYPE, dynamic=DYNAMIC.get(name))
                 row["export_s"] = round(time.time() - t0, 1)
                 # The reference: PyTorch on the GPU (TF32 off), in the model's own dtype.
                 model.cuda()
