@@ -46,7 +46,7 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) return INFINITY;
   double worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
-    double d = std::fabs(double(a.data<float>()[i]) - double(b.data<float>()[i]));
+    double d = std::fabs(a.as_double(i) - b.as_double(i));
     if (!(d <= worst)) worst = d;  // NaN wins
   }
   return worst;
@@ -461,16 +461,18 @@ TEST(FusionAttention, RefitBuildFuses) {
 // Hugging Face models: Q and K^T each multiplied by sqrt(scale), K^T through a Reshape to its own
 // shape, a float mask added, and Where(IsNaN(P), 0, P) after the softmax. Row 0 of the mask is
 // -inf throughout, so that row's softmax is NaN and the guard makes its output zero.
-ir::Graph sdpa_graph(int64_t B, int64_t H, int64_t S, int64_t D, bool scales_as_inits) {
+// `dt`: the model's float type (a 16-bit model's constants are 16-bit too).
+ir::Graph sdpa_graph(int64_t B, int64_t H, int64_t S, int64_t D, bool scales_as_inits, DType dt = DType::Float32) {
   GraphBuilder b;
   auto shaped = [&](const std::string& name) {
-    b.g.inputs.push_back({name, DType::Float32, true, {{B, ""}, {H, ""}, {S, ""}, {D, ""}}});
+    b.g.inputs.push_back({name, dt, true, {{B, ""}, {H, ""}, {S, ""}, {D, ""}}});
   };
   shaped("q");
   shaped("k");
   shaped("v");
   const float root = std::sqrt(1.0f / std::sqrt(static_cast<float>(D)));
-  auto scale = [&] { return scales_as_inits ? b.init(scalar_f(root)) : b.constant(scalar_f(root)); };
+  auto typed = [&](const Tensor& t) { return dt == DType::Float32 ? t : cast_tensor(t, dt); };
+  auto scale = [&] { return scales_as_inits ? b.init(typed(scalar_f(root))) : b.constant(typed(scalar_f(root))); };
   std::string kt = b.op("Transpose", {"k"}, {{"perm", ir::ints_attr("perm", {0, 1, 3, 2})}});
   kt = b.op("Reshape", {kt, b.constant(ints({B, H, D, S}))});
   std::string qs = b.op("Mul", {"q", scale()});
@@ -479,9 +481,9 @@ ir::Graph sdpa_graph(int64_t B, int64_t H, int64_t S, int64_t D, bool scales_as_
   float* m = mask.mutable_data<float>();
   for (int64_t i = 0; i < S; ++i)
     for (int64_t j = 0; j < S; ++j) m[i * S + j] = i == 0 || j > i ? -INFINITY : 0.0f;
-  std::string scores = b.op("Add", {b.op("MatMul", {qs, ks}), b.constant(mask)});
+  std::string scores = b.op("Add", {b.op("MatMul", {qs, ks}), b.constant(typed(mask))});
   std::string p = b.op("Softmax", {scores}, {{"axis", ir::int_attr("axis", -1)}});
-  std::string guarded = b.op("Where", {b.op("IsNaN", {p}), b.constant(scalar_f(0.0f)), p});
+  std::string guarded = b.op("Where", {b.op("IsNaN", {p}), b.constant(typed(scalar_f(0.0f))), p});
   b.output(b.op("MatMul", {guarded, "v"}));
   return b.g;
 }
@@ -504,6 +506,22 @@ TEST(FusionAttention, ScaledDotProductDecompositionFusesWithItsNanGuard) {
     const Tensor y = e.run(feeds)[0];
     for (int64_t bh = 0; bh < B * H; ++bh)
       for (int64_t d = 0; d < D; ++d) EXPECT_EQ(y.data<float>()[bh * S * D + d], 0.0f);
+  }
+}
+
+// The same decomposition in a bfloat16 or float16 model (the dynamo export of a 16-bit Hugging Face
+// model: every constant of the pattern 16-bit): fused too. The CPU's kernel runs a 16-bit
+// attention as the unfused ops, so the fused plan's result is the unfused one bit for bit.
+TEST(FusionAttention, SixteenBitScaledDotProductDecompositionFuses) {
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const int64_t B = 1, H = 2, S = 7, D = 8;
+    std::map<std::string, Tensor> feeds = {{"q", cast_tensor(random_f({B, H, S, D}, 41), dt)},
+                                           {"k", cast_tensor(random_f({B, H, S, D}, 42), dt)},
+                                           {"v", cast_tensor(random_f({B, H, S, D}, 43), dt)}};
+    auto counts = check_fused_vs_unfused(sdpa_graph(B, H, S, D, false, dt), feeds, 0.0);
+    EXPECT_EQ(counts["reforge::Attention"], 1);
+    EXPECT_EQ(counts.size(), 1u);
   }
 }
 
