@@ -510,9 +510,9 @@ TEST(FusionAttention, ScaledDotProductDecompositionFusesWithItsNanGuard) {
 }
 
 // The same decomposition in a bfloat16 or float16 model (the dynamo export of a 16-bit Hugging Face
-// model: every constant of the pattern 16-bit): fused too. The CPU's kernel runs a 16-bit
-// attention as the unfused ops, so the fused plan's result is the unfused one bit for bit.
-TEST(FusionAttention, SixteenBitScaledDotProductDecompositionFuses) {
+// model: every constant of the pattern 16-bit) stays unfused (fuse_attention says why), with the
+// unfused ops' result.
+TEST(FusionAttention, SixteenBitScaledDotProductDecompositionStaysUnfused) {
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     SCOPED_TRACE(dtype_name(dt));
     const int64_t B = 1, H = 2, S = 7, D = 8;
@@ -520,8 +520,8 @@ TEST(FusionAttention, SixteenBitScaledDotProductDecompositionFuses) {
                                            {"k", cast_tensor(random_f({B, H, S, D}, 42), dt)},
                                            {"v", cast_tensor(random_f({B, H, S, D}, 43), dt)}};
     auto counts = check_fused_vs_unfused(sdpa_graph(B, H, S, D, false, dt), feeds, 0.0);
-    EXPECT_EQ(counts["reforge::Attention"], 1);
-    EXPECT_EQ(counts.size(), 1u);
+    EXPECT_EQ(counts["reforge::Attention"], 0);
+    EXPECT_EQ(counts["Softmax"], 1);
   }
 }
 
