@@ -257,7 +257,9 @@ TEST(ArenaEngine, ChainsOfViewsAreFoundInOneRun) {
     EXPECT_EQ(st.copies, run == 0 ? 1u : 0u) << "run " << run;
     EXPECT_EQ(st.arena_allocations, 3u) << "run " << run;  // a, b, c
     // From the second run: a lives over steps 0-5, b over 3-4, c over 4-5: three slots of 128.
-    if (run > 0) EXPECT_EQ(st.planned_bytes, 3u * 128u);
+    if (run > 0) {
+      EXPECT_EQ(st.planned_bytes, 3u * 128u);
+    }
   }
 }
 

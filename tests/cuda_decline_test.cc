@@ -483,7 +483,7 @@ TEST(CudaDecline, BundledLlamaExportsRunEveryNodeOnTheGpu) {
   const std::filesystem::path models = std::filesystem::path(REFORGE_SOURCE_DIR) / "models";
   if (!std::filesystem::exists(models / "llama" / "dynamo" / "A" / "model.onnx"))
     GTEST_SKIP() << "models/llama not present";
-  for (const std::string& m : {"llama/dynamo", "llama/torch113_fold_dynamic", "llama/torch113_fold_static",
+  for (const char* m : {"llama/dynamo", "llama/torch113_fold_dynamic", "llama/torch113_fold_static",
                                "llama/torch113_nofold_dynamic", "llama/torch113_nofold_static", "hf/llama"}) {
     const std::string path = (models / m / "A" / "model.onnx").string();
     if (!std::filesystem::exists(path)) continue;

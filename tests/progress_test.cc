@@ -125,7 +125,9 @@ TEST(BuildProgress, UnpackedBuildReportsNoPackingCount) {
   (void)build::build_plan(synth::synthetic_llama(spec), o);
   for (const auto& e : events) {
     EXPECT_NE(e.step, "verifying recipes");
-    if (e.step == "pass linear-weights-packing") EXPECT_EQ(e.total, 0u) << "nothing to pack, nothing counted";
+    if (e.step == "pass linear-weights-packing") {
+      EXPECT_EQ(e.total, 0u) << "nothing to pack, nothing counted";
+    }
   }
 }
 

@@ -320,8 +320,6 @@ MaskInfo read_mask(const KernelContext& ctx, const Dims& d, DType qtype) {
 void attention_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& q = ctx.input(0);
-  const Tensor& k = ctx.input(1);
-  const Tensor& v = ctx.input(2);
   const Dims d = attention_dims(ctx);
   check_nonpad_kv_seqlen(ctx, d);
 
