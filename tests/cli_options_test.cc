@@ -419,7 +419,7 @@ TEST(CliTimingCache, ACpuPlanKeepsNoTimingCache) {
     auto r = run_cli(cmd + " " + kGpt2 + " --shape batch=1 --shape seq=2 --timing-cache " + cache.string() +
                      (cmd == "bench" ? " --iterations 1 --warmup 0" : ""));
     EXPECT_NE(r.status, 0) << cmd;
-    EXPECT_NE(r.output.find("--timing-cache '" + cache.string() + "': backend 'cpu' keeps no timing cache"),
+    EXPECT_NE(r.output.find("timing cache '" + cache.string() + "': backend 'cpu' keeps no timing cache"),
               std::string::npos)
         << r.output;
     EXPECT_FALSE(fs::exists(cache));

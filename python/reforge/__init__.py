@@ -41,6 +41,8 @@ __all__ = [
     "check",
     "build",
     "load",
+    "load_timing_cache",
+    "save_timing_cache",
     "__version__",
 ]
 
@@ -371,3 +373,20 @@ def load(path: PathLike, *, verify: bool = True, threads: int = 0) -> Plan:
     if not os.path.exists(path):
         raise FileNotFoundError(path)
     return Plan(_reforge.load(path, verify, threads))
+
+
+def load_timing_cache(path: PathLike, *, device: str = "cuda") -> bool:
+    """Reads the choices a GPU backend times at a kernel's first call (cuDNN's convolution
+    algorithms, per geometry) from a timing cache file, as TensorRT's timing cache: plans run
+    afterwards in this process take the loaded choices without timing them, so processes given
+    one file run the same algorithms. Returns False when there is no file yet. Raises
+    :class:`Error` naming the file and the line for a cache that does not parse, names an
+    algorithm out of range, or comes from another device or cuDNN; nothing of it is loaded.
+    ``reforge run/bench --timing-cache FILE`` in the CLI."""
+    return _reforge.load_timing_cache(os.fspath(path), device)
+
+
+def save_timing_cache(path: PathLike, *, device: str = "cuda") -> None:
+    """Writes every choice made or loaded in this process to a timing cache file, atomically
+    (see :func:`load_timing_cache`)."""
+    _reforge.save_timing_cache(os.fspath(path), device)

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "builder/binding.h"
 #include "builder/builder.h"
 #include "builder/onnx_refit.h"
@@ -478,6 +479,14 @@ Plan* load(const std::string& path, bool verify, int threads) {
   return guarded(Kind::Plain, [&] { return new Plan(std::move(p), threads, path, verify); });
 }
 
+bool load_timing_cache(const std::string& path, const std::string& device) {
+  return guarded(Kind::Plain, [&] { return backends::load_timing_cache_file(device, path); });
+}
+
+void save_timing_cache(const std::string& path, const std::string& device) {
+  guarded(Kind::Plain, [&] { backends::save_timing_cache_file(device, path); });
+}
+
 PyObject* new_exception(nb::module_& m, const char* name, PyObject* base, const char* doc) {
   std::string full = std::string("reforge.") + name;
   PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, base, nullptr);
@@ -537,4 +546,6 @@ NB_MODULE(_reforge, m) {
         "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a,
         "progress"_a.none(), nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
+  m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
+  m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);
 }

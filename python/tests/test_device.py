@@ -36,3 +36,17 @@ def test_unknown_device_is_an_error_naming_it():
     with pytest.raises(reforge.Error) as e:
         reforge.build(hf_onnx("gpt2", "A"), device="tpu")
     assert "'tpu'" in str(e.value)
+
+
+def test_timing_cache_refusals_name_the_file_and_line(tmp_path):
+    bad = tmp_path / "t.cache"
+    bad.write_text("reforge timing cache 1\ndevice Some GPU\ncudnn 91300\n0 0 1 4 -> 99\n")
+    with pytest.raises(reforge.Error) as e:
+        reforge.load_timing_cache(bad)
+    if "keeps no timing cache" in str(e.value):
+        pytest.skip("reforge is built without CUDA")
+    assert f"timing cache '{bad}': line 4: algorithm 99 is outside cuDNN's range" in str(e.value)
+    assert reforge.load_timing_cache(tmp_path / "absent.cache") is False
+    with pytest.raises(reforge.Error) as e:
+        reforge.load_timing_cache(bad, device="cpu")
+    assert "backend 'cpu' keeps no timing cache" in str(e.value)

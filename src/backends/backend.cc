@@ -1,12 +1,17 @@
 #include "backends/backend.h"
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <sstream>
 #include <tuple>
 
 #include "backends/cpu/cpu_backend.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
 #ifdef REFORGE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -151,6 +156,37 @@ Resolved host_kernel(const ir::Node& node) {
   const std::string why = resolve(node, kDefaultBackend, &r);
   if (!why.empty()) fail(node.label(), ": ", why);
   return r;
+}
+
+namespace {
+
+const Backend& timing_backend(const std::string& backend, const std::string& path) {
+  const Backend* b = find_backend(backend);
+  if (!b || !b->load_timing_cache || !b->save_timing_cache)
+    fail("timing cache '", path, "': backend '", backend, "' keeps no timing cache (build the plan with --device cuda)");
+  return *b;
+}
+
+}  // namespace
+
+bool load_timing_cache_file(const std::string& backend, const std::string& path) {
+  const Backend& b = timing_backend(backend, path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (std::filesystem::exists(path)) fail("timing cache '", path, "' cannot be read");
+    return false;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  b.load_timing_cache(text.str(), "timing cache '" + path + "'");
+  return true;
+}
+
+void save_timing_cache_file(const std::string& backend, const std::string& path) {
+  const std::string text = timing_backend(backend, path).save_timing_cache();
+  AtomicFile f(path, "timing cache");
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 }  // namespace reforge::backends

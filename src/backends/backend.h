@@ -107,6 +107,14 @@ struct Backend {
   std::function<void(const std::string& text, const std::string& where)> load_timing_cache = nullptr;
 };
 
+// Backend `backend`'s timing cache and a file (`reforge run/bench --timing-cache`, Python's
+// reforge.load_timing_cache / save_timing_cache). Loading reads `path` into the cache and returns
+// true, or returns false when no file is there; saving writes the whole cache to `path`
+// atomically (core/atomic_file.h). Both throw an Error naming the file: it cannot be read or
+// written, its text is refused, or the backend keeps no timing cache (a host backend).
+bool load_timing_cache_file(const std::string& backend, const std::string& path);
+void save_timing_cache_file(const std::string& backend, const std::string& path);
+
 class KernelRegistry {
  public:
   // Adds a kernel of a registered backend; kernels of one (backend, domain, op) must not overlap

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <set>
@@ -15,7 +14,6 @@
 #include "backends/backend.h"
 #include "backends/cpu/dnnl_matmul.h"
 #include "backends/placement.h"
-#include "core/atomic_file.h"
 #include "core/dispatch.h"
 #include "core/nearest_names.h"
 #include "core/npy.h"
@@ -60,27 +58,13 @@ void add_timing_cache_option(CLI::App& app, std::string& path) {
                  "one file run the same algorithms");
 }
 
-TimingCacheFile::TimingCacheFile(std::string path, const std::string& backend) : path_(std::move(path)) {
-  if (path_.empty()) return;
-  backend_ = backends::find_backend(backend);
-  if (!backend_ || !backend_->load_timing_cache || !backend_->save_timing_cache)
-    fail("--timing-cache '", path_, "': backend '", backend, "' keeps no timing cache (build the plan with --device cuda)");
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) {
-    if (std::filesystem::exists(path_)) fail("--timing-cache '", path_, "': cannot be read");
-    return;  // written after the runs
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  backend_->load_timing_cache(text.str(), "timing cache '" + path_ + "'");
+TimingCacheFile::TimingCacheFile(std::string path, const std::string& backend)
+    : path_(std::move(path)), backend_(backend) {
+  if (!path_.empty()) backends::load_timing_cache_file(backend_, path_);
 }
 
 void TimingCacheFile::save() const {
-  if (path_.empty()) return;
-  const std::string text = backend_->save_timing_cache();
-  AtomicFile f(path_, "timing cache");
-  f.write(text.data(), text.size());
-  f.commit();
+  if (!path_.empty()) backends::save_timing_cache_file(backend_, path_);
 }
 
 void require_backend_here(const std::string& backend, const std::string& context) {

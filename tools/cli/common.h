@@ -56,8 +56,7 @@ class TimingCacheFile {
   void save() const;
 
  private:
-  std::string path_;
-  const backends::Backend* backend_ = nullptr;
+  std::string path_, backend_;
 };
 // Throws "the CUDA backend cannot run here: REASON (CONTEXT)" when `backend` is a registered
 // backend that cannot run on this machine (no GPU, no driver); an unknown backend is left to the

@@ -258,11 +258,15 @@ void mod(ops::KernelContext& ctx) {
 struct PReluF {
   template <typename C>
   __device__ C operator()(C x, C slope) const {
-    if (!(x < C(0))) return x;
-    if constexpr (std::is_integral_v<C>)
-      return static_cast<C>(wide_unsigned<C>(x) * wide_unsigned<C>(slope));
-    else
-      return x * slope;
+    if constexpr (std::is_unsigned_v<C>) {
+      return x;  // never below zero
+    } else {
+      if (!(x < C(0))) return x;
+      if constexpr (std::is_integral_v<C>)
+        return static_cast<C>(wide_unsigned<C>(x) * wide_unsigned<C>(slope));
+      else
+        return x * slope;
+    }
   }
 };
 
