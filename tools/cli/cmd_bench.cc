@@ -352,7 +352,7 @@ Runner add_bench(CLI::App& app) {
     if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     runtime::RunOptions run_options;
     const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
-    const TimingCacheFile timing_cache(a->timing_cache, backend_name);
+    if (!a->timing_cache.empty()) backends::load_timing_cache_file(backend_name, a->timing_cache);
     if (a->device_io) {
       if (backend_name == "cpu")
         fail("--device-io: '", a->model, "' is a plan for the CPU (build it with --device cuda)");
@@ -439,7 +439,7 @@ Runner add_bench(CLI::App& app) {
         std::cerr << "device replay: recording failed, runs were eager (" << r.last_failure << ")\n";
     }
     if (a->device_trace) device_trace(engine, backend_name, inputs, run_options, a->iterations, median, doc, std::cerr);
-    timing_cache.save();
+    if (!a->timing_cache.empty()) backends::save_timing_cache_file(backend_name, a->timing_cache);
     std::cout << doc.dump() << std::endl;
     return 0;
   };

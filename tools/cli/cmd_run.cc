@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "backends/backend.h"
 #include "common.h"
 #include "core/nearest_names.h"
 #include "core/npy.h"
@@ -121,7 +122,8 @@ Runner add_run(CLI::App& app) {
     lo.index_bounds = &bounds;
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
-    const TimingCacheFile timing_cache(a->timing_cache, engine.plan().build ? engine.plan().build->backend : "cpu");
+    const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
+    if (!a->timing_cache.empty()) backends::load_timing_cache_file(backend_name, a->timing_cache);
     std::vector<std::string> output_names;
     for (const auto& o : engine.outputs()) output_names.push_back(o.name);
     // References are read before the run too: a missing file or a wrong name fails now.
@@ -150,7 +152,7 @@ Runner add_run(CLI::App& app) {
       Phase phase("running '" + a->model + "'");
       outs = engine.run(inputs);
     }
-    timing_cache.save();
+    if (!a->timing_cache.empty()) backends::save_timing_cache_file(backend_name, a->timing_cache);
     if (!a->output_dir.empty()) create_output_folder(a->output_dir, "--output-dir");
     nlohmann::ordered_json doc;
     doc["model"] = a->model;

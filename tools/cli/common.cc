@@ -58,15 +58,6 @@ void add_timing_cache_option(CLI::App& app, std::string& path) {
                  "one file run the same algorithms");
 }
 
-TimingCacheFile::TimingCacheFile(std::string path, const std::string& backend)
-    : path_(std::move(path)), backend_(backend) {
-  if (!path_.empty()) backends::load_timing_cache_file(backend_, path_);
-}
-
-void TimingCacheFile::save() const {
-  if (!path_.empty()) backends::save_timing_cache_file(backend_, path_);
-}
-
 void require_backend_here(const std::string& backend, const std::string& context) {
   const backends::Backend* b = backends::find_backend(backend);
   if (!b || !b->unavailable) return;

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "backends/backend.h"
 #include "core/tensor.h"
 #include "ir/graph.h"
 #include "plan/plan.h"
@@ -42,22 +41,10 @@ struct DeviceOptions {
 };
 void add_device_options(CLI::App& app, DeviceOptions& o);
 
-// --timing-cache FILE (run, bench): the device backend's timing cache (backends/backend.h), read
-// from FILE when it exists before the first run, so that the convolution algorithms are those it
-// names, and written back whole, atomically, after the last run, with the choices this process
-// made added. Processes given one file run the same algorithms.
+// --timing-cache FILE (run, bench): the device backend's timing cache, read from FILE when it
+// exists before the first run and written back after the last (backends::load_timing_cache_file,
+// save_timing_cache_file). Processes given one file run the same algorithms.
 void add_timing_cache_option(CLI::App& app, std::string& path);
-class TimingCacheFile {
- public:
-  // Loads `path` ("" = no cache) into `backend`'s cache; throws naming the file when it cannot be
-  // read or loaded, or when the backend keeps no timing cache (a CPU plan).
-  TimingCacheFile(std::string path, const std::string& backend);
-  // Writes the backend's cache to the path (nothing for "").
-  void save() const;
-
- private:
-  std::string path_, backend_;
-};
 // Throws "the CUDA backend cannot run here: REASON (CONTEXT)" when `backend` is a registered
 // backend that cannot run on this machine (no GPU, no driver); an unknown backend is left to the
 // builder, which names it.

@@ -98,9 +98,9 @@ __device__ __forceinline__ double load_scalar(const void* p, int type) {
   }
 }
 
-int scalar_type(const Tensor& t, const std::string& where, const char* what) {
-  REFORGE_CHECK(t.numel() == 1, where, ": ", what, " must have one element, got ", t.describe());
-  switch (t.dtype()) {
+// The kernel's code of a scalar of type `t` (load_scalar), or -1 for a type it does not read.
+int scalar_code(DType t) {
+  switch (t) {
     case DType::Float32:
       return kF32;
     case DType::Float64:
@@ -114,8 +114,15 @@ int scalar_type(const Tensor& t, const std::string& where, const char* what) {
     case DType::Int64:
       return kI64;
     default:
-      fail(where, ": ", what, " of type ", dtype_name(t.dtype()), " is not supported on the CUDA backend");
+      return -1;
   }
+}
+
+int scalar_type(const Tensor& t, const std::string& where, const char* what) {
+  REFORGE_CHECK(t.numel() == 1, where, ": ", what, " must have one element, got ", t.describe());
+  const int code = scalar_code(t.dtype());
+  if (code < 0) fail(where, ": ", what, " of type ", dtype_name(t.dtype()), " is not supported on the CUDA backend");
+  return code;
 }
 
 // Everything the fused kernel and the qk kernel read. Strides are in elements; Q, V and Y rows
@@ -776,12 +783,6 @@ int64_t repeat_group(const View4& kv, const std::vector<int64_t>& es, const std:
   return ops::repeat_group(kv.b, kv.h, kv.s, kv.d, es, rs, allowzero);
 }
 
-// A scale or fill value type the kernel reads (load_scalar).
-bool scalar_type_supported(DType t) {
-  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16 ||
-         t == DType::Int32 || t == DType::Int64;
-}
-
 // The fast path of reforge::Attention: false, before any work, when the inputs are not of its
 // form (then the unfused ops run instead, and compute or fail exactly as the graph before the
 // fusion would). Its form: Q, K and V of one float type, 4-D (2-D and 3-D too in layouts
@@ -835,7 +836,7 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     if (!used) continue;
     if (!ctx.has_input(idx)) return false;
     const Tensor& t = ctx.input(idx);
-    if (t.numel() != 1 || t.rank() > 4 || !scalar_type_supported(t.dtype())) return false;
+    if (t.numel() != 1 || t.rank() > 4 || scalar_code(t.dtype()) < 0) return false;
     out_rank = std::max<int64_t>(out_rank, t.rank());
   }
   if (!joined) return false;
@@ -871,6 +872,7 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     if (mask_mode == "add" ? !is_float(m.dtype()) : m.dtype() != DType::Bool) return false;
     if (mask_mode != "add" && !ctx.has_input(5)) return false;
   }
+  if (out_layout != Layout::BHSD && out_rank != 4) return false;
   // The fast path's form holds: from here on, the kernel runs.
   p.q = q.data<T>();
   p.q_sb = qv.sb;
@@ -920,7 +922,6 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   }
   p.prec = prec_of(q.dtype());
   p.reference = ops::reference_rounding(ctx.node());
-  if (out_layout != Layout::BHSD && out_rank != 4) return false;
   Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
   y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));  // ranks 2, 3: the leading 1s go
   Tensor& y = ctx.allocate_output_uninit(0, q.dtype(), y_shape);

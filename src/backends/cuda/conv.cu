@@ -187,21 +187,13 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
                                                       fp64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT));
     REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
     REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
-    choice = cached_algo(geometry_key(0, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}),
-                         [&](int loaded) {
-      if (loaded >= 0) {  // a timing cache's choice: sized, not timed
-        AlgoChoice c;
-        c.algo = loaded;
-        REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
-        return c;
-      }
+    // The choice without a timing cache: cuDNN's heuristic, then its candidates timed.
+    auto timed_choice = [&] {
       cudnnConvolutionFwdAlgoPerf_t perf[8];
       int found = 0;
       REFORGE_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x, d.w, d.conv, d.y, 8, &found, perf));
-      AlgoChoice c;
-      c.algo = first_algo(perf, found, half);
-      if (c.algo < 0) fail(where, ": cuDNN has no algorithm for this convolution");
+      int algo = first_algo(perf, found, half);
+      if (algo < 0) fail(where, ": cuDNN has no algorithm for this convolution");
       // Then each candidate is timed once on this convolution's own operands (into a scratch
       // output, so Z is untouched when the output overwrites it), as TensorRT times tactics: the
       // heuristic's first choice is often not the fastest. Without the memory for the timing
@@ -223,14 +215,20 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
               if (!fresh) it->second = std::min(it->second, timed[i].time);
             }
         }
-        if (const int chosen = stable_choice(perf, found, best_ms); chosen >= 0) c.algo = chosen;
+        if (const int chosen = stable_choice(perf, found, best_ms); chosen >= 0) algo = chosen;
       } catch (const Error&) {
         (void)cudaGetLastError();  // a failed allocation leaves no sticky error; clear it regardless
       }
-      REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-          h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
-      return c;
-    });
+      return algo;
+    };
+    choice = cached_algo(
+        geometry_key(0, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}), [&](int loaded) {
+          AlgoChoice c;
+          c.algo = loaded >= 0 ? loaded : timed_choice();  // a timing cache's choice is sized, not timed
+          REFORGE_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
+              h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
+          return c;
+        });
   }
   Tensor ws = choice.workspace ? device_tensor(DType::UInt8, {static_cast<int64_t>(choice.workspace)}) : Tensor();
   void* ws_ptr = choice.workspace ? ws.mutable_raw() : nullptr;
