@@ -120,7 +120,6 @@ TEST(ArenaPlanner, DeviceLifetimes) {
   EXPECT_EQ(p->slot[3][0], runtime::arena::Plan::kLeaves);
   EXPECT_EQ(p->value.size(), 3u);
   EXPECT_EQ(p->total_bytes, 2 * 1024u);
-
 }
 
 // An engine with every node on the host has no device arena: its stats' device part is zero.

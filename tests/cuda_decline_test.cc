@@ -269,18 +269,20 @@ TEST(CudaDecline, FusedAttentionWithSymbolicSizes) {
   if (test_support::no_gpu().empty()) {
     auto r = [](Shape s, uint32_t seed) { return test_support::random_of(DType::Float32, s, seed); };
     // rows = seq: the fast path; rows 1: the mask repeats; rows 3 against one query: broadcast.
-    expect_runs_as_on_cpu(g_of("other_symbol", "rows"),
-                          {{"Q", r({2, 4, 5, 16}, 1)}, {"K", r({2, 4, 5, 16}, 2)}, {"V", r({2, 4, 5, 16}, 3)},
-                           {"M", r({2, 1, 5, 5}, 4)}});
-    expect_runs_as_on_cpu(g_of("other_symbol", "rows"),
-                          {{"Q", r({2, 4, 1, 16}, 1)}, {"K", r({2, 4, 1, 16}, 2)}, {"V", r({2, 4, 1, 16}, 3)},
-                           {"M", r({2, 1, 3, 1}, 4)}});
+    expect_runs_as_on_cpu(g_of("other_symbol", "rows"), {{"Q", r({2, 4, 5, 16}, 1)},
+                                                         {"K", r({2, 4, 5, 16}, 2)},
+                                                         {"V", r({2, 4, 5, 16}, 3)},
+                                                         {"M", r({2, 1, 5, 5}, 4)}});
+    expect_runs_as_on_cpu(g_of("other_symbol", "rows"), {{"Q", r({2, 4, 1, 16}, 1)},
+                                                         {"K", r({2, 4, 1, 16}, 2)},
+                                                         {"V", r({2, 4, 1, 16}, 3)},
+                                                         {"M", r({2, 1, 3, 1}, 4)}});
   }
   // Rows that do not broadcast: the unfused Add's error, on both.
-  expect_fails_as_on_cpu(g_of("other_symbol", "rows"),
-                         random_feeds({{"Q", {2, 4, 5, 16}}, {"K", {2, 4, 5, 16}}, {"V", {2, 4, 5, 16}},
-                                       {"M", {2, 1, 3, 5}}}),
-                         "broadcast");
+  expect_fails_as_on_cpu(
+      g_of("other_symbol", "rows"),
+      random_feeds({{"Q", {2, 4, 5, 16}}, {"K", {2, 4, 5, 16}}, {"V", {2, 4, 5, 16}}, {"M", {2, 1, 3, 5}}}),
+      "broadcast");
 }
 
 TEST(CudaDecline, FusedAttentionHeadSizesBeyondSharedMemory) {
@@ -442,9 +444,9 @@ size_t count_op(const plan::Plan& p, const std::string& op, const std::string& b
 // the host.
 TEST(CudaDecline, TheBuildFailsNamingTheNodeOrRunsItOnTheHost) {
   REQUIRE_CUDA_BUILD();
-  const ir::Graph g = graph_of("onnx_wide", {make("Y", "Attention", {"Q", "K", "V"}, {}, "", 23)},
-                               {data("Q", {1, 1, 2, 2048}), data("K", {1, 1, 3, 2048}), data("V", {1, 1, 3, 2048})},
-                               "Y");
+  const ir::Graph g =
+      graph_of("onnx_wide", {make("Y", "Attention", {"Q", "K", "V"}, {}, "", 23)},
+               {data("Q", {1, 1, 2, 2048}), data("K", {1, 1, 3, 2048}), data("V", {1, 1, 3, 2048})}, "Y");
   build::BuildOptions o;
   o.backend = "cuda";
   const std::string err = error_of([&] { build::build_plan(g, o); });
@@ -484,7 +486,7 @@ TEST(CudaDecline, BundledLlamaExportsRunEveryNodeOnTheGpu) {
   if (!std::filesystem::exists(models / "llama" / "dynamo" / "A" / "model.onnx"))
     GTEST_SKIP() << "models/llama not present";
   for (const char* m : {"llama/dynamo", "llama/torch113_fold_dynamic", "llama/torch113_fold_static",
-                               "llama/torch113_nofold_dynamic", "llama/torch113_nofold_static", "hf/llama"}) {
+                        "llama/torch113_nofold_dynamic", "llama/torch113_nofold_static", "hf/llama"}) {
     const std::string path = (models / m / "A" / "model.onnx").string();
     if (!std::filesystem::exists(path)) continue;
     build::BuildOptions o;

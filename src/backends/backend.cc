@@ -163,7 +163,8 @@ namespace {
 const Backend& timing_backend(const std::string& backend, const std::string& path) {
   const Backend* b = find_backend(backend);
   if (!b || !b->load_timing_cache || !b->save_timing_cache)
-    fail("timing cache '", path, "': backend '", backend, "' keeps no timing cache (build the plan with --device cuda)");
+    fail("timing cache '", path, "': backend '", backend,
+         "' keeps no timing cache (build the plan with --device cuda)");
   return *b;
 }
 

@@ -292,7 +292,6 @@ std::atomic<const DeviceMemory*> g_device_memory{nullptr};
 
 void set_device_memory(const DeviceMemory* ops) { g_device_memory.store(ops); }
 
-
 const DeviceMemory& device_memory() {
   const DeviceMemory* d = g_device_memory.load();
   REFORGE_CHECK(d != nullptr, "device memory is used, but this build of reforge has no device backend");

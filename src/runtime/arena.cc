@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 
-
 namespace reforge::runtime::arena {
 
 namespace {

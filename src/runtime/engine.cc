@@ -555,8 +555,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   const Impl& m = *impl_;
   check_inputs(m.graph.inputs, inputs);
   // One signature per run, for the arena plans and the recordings.
-  const std::string signature =
-      m.options.arena || m.recorder ? input_signature(m.graph.inputs, inputs) : std::string();
+  const std::string signature = m.options.arena || m.recorder ? input_signature(m.graph.inputs, inputs) : std::string();
   if (!m.recorder) return m.execute(inputs, signature, weights, options, nullptr);
   std::shared_ptr<Impl::Recording> r = m.recording(signature);
   if (!r) return m.execute(inputs, signature, weights, options, nullptr);

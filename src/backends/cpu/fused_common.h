@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "ops/registry.h"
 #include "ops/reforge/unfused.h"
+#include "ops/registry.h"
 
 namespace reforge::ops::fused {
 

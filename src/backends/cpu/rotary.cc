@@ -27,7 +27,6 @@ using fused::big_enough;
 using fused::read_scalar;
 using fused::run_op;
 
-
 struct RotArgs {
   const float* x;
   const float* cos;

@@ -119,9 +119,8 @@ void conv_transpose_kernel(ops::KernelContext& ctx) {
   REFORGE_DNN_CHECK(cudnnSetConvolutionGroupCount(d.conv, narrow(cs.group, where)));
   REFORGE_DNN_CHECK(cudnnSetConvolutionMathType(d.conv, half ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   cudnnHandle_t h = dnn();
-  const AlgoChoice choice =
-      cached_algo(geometry_key(1, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}),
-                  [&](int loaded) {
+  const AlgoChoice choice = cached_algo(
+      geometry_key(1, type, narrow(cs.group, where), {&xd, &wd, &yd, &pad, &stride, &dil}), [&](int loaded) {
         AlgoChoice c;
         c.algo = loaded;  // a timing cache's choice, else cuDNN's heuristic first
         if (c.algo < 0) {

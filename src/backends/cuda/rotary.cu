@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
-#include "backends/cuda/device_types.cuh"
 #include "backends/cuda/device_ops.h"
+#include "backends/cuda/device_types.cuh"
 #include "core/error.h"
 
 namespace reforge::cuda {

@@ -140,8 +140,9 @@ void qdq_weight(KernelContext& ctx) {
       out_s[n * qs.n_blocks + b] = ps[s];
       const auto zpv = static_cast<uint8_t>((zp ? z[static_cast<size_t>(s)] : 0) + f.code_offset);
       quant::put_zero_point(qs, pz, n, b, zpv);
-      quant::put_block(qs, pq, n, b, zpv,
-                       [&](int64_t k) { return static_cast<uint8_t>(c[static_cast<size_t>(at(k, n))] + f.code_offset); });
+      quant::put_block(qs, pq, n, b, zpv, [&](int64_t k) {
+        return static_cast<uint8_t>(c[static_cast<size_t>(at(k, n))] + f.code_offset);
+      });
     }
   }
 }

@@ -29,7 +29,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <cmath>
 #include <cstdint>
 #include <string>

@@ -30,7 +30,7 @@ Tensor attention_unfused(const KernelContext& ctx, const RunOp& runner) {
     Tensor u = run("Unsqueeze", 13, {&x, &axes}, {});
     Tensor e = run("Expand", 13, {&u, &ctx.input(ei)}, {});
     return run("Reshape", 14, {&e, &ctx.input(ri)},
-                  {{"allowzero", ir::int_attr("allowzero", ctx.attr_int("kv_allowzero", 0))}});
+               {{"allowzero", ir::int_attr("allowzero", ctx.attr_int("kv_allowzero", 0))}});
   };
   Tensor q = ql == "bshd" ? run("Transpose", 13, {&ctx.input(0)}, perm({0, 2, 1, 3})) : ctx.input(0);
   Tensor k = repeat(ctx.input(1), 6, 7);
