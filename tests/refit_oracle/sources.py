@@ -1,0 +1,269 @@
+"""Refit sources the oracle makes, each with the weights it describes.
+
+A source spec is a small dict ({"k": kind, ...}) drawn from the seed; `materialize` turns it into
+a file (ONNX, safetensors) or a dict of arrays, plus `described`: the path of an ONNX model holding
+exactly the weights the source describes, made here without the code under test, or None when the
+source describes no complete, valid set of weights (NaN, malformed file, another model's
+checkpoint), in which case the only correct answer is a refusal. The rule per kind:
+
+* ONNX files (A, B, another export of B, B with one initializer changed, deleted, renamed,
+  transposed, retyped, reshaped, made NaN/Inf): the described model is the file itself when it
+  holds only finite values; an invalid one (a deleted initializer) fails the reference build,
+  so only a refusal is correct. NaN/Inf: None.
+* checkpoints: checkpoint A describes A's ONNX, B B's. A tensor changed by a delta (or a square
+  one transposed, or retyped to float16) describes B's ONNX with every initializer that equals
+  the tensor, or its transpose, changed the same way, but only where that is all the tensor
+  derives (its first row appears in no other initializer); otherwise None. A lossless change
+  (float64, flattened) describes B. A deleted or renamed tensor describes B (a refit may succeed
+  only where the tensor was never used). Another family's checkpoint, NaN/Inf, a duplicate key,
+  a truncated file, 8 bytes inserted in the data section: None.
+* dicts by ONNX name: A's float initializer names with B's values where B has the same name and
+  shape: describes A's ONNX with those values. Incremental: A with the given subset replaced.
+* dicts by checkpoint name: as the checkpoint file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from . import onnxproto, safet
+from .catalog import Model
+
+_model_cache: Dict[str, Dict[str, np.ndarray]] = {}
+
+
+def onnx_arrays(path: str) -> Dict[str, np.ndarray]:
+    if path not in _model_cache:
+        _model_cache[path] = onnxproto.Model.load(path).arrays()
+    return _model_cache[path]
+
+
+def float_names(path: str) -> List[str]:
+    """Float initializers with more than one element, by name: what a mutation may pick."""
+    return sorted(n for n, a in onnx_arrays(path).items() if a.dtype == np.float32 and a.size > 1)
+
+
+def ckpt_names(path: str) -> List[str]:
+    return sorted(n for n, a in safet.read(path).items() if a.dtype == np.float32 and a.size > 1)
+
+
+@dataclass
+class Source:
+    kind: str  # "onnx", "safetensors", "dict"
+    path: Optional[str] = None
+    tensors: Optional[Dict[str, np.ndarray]] = None
+    names: str = "onnx"  # dict keys: "onnx" or "checkpoint"
+    incremental: bool = False
+    described: Optional[str] = None  # ONNX of the described weights; None: must be refused
+    note: str = ""
+
+
+def _store(cache: str, tag: str, data: bytes, ext: str) -> str:
+    path = os.path.join(cache, "%s-%s.%s" % (tag, hashlib.blake2b(data, digest_size=8).hexdigest(), ext))
+    if not os.path.exists(path):
+        tmp = path + ".tmp%d" % os.getpid()
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return path
+
+
+def _pick(names: List[str], i: int) -> str:
+    return names[i % len(names)]
+
+
+def _mutated_onnx(base: str, name: str, value: Optional[np.ndarray], cache: str, tag: str, rename: str = "") -> str:
+    m = onnxproto.Model.load(base)
+    if rename:
+        onnxproto.rename(m, name, rename)
+    elif value is None:
+        m.delete(name)
+    else:
+        m.set(name, value)
+    return _store(cache, tag, m.to_bytes(), "onnx")
+
+
+def _finite(a: np.ndarray) -> bool:
+    return bool(np.all(np.isfinite(a))) if a.dtype.kind == "f" else True
+
+
+def _derive(base: Optional[str], old: np.ndarray, new: np.ndarray, cache: str, tag: str) -> Optional[str]:
+    """B's ONNX with every initializer equal to `old` (or its 2-D transpose) replaced by `new` (or
+    its transpose); None when `old` also shows up inside another initializer (a slice, a
+    concatenation) or nowhere: then its effect cannot be derived here."""
+    if base is None or old.ndim == 0:
+        return None
+    arrays = onnx_arrays(base)
+    hits: Dict[str, np.ndarray] = {}
+    row = np.ascontiguousarray(old.reshape(old.shape[0], -1)[0] if old.ndim > 1 else old[: max(2, old.size // 2)])
+    rowt = np.ascontiguousarray(old.T.reshape(old.shape[-1], -1)[0]) if old.ndim == 2 else row
+    for n, a in arrays.items():
+        if a.dtype != old.dtype:
+            continue
+        if a.shape == old.shape and a.tobytes() == old.tobytes():
+            hits[n] = new
+        elif old.ndim == 2 and a.shape == old.T.shape and a.tobytes() == np.ascontiguousarray(old.T).tobytes():
+            hits[n] = np.ascontiguousarray(new.T)
+        elif row.tobytes() in a.tobytes() or rowt.tobytes() in a.tobytes():
+            return None  # part of something bigger
+    if not hits:
+        return None
+    m = onnxproto.Model.load(base)
+    for n, v in hits.items():
+        m.set(n, v.astype(np.float32))
+    return _store(cache, tag, m.to_bytes(), "onnx")
+
+
+def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Model]) -> Source:
+    k = spec["k"]
+    tag = hashlib.blake2b(json.dumps([model.id, spec], sort_keys=True).encode(), digest_size=6).hexdigest()
+    base = model.b or model.a  # the "B" a mutation starts from
+    if k == "A":
+        return Source("onnx", path=model.a, described=model.a)
+    if k == "B":
+        return Source("onnx", path=base, described=base)
+    if k == "other":
+        p = _pick(model.others, spec["i"])
+        return Source("onnx", path=p, described=base if model.b else None, note=os.path.relpath(p))
+    if k.startswith("onnx-"):
+        names = float_names(base)
+        name = _pick(names, spec["t"])
+        a = onnx_arrays(base)[name]
+        if k == "onnx-delta":
+            v = a.copy()
+            v.reshape(-1)[spec.get("e", 0) % v.size] += np.float32(spec["d"])
+            p = _mutated_onnx(base, name, v, cache, tag)
+            return Source("onnx", path=p, described=p, note=name)
+        if k == "onnx-partial":
+            p = _mutated_onnx(base, name, None, cache, tag)
+            return Source("onnx", path=p, described=p, note=name)
+        if k == "onnx-nan":
+            v = a.copy()
+            v.reshape(-1)[spec.get("e", 0) % v.size] = np.float32(spec["v"])
+            return Source("onnx", path=_mutated_onnx(base, name, v, cache, tag), described=None, note=name)
+        if k == "onnx-transpose":
+            v = np.ascontiguousarray(a.reshape(a.shape[0], -1).T) if a.ndim >= 2 else a[::-1].copy()
+            p = _mutated_onnx(base, name, v, cache, tag)
+            return Source("onnx", path=p, described=p, note=name)
+        if k == "onnx-dtype":
+            v = a.astype(spec["dt"])
+            p = _mutated_onnx(base, name, v, cache, tag)
+            return Source("onnx", path=p, described=p, note=name)
+        if k == "onnx-shape":
+            v = a.reshape(-1) if a.ndim != 1 else a.reshape(1, -1)
+            p = _mutated_onnx(base, name, v, cache, tag)
+            return Source("onnx", path=p, described=p, note=name)
+        if k == "onnx-rename":
+            p = _mutated_onnx(base, name, None, cache, tag, rename=name + ".renamed")
+            return Source("onnx", path=p, described=p, note=name)
+        raise ValueError("unknown source kind " + k)
+    if k == "ckpt":
+        w = spec["w"]
+        path = model.ckpt_a if w == "A" else model.ckpt_b
+        return Source("safetensors", path=path, described=model.a if w == "A" else model.b)
+    if k == "ckpt-other":
+        others = sorted(m.ckpt_b for m in all_models.values() if m.family != model.family and m.ckpt_b)
+        p = _pick(sorted(set(others)), spec["i"])
+        return Source("safetensors", path=p, described=None, note=os.path.relpath(p))
+    if k.startswith("ckpt-") or k.startswith("dict-ckpt"):
+        t = safet.read(model.ckpt_b)  # type: ignore[arg-type]
+        entries = list(t.items())
+        names = ckpt_names(model.ckpt_b)  # type: ignore[arg-type]
+        name = _pick(names, spec.get("t", 0))
+        a = t[name]
+        described: Optional[str] = model.b
+        mut = k.split("-", 2)[-1] if k.startswith("dict-ckpt-") else k[5:]
+        if k == "dict-ckpt":
+            mut = "none"
+        raw: Optional[bytes] = None
+        if mut == "none":
+            pass
+        elif mut == "delta":
+            v = a.copy()
+            v.reshape(-1)[spec.get("e", 0) % v.size] += np.float32(spec["d"])
+            t[name] = v
+            described = _derive(model.b, a, v, cache, tag)
+        elif mut == "partial":
+            del t[name]
+        elif mut == "rename":
+            t = {(n + ".renamed" if n == name else n): x for n, x in t.items()}
+        elif mut == "transpose":
+            if a.ndim == 2 and a.shape[0] == a.shape[1]:
+                t[name] = np.ascontiguousarray(a.T)
+                described = _derive(model.b, a, t[name], cache, tag)
+            else:
+                t[name] = np.ascontiguousarray(a.reshape(a.shape[0], -1).T)
+        elif mut == "dtype":
+            t[name] = a.astype(spec["dt"])
+            if spec["dt"] != "float64":
+                described = _derive(model.b, a, t[name].astype(np.float32), cache, tag)
+        elif mut == "shape":
+            t[name] = a.reshape(-1) if a.ndim != 1 else a.reshape(1, -1)
+        elif mut == "nan":
+            v = a.copy()
+            v.reshape(-1)[spec.get("e", 0) % v.size] = np.float32(spec["v"])
+            t[name] = v
+            described = None
+        elif mut == "dupkey":
+            v = a.copy()
+            v.reshape(-1)[0] += np.float32(0.5)
+            entries = [(n, x) for n, x in t.items()] + [(name, v)]
+            raw = safet.encode(entries)
+            described = None
+        elif mut == "truncate":
+            full = safet.encode(list(t.items()))
+            raw = full[: max(9, int(len(full) * spec["f"]))]
+            described = None
+        elif mut == "insert8":
+            full = safet.encode(list(t.items()))
+            import struct
+
+            (hn,) = struct.unpack("<Q", full[:8])
+            at = 8 + hn + int((len(full) - 8 - hn) * spec["f"])
+            raw = full[:at] + b"\x3f\x80\x00\x00\x3f\x80\x00\x00" + full[at:]
+            described = None
+        else:
+            raise ValueError("unknown source kind " + k)
+        if k.startswith("dict-ckpt"):
+            return Source("dict", tensors=t, names="checkpoint", described=described, note=name)
+        if raw is None:
+            raw = safet.encode(list(t.items()))
+        return Source("safetensors", path=_store(cache, tag, raw, "safetensors"), described=described, note=name)
+    if k.startswith("dict-onnx"):
+        a_arr = onnx_arrays(model.a)
+        b_arr = onnx_arrays(base)
+        names = float_names(model.a)
+        vals = {n: (b_arr[n] if n in b_arr and b_arr[n].shape == a_arr[n].shape else a_arr[n]) for n in names}
+        incremental = k == "dict-onnx-incr"
+        if incremental:
+            step = max(1, spec.get("every", 2))
+            vals = {n: v for i, (n, v) in enumerate(sorted(vals.items())) if i % step == 0}
+        mut = spec.get("mut", "none")
+        name = _pick(sorted(vals), spec.get("t", 0))
+        if mut == "dtype":
+            vals[name] = vals[name].astype(spec.get("dt", "float64"))
+        elif mut == "shape":
+            vals[name] = vals[name].reshape(-1) if vals[name].ndim != 1 else vals[name].reshape(1, -1)
+        elif mut == "nan":
+            v = vals[name].copy()
+            v.reshape(-1)[0] = np.float32(spec.get("v", "nan"))
+            vals[name] = v
+        elif mut == "partial":
+            del vals[name]
+        elif mut == "extra":
+            vals[name + ".extra"] = vals[name]
+        m = onnxproto.Model.load(model.a)
+        # A refit that succeeds was given every source, so it holds exactly these values (a
+        # deleted one included: refusing it is the only other correct answer).
+        for n, v in vals.items():
+            if n in a_arr and v.size == a_arr[n].size and _finite(v):
+                m.set(n, v.astype(np.float32).reshape(a_arr[n].shape))
+        described = _store(cache, tag, m.to_bytes(), "onnx") if mut != "nan" else None
+        return Source("dict", tensors=vals, names="onnx", incremental=incremental, described=described, note=name)
+    raise ValueError("unknown source kind " + k)
