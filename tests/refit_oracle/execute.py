@@ -306,6 +306,8 @@ class Runner:
             if s.incremental:
                 kw["incremental"] = True
             weights: Any = s.tensors
+            if s.names == "onnx":
+                weights = self._by_key(plan, weights, complete=not s.incremental)
         else:
             weights = s.path
             if s.kind == "onnx":
@@ -315,6 +317,32 @@ class Runner:
         if self.refit_hook:
             return self.refit_hook(plan, weights, **kw)
         return plan.refit(weights, **kw)
+
+    @staticmethod
+    def _by_key(plan, tensors: Dict[str, np.ndarray], complete: bool) -> Dict[str, np.ndarray]:
+        """An initializer name that several sources share (a merged or tied tensor) is refused by
+        name; each of its uses gets the same value by source key instead, which describes the
+        same weights. An optional bias the exporter left out is zero in the ONNX model, and the
+        canonical form makes it a source (`X.zero_bias`): a complete dict gives it zeros. The keys
+        and shapes come from the plan's own list; the values do not."""
+        uses: Dict[str, List[str]] = {}
+        srcs = plan.inspect().get("sources") or []
+        for src in srcs:
+            for n in src.get("names") or []:
+                uses.setdefault(n, []).append(src["key"])
+        if complete:
+            tensors = dict(tensors)
+            for src in srcs:
+                for n in src.get("names") or []:
+                    if n.endswith(".zero_bias") and n not in tensors and src.get("refittable"):
+                        tensors[n] = np.zeros(src["shape"], dtype=np.float32)
+        out: Dict[str, np.ndarray] = {}
+        for n, v in tensors.items():
+            if len(uses.get(n, [])) > 1:
+                out.update({k: v for k in uses[n]})
+            else:
+                out[n] = v
+        return out
 
     def _refit_py(self, plan_path: str, s, path: dict, m, work: str):
         local = os.path.join(work, "p.plan")

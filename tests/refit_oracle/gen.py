@@ -66,7 +66,7 @@ def _source(r: random.Random, m: Model, bound: bool) -> dict:
 
 def _build(r: random.Random, m: Model) -> dict:
     b: Dict[str, object] = {}
-    b["mode"] = r.choice(["refit", "refit", "refit", "identical", "individual", "individual", "baked"])
+    b["mode"] = r.choice(["refit"] * 6 + ["identical"] * 2 + ["individual"] * 4 + ["baked"])
     if b["mode"] == "individual":
         pat = r.choice(["all", "some", "some", "none"])
         b["pat"] = pat

@@ -238,14 +238,14 @@ def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Mode
     if k.startswith("dict-onnx"):
         a_arr = onnx_arrays(model.a)
         b_arr = onnx_arrays(base)
-        names = float_names(model.a)
+        names = sorted(n for n, a in a_arr.items() if a.dtype == np.float32)  # scalars too: they are sources
         vals = {n: (b_arr[n] if n in b_arr and b_arr[n].shape == a_arr[n].shape else a_arr[n]) for n in names}
         incremental = k == "dict-onnx-incr"
         if incremental:
             step = max(1, spec.get("every", 2))
             vals = {n: v for i, (n, v) in enumerate(sorted(vals.items())) if i % step == 0}
         mut = spec.get("mut", "none")
-        name = _pick(sorted(vals), spec.get("t", 0))
+        name = _pick(sorted(n for n in vals if vals[n].size > 1), spec.get("t", 0))
         if mut == "dtype":
             vals[name] = vals[name].astype(spec.get("dt", "float64"))
         elif mut == "shape":

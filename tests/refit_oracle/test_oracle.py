@@ -1,0 +1,144 @@
+"""The oracle must be able to fail: a refit broken on purpose (values given to the wrong source, a
+tensor skipped, a checkpoint replayed on swapped tensors) is reported as a violation, and the same
+case with the real refit is not."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from refit_oracle import catalog, onnxproto, safet, sources  # noqa: E402
+from refit_oracle.execute import OK, Runner  # noqa: E402
+
+MODEL = "cnn/dynamo"
+
+
+def _swap_same_shaped(tensors):
+    """Two different tensors of one shape trade values: a recipe replayed on the wrong source."""
+    by_shape = {}
+    for n in sorted(tensors):
+        v = np.asarray(tensors[n])
+        by_shape.setdefault((v.dtype.str, v.shape), []).append(n)
+    for names in by_shape.values():
+        for i in range(len(names)):
+            for j in range(i + 1, len(names)):
+                a, b = names[i], names[j]
+                if not np.array_equal(tensors[a], tensors[b]):
+                    out = dict(tensors)
+                    out[a], out[b] = tensors[b], tensors[a]
+                    return out
+    raise AssertionError("no two different tensors of one shape")
+
+
+def swap_dict(plan, weights, **kw):
+    if isinstance(weights, dict):
+        weights = _swap_same_shaped(weights)
+    return plan.refit(weights, **kw)
+
+
+def swap_file(plan, weights, **kw):
+    """Rewrites an ONNX or safetensors source with two same-shaped tensors swapped, then refits."""
+    tmp = tempfile.mkdtemp()
+    if str(weights).endswith(".onnx"):
+        m = onnxproto.Model.load(weights)
+        swapped = _swap_same_shaped({k: v for k, v in m.arrays().items() if v.dtype == np.float32 and v.size > 1})
+        for n, v in swapped.items():
+            m.set(n, v)
+        weights = os.path.join(tmp, "swapped.onnx")
+        m.save(weights)
+    elif str(weights).endswith(".safetensors"):
+        t = safet.read(weights)
+        t.update(_swap_same_shaped({k: v for k, v in t.items() if v.dtype == np.float32}))
+        weights = os.path.join(tmp, "swapped.safetensors")
+        safet.write(weights, t)
+    return plan.refit(weights, **kw)
+
+
+def skip_one(plan, weights, **kw):
+    """Leaves one tensor out but says the refit is incremental: the plan keeps a stale value."""
+    if isinstance(weights, dict):
+        weights = dict(weights)
+        weights.pop(sorted(weights)[0])
+        kw["incremental"] = True
+    return plan.refit(weights, **kw)
+
+
+@pytest.fixture(scope="module")
+def cache():
+    with tempfile.TemporaryDirectory() as d:
+        yield d
+
+
+CASES = [
+    ({"mode": "refit"}, {"k": "B"}, {"via": "py", "mode": "fast"}, swap_file),
+    ({"mode": "refit"}, {"k": "B"}, {"via": "py", "mode": "slow"}, swap_file),
+    ({"mode": "refit", "precision": "int8"}, {"k": "onnx-delta", "t": 3, "d": 0.25, "e": 7}, {"via": "py", "mode": "fast"}, swap_file),
+    ({"mode": "refit"}, {"k": "dict-onnx", "mut": "none"}, {"via": "py"}, swap_dict),
+    ({"mode": "refit"}, {"k": "dict-onnx", "mut": "none"}, {"via": "py"}, skip_one),
+]
+
+
+@pytest.mark.parametrize("build,source,path,broken", CASES)
+def test_a_broken_refit_is_a_violation(cache, build, source, path, broken):
+    case = {"model": MODEL, "build": build, "source": source, "path": path}
+    assert Runner(cache).run_case(case).outcome == OK, "the real refit must pass"
+    r = Runner(cache, refit_hook=broken).run_case(case)
+    assert r.violation, r
+    assert r.outcome in ("VIOLATION:weights-differ", "VIOLATION:outputs-differ"), r
+
+
+def test_a_checkpoint_refit_replayed_on_swapped_tensors_is_a_violation(cache):
+    # the CNN's exporter folded BatchNorm: its checkpoint does not bind; GPT-2's does
+    case = {"model": "hf/gpt2", "build": {"mode": "refit", "ckpt": "A"}, "source": {"k": "ckpt", "w": "B"}, "path": {"via": "py"}}
+    assert Runner(cache).run_case(case).outcome == OK
+    r = Runner(cache, refit_hook=swap_file).run_case(case)
+    assert r.outcome in ("VIOLATION:weights-differ", "VIOLATION:outputs-differ"), r
+
+
+def test_a_refit_that_changes_the_plan_and_then_raises_is_a_violation(cache):
+    import reforge
+
+    def refit_then_fail(plan, weights, **kw):
+        plan.refit(weights, **kw)
+        raise reforge.RefitRefused("refused after the fact")
+
+    case = {"model": MODEL, "build": {"mode": "refit"}, "source": {"k": "B"}, "path": {"via": "py", "mode": "fast"}}
+    r = Runner(cache, refit_hook=refit_then_fail).run_case(case)
+    assert r.outcome == "VIOLATION:changed-on-refusal", r
+
+
+def test_accepting_nan_is_a_violation(cache):
+    def allow(plan, weights, **kw):
+        return plan.refit(weights, allow_nonfinite=True, **kw)
+
+    case = {"model": MODEL, "build": {"mode": "refit"}, "source": {"k": "onnx-nan", "t": 0, "v": "nan", "e": 0}, "path": {"via": "py", "mode": "fast"}}
+    assert Runner(cache).run_case(case).outcome == "refused-correctly"
+    assert Runner(cache, refit_hook=allow).run_case(case).outcome == "VIOLATION:accepted-invalid-source"
+
+
+def test_a_fresh_build_is_its_own_reference(cache):
+    """The reference is independent of the refit: a plan built from B equals itself, and a plan
+    built from A differs from B's (the comparison can tell them apart)."""
+    r = Runner(cache)
+    m = r.models[MODEL]
+    wa = r.reference(m.a, m, {"mode": "refit"})[0]
+    wb = r.reference(m.b, m, {"mode": "refit"})[0]
+    assert wa.keys() == wb.keys() and wa != wb
+    assert r.reference(m.b, m, {"mode": "refit"})[0] == wb
+
+
+def test_sources_describe_what_they_hold(cache):
+    ms = catalog.load()
+    m = ms[MODEL]
+    s = sources.materialize(m, {"k": "onnx-delta", "t": 2, "d": 0.5, "e": 3}, cache, ms)
+    a = onnxproto.Model.load(m.b).arrays()
+    b = onnxproto.Model.load(s.path).arrays()
+    changed = [n for n in a if not np.array_equal(a[n], b[n])]
+    assert len(changed) == 1 and s.described == s.path
+    assert sources.materialize(m, {"k": "ckpt-dupkey", "t": 0}, cache, ms).described is None
