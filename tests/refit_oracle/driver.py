@@ -133,6 +133,8 @@ def _variants(case: dict, models: Dict[str, catalog.Model]) -> List[dict]:
             out.append(c)
 
     b, s, p = case["build"], case["source"], case["path"]
+    if s["k"] != "A":
+        v(x=lambda c: c.update(source={"k": "A"}, path={"via": "py", "mode": "fast"}))
     for key in ("literals", "bind", "strip", "block"):
         if key in b:
             v(x=lambda c, k=key: c["build"].pop(k))
@@ -187,6 +189,8 @@ def shrink(case: dict, outcome: str, cache: str, device: str, models, budget: in
 
 def signature(case: dict, outcome: str) -> str:
     b, s, p = case["build"], case["source"], case["path"]
+    if outcome == "VIOLATION:build-accepted":  # the source and the path play no part
+        return "|".join(str(x) for x in (outcome, b.get("mode"), b.get("ckpt", ""), b.get("pat", "")))
     return "|".join(
         str(x)
         for x in (outcome, s["k"], s.get("mut", ""), b.get("mode"), b.get("ckpt", ""), bool(b.get("strip")), b.get("precision", "fp32"), p.get("via"), p.get("mode", ""), case["model"].split("/")[0])

@@ -140,7 +140,7 @@ def _tensor(buf: bytes) -> Initializer:
 
 
 def _tensor_fields(name: str, arr: np.ndarray) -> List[Field]:
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # (np.ascontiguousarray would make a scalar [1])
     f: List[Field] = [(1, 0, int(d)) for d in arr.shape]
     f.append((2, 0, CODES[arr.dtype]))
     f.append((8, 2, name.encode()))

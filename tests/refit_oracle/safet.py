@@ -46,7 +46,7 @@ def header_and_body(entries: List[Tuple[str, np.ndarray]]) -> Tuple[str, bytes]:
     parts = []
     body = bytearray()
     for name, arr in entries:
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr, order="C")  # keeps a scalar's shape ()
         start = len(body)
         body += arr.tobytes()
         info = {"dtype": _NAME[arr.dtype], "shape": list(arr.shape), "data_offsets": [start, len(body)]}
