@@ -41,6 +41,7 @@
 #include "plan/plan_io.h"
 #include "refit/refit_from.h"
 #include "refit/safetensors.h"
+#include "run_gate.h"
 #include "runtime/engine.h"
 #include "runtime/plan_engine.h"
 
@@ -303,6 +304,7 @@ class Plan {
     std::vector<bool> read_only;
     guarded(Kind::InvalidInput, [&] { runtime::check_inputs(engine_->inputs(), inputs); });
     guarded(Kind::Plain, [&] {
+      RunGate::instance().pass();  // a test hook (run_gate.h); unarmed, one atomic load
       outs = engine_->run(inputs);
       read_only = aliases(outs, inputs);
     });
@@ -548,4 +550,5 @@ NB_MODULE(_reforge, m) {
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
   m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
   m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);
+  RunGate::register_functions(m);  // test hooks (run_gate.h), not API
 }
