@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <filesystem>
 #include <thread>
 #include <vector>
@@ -118,58 +117,71 @@ TEST(RefitConcurrency, TheTwoWeightSetsDiffer) {
 }
 
 // Readers run in a loop while the main thread commits A and B alternately (every fifth commit
-// through the whole Refitter path, replaying recipes): each output is A's or B's, exactly.
+// through the whole Refitter path, replaying recipes): each output is A's or B's, exactly. A run
+// that overlapped no commit sees the last one's set; after each commit the main thread waits
+// (without a time limit or a sleep) for such a run, so that every committed set is run.
 TEST(RefitConcurrency, InferenceDuringRefitSeesOneWholeWeightSet) {
   const Fixture& f = fixture();
   runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, false), one_thread());
   const auto in = llama_inputs();
+  constexpr int kCommits = 200;
+  // Commit k (from 1) takes the engine to B for odd k, A for even k; 0 is the engine as built (A).
+  auto set_after = [](int k) { return k % 2 ? Seen::B : Seen::A; };
+  // Commit k begins with begun = k and ends with done = k: a run that starts at done = k and ends
+  // with begun still k overlapped no commit ("clean"); clean_after is the largest such k.
+  std::atomic<int> begun{0}, done{0}, clean_after{-1};
   std::atomic<bool> stop{false};
-  std::atomic<int> runs{0}, mixes{0}, errors{0}, seen_a{0}, seen_b{0};
+  std::atomic<int> mixes{0}, errors{0}, stale{0}, seen_a{0}, seen_b{0};
   std::vector<std::thread> readers;
   for (int t = 0; t < kReaders; ++t)
     readers.emplace_back([&] {
       while (!stop.load()) {
+        const int lo = done.load();
+        Seen seen = Seen::Mix;
         try {
-          switch (classify(e.run(in)[0])) {
-            case Seen::A:
-              ++seen_a;
-              break;
-            case Seen::B:
-              ++seen_b;
-              break;
-            case Seen::Mix:
-              ++mixes;
-              break;
-          }
+          seen = classify(e.run(in)[0]);
         } catch (const std::exception&) {
           ++errors;
+          continue;
         }
-        ++runs;
+        const bool clean = begun.load() == lo;
+        if (seen == Seen::Mix) ++mixes;
+        if (seen == Seen::A) ++seen_a;
+        if (seen == Seen::B) ++seen_b;
+        if (clean && seen != set_after(lo)) ++stale;
+        if (clean) {
+          int prev = clean_after.load();
+          while (prev < lo && !clean_after.compare_exchange_weak(prev, lo)) {
+          }
+        }
       }
     });
   const auto src_a = build::read_sources_from_onnx(e.plan(), kLlamaA);
   const auto src_b = build::read_sources_from_onnx(e.plan(), kLlamaB);
-  constexpr int kCommits = 200;
-  for (int i = 0; i < kCommits; ++i) {
-    const bool to_b = i % 2 == 0;
-    if (i % 5 == 4) {
+  for (int k = 1; k <= kCommits; ++k) {
+    const bool to_b = set_after(k) == Seen::B;
+    begun = k;
+    if (k % 5 == 0) {
       refit::Refitter r(e);
       for (const auto& [id, t] : to_b ? src_b : src_a) r.set_source(id, t);
       r.commit();
     } else {
       e.commit(to_b ? f.update_b : f.update_a);
     }
-    // Let some runs start on this set (on 2 cores a commit would otherwise outpace them).
-    const int target = runs.load() + 1;
-    while (runs.load() < target) std::this_thread::yield();
+    done = k;
+    // A reader that throws goes on reading, so this wait ends (and the error is counted).
+    while (clean_after.load() < k && errors.load() == 0) std::this_thread::yield();
+    if (errors.load()) break;
   }
   stop = true;
   for (auto& t : readers) t.join();
   EXPECT_EQ(mixes.load(), 0) << "runs that saw parts of two weight sets";
+  EXPECT_EQ(stale.load(), 0) << "runs that overlapped no commit but saw another set than the last one";
   EXPECT_EQ(errors.load(), 0);
-  EXPECT_GT(seen_a.load(), 0);
-  EXPECT_GT(seen_b.load(), 0);
-  // The last commit (i = kCommits - 1, odd) was A.
+  EXPECT_EQ(clean_after.load(), kCommits);
+  EXPECT_GE(seen_a.load(), kCommits / 2);  // a clean run after every commit
+  EXPECT_GE(seen_b.load(), kCommits / 2);
+  // The last commit (k = kCommits, even) was A.
   EXPECT_TRUE(same(snapshot_of(e), f.snap_a));
   EXPECT_TRUE(transforms::bit_equal(e.run(in)[0], f.out_a));
 }
@@ -229,11 +241,11 @@ TEST(RefitConcurrency, StrippedEngineRunsOnlyAfterTheFirstCompleteRefit) {
   runtime::PlanEngine e(llama_plan(plan::BuildMode::Refit, true), one_thread());
   ASSERT_FALSE(e.missing_sources().empty());
   const auto in = llama_inputs();
-  std::atomic<int> refused{0}, bad_errors{0}, mixes{0}, refused_after_success{0}, done{0};
+  std::atomic<int> refused{0}, readers_refused{0}, bad_errors{0}, mixes{0}, refused_after_success{0}, done{0};
   std::vector<std::thread> readers;
   for (int t = 0; t < kReaders; ++t)
     readers.emplace_back([&] {
-      int valid = 0;
+      int valid = 0, mine_refused = 0;
       while (valid < 5) {
         try {
           Tensor out = e.run(in)[0];
@@ -242,19 +254,21 @@ TEST(RefitConcurrency, StrippedEngineRunsOnlyAfterTheFirstCompleteRefit) {
         } catch (const Error& err) {
           if (valid > 0) ++refused_after_success;
           if (std::string(err.what()).find("stripped") == std::string::npos) ++bad_errors;
+          if (mine_refused++ == 0) ++readers_refused;
           ++refused;
         }
       }
       ++done;
     });
   // Let every reader be refused at least once, then commit A while they run.
-  while (refused.load() < kReaders) std::this_thread::yield();
+  while (readers_refused.load() < kReaders) std::this_thread::yield();
   e.commit(f.update_a);
   for (auto& t : readers) t.join();
   EXPECT_EQ(done.load(), kReaders);
   EXPECT_EQ(mixes.load(), 0);
   EXPECT_EQ(bad_errors.load(), 0);
   EXPECT_EQ(refused_after_success.load(), 0);
+  EXPECT_GE(refused.load(), kReaders);
   EXPECT_TRUE(e.missing_sources().empty());
   EXPECT_TRUE(same(snapshot_of(e), f.snap_a));
 }
