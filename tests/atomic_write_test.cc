@@ -1,15 +1,17 @@
 // AtomicFile (core/atomic_file.h): the destination is the old file or the complete new one, an
 // error leaves nothing, and a kill -9 mid-write leaves nothing on the O_TMPFILE path and, on the
 // named path, a temporary that the next write to the same destination removes. The kills are
-// real: a forked child writes through the helper and is sent SIGKILL mid-write.
+// real: a forked child writes through the helper and is sent SIGKILL mid-write, and the CLI is
+// killed by the kernel mid-write. Each kill lands mid-write by construction (the child says so
+// and waits, or the kernel kills at a file-size limit), never by how the processes are scheduled.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,7 +76,7 @@ class AtomicWrite : public ::testing::Test {
   }
 
   // Forks a child that writes `dest` through AtomicFile: one 1 MiB chunk, a byte on the pipe
-  // to say so, then more chunks slowly, forever. Returns once the first chunk is written; the
+  // to say so, then waits, mid-write, forever. Returns once the first chunk is written; the
   // caller kills the child.
   pid_t start_slow_writer(const fs::path& dest) {
     int p[2];
@@ -88,10 +90,7 @@ class AtomicWrite : public ::testing::Test {
         f.write(chunk.data(), chunk.size());
         char c = f.unnamed() ? 'u' : 'n';
         if (::write(p[1], &c, 1) != 1) ::_exit(3);
-        for (;;) {
-          ::usleep(10000);
-          f.write(chunk.data(), chunk.size());
-        }
+        for (;;) ::pause();
       } catch (...) {
         ::_exit(2);
       }
@@ -193,7 +192,6 @@ TEST_F(AtomicWrite, KillDuringWriteOnTheUnnamedPathLeavesNothing) {
     GTEST_SKIP() << "the filesystem of " << dir_ << " has no O_TMPFILE";
   }
   // The child is mid-write: it holds an unnamed file in the folder.
-  ::usleep(30000);
   kill9(pid);
   EXPECT_EQ(slurp(dest), "old contents");
   EXPECT_EQ(listing(dir_), std::set<std::string>{"model.plan"});
@@ -205,7 +203,6 @@ TEST_F(AtomicWrite, KillDuringWriteOnTheNamedPathIsCleanedByTheNextWrite) {
   spit(dest, "old contents");
   pid_t dead = start_slow_writer(dest);
   ASSERT_FALSE(child_unnamed_);
-  ::usleep(30000);
   kill9(dead);
   EXPECT_EQ(slurp(dest), "old contents");
   std::set<std::string> after_kill = listing(dir_);
@@ -246,44 +243,49 @@ TEST_F(AtomicWrite, KillDuringWriteOnTheNamedPathIsCleanedByTheNextWrite) {
   EXPECT_EQ(listing(dir_), expect);
 }
 
-// The CLI: `reforge build MODEL -o OUT` killed with -9 mid-write. The kill is timed by watching
-// the child: its descriptors (an unnamed file in the folder) or the folder (a named temporary).
+// The CLI: `reforge build MODEL -o OUT` killed mid-write. The kernel kills it: the child runs
+// under a file-size limit far below the plan's size, so the write that crosses it raises SIGXFSZ,
+// whose default action ends the process at once, running none of its code (as kill -9 would).
+// Where it dies depends on the plan's bytes, not on how the processes are scheduled.
 class AtomicWriteCli : public AtomicWrite {
  protected:
+  static constexpr rlim_t kFileLimit = 64 << 10;
+
   void SetUp() override {
     AtomicWrite::SetUp();
-    synth::LlamaSpec s;
-    s.hidden = 512;
-    s.ffn = 1408;
-    s.layers = 6;
-    s.vocab = 2048;
     model_ = dir_ / "model.onnx";
-    onnx::write_model_file(synth::synthetic_llama(s), model_.string());
+    onnx::write_model_file(synth::synthetic_llama(synth::LlamaSpec{}), model_.string());
   }
 
-  pid_t start_build(const fs::path& out) {
+  // Runs the build under the file-size limit; expects it to die of SIGXFSZ. Returns its pid.
+  pid_t build_killed_mid_write(const fs::path& out) {
     pid_t pid = ::fork();
     if (pid == 0) {
       int null = ::open("/dev/null", O_WRONLY);
       ::dup2(null, 1);
       ::dup2(null, 2);
+      const rlimit fsize{kFileLimit, kFileLimit};
+      const rlimit core{1, 1};  // 1: no core file, and no core piped to a handler either
+      if (::setrlimit(RLIMIT_FSIZE, &fsize) != 0 || ::setrlimit(RLIMIT_CORE, &core) != 0) ::_exit(126);
+      ::signal(SIGXFSZ, SIG_DFL);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::execl(REFORGE_CLI_PATH, "reforge", "build", model_.c_str(), "-o", out.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
+    int st = 0;
+    EXPECT_EQ(::waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGXFSZ)
+        << "the build was not killed mid-write (status " << st << "): its plan fits in " << kFileLimit << " bytes?";
     return pid;
   }
 
-  // Polls until `seen` holds (then returns true, the child still running) or the child exits.
-  template <typename Pred>
-  static bool wait_for(pid_t pid, Pred seen) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (seen()) return true;
-      int st = 0;
-      if (::waitpid(pid, &st, WNOHANG) == pid) return false;
-      ::usleep(200);
-    }
-    return false;
+  // The plan a build that is not killed writes: larger than the limit, so the kill was mid-write.
+  void expect_complete_build(const fs::path& out) {
+    auto r = test_support::run_cli("build " + model_.string() + " -o " + out.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_GT(fs::file_size(out), 4 * kFileLimit);
   }
 
   fs::path model_;
@@ -292,45 +294,26 @@ class AtomicWriteCli : public AtomicWrite {
 TEST_F(AtomicWriteCli, KilledBuildLeavesNoTemporary) {
   fs::path out = dir_ / "out.plan";
   const std::set<std::string> before = listing(dir_);
-  pid_t pid = start_build(out);
-  // An O_TMPFILE file shows in /proc/PID/fd as "DIR/#INODE (deleted)".
-  const std::string unnamed_prefix = dir_.string() + "/#";
-  const std::string named_prefix = "out.plan.tmp.";
-  bool caught = wait_for(pid, [&] {
-    // A named temporary counts too: the helper must not fall back where O_TMPFILE works.
-    for (const auto& n : listing(dir_))
-      if (n.rfind(named_prefix, 0) == 0) return true;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-      std::string target = fs::read_symlink(e.path(), ec).string();
-      if (!ec && target.rfind(unnamed_prefix, 0) == 0) return true;
-    }
-    return false;
-  });
-  if (!caught) GTEST_SKIP() << "the build finished (or failed) before it could be killed mid-write";
-  kill9(pid);
+  build_killed_mid_write(out);
+  // A named temporary left behind fails this too: the helper must not fall back where O_TMPFILE
+  // works.
   EXPECT_EQ(listing(dir_), before) << "a killed build left a file behind";
+  expect_complete_build(out);
 }
 
 TEST_F(AtomicWriteCli, KilledBuildOnTheNamedPathIsCleanedByTheNextBuild) {
   NamedTemporaries env(true);
   fs::path out = dir_ / "out.plan";
-  pid_t pid = start_build(out);
+  pid_t pid = build_killed_mid_write(out);
   const std::string prefix = "out.plan.tmp." + std::to_string(pid) + ".";
-  bool caught = wait_for(pid, [&] {
-    for (const auto& n : listing(dir_))
-      if (n.rfind(prefix, 0) == 0) return true;
-    return false;
-  });
-  if (!caught) GTEST_SKIP() << "the build finished (or failed) before it could be killed mid-write";
-  kill9(pid);
-  bool left = false;
-  for (const auto& n : listing(dir_)) left |= n.rfind(prefix, 0) == 0;
-  EXPECT_TRUE(left);
+  std::vector<std::string> left;
+  for (const auto& n : listing(dir_))
+    if (n.rfind(prefix, 0) == 0) left.push_back(n);
+  ASSERT_EQ(left.size(), 1u) << "a build killed on the named path leaves its temporary";
+  EXPECT_EQ(fs::file_size(dir_ / left[0]), kFileLimit) << "written up to the limit";
   EXPECT_FALSE(fs::exists(out));
 
-  auto r = test_support::run_cli("build " + model_.string() + " -o " + out.string());
-  ASSERT_EQ(r.status, 0) << r.output;
+  expect_complete_build(out);
   EXPECT_EQ(listing(dir_), (std::set<std::string>{"model.onnx", "out.plan"}));
 }
 
