@@ -2,6 +2,7 @@
 // counts of the counted ones (weight packing, recipe verification, hashing, recipe replay) against
 // sizes derived by hand from the model.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <set>
@@ -184,7 +185,9 @@ TEST(WriteProgress, WritingCountsTheFilesBytesAndAStopLeavesNoFile) {
   synth::LlamaSpec spec;
   spec.share_norms = false;
   const plan::Plan p = build::build_plan(synth::synthetic_llama(spec), packed_refit());
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "reforge_write_progress";
+  // Named by the process, so that test runs at the same time (another build tree's) never share it.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("reforge_write_progress_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "model.plan").string();
