@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 #ifdef REFORGE_HAVE_CUDA
 #include "backends/cuda/cuda_backend.h"
 #endif
@@ -172,14 +173,10 @@ const Backend& timing_backend(const std::string& backend, const std::string& pat
 
 bool load_timing_cache_file(const std::string& backend, const std::string& path) {
   const Backend& b = timing_backend(backend, path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (std::filesystem::exists(path)) fail("timing cache '", path, "' cannot be read");
-    return false;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  b.load_timing_cache(text.str(), "timing cache '" + path + "'");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  // A regular file of bounded size (a FIFO or device is refused, not read).
+  b.load_timing_cache(read_regular_file(path, size_t(64) << 20, "timing cache"), "timing cache '" + path + "'");
   return true;
 }
 

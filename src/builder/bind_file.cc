@@ -1,27 +1,33 @@
 // The --bind-file reader (build/binding.h). Its own file so that the bind-file fuzz target links
 // it without the builder.
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "builder/binding.h"
 #include "core/error.h"
+#include "core/regular_file.h"
+#include "core/strict_json.h"
 
 namespace reforge::build {
 
+namespace {
+// A bind file names initializers; even a model of 100,000 of them needs a few MiB.
+constexpr size_t kMaxBindFileBytes = size_t(64) << 20;
+}  // namespace
+
 BindFile read_bind_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open bind file '", path, "'");
-  std::string text((std::istreambuf_iterator<char>(f)), {});
-  return parse_bind_file(text, "bind file '" + path + "'");
+  // A regular file of bounded size: /dev/zero or a FIFO is refused before a byte is read.
+  return parse_bind_file(read_regular_file(path, kMaxBindFileBytes, "bind file"), "bind file '" + path + "'");
 }
 
 BindFile parse_bind_file(const std::string& text, const std::string& what) {
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  std::string duplicate;
+  nlohmann::json j = parse_json_unique_keys(text.data(), text.data() + text.size(), duplicate);
   const char* form =
       " is not a JSON object {\"ONNX_NAME\": \"CHECKPOINT_NAME\", ..., \"literals\": [\"ONNX_NAME\", ...]}";
   if (j.is_discarded() || !j.is_object()) fail(what, form);
+  // nlohmann::json would keep the last of two binds of one name, silently.
+  if (!duplicate.empty()) fail(what, " names ", duplicate, " twice");
   BindFile out;
   for (const auto& [k, v] : j.items()) {
     if (k == "literals") {

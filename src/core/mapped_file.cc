@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/file_pages.h"
+#include "core/regular_file.h"
 
 namespace reforge {
 
@@ -43,34 +44,18 @@ bool release_file_pages(const void* p, size_t n) {
   return std::prev(it)->second->release_pages(p, n);
 }
 
-std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail("cannot stat '", path, "': ", std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("'", path, "' is not a regular file");
-  }
+std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path, const std::string& what) {
+  RegularFile f = RegularFile::open(path, what);
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->path_ = path;
-  m->size_ = static_cast<size_t>(st.st_size);
+  m->size_ = static_cast<size_t>(f.size());
   if (m->size_ > 0) {
-    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
-      fail("cannot map '", path, "': ", std::strerror(e));
-    }
+    void* p = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, f.fd(), 0);
+    if (p == MAP_FAILED) fail("cannot map ", f.subject(), ": ", std::strerror(errno));
     m->data_ = static_cast<const unsigned char*>(p);
     std::lock_guard<std::mutex> lock(mappings().mutex);
     mappings().by_start[m->data_] = m.get();
   }
-  ::close(fd);
   return m;
 }
 

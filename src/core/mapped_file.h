@@ -10,8 +10,10 @@ namespace reforge {
 
 class MappedFile {
  public:
-  // Maps the whole file; throws an Error naming the path if it cannot be opened or mapped.
-  static std::shared_ptr<const MappedFile> open(const std::string& path);
+  // Maps the whole file; throws an Error naming the path (after `what`, e.g. "checkpoint", when
+  // given) if it cannot be opened or mapped, or is not a regular file (RegularFile::open: a FIFO
+  // or device is refused without blocking).
+  static std::shared_ptr<const MappedFile> open(const std::string& path, const std::string& what = "");
   ~MappedFile();
   const unsigned char* data() const { return data_; }
   size_t size() const { return size_; }

@@ -263,7 +263,7 @@ Tensor parse_npy(const void* data, size_t size, const std::string& what) {
 }
 
 Tensor read_npy(const std::string& path) {
-  auto f = MappedFile::open(path);
+  auto f = MappedFile::open(path, "npy file");
   return parse_npy(f->data(), f->size(), "'" + path + "'");
 }
 

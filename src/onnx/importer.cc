@@ -12,6 +12,7 @@
 
 #include "core/mapped_file.h"
 #include "core/narrow.h"
+#include "core/regular_file.h"
 #include "ir/subgraph.h"
 #include "onnx/proto/onnx.pb.h"
 
@@ -81,7 +82,7 @@ Tensor read_external(const TensorProto& tp, DType dtype, const Shape& shape, con
   auto [b, f] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
   if (b != base.end())
     fail("tensor '", tp.name(), "': external data location '", location, "' escapes the model's folder");
-  auto file = MappedFile::open(full.string());
+  auto file = MappedFile::open(full.string(), "tensor '" + tp.name() + "': external data");
   const bool packed = onnx_bits_per_element(dtype) < 8;
   size_t need = onnx_packed_bytes(dtype, shape_numel(shape));
   if (offset < 0) fail("tensor '", tp.name(), "': negative external data offset ", offset);
@@ -391,24 +392,17 @@ std::shared_ptr<ModelProto> parse_model(const void* data, size_t size, const std
 // copy of the weights that the graph's tensors then wrap, so peak memory is about one model size
 // rather than two (mapped pages + parsed copy).
 std::shared_ptr<ModelProto> parse_model_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open '", path, "': ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("'", path, "' is not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > static_cast<uint64_t>(INT_MAX)) {
-    ::close(fd);
-    fail("'", path, "' is larger than 2 GiB; store big tensors as external data");
-  }
+  // RegularFile: a FIFO or device named as the model is refused, not opened (a FIFO blocks).
+  RegularFile file = RegularFile::open(path, "model");
+  if (file.size() > static_cast<uint64_t>(INT_MAX))
+    fail(file.subject(), " is ", byte_size_str(file.size()),
+         ", larger than the 2 GiB a protobuf can hold; store big tensors as external data");
   auto model = std::make_shared<ModelProto>();
   bool ok;
   {
-    google::protobuf::io::FileInputStream in(fd, 1 << 20);
+    google::protobuf::io::FileInputStream in(file.fd(), 1 << 20);
     ok = model->ParseFromZeroCopyStream(&in);
   }
-  ::close(fd);
   if (!ok) fail("'", path, "' is not a valid ONNX model (protobuf parse failed)");
   return model;
 }
@@ -433,7 +427,7 @@ ir::Graph import_model_bytes(const void* data, size_t size, const ImportOptions&
 
 Tensor read_tensor_file(const std::string& path) {
   try {
-    auto file = MappedFile::open(path);
+    auto file = MappedFile::open(path, "tensor file");
     if (file->size() > static_cast<size_t>(INT_MAX)) fail("file is larger than 2 GiB");
     TensorProto tp;
     if (!tp.ParseFromArray(file->data(), static_cast<int>(file->size()))) fail("not a valid TensorProto");

@@ -785,7 +785,7 @@ Plan parse_plan(std::shared_ptr<const void> owner, const void* data, size_t size
 }
 
 Plan read_plan(const std::string& path, const ReadOptions& options) {
-  auto file = MappedFile::open(path);
+  auto file = MappedFile::open(path, "plan");
   return parse_plan(file, file->data(), file->size(), options, "plan '" + path + "'");
 }
 

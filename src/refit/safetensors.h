@@ -6,18 +6,28 @@
 // This module is on the runtime side (no protobuf): a deployment refits from checkpoints without
 // the importer.
 //
-// Invariants the reader enforces on untrusted files (each violation is an Error naming the file
-// and, where there is one, the tensor; never a crash, never an out-of-bounds read):
-//  * the header length lies inside the file, the header is well-formed JSON of the shape above;
-//  * dtypes are one of F32 F16 BF16 F64 I64 I32 I16 I8 U8 BOOL;
-//  * every tensor's byte range lies inside the data section, has exactly dtype size x element
-//    count bytes, and no two ranges overlap;
+// Invariants the reader enforces on untrusted files, the rules of the reference implementation
+// (huggingface/safetensors, SafeTensors::deserialize) and of the format's spec; each violation is
+// an Error naming the file and, where there is one, the tensor; never a crash, never a read
+// outside the file, never a file opened that is not a regular file (core/regular_file.h):
+//  * the header length is at most kMaxHeaderBytes and lies inside the file; the header is UTF-8,
+//    begins with '{' and is a JSON object of the shape above, no key repeated in any object
+//    (nlohmann::json would keep the last silently);
+//  * every dtype of the reference is known by name: BOOL U8 I8 I16 U16 F16 BF16 I32 U32 F32 F64
+//    I64 U64 are read, the others (F4 F6_* F8_* C64) refused by name once the layout is valid;
+//  * every tensor has exactly dtype bits x element count / 8 bytes (a whole number of bytes, no
+//    overflow on the way);
+//  * the tensors cover the data section exactly: sorted by offsets the first begins at 0, each
+//    begins where the previous ended (no gap, no overlap), the last ends at the end of the file;
 //  * tensors wrap the mapping (no copy) and keep it alive.
 // A sharded checkpoint is a folder holding model.safetensors.index.json ({"weight_map": {tensor:
-// file}}) or several files given explicitly; a tensor name present in two files is an error.
+// file}}, at most kMaxShardIndexBytes, a non-empty map of names to plain file names, no key
+// repeated) or several files given explicitly; each shard holds exactly the tensors the index
+// puts in it, and a tensor name present in two files is an error.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,9 +75,21 @@ class Checkpoint {
   std::vector<std::shared_ptr<const MappedFile>> mappings_;  // the files open() mapped
 };
 
-// The shard file names of a model.safetensors.index.json held in [data, data+size), in index
-// order (with repeats): each a plain file name (no '/', not ".."). `what` names the index in errors.
-std::vector<std::string> parse_shard_index(const void* data, size_t size, const std::string& what);
+// The reference reader's header length limit (MAX_HEADER_SIZE).
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+// The largest model.safetensors.index.json read (a model of 10,000 tensors needs about 1 MiB).
+inline constexpr size_t kMaxShardIndexBytes = size_t(64) << 20;
+
+// A model.safetensors.index.json: which file holds each tensor.
+struct ShardIndex {
+  std::map<std::string, std::string> weight_map;  // tensor name -> plain file name
+  std::vector<std::string> files;                 // the file names weight_map uses, sorted, once each
+};
+
+// Parses the index held in [data, data+size): a JSON object with a non-empty "weight_map" object
+// of tensor names to plain file names (not empty, no '/', not "." or ".."), no key repeated.
+// `what` names the index in errors.
+ShardIndex parse_shard_index(const void* data, size_t size, const std::string& what);
 
 // True for a path ending in ".safetensors" or a folder holding model.safetensors.index.json.
 bool is_safetensors_path(const std::string& path);

@@ -32,11 +32,13 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "builder/builder.h"
 #include "builder/fingerprint.h"
 #include "common.h"
 #include "core/narrow.h"
+#include "core/regular_file.h"
 #include "onnx/importer.h"
 #include "ops/infer_graph.h"
 #include "ops/numerics.h"
@@ -423,8 +425,7 @@ Runner add_conformance(CLI::App& app) {
     std::vector<std::string> names;
     bool listed = !a->list.empty();
     if (listed) {
-      std::ifstream in(a->list);
-      if (!in) fail("cannot read test list '", a->list, "'");
+      std::istringstream in(read_regular_file(a->list, size_t(16) << 20, "test list"));
       std::string line;
       while (std::getline(in, line)) {
         line.erase(line.find_last_not_of(" \t\r") + 1);

@@ -1,5 +1,7 @@
 #include "plan_loading.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -9,6 +11,7 @@
 #include "builder/builder.h"
 #include "builder/onnx_refit.h"
 #include "common.h"
+#include "core/regular_file.h"
 #include "onnx/importer.h"
 #include "plan/plan_format.h"
 #include "plan/plan_io.h"
@@ -17,11 +20,16 @@
 namespace reforge::cli {
 
 bool is_plan_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  char magic[sizeof plan::format::kMagic] = {};
-  f.read(magic, sizeof magic);
-  return f.gcount() == static_cast<std::streamsize>(sizeof magic) &&
-         std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
+  // Only a regular file is looked into (reading a FIFO blocks); anything else is left to the
+  // importer, whose error says what it is.
+  try {
+    RegularFile f = RegularFile::open(path);
+    char magic[sizeof plan::format::kMagic] = {};
+    return ::pread(f.fd(), magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
+           std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void require_runnable(const plan::Plan& p, const std::string& subject) {

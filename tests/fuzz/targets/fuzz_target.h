@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "core/error.h"
 
@@ -28,6 +30,13 @@ inline void touch(const void* p, size_t n) {
   unsigned char x = 0;
   for (size_t i = 0; i < n; ++i) x ^= b[i];
   (void)x;
+}
+
+// A rule that an input the reader accepted must satisfy, checked by the target itself: when it
+// does not hold, the reader accepted a malformed input. The exception is not a reforge::Error, so
+// a fuzz build reports it as a crash and the replay test as a failure.
+inline void require(bool ok, const std::string& rule) {
+  if (!ok) throw std::logic_error("accepted an input that breaks a rule: " + rule);
 }
 
 }  // namespace reforge::fuzz
