@@ -326,6 +326,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if signature(small, sr["outcome"]) in known:
                     print("  shrinks to a saved case")
                     continue
+                if not sr["outcome"].startswith("VIOLATION"):
+                    print("  did not reproduce on its own (%s): not saved" % sr["outcome"])
+                    continue
                 known.add(signature(small, sr["outcome"]))
                 print("  shrunk: %s\n  saved: %s" % (json.dumps(small), os.path.relpath(save_regression(small, sr))))
         return status

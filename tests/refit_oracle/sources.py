@@ -61,6 +61,9 @@ class Source:
     names: str = "onnx"  # dict keys: "onnx" or "checkpoint"
     incremental: bool = False
     described: Optional[str] = None  # ONNX of the described weights; None: must be refused
+    # a changed float checkpoint tensor of a quantized model describes weights only the quantizer
+    # could derive: an accepted refit is counted, not judged
+    unverifiable: bool = False
     note: str = ""
 
 
@@ -230,11 +233,12 @@ def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Mode
             described = None
         else:
             raise ValueError("unknown source kind " + k)
+        unverifiable = described is None and model.id.startswith("quant/") and mut in ("delta", "transpose", "dtype")
         if k.startswith("dict-ckpt"):
-            return Source("dict", tensors=t, names="checkpoint", described=described, note=name)
+            return Source("dict", tensors=t, names="checkpoint", described=described, note=name, unverifiable=unverifiable)
         if raw is None:
             raw = safet.encode(list(t.items()))
-        return Source("safetensors", path=_store(cache, tag, raw, "safetensors"), described=described, note=name)
+        return Source("safetensors", path=_store(cache, tag, raw, "safetensors"), described=described, note=name, unverifiable=unverifiable)
     if k.startswith("dict-onnx"):
         a_arr = onnx_arrays(model.a)
         b_arr = onnx_arrays(base)
