@@ -6,12 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "builder/builder.h"
 #include "core/nearest_names.h"
+#include "core/nonfinite.h"
+#include "core/npy.h"
 #include "onnx/exporter.h"
 #include "plan/plan_io.h"
 #include "runtime/plan_engine.h"
@@ -244,6 +249,86 @@ TEST(BuildRefusal, PatternsNeedRefitIndividualMode) {
   EXPECT_NE(msg.find("--refit-individual patterns are given, but the build mode is refit"), std::string::npos) << msg;
 }
 
+// A source holding NaN or Inf is refused by the build as refit refuses it (issue 31, item 3), in
+// every build mode (a baked source too: the plan would compute NaN just the same), named with its
+// first non-finite element; check_finite = false (--allow-nonfinite) builds.
+namespace {
+
+ir::Graph with_value(ir::Graph g, const std::string& name, int64_t flat, float v) {
+  Tensor t = g.initializers.at(name).clone();
+  t.mutable_data<float>()[flat] = v;
+  g.initializers[name] = t;
+  return g;
+}
+
+}  // namespace
+
+TEST(NonFinite, FirstIndexOfEveryFloatType) {
+  Tensor f32 = test_support::make<float>({5}, {1, 2, 3, 4, 5});
+  EXPECT_EQ(first_nonfinite(f32), -1);
+  f32.mutable_data<float>()[3] = -std::numeric_limits<float>::infinity();
+  f32.mutable_data<float>()[4] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(first_nonfinite(f32), 3);
+  EXPECT_EQ(nonfinite_str(f32, 3), "-inf");
+  EXPECT_EQ(nonfinite_str(f32, 4), "NaN");
+  Tensor f64 = test_support::make<double>({2}, {0.0, std::numeric_limits<double>::infinity()});
+  EXPECT_EQ(first_nonfinite(f64), 1);
+  EXPECT_EQ(nonfinite_str(f64, 1), "inf");
+  // 16-bit types by their bits: exponent all ones is Inf or NaN; the largest finite is not.
+  Tensor h = Tensor::empty(DType::Float16, {3}), b = Tensor::empty(DType::BFloat16, {3});
+  const uint16_t half_bits[3] = {0x7bff, 0xfc00, 0x7e00}, bf_bits[3] = {0x7f7f, 0x7fc0, 0xff80};
+  std::memcpy(h.mutable_raw(), half_bits, sizeof half_bits);
+  std::memcpy(b.mutable_raw(), bf_bits, sizeof bf_bits);
+  EXPECT_EQ(first_nonfinite(h), 1);
+  EXPECT_EQ(nonfinite_str(h, 1), "-inf");
+  EXPECT_EQ(first_nonfinite(b), 1);
+  EXPECT_EQ(nonfinite_str(b, 1), "NaN");
+  EXPECT_EQ(first_nonfinite(test_support::make<int64_t>({2}, {-1, 1})), -1);  // no integer is non-finite
+  EXPECT_EQ(multi_index_str({4, 4}, 6), "[1, 2]");
+  EXPECT_EQ(multi_index_str({}, 0), "[]");
+}
+
+TEST(BuildRefusal, NonFiniteSourceInEveryModeNamedWithIndexAndValue) {
+  const ir::Graph g = with_value(small_model(), "fc.weight", 6, std::numeric_limits<float>::quiet_NaN());
+  build::BuildOptions refit, identical;
+  refit.mode = plan::BuildMode::Refit;
+  identical.mode = plan::BuildMode::RefitIdentical;
+  // Baked, every source refittable, refit-identical, and refit-individual where fc.weight stays baked.
+  for (const build::BuildOptions& o : {build::BuildOptions(), refit, identical, individual({"proj.*"})}) {
+    SCOPED_TRACE(plan::build_mode_name(o.mode));
+    std::string msg = build_error(g, o);
+    EXPECT_EQ(msg.rfind("model 'small': initializer 'fc.weight' holds NaN at index [1, 2] (flat index 6 of "
+                        "float32[4,4]), read by node 'fc/MatMul' (MatMul); a build refuses non-finite weight values, "
+                        "as refit does (--allow-nonfinite",
+                        0),
+              0u)
+        << msg;
+    build::BuildOptions allowed = o;
+    allowed.check_finite = false;
+    EXPECT_EQ(build_error(g, allowed), "");
+  }
+}
+
+TEST(BuildRefusal, EveryNonFiniteInitializerListedAndLiteralsNotChecked) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const ir::Graph g = with_value(with_value(small_model(), "fc.bias", 3, -inf), "proj.scale", 0, inf);
+  std::string msg = build_error(g, build::BuildOptions());
+  EXPECT_NE(msg.find("2 initializers of model 'small' hold non-finite values; a build refuses"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("\n  initializer 'fc.bias' holds -inf at index [3] (flat index 3 of float32[4]), read by node "
+                     "'fc/Add' (Add)\n  initializer 'proj.scale' holds inf at index [0] (flat index 0 of float32[8]), "
+                     "read by node 'proj/Mul' (Mul)"),
+            std::string::npos)
+      << msg;
+  // A literal is structure, never a weight a refit sets (nor checks): it builds as refit accepts it.
+  build::BuildOptions literal;
+  literal.literal_names = {"proj.scale"};
+  msg = build_error(g, literal);
+  EXPECT_NE(msg.find("model 'small': initializer 'fc.bias' holds -inf"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("proj.scale"), std::string::npos) << msg;
+  EXPECT_EQ(build_error(with_value(small_model(), "proj.scale", 0, inf), literal), "");
+}
+
 // Through the CLI: exit status non-zero, the error on stderr, and no plan file (not even a
 // temporary one) left behind. `run` and `bench`, which build an ONNX model on the fly, refuse too.
 namespace {
@@ -263,6 +348,8 @@ class BuildRefusalCli : public ::testing::Test {
     bad.nodes.back().outputs = {"y0"};
     bad.nodes.push_back(make_node("custom/Fancy", "FancyOp", {"y0"}, "y", "com.example", 3));
     onnx::write_model_file(bad, (dir_ / "unsupported.onnx").string());
+    onnx::write_model_file(with_value(small_model(), "fc.weight", 6, std::numeric_limits<float>::quiet_NaN()),
+                           (dir_ / "nan.onnx").string());
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -321,4 +408,63 @@ TEST_F(BuildRefusalCli, RunAndBenchRefuseToo) {
   r = run_cli("bench " + plan.string() + " --iterations 1 --skip-pass fuse-gelu");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("--skip-pass applies when building an ONNX model"), std::string::npos) << r.output;
+}
+
+// A NaN initializer: `build` refuses it as `refit` does, naming it and writing no plan;
+// --allow-nonfinite builds, and `run` and `bench`, building the model on the fly, take the same flag.
+TEST_F(BuildRefusalCli, NonFiniteInitializerRefusedUnlessAllowed) {
+  const std::string named =
+      "error: model 'small': initializer 'fc.weight' holds NaN at index [1, 2] (flat index 6 of float32[4,4])";
+  for (const char* mode : {"", "--refit", "--refit-individual 'proj.*'", "--refit-identical"})
+    expect_refused("nan.onnx", mode, {named, "--allow-nonfinite"});
+  fs::path out = dir_ / "out.plan";
+  CliResult r = run_cli("build " + (dir_ / "nan.onnx").string() + " -o " + out.string() + " --allow-nonfinite");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out));
+  const std::string x = (dir_ / "x.npy").string();
+  write_npy(x, random_floats({2, 4}, 9));
+  for (const std::string cmd : {"run", "bench"}) {
+    const std::string args = cmd + " " + (dir_ / "nan.onnx").string() + " --input x=" + x +
+                             (cmd == "bench" ? " --iterations 1 --warmup 0" : "");
+    r = run_cli(args);
+    EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.output;
+    EXPECT_NE(r.output.find(named), std::string::npos) << r.output;
+    r = run_cli(args + " --allow-nonfinite");
+    EXPECT_EQ(r.status, 0) << r.output;
+  }
+  // Row 0 of x times column 2 of the weight holds NaN: the run computes it (the caller's business).
+  const fs::path outs = dir_ / "outs";
+  r = run_cli("run " + (dir_ / "nan.onnx").string() + " --input x=" + x + " --allow-nonfinite -o " + outs.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  Tensor y = read_npy((outs / "y.npy").string());
+  ASSERT_EQ(y.numel(), 8);
+  EXPECT_TRUE(std::isnan(y.as_double(2)));
+  EXPECT_FALSE(std::isnan(y.as_double(0)));
+  // A built plan has nothing to build: the flag applies to its --weights only.
+  r = run_cli("run " + out.string() + " --input x=" + x + " --allow-nonfinite");
+  EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.output;
+  EXPECT_NE(r.output.find("--allow-nonfinite applies when building an ONNX model or refitting with --weights"),
+            std::string::npos)
+      << r.output;
+}
+
+// Refit keeps its own rule for the same values: refused by default, accepted with
+// --allow-nonfinite in every refit mode, the slow and verifying ones (which rebuild the plan from
+// the new model) included.
+TEST_F(BuildRefusalCli, RefitFromANonFiniteModelFollowsRefitsFlag) {
+  const fs::path plan = dir_ / "small.plan";
+  ASSERT_EQ(run_cli("build " + (dir_ / "small.onnx").string() + " --refit -o " + plan.string()).status, 0);
+  for (const char* mode : {"", " --slow", " --verify"}) {
+    SCOPED_TRACE(mode);
+    const std::string args =
+        "refit " + plan.string() + " -w " + (dir_ / "nan.onnx").string() + " -o " + (dir_ / "b.plan").string() + mode;
+    CliResult r = run_cli(args);
+    EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.output;
+    EXPECT_NE(r.output.find("holds NaN"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("refit refuses non-finite values"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir_ / "b.plan"));
+    r = run_cli(args + " --allow-nonfinite");
+    EXPECT_EQ(r.status, 0) << r.output;
+    fs::remove(dir_ / "b.plan");
+  }
 }

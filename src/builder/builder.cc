@@ -10,6 +10,7 @@
 #include "builder/fingerprint.h"
 #include "core/file_pages.h"
 #include "core/nearest_names.h"
+#include "core/nonfinite.h"
 #include "core/simd.h"
 #include "core/version.h"
 #include "ops/infer_graph.h"
@@ -335,6 +336,52 @@ std::vector<std::string> place_nodes(ir::Graph& g, const plan::Plan& plan, const
   }
 }
 
+// Every source (a use of an initializer that is not a literal) holding NaN or Inf, scanned once
+// per initializer, with refit's scan (core/nonfinite.h), so that a build and a refit of the same
+// values agree. Each is named with its first non-finite element and the first node that reads it.
+void check_finite_sources(const ir::Graph& g, const std::set<std::string>& literals, const std::string& model) {
+  struct Use {
+    const Tensor* value;
+    std::string name, reader;
+  };
+  std::vector<Use> uses;
+  std::set<std::string> seen;
+  for (const auto& n : g.nodes)
+    for (const auto& in : n.inputs) {
+      auto it = in.empty() || literals.count(in) ? g.initializers.end() : g.initializers.find(in);
+      if (it == g.initializers.end() || !is_float(it->second.dtype()) || !seen.insert(in).second) continue;
+      uses.push_back({&it->second, in, n.label()});
+    }
+  std::vector<int64_t> first(uses.size(), -1);
+  size_t bytes = 0;
+  for (const auto& u : uses) bytes += u.value->nbytes();
+  const int64_t count = static_cast<int64_t>(uses.size());
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1 && bytes >= (size_t{8} << 20))
+  for (int64_t i = 0; i < count; ++i) {
+    const Tensor& t = *uses[static_cast<size_t>(i)].value;
+    first[static_cast<size_t>(i)] = first_nonfinite(t);
+    // External data is memory-mapped: the scan need not leave the model resident.
+    release_file_pages(t.raw(), t.nbytes());
+  }
+  std::vector<std::string> found;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    if (first[i] < 0) continue;
+    const Tensor& t = *uses[i].value;
+    found.push_back(str_cat("initializer '", uses[i].name, "' holds ", nonfinite_str(t, first[i]), " at index ",
+                            multi_index_str(t.shape(), first[i]), " (flat index ", first[i], " of ", t.describe(),
+                            "), read by ", uses[i].reader));
+  }
+  if (found.empty()) return;
+  const char* rule =
+      "a build refuses non-finite weight values, as refit does (--allow-nonfinite, BuildOptions::check_finite, "
+      "accepts them)";
+  if (found.size() == 1) fail(model, ": ", found[0], "; ", rule);
+  std::string msg = str_cat(found.size(), " initializers of ", model, " hold non-finite values; ", rule, ":");
+  for (size_t i = 0; i < found.size() && i < 10; ++i) msg += "\n  " + found[i];
+  if (found.size() > 10) msg += str_cat("\n  ... and ", found.size() - 10, " more");
+  fail(msg);
+}
+
 }  // namespace
 
 void check_build_request(const ir::Graph& g, const std::set<std::string>& literals, const BuildOptions& o) {
@@ -357,6 +404,8 @@ void check_build_request(const ir::Graph& g, const std::set<std::string>& litera
     for (const auto& p : problems) msg += "\n  " + p;
     fail(msg);
   }
+  // Last: it reads every weight byte, the options' checks read none.
+  if (o.check_finite) check_finite_sources(g, literals, model);
 }
 
 namespace {

@@ -56,8 +56,13 @@ struct BuildOptions {
   std::vector<std::string> literal_names;  // initializers to treat as literals (each must exist)
   bool strip_weights = false;              // requires a refit mode
   bool verify_recipes = true;              // replay every recipe after the build
-  bool print_passes = false;               // print node/constant counts after each pass
-  std::vector<std::string> skip_passes;    // glob patterns of passes not to run (each must match a pass)
+  // Refuse a source (a float initializer that is not a literal, in every build mode) holding NaN
+  // or Inf, as refit refuses such values (refit::CommitOptions::check_finite, the same scan): the
+  // error names the initializer, the index and the value of the first one. Off (--allow-nonfinite):
+  // what such weights then compute is the caller's business.
+  bool check_finite = true;
+  bool print_passes = false;             // print node/constant counts after each pass
+  std::vector<std::string> skip_passes;  // glob patterns of passes not to run (each must match a pass)
   // Called as each step of the build starts ("shape inference", "pass NAME", "verifying recipes",
   // "hashing weights", "placing nodes") and as counted steps advance (weight packing, recipe
   // verification, hashing), on the building thread (core/progress.h).
@@ -73,9 +78,10 @@ plan::Plan build_plan(ir::Graph graph, const BuildOptions& options);
 // Throws an Error unless a build of `canonical` (canonicalize()d, with `literals` from
 // literal_initializers()) with `options` can be honoured: every node can run (the error lists
 // each one that cannot, as `reforge check` does), every --literal name is an initializer, every
-// --skip-pass glob matches a build pass and every --refit-individual pattern matches a source.
-// A name that matches nothing lists the nearest names that exist. build_plan() calls it; callers
-// with costly work before the build (checkpoint binding) may call it first.
+// --skip-pass glob matches a build pass, every --refit-individual pattern matches a source, and
+// (options.check_finite) no source holds NaN or Inf. A name that matches nothing lists the
+// nearest names that exist. build_plan() calls it; callers with costly work before the build
+// (checkpoint binding) may call it first.
 void check_build_request(const ir::Graph& canonical, const std::set<std::string>& literals,
                          const BuildOptions& options);
 

@@ -62,6 +62,9 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
   o.activations = plan.activations;
   o.block_size = plan.precision == plan::Precision::Int4 ? plan.block_size : 0;
   o.individual_patterns = plan.individual_patterns;
+  // Non-finite new values are the refit's to refuse or accept (CommitOptions::check_finite,
+  // which checks the rebuilt weights), not the rebuild's.
+  o.check_finite = false;
   // Names the new model lacks are left out rather than refused (the build refuses a --literal
   // that names nothing): a re-export may rename an initializer that is a literal anyway, and a
   // literal really missing shows up as a structural difference below.

@@ -5,7 +5,8 @@
 // Times runs in process after warm-up (at least --iterations runs and, with --duration, at
 // least that many seconds, as trtexec does); the one line on stdout is JSON: mean, median
 // (p50), p90, p99, min, max and standard deviation in ms, throughput in runs per second, and
-// the process's peak resident memory. Inputs not given are synthesized (common.h). --profile
+// the process's peak resident memory. Inputs not given are synthesized (common.h), listed on
+// stderr and in the JSON's "synthesized_inputs". --profile
 // prints where the time went (per op type and the slowest nodes) to stderr; --profile-json
 // writes the last runs' node-by-node timeline as a Chrome trace (chrome://tracing, Perfetto).
 #include <sys/resource.h>
@@ -52,6 +53,11 @@ struct BenchArgs {
   bool device_trace = false;
   bool device_replay = false, no_device_replay = false;
 };
+
+// Upper bounds of --iterations/--warmup and --duration: a run count whose times fit in memory,
+// and a day.
+constexpr int64_t kMaxRuns = 10000000;
+constexpr double kMaxDurationS = 86400;
 
 // Nearest-rank percentile of sorted values: the smallest value with at least p% of them at or below it.
 double percentile(const std::vector<double>& sorted, double p) {
@@ -283,25 +289,18 @@ void device_trace(const runtime::PlanEngine& engine, const std::string& backend_
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
-  auto* w = app.add_option("--weights,-w", a->weights, "refit from these weights first");
+  app.add_option("--weights,-w", a->weights, "refit from these weights first");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
-               "with --weights: accept NaN/Inf in the new weights (refused by default)")
-      ->needs(w);
+               "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
-  app.add_option("--threads", a->threads, "threads (default: all cores)");
+  app.add_option("--threads", a->threads, "threads (default: all cores)")->check(threads_check());
   add_precision_options(app, a->precision, a->activations, a->block_size);
   add_synthetic_options(app, a->synth);
   app.add_option("--iterations", a->iterations, "timed runs (at least; default 20)")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            return v.find_first_not_of("0123456789") == std::string::npos && !v.empty() && std::stoll(v) >= 1
-                       ? std::string()
-                       : "counts timed runs: give 1 or more, got '" + v + "'";
-          },
-          "N>=1"));
+      ->check(integer_in(1, kMaxRuns, " (it counts timed runs)"));
   app.add_option("--duration", a->duration_s, "keep timing runs until this many seconds have passed (and --iterations)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", a->warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+      ->check(number_in(0, kMaxDurationS, " seconds"));
+  app.add_option("--warmup", a->warmup, "untimed runs first")->check(integer_in(0, kMaxRuns, " (untimed runs)"));
   app.add_flag("--profile", a->profile, "print time per op type and the slowest nodes (stderr)");
   app.add_option("--profile-json", a->profile_json,
                  "write the last " + std::to_string(runtime::kTraceRuns) +
@@ -348,6 +347,8 @@ Runner add_bench(CLI::App& app) {
     auto engine_ptr = load_engine(a->model, lo);
     const runtime::PlanEngine& engine = *engine_ptr;
     double build_ms = ms_since(t0);
+    // Unlike run, bench makes the inputs not given (the times do not depend on most values), and
+    // says so: on stderr, and in the JSON line's "synthesized_inputs".
     auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
     if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     runtime::RunOptions run_options;
@@ -412,7 +413,8 @@ Runner add_bench(CLI::App& app) {
                                   {"peak_rss_bytes", peak_rss},
                                   {"arena_bytes", arena.arena_bytes},
                                   {"arena_allocations", arena.arena_allocations},
-                                  {"heap_allocations", arena.heap_allocations}};
+                                  {"heap_allocations", arena.heap_allocations},
+                                  {"synthesized_inputs", made}};
     if (const backends::Backend* be = backends::find_backend(backend_name); be && be->memory_stats) {
       // Device memory: engine weights (and what kernels prepared from them), library workspaces,
       // and the most the runs' values held at once (the device arena of an eager run is one

@@ -1,5 +1,5 @@
 // `reforge build MODEL.onnx -o OUT.plan [--refit | --refit-identical | --refit-individual PATTERN...]
-//                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N]
+//                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N] [--allow-nonfinite]
 //                          [--precision fp32|bf16|fp16|int8|int4] [--block-size N] [--activations fp32|bf16]
 //                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
 #include <omp.h>
@@ -30,6 +30,7 @@ struct BuildArgs {
   int threads = 0;
   bool json = false;
   bool reference_rounding = false;
+  bool allow_nonfinite = false;
   DeviceOptions device;
 };
 }  // namespace
@@ -62,8 +63,10 @@ Runner add_build(CLI::App& app) {
       "--allow-partial-binding", a->allow_partial,
       "build even when the checkpoint binds under half of the weight sources (a checkpoint refit is then refused)");
   app.add_option("--threads", a->threads, "threads for folding and verification (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(threads_check());
   app.add_flag("--json", a->json, "print one JSON document on stdout (the build's summary); other text goes to stderr");
+  app.add_flag("--allow-nonfinite", a->allow_nonfinite,
+               "accept NaN/Inf in the model's weights (refused by default, as refit refuses them)");
   add_device_options(app, a->device);
   app.add_flag("--reference-rounding", a->reference_rounding,
                "round 16-bit Softmax/Attention sums after each addition, as the ONNX reference does (default: "
@@ -89,6 +92,7 @@ Runner add_build(CLI::App& app) {
     o.backend = a->device.device.empty() ? std::string("cpu") : a->device.device;
     o.host_fallback = a->device.cpu_fallback;
     o.reference_rounding = a->reference_rounding;
+    o.check_finite = !a->allow_nonfinite;
     o.validate();
     if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();

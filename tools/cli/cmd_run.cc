@@ -1,9 +1,11 @@
-// `reforge run MODEL.onnx [--input NAME=FILE.npy ...] [--seed N] [--shape INPUT=AxB|SYMBOL=N ...]
+// `reforge run MODEL.onnx [--input NAME=FILE.npy ...] [--synthesize-missing] [--seed N] [--shape INPUT=AxB|SYMBOL=N
+// ...]
 //             [--int-range LOW:HIGH] [--output-dir DIR] [--expect NAME=REF.npy ...] [--json]
 //             [--precision fp32|bf16|fp16|int8|int4] [--block-size N] [--activations fp32|bf16]`
-// Inputs given no --input are synthesized from their declared type and shape (common.h,
-// complete_inputs) and listed on stderr. The output folder and the --expect names are checked
-// before the model runs. With --json, stdout is one JSON document (inputs, outputs, comparisons).
+// An input given no --input is an error naming it, unless --synthesize-missing: then it is
+// synthesized from its declared type and shape (common.h, complete_inputs) and listed on stderr.
+// The output folder, the output file names (two names that make one file) and the --expect names
+// are checked before the model runs. With --json, stdout is one JSON document (inputs, outputs, comparisons).
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -38,6 +40,7 @@ struct RunArgs {
   bool json = false;
   SynthOptions synth;
   bool compare_onnxrt = false;
+  bool synthesize_missing = false;
   std::string onnxrt_model, python;
   std::vector<std::string> atol, rtol;
 };
@@ -47,25 +50,41 @@ nlohmann::ordered_json number(double v) {
 }
 
 nlohmann::ordered_json shape_json(const Tensor& t) { return nlohmann::ordered_json(t.shape()); }
+
+// --atol / --rtol: X or OUTPUT=X, X finite and 0 or more (the output's name is checked once the
+// model is loaded).
+CLI::Validator tolerance_check() {
+  return CLI::Validator(
+      [](std::string& spec) {
+        const size_t eq = spec.rfind('=');
+        std::string value = eq == std::string::npos ? spec : spec.substr(eq + 1);
+        std::string err = number_in(0, INFINITY)(value);
+        return err.empty() || eq == std::string::npos ? err : err + " (in '" + spec + "')";
+      },
+      "X|OUTPUT=X");
+}
 }  // namespace
 
 Runner add_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("model", a->model, "ONNX model or plan file")->required();
-  auto* w = app.add_option(
+  app.add_option(
       "--weights,-w", a->weights,
       "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
-               "with --weights: accept NaN/Inf in the new weights (refused by default)")
-      ->needs(w);
+               "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
   app.add_option("--input,-i", a->inputs,
-                 "NAME=FILE.npy for a graph input; inputs not given are synthesized (see --seed, --shape)");
+                 "NAME=FILE.npy for a graph input; an input not given is an error unless --synthesize-missing");
+  app.add_flag("--synthesize-missing", a->synthesize_missing,
+               "run on random values for the inputs not given by --input (see --seed, --shape, --int-range); "
+               "without it a missing input is an error naming it");
   add_synthetic_options(app, a->synth);
   app.add_option("--output-dir,-o", a->output_dir, "write each output to DIR/NAME.npy");
   app.add_option("--save-inputs", a->save_inputs, "write every input, given or synthesized, to DIR/NAME.npy");
   app.add_option("--expect", a->expects, "NAME=REF.npy: compare output NAME with a reference (exit 1 if off)");
-  app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)");
-  app.add_option("--threads", a->threads, "threads (default: all cores)");
+  app.add_option("--tolerance", a->tolerance, "max abs diff allowed by --expect (default 1e-4)")
+      ->check(number_in(0, INFINITY));
+  app.add_option("--threads", a->threads, "threads (default: all cores)")->check(threads_check());
   app.add_flag("--json", a->json, "print one JSON document on stdout (inputs, outputs, comparisons)");
   auto* ort = app.add_flag("--compare-onnxrt", a->compare_onnxrt,
                            "run the ONNX model in ONNX Runtime on the same inputs too and compare every output "
@@ -75,9 +94,11 @@ Runner add_run(CLI::App& app) {
                  "is given)")
       ->needs(ort);
   app.add_option("--atol", a->atol, "with --compare-onnxrt: absolute tolerance, X or OUTPUT=X (default 1e-4)")
-      ->needs(ort);
+      ->needs(ort)
+      ->check(tolerance_check());
   app.add_option("--rtol", a->rtol, "with --compare-onnxrt: relative tolerance, X or OUTPUT=X (default 1e-3)")
-      ->needs(ort);
+      ->needs(ort)
+      ->check(tolerance_check());
   app.add_option("--python", a->python,
                  "with --compare-onnxrt: the Python with onnxruntime (default $REFORGE_PYTHON, else the source "
                  "tree's .venv)")
@@ -124,8 +145,13 @@ Runner add_run(CLI::App& app) {
     const runtime::PlanEngine& engine = *engine_ptr;
     const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
     if (!a->timing_cache.empty()) backends::load_timing_cache_file(backend_name, a->timing_cache);
-    std::vector<std::string> output_names;
+    std::vector<std::string> output_names, input_names;
     for (const auto& o : engine.outputs()) output_names.push_back(o.name);
+    for (const auto& in : engine.inputs()) input_names.push_back(in.name);
+    // Two tensors whose names make one file name: refused before the run, not overwritten after.
+    std::vector<std::string> output_files;
+    if (!a->output_dir.empty()) output_files = npy_files(a->output_dir, output_names, "--output-dir", "outputs");
+    if (!a->save_inputs.empty()) npy_files(a->save_inputs, input_names, "--save-inputs", "inputs");
     // References are read before the run too: a missing file or a wrong name fails now.
     std::map<std::string, Tensor> refs;
     for (const auto& [name, file] : expects) {
@@ -141,6 +167,9 @@ Runner add_run(CLI::App& app) {
     for (const auto& name : output_names)  // a wrong output name or value fails before the run
       for (const char* flag : {"--atol", "--rtol"})
         tolerance_for(flag[2] == 'a' ? a->atol : a->rtol, name, 0, output_names, flag);
+    // A missing input is an error: random values for an input the model depends on (a mask, a
+    // position) would give outputs that look right and are not, unless asked for.
+    if (!a->synthesize_missing) require_inputs(missing_inputs(inputs, engine.inputs()), "--synthesize-missing");
     auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
     if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     if (!a->save_inputs.empty()) create_output_folder(a->save_inputs, "--save-inputs");
@@ -172,7 +201,7 @@ Runner add_run(CLI::App& app) {
           {"name", name}, {"dtype", dtype_name(outs[i].dtype())}, {"shape", shape_json(outs[i])}};
       if (!a->json) std::cout << name << ": " << outs[i].describe() << "\n";
       if (!a->output_dir.empty()) {
-        std::string file = (std::filesystem::path(a->output_dir) / (safe_file_name(name) + ".npy")).string();
+        const std::string& file = output_files.at(i);
         write_npy(file, outs[i]);
         o["file"] = file;
       }

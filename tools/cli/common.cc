@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -17,8 +20,80 @@
 #include "core/dispatch.h"
 #include "core/nearest_names.h"
 #include "core/npy.h"
+#include "ops/reforge/quant_weight.h"
 
 namespace reforge::cli {
+
+namespace {
+
+// `text` as CLI11 converts it (strtoll/strtoull with base 0: "0x10" is 16): false when it is not
+// an integer, has more characters, or overflows.
+bool parse_integer(const std::string& text, int64_t& out) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 0);
+  if (errno == ERANGE || end != text.c_str() + text.size()) return false;
+  out = v;
+  return true;
+}
+
+bool parse_unsigned(const std::string& text, uint64_t& out) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;  // strtoull wraps "-1"
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
+  if (errno == ERANGE || end != text.c_str() + text.size()) return false;
+  out = v;
+  return true;
+}
+
+std::string number_str(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t low, int64_t high, const std::string& note) {
+  std::string range = "an integer from " + std::to_string(low) + " to " + std::to_string(high) + note;
+  return CLI::Validator(
+      [low, high, range](std::string& text) {
+        int64_t v = 0;
+        return parse_integer(text, v) && v >= low && v <= high ? std::string()
+                                                               : "must be " + range + ", got '" + text + "'";
+      },
+      "INT in [" + std::to_string(low) + ", " + std::to_string(high) + "]");
+}
+
+CLI::Validator unsigned_integer(const std::string& note) {
+  std::string range = "an integer from 0 to " + std::to_string(std::numeric_limits<uint64_t>::max()) + note;
+  return CLI::Validator(
+      [range](std::string& text) {
+        uint64_t v = 0;
+        return parse_unsigned(text, v) ? std::string() : "must be " + range + ", got '" + text + "'";
+      },
+      "UINT64");
+}
+
+CLI::Validator number_in(double low, double high, const std::string& note) {
+  std::string range = std::isinf(high) ? "a finite number, " + number_str(low) + " or more" + note
+                                       : "a number from " + number_str(low) + " to " + number_str(high) + note;
+  return CLI::Validator(
+      [low, high, range](std::string& text) {
+        char* end = nullptr;
+        errno = 0;
+        const double v =
+            text.empty() || std::isspace(static_cast<unsigned char>(text[0])) ? NAN : std::strtod(text.c_str(), &end);
+        const bool ok =
+            end == text.c_str() + text.size() && errno != ERANGE && std::isfinite(v) && v >= low && v <= high;
+        return ok ? std::string() : "must be " + range + ", got '" + text + "'";
+      },
+      "NUMBER");
+}
+
+CLI::Validator threads_check() { return integer_in(0, kMaxThreads, " (0: all cores)"); }
 
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations, int64_t& block_size) {
   app.add_option("--precision", precision,
@@ -28,7 +103,17 @@ void add_precision_options(CLI::App& app, std::string& precision, std::string& a
                  "re-quantizes, CPU only for int8/int4")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "int8", "int4"}));
   app.add_option("--block-size", block_size,
-                 "with --precision int4: weights per quantization block along K, a power of two >= 16 (default 32)");
+                 "with --precision int4: weights per quantization block along K, a power of two from 16 to 1048576 "
+                 "(default 32)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            int64_t v = 0;
+            return parse_integer(text, v) && v > 0 && ops::quant::valid_block_size(v)
+                       ? std::string()
+                       : "must be a power of two from 16 to 1048576 (the int4 layout's block sizes), got '" + text +
+                             "'";
+          },
+          "POWER OF 2 in [16, 1048576]"));
   app.add_option("--activations", activations,
                  "with --precision bf16: fp32 (default: exact activations) or bf16 (round them to bfloat16 before each "
                  "MatMul/Gemm: faster on CPUs with bfloat16 arithmetic, less accurate)")
@@ -113,27 +198,13 @@ std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs)
   return inputs;
 }
 
-void add_synthetic_options(CLI::App& app, SynthOptions& o) {
-  app.add_option("--seed", o.seed,
-                 "seed of the synthetic inputs made for graph inputs given no --input (default 0: the same inputs "
-                 "every run)");
-  app.add_option("--shape", o.shapes,
-                 "shape of a synthetic input, INPUT=1x128, or the size of a symbolic dimension, SYMBOL=4 (repeatable)");
-  app.add_option("--int-range", o.int_range,
-                 "LOW:HIGH: synthetic integer inputs (token ids, indices) are drawn from [LOW, HIGH) (default 0:100)");
-}
-
 namespace {
 
 int64_t parse_dim(const std::string& text, const std::string& spec) {
-  size_t used = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || v < 0) fail("--shape '", spec, "': '", text, "' is not a dimension size (0 or more)");
+  int64_t v = -1;
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || !parse_integer(text, v) || v < 0 ||
+      v > kMaxDim)
+    fail("--shape '", spec, "': '", text, "' is not a dimension size (an integer from 0 to ", kMaxDim, ")");
   return v;
 }
 
@@ -141,18 +212,64 @@ std::pair<int64_t, int64_t> parse_int_range(const std::string& range) {
   if (range.empty()) return {0, 100};
   auto colon = range.find(':');
   if (colon == std::string::npos) fail("--int-range '", range, "' is not LOW:HIGH");
-  long long lo = 0, hi = 0;
-  size_t ul = 0, uh = 0;
-  try {
-    lo = std::stoll(range.substr(0, colon), &ul);
-    hi = std::stoll(range.substr(colon + 1), &uh);
-  } catch (const std::exception&) {
-    ul = uh = std::string::npos;
-  }
-  if (ul != colon || uh != range.size() - colon - 1) fail("--int-range '", range, "' is not LOW:HIGH (integers)");
+  int64_t lo = 0, hi = 0;
+  if (!parse_integer(range.substr(0, colon), lo) || !parse_integer(range.substr(colon + 1), hi))
+    fail("--int-range '", range, "' is not LOW:HIGH with integers from ", std::numeric_limits<int64_t>::min(), " to ",
+         std::numeric_limits<int64_t>::max());
   if (hi <= lo) fail("--int-range '", range, "' is empty: HIGH must exceed LOW (HIGH is excluded)");
   return {lo, hi};
 }
+
+// The syntax of one --shape value, INPUT=AxB or SYMBOL=N, and its sizes (which name is an input
+// or a symbol is known once the model is).
+void check_shape_spec(const std::string& spec) {
+  auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) fail("--shape '", spec, "' is not INPUT=AxB or SYMBOL=N");
+  const std::string value = spec.substr(eq + 1);
+  if (value.empty() || value == "scalar") return;
+  size_t start = 0;
+  while (true) {
+    size_t x = value.find_first_of("x,", start);
+    parse_dim(value.substr(start, x == std::string::npos ? x : x - start), spec);
+    if (x == std::string::npos) break;
+    start = x + 1;
+  }
+}
+
+// A check run as option `flag` is parsed: the Error `check` throws becomes CLI11's message,
+// less its leading "FLAG " (CLI11 puts "FLAG: " first).
+CLI::Validator parse_check(const std::string& flag, std::function<void(const std::string&)> check,
+                           const std::string& desc) {
+  return CLI::Validator(
+      [flag, check](std::string& text) {
+        try {
+          check(text);
+        } catch (const Error& e) {
+          std::string msg = e.what();
+          return msg.rfind(flag + " ", 0) == 0 ? msg.substr(flag.size() + 1) : msg;
+        }
+        return std::string();
+      },
+      desc);
+}
+
+}  // namespace
+
+void add_synthetic_options(CLI::App& app, SynthOptions& o) {
+  app.add_option("--seed", o.seed,
+                 "seed of the synthetic inputs made for graph inputs given no --input (default 0: the same inputs "
+                 "every run)")
+      ->check(unsigned_integer());
+  app.add_option("--shape", o.shapes,
+                 "shape of a synthetic input, INPUT=1x128, or the size of a symbolic dimension, SYMBOL=4 (repeatable)")
+      ->check(parse_check("--shape", check_shape_spec, "INPUT=AxB|SYMBOL=N"));
+  app.add_option("--int-range", o.int_range,
+                 "LOW:HIGH: synthetic integer inputs (token ids, indices) are drawn from [LOW, HIGH) (default 0:100)")
+      ->check(parse_check(
+          "--int-range", [](const std::string& r) { parse_int_range(r); }, "LOW:HIGH"));
+}
+
+namespace {
 
 // [low, high) of a synthetic integer input: --int-range, else [0, 100) cut to a provable bound.
 std::pair<int64_t, int64_t> int_range_for(const std::string& input, const SynthOptions& o,
@@ -295,6 +412,17 @@ std::vector<std::string> complete_inputs(std::map<std::string, Tensor>& inputs,
         }
       }
     }
+    // Sizes are checked one by one; their product must stay a tensor this process can make.
+    constexpr int64_t kMaxElements = int64_t{1} << 32;
+    if (std::find(shape.begin(), shape.end(), int64_t{0}) == shape.end()) {
+      int64_t elements = 1;
+      for (int64_t d : shape) {
+        if (elements > kMaxElements / d)
+          fail("input '", in.name, "': a synthetic input of shape ", shape_str(shape), " would hold more than ",
+               kMaxElements, " elements; give smaller sizes with --shape");
+        elements *= d;
+      }
+    }
     Tensor t;
     if (in.dtype == DType::Bool) {
       t = Tensor::empty(DType::Bool, shape);
@@ -355,6 +483,57 @@ std::string describe_synthesized(const std::map<std::string, Tensor>& inputs, co
     os << " (seed " << o.seed << ")\n";
   }
   return os.str();
+}
+
+std::string declared_type(const ir::ValueInfo& v) {
+  std::string s = dtype_name(v.dtype);
+  if (!v.has_shape) return s + "[?]";
+  s += "[";
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    const ir::Dim& d = v.shape[i];
+    s += (i ? "," : "") + (d.fixed() ? std::to_string(d.value) : d.symbol.empty() ? std::string("?") : d.symbol);
+  }
+  return s + "]";
+}
+
+std::vector<const ir::ValueInfo*> missing_inputs(const std::map<std::string, Tensor>& inputs,
+                                                 const std::vector<ir::ValueInfo>& declared) {
+  for (const auto& [name, t] : inputs) {
+    bool known = false;
+    for (const auto& in : declared) known |= in.name == name;
+    if (!known) return {};
+  }
+  std::vector<const ir::ValueInfo*> out;
+  for (const auto& in : declared)
+    if (!inputs.count(in.name)) out.push_back(&in);
+  return out;
+}
+
+void require_inputs(const std::vector<const ir::ValueInfo*>& missing, const std::string& synthesize_flag) {
+  if (missing.empty()) return;
+  std::string list;
+  for (const ir::ValueInfo* v : missing) list += "\n  " + v->name + ": " + declared_type(*v);
+  const std::string& first = missing.front()->name;
+  fail(missing.size() == 1 ? "1 input of the model is not given:"
+                           : str_cat(missing.size(), " inputs of the model are not given:"),
+       list, "\ngive each with --input NAME=FILE.npy (e.g. --input ", first, "=", safe_file_name(first),
+       ".npy), or run on random values with ", synthesize_flag,
+       " (uniform in [-1, 1) for floats, [0, 100) or --int-range for integers; --seed, --shape)");
+}
+
+std::vector<std::string> npy_files(const std::string& dir, const std::vector<std::string>& names, const char* flag,
+                                   const char* what) {
+  std::vector<std::string> files;
+  std::map<std::string, std::string> owner;  // file -> the first name written to it
+  for (const auto& name : names) {
+    std::string file = (std::filesystem::path(dir) / (safe_file_name(name) + ".npy")).string();
+    auto [it, fresh] = owner.emplace(file, name);
+    if (!fresh && it->second != name)
+      fail(flag, " '", dir, "': ", what, " '", it->second, "' and '", name, "' would both be written to '", file,
+           "' (characters outside [A-Za-z0-9._-] become '_'); nothing was run or written");
+    files.push_back(std::move(file));
+  }
+  return files;
 }
 
 void check_output_file(const std::string& path, const char* flag) {

@@ -25,6 +25,18 @@ Runner add_build(CLI::App& app);
 Runner add_refit(CLI::App& app);
 Runner add_inspect(CLI::App& app);
 
+// Range checks of numeric options, as CLI11 validators: a value out of range is a usage error
+// (exit 2) before any work, whose message names the option (CLI11 puts it first) and the range:
+// "--threads: must be an integer from 0 to 1024 (0: all cores), got '-1'". `note` follows the range.
+CLI::Validator integer_in(int64_t low, int64_t high, const std::string& note = "");
+// 0 to 18446744073709551615 (a seed).
+CLI::Validator unsigned_integer(const std::string& note = "");
+// A finite number in [low, high] (high = infinity: no upper bound).
+CLI::Validator number_in(double low, double high, const std::string& note = "");
+// --threads of every command: 0 (all cores) to kMaxThreads.
+inline constexpr int64_t kMaxThreads = 1024;
+CLI::Validator threads_check();
+
 // Adds `--precision fp32|bf16|fp16|int8|int4` (storage type of the MatMul/Gemm weights of a build) and
 // `--activations fp32|bf16` (what bf16 Linear layers multiply them with) to `app`.
 // `--block-size N` (int4 quantization blocks) too.
@@ -86,8 +98,19 @@ struct IndexBound {
 std::map<std::string, IndexBound> index_bounds(const ir::Graph& g);
 std::map<std::string, IndexBound> index_bounds(const plan::Plan& p);
 
-// Adds `--seed`, `--shape` and `--int-range` to `app`.
+// Adds `--seed`, `--shape` and `--int-range` to `app`; their values are checked as they are parsed
+// (an integer seed, sizes from 0 to kMaxDim, LOW < HIGH within int64).
 void add_synthetic_options(CLI::App& app, SynthOptions& options);
+inline constexpr int64_t kMaxDim = 2147483647;
+// The declared inputs missing from `inputs`, in declared order; none when a given input is not
+// declared (the engine's input check names that one).
+std::vector<const ir::ValueInfo*> missing_inputs(const std::map<std::string, Tensor>& inputs,
+                                                 const std::vector<ir::ValueInfo>& declared);
+// Fails unless `missing` is empty, naming each input with its declared type and shape, and how
+// to give it (--input NAME=FILE.npy) or have it made (`synthesize_flag`).
+void require_inputs(const std::vector<const ir::ValueInfo*>& missing, const std::string& synthesize_flag);
+// "int64[batch,seq]": a declared type and shape ("?" for an unknown size or rank).
+std::string declared_type(const ir::ValueInfo& v);
 // Fills in every declared input missing from `inputs` with synthetic data shaped as declared:
 // fixed dims as they are, a symbolic dim from `--shape SYMBOL=N`, or the whole shape from
 // `--shape INPUT=AxB`. A dim neither fixed nor given is an error naming the input, the dim and its
@@ -113,6 +136,11 @@ void create_output_folder(const std::string& dir, const char* flag);
 
 // Output file name for a tensor name: characters outside [A-Za-z0-9._-] become '_'.
 std::string safe_file_name(const std::string& name);
+// DIR/safe_file_name(NAME).npy for each of `names`, in order. Fails before anything is written,
+// naming both tensors (`what`: "outputs", "inputs") and the file, when two names map to one file
+// (`a/b` and `a_b`); `flag` names the option that gave `dir`.
+std::vector<std::string> npy_files(const std::string& dir, const std::vector<std::string>& names, const char* flag,
+                                   const char* what);
 
 // Largest |a - b| over all elements (NaN where exactly one side is NaN); shapes must match.
 double max_abs_diff(const Tensor& a, const Tensor& b);

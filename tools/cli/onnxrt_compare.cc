@@ -113,7 +113,8 @@ double tolerance_for(const std::vector<std::string>& specs, const std::string& o
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != value.size() || !(v >= 0)) fail(flag, " '", spec, "': '", value, "' is not a tolerance (0 or more)");
+    if (used != value.size() || !(v >= 0) || !std::isfinite(v))
+      fail(flag, " '", spec, "': '", value, "' is not a tolerance (a finite number, 0 or more)");
     if (!name.empty() && std::find(outputs.begin(), outputs.end(), name) == outputs.end()) {
       auto near = nearest_names(name, outputs);
       fail(flag, " '", spec, "' names '", name, "', which is not an output of the model",

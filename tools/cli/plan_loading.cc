@@ -58,6 +58,9 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   if (is_plan_file(path)) {
     if (!o.skip_passes.empty())
       fail("--skip-pass applies when building an ONNX model; '", path, "' is a plan, built already");
+    if (o.allow_nonfinite && o.weights.empty())
+      fail("--allow-nonfinite applies when building an ONNX model or refitting with --weights; '", path,
+           "' is a plan, built already");
     plan::ReadOptions ro;
     ro.verify_weight_hashes = o.verify_weights;
     {
@@ -87,6 +90,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.block_size = o.block_size;
     bo.backend = o.device.device.empty() ? std::string("cpu") : o.device.device;
     bo.host_fallback = o.device.cpu_fallback;
+    bo.check_finite = !o.allow_nonfinite;
     // Before the import and the build: a device that cannot run here fails at once.
     require_backend_here(bo.backend, "--device " + bo.backend + " for '" + path + "'");
     ir::Graph g;

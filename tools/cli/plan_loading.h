@@ -30,7 +30,7 @@ struct LoadOptions {
   std::string activations;               // --activations likewise ("" = fp32)
   int64_t block_size = 0;                // --block-size likewise (int4; 0 = 32)
   DeviceOptions device;                  // --device / --allow-cpu-fallback for an ONNX model; a plan's must match
-  bool allow_nonfinite = false;          // accept NaN/Inf in new weights (CommitOptions::check_finite off)
+  bool allow_nonfinite = false;          // accept NaN/Inf in an ONNX model built here and in new weights
   // Hash every stored weight of a plan file against the hashes it records before using it
   // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
   bool verify_weights = true;
