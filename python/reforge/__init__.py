@@ -78,6 +78,29 @@ def _value_infos(text: str) -> List[ValueInfo]:
     ]
 
 
+# The most threads a plan or build takes (the CLI's --threads has the same range).
+_MAX_THREADS = 1024
+
+
+def _check_int(value: Any, name: str, low: int, high: int, note: str = "") -> int:
+    """``value`` as an int in [low, high]; a ValueError (a TypeError for a non-integer) naming
+    the parameter and the range otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be an integer from %d to %d%s, got %r" % (name, low, high, note, value))
+    if not low <= value <= high:
+        raise ValueError("%s must be from %d to %d%s, got %d" % (name, low, high, note, value))
+    return value
+
+
+def _check_block_size(value: Any) -> int:
+    """An int4 block size: a power of two from 16 to 1048576 (what the int4 layout takes)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("block_size must be a power of two from 16 to 1048576, got %r" % (value,))
+    if not 16 <= value <= 1 << 20 or value & (value - 1):
+        raise ValueError("block_size must be a power of two from 16 to 1048576, got %d" % value)
+    return value
+
+
 def _array(value: Any, what: str) -> Any:
     """A value as something the extension takes: numpy arrays and ``__dlpack__`` CPU tensors as
     they are; a torch tensor that needs a gradient is detached (no copy), a non-contiguous one
@@ -292,6 +315,8 @@ def build(
     threads: int = 0,
     device: str = "cpu",
     allow_cpu_fallback: bool = False,
+    block_size: Optional[int] = None,
+    allow_nonfinite: bool = False,
     progress: Optional[Callable[[str, int, int, str], None]] = None,
 ) -> Plan:
     """Builds a plan from an ONNX model (``reforge build``).
@@ -300,12 +325,15 @@ def build(
     accepts only the build-time weights, checked by hash) or a list of glob patterns (only
     matching sources refittable). ``strip_weights`` leaves the refittable weight data out: the
     plan refuses to run until a refit. ``precision`` (``"fp32"``, ``"bf16"``, ``"fp16"``) is
-    the storage type of MatMul/Gemm weights; ``activations="bf16"`` (bf16 plans) rounds their
-    inputs too. ``checkpoint``: a safetensors file, files or sharded folder, or a dict of
-    arrays (a state dict), to bind every source to by exact value, so that the plan refits
+    the storage type of MatMul/Gemm weights (``"int8"``, ``"int4"``: quantized, ``block_size``
+    weights per int4 block along K, a power of two from 16 to 1048576, default 32);
+    ``activations="bf16"`` (bf16 plans) rounds their inputs too. A weight holding NaN or Inf is
+    refused (:class:`InvalidModel` naming it), as refit refuses one, unless ``allow_nonfinite``.
+    ``checkpoint``: a safetensors file, files or sharded folder, or a dict of arrays (a state
+    dict), to bind every source to by exact value, so that the plan refits
     from that framework's checkpoints; ``bind``/``bind_file``/``strict_binding``/
     ``allow_partial_binding`` as the CLI's options. ``literals``: initializers to treat as
-    structure. ``threads``: for the build and the plan's runs (0: all cores). ``device``:
+    structure. ``threads``: for the build and the plan's runs (0: all cores; at most 1024). ``device``:
     where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
     arrays in host memory, copied to and from the GPU); a node the device has no kernel for
     fails the build, unless ``allow_cpu_fallback`` places it on the CPU with explicit copies
@@ -318,8 +346,14 @@ def build(
 
     Raises :class:`InvalidModel` when the model cannot be imported or built (unsupported nodes
     listed as :func:`check` lists them, a checkpoint that does not bind), :class:`Error` for
-    inconsistent options.
+    inconsistent options, ``ValueError`` for a number out of its range (``threads``,
+    ``block_size``).
     """
+    _check_int(threads, "threads", 0, _MAX_THREADS, " (0: all cores)")
+    if block_size is not None:
+        _check_block_size(block_size)
+        if precision != "int4":
+            raise ValueError("block_size applies to precision='int4' only, not %r" % (precision,))
     if refit is True:
         mode, individual = "refit", []
     elif refit is False:
@@ -356,6 +390,8 @@ def build(
         threads,
         device,
         allow_cpu_fallback,
+        0 if block_size is None else block_size,
+        allow_nonfinite,
         progress,
     )
     return Plan(impl)
@@ -367,8 +403,9 @@ def load(path: PathLike, *, verify: bool = True, threads: int = 0) -> Plan:
     ``verify`` hashes every stored weight against the plan's hashes first (``--no-verify`` in
     the CLI is ``verify=False``). Raises :class:`CorruptPlan` naming what is wrong (damaged
     bytes, a weight that fails its hash, a newer format), ``FileNotFoundError`` when there is
-    no file.
+    no file, ``ValueError`` for ``threads`` out of its range (0: all cores; at most 1024).
     """
+    _check_int(threads, "threads", 0, _MAX_THREADS, " (0: all cores)")
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(path)

@@ -74,6 +74,8 @@ def build(
     threads: int,
     device: str,
     allow_cpu_fallback: bool,
+    block_size: int,
+    allow_nonfinite: bool,
     progress: Optional[Callable[[str, int, int, str], None]],
 ) -> Plan: ...
 def load(path: str, verify: bool, threads: int) -> Plan: ...

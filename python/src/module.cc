@@ -422,7 +422,7 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
                   const std::vector<std::string>& checkpoint_files, std::optional<nb::dict> checkpoint_tensors,
                   const std::map<std::string, std::string>& binds, const std::string& bind_file, bool strict_binding,
                   bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback,
-                  std::optional<nb::callable> progress) {
+                  int64_t block_size, bool allow_nonfinite, std::optional<nb::callable> progress) {
   std::vector<std::pair<std::string, InArray>> ckpt_arrays;
   if (checkpoint_tensors) ckpt_arrays = arrays_of(*checkpoint_tensors, Kind::InvalidModel, "checkpoint tensor");
   build::BuildOptions o;
@@ -440,6 +440,8 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
     o.activations = precision_of(activations, "activations");
     o.backend = device;
     o.host_fallback = allow_cpu_fallback;
+    o.block_size = block_size;
+    o.check_finite = !allow_nonfinite;
     o.progress = progress_of(progress);
     o.validate();
     const bool with_checkpoint = !checkpoint_files.empty() || !ckpt_arrays.empty();
@@ -546,7 +548,7 @@ NB_MODULE(_reforge, m) {
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
         "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a,
-        "progress"_a.none(), nb::rv_policy::take_ownership);
+        "block_size"_a, "allow_nonfinite"_a, "progress"_a.none(), nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
   m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
   m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);

@@ -95,8 +95,8 @@ def test_wrong_input_name_and_dtype_are_invalid_input(tmp_path):
     assert str(e.value) == cli_error("run", path, "--input", "input_ids=%s" % (tmp_path / "ids_f.npy"))
     assert "int64" in str(e.value)
 
-    # The CLI synthesizes an input it is not given (`reforge run` without --input); the library
-    # never does.
+    # A missing input is an error in the library, as in the CLI (`reforge run` makes one up only
+    # when asked: --synthesize-missing).
     with pytest.raises(reforge.InvalidInput) as e:
         plan.run({})
     assert str(e.value) == "missing input 'input_ids' (int64[2,16])"
@@ -122,3 +122,55 @@ def test_inconsistent_options_are_errors():
         reforge.build(hf_onnx("gpt2", "A"), precision="fp8")
     with pytest.raises(ValueError):
         reforge.build(hf_onnx("gpt2", "A"), refit="maybe")
+
+
+def _with_nan(tmp_path):
+    """hf gpt2 A with element [1, 2] of one weight (found by its bytes: the checkpoint's
+    transformer.h.0.attn.c_proj.weight, float32[64,64]) set to NaN."""
+    import safetensors.numpy
+
+    weight = safetensors.numpy.load_file(str(hf_checkpoint("gpt2", "A")))["transformer.h.0.attn.c_proj.weight"]
+    data = bytearray(hf_onnx("gpt2", "A").read_bytes())
+    at = data.find(weight.tobytes())
+    assert at >= 0 and data.find(weight.tobytes(), at + 1) < 0
+    data[at + 66 * 4 : at + 67 * 4] = np.array([np.nan], np.float32).tobytes()
+    path = tmp_path / "nan.onnx"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_build_refuses_nonfinite_weights_as_refit_does(tmp_path):
+    path = _with_nan(tmp_path)
+    for refit in (False, True, ["*c_fc*"]):  # baked, refittable, baked in an individual plan
+        with pytest.raises(reforge.InvalidModel) as e:
+            reforge.build(path, refit=refit)
+        assert "holds NaN at index [1, 2] (flat index 66 of float32[64,64])" in str(e.value)
+        assert "allow_nonfinite" in str(e.value) or "--allow-nonfinite" in str(e.value)
+    assert str(e.value) == cli_error("build", path, "--refit-individual", "*c_fc*", "-o", tmp_path / "x.plan")
+    assert not (tmp_path / "x.plan").exists()
+    # Accepted when asked: what the weights then compute is the caller's business.
+    plan = reforge.build(path, allow_nonfinite=True)
+    out = plan.run(hf_inputs("gpt2"))
+    assert any(np.isnan(v).any() for v in out.values())
+
+
+def test_numeric_parameters_are_range_checked():
+    model = hf_onnx("gpt2", "A")
+    for threads in (-3, -1, 1025):
+        with pytest.raises(ValueError, match=r"threads must be from 0 to 1024 \(0: all cores\), got %d" % threads):
+            reforge.build(model, threads=threads)
+    with pytest.raises(ValueError, match="threads must be from 0 to 1024"):
+        reforge.load("/nonexistent/m.plan", threads=-3)  # checked before the file is looked at
+    with pytest.raises(TypeError, match="threads must be an integer"):
+        reforge.build(model, threads=1.5)
+    for block in (0, 8, 24, 1 << 21):
+        with pytest.raises(ValueError, match="block_size must be a power of two from 16 to 1048576, got %d" % block):
+            reforge.build(model, precision="int4", block_size=block)
+    with pytest.raises(ValueError, match="block_size applies to precision='int4' only"):
+        reforge.build(model, block_size=32)
+    # The ends of the ranges build, and the block size is the plan's.
+    ref = reforge.build(model, precision="int4").run(hf_inputs("gpt2"))
+    same = reforge.build(model, precision="int4", block_size=32, threads=1).run(hf_inputs("gpt2"))
+    assert all(np.array_equal(ref[k], same[k]) for k in ref)
+    other = reforge.build(model, precision="int4", block_size=16).run(hf_inputs("gpt2"))
+    assert any(not np.array_equal(ref[k], other[k]) for k in ref)
