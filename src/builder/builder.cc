@@ -83,6 +83,7 @@ bool refittable_source(const BuildOptions& o, const plan::Source& s) {
     case plan::BuildMode::RefitIdentical:
       return true;
     case plan::BuildMode::RefitIndividual:
+      if (o.refittable_positions) return o.refittable_positions->count({s.node_position, s.slot}) != 0;
       for (const auto& p : o.individual_patterns)
         if (pattern_matches_source(p, s.names, s.key)) return true;
       return false;
@@ -140,7 +141,7 @@ std::vector<std::string> unmatched_skip_passes(const BuildOptions& o) {
 // user asked for is not the plan they meant.
 std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const std::set<std::string>& literals,
                                                        const BuildOptions& o) {
-  if (o.mode != plan::BuildMode::RefitIndividual) return {};
+  if (o.mode != plan::BuildMode::RefitIndividual || o.refittable_positions) return {};
   struct Use {
     std::vector<std::string> names;
     std::string key;

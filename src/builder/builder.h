@@ -52,7 +52,13 @@ struct BuildOptions {
   // the layouts a plan records). half_panels needs linear_panels.
   std::optional<plan::WeightLayouts> layouts;
   std::vector<std::string>
-      individual_patterns;                 // RefitIndividual: glob patterns over source names (each must match one)
+      individual_patterns;  // RefitIndividual: glob patterns over source names (each must match one)
+  // RefitIndividual, set: the refittable sources by (consumer node position, input slot) in the
+  // canonical order, in place of the patterns' verdict (which is then not checked either). A slow
+  // refit rebuilds with the plan's own split: a re-export may name its initializers otherwise (an
+  // exporter drops an all-zero bias, and the canonical form names it after its node), so the
+  // patterns evaluated on it could choose other sources.
+  std::optional<std::set<std::pair<uint32_t, uint32_t>>> refittable_positions;
   std::vector<std::string> literal_names;  // initializers to treat as literals (each must exist)
   bool strip_weights = false;              // requires a refit mode
   bool verify_recipes = true;              // replay every recipe after the build

@@ -28,8 +28,8 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
   check_structure(plan, structural_fingerprint(g, literals));
   std::map<uint32_t, Tensor> out;
   for (size_t id = 0; id < plan.sources.size(); ++id) {
+    // Baked sources too: the refit compares them with the plan's (refit/refitter.h).
     const plan::Source& s = plan.sources[id];
-    if (!s.refittable) continue;
     REFORGE_ASSERT(s.node_position < g.nodes.size());  // the fingerprint matched
     const ir::Node& n = g.nodes[s.node_position];
     if (n.op_type != s.op_type || s.slot >= n.inputs.size())
@@ -62,6 +62,12 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
   o.activations = plan.activations;
   o.block_size = plan.precision == plan::Precision::Int4 ? plan.block_size : 0;
   o.individual_patterns = plan.individual_patterns;
+  if (plan.mode == plan::BuildMode::RefitIndividual) {
+    // The plan's split, not the patterns' verdict on the new model's names (BuildOptions).
+    o.refittable_positions.emplace();
+    for (const auto& s : plan.sources)
+      if (s.refittable) o.refittable_positions->insert({s.node_position, s.slot});
+  }
   // Non-finite new values are the refit's to refuse or accept (CommitOptions::check_finite,
   // which checks the rebuilt weights), not the rebuild's.
   o.check_finite = false;

@@ -1,8 +1,8 @@
 // Refit from a re-exported ONNX model (build side: it reads ONNX files).
 //
 // Fast path: read_sources_from_onnx() imports the new model without running any pass, checks
-// that its structure matches the plan's fingerprint, and returns each refittable source's new
-// tensor, found by graph position (node position in canonical order, input slot), so a
+// that its structure matches the plan's fingerprint, and returns each source's new tensor (the
+// baked ones too, which the refitter compares with the plan's values), found by graph position (node position in canonical order, input slot), so a
 // re-export that merged or split equal initializers differently still refits correctly.
 // Slow path: rebuild_from_onnx() re-runs the whole build on the new model with the plan's
 // options and returns the fresh plan, whose engine weights the refitter can swap in.

@@ -46,6 +46,11 @@ std::string RefitReport::summary() const {
       os << "refit --verify: fast == slow for all " << verified << " derived engine weights, bit for bit (" << verify_ms
          << " ms)\n";
   }
+  if (c.baked_given)
+    os << "baked sources: " << c.baked_given << " given, "
+       << (c.baked_differing ? str_cat(c.baked_differing, " with other values than the plan's were ignored (--keep-baked)")
+                             : std::string("all equal to the plan's"))
+       << "\n";
   if (!c.quantized.empty()) {
     // One line per part: values changed, and in how many weights any changed.
     os << "quantized values changed:";

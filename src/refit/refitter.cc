@@ -191,6 +191,46 @@ bool overlaps(const Tensor& t, const std::vector<std::pair<const char*, const ch
   return false;
 }
 
+
+// What a refit does with the baked sources its new weights hold (`given` of them, `differing`
+// with other values than the plan's, each "key (origin)"): refuses when any differ, unless
+// options.keep_baked; records the counts in `rep`.
+void note_baked(const plan::Plan& p, size_t given, const std::vector<std::string>& differing,
+                const CommitOptions& options, CommitReport& rep) {
+  rep.baked_given = given;
+  rep.baked_differing = differing.size();
+  rep.baked_differing_keys = differing;
+  if (differing.empty() || options.keep_baked) return;
+  size_t baked = 0;
+  for (const auto& s : p.sources) baked += !s.refittable;
+  std::string patterns;
+  for (const auto& pat : p.individual_patterns) patterns += (patterns.empty() ? "" : " ") + ("'" + pat + "'");
+  fail("refit: the new weights hold other values than this plan was built with for ", differing.size(), " of its ",
+       baked, " baked source(s) (", plan::build_mode_name(p.mode), " build",
+       patterns.empty() ? std::string() : ", refittable: " + patterns,
+       "); a refit changes only the refittable sources, so the engine would run a mix of the old and the new "
+       "weights:",
+       list_keys(differing),
+       "\nNothing was changed. Rebuild with patterns that make them refittable, or refit with --keep-baked "
+       "(Python: keep_baked=True) to keep the plan's values of the baked sources");
+}
+
+// The values given for baked sources (`baked`, by source id) against the values the plan was
+// built with: a difference refuses the refit, naming each, unless options.keep_baked (then
+// counted in `rep` and ignored).
+void check_baked(const plan::Plan& p, const std::map<uint32_t, Tensor>& baked, const CommitOptions& options,
+                 CommitReport& rep) {
+  std::vector<uint32_t> ids;
+  std::vector<const Tensor*> values;
+  for (const auto& [id, t] : baked) ids.push_back(id), values.push_back(&t);
+  const std::vector<Scan> scans = scan_all(values, std::vector<bool>(values.size(), true), false);
+  std::vector<std::string> differing;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (scans[i].hash != p.sources[ids[i]].hash)
+      differing.push_back(p.sources[ids[i]].key + source_origin(p.sources[ids[i]]));
+  note_baked(p, ids.size(), differing, options, rep);
+}
+
 }  // namespace
 
 Refitter::Refitter(runtime::PlanEngine& engine) : engine_(engine) {}
@@ -240,33 +280,37 @@ std::vector<std::string> Refitter::missing() const {
 
 namespace {
 
-// Source `id` of `p`, which a refit may set: throws naming it when there is none or it is baked.
-const plan::Source& settable_source(const plan::Plan& p, uint32_t id) {
+// Source `id` of `p`: throws naming the id when there is none.
+const plan::Source& source_of(const plan::Plan& p, uint32_t id) {
   REFORGE_CHECK(id < p.sources.size(), "refit: no source with id ", id);
-  const plan::Source& s = p.sources[id];
-  if (!s.refittable)
-    fail("refit: source '", s.key, "' is baked into this plan (", plan::build_mode_name(p.mode),
-         " build) and cannot be refit");
-  return s;
+  return p.sources[id];
 }
 
 }  // namespace
 
 void Refitter::set_source(uint32_t id, const Tensor& value) {
-  const plan::Source& s = settable_source(engine_.plan(), id);
+  const plan::Source& s = source_of(engine_.plan(), id);
   if (value.dtype() != s.dtype || value.shape() != s.shape)
     fail("refit: source '", s.key, "' has ", value.describe(), ", the plan expects ", dtype_name(s.dtype),
          shape_str(s.shape));
+  if (!s.refittable) {
+    baked_[id] = value;  // compared with the build-time value at commit
+    return;
+  }
   pending_[id] = value;
   transposed_.erase(id);
 }
 
 void Refitter::set_source_transposed(uint32_t id, const Tensor& matrix) {
-  const plan::Source& s = settable_source(engine_.plan(), id);
+  const plan::Source& s = source_of(engine_.plan(), id);
   if (matrix.dtype() != s.dtype || matrix.rank() != 2 || s.shape != Shape{matrix.dim(1), matrix.dim(0)})
     fail("refit: source '", s.key, "' transposed from ", matrix.describe(), " would be ", dtype_name(matrix.dtype()),
          matrix.rank() == 2 ? shape_str(Shape{matrix.dim(1), matrix.dim(0)}) : std::string(" (not a matrix)"),
          ", the plan expects ", dtype_name(s.dtype), shape_str(s.shape));
+  if (!s.refittable) {
+    baked_[id] = transforms::transpose_2d(matrix);
+    return;
+  }
   pending_[id] = matrix;
   transposed_.insert(id);
 }
@@ -293,11 +337,12 @@ void Refitter::set(const std::string& name, const Tensor& value) {
          "merged; set each by its source key (the same tensor for each, if they are one parameter)");
   }
   // Validate every use before recording any, so a failing set() changes nothing.
-  std::map<uint32_t, Tensor> saved = pending_;
+  std::map<uint32_t, Tensor> saved = pending_, saved_baked = baked_;
   try {
     for (uint32_t id : ids) set_source(id, value);
   } catch (...) {
     pending_ = std::move(saved);
+    baked_ = std::move(saved_baked);
     throw;
   }
 }
@@ -383,6 +428,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
            " differs from the weights this refit-identical plan was built with; "
            "refit-identical plans accept only the build-time weights (rebuild with --refit to change weights)");
   }
+  check_baked(p, baked_, options, rep);
   // The values kept (incremental): every one the engine holds the bytes of must still hash to
   // what was recorded when it entered the engine, and in a refit-identical plan every source
   // must be the build-time one.
@@ -516,6 +562,17 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
       if (fresh.sources[i].hash != p.sources[i].hash)
         fail("refit: source '", p.sources[i].key,
              "' differs from the weights this refit-identical plan was built with");
+  {
+    // The rebuild read every source of the new model; the baked ones must be the plan's.
+    std::vector<std::string> differing;
+    size_t given = 0;
+    for (size_t i = 0; i < p.sources.size(); ++i) {
+      if (p.sources[i].refittable) continue;
+      ++given;
+      if (fresh.sources[i].hash != p.sources[i].hash) differing.push_back(p.sources[i].key + source_origin(p.sources[i]));
+    }
+    note_baked(p, given, differing, options, rep);
+  }
   runtime::WeightUpdate staged;
   for (size_t i = 0; i < p.weights.size(); ++i) {
     const auto& w = p.weights[i];

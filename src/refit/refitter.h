@@ -13,6 +13,13 @@
 // at once through the engine's one weight transaction (runtime::WeightUpdate). Any failure
 // leaves the engine exactly as it was.
 //
+// Values given for *baked* sources (the sources a refit-individual plan holds fixed) are not
+// refit: they are compared with the values the plan was built with (the hash the builder recorded
+// for every source). A refit whose new weights hold other values for a baked source would leave
+// a model that is neither the old nor the new one, so commit() refuses it, naming each such
+// source, unless CommitOptions::keep_baked says to keep the plan's values (the report counts
+// them). Equal values are accepted and counted.
+//
 // Most callers want refit_from() (refit/refit_from.h), which reads the sources too.
 #pragma once
 
@@ -50,6 +57,11 @@ struct CommitOptions {
   // multi-source recipes) is re-hashed against the hash recorded when it entered the engine, so
   // a corrupted or stale value is refused rather than replayed into new weights.
   bool incremental = false;
+  // Off (default): a value given for a baked source (not refittable in this plan's build mode)
+  // must equal the value the plan was built with, or the refit is refused naming each that
+  // differs: the new weights would otherwise be applied only in part. On: such values are
+  // ignored and the engine keeps the plan's (counted in CommitReport::baked_differing).
+  bool keep_baked = false;
   // On: no engine weight and no value the engine keeps shares memory with a value given to this
   // refit. An engine weight that would (an identity recipe, a reshape's view) and a kept source
   // value are copied into storage the engine owns, in one parallel pass, so that the caller may
@@ -88,6 +100,11 @@ struct CommitReport {
   // Quantized plans: each replayed weight made by reforge::QuantizeWeight, and how many of its
   // values changed (refit/quant_changes.h), in plan weight order.
   std::vector<QuantizedChange> quantized;
+  // Values given for baked sources: how many, and how many of those differ from the plan's
+  // build-time values (non-zero only with keep_baked, which keeps the plan's values), with their
+  // source keys.
+  size_t baked_given = 0, baked_differing = 0;
+  std::vector<std::string> baked_differing_keys;
 };
 
 // A refit validated and replayed but not applied: the new engine weights and source records,
@@ -106,7 +123,8 @@ class Refitter {
   // Keys of refittable sources that have no value (in the engine or set here).
   std::vector<std::string> missing() const;
   // Sets the source `name` names: its source key, or the name of an initializer with one use.
-  // Throws on an unknown or non-refittable name, on an initializer name with several uses (each
+  // A baked source's value is only compared with the plan's at commit (see above). Throws on an
+  // unknown name, on an initializer name with several uses (each
   // use is set by its key: nothing tells a tied parameter from equal ones an exporter merged), or
   // on a dtype/shape that differs from the plan's.
   void set(const std::string& name, const Tensor& value);
@@ -121,6 +139,7 @@ class Refitter {
   void clear() {
     pending_.clear();
     transposed_.clear();
+    baked_.clear();
   }
   // Keys of refittable sources not set in this transaction (what a non-incremental commit
   // refuses), sorted by source id.
@@ -135,7 +154,8 @@ class Refitter {
   // one runtime::PlanEngine::commit; clears the pending values.
   CommitReport commit(StagedRefit staged);
   // Slow path: swaps in the derived engine weights of `fresh`, a new build of the same
-  // structure (same weight table). For refit-identical plans every source hash must match;
+  // structure (same weight table). For refit-identical plans every source hash must match, and
+  // every baked source's unless options.keep_baked;
   // with options.check_finite no derived engine weight may hold NaN or Inf (`incremental` does
   // not apply: a rebuild replaces every derived weight). Pending values are ignored and cleared.
   CommitReport commit_rebuilt(const plan::Plan& fresh, const CommitOptions& options = {});
@@ -144,6 +164,7 @@ class Refitter {
   runtime::PlanEngine& engine_;
   std::map<uint32_t, Tensor> pending_;
   std::set<uint32_t> transposed_;  // pending_ holds the matrix whose transpose the value is
+  std::map<uint32_t, Tensor> baked_;  // values given for baked sources, compared at commit
 };
 
 }  // namespace reforge::refit

@@ -1,4 +1,4 @@
-// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights] [--slow | --verify]`
+// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights] [--slow | --verify] [--keep-baked]`
 // Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
 // -o is given; atomically either way). The engine runs on the device the plan was built for (no
 // --device): a plan whose device cannot run here is refused before any work, naming the plan. The plan's stored weights
@@ -18,7 +18,7 @@ namespace {
 struct RefitArgs {
   std::string plan, out;
   std::vector<std::string> weights;
-  bool strip = false, slow = false, verify = false, allow_nonfinite = false, json = false;
+  bool strip = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false, json = false;
 };
 }  // namespace
 
@@ -35,6 +35,9 @@ Runner add_refit(CLI::App& app) {
   auto* v = app.add_flag("--verify", a->verify, "run fast and slow refit, compare every engine weight bit for bit");
   s->excludes(v);
   app.add_flag("--allow-nonfinite", a->allow_nonfinite, "accept NaN/Inf in the new weights (refused by default)");
+  app.add_flag("--keep-baked", a->keep_baked,
+               "where the new weights hold other values for sources this plan holds baked (a --refit-individual "
+               "plan's), keep the plan's (refused by default: the engine would run a mix of old and new weights)");
   app.add_flag("--json", a->json, "print one JSON document on stdout (phases and counts); other text goes to stderr");
   return [a]() {
     std::string out = a->out.empty() ? a->plan : a->out;
@@ -44,6 +47,7 @@ Runner add_refit(CLI::App& app) {
     o.slow = a->slow;
     o.verify = a->verify;
     o.allow_nonfinite = a->allow_nonfinite;
+    o.keep_baked = a->keep_baked;
     LoadOptions lo;
     lo.verify_weights = true;
     auto engine = load_engine(a->plan, lo);
@@ -76,6 +80,8 @@ Runner add_refit(CLI::App& app) {
                                   {"commit_ms", c.commit_ms},
                                   {"verify_ms", rep.verify_ms},
                                   {"verified_weights", rep.verified},
+                                  {"baked_given", c.baked_given},
+                                  {"baked_differing_kept", c.baked_differing},
                                   {"unused_checkpoint_tensors", rep.unused}};
       if (!rep.note.empty()) j["note"] = rep.note;
       // Quantized plans: per engine weight made by QuantizeWeight, the values that changed.

@@ -116,6 +116,7 @@ refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& 
   req.files = o.weights;
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
+  req.commit.keep_baked = o.keep_baked;
   refit::RefitReport rep;
   {
     Phase phase("refitting from " + (o.weights.size() == 1 ? "'" + o.weights[0] + "'" : "the weight files"));

@@ -31,6 +31,7 @@ struct LoadOptions {
   int64_t block_size = 0;                // --block-size likewise (int4; 0 = 32)
   DeviceOptions device;                  // --device / --allow-cpu-fallback for an ONNX model; a plan's must match
   bool allow_nonfinite = false;          // accept NaN/Inf in an ONNX model built here and in new weights
+  bool keep_baked = false;               // keep the plan's baked sources where the new weights differ
   // Hash every stored weight of a plan file against the hashes it records before using it
   // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
   bool verify_weights = true;
