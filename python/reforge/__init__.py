@@ -182,6 +182,7 @@ class Plan:
         names: Optional[str] = None,
         allow_nonfinite: bool = False,
         incremental: bool = False,
+        keep_baked: bool = False,
         progress: Optional[Callable[[str, int, int, str], None]] = None,
     ) -> Dict[str, Any]:
         """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
@@ -204,9 +205,13 @@ class Plan:
           the plan. Do not change them during the call. ``incremental=True`` (``"onnx"`` names
           only) changes only the sources given.
 
-        New weights holding NaN or Inf are refused unless ``allow_nonfinite``. Returns what the
+        New weights holding NaN or Inf are refused unless ``allow_nonfinite``. In a plan built
+        with ``individual=...``, new weights that hold other values for a baked source than the
+        plan was built with are refused (the plan would run a mix of old and new weights) unless
+        ``keep_baked=True``, which keeps the plan's values (``baked_differing_kept`` lists them).
+        Returns what the
         refit did (``from``, ``mode``, timings in ms, ``sources_set``, ``weights_replayed``,
-        ``bytes_in``/``bytes_out``/``bytes_copied``, ``unused`` checkpoint tensors, ``summary``: the CLI's
+        ``bytes_in``/``bytes_out``/``bytes_copied``, ``unused`` checkpoint tensors, ``baked_given``, ``summary``: the CLI's
         text). ``progress(step, done, total, unit)`` is called as each step starts (reading:
         ``"reading the checkpoint"`` or ``"importing the model"``; a slow refit's build steps;
         ``"validating sources"``; ``"replaying recipes"``) and as the replay advances (``done``
@@ -224,11 +229,13 @@ class Plan:
             if mode != "fast":
                 raise ValueError("mode %r needs a re-exported ONNX model; arrays refit the fast way" % (mode,))
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
-            return self._impl.refit_tensors(arrays, names == "checkpoint", allow_nonfinite, incremental, progress)
+            return self._impl.refit_tensors(
+                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, progress
+            )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
-        return self._impl.refit_files(files, mode, allow_nonfinite, progress)
+        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, progress)
 
     @property
     def missing(self) -> List[str]:

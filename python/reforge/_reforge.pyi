@@ -27,6 +27,7 @@ class Plan:
         files: Sequence[str],
         mode: str,
         allow_nonfinite: bool,
+        keep_baked: bool,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def refit_tensors(
@@ -35,6 +36,7 @@ class Plan:
         checkpoint_names: bool,
         allow_nonfinite: bool,
         incremental: bool,
+        keep_baked: bool,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def save(

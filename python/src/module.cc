@@ -275,6 +275,8 @@ nb::dict report_dict(const refit::RefitReport& r) {
   d["verify_ms"] = r.verify_ms;
   d["verified"] = r.verified;
   d["unused"] = r.unused;
+  d["baked_given"] = r.commit.baked_given;
+  d["baked_differing_kept"] = r.commit.baked_differing_keys;
   d["note"] = r.note;
   d["summary"] = r.summary();
   return d;
@@ -314,19 +316,20 @@ class Plan {
   }
 
   nb::dict refit_files(const std::vector<std::string>& files, const std::string& mode, bool allow_nonfinite,
-                       std::optional<nb::callable> progress) {
+                       bool keep_baked, std::optional<nb::callable> progress) {
     return report_dict(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
       req.files = files;
       req.mode = refit_mode_of(mode);
       req.commit.check_finite = !allow_nonfinite;
+      req.commit.keep_baked = keep_baked;
       req.commit.progress = progress_of(progress);
       return build::refit_from(*engine_, req);
     }));
   }
 
   nb::dict refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental,
-                         std::optional<nb::callable> progress) {
+                         bool keep_baked, std::optional<nb::callable> progress) {
     auto arrays = arrays_of(values, Kind::RefitRefused, checkpoint_names ? "checkpoint tensor" : "source");
     return report_dict(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
@@ -334,6 +337,7 @@ class Plan {
       for (const auto& [name, a] : arrays) tensors[name] = wrap_array(a, dtype_of(a.dtype()));
       req.commit.check_finite = !allow_nonfinite;
       req.commit.incremental = incremental;
+      req.commit.keep_baked = keep_baked;
       req.commit.own_values = true;  // the caller's arrays may change once refit() returns
       req.commit.progress = progress_of(progress);
       return build::refit_from(*engine_, req);
@@ -532,9 +536,10 @@ NB_MODULE(_reforge, m) {
 
   nb::class_<Plan>(m, "Plan")
       .def("run", &Plan::run, "inputs"_a)
-      .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "progress"_a.none())
+      .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "keep_baked"_a,
+           "progress"_a.none())
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
-           "incremental"_a, "progress"_a.none())
+           "incremental"_a, "keep_baked"_a, "progress"_a.none())
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())
       .def("inspect", &Plan::inspect)
       .def("value_infos", &Plan::value_infos, "outputs"_a)
