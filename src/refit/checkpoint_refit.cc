@@ -1,5 +1,6 @@
 #include "refit/checkpoint_refit.h"
 
+#include <algorithm>
 #include <set>
 
 #include "transforms/recipe.h"
@@ -38,7 +39,13 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
   std::set<std::string> used;
   for (size_t i = 0; i < p.sources.size(); ++i) {
     const auto& s = p.sources[i];
-    if (!s.refittable) continue;
+    // A baked source bound to the checkpoint is read too, and compared with the plan's value by
+    // the commit (refit/refitter.h); a checkpoint without its tensors (one holding only the
+    // refittable weights) leaves it as built.
+    if (!s.refittable && s.binding.status != plan::Binding::Status::Bound) continue;
+    if (!s.refittable && std::any_of(s.binding.checkpoint.begin(), s.binding.checkpoint.end(),
+                                     [&](const plan::Binding::Input& in) { return !ckpt.find(in.name); }))
+      continue;
     std::vector<Tensor> ins;
     for (const auto& in : s.binding.checkpoint) {
       const Tensor* t = ckpt.find(in.name);

@@ -15,7 +15,8 @@
 namespace reforge::refit {
 
 struct CheckpointSources {
-  // By source id, every refittable source: its value in `sources`, or in `transposed` the
+  // By source id, every refittable source, and every baked one bound to tensors the checkpoint
+  // holds (the commit compares those with the plan's values): its value in `sources`, or in `transposed` the
   // checkpoint tensor whose 2-D transpose it is (transforms::is_transpose_binding: an exporter
   // that stored a Linear weight transposed), left for Refitter::set_source_transposed, which packs
   // it without making the transpose where the plan's recipes allow.

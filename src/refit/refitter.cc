@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/dispatch.h"
+#include "core/nonfinite.h"
 #include "core/timing.h"
 #include "transforms/recipe.h"
 
@@ -23,37 +24,7 @@ struct Scan {
   int64_t nonfinite = -1;  // flat index of the first NaN/Inf, or -1
 };
 
-// Exponent all ones: Inf or NaN. Counting matches in short chunks (the count fits in U)
-// vectorizes where std::isfinite on each type, or an early exit, does not.
-template <typename U>
-int64_t first_nonfinite(const U* p, int64_t n, U exp_mask) {
-  constexpr int64_t kChunk = 1024;
-  for (int64_t c = 0; c < n; c += kChunk) {
-    const int64_t e = std::min(n, c + kChunk);
-    U bad = 0;
-    for (int64_t i = c; i < e; ++i) bad += static_cast<U>((p[i] & exp_mask) == exp_mask);
-    if (bad)
-      for (int64_t i = c; i < e; ++i)
-        if ((p[i] & exp_mask) == exp_mask) return i;
-  }
-  return -1;
-}
-
-int64_t first_nonfinite(DType dt, const void* p, int64_t n) {
-  switch (dt) {
-    case DType::Float32:
-      return first_nonfinite(static_cast<const uint32_t*>(p), n, uint32_t{0x7f800000});
-    case DType::Float64:
-      return first_nonfinite(static_cast<const uint64_t*>(p), n, uint64_t{0x7ff0000000000000});
-    case DType::Float16:
-      return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7c00});
-    case DType::BFloat16:
-      return first_nonfinite(static_cast<const uint16_t*>(p), n, uint16_t{0x7f80});
-    default:
-      return -1;
-  }
-}
-
+// The finiteness scan is core/nonfinite.h's, the one a build runs (BuildOptions::check_finite).
 Scan scan(const Tensor& t, bool hash, bool check_finite) {
   Scan out;
   check_finite &= is_float(t.dtype());
@@ -97,26 +68,6 @@ std::vector<Scan> scan_all(const std::vector<const Tensor*>& ts, const std::vect
   return out;
 }
 
-std::string index_str(const Shape& shape, int64_t flat) {
-  std::string s = "[";
-  std::vector<int64_t> idx(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    idx[d] = shape[d] ? flat % shape[d] : 0;
-    flat = shape[d] ? flat / shape[d] : 0;
-  }
-  for (size_t d = 0; d < idx.size(); ++d) s += (d ? ", " : "") + std::to_string(idx[d]);
-  return s + "]";
-}
-
-// "NaN" / "inf" / "-inf" for element `i` of a float tensor.
-std::string element_str(const Tensor& t, int64_t i) {
-  double v = dispatch_float(t.dtype(), [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    return static_cast<double>(to_compute(t.data<T>()[i]));
-  });
-  return std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf";
-}
-
 std::string list_keys(const std::vector<std::string>& keys) {
   std::string list;
   for (size_t i = 0; i < keys.size() && i < 10; ++i) list += "\n  " + keys[i];
@@ -140,7 +91,7 @@ std::string source_origin(const plan::Source& s) {
 }
 
 [[noreturn]] void fail_nonfinite(const std::string& what, const std::string& origin, const Tensor& t, int64_t i) {
-  fail("refit: ", what, origin, " holds ", element_str(t, i), " at index ", index_str(t.shape(), i), " (flat index ", i,
+  fail("refit: ", what, origin, " holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i), " (flat index ", i,
        " of ", t.describe(),
        "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
 }
