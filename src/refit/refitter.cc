@@ -91,8 +91,8 @@ std::string source_origin(const plan::Source& s) {
 }
 
 [[noreturn]] void fail_nonfinite(const std::string& what, const std::string& origin, const Tensor& t, int64_t i) {
-  fail("refit: ", what, origin, " holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i), " (flat index ", i,
-       " of ", t.describe(),
+  fail("refit: ", what, origin, " holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i),
+       " (flat index ", i, " of ", t.describe(),
        "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
 }
 
