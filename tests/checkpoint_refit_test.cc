@@ -6,9 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -245,7 +244,7 @@ TEST_P(CheckpointRefit, TransposedCheckpointTensorsArePackedInOnePass) {
     std::map<std::string, Tensor> tensors = b.tensors();
     Tensor bad = Tensor::empty(matrix.dtype(), matrix.shape());
     std::memcpy(bad.mutable_raw(), matrix.raw(), matrix.nbytes());
-    bad.mutable_data<float>()[1] = NAN;                      // matrix [0, 1] = source [1, 0]
+    bad.mutable_data<float>()[1] = NAN;                        // matrix [0, 1] = source [1, 0]
     bad.mutable_data<float>()[matrix.dim(1) + 0] = -INFINITY;  // matrix [1, 0] = source [0, 1], first in the source
     tensors[name] = bad;
     const refit::Checkpoint nan_ckpt = refit::Checkpoint::from_tensors(tensors, "state dict");
@@ -507,7 +506,14 @@ TEST(CheckpointBinding, SliceCastTransposeAmbiguityAndLiterals) {
   build::BindOptions bo;
   bo.binds["zeros@3:1"] = "a.norm.bias";
   EXPECT_EQ(build::bind_checkpoint(g, {}, c2, bo).bindings.at({3, 1}).checkpoint.at(0).name, "a.norm.bias");
-  bo.binds.erase("zeros@3:1");
-  bo.binds["zeros"] = "proj.weight";
-  EXPECT_NE(error_of([&] { build::bind_checkpoint(g, {}, c, bo); }).find("does not equal"), std::string::npos);
+  // A bare name of an initializer two sources read is refused, asking for a source key (or
+  // NAME@* for every use); a tensor of other values is refused naming both.
+  bo.binds = {{"zeros", "a.norm.weight"}};
+  err = error_of([&] { build::bind_checkpoint(g, {}, c, bo); });
+  EXPECT_NE(err.find("zeros@3:1"), std::string::npos) << err;
+  EXPECT_NE(err.find("zeros@4:1"), std::string::npos) << err;
+  EXPECT_NE(err.find("--bind zeros@*=a.norm.weight"), std::string::npos) << err;
+  bo.binds = {{"zeros@3:1", "proj.weight"}};
+  err = error_of([&] { build::bind_checkpoint(g, {}, c, bo); });
+  EXPECT_NE(err.find("'proj.weight' (float32[4,8]) does not equal initializer 'zeros'"), std::string::npos) << err;
 }

@@ -310,6 +310,71 @@ plan::Binding constant_binding(const Tensor& v, const LiteralProof& proof) {
   return b;
 }
 
+using Uses = std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>>;
+
+// The uses binding decides, by initializer: every non-literal initializer input but the
+// quantized ones (bound with their node by build/binding_quant.h, never by --bind).
+Uses uses_to_bind(const ir::Graph& g, const std::set<std::string>& literals) {
+  Uses out;
+  for (size_t p = 0; p < g.nodes.size(); ++p)
+    for (size_t slot = 0; slot < g.nodes[p].inputs.size(); ++slot) {
+      const std::string& in = g.nodes[p].inputs[slot];
+      if (in.empty() || !g.initializers.count(in) || literals.count(in) || ops::is_quantized_input(g.nodes[p], slot))
+        continue;
+      out[in].push_back({uint32_t(p), uint32_t(slot)});
+    }
+  return out;
+}
+
+// The meaning of a --bind key: NAME@POS:SLOT binds one use (a source key); NAME@* every use of
+// the initializer, explicitly; a bare NAME an initializer of one use only. Exporters merge equal
+// initializers (zero biases, unit norm weights), and the uses of a merged one are different
+// checkpoint tensors: a bare name that looks like an identity (--bind X=X) would rebind them all
+// to one tensor, silently. Refuses such a bind, listing the source keys to give instead.
+void check_bind_keys(const BindOptions& o, const Uses& uses, const ir::Graph& g) {
+  for (const auto& [key, want] : o.binds) {
+    if (key.find('@') != std::string::npos) continue;  // a source key, or NAME@*: checked where used
+    auto it = uses.find(key);
+    if (it == uses.end() || it->second.size() < 2) continue;
+    std::string list;
+    for (size_t i = 0; i < it->second.size() && i < 6; ++i) {
+      const auto& [p, slot] = it->second[i];
+      list += str_cat("\n  ", key, "@", p, ":", slot, " (read by ", g.nodes[p].label(), ")");
+    }
+    if (it->second.size() > 6) list += str_cat("\n  ... and ", it->second.size() - 6, " more");
+    fail("--bind ", key, "=", want, ": initializer '", key, "' is read by ", it->second.size(),
+         " sources, which may be different checkpoint tensors (an exporter merges equal initializers):", list,
+         "\nbind each by its source key (--bind ", key, "@POS:SLOT=CHECKPOINT_NAME), or every use to '", want,
+         "' explicitly (--bind ", key, "@*=", want, ")");
+  }
+}
+
+// The consumer's module: the innermost of its scopes that owns checkpoint tensors (a scope's
+// last entry is often the op itself, 'mul_52', which owns none). "" when none does.
+std::string owner_scope(const ir::Node& n, const std::set<std::string>& modules) {
+  auto scopes = node_scopes(n);
+  for (auto s = scopes.rbegin(); s != scopes.rend(); ++s)
+    if (modules.count(*s)) return *s;
+  return "";
+}
+
+// BatchNorm modules of the checkpoint with running statistics of `channels` channels ("stem.bn,
+// block1.bn"), "" if none: what a Conv weight nothing derives was most likely folded with.
+std::string batchnorm_statistics(const refit::Checkpoint& ckpt, int64_t channels) {
+  std::string out;
+  int shown = 0;
+  for (const auto& [name, t] : ckpt.tensors()) {
+    const std::string suffix = ".running_mean";
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string module = name.substr(0, name.size() - suffix.size());
+    const Tensor* var = ckpt.find(module + ".running_var");
+    if (!var || t.shape() != Shape{channels} || var->shape() != Shape{channels}) continue;
+    if (shown++ < 3) out += (out.empty() ? "'" : ", '") + module + "'";
+  }
+  if (shown > 3) out += ", ...";
+  return out;
+}
+
 }  // namespace
 
 // "(nearest: 'a', 'b')" or "" when no name is close.
@@ -341,11 +406,19 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
 
   std::vector<std::string> ambiguous, quantized;
   std::set<std::string> used_binds;
-  std::map<uint32_t, std::string> folded_nodes;  // node position -> its input whose name matched, values not
+  // Node position -> its weight input shown folded (a per-channel scale of the checkpoint tensor
+  // of its name: build/binding_search.h scale_axis), and the uses so explained.
+  std::map<uint32_t, std::string> folded_nodes;
+  std::set<std::pair<uint32_t, uint32_t>> folded;
+  std::set<std::string> mismatched;  // initializers the checkpoint holds by name with other values
   std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>> unmatched;  // initializer -> its uses
   std::map<std::string, std::map<std::string, plan::Binding>> cache;            // by initializer name
   // Node position -> the bindings of its quantized inputs by slot (build/binding_quant.h), or why none.
   std::map<size_t, std::pair<std::optional<std::map<size_t, plan::Binding>>, std::string>> requantized;
+  const auto uses = uses_to_bind(g, literals);
+  check_bind_keys(o, uses, g);
+  std::set<std::string> modules;  // every module that owns a checkpoint tensor
+  for (const auto& [name, _] : ckpt.tensors()) modules.insert(module_of(name));
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     const ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
@@ -384,7 +457,11 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       }
       std::map<std::string, plan::Binding> cands = cache[in];
       std::string how;
-      auto forced = o.binds.count(key) ? o.binds.find(key) : o.binds.find(in);
+      // A source key names this use; NAME@* every use; a bare name an initializer of one use
+      // (check_bind_keys).
+      auto forced = o.binds.find(key);
+      if (forced == o.binds.end()) forced = o.binds.find(in + "@*");
+      if (forced == o.binds.end()) forced = o.binds.find(in);
       if (forced != o.binds.end()) {
         used_binds.insert(forced->first);
         const std::string& want = forced->second;
@@ -396,8 +473,9 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
                  return v;
                }()));
         if (!cands.count(want))
-          fail("--bind ", forced->first, "=", want, ": checkpoint tensor '", want, "' does not equal initializer '", in,
-               "' (", v.describe(), ") under any supported transform");
+          fail("--bind ", forced->first, "=", want, ": checkpoint tensor '", want, "' (", ckpt.find(want)->describe(),
+               ") does not equal initializer '", in, "' (", v.describe(), ", read by ", n.label(),
+               ") under any supported transform: a bind confirms what the values show, it never overrides them");
         cands = {{want, cands[want]}};
         how = "by --bind";
       }
@@ -406,28 +484,51 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
         bd.note = "Concat of " + std::to_string(bd.checkpoint.size()) + " checkpoint tensors";
         continue;
       }
-      if (cands.size() > 1) {
-        auto scopes = node_scopes(n);
-        std::map<std::string, plan::Binding> in_scope;
-        for (auto s = scopes.rbegin(); s != scopes.rend() && in_scope.empty(); ++s)
-          for (const auto& [cn, f] : cands)
-            if (module_of(cn) == *s) in_scope.emplace(cn, f), how = "by module scope '" + *s + "'";
-        if (in_scope.size() > 1 && in_scope.count(in)) in_scope = {{in, in_scope[in]}};
-        if (in_scope.empty()) {
-          std::string list;
-          for (const auto& [cn, _] : cands) list += (list.empty() ? "" : ", ") + cn;
-          bd.status = plan::Binding::Status::Unbound;
-          bd.note = "equals " + std::to_string(cands.size()) + " checkpoint tensors (" + list +
-                    ") and none is in the consumer's module scope; --bind " + in + "=NAME settles it";
-          continue;
+      // Equal values are no evidence of identity: several candidates, or one whose value is
+      // all-equal (unit norm weights, zero biases are equal by initialization, so a missing one
+      // leaves its twin of another layer), are decided by a proven rule or not at all.
+      if (forced == o.binds.end() && (cands.size() > 1 || (cands.size() == 1 && all_equal(v)))) {
+        const std::string scope = owner_scope(n, modules);
+        std::map<std::string, plan::Binding> picked;
+        for (const auto& [cn, f] : cands)
+          if (!scope.empty() && module_of(cn) == scope) picked.emplace(cn, f);
+        if (!picked.empty()) how = "by module scope '" + scope + "'";
+        // The initializer's own name decides only for an initializer of one use: a merged one
+        // carries the name of one of its uses (GPT-2's tied lm_head.weight is read as wte).
+        const bool one_use = uses.count(in) && uses.at(in).size() == 1;
+        if (one_use && cands.count(in) && (picked.empty() || picked.size() > 1) &&
+            (picked.empty() || picked.count(in))) {
+          how = picked.empty() ? "by its name" : how + " and its name";
+          picked = {{in, cands.at(in)}};
         }
-        if (in_scope.size() > 1) {
+        if (picked.size() > 1) {
           std::string list;
-          for (const auto& [cn, _] : in_scope) list += " " + cn;
+          for (const auto& [cn, _] : picked) list += " " + cn;
           ambiguous.push_back(key + " (consumer '" + n.name + "'): candidates" + list);
           continue;
         }
-        cands = in_scope;
+        if (picked.empty()) {
+          std::string list;
+          for (const auto& [cn, _] : cands) list += (list.empty() ? "'" : ", '") + cn + "'";
+          // What a --bind must name: the source key where the initializer has several uses.
+          const std::string bind_key = one_use ? in : key;
+          const std::string undecided =
+              "neither the consumer's module scope (" +
+              (scope.empty() ? std::string("none owns checkpoint tensors") : "'" + scope + "'") +
+              ") nor the initializer's name ('" + in + "'" +
+              (one_use ? "" : ", shared by " + std::to_string(uses.at(in).size()) + " uses") + ") names " +
+              (cands.size() > 1 ? "one of them" : "it");
+          bd.status = plan::Binding::Status::Unbound;
+          bd.note = cands.size() > 1
+                        ? "equals " + std::to_string(cands.size()) + " checkpoint tensors (" + list + "), and " +
+                              undecided + "; --bind " + bind_key + "=NAME settles it"
+                        : "equals checkpoint tensor " + list + " only as an all-equal value (" + v.describe() +
+                              ", every element " + str_cat(v.as_double(0)) +
+                              "), which cannot tell one tensor from another of the same value, and " + undecided +
+                              "; --bind " + bind_key + "=" + cands.begin()->first + " settles it if it is the one";
+          continue;
+        }
+        cands = picked;
       }
       if (cands.size() == 1) {
         bd = cands.begin()->second;
@@ -437,9 +538,31 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       // Nothing equal: never bind by name alone.
       bd.status = plan::Binding::Status::Unbound;
       if (const Tensor* same = ckpt.find(in)) {
-        bd.note = "values differ from checkpoint tensor '" + in + "' of the same name (" + same->describe() +
-                  "): the exporter transformed it (it probably folded BatchNorm into it)";
-        folded_nodes[uint32_t(p)] = in;
+        // A fold is what the graph shows: a weight of a Conv/Gemm/MatMul that is the checkpoint
+        // tensor scaled per output channel, or another weight input of that node. Anything else
+        // with the name and other values is the likelier mistake: another checkpoint.
+        const bool parametric =
+            ops::input_role(n, slot) == ops::InputRole::kWeight &&
+            (n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "Gemm" || n.op_type == "MatMul");
+        const int axis = parametric ? scale_axis(v, *same) : -1;
+        if (axis >= 0) {
+          bd.note = "checkpoint tensor '" + in + "' of the same name (" + same->describe() +
+                    ") scaled per slice of axis " + std::to_string(axis) +
+                    ": the exporter folded a scale (BatchNorm) into this " + n.op_type +
+                    ", which the checkpoint cannot re-derive exactly";
+          folded_nodes[uint32_t(p)] = in;
+          folded.insert({uint32_t(p), uint32_t(slot)});
+        } else if (parametric && folded_nodes.count(uint32_t(p))) {
+          bd.note = "values differ from checkpoint tensor '" + in + "' of the same name (" + same->describe() +
+                    "): made by the same fold as '" + folded_nodes[uint32_t(p)] +
+                    "' (a scale folded into this node, BatchNorm)";
+          folded.insert({uint32_t(p), uint32_t(slot)});
+        } else {
+          bd.note = "values differ from checkpoint tensor '" + in + "' of the same name (" + same->describe() +
+                    "), and the graph shows no fold that would explain it: " + ckpt.description() + " is most likely " +
+                    refit::kWrongCheckpointMark;
+          mismatched.insert(in);
+        }
       } else {
         unmatched[in].push_back({uint32_t(p), uint32_t(slot)});
       }
@@ -471,24 +594,34 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
            nearest_hint(name.substr(0, name.find('@')), names));
     }
   // What no checkpoint tensor derives is a constant only by structure or by proof; else unbound.
-  for (const auto& [name, uses] : unmatched) {
+  bool has_batchnorm = false;
+  for (const auto& n : g.nodes) has_batchnorm |= n.op_type == "BatchNormalization";
+  for (const auto& [name, its_uses] : unmatched) {
     const Tensor& v = g.initializers.at(name);
-    std::string sibling, weight_use;
-    for (const auto& u : uses) {
+    std::string sibling, weight_use, statistics;
+    for (const auto& u : its_uses) {
+      const ir::Node& n = g.nodes[u.first];
       if (folded_nodes.count(u.first)) sibling = folded_nodes[u.first];
-      if (ops::input_role(g.nodes[u.first], u.second) == ops::InputRole::kWeight) weight_use = g.nodes[u.first].label();
+      if (ops::input_role(n, u.second) != ops::InputRole::kWeight) continue;
+      weight_use = n.label();
+      if (!has_batchnorm && (n.op_type == "Conv" || n.op_type == "ConvTranspose") && v.rank() >= 1)
+        statistics = batchnorm_statistics(ckpt, n.op_type == "Conv" || v.rank() == 1 ? v.dim(0) : v.dim(1));
     }
     std::string note;
     std::optional<LiteralProof> proof;
     if (!sibling.empty()) {
-      // Made by the same fold as its transformed neighbour (a BatchNorm-folded bias).
-      note =
-          "matches no checkpoint tensor and feeds the same node as '" + sibling +
-          "', whose values differ from the checkpoint tensor of that name: probably made by the same fold (BatchNorm)";
+      // Made by the same fold as its neighbour (the bias of a BatchNorm-folded Conv).
+      note = "matches no checkpoint tensor and feeds the same node as '" + sibling +
+             "', which is the checkpoint tensor of that name scaled per channel: made by the same fold (BatchNorm)";
     } else if (!weight_use.empty()) {
       // A weight input is never a constant by its values: an all-equal weight may just be untrained.
       note = "matches no checkpoint tensor under any supported transform, and it is a weight input of " + weight_use +
-             ": the exporter probably transformed it (e.g. folded BatchNorm into it)";
+             (statistics.empty()
+                  ? ": the exporter transformed it beyond what binding derives, or the checkpoint is not the one "
+                    "the model was exported from"
+                  : ", while the checkpoint holds BatchNorm statistics of its channels (" + statistics +
+                        ") and the graph has no BatchNormalization: the exporter most likely folded that BatchNorm "
+                        "into it");
     } else if (auto related = related_constants(v, ckpt); !related.empty()) {
       std::string list;
       for (size_t i = 0; i < related.size() && i < 4; ++i) list += (i ? ", " : "") + related[i];
@@ -496,14 +629,14 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
              " of a related shape: a concatenation or slice of them could have made it, which values cannot tell; "
              "--bind or --literal settles it";
     } else if ((proof = prove_literal(v))) {
-      for (const auto& u : uses) r.bindings[u] = constant_binding(v, *proof);
+      for (const auto& u : its_uses) r.bindings[u] = constant_binding(v, *proof);
       continue;
     } else {
       note =
           "matches no checkpoint tensor under any supported transform (slice, gather, broadcast, transpose, cast, "
           "concatenation) and is not provably a function of the configuration";
     }
-    for (const auto& u : uses) r.bindings[u].note = note;
+    for (const auto& u : its_uses) r.bindings[u].note = note;
   }
   // --strict-binding: a literal the user declared must also be structural or proven.
   if (o.strict) {
@@ -520,25 +653,42 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
           "configuration:",
           list);
   }
-  // A checkpoint that binds under half of the weight sources is most likely another model's (a
-  // source whose name it holds with other values counts as evidence of the right one: folded).
-  size_t bound = 0, unbound = 0, named = 0;
+  // A checkpoint that binds under half of the weight sources is most likely another model's. A
+  // fold the graph shows counts as evidence of the right checkpoint; a same-name tensor with other
+  // values counts against it (B's checkpoint where A's belongs).
+  size_t bound = 0, unbound = 0, folds = 0;
   std::string first_unbound;
   for (const auto& [pos, bd] : r.bindings) {
     if (bd.status == plan::Binding::Status::Bound) ++bound;
     if (bd.status == plan::Binding::Status::Unbound) {
       ++unbound;
-      named += folded_nodes.count(pos.first) && folded_nodes[pos.first] == g.nodes[pos.first].inputs[pos.second];
+      folds += folded.count(pos);
       if (first_unbound.empty())
         first_unbound =
             g.nodes[pos.first].inputs[pos.second] + " (read by " + g.nodes[pos.first].label() + "): " + bd.note;
     }
   }
-  if (!o.allow_partial && unbound > 0 && (bound + named) * 2 < bound + unbound)
+  if (!o.allow_partial && unbound > 0 && (bound + folds) * 2 < bound + unbound) {
+    if (!mismatched.empty()) {
+      size_t named = 0;  // initializers the checkpoint holds by name
+      for (const auto& [name, _] : uses) named += ckpt.find(name) != nullptr;
+      std::string list;
+      size_t k = 0;
+      for (auto it = mismatched.begin(); it != mismatched.end() && k < 4; ++it, ++k)
+        list += (k ? ", '" : "'") + *it + "'";
+      if (mismatched.size() > 4) list += ", ...";
+      fail(
+          ckpt.description(), " holds different values for ", mismatched.size(), " of ", named,
+          " weights than this model was exported with (", list,
+          "): bind the build to the checkpoint the model was exported from, then refit from ", ckpt.description(),
+          ". It binds ", bound, " of ", bound + unbound,
+          " weight sources; --allow-partial-binding builds anyway, and a checkpoint refit of the plan is then refused");
+    }
     fail(ckpt.description(), " binds ", bound, " of ", bound + unbound,
          " weight sources of this model: either it is not this model's checkpoint, or the exporter transformed most "
          "weights beyond what binding derives (first unbound: ",
          first_unbound, "). --allow-partial-binding builds anyway; a checkpoint refit of the plan is then refused");
+  }
   r.bound = bound, r.unbound = unbound;
   r.match_ms = ms_since(t1);
   return r;

@@ -1,6 +1,7 @@
 #include "builder/binding_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -435,6 +436,48 @@ std::vector<std::string> related_constants(const Tensor& v, const refit::Checkpo
     if (holds_only(t, v.dtype(), value)) out.push_back(name);
   }
   return out;
+}
+
+int scale_axis(const Tensor& v, const Tensor& t) {
+  if (!is_float(v.dtype()) || !is_float(t.dtype()) || v.numel() != t.numel() || v.numel() < 2) return -1;
+  const bool transposed = t.shape() != v.shape();
+  if (transposed && !(v.rank() == 2 && t.rank() == 2 && t.dim(0) == v.dim(1) && t.dim(1) == v.dim(0))) return -1;
+  std::vector<double> a(size_t(v.numel())), b(a.size());
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    a[size_t(i)] = v.as_double(i);
+    b[size_t(i)] = t.as_double(transposed ? (i % v.dim(1)) * v.dim(0) + i / v.dim(1) : i);
+    if (!std::isfinite(a[size_t(i)]) || !std::isfinite(b[size_t(i)])) return -1;
+  }
+  // Two float32 roundings (the scale, then the product) put the ratios of one slice within a
+  // few ulps of each other; 1e-5 (about 80 ulps) leaves room for a fold computed in another
+  // order, and is still far below what independent values give.
+  constexpr double kTolerance = 1e-5;
+  for (int64_t axis = 0; axis < v.rank(); ++axis) {
+    const int64_t d = v.dim(axis);
+    int64_t inner = 1;
+    for (int64_t k = axis + 1; k < v.rank(); ++k) inner *= v.dim(k);
+    std::vector<double> ratio(size_t(d), NAN);
+    std::vector<int64_t> nonzero(size_t(d), 0);
+    bool ok = true;
+    for (int64_t i = 0; i < v.numel() && ok; ++i) {
+      const size_t c = size_t((i / inner) % d);
+      const double x = b[size_t(i)], y = a[size_t(i)];
+      if (x == 0) {
+        ok = y == 0;
+        continue;
+      }
+      const double r = y / x;
+      if (nonzero[c]++ == 0)
+        ratio[c] = r;
+      else
+        ok = std::fabs(r - ratio[c]) <= kTolerance * std::max(std::fabs(r), std::fabs(ratio[c]));
+    }
+    if (!ok) continue;
+    int64_t evidence = 0;
+    for (int64_t n : nonzero) evidence += n >= 2;
+    if (evidence > 0 && evidence * 2 >= d) return int(axis);
+  }
+  return -1;
 }
 
 }  // namespace reforge::build

@@ -46,4 +46,13 @@ std::map<std::string, plan::Binding> broadcast_bindings(const Tensor& v, const r
 // value, so v is neither bound nor structural.
 std::vector<std::string> related_constants(const Tensor& v, const refit::Checkpoint& ckpt);
 
+// The axis along which `v` is the checkpoint tensor `t` scaled slice by slice (each index c
+// along it one factor s_c: v[..c..] = t[..c..] * s_c, to float rounding), or -1. `t` is v's
+// shape, or (2-D) its transpose. Folding a BatchNorm or any per-channel scale into a
+// Conv/Gemm/MatMul weight makes this; another checkpoint's tensor of the same name is no such
+// scale (two elements of one slice already disagree). Evidence, not a binding: the factors
+// come from tensors binding cannot replay, so a source shown folded stays unbound. Needs a
+// slice of at least two nonzero elements for each axis it accepts.
+int scale_axis(const Tensor& v, const Tensor& t);
+
 }  // namespace reforge::build

@@ -27,9 +27,21 @@ std::string unbound_report(const plan::Plan& p, size_t limit) {
 
 CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint& ckpt) {
   std::string unbound = unbound_report(p, 24);
+  // Sources left unbound because the build's checkpoint held other values under their names: the
+  // plan was bound to the wrong checkpoint, and binding the right one is the way forward.
+  size_t wrong = 0;
+  for (const auto& s : p.sources)
+    wrong += s.refittable && s.binding.status == plan::Binding::Status::Unbound &&
+             s.binding.note.find(kWrongCheckpointMark) != std::string::npos;
+  const std::string rebind =
+      wrong ? str_cat("\n  - ", wrong,
+                      " of them are unbound because the checkpoint the plan was built with holds other values under "
+                      "their names: rebuild bound to the checkpoint the model was exported from (reforge build "
+                      "MODEL.onnx --refit --checkpoint ITS_CHECKPOINT), then refit from this one;")
+            : "";
   if (!unbound.empty())
     fail("refit from ", ckpt.description(), ": this plan has ", unbound,
-         "\nA checkpoint cannot refit this plan; nothing was changed. Ways forward:"
+         "\nA checkpoint cannot refit this plan; nothing was changed. Ways forward:", rebind,
          "\n  - bind each at build time: reforge build ... --checkpoint CKPT --bind ONNX_NAME=CHECKPOINT_NAME (or "
          "--bind-file);"
          "\n  - declare it structure, if its values never change with the weights: --literal ONNX_NAME (or "

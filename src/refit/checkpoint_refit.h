@@ -14,6 +14,11 @@
 
 namespace reforge::refit {
 
+// Ends the note of a source whose checkpoint tensor of the same name holds other values and no
+// fold the graph shows explains it (build/binding.h): the plan was bound to the wrong checkpoint.
+// unbound_report / sources_from_checkpoint then say how to bind the right one.
+inline constexpr const char* kWrongCheckpointMark = "not the checkpoint this model was exported from";
+
 struct CheckpointSources {
   // By source id, every refittable source, and every baked one bound to tensors the checkpoint
   // holds (the commit compares those with the plan's values): its value in `sources`, or in `transposed` the
