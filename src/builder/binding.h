@@ -13,11 +13,19 @@
 // that never materializes the transposed copy (ops::transpose_equals), everything else by
 // replaying the binding with the refit's own code (transforms::apply_binding).
 //
-// A value that equals several checkpoint tensors (exporters merge equal initializers: unit norm
-// weights, zero biases) is decided per use by the consumer node's module scope (node metadata
-// `pkg.torch.onnx.name_scopes`, or a node name like `/layers.0/input_norm/Mul`); when the scope
-// leaves several candidates the build fails listing them, and `--bind` settles it.
-// A name match whose values differ is never a binding: that source is unbound, with the reason.
+// Equal values are no evidence of identity. A value that equals several checkpoint tensors
+// (exporters merge equal initializers: unit norm weights, zero biases), or one all-equal tensor
+// (a zero bias whose own tensor is missing would find another layer's), is decided per use by a
+// proven rule: the candidate of the consumer's module (the innermost scope of node metadata
+// `pkg.torch.onnx.name_scopes`, or of a node name like `/layers.0/input_norm/Mul`, that owns
+// checkpoint tensors), else, for an initializer of one use, the candidate of its own name. When
+// nothing decides the source is unbound, naming the candidates; when the module holds several
+// the build fails listing them; `--bind` settles either.
+// A name match whose values differ is never a binding: that source is unbound. It is a *fold*
+// only where the graph shows one (a Conv/Gemm/MatMul weight that is its checkpoint tensor scaled
+// per output channel: BatchNorm folded by the exporter; the other weights of that node), which
+// counts as evidence of the right checkpoint; otherwise it is a *mismatch* (B's checkpoint where
+// A's belongs), which counts against the under-half rule below and is reported as that.
 // An input that a quantizer wrote (ops::is_quantized_input: integer codes, scales, zero points of
 // a model quantized by another tool) is not bound either, since a float checkpoint cannot
 // re-derive it exactly: the build fails listing them (unless allow_partial: then they are
@@ -49,15 +57,20 @@
 namespace reforge::build {
 
 struct BindOptions {
-  // ONNX initializer name (or source key) -> checkpoint tensor name; settles ambiguities. A
-  // name that matches no refittable initializer or source is an error.
+  // Key -> checkpoint tensor name; settles ambiguities, never overrides values (the tensor must
+  // equal the source under a supported transform, else the build fails naming both). A key is a
+  // source key NAME@POS:SLOT (one use), NAME@* (every use of the initializer, explicitly), or a
+  // bare initializer NAME, only for an initializer of one use: the uses of a merged initializer
+  // may be different tensors, so a bare name of one is refused, listing its source keys. A key
+  // that matches no refittable initializer or source is an error.
   std::map<std::string, std::string> binds;
   // Literals the user declared (--literal, "literals" of a bind file): with `strict`, each must
   // also be structural or proven (build/literal_proof.h).
   std::set<std::string> user_literals;
   bool strict = false;
-  // Build even when the checkpoint binds under half of the weight sources (by default that
-  // fails: it is most likely another model's checkpoint).
+  // Build even when the checkpoint binds under half of the weight sources, folds counted as
+  // bound (by default that fails: it is most likely another model's checkpoint, or, where
+  // same-name tensors hold other values, another checkpoint of this model).
   bool allow_partial = false;
 };
 
