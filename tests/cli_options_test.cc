@@ -447,17 +447,18 @@ ir::Node unary(const std::string& op, const std::string& in, const std::string& 
   return n;
 }
 
-// x: float32[2] -> Neg -> `first`, Abs -> `second`.
-std::string two_output_model(const std::string& dir, const std::string& first, const std::string& second) {
+// `input`: float32[2] -> Neg -> `first`, Abs -> `second`.
+std::string two_output_model(const std::string& dir, const std::string& first, const std::string& second,
+                             const std::string& input = "x") {
   ir::Graph g;
   g.name = "two_outputs";
   g.ir_version = 10;
   g.opsets = {{"", 18}};
-  g.inputs.push_back({"x", DType::Float32, true, {{2, ""}}});
+  g.inputs.push_back({input, DType::Float32, true, {{2, ""}}});
   g.outputs.push_back({first, DType::Float32, false, {}});
   g.outputs.push_back({second, DType::Float32, false, {}});
-  g.nodes.push_back(unary("Neg", "x", first));
-  g.nodes.push_back(unary("Abs", "x", second));
+  g.nodes.push_back(unary("Neg", input, first));
+  g.nodes.push_back(unary("Abs", input, second));
   std::string model = dir + "/two_outputs.onnx";
   onnx::write_model_file(g, model);
   return model;
@@ -639,6 +640,19 @@ TEST(CliOutputs, CollidingFileNamesRefusedBeforeTheRun) {
             std::string::npos)
       << in.output;
   EXPECT_FALSE(fs::exists(d + "/saved"));
+  // One folder for inputs and outputs: an input and an output may not share a file either.
+  const std::string shared = two_output_model(d, "in_x", "y", "in/x");
+  const std::string io = " --input in/x=" + d + "/x.npy --save-inputs " + d + "/io -o ";
+  auto both = run_cli("run " + shared + io + d + "/io/");
+  EXPECT_EQ(WEXITSTATUS(both.status), 1) << both.output;
+  EXPECT_NE(both.output.find("input 'in/x' and output 'in_x' would both be written to '" + d + "/io/in_x.npy'"),
+            std::string::npos)
+      << both.output;
+  EXPECT_FALSE(fs::exists(d + "/io"));
+  auto apart_dirs = run_cli("run " + shared + io + d + "/out2");
+  EXPECT_EQ(apart_dirs.status, 0) << apart_dirs.output;
+  EXPECT_EQ(read_npy(d + "/io/in_x.npy").as_double(0), -1.0);   // the input
+  EXPECT_EQ(read_npy(d + "/out2/in_x.npy").as_double(0), 1.0);  // the output, its negation
 }
 
 }  // namespace

@@ -51,6 +51,17 @@ nlohmann::ordered_json number(double v) {
 
 nlohmann::ordered_json shape_json(const Tensor& t) { return nlohmann::ordered_json(t.shape()); }
 
+// Whether two folder paths name one folder as written (absolute, normalized; links not followed).
+bool same_folder(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto norm = [&](const std::string& p) {
+    fs::path n = fs::absolute(p, ec).lexically_normal();
+    return n.has_filename() ? n : n.parent_path();
+  };
+  return norm(a) == norm(b);
+}
+
 // --atol / --rtol: X or OUTPUT=X, X finite and 0 or more (the output's name is checked once the
 // model is loaded).
 CLI::Validator tolerance_check() {
@@ -152,6 +163,16 @@ Runner add_run(CLI::App& app) {
     std::vector<std::string> output_files;
     if (!a->output_dir.empty()) output_files = npy_files(a->output_dir, output_names, "--output-dir", "outputs");
     if (!a->save_inputs.empty()) npy_files(a->save_inputs, input_names, "--save-inputs", "inputs");
+    if (!a->output_dir.empty() && !a->save_inputs.empty() && same_folder(a->output_dir, a->save_inputs)) {
+      std::vector<std::string> files = npy_files(a->save_inputs, input_names, "--save-inputs", "inputs");
+      for (size_t i = 0; i < output_files.size(); ++i) {
+        auto in = std::find(files.begin(), files.end(), output_files[i]);
+        if (in != files.end())
+          fail("--output-dir and --save-inputs '", a->output_dir, "': input '", input_names[in - files.begin()],
+               "' and output '", output_names[i], "' would both be written to '", output_files[i],
+               "'; nothing was run or written");
+      }
+    }
     // References are read before the run too: a missing file or a wrong name fails now.
     std::map<std::string, Tensor> refs;
     for (const auto& [name, file] : expects) {
