@@ -132,3 +132,67 @@ def test_16_bit_weights_run_near_pytorch_and_refit(precision, tmp_path):
         scale = max(float(np.max(np.abs(r))) for r in ref.values())
         err = max_diff(plan.run(inputs), ref) / scale
         assert 0 < err <= 1.5e-2, err
+
+
+@pytest.mark.parametrize("model", HF_MODELS)
+def test_a_checkpoint_of_other_weights_is_refused_as_the_wrong_checkpoint(model):
+    # B's checkpoint where A's belongs (same names, every value different) is what it most likely
+    # is, not a fold: refused saying so, from a file or a state dict alike. Built anyway, the plan
+    # refuses a refit from B with the way forward, unchanged; a refit from B's ONNX works.
+    inputs = hf_inputs(model)
+    wrong = "holds different values for .* than this model was exported with: bind the build to the checkpoint"
+    with pytest.raises(reforge.Error, match=wrong):
+        reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "B"))
+    state = safetensors.numpy.load_file(str(hf_checkpoint(model, "B")))
+    with pytest.raises(reforge.Error, match=wrong):
+        reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=state)
+    plan = reforge.build(
+        hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "B"), allow_partial_binding=True
+    )
+    assert not any(s["binding"]["status"] == "bound" for s in plan.sources)
+    assert not any("BatchNorm" in s["binding"].get("note", "") for s in plan.sources)
+    with pytest.raises(reforge.RefitRefused, match="rebuild bound to the checkpoint the model was exported from"):
+        plan.refit(hf_checkpoint(model, "B"))
+    assert max_diff(plan.run(inputs), hf_reference(model, "A")) <= TOLERANCE  # unchanged
+    plan.refit(hf_onnx(model, "B"))
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+
+
+def test_a_zero_bias_missing_from_the_checkpoint_does_not_bind_to_its_twin(tmp_path):
+    # Another layer's zero bias equals the missing one; equal values are no evidence of identity.
+    # The source stays unbound (the twin and the source key named), and a refit from B is refused
+    # instead of feeding the twin's B bias into it.
+    model, missing, twin = "bert", "encoder.layer.0.intermediate.dense.bias", "encoder.layer.1.intermediate.dense.bias"
+    inputs = hf_inputs(model)
+    state = safetensors.numpy.load_file(str(hf_checkpoint(model, "A")))
+    del state[missing]
+    safetensors.numpy.save_file(state, str(tmp_path / "a.safetensors"))
+    plan = reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=tmp_path / "a.safetensors")
+    unbound = [s for s in plan.sources if s["binding"]["status"] == "unbound"]
+    assert [s["names"][0] for s in unbound] == [missing]
+    assert twin in unbound[0]["binding"]["note"] and "--bind " + unbound[0]["key"] in unbound[0]["binding"]["note"]
+    with pytest.raises(reforge.RefitRefused, match=missing):
+        plan.refit(hf_checkpoint(model, "B"))
+    assert max_diff(plan.run(inputs), hf_reference(model, "A")) <= TOLERANCE  # unchanged
+    plan.refit(hf_onnx(model, "B"))
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+
+
+def test_bind_of_a_shared_initializer_by_its_bare_name_is_refused():
+    # BERT's export reads fifteen zero biases from one initializer: `bind={X: X}` would rebind
+    # them all to one tensor. Refused, asking for source keys or X@*; X@* binds every use.
+    model, shared = "bert", "embeddings.LayerNorm.bias"
+    with pytest.raises(reforge.Error, match=shared + r"@\*=" + shared):
+        reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"), bind={shared: shared})
+    plan = reforge.build(
+        hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"), bind={shared + "@*": shared}
+    )
+    uses = [s for s in plan.sources if s["names"][0] == shared]
+    assert len(uses) > 2 and all(s["binding"]["checkpoint"] == [shared] for s in uses)
+    with pytest.raises(reforge.Error, match="does not equal initializer"):
+        reforge.build(
+            hf_onnx(model, "A"),
+            refit=True,
+            checkpoint=hf_checkpoint(model, "A"),
+            bind={uses[0]["key"]: "embeddings.LayerNorm.weight"},
+        )

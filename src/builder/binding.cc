@@ -677,12 +677,11 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
       for (auto it = mismatched.begin(); it != mismatched.end() && k < 4; ++it, ++k)
         list += (k ? ", '" : "'") + *it + "'";
       if (mismatched.size() > 4) list += ", ...";
-      fail(
-          ckpt.description(), " holds different values for ", mismatched.size(), " of ", named,
-          " weights than this model was exported with (", list,
-          "): bind the build to the checkpoint the model was exported from, then refit from ", ckpt.description(),
-          ". It binds ", bound, " of ", bound + unbound,
-          " weight sources; --allow-partial-binding builds anyway, and a checkpoint refit of the plan is then refused");
+      fail(ckpt.description(), " holds different values for ", mismatched.size(), " of ", named,
+           " weights than this model was exported with: bind the build to the checkpoint the model was exported "
+           "from, then refit from ",
+           ckpt.description(), ". Same names, other values: ", list, "; it binds ", bound, " of ", bound + unbound,
+           " weight sources. --allow-partial-binding builds anyway; a checkpoint refit of the plan is then refused");
     }
     fail(ckpt.description(), " binds ", bound, " of ", bound + unbound,
          " weight sources of this model: either it is not this model's checkpoint, or the exporter transformed most "
@@ -707,6 +706,15 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
   // resident set before the build adds the engine weights to it (the model's bytes once more).
   ckpt.release_pages();
   plan::Plan p = build_plan(graph, o);
+  // A float literal the user declared that the checkpoint holds under its name, bit for bit: a
+  // checkpoint refit compares that tensor with the plan's value (plan::LiteralBinding).
+  for (const auto& name : o.literal_names) {
+    auto it = g.initializers.find(name);
+    const Tensor* t = ckpt.find(name);
+    if (it == g.initializers.end() || !is_float(it->second.dtype()) || !t) continue;
+    if (transforms::bit_equal(*t, it->second))
+      p.literal_bindings.push_back({name, t->dtype(), t->shape(), transforms::hash_tensor(*t)});
+  }
   for (auto& s : p.sources) {
     auto it = r.bindings.find({s.node_position, s.slot});
     REFORGE_ASSERT(it != r.bindings.end());
