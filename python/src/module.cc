@@ -277,6 +277,8 @@ nb::dict report_dict(const refit::RefitReport& r) {
   d["unused"] = r.unused;
   d["baked_given"] = r.commit.baked_given;
   d["baked_differing_kept"] = r.commit.baked_differing_keys;
+  d["literals_given"] = r.literals_given;
+  d["literals_differing_kept"] = r.literals_differing;
   d["note"] = r.note;
   d["summary"] = r.summary();
   return d;

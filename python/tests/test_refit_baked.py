@@ -151,3 +151,36 @@ def test_cli_refit_refuses_and_writes_nothing(tmp_path, gpt2):
     assert r.returncode == 0, r.stderr
     assert "were ignored (--keep-baked)" in r.stderr, r.stderr
     assert out.exists()
+
+
+def test_checkpoint_refit_refuses_other_values_for_a_declared_literal(tmp_path):
+    # BERT (torch 1.13 export): its word embeddings declared literal in a build bound to checkpoint
+    # A, which holds them under the same name. B's checkpoint holds other values for them: the plan
+    # would keep A's, so the refit is refused unless keep_baked.
+    from conftest import ROOT
+
+    bert = ROOT / "models" / "bert"
+    literal = "embeddings.word_embeddings.weight"
+    inputs = {p.stem: np.load(p) for p in sorted((bert / "inputs" / "b1_s7").glob("*.npy"))}
+    plan = reforge.build(
+        bert / "torch113_fold_static" / "A" / "model.onnx",
+        refit=True,
+        checkpoint=bert / "checkpoint_A.safetensors",
+        literals=[literal],
+    )
+    lit = next(e for e in plan.inspect()["literals"] if e["name"] == literal)
+    assert lit["checkpoint"] == literal
+    before = plan.run(inputs)
+    with pytest.raises(reforge.RefitRefused) as e:
+        plan.refit(bert / "checkpoint_B.safetensors")
+    assert literal in str(e.value) and "--literal" in str(e.value) and "--keep-baked" in str(e.value)
+    assert outputs_equal(plan.run(inputs), before)
+    rep = plan.refit(bert / "checkpoint_A.safetensors")
+    assert rep["literals_given"] == 1 and literal not in rep["unused"]
+    rep = plan.refit(bert / "checkpoint_B.safetensors", keep_baked=True)
+    assert "literals (--literal) in the checkpoint: 1, 1 with other values" in rep["summary"]
+    # Saved and loaded, the plan still knows the literal's checkpoint tensor.
+    plan.save(tmp_path / "p.plan")
+    again = reforge.load(tmp_path / "p.plan")
+    with pytest.raises(reforge.RefitRefused):
+        again.refit(bert / "checkpoint_B.safetensors")

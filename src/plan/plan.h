@@ -175,6 +175,18 @@ struct Source {
   Binding binding;
 };
 
+// A float initializer the user declared literal (--literal) in a build bound to a checkpoint,
+// which that checkpoint holds under the same name with the same dtype, shape and bytes. The plan
+// keeps the literal's value whatever a refit brings, so a checkpoint refit compares the new
+// checkpoint's tensor of that name with `hash` and refuses one that differs (as for a baked
+// source; refit::CommitOptions::keep_baked keeps the plan's value instead).
+struct LiteralBinding {
+  std::string name;  // the initializer, and the checkpoint tensor of the same name
+  DType dtype = DType::Undefined;
+  Shape shape;
+  uint64_t hash = 0;  // XXH3-64 of the build-time bytes
+};
+
 struct WeightEntry {
   std::string name;  // value name the graph reads
   WeightKind kind = WeightKind::Literal;
@@ -194,6 +206,7 @@ struct Plan {
   int64_t block_size = 0;                        // Int4: k per quantization block; else 0
   std::vector<std::string> individual_patterns;  // for RefitIndividual
   std::vector<std::string> literal_names;        // initializers the user declared literal (--literal)
+  std::vector<LiteralBinding> literal_bindings;  // of those, the ones the build's checkpoint holds
   bool stripped = false;
   std::string producer;  // "reforge <version>" (core/version.h)
   // Absent in plans written before it was recorded; slow refit then infers the layouts from the

@@ -158,8 +158,13 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
   }
   // Every literal with why it is one; every source a checkpoint refit cannot derive.
   j["literals"] = nlohmann::json::array();
-  for (const auto& n : p.literal_names)
-    j["literals"].push_back({{"name", n}, {"reason", "user"}, {"rule", "--literal"}});
+  for (const auto& n : p.literal_names) {
+    nlohmann::json e = {{"name", n}, {"reason", "user"}, {"rule", "--literal"}};
+    // Held by the build's checkpoint under its name: a checkpoint refit compares it.
+    for (const auto& b : p.literal_bindings)
+      if (b.name == n) e["checkpoint"] = b.name;
+    j["literals"].push_back(std::move(e));
+  }
   for (const auto& w : p.weights)
     if (w.kind == WeightKind::Literal)
       j["literals"].push_back(

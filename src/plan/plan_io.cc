@@ -83,6 +83,15 @@ class Encoder {
     if (p.precision == Precision::Int4) j["block_size"] = p.block_size;
     j["individual_patterns"] = strs(p.individual_patterns);
     j["literal_names"] = strs(p.literal_names);
+    if (!p.literal_bindings.empty()) {
+      json lb = json::array();
+      for (const auto& b : p.literal_bindings)
+        lb.push_back({{"name", str(b.name)},
+                      {"dtype", static_cast<int32_t>(b.dtype)},
+                      {"shape", ints(b.shape)},
+                      {"hash", hex64(b.hash)}});
+      j["literal_bindings"] = std::move(lb);
+    }
     j["stripped"] = p.stripped;
     if (p.build) j["build"] = build_record(*p.build);
     // Structural tensors first: they sit next to the metadata and are read on every load.

@@ -225,6 +225,21 @@ class Decoder {
     }
     p.individual_patterns = strings(field(j, "individual_patterns", ""), "individual_patterns");
     p.literal_names = strings(field(j, "literal_names", ""), "literal_names");
+    // Optional: written only for plans bound to a checkpoint that holds a --literal initializer.
+    if (j.contains("literal_bindings")) {
+      const json& lb = j["literal_bindings"];
+      for (size_t i = 0; i < as_array(lb, "literal_bindings").size(); ++i) {
+        const std::string w = at("literal_bindings", i);
+        LiteralBinding b;
+        b.name = str_field(lb[i], "name", w);
+        if (std::find(p.literal_names.begin(), p.literal_names.end(), b.name) == p.literal_names.end())
+          fail(w, ": '", b.name, "' is not one of literal_names");
+        b.dtype = dtype_field(lb[i], w);
+        b.shape = shape_field(lb[i], w);
+        b.hash = hash_field(lb[i], "hash", w);
+        p.literal_bindings.push_back(std::move(b));
+      }
+    }
     p.stripped = as_bool(field(j, "stripped", ""), "stripped");
     // Optional: plans written before the build record existed have none.
     if (j.contains("build")) p.build = build_record(j["build"], "build");

@@ -86,6 +86,20 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
   return out;
 }
 
+LiteralCheck check_literals(const plan::Plan& p, const Checkpoint& ckpt) {
+  LiteralCheck out;
+  for (const auto& b : p.literal_bindings) {
+    const Tensor* t = ckpt.find(b.name);
+    if (!t) continue;
+    if (t->dtype() != b.dtype || t->shape() != b.shape)
+      fail("refit from ", ckpt.description(), ": checkpoint tensor '", b.name, "' is ", t->describe(),
+           ", the plan holds it as a literal (--literal) of ", dtype_name(b.dtype), shape_str(b.shape));
+    ++out.given;
+    if (transforms::hash_tensor(*t) != b.hash) out.differing.push_back(b.name);
+  }
+  return out;
+}
+
 void set_sources(Refitter& r, const CheckpointSources& cs) {
   for (const auto& [id, t] : cs.sources) r.set_source(id, t);
   for (const auto& [id, t] : cs.transposed) r.set_source_transposed(id, t);

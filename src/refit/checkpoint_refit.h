@@ -43,6 +43,15 @@ std::string unbound_report(const plan::Plan& plan, size_t limit);
 // tensor is missing or has another dtype or shape (naming it).
 CheckpointSources sources_from_checkpoint(const plan::Plan& plan, const Checkpoint& ckpt);
 
+// The --literal initializers of `plan` that its build's checkpoint held (plan::LiteralBinding) and
+// `ckpt` holds too: how many, and the names of those whose bytes differ from the plan's. Throws,
+// naming it, for one of another dtype or shape.
+struct LiteralCheck {
+  size_t given = 0;
+  std::vector<std::string> differing;
+};
+LiteralCheck check_literals(const plan::Plan& plan, const Checkpoint& ckpt);
+
 // Sets every source of `cs` on `r`: set_source for `sources`, set_source_transposed for
 // `transposed`.
 void set_sources(Refitter& r, const CheckpointSources& cs);

@@ -1,5 +1,6 @@
 #include "refit/refit_from.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <sstream>
@@ -34,6 +35,12 @@ std::string RefitReport::summary() const {
     if (c.packed_from_transposed) os << " (" << c.packed_from_transposed << " packed straight from transposed tensors)";
     os << "\n";
     if (!unused.empty()) os << unused_summary(unused) << "\n";
+    if (literals_given)
+      os << "literals (--literal) in the checkpoint: " << literals_given << ", "
+         << (literals_differing.empty()
+                 ? std::string("all equal to the plan's")
+                 : str_cat(literals_differing.size(), " with other values than the plan's were ignored (--keep-baked)"))
+         << "\n";
   } else if (mode == RefitMode::Slow) {
     os << "refit (slow): import+build " << read_ms << " ms, validate " << c.validate_ms << " ms, commit " << c.commit_ms
        << " ms, " << c.weights_replayed << " weights, " << c.bytes_out << " bytes\n";
@@ -48,8 +55,9 @@ std::string RefitReport::summary() const {
   }
   if (c.baked_given)
     os << "baked sources: " << c.baked_given << " given, "
-       << (c.baked_differing ? str_cat(c.baked_differing, " with other values than the plan's were ignored (--keep-baked)")
-                             : std::string("all equal to the plan's"))
+       << (c.baked_differing
+               ? str_cat(c.baked_differing, " with other values than the plan's were ignored (--keep-baked)")
+               : std::string("all equal to the plan's"))
        << "\n";
   if (!c.quantized.empty()) {
     // One line per part: values changed, and in how many weights any changed.
@@ -108,6 +116,22 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
                                 : Checkpoint::open(req.files);
     auto cs = sources_from_checkpoint(p, ckpt);
+    const LiteralCheck lits = check_literals(p, ckpt);
+    if (!lits.differing.empty() && !req.commit.keep_baked) {
+      std::string list;
+      for (const auto& n : lits.differing) list += "\n  " + n;
+      fail("refit from ", ckpt.description(), ": the checkpoint holds other values than this plan was built with for ",
+           lits.differing.size(),
+           " initializer(s) the build declared literal (--literal), which a refit never "
+           "changes, so the engine would run a mix of the old and the new weights:",
+           list,
+           "\nNothing was changed. Rebuild without --literal for them, or refit with --keep-baked (Python: "
+           "keep_baked=True) to keep the plan's values");
+    }
+    rep.literals_given = lits.given;
+    rep.literals_differing = lits.differing;
+    for (const auto& b : p.literal_bindings)  // compared above, not unused
+      cs.unused.erase(std::remove(cs.unused.begin(), cs.unused.end(), b.name), cs.unused.end());
     rep.read_ms = ms_since(t0);
     set_sources(r, cs);
     rep.unused = std::move(cs.unused);

@@ -58,6 +58,10 @@ struct RefitReport {
   double verify_ms = 0;  // verify: the rebuild and the comparison
   size_t verified = 0;   // verify: derived engine weights found equal, bit for bit
   std::vector<std::string> unused;  // checkpoint tensors no binding reads (ignored)
+  // Checkpoint tensors of --literal initializers the plan keeps (plan::LiteralBinding): how many
+  // the checkpoint held, and which differ from the plan's (kept only with CommitOptions::keep_baked).
+  size_t literals_given = 0;
+  std::vector<std::string> literals_differing;
   std::string note;  // slow/verify: how the rebuild's options were found, when not from the plan's record
 
   // What the CLI prints: a line of phases and counts, and one on verification or unused tensors.
