@@ -442,12 +442,9 @@ int scale_axis(const Tensor& v, const Tensor& t) {
   if (!is_float(v.dtype()) || !is_float(t.dtype()) || v.numel() != t.numel() || v.numel() < 2) return -1;
   const bool transposed = t.shape() != v.shape();
   if (transposed && !(v.rank() == 2 && t.rank() == 2 && t.dim(0) == v.dim(1) && t.dim(1) == v.dim(0))) return -1;
-  std::vector<double> a(size_t(v.numel())), b(a.size());
-  for (int64_t i = 0; i < v.numel(); ++i) {
-    a[size_t(i)] = v.as_double(i);
-    b[size_t(i)] = t.as_double(transposed ? (i % v.dim(1)) * v.dim(0) + i / v.dim(1) : i);
-    if (!std::isfinite(a[size_t(i)]) || !std::isfinite(b[size_t(i)])) return -1;
-  }
+  // Read element by element: another checkpoint's tensor differs within the first few, so a
+  // wrong checkpoint costs little, and nothing the size of the tensor is allocated.
+  auto at_t = [&](int64_t i) { return t.as_double(transposed ? (i % v.dim(1)) * v.dim(0) + i / v.dim(1) : i); };
   // Two float32 roundings (the scale, then the product) put the ratios of one slice within a
   // few ulps of each other; 1e-5 (about 80 ulps) leaves room for a fold computed in another
   // order, and is still far below what independent values give.
@@ -461,7 +458,8 @@ int scale_axis(const Tensor& v, const Tensor& t) {
     bool ok = true;
     for (int64_t i = 0; i < v.numel() && ok; ++i) {
       const size_t c = size_t((i / inner) % d);
-      const double x = b[size_t(i)], y = a[size_t(i)];
+      const double x = at_t(i), y = v.as_double(i);
+      if (!std::isfinite(x) || !std::isfinite(y)) return -1;
       if (x == 0) {
         ok = y == 0;
         continue;
