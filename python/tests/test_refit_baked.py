@@ -184,3 +184,23 @@ def test_checkpoint_refit_refuses_other_values_for_a_declared_literal(tmp_path):
     again = reforge.load(tmp_path / "p.plan")
     with pytest.raises(reforge.RefitRefused):
         again.refit(bert / "checkpoint_B.safetensors")
+
+
+def test_cli_run_with_weights_refuses_other_baked_values(tmp_path):
+    import subprocess
+
+    if not CLI.exists():
+        pytest.skip("the reforge CLI is not built at %s" % CLI)
+    from conftest import HF
+
+    plan = tmp_path / "ind.plan"
+    feed = "input_ids=%s" % (HF / "gpt2" / "inputs" / "input_ids.npy")
+    run = lambda *a: subprocess.run([str(CLI), *map(str, a)], capture_output=True, text=True)  # noqa: E731
+    assert run("build", hf_onnx("gpt2", "A"), "-o", plan, "--refit-individual", MLP[0]).returncode == 0
+    r = run("run", plan, "--weights", hf_onnx("gpt2", "B"), "--input", feed, "--output-dir", tmp_path / "out")
+    assert r.returncode == 1 and "baked source(s)" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    r = run("run", plan, "--weights", hf_onnx("gpt2", "B"), "--keep-baked", "--input", feed)
+    assert r.returncode == 0 and "--keep-baked" in r.stderr, r.stderr
+    r = run("run", plan, "--keep-baked", "--input", feed)
+    assert r.returncode == 1 and "--keep-baked applies when refitting with --weights" in r.stderr, r.stderr

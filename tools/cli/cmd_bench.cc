@@ -38,6 +38,7 @@ struct BenchArgs {
   int warmup = 3;
   std::vector<std::string> weights;
   bool allow_nonfinite = false;
+  bool keep_baked = false;
   std::string precision, activations;
   int64_t block_size = 0;
   DeviceOptions device;
@@ -292,6 +293,9 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--weights,-w", a->weights, "refit from these weights first");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
+  app.add_flag("--keep-baked", a->keep_baked,
+               "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
+               "(refused by default)");
   app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
   app.add_option("--threads", a->threads, "threads (default: all cores)")->check(threads_check());
   add_precision_options(app, a->precision, a->activations, a->block_size);
@@ -331,6 +335,7 @@ Runner add_bench(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.allow_nonfinite = a->allow_nonfinite;
+    lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;
     lo.activations = a->activations;
     lo.block_size = a->block_size;

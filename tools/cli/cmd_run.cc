@@ -35,6 +35,7 @@ struct RunArgs {
   int64_t block_size = 0;
   DeviceOptions device;
   bool allow_nonfinite = false;
+  bool keep_baked = false;
   bool no_verify = false;
   std::string timing_cache;
   bool json = false;
@@ -84,6 +85,9 @@ Runner add_run(CLI::App& app) {
       "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
+  app.add_flag("--keep-baked", a->keep_baked,
+               "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
+               "(refused by default)");
   app.add_option("--input,-i", a->inputs,
                  "NAME=FILE.npy for a graph input; an input not given is an error unless --synthesize-missing");
   app.add_flag("--synthesize-missing", a->synthesize_missing,
@@ -145,6 +149,7 @@ Runner add_run(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.allow_nonfinite = a->allow_nonfinite;
+    lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;
     lo.activations = a->activations;
     lo.block_size = a->block_size;

@@ -54,6 +54,7 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   eo.arena = o.arena;
   eo.device_trace = o.device_trace;
   if (o.device_replay) eo.device_replay = *o.device_replay;
+  if (o.keep_baked && o.weights.empty()) fail("--keep-baked applies when refitting with --weights; none were given");
   plan::Plan p;
   if (is_plan_file(path)) {
     if (!o.skip_passes.empty())
