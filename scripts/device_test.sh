@@ -2,15 +2,16 @@
 # Builds reforge from a clean tree on the GPU machine and runs the CUDA tests there: the CUDA
 # unit tests (tests/cuda_*_test.cc), the ONNX node conformance required list on the GPU
 # (`reforge conformance --device cuda`), then with --bench the GPU benchmarks against PyTorch
-# (bench/gpu_bench.py). Ends with the test runner's summary lines.
+# (bench/gpu_bench.py), with --oracle the refit oracle on CUDA plans (scripts/device_oracle.sh).
+# Ends with the test runner's summary lines.
 #
 # The GPU machine (Ubuntu, CUDA toolkit, no network) lacks some of reforge's Debian packages:
 # scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
-#   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt] [--no-conformance]
+#   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
 #   (GPU_BENCH_ARGS: more flags of bench/gpu_bench.py; CUDA_TEST_FILTER: the unit tests to run,
-#   '*Cuda*' by default, '-' for none)
+#   '*Cuda*' by default, '-' for none; ORACLE_ARGS: the oracle's flags)
 # --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
 # .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
 # libraries and the carried packages serve them), which saves the build's minutes of device time;
@@ -21,14 +22,15 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 deps=/opt/reforge-deps
 B=${REFORGE_DEVICE_BUILD:-/tmp/reforge-device-build}
-bench=0 keep=0 prebuilt=0 conformance=1
+bench=0 keep=0 prebuilt=0 conformance=1 oracle=0
 for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
     --keep-build) keep=1 ;;
     --prebuilt) prebuilt=1 ;;
     --no-conformance) conformance=0 ;;
-    *) echo "usage: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt] [--no-conformance]" >&2; exit 2 ;;
+    --oracle) oracle=1 ;;
+    *) echo "usage: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
   esac
 done
 debs=.device/debs
@@ -50,6 +52,21 @@ if ! ls /usr/include/cudnn.h /usr/local/cuda/include/cudnn.h >/dev/null 2>&1; th
   [ -n "$cudnn_root" ] && export LD_LIBRARY_PATH=$cudnn_root/lib:$LD_LIBRARY_PATH
 fi
 echo "device_test: cuDNN from ${cudnn_root:-the system}"
+filter=${CUDA_TEST_FILTER:-*Cuda*}
+targets=(reforge reforge_tests)
+python_args=(-DREFORGE_PYTHON=OFF)
+if [ $oracle = 1 ]; then
+  # The oracle drives the library through Python: the extension is built here for this machine's
+  # python3 (one built elsewhere is for another Python). nanobind comes from .device/wheels where
+  # carried (the version the tree is built with elsewhere), else from python3's own packages.
+  if ls .device/wheels/nanobind-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/reforge-nanobind .device/wheels/nanobind-*.whl &&
+      export PYTHONPATH=/tmp/reforge-nanobind${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  python_args=(-DREFORGE_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+  targets=(reforge _reforge)
+  [ "$filter" != - ] && targets+=(reforge_tests)
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvcc --version | tail -1
 if [ $prebuilt = 1 ]; then
@@ -58,15 +75,30 @@ if [ $prebuilt = 1 ]; then
   [ -f .device/prebuilt.tar.xz ] || { echo "device_test: .device/prebuilt.tar.xz missing (scripts/device_bundle.sh)" >&2; exit 1; }
   rm -rf "$B" && mkdir -p "$B" && tar -xJf .device/prebuilt.tar.xz -C "$B"
   echo "device_test: prebuilt binaries of $(cat "$B/COMMIT")"
+  if [ $oracle = 1 ] && ! ls "$B"/python/reforge/_reforge*.so >/dev/null 2>&1; then
+    echo "device_test: --oracle needs the Python extension in the bundle (the oracle-prebuilt.tar.xz of an --oracle build)" >&2
+    exit 1
+  fi
 else
   [ $keep = 1 ] || rm -rf "$B"
   t0=$SECONDS
-  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON -DREFORGE_PYTHON=OFF \
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON "${python_args[@]}" \
     -DREFORGE_DEPS_PREFIX=$deps -DCMAKE_PREFIX_PATH=$deps/usr -DCMAKE_CUDA_ARCHITECTURES=90 ${cudnn_root:+-DCUDNN_ROOT=$cudnn_root} >"$B.configure.log" 2>&1 ||
     { tail -30 "$B.configure.log"; exit 1; }
-  cmake --build "$B" -j"$(nproc)" --target reforge reforge_tests >"$B.build.log" 2>&1 ||
+  cmake --build "$B" -j"$(nproc)" --target "${targets[@]}" >"$B.build.log" 2>&1 ||
     { grep -E "error|FAILED" "$B.build.log" | head -40; exit 1; }
   echo "device_test: built in $((SECONDS - t0)) s"
+  if [ $oracle = 1 ] && [ -n "${OUT:-}" ]; then
+    # The CLI and the extension, as a bundle that a later `--prebuilt --oracle` run takes as
+    # .device/prebuilt.tar.xz (with .device/runtime-debs) instead of building again.
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/python/reforge"
+    strip -o "$tmp/reforge" "$B/reforge"
+    for f in "$B"/python/reforge/_reforge*.so; do strip -o "$tmp/python/reforge/${f##*/}" "$f"; done
+    cat .device/COMMIT >"$tmp/COMMIT" 2>/dev/null || echo unknown >"$tmp/COMMIT"
+    tar -C "$tmp" -cf - reforge python COMMIT | xz -T0 -6 >"$OUT/oracle-prebuilt.tar.xz"
+    rm -rf "$tmp"
+  fi
 fi
 
 suite=/tmp/reforge-onnx-node-suite
@@ -76,7 +108,6 @@ if [ $conformance = 1 ] && [ ! -f $suite/.unpacked ]; then
   touch $suite/.unpacked
 fi
 status=0
-filter=${CUDA_TEST_FILTER:-*Cuda*}
 if [ "$filter" != - ]; then
   echo "== CUDA unit tests ($filter)"
   "$B/reforge_tests" --gtest_filter="$filter" --gtest_print_time=0 >"$B.unit.log" 2>&1 || status=1
@@ -93,6 +124,25 @@ if [ $conformance = 1 ]; then
     sed -E 's/\(([^)]*)\).*/\1/' | sort | uniq -c | sort -rn | head -40
   grep -E "^FAIL" "$B.conformance.log" | grep -v "no kernel on backend 'cuda'" | head -40
   tail -1 "$B.conformance.log"
+fi
+if [ $oracle = 1 ]; then
+  echo "== refit oracle on the GPU (--device cuda ${ORACLE_ARGS:-})"
+  regs=tests/refit_oracle/regressions
+  ls $regs >"$B.regressions-before"
+  limit=()
+  # ORACLE_DEADLINE (epoch seconds, scripts/device_oracle.sh): no case starts in its last 30 s
+  [ -n "${ORACLE_DEADLINE:-}" ] && limit=(--time-limit $((ORACLE_DEADLINE - $(date +%s) - 30 > 30 ? ORACLE_DEADLINE - $(date +%s) - 30 : 30)))
+  REFORGE_PYTHON=python3 REFORGE_BUILD_DIR=$B PYTHONUNBUFFERED=1 \
+    scripts/oracle.sh --device cuda ${ORACLE_ARGS:-} "${limit[@]}" 2>&1 | tee "$B.oracle.log"
+  rc=${PIPESTATUS[0]}
+  echo "device_test: the oracle exited $rc"
+  [ "$rc" = 0 ] || status=1
+  # Violations found here are saved as regression cases in this copy of the tree: they come back.
+  new=$(ls $regs | comm -13 "$B.regressions-before" -)
+  if [ -n "$new" ] && [ -n "${OUT:-}" ]; then
+    (cd $regs && tar -czf "$OUT/oracle-regressions.tar.gz" $new)
+    echo "device_test: new regression cases (in oracle-regressions.tar.gz):" $new
+  fi
 fi
 [ -n "${OUT:-}" ] && cp "$B".*.log "$OUT/" 2>/dev/null
 if [ $bench = 1 ]; then

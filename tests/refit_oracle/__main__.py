@@ -1,5 +1,9 @@
 import sys
 
-from .driver import main
+try:
+    from .driver import main
+except ImportError as e:  # numpy, most likely: an interpreter other than scripts/setup.sh's .venv
+    print("oracle: error: %s cannot run the oracle: %s" % (sys.executable, e), file=sys.stderr)
+    sys.exit(2)
 
 sys.exit(main())

@@ -1,11 +1,12 @@
 """The oracle's driver: draws cases from a seed, runs them in worker processes, counts outcomes per
 generator, shrinks and saves every new violation, and re-runs the saved regression cases.
 
-    python -m refit_oracle --cases N --seed S [--device cuda] [--jobs J]
+    python -m refit_oracle --cases N --seed S [--device cuda] [--jobs J] [--time-limit SECONDS]
     python -m refit_oracle --case '<json>'
     python -m refit_oracle --self-test
 
-Exit status: 0 when no case violates the invariant, 1 otherwise (2: the oracle itself failed).
+Exit status: 0 when no case violates the invariant, 1 otherwise (2: the oracle itself failed or
+cannot run here; 3: no violation, but the time limit stopped the run before every case ran).
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ class Worker:
         self.p.wait()
 
 
-def run_cases(cases: List[dict], jobs: int, cache: str, device: str, progress: bool = False) -> List[dict]:
+def run_cases(cases: List[dict], jobs: int, cache: str, device: str, progress: bool = False, deadline: Optional[float] = None) -> List[Optional[dict]]:
     """Each case's result ({"outcome", "detail", "secs"}), in order. A worker that dies takes its
-    case with it as a crash; one past CASE_TIMEOUT is killed, the case a hang."""
+    case with it as a crash; one past CASE_TIMEOUT is killed, the case a hang. Past `deadline`
+    (time.monotonic()) no case is started; those not started have no result (None)."""
     results: List[Optional[dict]] = [None] * len(cases)
     todo = list(range(len(cases)))[::-1]
     sel = selectors.DefaultSelector()
@@ -74,6 +76,8 @@ def run_cases(cases: List[dict], jobs: int, cache: str, device: str, progress: b
         return w
 
     def feed(w: Worker) -> None:
+        if todo and deadline is not None and time.monotonic() > deadline:
+            todo.clear()
         if todo:
             i = todo.pop()
             index[id(w)] = i
@@ -237,13 +241,30 @@ def table(rows: Dict[str, Counter], title: str) -> str:
     return "\n".join(lines)
 
 
-def device_check(device: str) -> Optional[str]:
+def device_check(device: str, models: Dict[str, catalog.Model]) -> Optional[str]:
+    """Why no case can run here, or None. Checked once up front: otherwise every worker would die
+    on its first case (counted as crashes) or every build would be refused (counted as cases)."""
+    if device not in ("cpu", "cuda"):
+        return "unknown device %r (cpu or cuda)" % device
+    try:
+        import reforge
+    except ImportError as e:
+        return "%s cannot import the reforge package (%s): run scripts/setup.sh, or name the interpreter and build with REFORGE_PYTHON and REFORGE_BUILD_DIR" % (PY, e)
+    from .execute import CLI
+
+    if not os.access(CLI, os.X_OK):
+        return "no reforge CLI at %s: build it, or name the build folder with REFORGE_BUILD_DIR" % CLI
     if device == "cpu":
         return None
-    if device != "cuda":
-        return "unknown device %r (cpu or cuda)" % device
     if shutil.which("nvidia-smi") is None or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode != 0:
         return "--device cuda needs an NVIDIA GPU and its driver (nvidia-smi finds none on this machine)"
+    # a package built without the CUDA backend, or a GPU it cannot use, fails every build alike
+    # (the quantized models have nodes without a CUDA kernel: the cases build them with host fallback)
+    smallest = min((m for m in models.values() if not m.id.startswith("quant/")), key=lambda m: m.size)
+    try:
+        reforge.build(smallest.a, refit=True, device="cuda", threads=1)
+    except reforge.Error as e:
+        return "--device cuda: a build of %s for the GPU fails here: %s" % (smallest.id, str(e).splitlines()[0])
     return None
 
 
@@ -253,6 +274,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--time-limit", type=float, help="start no case after this many seconds; the counts are of the cases run (exit 3 if some did not)")
     ap.add_argument("--case", help="run one case (its JSON) and print the result")
     ap.add_argument("--no-regressions", action="store_true", help="skip the saved regression cases")
     ap.add_argument("--no-shrink", action="store_true", help="report violations without shrinking or saving them")
@@ -267,13 +289,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         if v < 0 or (name == "--jobs" and v < 1):
             print("oracle: error: %s must be %s, got %d" % (name, "at least 1" if name == "--jobs" else "0 or more", v), file=sys.stderr)
             return 2
-    err = device_check(a.device)
+    if a.time_limit is not None and a.time_limit <= 0:
+        print("oracle: error: --time-limit must be more than 0 seconds, got %g" % a.time_limit, file=sys.stderr)
+        return 2
+    models = catalog.load()
+    err = device_check(a.device, models)
     if err:
         print("oracle: error: " + err, file=sys.stderr)
         return 2
     cache = a.cache or tempfile.mkdtemp(prefix="refit-oracle-")
     os.makedirs(cache, exist_ok=True)
-    models = catalog.load()
     try:
         if a.case:
             case = json.loads(a.case)
@@ -285,10 +310,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         rng = random.Random(a.seed)
         drawn = [gen.draw(rng.getrandbits(48), models) for _ in range(a.cases)]
         t0 = time.monotonic()
-        results = run_cases([r["case"] for r in regs] + drawn, a.jobs, cache, a.device, progress=True)
+        deadline = t0 + a.time_limit if a.time_limit is not None else None
+        results = run_cases([r["case"] for r in regs] + drawn, a.jobs, cache, a.device, progress=True, deadline=deadline)
         secs = time.monotonic() - t0
-        reg_res, res = results[: len(regs)], results[len(regs) :]
         status = 0
+        unrun = sum(r is None for r in results)
+        if unrun:
+            # cases start in order (the regression cases first), so those run are a prefix
+            print("stopped at the time limit (%g s): %d of %d cases not run" % (a.time_limit, unrun, len(results)))
+            status = 3
+            ran = len(results) - unrun
+            regs, drawn, results = regs[:ran], drawn[: max(0, ran - len(regs))], results[:ran]
+        reg_res, res = results[: len(regs)], results[len(regs) :]
         if regs:
             still = [(g, r) for g, r in zip(regs, reg_res) if r["outcome"].startswith("VIOLATION")]
             print("regression cases: %d, still violating: %d" % (len(regs), len(still)))
@@ -310,7 +343,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for c, r in zip(drawn, res):
                 print(json.dumps({"case": c, **r}))
         if bad:
-            status = status or 1
+            status = 1 if status in (0, 3) else status
             known = {g.get("signature") for g in regs}
             seen = set()
             print("violations: %d" % len(bad))
@@ -321,6 +354,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 seen.add(sig)
                 print("- %s %s\n  %s" % (r["outcome"], json.dumps(c), r["detail"][:400]))
                 if a.no_shrink:
+                    continue
+                if deadline is not None and time.monotonic() > deadline:
+                    print("  not shrunk: past the time limit")
                     continue
                 small, sr = shrink(c, r["outcome"], cache, a.device, models)
                 if signature(small, sr["outcome"]) in known:

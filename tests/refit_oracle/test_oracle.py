@@ -142,3 +142,29 @@ def test_sources_describe_what_they_hold(cache):
     changed = [n for n in a if not np.array_equal(a[n], b[n])]
     assert len(changed) == 1 and s.described == s.path
     assert sources.materialize(m, {"k": "ckpt-dupkey", "t": 0}, cache, ms).described is None
+
+
+def test_a_time_limit_starts_no_case_after_it(cache):
+    """Cases past the deadline have no result (the driver counts those run); none is half-run."""
+    import time
+
+    from refit_oracle import driver
+
+    case = {"model": MODEL, "build": {"mode": "refit"}, "source": {"k": "B"}, "path": {"via": "py", "mode": "fast"}}
+    assert driver.run_cases([case, case], 1, cache, "cpu", deadline=time.monotonic() - 1) == [None, None]
+    done = driver.run_cases([case], 1, cache, "cpu", deadline=time.monotonic() + 600)
+    assert [r["outcome"] for r in done] == [OK]
+
+
+def test_a_device_or_package_that_cannot_run_a_case_stops_the_run_up_front(monkeypatch, tmp_path):
+    """Otherwise every worker would die on its first case, each death counted as a crash."""
+    from refit_oracle import driver, execute
+
+    ms = catalog.load()
+    cli = execute.CLI
+    assert "unknown device" in driver.device_check("tpu", ms)
+    monkeypatch.setattr(execute, "CLI", str(tmp_path / "reforge"))
+    assert "no reforge CLI at %s" % (tmp_path / "reforge") in driver.device_check("cpu", ms)
+    monkeypatch.setattr(driver.shutil, "which", lambda name: None)
+    monkeypatch.setattr(execute, "CLI", cli)
+    assert "needs an NVIDIA GPU" in driver.device_check("cuda", ms)
