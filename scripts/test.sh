@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: unit and model tests (gtest), the ONNX backend node conformance
-# tests listed in tests/conformance/required-standard-types.txt and extra-passing.txt, and the
-# Python package's tests (pytest, python/tests, in .venv). Run scripts/setup.sh first.
+# tests listed in tests/conformance/required-standard-types.txt and extra-passing.txt, the refit
+# oracle (scripts/oracle.sh) and the Python package's tests (pytest, python/tests, in .venv). Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -37,6 +37,11 @@ for list in tests/conformance/required-standard-types.txt tests/conformance/extr
     ./build/reforge conformance "$suite/node" --list "$list" --mode refit --initializers "$init" --strip || status=1
   done
 done
+# The refit oracle (docs/reliability.md): its own tests (it catches a refit broken on purpose), the
+# saved regression cases and 500 cases drawn from a fixed seed, each judged against a fresh build.
+echo "== refit oracle"
+scripts/oracle.sh --self-test || status=1
+scripts/oracle.sh --cases 500 --seed 1 --no-shrink || status=1
 echo "== Python package (pytest)"
 .venv/bin/python -m pytest -q -p no:cacheprovider python/tests || status=1
 exit $status

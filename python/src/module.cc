@@ -461,10 +461,10 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
     build::BindOptions bo;
     if (!bind_file.empty()) {
       build::BindFile bf = build::read_bind_file(bind_file);
-      bo.binds = bf.binds;
+      for (const auto& [k, v] : bf.binds) bo.add_bind(k, v, "bind file '" + bind_file + "'");
       o.literal_names.insert(o.literal_names.end(), bf.literals.begin(), bf.literals.end());
     }
-    for (const auto& [k, v] : binds) bo.binds[k] = v;
+    for (const auto& [k, v] : binds) bo.add_bind(k, v, "bind={'" + k + "': '" + v + "'}");
     bo.strict = strict_binding;
     bo.allow_partial = allow_partial_binding;
     refit::Checkpoint ckpt;
@@ -554,8 +554,8 @@ NB_MODULE(_reforge, m) {
   m.def("check", &check, "model"_a);
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
-        "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a,
-        "block_size"_a, "allow_nonfinite"_a, "progress"_a.none(), nb::rv_policy::take_ownership);
+        "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a, "block_size"_a,
+        "allow_nonfinite"_a, "progress"_a.none(), nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
   m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
   m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);

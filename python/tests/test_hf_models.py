@@ -196,3 +196,37 @@ def test_bind_of_a_shared_initializer_by_its_bare_name_is_refused():
             checkpoint=hf_checkpoint(model, "A"),
             bind={uses[0]["key"]: "embeddings.LayerNorm.weight"},
         )
+
+
+def test_a_bind_key_given_twice_with_two_tensors_is_refused(tmp_path):
+    # In a bind file and in bind=, or twice on the command line: the later one must not silently win.
+    import json
+
+    from conftest import cli_error
+
+    model, key = "bert", "embeddings.LayerNorm.bias@*"
+    bind_file = tmp_path / "binds.json"
+    bind_file.write_text(json.dumps({key: "embeddings.LayerNorm.bias"}))
+    with pytest.raises(reforge.Error, match="is bound to 'embeddings.LayerNorm.bias' already"):
+        reforge.build(
+            hf_onnx(model, "A"),
+            refit=True,
+            checkpoint=hf_checkpoint(model, "A"),
+            bind_file=bind_file,
+            bind={key: "embeddings.LayerNorm.weight"},
+        )
+    out = tmp_path / "p.plan"
+    msg = cli_error(
+        "build", hf_onnx(model, "A"), "-o", out, "--refit", "--checkpoint", hf_checkpoint(model, "A"),
+        "--bind", key + "=embeddings.LayerNorm.bias", "--bind", key + "=embeddings.LayerNorm.weight",
+    )
+    assert "is bound to 'embeddings.LayerNorm.bias' already (--bind " in msg, msg
+    assert not out.exists()
+    # The same tensor twice is one bind.
+    reforge.build(
+        hf_onnx(model, "A"),
+        refit=True,
+        checkpoint=hf_checkpoint(model, "A"),
+        bind_file=bind_file,
+        bind={key: "embeddings.LayerNorm.bias"},
+    )

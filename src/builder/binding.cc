@@ -693,6 +693,14 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
   return r;
 }
 
+void BindOptions::add_bind(const std::string& key, const std::string& tensor, const std::string& where) {
+  auto [it, inserted] = binds.emplace(key, tensor);
+  if (!inserted && it->second != tensor)
+    fail(where, ": '", key, "' is bound to '", it->second, "' already (", bind_origin_[key], "); bind it to '", tensor,
+         "' or to '", it->second, "', not both");
+  bind_origin_.emplace(key, where);
+}
+
 plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, const refit::Checkpoint& ckpt,
                                       const BindOptions& bo, BindResult* result) {
   ir::Graph g = canonicalize(graph);

@@ -72,6 +72,13 @@ struct BindOptions {
   // bound (by default that fails: it is most likely another model's checkpoint, or, where
   // same-name tensors hold other values, another checkpoint of this model).
   bool allow_partial = false;
+  // Adds the bind key -> checkpoint tensor, `where` saying where it was given ("--bind", "bind
+  // file 'b.json'"). A key bound already to another tensor is an error naming both: the later
+  // one must not silently win.
+  void add_bind(const std::string& key, const std::string& tensor, const std::string& where);
+
+ private:
+  std::map<std::string, std::string> bind_origin_;  // key -> where it was given
 };
 
 struct BindResult {

@@ -113,13 +113,13 @@ Runner add_build(CLI::App& app) {
       build::BindOptions bo;
       if (!a->bind_file.empty()) {
         build::BindFile bf = build::read_bind_file(a->bind_file);
-        bo.binds = bf.binds;
+        for (const auto& [k, v] : bf.binds) bo.add_bind(k, v, "bind file '" + a->bind_file + "'");
         o.literal_names.insert(o.literal_names.end(), bf.literals.begin(), bf.literals.end());
       }
       for (const auto& b : a->binds) {
         auto eq = b.find('=');
         if (eq == std::string::npos) fail("--bind '", b, "' is not ONNX_NAME=CHECKPOINT_NAME");
-        bo.binds[b.substr(0, eq)] = b.substr(eq + 1);
+        bo.add_bind(b.substr(0, eq), b.substr(eq + 1), "--bind " + b);
       }
       bo.strict = a->strict_binding;
       bo.allow_partial = a->allow_partial;
