@@ -9,14 +9,25 @@ checkpoint), in which case the only correct answer is a refusal. The rule per ki
 * ONNX files (A, B, another export of B, B with one initializer changed, deleted, renamed,
   transposed, retyped, reshaped, made NaN/Inf): the described model is the file itself when it
   holds only finite values; an invalid one (a deleted initializer) fails the reference build,
-  so only a refusal is correct. NaN/Inf: None.
+  so only a refusal is correct. NaN/Inf: None (below).
 * checkpoints: checkpoint A describes A's ONNX, B B's. A tensor changed by a delta (or a square
-  one transposed, or retyped to float16) describes B's ONNX with every initializer that equals
-  the tensor, or its transpose, changed the same way, but only where that is all the tensor
-  derives (its first row appears in no other initializer); otherwise None. A lossless change
-  (float64, flattened) describes B. A deleted or renamed tensor describes B (a refit may succeed
-  only where the tensor was never used). Another family's checkpoint, NaN/Inf, a duplicate key,
-  a truncated file, 8 bytes inserted in the data section: None.
+  one transposed, or retyped to float16) describes B's ONNX with each initializer element made
+  from the tensor changed to the new value of the element it is made from; how initializers are
+  made from it (identity, transpose, a slice such as the position table cut to the sequence
+  length, an expand such as ViT's cls_token, a block of a concatenation) is found by value in
+  relations.py and must hold for both A's and B's checkpoint and export. A changed element the
+  model does not use (a position past the slice) describes B unchanged. Where no relation can
+  be established: every initializer that equals the tensor, or its transpose, changed the same
+  way, but only where that is all the tensor derives (its first row appears in no other
+  initializer); otherwise None. A tensor with a bit-identical twin in checkpoint A (a tied
+  parameter saved under two names, as T5's shared.weight and encoder.embed_tokens.weight; not
+  all values equal) changed while its twin is not: None, since the two copies of one parameter
+  disagree. A lossless change (float64, flattened) describes B. A deleted or renamed tensor
+  describes B (a refit may succeed only where the tensor was never used). Another family's
+  checkpoint, a duplicate key, a truncated file, 8 bytes inserted in the data section: None.
+* NaN/Inf, in an ONNX initializer or a checkpoint tensor, anywhere in it: None, even in an
+  element the model never reads (a row of the position table past the slice, an unused bucket):
+  a refit reads whole tensors, and the library refuses any it reads that holds NaN/Inf.
 * dicts by ONNX name: A's float initializer names with B's values where B has the same name and
   shape: describes A's ONNX with those values. Incremental: A with the given subset replaced.
 * dicts by checkpoint name: as the checkpoint file.
@@ -28,11 +39,11 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import onnxproto, safet
+from . import onnxproto, relations, safet
 from .catalog import Model
 
 _model_cache: Dict[str, Dict[str, np.ndarray]] = {}
@@ -123,6 +134,59 @@ def _derive(base: Optional[str], old: np.ndarray, new: np.ndarray, cache: str, t
     return _store(cache, tag, m.to_bytes(), "onnx")
 
 
+_relations: Dict[Tuple[str, str], Optional[relations.Relation]] = {}
+
+
+def _twin(model: Model, name: str) -> Optional[str]:
+    """Another tensor of checkpoint A bit-identical to `name` (a tied parameter saved twice, as
+    T5's shared.weight and encoder.embed_tokens.weight), where its values are not all equal
+    (equal values say nothing of identity)."""
+    t = safet.read(model.ckpt_a) if model.ckpt_a else {}
+    a = t.get(name)
+    if a is None or a.size < 2 or np.all(a == a.reshape(-1)[0]):
+        return None
+    for n, x in sorted(t.items()):
+        if n != name and x.dtype == a.dtype and x.shape == a.shape and x.tobytes() == a.tobytes():
+            return n
+    return None
+
+
+def _derive_ckpt(model: Model, name: str, old: np.ndarray, new: np.ndarray, cache: str, tag: str) -> Optional[str]:
+    """B's ONNX as checkpoint B with tensor `name` changed from `old` to `new` (float32) describes
+    it: each initializer element made from the tensor (relations.py: identity, transpose, slice,
+    expand, concatenation, found by value in both export pairs) takes the new value of its
+    element; B unchanged when no changed element is used. Where no relation can be established,
+    today's rule (_derive)."""
+    key = (model.id, name)
+    if key not in _relations:
+        ca = safet.read(model.ckpt_a) if model.ckpt_a else {}
+        cb = safet.read(model.ckpt_b) if model.ckpt_b else {}
+        rel = None
+        if model.b and name in ca and name in cb:
+            rel = relations.find(ca[name], onnx_arrays(model.a), cb[name], onnx_arrays(model.b))
+        _relations[key] = rel
+    rel = _relations[key]
+    if rel is None or model.b is None:
+        return _derive(model.b, old, new, cache, tag)
+    changed = relations.apply(rel, new, onnx_arrays(model.b))
+    if not changed:
+        return model.b
+    m = onnxproto.Model.load(model.b)
+    for n, v in changed.items():
+        m.set(n, v)
+    return _store(cache, tag, m.to_bytes(), "onnx")
+
+
+def _described_change(model: Model, name: str, old: np.ndarray, new: np.ndarray, cache: str, tag: str) -> Optional[str]:
+    """What checkpoint B with `name` changed to `new` describes. One copy of a tied parameter
+    changed while its twin keeps the old values describes no valid weights: only a refusal is
+    correct (the library refuses a bound tensor whose build-time twin now differs)."""
+    new32 = new.astype(np.float32)
+    if new32.tobytes() != old.astype(np.float32).tobytes() and _twin(model, name):
+        return None
+    return _derive_ckpt(model, name, old, new32, cache, tag)
+
+
 def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Model]) -> Source:
     k = spec["k"]
     tag = hashlib.blake2b(json.dumps([model.id, spec], sort_keys=True).encode(), digest_size=6).hexdigest()
@@ -191,7 +255,7 @@ def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Mode
             v = a.copy()
             v.reshape(-1)[spec.get("e", 0) % v.size] += np.float32(spec["d"])
             t[name] = v
-            described = _derive(model.b, a, v, cache, tag)
+            described = _described_change(model, name, a, v, cache, tag)
         elif mut == "partial":
             del t[name]
         elif mut == "rename":
@@ -199,13 +263,13 @@ def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Mode
         elif mut == "transpose":
             if a.ndim == 2 and a.shape[0] == a.shape[1]:
                 t[name] = np.ascontiguousarray(a.T)
-                described = _derive(model.b, a, t[name], cache, tag)
+                described = _described_change(model, name, a, t[name], cache, tag)
             else:
                 t[name] = np.ascontiguousarray(a.reshape(a.shape[0], -1).T)
         elif mut == "dtype":
             t[name] = a.astype(spec["dt"])
             if spec["dt"] != "float64":
-                described = _derive(model.b, a, t[name].astype(np.float32), cache, tag)
+                described = _described_change(model, name, a, t[name], cache, tag)
         elif mut == "shape":
             t[name] = a.reshape(-1) if a.ndim != 1 else a.reshape(1, -1)
         elif mut == "nan":
