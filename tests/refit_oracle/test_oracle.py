@@ -168,3 +168,97 @@ def test_a_device_or_package_that_cannot_run_a_case_stops_the_run_up_front(monke
     monkeypatch.setattr(driver.shutil, "which", lambda name: None)
     monkeypatch.setattr(execute, "CLI", cli)
     assert "needs an NVIDIA GPU" in driver.device_check("cuda", ms)
+
+
+def _exports(c: np.ndarray, other: np.ndarray):
+    """Initializers made from an (8, 4) tensor the ways exporters make them."""
+    return {
+        "slice": c[None, 2:5].copy(),  # a position table cut to the sequence length
+        "expand": np.ascontiguousarray(np.broadcast_to(c[3], (2, 1, 4))),  # cls_token per batch row
+        "cat": np.concatenate([c, other], axis=1),  # one block of a concatenation
+        "t": np.ascontiguousarray(c.T),
+        "gather": c[[1, 1, 6]][:, [3, 0]].copy(),  # a bucket table gathered by constant indices
+        "unrelated": other.copy(),
+    }
+
+
+def test_relations_are_found_by_value_and_hold_for_both_pairs():
+    from refit_oracle import relations
+
+    rng = np.random.default_rng(7)
+    c_a, c_b = (rng.standard_normal((8, 4)).astype(np.float32) for _ in range(2))
+    o_a, o_b = (rng.standard_normal((8, 2)).astype(np.float32) for _ in range(2))
+    a, b = _exports(c_a, o_a), _exports(c_b, o_b)
+    rel = relations.find(c_a, a, c_b, b)
+    idx = np.arange(32).reshape(8, 4)
+    cat = np.full((8, 6), -1)
+    cat[:, :4] = idx
+    want = {"slice": idx[None, 2:5], "expand": np.broadcast_to(idx[3], (2, 1, 4)), "cat": cat, "t": idx.T, "gather": idx[[1, 1, 6]][:, [3, 0]]}
+    assert rel is not None and sorted(rel) == sorted(want)
+    for n, m in want.items():
+        assert np.array_equal(rel[n], m), n
+    # the described initializers are what the exporter would make from the changed tensor
+    for e in (13, 31):  # (3, 1): in every use but the gather; (7, 3): only in the transpose and the block
+        new = c_b.copy()
+        new.reshape(-1)[e] += np.float32(0.5)
+        changed = relations.apply(rel, new, b)
+        made = _exports(new, o_b)
+        assert sorted(changed) == sorted(n for n in want if not np.array_equal(made[n], b[n]))
+        for n, v in changed.items():
+            assert np.array_equal(v, made[n]), n
+
+    # a relation that holds for A's pair only is no relation
+    b2 = dict(b, slice=c_b[None, 3:6].copy())
+    assert "slice" not in relations.find(c_a, a, c_b, b2)
+    # a symmetric tensor: identity or transpose, which element drives which is unknown
+    s_a, s_b = c_a[:4] + c_a[:4].T, c_b[:4] + c_b[:4].T
+    assert relations.find(s_a, {"w": s_a.copy()}, s_b, {"w": s_b.copy()}) is None
+    # equal values say nothing of where they came from
+    z = np.zeros((8, 4), np.float32)
+    assert relations.find(z, {"z": z[:2].copy()}, z, {"z": z[:2].copy()}) is None
+
+
+def _changed_ckpt(cache, model, spec):
+    ms = catalog.load()
+    s = sources.materialize(ms[model], spec, cache, ms)
+    return ms[model], s
+
+
+def test_a_checkpoint_tensor_used_in_part_describes_the_elements_it_makes(cache):
+    """BERT's position table is cut to the sequence length (16 of 64 rows); ViT's cls_token is
+    expanded to the batch. A delta inside the used part changes exactly those elements of B's
+    export; one outside it describes B unchanged."""
+    m, s = _changed_ckpt(cache, "hf/bert", {"k": "ckpt-delta", "t": 2, "d": 0.5, "e": 5 * 64 + 7})
+    assert s.note == "embeddings.position_embeddings.weight"
+    b = onnxproto.Model.load(m.b).arrays()
+    want = b["embedding_2"].copy()
+    want[0, 5, 7] += np.float32(0.5)
+    got = onnxproto.Model.load(s.described).arrays()
+    assert np.array_equal(got["embedding_2"], want)
+    assert all(np.array_equal(got[n], b[n]) for n in b if n != "embedding_2")
+    _, s = _changed_ckpt(cache, "hf/bert", {"k": "ckpt-delta", "t": 2, "d": 0.5, "e": 40 * 64 + 7})
+    assert s.described == m.b
+    m, s = _changed_ckpt(cache, "hf/vit", {"k": "dict-ckpt-delta", "t": 0, "d": 1.0, "e": 3})
+    assert s.note == "embeddings.cls_token"
+    want = onnxproto.Model.load(m.b).arrays()["expand"].copy()
+    want[:, 0, 3] += np.float32(1.0)
+    assert np.array_equal(onnxproto.Model.load(s.described).arrays()["expand"], want)
+
+
+def test_one_copy_of_a_tied_parameter_changed_describes_nothing(cache):
+    """T5's checkpoint holds shared.weight and encoder.embed_tokens.weight, one parameter saved
+    twice: a source where the two differ describes no valid weights, whichever copy is bound."""
+    for k in ("ckpt-delta", "dict-ckpt-delta"):
+        _, s = _changed_ckpt(cache, "hf/t5", {"k": k, "t": 19, "d": 1.0, "e": 0})
+        assert s.note == "shared.weight" and s.described is None and not s.unverifiable
+    # a lossless change keeps the copies equal: B
+    m, s = _changed_ckpt(cache, "hf/t5", {"k": "ckpt-dtype", "t": 19, "dt": "float64"})
+    assert s.described == m.b
+
+
+def test_saved_partial_use_cases_are_judged_against_the_derived_model(cache):
+    """The 50,000-case run's accepted-invalid-source cases on ViT's cls_token were the oracle's own
+    misjudgement: the refit is judged against B with the expanded elements changed."""
+    for k in ("ckpt-delta", "dict-ckpt-delta"):
+        case = {"model": "hf/vit", "build": {"ckpt": "A", "mode": "refit"}, "source": {"k": k, "t": 0, "d": 1.0, "e": 0}, "path": {"via": "py"}}
+        assert Runner(cache).run_case(case).outcome == OK
