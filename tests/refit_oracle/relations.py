@@ -6,16 +6,17 @@ element of the tensor, is found here without the code under test (reforge's bind
 float initializer of the A export, each structural relation to A's checkpoint tensor is tried
 (identity, a reshape, a 2-D transpose, a contiguous slice along one axis, a broadcast/expand, the
 tensor as a contiguous block of a concatenation or stack with other tensors; failing those, a
-gather: every element is one element of the tensor, found by its pair of values) and kept only where
-it holds bit for bit for both pairs: checkpoint A with the A export and checkpoint B with the B
-export (same initializer name and shape). A relation is an index map: for each element of the
-initializer, the flat index of the checkpoint element it holds, or -1 for an element made from
-something else.
+gather: every element is one element of the tensor, found by its pair of values in A and B),
+and kept only where it holds bit for bit for both pairs: checkpoint A with the A export and
+checkpoint B with the B export (same initializer name and shape). A relation is an index map:
+for each element of the initializer, the flat index of the checkpoint element it holds, or -1
+for an element made from something else.
 
 No relation is claimed (None) where it cannot be established: a tensor whose values are all
 equal, no initializer related, two relations that give one element two different sources (a
-symmetric matrix, a repeated row), a relation that covers only equal values, or a tensor whose first row also shows
-up in an initializer no relation explains (a gather, a fold): its effect is then unknown here.
+symmetric matrix, a repeated row), a relation that covers only equal values, or a tensor whose
+first row also shows up in an initializer no relation explains (a fold): its effect is then
+unknown here.
 """
 
 from __future__ import annotations
