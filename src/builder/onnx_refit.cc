@@ -68,8 +68,8 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
     for (const auto& s : plan.sources)
       if (s.refittable) o.refittable_positions->insert({s.node_position, s.slot});
   }
-  // Non-finite new values are the refit's to refuse or accept (CommitOptions::check_finite,
-  // which checks the rebuilt weights), not the rebuild's.
+  // Non-finite new values are the refit's to refuse or accept (CommitOptions::check_finite, which
+  // rebuild_from_onnx is given), not the plan's.
   o.check_finite = false;
   // Names the new model lacks are left out rather than refused (the build refuses a --literal
   // that names nothing): a re-export may rename an initializer that is a literal anyway, and a
@@ -121,9 +121,10 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
 }
 
 plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note,
-                             const ProgressCallback& progress) {
+                             const ProgressCallback& progress, bool check_finite) {
   BuildOptions o = rebuild_options(plan, model, note);
   o.progress = progress;
+  o.check_finite = check_finite;
   plan::Plan fresh;
   try {
     fresh = build_plan(model, o);
@@ -166,7 +167,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   }
   auto rebuild = [&] {
     try {
-      return rebuild_from_onnx(p, model, &rep.note, req.commit.progress);
+      return rebuild_from_onnx(p, model, &rep.note, req.commit.progress, req.commit.check_finite);
     } catch (Error& e) {
       throw e.with_context("while rebuilding from '" + src + "'");
     }

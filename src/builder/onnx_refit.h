@@ -2,12 +2,11 @@
 //
 // Fast path: read_sources_from_onnx() imports the new model without running any pass, checks
 // that its structure matches the plan's fingerprint, and returns each source's new tensor (the
-// baked ones too, which the refitter compares with the plan's values), found by graph position (node position in canonical order, input slot), so a
-// re-export that merged or split equal initializers differently still refits correctly.
-// Slow path: rebuild_from_onnx() re-runs the whole build on the new model with the plan's
-// options and returns the fresh plan, whose engine weights the refitter can swap in.
-// refit_from() is the entry point that does either, or both compared (verify), and hands
-// checkpoints and caller tensors to the runtime's refit::refit_from.
+// baked ones too, which the refitter compares with the plan's values), found by graph position (node position in
+// canonical order, input slot), so a re-export that merged or split equal initializers differently still refits
+// correctly. Slow path: rebuild_from_onnx() re-runs the whole build on the new model with the plan's options and
+// returns the fresh plan, whose engine weights the refitter can swap in. refit_from() is the entry point that does
+// either, or both compared (verify), and hands checkpoints and caller tensors to the runtime's refit::refit_from.
 #pragma once
 
 #include <map>
@@ -29,8 +28,11 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
 // The options come from the plan's build record (Plan::build), layouts and skipped passes
 // included. A plan without one (an older reforge's) is rebuilt with options inferred from its
 // nodes, and `note`, when given, says so. `progress` is told the build's steps (BuildOptions::progress).
+// `check_finite`: the new model's sources holding NaN or Inf are refused, as the build refuses them
+// (BuildOptions::check_finite) and a fast refit refuses its source values: a value the rebuilt
+// weights do not show (a row of a position table the model slices off) is refused all the same.
 plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr,
-                             const ProgressCallback& progress = {});
+                             const ProgressCallback& progress = {}, bool check_finite = false);
 
 // The options rebuild_from_onnx() builds with (same `note`).
 BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
+#include <set>
 #include <sstream>
 
+#include "core/nonfinite.h"
 #include "core/timing.h"
 #include "refit/checkpoint_refit.h"
 #include "refit/safetensors.h"
@@ -88,6 +90,30 @@ std::string RefitReport::summary() const {
   return os.str();
 }
 
+namespace {
+
+// The checkpoint tensors that bindings derive sources from by a transform that may leave elements
+// out (a slice of a position table, a gather of rows): NaN or Inf anywhere in them is refused, as
+// in a tensor a source is (the commit scans those), whether or not the model reads that element.
+void check_finite_read(const plan::Plan& p, const Checkpoint& ckpt) {
+  std::set<std::string> seen;
+  for (const auto& s : p.sources) {
+    if (s.binding.status != plan::Binding::Status::Bound || s.binding.steps.empty()) continue;
+    for (const auto& in : s.binding.checkpoint) {
+      const Tensor* t = ckpt.find(in.name);
+      if (!t || !seen.insert(in.name).second) continue;
+      const int64_t i = first_nonfinite(*t);
+      if (i >= 0)
+        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' (source '", s.key,
+             "' is derived from it) holds ", nonfinite_str(*t, i), " at index ", multi_index_str(t->shape(), i),
+             " (flat index ", i, " of ", t->describe(),
+             "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+    }
+  }
+}
+
+}  // namespace
+
 RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
@@ -116,6 +142,7 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
                                 : Checkpoint::open(req.files);
     auto cs = sources_from_checkpoint(p, ckpt);
+    if (commit.check_finite) check_finite_read(p, ckpt);
     const LiteralCheck lits = check_literals(p, ckpt);
     if (!lits.differing.empty() && !req.commit.keep_baked) {
       std::string list;
