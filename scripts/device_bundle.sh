@@ -2,21 +2,58 @@
 # Packs this tree's Release build (build/, configured with CUDA) for the GPU machine:
 # .device/prebuilt.tar.xz holds the stripped `reforge` and `reforge_tests` and the commit they were
 # built from; `scripts/device_test.sh --prebuilt` runs them there instead of building.
+#   scripts/device_bundle.sh [BUILD] [--python PY]
+# --python PY packs, instead of reforge_tests, the Python extension for PY (the GPU machine's
+# Python 3.12, for `scripts/device_oracle.sh --prebuilt`; PY needs nanobind): nanobind and
+# python/src/module.cc compile for PY in BUILD-python, and link with BUILD's libraries by BUILD's
+# own link line for its extension, so the library is compiled once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${1:-build}
+B=build py=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --python) py=${2:?--python needs an interpreter}; shift 2 ;;
+    *) B=$1; shift ;;
+  esac
+done
 grep -q '^REFORGE_CUDA:BOOL=ON' "$B/CMakeCache.txt" || { echo "device_bundle: $B is not a CUDA build" >&2; exit 1; }
-cmake --build "$B" --target reforge reforge_tests
+if [ -n "$py" ]; then
+  grep -q '^REFORGE_PYTHON:BOOL=ON' "$B/CMakeCache.txt" || { echo "device_bundle: $B has no Python extension to take the link line from" >&2; exit 1; }
+  "$py" -m nanobind --cmake_dir >/dev/null || { echo "device_bundle: $py has no nanobind" >&2; exit 1; }
+  cmake --build "$B" --target reforge _reforge
+  P=$B-python
+  cmake -S . -B "$P" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREFORGE_CUDA=ON -DREFORGE_PYTHON=ON -DPython_EXECUTABLE="$py" >/dev/null
+  cmake --build "$P" --target nanobind-static CMakeFiles/_reforge.dir/python/src/module.cc.o
+  ext=$("$py" -c 'import sysconfig; print("_reforge" + sysconfig.get_config_var("EXT_SUFFIX"))')
+  link=$(cd "$B" && ninja -t commands _reforge | tail -1)
+  link=${link#*: && }
+  link=${link% && :}
+  own=$(cd "$B" && ls python/reforge/_reforge*.so)
+  mkdir -p "$P/python/reforge"
+  link=${link/" -o $own "/" -o $(pwd)/$P/python/reforge/$ext "}
+  link=${link/" CMakeFiles/_reforge.dir/python/src/module.cc.o "/" $(pwd)/$P/CMakeFiles/_reforge.dir/python/src/module.cc.o "}
+  link=${link/" libnanobind-static.a "/" $(pwd)/$P/libnanobind-static.a "}
+  (cd "$B" && eval "$link")
+else
+  cmake --build "$B" --target reforge reforge_tests
+fi
 exclude="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
 mkdir -p "$(dirname "$exclude")"
 grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 strip -o "$tmp/reforge" "$B/reforge"
-strip -o "$tmp/reforge_tests" "$B/reforge_tests"
+if [ -n "$py" ]; then
+  mkdir -p "$tmp/python/reforge"
+  strip -o "$tmp/python/reforge/$ext" "$P/python/reforge/$ext"
+  files=(reforge python COMMIT)
+else
+  strip -o "$tmp/reforge_tests" "$B/reforge_tests"
+  files=(reforge reforge_tests COMMIT)
+fi
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')" >"$tmp/COMMIT"
 mkdir -p .device
-tar -C "$tmp" -cf - reforge reforge_tests COMMIT | xz -T0 -9 >.device/prebuilt.tar.xz.part
+tar -C "$tmp" -cf - "${files[@]}" | xz -T0 -9 >.device/prebuilt.tar.xz.part
 mv .device/prebuilt.tar.xz.part .device/prebuilt.tar.xz
 # What the binaries need there besides the GPU machine's CUDA libraries: the runtime packages of
 # scripts/device_debs.sh, so that a run carries .device/runtime-debs, not the build's -dev packages.
