@@ -2,15 +2,17 @@
 # The refit oracle on the GPU machine (docs/reliability.md "Refit oracle"): cases drawn as
 # `scripts/oracle.sh --device cuda` draws them, every plan built for the CUDA backend, the saved
 # regression cases first. The machine has no .venv and another Python: scripts/device_test.sh
-# --oracle builds the CLI and the Python extension there for its python3 (about its minutes of
-# the run), or with --prebuilt takes the oracle-prebuilt.tar.xz an earlier build left in $OUT.
+# --oracle builds the CLI and the Python extension there for its python3 (minutes of the run), or
+# with --prebuilt runs .device/prebuilt.tar.xz: the oracle-prebuilt.tar.xz an earlier build there
+# left in $OUT, or `scripts/device_bundle.sh build --python python3.12` here (with
+# .device/runtime-debs); the bundle must be of the commit packed.
 #
 #   here:  scripts/device_debs.sh               once: .device/debs (the Debian packages it lacks)
 #          scripts/device_oracle.sh --pack      .device/tree.tar.xz: the files of HEAD, less models/
 #   there: scripts/device_oracle.sh [--prebuilt] [oracle flags, default --cases 2000 --seed 7 --jobs 8]
 #          (the device tool carries [".device/debs", ".device/wheels", ".device/tree.tar.xz",
-#          ".device/COMMIT"], and
-#          for --prebuilt .device/prebuilt.tar.xz: the oracle-prebuilt.tar.xz of the earlier run)
+#          ".device/COMMIT"]; with --prebuilt [".device/runtime-debs", ".device/prebuilt.tar.xz",
+#          ".device/tree.tar.xz", ".device/COMMIT"])
 #
 # The run tests HEAD as packed, not the working tree the tool copies (others' edits in progress):
 # the packed tree is unpacked into /tmp and takes models/ from the copy, which --pack checked to
