@@ -246,6 +246,25 @@ class Binder {
     return {};
   }
 
+  // The other checkpoint tensors with exactly the bytes of tensor `name` (same dtype and shape),
+  // none when its value is all-equal: the copies of a tied parameter (plan::Binding::Input::ties).
+  // The sketch index offers the candidates; each is confirmed on all bytes.
+  std::vector<std::string> twins(const std::string& name) const {
+    const Tensor& t = ckpt_.tensors().at(name);
+    std::vector<std::string> out;
+    if (!is_float(t.dtype()) || t.numel() == 0 || all_equal(t)) return out;
+    auto it = index_.find(key_of(sketch(t, false), t.nbytes()));
+    if (it == index_.end()) return out;
+    for (const auto& f : it->second) {
+      if (f.name == name || f.transpose || f.cast != DType::Undefined) continue;
+      const Tensor& u = ckpt_.tensors().at(f.name);
+      if (u.dtype() == t.dtype() && u.shape() == t.shape() && std::memcmp(u.raw(), t.raw(), t.nbytes()) == 0)
+        out.push_back(f.name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
   const refit::Checkpoint& ckpt_;
   std::unordered_map<uint64_t, std::vector<Form>> index_;
   std::map<int64_t, std::vector<std::string>> by_rank_;
@@ -688,6 +707,15 @@ BindResult bind_checkpoint(const ir::Graph& g, const std::set<std::string>& lite
          "weights beyond what binding derives (first unbound: ",
          first_unbound, "). --allow-partial-binding builds anyway; a checkpoint refit of the plan is then refused");
   }
+  // Copies of a tied parameter: a checkpoint refit compares each with the tensor a binding reads.
+  std::map<std::string, std::vector<std::string>> ties;
+  for (auto& [pos, bd] : r.bindings)
+    if (bd.status == plan::Binding::Status::Bound)
+      for (auto& in : bd.checkpoint) {
+        auto [it, fresh] = ties.try_emplace(in.name);
+        if (fresh) it->second = b.twins(in.name);
+        in.ties = it->second;
+      }
   r.bound = bound, r.unbound = unbound;
   r.match_ms = ms_since(t1);
   return r;

@@ -146,6 +146,12 @@ struct Binding {
     std::string name;  // checkpoint tensor name
     DType dtype = DType::Undefined;
     Shape shape;
+    // Other checkpoint tensors that held exactly these bytes (same dtype and shape) at build and
+    // are not all-equal: copies of one tied parameter (T5's shared.weight and
+    // encoder.embed_tokens.weight). A checkpoint refit refuses a checkpoint that holds one of them
+    // with other bytes than this tensor: which copy the model reads cannot be told. An all-equal
+    // value (a zero bias, a unit norm weight) equal to another is no evidence of a tie.
+    std::vector<std::string> ties;
   };
   std::vector<Input> checkpoint;  // Bound: tensors read; Operand Source k is checkpoint[k]
   std::vector<RecipeStep> steps;  // Bound: transforms (Slice, Gather, Transpose, Cast, Concat,

@@ -149,6 +149,9 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
       for (const auto& in : s.binding.checkpoint) names.push_back(in.name);
       e["binding"] = {
           {"status", binding_status_name(s.binding.status)}, {"checkpoint", names}, {"note", s.binding.note}};
+      // The copies of a tied parameter a checkpoint refit compares, by the tensor bound.
+      for (const auto& in : s.binding.checkpoint)
+        if (!in.ties.empty()) e["binding"]["ties"][in.name] = in.ties;
       if (s.binding.status == Binding::Status::Constant) {
         e["binding"]["reason"] = binding_reason_name(s.binding.reason);
         e["binding"]["rule"] = s.binding.rule;

@@ -258,8 +258,11 @@ class Encoder {
 
   static json checkpoint_inputs(const Binding& b) {
     json a = json::array();
-    for (const auto& in : b.checkpoint)
+    for (const auto& in : b.checkpoint) {
       a.push_back(json{{"name", str(in.name)}, {"dtype", static_cast<int32_t>(in.dtype)}, {"shape", ints(in.shape)}});
+      // Optional: the checkpoint tensors tied to this one at build (copies of one parameter).
+      if (!in.ties.empty()) a.back()["ties"] = strs(in.ties);
+    }
     return a;
   }
 

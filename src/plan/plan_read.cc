@@ -498,6 +498,13 @@ class Decoder {
       in.name = str_field(ins[i], "name", iw);
       in.dtype = dtype_field(ins[i], iw);
       in.shape = shape_field(ins[i], iw);
+      // Optional: written only for a checkpoint tensor that had tied copies at build.
+      if (ins[i].contains("ties")) {
+        in.ties = strings(ins[i]["ties"], at(iw, "ties"));
+        for (size_t k = 0; k < in.ties.size(); ++k)
+          if (in.ties[k].empty() || in.ties[k] == in.name)
+            fail(at(at(iw, "ties"), k), ": a tie names ", in.ties[k].empty() ? "no tensor" : "the tensor itself");
+      }
       b.checkpoint.push_back(std::move(in));
     }
     b.note = str_field(j, "note", where);

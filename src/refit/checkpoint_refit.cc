@@ -1,6 +1,7 @@
 #include "refit/checkpoint_refit.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "transforms/recipe.h"
@@ -25,6 +26,40 @@ std::string unbound_report(const plan::Plan& p, size_t limit) {
   return n ? str_cat(n, " refittable source(s) are not bound to checkpoint tensors:", list) : "";
 }
 
+namespace {
+
+// The copies of one tied parameter that the build's checkpoint held (plan::Binding::Input::ties)
+// must hold one value in `ckpt` too: copies that now differ make a checkpoint whose model cannot be
+// told, whichever copy the binding reads. A checkpoint without a copy holds one value.
+// `read`: every checkpoint tensor a binding of the plan reads (leaving one out is no way forward).
+void check_ties(const plan::Binding::Input& in, const Tensor& t, const Checkpoint& ckpt,
+                const std::set<std::string>& read) {
+  for (const auto& name : in.ties) {
+    const Tensor* u = ckpt.find(name);
+    if (!u) continue;
+    std::string how;
+    if (u->dtype() != t.dtype() || u->shape() != t.shape()) {
+      how = t.describe() + " and " + u->describe();
+    } else {
+      const bool same = std::memcmp(t.raw(), u->raw(), t.nbytes()) == 0;
+      ckpt.release_pages_of(*u);  // read only for this comparison
+      if (same) continue;
+      const size_t e = dtype_size(t.dtype());
+      const auto* a = static_cast<const unsigned char*>(t.raw());
+      const auto* b = static_cast<const unsigned char*>(u->raw());
+      int64_t i = 0;
+      while (i + 1 < t.numel() && std::memcmp(a + i * e, b + i * e, e) == 0) ++i;
+      how = str_cat("first at element ", i, ": ", t.as_double(i), " and ", u->as_double(i));
+    }
+    fail("refit from ", ckpt.description(), ": checkpoint tensors '", in.name, "' and '", name,
+         "' held the same values when the plan was built (one tied parameter) and now differ (", how,
+         "): which one the model reads cannot be told; nothing was changed. Give both copies the same values",
+         read.count(name) ? "" : " or leave '" + name + "' out of the checkpoint");
+  }
+}
+
+}  // namespace
+
 CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint& ckpt) {
   std::string unbound = unbound_report(p, 24);
   // Sources left unbound because the build's checkpoint held other values under their names: the
@@ -48,7 +83,10 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
          "\"literals\" in --bind-file);"
          "\n  - refit from a re-exported ONNX model instead: reforge refit PLAN --weights NEW.onnx");
   CheckpointSources out;
-  std::set<std::string> used;
+  std::set<std::string> used, read;
+  for (const auto& s : p.sources)
+    if (s.binding.status == plan::Binding::Status::Bound)
+      for (const auto& in : s.binding.checkpoint) read.insert(in.name);
   for (size_t i = 0; i < p.sources.size(); ++i) {
     const auto& s = p.sources[i];
     // A baked source bound to the checkpoint is read too, and compared with the plan's value by
@@ -67,7 +105,9 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
       if (t->dtype() != in.dtype || t->shape() != in.shape)
         fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' is ", t->describe(),
              ", the plan expects ", dtype_name(in.dtype), shape_str(in.shape), " (bound to source '", s.key, "')");
+      check_ties(in, *t, ckpt, read);
       used.insert(in.name);
+      for (const auto& tie : in.ties) used.insert(tie);  // compared, not ignored
       ins.push_back(*t);
     }
     if (transforms::is_transpose_binding(s.binding, s.shape)) {

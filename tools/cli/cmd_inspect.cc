@@ -132,7 +132,8 @@ Runner add_inspect(CLI::App& app) {
                 << "  xxh3:" << e["hash"].get<std::string>()
                 << (e.contains("binding")
                         ? "\n      binding: " + e["binding"]["status"].get<std::string>() + " " +
-                              e["binding"]["checkpoint"].dump() + " " + e["binding"]["note"].get<std::string>()
+                              e["binding"]["checkpoint"].dump() + " " + e["binding"]["note"].get<std::string>() +
+                              (e["binding"].contains("ties") ? "\n      ties: " + e["binding"]["ties"].dump() : "")
                         : std::string())
                 << "\n";
     bool constants = false;
