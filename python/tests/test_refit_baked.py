@@ -169,7 +169,7 @@ def test_checkpoint_refit_refuses_other_values_for_a_declared_literal(tmp_path):
         literals=[literal],
     )
     lit = next(e for e in plan.inspect()["literals"] if e["name"] == literal)
-    assert lit["checkpoint"] == literal
+    assert lit["checkpoint"] == [literal]
     before = plan.run(inputs)
     with pytest.raises(reforge.RefitRefused) as e:
         plan.refit(bert / "checkpoint_B.safetensors")

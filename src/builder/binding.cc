@@ -729,6 +729,44 @@ void BindOptions::add_bind(const std::string& key, const std::string& tensor, co
   bind_origin_.emplace(key, where);
 }
 
+namespace {
+
+// The float initializers the user declared literal (`names`) that the checkpoint derives, bound
+// as binding binds a source (each use of them bound as if it were one; the first bound use
+// decides): a checkpoint refit re-derives each and refuses a value other than the plan's.
+std::vector<plan::LiteralBinding> bind_user_literals(const ir::Graph& g, const std::vector<std::string>& names,
+                                                     const refit::Checkpoint& ckpt, const BindOptions& bo) {
+  std::set<std::string> user;
+  for (const auto& n : names) {
+    auto it = g.initializers.find(n);
+    if (it != g.initializers.end() && is_float(it->second.dtype())) user.insert(n);
+  }
+  std::set<std::string> structural = literal_initializers(g, {});
+  for (const auto& n : user)
+    if (structural.count(n)) user.erase(n);
+  if (user.empty()) return {};
+  BindOptions o;  // the user's binds settle these too; no refusal: only what binds is recorded
+  o.binds = bo.binds;
+  o.allow_partial = true;
+  BindResult r;
+  try {
+    r = bind_checkpoint(g, structural, ckpt, o);
+  } catch (Error&) {
+    return {};  // the sources' binding (done first, and strict) has passed: nothing more is known
+  }
+  std::vector<plan::LiteralBinding> out;
+  for (const auto& [pos, b] : r.bindings) {
+    const std::string& name = g.nodes[pos.first].inputs[pos.second];
+    if (!user.count(name) || b.status != plan::Binding::Status::Bound) continue;
+    if (std::any_of(out.begin(), out.end(), [&](const plan::LiteralBinding& l) { return l.name == name; })) continue;
+    const Tensor& v = g.initializers.at(name);
+    out.push_back({name, v.dtype(), v.shape(), transforms::hash_tensor(v), b});
+  }
+  return out;
+}
+
+}  // namespace
+
 plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, const refit::Checkpoint& ckpt,
                                       const BindOptions& bo, BindResult* result) {
   ir::Graph g = canonicalize(graph);
@@ -738,19 +776,12 @@ plan::Plan build_plan_with_checkpoint(const ir::Graph& graph, BuildOptions o, co
   with_user.user_literals.insert(o.literal_names.begin(), o.literal_names.end());
   if (o.progress) o.progress(Progress{"binding the checkpoint"});
   BindResult r = bind_checkpoint(g, literals, ckpt, with_user);
+  const std::vector<plan::LiteralBinding> literal_bindings = bind_user_literals(g, o.literal_names, ckpt, bo);
   // Binding has read every checkpoint tensor; the build reads none. Its pages leave the
   // resident set before the build adds the engine weights to it (the model's bytes once more).
   ckpt.release_pages();
   plan::Plan p = build_plan(graph, o);
-  // A float literal the user declared that the checkpoint holds under its name, bit for bit: a
-  // checkpoint refit compares that tensor with the plan's value (plan::LiteralBinding).
-  for (const auto& name : o.literal_names) {
-    auto it = g.initializers.find(name);
-    const Tensor* t = ckpt.find(name);
-    if (it == g.initializers.end() || !is_float(it->second.dtype()) || !t) continue;
-    if (transforms::bit_equal(*t, it->second))
-      p.literal_bindings.push_back({name, t->dtype(), t->shape(), transforms::hash_tensor(*t)});
-  }
+  p.literal_bindings = literal_bindings;
   for (auto& s : p.sources) {
     auto it = r.bindings.find({s.node_position, s.slot});
     REFORGE_ASSERT(it != r.bindings.end());

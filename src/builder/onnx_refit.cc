@@ -6,6 +6,7 @@
 #include "builder/builder.h"
 #include "builder/fingerprint.h"
 #include "core/file_pages.h"
+#include "core/nonfinite.h"
 #include "core/timing.h"
 #include "onnx/importer.h"
 #include "refit/safetensors.h"
@@ -68,8 +69,8 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
     for (const auto& s : plan.sources)
       if (s.refittable) o.refittable_positions->insert({s.node_position, s.slot});
   }
-  // Non-finite new values are the refit's to refuse or accept (CommitOptions::check_finite, which
-  // rebuild_from_onnx is given), not the plan's.
+  // Non-finite new values are the refit's to refuse or accept (CommitOptions::check_finite,
+  // refit_from), not the rebuild's.
   o.check_finite = false;
   // Names the new model lacks are left out rather than refused (the build refuses a --literal
   // that names nothing): a re-export may rename an initializer that is a literal anyway, and a
@@ -121,10 +122,9 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
 }
 
 plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note,
-                             const ProgressCallback& progress, bool check_finite) {
+                             const ProgressCallback& progress) {
   BuildOptions o = rebuild_options(plan, model, note);
   o.progress = progress;
-  o.check_finite = check_finite;
   plan::Plan fresh;
   try {
     fresh = build_plan(model, o);
@@ -167,11 +167,27 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   }
   auto rebuild = [&] {
     try {
-      return rebuild_from_onnx(p, model, &rep.note, req.commit.progress, req.commit.check_finite);
+      return rebuild_from_onnx(p, model, &rep.note, req.commit.progress);
     } catch (Error& e) {
       throw e.with_context("while rebuilding from '" + src + "'");
     }
   };
+  if (req.mode != refit::RefitMode::Fast && req.commit.check_finite) {
+    // The new model's sources, as a fast refit scans them: a value the rebuilt weights do not
+    // show (a row of a position table the model slices off) is refused all the same.
+    try {
+      for (const auto& [id, t] : read_sources_from_onnx(p, model)) {
+        const int64_t i = first_nonfinite(t);
+        if (i < 0) continue;
+        const plan::Source& s = p.sources[id];
+        fail("refit: source '", s.key, "' holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i),
+             " (flat index ", i, " of ", t.describe(),
+             "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+      }
+    } catch (Error& e) {
+      throw e.with_context("while reading new weights from '" + src + "'");
+    }
+  }
   if (req.mode == refit::RefitMode::Slow) {
     plan::Plan fresh = rebuild();
     rep.read_ms = ms_since(t0);

@@ -28,11 +28,8 @@ std::map<uint32_t, Tensor> read_sources_from_onnx(const plan::Plan& plan, const 
 // The options come from the plan's build record (Plan::build), layouts and skipped passes
 // included. A plan without one (an older reforge's) is rebuilt with options inferred from its
 // nodes, and `note`, when given, says so. `progress` is told the build's steps (BuildOptions::progress).
-// `check_finite`: the new model's sources holding NaN or Inf are refused, as the build refuses them
-// (BuildOptions::check_finite) and a fast refit refuses its source values: a value the rebuilt
-// weights do not show (a row of a position table the model slices off) is refused all the same.
 plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr,
-                             const ProgressCallback& progress = {}, bool check_finite = false);
+                             const ProgressCallback& progress = {});
 
 // The options rebuild_from_onnx() builds with (same `note`).
 BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std::string* note = nullptr);

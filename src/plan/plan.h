@@ -182,15 +182,17 @@ struct Source {
 };
 
 // A float initializer the user declared literal (--literal) in a build bound to a checkpoint,
-// which that checkpoint holds under the same name with the same dtype, shape and bytes. The plan
-// keeps the literal's value whatever a refit brings, so a checkpoint refit compares the new
-// checkpoint's tensor of that name with `hash` and refuses one that differs (as for a baked
-// source; refit::CommitOptions::keep_baked keeps the plan's value instead).
+// which binding derives from that checkpoint's tensors as it derives a source (`binding`, status
+// Bound: the same name, a transpose, a slice...). The plan keeps the literal's value whatever a
+// refit brings, so a checkpoint refit derives it from the new checkpoint and refuses a value whose
+// hash differs from `hash` (as for a baked source; refit::CommitOptions::keep_baked keeps the
+// plan's value instead).
 struct LiteralBinding {
-  std::string name;  // the initializer, and the checkpoint tensor of the same name
+  std::string name;  // the initializer
   DType dtype = DType::Undefined;
   Shape shape;
   uint64_t hash = 0;  // XXH3-64 of the build-time bytes
+  Binding binding;
 };
 
 struct WeightEntry {

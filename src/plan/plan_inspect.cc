@@ -163,9 +163,14 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
   j["literals"] = nlohmann::json::array();
   for (const auto& n : p.literal_names) {
     nlohmann::json e = {{"name", n}, {"reason", "user"}, {"rule", "--literal"}};
-    // Held by the build's checkpoint under its name: a checkpoint refit compares it.
+    // Derived from the build's checkpoint: a checkpoint refit compares it (plan::LiteralBinding).
     for (const auto& b : p.literal_bindings)
-      if (b.name == n) e["checkpoint"] = b.name;
+      if (b.name == n) {
+        std::vector<std::string> names;
+        for (const auto& in : b.binding.checkpoint) names.push_back(in.name);
+        e["checkpoint"] = names;
+        e["binding"] = b.binding.note;
+      }
     j["literals"].push_back(std::move(e));
   }
   for (const auto& w : p.weights)

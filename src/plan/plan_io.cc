@@ -89,7 +89,8 @@ class Encoder {
         lb.push_back({{"name", str(b.name)},
                       {"dtype", static_cast<int32_t>(b.dtype)},
                       {"shape", ints(b.shape)},
-                      {"hash", hex64(b.hash)}});
+                      {"hash", hex64(b.hash)},
+                      {"binding", binding(b.binding, "literal '" + b.name + "'")}});
       j["literal_bindings"] = std::move(lb);
     }
     j["stripped"] = p.stripped;
@@ -266,6 +267,39 @@ class Encoder {
     return a;
   }
 
+  // `what` names the owner in errors ("source 'k'").
+  json binding(const Binding& b, const std::string& what) {
+    json steps = json::array();
+    for (size_t i = 0; i < b.steps.size(); ++i) {
+      const RecipeStep& st = b.steps[i];
+      json inputs = json::array();
+      for (const auto& o : st.inputs) inputs.push_back(operand(o));
+      steps.push_back(json{{"op_type", str(st.op_type)},
+                           {"opset", st.opset},
+                           {"attrs", attributes(st.attrs, str_cat(what, " binding step ", i))},
+                           {"inputs", std::move(inputs)}});
+      // Optional: a reforge-domain step (a quantization) taking one output of several.
+      if (!st.domain.empty()) steps.back()["domain"] = str(st.domain);
+      if (st.output != 0) steps.back()["output"] = st.output;
+      if (st.num_outputs > st.output + 1) steps.back()["num_outputs"] = st.num_outputs;
+    }
+    json j = json{{"status", binding_status_name(b.status)},
+                  {"checkpoint", checkpoint_inputs(b)},
+                  {"steps", std::move(steps)},
+                  {"note", str(b.note)}};
+    if (!b.literals.empty()) {
+      json lits = json::array();
+      for (size_t i = 0; i < b.literals.size(); ++i)
+        lits.push_back(tensor(b.literals[i], str_cat(what, " binding literal ", i)));
+      j["literals"] = std::move(lits);
+    }
+    if (b.status == Binding::Status::Constant) {
+      j["reason"] = binding_reason_name(b.reason);
+      j["rule"] = str(b.rule);
+    }
+    return j;
+  }
+
   json source(const Source& s) {
     json j = json{{"key", str(s.key)},
                   {"names", strs(s.names)},
@@ -278,36 +312,7 @@ class Encoder {
                   {"hash", hex64(s.hash)},
                   {"refittable", s.refittable}};
     // Written only when the plan was built with a checkpoint; older readers ignore it.
-    if (s.binding.status != Binding::Status::None) {
-      json steps = json::array();
-      for (size_t i = 0; i < s.binding.steps.size(); ++i) {
-        const RecipeStep& st = s.binding.steps[i];
-        json inputs = json::array();
-        for (const auto& o : st.inputs) inputs.push_back(operand(o));
-        steps.push_back(json{{"op_type", str(st.op_type)},
-                             {"opset", st.opset},
-                             {"attrs", attributes(st.attrs, str_cat("source '", s.key, "' binding step ", i))},
-                             {"inputs", std::move(inputs)}});
-        // Optional: a reforge-domain step (a quantization) taking one output of several.
-        if (!st.domain.empty()) steps.back()["domain"] = str(st.domain);
-        if (st.output != 0) steps.back()["output"] = st.output;
-        if (st.num_outputs > st.output + 1) steps.back()["num_outputs"] = st.num_outputs;
-      }
-      j["binding"] = json{{"status", binding_status_name(s.binding.status)},
-                          {"checkpoint", checkpoint_inputs(s.binding)},
-                          {"steps", std::move(steps)},
-                          {"note", str(s.binding.note)}};
-      if (!s.binding.literals.empty()) {
-        json lits = json::array();
-        for (size_t i = 0; i < s.binding.literals.size(); ++i)
-          lits.push_back(tensor(s.binding.literals[i], str_cat("source '", s.key, "' binding literal ", i)));
-        j["binding"]["literals"] = std::move(lits);
-      }
-      if (s.binding.status == Binding::Status::Constant) {
-        j["binding"]["reason"] = binding_reason_name(s.binding.reason);
-        j["binding"]["rule"] = str(s.binding.rule);
-      }
-    }
+    if (s.binding.status != Binding::Status::None) j["binding"] = binding(s.binding, str_cat("source '", s.key, "'"));
     return j;
   }
 

@@ -237,6 +237,8 @@ class Decoder {
         b.dtype = dtype_field(lb[i], w);
         b.shape = shape_field(lb[i], w);
         b.hash = hash_field(lb[i], "hash", w);
+        b.binding = binding(field(lb[i], "binding", w), at(w, "binding"));
+        if (b.binding.status != Binding::Status::Bound) fail(at(w, "binding"), ": a literal's binding must be bound");
         p.literal_bindings.push_back(std::move(b));
       }
     }

@@ -129,13 +129,25 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
 LiteralCheck check_literals(const plan::Plan& p, const Checkpoint& ckpt) {
   LiteralCheck out;
   for (const auto& b : p.literal_bindings) {
-    const Tensor* t = ckpt.find(b.name);
-    if (!t) continue;
-    if (t->dtype() != b.dtype || t->shape() != b.shape)
-      fail("refit from ", ckpt.description(), ": checkpoint tensor '", b.name, "' is ", t->describe(),
-           ", the plan holds it as a literal (--literal) of ", dtype_name(b.dtype), shape_str(b.shape));
+    std::vector<Tensor> ins;
+    for (const auto& in : b.binding.checkpoint) {
+      const Tensor* t = ckpt.find(in.name);
+      if (!t) break;  // a checkpoint without it offers no value for the literal
+      if (t->dtype() != in.dtype || t->shape() != in.shape)
+        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' is ", t->describe(),
+             ", the plan expects ", dtype_name(in.dtype), shape_str(in.shape), " (it derives '", b.name,
+             "', which the plan holds as a literal: --literal)");
+      ins.push_back(*t);
+    }
+    if (ins.size() != b.binding.checkpoint.size()) continue;
+    Tensor v;
+    try {
+      v = transforms::apply_binding(b.binding, ins, b.dtype, b.shape);
+    } catch (Error& e) {
+      throw e.with_context("while deriving literal '" + b.name + "' from " + ckpt.description());
+    }
     ++out.given;
-    if (transforms::hash_tensor(*t) != b.hash) out.differing.push_back(b.name);
+    if (transforms::hash_tensor(v) != b.hash) out.differing.push_back(b.name);
   }
   return out;
 }

@@ -158,7 +158,8 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     rep.literals_given = lits.given;
     rep.literals_differing = lits.differing;
     for (const auto& b : p.literal_bindings)  // compared above, not unused
-      cs.unused.erase(std::remove(cs.unused.begin(), cs.unused.end(), b.name), cs.unused.end());
+      for (const auto& in : b.binding.checkpoint)
+        cs.unused.erase(std::remove(cs.unused.begin(), cs.unused.end(), in.name), cs.unused.end());
     rep.read_ms = ms_since(t0);
     set_sources(r, cs);
     rep.unused = std::move(cs.unused);
