@@ -751,8 +751,8 @@ std::vector<plan::LiteralBinding> bind_user_literals(const ir::Graph& g, const s
   BindResult r;
   try {
     r = bind_checkpoint(g, structural, ckpt, o);
-  } catch (Error&) {
-    return {};  // the sources' binding (done first, and strict) has passed: nothing more is known
+  } catch (Error& e) {
+    throw e.with_context("while binding the initializers declared literal (--literal) to the checkpoint");
   }
   std::vector<plan::LiteralBinding> out;
   for (const auto& [pos, b] : r.bindings) {
