@@ -368,9 +368,8 @@ void check_finite_sources(const ir::Graph& g, const std::set<std::string>& liter
   for (size_t i = 0; i < uses.size(); ++i) {
     if (first[i] < 0) continue;
     const Tensor& t = *uses[i].value;
-    found.push_back(str_cat("initializer '", uses[i].name, "' holds ", nonfinite_str(t, first[i]), " at index ",
-                            multi_index_str(t.shape(), first[i]), " (flat index ", first[i], " of ", t.describe(),
-                            "), read by ", uses[i].reader));
+    found.push_back(
+        str_cat("initializer '", uses[i].name, "' ", nonfinite_at(t, first[i]), ", read by ", uses[i].reader));
   }
   if (found.empty()) return;
   const char* rule =

@@ -179,10 +179,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
       for (const auto& [id, t] : read_sources_from_onnx(p, model)) {
         const int64_t i = first_nonfinite(t);
         if (i < 0) continue;
-        const plan::Source& s = p.sources[id];
-        fail("refit: source '", s.key, "' holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i),
-             " (flat index ", i, " of ", t.describe(),
-             "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+        fail_refit_nonfinite("source '" + p.sources[id].key + "'", t, i);
       }
     } catch (Error& e) {
       throw e.with_context("while reading new weights from '" + src + "'");

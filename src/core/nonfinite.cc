@@ -67,4 +67,14 @@ std::string multi_index_str(const Shape& shape, int64_t flat) {
   return s + "]";
 }
 
+std::string nonfinite_at(const Tensor& t, int64_t i) {
+  return str_cat("holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i), " (flat index ", i, " of ",
+                 t.describe(), ")");
+}
+
+void fail_refit_nonfinite(const std::string& what, const Tensor& t, int64_t i) {
+  fail("refit: ", what, " ", nonfinite_at(t, i),
+       "; refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+}
+
 }  // namespace reforge

@@ -22,4 +22,12 @@ std::string nonfinite_str(const Tensor& t, int64_t i);
 // Flat index `flat` of `shape` as a multi-index: "[1, 2]" ("[]" for a scalar).
 std::string multi_index_str(const Shape& shape, int64_t flat);
 
+// "holds NaN at index [1, 2] (flat index 6 of float32[4,4])": element `i` of `t`, which
+// first_nonfinite found.
+std::string nonfinite_at(const Tensor& t, int64_t i);
+
+// A refit's refusal of element `i` of `t`, which `what` names ("source 'w@3:1'"): "refit: WHAT
+// holds NaN at index ...; refit refuses non-finite values (...)". Every refit path refuses with it.
+[[noreturn]] void fail_refit_nonfinite(const std::string& what, const Tensor& t, int64_t i);
+
 }  // namespace reforge

@@ -104,10 +104,9 @@ void check_finite_read(const plan::Plan& p, const Checkpoint& ckpt) {
       if (!t || !seen.insert(in.name).second) continue;
       const int64_t i = first_nonfinite(*t);
       if (i >= 0)
-        fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' (source '", s.key,
-             "' is derived from it) holds ", nonfinite_str(*t, i), " at index ", multi_index_str(t->shape(), i),
-             " (flat index ", i, " of ", t->describe(),
-             "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+        fail_refit_nonfinite("checkpoint tensor '" + in.name + "' of " + ckpt.description() + " (source '" + s.key +
+                                 "' is derived from it)",
+                             *t, i);
     }
   }
 }

@@ -90,12 +90,6 @@ std::string source_origin(const plan::Source& s) {
   return o;
 }
 
-[[noreturn]] void fail_nonfinite(const std::string& what, const std::string& origin, const Tensor& t, int64_t i) {
-  fail("refit: ", what, origin, " holds ", nonfinite_str(t, i), " at index ", multi_index_str(t.shape(), i),
-       " (flat index ", i, " of ", t.describe(),
-       "); refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
-}
-
 // Sources whose values the engine keeps after a commit, for a later incremental refit:
 // identity weights alias the engine weight; sources of multi-source recipes are kept.
 std::set<uint32_t> kept_sources(const plan::Plan& p) {
@@ -141,7 +135,6 @@ bool overlaps(const Tensor& t, const std::vector<std::pair<const char*, const ch
     if (b < hi && lo < e) return true;
   return false;
 }
-
 
 // What a refit does with the baked sources its new weights hold (`given` of them, `differing`
 // with other values than the plan's, each "key (origin)"): refuses when any differ, unless
@@ -370,9 +363,9 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
       if (packed_from[ids[i]].defined()) {
         // Named by its place in the source, as for any other value: the first in the transpose.
         const Tensor value = transforms::transpose_2d(*values_set[i]);
-        fail_nonfinite("source '" + s.key + "'", source_origin(s), value, scan(value, false, true).nonfinite);
+        fail_refit_nonfinite("source '" + s.key + "'" + source_origin(s), value, scan(value, false, true).nonfinite);
       }
-      fail_nonfinite("source '" + s.key + "'", source_origin(s), *values_set[i], scans[i].nonfinite);
+      fail_refit_nonfinite("source '" + s.key + "'" + source_origin(s), *values_set[i], scans[i].nonfinite);
     }
     if (identical && scans[i].hash != s.hash)
       fail("refit: source '", s.key, "'", source_origin(s),
@@ -520,7 +513,8 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     for (size_t i = 0; i < p.sources.size(); ++i) {
       if (p.sources[i].refittable) continue;
       ++given;
-      if (fresh.sources[i].hash != p.sources[i].hash) differing.push_back(p.sources[i].key + source_origin(p.sources[i]));
+      if (fresh.sources[i].hash != p.sources[i].hash)
+        differing.push_back(p.sources[i].key + source_origin(p.sources[i]));
     }
     note_baked(p, given, differing, options, rep);
   }
@@ -547,7 +541,8 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
       const auto& w = p.weights[idx[k]];
       std::string from = " (derived from";
       for (size_t j = 0; j < w.sources.size(); ++j) from += (j ? ", '" : " '") + p.sources[w.sources[j]].key + "'";
-      fail_nonfinite("engine weight '" + w.name + "' of the rebuilt plan", from + ")", *ts[k], scans[k].nonfinite);
+      fail_refit_nonfinite("engine weight '" + w.name + "' of the rebuilt plan" + from + ")", *ts[k],
+                           scans[k].nonfinite);
     }
   }
   rep.validate_ms = ms_since(t0);
