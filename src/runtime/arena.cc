@@ -254,26 +254,41 @@ void ArenaAllocator::placed(size_t step, std::vector<Tensor>& outputs) {
 
 // ---- PlanCache ----
 
-std::shared_ptr<PlanCache::Entry> PlanCache::find(const std::string& signature) const {
+std::shared_ptr<PlanCache::Entry> PlanCache::find(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(signature);
-  return it == entries_.end() ? nullptr : it->second;
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  it->second.second = ++tick_;
+  return it->second.first;
 }
 
-std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& signature, Sizes sizes, Sizes device_sizes,
+std::shared_ptr<PlanCache::Entry> PlanCache::insert(const std::string& key, Sizes sizes, Sizes device_sizes,
                                                     std::string error) {
-  // Bounded: a server fed ever-changing shapes keeps at most this many layouts (and their
-  // pooled buffers); entries in use stay alive through their shared_ptr.
-  constexpr size_t kMaxSignatures = 16;
+  // Bounded: a server fed ever-changing shapes keeps at most kEntries layouts (and their pooled
+  // buffers); entries in use stay alive through their shared_ptr.
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = entries_.find(signature); it != entries_.end()) return it->second;
-  if (entries_.size() >= kMaxSignatures) entries_.clear();
-  auto& slot = entries_[signature];
-  slot = std::make_shared<Entry>();
-  slot->sizes = std::move(sizes);
-  slot->device_sizes = std::move(device_sizes);
-  slot->error = std::move(error);
-  return slot;
+  if (auto it = entries_.find(key); it != entries_.end()) {
+    it->second.second = ++tick_;
+    return it->second.first;
+  }
+  if (entries_.size() >= kEntries) {
+    auto oldest = entries_.begin();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second.second < oldest->second.second) oldest = it;
+    entries_.erase(oldest);
+    ++evicted_;
+  }
+  auto e = std::make_shared<Entry>();
+  e->sizes = std::move(sizes);
+  e->device_sizes = std::move(device_sizes);
+  e->error = std::move(error);
+  entries_[key] = {e, ++tick_};
+  return e;
+}
+
+size_t PlanCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
 }
 
 std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, const Observed& observed,
@@ -284,17 +299,22 @@ std::shared_ptr<const Plan> PlanCache::plan(Entry& e, const LastUse& last_use, c
   std::shared_ptr<const Plan>& p = device ? e.device_plan : e.plan;
   if (p && p->observed_version == version) return p;
   p = make_plan(device ? e.device_sizes : e.sizes, last_use, observed.snapshot(), device ? kDeviceAlign : kHostAlign);
+  ++plans_made_;
   return p;
 }
 
-std::shared_ptr<const PlanCache::Memo> PlanCache::memo(Entry& e, uint64_t generation) {
+std::shared_ptr<const PlanCache::Memo> PlanCache::memo(Entry& e, const std::string& signature, uint64_t generation) {
   std::lock_guard<std::mutex> lock(e.mu);
-  return e.memo && e.memo->generation == generation ? e.memo : nullptr;
+  auto it = e.memos.find(signature);
+  return it != e.memos.end() && it->second->generation == generation ? it->second : nullptr;
 }
 
-void PlanCache::set_memo(Entry& e, std::shared_ptr<const Memo> memo) {
+void PlanCache::set_memo(Entry& e, const std::string& signature, std::shared_ptr<const Memo> memo) {
   std::lock_guard<std::mutex> lock(e.mu);
-  e.memo = std::move(memo);
+  // Bounded like the entries; a memo is a few small shape tensors, so dropping one costs a rerun
+  // of the shape subgraphs, never an inference or a plan.
+  if (e.memos.size() >= kMemosPerEntry && !e.memos.count(signature)) e.memos.erase(e.memos.begin());
+  e.memos[signature] = std::move(memo);
 }
 
 std::shared_ptr<Buffer> PlanCache::take(Entry& e, size_t bytes, Memory memory) {

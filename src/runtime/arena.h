@@ -45,6 +45,7 @@
 // write the recording's memory. A replay executes no step, so it asks no allocator.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -197,12 +198,14 @@ class ArenaAllocator : public ops::OutputAllocator {
   std::map<uintptr_t, Copy> copies_;
 };
 
-// Per input signature: the inferred sizes, the current plan and a pool of buffers, for the host
-// arena and for the device arena, and the shape subgraphs' memo; thread-safe.
+// Per shape bucket (runtime/shape_bucket.h): the inferred sizes, the current plan and a pool of
+// buffers, for the host arena and for the device arena, and per exact input signature the shape
+// subgraphs' memo; thread-safe. Entries are evicted least-recently-used when the cache is full
+// (never all at once); a run holding an entry keeps it alive to its end.
 class PlanCache {
  public:
   // Outputs of the steps that depend only on input shapes and constants (the engine's shape
-  // subgraphs), for the constant set of `generation`.
+  // subgraphs), for one input signature and the constant set of `generation`.
   struct Memo {
     uint64_t generation = 0;
     std::vector<std::vector<Tensor>> outputs;  // per step; empty for steps not memoized
@@ -214,26 +217,39 @@ class PlanCache {
     std::mutex mu;
     std::shared_ptr<const Plan> plan, device_plan;
     std::vector<std::shared_ptr<Buffer>> free, device_free;
-    std::shared_ptr<const Memo> memo;
+    std::map<std::string, std::shared_ptr<const Memo>> memos;  // per exact input signature
   };
-  std::shared_ptr<Entry> find(const std::string& signature) const;
-  // The entry of `signature`: the one there, or a new one with these sizes.
-  std::shared_ptr<Entry> insert(const std::string& signature, Sizes sizes, Sizes device_sizes, std::string error);
+  // Shape buckets kept, and memos kept per bucket.
+  static constexpr size_t kEntries = 64;
+  static constexpr size_t kMemosPerEntry = 64;
+
+  // The entry of `key`, marked most recently used; null when there is none.
+  std::shared_ptr<Entry> find(const std::string& key);
+  // The entry of `key`: the one there, or a new one with these sizes (evicting the least recently
+  // used entry when the cache is full).
+  std::shared_ptr<Entry> insert(const std::string& key, Sizes sizes, Sizes device_sizes, std::string error);
   // The plan of `e`'s host arena (or device arena) for what is observed now (re-made when
   // something was observed since).
-  static std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Observed& observed,
-                                          Memory memory = Memory::Host);
-  // The memo of `e` if it was made for constants of `generation`.
-  static std::shared_ptr<const Memo> memo(Entry& e, uint64_t generation);
-  static void set_memo(Entry& e, std::shared_ptr<const Memo> memo);
+  std::shared_ptr<const Plan> plan(Entry& e, const LastUse& last_use, const Observed& observed,
+                                   Memory memory = Memory::Host);
+  // The memo of input signature `signature` in `e` if it was made for constants of `generation`.
+  static std::shared_ptr<const Memo> memo(Entry& e, const std::string& signature, uint64_t generation);
+  static void set_memo(Entry& e, const std::string& signature, std::shared_ptr<const Memo> memo);
   // A buffer of `bytes` in `memory` for one run, from the pool or new.
   static std::shared_ptr<Buffer> take(Entry& e, size_t bytes, Memory memory = Memory::Host);
   // Returns `b` to the pool unless a tensor still uses it (then it is freed with that tensor).
   static void give_back(Entry& e, std::shared_ptr<Buffer> b);
 
+  // Counters over the cache's life: arena plans made (host and device), entries evicted.
+  int64_t plans_made() const { return plans_made_.load(); }
+  int64_t evicted() const { return evicted_.load(); }
+  size_t size() const;
+
  private:
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<Entry>> entries_;
+  std::map<std::string, std::pair<std::shared_ptr<Entry>, uint64_t>> entries_;  // key -> (entry, last use tick)
+  uint64_t tick_ = 0;
+  std::atomic<int64_t> plans_made_{0}, evicted_{0};
 };
 
 }  // namespace reforge::runtime::arena

@@ -37,10 +37,33 @@ struct EngineOptions {
   // the recording in use on another thread runs eagerly). Off with profile or device_trace. Asked
   // for, not on by default: each recorded signature keeps its activation memory while the engine lives.
   bool device_replay = false;
+  // Plan the activation arenas per shape bucket (runtime/shape_bucket.h: every dimension the model
+  // does not fix rounded up to a power of two) rather than per input signature, so that a new
+  // size inside a bucket costs no shape inference and no arena plan. Off: one plan per signature.
+  bool shape_buckets = true;
 };
 
-// How many input signatures an engine keeps recordings of (EngineOptions::device_replay).
+// How many recordings (one per input signature and weight version) an engine keeps
+// (EngineOptions::device_replay); beyond that the least recently used is dropped.
 inline constexpr size_t kReplaySignatures = 16;
+
+// What an engine's runtime caches did over its life (Engine::stats): what a new input size or a
+// new weight version cost, for a caller to check from outside.
+struct EngineStats {
+  int64_t runs = 0;
+  int64_t inference_passes = 0;       // shape inferences made to plan arenas (per shape bucket, or per signature)
+  int64_t arena_plans = 0;            // arena layouts made (host and device)
+  int64_t shape_buckets = 0;          // arena plan cache entries now (shape buckets and exact signatures)
+  int64_t shape_buckets_evicted = 0;  // entries dropped, least recently used first
+  int64_t recordings_made = 0;        // recorded replay (EngineOptions::device_replay): recordings made,
+  int64_t replays = 0;                //   runs served by a replay,
+  int64_t recordings_evicted = 0;     //   recordings dropped for room,
+  int64_t recordings_retired = 0;     //   recordings dropped because their weight version was gone,
+  int64_t live_recordings = 0;        //   recordings held now
+  int64_t eager_runs = 0;             // runs that executed step by step
+  int64_t last_run_allocations = 0;   // allocations of the most recent eager run not served by an arena (outputs included)
+  int64_t live_weight_versions = 0;   // weight versions alive (current, or held by a run or a caller)
+};
 
 // What recorded replay did (EngineOptions::device_replay), over all runs since the engine was made.
 struct ReplayStats {
@@ -173,6 +196,8 @@ class Engine {
   ArenaStats arena_stats() const;
   // What recorded replay of device work did (EngineOptions::device_replay).
   ReplayStats replay_stats() const;
+  // The runtime caches' counters (EngineStats).
+  EngineStats stats() const;
 
   // Every step's node (name and op type; no timings), in execution order: what the step index of
   // a device trace's tag and of rerun_step refers to.

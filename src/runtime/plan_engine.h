@@ -95,6 +95,7 @@ class PlanEngine {
   std::vector<TraceEvent> trace() const { return engine_.trace(); }
   ArenaStats arena_stats() const { return engine_.arena_stats(); }
   ReplayStats replay_stats() const { return engine_.replay_stats(); }
+  EngineStats stats() const { return engine_.stats(); }
 
   // The plan's metadata (the weight data in it is the build-time data, not the current one).
   const plan::Plan& plan() const { return plan_; }

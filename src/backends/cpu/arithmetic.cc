@@ -1,12 +1,15 @@
 // The CPU's float32 Add, Sub, Mul and Div, and Pow by a constant exponent: loops compiled per
 // instruction set (core/simd.h) and picked at run time, plugged into the reference kernels'
 // broadcasting (ops/elementwise/binary_arith.h). Everything else runs the reference kernels.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 #include "ops/elementwise/binary_arith.h"
 
 namespace reforge::ops {
@@ -114,9 +117,9 @@ bool pow_const_fast(KernelContext& ctx) {
   const int64_t n = a.numel();
   constexpr int64_t kChunk = int64_t{1} << 15;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelElements)
-  for (int64_t c = 0; c < chunks; ++c)
+  parallel_tasks(chunks, n > kParallelElements ? omp_get_max_threads() : 1, [&](int64_t c) {
     pow_const_f32(px + c * kChunk, py + c * kChunk, std::min(kChunk, n - c * kChunk), k);
+  });
   return true;
 }
 

@@ -30,6 +30,7 @@
 #include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/reforge/attention_setup.h"
 #include "ops/registry.h"
 
@@ -458,8 +459,7 @@ void attention_kernel(KernelContext& ctx) {
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   const int64_t flops = a.B * a.Hq * a.Sq * a.Sk * (a.D + a.Dv);
   const bool par = threads > 1 && big_enough(flops / 8);
-#pragma omp parallel for num_threads(threads) if (par && kb * kh > 1)
-  for (int64_t bh = 0; bh < kb * kh; ++bh) {
+  parallel_tasks(kb * kh, par ? threads : 1, [&](int64_t bh) {
     const int64_t b = bh / kh, h = bh % kh;
     float* dst = ktp + b * a.kt_b + h * a.kt_h;
     const float* src = a.k.p + b * a.k.sb + h * a.k.sh;
@@ -479,22 +479,20 @@ void attention_kernel(KernelContext& ctx) {
         for (int64_t j = a.Sk; j < a.Skp; ++j) row[j] = 0;
       }
     }
-  }
+  });
   const int64_t qblocks = (a.Sq + kBlockQ - 1) / kBlockQ;
   const int64_t tasks = a.B * a.Hq * qblocks;
   auto fn = pick(attn_task_avx512, attn_task_avx2, attn_task_generic);
-#pragma omp parallel num_threads(threads) if (par && tasks > 1)
-  {
+  parallel_for(tasks, par ? threads : 1, 1, [&](int64_t t0, int64_t t1) {
     static thread_local std::vector<float> s;
     if (s.size() < static_cast<size_t>(kBlockQ * a.Skp)) s.resize(static_cast<size_t>(kBlockQ * a.Skp));
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tasks; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const int64_t qbk = t % qblocks, bh = t / qblocks;
       const int64_t b = bh / a.Hq, h = bh % a.Hq;
       const int64_t i0 = qbk * kBlockQ;
       fn(a, b, h, i0, std::min(kBlockQ, a.Sq - i0), s.data());
     }
-  }
+  });
 }
 
 }  // namespace

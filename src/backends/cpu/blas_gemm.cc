@@ -1,5 +1,7 @@
 #include "backends/cpu/blas_gemm.h"
 
+#include <omp.h>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include "backends/cpu/gemv.h"
 #include "core/error.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -22,8 +25,8 @@ void sgemm_bias(int64_t M, int64_t n, int64_t K, const float* a, const float* w,
                 float* c, int64_t ldc) {
   float beta = 0.0f;
   if (bias) {
-#pragma omp parallel for if (M * n > (1 << 16))
-    for (int64_t r = 0; r < M; ++r) std::memcpy(c + r * ldc, bias, static_cast<size_t>(n) * sizeof(float));
+    parallel_tasks(M, M * n > (1 << 16) ? omp_get_max_threads() : 1,
+                   [&](int64_t r) { std::memcpy(c + r * ldc, bias, static_cast<size_t>(n) * sizeof(float)); });
     beta = 1.0f;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(M), static_cast<blasint>(n),
@@ -63,8 +66,8 @@ void blas_linear_widened(int64_t M, int64_t N, int64_t K, const float* a, const 
   std::vector<float> panel(static_cast<size_t>(K * nb_max));
   for (int64_t j0 = 0; j0 < N; j0 += kPanel) {
     const int64_t nb = std::min(kPanel, N - j0);
-#pragma omp parallel for if (K * nb > (1 << 16))
-    for (int64_t k = 0; k < K; ++k) widen_row(w16 + k * N + j0, panel.data() + k * nb, nb, w_dtype);
+    parallel_tasks(K, K * nb > (1 << 16) ? omp_get_max_threads() : 1,
+                   [&](int64_t k) { widen_row(w16 + k * N + j0, panel.data() + k * nb, nb, w_dtype); });
     sgemm_bias(M, nb, K, a, panel.data(), nb, bias ? bias + j0 : nullptr, c + j0, N);
   }
 }

@@ -19,6 +19,8 @@
 // (cpu::winograd_conv), their weights transformed on first use into the same prepared state.
 #include "ops/nn/conv.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <mutex>
 #include <type_traits>
@@ -29,6 +31,7 @@
 #include "backends/cpu/matmul.h"
 #include "backends/cpu/winograd.h"
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/broadcast.h"
 #include "ops/nn/nn_common.h"
 #include "ops/tensor/tensor_common.h"
@@ -115,11 +118,12 @@ void apply_post_ops(Tensor& Y, const PostOps& post, const ir::Node& node) {
   }
   if (post.relu) {
     const int64_t n = Y.numel();
-#pragma omp parallel for if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) {
-      const auto v = to_compute(y[i]);
-      if (v < decltype(v)(0)) y[i] = from_compute<T>(decltype(v)(0));
-    }
+    parallel_for(n, n > (1 << 16) ? omp_get_max_threads() : 1, 1 << 12, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const auto v = to_compute(y[i]);
+        if (v < decltype(v)(0)) y[i] = from_compute<T>(decltype(v)(0));
+      }
+    });
   }
 }
 
@@ -160,8 +164,7 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
       // The bias (and a residual) go into Y first; the product adds onto them (beta = 1).
       const float* z = direct && dense_sum ? post.sum->data<float>() : nullptr;
       if (b || z) {
-#pragma omp parallel for schedule(static) if (N * M * pixels > (1 << 16))
-        for (int64_t nm = 0; nm < N * M; ++nm) {
+        parallel_tasks(N * M, N * M * pixels > (1 << 16) ? omp_get_max_threads() : 1, [&](int64_t nm) {
           float* row = y + nm * pixels;
           const float bias = b ? b[nm % M] : 0.0f;
           if (z) {
@@ -170,15 +173,16 @@ void conv_run(KernelContext& ctx, const PostOps& post) {
           } else {
             std::fill(row, row + pixels, bias);
           }
-        }
+        });
         d.beta = 1.0f;
       }
       cpu::run_matmul(DType::Float32, d, w, x, y);
       if (z || !post.sum) {
         if (post.relu) {
           const int64_t n = N * M * pixels;
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-          for (int64_t i = 0; i < n; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+          parallel_for(n, n > (1 << 16) ? omp_get_max_threads() : 1, 1 << 12, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) y[i] = y[i] < 0.0f ? 0.0f : y[i];
+          });
         }
         post_done = true;
       }

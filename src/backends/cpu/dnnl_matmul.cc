@@ -7,6 +7,7 @@
 #include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/gemv.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -249,8 +250,7 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
                      "MatMul");
   const float* lo_part = parts + M * w.N;
   const int64_t N = w.N;
-#pragma omp parallel for if (M * N > (1 << 16))
-  for (int64_t r = 0; r < M; ++r) {
+  parallel_tasks(M, M * N > (1 << 16) ? omp_get_max_threads() : 1, [&](int64_t r) {
     float* cr = c + r * N;
     const float* h = parts + r * N;
     const float* l = lo_part + r * N;
@@ -259,7 +259,7 @@ bool dnnl_matmul_packed(const PackedWeights& w, int64_t M, const float* a, const
     } else {
       for (int64_t j = 0; j < N; ++j) cr[j] = h[j] + l[j];
     }
-  }
+  });
   return true;
 }
 

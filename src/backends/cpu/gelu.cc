@@ -17,6 +17,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd_vec.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -138,12 +139,11 @@ void gelu_kernel(KernelContext& ctx) {
   auto fn = pick(gelu_avx512, gelu_avx2, gelu_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && n >= (int64_t{1} << 14)) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_tasks(threads, threads, [&](int64_t t) {
+      const int64_t nt = threads;
       const int64_t b0 = (n / kMaxW) * t / nt * kMaxW, b1 = t + 1 == nt ? n : (n / kMaxW) * (t + 1) / nt * kMaxW;
       fn(px + b0, y + b0, b1 - b0, tanh_form);
-    }
+    });
   } else {
     fn(px, y, n, tanh_form);
   }

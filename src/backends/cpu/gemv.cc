@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -265,13 +266,12 @@ void gemv_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, co
     run_slice(0, N);
     return;
   }
-#pragma omp parallel num_threads(team)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+  parallel_tasks(team, static_cast<int>(team), [&](int64_t t) {
+    const int64_t nt = team;
     const int64_t per = (vecs + nt - 1) / nt;
     const int64_t c0 = std::min(N, t * per * 16), c1 = std::min(N, (t + 1) * per * 16);
     if (c0 < c1) run_slice(c0, c1);
-  }
+  });
 }
 
 // Round-to-nearest-even float32 -> bfloat16 bits (in the low half of each lane), NaN kept quiet:
@@ -342,8 +342,9 @@ void split_f32_to_bf16(const float* src, uint16_t* hi, uint16_t* lo, int64_t n) 
 
 void round_to_bf16(const float* src, float* dst, int64_t n) {
   // (At -O3 the compiler vectorizes this loop, NaN test included.)
-#pragma omp parallel for if (n > (1 << 18))
-  for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16::to_float(bfloat16::from_float(src[i]));
+  parallel_for(n, n > (1 << 18) ? omp_get_max_threads() : 1, 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) dst[i] = bfloat16::to_float(bfloat16::from_float(src[i]));
+  });
 }
 
 namespace {

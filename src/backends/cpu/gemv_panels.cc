@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -202,9 +203,9 @@ void gemv_panels_typed(int64_t M, int64_t N, int64_t K, const float* x, int64_t 
     run_panels<W>(M, N, K, x, ldx, panels, bias, y, ldy, 0, P, avx2);
     return;
   }
-#pragma omp parallel for num_threads(static_cast <int>(nt)) schedule(static)
-  for (int64_t t = 0; t < nt; ++t)
+  parallel_tasks(nt, static_cast<int>(nt), [&](int64_t t) {
     run_panels<W>(M, N, K, x, ldx, panels, bias, y, ldy, P * t / nt, P * (t + 1) / nt, avx2);
+  });
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd_vec.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -108,11 +109,10 @@ bool layer_norm_fast_f32(KernelContext& ctx) {
   auto fn = pick(ln_rows_avx512, ln_rows_avx2, ln_rows_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && rows > 1 && X.numel() >= (int64_t{1} << 15)) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_tasks(threads, threads, [&](int64_t t) {
+      const int64_t nt = threads;
       fn(a, rows * t / nt, rows * (t + 1) / nt);
-    }
+    });
   } else {
     fn(a, 0, rows);
   }

@@ -1,11 +1,14 @@
 #include "backends/cpu/linear.h"
 
+#include <omp.h>
+
 #include <cstring>
 
 #include "backends/cpu/blas_gemm.h"
 #include "backends/cpu/dnnl_context.h"
 #include "backends/cpu/gemv.h"
 #include "backends/cpu/matmul.h"
+#include "core/thread_pool.h"
 #include "ops/nn/nn_common.h"
 
 namespace reforge::ops {
@@ -98,9 +101,9 @@ bool run_linear(KernelContext& ctx, const Tensor& x, const LinearWeights& w, con
   d.M = rows, d.N = w.N, d.K = w.K;
   cpu::run_matmul(DType::Float32, d, a(), w.plain.raw(), c);
   if (bias) {
-#pragma omp parallel for if (rows * w.N > (1 << 16))
-    for (int64_t r = 0; r < rows; ++r)
+    parallel_tasks(rows, rows * w.N > (1 << 16) ? omp_get_max_threads() : 1, [&](int64_t r) {
       for (int64_t j = 0; j < w.N; ++j) c[r * w.N + j] += bias[j];
+    });
   }
   return true;
 }

@@ -34,6 +34,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -506,13 +507,12 @@ void matmul_quant(const QuantMatrix& w, int64_t M, const float* x, int64_t ldx, 
     return;
   }
   // Each thread's share of the columns is a multiple of kMaxColumns (but the last).
-#pragma omp parallel num_threads(team)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+  parallel_tasks(team, static_cast<int>(team), [&](int64_t t) {
+    const int64_t nt = team;
     const int64_t per = ((N + nt - 1) / nt + kMaxColumns - 1) / kMaxColumns * kMaxColumns;
     const int64_t n0 = std::min(N, t * per), n1 = std::min(N, (t + 1) * per);
     if (n0 < n1) run(n0, n1);
-  }
+  });
 }
 
 }  // namespace reforge::cpu

@@ -1,9 +1,12 @@
 // The CPU's reforge::MaxPool: MaxPool with layout = "NCHWc" or "NHWC".
+#include <omp.h>
+
 #include <cstring>
 
 #include "backends/cpu/conv_layout.h"
 #include "backends/cpu/cpu_backend.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 #include "ops/nn/nn_common.h"
 
 namespace reforge::ops::nn {
@@ -121,11 +124,10 @@ void max_pool_layout_kernel(KernelContext& ctx) {
   const PoolRows rows{&rh, &rw, &g, H, Wd, OW, c};
   const float* x = X.data<float>();
   float* y = Y.mutable_data<float>();
-#pragma omp parallel for schedule(static) if (Y.numel() > (1 << 15))
-  for (int64_t ioh = 0; ioh < images * OH; ++ioh) {
+  parallel_tasks(images * OH, Y.numel() > (1 << 15) ? omp_get_max_threads() : 1, [&](int64_t ioh) {
     const int64_t i = ioh / OH, oh = ioh % OH;
     max_pool_row_f32(rows, x + i * H * Wd * c, y + ioh * OW * c, oh);
-  }
+  });
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -113,12 +114,11 @@ void rms_norm_kernel(KernelContext& ctx) {
   auto fn = pick(rms_rows_avx512, rms_rows_avx2, rms_rows_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && rows > 1 && big_enough(rows * n)) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_tasks(threads, threads, [&](int64_t t) {
+      const int64_t nt = threads;
       const int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
       fn(a, r0, r1);
-    }
+    });
   } else {
     fn(a, 0, rows);
   }

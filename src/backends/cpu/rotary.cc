@@ -17,6 +17,7 @@
 #include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -122,11 +123,10 @@ void rotary_kernel(KernelContext& ctx) {
   auto fn = pick(rotary_rows_avx512, rotary_rows_avx2, rotary_rows_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && rows > 1 && big_enough(rows * a.D)) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_tasks(threads, threads, [&](int64_t t) {
+      const int64_t nt = threads;
       fn(a, rows * t / nt, rows * (t + 1) / nt);
-    }
+    });
   } else {
     fn(a, 0, rows);
   }

@@ -15,6 +15,7 @@
 #include "backends/cpu/gemv_panels.h"
 #include "core/error.h"
 #include "core/simd.h"
+#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -404,11 +405,8 @@ void pack_panels_t(const T* w, int64_t K, int64_t N, bool transposed, T* dst) {
     pack_range(0, P);
     return;
   }
-#pragma omp parallel
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    pack_range(P * t / nt, P * (t + 1) / nt);
-  }
+  const int64_t nt = omp_get_max_threads();
+  parallel_tasks(nt, static_cast<int>(nt), [&](int64_t t) { pack_range(P * t / nt, P * (t + 1) / nt); });
 }
 
 }  // namespace
@@ -449,13 +447,12 @@ void sgemm_panels(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, 
   const int64_t tn = std::min<int64_t>(nt, std::max<int64_t>(1, P / 4));
   const int64_t tm = std::max<int64_t>(1, std::min<int64_t>(nt / tn, (M + kRows - 1) / kRows));
   const int64_t strips = (M + kRows - 1) / kRows;
-#pragma omp parallel for num_threads(static_cast <int>(tn * tm)) schedule(static) collapse(2)
-  for (int64_t i = 0; i < tn; ++i)
-    for (int64_t j = 0; j < tm; ++j) {
-      const int64_t p0 = P * i / tn, p1 = P * (i + 1) / tn;
-      const int64_t m0 = std::min(M, strips * j / tm * kRows), m1 = std::min(M, strips * (j + 1) / tm * kRows);
-      run_block(m0, m1, p0, p1, N, K, x, ldx, panels, w_dtype, bias, y, ldy, isa);
-    }
+  parallel_tasks(tn * tm, static_cast<int>(tn * tm), [&](int64_t ij) {
+    const int64_t i = ij / tm, j = ij % tm;
+    const int64_t p0 = P * i / tn, p1 = P * (i + 1) / tn;
+    const int64_t m0 = std::min(M, strips * j / tm * kRows), m1 = std::min(M, strips * (j + 1) / tm * kRows);
+    run_block(m0, m1, p0, p1, N, K, x, ldx, panels, w_dtype, bias, y, ldy, isa);
+  });
 }
 
 }  // namespace reforge::cpu

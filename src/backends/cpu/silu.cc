@@ -16,6 +16,7 @@
 #include "backends/cpu/simd_vec.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -52,12 +53,11 @@ void silu_run(const KernelContext& ctx, const float* x, const float* u, float* y
   auto fn = pick(silu_avx512, silu_avx2, silu_generic);
   const int threads = std::max(1, std::min<int>(ctx.threads(), omp_get_max_threads()));
   if (threads > 1 && big_enough(n * 4)) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_tasks(threads, threads, [&](int64_t t) {
+      const int64_t nt = threads;
       int64_t b0 = (n / kMaxW) * t / nt * kMaxW, b1 = t + 1 == nt ? n : (n / kMaxW) * (t + 1) / nt * kMaxW;
       fn(x + b0, u ? u + b0 : nullptr, y + b0, b1 - b0);
-    }
+    });
   } else {
     fn(x, u, y, n);
   }

@@ -1,0 +1,393 @@
+// The executor: one eager run of an engine's steps (Engine::Impl::execute), with its activations
+// from the arenas planned for the inputs' shape bucket and its shape subgraphs from the memo.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "backends/placement.h"
+#include "core/timing.h"
+#include "ops/infer_graph.h"
+#include "runtime/engine_impl.h"
+
+namespace reforge::runtime {
+
+namespace {
+
+// One run's activation memory: the host arena and the device arena of its shape bucket, and the
+// shape memo of its signature.
+struct RunArenas {
+  std::shared_ptr<arena::PlanCache::Entry> entry;
+  std::shared_ptr<const arena::Plan> plan, device_plan;
+  std::shared_ptr<arena::Buffer> buffer, device_buffer;
+  std::optional<arena::ArenaAllocator> host, device;
+  std::shared_ptr<const arena::PlanCache::Memo> memo;  // of this signature and weight version, or null
+  std::shared_ptr<arena::PlanCache::Memo> new_memo;    // made by this run when there was none
+
+  bool in_arena(const Tensor& t) const { return (host && host->in_arena(t)) || (device && device->in_arena(t)); }
+};
+
+// The graph inputs and the weight version's constants, by slot. A device input that a host step
+// reads gets one host copy; device_given then points the ToDevice steps at the caller's tensor.
+std::vector<Tensor> bind_values(const Schedule& s, const std::map<std::string, Tensor>& inputs,
+                                const Engine::Weights& weights, std::vector<const Tensor*>& device_given) {
+  std::vector<Tensor> values(s.num_slots);
+  device_given.assign(s.graph.inputs.size(), nullptr);
+  for (size_t i = 0; i < s.graph.inputs.size(); ++i) {
+    const Tensor& given = inputs.at(s.graph.inputs[i].name);
+    if (!given.on_host() && s.devices.empty())
+      fail("input '", s.graph.inputs[i].name, "' is in device memory, but every node of this engine runs on the host");
+    const bool copy = !given.on_host() && s.input_read_on_host[i];
+    values[static_cast<size_t>(s.input_slots[i])] = copy ? to_memory(given, Memory::Host) : given;
+    if (copy) device_given[i] = &given;
+  }
+  REFORGE_CHECK(weights.values.size() == s.num_slots, "run: not a weight set of this engine");
+  for (size_t v = 0; v < s.num_slots; ++v) {
+    if (!s.is_const[v]) continue;
+    if (!weights.values[v].defined()) fail("the engine has missing weights (a stripped plan): refit it before running");
+    values[v] = weights.values[v];
+  }
+  return values;
+}
+
+// Fills the recording's staging buffers (the graph inputs' device copies, which its ToDevice
+// steps hand out) and allocates its result buffers, then starts recording.
+void begin_recording(const Schedule& s, const std::vector<Tensor>& values, Recording& record) {
+  record.staging.assign(s.graph.inputs.size(), Tensor());
+  for (size_t si = 0; si < s.steps.size(); ++si) {
+    const int i = s.staged_input[si];
+    if (i < 0 || record.staging[static_cast<size_t>(i)].defined()) continue;
+    const Tensor& given = values[static_cast<size_t>(s.input_slots[static_cast<size_t>(i)])];
+    Tensor staged = device_memory().allocate(given.dtype(), given.shape());
+    s.recorder->copy(staged.mutable_raw(), given.raw(), given.nbytes());
+    record.staging[static_cast<size_t>(i)] = std::move(staged);
+  }
+  record.results.clear();
+  for (const auto& [dtype, shape] : record.result_desc) record.results.push_back(device_memory().allocate(dtype, shape));
+  s.recorder->begin();
+}
+
+// Copies the outputs into the recording's result buffers and ends it: every value the recording
+// allocated is released inside it, so that the recording owns all of its memory.
+void end_recording(const Schedule& s, std::vector<Tensor>& values, Recording& record) {
+  for (size_t o = 0; o < s.output_slots.size(); ++o) {
+    const Tensor& t = values[static_cast<size_t>(s.output_device_slot[o])];
+    const auto& [dtype, shape] = record.result_desc[o];
+    if (t.dtype() != dtype || t.shape() != shape)
+      fail("output '", s.graph.outputs[o].name, "' is ", t.describe(), " where the eager run of the same inputs made ",
+           dtype_name(dtype), shape_str(shape));
+    s.recorder->copy(record.results[o].mutable_raw(), t.raw(), t.nbytes());
+  }
+  values.clear();
+  record.work = s.recorder->end();
+}
+
+// The run's outputs in the memory the options ask for. Values in an arena or in the shape memo
+// (shared with later runs) are copied; the plan keeps graph outputs off the arenas, so that copy
+// only guards against the unplanned.
+std::vector<Tensor> collect_outputs(const Schedule& s, const EngineOptions& options, std::vector<Tensor>& values,
+                                    const RunArenas& a, bool device_outputs) {
+  std::vector<Tensor> outs;
+  outs.reserve(s.output_slots.size());
+  auto shared = [&](int v) { return s.any_memoized && options.arena && s.memo_value[static_cast<size_t>(v)]; };
+  for (size_t o = 0; o < s.output_slots.size(); ++o) {
+    const int slot = s.output_slots[o];
+    if (device_outputs) {
+      const int d = s.output_device_slot[o];
+      const int v = d >= 0 ? d : slot;
+      const Tensor& t = values[static_cast<size_t>(v)];
+      Tensor out = to_memory(t, Memory::Device);  // made on the host: a device copy
+      if (out.raw() == t.raw() && (shared(v) || (a.device && a.device->in_arena(t)))) out = out.clone();
+      outs.push_back(std::move(out));
+      continue;
+    }
+    const Tensor& t = values[static_cast<size_t>(slot)];
+    outs.push_back(a.in_arena(t) || shared(slot) ? t.clone() : t);
+  }
+  return outs;
+}
+
+// The arena statistics of a finished run.
+ArenaStats arena_stats_of(const std::string& signature, const RunArenas& a) {
+  ArenaStats st;
+  st.signature = signature;
+  st.arena_bytes = a.buffer->size;
+  st.planned_bytes = a.plan->total_bytes;
+  st.planned_values = a.plan->value.size();
+  const arena::RunStats& r = a.host->stats();
+  st.arena_allocations = r.arena_allocations;
+  st.heap_allocations = r.heap_allocations;
+  st.leaving_allocations = r.leaving_allocations;
+  st.unplanned_allocations = r.unplanned_allocations;
+  st.copies = r.copies;
+  st.inference_error = a.entry->error;
+  if (a.device) {
+    st.device.arena_bytes = a.device_buffer->size;
+    st.device.planned_bytes = a.device_plan->total_bytes;
+    st.device.planned_values = a.device_plan->value.size();
+    const arena::RunStats& d = a.device->stats();
+    st.device.arena_allocations = d.arena_allocations;
+    st.device.backend_allocations = d.heap_allocations;
+    st.device.leaving_allocations = d.leaving_allocations;
+    st.device.unplanned_allocations = d.unplanned_allocations;
+    st.device.copies = d.copies;
+  }
+  return st;
+}
+
+// Gives the run's buffers back to their entry's pools.
+void release_arenas(RunArenas& a) {
+  if (a.host) {
+    a.host.reset();
+    arena::PlanCache::give_back(*a.entry, std::move(a.buffer));
+  }
+  if (a.device) {
+    a.device.reset();
+    arena::PlanCache::give_back(*a.entry, std::move(a.device_buffer));
+  }
+}
+
+}  // namespace
+
+std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
+                                          const Weights& weights, const RunOptions& run_options,
+                                          Recording* record) const {
+  const Schedule& s = schedule;
+  const bool device_outputs = run_options.outputs == Memory::Device;
+  if (device_outputs && s.devices.empty())
+    fail(
+        "run: outputs in device memory were asked for, but every node of this engine runs on the host; "
+        "RunOptions::outputs = Device needs a plan built for a device backend");
+  std::vector<const Tensor*> device_given;
+  std::vector<Tensor> values = bind_values(s, inputs, weights, device_given);
+
+  RunArenas a;
+  if (options.arena) {
+    a.entry = arena_entry(inputs, signature, values);
+    a.plan = arenas.plan(*a.entry, s.value_last_use, observed);
+    a.buffer = arena::PlanCache::take(*a.entry, a.plan->total_bytes);
+    a.host.emplace(*a.plan, a.buffer, s.value_last_use, observed);
+    if (s.any_memoized) a.memo = arena::PlanCache::memo(*a.entry, signature, weights.generation);
+  }
+  if (record && s.any_memoized && !a.memo) record = nullptr;  // recorded once the memo exists: runs eagerly
+  // Device activations: from the device arena, in eager runs (Schedule::arena_device says why).
+  if (a.entry && s.arena_device && !record) {
+    a.device_plan = arenas.plan(*a.entry, s.device_last_use, device_observed, Memory::Device);
+    a.device_buffer = arena::PlanCache::take(*a.entry, a.device_plan->total_bytes, Memory::Device);
+    a.device.emplace(*a.device_plan, a.device_buffer, s.device_last_use, device_observed, s.arena_device->allocator);
+  }
+  if (record) {
+    record->keep = a.memo;
+    begin_recording(s, values, *record);
+  }
+  if (a.entry && s.any_memoized && !a.memo) {
+    a.new_memo = std::make_shared<arena::PlanCache::Memo>();
+    a.new_memo->generation = weights.generation;
+    a.new_memo->outputs.resize(s.steps.size());
+  }
+
+  omp_set_num_threads(threads);
+  std::vector<std::vector<Tensor>> kept(options.device_trace ? s.steps.size() : 0);
+  std::vector<const Tensor*> in_ptrs;
+  std::vector<double> step_ms(options.profile ? s.steps.size() : 0);
+  std::vector<double> step_start_us(step_ms.size());
+  const bool keep_device_values = device_outputs || record;
+  auto free_dead = [&](const Step& st) {
+    for (int v : st.free_after)
+      if (!keep_device_values || !s.device_output_value[static_cast<size_t>(v)]) values[static_cast<size_t>(v)] = Tensor();
+  };
+  for (size_t si = 0; si < s.steps.size(); ++si) {
+    const Step& st = s.steps[si];
+    // Outputs that stay on the device skip their copy to the host (and keep the device value).
+    if (keep_device_values && s.output_copy_step[si]) continue;
+    if (record && s.staged_input[si] >= 0) {  // a graph input: the recording's staging buffer
+      for (int v : st.outputs)
+        if (v >= 0) values[static_cast<size_t>(v)] = record->staging[static_cast<size_t>(s.staged_input[si])];
+      continue;
+    }
+    const auto started = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    if (options.profile) step_start_us[si] = run_trace.since_created_us(started);
+    const ir::Node& node = s.graph.nodes[st.node_index];
+    if (a.memo && s.memoized[si]) {
+      const auto& outs = a.memo->outputs[si];
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
+      free_dead(st);
+      if (options.profile) step_ms[si] = ms_since(started);
+      continue;
+    }
+    in_ptrs.clear();
+    for (int v : st.inputs) {
+      if (v < 0) {
+        in_ptrs.push_back(nullptr);
+        continue;
+      }
+      const Tensor& t = values[static_cast<size_t>(v)];
+      REFORGE_ASSERT(t.defined());
+      const Tensor* given = st.device_input >= 0 ? device_given[static_cast<size_t>(st.device_input)] : nullptr;
+      in_ptrs.push_back(given ? given : &t);
+    }
+    const bool host_arena = a.host && !st.device;
+    // Memoized values outlive the run: never in an arena.
+    const bool device_arena = a.device && st.device && !s.memoized[si];
+    ops::OutputAllocator* step_allocator = device_arena     ? &*a.device
+                                           : st.device      ? st.device->allocator
+                                           : s.memoized[si] ? nullptr
+                                           : a.host         ? &*a.host
+                                                            : nullptr;
+    ops::KernelContext ctx(node, in_ptrs, threads, step_allocator, weights.prepared[si].get());
+    if (host_arena) a.host->begin_step(si);
+    if (device_arena) a.device->begin_step(si);
+    backends::DeviceTracer* tracer =
+        options.device_trace && st.device && st.device->tracer && st.device->tracer->recording() ? st.device->tracer
+                                                                                                 : nullptr;
+    if (tracer) {
+      tracer->push_tag(static_cast<int64_t>(si));
+      for (const Tensor* t : in_ptrs) kept[si].push_back(t ? *t : Tensor());
+    }
+    try {
+      (*st.kernel)(ctx);
+    } catch (Error& e) {
+      if (tracer) tracer->pop_tag();
+      throw e.with_context("while running " + node.label());
+    } catch (const std::bad_alloc&) {
+      if (tracer) tracer->pop_tag();
+      fail("out of memory while running ", node.label());
+    }
+    if (tracer) tracer->pop_tag();
+    if (host_arena) a.host->placed(si, ctx.outputs());
+    if (device_arena) a.device->placed(si, ctx.outputs());
+    for (size_t o = 0; o < st.outputs.size(); ++o) {
+      int slot = st.outputs[o];
+      if (slot < 0) continue;
+      Tensor& out = ctx.outputs()[o];
+      if (!out.defined()) fail(node.label(), ": kernel did not produce output ", o, " ('", node.outputs[o], "')");
+      values[static_cast<size_t>(slot)] = std::move(out);
+    }
+    if (a.new_memo && s.memoized[si]) {
+      auto& keep = a.new_memo->outputs[si];
+      keep.resize(st.outputs.size());
+      for (size_t o = 0; o < st.outputs.size(); ++o)
+        if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
+    }
+    free_dead(st);
+    if (options.profile) {
+      if (st.device && st.device->synchronize) st.device->synchronize();  // the node's time, not its launch's
+      step_ms[si] = ms_since(started);
+    }
+  }
+  if (record) {
+    end_recording(s, values, *record);
+    in_ptrs.clear();
+    if (a.host) {
+      a.host.reset();
+      arena::PlanCache::give_back(*a.entry, std::move(a.buffer));
+    }
+    return {};
+  }
+  ++replays->eager_runs;
+  synchronize_devices();
+  if (options.device_trace && std::any_of(kept.begin(), kept.end(), [](const auto& k) { return !k.empty(); }))
+    run_trace.keep(std::move(kept), weights.prepared);
+  if (options.profile) run_trace.add_run(step_start_us, step_ms);
+  std::vector<Tensor> outs = collect_outputs(s, options, values, a, device_outputs);
+  values.clear();
+  if (a.host) {
+    ArenaStats st = arena_stats_of(signature, a);
+    last_run_allocations = static_cast<int64_t>(st.heap_allocations + st.device.backend_allocations);
+    {
+      std::lock_guard<std::mutex> lock(stats_mutex);
+      last_stats = std::move(st);
+    }
+    release_arenas(a);
+  }
+  if (a.entry && a.new_memo) arena::PlanCache::set_memo(*a.entry, signature, a.new_memo);
+  return outs;
+}
+
+std::shared_ptr<arena::PlanCache::Entry> Engine::Impl::arena_entry(const std::map<std::string, Tensor>& inputs,
+                                                                   const std::string& signature,
+                                                                   const std::vector<Tensor>& values) const {
+  const ShapeBucket bucket = options.shape_buckets ? shape_bucket(schedule.graph.inputs, inputs) : ShapeBucket{};
+  auto infer_and_insert = [&](const std::string& key, const std::map<std::string, Shape>& shapes) {
+    ++inference_passes;
+    std::string error;
+    arena::Sizes device_sizes;
+    arena::Sizes sizes = infer_sizes(shapes, values, device_sizes, error);
+    return arenas.insert(key, std::move(sizes), std::move(device_sizes), std::move(error));
+  };
+  if (options.shape_buckets) {
+    auto e = arenas.find(bucket.key);
+    if (!e) e = infer_and_insert(bucket.key, bucket.bounds);
+    // A bucket whose bound could not be inferred: this signature is planned exactly.
+    if (e->error.empty() || bucket.exact) return e;
+  }
+  auto e = arenas.find(signature);
+  if (e) return e;
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
+  return infer_and_insert(signature, shapes);
+}
+
+arena::Sizes Engine::Impl::infer_sizes(const std::map<std::string, Shape>& shapes, const std::vector<Tensor>& values,
+                                       arena::Sizes& device_sizes, std::string& error) const {
+  const Schedule& s = schedule;
+  arena::Sizes sizes(s.steps.size());
+  for (size_t i = 0; i < s.steps.size(); ++i) sizes[i].resize(s.steps[i].outputs.size());
+  device_sizes = sizes;
+  // The graph with the constants of this run's weight set and the inputs' shapes.
+  ir::Graph g;
+  g.opsets = s.graph.opsets;
+  g.inputs = s.graph.inputs;
+  g.outputs = s.graph.outputs;
+  g.nodes = s.graph.nodes;
+  for (const auto& [name, slot] : s.const_slot) g.initializers[name] = values[static_cast<size_t>(slot)];
+  ops::InferOptions io;
+  io.input_shapes = &shapes;
+  io.require_all = false;
+  ops::GraphTypes types;
+  try {
+    types = ops::infer_graph(g, io);
+  } catch (const Error& e) {
+    // The run itself reports what is wrong with these inputs; its values go to the heap.
+    error = e.what();
+    return sizes;
+  }
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    if (s.memoized[i]) continue;  // shape subgraphs run on the heap and are kept in the memo
+    const ir::Node& n = s.graph.nodes[s.steps[i].node_index];
+    // Device steps' outputs are the device arena's, except a ToHost's (host memory by definition)
+    // and a ToDevice's of an engine weight (the upload made with the weight set, as the op says:
+    // planning it would size the first run's arena by every weight the plan uploads).
+    if (s.steps[i].device) {
+      if (!s.arena_device) continue;
+      const std::vector<int>& in = s.steps[i].inputs;
+      if (backends::is_transfer(n) &&
+          (n.op_type == "ToHost" || (in.size() == 1 && in[0] >= 0 && s.is_const[static_cast<size_t>(in[0])])))
+        continue;
+    }
+    auto& out = s.steps[i].device ? device_sizes[i] : sizes[i];
+    for (size_t o = 0; o < n.outputs.size(); ++o) {
+      const ops::ValueType* t = n.outputs[o].empty() ? nullptr : types.find(n.outputs[o]);
+      if (!t || !t->fully_known() || t->dtype == DType::String || dtype_size(t->dtype) == 0) continue;
+      size_t numel = 1;
+      for (const auto& d : t->shape) numel *= static_cast<size_t>(d.value());
+      out[o] = numel * dtype_size(t->dtype);
+    }
+  }
+  return sizes;
+}
+
+void Engine::Impl::synchronize_devices() const {
+  for (const backends::Backend* d : schedule.devices)
+    if (d->synchronize) {
+      try {
+        d->synchronize();
+      } catch (Error& e) {
+        throw e.with_context("while finishing a run on backend '" + d->name + "'");
+      }
+    }
+}
+
+}  // namespace reforge::runtime
