@@ -1,12 +1,11 @@
 // The executor: one eager run of an engine's steps (Engine::Impl::execute), with its activations
 // from the arenas planned for the inputs' shape bucket and its shape subgraphs from the memo.
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <optional>
 
 #include "backends/placement.h"
+#include "core/omp_threads.h"
 #include "core/timing.h"
 #include "ops/infer_graph.h"
 #include "runtime/engine_impl.h"
@@ -187,7 +186,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     a.new_memo->outputs.resize(s.steps.size());
   }
 
-  omp_set_num_threads(threads);
+  const OmpThreads omp_threads(threads);  // for oneDNN and OpenBLAS, this run only
   std::vector<std::vector<Tensor>> kept(options.device_trace ? s.steps.size() : 0);
   std::vector<const Tensor*> in_ptrs;
   std::vector<double> step_ms(options.profile ? s.steps.size() : 0);
