@@ -55,14 +55,25 @@ std::vector<std::string> PlanEngine::missing_sources() const { return state()->m
 
 std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs, const RunOptions& options) const {
   const std::shared_ptr<const State> st = state();  // the one weight set this run uses
-  const auto& missing = st->missing;
+  return run_state(inputs, *st, options);
+}
+
+std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs, const Version& version,
+                                    const RunOptions& options) const {
+  REFORGE_CHECK(version.valid(), "run: the weight version is empty");
+  return run_state(inputs, *version.state_, options);
+}
+
+std::vector<Tensor> PlanEngine::run_state(const std::map<std::string, Tensor>& inputs, const State& st,
+                                          const RunOptions& options) const {
+  const auto& missing = st.missing;
   if (!missing.empty()) {
     std::string list;
     for (size_t i = 0; i < missing.size() && i < 10; ++i) list += "\n  " + missing[i];
     if (missing.size() > 10) list += "\n  ...";
     fail("the engine is stripped and ", missing.size(), " source(s) have no value yet; refit them first:", list);
   }
-  return engine_.run(inputs, *st->weights, options);
+  return engine_.run(inputs, *st.weights, options);
 }
 
 Tensor PlanEngine::weight(const std::string& name) const { return engine_.constant(*state()->weights, name); }
@@ -106,27 +117,38 @@ void PlanEngine::validate(const WeightUpdate& update) const {
   }
 }
 
-void PlanEngine::commit(const WeightUpdate& update) {
+PlanEngine::Version PlanEngine::derive_version(const Version& base, const WeightUpdate& update) const {
+  REFORGE_CHECK(base.valid(), "derive_version: the base version is empty");
   validate(update);
-  std::lock_guard<std::mutex> commit_lock(commit_mutex_);
-  const std::shared_ptr<const State> current = state();  // stable: only commits replace it
-  auto next = std::make_shared<State>(*current);
-  // The one step that can still fail (preparing the new weights for the kernels); nothing is
-  // visible before the State is published below.
-  if (!update.weights().empty()) next->weights = engine_.derive_weights(*current->weights, update.weights());
+  const State& from = *base.state_;
+  auto next = std::make_shared<State>(from);
+  // The one step that can still fail (preparing the new weights for the kernels).
+  if (!update.weights().empty()) next->weights = engine_.derive_weights(*from.weights, update.weights());
   for (const auto& [id, rec] : update.sources()) {
     next->sources[id] = rec.value;
     next->hashes[id] = rec.hash;
   }
   next->missing = missing_in(*next);
-  std::shared_ptr<const State> published = std::move(next);
+  return Version(std::move(next));
+}
+
+void PlanEngine::install_version(const Version& version) {
+  REFORGE_CHECK(version.valid() && version.state_->sources.size() == plan_.sources.size(),
+                "install_version: not a version of this engine");
+  std::shared_ptr<const State> published = version.state_;
   {
     std::lock_guard<std::mutex> lock(state_mutex_);
     state_.swap(published);
   }
   // The engine's own current set follows, so that it holds no superseded weights alive.
-  engine_.install_weights(state()->weights);
+  engine_.install_weights(version.state_->weights);
   // `published` now holds the old State: released here, outside the lock (runs may still hold it).
+}
+
+void PlanEngine::commit(const WeightUpdate& update) {
+  std::lock_guard<std::mutex> commit_lock(commit_mutex_);
+  // Nothing is visible before install_version publishes the new State.
+  install_version(derive_version(current_version(), update));
 }
 
 plan::Plan PlanEngine::current_plan(bool strip) const {

@@ -78,10 +78,39 @@ class WeightUpdate {
 };
 
 class PlanEngine {
+  struct State;  // below
+
  public:
   explicit PlanEngine(plan::Plan plan, EngineOptions options = {});
   PlanEngine(const PlanEngine&) = delete;
   PlanEngine& operator=(const PlanEngine&) = delete;
+
+  // A weight version: one whole weight set with what the engine records of its sources. Several
+  // may be resident at once, sharing every weight they do not change (copy on write); a version
+  // lives while the engine (as its current version), a caller or a run holds it, and when it goes
+  // the recordings made for it go too. Runs hold the version they started with to their end, so
+  // making another version current takes effect at run boundaries.
+  class Version {
+   public:
+    Version() = default;
+    bool valid() const { return state_ != nullptr; }
+
+   private:
+    friend class PlanEngine;
+    explicit Version(std::shared_ptr<const State> s) : state_(std::move(s)) {}
+    std::shared_ptr<const State> state_;
+  };
+  // The current version.
+  Version current_version() const { return Version(state()); }
+  // A new version: `update` validated (as validate) and applied on top of `base`, its weights
+  // prepared for the kernels; nothing changes in the engine. Throws with nothing made when
+  // `update` is invalid or preparing fails.
+  Version derive_version(const Version& base, const WeightUpdate& update) const;
+  // Makes `version` (of this engine) current: runs that start later use it, runs in flight keep theirs.
+  void install_version(const Version& version);
+  // Runs on `version` instead of the current one (the same checks as run()).
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const Version& version,
+                          const RunOptions& options = {}) const;
 
   // Runs on the weight set current when it starts; throws naming the missing sources while the
   // engine is stripped. Thread-safe, also concurrently with commit().
@@ -146,6 +175,8 @@ class PlanEngine {
   };
   std::shared_ptr<const State> state() const;
   std::vector<std::string> missing_in(const State& s) const;
+  std::vector<Tensor> run_state(const std::map<std::string, Tensor>& inputs, const State& st,
+                                const RunOptions& options) const;
 
   plan::Plan plan_;  // immutable after construction
   Engine engine_;
