@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,19 @@
 #include "runtime/weight_store.h"
 
 namespace reforge::runtime {
+
+// One run's activation memory: the host arena and the device arena of its shape bucket, and the
+// shape memo of its signature.
+struct RunArenas {
+  std::shared_ptr<arena::PlanCache::Entry> entry;
+  std::shared_ptr<const arena::Plan> plan, device_plan;
+  std::shared_ptr<arena::Buffer> buffer, device_buffer;
+  std::optional<arena::ArenaAllocator> host, device;
+  std::shared_ptr<const arena::PlanCache::Memo> memo;  // of this signature and weight version, or null
+  std::shared_ptr<arena::PlanCache::Memo> new_memo;    // made by this run when there was none
+
+  bool in_arena(const Tensor& t) const { return (host && host->in_arena(t)) || (device && device->in_arena(t)); }
+};
 
 struct Engine::Impl {
   Impl(ir::Graph graph, const std::vector<std::string>& placement, EngineOptions options);
@@ -50,6 +64,10 @@ struct Engine::Impl {
   arena::Sizes infer_sizes(const std::map<std::string, Shape>& shapes, const std::vector<Tensor>& values,
                            arena::Sizes& device_sizes, std::string& error) const;
 
+  // The arenas and shape memo of a run of `inputs` (exact signature `signature`) on `weights`;
+  // clears `record` when the run cannot record yet (the shape memo is not there).
+  RunArenas take_arenas(const std::map<std::string, Tensor>& inputs, const std::string& signature,
+                        const std::vector<Tensor>& values, const Weights& weights, Recording*& record) const;
   // Runs the graph step by step on inputs Engine::run has checked, whose exact input signature
   // is `signature`. With `record`, the run's device work is recorded into it instead (the inputs
   // go through its staging buffers, the outputs into its result buffers), and nothing is

@@ -14,18 +14,6 @@ namespace reforge::runtime {
 
 namespace {
 
-// One run's activation memory: the host arena and the device arena of its shape bucket, and the
-// shape memo of its signature.
-struct RunArenas {
-  std::shared_ptr<arena::PlanCache::Entry> entry;
-  std::shared_ptr<const arena::Plan> plan, device_plan;
-  std::shared_ptr<arena::Buffer> buffer, device_buffer;
-  std::optional<arena::ArenaAllocator> host, device;
-  std::shared_ptr<const arena::PlanCache::Memo> memo;  // of this signature and weight version, or null
-  std::shared_ptr<arena::PlanCache::Memo> new_memo;    // made by this run when there was none
-
-  bool in_arena(const Tensor& t) const { return (host && host->in_arena(t)) || (device && device->in_arena(t)); }
-};
 
 // The graph inputs and the weight version's constants, by slot. A device input that a host step
 // reads gets one host copy; device_given then points the ToDevice steps at the caller's tensor.
@@ -149,73 +137,51 @@ void release_arenas(RunArenas& a) {
 
 }  // namespace
 
-std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
-                                          const Weights& weights, const RunOptions& run_options,
-                                          Recording* record) const {
-  const Schedule& s = schedule;
-  const bool device_outputs = run_options.outputs == Memory::Device;
-  if (device_outputs && s.devices.empty())
-    fail(
-        "run: outputs in device memory were asked for, but every node of this engine runs on the host; "
-        "RunOptions::outputs = Device needs a plan built for a device backend");
-  std::vector<const Tensor*> device_given;
-  std::vector<Tensor> values = bind_values(s, inputs, weights, device_given);
+namespace {
 
-  RunArenas a;
-  if (options.arena) {
-    a.entry = arena_entry(inputs, signature, values);
-    a.plan = arenas.plan(*a.entry, s.value_last_use, observed);
-    a.buffer = arena::PlanCache::take(*a.entry, a.plan->total_bytes);
-    a.host.emplace(*a.plan, a.buffer, s.value_last_use, observed);
-    if (s.any_memoized) a.memo = arena::PlanCache::memo(*a.entry, signature, weights.generation);
-  }
-  if (record && s.any_memoized && !a.memo) record = nullptr;  // recorded once the memo exists: runs eagerly
-  // Device activations: from the device arena, in eager runs (Schedule::arena_device says why).
-  if (a.entry && s.arena_device && !record) {
-    a.device_plan = arenas.plan(*a.entry, s.device_last_use, device_observed, Memory::Device);
-    a.device_buffer = arena::PlanCache::take(*a.entry, a.device_plan->total_bytes, Memory::Device);
-    a.device.emplace(*a.device_plan, a.device_buffer, s.device_last_use, device_observed, s.arena_device->allocator);
-  }
-  if (record) {
-    record->keep = a.memo;
-    begin_recording(s, values, *record);
-  }
-  if (a.entry && s.any_memoized && !a.memo) {
-    a.new_memo = std::make_shared<arena::PlanCache::Memo>();
-    a.new_memo->generation = weights.generation;
-    a.new_memo->outputs.resize(s.steps.size());
-  }
-
-  const OmpThreads omp_threads(threads);  // for oneDNN and OpenBLAS, this run only
-  std::vector<std::vector<Tensor>> kept(options.device_trace ? s.steps.size() : 0);
+// One eager run in progress: the values by slot and what the steps need around their kernels.
+struct Run {
+  const Schedule& s;
+  const EngineOptions& options;
+  const Engine::Weights& weights;
+  Recording* record;
+  RunArenas& a;
+  std::vector<Tensor> values;
+  std::vector<const Tensor*> device_given;  // per graph input (bind_values)
+  bool keep_device_values = false;          // outputs stay on the device, or the run records
+  std::vector<std::vector<Tensor>> kept;    // per step: its inputs, for rerun_step (device tracing)
+  std::vector<double> step_ms, step_start_us;
   std::vector<const Tensor*> in_ptrs;
-  std::vector<double> step_ms(options.profile ? s.steps.size() : 0);
-  std::vector<double> step_start_us(step_ms.size());
-  const bool keep_device_values = device_outputs || record;
-  auto free_dead = [&](const Step& st) {
+
+  // Drops the values whose last reader was step `st` (device values a run returns stay).
+  void free_dead(const Step& st) {
     for (int v : st.free_after)
       if (!keep_device_values || !s.device_output_value[static_cast<size_t>(v)]) values[static_cast<size_t>(v)] = Tensor();
-  };
-  for (size_t si = 0; si < s.steps.size(); ++si) {
+  }
+
+  // Step `si` served without its kernel (a skipped copy, a staged input, the shape memo): true
+  // when it was.
+  bool served_without_kernel(size_t si) {
     const Step& st = s.steps[si];
     // Outputs that stay on the device skip their copy to the host (and keep the device value).
-    if (keep_device_values && s.output_copy_step[si]) continue;
+    if (keep_device_values && s.output_copy_step[si]) return true;
     if (record && s.staged_input[si] >= 0) {  // a graph input: the recording's staging buffer
       for (int v : st.outputs)
         if (v >= 0) values[static_cast<size_t>(v)] = record->staging[static_cast<size_t>(s.staged_input[si])];
-      continue;
+      return true;
     }
-    const auto started = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    if (options.profile) step_start_us[si] = run_trace.since_created_us(started);
+    if (!a.memo || !s.memoized[si]) return false;
+    const auto& outs = a.memo->outputs[si];
+    for (size_t o = 0; o < st.outputs.size(); ++o)
+      if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
+    free_dead(st);
+    return true;
+  }
+
+  // Runs step `si`'s kernel on `threads` threads and stores its outputs.
+  void run_kernel(size_t si, int threads) {
+    const Step& st = s.steps[si];
     const ir::Node& node = s.graph.nodes[st.node_index];
-    if (a.memo && s.memoized[si]) {
-      const auto& outs = a.memo->outputs[si];
-      for (size_t o = 0; o < st.outputs.size(); ++o)
-        if (st.outputs[o] >= 0) values[static_cast<size_t>(st.outputs[o])] = outs[o];
-      free_dead(st);
-      if (options.profile) step_ms[si] = ms_since(started);
-      continue;
-    }
     in_ptrs.clear();
     for (int v : st.inputs) {
       if (v < 0) {
@@ -230,12 +196,12 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     const bool host_arena = a.host && !st.device;
     // Memoized values outlive the run: never in an arena.
     const bool device_arena = a.device && st.device && !s.memoized[si];
-    ops::OutputAllocator* step_allocator = device_arena     ? &*a.device
-                                           : st.device      ? st.device->allocator
-                                           : s.memoized[si] ? nullptr
-                                           : a.host         ? &*a.host
-                                                            : nullptr;
-    ops::KernelContext ctx(node, in_ptrs, threads, step_allocator, weights.prepared[si].get());
+    ops::OutputAllocator* allocator = device_arena     ? &*a.device
+                                      : st.device      ? st.device->allocator
+                                      : s.memoized[si] ? nullptr
+                                      : a.host         ? &*a.host
+                                                       : nullptr;
+    ops::KernelContext ctx(node, in_ptrs, threads, allocator, weights.prepared[si].get());
     if (host_arena) a.host->begin_step(si);
     if (device_arena) a.device->begin_step(si);
     backends::DeviceTracer* tracer =
@@ -271,14 +237,73 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
         if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
     free_dead(st);
+    if (options.profile && st.device && st.device->synchronize) st.device->synchronize();  // the node's time
+  }
+};
+
+}  // namespace
+
+RunArenas Engine::Impl::take_arenas(const std::map<std::string, Tensor>& inputs, const std::string& signature,
+                                    const std::vector<Tensor>& values, const Weights& weights,
+                                    Recording*& record) const {
+  const Schedule& s = schedule;
+  RunArenas a;
+  if (options.arena) {
+    a.entry = arena_entry(inputs, signature, values);
+    a.plan = arenas.plan(*a.entry, s.value_last_use, observed);
+    a.buffer = arena::PlanCache::take(*a.entry, a.plan->total_bytes);
+    a.host.emplace(*a.plan, a.buffer, s.value_last_use, observed);
+    if (s.any_memoized) a.memo = arena::PlanCache::memo(*a.entry, signature, weights.generation);
+  }
+  if (record && s.any_memoized && !a.memo) record = nullptr;  // recorded once the memo exists: runs eagerly
+  // Device activations: from the device arena, in eager runs (Schedule::arena_device says why).
+  if (a.entry && s.arena_device && !record) {
+    a.device_plan = arenas.plan(*a.entry, s.device_last_use, device_observed, Memory::Device);
+    a.device_buffer = arena::PlanCache::take(*a.entry, a.device_plan->total_bytes, Memory::Device);
+    a.device.emplace(*a.device_plan, a.device_buffer, s.device_last_use, device_observed, s.arena_device->allocator);
+  }
+  if (a.entry && s.any_memoized && !a.memo) {
+    a.new_memo = std::make_shared<arena::PlanCache::Memo>();
+    a.new_memo->generation = weights.generation;
+    a.new_memo->outputs.resize(s.steps.size());
+  }
+  return a;
+}
+
+std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
+                                          const Weights& weights, const RunOptions& run_options,
+                                          Recording* record) const {
+  const Schedule& s = schedule;
+  const bool device_outputs = run_options.outputs == Memory::Device;
+  if (device_outputs && s.devices.empty())
+    fail(
+        "run: outputs in device memory were asked for, but every node of this engine runs on the host; "
+        "RunOptions::outputs = Device needs a plan built for a device backend");
+  std::vector<const Tensor*> device_given;
+  std::vector<Tensor> values = bind_values(s, inputs, weights, device_given);
+  RunArenas a = take_arenas(inputs, signature, values, weights, record);
+  if (record) {
+    record->keep = a.memo;
+    begin_recording(s, values, *record);
+  }
+  Run r{s, options, weights, record, a, std::move(values), std::move(device_given)};
+  r.keep_device_values = device_outputs || record;
+  r.kept.resize(options.device_trace ? s.steps.size() : 0);
+  r.step_ms.resize(options.profile ? s.steps.size() : 0);
+  r.step_start_us.resize(r.step_ms.size());
+
+  const OmpThreads omp_threads(threads);  // for oneDNN and OpenBLAS, this run only
+  for (size_t si = 0; si < s.steps.size(); ++si) {
+    const auto started = options.profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    if (!r.served_without_kernel(si)) r.run_kernel(si, threads);
     if (options.profile) {
-      if (st.device && st.device->synchronize) st.device->synchronize();  // the node's time, not its launch's
-      step_ms[si] = ms_since(started);
+      r.step_start_us[si] = run_trace.since_created_us(started);
+      r.step_ms[si] = ms_since(started);
     }
   }
   if (record) {
-    end_recording(s, values, *record);
-    in_ptrs.clear();
+    end_recording(s, r.values, *record);
+    r.in_ptrs.clear();
     if (a.host) {
       a.host.reset();
       arena::PlanCache::give_back(*a.entry, std::move(a.buffer));
@@ -287,11 +312,11 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
   }
   ++replays->eager_runs;
   synchronize_devices();
-  if (options.device_trace && std::any_of(kept.begin(), kept.end(), [](const auto& k) { return !k.empty(); }))
-    run_trace.keep(std::move(kept), weights.prepared);
-  if (options.profile) run_trace.add_run(step_start_us, step_ms);
-  std::vector<Tensor> outs = collect_outputs(s, options, values, a, device_outputs);
-  values.clear();
+  if (options.device_trace && std::any_of(r.kept.begin(), r.kept.end(), [](const auto& k) { return !k.empty(); }))
+    run_trace.keep(std::move(r.kept), weights.prepared);
+  if (options.profile) run_trace.add_run(r.step_start_us, r.step_ms);
+  std::vector<Tensor> outs = collect_outputs(s, options, r.values, a, device_outputs);
+  r.values.clear();
   if (a.host) {
     ArenaStats st = arena_stats_of(signature, a);
     last_run_allocations = static_cast<int64_t>(st.heap_allocations + st.device.backend_allocations);
