@@ -33,9 +33,10 @@ struct EngineOptions {
   // one device backend that can record (or is a shape computation the memo serves), whose inputs
   // are read only on the device and whose outputs are all made there, records a run per input
   // signature and weight set once that signature has run eagerly, and replays it from then on
-  // (runs with host inputs and outputs; at most kReplaySignatures signatures; a run that finds
-  // the recording in use on another thread runs eagerly). Off with profile or device_trace. Asked
-  // for, not on by default: each recorded signature keeps its activation memory while the engine lives.
+  // (runs with host inputs and outputs; at most kReplaySignatures recordings, the least recently
+  // used dropped first, and those of a weight version dropped when the version goes; a run that
+  // finds the recording in use on another thread runs eagerly). Off with profile or device_trace.
+  // Asked for, not on by default: each recording keeps its activation memory while it is kept.
   bool device_replay = false;
   // Plan the activation arenas per shape bucket (runtime/shape_bucket.h: every dimension the model
   // does not fix rounded up to a power of two) rather than per input signature, so that a new
