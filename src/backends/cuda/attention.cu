@@ -32,6 +32,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_ops.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "backends/cuda/shape_facts.h"
 #include "core/error.h"
 #include "ops/numerics.h"
@@ -480,11 +481,6 @@ __global__ void mask_kernel(compute_t<T>* out, const M* in, int64_t n, bool onnx
   }
 }
 
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 8 ? 65535u * 8 : b;
-}
-
 template <typename T>
 Tensor convert_mask(const Tensor& m, bool onnx, const std::string& where) {
   Tensor out = device_tensor(std::is_same_v<compute_t<T>, double> ? DType::Float64 : DType::Float32, m.shape());
@@ -492,14 +488,14 @@ Tensor convert_mask(const Tensor& m, bool onnx, const std::string& where) {
   if (n == 0) return out;
   auto* dst = out.mutable_data<compute_t<T>>();
   if (m.dtype() == DType::Bool) {
-    mask_kernel<bool, T><<<grid_for(n), 256, 0, stream()>>>(dst, m.data<bool>(), n, onnx);
+    mask_kernel<bool, T><<<grid_for(n, kMaxWideGrid), 256, 0, stream()>>>(dst, m.data<bool>(), n, onnx);
   } else {
     dispatch_device(
         m.dtype(), where.c_str(),
         [&](auto tag) {
           using M = typename decltype(tag)::type;
           if constexpr (std::is_floating_point_v<compute_t<M>>)
-            mask_kernel<M, T><<<grid_for(n), 256, 0, stream()>>>(dst, m.data<M>(), n, onnx);
+            mask_kernel<M, T><<<grid_for(n, kMaxWideGrid), 256, 0, stream()>>>(dst, m.data<M>(), n, onnx);
         },
         true);
   }
@@ -641,7 +637,7 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, double scale
     Tensor& t = hold;
     const int64_t n = t.numel();
     if (n > 0) {
-      concat_cache_kernel<T><<<grid_for(n), 256, 0, stream()>>>(
+      concat_cache_kernel<T><<<grid_for(n, kMaxWideGrid), 256, 0, stream()>>>(
           t.mutable_data<T>(), has_past ? ctx.input(past_i).data<T>() : nullptr, cur.data<T>(), d.kv_heads, d.past_len,
           d.total_len, size, cv.sb, cv.sh, cv.ss, n);
       check_launch("Attention present");
@@ -699,7 +695,7 @@ void run_onnx_attention(ops::KernelContext& ctx, const OnnxDims& d, double scale
     Tensor& qk = ctx.allocate_output_uninit(3, q.dtype(), {d.batch, d.q_heads, d.q_len, d.total_len});
     const int64_t rows = d.batch * d.q_heads * d.q_len;
     if (qk.numel() > 0) {
-      qk_output_kernel<T><<<grid_for(rows), 256, 0, stream()>>>(
+      qk_output_kernel<T><<<grid_for(rows, kMaxWideGrid), 256, 0, stream()>>>(
           p, static_cast<int>(ctx.attr_int("qk_matmul_output_mode", 0)), qk.mutable_data<T>());
       check_launch("Attention qk_matmul_output");
     }

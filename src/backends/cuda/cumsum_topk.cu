@@ -19,6 +19,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "core/error.h"
 #include "ops/reduce/scan_setup.h"
 
@@ -30,11 +31,6 @@ constexpr int kThreads = 256;
 
 #define REFORGE_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
 
 unsigned block_grid(int64_t blocks) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));

@@ -5,6 +5,7 @@
 // truncates toward zero with x / 0 = 0, as on the CPU.
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "ops/broadcast.h"
 
 namespace reforge::cuda {
@@ -101,11 +102,6 @@ __global__ void binary_kernel(Out* out, const A* a, const B* b, Strides<2> s, in
     s.offsets(i, off);
     out[i] = store_c<Out>(op(load_c(a, off[0]), load_c(b, off[1])));
   }
-}
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
 }
 
 template <typename Out, typename A, typename B, typename Op>

@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "ops/broadcast.h"
 
 namespace reforge::cuda {
@@ -26,11 +27,6 @@ __device__ __forceinline__ C sigmoid(C x) {
   const C e = d_exp(x < C(0) ? x : -x);
   const C s = C(1) / (C(1) + e);
   return x < C(0) ? e * s : s;
-}
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
 }
 
 #define REFORGE_GRID_LOOP(i, n) \

@@ -7,15 +7,11 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 
 namespace reforge::cuda {
 
 namespace {
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
 
 template <typename T>
 __global__ void nonzero_flags(int64_t* flags, const T* x, int64_t n) {

@@ -11,17 +11,13 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "core/dispatch.h"
 #include "ops/transformer/resize_setup.h"
 
 namespace reforge::cuda {
 
 namespace {
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
 
 template <typename T>
 __global__ void to_double_dev(const T* x, double* y, int64_t n) {

@@ -49,9 +49,10 @@ struct UIntOfSize<8> {
   using type = uint64_t;
 };
 
-// Calls f(TypeTag<uintN_t>) for the element size of `t`.
+// Calls f(TypeTag<uintN_t>) for the element size of `t`; other sizes are an Error naming `where`,
+// its message ending with `refusal_tail` (a backend says where the type is not supported).
 template <typename F>
-decltype(auto) dispatch_bytes(DType t, F&& f, const std::string& where) {
+decltype(auto) dispatch_bytes(DType t, F&& f, const std::string& where, const char* refusal_tail = "") {
   switch (dtype_size(t)) {
     case 1:
       return f(TypeTag<uint8_t>{});
@@ -62,7 +63,7 @@ decltype(auto) dispatch_bytes(DType t, F&& f, const std::string& where) {
     case 8:
       return f(TypeTag<uint64_t>{});
     default:
-      fail(where, ": element type ", dtype_name(t), " is not supported");
+      fail(where, ": element type ", dtype_name(t), " is not supported", refusal_tail);
   }
 }
 
