@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include "ops/registry.h"
+#include "ops/tensor/layout_setup.h"
 
 namespace reforge::ops {
 namespace {
@@ -357,23 +358,9 @@ void infer_split(InferContext& ctx) {
 
 // The length of a slice of a dimension, when it can be stated for every value of the symbols.
 SymDim slice_length(InferContext& ctx, const SymDim& dim, const SymDim& start_d, const SymDim& end_d, int64_t step) {
-  if (dim.known() && start_d.known() && end_d.known()) {
-    const int64_t n = dim.value();
-    // A step beyond the dimension selects at most one element either way (as in the kernel).
-    step = std::clamp<int64_t>(step, -std::max<int64_t>(n, 1), std::max<int64_t>(n, 1));
-    int64_t start = start_d.value(), end = end_d.value();
-    if (start < 0) start += n;
-    if (end < 0) end += n;
-    if (n == 0) return 0;
-    if (step > 0) {
-      start = std::clamp<int64_t>(start, 0, n);
-      end = std::clamp<int64_t>(end, 0, n);
-      return end > start ? (end - start + step - 1) / step : 0;
-    }
-    start = std::clamp<int64_t>(start, 0, n - 1);
-    end = std::clamp<int64_t>(end, -1, n - 1);
-    return start > end ? (start - end - step - 1) / (-step) : 0;
-  }
+  // Known bounds: the kernels' own arithmetic.
+  if (dim.known() && start_d.known() && end_d.known())
+    return slice_range(dim.value(), start_d.value(), end_d.value(), step).len;
   // The whole axis: [0, end) with end at or past the dimension (INT64_MAX, INT_MAX, or the
   // dimension's own symbol), step 1.
   if (step == 1 && start_d.known() && start_d.value() == 0 &&
