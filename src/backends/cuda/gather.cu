@@ -14,16 +14,16 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
+#include "ops/tensor/gather_setup.h"
 #include "ops/tensor/tensor_common.h"
 
 namespace reforge::cuda {
 
 namespace {
 
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
+using ops::Reduction;
+using ops::with_reduction;
 
 // The first bad index seen on the device.
 struct IndexError {
@@ -98,23 +98,6 @@ Tensor resolve_indices(const Tensor& idx, const std::vector<int64_t>& dims, cons
   return out;
 }
 
-// Calls f(TypeTag<uintN_t>) for the element size of `t`.
-template <typename F>
-void by_size(DType t, const std::string& where, F&& f) {
-  switch (dtype_size(t)) {
-    case 1:
-      return f(TypeTag<uint8_t>{});
-    case 2:
-      return f(TypeTag<uint16_t>{});
-    case 4:
-      return f(TypeTag<uint32_t>{});
-    case 8:
-      return f(TypeTag<uint64_t>{});
-    default:
-      fail(where, ": element type ", dtype_name(t), " is not supported on the CUDA backend");
-  }
-}
-
 // y[o, k, j] = x[o, ind[k], j] over [outer, n, inner].
 template <typename T>
 __global__ void gather_kernel_dev(T* dst, const T* src, const int64_t* ind, int64_t n, int64_t inner, int64_t dim,
@@ -131,24 +114,21 @@ void gather_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
-  if (x.rank() == 0) fail(where, ": data must have rank >= 1");
-  const int64_t axis = ops::normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
-  const int64_t dim = x.dim(axis);
+  const ops::GatherSetup g = ops::gather_setup(ctx);
+  const int64_t dim = g.dim, inner = g.inner;
   const Tensor ind = resolve_indices(idx, {dim}, where);
-  Shape out(x.shape().begin(), x.shape().begin() + axis);
-  out.insert(out.end(), idx.shape().begin(), idx.shape().end());
-  out.insert(out.end(), x.shape().begin() + axis + 1, x.shape().end());
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
-  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), g.out);
   const int64_t total = y.numel();
   if (total == 0) return;
-  by_size(x.dtype(), where, [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    gather_kernel_dev<U><<<grid_for(total), 256, 0, stream()>>>(static_cast<U*>(y.mutable_raw()),
-                                                                static_cast<const U*>(x.raw()), ind.data<int64_t>(),
-                                                                idx.numel(), inner, dim, total);
-  });
+  ops::dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using U = typename decltype(tag)::type;
+        gather_kernel_dev<U><<<grid_for(total), 256, 0, stream()>>>(static_cast<U*>(y.mutable_raw()),
+                                                                    static_cast<const U*>(x.raw()), ind.data<int64_t>(),
+                                                                    idx.numel(), inner, dim, total);
+      },
+      where, kOnCuda);
   check_launch("gather");
 }
 
@@ -192,32 +172,26 @@ __global__ void gather_elements_dev(T* dst, const T* src, const int64_t* ind, El
   }
 }
 
-void check_elements_shapes(const Tensor& x, const Tensor& idx, int64_t axis, const std::string& where) {
-  if (idx.rank() != x.rank()) fail(where, ": indices ", idx.describe(), " must have the rank of data ", x.describe());
-  for (int64_t d = 0; d < x.rank(); ++d)
-    if (d != axis && idx.dim(d) > x.dim(d))
-      fail(where, ": indices ", idx.describe(), " exceed data ", x.describe(), " along axis ", d);
-}
-
 void gather_elements_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
-  if (x.rank() == 0) fail(where, ": data must have rank >= 1");
-  const int64_t axis = ops::normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
-  check_elements_shapes(x, idx, axis, where);
+  const int64_t axis = ops::elements_axis(ctx);
   const Tensor ind = resolve_indices(idx, {x.dim(axis)}, where);
   const std::vector<int64_t> xs = ops::contiguous_strides(x.shape());
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), idx.shape());
   const int64_t n = y.numel();
   if (n == 0) return;
   const ElemWalk w = elem_walk(idx.shape(), xs, axis, where);
-  by_size(x.dtype(), where, [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    gather_elements_dev<U><<<grid_for(n), 256, 0, stream()>>>(static_cast<U*>(y.mutable_raw()),
-                                                              static_cast<const U*>(x.raw()), ind.data<int64_t>(), w,
-                                                              xs[static_cast<size_t>(axis)], n);
-  });
+  ops::dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using U = typename decltype(tag)::type;
+        gather_elements_dev<U><<<grid_for(n), 256, 0, stream()>>>(static_cast<U*>(y.mutable_raw()),
+                                                                  static_cast<const U*>(x.raw()), ind.data<int64_t>(),
+                                                                  w, xs[static_cast<size_t>(axis)], n);
+      },
+      where, kOnCuda);
   check_launch("gather_elements");
 }
 
@@ -266,49 +240,23 @@ void gather_nd_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
-  const int64_t b = ctx.opset() >= 12 ? ctx.attr_int("batch_dims", 0) : 0;
-  const int64_t r = x.rank(), q = idx.rank();
-  if (r < 1 || q < 1) fail(where, ": data and indices must have rank >= 1");
-  if (b < 0 || b >= std::min(r, q)) fail(where, ": batch_dims ", b, " must be in [0, ", std::min(r, q), ")");
-  const int64_t k = idx.dim(q - 1);
-  if (k > r - b) fail(where, ": index tuples of length ", k, " exceed data ", x.describe(), " with batch_dims ", b);
-  for (int64_t d = 0; d < b; ++d)
-    if (idx.dim(d) != x.dim(d))
-      fail(where, ": batch dimension ", d, " differs between data ", x.describe(), " and indices ", idx.describe());
-  Shape out(idx.shape().begin(), idx.shape().end() - 1);
-  out.insert(out.end(), x.shape().begin() + b + k, x.shape().end());
+  const ops::NdSetup s = ops::gather_nd_setup(ctx);
   Tensor comp;
   int64_t ntuples = 0;
-  const NdTuples nd = nd_tuples(idx, x.shape(), b, k, where, &comp, &ntuples);
-  const int64_t slice = shape_numel(Shape(x.shape().begin() + b + k, x.shape().end()));
-  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
+  const NdTuples nd = nd_tuples(idx, x.shape(), s.b, s.k, where, &comp, &ntuples);
+  const int64_t slice = s.slice;
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), s.out);
   const int64_t n = y.numel();
   if (n == 0) return;
-  by_size(x.dtype(), where, [&](auto tag) {
-    using U = typename decltype(tag)::type;
-    gather_nd_dev<U><<<grid_for(n), 256, 0, stream()>>>(
-        static_cast<U*>(y.mutable_raw()), static_cast<const U*>(x.raw()), comp.data<int64_t>(), nd, slice, n);
-  });
+  ops::dispatch_bytes(
+      x.dtype(),
+      [&](auto tag) {
+        using U = typename decltype(tag)::type;
+        gather_nd_dev<U><<<grid_for(n), 256, 0, stream()>>>(
+            static_cast<U*>(y.mutable_raw()), static_cast<const U*>(x.raw()), comp.data<int64_t>(), nd, slice, n);
+      },
+      where, kOnCuda);
   check_launch("gather_nd");
-}
-
-enum class Reduction { None, Add, Mul, Max, Min };
-
-Reduction parse_reduction(const ir::Node& node, std::string* error) {
-  const std::string s = node.attr_string("reduction", "none");
-  if (s == "none") return Reduction::None;
-  if (node.opset >= 16 && s == "add") return Reduction::Add;
-  if (node.opset >= 16 && s == "mul") return Reduction::Mul;
-  if (node.opset >= 18 && s == "max") return Reduction::Max;
-  if (node.opset >= 18 && s == "min") return Reduction::Min;
-  if (error) *error = "reduction '" + s + "' is not supported at opset " + std::to_string(node.opset);
-  return Reduction::None;
-}
-
-std::string check_reduction(const ir::Node& node) {
-  std::string error;
-  parse_reduction(node, &error);
-  return error;
 }
 
 template <Reduction R, typename T>
@@ -324,34 +272,6 @@ __device__ __forceinline__ T combine(T a, T b) {
     if constexpr (R == Reduction::Max) return store_c<T>(x < y ? y : x);
     if constexpr (R == Reduction::Min) return store_c<T>(y < x ? y : x);
   }
-}
-
-template <typename F>
-void with_reduction(Reduction r, F&& f) {
-  switch (r) {
-    case Reduction::None:
-      return f(std::integral_constant<Reduction, Reduction::None>{});
-    case Reduction::Add:
-      return f(std::integral_constant<Reduction, Reduction::Add>{});
-    case Reduction::Mul:
-      return f(std::integral_constant<Reduction, Reduction::Mul>{});
-    case Reduction::Max:
-      return f(std::integral_constant<Reduction, Reduction::Max>{});
-    case Reduction::Min:
-      return f(std::integral_constant<Reduction, Reduction::Min>{});
-  }
-}
-
-Reduction reduction_of(ops::KernelContext& ctx) {
-  std::string error;
-  Reduction r = parse_reduction(ctx.node(), &error);
-  if (!error.empty()) fail(ctx.node().label(), ": ", error);
-  return r;
-}
-
-void check_same_dtype(const Tensor& x, const Tensor& u, const std::string& where) {
-  if (u.dtype() != x.dtype())
-    fail(where, ": updates ", u.describe(), " must have the element type of data ", x.describe());
 }
 
 // y = x, on the stream.
@@ -378,21 +298,12 @@ void scatter_nd_kernel(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
   const Tensor& upd = ctx.input(2);
-  check_same_dtype(x, upd, where);
-  const Reduction red = reduction_of(ctx);
-  const int64_t r = x.rank(), q = idx.rank();
-  if (r < 1 || q < 1) fail(where, ": data and indices must have rank >= 1");
-  const int64_t k = idx.dim(q - 1);
-  if (k > r) fail(where, ": index tuples of length ", k, " exceed data ", x.describe());
-  Shape expect(idx.shape().begin(), idx.shape().end() - 1);
-  expect.insert(expect.end(), x.shape().begin() + k, x.shape().end());
-  if (upd.shape() != expect)
-    fail(where, ": updates ", upd.describe(), " must have shape ", shape_str(expect), " for data ", x.describe(),
-         " and indices ", idx.describe());
+  const Reduction red = ops::scatter_reduction(ctx);
+  const ops::NdSetup s = ops::scatter_nd_setup(ctx);
   Tensor comp;
   int64_t ntuples = 0;
-  const NdTuples nd = nd_tuples(idx, x.shape(), 0, k, where, &comp, &ntuples);
-  const int64_t slice = shape_numel(Shape(x.shape().begin() + k, x.shape().end()));
+  const NdTuples nd = nd_tuples(idx, x.shape(), 0, s.k, where, &comp, &ntuples);
+  const int64_t slice = s.slice;
   Tensor& y = copy_of(ctx, x);
   if (ntuples == 0 || slice == 0) return;
   dispatch_device(x.dtype(), where.c_str(), [&](auto tag) {
@@ -434,13 +345,8 @@ void scatter_elements_kernel(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
   const Tensor& upd = ctx.input(2);
-  check_same_dtype(x, upd, where);
-  const Reduction red = reduction_of(ctx);
-  if (x.rank() == 0) fail(where, ": data must have rank >= 1");
-  const int64_t axis = ops::normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
-  check_elements_shapes(x, idx, axis, where);
-  if (upd.shape() != idx.shape())
-    fail(where, ": updates ", upd.describe(), " must have the shape of indices ", idx.describe());
+  const Reduction red = ops::scatter_reduction(ctx);
+  const int64_t axis = ops::scatter_elements_axis(ctx);
   const Tensor ind = resolve_indices(idx, {x.dim(axis)}, where);
   const std::vector<int64_t> xs = ops::contiguous_strides(x.shape());
   Tensor& y = copy_of(ctx, x);
@@ -471,9 +377,9 @@ void register_gather_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "Gather", gather_kernel);
   add_kernel(r, "", "GatherElements", gather_elements_kernel);
   add_kernel(r, "", "GatherND", gather_nd_kernel);
-  add_kernel(r, "", "ScatterND", scatter_nd_kernel, check_reduction);
-  add_kernel(r, "", "ScatterElements", scatter_elements_kernel, check_reduction);
-  add_kernel(r, "", "Scatter", scatter_elements_kernel, check_reduction);
+  add_kernel(r, "", "ScatterND", scatter_nd_kernel, ops::reduction_check);
+  add_kernel(r, "", "ScatterElements", scatter_elements_kernel, ops::reduction_check);
+  add_kernel(r, "", "Scatter", scatter_elements_kernel, ops::reduction_check);
 }
 
 }  // namespace reforge::cuda

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "ops/tensor/gather_setup.h"
 #include "ops/tensor/tensor_common.h"
 
 namespace reforge::ops {
@@ -41,19 +42,12 @@ void gather_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
-  if (x.rank() == 0) fail(where, ": data must have rank >= 1");
-  const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
-  const int64_t dim = x.dim(axis);
+  const GatherSetup g = gather_setup(ctx);
+  const int64_t dim = g.dim, outer = g.outer, inner = g.inner;
   const std::vector<int64_t> ind = resolve_indices(
       idx, [dim](int64_t) { return dim; }, where);
-  Shape out(x.shape().begin(), x.shape().begin() + axis);
-  out.insert(out.end(), idx.shape().begin(), idx.shape().end());
-  out.insert(out.end(), x.shape().begin() + axis + 1, x.shape().end());
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dim(d);
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dim(d);
   const int64_t n = static_cast<int64_t>(ind.size());
-  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), out);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), g.out);
   if (y.numel() == 0) return;
   dispatch_bytes(
       x.dtype(),
@@ -91,22 +85,11 @@ void for_each_position(const Shape& shape, const std::vector<int64_t>& strides, 
   }
 }
 
-// Checks the shared shape rules of GatherElements/ScatterElements: same rank, and along every
-// axis but `axis` the indices do not reach past the data.
-void check_elements_shapes(const Tensor& x, const Tensor& idx, int64_t axis, const std::string& where) {
-  if (idx.rank() != x.rank()) fail(where, ": indices ", idx.describe(), " must have the rank of data ", x.describe());
-  for (int64_t d = 0; d < x.rank(); ++d)
-    if (d != axis && idx.dim(d) > x.dim(d))
-      fail(where, ": indices ", idx.describe(), " exceed data ", x.describe(), " along axis ", d);
-}
-
 void gather_elements_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
-  if (x.rank() == 0) fail(where, ": data must have rank >= 1");
-  const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
-  check_elements_shapes(x, idx, axis, where);
+  const int64_t axis = elements_axis(ctx);
   const int64_t dim = x.dim(axis);
   const std::vector<int64_t> ind = resolve_indices(
       idx, [dim](int64_t) { return dim; }, where);
@@ -151,20 +134,10 @@ void gather_nd_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
-  const int64_t b = ctx.opset() >= 12 ? ctx.attr_int("batch_dims", 0) : 0;
-  const int64_t r = x.rank(), q = idx.rank();
-  if (r < 1 || q < 1) fail(where, ": data and indices must have rank >= 1");
-  if (b < 0 || b >= std::min(r, q)) fail(where, ": batch_dims ", b, " must be in [0, ", std::min(r, q), ")");
-  const int64_t k = idx.dim(q - 1);
-  if (k > r - b) fail(where, ": index tuples of length ", k, " exceed data ", x.describe(), " with batch_dims ", b);
-  for (int64_t d = 0; d < b; ++d)
-    if (idx.dim(d) != x.dim(d))
-      fail(where, ": batch dimension ", d, " differs between data ", x.describe(), " and indices ", idx.describe());
-  Shape out(idx.shape().begin(), idx.shape().end() - 1);
-  out.insert(out.end(), x.shape().begin() + b + k, x.shape().end());
-  const std::vector<int64_t> offs = nd_offsets(idx, x.shape(), b, k, where);
-  const int64_t slice = shape_numel(Shape(x.shape().begin() + b + k, x.shape().end()));
-  Tensor& y = ctx.allocate_output(0, x.dtype(), out);
+  const NdSetup nd = gather_nd_setup(ctx);
+  const std::vector<int64_t> offs = nd_offsets(idx, x.shape(), nd.b, nd.k, where);
+  const int64_t slice = nd.slice;
+  Tensor& y = ctx.allocate_output(0, x.dtype(), nd.out);
   if (y.numel() == 0) return;
   dispatch_bytes(
       x.dtype(),
@@ -175,25 +148,6 @@ void gather_nd_kernel(KernelContext& ctx) {
         for (size_t t = 0; t < offs.size(); ++t) std::copy(src + offs[t], src + offs[t] + slice, dst + t * slice);
       },
       where);
-}
-
-enum class Reduction { None, Add, Mul, Max, Min };
-
-Reduction parse_reduction(const ir::Node& node, std::string* error) {
-  const std::string s = node.attr_string("reduction", "none");
-  if (s == "none") return Reduction::None;
-  if (node.opset >= 16 && s == "add") return Reduction::Add;
-  if (node.opset >= 16 && s == "mul") return Reduction::Mul;
-  if (node.opset >= 18 && s == "max") return Reduction::Max;
-  if (node.opset >= 18 && s == "min") return Reduction::Min;
-  if (error) *error = "reduction '" + s + "' is not supported at opset " + std::to_string(node.opset);
-  return Reduction::None;
-}
-
-std::string check_reduction(const ir::Node& node) {
-  std::string error;
-  parse_reduction(node, &error);
-  return error;
 }
 
 template <Reduction R, typename T>
@@ -211,53 +165,15 @@ inline T combine(T a, T b) {
   }
 }
 
-// Calls f(std::integral_constant<Reduction, R>) for the runtime reduction.
-template <typename F>
-void with_reduction(Reduction r, F&& f) {
-  switch (r) {
-    case Reduction::None:
-      return f(std::integral_constant<Reduction, Reduction::None>{});
-    case Reduction::Add:
-      return f(std::integral_constant<Reduction, Reduction::Add>{});
-    case Reduction::Mul:
-      return f(std::integral_constant<Reduction, Reduction::Mul>{});
-    case Reduction::Max:
-      return f(std::integral_constant<Reduction, Reduction::Max>{});
-    case Reduction::Min:
-      return f(std::integral_constant<Reduction, Reduction::Min>{});
-  }
-}
-
-Reduction reduction_of(KernelContext& ctx) {
-  std::string error;
-  Reduction r = parse_reduction(ctx.node(), &error);
-  if (!error.empty()) fail(ctx.node().label(), ": ", error);
-  return r;
-}
-
-void check_same_dtype(const Tensor& x, const Tensor& u, const std::string& where) {
-  if (u.dtype() != x.dtype())
-    fail(where, ": updates ", u.describe(), " must have the element type of data ", x.describe());
-}
-
 void scatter_nd_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
   const Tensor& upd = ctx.input(2);
-  check_same_dtype(x, upd, where);
-  const Reduction red = reduction_of(ctx);
-  const int64_t r = x.rank(), q = idx.rank();
-  if (r < 1 || q < 1) fail(where, ": data and indices must have rank >= 1");
-  const int64_t k = idx.dim(q - 1);
-  if (k > r) fail(where, ": index tuples of length ", k, " exceed data ", x.describe());
-  Shape expect(idx.shape().begin(), idx.shape().end() - 1);
-  expect.insert(expect.end(), x.shape().begin() + k, x.shape().end());
-  if (upd.shape() != expect)
-    fail(where, ": updates ", upd.describe(), " must have shape ", shape_str(expect), " for data ", x.describe(),
-         " and indices ", idx.describe());
-  const std::vector<int64_t> offs = nd_offsets(idx, x.shape(), 0, k, where);
-  const int64_t slice = shape_numel(Shape(x.shape().begin() + k, x.shape().end()));
+  const Reduction red = scatter_reduction(ctx);
+  const NdSetup nd = scatter_nd_setup(ctx);
+  const std::vector<int64_t> offs = nd_offsets(idx, x.shape(), 0, nd.k, where);
+  const int64_t slice = nd.slice;
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
   if (x.nbytes()) std::memcpy(y.mutable_raw(), x.raw(), x.nbytes());
   dispatch_all(
@@ -284,13 +200,8 @@ void scatter_elements_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& idx = ctx.input(1);
   const Tensor& upd = ctx.input(2);
-  check_same_dtype(x, upd, where);
-  const Reduction red = reduction_of(ctx);
-  if (x.rank() == 0) fail(where, ": data must have rank >= 1");
-  const int64_t axis = normalize_axis(ctx.attr_int("axis", 0), x.rank(), where);
-  check_elements_shapes(x, idx, axis, where);
-  if (upd.shape() != idx.shape())
-    fail(where, ": updates ", upd.describe(), " must have the shape of indices ", idx.describe());
+  const Reduction red = scatter_reduction(ctx);
+  const int64_t axis = scatter_elements_axis(ctx);
   const int64_t dim = x.dim(axis);
   const std::vector<int64_t> ind = resolve_indices(
       idx, [dim](int64_t) { return dim; }, where);
@@ -321,9 +232,9 @@ void register_gather_scatter_ops(OpRegistry& r) {
   r.add({"", "Gather", 1, INT_MAX, gather_kernel, nullptr});
   r.add({"", "GatherElements", 11, INT_MAX, gather_elements_kernel, nullptr});
   r.add({"", "GatherND", 11, INT_MAX, gather_nd_kernel, nullptr});
-  r.add({"", "ScatterND", 11, INT_MAX, scatter_nd_kernel, check_reduction});
-  r.add({"", "ScatterElements", 11, INT_MAX, scatter_elements_kernel, check_reduction});
-  r.add({"", "Scatter", 9, 10, scatter_elements_kernel, check_reduction});
+  r.add({"", "ScatterND", 11, INT_MAX, scatter_nd_kernel, reduction_check});
+  r.add({"", "ScatterElements", 11, INT_MAX, scatter_elements_kernel, reduction_check});
+  r.add({"", "Scatter", 9, 10, scatter_elements_kernel, reduction_check});
 }
 
 }  // namespace reforge::ops
