@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "ops/tensor/tensor_common.h"
+#include "ops/tensor/tensor_misc_setup.h"
 
 namespace reforge::ops {
 namespace {
@@ -49,23 +51,10 @@ void constant_kernel(KernelContext& ctx) {
 
 // ---- ConstantOfShape ------------------------------------------------------------------------
 
-std::string check_constant_of_shape(const ir::Node& node) {
-  const Tensor* v = node.attr_tensor("value");
-  if (v && v->numel() != 1) return "attribute 'value' must hold exactly one element, it is " + v->describe();
-  return "";
-}
-
 void constant_of_shape_kernel(KernelContext& ctx) {
-  const std::string where = ctx.node().label();
-  const std::string reason = check_constant_of_shape(ctx.node());
-  if (!reason.empty()) fail(where, ": ", reason);
-  const Tensor& shape_in = ctx.input(0);
-  const std::vector<int64_t> shape = read_int_tensor(shape_in, where, "input 'shape'");
-  for (int64_t d : shape)
-    if (d < 0) fail(where, ": shape ", shape_str(shape), " has a negative dimension");
-  const Tensor* v = ctx.node().attr_tensor("value");
-  const Tensor value = v ? *v : Tensor::scalar<float>(DType::Float32, 0.0f);
-  Tensor& y = ctx.allocate_output(0, value.dtype(), shape);
+  const ConstantOfShapeSetup s = constant_of_shape_setup(ctx);
+  const Tensor& value = s.value;
+  Tensor& y = ctx.allocate_output(0, value.dtype(), s.shape);
   dispatch_bytes(
       value.dtype(),
       [&](auto tag) {
@@ -74,55 +63,31 @@ void constant_of_shape_kernel(KernelContext& ctx) {
         std::memcpy(&x, value.raw(), sizeof(T));
         std::fill(y.mutable_data<T>(), y.mutable_data<T>() + y.numel(), x);
       },
-      where);
+      ctx.node().label());
 }
 
 // ---- Range ----------------------------------------------------------------------------------
 
-// Scalar input i as a plain value; Range's inputs are scalars (or one-element tensors).
-const Tensor& scalar_input(KernelContext& ctx, size_t i, const char* name) {
-  const Tensor& t = ctx.input(i);
-  if (t.numel() != 1) fail(ctx.node().label(), ": input '", name, "' must be a scalar, got ", t.describe());
-  return t;
-}
-
-// Output elements = max(ceil((limit - start) / delta), 0); element i = start + i * delta. Integers
-// are computed exactly (128-bit), floats in double (float16/bfloat16 stash in float per the spec,
-// which double subsumes).
+// Element i = start + i * delta. Integers are computed exactly (128-bit), floats in double
+// (float16/bfloat16 stash in float per the spec, which double subsumes).
 void range_kernel(KernelContext& ctx) {
-  const std::string where = ctx.node().label();
-  const Tensor& start = scalar_input(ctx, 0, "start");
-  const Tensor& limit = scalar_input(ctx, 1, "limit");
-  const Tensor& delta = scalar_input(ctx, 2, "delta");
-  const DType t = start.dtype();
-  if (limit.dtype() != t || delta.dtype() != t)
-    fail(where, ": start, limit and delta must have one element type, got ", start.describe(), ", ", limit.describe(),
-         ", ", delta.describe());
+  const RangeSetup r = range_setup(ctx);
+  const DType t = r.dtype;
+  const int64_t n = r.n;
+  Tensor& y = ctx.allocate_output(0, t, {n});
   if (is_integer(t)) {
-    const __int128 s = start.as_int64(), l = limit.as_int64(), d = delta.as_int64();
-    if (d == 0) fail(where, ": delta is 0");
-    const __int128 diff = l - s;
-    __int128 n = 0;
-    if ((diff > 0 && d > 0) || (diff < 0 && d < 0)) n = (diff + d + (d > 0 ? -1 : 1)) / d;
-    if (n > (__int128{1} << 40)) fail(where, ": range of ", static_cast<long long>(n), " elements is too large");
-    Tensor& y = ctx.allocate_output(0, t, {static_cast<int64_t>(n)});
+    const __int128 s = ctx.input(0).as_int64(), d = ctx.input(2).as_int64();
     dispatch_integer(
         t,
         [&](auto tag) {
           using T = typename decltype(tag)::type;
           T* out = y.mutable_data<T>();
-          for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) out[i] = static_cast<T>(s + i * d);
+          for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(s + i * d);
         },
         "Range");
     return;
   }
-  const double s = start.as_double(), l = limit.as_double(), d = delta.as_double();
-  if (d == 0) fail(where, ": delta is 0");
-  const double count = std::ceil((l - s) / d);
-  if (std::isnan(count)) fail(where, ": range from ", s, " to ", l, " by ", d, " is not finite");
-  if (count > static_cast<double>(int64_t{1} << 40)) fail(where, ": range of ", count, " elements is too large");
-  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  Tensor& y = ctx.allocate_output(0, t, {n});
+  const double s = ctx.input(0).as_double(), d = ctx.input(2).as_double();
   dispatch_float(
       t,
       [&](auto tag) {
@@ -137,33 +102,23 @@ void range_kernel(KernelContext& ctx) {
 
 // Dropout is the identity at inference. Opsets 1-11 have no training switch that an inference
 // engine honours (is_test/training are a runtime mode there), so they always pass through.
-// From opset 12 the training_mode input can turn dropout on: the mask keeps an element when a
-// uniform draw in [0,1) is >= ratio and kept values are scaled by 1/(1-ratio). With the `seed`
-// attribute the draws are numpy's legacy RandomState(seed).uniform(0, 1, shape) — MT19937 seeded
-// with init_genrand and 53-bit doubles — which is what the ONNX reference and its test data use,
-// so a seeded model reproduces them exactly.
+// From opset 12 the training_mode input can turn dropout on: the mask (dropout_keep_mask) keeps
+// an element when a uniform draw in [0,1) is >= ratio and kept values are scaled by
+// 1/(1-ratio).
 void dropout_kernel(KernelContext& ctx) {
-  const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  bool training = false;
-  double ratio = 0.5;
-  if (ctx.opset() >= 12) {
-    if (ctx.has_input(1)) ratio = scalar_input(ctx, 1, "ratio").as_double();
-    if (ctx.has_input(2)) training = scalar_input(ctx, 2, "training_mode").as_int64() != 0;
-  }
-  const bool drop = training && ratio != 0;
-  if (drop && !(ratio > 0 && ratio < 1)) fail(where, ": ratio ", ratio, " must be in [0, 1)");
-  const bool want_mask = ctx.num_outputs() > 1 && ctx.output_wanted(1);
-  const DType mask_type = ctx.opset() >= 10 ? DType::Bool : x.dtype();
-  if (!drop) {
+  const DropoutSetup s =
+      dropout_setup(ctx, [&](size_t i, const char* name) -> const Tensor& { return scalar_input(ctx, i, name); });
+  const double ratio = s.ratio;
+  if (!s.drop) {
     ctx.set_output(0, x);
-    if (want_mask) {
-      Tensor& m = ctx.allocate_output(1, mask_type, x.shape());
-      if (mask_type == DType::Bool) {
+    if (s.want_mask) {
+      Tensor& m = ctx.allocate_output(1, s.mask_type, x.shape());
+      if (s.mask_type == DType::Bool) {
         std::fill(m.mutable_data<bool>(), m.mutable_data<bool>() + m.numel(), true);
       } else {
         dispatch_float(
-            mask_type,
+            s.mask_type,
             [&](auto tag) {
               using T = typename decltype(tag)::type;
               std::fill(m.mutable_data<T>(), m.mutable_data<T>() + m.numel(), from_compute<T>(1.0f));
@@ -175,13 +130,8 @@ void dropout_kernel(KernelContext& ctx) {
   }
   const uint32_t seed =
       ctx.node().has_attr("seed") ? static_cast<uint32_t>(ctx.attr_int("seed", 0)) : std::random_device{}();
-  std::mt19937 gen(seed);
-  std::vector<bool> keep(static_cast<size_t>(x.numel()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const uint32_t a = gen() >> 5, b = gen() >> 6;
-    const double u = (a * 67108864.0 + b) / 9007199254740992.0;
-    keep[static_cast<size_t>(i)] = u >= ratio;
-  }
+  std::unique_ptr<bool[]> keep(new bool[static_cast<size_t>(x.numel())]);
+  dropout_keep_mask(seed, ratio, x.numel(), keep.get());
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
   dispatch_float(
       x.dtype(),
@@ -195,17 +145,10 @@ void dropout_kernel(KernelContext& ctx) {
           out[i] = keep[static_cast<size_t>(i)] ? from_compute<T>(to_compute(in[i]) * scale) : from_compute<T>(C(0));
       },
       "Dropout");
-  if (want_mask) {
+  if (s.want_mask) {
     Tensor& m = ctx.allocate_output(1, DType::Bool, x.shape());
-    bool* mp = m.mutable_data<bool>();
-    for (int64_t i = 0; i < x.numel(); ++i) mp[i] = keep[static_cast<size_t>(i)];
+    std::copy(keep.get(), keep.get() + x.numel(), m.mutable_data<bool>());
   }
-}
-
-// Dropout draws only from opset 12, when a training_mode input can turn it on, and only
-// without a `seed` (a seeded draw is reproducible). Inference graphs leave training_mode out.
-bool dropout_draws_random(const ir::Node& n) {
-  return n.opset >= 12 && n.inputs.size() > 2 && !n.inputs[2].empty() && !n.has_attr("seed");
 }
 
 // ---- OneHot ---------------------------------------------------------------------------------
@@ -215,22 +158,10 @@ bool dropout_draws_random(const ir::Node& n) {
 void one_hot_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& ind = ctx.input(0);
-  const Tensor& depth_t = scalar_input(ctx, 1, "depth");
   const Tensor& values = ctx.input(2);
-  if (values.numel() != 2) fail(where, ": values must hold [off_value, on_value], got ", values.describe());
-  const double depth_d = depth_t.as_double();
-  if (!(depth_d >= 0) || depth_d > static_cast<double>(int64_t{1} << 40))
-    fail(where, ": depth ", depth_d, " is not a valid size");
-  const int64_t depth = static_cast<int64_t>(depth_d);
-  const int64_t r = ind.rank();
-  int64_t axis = ctx.attr_int("axis", -1);
-  if (axis < -r - 1 || axis > r) fail(where, ": axis ", axis, " is out of range for indices of rank ", r);
-  if (axis < 0) axis += r + 1;
-  Shape out = ind.shape();
-  out.insert(out.begin() + axis, depth);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= ind.dim(d);
-  for (int64_t d = axis; d < r; ++d) inner *= ind.dim(d);
+  const OneHotSetup s = one_hot_setup(ctx);
+  const int64_t depth = s.depth, outer = s.outer, inner = s.inner;
+  const Shape& out = s.out;
   std::vector<int64_t> idx(static_cast<size_t>(ind.numel()));
   dispatch_numeric(
       ind.dtype(),
@@ -301,7 +232,7 @@ void register_tensor_misc_ops(OpRegistry& r) {
          9,
          INT_MAX,
          constant_of_shape_kernel,
-         check_constant_of_shape,
+         constant_of_shape_check,
          nullptr,
          {InputRole::kShape}});
   r.add({"",
