@@ -8,6 +8,8 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
+#include "ops/elementwise/cast_setup.h"
 
 namespace reforge::cuda {
 
@@ -69,11 +71,6 @@ __global__ void cast_kernel(const From* in, To* out, int64_t n, bool from_bool) 
   }
 }
 
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
-
 void run_cast(ops::KernelContext& ctx, const Tensor& x, DType to) {
   const std::string who = ctx.node().label();
   if (x.dtype() == to) {
@@ -97,51 +94,15 @@ void run_cast(ops::KernelContext& ctx, const Tensor& x, DType to) {
   });
 }
 
-// Cast-1..5 named the target type with a string ("FLOAT", "INT64"); later opsets use the
-// TensorProto code.
-DType legacy_type_from_name(const std::string& name) {
-  static const std::pair<const char*, DType> names[] = {
-      {"FLOAT", DType::Float32}, {"FLOAT16", DType::Float16}, {"DOUBLE", DType::Float64}, {"BFLOAT16", DType::BFloat16},
-      {"INT8", DType::Int8},     {"INT16", DType::Int16},     {"INT32", DType::Int32},    {"INT64", DType::Int64},
-      {"UINT8", DType::UInt8},   {"UINT16", DType::UInt16},   {"UINT32", DType::UInt32},  {"UINT64", DType::UInt64},
-      {"BOOL", DType::Bool},     {"STRING", DType::String},
-  };
-  for (const auto& [n, t] : names)
-    if (name == n) return t;
-  return DType::Undefined;
-}
-
-// The `to` attribute as a dtype, or Undefined with `why` set (the CPU kernel's checker).
-DType cast_target(const ir::Node& node, std::string& why) {
-  const ir::Attribute* a = node.attr("to");
-  if (!a) {
-    why = "attribute 'to' is missing";
-    return DType::Undefined;
-  }
-  DType t = DType::Undefined;
-  if (a->type == ir::AttrType::String) {
-    t = legacy_type_from_name(a->s);
-    if (t == DType::Undefined) why = str_cat("unknown target type '", a->s, "'");
-  } else {
-    t = dtype_from_onnx(static_cast<int32_t>(node.attr_int("to")));
-    if (t == DType::Undefined) why = str_cat("unknown target type code ", node.attr_int("to"));
-  }
-  if (t != DType::Undefined && !is_supported(t)) {
-    why = str_cat("casting to ", dtype_name(t), " is not supported");
-    t = DType::Undefined;
-  }
-  return t;
-}
-
 std::string cast_check(const ir::Node& node) {
   std::string why;
-  cast_target(node, why);
+  ops::cast_target(node, is_supported, why);
   return why;
 }
 
 void cast(ops::KernelContext& ctx) {
   std::string why;
-  const DType to = cast_target(ctx.node(), why);
+  const DType to = ops::cast_target(ctx.node(), is_supported, why);
   if (to == DType::Undefined) fail(ctx.node().label(), ": ", why);
   const Tensor& x = ctx.input(0);
   REFORGE_CHECK(is_supported(x.dtype()), ctx.node().label(), ": casting from ", dtype_name(x.dtype()),

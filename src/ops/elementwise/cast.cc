@@ -11,46 +11,11 @@
 
 #include "core/dispatch.h"
 #include "core/narrow.h"
+#include "ops/elementwise/cast_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
 namespace {
-
-// Cast-1..5 named the target type with a string ("FLOAT", "INT64"); later opsets use the
-// TensorProto code.
-DType legacy_type_from_name(const std::string& name) {
-  static const std::pair<const char*, DType> names[] = {
-      {"FLOAT", DType::Float32}, {"FLOAT16", DType::Float16}, {"DOUBLE", DType::Float64}, {"BFLOAT16", DType::BFloat16},
-      {"INT8", DType::Int8},     {"INT16", DType::Int16},     {"INT32", DType::Int32},    {"INT64", DType::Int64},
-      {"UINT8", DType::UInt8},   {"UINT16", DType::UInt16},   {"UINT32", DType::UInt32},  {"UINT64", DType::UInt64},
-      {"BOOL", DType::Bool},     {"STRING", DType::String},
-  };
-  for (const auto& [n, t] : names)
-    if (name == n) return t;
-  return DType::Undefined;
-}
-
-// The `to` attribute as a dtype, or Undefined with `why` set.
-DType cast_target(const ir::Node& node, std::string& why) {
-  const ir::Attribute* a = node.attr("to");
-  if (!a) {
-    why = "attribute 'to' is missing";
-    return DType::Undefined;
-  }
-  DType t = DType::Undefined;
-  if (a->type == ir::AttrType::String) {
-    t = legacy_type_from_name(a->s);
-    if (t == DType::Undefined) why = str_cat("unknown target type '", a->s, "'");
-  } else {
-    t = dtype_from_onnx(static_cast<int32_t>(node.attr_int("to")));
-    if (t == DType::Undefined) why = str_cat("unknown target type code ", node.attr_int("to"));
-  }
-  if (t != DType::Undefined && !has_storage(t)) {
-    why = str_cat("casting to ", dtype_name(t), " is not supported");
-    t = DType::Undefined;
-  }
-  return t;
-}
 
 // The `saturate` and `round_mode` attributes (absent before opsets 19 and 24: saturating, "up").
 NarrowCastOptions narrow_options(const ir::Node& node, std::string& why) {
@@ -64,7 +29,7 @@ NarrowCastOptions narrow_options(const ir::Node& node, std::string& why) {
 
 std::string cast_check(const ir::Node& node) {
   std::string why;
-  cast_target(node, why);
+  cast_target(node, has_storage, why);
   if (why.empty()) narrow_options(node, why);
   return why;
 }
@@ -84,7 +49,7 @@ NarrowCastOptions kernel_options(const KernelContext& ctx) {
 
 void cast_kernel(KernelContext& ctx) {
   std::string why;
-  const DType to = cast_target(ctx.node(), why);
+  const DType to = cast_target(ctx.node(), has_storage, why);
   if (to == DType::Undefined) fail(ctx.node().label(), ": ", why);
   const Tensor& x = ctx.input(0);
   REFORGE_CHECK(has_storage(x.dtype()), ctx.node().label(), ": casting from ", dtype_name(x.dtype()),
