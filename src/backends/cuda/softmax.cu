@@ -15,7 +15,9 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
+#include "backends/cuda/launch.h"
 #include "ops/numerics.h"
+#include "ops/reduce/softmax.h"
 
 namespace reforge::cuda {
 
@@ -78,32 +80,12 @@ __global__ void softmax_rows(const T* x, T* y, int64_t rows, int64_t n, int64_t 
   }
 }
 
-unsigned row_grid(int64_t rows, int groups) {
-  const int64_t b = (rows + groups - 1) / groups;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
-
 template <bool Log>
 void softmax_kernel(ops::KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-  const bool coerce_2d = ctx.opset() < 13;
-  int64_t axis = ctx.attr_int("axis", coerce_2d ? 1 : -1);
-  const int64_t r = std::max<int64_t>(rank, 1);
-  // Opset < 13 also accepts axis == rank (an empty trailing block of size 1).
-  REFORGE_CHECK(axis >= -r && (axis < r || (coerce_2d && axis == rank)), label, ": axis ", axis,
-                " is out of range for input of rank ", rank);
-  if (axis < 0) axis += r;
-  int64_t outer = 1, n = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis)
-      outer *= x.dim(i);
-    else if (coerce_2d || i == axis)
-      n *= x.dim(i);
-    else
-      inner *= x.dim(i);
-  }
+  const ops::SoftmaxBlocks b = ops::softmax_blocks(ctx);
+  const int64_t outer = b.outer, n = b.n, inner = b.inner;
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int64_t rows = outer * inner;

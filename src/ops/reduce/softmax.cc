@@ -116,7 +116,7 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bo
 
 }  // namespace
 
-void softmax_run(KernelContext& ctx, bool log, SoftmaxF32Block f32_block) {
+SoftmaxBlocks softmax_blocks(const KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const int64_t rank = x.rank();
@@ -127,15 +127,22 @@ void softmax_run(KernelContext& ctx, bool log, SoftmaxF32Block f32_block) {
   REFORGE_CHECK(axis >= -r && (axis < r || (coerce_2d && axis == rank)), label, ": axis ", axis,
                 " is out of range for input of rank ", rank);
   if (axis < 0) axis += r;
-  int64_t outer = 1, n = 1, inner = 1;
+  SoftmaxBlocks b;
   for (int64_t i = 0; i < rank; ++i) {
     if (i < axis)
-      outer *= x.dim(i);
+      b.outer *= x.dim(i);
     else if (coerce_2d || i == axis)
-      n *= x.dim(i);
+      b.n *= x.dim(i);
     else
-      inner *= x.dim(i);
+      b.inner *= x.dim(i);
   }
+  return b;
+}
+
+void softmax_run(KernelContext& ctx, bool log, SoftmaxF32Block f32_block) {
+  const Tensor& x = ctx.input(0);
+  const SoftmaxBlocks b = softmax_blocks(ctx);
+  const int64_t outer = b.outer, n = b.n, inner = b.inner;
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
@@ -165,22 +172,8 @@ void softmax_kernel(KernelContext& ctx) {
 void hardmax_kernel(KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-  const bool coerce_2d = ctx.opset() < 13;
-  int64_t axis = ctx.attr_int("axis", coerce_2d ? 1 : -1);
-  const int64_t r = std::max<int64_t>(rank, 1);
-  REFORGE_CHECK(axis >= -r && (axis < r || (coerce_2d && axis == rank)), label, ": axis ", axis,
-                " is out of range for input of rank ", rank);
-  if (axis < 0) axis += r;
-  int64_t outer = 1, n = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis)
-      outer *= x.dim(i);
-    else if (coerce_2d || i == axis)
-      n *= x.dim(i);
-    else
-      inner *= x.dim(i);
-  }
+  const SoftmaxBlocks b = softmax_blocks(ctx);
+  const int64_t outer = b.outer, n = b.n, inner = b.inner;
   Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
   if (y.numel() == 0) return;
   dispatch_float(
