@@ -18,6 +18,8 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
+#include "backends/cuda/launch.h"
+#include "ops/reduce/reduce_setup.h"
 
 namespace reforge::cuda {
 
@@ -287,11 +289,6 @@ __global__ void log_sum_exp_rows(const T* x, T* y, RowPlan p) {
   }
 }
 
-unsigned row_grid(int64_t rows, int groups) {
-  const int64_t b = (rows + groups - 1) / groups;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
-
 template <typename T, typename Op>
 void launch_rows(const T* x, typename Op::Out* y, const RowPlan& p, const Op& op, const char* where) {
   if (p.rows == 0) return;
@@ -348,55 +345,18 @@ void run_reduce(Kind kind, bool lse, const Tensor& x, Tensor& y, const RowPlan& 
   fail(where, ": reduction of ", dtype_name(x.dtype()), " is not defined");
 }
 
-// The CPU's reduce_kernel (ops/reduce/reduce.cc) on the device: axes from the attribute before
-// `axes_input_since`, from optional host input 1 from then on; noop_with_empty_axes; keepdims.
+// The CPU's reduce_kernel (ops/reduce/reduce.cc) on the device, with its axes (ops::reduce_setup).
 void reduce_kernel(ops::KernelContext& ctx, Kind kind, bool lse, int axes_input_since) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  std::vector<int64_t> axes;
-  if (ctx.opset() >= axes_input_since) {
-    if (ctx.has_input(1)) {
-      const Tensor& a = ctx.input(1);
-      REFORGE_CHECK(a.dtype() == DType::Int64 || a.dtype() == DType::Int32, label, ": axes must be int64, got ",
-                    a.describe());
-      REFORGE_CHECK(a.rank() <= 1, label, ": axes must be a 1-D tensor, got ", a.describe());
-      axes = a.to_int64_vector();
-    }
-  } else {
-    axes = ctx.attr_ints("axes");
-  }
-  const bool keepdims = ctx.attr_int("keepdims", 1) != 0;
-  const bool noop = ctx.attr_int("noop_with_empty_axes", 0) != 0;
-  if (axes.empty() && noop) {
+  const ops::ReduceSetup s = ops::reduce_setup(ctx, axes_input_since, !lse && (kind == Kind::Max || kind == Kind::Min));
+  if (s.identity) {
     ctx.set_output(0, x);
     return;
   }
-  const DType dt = x.dtype();
-  const bool extremum = !lse && (kind == Kind::Max || kind == Kind::Min);
-  if (dt == DType::Bool && !extremum) fail(label, ": input of type bool is only supported by ReduceMax and ReduceMin");
-  REFORGE_CHECK(dt != DType::Bool || ctx.opset() >= 20, label, ": bool input requires opset 20, model has ",
-                ctx.opset());
-
-  const int64_t rank = x.rank();
-  std::vector<char> flags(static_cast<size_t>(rank), axes.empty() ? 1 : 0);
-  for (int64_t a : axes) {
-    REFORGE_CHECK(a >= -rank && a < std::max<int64_t>(rank, 1) && (rank > 0 || a == 0 || a == -1), label, ": axis ", a,
-                  " is out of range for input of rank ", rank);
-    if (rank == 0) continue;  // numpy-style: axis 0/-1 of a scalar reduces nothing
-    const int64_t n = a < 0 ? a + rank : a;
-    REFORGE_CHECK(!flags[static_cast<size_t>(n)], label, ": axis ", a, " is listed more than once");
-    flags[static_cast<size_t>(n)] = 1;
-  }
-  Shape out_shape;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (!flags[static_cast<size_t>(i)])
-      out_shape.push_back(x.dim(i));
-    else if (keepdims)
-      out_shape.push_back(1);
-  }
-  const RowPlan plan = make_row_plan(x.shape(), flags, label);
-  Tensor& y = ctx.allocate_output_uninit(0, dt, out_shape);
-  dispatch_device(dt, label.c_str(),
+  const RowPlan plan = make_row_plan(x.shape(), s.flags, label);
+  Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), s.out);
+  dispatch_device(x.dtype(), label.c_str(),
                   [&](auto tag) { run_reduce<typename decltype(tag)::type>(kind, lse, x, y, plan, label.c_str()); });
 }
 
@@ -405,30 +365,11 @@ template <bool IsMax>
 void arg_kernel(ops::KernelContext& ctx) {
   const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-  int64_t axis = ctx.attr_int("axis", 0);
-  const bool keepdims = ctx.attr_int("keepdims", 1) != 0;
-  const bool last = ctx.attr_int("select_last_index", 0) != 0;
-  const int64_t r = std::max<int64_t>(rank, 1);  // a scalar acts as a 1-element vector
-  REFORGE_CHECK(axis >= -r && axis < r, label, ": axis ", axis, " is out of range for input of rank ", rank);
-  if (axis < 0) axis += r;
-  Shape out_shape;
-  int64_t n = 1;
-  std::vector<char> flags(static_cast<size_t>(rank), 0);
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i == axis) {
-      n = x.dim(i);
-      flags[static_cast<size_t>(i)] = 1;
-    }
-    if (i != axis)
-      out_shape.push_back(x.dim(i));
-    else if (keepdims)
-      out_shape.push_back(1);
-  }
-  Tensor& y = ctx.allocate_output_uninit(0, DType::Int64, out_shape);
+  const ops::ArgSetup s = ops::arg_setup(ctx, IsMax);
+  const bool last = s.last;
+  const std::vector<char>& flags = s.flags;
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Int64, s.out);
   if (y.numel() == 0) return;
-  REFORGE_CHECK(n > 0, label, ": cannot take ", IsMax ? "ArgMax" : "ArgMin", " over axis ", axis, " of size 0 (input ",
-                x.describe(), ")");
   const RowPlan plan = make_row_plan(x.shape(), flags, label);
   dispatch_device(x.dtype(), label.c_str(), [&](auto tag) {
     using T = typename decltype(tag)::type;

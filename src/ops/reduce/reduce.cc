@@ -27,6 +27,7 @@
 
 #include "core/dispatch.h"
 #include "ops/reduce/extremum_scan.h"
+#include "ops/reduce/reduce_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -424,54 +425,18 @@ void reduce_typed(Kind kind, const ReducePlan& p, const T* x, T* y, int threads,
   }
 }
 
-// Reads the axes (attribute before `axes_input_since`, optional input 1 from then on), applies
-// noop_with_empty_axes, keepdims, and runs the reduction.
+// Reads the axes (reduce_setup), applies noop_with_empty_axes and keepdims, and runs the
+// reduction.
 void reduce_kernel(KernelContext& ctx, Kind kind, int axes_input_since, const extremum::ExtremumScans& scans) {
-  const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  std::vector<int64_t> axes;
-  if (ctx.opset() >= axes_input_since) {
-    if (ctx.has_input(1)) {
-      const Tensor& a = ctx.input(1);
-      REFORGE_CHECK(a.dtype() == DType::Int64 || a.dtype() == DType::Int32, label, ": axes must be int64, got ",
-                    a.describe());
-      REFORGE_CHECK(a.rank() <= 1, label, ": axes must be a 1-D tensor, got ", a.describe());
-      axes = a.to_int64_vector();
-    }
-  } else {
-    axes = ctx.attr_ints("axes");
-  }
-  const bool keepdims = ctx.attr_int("keepdims", 1) != 0;
-  const bool noop = ctx.attr_int("noop_with_empty_axes", 0) != 0;
-  if (axes.empty() && noop) {
+  const ReduceSetup s = reduce_setup(ctx, axes_input_since, kind == Kind::Max || kind == Kind::Min);
+  if (s.identity) {
     ctx.set_output(0, x);
     return;
   }
   const DType dt = x.dtype();
-  if (dt == DType::Bool && kind != Kind::Max && kind != Kind::Min)
-    fail(label, ": input of type bool is only supported by ReduceMax and ReduceMin");
-  REFORGE_CHECK(dt != DType::Bool || ctx.opset() >= 20, label, ": bool input requires opset 20, model has ",
-                ctx.opset());
-
-  const int64_t rank = x.rank();
-  std::vector<char> flags(static_cast<size_t>(rank), axes.empty() ? 1 : 0);
-  for (int64_t a : axes) {
-    REFORGE_CHECK(a >= -rank && a < std::max<int64_t>(rank, 1) && (rank > 0 || a == 0 || a == -1), label, ": axis ", a,
-                  " is out of range for input of rank ", rank);
-    if (rank == 0) continue;  // numpy-style: axis 0/-1 of a scalar reduces nothing
-    const int64_t n = a < 0 ? a + rank : a;
-    REFORGE_CHECK(!flags[static_cast<size_t>(n)], label, ": axis ", a, " is listed more than once");
-    flags[static_cast<size_t>(n)] = 1;
-  }
-  Shape out_shape;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (!flags[static_cast<size_t>(i)])
-      out_shape.push_back(x.dim(i));
-    else if (keepdims)
-      out_shape.push_back(1);
-  }
-  const ReducePlan plan = make_plan(x.shape(), flags);
-  Tensor& y = ctx.allocate_output(0, dt, out_shape);
+  const ReducePlan plan = make_plan(x.shape(), s.flags);
+  Tensor& y = ctx.allocate_output(0, dt, s.out);
   const int threads = thread_count(ctx);
   if (dt == DType::Bool) {
     reduce_typed<bool>(kind, plan, x.data<bool>(), y.mutable_data<bool>(), threads, scans);

@@ -12,6 +12,7 @@
 
 #include "core/dispatch.h"
 #include "ops/reduce/extremum_scan.h"
+#include "ops/reduce/reduce_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -84,33 +85,12 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
 
 template <bool IsMax>
 void arg_kernel(KernelContext& ctx, const extremum::ExtremumScans& scans) {
-  const std::string label = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  const int64_t rank = x.rank();
-  int64_t axis = ctx.attr_int("axis", 0);
-  const bool keepdims = ctx.attr_int("keepdims", 1) != 0;
-  const bool last = ctx.attr_int("select_last_index", 0) != 0;
-  const int64_t r = std::max<int64_t>(rank, 1);  // a scalar acts as a 1-element vector
-  REFORGE_CHECK(axis >= -r && axis < r, label, ": axis ", axis, " is out of range for input of rank ", rank);
-  if (axis < 0) axis += r;
-  Shape out_shape;
-  int64_t outer = 1, inner = 1, n = 1;
-  for (int64_t i = 0; i < rank; ++i) {
-    if (i < axis)
-      outer *= x.dim(i);
-    else if (i > axis)
-      inner *= x.dim(i);
-    else
-      n = x.dim(i);
-    if (i != axis)
-      out_shape.push_back(x.dim(i));
-    else if (keepdims)
-      out_shape.push_back(1);
-  }
-  Tensor& y = ctx.allocate_output(0, DType::Int64, out_shape);
+  const ArgSetup s = arg_setup(ctx, IsMax);
+  const bool last = s.last;
+  const int64_t outer = s.outer, n = s.n, inner = s.inner;
+  Tensor& y = ctx.allocate_output(0, DType::Int64, s.out);
   if (y.numel() == 0) return;
-  REFORGE_CHECK(n > 0, label, ": cannot take ", IsMax ? "ArgMax" : "ArgMin", " over axis ", axis, " of size 0 (input ",
-                x.describe(), ")");
   const int threads = ctx.threads() > 0 ? ctx.threads() : omp_get_max_threads();
   auto run = [&](auto tag) {
     using T = typename decltype(tag)::type;
