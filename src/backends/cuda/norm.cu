@@ -10,23 +10,15 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
+#include "backends/cuda/launch.h"
 #include "core/error.h"
+#include "ops/nn/norm_setup.h"
 
 namespace reforge::cuda {
 
 namespace {
 
 constexpr int64_t kBlockRow = 2048;
-
-unsigned row_grid(int64_t rows, int groups) {
-  const int64_t b = (rows + groups - 1) / groups;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
 
 template <typename A, typename P>
 __global__ void expand_kernel(A* out, const P* p, Strides<1> s, int64_t n) {
@@ -46,17 +38,11 @@ __global__ void convert_kernel(U* out, const A* in, int64_t n) {
 // Parameter `p` (any float type) broadcast unidirectionally to `target` (numpy rules, right-aligned),
 // as a dense device tensor of `adt`.
 Tensor expand_param(const Tensor& p, const Shape& target, DType adt, const std::string& label, const char* name) {
-  const Shape& ps = p.shape();
-  REFORGE_CHECK(ps.size() <= target.size(), label, ": ", name, " ", p.describe(), " has more dims than ",
-                shape_str(target));
-  const size_t off = target.size() - ps.size();
-  for (size_t i = 0; i < ps.size(); ++i)
-    REFORGE_CHECK(ps[i] == target[off + i] || ps[i] == 1, label, ": ", name, " ", p.describe(),
-                  " cannot be broadcast to ", shape_str(target));
+  ops::check_norm_param(p, target, label, name);
   Tensor out = device_tensor(adt, target);
   const int64_t n = out.numel();
   if (n == 0) return out;
-  const Shape* shapes[1] = {&ps};
+  const Shape* shapes[1] = {&p.shape()};
   const Strides<1> st = make_strides<1>(target, shapes, label);
   dispatch_device(adt, label.c_str(), [&](auto at) {
     using A = typename decltype(at)::type;
@@ -113,26 +99,13 @@ void layer_norm_kernel(ops::KernelContext& ctx) {
   const Tensor& S = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const std::string& label = ctx.node().label();
-  const int64_t rank = X.rank();
-  int64_t axis = ctx.attr_int("axis", -1);
-  REFORGE_CHECK(axis >= -rank && axis < rank, label, ": axis ", axis, " is out of range for ", X.describe());
-  if (axis < 0) axis += rank;
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const int64_t stash = ctx.attr_int("stash_type", 1);
-  const DType stash_dtype = dtype_from_onnx(static_cast<int32_t>(stash));
-  REFORGE_CHECK(is_float(stash_dtype), label, ": stash_type ", stash, " is not a float type");
-  REFORGE_CHECK(is_float(S.dtype()) && (!B || is_float(B->dtype())), label, ": Scale and B must be float tensors");
-
-  const Shape& xs = X.shape();
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
-  const Shape norm_shape(xs.begin() + axis, xs.end());
-  Shape stat_shape(xs.begin(), xs.begin() + axis);
-  stat_shape.resize(xs.size(), 1);
-
-  Tensor& Y = ctx.allocate_output_uninit(0, X.dtype(), xs);
-  Tensor* mean_t = ctx.output_wanted(1) ? &ctx.allocate_output(1, stash_dtype, stat_shape) : nullptr;
-  Tensor* inv_t = ctx.output_wanted(2) ? &ctx.allocate_output(2, stash_dtype, stat_shape) : nullptr;
+  const ops::LayerNormSetup s = ops::layer_norm_setup(ctx);
+  const DType stash_dtype = s.stash_dtype;
+  const int64_t outer = s.outer, inner = s.inner;
+  Tensor& Y = ctx.allocate_output_uninit(0, X.dtype(), X.shape());
+  const ops::LayerNormStats stats = ops::layer_norm_stat_outputs(ctx, s);
+  Tensor* mean_t = stats.mean;
+  Tensor* inv_t = stats.inv_std;
   if (X.numel() == 0) return;
 
   dispatch_device(
@@ -143,24 +116,25 @@ void layer_norm_kernel(ops::KernelContext& ctx) {
           using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
           const DType adt = std::is_same_v<A, double> ? DType::Float64 : DType::Float32;
           // Parameters cover the normalized dims, or all of X when they have more dims than that.
-          const bool full = S.rank() > static_cast<int64_t>(norm_shape.size()) ||
-                            (B && B->rank() > static_cast<int64_t>(norm_shape.size()));
-          const Shape& pshape = full ? xs : norm_shape;
+          const bool full = s.full;
+          const Shape& pshape = s.param_shape;
           const Tensor scale = expand_param(S, pshape, adt, label, "Scale");
           const Tensor bias = B ? expand_param(*B, pshape, adt, label, "B") : Tensor();
           // Statistics in A, into the outputs or, where stash_type differs, buffers converted after.
           const bool convert = stash_dtype != adt;
-          Tensor mean_a = mean_t && convert ? device_tensor(adt, stat_shape) : Tensor();
-          Tensor inv_a = inv_t && convert ? device_tensor(adt, stat_shape) : Tensor();
+          Tensor mean_a = mean_t && convert ? device_tensor(adt, s.stat_shape) : Tensor();
+          Tensor inv_a = inv_t && convert ? device_tensor(adt, s.stat_shape) : Tensor();
           A* mp = !mean_t ? nullptr : convert ? mean_a.mutable_data<A>() : mean_t->mutable_data<A>();
           A* ip = !inv_t ? nullptr : convert ? inv_a.mutable_data<A>() : inv_t->mutable_data<A>();
           const A* bp = B ? bias.data<A>() : nullptr;
           if (inner >= kBlockRow)
             layer_norm_rows<kGroupThreads, T, A><<<row_grid(outer, 1), kGroupThreads, 0, stream()>>>(
-                X.data<T>(), Y.mutable_data<T>(), scale.data<A>(), bp, full, mp, ip, outer, inner, static_cast<A>(eps));
+                X.data<T>(), Y.mutable_data<T>(), scale.data<A>(), bp, full, mp, ip, outer, inner,
+                static_cast<A>(s.eps));
           else
             layer_norm_rows<32, T, A><<<row_grid(outer, kGroupThreads / 32), kGroupThreads, 0, stream()>>>(
-                X.data<T>(), Y.mutable_data<T>(), scale.data<A>(), bp, full, mp, ip, outer, inner, static_cast<A>(eps));
+                X.data<T>(), Y.mutable_data<T>(), scale.data<A>(), bp, full, mp, ip, outer, inner,
+                static_cast<A>(s.eps));
           check_launch("LayerNormalization");
           auto convert_stat = [&](Tensor* t, const Tensor& buf) {
             if (!t || !convert) return;
@@ -213,41 +187,18 @@ __global__ void rms_norm_rows(const X* x, const S* scale, S* y, Strides<1> st, i
   }
 }
 
-std::string rms_check(const ir::Node& node) {
-  const int64_t st = node.attr_int("stash_type", 1);
-  if (st != 1 && st != 11) return str_cat("stash_type ", st, " is not supported (only 1 = float, 11 = double)");
-  return "";
-}
-
 void rms_norm_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
-  const std::string err = rms_check(ctx.node());
-  REFORGE_CHECK(err.empty(), where, ": ", err);
-  REFORGE_CHECK(is_float(x.dtype()) && is_float(scale.dtype()), where, ": X and scale must be float tensors, got ",
-                dtype_name(x.dtype()), " and ", dtype_name(scale.dtype()));
-  const int64_t rank = x.rank();
-  REFORGE_CHECK(rank >= 1, where, ": X must have rank >= 1");
-  int64_t axis = ctx.attr_int("axis", -1);
-  REFORGE_CHECK(axis >= -rank && axis < rank, where, ": axis ", axis, " is out of range for rank ", rank);
-  if (axis < 0) axis += rank;
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-  for (int64_t i = axis; i < rank; ++i) inner *= x.dim(i);
-  REFORGE_CHECK(scale.rank() <= rank, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
-                shape_str(x.shape()));
-  for (int64_t i = 0; i < scale.rank(); ++i) {
-    const int64_t sd = scale.dim(scale.rank() - 1 - i), xd = x.dim(rank - 1 - i);
-    REFORGE_CHECK(sd == 1 || sd == xd, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
-                  shape_str(x.shape()));
-  }
+  const ops::RmsNormSetup rs = ops::rms_norm_setup(ctx);
+  const int64_t outer = rs.outer, inner = rs.inner;
   Tensor& out = ctx.allocate_output_uninit(0, scale.dtype(), x.shape());
   if (out.numel() == 0) return;
   const Shape* shapes[1] = {&scale.shape()};
   const Strides<1> st = make_strides<1>(x.shape(), shapes, where);
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const bool stash_double = ctx.attr_int("stash_type", 1) == 11;
+  const double eps = rs.eps;
+  const bool stash_double = rs.stash_double;
   dispatch_device(
       x.dtype(), where.c_str(),
       [&](auto xt) {
@@ -385,7 +336,7 @@ void rms_fused_kernel(ops::KernelContext& ctx) {
 
 void register_norm_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "LayerNormalization", layer_norm_kernel);
-  add_kernel(r, "", "RMSNormalization", rms_norm_kernel, rms_check);
+  add_kernel(r, "", "RMSNormalization", rms_norm_kernel, ops::rms_norm_check);
   add_kernel(r, "reforge", "RmsNorm", rms_fused_kernel);
 }
 

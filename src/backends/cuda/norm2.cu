@@ -22,15 +22,17 @@
 // random, so such a node is declined. The optional ratio and training_mode inputs are read on the
 // host (they are one element each).
 #include <cmath>
-#include <random>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
+#include "backends/cuda/launch.h"
 #include "core/error.h"
 #include "ops/nn/group_norm_setup.h"
+#include "ops/nn/norm_setup.h"
+#include "ops/tensor/tensor_misc_setup.h"
 
 namespace reforge::cuda {
 
@@ -41,16 +43,6 @@ constexpr int64_t kBlockRow = 2048;
 
 #define REFORGE_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
-
-unsigned row_grid(int64_t rows, int groups) {
-  const int64_t b = (rows + groups - 1) / groups;
-  return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
 
 template <typename P>
 __global__ void to_double_kernel(double* out, const P* p, int64_t n) {
@@ -174,44 +166,23 @@ __global__ void scale_shift_kernel(const T* x, T* y, int64_t total, int64_t C, i
   }
 }
 
-std::string batch_norm_check(const ir::Node& node) {
-  const bool training = node.opset >= 14 && node.attr_int("training_mode", 0) != 0;
-  for (size_t i = training ? 3 : 1; i < node.outputs.size(); ++i)
-    if (!node.outputs[i].empty())
-      return training ? "training-mode outputs beyond running_mean/running_var are not supported"
-                      : "training outputs (running/saved statistics) are only supported with training_mode=1 "
-                        "from opset 14";
-  return "";
-}
-
 void batch_norm_kernel(ops::KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
   const std::string& label = ctx.node().label();
-  const std::string why = batch_norm_check(ctx.node());
+  const std::string why = ops::batch_norm_check(ctx.node());
   REFORGE_CHECK(why.empty(), label, ": ", why);
-  REFORGE_CHECK(X.rank() >= 2, label, ": X must be [N, C, ...], got ", X.describe());
+  const ops::BatchNormSetup bn = ops::batch_norm_setup(ctx);
   REFORGE_CHECK(is_float(X.dtype()), label, ": element type ", dtype_name(X.dtype()), " is not supported");
-  const int64_t N = X.dim(0), C = X.dim(1), inner = N * C == 0 ? 0 : X.numel() / (N * C);
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const double momentum = ctx.attr_float("momentum", 0.9f);
-  const bool training = ctx.opset() >= 14 && ctx.attr_int("training_mode", 0) != 0;
-  const char* names[4] = {"scale", "B", "input_mean", "input_var"};
+  const int64_t N = bn.n, C = bn.c, inner = bn.inner;
+  const double eps = bn.eps, momentum = bn.momentum;
+  const bool training = bn.training;
+  const int64_t P = ops::batch_norm_param_size(ctx, bn);
   Tensor p[4];  // scale, bias, mean, var in float64
-  for (int i = 0; i < 4; ++i) {
-    const Tensor& t = ctx.input(static_cast<size_t>(i + 1));
-    REFORGE_CHECK(is_float(t.dtype()), label, ": ", names[i], " must be a float tensor, got ", t.describe());
-    REFORGE_CHECK(t.numel() == C || (t.numel() == C * inner && ctx.opset() < 9), label, ": ", names[i], " ",
-                  t.describe(), " must have ", C, " elements (X is ", X.describe(), ")");
-    p[i] = to_double(t, label);
-  }
-  const int64_t P = p[0].numel();
-  REFORGE_CHECK(P == p[1].numel() && P == p[2].numel() && P == p[3].numel(), label,
-                ": scale, B, input_mean and input_var must have the same size");
+  for (int i = 0; i < 4; ++i) p[i] = to_double(ctx.input(static_cast<size_t>(i + 1)), label);
   const double* mean = p[2].data<double>();
   const double* var = p[3].data<double>();
   Tensor batch_mean, batch_var;
   if (training) {
-    REFORGE_CHECK(P == C, label, ": training mode needs per-channel parameters");
     batch_mean = device_tensor(DType::Float64, {C});
     batch_var = device_tensor(DType::Float64, {C});
     if (C > 0) {
@@ -386,9 +357,9 @@ __global__ void dropout_apply_kernel(const T* x, T* y, const bool* keep, int64_t
   REFORGE_GRID_LOOP(i, n) y[i] = keep[i] ? store_c<T>(load_c(x, i) * scale) : store_c<T>(compute_t<T>(0));
 }
 
-// As ops' dropout_draws_random: a training_mode input without a seed draws at random.
+// A training_mode input without a seed draws at random (ops::dropout_draws_random).
 std::string dropout_check(const ir::Node& n) {
-  if (n.opset >= 12 && n.inputs.size() > 2 && !n.inputs[2].empty() && !n.has_attr("seed"))
+  if (ops::dropout_draws_random(n))
     return "a training_mode input without the seed attribute draws a random mask (not reproducible); "
            "only seeded or inference Dropout runs on the GPU";
   return "";
@@ -404,17 +375,12 @@ Tensor host_scalar(const ops::KernelContext& ctx, size_t i, const char* what) {
 void dropout_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
-  bool training = false;
-  double ratio = 0.5;
-  if (ctx.opset() >= 12) {
-    if (ctx.has_input(1)) ratio = host_scalar(ctx, 1, "ratio").as_double(0);
-    if (ctx.has_input(2)) training = host_scalar(ctx, 2, "training_mode").as_int64(0) != 0;
-  }
-  const bool drop = training && ratio != 0;
-  if (drop && !(ratio > 0 && ratio < 1)) fail(where, ": ratio ", ratio, " must be in [0, 1)");
-  const bool want_mask = ctx.num_outputs() > 1 && ctx.output_wanted(1);
-  const DType mask_type = ctx.opset() >= 10 ? DType::Bool : x.dtype();
-  if (!drop) {
+  const ops::DropoutSetup s =
+      ops::dropout_setup(ctx, [&](size_t i, const char* what) { return host_scalar(ctx, i, what); });
+  const double ratio = s.ratio;
+  const bool want_mask = s.want_mask;
+  const DType mask_type = s.mask_type;
+  if (!s.drop) {
     ctx.set_output(0, x);
     if (want_mask) {
       Tensor& m = ctx.allocate_output_uninit(1, mask_type, x.shape());
@@ -439,15 +405,9 @@ void dropout_kernel(ops::KernelContext& ctx) {
   REFORGE_CHECK(why.empty(), where, ": ", why);
   REFORGE_CHECK(is_float(x.dtype()), where, ": element type ", dtype_name(x.dtype()), " is not supported");
   // The CPU's draws: numpy's RandomState(seed).uniform(0, 1, shape).
-  std::mt19937 gen(static_cast<uint32_t>(ctx.attr_int("seed", 0)));
   const int64_t n = x.numel();
   Tensor keep_host = Tensor::empty(DType::Bool, x.shape());
-  bool* kp = keep_host.mutable_data<bool>();
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t a = gen() >> 5, b = gen() >> 6;
-    const double u = (a * 67108864.0 + b) / 9007199254740992.0;
-    kp[i] = u >= ratio;
-  }
+  ops::dropout_keep_mask(static_cast<uint32_t>(ctx.attr_int("seed", 0)), ratio, n, keep_host.mutable_data<bool>());
   const Tensor keep = to_device(keep_host);
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   if (n > 0) {
@@ -469,7 +429,7 @@ void dropout_kernel(ops::KernelContext& ctx) {
 }  // namespace
 
 void register_batch_norm_kernels(backends::KernelRegistry& r) {
-  add_kernel(r, "", "BatchNormalization", batch_norm_kernel, batch_norm_check);
+  add_kernel(r, "", "BatchNormalization", batch_norm_kernel, ops::batch_norm_check);
   add_kernel(r, "", "InstanceNormalization", instance_norm_kernel);
   add_kernel(r, "", "GroupNormalization", group_norm_kernel, ops::group_norm_check);
   add_kernel(r, "", "Dropout", dropout_kernel, dropout_check);

@@ -10,6 +10,7 @@
 
 #include "core/dispatch.h"
 #include "ops/nn/nn_common.h"
+#include "ops/nn/norm_setup.h"
 
 namespace reforge::ops::nn {
 
@@ -18,13 +19,9 @@ namespace {
 // `p` broadcast unidirectionally to `target` (numpy rules, p's dims right-aligned), flattened.
 template <typename A>
 std::vector<A> expand_param(const Tensor& p, const Shape& target, const std::string& label, const char* name) {
+  check_norm_param(p, target, label, name);
   const Shape& ps = p.shape();
-  REFORGE_CHECK(ps.size() <= target.size(), label, ": ", name, " ", p.describe(), " has more dims than ",
-                shape_str(target));
   const size_t off = target.size() - ps.size();
-  for (size_t i = 0; i < ps.size(); ++i)
-    REFORGE_CHECK(ps[i] == target[off + i] || ps[i] == 1, label, ": ", name, " ", p.describe(),
-                  " cannot be broadcast to ", shape_str(target));
   const std::vector<double> src = to_doubles(p);
   const int64_t n = shape_numel(target);
   std::vector<A> out(static_cast<size_t>(n));
@@ -49,26 +46,13 @@ void layer_norm_kernel(KernelContext& ctx) {
   const Tensor& S = ctx.input(1);
   const Tensor* B = ctx.has_input(2) ? &ctx.input(2) : nullptr;
   const std::string& label = ctx.node().label();
-  const int64_t rank = X.rank();
-  int64_t axis = ctx.attr_int("axis", -1);
-  REFORGE_CHECK(axis >= -rank && axis < rank, label, ": axis ", axis, " is out of range for ", X.describe());
-  if (axis < 0) axis += rank;
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const int64_t stash = ctx.attr_int("stash_type", 1);
-  const DType stash_dtype = dtype_from_onnx(static_cast<int32_t>(stash));
-  REFORGE_CHECK(is_float(stash_dtype), label, ": stash_type ", stash, " is not a float type");
-  REFORGE_CHECK(is_float(S.dtype()) && (!B || is_float(B->dtype())), label, ": Scale and B must be float tensors");
-
-  const Shape& xs = X.shape();
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= xs[i];
-  const Shape norm_shape(xs.begin() + axis, xs.end());
-  Shape stat_shape(xs.begin(), xs.begin() + axis);
-  stat_shape.resize(xs.size(), 1);
-
-  Tensor& Y = ctx.allocate_output(0, X.dtype(), xs);
-  Tensor* mean_t = ctx.output_wanted(1) ? &ctx.allocate_output(1, stash_dtype, stat_shape) : nullptr;
-  Tensor* inv_t = ctx.output_wanted(2) ? &ctx.allocate_output(2, stash_dtype, stat_shape) : nullptr;
+  const LayerNormSetup s = layer_norm_setup(ctx);
+  const DType stash_dtype = s.stash_dtype;
+  const int64_t outer = s.outer, inner = s.inner;
+  Tensor& Y = ctx.allocate_output(0, X.dtype(), X.shape());
+  const LayerNormStats stats = layer_norm_stat_outputs(ctx, s);
+  Tensor* mean_t = stats.mean;
+  Tensor* inv_t = stats.inv_std;
   if (X.numel() == 0) return;
 
   dispatch_float(
@@ -77,9 +61,8 @@ void layer_norm_kernel(KernelContext& ctx) {
         using T = typename decltype(tag)::type;
         using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
         // Parameters cover the normalized dims, or all of X when they have more dims than that.
-        const bool full = S.rank() > static_cast<int64_t>(norm_shape.size()) ||
-                          (B && B->rank() > static_cast<int64_t>(norm_shape.size()));
-        const Shape& pshape = full ? xs : norm_shape;
+        const bool full = s.full;
+        const Shape& pshape = s.param_shape;
         const std::vector<A> scale = expand_param<A>(S, pshape, label, "Scale");
         const std::vector<A> bias = B ? expand_param<A>(*B, pshape, label, "B") : std::vector<A>(scale.size(), A(0));
         std::vector<double> means(static_cast<size_t>(outer)), invs(static_cast<size_t>(outer));
@@ -91,7 +74,7 @@ void layer_norm_kernel(KernelContext& ctx) {
           T* yp = y + r * inner;
           const Moments mo = moments(xp, inner);
           const double m = mo.mean;
-          const double inv = 1.0 / std::sqrt(mo.variance + eps);
+          const double inv = 1.0 / std::sqrt(mo.variance + s.eps);
           means[r] = m;
           invs[r] = inv;
           const A* sp = scale.data() + (full ? r * inner : 0);

@@ -8,6 +8,7 @@
 
 #include "core/dispatch.h"
 #include "ops/nn/nn_common.h"
+#include "ops/nn/norm_setup.h"
 
 namespace reforge::ops::nn {
 
@@ -78,27 +79,15 @@ Tensor doubles_to(DType dtype, const std::vector<double>& v, const Shape& shape)
 
 void batch_norm_kernel(KernelContext& ctx) {
   const Tensor& X = ctx.input(0);
-  const std::string& label = ctx.node().label();
-  REFORGE_CHECK(X.rank() >= 2, label, ": X must be [N, C, ...], got ", X.describe());
-  const int64_t N = X.dim(0), C = X.dim(1), inner = N * C == 0 ? 0 : X.numel() / (N * C);
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const double momentum = ctx.attr_float("momentum", 0.9f);
-  const bool training = ctx.opset() >= 14 && ctx.attr_int("training_mode", 0) != 0;
+  const BatchNormSetup bn = batch_norm_setup(ctx);
+  const int64_t N = bn.n, C = bn.c, inner = bn.inner;
+  const double eps = bn.eps, momentum = bn.momentum;
+  const bool training = bn.training;
+  batch_norm_param_size(ctx, bn);
   std::vector<double> p[4];  // scale, bias, mean, var
-  const char* names[4] = {"scale", "B", "input_mean", "input_var"};
-  for (int i = 0; i < 4; ++i) {
-    const Tensor& t = ctx.input(static_cast<size_t>(i + 1));
-    REFORGE_CHECK(is_float(t.dtype()), label, ": ", names[i], " must be a float tensor, got ", t.describe());
-    // Per-channel [C], or per-activation [C, spatial...] (opsets before 9 with spatial=0).
-    REFORGE_CHECK(t.numel() == C || (t.numel() == C * inner && ctx.opset() < 9), label, ": ", names[i], " ",
-                  t.describe(), " must have ", C, " elements (X is ", X.describe(), ")");
-    p[i] = to_doubles(t);
-  }
-  REFORGE_CHECK(p[0].size() == p[1].size() && p[1].size() == p[2].size() && p[2].size() == p[3].size(), label,
-                ": scale, B, input_mean and input_var must have the same size");
+  for (int i = 0; i < 4; ++i) p[i] = to_doubles(ctx.input(static_cast<size_t>(i + 1)));
   std::vector<double> mean = p[2], var = p[3];
   if (training) {
-    REFORGE_CHECK(static_cast<int64_t>(p[0].size()) == C, label, ": training mode needs per-channel parameters");
     dispatch_float(
         X.dtype(),
         [&](auto tag) {
@@ -134,16 +123,6 @@ void batch_norm_kernel(KernelContext& ctx) {
     if (ctx.output_wanted(1)) ctx.set_output(1, doubles_to(in_mean.dtype(), rm, in_mean.shape()));
     if (ctx.output_wanted(2)) ctx.set_output(2, doubles_to(in_var.dtype(), rv, in_var.shape()));
   }
-}
-
-std::string check_batch_norm(const ir::Node& node) {
-  const bool training = node.opset >= 14 && node.attr_int("training_mode", 0) != 0;
-  for (size_t i = training ? 3 : 1; i < node.outputs.size(); ++i)
-    if (!node.outputs[i].empty())
-      return training ? "training-mode outputs beyond running_mean/running_var are not supported"
-                      : "training outputs (running/saved statistics) are only supported with training_mode=1 "
-                        "from opset 14";
-  return "";
 }
 
 void instance_norm_kernel(KernelContext& ctx) {
@@ -190,7 +169,7 @@ void register_batch_norm_ops(OpRegistry& r) {
          1,
          INT_MAX,
          batch_norm_kernel,
-         check_batch_norm,
+         batch_norm_check,
          nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight, InputRole::kWeight}});
   r.add({"",

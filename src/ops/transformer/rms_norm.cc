@@ -11,16 +11,11 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "ops/nn/norm_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
 namespace {
-
-std::string rms_check(const ir::Node& node) {
-  int64_t st = node.attr_int("stash_type", 1);
-  if (st != 1 && st != 11) return str_cat("stash_type ", st, " is not supported (only 1 = float, 11 = double)");
-  return "";
-}
 
 template <typename X, typename S, typename Acc>
 void rms_typed(const Tensor& x, const Tensor& scale, Tensor& out, int64_t outer, int64_t inner, double eps,
@@ -53,25 +48,8 @@ void rms_kernel(KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& scale = ctx.input(1);
-  std::string err = rms_check(ctx.node());
-  REFORGE_CHECK(err.empty(), where, ": ", err);
-  REFORGE_CHECK(is_float(x.dtype()) && is_float(scale.dtype()), where, ": X and scale must be float tensors, got ",
-                dtype_name(x.dtype()), " and ", dtype_name(scale.dtype()));
-  const int64_t rank = x.rank();
-  REFORGE_CHECK(rank >= 1, where, ": X must have rank >= 1");
-  int64_t axis = ctx.attr_int("axis", -1);
-  REFORGE_CHECK(axis >= -rank && axis < rank, where, ": axis ", axis, " is out of range for rank ", rank);
-  if (axis < 0) axis += rank;
-  int64_t outer = 1, inner = 1;
-  for (int64_t i = 0; i < axis; ++i) outer *= x.dim(i);
-  for (int64_t i = axis; i < rank; ++i) inner *= x.dim(i);
-  REFORGE_CHECK(scale.rank() <= rank, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
-                shape_str(x.shape()));
-  for (int64_t i = 0; i < scale.rank(); ++i) {
-    const int64_t sd = scale.dim(scale.rank() - 1 - i), xd = x.dim(rank - 1 - i);
-    REFORGE_CHECK(sd == 1 || sd == xd, where, ": scale ", shape_str(scale.shape()), " does not broadcast to X ",
-                  shape_str(x.shape()));
-  }
+  const RmsNormSetup rs = rms_norm_setup(ctx);
+  const int64_t rank = x.rank(), axis = rs.axis, outer = rs.outer, inner = rs.inner;
   // Scale usually has exactly the normalized shape (possibly with leading 1s): then element i of
   // each row maps to scale[i]. Otherwise precompute a full broadcast index.
   std::vector<int64_t> scale_index;
@@ -102,8 +80,8 @@ void rms_kernel(KernelContext& ctx) {
     }
   }
   Tensor& out = ctx.allocate_output(0, scale.dtype(), x.shape());
-  const double eps = ctx.attr_float("epsilon", 1e-5f);
-  const bool stash_double = ctx.attr_int("stash_type", 1) == 11;
+  const double eps = rs.eps;
+  const bool stash_double = rs.stash_double;
   dispatch_float(
       x.dtype(),
       [&](auto xt) {
@@ -125,7 +103,14 @@ void rms_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_rms_normalization(OpRegistry& r) {
-  r.add({"", "RMSNormalization", 23, INT_MAX, rms_kernel, rms_check, nullptr, {InputRole::kData, InputRole::kWeight}});
+  r.add({"",
+         "RMSNormalization",
+         23,
+         INT_MAX,
+         rms_kernel,
+         rms_norm_check,
+         nullptr,
+         {InputRole::kData, InputRole::kWeight}});
 }
 
 }  // namespace reforge::ops
