@@ -234,39 +234,21 @@ void gemm_kernel(ops::KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(1);
   const std::string& label = ctx.node().label();
-  REFORGE_CHECK(A.rank() == 2 && B.rank() == 2, label, ": A and B must be 2-D, got ", A.describe(), " and ",
-                B.describe());
-  REFORGE_CHECK(A.dtype() == B.dtype(), label, ": A and B have different element types ", dtype_name(A.dtype()),
-                " and ", dtype_name(B.dtype()));
-  const bool ta = ctx.attr_int("transA", 0) != 0, tb = ctx.attr_int("transB", 0) != 0;
-  const int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
-  const int64_t KB = tb ? B.dim(1) : B.dim(0), N = tb ? B.dim(0) : B.dim(1);
-  REFORGE_CHECK(K == KB, label, ": inner dimensions differ: op(A) is ", M, "x", K, ", op(B) is ", KB, "x", N,
-                " (transA=", ta, ", transB=", tb, ")");
-  const float alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
-  const bool has_c = ctx.has_input(2) && beta != 0.0f;
-  Tensor& Y = has_c ? ctx.allocate_output_uninit(0, A.dtype(), {M, N}) : ctx.allocate_output(0, A.dtype(), {M, N});
+  const ops::nn::GemmSetup s = ops::nn::gemm_setup(ctx);
+  const ops::nn::MatmulDims& d = s.dims;
+  const int64_t M = d.M, N = d.N;
+  Tensor& Y = s.has_c ? ctx.allocate_output_uninit(0, A.dtype(), {M, N}) : ctx.allocate_output(0, A.dtype(), {M, N});
   if (Y.numel() == 0) return;
-  if (has_c) {
+  if (s.has_c) {
     const Tensor& C = ctx.input(2);
-    REFORGE_CHECK(C.dtype() == A.dtype(), label, ": C has element type ", dtype_name(C.dtype()), ", A has ",
-                  dtype_name(A.dtype()));
-    REFORGE_CHECK(C.rank() <= 2, label, ": C must have rank <= 2, got ", C.describe());
-    const int64_t cr = C.rank() == 2 ? C.dim(0) : 1;
-    const int64_t cc = C.rank() >= 1 ? C.dim(C.rank() - 1) : 1;
-    REFORGE_CHECK((cr == M || cr == 1) && (cc == N || cc == 1), label, ": C ", C.describe(),
-                  " cannot be broadcast to [", M, ",", N, "]");
+    const ops::nn::GemmBias cb = ops::nn::gemm_bias(ctx, d);
+    const int64_t cr = cb.rows, cc = cb.cols;
     dispatch_device(A.dtype(), label.c_str(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       broadcast_rows<T><<<blocks_for(M * N), 256, 0, stream()>>>(Y.mutable_data<T>(), C.data<T>(), M, N, cr, cc);
       check_launch("broadcast_rows");
     });
   }
-  ops::nn::MatmulDims d;
-  d.M = M, d.N = N, d.K = K;
-  d.trans_a = ta, d.trans_b = tb;
-  d.alpha = alpha;
-  d.beta = has_c ? beta : 0.0f;
   product(A.dtype(), d, A.raw(), B.raw(), Y.mutable_raw());
 }
 

@@ -10,7 +10,7 @@
 
 namespace reforge::ops::nn {
 
-void gemm_run(KernelContext& ctx, MatmulProduct product) {
+GemmSetup gemm_setup(const KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(1);
   const std::string& label = ctx.node().label();
@@ -23,21 +23,45 @@ void gemm_run(KernelContext& ctx, MatmulProduct product) {
   const int64_t KB = tb ? B.dim(1) : B.dim(0), N = tb ? B.dim(0) : B.dim(1);
   REFORGE_CHECK(K == KB, label, ": inner dimensions differ: op(A) is ", M, "x", K, ", op(B) is ", KB, "x", N,
                 " (transA=", ta, ", transB=", tb, ")");
-  float alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
+  const float alpha = ctx.attr_float("alpha", 1.0f), beta = ctx.attr_float("beta", 1.0f);
+  GemmSetup s;
+  s.has_c = ctx.has_input(2) && beta != 0.0f;
+  MatmulDims& d = s.dims;
+  d.M = M, d.N = N, d.K = K;
+  d.trans_a = ta, d.trans_b = tb;
+  d.alpha = alpha;
+  d.beta = s.has_c ? beta : 0.0f;
+  return s;
+}
+
+GemmBias gemm_bias(const KernelContext& ctx, const MatmulDims& d) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& C = ctx.input(2);
+  const std::string& label = ctx.node().label();
+  REFORGE_CHECK(C.dtype() == A.dtype(), label, ": C has element type ", dtype_name(C.dtype()), ", A has ",
+                dtype_name(A.dtype()));
+  REFORGE_CHECK(C.rank() <= 2, label, ": C must have rank <= 2, got ", C.describe());
+  // Unidirectional broadcast of C to [M, N].
+  GemmBias b;
+  b.rows = C.rank() == 2 ? C.dim(0) : 1;
+  b.cols = C.rank() >= 1 ? C.dim(C.rank() - 1) : 1;
+  REFORGE_CHECK((b.rows == d.M || b.rows == 1) && (b.cols == d.N || b.cols == 1), label, ": C ", C.describe(),
+                " cannot be broadcast to [", d.M, ",", d.N, "]");
+  return b;
+}
+
+void gemm_run(KernelContext& ctx, MatmulProduct product) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& B = ctx.input(1);
+  const GemmSetup s = gemm_setup(ctx);
+  const MatmulDims& d = s.dims;
+  const int64_t M = d.M, N = d.N;
   Tensor& Y = ctx.allocate_output(0, A.dtype(), {M, N});
   if (Y.numel() == 0) return;
-
-  const bool has_c = ctx.has_input(2) && beta != 0.0f;
-  if (has_c) {
+  if (s.has_c) {
     const Tensor& C = ctx.input(2);
-    REFORGE_CHECK(C.dtype() == A.dtype(), label, ": C has element type ", dtype_name(C.dtype()), ", A has ",
-                  dtype_name(A.dtype()));
-    REFORGE_CHECK(C.rank() <= 2, label, ": C must have rank <= 2, got ", C.describe());
-    // Unidirectional broadcast of C to [M, N].
-    const int64_t cr = C.rank() == 2 ? C.dim(0) : 1;
-    const int64_t cc = C.rank() >= 1 ? C.dim(C.rank() - 1) : 1;
-    REFORGE_CHECK((cr == M || cr == 1) && (cc == N || cc == 1), label, ": C ", C.describe(),
-                  " cannot be broadcast to [", M, ",", N, "]");
+    const GemmBias cb = gemm_bias(ctx, d);
+    const int64_t cr = cb.rows, cc = cb.cols;
     const size_t es = dtype_size(A.dtype());
     const auto* src = static_cast<const uint8_t*>(C.raw());
     auto* dst = static_cast<uint8_t*>(Y.mutable_raw());
@@ -51,11 +75,6 @@ void gemm_run(KernelContext& ctx, MatmulProduct product) {
       }
     }
   }
-  MatmulDims d;
-  d.M = M, d.N = N, d.K = K;
-  d.trans_a = ta, d.trans_b = tb;
-  d.alpha = alpha;
-  d.beta = has_c ? beta : 0.0f;
   product(A.dtype(), d, A.raw(), B.raw(), Y.mutable_raw());
 }
 

@@ -43,6 +43,18 @@ void matmul_run(KernelContext& ctx, MatmulProduct product);
 // Gemm's output: Y = alpha * op(A) x op(B) + beta * C, C broadcast unidirectionally to [M, N],
 // computed by `product` (which accumulates into the broadcast C).
 void gemm_run(KernelContext& ctx, MatmulProduct product);
+// Gemm's product (A and B 2-D of one type, inner dimensions equal; beta 0 without C) and whether
+// C takes part (present, beta != 0). Shared with the CUDA kernel.
+struct GemmSetup {
+  MatmulDims dims;
+  bool has_c = false;
+};
+GemmSetup gemm_setup(const KernelContext& ctx);
+// C's extent [rows, cols] (each M or N, or 1), checked to broadcast to [M, N] with A's type.
+struct GemmBias {
+  int64_t rows = 1, cols = 1;
+};
+GemmBias gemm_bias(const KernelContext& ctx, const MatmulDims& d);
 // ConvTranspose's output (conv_transpose.cc), its column matrix computed by `product`.
 void conv_transpose_run(KernelContext& ctx, MatmulProduct product);
 
