@@ -10,24 +10,18 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "ops/broadcast.h"
+#include "ops/elementwise/mod_math.h"
+#include "ops/elementwise/select_setup.h"
+#include "ops/tensor/tensor_common.h"
 
 namespace reforge::cuda {
 
 namespace {
 
-__device__ __forceinline__ float d_fmod(float x, float y) { return fmodf(x, y); }
-__device__ __forceinline__ double d_fmod(double x, double y) { return ::fmod(x, y); }
-__device__ __forceinline__ float d_copysign(float x, float y) { return copysignf(x, y); }
-__device__ __forceinline__ double d_copysign(double x, double y) { return ::copysign(x, y); }
-
 template <typename C>
 using wide_unsigned = std::conditional_t<(sizeof(C) <= 4), uint32_t, uint64_t>;
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
 
 #define REFORGE_GRID_LOOP(i, n) \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -48,11 +42,7 @@ void where(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
   const std::string what = ctx.node().label();
-  REFORGE_CHECK(c.dtype() == DType::Bool, what, ": condition must be bool, got ", c.describe());
-  REFORGE_CHECK(x.dtype() == y.dtype(), what, ": X and Y have different element types (", x.describe(), " and ",
-                y.describe(), ")");
-  REFORGE_CHECK(is_supported(x.dtype()), what, " does not support element type ", dtype_name(x.dtype()));
-  const Shape os = ops::broadcast_shapes({c.shape(), x.shape(), y.shape()}, what);
+  const Shape os = ops::where_setup(ctx);
   Tensor& out = ctx.allocate_output_uninit(0, x.dtype(), os);
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -63,22 +53,8 @@ void where(ops::KernelContext& ctx) {
     where_kernel<B>
         <<<grid_for(n), 256, 0, stream()>>>(out.mutable_data<B>(), c.data<uint8_t>(), x.data<B>(), y.data<B>(), st, n);
   };
-  switch (dtype_size(x.dtype())) {
-    case 1:
-      run(DevTag<uint8_t>{});
-      break;
-    case 2:
-      run(DevTag<uint16_t>{});
-      break;
-    case 4:
-      run(DevTag<uint32_t>{});
-      break;
-    case 8:
-      run(DevTag<uint64_t>{});
-      break;
-    default:
-      fail(what, " does not support element type ", dtype_name(x.dtype()));
-  }
+  // where_setup refused every type whose size is not 1, 2, 4 or 8 bytes.
+  ops::dispatch_bytes(x.dtype(), run, what);
   check_launch(what.c_str());
 }
 
@@ -127,17 +103,8 @@ template <Fold F>
 void variadic(ops::KernelContext& ctx) {
   const std::string what = ctx.node().label();
   const size_t n_in = ctx.num_inputs();
-  REFORGE_CHECK(n_in >= 1, what, " needs at least one input");
-  std::vector<Shape> shapes;
-  for (size_t i = 0; i < n_in; ++i) {
-    const Tensor& t = ctx.input(i);
-    REFORGE_CHECK(t.dtype() == ctx.input(0).dtype(), what, ": input ", i, " is ", t.describe(), " but input 0 is ",
-                  ctx.input(0).describe());
-    shapes.push_back(t.shape());
-  }
-  const Shape os = ops::broadcast_shapes(shapes, what);
+  const Shape os = ops::variadic_setup(ctx, F == Fold::Mean);
   const DType dt = ctx.input(0).dtype();
-  REFORGE_CHECK(F != Fold::Mean || is_float(dt), what, " does not support element type ", dtype_name(dt));
   REFORGE_CHECK(dt != DType::Bool, what, " does not support element type ", dtype_name(dt));
   Tensor& out = ctx.allocate_output_uninit(0, dt, os);
   const int64_t n = out.numel();
@@ -165,46 +132,6 @@ void variadic(ops::KernelContext& ctx) {
 
 // ---- Mod ---------------------------------------------------------------------------------
 
-struct FmodF {
-  template <typename C>
-  __device__ C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) {
-      if (y == 0) return 0;
-      if constexpr (std::is_signed_v<C>)
-        if (y == C(-1)) return 0;
-      return static_cast<C>(x % y);
-    } else {
-      return d_fmod(x, y);
-    }
-  }
-};
-
-struct PyModF {
-  template <typename C>
-  __device__ C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) {
-      if (y == 0) return 0;
-      if constexpr (std::is_signed_v<C>) {
-        if (y == C(-1)) return 0;
-        C r = static_cast<C>(x % y);
-        if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<C>(r + y);
-        return r;
-      } else {
-        return static_cast<C>(x % y);
-      }
-    } else {
-      C m = d_fmod(x, y);
-      if (y == 0) return m;
-      if (m != 0) {
-        if ((y < 0) != (m < 0)) m += y;
-      } else {
-        m = d_copysign(C(0), y);
-      }
-      return m;
-    }
-  }
-};
-
 template <typename T, typename Op>
 __global__ void binary_kernel(T* out, const T* a, const T* b, Strides<2> s, int64_t n, Op op) {
   REFORGE_GRID_LOOP(i, n) {
@@ -212,12 +139,6 @@ __global__ void binary_kernel(T* out, const T* a, const T* b, Strides<2> s, int6
     s.offsets(i, off);
     out[i] = store_c<T>(op(load_c(a, off[0]), load_c(b, off[1])));
   }
-}
-
-std::string mod_check(const ir::Node& node) {
-  const int64_t f = node.attr_int("fmod", 0);
-  if (f != 0 && f != 1) return str_cat("fmod must be 0 or 1, got ", f);
-  return "";
 }
 
 template <typename Op>
@@ -244,12 +165,12 @@ void run_mod(ops::KernelContext& ctx, Op op) {
 }
 
 void mod(ops::KernelContext& ctx) {
-  const std::string why = mod_check(ctx.node());
+  const std::string why = ops::mod_check(ctx.node());
   if (!why.empty()) fail(ctx.node().label(), ": ", why);
   if (ctx.attr_int("fmod", 0) != 0)
-    run_mod(ctx, FmodF{});
+    run_mod(ctx, ops::FmodOp{});
   else
-    run_mod(ctx, PyModF{});
+    run_mod(ctx, ops::PyModOp{});
 }
 
 // ---- PRelu -------------------------------------------------------------------------------
@@ -274,11 +195,8 @@ void prelu(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& slope = ctx.input(1);
   const std::string what = ctx.node().label();
-  REFORGE_CHECK(x.dtype() == slope.dtype(), what, ": X and slope have different element types (", x.describe(), " and ",
-                slope.describe(), ")");
+  ops::prelu_check(ctx);
   const Shape& ss = slope.shape();
-  REFORGE_CHECK(ops::broadcasts_to(ss, x.shape()), what, ": slope of shape ", shape_str(ss),
-                " does not broadcast to X of shape ", shape_str(x.shape()));
   REFORGE_CHECK(x.dtype() != DType::Bool, what, " does not support element type ", dtype_name(x.dtype()));
   Tensor& out = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   const int64_t n = out.numel();
@@ -303,7 +221,7 @@ void register_select_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "Max", variadic<Fold::Max>);
   add_kernel(r, "", "Sum", variadic<Fold::Sum>);
   add_kernel(r, "", "Mean", variadic<Fold::Mean>);
-  add_kernel(r, "", "Mod", mod, mod_check);
+  add_kernel(r, "", "Mod", mod, ops::mod_check);
   add_kernel(r, "", "PRelu", prelu);
 }
 

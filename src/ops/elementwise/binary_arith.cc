@@ -16,53 +16,12 @@
 
 #include "core/dispatch.h"
 #include "ops/broadcast.h"
+#include "ops/elementwise/mod_math.h"
+#include "ops/elementwise/select_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
 namespace {
-
-struct FmodOp {
-  template <typename C>
-  C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) {
-      if (y == 0) return 0;
-      if constexpr (std::is_signed_v<C>) {
-        if (y == -1) return 0;
-      }
-      return static_cast<C>(x % y);
-    } else {
-      return std::fmod(x, y);
-    }
-  }
-};
-// fmod=0: Python / numpy mod, the result takes the divisor's sign. For floats this follows
-// numpy's npy_divmod exactly (x mod 0 = NaN, a zero result gets the divisor's sign, a negative
-// x mod +inf = +inf).
-struct PyModOp {
-  template <typename C>
-  C operator()(C x, C y) const {
-    if constexpr (std::is_integral_v<C>) {
-      if (y == 0) return 0;
-      if constexpr (std::is_signed_v<C>) {
-        if (y == -1) return 0;
-        C r = static_cast<C>(x % y);
-        if (r != 0 && ((r < 0) != (y < 0))) r = static_cast<C>(r + y);
-        return r;
-      } else {
-        return static_cast<C>(x % y);
-      }
-    } else {
-      C m = std::fmod(x, y);
-      if (y == 0) return m;
-      if (m != 0) {
-        if ((y < 0) != (m < 0)) m += y;
-      } else {
-        m = std::copysign(C(0), y);
-      }
-      return m;
-    }
-  }
-};
 
 void add_kernel(KernelContext& ctx) { same_type_binary(ctx, AddOp{}); }
 void sub_kernel(KernelContext& ctx) { same_type_binary(ctx, SubOp{}); }
@@ -74,12 +33,6 @@ void mod_kernel(KernelContext& ctx) {
     same_type_binary(ctx, FmodOp{});
   else
     same_type_binary(ctx, PyModOp{});
-}
-
-std::string mod_check(const ir::Node& node) {
-  const int64_t f = node.attr_int("fmod", 0);
-  if (f != 0 && f != 1) return str_cat("fmod must be 0 or 1, got ", f);
-  return "";
 }
 
 // Integer power by squaring, wrapping on overflow like numpy. A negative exponent gives
@@ -163,11 +116,8 @@ void prelu_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& slope = ctx.input(1);
   const std::string what = ctx.node().label();
-  REFORGE_CHECK(x.dtype() == slope.dtype(), what, ": X and slope have different element types (", x.describe(), " and ",
-                slope.describe(), ")");
+  prelu_check(ctx);
   const Shape& ss = slope.shape();
-  REFORGE_CHECK(broadcasts_to(ss, x.shape()), what, ": slope of shape ", shape_str(ss),
-                " does not broadcast to X of shape ", shape_str(x.shape()));
   dispatch_numeric(
       x.dtype(),
       [&](auto tag) {

@@ -8,7 +8,9 @@
 
 #include "core/dispatch.h"
 #include "ops/broadcast.h"
+#include "ops/elementwise/select_setup.h"
 #include "ops/registry.h"
+#include "ops/tensor/tensor_common.h"
 
 namespace reforge::ops {
 namespace {
@@ -101,12 +103,7 @@ void where_kernel(KernelContext& ctx) {
   const Tensor& c = ctx.input(0);
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
-  const std::string what = ctx.node().label();
-  REFORGE_CHECK(c.dtype() == DType::Bool, what, ": condition must be bool, got ", c.describe());
-  REFORGE_CHECK(x.dtype() == y.dtype(), what, ": X and Y have different element types (", x.describe(), " and ",
-                y.describe(), ")");
-  REFORGE_CHECK(is_supported(x.dtype()), what, " does not support element type ", dtype_name(x.dtype()));
-  const Shape os = broadcast_shapes({c.shape(), x.shape(), y.shape()}, what);
+  const Shape os = where_setup(ctx);
   Tensor& out = ctx.allocate_output(0, x.dtype(), os);
   auto run = [&](auto tag) {
     using B = typename decltype(tag)::type;
@@ -114,22 +111,8 @@ void where_kernel(KernelContext& ctx) {
         out.mutable_data<B>(), os, [](uint8_t ci, B xi, B yi) { return ci ? xi : yi; },
         Operand{c.data<uint8_t>(), c.shape()}, Operand{x.data<B>(), x.shape()}, Operand{y.data<B>(), y.shape()});
   };
-  switch (dtype_size(x.dtype())) {
-    case 1:
-      run(TypeTag<uint8_t>{});
-      break;
-    case 2:
-      run(TypeTag<uint16_t>{});
-      break;
-    case 4:
-      run(TypeTag<uint32_t>{});
-      break;
-    case 8:
-      run(TypeTag<uint64_t>{});
-      break;
-    default:
-      fail(what, " does not support element type ", dtype_name(x.dtype()));
-  }
+  // where_setup refused every type whose size is not 1, 2, 4 or 8 bytes.
+  dispatch_bytes(x.dtype(), run, ctx.node().label());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "core/dispatch.h"
 #include "ops/broadcast.h"
+#include "ops/elementwise/select_setup.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -41,17 +42,8 @@ template <Fold F>
 void variadic_kernel(KernelContext& ctx) {
   const std::string what = ctx.node().label();
   const size_t n = ctx.num_inputs();
-  REFORGE_CHECK(n >= 1, what, " needs at least one input");
-  std::vector<Shape> shapes;
-  for (size_t i = 0; i < n; ++i) {
-    const Tensor& t = ctx.input(i);
-    REFORGE_CHECK(t.dtype() == ctx.input(0).dtype(), what, ": input ", i, " is ", t.describe(), " but input 0 is ",
-                  ctx.input(0).describe());
-    shapes.push_back(t.shape());
-  }
-  const Shape os = broadcast_shapes(shapes, what);
+  const Shape os = variadic_setup(ctx, F == Fold::Mean);
   const DType dt = ctx.input(0).dtype();
-  REFORGE_CHECK(F != Fold::Mean || is_float(dt), what, " does not support element type ", dtype_name(dt));
   dispatch_numeric(
       dt,
       [&](auto tag) {
