@@ -11,6 +11,8 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
+#include "ops/unary/clip_setup.h"
 
 namespace reforge::cuda {
 
@@ -259,11 +261,6 @@ struct IsInfF {
 
 // ---- launch ------------------------------------------------------------------------------
 
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 4 ? 65535u * 4 : b;
-}
-
 template <typename In, typename Out, typename Op>
 __global__ void map_kernel(const In* x, Out* y, int64_t n, Op op) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -376,31 +373,6 @@ __global__ void clip_kernel(const T* x, T* y, int64_t n, compute_t<T> lo, comput
   }
 }
 
-// A float attribute converted to the compute type; integers saturate.
-template <typename C>
-C bound_from_float(float v, const std::string& who) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return static_cast<C>(v);
-  } else {
-    if (std::isnan(v)) fail(who, ": bound attribute is NaN on an integer input");
-    if (v <= static_cast<float>(std::numeric_limits<C>::lowest())) return std::numeric_limits<C>::lowest();
-    if (v >= static_cast<float>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
-    return static_cast<C>(v);
-  }
-}
-
-// Optional bound input i (opset >= 11): a one-element tensor of X's type, or null when absent.
-const void* bound_input(const ops::KernelContext& ctx, size_t i, const char* name) {
-  if (!ctx.has_input(i)) return nullptr;
-  const Tensor& x = ctx.input(0);
-  const Tensor& b = ctx.input(i);
-  REFORGE_CHECK(b.dtype() == x.dtype(), ctx.node().label(), ": input '", name, "' has type ", dtype_name(b.dtype()),
-                ", expected ", dtype_name(x.dtype()), " (the type of the input)");
-  REFORGE_CHECK(b.numel() == 1, ctx.node().label(), ": input '", name, "' must be a scalar, got shape ",
-                shape_str(b.shape()));
-  return b.raw();
-}
-
 void clip(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const std::string who = ctx.node().label();
@@ -408,8 +380,8 @@ void clip(ops::KernelContext& ctx) {
   const void* lo_p = nullptr;
   const void* hi_p = nullptr;
   if (ctx.opset() >= 11) {
-    lo_p = bound_input(ctx, 1, "min");
-    hi_p = bound_input(ctx, 2, "max");
+    if (const Tensor* b = ops::clip_bound_input(ctx, 1, "min")) lo_p = b->raw();
+    if (const Tensor* b = ops::clip_bound_input(ctx, 2, "max")) hi_p = b->raw();
   }
   Tensor& y = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   dispatch_device(x.dtype(), who.c_str(), [&](auto tag) {
@@ -418,15 +390,8 @@ void clip(ops::KernelContext& ctx) {
     if constexpr (std::is_same_v<T, bool>) {
       fail(who, " does not support element type bool");
     } else {
-      C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
-      if constexpr (std::is_floating_point_v<C>) {
-        lo = -std::numeric_limits<C>::infinity();
-        hi = std::numeric_limits<C>::infinity();
-      }
-      if (ctx.opset() < 11) {
-        if (ctx.node().has_attr("min")) lo = bound_from_float<C>(ctx.attr_float("min", 0.0f), who);
-        if (ctx.node().has_attr("max")) hi = bound_from_float<C>(ctx.attr_float("max", 0.0f), who);
-      }
+      C lo, hi;
+      ops::clip_attribute_bounds<C>(ctx, lo, hi);
       const int64_t n = x.numel();
       if (n == 0) return;
       clip_kernel<T><<<grid_for(n), 256, 0, stream()>>>(x.data<T>(), y.mutable_data<T>(), n, lo, hi,

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "ops/unary/clip_setup.h"
 #include "ops/unary/unary_common.h"
 
 namespace reforge::ops::unary {
@@ -31,32 +32,13 @@ struct ClipOp {
   }
 };
 
-// A float attribute converted to the compute type; integers saturate (a float attribute on an
-// integer Clip only exists in hand-made models, but must not overflow).
-template <typename C>
-C bound_from_float(float v, const std::string& who) {
-  if constexpr (std::is_floating_point_v<C>) {
-    return static_cast<C>(v);
-  } else {
-    if (std::isnan(v)) fail(who, ": bound attribute is NaN on an integer input");
-    if (v <= static_cast<float>(std::numeric_limits<C>::lowest())) return std::numeric_limits<C>::lowest();
-    if (v >= static_cast<float>(std::numeric_limits<C>::max())) return std::numeric_limits<C>::max();
-    return static_cast<C>(v);
-  }
-}
-
 // Reads optional bound input i (opset >= 11): a one-element tensor of X's type.
 template <typename T>
 bool bound_from_input(const KernelContext& ctx, size_t i, const char* name, compute_t<T>& out) {
-  if (!ctx.has_input(i)) return false;
-  const Tensor& x = ctx.input(0);
-  const Tensor& b = ctx.input(i);
-  REFORGE_CHECK(b.dtype() == x.dtype(), ctx.node().label(), ": input '", name, "' has type ", dtype_name(b.dtype()),
-                ", expected ", dtype_name(x.dtype()), " (the type of the input)");
-  REFORGE_CHECK(b.numel() == 1, ctx.node().label(), ": input '", name, "' must be a scalar, got shape ",
-                shape_str(b.shape()));
+  const Tensor* b = clip_bound_input(ctx, i, name);
+  if (!b) return false;
   T v;
-  std::memcpy(&v, b.raw(), sizeof(T));  // bound tensors need not be aligned
+  std::memcpy(&v, b->raw(), sizeof(T));  // bound tensors need not be aligned
   out = to_compute(v);
   return true;
 }
@@ -71,13 +53,9 @@ void clip_kernel(KernelContext& ctx) {
       [&](auto tag) {
         using T = typename decltype(tag)::type;
         using C = compute_t<T>;
-        ClipOp<C> op{std::numeric_limits<C>::lowest(), std::numeric_limits<C>::max()};
-        if constexpr (std::is_floating_point_v<C>)
-          op = {-std::numeric_limits<C>::infinity(), std::numeric_limits<C>::infinity()};
-        if (ctx.opset() < 11) {
-          if (ctx.node().has_attr("min")) op.lo = bound_from_float<C>(ctx.attr_float("min", 0.0f), who);
-          if (ctx.node().has_attr("max")) op.hi = bound_from_float<C>(ctx.attr_float("max", 0.0f), who);
-        } else {
+        ClipOp<C> op;
+        clip_attribute_bounds<C>(ctx, op.lo, op.hi);
+        if (ctx.opset() >= 11) {
           bound_from_input<T>(ctx, 1, "min", op.lo);
           bound_from_input<T>(ctx, 2, "max", op.hi);
         }
