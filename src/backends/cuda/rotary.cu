@@ -21,16 +21,13 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_ops.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/launch.h"
 #include "core/error.h"
+#include "ops/transformer/rotary_setup.h"
 
 namespace reforge::cuda {
 
 namespace {
-
-unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b > 65535u * 8 ? 65535u * 8 : b;
-}
 
 template <typename T, typename C>
 __device__ __forceinline__ C round_t(C v) {
@@ -94,54 +91,17 @@ void rotary_embedding(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& cos = ctx.input(1);
   const Tensor& sin = ctx.input(2);
-  REFORGE_CHECK(x.rank() == 3 || x.rank() == 4, where, ": input must be 3D or 4D, got ", shape_str(x.shape()));
-  REFORGE_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), where,
-                ": cos_cache and sin_cache must have the input's type ", dtype_name(x.dtype()));
-  RotaryArgs a;
-  a.is_3d = x.rank() == 3;
-  const int64_t batch = x.dim(0);
-  if (a.is_3d) {
-    a.heads = ctx.attr_int("num_heads", 0);
-    REFORGE_CHECK(a.heads > 0, where, ": 3D input needs a positive num_heads attribute, got ", a.heads);
-    REFORGE_CHECK(x.dim(2) % a.heads == 0, where, ": hidden size ", x.dim(2), " is not divisible by num_heads ",
-                  a.heads);
-    a.seq = x.dim(1);
-    a.head_size = x.dim(2) / a.heads;
-  } else {
-    a.heads = x.dim(1);
-    a.seq = x.dim(2);
-    a.head_size = x.dim(3);
-  }
-  a.rot = ctx.attr_int("rotary_embedding_dim", 0);
-  if (a.rot == 0) a.rot = a.head_size;
-  REFORGE_CHECK(a.rot > 0 && a.rot <= a.head_size && a.rot % 2 == 0, where, ": rotary_embedding_dim ", a.rot,
-                " must be even and within the head size ", a.head_size);
-  a.half = a.rot / 2;
-  a.interleaved = ctx.attr_int("interleaved", 0) != 0;
+  const ops::RotarySetup rs = ops::rotary_setup(ctx);
+  RotaryArgs a{rs.heads, rs.seq, rs.head_size, rs.rot, rs.half, rs.is_3d, rs.interleaved};
   Tensor rows;  // lives until the launch is queued
-  if (ctx.has_input(3)) {
+  if (rs.has_positions) {
     const Tensor& pos = ctx.input(3);
-    REFORGE_CHECK(is_integer(pos.dtype()) && pos.shape() == Shape({batch, a.seq}), where,
-                  ": position_ids must be an integer tensor of shape [", batch, ",", a.seq, "], got ", pos.describe());
-    REFORGE_CHECK(cos.rank() == 2 && sin.shape() == cos.shape() && cos.dim(1) == a.half, where,
-                  ": with position_ids, cos_cache and sin_cache must be [max_position, ", a.half, "], got ",
-                  shape_str(cos.shape()), " and ", shape_str(sin.shape()));
-    std::vector<int64_t> p = pos.on_host() ? pos.to_int64_vector() : download(pos).to_int64_vector();
-    Tensor host = Tensor::empty(DType::Int64, {static_cast<int64_t>(p.size())});
-    int64_t* hr = host.mutable_data<int64_t>();
-    for (size_t i = 0; i < p.size(); ++i) {
-      REFORGE_CHECK(p[i] >= 0 && p[i] < cos.dim(0), where, ": position id ", p[i], " is outside the cache [0, ",
-                    cos.dim(0), ")");
-      hr[i] = p[i] * a.half;
-    }
-    if (host.numel() > 0) {
-      rows = to_device(host);
+    const std::vector<int64_t> p = pos.on_host() ? pos.to_int64_vector() : download(pos).to_int64_vector();
+    const std::vector<int64_t> r = ops::rotary_position_rows(ctx, rs, p);
+    if (!r.empty()) {
+      rows = to_device(Tensor::copy_of(DType::Int64, {static_cast<int64_t>(r.size())}, r.data()));
       a.rows = rows.data<int64_t>();
     }
-  } else {
-    REFORGE_CHECK(cos.shape() == Shape({batch, a.seq, a.half}) && sin.shape() == cos.shape(), where,
-                  ": without position_ids, cos_cache and sin_cache must be [", batch, ",", a.seq, ",", a.half,
-                  "], got ", shape_str(cos.shape()), " and ", shape_str(sin.shape()));
   }
   Tensor& out = ctx.allocate_output_uninit(0, x.dtype(), x.shape());
   const int64_t n = out.numel();
@@ -151,8 +111,8 @@ void rotary_embedding(ops::KernelContext& ctx) {
       [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<compute_t<T>>) {
-          rotary_embedding_kernel<T><<<grid_for(n), 256, 0, stream()>>>(x.data<T>(), cos.data<T>(), sin.data<T>(),
-                                                                        out.mutable_data<T>(), a, n);
+          rotary_embedding_kernel<T><<<grid_for(n, kMaxWideGrid), 256, 0, stream()>>>(
+              x.data<T>(), cos.data<T>(), sin.data<T>(), out.mutable_data<T>(), a, n);
           check_launch("RotaryEmbedding");
         }
       },
@@ -278,8 +238,8 @@ bool try_fused_rotary(ops::KernelContext& ctx, const std::string& where) {
       [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (std::is_floating_point_v<compute_t<T>>) {
-          fused_rotary_kernel<T>
-              <<<grid_for(n), 256, 0, stream()>>>(x.data<T>(), cos.data<T>(), sin.data<T>(), y.mutable_data<T>(), a, n);
+          fused_rotary_kernel<T><<<grid_for(n, kMaxWideGrid), 256, 0, stream()>>>(
+              x.data<T>(), cos.data<T>(), sin.data<T>(), y.mutable_data<T>(), a, n);
           check_launch("reforge::Rotary");
         }
       },

@@ -13,6 +13,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "ops/registry.h"
+#include "ops/transformer/rotary_setup.h"
 
 namespace reforge::ops {
 namespace {
@@ -23,53 +24,19 @@ inline compute_t<T> rnd(compute_t<T> x) {
 }
 
 void rotary_kernel(KernelContext& ctx) {
-  const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
   const Tensor& cos = ctx.input(1);
   const Tensor& sin = ctx.input(2);
-  REFORGE_CHECK(x.rank() == 3 || x.rank() == 4, where, ": input must be 3D or 4D, got ", shape_str(x.shape()));
-  REFORGE_CHECK(cos.dtype() == x.dtype() && sin.dtype() == x.dtype(), where,
-                ": cos_cache and sin_cache must have the input's type ", dtype_name(x.dtype()));
-  const bool is_3d = x.rank() == 3;
-  const int64_t batch = x.dim(0);
-  int64_t heads, seq, head_size;
-  if (is_3d) {
-    heads = ctx.attr_int("num_heads", 0);
-    REFORGE_CHECK(heads > 0, where, ": 3D input needs a positive num_heads attribute, got ", heads);
-    REFORGE_CHECK(x.dim(2) % heads == 0, where, ": hidden size ", x.dim(2), " is not divisible by num_heads ", heads);
-    seq = x.dim(1);
-    head_size = x.dim(2) / heads;
-  } else {
-    heads = x.dim(1);
-    seq = x.dim(2);
-    head_size = x.dim(3);
-  }
-  int64_t rot = ctx.attr_int("rotary_embedding_dim", 0);
-  if (rot == 0) rot = head_size;
-  REFORGE_CHECK(rot > 0 && rot <= head_size && rot % 2 == 0, where, ": rotary_embedding_dim ", rot,
-                " must be even and within the head size ", head_size);
-  const int64_t half = rot / 2;
-  const bool interleaved = ctx.attr_int("interleaved", 0) != 0;
+  const RotarySetup rs = rotary_setup(ctx);
+  const bool is_3d = rs.is_3d, interleaved = rs.interleaved;
+  const int64_t batch = rs.batch, heads = rs.heads, seq = rs.seq, head_size = rs.head_size;
+  const int64_t rot = rs.rot, half = rs.half;
 
   // Cache row (in elements) for each (b, s).
   std::vector<int64_t> row(static_cast<size_t>(batch * seq));
-  if (ctx.has_input(3)) {
-    const Tensor& pos = ctx.input(3);
-    REFORGE_CHECK(is_integer(pos.dtype()) && pos.shape() == Shape({batch, seq}), where,
-                  ": position_ids must be an integer tensor of shape [", batch, ",", seq, "], got ", pos.describe());
-    REFORGE_CHECK(cos.rank() == 2 && sin.shape() == cos.shape() && cos.dim(1) == half, where,
-                  ": with position_ids, cos_cache and sin_cache must be [max_position, ", half, "], got ",
-                  shape_str(cos.shape()), " and ", shape_str(sin.shape()));
-    std::vector<int64_t> p = pos.to_int64_vector();
-    for (size_t i = 0; i < p.size(); ++i) {
-      REFORGE_CHECK(p[i] >= 0 && p[i] < cos.dim(0), where, ": position id ", p[i], " is outside the cache [0, ",
-                    cos.dim(0), ")");
-      row[i] = p[i] * half;
-    }
+  if (rs.has_positions) {
+    row = rotary_position_rows(ctx, rs, ctx.input(3).to_int64_vector());
   } else {
-    REFORGE_CHECK(cos.shape() == Shape({batch, seq, half}) && sin.shape() == cos.shape(), where,
-                  ": without position_ids, cos_cache and sin_cache must be [", batch, ",", seq, ",", half, "], got ",
-                  shape_str(cos.shape()), " and ", shape_str(sin.shape()));
     for (int64_t i = 0; i < batch * seq; ++i) row[i] = i * half;
   }
 
