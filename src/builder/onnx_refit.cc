@@ -9,7 +9,7 @@
 #include "core/nonfinite.h"
 #include "core/timing.h"
 #include "onnx/importer.h"
-#include "refit/safetensors.h"
+#include "refit/source_readers.h"
 #include "transforms/recipe.h"
 
 namespace reforge::build {
@@ -144,7 +144,8 @@ plan::Plan rebuild_from_onnx(const plan::Plan& plan, const ir::Graph& model, std
 }
 
 refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitRequest& req) {
-  if (req.files.empty() || refit::is_safetensors_path(req.files[0])) return refit::refit_from(engine, req);
+  if (req.files.empty() || refit::read_weight_files(req.files, "refit").form != refit::WeightForm::Model)
+    return refit::refit_from(engine, req);
   const plan::Plan& p = engine.plan();
   if (p.mode == plan::BuildMode::Baked) fail("this plan was built without a refit flag; it cannot be refit");
   if (req.files.size() != 1) fail("refit from ONNX takes exactly one model file (got ", req.files.size(), ")");
@@ -153,6 +154,8 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   const std::string& src = req.files[0];
   refit::RefitReport rep;
   rep.from = "onnx";
+  rep.reader = "onnx";
+  rep.device = plan::backend_of(p);
   rep.mode = req.mode;
   refit::Refitter r(engine);
   auto t0 = std::chrono::steady_clock::now();

@@ -88,9 +88,10 @@ const char* binding_reason_name(Binding::Reason r) {
   return "unknown";
 }
 
+std::string backend_of(const Plan& p) { return p.build ? p.build->backend : std::string("cpu"); }
+
 std::vector<std::string> node_backends(const Plan& p) {
-  if (p.placement.empty())
-    return std::vector<std::string>(p.graph.nodes.size(), p.build ? p.build->backend : std::string("cpu"));
+  if (p.placement.empty()) return std::vector<std::string>(p.graph.nodes.size(), backend_of(p));
   REFORGE_CHECK(p.placement.size() == p.graph.nodes.size(), "plan: placement has ", p.placement.size(), " entries for ",
                 p.graph.nodes.size(), " nodes");
   return p.placement;

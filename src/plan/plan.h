@@ -242,6 +242,9 @@ struct Plan {
   std::vector<ir::ValueInfo> values;
 };
 
+// The backend the plan was built for: its build record's, or "cpu" for a plan without one.
+std::string backend_of(const Plan& p);
+
 // The backend of every node of p.graph: p.placement, or its default when empty. Throws when the
 // placement does not have one entry per node.
 std::vector<std::string> node_backends(const Plan& p);

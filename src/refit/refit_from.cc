@@ -10,6 +10,7 @@
 #include "core/timing.h"
 #include "refit/checkpoint_refit.h"
 #include "refit/safetensors.h"
+#include "refit/source_readers.h"
 
 namespace reforge::refit {
 
@@ -90,6 +91,38 @@ std::string RefitReport::summary() const {
   return os.str();
 }
 
+nlohmann::ordered_json RefitReport::json() const {
+  const CommitReport& c = commit;
+  nlohmann::ordered_json quantized_changes = nlohmann::ordered_json::array();
+  for (const QuantizedChange& q : c.quantized)
+    quantized_changes.push_back(
+        {{"weight", q.weight}, {"part", q.part}, {"values", q.values}, {"changed", q.changed}, {"compared", q.compared}});
+  return {{"from", from},
+          {"reader", reader},
+          {"mode", refit_mode_name(mode)},
+          {"device", device},
+          {"sources_set", c.sources_set},
+          {"weights_replayed", c.weights_replayed},
+          {"bytes_in", c.bytes_in},
+          {"bytes_out", c.bytes_out},
+          {"bytes_copied", c.bytes_copied},
+          {"packed_from_transposed", c.packed_from_transposed},
+          {"read_ms", read_ms},
+          {"validate_ms", c.validate_ms},
+          {"replay_ms", c.replay_ms},
+          {"commit_ms", c.commit_ms},
+          {"verify_ms", verify_ms},
+          {"verified_weights", verified},
+          {"unused_checkpoint_tensors", unused},
+          {"baked_given", c.baked_given},
+          {"baked_differing_kept", c.baked_differing_keys},
+          {"literals_given", literals_given},
+          {"literals_differing_kept", literals_differing},
+          {"quantized", std::move(quantized_changes)},
+          {"note", note},
+          {"summary", summary()}};
+}
+
 namespace {
 
 // The checkpoint tensors that bindings derive sources from by a transform that may leave elements
@@ -122,16 +155,21 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
          " file(s), ", req.tensors.size(), " tensor(s), ", req.checkpoint_tensors.size(),
          " checkpoint tensor(s) given)");
   const bool in_memory_checkpoint = !req.checkpoint_tensors.empty();
-  const bool checkpoint = in_memory_checkpoint || (!req.files.empty() && is_safetensors_path(req.files[0]));
-  if (!req.files.empty() && !checkpoint)
-    fail("refit from '", req.files[0],
-         "': not a safetensors checkpoint; ONNX models are read on the build side "
-         "(build::refit_from in build/onnx_refit.h)");
+  WeightFiles files;
+  if (!req.files.empty()) {
+    files = read_weight_files(req.files, "refit");
+    if (files.form == WeightForm::Model)
+      fail("refit from '", req.files[0],
+           "': an ONNX model, which is read on the build side (build::refit_from in builder/onnx_refit.h)");
+  }
+  const bool checkpoint = in_memory_checkpoint || !req.files.empty();
   if (req.mode != RefitMode::Fast)
     fail("refit: a ", refit_mode_name(req.mode), " refit (--slow, --verify) needs a re-exported ONNX model, not ",
          checkpoint ? "a checkpoint" : "tensors");
   RefitReport rep;
   rep.from = checkpoint ? "checkpoint" : "tensors";
+  rep.reader = req.files.empty() ? req.memory_reader : files.reader_names();
+  rep.device = plan::backend_of(p);
   Refitter r(engine);
   auto t0 = std::chrono::steady_clock::now();
   CommitOptions commit = req.commit;
@@ -139,7 +177,7 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   if (checkpoint) {
     if (commit.progress) commit.progress(Progress{"reading the checkpoint"});
     ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
-                                : Checkpoint::open(req.files);
+                                : open_checkpoint(files);
     auto cs = sources_from_checkpoint(p, ckpt);
     if (commit.check_finite) check_finite_read(p, ckpt);
     const LiteralCheck lits = check_literals(p, ckpt);

@@ -5,20 +5,26 @@
 //   refit::RefitReport rep = refit::refit_from(engine, req);
 //
 // Two layers, one request type. This one (runtime library, no importer, no protobuf) reads a
-// safetensors checkpoint the plan was bound to at build time, or takes caller tensors by
-// initializer name or source key. build::refit_from (build/onnx_refit.h) takes the same request
-// and adds re-exported ONNX models: fast (sources by graph position, recipes replayed), slow (a
-// rebuild with the plan's options) or verify (both, every derived engine weight compared bit for
-// bit before anything changes); it hands every other request to this one. The CLI and language
-// bindings call build::refit_from; a deployment that only loads plans calls this one.
+// checkpoint the plan was bound to at build time (safetensors files, a sharded checkpoint's
+// index), or takes caller tensors by initializer name or source key. What a file is comes from
+// its content (refit/source_readers.h), never its name. build::refit_from (builder/onnx_refit.h)
+// takes the same request and adds re-exported ONNX models: fast (sources by graph position,
+// recipes replayed), slow (a rebuild with the plan's options) or verify (both, every derived
+// engine weight compared bit for bit before anything changes); it hands every other request to
+// this one. The front ends reach it through the session (session/session.h); a deployment that
+// only loads plans calls this one.
 //
 // Every refit is one transaction (refit/refitter.h): any error, including a verify mismatch,
-// leaves the engine exactly as it was.
+// leaves the engine exactly as it was. Every refit returns one RefitReport, whose JSON
+// (RefitReport::json, the schema in docs/refit.md) is what `reforge refit --json` prints and what
+// Python's Plan.refit returns.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
@@ -34,9 +40,9 @@ enum class RefitMode {
 const char* refit_mode_name(RefitMode m);
 
 struct RefitRequest {
-  // New weights from files: a safetensors checkpoint (file(s), or a sharded folder with
-  // model.safetensors.index.json) the plan was bound to, or one re-exported ONNX model
-  // (build::refit_from only).
+  // New weights from files, each recognized by its content (refit/source_readers.h): a
+  // checkpoint the plan was bound to (safetensors files, a sharded checkpoint's index or its
+  // folder), or one re-exported ONNX model (build::refit_from only).
   std::vector<std::string> files;
   // New weights from memory, by initializer name or source key (Refitter::set). Not together
   // with `files`.
@@ -44,6 +50,9 @@ struct RefitRequest {
   // New weights from memory by checkpoint (framework) name, a state dict: read through the
   // bindings of a plan built with a checkpoint, exactly as a safetensors file would be. Alone.
   std::map<std::string, Tensor> checkpoint_tensors;
+  // The reader that made the in-memory tensors, as the report names it: "tensors" (given as
+  // Tensors), "dlpack" (refit/dlpack.h).
+  std::string memory_reader = "tensors";
   RefitMode mode = RefitMode::Fast;  // ONNX models only; otherwise it must be Fast
   // check_finite (NaN/Inf refused), incremental (only the sources given change; caller tensors
   // only: a checkpoint or a model gives every source).
@@ -51,7 +60,9 @@ struct RefitRequest {
 };
 
 struct RefitReport {
-  std::string from;  // "checkpoint", "tensors" or "onnx"
+  std::string from;    // how sources were found: "checkpoint" (bindings), "tensors" (names), "onnx" (positions)
+  std::string reader;  // what read them: "safetensors", "safetensors-index", "onnx", "tensors", "dlpack"
+  std::string device;  // the plan's backend, where the new weights were committed
   RefitMode mode = RefitMode::Fast;
   CommitReport commit;   // of the fast commit (slow: of the rebuilt one)
   double read_ms = 0;    // reading the new weights: checkpoint read and bindings, ONNX import (slow: and rebuild)
@@ -66,6 +77,8 @@ struct RefitReport {
 
   // What the CLI prints: a line of phases and counts, and one on verification or unused tensors.
   std::string summary() const;
+  // The report's one serialization (docs/refit.md, "The refit report"), summary() included.
+  nlohmann::ordered_json json() const;
 };
 
 // Refits `engine` from a checkpoint or caller tensors. Throws (engine unchanged) when the plan

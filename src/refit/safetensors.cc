@@ -274,7 +274,23 @@ ShardIndex parse_shard_index(const void* data, size_t size, const std::string& w
 }
 
 Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
-  REFORGE_CHECK(!paths.empty(), "no checkpoint files given");
+  std::vector<CheckpointPart> parts;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) {
+      parts.push_back({p, false});
+      continue;
+    }
+    const std::string index_path = (fs::path(p) / "model.safetensors.index.json").string();
+    if (!fs::exists(index_path, ec))
+      fail("checkpoint folder '", p, "' holds no model.safetensors.index.json (give its .safetensors files instead)");
+    parts.push_back({index_path, true});
+  }
+  return open_parts(parts);
+}
+
+Checkpoint Checkpoint::open_parts(const std::vector<CheckpointPart>& parts) {
+  REFORGE_CHECK(!parts.empty(), "no checkpoint files given");
   Checkpoint all;
   std::vector<std::string> files;
   // Maps and parses one file; with an index, checks that the file holds exactly the tensors the
@@ -294,18 +310,14 @@ Checkpoint Checkpoint::open(const std::vector<std::string>& paths) {
     all.mappings_.push_back(m);
     files.push_back(path);
   };
-  for (const auto& p : paths) {
-    std::error_code ec;
-    if (!fs::is_directory(p, ec)) {
-      add(p, nullptr, "", "");
+  for (const auto& part : parts) {
+    if (!part.index) {
+      add(part.path, nullptr, "", "");
       continue;
     }
-    const fs::path dir(p);
-    const std::string index_path = (dir / "model.safetensors.index.json").string();
-    if (!fs::exists(index_path, ec))
-      fail("checkpoint folder '", p, "' holds no model.safetensors.index.json (give its .safetensors files instead)");
-    const std::string what = "checkpoint index '" + index_path + "'";
-    const std::string text = read_regular_file(index_path, kMaxShardIndexBytes, "checkpoint index");
+    const fs::path dir = fs::path(part.path).parent_path();
+    const std::string what = "checkpoint index '" + part.path + "'";
+    const std::string text = read_regular_file(part.path, kMaxShardIndexBytes, "checkpoint index");
     const ShardIndex index = parse_shard_index(text.data(), text.size(), what);
     for (const auto& file : index.files) {
       try {

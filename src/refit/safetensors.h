@@ -38,12 +38,22 @@
 
 namespace reforge::refit {
 
+// One part of a checkpoint: a safetensors file, or a shard index (a model.safetensors.index.json,
+// under any name) whose shards lie in its folder.
+struct CheckpointPart {
+  std::string path;
+  bool index = false;
+};
+
 class Checkpoint {
  public:
   // Opens one .safetensors file, a folder with model.safetensors.index.json, or (several paths)
   // a list of files and folders whose tensors are united.
   static Checkpoint open(const std::vector<std::string>& paths);
   static Checkpoint open(const std::string& path) { return open(std::vector<std::string>{path}); }
+  // The parts given, their kinds decided by the caller (refit/source_readers.h reads them from
+  // the content), their tensors united.
+  static Checkpoint open_parts(const std::vector<CheckpointPart>& parts);
   // Parses safetensors bytes held by `owner`; `what` names the input in errors.
   static Checkpoint parse(std::shared_ptr<const void> owner, const void* data, size_t size, const std::string& what);
 
