@@ -209,10 +209,11 @@ class Plan:
         with ``individual=...``, new weights that hold other values for a baked source than the
         plan was built with are refused (the plan would run a mix of old and new weights) unless
         ``keep_baked=True``, which keeps the plan's values (``baked_differing_kept`` lists them).
-        Returns what the
-        refit did (``from``, ``mode``, timings in ms, ``sources_set``, ``weights_replayed``,
-        ``bytes_in``/``bytes_out``/``bytes_copied``, ``unused`` checkpoint tensors, ``baked_given``, ``summary``: the CLI's
-        text). ``progress(step, done, total, unit)`` is called as each step starts (reading:
+        Returns the refit report, the schema ``reforge refit --json`` prints (docs/refit.md, "The
+        refit report"): ``from``, ``reader`` (what read the weights, chosen by their content, not
+        a file's name), ``mode``, ``device``, ``sources_set``, ``weights_replayed``,
+        ``bytes_in``/``bytes_out``/``bytes_copied``, timings in ms, ``verified_weights``,
+        ``unused_checkpoint_tensors``, ``baked_given``, ``summary`` (the CLI's text), ... ``progress(step, done, total, unit)`` is called as each step starts (reading:
         ``"reading the checkpoint"`` or ``"importing the model"``; a slow refit's build steps;
         ``"validating sources"``; ``"replaying recipes"``) and as the replay advances (``done``
         of ``total`` bytes of engine weights); an exception it raises stops the refit, which then

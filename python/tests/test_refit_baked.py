@@ -176,7 +176,7 @@ def test_checkpoint_refit_refuses_other_values_for_a_declared_literal(tmp_path):
     assert literal in str(e.value) and "--literal" in str(e.value) and "--keep-baked" in str(e.value)
     assert outputs_equal(plan.run(inputs), before)
     rep = plan.refit(bert / "checkpoint_A.safetensors")
-    assert rep["literals_given"] == 1 and literal not in rep["unused"]
+    assert rep["literals_given"] == 1 and literal not in rep["unused_checkpoint_tensors"]
     rep = plan.refit(bert / "checkpoint_B.safetensors", keep_baked=True)
     assert "literals (--literal) in the checkpoint: 1, 1 with other values" in rep["summary"]
     # Saved and loaded, the plan still knows the literal's checkpoint tensor.

@@ -349,15 +349,15 @@ Runner add_bench(CLI::App& app) {
     lo.verify_weights = !a->no_verify;
     std::map<std::string, IndexBound> bounds;
     lo.index_bounds = &bounds;
-    auto engine_ptr = load_engine(a->model, lo);
-    const runtime::PlanEngine& engine = *engine_ptr;
+    const session::Session loaded = load_session(a->model, lo);
+    const runtime::PlanEngine& engine = loaded.engine();
     double build_ms = ms_since(t0);
     // Unlike run, bench makes the inputs not given (the times do not depend on most values), and
     // says so: on stderr, and in the JSON line's "synthesized_inputs".
     auto made = complete_inputs(inputs, engine.inputs(), a->synth, bounds);
     if (verbosity() != Verbosity::Quiet) std::cerr << describe_synthesized(inputs, made, a->synth, bounds);
     runtime::RunOptions run_options;
-    const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
+    const std::string backend_name = loaded.device();
     if (!a->timing_cache.empty()) backends::load_timing_cache_file(backend_name, a->timing_cache);
     if (a->device_io) {
       if (backend_name == "cpu")

@@ -2,19 +2,15 @@
 //                          [--strip-weights] [--literal NAME...] [--print-passes] [--threads N] [--allow-nonfinite]
 //                          [--precision fp32|bf16|fp16|int8|int4] [--block-size N] [--activations fp32|bf16]
 //                          [--checkpoint CKPT... [--bind ONNX=CKPT...] [--bind-file F.json] [--strict-binding]]`
-#include <omp.h>
-
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "builder/binding.h"
-#include "builder/builder.h"
 #include "common.h"
-#include "onnx/importer.h"
-#include "plan/plan_io.h"
 #include "progress.h"
+#include "session/build.h"
+#include "session/session.h"
 
 namespace reforge::cli {
 
@@ -52,7 +48,8 @@ Runner add_build(CLI::App& app) {
   app.add_flag("--print-passes", a->print_passes, "print graph size after each pass");
   app.add_option("--skip-pass", a->skip_passes, "do not run build passes matching this glob (e.g. 'fuse-*')");
   app.add_option("--checkpoint", a->checkpoints,
-                 "bind sources to this framework checkpoint (.safetensors file or sharded folder)");
+                 "bind sources to this framework checkpoint (safetensors file(s), a sharded checkpoint's index or "
+                 "its folder; read as what their content is, whatever their names)");
   app.add_option("--bind", a->binds, "ONNX_NAME=CHECKPOINT_NAME: settles a binding the values cannot decide");
   app.add_option("--bind-file", a->bind_file,
                  "JSON object {ONNX_NAME: CHECKPOINT_NAME, ..., \"literals\": [ONNX_NAME, ...]}");
@@ -75,8 +72,10 @@ Runner add_build(CLI::App& app) {
     check_output_file(a->out, "-o");
     std::ostream& out = a->json ? std::cerr : std::cout;
     nlohmann::ordered_json doc;
-    if (a->threads > 0) omp_set_num_threads(a->threads);
-    build::BuildOptions o;
+    session::BuildRequest req;
+    req.model = a->model;
+    req.threads = a->threads;
+    build::BuildOptions& o = req.options;
     o.mode = a->refit                 ? plan::BuildMode::Refit
              : a->identical           ? plan::BuildMode::RefitIdentical
              : !a->individual.empty() ? plan::BuildMode::RefitIndividual
@@ -93,62 +92,32 @@ Runner add_build(CLI::App& app) {
     o.host_fallback = a->device.cpu_fallback;
     o.reference_rounding = a->reference_rounding;
     o.check_finite = !a->allow_nonfinite;
-    o.validate();
+    session::CheckpointBinding& c = req.checkpoint;
+    c.files = a->checkpoints;
+    for (const auto& b : a->binds) {
+      auto eq = b.find('=');
+      if (eq == std::string::npos) fail("--bind '", b, "' is not ONNX_NAME=CHECKPOINT_NAME");
+      c.binds.push_back({b.substr(0, eq), b.substr(eq + 1), "--bind " + b});
+    }
+    c.bind_file = a->bind_file;
+    c.strict = a->strict_binding;
+    c.allow_partial = a->allow_partial;
+    req.validate();
     if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();
-    plan::Plan p;
-    if (a->checkpoints.empty()) {
-      if (!a->binds.empty() || !a->bind_file.empty() || a->strict_binding || a->allow_partial)
-        fail("--bind, --bind-file, --strict-binding and --allow-partial-binding need --checkpoint");
-      ir::Graph g;
-      {
-        Phase phase("importing '" + a->model + "'");
-        g = onnx::import_model_file(a->model);
-      }
-      Phase phase("building '" + a->model + "'");
-      build::BuildOptions reported = o;
-      reported.progress = phase.reporter();
-      p = build::build_plan(std::move(g), reported);
-    } else {
-      build::BindOptions bo;
-      if (!a->bind_file.empty()) {
-        build::BindFile bf = build::read_bind_file(a->bind_file);
-        for (const auto& [k, v] : bf.binds) bo.add_bind(k, v, "bind file '" + a->bind_file + "'");
-        o.literal_names.insert(o.literal_names.end(), bf.literals.begin(), bf.literals.end());
-      }
-      for (const auto& b : a->binds) {
-        auto eq = b.find('=');
-        if (eq == std::string::npos) fail("--bind '", b, "' is not ONNX_NAME=CHECKPOINT_NAME");
-        bo.add_bind(b.substr(0, eq), b.substr(eq + 1), "--bind " + b);
-      }
-      bo.strict = a->strict_binding;
-      bo.allow_partial = a->allow_partial;
-      auto ckpt = refit::Checkpoint::open(a->checkpoints);
-      build::BindResult r;
-      ir::Graph g;
-      {
-        Phase phase("importing '" + a->model + "'");
-        g = onnx::import_model_file(a->model);
-      }
-      {
-        Phase phase("building '" + a->model + "' bound to " + ckpt.description());
-        build::BuildOptions reported = o;
-        reported.progress = phase.reporter();
-        p = build::build_plan_with_checkpoint(std::move(g), reported, ckpt, bo, &r);
-      }
-      size_t bound = 0, constant = 0, unbound = 0;
-      for (const auto& s : p.sources)
-        (s.binding.status == plan::Binding::Status::Bound      ? bound
-         : s.binding.status == plan::Binding::Status::Constant ? constant
-                                                               : unbound)++;
-      doc["binding"] = {{"checkpoint", ckpt.description()},
-                        {"sources", p.sources.size()},
-                        {"bound", bound},
-                        {"constant", constant},
-                        {"unbound", unbound}};
-      out << "binding: " << bound << "/" << p.sources.size() << " sources bound to " << ckpt.description() << ", "
-          << constant << " constant, " << unbound << " unbound (" << ckpt.total_bytes() << " bytes; index "
-          << r.index_ms << " ms, match " << r.match_ms << " ms)\n";
+    PhaseObserver observer;
+    session::Built built = session::build_plan(req, &observer);
+    const plan::Plan& p = built.plan;
+    if (built.binding) {
+      const session::BindingSummary& b = *built.binding;
+      doc["binding"] = {{"checkpoint", b.checkpoint},
+                        {"sources", b.sources},
+                        {"bound", b.bound},
+                        {"constant", b.constant},
+                        {"unbound", b.unbound}};
+      out << "binding: " << b.bound << "/" << b.sources << " sources bound to " << b.checkpoint << ", " << b.constant
+          << " constant, " << b.unbound << " unbound (" << b.checkpoint_bytes << " bytes; index " << b.index_ms
+          << " ms, match " << b.match_ms << " ms)\n";
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Constant)
           out << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.rule
@@ -157,14 +126,11 @@ Runner add_build(CLI::App& app) {
         if (s.binding.status == plan::Binding::Status::Unbound)
           out << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.note
               << "\n";
-      if (unbound)
+      if (b.unbound)
         out << "a refit from a checkpoint will be refused until every source is bound (--bind, --literal); "
                "a refit from a re-exported ONNX model works\n";
     }
-    {
-      Phase phase("writing '" + a->out + "'");
-      plan::write_plan(p, a->out, phase.reporter());
-    }
+    session::save_plan(p, a->out, &observer);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     size_t derived = 0, literal = 0, baked = 0, refittable = 0;
     for (const auto& w : p.weights)

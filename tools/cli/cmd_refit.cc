@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "common.h"
-#include "plan/plan_io.h"
 #include "plan_loading.h"
 #include "progress.h"
 
@@ -26,8 +25,9 @@ Runner add_refit(CLI::App& app) {
   auto a = std::make_shared<RefitArgs>();
   app.add_option("plan", a->plan, "plan file")->required();
   app.add_option("--weights,-w", a->weights,
-                 "new weights: a re-exported ONNX model, or a safetensors checkpoint (file(s) or sharded folder) the "
-                 "plan was bound to")
+                 "new weights: a re-exported ONNX model, or a checkpoint the plan was bound to (safetensors file(s), "
+                 "a sharded checkpoint's index or its folder); each file is read as what its content is, whatever its "
+                 "name")
       ->required();
   app.add_option("-o,--output", a->out, "plan file to write (default: overwrite PLAN)");
   app.add_flag("--strip-weights", a->strip, "write the refit plan without refittable weight data");
@@ -50,51 +50,18 @@ Runner add_refit(CLI::App& app) {
     o.keep_baked = a->keep_baked;
     LoadOptions lo;
     lo.verify_weights = true;
-    auto engine = load_engine(a->plan, lo);
-    refit::RefitReport rep = refit_engine(*engine, o);
-    {
-      Phase phase("writing '" + out + "'");
-      plan::write_plan(engine->current_plan(a->strip), out, phase.reporter());
-    }
+    session::Session loaded = load_session(a->plan, lo);
+    refit::RefitReport rep = refit_session(loaded, o);
+    PhaseObserver observer;
+    loaded.save(out, a->strip, &observer);
     // The device follows the plan (there is no --device here): its weights were replayed on the
     // host and uploaded to that device by the commit.
-    const std::string device = engine->plan().build ? engine->plan().build->backend : std::string("cpu");
     (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (a->strip ? " (stripped)" : "")
-                                      << (device != "cpu" ? " for device " + device : std::string()) << "\n";
+                                      << (rep.device != "cpu" ? " for device " + rep.device : std::string()) << "\n";
     if (a->json) {
-      const refit::CommitReport& c = rep.commit;
-      nlohmann::ordered_json j = {{"plan", out},
-                                  {"stripped", a->strip},
-                                  {"device", device},
-                                  {"from", rep.from},
-                                  {"mode", a->verify ? "verify"
-                                           : a->slow ? "slow"
-                                                     : "fast"},
-                                  {"sources_set", c.sources_set},
-                                  {"weights_replayed", c.weights_replayed},
-                                  {"bytes_in", c.bytes_in},
-                                  {"bytes_out", c.bytes_out},
-                                  {"read_ms", rep.read_ms},
-                                  {"validate_ms", c.validate_ms},
-                                  {"replay_ms", c.replay_ms},
-                                  {"commit_ms", c.commit_ms},
-                                  {"verify_ms", rep.verify_ms},
-                                  {"verified_weights", rep.verified},
-                                  {"baked_given", c.baked_given},
-                                  {"baked_differing_kept", c.baked_differing},
-                                  {"unused_checkpoint_tensors", rep.unused}};
-      if (!rep.note.empty()) j["note"] = rep.note;
-      // Quantized plans: per engine weight made by QuantizeWeight, the values that changed.
-      if (!c.quantized.empty()) {
-        nlohmann::ordered_json qs = nlohmann::ordered_json::array();
-        for (const refit::QuantizedChange& q : c.quantized)
-          qs.push_back({{"weight", q.weight},
-                        {"part", q.part},
-                        {"values", q.values},
-                        {"changed", q.changed},
-                        {"compared", q.compared}});
-        j["quantized"] = std::move(qs);
-      }
+      // The written file, then the refit report's one schema (RefitReport::json, docs/refit.md).
+      nlohmann::ordered_json j = {{"plan", out}, {"stripped", a->strip}};
+      j.update(rep.json());
       std::cout << j.dump(2) << "\n";
     }
     return 0;

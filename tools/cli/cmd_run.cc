@@ -137,13 +137,13 @@ Runner add_run(CLI::App& app) {
     }
     std::string ort_model = a->onnxrt_model;
     if (a->compare_onnxrt && ort_model.empty()) {
-      if (is_plan_file(a->model))
+      if (session::is_plan_file(a->model))
         fail("--compare-onnxrt: '", a->model, "' is a plan; give the ONNX model it was built from with --onnxrt-model");
       if (!a->weights.empty())
         fail("--compare-onnxrt with --weights: give the ONNX model holding those weights with --onnxrt-model");
       ort_model = a->model;
     }
-    if (!ort_model.empty() && is_plan_file(ort_model))
+    if (!ort_model.empty() && session::is_plan_file(ort_model))
       fail("--onnxrt-model '", ort_model, "' is a plan, not an ONNX model");
     LoadOptions lo;
     lo.threads = a->threads;
@@ -157,9 +157,9 @@ Runner add_run(CLI::App& app) {
     lo.verify_weights = !a->no_verify;
     std::map<std::string, IndexBound> bounds;
     lo.index_bounds = &bounds;
-    auto engine_ptr = load_engine(a->model, lo);
-    const runtime::PlanEngine& engine = *engine_ptr;
-    const std::string backend_name = engine.plan().build ? engine.plan().build->backend : "cpu";
+    const session::Session loaded = load_session(a->model, lo);
+    const runtime::PlanEngine& engine = loaded.engine();
+    const std::string backend_name = loaded.device();
     if (!a->timing_cache.empty()) backends::load_timing_cache_file(backend_name, a->timing_cache);
     std::vector<std::string> output_names, input_names;
     for (const auto& o : engine.outputs()) output_names.push_back(o.name);

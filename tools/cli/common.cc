@@ -153,7 +153,7 @@ void require_backend_here(const std::string& backend, const std::string& context
 
 PlacementSummary summarize_placement(const plan::Plan& p) {
   PlacementSummary s;
-  const std::string target = p.build ? p.build->backend : std::string("cpu");
+  const std::string target = plan::backend_of(p);
   const backends::Backend* b = backends::find_backend(target);
   s.device_memory = b && b->memory == Memory::Device;
   const std::vector<std::string> where = plan::node_backends(p);

@@ -1,53 +1,34 @@
 #include "plan_loading.h"
 
-#include <unistd.h>
-
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <map>
 
-#include "backends/backend.h"
-#include "builder/builder.h"
-#include "builder/onnx_refit.h"
 #include "common.h"
-#include "core/regular_file.h"
-#include "onnx/importer.h"
-#include "plan/plan_format.h"
-#include "plan/plan_io.h"
 #include "progress.h"
+#include "session/build.h"
 
 namespace reforge::cli {
 
-bool is_plan_file(const std::string& path) {
-  // Only a regular file is looked into (reading a FIFO blocks); anything else is left to the
-  // importer, whose error says what it is.
-  try {
-    RegularFile f = RegularFile::open(path);
-    char magic[sizeof plan::format::kMagic] = {};
-    return ::pread(f.fd(), magic, sizeof magic, 0) == static_cast<ssize_t>(sizeof magic) &&
-           std::memcmp(magic, plan::format::kMagic, sizeof magic) == 0;
-  } catch (const Error&) {
-    return false;
-  }
+namespace {
+
+// The flags that apply to building an ONNX model, refused for a plan built already.
+void check_plan_flags(const plan::Plan& p, const std::string& path, const LoadOptions& o) {
+  if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
+    fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
+         plan::precision_name(p.precision));
+  if (!o.activations.empty() && parse_precision(o.activations) != p.activations)
+    fail("--activations ", o.activations, " applies when building an ONNX model; plan '", path, "' was built with ",
+         plan::precision_name(p.activations), " activations");
+  const std::string built_for = plan::backend_of(p);
+  if (!o.device.device.empty() && o.device.device != built_for)
+    fail("plan '", path, "' was built for device '", built_for, "', not '", o.device.device,
+         "': build it again with --device ", o.device.device);
+  if (o.device.cpu_fallback)
+    fail("--allow-cpu-fallback applies when building an ONNX model; plan '", path, "' is placed already");
 }
 
-void require_runnable(const plan::Plan& p, const std::string& subject) {
-  const std::vector<std::string> where = plan::node_backends(p);
-  std::map<std::string, size_t> count;
-  for (const auto& b : where) ++count[b];
-  for (const auto& [name, n] : count) {
-    const backends::Backend* b = backends::find_backend(name);
-    if (!b || !b->unavailable) continue;  // an unknown backend: the engine names it
-    if (std::string why = b->unavailable(); !why.empty())
-      fail("the ", name == "cuda" ? std::string("CUDA") : name, " backend cannot run here: ", why, "; ", subject,
-           " runs ", n, " of its ", where.size(), " nodes on '", name,
-           "' (a plan runs, and refits, on the device it was built for: use a machine with one, or build the model "
-           "again with --device cpu)");
-  }
-}
+}  // namespace
 
-std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& o) {
+session::Session load_session(const std::string& path, const LoadOptions& o) {
   runtime::EngineOptions eo;
   eo.threads = o.threads;
   eo.profile = o.profile;
@@ -55,35 +36,22 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
   eo.device_trace = o.device_trace;
   if (o.device_replay) eo.device_replay = *o.device_replay;
   if (o.keep_baked && o.weights.empty()) fail("--keep-baked applies when refitting with --weights; none were given");
-  plan::Plan p;
-  if (is_plan_file(path)) {
+  PhaseObserver observer;
+  std::optional<session::Session> s;
+  if (session::is_plan_file(path)) {
     if (!o.skip_passes.empty())
       fail("--skip-pass applies when building an ONNX model; '", path, "' is a plan, built already");
     if (o.allow_nonfinite && o.weights.empty())
       fail("--allow-nonfinite applies when building an ONNX model or refitting with --weights; '", path,
            "' is a plan, built already");
-    plan::ReadOptions ro;
-    ro.verify_weight_hashes = o.verify_weights;
-    {
-      Phase phase("loading plan '" + path + "'" + (o.verify_weights ? " (hashing its weights)" : ""));
-      p = plan::read_plan(path, ro);
-    }
-    if (o.index_bounds) *o.index_bounds = index_bounds(p);
-    if (!o.precision.empty() && parse_precision(o.precision) != p.precision)
-      fail("--precision ", o.precision, " applies when building an ONNX model; plan '", path, "' was built with ",
-           plan::precision_name(p.precision));
-    if (!o.activations.empty() && parse_precision(o.activations) != p.activations)
-      fail("--activations ", o.activations, " applies when building an ONNX model; plan '", path, "' was built with ",
-           plan::precision_name(p.activations), " activations");
-    const std::string built_for = p.build ? p.build->backend : std::string("cpu");
-    if (!o.device.device.empty() && o.device.device != built_for)
-      fail("plan '", path, "' was built for device '", built_for, "', not '", o.device.device,
-           "': build it again with --device ", o.device.device);
-    if (o.device.cpu_fallback)
-      fail("--allow-cpu-fallback applies when building an ONNX model; plan '", path, "' is placed already");
-    require_runnable(p, "plan '" + path + "'");
+    session::PlanFile f = session::read_plan_file(path, o.verify_weights, &observer);
+    if (o.index_bounds) *o.index_bounds = index_bounds(f.plan);
+    check_plan_flags(f.plan, path, o);
+    s.emplace(std::move(f), eo);
   } else {
-    build::BuildOptions bo;
+    session::BuildRequest req;
+    req.model = path;
+    build::BuildOptions& bo = req.options;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
     bo.skip_passes = o.skip_passes;
     bo.precision = parse_precision(o.precision);
@@ -94,36 +62,22 @@ std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const 
     bo.check_finite = !o.allow_nonfinite;
     // Before the import and the build: a device that cannot run here fails at once.
     require_backend_here(bo.backend, "--device " + bo.backend + " for '" + path + "'");
-    ir::Graph g;
-    {
-      Phase phase("importing '" + path + "'");
-      g = onnx::import_model_file(path);
-    }
-    if (o.index_bounds) *o.index_bounds = index_bounds(g);
-    {
-      Phase phase("building '" + path + "'");
-      bo.progress = phase.reporter();
-      p = build::build_plan(std::move(g), bo);
-    }
+    if (o.index_bounds) req.imported = [&](const ir::Graph& g) { *o.index_bounds = index_bounds(g); };
+    s.emplace(session::build_plan(req, &observer).plan, eo);
     if (!o.quiet && verbosity() != Verbosity::Quiet) note_bf16_activations(bo.activations);
   }
-  auto engine = std::make_unique<runtime::PlanEngine>(std::move(p), eo);
-  if (!o.weights.empty()) refit_engine(*engine, o);
-  return engine;
+  if (!o.weights.empty()) refit_session(*s, o);
+  return std::move(*s);
 }
 
-refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& o) {
+refit::RefitReport refit_session(session::Session& s, const LoadOptions& o) {
   refit::RefitRequest req;
   req.files = o.weights;
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
   req.commit.keep_baked = o.keep_baked;
-  refit::RefitReport rep;
-  {
-    Phase phase("refitting from " + (o.weights.size() == 1 ? "'" + o.weights[0] + "'" : "the weight files"));
-    req.commit.progress = phase.reporter();
-    rep = build::refit_from(engine, req);
-  }
+  PhaseObserver observer;
+  refit::RefitReport rep = s.refit(req, &observer);
   if (!o.quiet && verbosity() != Verbosity::Quiet) std::cerr << rep.summary();
   return rep;
 }

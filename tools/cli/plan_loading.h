@@ -1,23 +1,22 @@
 // Loading what `run`, `bench` and `refit` accept: an ONNX model (built on the fly, baked) or a
-// plan file, optionally refit from weight files before use.
+// plan file, optionally refit from weight files before use. The work is the session's
+// (session/session.h); this file checks that the command's flags fit what the path holds.
 #pragma once
 
-#include <memory>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common.h"
 #include "refit/refit_from.h"
-#include "runtime/plan_engine.h"
+#include "session/session.h"
 
 namespace reforge::cli {
 
-bool is_plan_file(const std::string& path);
-
 struct LoadOptions {
   int threads = 0;
-  std::vector<std::string> weights;      // new weights: ONNX files (refit by graph position)
+  std::vector<std::string> weights;      // new weights, each file recognized by its content
   bool slow = false;                     // slow refit: rebuild from the new model
   bool verify = false;                   // run fast and slow, compare every engine weight
   bool quiet = false;                    // do not print refit phases
@@ -40,15 +39,10 @@ struct LoadOptions {
   std::map<std::string, IndexBound>* index_bounds = nullptr;
 };
 
-// Throws, naming `subject` (e.g. "plan 'x.plan'") and the reason, when a backend that nodes of
-// `p` are placed on cannot run here (a CUDA plan on a machine without a usable GPU): the check
-// every engine's creation makes, worded for the command line.
-void require_runnable(const plan::Plan& p, const std::string& subject);
+session::Session load_session(const std::string& path, const LoadOptions& options);
 
-std::unique_ptr<runtime::PlanEngine> load_engine(const std::string& path, const LoadOptions& options);
-
-// Refits `engine` from the weight files in `options` (build::refit_from: fast, slow or verify)
-// and prints its summary unless quiet.
-refit::RefitReport refit_engine(runtime::PlanEngine& engine, const LoadOptions& options);
+// Refits the session's engine from the weight files in `options` (fast, slow or verify) and
+// prints its summary unless quiet.
+refit::RefitReport refit_session(session::Session& s, const LoadOptions& options);
 
 }  // namespace reforge::cli

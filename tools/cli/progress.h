@@ -12,11 +12,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "core/progress.h"
+#include "session/observer.h"
 
 namespace reforge::cli {
 
@@ -57,6 +59,22 @@ class Phase {
   std::condition_variable cv_;
   bool done_ = false, announced_ = false;
   std::thread watcher_;
+};
+
+// The session's phases (session/observer.h) as Phase lines.
+class PhaseObserver : public session::Observer {
+ public:
+  void begin_phase(const std::string& what) override {
+    phase_.reset();
+    phase_ = std::make_unique<Phase>(what);
+  }
+  void end_phase() override { phase_.reset(); }
+  void progress(const Progress& p) override {
+    if (phase_) phase_->progress(p);
+  }
+
+ private:
+  std::unique_ptr<Phase> phase_;
 };
 
 }  // namespace reforge::cli

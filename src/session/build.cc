@@ -1,0 +1,82 @@
+#include "session/build.h"
+
+#include <omp.h>
+
+#include "builder/binding.h"
+#include "onnx/importer.h"
+#include "refit/source_readers.h"
+
+namespace reforge::session {
+
+namespace {
+
+ir::Graph import_model(const BuildRequest& req, Observer* observer) {
+  ir::Graph g;
+  {
+    PhaseScope phase(observer, "importing '" + req.model + "'");
+    g = onnx::import_model_file(req.model);
+  }
+  if (req.imported) req.imported(g);
+  return g;
+}
+
+BindingSummary summarize(const plan::Plan& p, const refit::Checkpoint& ckpt, const build::BindResult& r) {
+  BindingSummary s;
+  s.checkpoint = ckpt.description();
+  s.sources = p.sources.size();
+  for (const auto& src : p.sources)
+    (src.binding.status == plan::Binding::Status::Bound      ? s.bound
+     : src.binding.status == plan::Binding::Status::Constant ? s.constant
+                                                             : s.unbound)++;
+  s.checkpoint_bytes = ckpt.total_bytes();
+  s.index_ms = r.index_ms;
+  s.match_ms = r.match_ms;
+  return s;
+}
+
+}  // namespace
+
+void BuildRequest::validate() const {
+  options.validate();
+  const CheckpointBinding& c = checkpoint;
+  if (!c.given() && (!c.binds.empty() || !c.bind_file.empty() || c.strict || c.allow_partial))
+    fail("binds, a bind file, strict binding and partial binding need a checkpoint to bind to");
+  if (!c.files.empty() && !c.tensors.empty()) fail("give the checkpoint as files or as tensors, not both");
+}
+
+Built build_plan(const BuildRequest& req, Observer* observer) {
+  req.validate();
+  if (req.threads > 0) omp_set_num_threads(req.threads);
+  build::BuildOptions o = req.options;
+  Built out;
+  if (!req.checkpoint.given()) {
+    ir::Graph g = import_model(req, observer);
+    PhaseScope phase(observer, "building '" + req.model + "'");
+    o.progress = phase.steps();
+    out.plan = build::build_plan(std::move(g), o);
+    return out;
+  }
+  const CheckpointBinding& c = req.checkpoint;
+  build::BindOptions bo;
+  if (!c.bind_file.empty()) {
+    build::BindFile bf = build::read_bind_file(c.bind_file);
+    for (const auto& [k, v] : bf.binds) bo.add_bind(k, v, "bind file '" + c.bind_file + "'");
+    o.literal_names.insert(o.literal_names.end(), bf.literals.begin(), bf.literals.end());
+  }
+  for (const Bind& b : c.binds) bo.add_bind(b.key, b.tensor, b.origin);
+  bo.strict = c.strict;
+  bo.allow_partial = c.allow_partial;
+  const refit::Checkpoint ckpt = c.files.empty() ? refit::Checkpoint::from_tensors(c.tensors, "state dict")
+                                                 : refit::open_checkpoint(c.files, "checkpoint");
+  ir::Graph g = import_model(req, observer);
+  build::BindResult r;
+  {
+    PhaseScope phase(observer, "building '" + req.model + "' bound to " + ckpt.description());
+    o.progress = phase.steps();
+    out.plan = build::build_plan_with_checkpoint(std::move(g), o, ckpt, bo, &r);
+  }
+  out.binding = summarize(out.plan, ckpt, r);
+  return out;
+}
+
+}  // namespace reforge::session
