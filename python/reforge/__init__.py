@@ -265,6 +265,18 @@ class Plan:
             strip = bool(self._impl.missing)
         self._impl.save(os.fspath(path), strip, progress)
 
+    def stats(self) -> Dict[str, int]:
+        """The engine's runtime counters since the plan was made or loaded, so that what its caches
+        save can be checked from outside: ``runs``; ``inference_passes`` and ``arena_plans`` (shape
+        inferences and activation-arena layouts made: one per shape bucket of the inputs' symbolic
+        sizes, not one per size); ``shape_buckets`` and ``shape_buckets_evicted``; recorded replay on
+        a device (``recordings_made``, ``replays``, ``recordings_evicted``, ``recordings_retired``,
+        ``live_recordings``); ``eager_runs``; ``last_run_allocations`` (the most recent run's
+        allocations not served by an arena, its outputs included); ``live_weight_versions``."""
+        import json
+
+        return json.loads(self._impl.stats())
+
     def inspect(self) -> Dict[str, Any]:
         """What ``reforge inspect --json`` shows: producer, build mode and options, target,
         inputs and outputs, sizes, engine weights with recipes, sources with hashes and

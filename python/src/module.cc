@@ -278,6 +278,10 @@ class Plan {
     return guarded(Kind::Plain, [&] { return session_.inspect().dump(); });
   }
 
+  std::string stats() const {
+    return guarded(Kind::Plain, [&] { return session_.stats().dump(); });
+  }
+
   std::string value_infos(bool outputs) const {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& v : outputs ? session_.engine().outputs() : session_.engine().inputs())
@@ -406,6 +410,7 @@ NB_MODULE(_reforge, m) {
            "incremental"_a, "keep_baked"_a, "progress"_a.none())
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())
       .def("inspect", &Plan::inspect)
+      .def("stats", &Plan::stats)
       .def("value_infos", &Plan::value_infos, "outputs"_a)
       .def_prop_ro("missing", &Plan::missing)
       .def_prop_ro("mode", &Plan::mode)

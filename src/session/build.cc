@@ -1,8 +1,7 @@
 #include "session/build.h"
 
-#include <omp.h>
-
 #include "builder/binding.h"
+#include "core/omp_threads.h"
 #include "onnx/importer.h"
 #include "refit/source_readers.h"
 
@@ -46,7 +45,8 @@ void BuildRequest::validate() const {
 
 Built build_plan(const BuildRequest& req, Observer* observer) {
   req.validate();
-  if (req.threads > 0) omp_set_num_threads(req.threads);
+  // The build's kernels (constant folding, packing) on req.threads; the caller's setting comes back.
+  const OmpThreads omp_threads(req.threads);
   build::BuildOptions o = req.options;
   Built out;
   if (!req.checkpoint.given()) {

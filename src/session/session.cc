@@ -137,4 +137,22 @@ nlohmann::json Session::inspect() const {
   return j;
 }
 
+nlohmann::json Session::stats() const { return stats_json(engine_->stats()); }
+
+nlohmann::json stats_json(const runtime::EngineStats& st) {
+  return {{"runs", st.runs},
+          {"inference_passes", st.inference_passes},
+          {"arena_plans", st.arena_plans},
+          {"shape_buckets", st.shape_buckets},
+          {"shape_buckets_evicted", st.shape_buckets_evicted},
+          {"recordings_made", st.recordings_made},
+          {"replays", st.replays},
+          {"recordings_evicted", st.recordings_evicted},
+          {"recordings_retired", st.recordings_retired},
+          {"live_recordings", st.live_recordings},
+          {"eager_runs", st.eager_runs},
+          {"last_run_allocations", st.last_run_allocations},
+          {"live_weight_versions", st.live_weight_versions}};
+}
+
 }  // namespace reforge::session

@@ -84,11 +84,17 @@ class Session {
   // `reforge inspect --json` of the plan (plan/plan_inspect.h), with the file's size when it has
   // one and {"verified": {weights, bytes}} when its stored weights were hashed at reading.
   nlohmann::json inspect() const;
+  // The engine's runtime counters (runtime::EngineStats) as JSON: `reforge bench`'s "stats" and
+  // Python's Plan.stats().
+  nlohmann::json stats() const;
 
  private:
   std::unique_ptr<runtime::PlanEngine> engine_;
   std::optional<std::string> path_;
   std::optional<std::pair<size_t, size_t>> verified_;  // weights and bytes hashed at reading
 };
+
+// runtime::EngineStats as JSON, with the field names of EngineStats.
+nlohmann::json stats_json(const runtime::EngineStats& st);
 
 }  // namespace reforge::session

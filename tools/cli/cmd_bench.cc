@@ -419,7 +419,8 @@ Runner add_bench(CLI::App& app) {
                                   {"arena_bytes", arena.arena_bytes},
                                   {"arena_allocations", arena.arena_allocations},
                                   {"heap_allocations", arena.heap_allocations},
-                                  {"synthesized_inputs", made}};
+                                  {"synthesized_inputs", made},
+                                  {"stats", session::stats_json(engine.stats())}};
     if (const backends::Backend* be = backends::find_backend(backend_name); be && be->memory_stats) {
       // Device memory: engine weights (and what kernels prepared from them), library workspaces,
       // and the most the runs' values held at once (the device arena of an eager run is one
