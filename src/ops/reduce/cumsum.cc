@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/reduce/scan_setup.h"
 #include "ops/registry.h"
 
@@ -43,11 +44,9 @@ void cumulate_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, b
   using A = cum_acc_t<T>;
   const A identity = static_cast<A>(Step::kIdentity);
   const bool par = threads > 1 && outer > 1 && outer * n * inner >= (1 << 15);
-#pragma omp parallel num_threads(threads) if (par)
-  {
+  parallel_for(outer, par ? threads : 1, 1, [&](int64_t o0, int64_t o1) {
     std::vector<A> acc(static_cast<size_t>(inner));
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t o = o0; o < o1; ++o) {
       if (inner == 1) {  // contiguous run: one scalar running sum
         const T* xs = x + o * n;
         T* ys = y + o * n;
@@ -83,7 +82,7 @@ void cumulate_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, b
         }
       }
     }
-  }
+  });
 }
 
 template <typename Step>

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -260,9 +261,17 @@ void gemm_batched(int64_t nb, int64_t M, int64_t N, int64_t K, const C* A, bool 
         return st == dnnl_success;
       };
       bool ok = true;
-      if (nb >= threads && threads > 1) {  // one GEMM per thread; nested oneDNN calls run serially
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(&& : ok)
-        for (int64_t b = 0; b < nb; ++b) ok = one(b) && ok;
+      if (nb >= threads && threads > 1) {  // one GEMM per task, each run serially by oneDNN
+        // A pool thread is outside any OpenMP team, so oneDNN would start a full team of its own
+        // for every task; one thread per call keeps the cores to the tasks.
+        std::vector<char> task_ok(static_cast<size_t>(nb), 0);
+        parallel_for(nb, threads, 1, [&](int64_t b0, int64_t b1) {
+          const int saved = omp_get_max_threads();
+          omp_set_num_threads(1);
+          for (int64_t b = b0; b < b1; ++b) task_ok[static_cast<size_t>(b)] = one(b);
+          omp_set_num_threads(saved);
+        });
+        for (int64_t b = 0; b < nb; ++b) ok = task_ok[static_cast<size_t>(b)] && ok;
       } else {
         // oneDNN sizes its OpenMP team from omp_get_max_threads(); cap it at the engine's
         // thread count for these calls (the setting is per calling thread) and restore it.
@@ -276,9 +285,9 @@ void gemm_batched(int64_t nb, int64_t M, int64_t N, int64_t K, const C* A, bool 
     }
   }
   const bool par = threads > 1 && nb * M * N * K >= (1 << 16);
-#pragma omp parallel for collapse(2) num_threads(threads) if (par) schedule(static)
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int64_t i = 0; i < M; ++i) {
+  parallel_for(nb * M, par ? threads : 1, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / M, i = r % M;
       const C* a = A + b * M * K;
       const C* bm = B + b * K * N;
       C* c = out + b * M * N + i * N;
@@ -298,7 +307,7 @@ void gemm_batched(int64_t nb, int64_t M, int64_t N, int64_t K, const C* A, bool 
         }
       }
     }
-  }
+  });
 }
 
 // Contracts a and b, keeping the labels in `keep` (needed by the output or later operands).

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/reduce/extremum_scan.h"
 #include "ops/reduce/reduce_setup.h"
 #include "ops/registry.h"
@@ -155,11 +156,10 @@ typename Op::Acc parallel_row(const T* x, int64_t len, int64_t out_off, const Op
   // Not std::vector: vector<bool> packs bits, and threads write neighbouring entries.
   std::unique_ptr<typename Op::Acc[]> part(new typename Op::Acc[static_cast<size_t>(threads)]);
   const int64_t chunk = (len + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; ++t) {
+  parallel_tasks(threads, threads, [&](int64_t t) {
     const int64_t b = std::min(len, t * chunk), e = std::min(len, b + chunk);
     part[t] = b < e ? op.row(x + b, e - b, out_off) : op.init();
-  }
+  });
   typename Op::Acc a = op.init();
   for (int t = 0; t < threads; ++t) a = op.combine(a, part[t]);
   return a;
@@ -183,20 +183,18 @@ void reduce_into(const ReducePlan& p, const T* x, const Op& op, typename Op::Acc
   if (m >= 2 && !p.reduced[0] && p.dims[0] >= threads) {
     const int64_t per = rows / p.dims[0];  // rows under one index of the outer dim
     const int64_t chunk = (p.dims[0] + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
+    parallel_tasks(threads, threads, [&](int64_t t) {
       const int64_t b = std::min(p.dims[0], t * chunk), e = std::min(p.dims[0], b + chunk);
       if (b < e) walk_rows(p, x, op, acc, b * per, e * per, 0, len);
-    }
+    });
     return;
   }
   if (!inner_reduced && len >= 64 * threads) {
     const int64_t chunk = (len + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
+    parallel_tasks(threads, threads, [&](int64_t t) {
       const int64_t c0 = std::min(len, t * chunk), c1 = std::min(len, c0 + chunk);
       if (c0 < c1) walk_rows(p, x, op, acc, 0, rows, c0, c1);
-    }
+    });
     return;
   }
   if (inner_reduced && (m == 1 || (m == 2 && !p.reduced[0]))) {  // a few long rows, one output each

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/reduce/extremum_scan.h"
 #include "ops/reduce/reduce_setup.h"
 #include "ops/registry.h"
@@ -33,54 +34,55 @@ void arg_typed(const T* x, int64_t* y, int64_t outer, int64_t n, int64_t inner, 
                const extremum::ExtremumScans& scans) {
   using C = compute_t<T>;
   const bool par = threads > 1 && outer * n * inner >= (1 << 15) && outer > 1;
-#pragma omp parallel for num_threads(threads) if (par) schedule(static)
-  for (int64_t o = 0; o < outer; ++o) {
-    const T* block = x + o * n * inner;
-    int64_t* out = y + o * inner;
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      if (inner == 1) {  // vector scan for the extreme value, then find its first/last position
-        bool nan = false;
-        const T m = scans.of<T>().template row<IsMax>(block, n, block[0], &nan);
-        auto hit = [&](int64_t r) { return nan ? block[r] != block[r] : block[r] == m; };
-        int64_t bi = 0;
-        if (Last) {
-          for (bi = n - 1; bi > 0 && !hit(bi); --bi) {
+  parallel_for(outer, par ? threads : 1, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const T* block = x + o * n * inner;
+      int64_t* out = y + o * inner;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if (inner == 1) {  // vector scan for the extreme value, then find its first/last position
+          bool nan = false;
+          const T m = scans.of<T>().template row<IsMax>(block, n, block[0], &nan);
+          auto hit = [&](int64_t r) { return nan ? block[r] != block[r] : block[r] == m; };
+          int64_t bi = 0;
+          if (Last) {
+            for (bi = n - 1; bi > 0 && !hit(bi); --bi) {
+            }
+          } else {
+            for (bi = 0; bi < n - 1 && !hit(bi); ++bi) {
+            }
           }
-        } else {
-          for (bi = 0; bi < n - 1 && !hit(bi); ++bi) {
+          out[0] = bi;
+          continue;
+        }
+      }
+      if (inner == 1) {
+        C best = to_compute(block[0]);
+        int64_t bi = 0;
+        for (int64_t r = 1; r < n; ++r) {
+          C v = to_compute(block[r]);
+          if (wins<C, IsMax, Last>(v, best)) {
+            best = v;
+            bi = r;
           }
         }
         out[0] = bi;
-        continue;
-      }
-    }
-    if (inner == 1) {
-      C best = to_compute(block[0]);
-      int64_t bi = 0;
-      for (int64_t r = 1; r < n; ++r) {
-        C v = to_compute(block[r]);
-        if (wins<C, IsMax, Last>(v, best)) {
-          best = v;
-          bi = r;
-        }
-      }
-      out[0] = bi;
-    } else {
-      std::vector<C> best(static_cast<size_t>(inner));
-      for (int64_t i = 0; i < inner; ++i) best[static_cast<size_t>(i)] = to_compute(block[i]);
-      // out[] starts zeroed: index 0 is the winner so far.
-      for (int64_t r = 1; r < n; ++r) {
-        const T* row = block + r * inner;
-        for (int64_t i = 0; i < inner; ++i) {
-          C v = to_compute(row[i]);
-          if (wins<C, IsMax, Last>(v, best[static_cast<size_t>(i)])) {
-            best[static_cast<size_t>(i)] = v;
-            out[i] = r;
+      } else {
+        std::vector<C> best(static_cast<size_t>(inner));
+        for (int64_t i = 0; i < inner; ++i) best[static_cast<size_t>(i)] = to_compute(block[i]);
+        // out[] starts zeroed: index 0 is the winner so far.
+        for (int64_t r = 1; r < n; ++r) {
+          const T* row = block + r * inner;
+          for (int64_t i = 0; i < inner; ++i) {
+            C v = to_compute(row[i]);
+            if (wins<C, IsMax, Last>(v, best[static_cast<size_t>(i)])) {
+              best[static_cast<size_t>(i)] = v;
+              out[i] = r;
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 template <bool IsMax>

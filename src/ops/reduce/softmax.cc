@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/numerics.h"
 
 namespace reforge::ops {
@@ -90,12 +91,10 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bo
   using C = compute_t<T>;
   const int64_t block = n * inner;
   const bool par = threads > 1 && outer > 1 && outer * block >= (1 << 14);
-#pragma omp parallel num_threads(threads) if (par)
-  {
+  parallel_for(outer, par ? threads : 1, 1, [&](int64_t o0, int64_t o1) {
     std::vector<C> work(static_cast<size_t>(2 * inner));
     std::vector<float> buf;
-#pragma omp for schedule(static)
-    for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t o = o0; o < o1; ++o) {
       const T* xs = x + o * block;
       T* ys = y + o * block;
       if constexpr (std::is_same_v<T, float>) {
@@ -111,7 +110,7 @@ void softmax_typed(const T* x, T* y, int64_t outer, int64_t n, int64_t inner, bo
         for (int64_t i = 0; i < block; ++i) ys[i] = T(buf[static_cast<size_t>(i)]);
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/reduce/scan_setup.h"
 #include "ops/registry.h"
 
@@ -35,14 +36,12 @@ void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, in
   using C = compute_t<T>;
   const int64_t slices = outer * inner;
   const bool par = threads > 1 && slices > 1 && slices * n >= (1 << 14);
-#pragma omp parallel num_threads(threads) if (par)
-  {
+  parallel_for(slices, par ? threads : 1, 1, [&](int64_t s0, int64_t s1) {
     std::vector<C> v(static_cast<size_t>(n));
     std::vector<int64_t> idx(static_cast<size_t>(n));
     std::vector<C> best_v(static_cast<size_t>(std::min<int64_t>(k, 64)));
     std::vector<int64_t> best_i(best_v.size());
-#pragma omp for schedule(static)
-    for (int64_t s = 0; s < slices; ++s) {
+    for (int64_t s = s0; s < s1; ++s) {
       const int64_t o = s / inner, i = s % inner;
       const T* src = x + o * n * inner + i;
       for (int64_t r = 0; r < n; ++r) v[static_cast<size_t>(r)] = to_compute(src[r * inner]);
@@ -88,7 +87,7 @@ void topk_typed(const T* x, T* vals, int64_t* inds, int64_t outer, int64_t n, in
         io[r * inner] = j;
       }
     }
-  }
+  });
 }
 
 void topk_kernel(KernelContext& ctx) {
