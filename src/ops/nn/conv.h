@@ -4,10 +4,13 @@
 // backends/cpu/conv.cc for its attributes).
 #pragma once
 
+#include <omp.h>
+
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "ops/infer.h"
 #include "ops/nn/nn_common.h"
 
@@ -20,35 +23,37 @@ void conv_ref(const T* x, const T* w, const T* bias, T* y, int64_t N, int64_t C,
   const int64_t Cg = C / group, Mg = M / group;
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
   const int64_t k_plane = g.k[0] * g.k[1] * g.k[2];
-#pragma omp parallel for schedule(static) if (N * M * out_plane * Cg * k_plane > (1 << 15))
-  for (int64_t nm = 0; nm < N * M; ++nm) {
-    const int64_t n = nm / M, m = nm % M, grp = m / Mg;
-    const T* wm = w + m * Cg * k_plane;
-    T* yp = y + nm * out_plane;
-    for (int64_t od = 0; od < g.out[0]; ++od)
-      for (int64_t oh = 0; oh < g.out[1]; ++oh)
-        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-          T acc = bias ? bias[m] : T(0);
-          for (int64_t c = 0; c < Cg; ++c) {
-            const T* xp = x + (n * C + grp * Cg + c) * in_plane;
-            const T* wc = wm + c * k_plane;
-            for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-              const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-              if (id < 0 || id >= g.in[0]) continue;
-              for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-                const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-                if (ih < 0 || ih >= g.in[1]) continue;
-                for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-                  const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-                  if (iw < 0 || iw >= g.in[2]) continue;
-                  acc += xp[(id * g.in[1] + ih) * g.in[2] + iw] * wc[(kd * g.k[1] + kh) * g.k[2] + kw];
+  const int threads = N * M * out_plane * Cg * k_plane > (1 << 15) ? omp_get_max_threads() : 1;
+  parallel_for(N * M, threads, 1, [&](int64_t nm0, int64_t nm1) {
+    for (int64_t nm = nm0; nm < nm1; ++nm) {
+      const int64_t n = nm / M, m = nm % M, grp = m / Mg;
+      const T* wm = w + m * Cg * k_plane;
+      T* yp = y + nm * out_plane;
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            T acc = bias ? bias[m] : T(0);
+            for (int64_t c = 0; c < Cg; ++c) {
+              const T* xp = x + (n * C + grp * Cg + c) * in_plane;
+              const T* wc = wm + c * k_plane;
+              for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+                const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+                if (id < 0 || id >= g.in[0]) continue;
+                for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                  const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+                  if (ih < 0 || ih >= g.in[1]) continue;
+                  for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                    const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+                    if (iw < 0 || iw >= g.in[2]) continue;
+                    acc += xp[(id * g.in[1] + ih) * g.in[2] + iw] * wc[(kd * g.k[1] + kh) * g.k[2] + kw];
+                  }
                 }
               }
             }
+            yp[(od * g.out[1] + oh) * g.out[2] + ow] = acc;
           }
-          yp[(od * g.out[1] + oh) * g.out[2] + ow] = acc;
-        }
-  }
+    }
+  });
 }
 
 // A Conv node's inputs checked against each other and its attributes, resolved.

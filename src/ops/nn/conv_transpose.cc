@@ -7,9 +7,12 @@
 // position. Pad and output-size rules follow the reference implementation: with explicit (or default zero) pads,
 // output_shape only sets the output size; with auto_pad SAME_*, pads are derived from the
 // output size, the odd unit going to the end for SAME_UPPER and the beginning for SAME_LOWER.
+#include <omp.h>
+
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/nn/conv.h"
 #include "ops/nn/matmul.h"
 #include "ops/nn/nn_common.h"
@@ -39,32 +42,33 @@ void conv_transpose_compute(MatmulProduct product, DType mm_dtype, const C* x, c
         d.trans_a = true;  // W_g is stored [Cg, Mg*kp]
         product(mm_dtype, d, wg, xg, col.data());
       }
-#pragma omp parallel for schedule(static) if (Mg * kp * in_plane > (1 << 15))
-      for (int64_t m = 0; m < Mg; ++m) {
-        C* yp = yg + m * out_plane;
-        const C b = bias ? bias[grp * Mg + m] : C(0);
-        for (int64_t i = 0; i < out_plane; ++i) yp[i] = b;
-        if (Cg == 0) continue;
-        for (int64_t kd = 0; kd < g.k[0]; ++kd)
-          for (int64_t kh = 0; kh < g.k[1]; ++kh)
-            for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-              const C* cp = col.data() + (m * kp + (kd * g.k[1] + kh) * g.k[2] + kw) * in_plane;
-              for (int64_t id = 0; id < g.in[0]; ++id) {
-                const int64_t od = id * g.s[0] - g.pb[0] + kd * g.d[0];
-                if (od < 0 || od >= g.out[0]) continue;
-                for (int64_t ih = 0; ih < g.in[1]; ++ih) {
-                  const int64_t oh = ih * g.s[1] - g.pb[1] + kh * g.d[1];
-                  if (oh < 0 || oh >= g.out[1]) continue;
-                  const C* crow = cp + (id * g.in[1] + ih) * g.in[2];
-                  C* yrow = yp + (od * g.out[1] + oh) * g.out[2];
-                  for (int64_t iw = 0; iw < g.in[2]; ++iw) {
-                    const int64_t ow = iw * g.s[2] - g.pb[2] + kw * g.d[2];
-                    if (ow >= 0 && ow < g.out[2]) yrow[ow] += crow[iw];
+      parallel_for(Mg, Mg * kp * in_plane > (1 << 15) ? omp_get_max_threads() : 1, 1, [&](int64_t m0, int64_t m1) {
+        for (int64_t m = m0; m < m1; ++m) {
+          C* yp = yg + m * out_plane;
+          const C b = bias ? bias[grp * Mg + m] : C(0);
+          for (int64_t i = 0; i < out_plane; ++i) yp[i] = b;
+          if (Cg == 0) continue;
+          for (int64_t kd = 0; kd < g.k[0]; ++kd)
+            for (int64_t kh = 0; kh < g.k[1]; ++kh)
+              for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                const C* cp = col.data() + (m * kp + (kd * g.k[1] + kh) * g.k[2] + kw) * in_plane;
+                for (int64_t id = 0; id < g.in[0]; ++id) {
+                  const int64_t od = id * g.s[0] - g.pb[0] + kd * g.d[0];
+                  if (od < 0 || od >= g.out[0]) continue;
+                  for (int64_t ih = 0; ih < g.in[1]; ++ih) {
+                    const int64_t oh = ih * g.s[1] - g.pb[1] + kh * g.d[1];
+                    if (oh < 0 || oh >= g.out[1]) continue;
+                    const C* crow = cp + (id * g.in[1] + ih) * g.in[2];
+                    C* yrow = yp + (od * g.out[1] + oh) * g.out[2];
+                    for (int64_t iw = 0; iw < g.in[2]; ++iw) {
+                      const int64_t ow = iw * g.s[2] - g.pb[2] + kw * g.d[2];
+                      if (ow >= 0 && ow < g.out[2]) yrow[ow] += crow[iw];
+                    }
                   }
                 }
               }
-            }
-      }
+        }
+      });
     }
   }
 }

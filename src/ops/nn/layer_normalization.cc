@@ -5,10 +5,13 @@
 // The reference kernel: row statistics are computed in double whatever the stash type, more
 // accurate than asked for. The CPU backend's kernel (backends/cpu/layer_normalization.cc) runs
 // float32 rows on vectors and comes back here for everything else.
+#include <omp.h>
+
 #include <cmath>
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/nn/nn_common.h"
 #include "ops/nn/norm_setup.h"
 
@@ -68,21 +71,22 @@ void layer_norm_kernel(KernelContext& ctx) {
         std::vector<double> means(static_cast<size_t>(outer)), invs(static_cast<size_t>(outer));
         const T* x = X.data<T>();
         T* y = Y.mutable_data<T>();
-#pragma omp parallel for schedule(static) if (X.numel() > (1 << 15))
-        for (int64_t r = 0; r < outer; ++r) {
-          const T* xp = x + r * inner;
-          T* yp = y + r * inner;
-          const Moments mo = moments(xp, inner);
-          const double m = mo.mean;
-          const double inv = 1.0 / std::sqrt(mo.variance + s.eps);
-          means[r] = m;
-          invs[r] = inv;
-          const A* sp = scale.data() + (full ? r * inner : 0);
-          const A* bp = bias.data() + (full ? r * inner : 0);
-          const A ma = static_cast<A>(m), ia = static_cast<A>(inv);
-          for (int64_t i = 0; i < inner; ++i)
-            yp[i] = from_compute<T>((static_cast<A>(to_compute(xp[i])) - ma) * ia * sp[i] + bp[i]);
-        }
+        parallel_for(outer, X.numel() > (1 << 15) ? omp_get_max_threads() : 1, 1, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; ++r) {
+            const T* xp = x + r * inner;
+            T* yp = y + r * inner;
+            const Moments mo = moments(xp, inner);
+            const double m = mo.mean;
+            const double inv = 1.0 / std::sqrt(mo.variance + s.eps);
+            means[r] = m;
+            invs[r] = inv;
+            const A* sp = scale.data() + (full ? r * inner : 0);
+            const A* bp = bias.data() + (full ? r * inner : 0);
+            const A ma = static_cast<A>(m), ia = static_cast<A>(inv);
+            for (int64_t i = 0; i < inner; ++i)
+              yp[i] = from_compute<T>((static_cast<A>(to_compute(xp[i])) - ma) * ia * sp[i] + bp[i]);
+          }
+        });
         auto store = [&](Tensor* t, const std::vector<double>& v) {
           if (!t) return;
           dispatch_float(stash_dtype, [&](auto stag) {

@@ -5,6 +5,8 @@
 // wrapping like numpy.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
@@ -12,6 +14,7 @@
 
 #include "core/dispatch.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops::nn {
@@ -74,11 +77,9 @@ void matmul_ref(const MatmulDims& d, const T* a, const T* b, T* c) {
   const int64_t b_rs = d.trans_b ? 1 : N, b_cs = d.trans_b ? K : 1;
   const bool plain_scale = d.alpha == 1.0f && (d.beta == 0.0f || d.beta == 1.0f);
   const int64_t rows = d.batch * M;
-#pragma omp parallel if (rows * N * K > (1 << 16))
-  {
+  parallel_for(rows, rows * N * K > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t r0, int64_t r1) {
     std::vector<Acc> acc(static_cast<size_t>(N));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t bi = r / M, i = r % M;
       const T* A = a + (d.a_broadcast ? 0 : bi * M * K);
       const T* B = b + (d.b_broadcast ? 0 : bi * K * N);
@@ -115,7 +116,7 @@ void matmul_ref(const MatmulDims& d, const T* a, const T* b, T* c) {
         }
       }
     }
-  }
+  });
 }
 
 template <typename H>

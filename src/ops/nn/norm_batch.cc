@@ -3,10 +3,13 @@
 // Statistics accumulate in double; the per-element work is one multiply-add per value with a
 // per-channel scale and shift folded from the parameters. Parameters may have their own float
 // types (opset 15 lets scale/bias and mean/var differ from X).
+#include <omp.h>
+
 #include <cmath>
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/nn/nn_common.h"
 #include "ops/nn/norm_setup.h"
 
@@ -20,20 +23,21 @@ void scale_shift(const T* x, T* y, int64_t N, int64_t C, int64_t inner, const st
                  const std::vector<double>& b) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const bool per_element = static_cast<int64_t>(a.size()) != C;
-#pragma omp parallel for schedule(static) if (N * C * inner > (1 << 16))
-  for (int64_t nc = 0; nc < N * C; ++nc) {
-    const int64_t c = nc % C;
-    const T* xp = x + nc * inner;
-    T* yp = y + nc * inner;
-    if (!per_element) {
-      const A av = static_cast<A>(a[c]), bv = static_cast<A>(b[c]);
-      for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
-    } else {
-      const double* ap = a.data() + c * inner;
-      const double* bp = b.data() + c * inner;
-      for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i]) * ap[i] + bp[i]));
+  parallel_for(N * C, N * C * inner > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t nc0, int64_t nc1) {
+    for (int64_t nc = nc0; nc < nc1; ++nc) {
+      const int64_t c = nc % C;
+      const T* xp = x + nc * inner;
+      T* yp = y + nc * inner;
+      if (!per_element) {
+        const A av = static_cast<A>(a[c]), bv = static_cast<A>(b[c]);
+        for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
+      } else {
+        const double* ap = a.data() + c * inner;
+        const double* bp = b.data() + c * inner;
+        for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i]) * ap[i] + bp[i]));
+      }
     }
-  }
+  });
 }
 
 // Per-channel mean and (population) variance over N and the spatial positions.
@@ -43,25 +47,26 @@ void channel_stats(const T* x, int64_t N, int64_t C, int64_t inner, std::vector<
   mean.assign(C, 0.0);
   var.assign(C, 0.0);
   const double count = static_cast<double>(N * inner);
-#pragma omp parallel for schedule(static) if (N * C * inner > (1 << 16))
-  for (int64_t c = 0; c < C; ++c) {
-    double s = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + (n * C + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) s += static_cast<double>(to_compute(xp[i]));
-    }
-    const double m = count > 0 ? s / count : 0.0;
-    double q = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xp = x + (n * C + c) * inner;
-      for (int64_t i = 0; i < inner; ++i) {
-        const double dv = static_cast<double>(to_compute(xp[i])) - m;
-        q += dv * dv;
+  parallel_for(C, N * C * inner > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xp = x + (n * C + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) s += static_cast<double>(to_compute(xp[i]));
       }
+      const double m = count > 0 ? s / count : 0.0;
+      double q = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* xp = x + (n * C + c) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          const double dv = static_cast<double>(to_compute(xp[i])) - m;
+          q += dv * dv;
+        }
+      }
+      mean[c] = m;
+      var[c] = count > 0 ? q / count : 0.0;
     }
-    mean[c] = m;
-    var[c] = count > 0 ? q / count : 0.0;
-  }
+  });
 }
 
 Tensor doubles_to(DType dtype, const std::vector<double>& v, const Shape& shape) {
@@ -146,17 +151,18 @@ void instance_norm_kernel(KernelContext& ctx) {
         using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
         const T* x = X.data<T>();
         T* y = Y.mutable_data<T>();
-#pragma omp parallel for schedule(static) if (X.numel() > (1 << 16))
-        for (int64_t nc = 0; nc < N * C; ++nc) {
-          const int64_t c = nc % C;
-          const T* xp = x + nc * inner;
-          T* yp = y + nc * inner;
-          const Moments mo = moments(xp, inner);
-          const double m = mo.mean;
-          const double a = scale[c] / std::sqrt(mo.variance + eps);
-          const A av = static_cast<A>(a), bv = static_cast<A>(bias[c] - m * a);
-          for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
-        }
+        parallel_for(N * C, X.numel() > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t nc0, int64_t nc1) {
+          for (int64_t nc = nc0; nc < nc1; ++nc) {
+            const int64_t c = nc % C;
+            const T* xp = x + nc * inner;
+            T* yp = y + nc * inner;
+            const Moments mo = moments(xp, inner);
+            const double m = mo.mean;
+            const double a = scale[c] / std::sqrt(mo.variance + eps);
+            const A av = static_cast<A>(a), bv = static_cast<A>(bias[c] - m * a);
+            for (int64_t i = 0; i < inner; ++i) yp[i] = from_compute<T>(static_cast<A>(to_compute(xp[i])) * av + bv);
+          }
+        });
       },
       "InstanceNormalization");
 }

@@ -9,6 +9,8 @@
 // pads, but not the positions a ceil_mode window hangs past the end padding. MaxPool takes the
 // first maximum in window order (a NaN is never "greater"), and a window with no input
 // position yields 0 with index -1, as in the reference.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/thread_pool.h"
 #include "ops/nn/nn_common.h"
 #include "ops/tensor/tensor_common.h"
 
@@ -80,66 +83,68 @@ void max_pool(const PoolSetup& p, const T* x, T* y, int64_t* indices, bool colum
   } else {
     mul[2] = 1, mul[1] = g.in[2], mul[0] = g.in[1] * g.in[2];
   }
-#pragma omp parallel for schedule(static) if (p.N * p.C * out_plane > (1 << 14))
-  for (int64_t nc = 0; nc < p.N * p.C; ++nc) {
-    const T* xp = x + nc * in_plane;
-    T* yp = y + nc * out_plane;
-    int64_t* ip = indices ? indices + nc * out_plane : nullptr;
-    if (!ip) {
-      // No Indices: a running max from the window's first tap, `v > best ? v : best` (one
-      // maxss on x86; the first maximum wins and a NaN is never greater, as below).
-      for (int64_t od = 0; od < g.out[0]; ++od)
-        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-          T* yrow = yp + (od * g.out[1] + oh) * g.out[2];
-          const bool rows = r[0].first[od] < r[0].last[od] && r[1].first[oh] < r[1].last[oh];
-          const int64_t id0 = od * g.s[0] - g.pb[0] + r[0].first[od] * g.d[0];
-          const int64_t ih0 = oh * g.s[1] - g.pb[1] + r[1].first[oh] * g.d[1];
-          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-            if (!rows || r[2].first[ow] >= r[2].last[ow]) {
-              yrow[ow] = T{};
-              continue;
+  const int threads = p.N * p.C * out_plane > (1 << 14) ? omp_get_max_threads() : 1;
+  parallel_for(p.N * p.C, threads, 1, [&](int64_t nc0, int64_t nc1) {
+    for (int64_t nc = nc0; nc < nc1; ++nc) {
+      const T* xp = x + nc * in_plane;
+      T* yp = y + nc * out_plane;
+      int64_t* ip = indices ? indices + nc * out_plane : nullptr;
+      if (!ip) {
+        // No Indices: a running max from the window's first tap, `v > best ? v : best` (one
+        // maxss on x86; the first maximum wins and a NaN is never greater, as below).
+        for (int64_t od = 0; od < g.out[0]; ++od)
+          for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+            T* yrow = yp + (od * g.out[1] + oh) * g.out[2];
+            const bool rows = r[0].first[od] < r[0].last[od] && r[1].first[oh] < r[1].last[oh];
+            const int64_t id0 = od * g.s[0] - g.pb[0] + r[0].first[od] * g.d[0];
+            const int64_t ih0 = oh * g.s[1] - g.pb[1] + r[1].first[oh] * g.d[1];
+            for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+              if (!rows || r[2].first[ow] >= r[2].last[ow]) {
+                yrow[ow] = T{};
+                continue;
+              }
+              compute_t<T> best =
+                  to_compute(xp[(id0 * g.in[1] + ih0) * g.in[2] + ow * g.s[2] - g.pb[2] + r[2].first[ow] * g.d[2]]);
+              for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
+                const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+                for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
+                  const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+                  const T* row = xp + (id * g.in[1] + ih) * g.in[2] + ow * g.s[2] - g.pb[2];
+                  for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw) {
+                    const compute_t<T> v = to_compute(row[kw * g.d[2]]);
+                    best = v > best ? v : best;
+                  }
+                }
+              }
+              yrow[ow] = from_compute<T>(best);
             }
-            compute_t<T> best =
-                to_compute(xp[(id0 * g.in[1] + ih0) * g.in[2] + ow * g.s[2] - g.pb[2] + r[2].first[ow] * g.d[2]]);
+          }
+        continue;
+      }
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            bool found = false;
+            compute_t<T> best{};
+            int64_t bd = 0, bh = 0, bw = 0;
             for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
               const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
               for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
                 const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-                const T* row = xp + (id * g.in[1] + ih) * g.in[2] + ow * g.s[2] - g.pb[2];
+                const T* row = xp + (id * g.in[1] + ih) * g.in[2];
                 for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw) {
-                  const compute_t<T> v = to_compute(row[kw * g.d[2]]);
-                  best = v > best ? v : best;
+                  const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+                  const compute_t<T> v = to_compute(row[iw]);
+                  if (!found || v > best) found = true, best = v, bd = id, bh = ih, bw = iw;
                 }
               }
             }
-            yrow[ow] = from_compute<T>(best);
+            const int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
+            yp[o] = found ? from_compute<T>(best) : T{};
+            if (ip) ip[o] = found ? nc * in_plane + bd * mul[0] + bh * mul[1] + bw * mul[2] : -1;
           }
-        }
-      continue;
     }
-    for (int64_t od = 0; od < g.out[0]; ++od)
-      for (int64_t oh = 0; oh < g.out[1]; ++oh)
-        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-          bool found = false;
-          compute_t<T> best{};
-          int64_t bd = 0, bh = 0, bw = 0;
-          for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
-            const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-            for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-              const T* row = xp + (id * g.in[1] + ih) * g.in[2];
-              for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw) {
-                const int64_t iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-                const compute_t<T> v = to_compute(row[iw]);
-                if (!found || v > best) found = true, best = v, bd = id, bh = ih, bw = iw;
-              }
-            }
-          }
-          const int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
-          yp[o] = found ? from_compute<T>(best) : T{};
-          if (ip) ip[o] = found ? nc * in_plane + bd * mul[0] + bh * mul[1] + bw * mul[2] : -1;
-        }
-  }
+  });
 }
 
 template <typename T>
@@ -154,31 +159,33 @@ void avg_pool(const PoolSetup& p, const T* x, T* y, bool count_include_pad) {
     padded[i] = tap_range(g.out[i], g.k[i], g.s[i], g.d[i], g.pb[i], -g.pb[i], g.in[i] + pe);
   }
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
-#pragma omp parallel for schedule(static) if (p.N * p.C * out_plane > (1 << 14))
-  for (int64_t nc = 0; nc < p.N * p.C; ++nc) {
-    const T* xp = x + nc * in_plane;
-    T* yp = y + nc * out_plane;
-    for (int64_t od = 0; od < g.out[0]; ++od)
-      for (int64_t oh = 0; oh < g.out[1]; ++oh)
-        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-          A sum = 0;
-          for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
-            const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-            for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-              const T* row = xp + (id * g.in[1] + ih) * g.in[2];
-              for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw)
-                sum += static_cast<A>(to_compute(row[ow * g.s[2] - g.pb[2] + kw * g.d[2]]));
+  const int threads = p.N * p.C * out_plane > (1 << 14) ? omp_get_max_threads() : 1;
+  parallel_for(p.N * p.C, threads, 1, [&](int64_t nc0, int64_t nc1) {
+    for (int64_t nc = nc0; nc < nc1; ++nc) {
+      const T* xp = x + nc * in_plane;
+      T* yp = y + nc * out_plane;
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            A sum = 0;
+            for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
+              const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+              for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
+                const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+                const T* row = xp + (id * g.in[1] + ih) * g.in[2];
+                for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw)
+                  sum += static_cast<A>(to_compute(row[ow * g.s[2] - g.pb[2] + kw * g.d[2]]));
+              }
             }
+            const TapRange* cnt = count_include_pad ? padded : r;
+            const int64_t n = (cnt[0].last[od] - cnt[0].first[od]) * (cnt[1].last[oh] - cnt[1].first[oh]) *
+                              (cnt[2].last[ow] - cnt[2].first[ow]);
+            // No position to average (a window wholly in padding): the reference yields NaN.
+            yp[(od * g.out[1] + oh) * g.out[2] + ow] =
+                from_compute<T>(n > 0 ? sum / static_cast<A>(n) : std::numeric_limits<A>::quiet_NaN());
           }
-          const TapRange* cnt = count_include_pad ? padded : r;
-          const int64_t n = (cnt[0].last[od] - cnt[0].first[od]) * (cnt[1].last[oh] - cnt[1].first[oh]) *
-                            (cnt[2].last[ow] - cnt[2].first[ow]);
-          // No position to average (a window wholly in padding): the reference yields NaN.
-          yp[(od * g.out[1] + oh) * g.out[2] + ow] =
-              from_compute<T>(n > 0 ? sum / static_cast<A>(n) : std::numeric_limits<A>::quiet_NaN());
-        }
-  }
+    }
+  });
 }
 
 template <typename T>
@@ -187,28 +194,30 @@ void lp_pool(const PoolSetup& p, const T* x, T* y, double pw) {
   TapRange r[3];
   for (size_t i = 0; i < 3; ++i) r[i] = tap_range(g.out[i], g.k[i], g.s[i], g.d[i], g.pb[i], 0, g.in[i]);
   const int64_t in_plane = g.in[0] * g.in[1] * g.in[2], out_plane = g.out[0] * g.out[1] * g.out[2];
-#pragma omp parallel for schedule(static) if (p.N * p.C * out_plane > (1 << 14))
-  for (int64_t nc = 0; nc < p.N * p.C; ++nc) {
-    const T* xp = x + nc * in_plane;
-    T* yp = y + nc * out_plane;
-    for (int64_t od = 0; od < g.out[0]; ++od)
-      for (int64_t oh = 0; oh < g.out[1]; ++oh)
-        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-          double sum = 0;
-          for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
-            const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-            for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
-              const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-              const T* row = xp + (id * g.in[1] + ih) * g.in[2];
-              for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw)
-                sum +=
-                    std::pow(std::abs(static_cast<double>(to_compute(row[ow * g.s[2] - g.pb[2] + kw * g.d[2]]))), pw);
+  const int threads = p.N * p.C * out_plane > (1 << 14) ? omp_get_max_threads() : 1;
+  parallel_for(p.N * p.C, threads, 1, [&](int64_t nc0, int64_t nc1) {
+    for (int64_t nc = nc0; nc < nc1; ++nc) {
+      const T* xp = x + nc * in_plane;
+      T* yp = y + nc * out_plane;
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            double sum = 0;
+            for (int64_t kd = r[0].first[od]; kd < r[0].last[od]; ++kd) {
+              const int64_t id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+              for (int64_t kh = r[1].first[oh]; kh < r[1].last[oh]; ++kh) {
+                const int64_t ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+                const T* row = xp + (id * g.in[1] + ih) * g.in[2];
+                for (int64_t kw = r[2].first[ow]; kw < r[2].last[ow]; ++kw)
+                  sum +=
+                      std::pow(std::abs(static_cast<double>(to_compute(row[ow * g.s[2] - g.pb[2] + kw * g.d[2]]))), pw);
+              }
             }
+            yp[(od * g.out[1] + oh) * g.out[2] + ow] =
+                from_compute<T>(static_cast<compute_t<T>>(std::pow(sum, 1.0 / pw)));
           }
-          yp[(od * g.out[1] + oh) * g.out[2] + ow] =
-              from_compute<T>(static_cast<compute_t<T>>(std::pow(sum, 1.0 / pw)));
-        }
-  }
+    }
+  });
 }
 
 void lp_pool_kernel(KernelContext& ctx) {
@@ -336,21 +345,22 @@ void global_pool_kernel(KernelContext& ctx) {
         using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
         const T* x = X.data<T>();
         T* y = Y.mutable_data<T>();
-#pragma omp parallel for schedule(static) if (X.numel() > (1 << 16))
-        for (int64_t i = 0; i < planes; ++i) {
-          const T* xp = x + i * plane;
-          A acc = static_cast<A>(to_compute(xp[0]));
-          if constexpr (kMax) {
-            for (int64_t j = 1; j < plane; ++j) {
-              const A v = static_cast<A>(to_compute(xp[j]));
-              if (v > acc || v != v) acc = v;  // NaN propagates, as numpy's max does
+        parallel_for(planes, X.numel() > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) {
+            const T* xp = x + i * plane;
+            A acc = static_cast<A>(to_compute(xp[0]));
+            if constexpr (kMax) {
+              for (int64_t j = 1; j < plane; ++j) {
+                const A v = static_cast<A>(to_compute(xp[j]));
+                if (v > acc || v != v) acc = v;  // NaN propagates, as numpy's max does
+              }
+              y[i] = from_compute<T>(acc);
+            } else {
+              for (int64_t j = 1; j < plane; ++j) acc += static_cast<A>(to_compute(xp[j]));
+              y[i] = from_compute<T>(acc / static_cast<A>(plane));
             }
-            y[i] = from_compute<T>(acc);
-          } else {
-            for (int64_t j = 1; j < plane; ++j) acc += static_cast<A>(to_compute(xp[j]));
-            y[i] = from_compute<T>(acc / static_cast<A>(plane));
           }
-        }
+        });
       },
       kMax ? "GlobalMaxPool" : "GlobalAveragePool");
 }

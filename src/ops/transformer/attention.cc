@@ -18,6 +18,8 @@
 // padding j < nonpad_kv_seqlen[b]. offset is past_sequence_length with an internal cache,
 // nonpad_kv_seqlen[b] - q_sequence_length with an external one, else 0. A query row whose bias
 // is -inf everywhere produces zeros (Y and the mode-3 probabilities), never NaN.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -27,6 +29,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/numerics.h"
 #include "ops/registry.h"
 #include "ops/transformer/attention_setup.h"
@@ -184,9 +187,9 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
   const CT neg_inf = -std::numeric_limits<CT>::infinity();
   const int64_t work = d.batch * d.q_heads;
 
-#pragma omp parallel for schedule(static) if (work > 1 && \
-                                              work * d.q_len * L * (d.head_size + d.v_head_size) > (1 << 16))
-  for (int64_t bh = 0; bh < work; ++bh) {
+  const int threads =
+      work > 1 && work * d.q_len * L * (d.head_size + d.v_head_size) > (1 << 16) ? omp_get_max_threads() : 1;
+  parallel_tasks(work, threads, [&](int64_t bh) {
     const int64_t b = bh / d.q_heads, h = bh % d.q_heads, kvh = h / group;
     const CT* kb = ks.data() + ((b * d.kv_heads + kvh) * L) * d.head_size;
     const CT* vb = vs.data() + ((b * d.kv_heads + kvh) * L) * d.v_head_size;
@@ -277,7 +280,7 @@ void run_attention(KernelContext& ctx, const Dims& d, const Options& o, const Ma
         for (int64_t e = 0; e < d.v_head_size; ++e) yrow[e] = from_compute<T>(acc[e]);
       }
     }
-  }
+  });
 }
 
 // Reads attn_mask, checks it broadcasts to [B, Hq, Sq, L] (last dim may be shorter) and converts

@@ -12,6 +12,8 @@
 // take (X, roi, scales, sizes) with coordinate_transformation_mode, cubic_coeff_a,
 // exclude_outside, extrapolation_value and nearest_mode; 18 adds antialias, axes and
 // keep_aspect_ratio_policy; 19 adds half_pixel_symmetric.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +23,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 #include "ops/transformer/resize_setup.h"
 
@@ -409,34 +412,35 @@ std::vector<double> resize_axis(const std::vector<double>& data, Shape& shape, c
   const double* w = t.w.data();
   const char* extrapolated = t.extrapolated.data();
   const bool nearest = a.mode == Mode::Nearest;
-#pragma omp parallel for if (outer * out * inner * n > (1 << 16))
-  for (int64_t o = 0; o < outer; ++o) {
-    const double* src = data.data() + o * in * inner;
-    double* dst = res.data() + o * out * inner;
-    for (int64_t y = 0; y < out; ++y) {
-      double* drow = dst + y * inner;
-      if (extrapolated[y]) {
-        std::fill(drow, drow + inner, a.extrapolation);
-        continue;
-      }
-      const int64_t* iy = idx + y * n;
-      const double* wy = w + y * n;
-      if (nearest) {  // weights are one 1 and one 0: copy the chosen row (none: exclude_outside)
-        const int64_t k = wy[0] == 1.0 ? 0 : wy[1] == 1.0 ? 1 : -1;
-        if (k < 0)
-          std::fill(drow, drow + inner, 0.0);
-        else
-          std::copy(src + iy[k] * inner, src + iy[k] * inner + inner, drow);
-        continue;
-      }
-      for (int64_t i = 0; i < inner; ++i) drow[i] = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        const double* srow = src + iy[k] * inner;
-        const double wk = wy[k];
-        for (int64_t i = 0; i < inner; ++i) drow[i] += wk * srow[i];
+  parallel_for(outer, outer * out * inner * n > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const double* src = data.data() + o * in * inner;
+      double* dst = res.data() + o * out * inner;
+      for (int64_t y = 0; y < out; ++y) {
+        double* drow = dst + y * inner;
+        if (extrapolated[y]) {
+          std::fill(drow, drow + inner, a.extrapolation);
+          continue;
+        }
+        const int64_t* iy = idx + y * n;
+        const double* wy = w + y * n;
+        if (nearest) {  // weights are one 1 and one 0: copy the chosen row (none: exclude_outside)
+          const int64_t k = wy[0] == 1.0 ? 0 : wy[1] == 1.0 ? 1 : -1;
+          if (k < 0)
+            std::fill(drow, drow + inner, 0.0);
+          else
+            std::copy(src + iy[k] * inner, src + iy[k] * inner + inner, drow);
+          continue;
+        }
+        for (int64_t i = 0; i < inner; ++i) drow[i] = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          const double* srow = src + iy[k] * inner;
+          const double wk = wy[k];
+          for (int64_t i = 0; i < inner; ++i) drow[i] += wk * srow[i];
+        }
       }
     }
-  }
+  });
   return res;
 }
 

@@ -4,6 +4,8 @@
 // stash_type 11) and rounds to X's type, as the ONNX function body casts back before the scale
 // multiplication; stage two multiplies by `scale`, which broadcasts unidirectionally to X, and
 // writes the result in scale's type (Y's type constraint is scale's).
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/nn/norm_setup.h"
 #include "ops/registry.h"
 
@@ -24,24 +27,25 @@ void rms_typed(const Tensor& x, const Tensor& scale, Tensor& out, int64_t outer,
   const S* sd = scale.data<S>();
   S* od = out.mutable_data<S>();
   const Acc e = static_cast<Acc>(eps);
-#pragma omp parallel for if (outer * inner > (1 << 16))
-  for (int64_t o = 0; o < outer; ++o) {
-    const X* row = xd + o * inner;
-    Acc sum = 0;
-    for (int64_t i = 0; i < inner; ++i) {
-      const Acc v = static_cast<Acc>(to_compute(row[i]));
-      sum += v * v;
+  parallel_for(outer, outer * inner > (1 << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const X* row = xd + o * inner;
+      Acc sum = 0;
+      for (int64_t i = 0; i < inner; ++i) {
+        const Acc v = static_cast<Acc>(to_compute(row[i]));
+        sum += v * v;
+      }
+      const Acc rms = std::sqrt(sum / static_cast<Acc>(inner) + e);
+      const Acc inv = Acc(1) / rms;
+      S* orow = od + o * inner;
+      for (int64_t i = 0; i < inner; ++i) {
+        // Normalized value rounded to X's type, then scaled in the wider of the two compute types.
+        const auto n = to_compute(from_compute<X>(static_cast<Acc>(to_compute(row[i])) * inv));
+        const int64_t si = scale_index.empty() ? i : scale_index[o * inner + i];
+        orow[i] = from_compute<S>(static_cast<double>(n) * static_cast<double>(to_compute(sd[si])));
+      }
     }
-    const Acc rms = std::sqrt(sum / static_cast<Acc>(inner) + e);
-    const Acc inv = Acc(1) / rms;
-    S* orow = od + o * inner;
-    for (int64_t i = 0; i < inner; ++i) {
-      // Normalized value rounded to X's type, then scaled in the wider of the two compute types.
-      const auto n = to_compute(from_compute<X>(static_cast<Acc>(to_compute(row[i])) * inv));
-      const int64_t si = scale_index.empty() ? i : scale_index[o * inner + i];
-      orow[i] = from_compute<S>(static_cast<double>(n) * static_cast<double>(to_compute(sd[si])));
-    }
-  }
+  });
 }
 
 void rms_kernel(KernelContext& ctx) {

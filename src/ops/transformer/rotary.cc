@@ -6,12 +6,15 @@
 // (x[k], x[k + dim/2]) (default) or as (x[2k], x[2k + 1]) (interleaved). The caches are indexed by
 // position_ids[b, s] when given ([max_position, dim/2]) and are per-token ([batch, seq, dim/2])
 // otherwise. Each product and sum rounds to the input type, as the ONNX reference does.
+#include <omp.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 #include "ops/transformer/rotary_setup.h"
 
@@ -54,26 +57,28 @@ void rotary_kernel(KernelContext& ctx) {
         const T* cd = cos.data<T>();
         const T* sd = sin.data<T>();
         T* od = out.mutable_data<T>();
-#pragma omp parallel for if (batch * seq * heads * head_size > (1 << 16))
-        for (int64_t bs = 0; bs < batch * seq; ++bs) {
-          const int64_t b = bs / seq, s = bs % seq;
-          const T* c = cd + row[bs];
-          const T* sn = sd + row[bs];
-          for (int64_t h = 0; h < heads; ++h) {
-            const int64_t base = b * sb + s * ss + h * sh;
-            const T* in = xd + base;
-            T* o = od + base;
-            for (int64_t k = 0; k < half; ++k) {
-              const int64_t i1 = interleaved ? 2 * k : k;
-              const int64_t i2 = interleaved ? 2 * k + 1 : k + half;
-              const C x1 = to_compute(in[i1]), x2 = to_compute(in[i2]);
-              const C ck = to_compute(c[k]), sk = to_compute(sn[k]);
-              o[i1] = from_compute<T>(rnd<T>(ck * x1) - rnd<T>(sk * x2));
-              o[i2] = from_compute<T>(rnd<T>(sk * x1) + rnd<T>(ck * x2));
+        const int threads = batch * seq * heads * head_size > (1 << 16) ? omp_get_max_threads() : 1;
+        parallel_for(batch * seq, threads, 1, [&](int64_t bs0, int64_t bs1) {
+          for (int64_t bs = bs0; bs < bs1; ++bs) {
+            const int64_t b = bs / seq, s = bs % seq;
+            const T* c = cd + row[bs];
+            const T* sn = sd + row[bs];
+            for (int64_t h = 0; h < heads; ++h) {
+              const int64_t base = b * sb + s * ss + h * sh;
+              const T* in = xd + base;
+              T* o = od + base;
+              for (int64_t k = 0; k < half; ++k) {
+                const int64_t i1 = interleaved ? 2 * k : k;
+                const int64_t i2 = interleaved ? 2 * k + 1 : k + half;
+                const C x1 = to_compute(in[i1]), x2 = to_compute(in[i2]);
+                const C ck = to_compute(c[k]), sk = to_compute(sn[k]);
+                o[i1] = from_compute<T>(rnd<T>(ck * x1) - rnd<T>(sk * x2));
+                o[i2] = from_compute<T>(rnd<T>(sk * x1) + rnd<T>(ck * x2));
+              }
+              for (int64_t e = rot; e < head_size; ++e) o[e] = in[e];
             }
-            for (int64_t e = rot; e < head_size; ++e) o[e] = in[e];
           }
-        }
+        });
       },
       "RotaryEmbedding");
 }
