@@ -26,9 +26,12 @@
 // output shape (in-place folds), never a broadcast one. Every operand shape must broadcast to the
 // output shape (checked: an Error otherwise; unidirectional broadcasting such as Expand or
 // PRelu's slope is just "operand broadcasts to a given output shape"). Runs are processed in
-// parallel with OpenMP when the output is large, so the callback must be thread-safe and must not
-// throw (record failures in a flag and throw after the loop).
+// parallel on the kernel thread pool (core/thread_pool.h) when the output is large, so the
+// callback must be thread-safe and must not throw (record failures in a flag and throw after the
+// loop).
 #pragma once
+
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
@@ -40,6 +43,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -66,7 +70,7 @@ struct BinaryShapes {
 };
 BinaryShapes binary_shapes(const KernelContext& ctx);
 
-// Output elements above which for_each_run() splits the work across OpenMP threads.
+// Output elements above which for_each_run() splits the work across threads.
 inline constexpr int64_t kParallelElements = int64_t{1} << 16;
 
 // Iteration plan of an output shape over N operands broadcast to it.
@@ -94,7 +98,7 @@ struct BroadcastLayout {
 
 // Calls f(out_offset, in_offsets, n) for contiguous output runs [out_offset, out_offset + n)
 // covering the whole output once; operand k's elements for the run are
-// in_offsets[k] + i * layout.inner_stride[k], i < n. Parallel (OpenMP) above kParallelElements.
+// in_offsets[k] + i * layout.inner_stride[k], i < n. Parallel (thread pool) above kParallelElements.
 template <size_t N, typename F>
 void for_each_run(const BroadcastLayout<N>& L, F&& f) {
   const int64_t total = L.numel;
@@ -104,8 +108,7 @@ void for_each_run(const BroadcastLayout<N>& L, F&& f) {
   // Work is split into chunks of whole elements; a chunk may start or end mid-row.
   const int64_t chunk = total > kParallelElements ? int64_t{1} << 15 : total;
   const int64_t nchunks = (total + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-  for (int64_t c = 0; c < nchunks; ++c) {
+  parallel_tasks(nchunks, nchunks > 1 ? omp_get_max_threads() : 1, [&](int64_t c) {
     int64_t e = c * chunk;
     const int64_t end = std::min(total, e + chunk);
     int64_t row = e / inner;
@@ -135,7 +138,7 @@ void for_each_run(const BroadcastLayout<N>& L, F&& f) {
         idx[d] = 0;
       }
     }
-  }
+  });
 }
 
 // A typed operand for broadcast_map: a dense buffer and its shape.

@@ -4,10 +4,13 @@
 // count from the end, where the spec allows) and range-checks it before touching data, so a bad
 // index is an Error naming the node and never an out-of-bounds access. Gathers move elements
 // by size (any dtype); scatters with a reduction dispatch on the real dtype.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
 
+#include "core/thread_pool.h"
 #include "ops/tensor/gather_setup.h"
 #include "ops/tensor/tensor_common.h"
 
@@ -55,12 +58,14 @@ void gather_kernel(KernelContext& ctx) {
         using T = typename decltype(tag)::type;
         const T* src = x.data<T>();
         T* dst = y.mutable_data<T>();
-#pragma omp parallel for schedule(static) if (y.numel() > (int64_t{1} << 16) && outer * n > 1)
-        for (int64_t on = 0; on < outer * n; ++on) {
-          const int64_t o = on / n, k = on % n;
-          const T* s = src + (o * dim + ind[static_cast<size_t>(k)]) * inner;
-          std::copy(s, s + inner, dst + on * inner);
-        }
+        const int threads = y.numel() > (int64_t{1} << 16) && outer * n > 1 ? omp_get_max_threads() : 1;
+        parallel_for(outer * n, threads, 1, [&](int64_t on0, int64_t on1) {
+          for (int64_t on = on0; on < on1; ++on) {
+            const int64_t o = on / n, k = on % n;
+            const T* s = src + (o * dim + ind[static_cast<size_t>(k)]) * inner;
+            std::copy(s, s + inner, dst + on * inner);
+          }
+        });
       },
       where);
 }

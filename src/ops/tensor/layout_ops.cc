@@ -3,10 +3,13 @@
 // Transpose, Slice, Tile and the depth/space rearrangements are all expressed as strided_copy()
 // over a view of the input (permuted, offset, zero or interleaved strides), so the index
 // arithmetic of each op is only a few lines of stride bookkeeping.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
+#include "core/thread_pool.h"
 #include "ops/tensor/layout_setup.h"
 #include "ops/tensor/tensor_common.h"
 #include "ops/tensor/transpose2d.h"
@@ -38,16 +41,19 @@ void concat_kernel(KernelContext& ctx) {
   for (int64_t d = axis + 1; d < rank; ++d) inner *= out[static_cast<size_t>(d)];
   const int64_t out_row = out[static_cast<size_t>(axis)] * inner;  // elements per outer index
   char* dst = static_cast<char*>(y.mutable_raw());
-#pragma omp parallel for schedule(static) if (y.numel() > (int64_t{1} << 16) && outer > 1)
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t at = o * out_row;
-    for (const Tensor* t : ins) {
-      const int64_t n = t->dim(axis) * inner;
-      if (n)
-        std::memcpy(dst + at * elem, static_cast<const char*>(t->raw()) + o * n * elem, static_cast<size_t>(n) * elem);
-      at += n;
+  const int threads = y.numel() > (int64_t{1} << 16) && outer > 1 ? omp_get_max_threads() : 1;
+  parallel_for(outer, threads, 1, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      int64_t at = o * out_row;
+      for (const Tensor* t : ins) {
+        const int64_t n = t->dim(axis) * inner;
+        if (n)
+          std::memcpy(dst + at * elem, static_cast<const char*>(t->raw()) + o * n * elem,
+                      static_cast<size_t>(n) * elem);
+        at += n;
+      }
     }
-  }
+  });
 }
 
 void split_kernel(KernelContext& ctx) {

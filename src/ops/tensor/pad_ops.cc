@@ -1,8 +1,11 @@
 // Pad on the CPU: the index maps of pad_setup.h, walked a row at a time (a row whose leading
 // coordinates hit the constant is filled without reading the input).
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
+#include "core/thread_pool.h"
 #include "ops/tensor/pad_setup.h"
 #include "ops/tensor/tensor_common.h"
 
@@ -22,26 +25,27 @@ void pad_copy(T* dst, const T* src, T value, const Shape& out, const std::vector
   const int64_t last_stride = xs.back();
   int64_t rows = 1;
   for (size_t d = 0; d + 1 < rank; ++d) rows *= out[d];
-#pragma omp parallel for schedule(static) if (rows * inner > (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    T* o = dst + r * inner;
-    int64_t base = 0, rr = r;
-    bool constant_row = false;
-    for (size_t d = rank - 1; d-- > 0;) {
-      const int64_t i = maps[d][static_cast<size_t>(rr % out[d])];
-      rr /= out[d];
-      if (i < 0) constant_row = true;
-      base += i * xs[d];
+  parallel_for(rows, rows * inner > (int64_t{1} << 16) ? omp_get_max_threads() : 1, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* o = dst + r * inner;
+      int64_t base = 0, rr = r;
+      bool constant_row = false;
+      for (size_t d = rank - 1; d-- > 0;) {
+        const int64_t i = maps[d][static_cast<size_t>(rr % out[d])];
+        rr /= out[d];
+        if (i < 0) constant_row = true;
+        base += i * xs[d];
+      }
+      if (constant_row) {
+        std::fill(o, o + inner, value);
+        continue;
+      }
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t m = last[static_cast<size_t>(i)];
+        o[i] = m < 0 ? value : src[base + m * last_stride];
+      }
     }
-    if (constant_row) {
-      std::fill(o, o + inner, value);
-      continue;
-    }
-    for (int64_t i = 0; i < inner; ++i) {
-      const int64_t m = last[static_cast<size_t>(i)];
-      o[i] = m < 0 ? value : src[base + m * last_stride];
-    }
-  }
+  });
 }
 
 void pad_kernel(KernelContext& ctx) {

@@ -1,8 +1,11 @@
 #include "ops/tensor/tensor_common.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 
+#include "core/thread_pool.h"
 #include "ops/tensor/transpose2d.h"
 
 namespace reforge::ops {
@@ -62,20 +65,22 @@ void tiled_copy(T* dst, const T* src, const std::vector<int64_t>& dims, const st
   int64_t rows = 1;  // all outer positions except dim p
   for (size_t d = 0; d < nd; ++d)
     if (d != p) rows *= dims[d];
-#pragma omp parallel for schedule(static) if (rows * A * inner > (int64_t{1} << 16) && rows > 1)
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t sbase = offset, dbase = 0;
-    for (int64_t rr = r, d = static_cast<int64_t>(nd) - 1; d >= 0; --d) {
-      if (static_cast<size_t>(d) == p) continue;
-      const int64_t i = rr % dims[static_cast<size_t>(d)];
-      rr /= dims[static_cast<size_t>(d)];
-      sbase += i * st[static_cast<size_t>(d)];
-      dbase += i * ost[static_cast<size_t>(d)];
+  const int threads = rows * A * inner > (int64_t{1} << 16) && rows > 1 ? omp_get_max_threads() : 1;
+  parallel_for(rows, threads, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int64_t sbase = offset, dbase = 0;
+      for (int64_t rr = r, d = static_cast<int64_t>(nd) - 1; d >= 0; --d) {
+        if (static_cast<size_t>(d) == p) continue;
+        const int64_t i = rr % dims[static_cast<size_t>(d)];
+        rr /= dims[static_cast<size_t>(d)];
+        sbase += i * st[static_cast<size_t>(d)];
+        dbase += i * ost[static_cast<size_t>(d)];
+      }
+      // dst[dbase + a * osp + b] = src[sbase + a + b * istride]: a [inner, A] matrix with row pitch
+      // istride, transposed into rows of pitch osp, by transpose_2d's tile kernel.
+      transpose_block(dst + dbase, osp, src + sbase, istride, inner, A, sizeof(T));
     }
-    // dst[dbase + a * osp + b] = src[sbase + a + b * istride]: a [inner, A] matrix with row pitch
-    // istride, transposed into rows of pitch osp, by transpose_2d's tile kernel.
-    transpose_block(dst + dbase, osp, src + sbase, istride, inner, A, sizeof(T));
-  }
+  });
 }
 
 template <typename T>
@@ -90,8 +95,7 @@ void strided_copy_typed(T* dst, const T* src, const std::vector<int64_t>& dims, 
   for (int64_t d : dims) rows *= d;
   const int64_t rows_per_chunk = std::max<int64_t>(1, kCopyChunk / inner);
   const int64_t nchunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-  for (int64_t c = 0; c < nchunks; ++c) {
+  parallel_tasks(nchunks, nchunks > 1 ? omp_get_max_threads() : 1, [&](int64_t c) {
     const int64_t r0 = c * rows_per_chunk;
     const int64_t r1 = std::min(rows, r0 + rows_per_chunk);
     // Odometer over the outer dims: consecutive rows cost additions, not divisions.
@@ -117,7 +121,7 @@ void strided_copy_typed(T* dst, const T* src, const std::vector<int64_t>& dims, 
         idx[d] = 0;
       }
     }
-  }
+  });
 }
 
 }  // namespace

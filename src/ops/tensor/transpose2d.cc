@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace reforge::ops {
 
@@ -109,12 +110,14 @@ bool for_tiles(const Transpose2D& t, int64_t ts, int threads, F&& f) {
   const int64_t ti = (t.rows + ts - 1) / ts, tj = (t.cols + ts - 1) / ts, n = t.batch * ti * tj;
   const bool par = threads > 1 && n > 1 && t.batch * t.rows * t.cols * static_cast<int64_t>(t.elem) >= (1 << 20);
   std::atomic<bool> ok{true};
-#pragma omp parallel for schedule(static) num_threads(threads > 1 ? threads : 1) if (par)
-  for (int64_t k = 0; k < n; ++k) {
-    if (!ok.load(std::memory_order_relaxed)) continue;
-    const int64_t b = k / (ti * tj), r = k % (ti * tj), i0 = (r / tj) * ts, j0 = (r % tj) * ts;
-    if (!f(b, i0, std::min(t.rows, i0 + ts), j0, std::min(t.cols, j0 + ts))) ok.store(false, std::memory_order_relaxed);
-  }
+  parallel_for(n, par ? threads : 1, 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      if (!ok.load(std::memory_order_relaxed)) continue;
+      const int64_t b = k / (ti * tj), r = k % (ti * tj), i0 = (r / tj) * ts, j0 = (r % tj) * ts;
+      if (!f(b, i0, std::min(t.rows, i0 + ts), j0, std::min(t.cols, j0 + ts)))
+        ok.store(false, std::memory_order_relaxed);
+    }
+  });
   return ok.load();
 }
 

@@ -4,9 +4,9 @@
 // block is batch x [rows, cols] -> batch x [cols, rows] with `elem`-byte elements.
 //
 // transpose_2d() copies cache-blocked tiles through a small buffer (so neither side walks a
-// column), OpenMP-parallel over tiles. transpose_equals() compares a tensor with the transpose of
-// another the same way without materializing it, stopping at the first difference. Both move
-// bytes only, so the result does not depend on the thread count.
+// column), parallel over tiles on the kernel thread pool. transpose_equals() compares a tensor
+// with the transpose of another the same way without materializing it, stopping at the first
+// difference. Both move bytes only, so the result does not depend on the thread count.
 #pragma once
 
 #include <cstddef>

@@ -31,6 +31,7 @@
 
 #include "core/dispatch.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "ops/registry.h"
 #include "ops/vector_ext.h"
 
@@ -373,8 +374,8 @@ void map_range(const In* in, Out* out, int64_t begin, int64_t end, const Op& op)
   }
 }
 
-// Runs map_range over n elements, in parallel blocks when n is large. threads <= 0 means the
-// OpenMP default.
+// Runs map_range over n elements, in parallel blocks when n is large (block boundaries do not
+// depend on the thread count). threads <= 0 means the executor's default, omp_get_max_threads().
 template <typename Map, typename In, typename Out, typename Op>
 void map_elements(const In* in, Out* out, int64_t n, int threads, const Op& op) {
   const int64_t nblocks = (n + kBlock - 1) / kBlock;
@@ -384,8 +385,9 @@ void map_elements(const In* in, Out* out, int64_t n, int threads, const Op& op) 
     map_range<Map>(in, out, 0, n, op);
     return;
   }
-#pragma omp parallel for num_threads(static_cast <int>(team)) schedule(static)
-  for (int64_t b = 0; b < nblocks; ++b) map_range<Map>(in, out, b * kBlock, std::min(n, (b + 1) * kBlock), op);
+  parallel_for(nblocks, static_cast<int>(team), 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) map_range<Map>(in, out, b * kBlock, std::min(n, (b + 1) * kBlock), op);
+  });
 }
 
 template <typename Map, typename In, typename Out, typename Op>
