@@ -257,11 +257,16 @@ void conv_run(ops::KernelContext& ctx, const Post& post) {
         Z ? Z->raw() : Y.raw(), d.b, bias, act, d.y, Y.mutable_raw()));
     return;
   }
-  if (empty_sum)
-    REFORGE_CUDA_CHECK(cudaMemsetAsync(Y.mutable_raw(), 0, Y.nbytes(), stream()));
-  else
+  // Written over Z (in place), the output already holds the residual: the convolution adds to it
+  // (beta = 1) and the epilogue must not add Z, which it would read back as the convolution's sum.
+  if (in_place) Z = nullptr;
+  const void* beta = in_place ? one : zero;
+  if (empty_sum) {
+    if (!in_place) REFORGE_CUDA_CHECK(cudaMemsetAsync(Y.mutable_raw(), 0, Y.nbytes(), stream()));
+  } else {
     REFORGE_DNN_CHECK(cudnnConvolutionForward(h, one, d.x, input->raw(), d.w, W.raw(), d.conv, algo, ws_ptr,
-                                              choice.workspace, zero, d.y, Y.mutable_raw()));
+                                              choice.workspace, beta, d.y, Y.mutable_raw()));
+  }
   if (!B && !Z && !post.relu) return;
   Strides<1> zs;
   if (Z) {
