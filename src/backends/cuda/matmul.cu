@@ -170,10 +170,12 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
 }
 
 // Integer products (and any type cuBLASLt does not take): one thread per output element,
-// accumulating in the element type (wrapping, as the reference).
+// accumulating in the element type (wrapping, as the reference). Gemm's alpha and beta other
+// than 1 and 0/1 scale in float64, as the reference (numpy) does.
 template <typename T>
 __global__ void plain_product(const T* a, const T* b, T* c, int64_t batch, int64_t M, int64_t N, int64_t K, bool ta,
-                              bool tb, bool a_bc, bool b_bc, T alpha, T beta) {
+                              bool tb, bool a_bc, bool b_bc, float alpha, float beta) {
+  const bool plain_scale = alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
   const int64_t total = batch * M * N;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t n = i % N, m = (i / N) % M, p = i / (M * N);
@@ -186,18 +188,40 @@ __global__ void plain_product(const T* a, const T* b, T* c, int64_t batch, int64
       const T y = tb ? bp[n * K + k] : bp[k * N + n];
       acc += static_cast<U>(x) * static_cast<U>(y);
     }
-    c[i] = static_cast<T>(static_cast<U>(alpha) * acc + static_cast<U>(beta) * static_cast<U>(c[i]));
+    if (plain_scale) {
+      c[i] = static_cast<T>(beta == 0.0f ? acc : acc + static_cast<U>(c[i]));
+    } else {
+      double v = static_cast<double>(static_cast<T>(acc)) * alpha;
+      if (beta != 0.0f) v += static_cast<double>(beta) * static_cast<double>(c[i]);
+      c[i] = static_cast<T>(v);
+    }
   }
+}
+
+// c *= beta: a float product with an empty sum (Gemm's beta * C when K is 0), as the reference.
+template <typename T>
+__global__ void scale_kernel(T* c, int64_t n, float beta) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    c[i] = store_c<T>(load_c(c, i) * static_cast<compute_t<T>>(beta));
 }
 
 void product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c) {
   if (d.M == 0 || d.N == 0 || d.batch == 0) return;
   if (dtype == DType::Float32 || dtype == DType::Float16 || dtype == DType::BFloat16 || dtype == DType::Float64) {
     if (d.K == 0) {  // an empty sum: beta * C (C is zero-filled or the broadcast bias)
-      REFORGE_CHECK(d.beta == 0.0f || d.beta == 1.0f, "internal error: empty product with beta ", d.beta);
-      if (d.beta == 0.0f)
-        REFORGE_CUDA_CHECK(
-            cudaMemsetAsync(c, 0, static_cast<size_t>(d.batch * d.M * d.N) * dtype_size(dtype), stream()));
+      const int64_t n = d.batch * d.M * d.N;
+      if (d.beta == 0.0f) {
+        REFORGE_CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(n) * dtype_size(dtype), stream()));
+      } else if (d.beta != 1.0f) {
+        dispatch_device(
+            dtype, "Gemm",
+            [&](auto tag) {
+              using T = typename decltype(tag)::type;
+              scale_kernel<T><<<blocks_for(n), 256, 0, stream()>>>(static_cast<T*>(c), n, d.beta);
+              check_launch("scale_kernel");
+            },
+            true);
+      }
       return;
     }
     lt_product(dtype, d, a, b, c);
@@ -212,7 +236,7 @@ void product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const voi
       const int64_t total = d.batch * d.M * d.N;
       plain_product<T><<<blocks_for(total), 256, 0, stream()>>>(
           static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), d.batch, d.M, d.N, d.K, d.trans_a,
-          d.trans_b, d.a_broadcast, d.b_broadcast, static_cast<T>(d.alpha), static_cast<T>(d.beta));
+          d.trans_b, d.a_broadcast, d.b_broadcast, d.alpha, d.beta);
       check_launch("plain_product");
     }
   });
