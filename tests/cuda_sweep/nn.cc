@@ -37,7 +37,9 @@ void gemm_cases(Gen& g) {
       const bool is_int = t == DType::Int32 || t == DType::Int64;
       Attrs a = {ir::int_attr("transA", ta), ir::int_attr("transB", tb)};
       if (is_int) {
-        a.push_back(ir::float_attr("alpha", 2.0f));
+        // Integers scale by a non-unit alpha or beta in float64 (numpy's promotion).
+        a.push_back(ir::float_attr("alpha", g.pick(std::vector<float>{1.0f, 2.0f, 0.5f})));
+        a.push_back(ir::float_attr("beta", g.pick(std::vector<float>{0.0f, 1.0f, -0.25f, 3.0f})));
       } else if (g.coin()) {
         a.push_back(ir::float_attr("alpha", 0.5f + static_cast<float>(g.between(0, 8)) / 4));
         a.push_back(ir::float_attr("beta", static_cast<float>(g.between(-4, 4)) / 4));

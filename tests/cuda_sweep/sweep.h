@@ -30,10 +30,6 @@ using Attrs = std::vector<ir::Attribute>;
 struct Case {
   ir::Node node;
   std::vector<Tensor> inputs;  // inputs[i] feeds node.inputs[i]; an undefined Tensor: absent
-  std::string what;            // the label failures name: op, opset, input types and shapes, attributes
-  // The factor on the per-dtype NMSE bound, for ops whose kernels round differently from the
-  // reference by design (documented where a generator sets it).
-  double tolerance = 1;
 };
 
 inline const std::vector<DType> kFloats = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
