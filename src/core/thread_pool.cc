@@ -84,16 +84,19 @@ class Pool {
     t_in_task = false;
   }
 
-  // Claims and runs units of loop `epoch` until none is left.
-  void claim(uint32_t epoch) {
+  // Claims and runs units of loop `epoch` until none is left; returns how many it ran.
+  int claim(uint32_t epoch) {
+    int ran = 0;
     uint64_t w = word_.load();
     while (epoch_of(w) == epoch && next_of(w) < units_of(w)) {
       if (!word_.compare_exchange_weak(w, w + 1)) continue;  // w reloaded
+      ++ran;
       run_unit(next_of(w));
       const uint32_t done = finished_.fetch_add(1) + 1;
       if (done == units_of(w) && caller_waiting_.load()) finished_.notify_all();
       w = word_.load();
     }
+    return ran;
   }
 
   void wait_finished() {
@@ -120,19 +123,27 @@ class Pool {
 
   void work(int index) {
     uint32_t seen = epoch_of(word_.load());
+    bool worked = false;  // ran a task of the last loop it saw
     for (;;) {
       const uint64_t w = word_.load();
       if (epoch_of(w) != seen) {
         seen = epoch_of(w);
-        if (index < participants_.load()) claim(seen);
+        worked = index < participants_.load() && claim(seen) > 0;
         continue;
       }
-      const auto until = std::chrono::steady_clock::now() + kWorkerSpin;
+      // Look for the next loop a little while after doing work (a run's loops follow each other),
+      // yielding the core to any other runnable thread meanwhile (another library's OpenMP team,
+      // which may need this core for its own loop); a worker that woke to find nothing left sleeps
+      // at once, so it never holds a core it was not needed on.
       bool changed = false;
-      while (!changed && std::chrono::steady_clock::now() < until) {
-        for (int i = 0; i < 64 && !changed; ++i) {
-          REFORGE_PAUSE();
-          changed = epoch_of(word_.load()) != seen;
+      if (worked) {
+        const auto until = std::chrono::steady_clock::now() + kWorkerSpin;
+        while (!changed && std::chrono::steady_clock::now() < until) {
+          for (int i = 0; i < 16 && !changed; ++i) {
+            REFORGE_PAUSE();
+            changed = epoch_of(word_.load()) != seen;
+          }
+          if (!changed) std::this_thread::yield();
         }
       }
       if (changed) continue;
