@@ -14,6 +14,10 @@
 // a task, runs its tasks on the calling thread alone.
 //
 // Task boundaries are the only synchronization: a task must not wait for another task.
+//
+// oneDNN and OpenBLAS keep their own OpenMP teams, which spin on the cores for a while after each
+// call. Kernels that run between such calls (the Winograd convolution between oneDNN's) keep
+// OpenMP, so that one team serves both; the pool serves the kernels of transformer models.
 #pragma once
 
 #include <cstdint>

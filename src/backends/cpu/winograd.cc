@@ -1,5 +1,9 @@
 #include "backends/cpu/winograd.h"
 
+// Threads: OpenMP, not the kernel thread pool (core/thread_pool.h). A Winograd convolution runs
+// between oneDNN's convolutions, whose OpenMP team spins on the cores after each one; a pool loop
+// there finds those cores taken and runs on the calling thread alone (ResNet-50, 2 threads: 1.3x
+// slower), while the same team serves an OpenMP loop at once.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -10,7 +14,6 @@
 #include "backends/cpu/dnnl_context.h"
 #include "core/error.h"
 #include "core/simd.h"
-#include "core/thread_pool.h"
 
 namespace reforge::cpu {
 
@@ -237,7 +240,8 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C, int tile)
   // One panel's 16 output channels at a time, lane by lane, so that each (position, input
   // channel) is one 64-byte line of U written whole: a refit's first run pays this transform
   // (element by element, with G as a matrix, it ran at ~140 MB/s of weights).
-  parallel_tasks(P, K * C > 4096 ? omp_get_max_threads() : 1, [&](int64_t panel) {
+#pragma omp parallel for schedule(static) if (K * C > 4096)
+  for (int64_t panel = 0; panel < P; ++panel) {
     const int64_t k0 = panel * kPanel, lanes = std::min(kPanel, K - k0);
     for (int64_t c = 0; c < C; ++c) {
       double g[9][kPanel] = {}, t[6][3][kPanel], v[6][6][kPanel];
@@ -250,7 +254,7 @@ WinogradWeights::WinogradWeights(const float* w, int64_t K, int64_t C, int tile)
         for (int64_t l = 0; l < kPanel; ++l) line[l] = static_cast<float>(v[p / T][p % T][l]);  // 0 past K
       }
     }
-  });
+  }
 }
 
 namespace {
@@ -350,8 +354,9 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
     return BlockRun{g, src, u.data(), bias, post.sum, post.relu, dst, tile, npos, t0, nb, v, v + npos * nb * g.C};
   };
   if (own_tiles) {
-    parallel_tasks(nt, static_cast<int>(nt), [&](int64_t i) {
-      const int64_t n = nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      const int64_t i = omp_get_thread_num(), n = omp_get_num_threads();
       const int64_t begin = T * i / n, end = T * (i + 1) / n;
       float* v = scratch_base + block_floats * i;
       for (int64_t t0 = begin; t0 < end; t0 += tb) {
@@ -360,15 +365,18 @@ void winograd_conv(const ConvDims& d, const float* src, const WinogradWeights& u
         b.product(0, b.product_items());
         b.output(0, b.output_items());
       }
-    });
+    }
     return;
   }
-  // Phase by phase: each phase reads what the one before wrote (a loop ends when all its tasks have).
+#pragma omp parallel num_threads(nt)
   for (int64_t t0 = 0; t0 < T; t0 += tb) {
     const BlockRun b = block(t0, std::min(tb, T - t0), scratch_base);
-    parallel_tasks(b.input_items(), static_cast<int>(nt), [&](int64_t i) { b.input(i, i + 1); });
-    parallel_tasks(b.product_items(), static_cast<int>(nt), [&](int64_t i) { b.product(i, i + 1); });
-    parallel_tasks(b.output_items(), static_cast<int>(nt), [&](int64_t i) { b.output(i, i + 1); });
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < b.input_items(); ++i) b.input(i, i + 1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < b.product_items(); ++i) b.product(i, i + 1);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < b.output_items(); ++i) b.output(i, i + 1);
   }
 }
 
