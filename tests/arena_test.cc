@@ -18,17 +18,15 @@
 #include "runtime/engine.h"
 #include "support/engine_for.h"
 #include "support/make_tensor.h"
+#include "support/same_bits.h"
 
 using namespace reforge;
+using test_support::same_bits;
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path kModels = fs::path(REFORGE_SOURCE_DIR) / "models";
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
 
 TEST(ArenaPlanner, OverlappingLifetimesNeverShareBytes) {
   std::mt19937 rng(7);

@@ -11,17 +11,15 @@
 #include "builder/builder.h"
 #include "onnx/importer.h"
 #include "runtime/plan_engine.h"
+#include "support/same_bits.h"
 
 using namespace reforge;
+using test_support::same_bits;
 namespace fs = std::filesystem;
 
 namespace {
 
 const fs::path kLlama = fs::path(REFORGE_SOURCE_DIR) / "models/llama/dynamo/A/model.onnx";
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
 
 std::map<std::string, Tensor> input(int64_t seq) {
   Tensor t = Tensor::empty(DType::Int64, {1, seq});
