@@ -180,6 +180,4 @@ void run_tasks(int64_t tasks, int threads, TaskFn fn, const void* context) {
 }
 }  // namespace detail
 
-int pool_threads(int threads) { return threads < 1 ? 1 : threads; }
-
 }  // namespace reforge

@@ -63,8 +63,4 @@ void parallel_for(int64_t n, int threads, int64_t grain, const F& fn) {
   });
 }
 
-// The threads a pool worker count allows now (for sizing per-thread scratch space): at most
-// `threads`, at least 1.
-int pool_threads(int threads);
-
 }  // namespace reforge
