@@ -140,13 +140,13 @@ std::string resolve(const ir::Node& node, const std::string& backend, Resolved* 
       reason = e.what();
     }
     if (reason.empty()) {
-      if (out) *out = {&k->kernel, &k->prepare, false};
+      if (out) *out = {&k->kernel, &k->prepare, false, &k->sharing};
       return "";
     }
     declined = " (its kernel declines the node: " + reason + ")";
   }
   if (b->runs_reference_kernels && def->kernel) {
-    if (out) *out = {&def->kernel, &def->prepare, true};
+    if (out) *out = {&def->kernel, &def->prepare, true, &def->sharing};
     return "";
   }
   return "no kernel on backend '" + backend + "'" + declined;

@@ -62,6 +62,7 @@ struct KernelDef {
   ops::CheckFn check = nullptr;        // "" when this kernel can run the node; null: every node
   ops::PrepareFn prepare = nullptr;    // optional, as OpDef::prepare
   ShapeCheckFn shape_check = nullptr;  // optional: asked with the inferred input types at placement
+  std::vector<ops::Sharing> sharing = {};  // how its outputs may share its inputs' memory (ops/registry.h)
 };
 
 class KernelRegistry;
@@ -148,6 +149,7 @@ struct Resolved {
   const ops::KernelFn* kernel = nullptr;
   const ops::PrepareFn* prepare = nullptr;  // null or an empty function: nothing to prepare
   bool reference = false;                   // the op's reference kernel (not the backend's own)
+  const std::vector<ops::Sharing>* sharing = nullptr;  // the kernel's declarations (null: none)
 };
 
 // Resolves the kernel of `node` on `backend`. Returns "" and fills `out`, or says why the node

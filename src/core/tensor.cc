@@ -214,6 +214,13 @@ std::shared_ptr<const void> allocate_storage(size_t bytes, bool& zeroed) {
 
 }  // namespace
 
+namespace {
+thread_local uint64_t t_tensor_allocations = 0;
+}  // namespace
+
+uint64_t thread_tensor_allocations() { return t_tensor_allocations; }
+void count_tensor_allocation() { ++t_tensor_allocations; }
+
 void set_storage_cache_limit(size_t bytes) { MappingCache::get().set_limit(bytes); }
 size_t storage_cache_limit() { return MappingCache::get().limit(); }
 size_t storage_cache_held() { return MappingCache::get().held(); }
@@ -246,6 +253,7 @@ Tensor Tensor::allocate(DType dtype, Shape shape, bool& zeroed) {
   size_t alloc = ((bytes + 63) / 64) * 64;
   if (alloc == 0) alloc = 64;
   t.owner_ = allocate_storage(alloc, zeroed);
+  count_tensor_allocation();
   if (!t.owner_) fail("out of memory allocating ", bytes, " bytes for tensor ", shape_str(t.shape_));
   t.data_ = t.owner_.get();
   return t;

@@ -78,6 +78,9 @@ class Tensor {
     return static_cast<T*>(const_cast<void*>(data_));
   }
 
+  // What keeps the storage alive (to wrap a view of it: Tensor::wrap).
+  const std::shared_ptr<const void>& storage() const { return owner_; }
+
   // Same storage, new shape with the same element count.
   Tensor reshaped(Shape shape) const;
   // Deep copy into fresh storage in the same memory.
@@ -101,6 +104,12 @@ class Tensor {
   std::shared_ptr<const void> owner_;
   const void* data_ = nullptr;
 };
+
+// Tensor storage allocations made on the calling thread so far (host: Tensor::empty and friends;
+// device: the device backend's allocations, which call count_tensor_allocation). A run reads it
+// before and after to count what it allocated (runtime::EngineStats::last_run_allocations).
+uint64_t thread_tensor_allocations();
+void count_tensor_allocation();
 
 // Storage of 2 MiB or more, once released, is kept for reuse by the next allocation of about
 // its size (up to 1/8 longer) instead of being unmapped at once: fresh pages cost a fault and a

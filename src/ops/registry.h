@@ -122,6 +122,24 @@ enum class InputRole : uint8_t {
 // True when this node may draw random numbers (so equal inputs can give different outputs).
 using DrawsRandomFn = std::function<bool(const ir::Node&)>;
 
+// How a kernel's output may share an input's memory, declared with the kernel (ONNX Runtime's
+// Alias and MayInplace in a kernel definition are the model). The runtime plans with these
+// declarations before any run and still checks every output where it lands (runtime/arena.h).
+//   kView     output `output` is always a view of input `input`: the same bytes, another shape
+//             (Identity, Reshape, Flatten, Squeeze, Unsqueeze). The arena gives it no slot and
+//             keeps the input's slot for as long as the view is read.
+//   kInPlace  the kernel is correct when the memory handed to it for output `output` already
+//             holds input `input` at its start, with room for the whole output: it then writes
+//             only what changes (a KV-cache append, a scatter into a cache). A kernel declaring
+//             it compares the output's address with the input's to know which case it is in;
+//             the runtime hands such memory only under the state contract (runtime/state.h),
+//             where the input's last reader is this step.
+struct Sharing {
+  enum Kind : uint8_t { kView, kInPlace };
+  size_t input = 0, output = 0;
+  Kind kind = kView;
+};
+
 // Roles are per registration (per opset range). input_roles[i] is the role of input i in the
 // newest opset of the range; inputs past the end of the list (variadic tails such as Concat's,
 // trailing optional inputs left unlisted) are data, and an absent optional input has no role to
@@ -147,7 +165,15 @@ struct OpDef {
   // QLinear ops' weight parameters). No float checkpoint tensor derives them exactly, so
   // checkpoint binding refuses them (build/binding.h).
   std::vector<size_t> quantized_inputs = {};
+  // How the reference kernel's outputs may share its inputs' memory (Sharing).
+  std::vector<Sharing> sharing = {};
 };
+
+// `def` with its kernel's sharing declarations: r.add(with_sharing({...}, {{0, 0, Sharing::kView}})).
+inline OpDef with_sharing(OpDef def, std::vector<Sharing> sharing) {
+  def.sharing = std::move(sharing);
+  return def;
+}
 
 class OpRegistry {
  public:

@@ -166,6 +166,7 @@ Buffer::Buffer(size_t bytes, Memory where) : size(bytes), memory(where) {
   }
   data = std::aligned_alloc(kHostAlign, round_up(std::max<size_t>(bytes, 1)));
   if (!data) fail("out of memory allocating a ", bytes, "-byte activation arena");
+  count_tensor_allocation();
 }
 
 Buffer::~Buffer() {
@@ -315,6 +316,18 @@ void PlanCache::set_memo(Entry& e, const std::string& signature, std::shared_ptr
   // of the shape subgraphs, never an inference or a plan.
   if (e.memos.size() >= kMemosPerEntry && !e.memos.count(signature)) e.memos.erase(e.memos.begin());
   e.memos[signature] = std::move(memo);
+}
+
+bool PlanCache::seen_before(Entry& e, const std::string& signature) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.seen.count(signature)) return true;
+  if (e.seen_order.size() >= kSeenPerEntry) {
+    e.seen.erase(e.seen_order.front());
+    e.seen_order.pop_front();
+  }
+  e.seen.insert(signature);
+  e.seen_order.push_back(signature);
+  return false;
 }
 
 std::shared_ptr<Buffer> PlanCache::take(Entry& e, size_t bytes, Memory memory) {

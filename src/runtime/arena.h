@@ -48,6 +48,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -218,10 +219,13 @@ class PlanCache {
     std::shared_ptr<const Plan> plan, device_plan;
     std::vector<std::shared_ptr<Buffer>> free, device_free;
     std::map<std::string, std::shared_ptr<const Memo>> memos;  // per exact input signature
+    std::set<std::string> seen;                                // signatures run here (seen_before)
+    std::deque<std::string> seen_order;                        //   oldest first
   };
   // Shape buckets kept, and memos kept per bucket.
   static constexpr size_t kEntries = 64;
   static constexpr size_t kMemosPerEntry = 64;
+  static constexpr size_t kSeenPerEntry = 256;
 
   // The entry of `key`, marked most recently used; null when there is none.
   std::shared_ptr<Entry> find(const std::string& key);
@@ -235,6 +239,11 @@ class PlanCache {
   // The memo of input signature `signature` in `e` if it was made for constants of `generation`.
   static std::shared_ptr<const Memo> memo(Entry& e, const std::string& signature, uint64_t generation);
   static void set_memo(Entry& e, const std::string& signature, std::shared_ptr<const Memo> memo);
+  // True when `signature` ran in `e` before (among its last kSeenPerEntry signatures); marks it.
+  // A signature's shape subgraphs are kept in a memo from its second run on: its first run
+  // computes them in the arena, so that sizes seen once (a length of text generation) allocate
+  // nothing.
+  static bool seen_before(Entry& e, const std::string& signature);
   // A buffer of `bytes` in `memory` for one run, from the pool or new.
   static std::shared_ptr<Buffer> take(Entry& e, size_t bytes, Memory memory = Memory::Host);
   // Returns `b` to the pool unless a tensor still uses it (then it is freed with that tensor).

@@ -19,7 +19,10 @@ Engine::Impl::Impl(ir::Graph graph, const std::vector<std::string>& placement, E
               [cache = std::weak_ptr<ReplayCache>(replays)](uint64_t g) {
                 if (auto c = cache.lock()) c->drop_generation(g);
               }),
-      run_trace(schedule.step_nodes, opts.profile) {}
+      run_trace(schedule.step_nodes, opts.profile) {
+  for (const auto& [alias, holder] : schedule.declared_views) observed.add_alias(alias, holder);
+  for (const arena::ValueRef& v : schedule.declared_outside) observed.add_outside(v);
+}
 
 Engine::Engine(LoweredGraph lowered, EngineOptions options)
     : impl_(std::make_unique<Impl>(std::move(lowered.graph_), lowered.placement_, options)) {}
@@ -94,6 +97,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
                                 const RunOptions& options) const {
   const Impl& m = *impl_;
+  if (options.state) return run_with_state(inputs, weights, options);
   check_inputs(m.schedule.graph.inputs, inputs);
   ++m.runs;
   // One signature per run, for the shape memo, the exact arena plans and the recordings.
@@ -101,6 +105,25 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
       m.options.arena || m.schedule.recorder ? input_signature(m.schedule.graph.inputs, inputs) : std::string();
   if (!m.schedule.recorder) return m.execute(inputs, signature, weights, options, nullptr);
   return m.run_replaying(inputs, signature, weights, options);
+}
+
+std::vector<Tensor> Engine::run_with_state(const std::map<std::string, Tensor>& given, const Weights& weights,
+                                           const RunOptions& options) const {
+  const Impl& m = *impl_;
+  State::Impl& state = options.state->impl();
+  std::map<std::string, Tensor> inputs = given;
+  state.begin(*this, inputs);
+  try {
+    check_inputs(m.schedule.graph.inputs, inputs);
+    ++m.runs;
+    const std::string signature = m.options.arena ? input_signature(m.schedule.graph.inputs, inputs) : std::string();
+    std::vector<Tensor> outs = m.execute(inputs, signature, weights, options, nullptr, &state);
+    state.end(false);
+    return outs;
+  } catch (...) {
+    state.end(true);
+    throw;
+  }
 }
 
 EngineStats Engine::stats() const {

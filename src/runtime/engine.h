@@ -62,7 +62,8 @@ struct EngineStats {
   int64_t recordings_retired = 0;     //   recordings dropped because their weight version was gone,
   int64_t live_recordings = 0;        //   recordings held now
   int64_t eager_runs = 0;             // runs that executed step by step
-  int64_t last_run_allocations = 0;   // allocations of the most recent eager run not served by an arena (outputs included)
+  int64_t last_run_allocations = 0;   // tensor allocations of the most recent eager run (host and device, outputs
+                                      // included): what its arenas, memo and State did not serve
   int64_t live_weight_versions = 0;   // weight versions alive (current, or held by a run or a caller)
 };
 
@@ -77,6 +78,8 @@ struct ReplayStats {
   std::string last_failure;  // the error of the last failed recording
 };
 
+class State;  // runtime/state.h
+
 // How one run delivers its results.
 struct RunOptions {
   // Where the graph outputs are returned. Host (the default): every output in host memory (a
@@ -86,6 +89,10 @@ struct RunOptions {
   // that a caller can feed them to a later run (inputs may be device tensors: see Engine::run).
   // An engine with no node on a device backend refuses Device.
   Memory outputs = Memory::Host;
+  // The sequence state the run reads and updates (runtime/state.h: a State of this engine). The
+  // caller then gives only the inputs that are not state, and the outputs are views into the
+  // State's buffers, valid until its next run or reset. Runs with a state run eagerly (no replay).
+  State* state = nullptr;
 };
 
 // Time spent in one node over all runs since the engine was made (EngineOptions::profile).
@@ -216,6 +223,9 @@ class Engine {
   std::vector<TraceEvent> trace() const;
 
  private:
+  std::vector<Tensor> run_with_state(const std::map<std::string, Tensor>& inputs, const Weights& weights,
+                                     const RunOptions& options) const;
+  friend class State;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -17,6 +17,7 @@
 #include "runtime/run_trace.h"
 #include "runtime/schedule.h"
 #include "runtime/shape_bucket.h"
+#include "runtime/state_impl.h"
 #include "runtime/weight_store.h"
 
 namespace reforge::runtime {
@@ -55,9 +56,10 @@ struct Engine::Impl {
   mutable ArenaStats last_stats;  // of the most recent run
 
   // The arena entry for `inputs` (with their exact `signature`), made on first use of its bucket.
+  // With `known`, those dimensions are bucketed at their known bounds (ShapeBucket).
   std::shared_ptr<arena::PlanCache::Entry> arena_entry(const std::map<std::string, Tensor>& inputs,
-                                                       const std::string& signature,
-                                                       const std::vector<Tensor>& values) const;
+                                                       const std::string& signature, const std::vector<Tensor>& values,
+                                                       const KnownBounds* known = nullptr) const;
   // The size of every host step output (and, in `device_sizes`, of every device step output that
   // the device arena may serve) for inputs of `shapes` with the constants in `values`, by shape
   // inference; `error` says why none is known when inference fails.
@@ -67,13 +69,16 @@ struct Engine::Impl {
   // The arenas and shape memo of a run of `inputs` (exact signature `signature`) on `weights`;
   // clears `record` when the run cannot record yet (the shape memo is not there).
   RunArenas take_arenas(const std::map<std::string, Tensor>& inputs, const std::string& signature,
-                        const std::vector<Tensor>& values, const Weights& weights, Recording*& record) const;
+                        const std::vector<Tensor>& values, const Weights& weights, Recording*& record,
+                        const KnownBounds* known = nullptr) const;
   // Runs the graph step by step on inputs Engine::run has checked, whose exact input signature
   // is `signature`. With `record`, the run's device work is recorded into it instead (the inputs
   // go through its staging buffers, the outputs into its result buffers), and nothing is
   // returned: the caller replays the recording. Throws when the recording fails.
+  // With `state`, the run reads and updates it (runtime/state.h); its inputs are among `inputs`.
   std::vector<Tensor> execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
-                              const Weights& weights, const RunOptions& options, Recording* record) const;
+                              const Weights& weights, const RunOptions& options, Recording* record,
+                              State::Impl* state = nullptr) const;
   // Runs with recorded replay: replays the recording of (signature, version), records one, or
   // runs eagerly.
   std::vector<Tensor> run_replaying(const std::map<std::string, Tensor>& inputs, const std::string& signature,

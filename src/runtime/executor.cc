@@ -74,7 +74,7 @@ void end_recording(const Schedule& s, std::vector<Tensor>& values, Recording& re
 // (shared with later runs) are copied; the plan keeps graph outputs off the arenas, so that copy
 // only guards against the unplanned.
 std::vector<Tensor> collect_outputs(const Schedule& s, const EngineOptions& options, std::vector<Tensor>& values,
-                                    const RunArenas& a, bool device_outputs) {
+                                    const RunArenas& a, bool device_outputs, State::Impl* state) {
   std::vector<Tensor> outs;
   outs.reserve(s.output_slots.size());
   auto shared = [&](int v) { return s.any_memoized && options.arena && s.memo_value[static_cast<size_t>(v)]; };
@@ -90,7 +90,9 @@ std::vector<Tensor> collect_outputs(const Schedule& s, const EngineOptions& opti
       continue;
     }
     const Tensor& t = values[static_cast<size_t>(slot)];
-    outs.push_back(a.in_arena(t) || shared(slot) ? t.clone() : t);
+    const bool copy = a.in_arena(t) || shared(slot);
+    // With a State, the copy goes into its buffer of this output.
+    outs.push_back(!copy ? t : state && t.on_host() ? state->output_copy(o, t) : t.clone());
   }
   return outs;
 }
@@ -135,6 +137,29 @@ void release_arenas(RunArenas& a) {
   }
 }
 
+// Serves the outputs of a step that go into a State's buffers (State::Impl::allocate), the
+// others from `base`, or the heap when there is none.
+class StateAllocator : public ops::OutputAllocator {
+ public:
+  StateAllocator(State::Impl& state, const std::vector<int>& targets, ops::OutputAllocator* base)
+      : state_(state), targets_(targets), base_(base) {}
+  Tensor allocate(size_t o, DType dtype, Shape shape, bool zero) override {
+    const int t = o < targets_.size() ? targets_[o] : StateImplTarget::kNone;
+    if (t != StateImplTarget::kNone) return state_.allocate(t, dtype, shape, zero);
+    if (base_) return base_->allocate(o, dtype, std::move(shape), zero);
+    return zero ? Tensor::empty(dtype, std::move(shape)) : Tensor::uninitialized(dtype, std::move(shape));
+  }
+
+ private:
+  State::Impl& state_;
+  const std::vector<int>& targets_;
+  ops::OutputAllocator* base_;
+};
+
+bool any_target(const std::vector<int>& targets) {
+  return std::any_of(targets.begin(), targets.end(), [](int t) { return t != StateImplTarget::kNone; });
+}
+
 }  // namespace
 
 namespace {
@@ -146,6 +171,7 @@ struct Run {
   const Engine::Weights& weights;
   Recording* record;
   RunArenas& a;
+  State::Impl* state;
   std::vector<Tensor> values;
   std::vector<const Tensor*> device_given;  // per graph input (bind_values)
   bool keep_device_values = false;          // outputs stay on the device, or the run records
@@ -193,14 +219,17 @@ struct Run {
       const Tensor* given = st.device_input >= 0 ? device_given[static_cast<size_t>(st.device_input)] : nullptr;
       in_ptrs.push_back(given ? given : &t);
     }
-    const bool host_arena = a.host && !st.device;
-    // Memoized values outlive the run: never in an arena.
+    // Values kept in the memo outlive the run: never in an arena.
+    const bool kept_in_memo = s.memoized[si] && a.new_memo;
+    const bool host_arena = a.host && !st.device && !kept_in_memo;
     const bool device_arena = a.device && st.device && !s.memoized[si];
-    ops::OutputAllocator* allocator = device_arena     ? &*a.device
-                                      : st.device      ? st.device->allocator
-                                      : s.memoized[si] ? nullptr
-                                      : a.host         ? &*a.host
-                                                       : nullptr;
+    ops::OutputAllocator* allocator = device_arena   ? &*a.device
+                                      : st.device    ? st.device->allocator
+                                      : host_arena   ? &*a.host
+                                                     : nullptr;
+    std::optional<StateAllocator> to_state;
+    if (state && !kept_in_memo && any_target(state->step_target[si]))
+      allocator = &to_state.emplace(*state, state->step_target[si], allocator);
     ops::KernelContext ctx(node, in_ptrs, threads, allocator, weights.prepared[si].get());
     if (host_arena) a.host->begin_step(si);
     if (device_arena) a.device->begin_step(si);
@@ -244,12 +273,12 @@ struct Run {
 }  // namespace
 
 RunArenas Engine::Impl::take_arenas(const std::map<std::string, Tensor>& inputs, const std::string& signature,
-                                    const std::vector<Tensor>& values, const Weights& weights,
-                                    Recording*& record) const {
+                                    const std::vector<Tensor>& values, const Weights& weights, Recording*& record,
+                                    const KnownBounds* known) const {
   const Schedule& s = schedule;
   RunArenas a;
   if (options.arena) {
-    a.entry = arena_entry(inputs, signature, values);
+    a.entry = arena_entry(inputs, signature, values, known);
     a.plan = arenas.plan(*a.entry, s.value_last_use, observed);
     a.buffer = arena::PlanCache::take(*a.entry, a.plan->total_bytes);
     a.host.emplace(*a.plan, a.buffer, s.value_last_use, observed);
@@ -262,7 +291,9 @@ RunArenas Engine::Impl::take_arenas(const std::map<std::string, Tensor>& inputs,
     a.device_buffer = arena::PlanCache::take(*a.entry, a.device_plan->total_bytes, Memory::Device);
     a.device.emplace(*a.device_plan, a.device_buffer, s.device_last_use, device_observed, s.arena_device->allocator);
   }
-  if (a.entry && s.any_memoized && !a.memo) {
+  // A signature's shape subgraphs are memoized from its second run on (PlanCache::seen_before),
+  // or at once where runs record (a recording needs the memo).
+  if (a.entry && s.any_memoized && !a.memo && (s.recorder || arena::PlanCache::seen_before(*a.entry, signature))) {
     a.new_memo = std::make_shared<arena::PlanCache::Memo>();
     a.new_memo->generation = weights.generation;
     a.new_memo->outputs.resize(s.steps.size());
@@ -272,8 +303,9 @@ RunArenas Engine::Impl::take_arenas(const std::map<std::string, Tensor>& inputs,
 
 std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
                                           const Weights& weights, const RunOptions& run_options,
-                                          Recording* record) const {
+                                          Recording* record, State::Impl* state) const {
   const Schedule& s = schedule;
+  const uint64_t allocations_before = thread_tensor_allocations();
   const bool device_outputs = run_options.outputs == Memory::Device;
   if (device_outputs && s.devices.empty())
     fail(
@@ -281,12 +313,12 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
         "RunOptions::outputs = Device needs a plan built for a device backend");
   std::vector<const Tensor*> device_given;
   std::vector<Tensor> values = bind_values(s, inputs, weights, device_given);
-  RunArenas a = take_arenas(inputs, signature, values, weights, record);
+  RunArenas a = take_arenas(inputs, signature, values, weights, record, state ? &state->bounds : nullptr);
   if (record) {
     record->keep = a.memo;
     begin_recording(s, values, *record);
   }
-  Run r{s, options, weights, record, a, std::move(values), std::move(device_given)};
+  Run r{s, options, weights, record, a, state, std::move(values), std::move(device_given)};
   r.keep_device_values = device_outputs || record;
   r.kept.resize(options.device_trace ? s.steps.size() : 0);
   r.step_ms.resize(options.profile ? s.steps.size() : 0);
@@ -312,14 +344,15 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
   }
   ++replays->eager_runs;
   synchronize_devices();
+  if (state) state->finish(s, r.values);
   if (options.device_trace && std::any_of(r.kept.begin(), r.kept.end(), [](const auto& k) { return !k.empty(); }))
     run_trace.keep(std::move(r.kept), weights.prepared);
   if (options.profile) run_trace.add_run(r.step_start_us, r.step_ms);
-  std::vector<Tensor> outs = collect_outputs(s, options, r.values, a, device_outputs);
+  std::vector<Tensor> outs = collect_outputs(s, options, r.values, a, device_outputs, state);
   r.values.clear();
+  last_run_allocations = static_cast<int64_t>(thread_tensor_allocations() - allocations_before);
   if (a.host) {
     ArenaStats st = arena_stats_of(signature, a);
-    last_run_allocations = static_cast<int64_t>(st.heap_allocations + st.device.backend_allocations);
     {
       std::lock_guard<std::mutex> lock(stats_mutex);
       last_stats = std::move(st);
@@ -332,8 +365,9 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
 
 std::shared_ptr<arena::PlanCache::Entry> Engine::Impl::arena_entry(const std::map<std::string, Tensor>& inputs,
                                                                    const std::string& signature,
-                                                                   const std::vector<Tensor>& values) const {
-  const ShapeBucket bucket = options.shape_buckets ? shape_bucket(schedule.graph.inputs, inputs) : ShapeBucket{};
+                                                                   const std::vector<Tensor>& values,
+                                                                   const KnownBounds* known) const {
+  const ShapeBucket bucket = options.shape_buckets ? shape_bucket(schedule.graph.inputs, inputs, known) : ShapeBucket{};
   auto infer_and_insert = [&](const std::string& key, const std::map<std::string, Shape>& shapes) {
     ++inference_passes;
     std::string error;
@@ -379,7 +413,8 @@ arena::Sizes Engine::Impl::infer_sizes(const std::map<std::string, Shape>& shape
     return sizes;
   }
   for (size_t i = 0; i < s.steps.size(); ++i) {
-    if (s.memoized[i]) continue;  // shape subgraphs run on the heap and are kept in the memo
+    // Host shape subgraphs are planned too: a signature's first run computes them in the arena.
+    if (s.memoized[i] && s.steps[i].device) continue;
     const ir::Node& n = s.graph.nodes[s.steps[i].node_index];
     // Device steps' outputs are the device arena's, except a ToHost's (host memory by definition)
     // and a ToDevice's of an engine weight (the upload made with the weight set, as the op says:

@@ -44,6 +44,7 @@ void resolve_steps(Schedule& s, const std::vector<std::string>& placement, std::
     REFORGE_CHECK(why.empty(), n.label(), ": ", why);  // LoweredGraph checked this
     st.kernel = kernel.kernel;
     st.prepare = kernel.prepare && *kernel.prepare ? kernel.prepare : nullptr;
+    st.sharing = kernel.sharing && !kernel.sharing->empty() ? kernel.sharing : nullptr;
     const backends::Backend* be = backends::find_backend(placement[idx]);
     if (be->memory == Memory::Device) {
       REFORGE_CHECK(be->allocator != nullptr, "internal error: device backend '", be->name, "' has no allocator");
@@ -190,6 +191,34 @@ void plan_lifetimes(Schedule& s, const std::vector<int>& last_use, const EngineO
   s.device_last_use = arena::device_last_use(s.value_last_use, leaving);
 }
 
+// Producers of each slot, and the host arena's aliases known from the kernels' declarations.
+void find_declared_views(Schedule& s) {
+  s.producer.assign(s.num_slots, -1);
+  s.producer_output.assign(s.num_slots, -1);
+  for (size_t i = 0; i < s.steps.size(); ++i)
+    for (size_t o = 0; o < s.steps[i].outputs.size(); ++o)
+      if (const int v = s.steps[i].outputs[o]; v >= 0) {
+        s.producer[static_cast<size_t>(v)] = static_cast<int>(i);
+        s.producer_output[static_cast<size_t>(v)] = static_cast<int>(o);
+      }
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step& st = s.steps[i];
+    if (!st.sharing || st.device || s.memoized[i]) continue;
+    for (const ops::Sharing& sh : *st.sharing) {
+      if (sh.kind != ops::Sharing::kView || sh.input >= st.inputs.size() || sh.output >= st.outputs.size()) continue;
+      const int in = st.inputs[sh.input];
+      if (in < 0 || st.outputs[sh.output] < 0) continue;
+      const arena::ValueRef alias{i, sh.output};
+      const int p = s.producer[static_cast<size_t>(in)];
+      if (p < 0)
+        s.declared_outside.push_back(alias);
+      else if (!s.steps[static_cast<size_t>(p)].device)
+        s.declared_views.push_back(
+            {alias, {static_cast<size_t>(p), static_cast<size_t>(s.producer_output[static_cast<size_t>(in)])}});
+    }
+  }
+}
+
 // Recorded replay: only where a recording computes exactly what an eager run would, for every
 // run of the signature and weight set it was made with.
 void decide_replay(Schedule& s, const EngineOptions& options) {
@@ -229,6 +258,7 @@ Schedule make_schedule(ir::Graph graph, const std::vector<std::string>& placemen
   const std::vector<int> last_use = find_last_uses(s);
   find_shape_subgraphs(s);
   find_device_io(s);
+  find_declared_views(s);
   plan_lifetimes(s, last_use, options);
   decide_replay(s, options);
   return s;

@@ -42,6 +42,8 @@ struct Step {
   // A reforge::ToDevice of a graph input: given a device tensor, it reads the caller's tensor even
   // where the run also made a host copy for host readers.
   int device_input = -1;  // graph input index, or -1
+  // How its kernel's outputs may share its inputs' memory (ops::Sharing), or null.
+  const std::vector<ops::Sharing>* sharing = nullptr;
 };
 
 struct Schedule {
@@ -78,6 +80,15 @@ struct Schedule {
   backends::DeviceRecorder* recorder = nullptr;
   std::string replay_declined;
   std::vector<int> staged_input;  // per step: the graph input its ToDevice reads, or -1
+
+  // Per slot: the step that makes it and its output there, or -1 (graph inputs, weights).
+  std::vector<int> producer;
+  std::vector<int> producer_output;
+  // What the kernels' Sharing::kView declarations tell the host arena before any run
+  // (arena::Observed): views of a step's output (alias -> holder), and views of graph inputs or
+  // weights (made outside the arena).
+  std::vector<std::pair<arena::ValueRef, arena::ValueRef>> declared_views;
+  std::vector<arena::ValueRef> declared_outside;
 };
 
 // The schedule of `graph` placed as `placement` says, for an engine with `options`. The graph's

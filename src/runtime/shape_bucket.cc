@@ -9,16 +9,21 @@ int64_t dimension_bucket(int64_t v) {
   return b;
 }
 
-ShapeBucket shape_bucket(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs) {
+ShapeBucket shape_bucket(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs,
+                         const KnownBounds* known) {
   ShapeBucket b;
   b.key = "bucket:";
   b.exact = true;
   for (const auto& in : declared) {
     const Tensor& t = inputs.at(in.name);
     Shape bound = t.shape();
+    const auto k = known ? known->find(in.name) : KnownBounds::const_iterator();
     for (size_t i = 0; i < bound.size(); ++i) {
       const bool fixed = in.has_shape && i < in.shape.size() && in.shape[i].fixed();
-      if (!fixed) bound[i] = dimension_bucket(bound[i]);
+      if (known && k != known->end() && k->second.first == i && bound[i] <= k->second.second)
+        bound[i] = k->second.second;
+      else if (!fixed)
+        bound[i] = dimension_bucket(bound[i]);
       b.exact = b.exact && bound[i] == t.shape()[i];
     }
     b.key += dtype_name(t.dtype()) + shape_str(bound) + ";";

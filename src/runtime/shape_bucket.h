@@ -34,8 +34,14 @@ struct ShapeBucket {
   bool exact = false;                   // every dimension equals its bound: the bucket is the signature
 };
 
+// Dimensions whose bound is known without rounding: per input name, (axis, bound). A State's
+// growing inputs have their max_length there (runtime/state.h), so that every step of a sequence
+// falls in one bucket.
+using KnownBounds = std::map<std::string, std::pair<size_t, int64_t>>;
+
 // The bucket of `inputs` (checked against `declared`): fixed dimensions as declared, every other
-// dimension at its bucket.
-ShapeBucket shape_bucket(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs);
+// dimension at its bucket, or at its bound in `known`.
+ShapeBucket shape_bucket(const std::vector<ir::ValueInfo>& declared, const std::map<std::string, Tensor>& inputs,
+                         const KnownBounds* known = nullptr);
 
 }  // namespace reforge::runtime

@@ -66,6 +66,7 @@ Tensor device_tensor(DType dtype, Shape shape) {
   const size_t bytes = storage_bytes(dtype, shape, numel);
   void* p = nullptr;
   cudaError_t status = cudaMallocAsync(&p, bytes, stream());
+  count_tensor_allocation();
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     fail("out of device memory allocating ", bytes, " bytes for ", dtype_name(dtype), shape_str(shape), " (",

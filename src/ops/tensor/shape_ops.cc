@@ -10,12 +10,6 @@
 namespace reforge::ops {
 namespace {
 
-Tensor int64_vector_tensor(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty(DType::Int64, {static_cast<int64_t>(v.size())});
-  std::copy(v.begin(), v.end(), t.mutable_data<int64_t>());
-  return t;
-}
-
 void identity_kernel(KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); }
 
 // Shape-15 added start/end: a slice of the dims, with Python-style negative indices and
@@ -31,12 +25,15 @@ void shape_kernel(KernelContext& ctx) {
   auto clamp = [rank](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
   start = clamp(start);
   end = clamp(end);
-  std::vector<int64_t> dims;
-  if (start < end) dims.assign(s.begin() + start, s.begin() + end);
-  ctx.set_output(0, int64_vector_tensor(dims));
+  const int64_t n = std::max<int64_t>(end - start, 0);
+  Tensor& y = ctx.allocate_output_uninit(0, DType::Int64, {n});
+  for (int64_t i = 0; i < n; ++i) y.mutable_data<int64_t>()[i] = s[static_cast<size_t>(start + i)];
 }
 
-void size_kernel(KernelContext& ctx) { ctx.set_output(0, Tensor::scalar<int64_t>(DType::Int64, ctx.input(0).numel())); }
+void size_kernel(KernelContext& ctx) {
+  const int64_t n = ctx.input(0).numel();
+  *ctx.allocate_output_uninit(0, DType::Int64, {}).mutable_data<int64_t>() = n;
+}
 
 // Reshape: 0 copies the input's dim at that position (unless allowzero=1, opset 14+, where 0 is
 // a real zero), -1 (at most one) is inferred from the element count.
@@ -170,13 +167,15 @@ void expand_kernel(KernelContext& ctx) {
 }  // namespace
 
 void register_shape_ops(OpRegistry& r) {
-  r.add({"", "Identity", 1, INT_MAX, identity_kernel, nullptr});
+  // These kernels return their input with another shape (KernelContext::set_output of a reshaped view).
+  const std::vector<Sharing> view = {{0, 0, Sharing::kView}};
+  r.add(with_sharing({"", "Identity", 1, INT_MAX, identity_kernel, nullptr}, view));
   r.add({"", "Shape", 1, INT_MAX, shape_kernel, nullptr});
   r.add({"", "Size", 1, INT_MAX, size_kernel, nullptr});
-  r.add({"", "Reshape", 1, INT_MAX, reshape_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
-  r.add({"", "Flatten", 1, INT_MAX, flatten_kernel, nullptr});
-  r.add({"", "Squeeze", 1, INT_MAX, squeeze_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
-  r.add({"", "Unsqueeze", 1, INT_MAX, unsqueeze_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
+  r.add(with_sharing({"", "Reshape", 1, INT_MAX, reshape_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}}, view));
+  r.add(with_sharing({"", "Flatten", 1, INT_MAX, flatten_kernel, nullptr}, view));
+  r.add(with_sharing({"", "Squeeze", 1, INT_MAX, squeeze_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}}, view));
+  r.add(with_sharing({"", "Unsqueeze", 1, INT_MAX, unsqueeze_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}}, view));
   r.add({"", "Expand", 8, INT_MAX, expand_kernel, nullptr, nullptr, {InputRole::kData, InputRole::kShape}});
 }
 

@@ -4,7 +4,7 @@
 // SwiGLU(a, b) = Swish(a) * b with Swish(x) = x * sigmoid(alpha * x) (alpha default 1), computed
 // in double and rounded once; a and b have the same shape.
 //
-// TensorScatter writes `update` into a copy of `past_cache` along the sequence axis (`axis`,
+// TensorScatter writes `update` into a copy of `past_cache` (or into past_cache itself, in place) along the sequence axis (`axis`,
 // default -2; never the batch axis 0): for each batch entry b, update's positions s go to cache
 // position write_indices[b] + s (write_indices default 0). Mode 'linear' (default) requires every
 // position to be inside the cache; 'circular' wraps them modulo the cache length. Other axes of
@@ -89,7 +89,9 @@ void tensor_scatter_kernel(KernelContext& ctx) {
   Tensor& out = ctx.allocate_output_uninit(0, cache.dtype(), cache.shape());
   const size_t elem = dtype_size(cache.dtype());
   REFORGE_CHECK(elem > 0, label, ": element type ", dtype_name(cache.dtype()), " is not supported");
-  if (cache.numel() > 0) std::memcpy(out.mutable_data<uint8_t>(), cache.data<uint8_t>(), cache.numel() * elem);
+  // In place (Sharing::kInPlace: the output's memory is the cache's) only the update is written.
+  if (cache.numel() > 0 && out.raw() != cache.raw())
+    std::memcpy(out.mutable_data<uint8_t>(), cache.data<uint8_t>(), cache.numel() * elem);
   // View both as [batch, mid, seq-axis, inner].
   int64_t mid = 1, inner = 1;
   for (int64_t d = 1; d < axis; ++d) mid *= cache.dim(d);
@@ -181,7 +183,8 @@ void register_cache_ops(OpRegistry& r) {
          nullptr,
          {InputRole::kData, InputRole::kWeight, InputRole::kWeight, InputRole::kData}});
   r.add({"", "SwiGLU", 28, INT_MAX, swiglu_kernel, nullptr});
-  r.add({"", "TensorScatter", 24, INT_MAX, tensor_scatter_kernel, check_tensor_scatter});
+  r.add(with_sharing({"", "TensorScatter", 24, INT_MAX, tensor_scatter_kernel, check_tensor_scatter},
+                     {{0, 0, Sharing::kInPlace}}));
 }
 
 }  // namespace reforge::ops

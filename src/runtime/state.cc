@@ -1,0 +1,287 @@
+#include "runtime/state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/narrow.h"
+#include "runtime/engine_impl.h"
+#include "runtime/state_impl.h"
+
+namespace reforge::runtime {
+
+std::vector<StatePair> state_pairs(const ir::Graph& graph) {
+  std::vector<StatePair> pairs;
+  for (const auto& out : graph.outputs)
+    for (const ir::Node& n : graph.nodes) {
+      if (!n.domain.empty() || n.outputs.empty() || n.outputs[0] != out.name || n.inputs.empty()) continue;
+      const bool concat = n.op_type == "Concat" && n.opset >= 4;
+      if (!concat && n.op_type != "TensorScatter") continue;
+      for (const auto& in : graph.inputs)
+        if (in.name == n.inputs[0]) pairs.push_back({in.name, out.name});
+    }
+  return pairs;
+}
+
+namespace {
+
+std::string dim_str(const ir::Dim& d) { return d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol); }
+
+bool same_dim(const ir::Dim& a, const ir::Dim& b) {
+  if (a.fixed() || b.fixed()) return a.fixed() && b.fixed() && a.value == b.value;
+  return !a.symbol.empty() && a.symbol == b.symbol;
+}
+
+const ir::ValueInfo* find_info(const std::vector<ir::ValueInfo>& infos, const std::string& name, size_t& index) {
+  for (size_t i = 0; i < infos.size(); ++i)
+    if (infos[i].name == name) {
+      index = i;
+      return &infos[i];
+    }
+  return nullptr;
+}
+
+// Whether step `st` reads the data of slot `v` (Shape and Size read only its dimensions).
+bool reads_data(const Schedule& s, const Step& st, int v) {
+  const ir::Node& n = s.graph.nodes[st.node_index];
+  if (n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size")) return false;
+  return std::find(st.inputs.begin(), st.inputs.end(), v) != st.inputs.end();
+}
+
+// True when pair `p`'s output can be written over its input in place: its producer runs on the
+// host, declares Sharing::kInPlace from that input to that output, and no later step reads the
+// input's data.
+bool in_place_allowed(const Schedule& s, const StateSlot& p) {
+  if (p.producer < 0) return false;
+  const size_t ps = static_cast<size_t>(p.producer);
+  const Step& st = s.steps[ps];
+  if (st.device || s.memoized[ps] || !st.sharing) return false;
+  bool declared = false;
+  for (const ops::Sharing& sh : *st.sharing)
+    declared |= sh.kind == ops::Sharing::kInPlace && sh.output == p.producer_output && sh.input < st.inputs.size() &&
+                st.inputs[sh.input] == p.input_slot;
+  if (!declared) return false;
+  for (size_t i = ps + 1; i < s.steps.size(); ++i)
+    if (reads_data(s, s.steps[i], p.input_slot)) return false;
+  return std::find(s.output_slots.begin(), s.output_slots.end(), p.input_slot) == s.output_slots.end();
+}
+
+}  // namespace
+
+Tensor StateSlot::current_value() const {
+  const Tensor& b = buffers[current];
+  return Tensor::wrap(b.dtype(), shape, b.storage(), b.raw());
+}
+
+State::State(const Engine& engine, StateOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  const Schedule& s = engine.impl_->schedule;
+  m.engine = &engine;
+  m.max_length = options.max_length;
+  m.pairs = options.pairs.empty() ? state_pairs(s.graph) : options.pairs;
+  if (m.pairs.empty())
+    fail("state: the graph proves no state pair (an output made by Concat or TensorScatter from a graph input); "
+         "name the pairs (StateOptions::pairs)");
+  m.step_target.resize(s.steps.size());
+  for (size_t i = 0; i < s.steps.size(); ++i) m.step_target[i].assign(s.steps[i].outputs.size(), StateImplTarget::kNone);
+  for (size_t k = 0; k < m.pairs.size(); ++k) {
+    const StatePair& pair = m.pairs[k];
+    const std::string what = "state pair '" + pair.input + "' -> '" + pair.output + "'";
+    StateSlot p;
+    const ir::ValueInfo* in = find_info(s.graph.inputs, pair.input, p.input_index);
+    const ir::ValueInfo* out = find_info(s.graph.outputs, pair.output, p.output_index);
+    if (!in) fail(what, ": '", pair.input, "' is not a graph input");
+    if (!out) fail(what, ": '", pair.output, "' is not a graph output");
+    for (size_t j = 0; j < k; ++j)
+      if (m.pairs[j].input == pair.input || m.pairs[j].output == pair.output)
+        fail(what, ": '", m.pairs[j].input == pair.input ? pair.input : pair.output, "' is in two pairs");
+    if (in->dtype == DType::Undefined || in->dtype != out->dtype || !has_storage(in->dtype))
+      fail(what, ": the input is ", dtype_name(in->dtype), " and the output ", dtype_name(out->dtype),
+           "; a pair needs one numeric type");
+    if (!in->has_shape || !out->has_shape || in->shape.size() != out->shape.size())
+      fail(what, ": needs declared shapes of one rank");
+    for (size_t d = 0; d < in->shape.size(); ++d) {
+      if (same_dim(in->shape[d], out->shape[d])) continue;
+      if (p.axis >= 0)
+        fail(what, ": the shapes differ in dimensions ", p.axis, " and ", d, " (", dim_str(in->shape[d]), " vs ",
+             dim_str(out->shape[d]), "); a pair may grow along one axis only");
+      p.axis = static_cast<int>(d);
+    }
+    Shape capacity;
+    for (size_t d = 0; d < in->shape.size(); ++d) {
+      const ir::Dim& dim = in->shape[d];
+      if (static_cast<int>(d) == p.axis) {
+        if (options.max_length <= 0)
+          fail(what, ": it grows along dimension ", d, " (", dim_str(dim), " -> ", dim_str(out->shape[d]),
+               "): StateOptions::max_length must be > 0");
+        capacity.push_back(options.max_length);
+      } else if (dim.fixed()) {
+        capacity.push_back(dim.value);
+      } else {
+        auto it = options.dims.find(dim.symbol);
+        if (dim.symbol.empty() || it == options.dims.end() || it->second < 0)
+          fail(what, ": dimension ", d, " ('", dim_str(dim), "') of '", pair.input,
+               "' has no value: give it in StateOptions::dims");
+        capacity.push_back(it->second);
+      }
+    }
+    p.input_slot = s.input_slots[p.input_index];
+    p.output_slot = s.output_slots[p.output_index];
+    p.producer = s.producer[static_cast<size_t>(p.output_slot)];
+    if (p.producer >= 0) p.producer_output = static_cast<size_t>(s.producer_output[static_cast<size_t>(p.output_slot)]);
+    p.in_place = in_place_allowed(s, p);
+    if (p.axis >= 0) m.bounds[pair.input] = {static_cast<size_t>(p.axis), options.max_length};
+    p.dtype = in->dtype;
+    p.capacity = capacity;
+    p.buffers[0] = Tensor::empty(p.dtype, capacity);
+    ++m.allocations;
+    p.shape = capacity;
+    if (p.axis >= 0) p.shape[static_cast<size_t>(p.axis)] = 0;
+    if (p.producer >= 0 && !s.steps[static_cast<size_t>(p.producer)].device && !s.memoized[static_cast<size_t>(p.producer)])
+      m.step_target[static_cast<size_t>(p.producer)][p.producer_output] = static_cast<int>(k);
+    m.slots.push_back(std::move(p));
+  }
+  // The other graph outputs that host steps make go into the State's output buffers (a shape
+  // subgraph's only when the run does not keep it in the memo: executor.cc).
+  m.outputs.resize(s.output_slots.size());
+  for (size_t o = 0; o < s.output_slots.size(); ++o) {
+    const int v = s.output_slots[o];
+    const int ps = s.producer[static_cast<size_t>(v)];
+    if (ps < 0 || s.steps[static_cast<size_t>(ps)].device) continue;
+    int& t = m.step_target[static_cast<size_t>(ps)][static_cast<size_t>(s.producer_output[static_cast<size_t>(v)])];
+    if (t == StateImplTarget::kNone) t = StateImplTarget::output(o);
+  }
+}
+
+State::~State() = default;
+
+const std::vector<StatePair>& State::pairs() const { return impl_->pairs; }
+int64_t State::max_length() const { return impl_->max_length; }
+bool State::needs_reset() const { return impl_->broken; }
+int64_t State::allocations() const { return impl_->allocations; }
+
+int64_t State::length() const {
+  for (const StateSlot& p : impl_->slots)
+    if (p.axis >= 0) return p.shape[static_cast<size_t>(p.axis)];
+  return 0;
+}
+
+Tensor State::value(const std::string& input) const {
+  for (const StateSlot& p : impl_->slots)
+    if (impl_->pairs[&p - impl_->slots.data()].input == input) return p.current_value();
+  fail("state: '", input, "' is not the input of a state pair");
+}
+
+void State::reset() {
+  Impl& m = *impl_;
+  if (m.busy.load()) fail("state: reset while a run uses the state");
+  for (StateSlot& p : m.slots) {
+    p.current = 0;
+    p.shape = p.capacity;
+    if (p.axis >= 0)
+      p.shape[static_cast<size_t>(p.axis)] = 0;
+    else if (p.buffers[0].nbytes())
+      std::memset(p.buffers[0].mutable_raw(), 0, p.buffers[0].nbytes());
+  }
+  m.broken = false;
+}
+
+// ---- What a run does with a State (runtime/state_impl.h) ----
+
+void State::Impl::begin(const Engine& e, std::map<std::string, Tensor>& inputs) {
+  if (&e != engine) fail("run: the state was made for another engine");
+  bool expected = false;
+  if (!busy.compare_exchange_strong(expected, true)) fail("run: the state is in use by another run");
+  if (broken) {
+    busy = false;
+    fail("run: the state needs reset(): an earlier run failed after writing it in place");
+  }
+  for (size_t k = 0; k < slots.size(); ++k) {
+    if (inputs.count(pairs[k].input)) {
+      busy = false;
+      fail("run: input '", pairs[k].input, "' is carried by the state; give only the other inputs");
+    }
+    inputs[pairs[k].input] = slots[k].current_value();
+  }
+  written = false;
+}
+
+Tensor State::Impl::output_copy(size_t o, const Tensor& t) {
+  Tensor y = allocate(StateImplTarget::output(o), t.dtype(), t.shape(), false);
+  if (t.nbytes()) std::memcpy(y.mutable_raw(), t.raw(), t.nbytes());
+  return y;
+}
+
+Tensor State::Impl::allocate(int target, DType dtype, const Shape& shape, bool zero) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  Tensor* buffer = nullptr;
+  if (target >= 0) {
+    StateSlot& p = slots[static_cast<size_t>(target)];
+    const StatePair& pair = pairs[static_cast<size_t>(target)];
+    if (dtype != p.dtype || bytes > p.buffers[0].nbytes())
+      fail("state output '", pair.output, "' is ", dtype_name(dtype), shape_str(shape), ", which does not fit its ",
+           p.axis >= 0 ? "max_length " + std::to_string(max_length) : "state", " (", dtype_name(p.dtype),
+           shape_str(p.capacity), ")");
+    const int into = p.in_place ? p.current : 1 - p.current;
+    if (!p.buffers[into].defined()) {
+      p.buffers[into] = Tensor::uninitialized(p.dtype, p.capacity);
+      ++allocations;
+    }
+    if (into == p.current) written = true;
+    buffer = &p.buffers[into];
+  } else {
+    Tensor& b = outputs[static_cast<size_t>(StateImplTarget::output_index(target))];
+    if (!b.defined() || b.nbytes() < bytes) {
+      b = Tensor::uninitialized(DType::UInt8, {static_cast<int64_t>(std::max<size_t>(bytes, 1))});
+      ++allocations;
+    }
+    buffer = &b;
+  }
+  void* data = buffer->mutable_raw();
+  if (zero && bytes) std::memset(data, 0, bytes);
+  return Tensor::wrap(dtype, shape, buffer->storage(), data);
+}
+
+void State::Impl::finish(const Schedule& s, const std::vector<Tensor>& values) {
+  for (size_t k = 0; k < slots.size(); ++k) {
+    StateSlot& p = slots[k];
+    const StatePair& pair = pairs[k];
+    const Tensor& out = values[static_cast<size_t>(p.output_slot)];
+    REFORGE_CHECK(out.defined(), "run: state output '", pair.output, "' was not made");
+    bool ok = out.dtype() == p.dtype && out.rank() == static_cast<int64_t>(p.capacity.size());
+    for (size_t d = 0; ok && d < p.capacity.size(); ++d)
+      ok = static_cast<int>(d) == p.axis ? out.shape()[d] <= p.capacity[d] : out.shape()[d] == p.shape[d];
+    if (!ok)
+      fail("state output '", pair.output, "' is ", out.describe(), ", which does not continue '", pair.input, "' (",
+           dtype_name(p.dtype), shape_str(p.shape), p.axis >= 0 ? ", growing along dimension " + std::to_string(p.axis) +
+                                                                      " up to " + std::to_string(max_length)
+                                                                : "", ")");
+    const int other = 1 - p.current;
+    if (out.raw() == p.buffers[p.current].raw()) {
+      // Written in place.
+    } else if (p.buffers[other].defined() && out.raw() == p.buffers[other].raw()) {
+      p.current = other;
+    } else {
+      // Made elsewhere (a device step, a view): copied into the second buffer.
+      if (!p.buffers[other].defined()) {
+        p.buffers[other] = Tensor::uninitialized(p.dtype, p.capacity);
+        ++allocations;
+      }
+      if (out.nbytes()) {
+        if (out.on_host())
+          std::memcpy(p.buffers[other].mutable_raw(), out.raw(), out.nbytes());
+        else
+          device_memory().copy(p.buffers[other].mutable_raw(), Memory::Host, out.raw(), Memory::Device, out.nbytes());
+      }
+      p.current = other;
+    }
+    p.shape = out.shape();
+  }
+  (void)s;
+}
+
+void State::Impl::end(bool failed) {
+  if (failed && written) broken = true;
+  busy = false;
+}
+
+}  // namespace reforge::runtime

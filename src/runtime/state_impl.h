@@ -1,0 +1,67 @@
+// What a State holds and what a run does with it (internal to src/runtime; the contract is in
+// runtime/state.h).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "runtime/schedule.h"
+#include "runtime/shape_bucket.h"
+#include "runtime/state.h"
+
+namespace reforge::runtime {
+
+// One pair's buffers: the current one holds the input of the next run (shape `shape`); the other,
+// made only when an output cannot be written in place, receives the next output.
+struct StateSlot {
+  size_t input_index = 0, output_index = 0;  // graph input and output
+  int input_slot = -1, output_slot = -1;
+  int producer = -1;           // the step that makes the output, or -1
+  size_t producer_output = 0;  // which of its outputs
+  bool in_place = false;       // the producer writes the output over the input (state.cc: in_place_allowed)
+  int axis = -1;               // the length axis, or -1 (same shape every run)
+  DType dtype = DType::Undefined;
+  Shape capacity;  // the buffers' shape
+  Shape shape;     // the current value's
+  Tensor buffers[2];
+  int current = 0;
+
+  Tensor current_value() const;
+};
+
+// Where a step's output goes in a run with a State: nowhere special, a pair's buffer (k >= 0),
+// or the State's buffer of graph output o.
+struct StateImplTarget {
+  static constexpr int kNone = -1;
+  static constexpr int output(size_t o) { return -2 - static_cast<int>(o); }
+  static constexpr int output_index(int target) { return -2 - target; }
+};
+
+struct State::Impl {
+  const Engine* engine = nullptr;
+  std::vector<StatePair> pairs;
+  std::vector<StateSlot> slots;  // per pair
+  int64_t max_length = 0;
+  std::vector<std::vector<int>> step_target;  // [step][output] -> StateImplTarget
+  std::vector<Tensor> outputs;                // per graph output: its buffer (undefined until needed)
+  KnownBounds bounds;                         // the growing inputs' length axes at max_length (shape buckets)
+  std::atomic<bool> busy{false};
+  bool broken = false;
+  bool written = false;  // this run wrote a pair's current buffer
+  int64_t allocations = 0;
+
+  // Takes the State for a run of `engine`: adds the pairs' inputs to `inputs`.
+  void begin(const Engine& engine, std::map<std::string, Tensor>& inputs);
+  // Memory for a step output whose target is `target` (>= 0: a pair; <= -2: a graph output).
+  Tensor allocate(int target, DType dtype, const Shape& shape, bool zero);
+  // A copy of host tensor `t` (graph output o) in the State's buffer of that output.
+  Tensor output_copy(size_t o, const Tensor& t);
+  // After the run's steps: each pair's output becomes its current value.
+  void finish(const Schedule& s, const std::vector<Tensor>& values);
+  // Gives the State back; a run that failed after writing state in place leaves it needing reset.
+  void end(bool failed);
+};
+
+}  // namespace reforge::runtime
