@@ -2,7 +2,8 @@
 """A real Hugging Face Llama decode step with past/present key-values: models/hf/llama_decode/.
 
 Needs PyTorch 2.x, transformers, onnx, onnxscript, onnxruntime and safetensors (the GPU machine of
-the `run` device tool has them); runs on the CPU in float32, seeded. The model is the tiny
+the `run` device tool has them, or a virtual environment of them from PyPI); runs on the CPU in
+float32, seeded. The model is the tiny
 LlamaForCausalLM of export_hf.py (2 layers, 4 heads, 2 key-value heads, head size 16) with
 use_cache=True, exported with torch.onnx.export(dynamo=True), opset 18, as one step:
 
@@ -13,7 +14,8 @@ use_cache=True, exported with torch.onnx.export(dynamo=True), opset 18, as one s
 seq and past are symbolic: the prompt is one step with past = 0, each generated token one step
 with seq = 1, its present fed back as the next step's past. Files:
 
-  checkpoint_A.safetensors, checkpoint_B.safetensors   state dicts (B: every parameter changed)
+  checkpoint_A.safetensors, checkpoint_B.safetensors   state dicts (each moved from the initial
+                                                       parameters by seeded noise; B from A)
   A/model.onnx, B/model.onnx                           the step, exported from a fresh model after
                                                        load_state_dict() of the checkpoint
   reference/A|B/prompt_ids.npy [1, 7]                  the prompt
@@ -92,8 +94,8 @@ def export(model, path):
     ids = torch.randint(0, 128, (1, 3))
     pos = torch.arange(5, 8).reshape(1, 3)
     kv = [torch.randn(1, 2, 5, 16) for _ in range(2 * LAYERS)]
-    shapes = {"input_ids": {1: seq}, "position_ids": {1: seq}, "past": [{2: past}] * (2 * LAYERS)}
-    program = torch.onnx.export(Step(model), (ids, pos, *kv), dynamic_shapes=shapes, dynamo=True,
+    shapes = {"input_ids": {1: seq}, "position_ids": {1: seq}, "past": tuple({2: past} for _ in range(2 * LAYERS))}
+    program = torch.onnx.export(Step(model).eval(), (ids, pos, *kv), dynamic_shapes=shapes, dynamo=True,
                                 opset_version=OPSET, input_names=ins, output_names=outs)
     program.save(path)
 
@@ -142,11 +144,14 @@ def main():
     os.makedirs(d, exist_ok=True)
     torch.manual_seed(0)
     model = make_model().eval()
-    sets = {"A": {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}}
-    gen = torch.Generator().manual_seed(2)
-    for _, p in sorted(model.named_parameters()):
-        p.add_(torch.randn(p.shape, generator=gen) * 0.05 + 0.01)
-    sets["B"] = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    # A and B: every parameter moved from its initial value by seeded noise, as fine-tuning does
+    # (initial norm weights are all ones: an exporter may then share one initializer among them).
+    sets = {}
+    for name, seed in (("A", 3), ("B", 2)):
+        gen = torch.Generator().manual_seed(seed)
+        for _, p in sorted(model.named_parameters()):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.02)
+        sets[name] = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     prompt = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     ins, outs = names()
     info = {"model": "llama_decode", "class": "LlamaForCausalLM", "torch": torch.__version__,

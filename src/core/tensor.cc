@@ -449,7 +449,17 @@ Tensor cast_tensor(const Tensor& src, DType to, const NarrowCastOptions& narrow)
   }
   REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ", dtype_name(to),
                 ": only standard numeric and bool types are supported");
-  Tensor out = Tensor::empty(to, src.shape());
+  Tensor out = Tensor::uninitialized(to, src.shape());
+  cast_into(src, out);
+  return out;
+}
+
+void cast_into(const Tensor& src, Tensor& out) {
+  const DType to = out.dtype();
+  REFORGE_CHECK(src.on_host() && out.on_host() && out.shape() == src.shape(), "cannot cast ", src.describe(), " into ",
+                out.describe());
+  REFORGE_CHECK(is_supported(src.dtype()) && is_supported(to), "cannot cast ", src.describe(), " to ", dtype_name(to),
+                ": only standard numeric and bool types are supported");
   const int64_t n = src.numel();
   auto from_type = [&](auto f) {
     // Bool is read as bytes (!= 0): loading a byte other than 0/1 as C++ bool is undefined.
@@ -470,7 +480,6 @@ Tensor cast_tensor(const Tensor& src, DType to, const NarrowCastOptions& narrow)
       }
     });
   });
-  return out;
 }
 
 }  // namespace reforge

@@ -139,5 +139,8 @@ Tensor to_memory(const Tensor& t, Memory memory);
 
 // Converts any supported dtype to another, elementwise (Cast semantics for float/int/bool).
 Tensor cast_tensor(const Tensor& src, DType to);
+// The same into `out` (host memory, src's shape, the target type): standard numeric and bool
+// types only (narrow types go through cast_tensor).
+void cast_into(const Tensor& src, Tensor& out);
 
 }  // namespace reforge

@@ -239,7 +239,8 @@ class PlanCache {
   // The memo of input signature `signature` in `e` if it was made for constants of `generation`.
   static std::shared_ptr<const Memo> memo(Entry& e, const std::string& signature, uint64_t generation);
   static void set_memo(Entry& e, const std::string& signature, std::shared_ptr<const Memo> memo);
-  // True when `signature` ran in `e` before (among its last kSeenPerEntry signatures); marks it.
+  // True when `signature` (with its weight generation) ran in `e` before (among its last
+  // kSeenPerEntry); marks it.
   // A signature's shape subgraphs are kept in a memo from its second run on: its first run
   // computes them in the arena, so that sizes seen once (a length of text generation) allocate
   // nothing.

@@ -293,7 +293,8 @@ RunArenas Engine::Impl::take_arenas(const std::map<std::string, Tensor>& inputs,
   }
   // A signature's shape subgraphs are memoized from its second run on (PlanCache::seen_before),
   // or at once where runs record (a recording needs the memo).
-  if (a.entry && s.any_memoized && !a.memo && (s.recorder || arena::PlanCache::seen_before(*a.entry, signature))) {
+  if (a.entry && s.any_memoized && !a.memo &&
+      (s.recorder || arena::PlanCache::seen_before(*a.entry, signature + "#" + std::to_string(weights.generation)))) {
     a.new_memo = std::make_shared<arena::PlanCache::Memo>();
     a.new_memo->generation = weights.generation;
     a.new_memo->outputs.resize(s.steps.size());

@@ -125,6 +125,8 @@ class PlanEngine {
   ArenaStats arena_stats() const { return engine_.arena_stats(); }
   ReplayStats replay_stats() const { return engine_.replay_stats(); }
   EngineStats stats() const { return engine_.stats(); }
+  // The engine it runs: what a runtime::State (runtime/state.h) is made for.
+  const Engine& engine() const { return engine_; }
 
   // The plan's metadata (the weight data in it is the build-time data, not the current one).
   const plan::Plan& plan() const { return plan_; }

@@ -406,11 +406,23 @@ void attention_kernel(KernelContext& ctx) {
   const std::string scale_op = ctx.attr_string("scale_op", "none");
   Tensor q_scaled;  // mul_qk: Q * scale, rounded to float32 as the unfused Mul
   float k_scale = 1.0f;
+  // Scratch reused across runs, per calling thread (as kt below).
+  static thread_local std::vector<float> q_scratch;
   if (scale_op == "mul_qk") {
-    q_scaled = run_op(ctx, "Mul", 14, {&q, &ctx.input(3)});
-    if (q_scaled.dtype() != DType::Float32 || q_scaled.shape() != q.shape() || ctx.input(10).numel() != 1)
-      return unfused();
-    a.q.p = q_scaled.data<float>();
+    const Tensor& qs = ctx.input(3);
+    if (qs.dtype() == DType::Float32 && qs.numel() == 1 && qs.on_host()) {
+      // A float32 scalar: the Mul's products, each rounded to float32, without allocating.
+      const float c = qs.data<float>()[0];
+      if (q_scratch.size() < static_cast<size_t>(q.numel())) q_scratch.resize(static_cast<size_t>(q.numel()));
+      const float* src = q.data<float>();
+      for (int64_t i = 0; i < q.numel(); ++i) q_scratch[static_cast<size_t>(i)] = src[i] * c;
+      a.q.p = q_scratch.data();
+    } else {
+      q_scaled = run_op(ctx, "Mul", 14, {&q, &qs});
+      if (q_scaled.dtype() != DType::Float32 || q_scaled.shape() != q.shape()) return unfused();
+      a.q.p = q_scaled.data<float>();
+    }
+    if (ctx.input(10).numel() != 1) return unfused();
     k_scale = static_cast<float>(read_scalar(ctx, 10, 1.0, "K scale"));
   } else if (scale_op != "none") {
     const double c = read_scalar(ctx, 3, 1.0, "scale");

@@ -54,6 +54,10 @@ void cast_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   REFORGE_CHECK(has_storage(x.dtype()), ctx.node().label(), ": casting from ", dtype_name(x.dtype()),
                 " is not supported");
+  if (x.dtype() != to && is_supported(x.dtype()) && is_supported(to) && x.on_host()) {
+    cast_into(x, ctx.allocate_output_uninit(0, to, x.shape()));  // into the run's memory
+    return;
+  }
   ctx.set_output(0, cast_tensor(x, to, kernel_options(ctx)));
 }
 
