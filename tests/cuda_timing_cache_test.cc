@@ -1,4 +1,4 @@
-// The CUDA backend's timing cache (backends/backend.h: save_timing_cache / load_timing_cache,
+// The CUDA backend's timing cache (backends/capabilities.h: TimingCache,
 // backends/cuda/cudnn_common.h): the convolution algorithms chosen per geometry, saved as text and
 // loaded by another process so that both run the same algorithms. Malformed caches are refused
 // naming the file and the line, before anything is loaded (no GPU needed for those); the round
@@ -28,14 +28,14 @@ const backends::Backend& cuda() {
 }
 
 std::string load_error(const std::string& text) {
-  return error_of([&] { cuda().load_timing_cache(text, "timing cache 'f.cache'"); });
+  return error_of([&] { cuda().timing_cache->load(text, "timing cache 'f.cache'"); });
 }
 
 const char* kHead = "reforge timing cache 1\ndevice Some GPU\ncudnn 91300\n";
 
 TEST(CudaTimingCache, MalformedCachesAreRefusedNamingTheLine) {
   REQUIRE_CUDA_BUILD();
-  ASSERT_TRUE(cuda().load_timing_cache && cuda().save_timing_cache);
+  ASSERT_NE(cuda().timing_cache, nullptr);
   struct Case {
     std::string text, message;
   };
@@ -81,7 +81,7 @@ TEST(CudaTimingCache, SavedChoicesLoadBackAndRunTheSame) {
   const ir::Graph g = conv_graph();
   const std::map<std::string, Tensor> feed = {{"X", test_support::random_of(DType::Float32, {1, 3, 16, 16}, 3)}};
   const Tensor first = test_support::engine_for(g, {}, "cuda").run(feed)[0];
-  const std::string saved = cuda().save_timing_cache();
+  const std::string saved = cuda().timing_cache->save();
   std::istringstream in(saved);
   std::string line;
   std::vector<std::string> lines;
@@ -93,7 +93,7 @@ TEST(CudaTimingCache, SavedChoicesLoadBackAndRunTheSame) {
   for (size_t i = 3; i < lines.size(); ++i) EXPECT_NE(lines[i].find(" -> "), std::string::npos) << lines[i];
   // Loaded back, the same choices: the next save is the same text and the run gives the same bits.
   ASSERT_EQ(load_error(saved), "");
-  EXPECT_EQ(cuda().save_timing_cache(), saved);
+  EXPECT_EQ(cuda().timing_cache->save(), saved);
   const Tensor again = test_support::engine_for(g, {}, "cuda").run(feed)[0];
   ASSERT_EQ(again.nbytes(), first.nbytes());
   EXPECT_EQ(std::memcmp(again.raw(), first.raw(), first.nbytes()), 0);
@@ -106,7 +106,7 @@ TEST(CudaTimingCache, SavedChoicesLoadBackAndRunTheSame) {
   older.replace(older.find("cudnn ") + 6, lines[2].size() - 6, "1");
   EXPECT_NE(load_error(older).find("the timing cache was made with cuDNN 1; this process has cuDNN "),
             std::string::npos);
-  EXPECT_EQ(cuda().save_timing_cache(), saved);
+  EXPECT_EQ(cuda().timing_cache->save(), saved);
 }
 
 }  // namespace

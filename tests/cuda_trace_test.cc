@@ -128,15 +128,15 @@ TEST_F(CudaTrace, RerunNeedsATracedRunAndADeviceStep) {
 }
 
 TEST_F(CudaTrace, UploadedWeightsAreCounted) {
-  ASSERT_TRUE(backend->memory_stats);
-  const size_t before = backend->memory_stats().weights_bytes;
+  ASSERT_NE(backend->streams, nullptr);
+  const size_t before = backend->streams->memory_stats().weights_bytes;
   {
     auto engine = traced_engine();
     engine->run({{"X", test_support::random_floats({4, 64}, 24)}});
-    const backends::DeviceMemoryStats during = backend->memory_stats();
+    const backends::DeviceMemoryStats during = backend->streams->memory_stats();
     EXPECT_GE(during.weights_bytes, before + 64 * 64 * sizeof(float));
     EXPECT_GE(during.weights_peak_bytes, during.weights_bytes);
     EXPECT_GT(during.activations_peak_bytes, 0u);
   }
-  EXPECT_EQ(backend->memory_stats().weights_bytes, before);  // released with the engine
+  EXPECT_EQ(backend->streams->memory_stats().weights_bytes, before);  // released with the engine
 }

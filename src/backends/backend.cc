@@ -54,6 +54,8 @@ struct Global {
 
   static void add(KernelRegistry& r, Backend b) {
     REFORGE_CHECK(!b.name.empty(), "internal error: a backend needs a name");
+    REFORGE_CHECK(b.memory == Memory::Host || b.streams, "internal error: device backend '", b.name,
+                  "' offers no DeviceStreams");
     {
       std::unique_lock lock(r.impl_->mutex);
       for (const auto& e : r.impl_->backends)
@@ -161,27 +163,27 @@ Resolved host_kernel(const ir::Node& node) {
 
 namespace {
 
-const Backend& timing_backend(const std::string& backend, const std::string& path) {
+TimingCache& timing_cache_of(const std::string& backend, const std::string& path) {
   const Backend* b = find_backend(backend);
-  if (!b || !b->load_timing_cache || !b->save_timing_cache)
+  if (!b || !b->timing_cache)
     fail("timing cache '", path, "': backend '", backend,
          "' keeps no timing cache (build the plan with --device cuda)");
-  return *b;
+  return *b->timing_cache;
 }
 
 }  // namespace
 
 bool load_timing_cache_file(const std::string& backend, const std::string& path) {
-  const Backend& b = timing_backend(backend, path);
+  TimingCache& cache = timing_cache_of(backend, path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return false;
   // A regular file of bounded size (a FIFO or device is refused, not read).
-  b.load_timing_cache(read_regular_file(path, size_t(64) << 20, "timing cache"), "timing cache '" + path + "'");
+  cache.load(read_regular_file(path, size_t(64) << 20, "timing cache"), "timing cache '" + path + "'");
   return true;
 }
 
 void save_timing_cache_file(const std::string& backend, const std::string& path) {
-  const std::string text = timing_backend(backend, path).save_timing_cache();
+  const std::string text = timing_cache_of(backend, path).save();
   AtomicFile f(path, "timing cache");
   f.write(text.data(), text.size());
   f.commit();

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/capabilities.h"
 #include "backends/device_replay.h"
 #include "backends/device_trace.h"
 #include "ir/graph.h"
@@ -68,44 +69,26 @@ struct KernelDef {
 class KernelRegistry;
 
 // A backend: its name (what plans record and BuildOptions::backend names), where its tensors
-// live, whether nodes it has no kernel for may run their ops' reference kernels on it, and the
-// function that registers its kernels.
+// live, whether nodes it has no kernel for may run their ops' reference kernels on it, the
+// function that registers its kernels, and the capabilities it offers (backends/capabilities.h),
+// each an interface it implements or null.
 //
-// A device backend (memory == Device) also gives the allocator its kernels' outputs come from
-// (thread-safe; the engine hands it to every node placed there), a readiness check that says
-// why it cannot run here (no device, no driver) or "", and its kernels of the transfer ops
-// reforge::ToDevice and reforge::ToHost that placement inserts between host and device values
-// (backends/placement.h). Its kernels run on the calling thread's stream of work, so concurrent
-// runs of one engine on several threads do not wait for each other.
+// A device backend (memory == Device) offers DeviceStreams (its allocator, synchronization,
+// memory account), a readiness check that says why it cannot run here (no device, no driver) or
+// "", and its kernels of the transfer ops reforge::ToDevice and reforge::ToHost that placement
+// inserts between host and device values (backends/placement.h).
 struct Backend {
   std::string name;
   Memory memory = Memory::Host;
   bool runs_reference_kernels = false;
   std::function<void(KernelRegistry&)> register_kernels;
-  ops::OutputAllocator* allocator = nullptr;           // device backends only
   std::function<std::string()> unavailable = nullptr;  // null: always available
-  // Device backends: waits for the calling thread's work on the device and throws an Error for
-  // any failure it reports; the engine calls it at the end of every run.
-  std::function<void()> synchronize = nullptr;
-  // Device backends, optional: the device's profiler (device_trace.h), or null where it has none.
-  DeviceTracer* tracer = nullptr;
-  // Device backends, optional: what the device's memory holds for this process.
-  std::function<DeviceMemoryStats()> memory_stats = nullptr;
-  // Device backends, optional: recorded replay of device work (device_replay.h), or null.
-  DeviceRecorder* recorder = nullptr;
-  // Device backends, optional: evicts what the device's caches hold, by writing a buffer larger
-  // than its last-level cache on the calling thread's stream of work (untagged, not waited for),
-  // so that the next kernel reads its operands from memory, as a benchmark of one kernel alone
-  // measures it (`reforge bench --device-trace`).
-  std::function<void()> flush_caches = nullptr;
-  // Device backends, optional: the choices the backend times at a kernel's first call (the CUDA
-  // backend's cuDNN convolution algorithms, per geometry), as TensorRT's timing cache. save gives
-  // every choice made or loaded in this process, as text; load takes such text (`where` names its
-  // file in errors), after which those geometries take the loaded choice without timing. Two
-  // processes that load one cache run the same algorithms, so their results and speed agree
-  // (`reforge run/bench --timing-cache FILE`).
-  std::function<std::string()> save_timing_cache = nullptr;
-  std::function<void(const std::string& text, const std::string& where)> load_timing_cache = nullptr;
+  // Capabilities (null: not offered).
+  DeviceStreams* streams = nullptr;           // device backends: required
+  DeviceTracer* tracer = nullptr;             // the device's profiler
+  DeviceRecorder* recorder = nullptr;         // recorded replay of device work
+  TimingCache* timing_cache = nullptr;        // choices timed at a kernel's first call
+  WeightLayoutPolicy* layouts = nullptr;      // the weight layouts it wants for a build
 };
 
 // Backend `backend`'s timing cache and a file (`reforge run/bench --timing-cache`, Python's

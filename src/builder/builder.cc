@@ -5,13 +5,11 @@
 #include <map>
 
 #include "backends/backend.h"
-#include "backends/cpu/dnnl_matmul.h"
 #include "backends/placement.h"
 #include "builder/fingerprint.h"
 #include "core/file_pages.h"
 #include "core/nearest_names.h"
 #include "core/nonfinite.h"
-#include "core/simd.h"
 #include "core/version.h"
 #include "ops/infer_graph.h"
 #include "ops/numerics.h"
@@ -176,20 +174,10 @@ std::vector<std::string> unmatched_individual_patterns(const ir::Graph& g, const
 
 // Turns initializers into constants with provenance: literals stay shared by name; every use
 // of any other initializer becomes its own source and its own value.
-const char* simd_level_name(SimdLevel l) {
-  switch (l) {
-    case SimdLevel::Avx512:
-      return "avx512";
-    case SimdLevel::Avx2:
-      return "avx2";
-    case SimdLevel::Generic:
-      return "generic";
-  }
-  return "generic";
-}
-
-// The target part of the build record: the weight layouts for this build on this CPU, and the
-// CPU features consulted to choose them (options.layouts, when set, decides alone).
+// The target part of the build record: the weight layouts for this build on this machine, as the
+// target backend's layout policy chooses them (the host's where the target has none: weights are
+// made on the host), and the machine features it consulted (options.layouts, when set, decides
+// alone).
 plan::BuildRecord target_record(const BuildOptions& o) {
   plan::BuildRecord r;
   r.weight_packing = o.weight_packing;
@@ -198,25 +186,28 @@ plan::BuildRecord target_record(const BuildOptions& o) {
   r.backend = o.backend;
   r.host_fallback = o.host_fallback;
   r.reference_rounding = o.reference_rounding;
-  r.isa.push_back(simd_level_name(simd_level()));
+  const backends::Backend* target = backends::find_backend(o.backend);
+  const backends::Backend* host = backends::find_backend(backends::kDefaultBackend);
+  const backends::WeightLayoutPolicy* policy = target && target->layouts ? target->layouts : host->layouts;
+  REFORGE_CHECK(policy != nullptr, "internal error: the host backend has no weight layout policy");
+  backends::LayoutRequest q;
+  q.packing = o.weight_packing == WeightPacking::Panels ? backends::LayoutRequest::Packing::Panels
+              : o.weight_packing == WeightPacking::Auto ? backends::LayoutRequest::Packing::Auto
+                                                        : backends::LayoutRequest::Packing::Plain;
+  q.weights = o.precision == plan::Precision::Fp16   ? backends::LayoutRequest::Weights::Float16
+              : o.precision == plan::Precision::Bf16 ? backends::LayoutRequest::Weights::BFloat16
+              : o.precision == plan::Precision::Fp32 ? backends::LayoutRequest::Weights::Float32
+                                                     : backends::LayoutRequest::Weights::Other;
   if (o.layouts) {
+    q.weights = backends::LayoutRequest::Weights::Other;  // the features only
+    r.isa = policy->choose(q).features;
     r.layouts = *o.layouts;
     return r;
   }
-  r.layouts.linear_panels = o.weight_packing == WeightPacking::Panels ||
-                            (o.weight_packing == WeightPacking::Auto && simd_level() >= SimdLevel::Avx2);
-  // 16-bit weights go in panels too, except bfloat16 where oneDNN multiplies it natively.
-  // (Asked only in bf16 builds: the answer makes a oneDNN primitive, once per process.)
-  bool half = o.weight_packing == WeightPacking::Panels;
-  if (!half && r.layouts.linear_panels) {
-    if (o.precision == plan::Precision::Fp16) half = true;
-    if (o.precision == plan::Precision::Bf16) {
-      const bool native = cpu::has_bf16_matmul();
-      if (native) r.isa.push_back("bf16-matmul");
-      half = !native;
-    }
-  }
-  r.layouts.half_panels = half;
+  const backends::LayoutChoice c = policy->choose(q);
+  r.isa = c.features;
+  r.layouts.linear_panels = c.linear_panels;
+  r.layouts.half_panels = c.half_panels;
   return r;
 }
 

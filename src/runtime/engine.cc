@@ -183,7 +183,7 @@ void Engine::rerun_step(size_t step, int times) const {
   for (const Tensor& t : inputs) in_ptrs.push_back(t.defined() ? &t : nullptr);
   backends::DeviceTracer* tracer = st.device->tracer;
   for (int i = 0; i < times; ++i) {
-    ops::KernelContext ctx(node, in_ptrs, m.threads, st.device->allocator, prepared.get());
+    ops::KernelContext ctx(node, in_ptrs, m.threads, &st.device->streams->allocator(), prepared.get());
     if (tracer) tracer->push_tag(static_cast<int64_t>(step));
     try {
       (*st.kernel)(ctx);
@@ -193,7 +193,7 @@ void Engine::rerun_step(size_t step, int times) const {
     }
     if (tracer) tracer->pop_tag();
   }
-  if (st.device->synchronize) st.device->synchronize();
+  st.device->streams->synchronize();
 }
 
 std::vector<std::string> Engine::missing_constants() const { return impl_->weights.missing(); }
@@ -224,13 +224,13 @@ Tensor Engine::device_constant(const Weights& weights, const std::string& name) 
         st.inputs[0] != it->second)
       continue;
     // The step's own kernel, as a run calls it: it hands out what its prepare step made.
-    ops::KernelContext ctx(n, {&value}, 1, st.device->allocator, weights.prepared[si].get());
+    ops::KernelContext ctx(n, {&value}, 1, &st.device->streams->allocator(), weights.prepared[si].get());
     try {
       (*st.kernel)(ctx);
     } catch (Error& e) {
       throw e.with_context("while reading the device copy of engine weight '" + name + "' (" + n.label() + ")");
     }
-    if (st.device->synchronize) st.device->synchronize();
+    st.device->streams->synchronize();
     return ctx.outputs().at(0);
   }
   return Tensor();

@@ -224,7 +224,7 @@ struct Run {
     const bool host_arena = a.host && !st.device && !kept_in_memo;
     const bool device_arena = a.device && st.device && !s.memoized[si];
     ops::OutputAllocator* allocator = device_arena   ? &*a.device
-                                      : st.device    ? st.device->allocator
+                                      : st.device    ? &st.device->streams->allocator()
                                       : host_arena   ? &*a.host
                                                      : nullptr;
     std::optional<StateAllocator> to_state;
@@ -266,7 +266,7 @@ struct Run {
         if (st.outputs[o] >= 0) keep[o] = values[static_cast<size_t>(st.outputs[o])];
     }
     free_dead(st);
-    if (options.profile && st.device && st.device->synchronize) st.device->synchronize();  // the node's time
+    if (options.profile && st.device) st.device->streams->synchronize();  // the node's time
   }
 };
 
@@ -289,7 +289,8 @@ RunArenas Engine::Impl::take_arenas(const std::map<std::string, Tensor>& inputs,
   if (a.entry && s.arena_device && !record) {
     a.device_plan = arenas.plan(*a.entry, s.device_last_use, device_observed, Memory::Device);
     a.device_buffer = arena::PlanCache::take(*a.entry, a.device_plan->total_bytes, Memory::Device);
-    a.device.emplace(*a.device_plan, a.device_buffer, s.device_last_use, device_observed, s.arena_device->allocator);
+    a.device.emplace(*a.device_plan, a.device_buffer, s.device_last_use, device_observed,
+                     &s.arena_device->streams->allocator());
   }
   // A signature's shape subgraphs are memoized from its second run on (PlanCache::seen_before),
   // or at once where runs record (a recording needs the memo).
@@ -440,14 +441,13 @@ arena::Sizes Engine::Impl::infer_sizes(const std::map<std::string, Shape>& shape
 }
 
 void Engine::Impl::synchronize_devices() const {
-  for (const backends::Backend* d : schedule.devices)
-    if (d->synchronize) {
-      try {
-        d->synchronize();
-      } catch (Error& e) {
-        throw e.with_context("while finishing a run on backend '" + d->name + "'");
-      }
+  for (const backends::Backend* d : schedule.devices) {
+    try {
+      d->streams->synchronize();
+    } catch (Error& e) {
+      throw e.with_context("while finishing a run on backend '" + d->name + "'");
     }
+  }
 }
 
 }  // namespace reforge::runtime

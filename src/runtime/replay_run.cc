@@ -66,14 +66,7 @@ std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& in
     recorder->copy(out.mutable_raw(), d.raw(), d.nbytes());
     outs.push_back(std::move(out));
   }
-  const backends::Backend* d = schedule.devices[0];
-  if (d->synchronize) {
-    try {
-      d->synchronize();
-    } catch (Error& e) {
-      throw e.with_context("while finishing a run on backend '" + d->name + "'");
-    }
-  }
+  synchronize_devices();
   return outs;
 }
 

@@ -47,7 +47,7 @@ void resolve_steps(Schedule& s, const std::vector<std::string>& placement, std::
     st.sharing = kernel.sharing && !kernel.sharing->empty() ? kernel.sharing : nullptr;
     const backends::Backend* be = backends::find_backend(placement[idx]);
     if (be->memory == Memory::Device) {
-      REFORGE_CHECK(be->allocator != nullptr, "internal error: device backend '", be->name, "' has no allocator");
+      REFORGE_CHECK(be->streams != nullptr, "internal error: device backend '", be->name, "' offers no DeviceStreams");
       st.device = be;
       if (std::find(s.devices.begin(), s.devices.end(), be) == s.devices.end()) s.devices.push_back(be);
     }

@@ -185,7 +185,7 @@ void device_trace(const runtime::PlanEngine& engine, const std::string& backend_
   // flushed before each call (what a benchmark of one kernel measures by default, nvbench's
   // convention): the goal is judged against the second, the first is shown beside it.
   std::map<int64_t, Account> alone, alone_warm;
-  const bool flush = static_cast<bool>(backend->flush_caches);
+  const bool flush = backend->streams != nullptr;
   if (!products.empty()) {
     for (size_t si : products) engine.rerun_step(si, 2);  // the same kernels and workspaces as in the runs
     Account unused;
@@ -197,7 +197,7 @@ void device_trace(const runtime::PlanEngine& engine, const std::string& backend_
       tracer.start();
       for (size_t si : products)
         for (int i = 0; i < runs; ++i) {
-          backend->flush_caches();  // untagged: not counted as the product's
+          backend->streams->flush_caches();  // untagged: not counted as the product's
           engine.rerun_step(si, 1);
         }
       account(tracer.stop(dropped), alone, unused);
@@ -421,11 +421,11 @@ Runner add_bench(CLI::App& app) {
                                   {"heap_allocations", arena.heap_allocations},
                                   {"synthesized_inputs", made},
                                   {"stats", session::stats_json(engine.stats())}};
-    if (const backends::Backend* be = backends::find_backend(backend_name); be && be->memory_stats) {
+    if (const backends::Backend* be = backends::find_backend(backend_name); be && be->streams) {
       // Device memory: engine weights (and what kernels prepared from them), library workspaces,
       // and the most the runs' values held at once (the device arena of an eager run is one
       // allocation of the backend's: in that figure), with the device arena of the last eager run.
-      const backends::DeviceMemoryStats m = be->memory_stats();
+      const backends::DeviceMemoryStats m = be->streams->memory_stats();
       doc["device_weights_bytes"] = m.weights_bytes;
       doc["device_workspace_bytes"] = m.workspace_bytes;
       doc["device_activations_peak_bytes"] = m.activations_peak_bytes;  // the device arena's buffers included

@@ -37,6 +37,21 @@ void flush_caches() {
   REFORGE_CUDA_CHECK(cudaMemsetAsync(buffer.mutable_raw(), 0, buffer.nbytes(), stream()));
 }
 
+// The backend's capabilities (backends/capabilities.h).
+class Streams final : public backends::DeviceStreams {
+ public:
+  ops::OutputAllocator& allocator() override { return device_outputs(); }
+  void synchronize() override { cuda::synchronize(); }
+  backends::DeviceMemoryStats memory_stats() const override { return cuda::memory_stats(); }
+  void flush_caches() override { cuda::flush_caches(); }
+};
+
+class CudnnTimingCache final : public backends::TimingCache {
+ public:
+  std::string save() const override { return save_timing_cache(); }
+  void load(const std::string& text, const std::string& where) override { load_timing_cache(text, where); }
+};
+
 }  // namespace
 
 backends::Backend backend() {
@@ -46,15 +61,13 @@ backends::Backend backend() {
   b.name = "cuda";
   b.memory = Memory::Device;
   b.runs_reference_kernels = false;
-  b.allocator = &device_outputs();
-  b.save_timing_cache = save_timing_cache;
-  b.load_timing_cache = load_timing_cache;
+  static Streams streams;
+  static CudnnTimingCache timing_cache;
+  b.streams = &streams;
+  b.timing_cache = &timing_cache;
   b.unavailable = unavailable_reason;
-  b.synchronize = synchronize;
   b.tracer = tracer();
-  b.memory_stats = memory_stats;
   b.recorder = recorder();
-  b.flush_caches = flush_caches;
   b.register_kernels = [](backends::KernelRegistry& r) {
     register_transfer_kernels(r);
     register_view_kernels(r);

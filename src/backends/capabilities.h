@@ -1,0 +1,76 @@
+// What a backend can do beyond running kernels, as interfaces it implements or not (the
+// Backend descriptor holds a pointer to each one it offers; null: it does not). The engine, the
+// builder, `reforge bench` and the Python binding ask for a capability and use it; nothing asks a
+// backend by name.
+//
+//   DeviceStreams      allocation and streams of a device backend: the allocator its kernels'
+//                      outputs come from, waiting for the calling thread's work, its memory
+//                      account, evicting its caches (for timing one kernel alone)
+//   DeviceTracer       the device's profiler (device_trace.h)
+//   DeviceRecorder     recorded replay of device work (device_replay.h)
+//   TimingCache        the choices the backend times at a kernel's first call, saved and loaded
+//   WeightLayoutPolicy the weight layouts the backend wants for a build on this machine (the CPU
+//                      backend decides its Linear panels from its instruction sets)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/device_trace.h"
+#include "ops/registry.h"
+
+namespace reforge::backends {
+
+class DeviceStreams {
+ public:
+  virtual ~DeviceStreams() = default;
+  // Where the outputs of the backend's kernels come from (thread-safe; the engine hands it to
+  // every node placed on the backend).
+  virtual ops::OutputAllocator& allocator() = 0;
+  // Waits for the calling thread's work on the device and throws an Error for any failure it
+  // reports; the engine calls it at the end of every run. Kernels run on the calling thread's
+  // stream of work, so concurrent runs on several threads do not wait for each other.
+  virtual void synchronize() = 0;
+  // What the device's memory holds for this process.
+  virtual DeviceMemoryStats memory_stats() const = 0;
+  // Evicts what the device's caches hold, by writing a buffer larger than its last-level cache on
+  // the calling thread's stream of work (untagged, not waited for), so that the next kernel reads
+  // its operands from memory, as a benchmark of one kernel alone measures it.
+  virtual void flush_caches() = 0;
+};
+
+// As TensorRT's timing cache (the CUDA backend's: cuDNN convolution algorithms per geometry).
+// save() gives every choice made or loaded in this process, as text; load() takes such text
+// (`where` names its file in errors), after which those geometries take the loaded choice
+// without timing. Two processes that load one cache run the same algorithms, so their results
+// and speed agree (`reforge run/bench --timing-cache FILE`).
+class TimingCache {
+ public:
+  virtual ~TimingCache() = default;
+  virtual std::string save() const = 0;
+  virtual void load(const std::string& text, const std::string& where) = 0;
+};
+
+// What a build asks of the backend's weight layouts (the builder's options, in backend terms).
+struct LayoutRequest {
+  enum class Packing { Auto, Panels, Plain };
+  Packing packing = Packing::Auto;
+  enum class Weights { Float32, Float16, BFloat16, Other };
+  Weights weights = Weights::Float32;  // the precision of the build's Linear weights
+};
+
+// The backend's answer: the layouts, and the machine features consulted to choose them (recorded
+// in the plan's build record, so that a refit on another machine can tell).
+struct LayoutChoice {
+  bool linear_panels = false;  // float32 Linear weights in panels (MatMulAddPacked)
+  bool half_panels = false;    // 16-bit Linear weights in panels too
+  std::vector<std::string> features;
+};
+
+class WeightLayoutPolicy {
+ public:
+  virtual ~WeightLayoutPolicy() = default;
+  virtual LayoutChoice choose(const LayoutRequest& request) const = 0;
+};
+
+}  // namespace reforge::backends
