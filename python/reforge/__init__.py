@@ -38,6 +38,7 @@ __all__ = [
     "RefitRefused",
     "ValueInfo",
     "Plan",
+    "PlanSequence",
     "check",
     "build",
     "load",
@@ -172,6 +173,20 @@ class Plan:
                 raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
         return {name: out[name] for name in output_names}
 
+    def sequence(self, max_length: int = 0, pairs: Optional[Mapping[str, str]] = None,
+                 dims: Optional[Mapping[str, int]] = None) -> "PlanSequence":
+        """A sequence of runs that carries state from one run to the next (a KV cache), in
+        buffers the engine allocates once and updates in place: see :class:`PlanSequence`.
+
+        ``pairs`` maps each state input to the output that becomes its next value (``{"past.0.key":
+        "present.0.key", ...}``); by default the pairs the graph proves (an output made by a Concat
+        or TensorScatter from a graph input). ``max_length`` is the capacity along the axis a pair
+        grows on (needed when one grows); ``dims`` gives the state inputs' other symbolic
+        dimensions (``{"batch": 1}``).
+        """
+        items = [(k, v) for k, v in (pairs or {}).items()]
+        return PlanSequence(self, _reforge.Sequence(self._impl, int(max_length), items, dict(dims or {})))
+
     # ---- refit ----
 
     def refit(
@@ -271,8 +286,9 @@ class Plan:
         inferences and activation-arena layouts made: one per shape bucket of the inputs' symbolic
         sizes, not one per size); ``shape_buckets`` and ``shape_buckets_evicted``; recorded replay on
         a device (``recordings_made``, ``replays``, ``recordings_evicted``, ``recordings_retired``,
-        ``live_recordings``); ``eager_runs``; ``last_run_allocations`` (the most recent run's
-        allocations not served by an arena, its outputs included); ``live_weight_versions``."""
+        ``live_recordings``); ``eager_runs``; ``last_run_allocations`` (the tensor allocations of the most recent run,
+        its outputs included: what its arenas, shape memo and sequence state did not serve);
+        ``live_weight_versions``."""
         import json
 
         return json.loads(self._impl.stats())
@@ -308,6 +324,55 @@ class Plan:
             ", %d sources missing" % len(self.missing) if self.missing else "",
             ", %s" % where if where else "",
         )
+
+
+class PlanSequence:
+    """Runs of a plan for one sequence, its state carried in the engine (``Plan.sequence``).
+
+    Each :meth:`run` takes the inputs that are not state; the state inputs come from the
+    sequence's buffers, and the outputs that continue them are written there (in place where the
+    kernel declares it: the Concat of a Hugging Face KV cache, TensorScatter). After the first
+    runs a run allocates no tensor memory (``plan.stats()["last_run_allocations"]``). One run at a
+    time per sequence; sequences of one plan may run on several threads at once. A run that fails
+    after writing state in place leaves the sequence needing :meth:`reset`.
+    """
+
+    def __init__(self, plan: Plan, impl: "_reforge.Sequence") -> None:
+        self._plan = plan
+        self._impl = impl
+
+    def run(self, inputs: Mapping[str, Any], copy: bool = True) -> Dict[str, Any]:
+        """One step: returns ``{output name: numpy array}``. With ``copy=False`` the arrays are
+        read-only views of the sequence's buffers, valid until its next run or reset."""
+        arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
+        values = self._impl.run(arrays, copy)
+        return dict(zip([v.name for v in self._plan.outputs], values))
+
+    def reset(self) -> None:
+        """Starts a new sequence: lengths to 0 (fixed-size state zero-filled); nothing is freed."""
+        self._impl.reset()
+
+    def value(self, name: str) -> Any:
+        """A copy of state input ``name``'s current value."""
+        return self._impl.value(name)
+
+    @property
+    def pairs(self) -> Dict[str, str]:
+        """``{state input: the output that continues it}``."""
+        return dict(self._impl.pairs)
+
+    @property
+    def length(self) -> int:
+        """Positions held along the growing axis."""
+        return self._impl.length
+
+    @property
+    def max_length(self) -> int:
+        return self._impl.max_length
+
+    @property
+    def needs_reset(self) -> bool:
+        return self._impl.needs_reset
 
 
 def check(model: PathLike) -> List[str]:

@@ -21,6 +21,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -38,6 +39,7 @@
 #include "refit/refit_from.h"
 #include "run_gate.h"
 #include "runtime/engine.h"
+#include "runtime/state.h"
 #include "session/build.h"
 #include "session/session.h"
 
@@ -295,9 +297,62 @@ class Plan {
   std::string device() const { return session_.device(); }
   bool bound() const { return session_.bound(); }
   std::optional<std::string> path() const { return session_.path(); }
+  const session::Session& session() const { return session_; }
 
  private:
   session::Session session_;
+};
+
+// A sequence of runs of one plan that carries state (runtime/state.h): a KV cache updated in
+// place. Outputs are copied out of the state's buffers (`copy`), or returned as read-only views
+// of them, valid until the sequence's next run or reset.
+class Sequence {
+ public:
+  Sequence(const Plan& plan, int64_t max_length, const std::vector<std::pair<std::string, std::string>>& pairs,
+           const std::map<std::string, int64_t>& dims)
+      : plan_(plan), state_(guarded(Kind::Plain, [&] {
+          runtime::StateOptions o;
+          for (const auto& [in, out] : pairs) o.pairs.push_back({in, out});
+          o.max_length = max_length;
+          o.dims = dims;
+          return std::make_unique<runtime::State>(plan.session().engine().engine(), std::move(o));
+        })) {}
+
+  std::vector<nb::object> run(const nb::dict& feed, bool copy) {
+    auto arrays = arrays_of(feed, "input");
+    std::map<std::string, Tensor> inputs;
+    std::vector<Tensor> outs;
+    guarded(Kind::InvalidInput, [&] { inputs = tensors_of(arrays, "input"); });
+    guarded(Kind::Plain, [&] {
+      runtime::RunOptions ro;
+      ro.state = state_.get();
+      outs = plan_.session().run(inputs, ro);
+      if (copy)
+        for (Tensor& t : outs) t = t.clone();
+    });
+    std::vector<nb::object> result;
+    for (Tensor& t : outs) result.push_back(to_numpy(std::move(t), !copy));
+    return result;
+  }
+
+  int64_t length() const { return state_->length(); }
+  int64_t max_length() const { return state_->max_length(); }
+  bool needs_reset() const { return state_->needs_reset(); }
+  void reset() {
+    guarded(Kind::Plain, [&] { state_->reset(); });
+  }
+  nb::object value(const std::string& input) const {
+    return to_numpy(guarded(Kind::Plain, [&] { return state_->value(input).clone(); }), false);
+  }
+  std::vector<std::pair<std::string, std::string>> pairs() const {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& p : state_->pairs()) out.emplace_back(p.input, p.output);
+    return out;
+  }
+
+ private:
+  const Plan& plan_;
+  std::unique_ptr<runtime::State> state_;
 };
 
 std::vector<std::string> check(const std::string& model) {
@@ -418,6 +473,17 @@ NB_MODULE(_reforge, m) {
       .def_prop_ro("device", &Plan::device)
       .def_prop_ro("bound", &Plan::bound)
       .def_prop_ro("path", &Plan::path);
+  nb::class_<Sequence>(m, "Sequence")
+      .def(nb::init<const Plan&, int64_t, const std::vector<std::pair<std::string, std::string>>&,
+                    const std::map<std::string, int64_t>&>(),
+           "plan"_a, "max_length"_a, "pairs"_a, "dims"_a, nb::keep_alive<1, 2>())
+      .def("run", &Sequence::run, "inputs"_a, "copy"_a)
+      .def("reset", &Sequence::reset)
+      .def("value", &Sequence::value, "input"_a)
+      .def_prop_ro("pairs", &Sequence::pairs)
+      .def_prop_ro("length", &Sequence::length)
+      .def_prop_ro("max_length", &Sequence::max_length)
+      .def_prop_ro("needs_reset", &Sequence::needs_reset);
   m.def("check", &check, "model"_a);
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,

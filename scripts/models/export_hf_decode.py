@@ -22,6 +22,9 @@ with seq = 1, its present fed back as the next step's past. Files:
   reference/A|B/tokens.npy [12]                        PyTorch's greedy tokens after the prompt
                                                        (model.generate, do_sample=False)
   reference/A|B/step_logits.npy [12, 128]              the logits each token was chosen from
+  inputs/<input>.npy                                   one step's inputs (3 new positions after a
+                                                       past of 5, past key-values seeded noise):
+                                                       what the refit oracle runs
   export.json                                          versions, config, ONNX Runtime's greedy
                                                        decode through the export and its max
                                                        abs difference from PyTorch's logits
@@ -154,6 +157,12 @@ def main():
         sets[name] = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     prompt = torch.randint(0, 128, (1, PROMPT), generator=torch.Generator().manual_seed(1))
     ins, outs = names()
+    step_gen = torch.Generator().manual_seed(4)
+    step = [torch.randint(0, 128, (1, 3), generator=step_gen), torch.arange(5, 8).reshape(1, 3)]
+    step += [torch.randn(1, 2, 5, 16, generator=step_gen) for _ in range(2 * LAYERS)]
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    for name, t in zip(ins, step):
+        np.save(os.path.join(d, "inputs", name + ".npy"), t.numpy())
     info = {"model": "llama_decode", "class": "LlamaForCausalLM", "torch": torch.__version__,
             "transformers": transformers.__version__, "opset": OPSET,
             "exporter": "torch.onnx.export(dynamo=True), one decode step, seq and past symbolic",

@@ -23,6 +23,10 @@ constexpr Pair kPairs[] = {
 bool compact_row_major(const DlpackTensor& t) {
   if (t.strides.empty()) return true;
   if (t.strides.size() != t.shape.size()) return false;
+  // No elements: any strides describe the same (empty) tensor (numpy gives zeros, as for the
+  // empty past key-values of a prompt step).
+  for (int64_t d : t.shape)
+    if (d == 0) return true;
   int64_t expected = 1;
   for (size_t i = t.shape.size(); i-- > 0;) {
     // A dimension of size 1 may carry any stride (PyTorch gives such dims arbitrary ones).
