@@ -7,8 +7,8 @@
 #         runs the unit and model tests and the ONNX node conformance required list there (the
 #         three ways scripts/test.sh runs it: baked, and refit with weights / all as initializers).
 #   tsan: configures and builds build-tsan/ (ThreadSanitizer) and runs the concurrency tests
-#         (tests/refit_concurrency_test.cc and tests/refit_load_test.cc, built alone as
-#         reforge_concurrency_tests).
+#         (tests/refit_concurrency_test.cc, refit_load_test.cc, thread_pool_test.cc and
+#         state_test.cc, built alone as reforge_concurrency_tests).
 # Any sanitizer report fails the job. Suppressions, each with its reason: tests/sanitizers/.
 # Each part prints its build and run minutes.
 set -euo pipefail

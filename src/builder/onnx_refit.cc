@@ -195,7 +195,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     return rep;
   }
   try {
-    for (const auto& [id, t] : read_sources_from_onnx(p, model)) r.set_source(id, t);
+    for (const auto& [id, t] : read_sources_from_onnx(p, model)) r.set_source(id, t);  // the map goes here
   } catch (Error& e) {
     throw e.with_context("while reading new weights from '" + src + "'");
   }
@@ -205,6 +205,11 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   // leave the resident set once the refit is done with them, as a checkpoint's do.
   if (!options.release) options.release = [](const Tensor& t) { release_file_pages(t.raw(), t.nbytes()); };
   if (req.mode != refit::RefitMode::Verify) {
+    // The refitter now holds the only references to the weights parsed from the file (unless
+    // they are external data, mapped): it drops each once replayed, so a stripped plan's refit
+    // holds about the new weights, not the file's weights as well.
+    model = ir::Graph();
+    options.consume = !options.own_values;
     rep.commit = r.commit(r.stage(options));
     return rep;
   }

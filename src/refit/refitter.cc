@@ -299,7 +299,8 @@ std::vector<std::string> Refitter::unset() const {
   return out;
 }
 
-StagedRefit Refitter::stage(const CommitOptions& options) const {
+StagedRefit Refitter::stage(const CommitOptions& options) {
+  REFORGE_CHECK(!(options.consume && options.own_values), "refit: CommitOptions::consume excludes own_values");
   const plan::Plan& p = engine_.plan();
   const bool identical = p.mode == plan::BuildMode::RefitIdentical;
   StagedRefit staged_refit;
@@ -408,9 +409,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
   for (size_t s = 0; s < p.sources.size(); ++s) values[s] = engine_.source_value(static_cast<uint32_t>(s));
   for (size_t i = 0; i < ids.size(); ++i) values[ids[i]] = packed_from[ids[i]].defined() ? Tensor() : *values_set[i];
   runtime::WeightUpdate& staged = staged_refit.update;
-  // options.release: each value set is released after the last replayed recipe that reads it.
+  // options.release / consume: each value set is released (dropped) after the last replayed
+  // recipe that reads it.
   std::map<uint32_t, size_t> last_reader;
-  if (options.release)
+  if (options.release || options.consume)
     for (size_t i = 0; i < p.weights.size(); ++i)
       if (replayed(p.weights[i]))
         for (uint32_t s : p.weights[i].sources)
@@ -443,11 +445,18 @@ StagedRefit Refitter::stage(const CommitOptions& options) const {
     replaying.advance(t.nbytes());
     if (auto c = quantized_change(p, w, engine_.weight(w.name), t)) rep.quantized.push_back(std::move(*c));
     staged.set_weight(w.name, std::move(t));
-    if (options.release)
-      for (uint32_t s : w.sources) {
-        auto it = last_reader.find(s);
-        if (it != last_reader.end() && it->second == wi) options.release(pending_.at(s));
+    for (uint32_t s : w.sources) {
+      auto it = last_reader.find(s);
+      if (it == last_reader.end() || it->second != wi) continue;
+      if (options.release) options.release(pending_.at(s));
+      if (options.consume && !keep.count(s)) {
+        // The last reference the refit holds (a staged weight that is this value keeps it alive).
+        values[s] = Tensor();
+        pending_.at(s) = Tensor();
+        if (auto m = made.find(s); m != made.end()) m->second = Tensor();
+        packed_from[s] = Tensor();
       }
+    }
   }
   std::vector<Tensor> kept_values(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)

@@ -74,6 +74,13 @@ struct CommitOptions {
   // the new engine weights plus the sources in use, not the whole checkpoint as well. It must not
   // change the value's bytes.
   std::function<void(const Tensor&)> release;
+  // On: the values set are the refitter's alone (read from a file for this refit; no caller holds
+  // them): stage() drops each once validation and the last replayed recipe that reads it are
+  // done with it, unless the engine keeps it, so that a refit holds about the new engine weights
+  // plus the values still to replay, not every value as well (a refit from an ONNX file, whose
+  // weights are parsed into memory). The refitter's values are gone after such a stage: it
+  // commits once. Not with own_values (nothing would be left to copy from).
+  bool consume = false;
   // Set: called with each engine weight the refit replays (its name and the replayed value)
   // before it is staged; the refit stages what it returns, which must be a tensor of the same
   // dtype, shape and bytes (checked: dtype and shape), and it may throw to refuse the refit.
@@ -149,7 +156,7 @@ class Refitter {
   CommitReport commit(const CommitOptions& options = {});
   // Validates the pending values and replays the recipes they change; the engine is unchanged.
   // Throws on any problem.
-  StagedRefit stage(const CommitOptions& options = {}) const;
+  StagedRefit stage(const CommitOptions& options = {});
   // Applies `staged`, made by stage() on this refitter with no change to the engine since, in
   // one runtime::PlanEngine::commit; clears the pending values.
   CommitReport commit(StagedRefit staged);
