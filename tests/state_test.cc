@@ -184,7 +184,9 @@ TEST(State, FixedCacheScatteredInPlace) {
     runtime::RunOptions ro;
     ro.state = &state;
     const std::vector<Tensor> got = e.run({{"x", x}, {"pos", pos}}, ro);
-    if (step > 1) EXPECT_EQ(e.stats().last_run_allocations, 0) << "step " << step;
+    if (step > 1) {
+      EXPECT_EQ(e.stats().last_run_allocations, 0) << "step " << step;
+    }
     const std::vector<Tensor> want = ref.run({{"x", x}, {"pos", pos}, {"cache", cache}});
     EXPECT_TRUE(same_bits(got[0], want[0])) << "step " << step;
     EXPECT_TRUE(same_bits(state.value("cache"), want[1])) << "step " << step;
