@@ -75,6 +75,9 @@ struct Dim {
   bool fixed() const { return value >= 0; }
 };
 
+// "7", the symbol, or "?" for an unnamed symbolic dimension (messages).
+inline std::string dim_str(const Dim& d) { return d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol); }
+
 struct ValueInfo {
   std::string name;
   DType dtype = DType::Undefined;

@@ -43,8 +43,7 @@ std::string declared_str(const ir::ValueInfo& vi) {
   s += "[";
   for (size_t i = 0; i < vi.shape.size(); ++i) {
     if (i) s += ",";
-    const auto& d = vi.shape[i];
-    s += d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol);
+    s += ir::dim_str(vi.shape[i]);
   }
   return s + "]";
 }

@@ -346,7 +346,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
   }
   ++replays->eager_runs;
   synchronize_devices();
-  if (state) state->finish(s, r.values);
+  if (state) state->finish(r.values);
   if (options.device_trace && std::any_of(r.kept.begin(), r.kept.end(), [](const auto& k) { return !k.empty(); }))
     run_trace.keep(std::move(r.kept), weights.prepared);
   if (options.profile) run_trace.add_run(r.step_start_us, r.step_ms);

@@ -138,14 +138,11 @@ void find_device_io(Schedule& s) {
   std::vector<int> input_index(s.num_slots, -1);
   for (size_t i = 0; i < s.input_slots.size(); ++i) input_index[static_cast<size_t>(s.input_slots[i])] = static_cast<int>(i);
   s.input_read_on_host.assign(s.input_slots.size(), false);
-  std::vector<int> producer(s.num_slots, -1);
   for (size_t i = 0; i < s.steps.size(); ++i) {
     Step& st = s.steps[i];
     const ir::Node& n = s.graph.nodes[st.node_index];
     if (st.device && backends::is_transfer(n) && n.op_type == "ToDevice" && st.inputs.size() == 1 && st.inputs[0] >= 0)
       st.device_input = input_index[static_cast<size_t>(st.inputs[0])];
-    for (int v : st.outputs)
-      if (v >= 0) producer[static_cast<size_t>(v)] = static_cast<int>(i);
     const bool only_dimensions = n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
     for (size_t k = 0; k < st.inputs.size(); ++k) {
       const int v = st.inputs[k];
@@ -158,7 +155,7 @@ void find_device_io(Schedule& s) {
   s.device_output_value.assign(s.num_slots, false);
   s.output_device_slot.assign(s.output_slots.size(), -1);
   for (size_t o = 0; o < s.output_slots.size(); ++o) {
-    const int p = producer[static_cast<size_t>(s.output_slots[o])];
+    const int p = s.producer[static_cast<size_t>(s.output_slots[o])];
     if (p < 0) continue;
     const Step& st = s.steps[static_cast<size_t>(p)];
     const ir::Node& n = s.graph.nodes[st.node_index];
@@ -191,8 +188,8 @@ void plan_lifetimes(Schedule& s, const std::vector<int>& last_use, const EngineO
   s.device_last_use = arena::device_last_use(s.value_last_use, leaving);
 }
 
-// Producers of each slot, and the host arena's aliases known from the kernels' declarations.
-void find_declared_views(Schedule& s) {
+// The step (and its output) that makes each slot.
+void find_producers(Schedule& s) {
   s.producer.assign(s.num_slots, -1);
   s.producer_output.assign(s.num_slots, -1);
   for (size_t i = 0; i < s.steps.size(); ++i)
@@ -201,6 +198,10 @@ void find_declared_views(Schedule& s) {
         s.producer[static_cast<size_t>(v)] = static_cast<int>(i);
         s.producer_output[static_cast<size_t>(v)] = static_cast<int>(o);
       }
+}
+
+// The host arena's aliases known from the kernels' declarations.
+void find_declared_views(Schedule& s) {
   for (size_t i = 0; i < s.steps.size(); ++i) {
     const Step& st = s.steps[i];
     if (!st.sharing || st.device || s.memoized[i]) continue;
@@ -257,6 +258,7 @@ Schedule make_schedule(ir::Graph graph, const std::vector<std::string>& placemen
   resolve_steps(s, placement, initial_weights);
   const std::vector<int> last_use = find_last_uses(s);
   find_shape_subgraphs(s);
+  find_producers(s);
   find_device_io(s);
   find_declared_views(s);
   plan_lifetimes(s, last_use, options);

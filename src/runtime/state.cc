@@ -24,8 +24,6 @@ std::vector<StatePair> state_pairs(const ir::Graph& graph) {
 
 namespace {
 
-std::string dim_str(const ir::Dim& d) { return d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol); }
-
 bool same_dim(const ir::Dim& a, const ir::Dim& b) {
   if (a.fixed() || b.fixed()) return a.fixed() && b.fixed() && a.value == b.value;
   return !a.symbol.empty() && a.symbol == b.symbol;
@@ -102,8 +100,8 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
     for (size_t d = 0; d < in->shape.size(); ++d) {
       if (same_dim(in->shape[d], out->shape[d])) continue;
       if (p.axis >= 0)
-        fail(what, ": the shapes differ in dimensions ", p.axis, " and ", d, " (", dim_str(in->shape[d]), " vs ",
-             dim_str(out->shape[d]), "); a pair may grow along one axis only");
+        fail(what, ": the shapes differ in dimensions ", p.axis, " and ", d, " (", ir::dim_str(in->shape[d]), " vs ",
+             ir::dim_str(out->shape[d]), "); a pair may grow along one axis only");
       p.axis = static_cast<int>(d);
     }
     Shape capacity;
@@ -111,7 +109,7 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
       const ir::Dim& dim = in->shape[d];
       if (static_cast<int>(d) == p.axis) {
         if (options.max_length <= 0)
-          fail(what, ": it grows along dimension ", d, " (", dim_str(dim), " -> ", dim_str(out->shape[d]),
+          fail(what, ": it grows along dimension ", d, " (", ir::dim_str(dim), " -> ", ir::dim_str(out->shape[d]),
                "): StateOptions::max_length must be > 0");
         capacity.push_back(options.max_length);
       } else if (dim.fixed()) {
@@ -119,7 +117,7 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
       } else {
         auto it = options.dims.find(dim.symbol);
         if (dim.symbol.empty() || it == options.dims.end() || it->second < 0)
-          fail(what, ": dimension ", d, " ('", dim_str(dim), "') of '", pair.input,
+          fail(what, ": dimension ", d, " ('", ir::dim_str(dim), "') of '", pair.input,
                "' has no value: give it in StateOptions::dims");
         capacity.push_back(it->second);
       }
@@ -166,8 +164,8 @@ int64_t State::length() const {
 }
 
 Tensor State::value(const std::string& input) const {
-  for (const StateSlot& p : impl_->slots)
-    if (impl_->pairs[&p - impl_->slots.data()].input == input) return p.current_value();
+  for (size_t k = 0; k < impl_->pairs.size(); ++k)
+    if (impl_->pairs[k].input == input) return impl_->slots[k].current_value();
   fail("state: '", input, "' is not the input of a state pair");
 }
 
@@ -241,7 +239,7 @@ Tensor State::Impl::allocate(int target, DType dtype, const Shape& shape, bool z
   return Tensor::wrap(dtype, shape, buffer->storage(), data);
 }
 
-void State::Impl::finish(const Schedule& s, const std::vector<Tensor>& values) {
+void State::Impl::finish(const std::vector<Tensor>& values) {
   for (size_t k = 0; k < slots.size(); ++k) {
     StateSlot& p = slots[k];
     const StatePair& pair = pairs[k];
@@ -276,7 +274,6 @@ void State::Impl::finish(const Schedule& s, const std::vector<Tensor>& values) {
     }
     p.shape = out.shape();
   }
-  (void)s;
 }
 
 void State::Impl::end(bool failed) {

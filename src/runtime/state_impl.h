@@ -59,7 +59,7 @@ struct State::Impl {
   // A copy of host tensor `t` (graph output o) in the State's buffer of that output.
   Tensor output_copy(size_t o, const Tensor& t);
   // After the run's steps: each pair's output becomes its current value.
-  void finish(const Schedule& s, const std::vector<Tensor>& values);
+  void finish(const std::vector<Tensor>& values);
   // Gives the State back; a run that failed after writing state in place leaves it needing reset.
   void end(bool failed);
 };

@@ -41,6 +41,16 @@ void concat_kernel(KernelContext& ctx) {
   for (int64_t d = axis + 1; d < rank; ++d) inner *= out[static_cast<size_t>(d)];
   const int64_t out_row = out[static_cast<size_t>(axis)] * inner;  // elements per outer index
   char* dst = static_cast<char*>(y.mutable_raw());
+  // Outer block o of inputs [from, end) into the output, after `at` elements of it.
+  auto copy_block = [&](int64_t o, size_t from, int64_t at) {
+    for (size_t k = from; k < ins.size(); ++k) {
+      const int64_t n = ins[k]->dim(axis) * inner;
+      if (n)
+        std::memcpy(dst + (o * out_row + at) * elem, static_cast<const char*>(ins[k]->raw()) + o * n * elem,
+                    static_cast<size_t>(n) * elem);
+      at += n;
+    }
+  };
   if (dst == first.raw() && first.numel() > 0) {
     // In place (Sharing::kInPlace): the output's memory holds input 0 at its start, as a state
     // buffer with room for the whole output does (runtime/state.h). Each outer block of input 0
@@ -50,29 +60,13 @@ void concat_kernel(KernelContext& ctx) {
     const int64_t n0 = first.dim(axis) * inner;
     for (int64_t o = outer - 1; o >= 0; --o) {
       if (o > 0) std::memmove(dst + o * out_row * elem, dst + o * n0 * elem, static_cast<size_t>(n0) * elem);
-      int64_t at = o * out_row + n0;
-      for (size_t k = 1; k < ins.size(); ++k) {
-        const int64_t n = ins[k]->dim(axis) * inner;
-        if (n)
-          std::memcpy(dst + at * elem, static_cast<const char*>(ins[k]->raw()) + o * n * elem,
-                      static_cast<size_t>(n) * elem);
-        at += n;
-      }
+      copy_block(o, 1, n0);
     }
     return;
   }
   const int threads = y.numel() > (int64_t{1} << 16) && outer > 1 ? omp_get_max_threads() : 1;
   parallel_for(outer, threads, 1, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      int64_t at = o * out_row;
-      for (const Tensor* t : ins) {
-        const int64_t n = t->dim(axis) * inner;
-        if (n)
-          std::memcpy(dst + at * elem, static_cast<const char*>(t->raw()) + o * n * elem,
-                      static_cast<size_t>(n) * elem);
-        at += n;
-      }
-    }
+    for (int64_t o = o0; o < o1; ++o) copy_block(o, 0, 0);
   });
 }
 

@@ -4,11 +4,11 @@
 // SwiGLU(a, b) = Swish(a) * b with Swish(x) = x * sigmoid(alpha * x) (alpha default 1), computed
 // in double and rounded once; a and b have the same shape.
 //
-// TensorScatter writes `update` into a copy of `past_cache` (or into past_cache itself, in place) along the sequence axis (`axis`,
-// default -2; never the batch axis 0): for each batch entry b, update's positions s go to cache
-// position write_indices[b] + s (write_indices default 0). Mode 'linear' (default) requires every
-// position to be inside the cache; 'circular' wraps them modulo the cache length. Other axes of
-// update must equal the cache's.
+// TensorScatter writes `update` into a copy of `past_cache` (or into past_cache itself, in place)
+// along the sequence axis (`axis`, default -2; never the batch axis 0): for each batch entry b,
+// update's positions s go to cache position write_indices[b] + s (write_indices default 0). Mode
+// 'linear' (default) requires every position to be inside the cache; 'circular' wraps them modulo
+// the cache length. Other axes of update must equal the cache's.
 //
 // CausalConvWithState: a causal depthwise 1-D convolution of input [B, C, L] with weight
 // [C, 1, K] and optional bias [C], left-padded by past_state [B, C, K - 1] (zeros when absent):
