@@ -136,7 +136,8 @@ TEST(ConvLayout, ResidualWrittenInPlace) {
     node.inputs = {"x", "w", "b", "z"}, node.outputs = {"y"};
     for (const auto& a : at) node.attrs[a.name] = a;
     const backends::Resolved def = backends::host_kernel(node);
-    auto prepared = (*def.prepare)(node, {nullptr, &w, &b, nullptr});
+    ops::HostPrepareContext host_context;
+    auto prepared = (*def.prepare)(node, {nullptr, &w, &b, nullptr}, host_context);
     for (int i = 0; i < calls; ++i) {
       const Tensor zi = i + 1 == calls ? zb : to_native(z);
       KernelContext ctx(node, {&xb, &w, &b, &zi}, 1, nullptr, prepared.get());

@@ -272,6 +272,50 @@ TEST(RefitPrepare, FailureHalfWayKeepsTheOldPreparedState) {
   EXPECT_TRUE(transforms::bit_equal(run_y(e), run_y(runtime::PlanEngine(counting_plan(b)))));
 }
 
+// A backend with weight memory gets one allocation per weight version, sized before its
+// prepare steps run: both weights of the first version in one block, a refit's new weights in
+// one more, and a version's block goes when no version holds a weight in it.
+TEST(RefitPrepare, OneWeightAllocationPerVersion) {
+  test_support::register_counting_backend();
+  const ir::Graph a = two_products(1), b = two_products(2), c = two_products(3);
+  const int64_t blocks_before = test_support::counting_weight_blocks();
+  const size_t both = (4 * 3 + 3 * 5) * sizeof(float);
+  {
+    runtime::PlanEngine e(counting_plan(a));
+    EXPECT_EQ(e.stats().weight_allocations, 1);
+    EXPECT_EQ(e.stats().weight_bytes_uploaded, static_cast<int64_t>(both));
+    EXPECT_EQ(test_support::counting_weight_blocks(), blocks_before + 1);
+
+    refit_to(e, b);  // both weights: one new block, the first version's block goes with it
+    EXPECT_EQ(e.stats().weight_allocations, 2);
+    EXPECT_EQ(e.stats().weight_bytes_uploaded, static_cast<int64_t>(2 * both));
+    EXPECT_EQ(test_support::counting_weight_blocks(), blocks_before + 1);
+    EXPECT_TRUE(transforms::bit_equal(run_y(e), run_y(runtime::PlanEngine(counting_plan(b)))));
+
+    refit_to(e, c, {"W2"}, true);  // one weight: its own block; W1 stays where it is
+    EXPECT_EQ(e.stats().weight_allocations, 3);
+    EXPECT_EQ(test_support::counting_weight_blocks(), blocks_before + 2);
+    ir::Graph mixed = b;
+    mixed.initializers["W2"] = c.initializers.at("W2");
+    EXPECT_TRUE(transforms::bit_equal(run_y(e), run_y(runtime::PlanEngine(counting_plan(mixed)))));
+  }
+  EXPECT_EQ(test_support::counting_weight_blocks(), blocks_before);
+}
+
+// A prepare step that fails after another uploaded: the version's block is freed with the
+// version, and nothing is counted as made.
+TEST(RefitPrepare, FailedVersionFreesItsWeightMemory) {
+  test_support::register_counting_backend();
+  runtime::PlanEngine e(counting_plan(two_products(1)));
+  const int64_t blocks = test_support::counting_weight_blocks(), made = test_support::counting_weight_blocks_made();
+  test_support::fail_counting_prepares_after(1);
+  EXPECT_NE(error_of([&] { refit_to(e, two_products(2)); }).find("while preparing the weights of"), std::string::npos);
+  test_support::fail_counting_prepares_after(-1);
+  EXPECT_EQ(test_support::counting_weight_blocks_made(), made + 1);  // the block was made, then freed
+  EXPECT_EQ(test_support::counting_weight_blocks(), blocks);
+  EXPECT_EQ(e.stats().weight_allocations, 1);
+}
+
 // A run holding the weight set it started with keeps it, prepared copies included, while a
 // commit replaces the engine's set.
 TEST(RefitPrepare, RunInFlightKeepsItsWeightSet) {

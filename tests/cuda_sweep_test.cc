@@ -5,13 +5,12 @@
 // CudaSweep.EveryKernelHasValidCases needs a CUDA build but no GPU: every registration has a
 // generator that makes cases for its opset range, placement puts a node of that op on "cuda" in
 // every case (its kernel's checkers accept it), and the reference kernels run every case. A
-// kernel without cases fails it, listing them. The family tests (CudaSweep.Elementwise, ...) need a GPU: each case runs as a
-// one-node graph on "cuda" (shape inputs as initializers; weight inputs once as initializers and
-// once as graph inputs, as ONNX Runtime's op tester does) and through the reference kernels on the
-// host, output by output: the same dtype and shape; float outputs NaN where the reference is NaN,
-// the same infinity where it is infinite, finite where it is finite, and over the rest a
-// normalized mean squared error sum (a-b)^2 / sum b^2 at most 1e-7 (float32), 1e-10 (float64),
-// 1e-5 (float16), 1e-4 (bfloat16); integer and bool outputs equal. Each family test prints, per
+// kernel without cases fails it, listing them. The family tests (CudaSweep.Elementwise, ...) need a GPU: each case runs
+// as a one-node graph on "cuda" (shape inputs as initializers; weight inputs once as initializers and once as graph
+// inputs, as ONNX Runtime's op tester does) and through the reference kernels on the host, output by output: the same
+// dtype and shape; float outputs NaN where the reference is NaN, the same infinity where it is infinite, finite where
+// it is finite, and over the rest a normalized mean squared error sum (a-b)^2 / sum b^2 at most 1e-7 (float32), 1e-10
+// (float64), 1e-5 (float16), 1e-4 (bfloat16); integer and bool outputs equal. Each family test prints, per
 // registration, its cases, runs, input types and worst NMSE per output type.
 #include <gtest/gtest.h>
 
@@ -68,12 +67,18 @@ std::vector<Case> cases_of(const OpCases& g, const backends::KernelDef& k) {
 std::string attr_str(const ir::Attribute& a) {
   std::ostringstream o;
   o << a.name << "=";
-  if (!a.s.empty()) o << a.s;
-  else if (!a.ints.empty()) o << shape_str(a.ints);
-  else if (!a.floats.empty()) o << a.floats.size() << " floats";
-  else if (a.t.defined()) o << a.t.describe();
-  else if (a.type == ir::AttrType::Float) o << a.f;
-  else o << a.i;
+  if (!a.s.empty())
+    o << a.s;
+  else if (!a.ints.empty())
+    o << shape_str(a.ints);
+  else if (!a.floats.empty())
+    o << a.floats.size() << " floats";
+  else if (a.t.defined())
+    o << a.t.describe();
+  else if (a.type == ir::AttrType::Float)
+    o << a.f;
+  else
+    o << a.i;
   return o.str();
 }
 
@@ -81,7 +86,8 @@ std::string label(const Case& c) {
   std::ostringstream o;
   o << (c.node.domain.empty() ? "" : c.node.domain + "::") << c.node.op_type << "-" << c.node.opset << " (";
   for (size_t i = 0; i < c.inputs.size(); ++i)
-    o << (i ? ", " : "") << (c.inputs[i].defined() ? dtype_name(c.inputs[i].dtype()) + shape_str(c.inputs[i].shape()) : "-");
+    o << (i ? ", " : "")
+      << (c.inputs[i].defined() ? dtype_name(c.inputs[i].dtype()) + shape_str(c.inputs[i].shape()) : "-");
   o << ")";
   for (const auto& [name, a] : c.node.attrs) o << " " << attr_str(a);
   return o.str();
@@ -134,7 +140,8 @@ std::vector<Tensor> reference_outputs(const ir::Graph& g, const std::map<std::st
     const backends::Resolved host = def->kernel ? backends::Resolved{} : backends::host_kernel(n);
     const ops::KernelFn& kernel = def->kernel ? def->kernel : *host.kernel;
     const ops::PrepareFn* prepare = def->kernel ? &def->prepare : host.prepare;
-    std::shared_ptr<const void> prepared = prepare && *prepare ? (*prepare)(n, ins) : nullptr;
+    ops::HostPrepareContext host_context;
+    std::shared_ptr<const void> prepared = prepare && *prepare ? (*prepare)(n, ins, host_context) : nullptr;
     ops::KernelContext ctx(n, ins, 1, nullptr, prepared.get());
     kernel(ctx);
     for (size_t k = 0; k < n.outputs.size(); ++k)
@@ -174,7 +181,8 @@ double nmse_bound(DType t) {
 // receives the float error (0 for other types).
 std::string compare(const Tensor& got, const Tensor& want, double* nmse) {
   *nmse = 0;
-  if (got.dtype() != want.dtype()) return "dtype " + dtype_name(got.dtype()) + ", reference " + dtype_name(want.dtype());
+  if (got.dtype() != want.dtype())
+    return "dtype " + dtype_name(got.dtype()) + ", reference " + dtype_name(want.dtype());
   if (got.shape() != want.shape()) return "shape " + shape_str(got.shape()) + ", reference " + shape_str(want.shape());
   if (!is_float(want.dtype())) {
     for (int64_t i = 0; i < want.numel(); ++i)

@@ -73,7 +73,9 @@ Tensor run_op(const std::string& domain, const std::string& op, std::vector<cons
   for (size_t i = 0; i < inputs.size(); ++i)
     if (i < constant.size() && constant[i]) cins[i] = inputs[i];
   const backends::Resolved def = backends::host_kernel(node);
-  std::shared_ptr<const void> prepared = def.prepare && *def.prepare ? (*def.prepare)(node, cins) : nullptr;
+  ops::HostPrepareContext host_context;
+  std::shared_ptr<const void> prepared =
+      def.prepare && *def.prepare ? (*def.prepare)(node, cins, host_context) : nullptr;
   if (prepared_out) *prepared_out = prepared != nullptr;
   ops::KernelContext ctx(node, inputs, threads, nullptr, prepared.get());
   (*def.kernel)(ctx);

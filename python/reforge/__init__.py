@@ -288,7 +288,8 @@ class Plan:
         a device (``recordings_made``, ``replays``, ``recordings_evicted``, ``recordings_retired``,
         ``live_recordings``); ``eager_runs``; ``last_run_allocations`` (the tensor allocations of the most recent run,
         its outputs included: what its arenas, shape memo and sequence state did not serve);
-        ``live_weight_versions``."""
+        ``live_weight_versions``; ``weight_allocations`` and ``weight_bytes_uploaded`` (device memory
+        allocations made for weight versions, one per version, and the bytes uploaded into them)."""
         import json
 
         return json.loads(self._impl.stats())

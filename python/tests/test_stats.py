@@ -14,7 +14,8 @@ from conftest import CLI, ROOT
 LLAMA = ROOT / "models" / "llama" / "dynamo" / "A" / "model.onnx"
 KEYS = {"runs", "inference_passes", "arena_plans", "shape_buckets", "shape_buckets_evicted", "recordings_made",
         "replays", "recordings_evicted", "recordings_retired", "live_recordings", "eager_runs",
-        "last_run_allocations", "live_weight_versions"}
+        "last_run_allocations", "live_weight_versions", "weight_allocations",
+        "weight_bytes_uploaded"}
 
 
 def ids(seq):

@@ -60,9 +60,9 @@ struct KernelDef {
   int since = 1;
   int end = INT_MAX;  // inclusive
   ops::KernelFn kernel;
-  ops::CheckFn check = nullptr;        // "" when this kernel can run the node; null: every node
-  ops::PrepareFn prepare = nullptr;    // optional, as OpDef::prepare
-  ShapeCheckFn shape_check = nullptr;  // optional: asked with the inferred input types at placement
+  ops::CheckFn check = nullptr;            // "" when this kernel can run the node; null: every node
+  ops::PrepareFn prepare = nullptr;        // optional, as OpDef::prepare
+  ShapeCheckFn shape_check = nullptr;      // optional: asked with the inferred input types at placement
   std::vector<ops::Sharing> sharing = {};  // how its outputs may share its inputs' memory (ops/registry.h)
 };
 
@@ -74,7 +74,8 @@ class KernelRegistry;
 // each an interface it implements or null.
 //
 // A device backend (memory == Device) offers DeviceStreams (its allocator, synchronization,
-// memory account), a readiness check that says why it cannot run here (no device, no driver) or
+// memory account), WeightMemory where its prepare steps upload weights, a readiness check that says why it cannot run
+// here (no device, no driver) or
 // "", and its kernels of the transfer ops reforge::ToDevice and reforge::ToHost that placement
 // inserts between host and device values (backends/placement.h).
 struct Backend {
@@ -84,11 +85,12 @@ struct Backend {
   std::function<void(KernelRegistry&)> register_kernels;
   std::function<std::string()> unavailable = nullptr;  // null: always available
   // Capabilities (null: not offered).
-  DeviceStreams* streams = nullptr;           // device backends: required
-  DeviceTracer* tracer = nullptr;             // the device's profiler
-  DeviceRecorder* recorder = nullptr;         // recorded replay of device work
-  TimingCache* timing_cache = nullptr;        // choices timed at a kernel's first call
-  WeightLayoutPolicy* layouts = nullptr;      // the weight layouts it wants for a build
+  DeviceStreams* streams = nullptr;       // device backends: required
+  DeviceTracer* tracer = nullptr;         // the device's profiler
+  DeviceRecorder* recorder = nullptr;     // recorded replay of device work
+  TimingCache* timing_cache = nullptr;    // choices timed at a kernel's first call
+  WeightLayoutPolicy* layouts = nullptr;  // the weight layouts it wants for a build
+  WeightMemory* weight_memory = nullptr;  // where its prepared weights live (device backends)
 };
 
 // Backend `backend`'s timing cache and a file (`reforge run/bench --timing-cache`, Python's
@@ -130,8 +132,8 @@ const KernelRegistry& kernels();
 // What runs a node on a backend.
 struct Resolved {
   const ops::KernelFn* kernel = nullptr;
-  const ops::PrepareFn* prepare = nullptr;  // null or an empty function: nothing to prepare
-  bool reference = false;                   // the op's reference kernel (not the backend's own)
+  const ops::PrepareFn* prepare = nullptr;             // null or an empty function: nothing to prepare
+  bool reference = false;                              // the op's reference kernel (not the backend's own)
   const std::vector<ops::Sharing>* sharing = nullptr;  // the kernel's declarations (null: none)
 };
 

@@ -11,8 +11,12 @@
 //   TimingCache        the choices the backend times at a kernel's first call, saved and loaded
 //   WeightLayoutPolicy the weight layouts the backend wants for a build on this machine (the CPU
 //                      backend decides its Linear panels from its instruction sets)
+//   WeightMemory       where a weight version's device weights live: one allocation per version,
+//                      filled by asynchronous copies through a pinned staging buffer, waited for
+//                      once (the context the backend's prepare steps get)
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,6 +69,33 @@ struct LayoutChoice {
   bool linear_panels = false;  // float32 Linear weights in panels (MatMulAddPacked)
   bool half_panels = false;    // 16-bit Linear weights in panels too
   std::vector<std::string> features;
+};
+
+// One weight version's device weights in the making, and the context the prepare steps of the
+// backend's nodes get while the version is made (ops::PrepareContext: upload, stream, allocator).
+// The engine makes one per version and backend (runtime/weight_store.h), runs the prepare steps,
+// then calls finish() once; the tensors upload() gave are valid from then on. Destroyed without
+// finish() (a prepare step failed), it waits for the copies already issued and frees what it
+// allocated unless an upload's tensor still holds it.
+class WeightUpload : public ops::PrepareContext {
+ public:
+  // Waits for every copy this upload issued, once, and throws an Error naming the failure.
+  virtual void finish() = 0;
+  // Device allocations made for weights (1 when the reservation held every upload; 0 when
+  // nothing was uploaded) and the bytes uploaded.
+  virtual int64_t allocations() const = 0;
+  virtual size_t bytes() const = 0;
+};
+
+class WeightMemory {
+ public:
+  virtual ~WeightMemory() = default;
+  // Begins a version's device weights with one allocation of `reserve` bytes: what the engine
+  // expects its prepare steps to upload (its nodes' constant inputs, each rounded up to the
+  // backend's alignment, weight_bytes()). An upload past it takes an allocation of its own.
+  virtual std::unique_ptr<WeightUpload> begin(size_t reserve) = 0;
+  // The bytes that a weight of `bytes` takes in the version's allocation (its alignment).
+  virtual size_t weight_bytes(size_t bytes) const = 0;
 };
 
 class WeightLayoutPolicy {

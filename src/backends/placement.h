@@ -19,6 +19,9 @@
 //   read on the host, and the inputs of Shape and Size, which any memory serves. Where a value
 //   is not where a slot wants it, placement inserts reforge::ToDevice or reforge::ToHost (one per
 //   value and direction), run by the device backend. Graph outputs are delivered on the host.
+//   A device backend's ToDevice kernel has a prepare step that uploads an engine weight it reads
+//   (PrepareContext::upload) and returns the device tensor (a `const Tensor`): the engine keeps
+//   that tensor as the weight when the upload is its only reader (runtime/weight_store.h).
 //
 // The builder places the optimized graph; lower_without_passes (conformance --raw, tests) places
 // an imported one. Both call place_graph, so both run the same transfers.

@@ -285,14 +285,24 @@ Tensor Tensor::reshaped(Shape shape) const {
 }
 
 Tensor Tensor::clone() const {
-  if (memory_ == Memory::Host) return copy_of(dtype_, shape_, data_);
+  if (on_host()) return copy_of(dtype_, shape_, data_);
   const DeviceMemory& d = device_memory();
   Tensor t = d.allocate(dtype_, shape_);
   if (nbytes()) d.copy(t.mutable_raw(), Memory::Device, data_, Memory::Device, nbytes());
   return t;
 }
 
-const char* memory_name(Memory m) { return m == Memory::Host ? "host" : "device"; }
+const char* memory_name(Memory m) {
+  switch (m) {
+    case Memory::Host:
+      return "host";
+    case Memory::Pinned:
+      return "pinned";
+    case Memory::Device:
+      return "device";
+  }
+  return "?";
+}
 
 namespace {
 std::atomic<const DeviceMemory*> g_device_memory{nullptr};
@@ -308,14 +318,24 @@ const DeviceMemory& device_memory() {
 
 Tensor to_memory(const Tensor& t, Memory memory) {
   if (t.memory() == memory || !t.defined()) return t;
+  if (memory == Memory::Host && t.on_host()) return Tensor::copy_of(t.dtype(), t.shape(), t.raw());
   const DeviceMemory& d = device_memory();
-  Tensor out = memory == Memory::Host ? Tensor::uninitialized(t.dtype(), t.shape()) : d.allocate(t.dtype(), t.shape());
-  if (t.nbytes()) d.copy(out.mutable_raw(), memory, t.raw(), t.memory(), t.nbytes());
+  Tensor out = memory == Memory::Host     ? Tensor::uninitialized(t.dtype(), t.shape())
+               : memory == Memory::Pinned ? d.allocate_pinned(t.dtype(), t.shape())
+                                          : d.allocate(t.dtype(), t.shape());
+  if (t.nbytes()) {
+    if (out.on_host() && t.on_host())
+      std::memcpy(out.mutable_raw(), t.raw(), t.nbytes());
+    else
+      d.copy(out.mutable_raw(), memory, t.raw(), t.memory(), t.nbytes());
+  }
   return out;
 }
 
+Tensor to_host(const Tensor& t) { return t.on_host() ? t : to_memory(t, Memory::Host); }
+
 double Tensor::as_double(int64_t i) const {
-  REFORGE_CHECK(memory_ == Memory::Host, describe(), " is in device memory: read it on the host after a copy");
+  REFORGE_CHECK(on_host(), describe(), " is in device memory: read it on the host after a copy");
   REFORGE_CHECK(i >= 0 && i < numel_, "index ", i, " out of range for ", describe());
   if (is_narrow(dtype_)) return narrow_to_double(dtype_, data<uint8_t>()[i]);
   return dispatch_all(dtype_, [&](auto tag) -> double {
@@ -325,7 +345,7 @@ double Tensor::as_double(int64_t i) const {
 }
 
 int64_t Tensor::as_int64(int64_t i) const {
-  REFORGE_CHECK(memory_ == Memory::Host, describe(), " is in device memory: read it on the host after a copy");
+  REFORGE_CHECK(on_host(), describe(), " is in device memory: read it on the host after a copy");
   REFORGE_CHECK(i >= 0 && i < numel_, "index ", i, " out of range for ", describe());
   if (is_narrow(dtype_)) return static_cast<int64_t>(narrow_to_double(dtype_, data<uint8_t>()[i]));
   return dispatch_all(dtype_, [&](auto tag) -> int64_t {

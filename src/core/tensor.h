@@ -1,9 +1,11 @@
 // Tensor: a dtype, a shape and a view into reference-counted storage.
 //
-// Storage lives in host memory or in the memory of a device backend (Memory::Device, e.g. a CUDA
-// GPU's): a device tensor's data() is a device address that only that backend's kernels read.
-// Host-side accessors (as_double, to_int64_vector, cast_tensor) refuse device tensors; clone()
-// and to_memory() copy through the device backend's copy functions (set_device_memory).
+// Storage lives in host memory, in pinned host memory (Memory::Pinned: page-locked, so that a device
+// copies from it directly and asynchronously; host code reads it as any host memory), or in the
+// memory of a device backend (Memory::Device, e.g. a CUDA GPU's): a device tensor's data() is a
+// device address that only that backend's kernels read. Host-side accessors (as_double,
+// to_int64_vector, cast_tensor) refuse device tensors; clone() and to_memory() copy through the
+// device backend's functions (set_device_memory).
 //
 // Storage is shared, never copied implicitly: a Tensor taken from a memory-mapped file, from an
 // ONNX initializer or from a caller's buffer keeps that memory alive through `owner`. Tensors are
@@ -26,8 +28,8 @@ namespace reforge {
 using Shape = std::vector<int64_t>;
 
 // Where a tensor's bytes live.
-enum class Memory : uint8_t { Host, Device };
-const char* memory_name(Memory m);  // "host", "device"
+enum class Memory : uint8_t { Host, Pinned, Device };
+const char* memory_name(Memory m);  // "host", "pinned", "device"
 
 // Number of elements; throws on negative dims or overflow past 2^62.
 int64_t shape_numel(const Shape& shape);
@@ -60,7 +62,7 @@ class Tensor {
   bool defined() const { return dtype_ != DType::Undefined || owner_ != nullptr; }
   DType dtype() const { return dtype_; }
   Memory memory() const { return memory_; }
-  bool on_host() const { return memory_ == Memory::Host; }
+  bool on_host() const { return memory_ != Memory::Device; }  // host or pinned host memory
   const Shape& shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t i) const { return shape_.at(static_cast<size_t>(i)); }
@@ -120,7 +122,8 @@ void set_storage_cache_limit(size_t bytes);
 size_t storage_cache_limit();
 size_t storage_cache_held();
 
-// What a device backend provides for device memory: an uninitialized tensor of device memory, a
+// What a device backend provides for device memory: an uninitialized tensor of device memory, an
+// uninitialized tensor of pinned host memory, a
 // copy of `bytes` between any two memories that has finished when it returns, and a zero fill of
 // `bytes` at device address `dst`, on the device in order with the calling thread's device work
 // and not waited for (whoever hands out device memory that was not just allocated zero-filled,
@@ -128,6 +131,7 @@ size_t storage_cache_held();
 // once by the backend that owns device memory (backends/cuda); null until then.
 struct DeviceMemory {
   Tensor (*allocate)(DType dtype, Shape shape) = nullptr;
+  Tensor (*allocate_pinned)(DType dtype, Shape shape) = nullptr;
   void (*copy)(void* dst, Memory dst_memory, const void* src, Memory src_memory, size_t bytes) = nullptr;
   void (*zero)(void* dst, size_t bytes) = nullptr;
 };
@@ -136,6 +140,8 @@ void set_device_memory(const DeviceMemory* ops);
 const DeviceMemory& device_memory();
 // `t` itself when it is in `memory`, else a copy there.
 Tensor to_memory(const Tensor& t, Memory memory);
+// `t` itself when its bytes can be read on the host (host or pinned memory), else a copy there.
+Tensor to_host(const Tensor& t);
 
 // Converts any supported dtype to another, elementwise (Cast semantics for float/int/bool).
 Tensor cast_tensor(const Tensor& src, DType to);

@@ -4,6 +4,11 @@
 
 namespace reforge::ops {
 
+Tensor HostPrepareContext::upload(const Tensor& t) {
+  fail("internal error: a prepare step on the host asked for a device copy of ", t.describe(),
+       " (only a device backend's prepare steps make device weights)");
+}
+
 const Tensor& KernelContext::input(size_t i) const {
   if (!has_input(i)) fail(node_.label(), ": required input ", i, " is missing");
   return *inputs_[i];

@@ -101,14 +101,43 @@ class KernelContext {
 using KernelFn = std::function<void(KernelContext&)>;
 // Returns "" when the node can run, else the reason (e.g. "mode 'cubic' is not supported").
 using CheckFn = std::function<std::string(const ir::Node&)>;
+// What a prepare step works with besides its node and constants: the means of the backend the
+// node runs on to make device weights. The engine makes one per weight version and backend
+// (runtime/weight_store.h); a host backend's steps use none of it.
+class PrepareContext {
+ public:
+  virtual ~PrepareContext() = default;
+  // A device tensor with `t`'s dtype, shape and bytes, placed in the weight version's one device
+  // allocation. The copy is asynchronous (from pageable memory through the backend's pinned
+  // staging buffer, from pinned memory directly; a device tensor is copied on the device): the
+  // bytes are there once the version is complete, and the engine waits for every copy of the
+  // version once, before anything can run with it. `t` may go as soon as this returns. Throws on a
+  // backend that has no device weights.
+  virtual Tensor upload(const Tensor& t) = 0;
+  // The backend's stream of work that the version's copies are ordered on (a cudaStream_t on the
+  // CUDA backend), for a prepare step that launches device work of its own; null on the host.
+  virtual void* stream() = 0;
+  // Where a prepare step's scratch or derived device tensors come from (the backend's allocator);
+  // null on the host.
+  virtual OutputAllocator* allocator() = 0;
+};
+
+// The context of a host backend's prepare steps: no device weights.
+class HostPrepareContext final : public PrepareContext {
+ public:
+  Tensor upload(const Tensor& t) override;  // throws
+  void* stream() override { return nullptr; }
+  OutputAllocator* allocator() override { return nullptr; }
+};
+
 // Derives per-node state from the node's constant inputs, e.g. weights packed in the layout a
-// kernel wants. `constants[i]` is input i when it is an engine constant, else null. The engine
-// calls it when it is made and again whenever a refit replaces one of those constants, before
-// the new constants become visible: re-packing is part of the refit transaction, so a kernel
-// never sees packed data from other weights than its inputs. A null result means "nothing
-// prepared" (the kernel takes its generic path).
-using PrepareFn =
-    std::function<std::shared_ptr<const void>(const ir::Node&, const std::vector<const Tensor*>& constants)>;
+// kernel wants, or uploaded to the device. `constants[i]` is input i when it is an engine
+// constant, else null. The engine calls it when it is made and again whenever a refit replaces
+// one of those constants, before the new constants become visible: re-packing is part of the
+// refit transaction, so a kernel never sees packed data from other weights than its inputs. A
+// null result means "nothing prepared" (the kernel takes its generic path).
+using PrepareFn = std::function<std::shared_ptr<const void>(
+    const ir::Node&, const std::vector<const Tensor*>& constants, PrepareContext& context)>;
 
 // What an input of an op holds. Binding, literal classification, constant folding and the
 // fingerprint derive their decisions from it.

@@ -13,10 +13,10 @@ struct Pair {
   DType dtype;
 };
 constexpr Pair kPairs[] = {
-    {DlCode::Float, 32, DType::Float32}, {DlCode::Float, 64, DType::Float64}, {DlCode::Float, 16, DType::Float16},
-    {DlCode::Bfloat, 16, DType::BFloat16}, {DlCode::Int, 8, DType::Int8},     {DlCode::Int, 16, DType::Int16},
-    {DlCode::Int, 32, DType::Int32},     {DlCode::Int, 64, DType::Int64},     {DlCode::UInt, 8, DType::UInt8},
-    {DlCode::UInt, 16, DType::UInt16},   {DlCode::UInt, 32, DType::UInt32},   {DlCode::UInt, 64, DType::UInt64},
+    {DlCode::Float, 32, DType::Float32},   {DlCode::Float, 64, DType::Float64}, {DlCode::Float, 16, DType::Float16},
+    {DlCode::Bfloat, 16, DType::BFloat16}, {DlCode::Int, 8, DType::Int8},       {DlCode::Int, 16, DType::Int16},
+    {DlCode::Int, 32, DType::Int32},       {DlCode::Int, 64, DType::Int64},     {DlCode::UInt, 8, DType::UInt8},
+    {DlCode::UInt, 16, DType::UInt16},     {DlCode::UInt, 32, DType::UInt32},   {DlCode::UInt, 64, DType::UInt64},
     {DlCode::Bool, 8, DType::Bool},
 };
 
@@ -138,12 +138,14 @@ Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what) {
   for (int64_t d : t.shape)
     if (d < 0) fail(what, " has a negative dimension in its shape ", shape_str(t.shape));
   if (!compact_row_major(t))
-    fail(what, " is not laid out compact and row-major (shape ", shape_str(t.shape), ", strides ",
-         shape_str(t.strides), "): make it contiguous first");
+    fail(what, " is not laid out compact and row-major (shape ", shape_str(t.shape), ", strides ", shape_str(t.strides),
+         "): make it contiguous first");
   Memory memory = Memory::Host;
   switch (static_cast<DlDevice>(t.device_type)) {
     case DlDevice::Cpu:
+      break;
     case DlDevice::CudaHost:  // pinned host memory: the host reads it in place
+      memory = Memory::Pinned;
       break;
     case DlDevice::Cuda:
     case DlDevice::CudaManaged:
@@ -155,7 +157,7 @@ Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what) {
   }
   const void* data = static_cast<const char*>(t.data) + t.byte_offset;
   Tensor wrapped = Tensor::wrap(dtype, Shape(t.shape.begin(), t.shape.end()), t.owner, data, memory);
-  if (memory == Memory::Host) return wrapped;
+  if (memory != Memory::Device) return wrapped;
   try {
     device_memory();
   } catch (const Error&) {

@@ -13,14 +13,19 @@ inline int nibble(const uint8_t* bytes, int64_t i) { return (i & 1) ? bytes[i / 
 
 }  // namespace
 
-std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan::WeightEntry& w, const Tensor& before,
-                                                const Tensor& after) {
+bool quantized_weight(const plan::WeightEntry& w) {
   if (w.kind != plan::WeightKind::Derived || w.recipe.steps.empty() ||
       w.recipe.result.kind != plan::Operand::Kind::Step)
-    return std::nullopt;
+    return false;
+  const plan::RecipeStep& st = w.recipe.steps[w.recipe.result.index];
+  return st.domain == "reforge" && (st.op_type == "QuantizeWeight" || st.op_type == "QdqWeight") && st.output <= 2;
+}
+
+std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan::WeightEntry& w, const Tensor& before,
+                                                const Tensor& after) {
+  if (!quantized_weight(w)) return std::nullopt;
   const plan::RecipeStep& st = w.recipe.steps[w.recipe.result.index];
   const bool quantize = st.op_type == "QuantizeWeight", qdq = st.op_type == "QdqWeight";
-  if (st.domain != "reforge" || !(quantize || qdq) || st.output > 2) return std::nullopt;
   const auto attr = [&](const char* name) {
     auto it = st.attrs.find(name);
     return it == st.attrs.end() ? int64_t{0} : it->second.i;

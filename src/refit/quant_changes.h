@@ -26,6 +26,10 @@ struct QuantizedChange {
   bool compared = true;  // false: the engine held no previous value (a stripped plan's first refit)
 };
 
+// Whether engine weight `w` is made by reforge::QuantizeWeight or reforge::QdqWeight (the weights
+// quantized_change reports; ask first, so as not to read the previous value of other weights).
+bool quantized_weight(const plan::WeightEntry& w);
+
 // The change record of engine weight `w` of plan `p` going from `before` (undefined: none) to
 // `after`, or nullopt when `w` is not made by reforge::QuantizeWeight or reforge::QdqWeight.
 std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan::WeightEntry& w, const Tensor& before,

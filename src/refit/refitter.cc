@@ -206,7 +206,7 @@ std::vector<std::string> Refitter::missing() const {
   std::vector<bool> needed(p.sources.size(), false);
   for (const auto& w : p.weights) {
     if (w.kind != plan::WeightKind::Derived) continue;
-    bool absent = !engine_.weight(w.name).defined();
+    bool absent = !engine_.has_weight(w.name);
     bool touched = false;
     for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
     // A stripped weight needs all its sources; a present weight whose recipe is being replayed
@@ -326,7 +326,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
   const std::set<uint32_t> keep = kept_sources(p);
   auto replayed = [&](const plan::WeightEntry& w) {
     if (w.kind != plan::WeightKind::Derived) return false;
-    bool touched = !engine_.weight(w.name).defined();
+    bool touched = !engine_.has_weight(w.name);
     for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
     return touched;
   };
@@ -443,7 +443,8 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
     }
     rep.bytes_out += t.nbytes();
     replaying.advance(t.nbytes());
-    if (auto c = quantized_change(p, w, engine_.weight(w.name), t)) rep.quantized.push_back(std::move(*c));
+    if (quantized_weight(w))
+      if (auto c = quantized_change(p, w, engine_.weight(w.name), t)) rep.quantized.push_back(std::move(*c));
     staged.set_weight(w.name, std::move(t));
     for (uint32_t s : w.sources) {
       auto it = last_reader.find(s);
@@ -535,7 +536,8 @@ CommitReport Refitter::commit_rebuilt(const plan::Plan& fresh, const CommitOptio
     if (f.name != w.name || !f.data.defined() || f.data.dtype() != w.dtype || f.data.shape() != w.shape)
       fail("refit: engine weight '", w.name, "' of the rebuilt plan does not match");
     rep.bytes_out += f.data.nbytes();
-    if (auto c = quantized_change(p, w, engine_.weight(w.name), f.data)) rep.quantized.push_back(std::move(*c));
+    if (quantized_weight(w))
+      if (auto c = quantized_change(p, w, engine_.weight(w.name), f.data)) rep.quantized.push_back(std::move(*c));
     staged.set_weight(w.name, f.data);
   }
   if (options.check_finite) {

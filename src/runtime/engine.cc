@@ -96,6 +96,8 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
 std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, const Weights& weights,
                                 const RunOptions& options) const {
   const Impl& m = *impl_;
+  REFORGE_CHECK(options.outputs != Memory::Pinned,
+                "run: outputs are returned in host or device memory; RunOptions::outputs = Pinned is not offered");
   if (options.state) return run_with_state(inputs, weights, options);
   check_inputs(m.schedule.graph.inputs, inputs);
   ++m.runs;
@@ -141,6 +143,8 @@ EngineStats Engine::stats() const {
   st.eager_runs = m.replays->eager_runs.load();
   st.last_run_allocations = m.last_run_allocations.load();
   st.live_weight_versions = m.weights.live_versions();
+  st.weight_allocations = m.weights.weight_allocations();
+  st.weight_bytes_uploaded = m.weights.weight_bytes_uploaded();
   return st;
 }
 
@@ -200,12 +204,21 @@ std::vector<std::string> Engine::missing_constants() const { return impl_->weigh
 Tensor Engine::constant(const std::string& name) const { return constant(*weights(), name); }
 
 Tensor Engine::constant(const Weights& weights, const std::string& name) const {
-  return impl_->weights.value(weights, name);
+  return to_host(impl_->weights.value(weights, name));
 }
 
 std::shared_ptr<const Engine::Weights> Engine::weights() const { return impl_->weights.current(); }
 
 bool Engine::has_constant(const std::string& name) const { return impl_->schedule.const_slot.count(name) != 0; }
+
+bool Engine::has_weight_value(const Weights& weights, const std::string& name) const {
+  return impl_->weights.value(weights, name).defined();
+}
+
+Memory Engine::constant_location(const Weights& weights, const std::string& name) const {
+  const Tensor t = impl_->weights.value(weights, name);
+  return t.defined() ? t.memory() : Memory::Host;
+}
 
 Tensor Engine::device_constant(const std::string& name) const { return device_constant(*weights(), name); }
 

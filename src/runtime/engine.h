@@ -42,6 +42,11 @@ struct EngineOptions {
   // does not fix rounded up to a power of two) rather than per input signature, so that a new
   // size inside a bucket costs no shape inference and no arena plan. Off: one plan per signature.
   bool shape_buckets = true;
+  // Keep the host copy of every weight that lives on a device. Off (the default): a weight whose
+  // only reader is its upload to a device (reforge::ToDevice into the backend's weight memory)
+  // is held in device memory only, and reading it on the host (Engine::constant, writing the
+  // plan) copies it back.
+  bool keep_host_weights = false;
 };
 
 // How many recordings (one per input signature and weight version) an engine keeps
@@ -65,6 +70,8 @@ struct EngineStats {
   int64_t last_run_allocations = 0;   // tensor allocations of the most recent eager run (host and device, outputs
                                       // included): what its arenas, memo and State did not serve
   int64_t live_weight_versions = 0;   // weight versions alive (current, or held by a run or a caller)
+  int64_t weight_allocations = 0;     // device allocations made for weight versions (one per version made)
+  int64_t weight_bytes_uploaded = 0;  // bytes of weights uploaded to a device
 };
 
 // What recorded replay did (EngineOptions::device_replay), over all runs since the engine was made.
@@ -87,7 +94,7 @@ struct RunOptions {
   // in the memory of the engine's device backend: outputs made on the device are returned as they
   // are, without the copy to the host, and outputs made on the host are copied to the device, so
   // that a caller can feed them to a later run (inputs may be device tensors: see Engine::run).
-  // An engine with no node on a device backend refuses Device.
+  // An engine with no node on a device backend refuses Device; Pinned is refused.
   Memory outputs = Memory::Host;
   // The sequence state the run reads and updates (runtime/state.h: a State of this engine). The
   // caller then gives only the inputs that are not state, and the outputs are views into the
@@ -178,12 +185,19 @@ class Engine {
   // Constants (engine weights). A graph initializer may be undefined (a stripped weight): the
   // engine then refuses to run until it is supplied.
   std::vector<std::string> missing_constants() const;
-  Tensor constant(const std::string& name) const;                          // undefined if not a constant or not set
+  // In host memory: a weight held on the device only (EngineOptions::keep_host_weights) is copied
+  // back. Undefined if not a constant or not set.
+  Tensor constant(const std::string& name) const;
   Tensor constant(const Weights& weights, const std::string& name) const;  // the same, in `weights`
   bool has_constant(const std::string& name) const;
+  // Whether constant `name` has a value in `weights` (without copying it anywhere), and where
+  // `weights` holds it (Device: on the device only; Host when it has no value).
+  bool has_weight_value(const Weights& weights, const std::string& name) const;
+  Memory constant_location(const Weights& weights, const std::string& name) const;
   // The copy of constant `name` that nodes on a device backend read: the output of the
   // reforge::ToDevice step that reads it, as that step's prepare step made it when the weight
-  // set was made (uploaded once per weight set, replaced by a refit). Undefined when no
+  // set was made (uploaded once per weight set into the set's device allocation, replaced by a
+  // refit). Undefined when no
   // ToDevice step reads the constant or the constant has no value (a stripped weight).
   Tensor device_constant(const std::string& name) const;
   Tensor device_constant(const Weights& weights, const std::string& name) const;

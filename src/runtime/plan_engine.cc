@@ -18,14 +18,15 @@ PlanEngine::PlanEngine(plan::Plan plan, EngineOptions options)
   auto st = std::make_shared<State>();
   st->weights = engine_.weights();
   st->sources.resize(plan_.sources.size());
+  identity_weight_.resize(plan_.sources.size());
   for (const auto& s : plan_.sources) st->hashes.push_back(s.hash);
   for (size_t i = 0; i < plan_.weights.size(); ++i) {
     plan::WeightEntry& w = plan_.weights[i];
     weight_index_[w.name] = i;
-    if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() && w.data.defined() &&
+    if (w.kind == plan::WeightKind::Derived && w.recipe.steps.empty() &&
         w.recipe.result.kind == plan::Operand::Kind::Source) {
-      st->sources[w.recipe.result.index] = w.data;
-      st->hashes[w.recipe.result.index] = w.hash;  // the weight's bytes are the source's
+      identity_weight_[w.recipe.result.index] = w.name;
+      if (w.data.defined()) st->hashes[w.recipe.result.index] = w.hash;  // the weight's bytes are the source's
     }
     // The engine owns the data now; the plan copy keeps metadata only.
     w.data = Tensor();
@@ -42,13 +43,19 @@ std::shared_ptr<const PlanEngine::State> PlanEngine::state() const {
 std::vector<std::string> PlanEngine::missing_in(const State& st) const {
   std::vector<bool> needed(plan_.sources.size(), false);
   for (const auto& w : plan_.weights) {
-    if (w.kind != plan::WeightKind::Derived || engine_.constant(*st.weights, w.name).defined()) continue;
+    if (w.kind != plan::WeightKind::Derived || engine_.has_weight_value(*st.weights, w.name)) continue;
     for (uint32_t s : w.sources) needed[s] = true;
   }
   std::vector<std::string> out;
   for (size_t s = 0; s < plan_.sources.size(); ++s)
-    if (needed[s] && !st.sources[s].defined()) out.push_back(plan_.sources[s].key);
+    if (needed[s] && !knows_source(st, static_cast<uint32_t>(s))) out.push_back(plan_.sources[s].key);
   return out;
+}
+
+bool PlanEngine::knows_source(const State& st, uint32_t id) const {
+  if (st.sources[id].defined()) return true;
+  const std::string& w = identity_weight_[id];
+  return !w.empty() && engine_.has_weight_value(*st.weights, w);
 }
 
 std::vector<std::string> PlanEngine::missing_sources() const { return state()->missing; }
@@ -78,6 +85,12 @@ std::vector<Tensor> PlanEngine::run_state(const std::map<std::string, Tensor>& i
 
 Tensor PlanEngine::weight(const std::string& name) const { return engine_.constant(*state()->weights, name); }
 
+bool PlanEngine::has_weight(const std::string& name) const { return engine_.has_weight_value(*state()->weights, name); }
+
+Memory PlanEngine::weight_location(const std::string& name) const {
+  return engine_.constant_location(*state()->weights, name);
+}
+
 Tensor PlanEngine::device_weight(const std::string& name) const {
   return engine_.device_constant(*state()->weights, name);
 }
@@ -85,7 +98,8 @@ Tensor PlanEngine::device_weight(const std::string& name) const {
 Tensor PlanEngine::source_value(uint32_t id) const {
   const auto st = state();
   REFORGE_CHECK(id < st->sources.size(), "no source with id ", id);
-  return st->sources[id];
+  if (st->sources[id].defined() || identity_weight_[id].empty()) return st->sources[id];
+  return engine_.constant(*st->weights, identity_weight_[id]);
 }
 
 uint64_t PlanEngine::source_hash(uint32_t id) const {
@@ -125,7 +139,9 @@ PlanEngine::Version PlanEngine::derive_version(const Version& base, const Weight
   // The one step that can still fail (preparing the new weights for the kernels).
   if (!update.weights().empty()) next->weights = engine_.derive_weights(*from.weights, update.weights());
   for (const auto& [id, rec] : update.sources()) {
-    next->sources[id] = rec.value;
+    // An identity weight set by the update holds the source's bytes: no second copy.
+    const bool held = !identity_weight_[id].empty() && update.weight(identity_weight_[id]);
+    next->sources[id] = held ? Tensor() : rec.value;
     next->hashes[id] = rec.hash;
   }
   next->missing = missing_in(*next);

@@ -130,8 +130,13 @@ class PlanEngine {
 
   // The plan's metadata (the weight data in it is the build-time data, not the current one).
   const plan::Plan& plan() const { return plan_; }
-  // The current value of engine weight `name` (undefined while stripped and not refit).
+  // The current value of engine weight `name`, in host memory (a weight held on a device only is
+  // copied back); undefined while stripped and not refit.
   Tensor weight(const std::string& name) const;
+  // Whether engine weight `name` has a value now (no copy), and where the engine holds it
+  // (Memory::Device: on the device only, EngineOptions::keep_host_weights).
+  bool has_weight(const std::string& name) const;
+  Memory weight_location(const std::string& name) const;
   // The copy of engine weight `name` that the plan's device nodes read (Engine::device_constant),
   // from the current weight set: after a commit, the new weight's upload. Undefined when no device
   // node reads it or it has no value yet.
@@ -142,7 +147,8 @@ class PlanEngine {
   // them from one weight set even while commits happen.
   plan::Plan current_plan(bool strip) const;
 
-  // The value the engine keeps of source `id` (an identity weight's bytes, or a source of a
+  // The value the engine keeps of source `id` (an identity weight's bytes, read from the engine
+  // weight, in host memory: copied back when the weight lives on a device only; or a source of a
   // multi-source recipe kept after a refit); undefined when it keeps none.
   Tensor source_value(uint32_t id) const;
   // The XXH3-64 recorded for source `id`: of the value it was last given, or the plan's
@@ -162,9 +168,10 @@ class PlanEngine {
   // What a commit changes, immutable once published (see "Concurrency" above).
   struct State {
     std::shared_ptr<const Engine::Weights> weights;
-    // Current value of each source when known: for identity recipes it aliases the engine
-    // weight; for sources of multi-source recipes it is kept after a refit so that a later
-    // refit of only some of them can replay the recipe.
+    // Current value of each source when known, for sources of multi-source recipes kept after a
+    // refit so that a later refit of only some of them can replay the recipe. Undefined for a
+    // source with an identity weight (identity_weight_): the engine weight holds its bytes, so
+    // that no second copy is kept (the weight may live on a device only).
     std::vector<Tensor> sources;
     // XXH3 of each known value above, recorded when it entered the engine (for an identity
     // weight loaded from the plan: the weight's hash), and of every source in a refit-identical
@@ -177,13 +184,17 @@ class PlanEngine {
   };
   std::shared_ptr<const State> state() const;
   std::vector<std::string> missing_in(const State& s) const;
+  // Whether `st` knows source `id`'s value (kept, or its identity weight's).
+  bool knows_source(const State& st, uint32_t id) const;
   std::vector<Tensor> run_state(const std::map<std::string, Tensor>& inputs, const State& st,
                                 const RunOptions& options) const;
 
   plan::Plan plan_;  // immutable after construction
   Engine engine_;
   std::map<std::string, size_t> weight_index_;  // plan weight name -> index
-  mutable std::mutex state_mutex_;              // guards state_ (the pointer only; readers copy it)
+  std::vector<std::string> identity_weight_;    // source id -> the weight that is its bytes, or ""
+
+  mutable std::mutex state_mutex_;  // guards state_ (the pointer only; readers copy it)
   std::shared_ptr<const State> state_;
   std::mutex commit_mutex_;  // serializes commits (derive + publish)
 };

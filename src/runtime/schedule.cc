@@ -46,6 +46,7 @@ void resolve_steps(Schedule& s, const std::vector<std::string>& placement, std::
     st.prepare = kernel.prepare && *kernel.prepare ? kernel.prepare : nullptr;
     st.sharing = kernel.sharing && !kernel.sharing->empty() ? kernel.sharing : nullptr;
     const backends::Backend* be = backends::find_backend(placement[idx]);
+    st.weight_memory = be->weight_memory;
     if (be->memory == Memory::Device) {
       REFORGE_CHECK(be->streams != nullptr, "internal error: device backend '", be->name, "' offers no DeviceStreams");
       st.device = be;
@@ -84,6 +85,25 @@ void resolve_steps(Schedule& s, const std::vector<std::string>& placement, std::
     auto it = slot_of.find(out.name);
     if (it == slot_of.end()) fail("graph output '", out.name, "' is not produced by any node");
     s.output_slots.push_back(it->second);
+  }
+}
+
+// Weights whose one reader is a ToDevice step that uploads them into weight memory.
+void find_upload_steps(Schedule& s, const EngineOptions& options) {
+  s.upload_step.assign(s.num_slots, -1);
+  std::vector<int> readers(s.num_slots, 0);
+  for (const Step& st : s.steps)
+    for (int v : st.inputs)
+      if (v >= 0) ++readers[static_cast<size_t>(v)];
+  for (size_t si : s.preparing_steps) {
+    const Step& st = s.steps[si];
+    const ir::Node& n = s.graph.nodes[st.node_index];
+    if (!st.device || !st.weight_memory || !backends::is_transfer(n) || n.op_type != "ToDevice" ||
+        st.inputs.size() != 1 || st.inputs[0] < 0 || !s.is_const[static_cast<size_t>(st.inputs[0])])
+      continue;
+    s.upload_steps.push_back(si);
+    const auto v = static_cast<size_t>(st.inputs[0]);
+    if (!options.keep_host_weights && readers[v] == 1) s.upload_step[v] = static_cast<int>(si);
   }
 }
 
@@ -136,7 +156,8 @@ void find_device_io(Schedule& s) {
     for (int v : st.inputs)
       if (v >= 0) ++readers[static_cast<size_t>(v)];
   std::vector<int> input_index(s.num_slots, -1);
-  for (size_t i = 0; i < s.input_slots.size(); ++i) input_index[static_cast<size_t>(s.input_slots[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < s.input_slots.size(); ++i)
+    input_index[static_cast<size_t>(s.input_slots[i])] = static_cast<int>(i);
   s.input_read_on_host.assign(s.input_slots.size(), false);
   for (size_t i = 0; i < s.steps.size(); ++i) {
     Step& st = s.steps[i];
@@ -160,8 +181,8 @@ void find_device_io(Schedule& s) {
     const Step& st = s.steps[static_cast<size_t>(p)];
     const ir::Node& n = s.graph.nodes[st.node_index];
     // A memoized copy (of a shape value) stays: later runs read it from the memo.
-    if (!st.device || !backends::is_transfer(n) || n.op_type != "ToHost" || st.inputs.size() != 1 ||
-        st.inputs[0] < 0 || readers[static_cast<size_t>(s.output_slots[o])] != 0 || s.memoized[static_cast<size_t>(p)])
+    if (!st.device || !backends::is_transfer(n) || n.op_type != "ToHost" || st.inputs.size() != 1 || st.inputs[0] < 0 ||
+        readers[static_cast<size_t>(s.output_slots[o])] != 0 || s.memoized[static_cast<size_t>(p)])
       continue;
     s.output_device_slot[o] = st.inputs[0];
     s.output_copy_step[static_cast<size_t>(p)] = true;
@@ -231,7 +252,8 @@ void decide_replay(Schedule& s, const EngineOptions& options) {
   if (options.profile) decline("the engine profiles every node");
   if (options.device_trace) decline("the engine traces device work");
   if (!options.arena) decline("the engine runs without its arena and shape memo");
-  if (s.devices.size() != 1) decline(s.devices.empty() ? "every node runs on the host" : "nodes run on several devices");
+  if (s.devices.size() != 1)
+    decline(s.devices.empty() ? "every node runs on the host" : "nodes run on several devices");
   if (s.replay_declined.empty() && !s.devices[0]->recorder)
     decline("backend '" + s.devices[0]->name + "' cannot record device work");
   for (size_t i = 0; i < s.steps.size() && s.replay_declined.empty(); ++i) {
@@ -256,6 +278,7 @@ Schedule make_schedule(ir::Graph graph, const std::vector<std::string>& placemen
   s.graph = std::move(graph);
   initial_weights.clear();
   resolve_steps(s, placement, initial_weights);
+  find_upload_steps(s, options);
   const std::vector<int> last_use = find_last_uses(s);
   find_shape_subgraphs(s);
   find_producers(s);

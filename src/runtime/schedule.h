@@ -44,6 +44,9 @@ struct Step {
   int device_input = -1;  // graph input index, or -1
   // How its kernel's outputs may share its inputs' memory (ops::Sharing), or null.
   const std::vector<ops::Sharing>* sharing = nullptr;
+  // Where the prepared weights of its backend live (Backend::weight_memory): its prepare step
+  // gets that memory's upload as its context. Null: a host context.
+  backends::WeightMemory* weight_memory = nullptr;
 };
 
 struct Schedule {
@@ -56,6 +59,12 @@ struct Schedule {
   std::unordered_map<std::string, int> const_slot;
   std::unordered_map<std::string, std::pair<DType, Shape>> const_desc;  // declared dtype/shape when known
   std::vector<size_t> preparing_steps;  // steps whose op has a prepare step and a constant input
+  // The reforge::ToDevice steps that upload a weight into a backend's weight memory (their
+  // prepared state is the device copy, a `const Tensor`), and per slot the one among them that is
+  // the weight's only reader, or -1. Such a weight lives on the device only (the version keeps the
+  // device copy in the slot) unless EngineOptions::keep_host_weights.
+  std::vector<size_t> upload_steps;
+  std::vector<int> upload_step;
   std::vector<NodeProfile> step_nodes;  // per step: its node's name and op type (no timings)
 
   // Per step and output: the last step that reads the value (arena::kEscapes for graph outputs).

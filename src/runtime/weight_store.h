@@ -2,7 +2,10 @@
 //
 // A version (Engine::Weights) is immutable: the engine weights by slot and what each step's
 // prepare step made of them (packed layouts, device uploads), with a generation number no other
-// version in the process has had. A new version is derived from a base with some weights replaced:
+// version in the process has had. A version's device weights are uploaded into one allocation of
+// the backend's weight memory (backends/capabilities.h: asynchronous copies, one wait); a weight
+// that only its upload reads is held as that device copy, with no host copy (unless
+// EngineOptions::keep_host_weights). A new version is derived from a base with some weights replaced:
 // unchanged weights and their prepared forms are shared with the base (copy on write), and only
 // the steps that read a replaced weight are prepared again, before anything is visible, so a
 // failure leaves every version as it was. One version is current; runs take a version at their
@@ -53,11 +56,17 @@ class WeightStore {
   Tensor value(const Engine::Weights& weights, const std::string& name) const;
   // Versions alive now (current, held by runs, or kept by a caller).
   int64_t live_versions() const { return live_->load(); }
+  // Device allocations made for weights, and the bytes uploaded, over the store's life.
+  int64_t weight_allocations() const { return weight_allocations_.load(); }
+  int64_t weight_bytes_uploaded() const { return weight_bytes_uploaded_.load(); }
 
  private:
   std::shared_ptr<Engine::Weights> make_version(Engine::Weights w) const;
-  // Runs the prepare step of every step in `which` against `values`.
-  void prepare(const std::vector<Tensor>& values, const std::vector<size_t>& which,
+  // Runs the prepare step of every step in `which` against `values`: host steps with a host
+  // context, the steps of a backend with weight memory with one upload per such memory (one
+  // allocation, waited for once at the end). A weight whose one reader is its upload
+  // (Schedule::upload_step) is then replaced in `values` by its device copy.
+  void prepare(std::vector<Tensor>& values, const std::vector<size_t>& which,
                std::vector<std::shared_ptr<const void>>& prepared) const;
 
   const Schedule& schedule_;
@@ -66,6 +75,7 @@ class WeightStore {
   mutable std::mutex current_mutex_;  // guards current_ (the pointer only: runs copy it)
   std::shared_ptr<const Engine::Weights> current_;
   std::mutex writer_mutex_;  // serializes replace()
+  mutable std::atomic<int64_t> weight_allocations_{0}, weight_bytes_uploaded_{0};
 };
 
 }  // namespace reforge::runtime

@@ -80,8 +80,8 @@ bool Session::bound() const {
 }
 
 refit::RefitReport Session::refit(refit::RefitRequest req, Observer* observer) {
-  const std::string from = req.files.size() == 1 ? "'" + req.files[0] + "'"
-                           : !req.files.empty()  ? std::string("the weight files")
+  const std::string from = req.files.size() == 1             ? "'" + req.files[0] + "'"
+                           : !req.files.empty()              ? std::string("the weight files")
                            : !req.checkpoint_tensors.empty() ? std::string("a state dict")
                                                              : std::string("tensors");
   PhaseScope phase(observer, "refitting from " + from);
@@ -93,7 +93,8 @@ void Session::check_inputs(const std::map<std::string, Tensor>& inputs) const {
   runtime::check_inputs(engine_->inputs(), inputs);
 }
 
-std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, const runtime::RunOptions& options) const {
+std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs,
+                                 const runtime::RunOptions& options) const {
   return engine_->run(inputs, options);
 }
 
@@ -152,7 +153,9 @@ nlohmann::json stats_json(const runtime::EngineStats& st) {
           {"live_recordings", st.live_recordings},
           {"eager_runs", st.eager_runs},
           {"last_run_allocations", st.last_run_allocations},
-          {"live_weight_versions", st.live_weight_versions}};
+          {"live_weight_versions", st.live_weight_versions},
+          {"weight_allocations", st.weight_allocations},
+          {"weight_bytes_uploaded", st.weight_bytes_uploaded}};
 }
 
 }  // namespace reforge::session

@@ -2,9 +2,10 @@
 // Transpose, Reshape, Gemm) it registers kernels that run the op's reference kernel (ops/) and
 // count their calls per op type; it does not run the reference kernels of other ops, so a node of
 // any other op cannot be placed on it. Its MatMul has a prepare step that stands for a device
-// backend's weight upload: it copies a constant B input into state of its own, which the kernel
-// then reads instead of the input (so a run shows which prepared copy it used), and it can be
-// told to fail (fail_counting_prepares_after), as an upload that runs out of device memory. It lives entirely here:
+// backend's weight upload: it copies a constant B input into the backend's weight memory (a host
+// stand-in of a device's: one block per weight version, counted), which the kernel then reads
+// instead of the input (so a run shows which prepared copy it used), and it can be told to fail
+// (fail_counting_prepares_after), as an upload that runs out of device memory. It lives entirely here:
 // registering it needs no change in src/ops or src/runtime, which is what it exists to show (tests/placement_test.cc).
 #pragma once
 
@@ -33,5 +34,8 @@ int64_t counting_prepares();
 // The next `successes` prepare steps succeed and the one after throws an Error (then they succeed
 // again); a negative value: none fails (the default).
 void fail_counting_prepares_after(int successes);
+// Weight memory blocks alive now, and made since the process began.
+int64_t counting_weight_blocks();
+int64_t counting_weight_blocks_made();
 
 }  // namespace reforge::test_support

@@ -21,7 +21,8 @@ namespace reforge::test_support {
 // times with that state. Returns every output of the last call.
 inline std::vector<Tensor> run_kernel(const ops::KernelFn& kernel, const ops::PrepareFn* prepare, const ir::Node& node,
                                       const std::vector<const Tensor*>& inputs, int threads, int calls) {
-  std::shared_ptr<const void> prepared = prepare && *prepare ? (*prepare)(node, inputs) : nullptr;
+  ops::HostPrepareContext host_context;
+  std::shared_ptr<const void> prepared = prepare && *prepare ? (*prepare)(node, inputs, host_context) : nullptr;
   std::vector<Tensor> outputs;
   for (int i = 0; i < calls; ++i) {
     ops::KernelContext ctx(node, inputs, threads, nullptr, prepared.get());

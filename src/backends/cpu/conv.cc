@@ -375,7 +375,8 @@ void fused_conv_kernel(KernelContext& ctx) {
 }
 
 // The state of a float32 Conv with constant weights (see ConvState).
-std::shared_ptr<const void> conv_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> conv_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants,
+                                         ops::PrepareContext&) {
   if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
   return std::make_shared<ConvState>(node);
 }

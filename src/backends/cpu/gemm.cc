@@ -18,7 +18,8 @@ using ops::run_linear;
 
 // A constant float B with transA = 0 and alpha = 1 (a Linear layer) is prepared (linear.h); the
 // kernel then runs it as Y = A x B + C when C is absent or a row vector with beta = 1.
-std::shared_ptr<const void> gemm_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> gemm_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants,
+                                         ops::PrepareContext&) {
   if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
   if (node.attr_int("transA", 0) != 0 || node.attr_float("alpha", 1.0f) != 1.0f) return nullptr;
   return prepare_linear(*constants[1], node.attr_int("transB", 0) != 0);

@@ -15,7 +15,8 @@ void matmul_f32(const MatmulDims& d, const float* a, const float* b, float* c) {
   ops::nn::matmul_ref<float>(d, a, b, c);
 }
 
-std::shared_ptr<const void> matmul_prepare(const ir::Node&, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> matmul_prepare(const ir::Node&, const std::vector<const Tensor*>& constants,
+                                           ops::PrepareContext&) {
   if (constants.size() < 2 || !constants[1] || constants[1]->dtype() != DType::Float32) return nullptr;
   return ops::prepare_linear(*constants[1], false);
 }

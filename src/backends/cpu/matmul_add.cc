@@ -20,7 +20,8 @@ namespace {
 // the sum, as the unfused MatMul -> Add would.
 //
 // A float16 W with an infinity is refused (ops/reforge/float16_weights.h).
-std::shared_ptr<const void> matmul_add_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> matmul_add_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants,
+                                               ops::PrepareContext&) {
   if (constants.size() < 2 || !constants[1]) return nullptr;
   refuse_float16_infinities(node.label(), *constants[1]);
   return prepare_linear(*constants[1], false);
@@ -74,8 +75,8 @@ void pack_panels_op(KernelContext& ctx) {
 
 // A float16 weight with an infinity is refused (see matmul_add_prepare); packed panels hold
 // the same values plus zero padding, so the check reads them as they are.
-std::shared_ptr<const void> matmul_add_packed_prepare(const ir::Node& node,
-                                                      const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> matmul_add_packed_prepare(const ir::Node& node, const std::vector<const Tensor*>& constants,
+                                                      ops::PrepareContext&) {
   if (constants.size() >= 2 && constants[1]) refuse_float16_infinities(node.label(), *constants[1]);
   return nullptr;
 }

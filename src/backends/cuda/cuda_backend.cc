@@ -55,7 +55,7 @@ class CudnnTimingCache final : public backends::TimingCache {
 }  // namespace
 
 backends::Backend backend() {
-  static const DeviceMemory memory{allocate_device, copy_memory, zero_memory};
+  static const DeviceMemory memory{allocate_device, pinned_tensor, copy_memory, zero_memory};
   set_device_memory(&memory);
   backends::Backend b;
   b.name = "cuda";
@@ -65,6 +65,7 @@ backends::Backend backend() {
   static CudnnTimingCache timing_cache;
   b.streams = &streams;
   b.timing_cache = &timing_cache;
+  b.weight_memory = weight_memory();
   b.unavailable = unavailable_reason;
   b.tracer = tracer();
   b.recorder = recorder();

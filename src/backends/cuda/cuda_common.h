@@ -4,8 +4,9 @@
 // Every kernel runs on the calling thread's default stream (cudaStreamPerThread): an engine run
 // stays on one thread, so its kernels are ordered among themselves, and runs on other threads
 // overlap with it. Activations come from CUDA's stream-ordered pool (cudaMallocAsync on that
-// stream, kept by the pool for reuse rather than returned to the driver); engine weights are
-// plain cudaMalloc allocations, uploaded by reforge::ToDevice's prepare step. The engine waits
+// stream, kept by the pool for reuse rather than returned to the driver); engine weights are one
+// cudaMalloc allocation per weight version (weights.cc), filled by reforge::ToDevice's prepare
+// steps through the backend's WeightMemory. The engine waits
 // for the stream at the end of each run (Backend::synchronize), which is also where errors of
 // asynchronous work surface.
 #pragma once
@@ -31,9 +32,12 @@ inline cudaStream_t stream() { return cudaStreamPerThread; }
 
 // Uninitialized device memory of `dtype` and `shape`, from the stream-ordered pool.
 Tensor device_tensor(DType dtype, Shape shape);
-// A copy of host tensor `t` in device memory that lives as long as the result (plain cudaMalloc:
-// weights may be released from any thread).
-Tensor upload(const Tensor& t);
+// Uninitialized pinned host memory (cudaHostAlloc) of `dtype` and `shape` (Memory::Pinned).
+Tensor pinned_tensor(DType dtype, Shape shape);
+// Where weight versions' device weights live (weights.cc: one allocation per version).
+backends::WeightMemory* weight_memory();
+// Records `bytes` more (or, negative, fewer) of engine weights in device memory.
+void note_weights(int64_t bytes);
 // A copy of host tensor `t` in stream-ordered device memory (for values of a run).
 Tensor to_device(const Tensor& t);
 // A host copy of device tensor `t` (waits for the stream).

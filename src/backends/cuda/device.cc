@@ -81,14 +81,14 @@ namespace {
 // Engine weights and workspaces resident in device memory, in bytes.
 std::atomic<int64_t> weights_now{0}, weights_peak{0}, workspace_now{0};
 
+}  // namespace
+
 void note_weights(int64_t bytes) {
   const int64_t now = weights_now.fetch_add(bytes) + bytes;
   int64_t peak = weights_peak.load();
   while (now > peak && !weights_peak.compare_exchange_weak(peak, now)) {
   }
 }
-
-}  // namespace
 
 void note_workspace(int64_t bytes) { workspace_now.fetch_add(bytes); }
 
@@ -110,37 +110,14 @@ backends::DeviceMemoryStats memory_stats() {
   return s;
 }
 
-Tensor upload(const Tensor& t) {
-  require_device();
-  REFORGE_CHECK(t.on_host(), "upload: ", t.describe(), " is already in device memory");
-  int64_t numel = 0;
-  const size_t bytes = storage_bytes(t.dtype(), t.shape(), numel);
-  void* p = nullptr;
-  cudaError_t status = cudaMalloc(&p, bytes);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
-    fail("out of device memory uploading ", t.describe(), " (", bytes, " bytes: ", cudaGetErrorString(status), ")");
-  }
-  note_weights(static_cast<int64_t>(bytes));
-  std::shared_ptr<const void> owner(p, [bytes](const void* q) {
-    (void)cudaFree(const_cast<void*>(q));
-    note_weights(-static_cast<int64_t>(bytes));
-  });
-  // On the calling thread's stream, not the legacy default stream (which would wait for every
-  // other thread's runs): a refit uploading new weights does not hold up runs in flight.
-  if (t.nbytes()) {
-    REFORGE_CUDA_CHECK(cudaMemcpyAsync(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream()));
-    REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  }
-  return Tensor::wrap(t.dtype(), t.shape(), std::move(owner), p, Memory::Device);
-}
-
 Tensor to_device(const Tensor& t) {
   REFORGE_CHECK(t.on_host(), "to_device: ", t.describe(), " is already in device memory");
   // A recorded copy would read the host memory again at every replay, long after `t` is gone.
   REFORGE_CHECK(!recording(), "a copy of ", t.describe(), " from host memory cannot be part of a recorded run");
   Tensor d = device_tensor(t.dtype(), t.shape());
-  // From pageable memory the call returns once the bytes are staged, so `t` may go at once.
+  // From pageable memory the call returns once the bytes are staged, so `t` may go at once; from
+  // pinned memory it returns at once, and `t` (a run's input: held to the run's end, when the
+  // stream is waited for) must live until the stream's work is done.
   if (t.nbytes())
     REFORGE_CUDA_CHECK(cudaMemcpyAsync(d.mutable_raw(), t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream()));
   return d;

@@ -19,11 +19,12 @@ void to_device_kernel(ops::KernelContext& ctx) {
   ctx.set_output(0, to_device(x));
 }
 
-std::shared_ptr<const void> upload_weight(const ir::Node& node, const std::vector<const Tensor*>& constants) {
+std::shared_ptr<const void> upload_weight(const ir::Node& node, const std::vector<const Tensor*>& constants,
+                                          ops::PrepareContext& context) {
   if (constants.empty() || !constants[0]) return nullptr;
   if (node.has_attr(ops::kFiniteFloat16For))
-    ops::refuse_float16_infinities(node.attr_string(ops::kFiniteFloat16For, ""), *constants[0]);
-  return std::make_shared<const Tensor>(upload(*constants[0]));
+    ops::refuse_float16_infinities(node.attr_string(ops::kFiniteFloat16For, ""), to_host(*constants[0]));
+  return std::make_shared<const Tensor>(context.upload(*constants[0]));
 }
 
 void to_host_kernel(ops::KernelContext& ctx) {

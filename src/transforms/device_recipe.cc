@@ -1,0 +1,106 @@
+#include "transforms/device_recipe.h"
+
+#include <algorithm>
+
+#include "ops/registry.h"
+#include "transforms/recipe.h"
+
+namespace reforge::transforms {
+
+namespace {
+
+// The steps whose device kernels give the host's bytes: copies of elements, and Cast's correctly
+// rounded conversions.
+bool device_exact(const plan::RecipeStep& st) {
+  return st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
+                               st.op_type == "Gather" || st.op_type == "Expand" || st.op_type == "Cast");
+}
+
+ir::Node step_node(const plan::RecipeStep& st, size_t num_inputs, size_t num_outputs) {
+  ir::Node node;
+  node.op_type = st.op_type;
+  node.domain = st.domain;
+  node.opset = st.opset;
+  node.name = "recipe:" + st.op_type;
+  node.attrs = st.attrs;
+  for (size_t i = 0; i < num_inputs; ++i) node.inputs.push_back("in" + std::to_string(i));
+  for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
+  return node;
+}
+
+size_t outputs_of(const plan::RecipeStep& st) { return std::max<size_t>(st.num_outputs, st.output + 1); }
+
+}  // namespace
+
+bool runs_on_device(const backends::Backend& device, const plan::RecipeStep& st) {
+  if (device.memory != Memory::Device || !device.streams || !device_exact(st)) return false;
+  backends::Resolved r;
+  return backends::resolve(step_node(st, st.inputs.size(), outputs_of(st)), device.name, &r).empty() && !r.reference;
+}
+
+Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& recipe, const std::vector<Tensor>& sources,
+                        const std::vector<Tensor>& literals) {
+  REFORGE_CHECK(device.memory == Memory::Device && device.streams, "replay_recipe_on: '", device.name,
+                "' is not a device backend");
+  const size_t n = recipe.steps.size();
+  std::vector<Tensor> steps(n);
+  std::vector<Tensor> on_device(sources.size());  // sources copied to the device, once
+  auto operand = [&](const plan::Operand& o, Memory want) -> Tensor {
+    const Tensor* t = nullptr;
+    switch (o.kind) {
+      case plan::Operand::Kind::Source:
+        REFORGE_CHECK(o.index < sources.size() && sources[o.index].defined(), "recipe: source ", o.index,
+                      " has no value");
+        if (want == Memory::Device) {
+          Tensor& d = on_device[o.index];
+          if (!d.defined()) d = to_memory(sources[o.index], Memory::Device);
+          return d;
+        }
+        t = &sources[o.index];
+        break;
+      case plan::Operand::Kind::Literal:
+        REFORGE_CHECK(o.index < literals.size(), "recipe: literal ", o.index, " out of range");
+        t = &literals[o.index];
+        break;
+      case plan::Operand::Kind::Step:
+        REFORGE_CHECK(o.index < n && steps[o.index].defined(), "recipe: step ", o.index, " read before it ran");
+        t = &steps[o.index];
+        break;
+    }
+    return want == Memory::Device ? to_memory(*t, Memory::Device) : to_host(*t);
+  };
+  for (size_t s = 0; s < n; ++s) {
+    const plan::RecipeStep& st = recipe.steps[s];
+    if (!runs_on_device(device, st)) {
+      std::vector<Tensor> held;
+      for (const auto& o : st.inputs) held.push_back(operand(o, Memory::Host));
+      std::vector<const Tensor*> ins;
+      for (const Tensor& t : held) ins.push_back(&t);
+      steps[s] = std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, outputs_of(st))[st.output]);
+      continue;
+    }
+    const ir::Node node = step_node(st, st.inputs.size(), outputs_of(st));
+    std::vector<Tensor> held;
+    for (size_t i = 0; i < st.inputs.size(); ++i)
+      held.push_back(
+          operand(st.inputs[i], ops::input_role(node, i) == ops::InputRole::kShape ? Memory::Host : Memory::Device));
+    std::vector<const Tensor*> ins;
+    for (const Tensor& t : held) ins.push_back(&t);
+    backends::Resolved r;
+    const std::string why = backends::resolve(node, device.name, &r);
+    REFORGE_CHECK(why.empty(), node.label(), ": ", why);
+    ops::KernelContext ctx(node, ins, 1, &device.streams->allocator());
+    try {
+      (*r.kernel)(ctx);
+    } catch (Error& e) {
+      throw e.with_context("while replaying recipe step " + std::to_string(s) + " on '" + device.name + "'");
+    }
+    REFORGE_CHECK(ctx.outputs()[st.output].defined(), node.label(), ": kernel did not produce output ", st.output);
+    steps[s] = std::move(ctx.outputs()[st.output]);
+  }
+  Tensor result = operand(recipe.result, Memory::Device);
+  device.streams->synchronize();
+  return result;
+}
+
+}  // namespace reforge::transforms
