@@ -221,6 +221,25 @@ TEST(InferReshape, TargetFromAGraphInputsValue) {
   EXPECT_EQ(infer_graph(b.graph(), o).find("y")->str(), "float32[6,4]");
 }
 
+// An engine weight held in device memory (the runtime's upload-only weights) is known to inference
+// by its type only: nothing reads its bytes on the host, so the shape it feeds stays computable and
+// no value is folded from it.
+TEST(InferGraph, DeviceInitializersAreKnownByTypeOnly) {
+  const Tensor host = ints({6, -1});
+  // Labelled device memory: any read of it on the host would throw.
+  const Tensor on_device = Tensor::wrap(DType::Int64, {2}, host.storage(), host.raw(), Memory::Device);
+  GraphBuilder b;
+  b.input("x", DType::Float32, {2, 3, 4}).init("s", on_device).init("h", host);
+  b.node("Add", {"s", "h"}, {"sum"}).node("Reshape", {"x", "h"}, {"y"});
+  GraphTypes t;
+  ASSERT_NO_THROW(t = b.infer());
+  EXPECT_EQ(t.find("s")->str(), "int64[2]");
+  EXPECT_EQ(t.constants.count("s"), 0u);
+  EXPECT_EQ(t.find("sum")->str(), "int64[2]");
+  EXPECT_EQ(t.constants.count("sum"), 0u);  // not folded
+  EXPECT_EQ(t.find("y")->str(), "float32[6,4]");
+}
+
 TEST(InferReshape, ElementCountMismatchNamesTheNode) {
   GraphBuilder b;
   b.input("x", DType::Float32, {2, 3}).init("s", ints({4, 2})).node("Reshape", {"x", "s"}, {"r"});

@@ -151,6 +151,7 @@ GraphTypes infer_graph(const ir::Graph& graph, const InferOptions& options) {
   for (const auto& [name, t] : graph.initializers) {
     if (!t.defined()) continue;
     g.types[name] = type_of(t);
+    if (!t.on_host()) continue;  // a weight held in device memory: known by its type only
     g.constants[name] = t;
     if (is_shape_int(t.dtype()) && t.rank() <= 1 && t.numel() <= kMaxDimsValue)
       g.dims_values[name] = dims_of_constant(t);

@@ -106,8 +106,10 @@ std::vector<bool> Session::shares_memory(const std::vector<Tensor>& outputs,
       ranges.emplace_back(static_cast<const char*>(t.raw()), static_cast<const char*>(t.raw()) + t.nbytes());
   };
   for (const auto& [name, t] : inputs) add(t);
-  std::vector<Tensor> weights;  // held while comparing
-  for (const auto& w : plan().weights) weights.push_back(engine_->weight(w.name)), add(weights.back());
+  std::vector<Tensor> weights;  // held while comparing; a weight held on the device only is no host output's
+  for (const auto& w : plan().weights)
+    if (engine_->weight_location(w.name) != Memory::Device)
+      weights.push_back(engine_->weight(w.name)), add(weights.back());
   std::vector<bool> out;
   for (const auto& t : outputs) {
     const char* b = static_cast<const char*>(t.raw());
