@@ -24,6 +24,7 @@ Runner add_bench(CLI::App& app);
 Runner add_build(CLI::App& app);
 Runner add_refit(CLI::App& app);
 Runner add_inspect(CLI::App& app);
+Runner add_generate(CLI::App& app);
 
 // Range checks of numeric options, as CLI11 validators: a value out of range is a usage error
 // (exit 2) before any work, whose message names the option (CLI11 puts it first) and the range:

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add("run", "Run a model on .npy inputs and write .npy outputs", reforge::cli::add_run);
   add("conformance", "Run ONNX backend node tests", reforge::cli::add_conformance);
   add("bench", "Time a model in process; last line is JSON", reforge::cli::add_bench);
+  add("generate", "Generate tokens with a decoder that carries a KV cache", reforge::cli::add_generate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

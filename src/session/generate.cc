@@ -1,0 +1,224 @@
+#include "session/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "core/half.h"
+
+namespace reforge::session {
+
+namespace {
+
+const ir::ValueInfo* find(const std::vector<ir::ValueInfo>& values, const std::string& name) {
+  for (const auto& v : values)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+std::string names(const std::vector<ir::ValueInfo>& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "'" : ", '") + v.name + "'";
+  return out;
+}
+
+// An optional int64 input of rank 2, or "" when absent.
+std::string int64_input(const runtime::Engine& e, const std::string& name, bool required) {
+  const ir::ValueInfo* v = find(e.inputs(), name);
+  if (!v) {
+    if (required) fail("generate: the model has no input '", name, "' (its inputs: ", names(e.inputs()), ")");
+    return "";
+  }
+  if (v->dtype != DType::Int64 || (v->has_shape && v->shape.size() != 2))
+    fail("generate: input '", name, "' is ", dtype_name(v->dtype), v->has_shape ? " of rank " : "",
+         v->has_shape ? std::to_string(v->shape.size()) : "", "; a decoder's ", name, " is int64 [batch, length]");
+  return name;
+}
+
+Tensor row_tensor(const std::vector<int64_t>& v) {
+  Tensor t = Tensor::empty(DType::Int64, {1, static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.mutable_data<int64_t>());
+  return t;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+float logit(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::Float32:
+      return t.data<float>()[i];
+    case DType::BFloat16:
+      return bfloat16::to_float(t.data<uint16_t>()[i]);
+    case DType::Float16:
+      return float16::to_float(t.data<uint16_t>()[i]);
+    default:
+      fail("generate: logits of type ", dtype_name(t.dtype()), " (float32, bfloat16 or float16 expected)");
+  }
+}
+
+// A uniform double in [0, 1) from 53 bits of the generator (the same on every platform, unlike
+// std::uniform_real_distribution).
+double uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+void check_options(const GenerateOptions& o) {
+  if (o.max_new_tokens < 1) fail("generate: max_new_tokens is ", o.max_new_tokens, "; it must be at least 1");
+  const Sampling& s = o.sampling;
+  if (!(s.temperature >= 0) || std::isinf(s.temperature))
+    fail("generate: temperature is ", s.temperature, "; it must be 0 (greedy) or a positive number");
+  if (s.top_k < 0) fail("generate: top_k is ", s.top_k, "; it must be 0 (no limit) or positive");
+  if (!(s.top_p > 0 && s.top_p <= 1)) fail("generate: top_p is ", s.top_p, "; it must be in (0, 1]");
+}
+
+// The symbolic dimensions of the cache inputs other than their length axis, at one sequence: a
+// symbol they share with input_ids' batch dimension is 1.
+std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const DecoderLayout& l) {
+  std::map<std::string, int64_t> dims;
+  const ir::ValueInfo* ids = find(e.inputs(), l.input_ids);
+  if (ids && ids->has_shape && !ids->shape.empty() && !ids->shape[0].fixed() && !ids->shape[0].symbol.empty())
+    dims[ids->shape[0].symbol] = 1;
+  return dims;
+}
+
+}  // namespace
+
+DecoderLayout decoder_layout(const runtime::Engine& engine) {
+  DecoderLayout l;
+  l.input_ids = int64_input(engine, "input_ids", true);
+  l.position_ids = int64_input(engine, "position_ids", false);
+  l.attention_mask = int64_input(engine, "attention_mask", false);
+  const ir::ValueInfo* logits = find(engine.outputs(), "logits");
+  if (!logits) fail("generate: the model has no output 'logits' (its outputs: ", names(engine.outputs()), ")");
+  if (logits->dtype != DType::Float32 && logits->dtype != DType::BFloat16 && logits->dtype != DType::Float16)
+    fail("generate: output 'logits' is ", dtype_name(logits->dtype), "; float32, bfloat16 or float16 expected");
+  if (logits->has_shape && logits->shape.size() != 3)
+    fail("generate: output 'logits' has rank ", logits->shape.size(),
+         "; a decoder's logits are [batch, length, vocab]");
+  l.logits = "logits";
+  if (logits->has_shape && logits->shape[2].fixed()) l.vocab = logits->shape[2].value;
+  l.cache = runtime::state_pairs(engine.graph());
+  if (l.cache.empty())
+    fail(
+        "generate: the model carries no cache: no output is a Concat of a past input (a decoder exported with "
+        "past and present key-values, e.g. optimum's text-generation-with-past or a dynamo export with a cache)");
+  // Every other input must be one the loop gives.
+  for (const auto& in : engine.inputs()) {
+    if (in.name == l.input_ids || in.name == l.position_ids || in.name == l.attention_mask) continue;
+    bool cache = false;
+    for (const auto& p : l.cache) cache |= p.input == in.name;
+    if (!cache)
+      fail("generate: the model's input '", in.name,
+           "' is neither input_ids, position_ids, attention_mask nor a cache input carried by an output");
+  }
+  return l;
+}
+
+int64_t sample_token(const Tensor& logits, int64_t row, const Sampling& s, std::mt19937_64& rng) {
+  REFORGE_CHECK(logits.on_host() && logits.rank() == 2 && row >= 0 && row < logits.dim(0), "sample_token: bad logits ",
+                logits.describe());
+  const int64_t vocab = logits.dim(1), base = row * vocab;
+  if (s.temperature == 0 || s.top_k == 1) {
+    int64_t best = 0;
+    float best_v = logit(logits, base);
+    for (int64_t v = 1; v < vocab; ++v) {
+      const float x = logit(logits, base + v);
+      if (x > best_v || (std::isnan(best_v) && !std::isnan(x))) best = v, best_v = x;
+    }
+    return best;
+  }
+  // Candidates, most likely first (ties: the lower id first, so the order is total).
+  std::vector<int64_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  auto more_likely = [&](int64_t a, int64_t b) {
+    const float x = logit(logits, base + a), y = logit(logits, base + b);
+    return x > y || (x == y && a < b);
+  };
+  const size_t k = s.top_k > 0 && s.top_k < vocab ? static_cast<size_t>(s.top_k) : ids.size();
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), more_likely);
+  ids.resize(k);
+  std::vector<double> p(k);
+  const double top = logit(logits, base + ids[0]) / s.temperature;
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp(logit(logits, base + ids[i]) / s.temperature - top);
+  // Nucleus: the smallest prefix whose probability reaches top_p.
+  size_t keep = k;
+  if (s.top_p < 1) {
+    double acc = 0;
+    for (size_t i = 0; i < k; ++i) {
+      acc += p[i] / sum;
+      if (acc >= s.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += p[i];
+  const double u = uniform(rng) * kept;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+GenerateResult generate(const runtime::PlanEngine& engine, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerateOptions& options) {
+  check_options(options);
+  const runtime::Engine& e = engine.engine();
+  const DecoderLayout l = decoder_layout(e);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) fail("generate: prompt ", i, " is empty");
+    for (int64_t id : prompts[i])
+      if (id < 0 || (l.vocab > 0 && id >= l.vocab))
+        fail("generate: prompt ", i, " holds token id ", id, ", outside the vocabulary [0, ", l.vocab, ")");
+  }
+  GenerateResult result;
+  runtime::RunOptions ro;
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    const std::vector<int64_t>& prompt = prompts[pi];
+    runtime::StateOptions so;
+    so.pairs = l.cache;
+    so.max_length = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+    so.dims = cache_dims(e, l);
+    runtime::State state(e, so);
+    ro.state = &state;
+    std::mt19937_64 rng(options.sampling.seed);
+    std::vector<int64_t>& out = result.tokens.emplace_back();
+    std::vector<int64_t> ids = prompt;
+    int64_t position = 0;
+    for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::map<std::string, Tensor> feed{{l.input_ids, row_tensor(ids)}};
+      if (!l.position_ids.empty()) {
+        std::vector<int64_t> pos(ids.size());
+        std::iota(pos.begin(), pos.end(), position);
+        feed[l.position_ids] = row_tensor(pos);
+      }
+      if (!l.attention_mask.empty())
+        feed[l.attention_mask] = row_tensor(std::vector<int64_t>(static_cast<size_t>(position) + ids.size(), 1));
+      const std::vector<Tensor> outs = engine.run(feed, ro);
+      size_t li = 0;
+      while (engine.outputs()[li].name != l.logits) ++li;
+      const Tensor& logits = outs[li];
+      if (logits.rank() != 3 || logits.dim(0) != 1 || logits.dim(1) != static_cast<int64_t>(ids.size()))
+        fail("generate: the model's logits are ", logits.describe(), " for ", ids.size(), " token(s)");
+      const Tensor last = Tensor::wrap(logits.dtype(), {logits.dim(1), logits.dim(2)}, logits.storage(), logits.raw());
+      const int64_t token = sample_token(last, last.dim(0) - 1, options.sampling, rng);
+      (step == 0 ? result.first_token_ms : result.step_ms).push_back(ms_since(t0));
+      position += static_cast<int64_t>(ids.size());
+      out.push_back(token);
+      const bool stop =
+          std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();
+      if (options.on_token && !options.on_token(pi, token)) break;
+      if (stop) break;
+      ids = {token};
+    }
+  }
+  return result;
+}
+
+}  // namespace reforge::session

@@ -1,0 +1,73 @@
+// Text generation: the decoding loop of a decoder-only export with past and present key-values,
+// in the library (`reforge generate` and Python's plan.generate call it).
+//
+// The layout is read from the graph, never guessed from a file name: an int64 `input_ids` input
+// [batch, seq]; optional `position_ids` [batch, seq] and `attention_mask` [batch, past + seq]
+// (int64); a `logits` output [batch, seq, vocab] (float32, bfloat16 or float16); and the cache:
+// every pair the graph proves (runtime/state.h, state_pairs: a present output made by a Concat of
+// its past input), as Hugging Face `optimum` (`past_key_values.N.key` -> `present.N.key`) and
+// PyTorch's dynamo export of a `transformers` model with a cache (`past.N.key` -> `present.N.key`)
+// make them. Anything else is refused, naming what is missing.
+//
+// Each prompt is one sequence on one runtime::State (the KV cache allocated once at the prompt's
+// length plus max_new_tokens, written in place): a first run on the whole prompt, then one run per
+// new token with that token alone. Prompts run one after another, each finishing on its own.
+//
+// Sampling: greedy (temperature 0: the most likely token, the lowest id on a tie), or the logits
+// divided by the temperature, kept to the top_k most likely (0: all), then to the smallest set of
+// most likely tokens whose probability reaches top_p, and drawn from with a 64-bit Mersenne
+// Twister seeded by `seed` (so a seed gives the same tokens on every machine).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/plan_engine.h"
+#include "runtime/state.h"
+
+namespace reforge::session {
+
+struct DecoderLayout {
+  std::string input_ids, position_ids, attention_mask, logits;  // "" for an absent optional input
+  std::vector<runtime::StatePair> cache;
+  int64_t vocab = 0;  // 0 when the export leaves it symbolic
+};
+
+// The layout of `engine`'s graph; throws an Error naming what it lacks.
+DecoderLayout decoder_layout(const runtime::Engine& engine);
+
+struct Sampling {
+  double temperature = 0;  // 0: greedy
+  int64_t top_k = 0;       // 0: no limit
+  double top_p = 1;        // (0, 1]
+  uint64_t seed = 0;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  Sampling sampling;
+  // A sequence ends with the first of these it makes (the token is kept in its output).
+  std::vector<int64_t> stop_tokens;
+  // Called with each token as it is made (prompt index, token); returning false ends that prompt.
+  std::function<bool(size_t prompt, int64_t token)> on_token;
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int64_t>> tokens;  // per prompt: the new tokens only
+  std::vector<double> first_token_ms;        // per prompt: the prompt's run and its sampling
+  std::vector<double> step_ms;               // every later step of every prompt, in order
+};
+
+// Generates from each prompt (token ids). Throws an Error naming the problem: a layout the graph
+// lacks, an empty prompt, a token id outside the vocabulary, options out of range.
+GenerateResult generate(const runtime::PlanEngine& engine, const std::vector<std::vector<int64_t>>& prompts,
+                        const GenerateOptions& options);
+
+// The next token from row `row` of host `logits` [rows, vocab] (float32, bfloat16 or float16), as
+// generate samples; `rng` is the sequence's generator (seeded with Sampling::seed).
+int64_t sample_token(const Tensor& logits, int64_t row, const Sampling& sampling, std::mt19937_64& rng);
+
+}  // namespace reforge::session

@@ -1,0 +1,215 @@
+// session::generate on the real Hugging Face Llama decode export (models/hf/llama_decode, made by
+// scripts/models/export_hf_decode.py with `transformers`): greedy tokens equal PyTorch's
+// model.generate for checkpoints A and B (B through a refit of the same engine); sampling is
+// reproducible from its seed and draws in proportion to the softmax; stop tokens end a sequence;
+// several prompts give what each gives alone; bad input is refused naming it.
+#include "session/generate.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "builder/binding.h"
+#include "builder/builder.h"
+#include "core/npy.h"
+#include "onnx/importer.h"
+#include "refit/checkpoint_refit.h"
+#include "refit/refitter.h"
+#include "support/cli.h"
+#include "support/make_tensor.h"
+
+using namespace reforge;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kDir = fs::path(REFORGE_SOURCE_DIR) / "models/hf/llama_decode";
+
+std::vector<int64_t> ints_of(const Tensor& t) {
+  return std::vector<int64_t>(t.data<int64_t>(), t.data<int64_t>() + t.numel());
+}
+
+std::vector<int64_t> reference(const char* weights, const char* what) {
+  return ints_of(read_npy((kDir / "reference" / weights / what).string()));
+}
+
+runtime::PlanEngine engine() {
+  build::BuildOptions bo;
+  bo.mode = plan::BuildMode::Refit;
+  runtime::EngineOptions eo;
+  eo.threads = 1;
+  return runtime::PlanEngine(
+      build::build_plan_with_checkpoint(onnx::import_model_file((kDir / "A/model.onnx").string()), bo,
+                                        refit::Checkpoint::open((kDir / "checkpoint_A.safetensors").string()), {}),
+      eo);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+session::GenerateOptions greedy(int64_t n) {
+  session::GenerateOptions o;
+  o.max_new_tokens = n;
+  return o;
+}
+
+}  // namespace
+
+TEST(Generate, GreedyTokensEqualPyTorchBeforeAndAfterARefit) {
+  runtime::PlanEngine e = engine();
+  const session::DecoderLayout l = session::decoder_layout(e.engine());
+  EXPECT_EQ(l.position_ids, "position_ids");
+  EXPECT_EQ(l.attention_mask, "");
+  EXPECT_EQ(l.cache.size(), 4u);
+  EXPECT_EQ(l.vocab, 128);
+  const auto want_a = reference("A", "tokens.npy"), want_b = reference("B", "tokens.npy");
+  const auto prompt = reference("A", "prompt_ids.npy");
+  ASSERT_EQ(prompt, reference("B", "prompt_ids.npy"));
+  const auto a = session::generate(e, {prompt}, greedy(static_cast<int64_t>(want_a.size())));
+  EXPECT_EQ(a.tokens.at(0), want_a);
+  EXPECT_EQ(a.first_token_ms.size(), 1u);
+  EXPECT_EQ(a.step_ms.size(), want_a.size() - 1);
+
+  refit::Refitter r(e);
+  refit::set_sources(r, refit::sources_from_checkpoint(
+                            e.plan(), refit::Checkpoint::open((kDir / "checkpoint_B.safetensors").string())));
+  r.commit();
+  EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want_b.size()))).tokens.at(0), want_b);
+  EXPECT_NE(want_a, want_b);
+}
+
+TEST(Generate, PromptsRunAsTheyWouldAloneAndStopTokensEndThem) {
+  runtime::PlanEngine e = engine();
+  const auto prompt = reference("A", "prompt_ids.npy"), want = reference("A", "tokens.npy");
+  const std::vector<int64_t> shorter(prompt.begin(), prompt.begin() + 3);
+  const auto alone = session::generate(e, {shorter}, greedy(8)).tokens.at(0);
+  const auto both = session::generate(e, {prompt, shorter}, greedy(8)).tokens;
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[0], std::vector<int64_t>(want.begin(), want.begin() + 8));
+  EXPECT_EQ(both[1], alone);
+
+  // The first token that did not occur before it, as a stop token: the sequence ends with it.
+  size_t at = 1;
+  while (at < want.size() && std::find(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(at), want[at]) !=
+                                 want.begin() + static_cast<std::ptrdiff_t>(at))
+    ++at;
+  ASSERT_LT(at, want.size());
+  session::GenerateOptions o = greedy(static_cast<int64_t>(want.size()));
+  o.stop_tokens = {want[at]};
+  std::vector<int64_t> streamed;
+  o.on_token = [&](size_t p, int64_t t) {
+    EXPECT_EQ(p, 0u);
+    streamed.push_back(t);
+    return true;
+  };
+  const auto stopped = session::generate(e, {prompt}, o).tokens.at(0);
+  EXPECT_EQ(stopped, std::vector<int64_t>(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(at) + 1));
+  EXPECT_EQ(streamed, stopped);
+}
+
+TEST(Generate, SamplingIsReproducibleFromItsSeed) {
+  runtime::PlanEngine e = engine();
+  const auto prompt = reference("A", "prompt_ids.npy"), want = reference("A", "tokens.npy");
+  session::GenerateOptions o = greedy(16);
+  o.sampling.temperature = 1.5;
+  o.sampling.top_p = 0.95;
+  o.sampling.seed = 7;
+  const auto first = session::generate(e, {prompt}, o).tokens.at(0);
+  EXPECT_EQ(session::generate(e, {prompt}, o).tokens.at(0), first);
+  bool differs = false;
+  for (uint64_t seed = 8; seed < 12; ++seed) {
+    o.sampling.seed = seed;
+    differs |= session::generate(e, {prompt}, o).tokens.at(0) != first;
+  }
+  EXPECT_TRUE(differs) << "five seeds drew the same 16 tokens at temperature 1.5";
+  // top_k = 1 is greedy whatever the temperature.
+  o.sampling.top_k = 1;
+  const auto k1 = session::generate(e, {prompt}, o).tokens.at(0);
+  ASSERT_EQ(k1.size(), 16u);
+  EXPECT_EQ(std::vector<int64_t>(k1.begin(), k1.begin() + static_cast<std::ptrdiff_t>(want.size())), want);
+}
+
+// The draws follow the softmax of the logits over the temperature, cut to top_k and top_p.
+TEST(Generate, SampleTokenDrawsFromTheSoftmax) {
+  Tensor logits = Tensor::empty(DType::Float32, {1, 4});
+  const float v[] = {0.0f, std::log(3.0f), -50.0f, std::log(2.0f)};  // p = 1/6, 3/6, ~0, 2/6
+  std::copy(v, v + 4, logits.mutable_data<float>());
+  auto frequencies = [&](session::Sampling s) {
+    std::mt19937_64 rng(s.seed);
+    std::vector<double> f(4, 0);
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) f[static_cast<size_t>(session::sample_token(logits, 0, s, rng))] += 1;
+    for (double& x : f) x /= n;
+    return f;
+  };
+  session::Sampling s;
+  s.temperature = 1;
+  auto f = frequencies(s);
+  EXPECT_NEAR(f[0], 1.0 / 6, 0.01);
+  EXPECT_NEAR(f[1], 3.0 / 6, 0.01);
+  EXPECT_NEAR(f[3], 2.0 / 6, 0.01);
+  s.top_k = 2;  // 1 and 3 only: 3/5, 2/5
+  f = frequencies(s);
+  EXPECT_EQ(f[0], 0.0);
+  EXPECT_NEAR(f[1], 0.6, 0.01);
+  s.top_k = 0;
+  s.top_p = 0.5;  // token 1 alone reaches 0.5
+  f = frequencies(s);
+  EXPECT_EQ(f[1], 1.0);
+  s.top_p = 1;
+  s.temperature = 0;  // greedy
+  f = frequencies(s);
+  EXPECT_EQ(f[1], 1.0);
+}
+
+TEST(Generate, BadInputIsRefusedNamingIt) {
+  runtime::PlanEngine e = engine();
+  EXPECT_NE(error_of([&] { session::generate(e, {{}}, greedy(4)); }).find("prompt 0 is empty"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              session::generate(e, {{1, 500}}, greedy(4));
+            }).find("token id 500, outside the vocabulary"),
+            std::string::npos);
+  session::GenerateOptions o = greedy(4);
+  o.sampling.top_p = 0;
+  EXPECT_NE(error_of([&] { session::generate(e, {{1}}, o); }).find("top_p"), std::string::npos);
+  EXPECT_NE(error_of([&] { session::generate(e, {{1}}, greedy(0)); }).find("max_new_tokens"), std::string::npos);
+  // A model without a cache: the whole-sequence Llama export.
+  const fs::path whole = fs::path(REFORGE_SOURCE_DIR) / "models/llama/dynamo/A/model.onnx";
+  runtime::PlanEngine w(build::build_plan(onnx::import_model_file(whole.string()), {}));
+  const std::string err = error_of([&] { session::generate(w, {{1, 2}}, greedy(2)); });
+  EXPECT_NE(err.find("carries no cache"), std::string::npos) << err;
+}
+
+// The command line: `reforge generate` streams the tokens, --json prints them with timings, and a
+// file of anything but token ids is refused naming the flag.
+TEST(GenerateCli, TokensEqualPyTorch) {
+  const fs::path dir = fs::temp_directory_path() / ("reforge_generate_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string model = (kDir / "A/model.onnx").string(), ids = (kDir / "reference/A/prompt_ids.npy").string();
+  const auto want = reference("A", "tokens.npy");
+  std::string line;
+  for (int64_t t : want) line += (line.empty() ? "" : " ") + std::to_string(t);
+  auto r = test_support::run_cli("generate " + model + " --input-ids " + ids + " --max-new-tokens 12 --threads 1 -q");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, line + "\n");
+  r = test_support::run_cli("generate " + model + " --input-ids " + ids + " --max-new-tokens 12 --json -q");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["tokens"][0].get<std::vector<int64_t>>(), want);
+  EXPECT_GT(j["step_ms_p50"].get<double>(), 0.0);
+  const std::string floats = (dir / "floats.npy").string();
+  write_npy(floats, test_support::random_floats({3}, 1));
+  r = test_support::run_cli("generate " + model + " --input-ids " + floats + " -q");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--input-ids '" + floats + "' holds float32[3]"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}

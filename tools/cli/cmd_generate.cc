@@ -1,0 +1,109 @@
+// `reforge generate MODEL_OR_PLAN --input-ids FILE.npy [--max-new-tokens N] [--temperature T]
+//                  [--top-k K] [--top-p P] [--seed S] [--stop ID ...] [--json] [--threads N] [--device D]`
+// Generates from the prompts in FILE.npy (int64 token ids: one prompt [n], or one prompt per row
+// [prompts, n]) with the library's decoding loop (session/generate.h), printing each prompt's new
+// tokens as they are made, one line per prompt. With --json, stdout is one JSON document:
+// {"tokens": [[...], ...], "first_token_ms": [...], "step_ms_p50": ..., "step_ms_p90": ...}.
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "core/npy.h"
+#include "plan_loading.h"
+#include "session/generate.h"
+
+namespace reforge::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model, input_ids;
+  int64_t max_new_tokens = 32;
+  double temperature = 0, top_p = 1;
+  int64_t top_k = 0;
+  uint64_t seed = 0;
+  std::vector<int64_t> stop;
+  bool json = false;
+  int threads = 0;
+  DeviceOptions device;
+};
+
+std::vector<std::vector<int64_t>> prompts_of(const std::string& path) {
+  const Tensor t = read_npy(path);
+  if (t.dtype() != DType::Int64 && t.dtype() != DType::Int32)
+    fail("--input-ids '", path, "' holds ", t.describe(), "; token ids are int64 (or int32) [n] or [prompts, n]");
+  if (t.rank() != 1 && t.rank() != 2)
+    fail("--input-ids '", path, "' holds ", t.describe(), "; token ids are [n] or [prompts, n]");
+  const int64_t rows = t.rank() == 1 ? 1 : t.dim(0), n = t.rank() == 1 ? t.dim(0) : t.dim(1);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(r)].push_back(t.as_int64(r * n + i));
+  return out;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+}  // namespace
+
+Runner add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  app.add_option("model", a->model, "ONNX model or plan file of a decoder with past/present key-values")->required();
+  app.add_option("--input-ids", a->input_ids, "the prompts' token ids: FILE.npy, int64 [n] or [prompts, n]")
+      ->required();
+  app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate per prompt (default 32)")
+      ->check(integer_in(1, int64_t{1} << 30));
+  app.add_option("--temperature", a->temperature, "0 (default): greedy; else sample from softmax(logits / T)")
+      ->check(number_in(0, INFINITY));
+  app.add_option("--top-k", a->top_k, "sample from the K most likely tokens (0, the default: all)")
+      ->check(integer_in(0, int64_t{1} << 40));
+  app.add_option("--top-p", a->top_p, "sample from the most likely tokens that reach probability P (default 1)")
+      ->check(number_in(1e-9, 1));
+  app.add_option("--seed", a->seed, "the sampler's seed (default 0)")->check(unsigned_integer());
+  app.add_option("--stop", a->stop, "token id that ends a sequence (kept in its output); may repeat");
+  app.add_flag("--json", a->json, "print one JSON document on stdout (the generated ids, timings)");
+  app.add_option("--threads", a->threads, "threads (default: all cores)")->check(threads_check());
+  add_device_options(app, a->device);
+  return [a]() {
+    const auto prompts = prompts_of(a->input_ids);
+    LoadOptions lo;
+    lo.threads = a->threads;
+    lo.device = a->device;
+    const session::Session loaded = load_session(a->model, lo);
+    session::GenerateOptions o;
+    o.max_new_tokens = a->max_new_tokens;
+    o.sampling.temperature = a->temperature;
+    o.sampling.top_k = a->top_k;
+    o.sampling.top_p = a->top_p;
+    o.sampling.seed = a->seed;
+    o.stop_tokens = a->stop;
+    size_t line = 0;
+    bool open = false;
+    if (!a->json)
+      o.on_token = [&](size_t p, int64_t token) {
+        if (open) std::cout << (p != line ? "\n" : " ");
+        line = p;
+        open = true;
+        std::cout << token << std::flush;
+        return true;
+      };
+    const session::GenerateResult r = session::generate(loaded.engine(), prompts, o);
+    if (!a->json) {
+      if (open) std::cout << "\n";
+      return 0;
+    }
+    nlohmann::ordered_json j;
+    j["tokens"] = r.tokens;
+    j["first_token_ms"] = r.first_token_ms;
+    j["step_ms_p50"] = percentile(r.step_ms, 0.5);
+    j["step_ms_p90"] = percentile(r.step_ms, 0.9);
+    std::cout << j.dump() << "\n";
+    return 0;
+  };
+}
+
+}  // namespace reforge::cli
