@@ -19,6 +19,7 @@
 #include "refit/checkpoint_refit.h"
 #include "refit/refitter.h"
 #include "support/cli.h"
+#include "support/cuda_compare.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -212,4 +213,16 @@ TEST(GenerateCli, TokensEqualPyTorch) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("--input-ids '" + floats + "' holds float32[3]"), std::string::npos) << r.output;
   fs::remove_all(dir);
+}
+
+// The same loop on a CUDA plan (skipped without a GPU): the tokens equal PyTorch's.
+TEST(GenerateCuda, GreedyTokensEqualPyTorch) {
+  if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  build::BuildOptions bo;
+  bo.backend = "cuda";
+  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((kDir / "A/model.onnx").string()), bo));
+  const auto want = reference("A", "tokens.npy");
+  EXPECT_EQ(
+      session::generate(e, {reference("A", "prompt_ids.npy")}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0),
+      want);
 }

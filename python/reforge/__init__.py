@@ -173,6 +173,59 @@ class Plan:
                 raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
         return {name: out[name] for name in output_names}
 
+    def generate(
+        self,
+        input_ids: Any,
+        max_new_tokens: int = 32,
+        *,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_tokens: Sequence[int] = (),
+        callback: Optional[Callable[[int, int], Optional[bool]]] = None,
+    ):
+        """Generates tokens with a decoder that carries a KV cache (an export with past and present
+        key-values), in the library's loop: the cache lives in the engine, allocated once per
+        prompt and updated in place.
+
+        ``input_ids`` is one prompt (a list or 1-D array of token ids) or several (a list of lists,
+        or a 2-D array, one prompt per row). Returns the new tokens as a numpy int64 array, one row
+        per prompt; a prompt that stopped early (a ``stop_tokens`` id, kept in its row, or its
+        callback returning False) is padded at the end with -1.
+
+        ``temperature`` 0 is greedy; otherwise tokens are drawn from softmax(logits / temperature)
+        over the ``top_k`` most likely (0: all) that reach probability ``top_p``, by a generator
+        seeded with ``seed`` (the same tokens on every machine). ``callback(prompt, token)`` is
+        called as each token is made. Raises :class:`Error` naming what the model lacks (no
+        ``input_ids``, no ``logits``, no cache) or what is wrong with the arguments.
+        """
+        import numpy as np
+
+        def ints(row):
+            a = np.asarray(row)
+            if a.dtype.kind not in "iu" and a.size:
+                raise InvalidInput("input_ids: token ids are integers, got %s" % a.dtype)
+            return a
+
+        if isinstance(input_ids, (list, tuple)) and input_ids and not np.isscalar(input_ids[0]):
+            rows = [ints(r) for r in input_ids]  # prompts of any lengths
+        else:
+            ids = ints(input_ids)
+            rows = [ids] if ids.ndim == 1 else list(ids) if ids.ndim == 2 else None
+            if rows is None:
+                raise InvalidInput("input_ids: one prompt [n] or one per row [prompts, n], got shape %s" % (ids.shape,))
+        for r in rows:
+            if r.ndim != 1:
+                raise InvalidInput("input_ids: each prompt is a 1-D sequence of token ids, got shape %s" % (r.shape,))
+        prompts = [r.tolist() for r in rows]
+        made = self._impl.generate(prompts, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
+                                   int(seed), [int(t) for t in stop_tokens], callback)
+        out = np.full((len(made), max((len(r) for r in made), default=0)), -1, dtype=np.int64)
+        for i, r in enumerate(made):
+            out[i, :len(r)] = r
+        return out
+
     def sequence(self, max_length: int = 0, pairs: Optional[Mapping[str, str]] = None,
                  dims: Optional[Mapping[str, int]] = None) -> "PlanSequence":
         """A sequence of runs that carries state from one run to the next (a KV cache), in

@@ -41,6 +41,7 @@
 #include "runtime/engine.h"
 #include "runtime/state.h"
 #include "session/build.h"
+#include "session/generate.h"
 #include "session/session.h"
 
 namespace nb = nanobind;
@@ -174,8 +175,7 @@ nb::object to_python(const nlohmann::ordered_json& j) {
       return nb::int_(j.get<uint64_t>());
     case nlohmann::ordered_json::value_t::number_float:
       return nb::float_(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-    {
+    case nlohmann::ordered_json::value_t::string: {
       const std::string& v = j.get_ref<const std::string&>();
       return nb::str(v.data(), v.size());
     }
@@ -298,6 +298,29 @@ class Plan {
   bool bound() const { return session_.bound(); }
   std::optional<std::string> path() const { return session_.path(); }
   const session::Session& session() const { return session_; }
+
+  // session::generate; `callback(prompt, token)` (with the GIL) as each token is made: a false
+  // return ends that prompt, an exception ends the call.
+  std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
+                                             double temperature, int64_t top_k, double top_p, uint64_t seed,
+                                             const std::vector<int64_t>& stop, std::optional<nb::callable> callback) {
+    session::GenerateOptions o;
+    o.max_new_tokens = max_new_tokens;
+    o.sampling.temperature = temperature;
+    o.sampling.top_k = top_k;
+    o.sampling.top_p = top_p;
+    o.sampling.seed = seed;
+    o.stop_tokens = stop;
+    if (callback) {
+      PyObject* f = callback->ptr();  // borrowed: the caller holds it for the whole call
+      o.on_token = [f](size_t prompt, int64_t token) {
+        nb::gil_scoped_acquire gil;
+        nb::object r = nb::handle(f)(prompt, token);
+        return r.is_none() || nb::cast<bool>(r);
+      };
+    }
+    return guarded(Kind::Plain, [&] { return session::generate(session_.engine(), prompts, o).tokens; });
+  }
 
  private:
   session::Session session_;
@@ -466,6 +489,8 @@ NB_MODULE(_reforge, m) {
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())
       .def("inspect", &Plan::inspect)
       .def("stats", &Plan::stats)
+      .def("generate", &Plan::generate, "prompts"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a,
+           "seed"_a, "stop"_a, "callback"_a.none())
       .def("value_infos", &Plan::value_infos, "outputs"_a)
       .def_prop_ro("missing", &Plan::missing)
       .def_prop_ro("mode", &Plan::mode)

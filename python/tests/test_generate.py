@@ -1,0 +1,47 @@
+"""Plan.generate on the real Hugging Face Llama decode export (models/hf/llama_decode): greedy
+tokens equal PyTorch's generate (the reference the export script saved), the callback streams
+them, sampling repeats with its seed, and a model without a cache is refused."""
+
+import numpy as np
+import pytest
+
+import reforge
+from conftest import ROOT
+
+DIR = ROOT / "models" / "hf" / "llama_decode"
+
+
+def plan():
+    return reforge.build(str(DIR / "A" / "model.onnx"), threads=1)
+
+
+def test_greedy_tokens_equal_pytorch_and_stream():
+    p = plan()
+    prompt = np.load(DIR / "reference" / "A" / "prompt_ids.npy")
+    want = np.load(DIR / "reference" / "A" / "tokens.npy")
+    seen = []
+    got = p.generate(prompt[0], max_new_tokens=len(want), callback=lambda i, t: seen.append((i, t)))
+    assert got.dtype == np.int64 and got.shape == (1, len(want))
+    assert got[0].tolist() == want.tolist()
+    assert seen == [(0, int(t)) for t in want]
+    # Two prompts, one a prefix of the other; the second stops at a stop token (padded with -1).
+    both = p.generate([prompt[0].tolist(), prompt[0][:3].tolist()], max_new_tokens=6, stop_tokens=[int(want[1])])
+    assert both[0][:2].tolist() == want[:2].tolist() and (both[0][2:] == -1).all()
+    alone = p.generate(prompt[0][:3], max_new_tokens=6, stop_tokens=[int(want[1])])
+    assert both[1][: alone.shape[1]].tolist() == alone[0].tolist()
+
+
+def test_sampling_repeats_with_its_seed():
+    p = plan()
+    prompt = np.load(DIR / "reference" / "A" / "prompt_ids.npy")
+    a = p.generate(prompt, max_new_tokens=16, temperature=1.5, top_p=0.95, seed=3)
+    assert (p.generate(prompt, max_new_tokens=16, temperature=1.5, top_p=0.95, seed=3) == a).all()
+    assert ((a >= 0) & (a < 128)).all()
+
+
+def test_a_model_without_a_cache_is_refused():
+    p = reforge.build(str(ROOT / "models" / "llama" / "dynamo" / "A" / "model.onnx"))
+    with pytest.raises(reforge.Error, match="carries no cache"):
+        p.generate([1, 2, 3], max_new_tokens=2)
+    with pytest.raises(reforge.InvalidInput, match="token ids are integers"):
+        p.generate(np.zeros(3, dtype=np.float32))
