@@ -6,7 +6,9 @@ plan and times it with `reforge bench --device cuda --device-io` (inputs and out
 with recorded replay (`--device-replay`) and without (`--no-device-replay`: every kernel launched
 from the host each run). The binaries are timed in turn, ROUNDS times each, and each figure is the
 median of its rounds' medians (one process after another on a GPU drifts by a few per cent, so
-neither binary always goes first). Each model's processes share one timing cache per binary.
+neither binary always goes first). Every process of a model shares one timing cache, so both
+binaries run the convolution algorithms the first process timed, and a difference is the
+runtime's, not the autotuner's.
 
     python3 bench/gpu_compare_binaries.py OLD NEW [--models bert,resnet50] [--rounds 3]
 
@@ -64,7 +66,7 @@ def main():
                 for side in order:
                     for mode, flag in (("replay", "--device-replay"), ("eager", "--no-device-replay")):
                         out = gpu_bench.run([binaries[side], "bench", plans[side], flag, "--device", "cuda",
-                                             "--timing-cache", os.path.join(d, f"{side}.cache"), "--device-io",
+                                             "--timing-cache", os.path.join(d, "timing.cache"), "--device-io",
                                              "--warmup", str(a.warmup), "--iterations", str(a.iterations)] + inputs)
                         medians[(side, mode)].append(json.loads(out.strip().splitlines()[-1])["median_ms"])
             row = {"model": name, "batch": batch}
