@@ -3,7 +3,8 @@
 // Generates from the prompts in FILE.npy (int64 token ids: one prompt [n], or one prompt per row
 // [prompts, n]) with the library's decoding loop (session/generate.h), printing each prompt's new
 // tokens as they are made, one line per prompt. With --json, stdout is one JSON document:
-// {"tokens": [[...], ...], "first_token_ms": [...], "step_ms_p50": ..., "step_ms_p90": ...}.
+// {"tokens": [[...], ...], "first_token_ms": [...], "step_ms_p50": ..., "step_ms_p90": ...,
+//  "decode_tokens_per_s": ...} (the steps after each prompt's first token).
 #include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -101,6 +102,9 @@ Runner add_generate(CLI::App& app) {
     j["first_token_ms"] = r.first_token_ms;
     j["step_ms_p50"] = percentile(r.step_ms, 0.5);
     j["step_ms_p90"] = percentile(r.step_ms, 0.9);
+    double steps = 0;
+    for (double ms : r.step_ms) steps += ms;
+    j["decode_tokens_per_s"] = steps > 0 ? 1000.0 * static_cast<double>(r.step_ms.size()) / steps : 0.0;
     std::cout << j.dump() << "\n";
     return 0;
   };
