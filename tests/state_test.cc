@@ -106,8 +106,8 @@ std::vector<int64_t> decode_against_reference(const runtime::Engine& e, const ru
     allocations.push_back(e.stats().last_run_allocations);
     const std::vector<Tensor> want = ref.run({{"x", x}, {"past", past}});
     for (size_t o = 0; o < want.size(); ++o)
-      EXPECT_TRUE(same_bits(got[o], want[o])) << "step " << step << " output " << o << ": " << got[o].describe()
-                                              << " vs " << want[o].describe();
+      EXPECT_TRUE(same_bits(got[o], want[o]))
+          << "step " << step << " output " << o << ": " << got[o].describe() << " vs " << want[o].describe();
     EXPECT_TRUE(same_bits(state.value("past"), want[1])) << "step " << step;
     EXPECT_EQ(state.length(), want[1].dim(2));
     past = want[1].clone();
@@ -126,6 +126,24 @@ TEST(State, PairsProvenByStructure) {
   EXPECT_EQ(scatter[0].output, "new_cache");
   // Through an Identity nothing is proven.
   EXPECT_TRUE(runtime::state_pairs(concat_cache_graph(true)).empty());
+  // A device plan's form: the Concat reads a ToDevice copy of the past, a ToHost copy of it is
+  // the present.
+  ir::Graph placed = concat_cache_graph();
+  for (ir::Node& n : placed.nodes) {
+    for (auto& in : n.inputs)
+      if (in == "past") in = "past::device";
+    for (auto& out : n.outputs)
+      if (out == "present") out = "present::device";
+  }
+  ir::Node to_device = node("ToDevice", {"past"}, {"past::device"}, 1),
+           to_host = node("ToHost", {"present::device"}, {"present"}, 1);
+  to_device.domain = to_host.domain = "reforge";
+  placed.nodes.insert(placed.nodes.begin(), to_device);
+  placed.nodes.push_back(to_host);
+  const auto through = runtime::state_pairs(placed);
+  ASSERT_EQ(through.size(), 1u);
+  EXPECT_EQ(through[0].input, "past");
+  EXPECT_EQ(through[0].output, "present");
 }
 
 TEST(State, GrowingCacheInPlaceEqualsStatelessRuns) {
@@ -209,8 +227,9 @@ TEST(State, ContractIsEnforced) {
   const Tensor x3 = test_support::random_floats({1, 3, 4}, 1);
   const Tensor x1 = test_support::random_floats({1, 1, 4}, 2);
   // The state's input is not the caller's to give.
-  EXPECT_NE(test_support::error_of([&] { e.run({{"x", x1}, {"past", Tensor::empty(DType::Float32, {1, 2, 0, 4})}}, ro); })
-                .find("carried by the state"),
+  EXPECT_NE(test_support::error_of([&] {
+              e.run({{"x", x1}, {"past", Tensor::empty(DType::Float32, {1, 2, 0, 4})}}, ro);
+            }).find("carried by the state"),
             std::string::npos);
   e.run({{"x", x3}}, ro);
   e.run({{"x", x1}}, ro);
@@ -252,9 +271,8 @@ TEST(State, FailedRunAfterAnInPlaceWriteNeedsReset) {
   runtime::RunOptions ro;
   ro.state = &state;
   auto run = [&](int64_t s, int64_t b) {
-    return e.run({{"x", test_support::random_floats({1, s, 4}, 3)},
-                  {"bias", test_support::random_floats({1, 2, b, 4}, 4)}},
-                 ro);
+    return e.run(
+        {{"x", test_support::random_floats({1, s, 4}, 3)}, {"bias", test_support::random_floats({1, 2, b, 4}, 4)}}, ro);
   };
   run(2, 2);
   run(1, 3);

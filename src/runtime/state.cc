@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/placement.h"
 #include "core/narrow.h"
 #include "runtime/engine_impl.h"
 #include "runtime/state_impl.h"
@@ -10,15 +11,31 @@
 namespace reforge::runtime {
 
 std::vector<StatePair> state_pairs(const ir::Graph& graph) {
+  std::map<std::string, const ir::Node*> producer;
+  for (const ir::Node& n : graph.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) producer[o] = &n;
+  // The value `name` is a copy of, through the transfers placement inserts (reforge::ToDevice,
+  // reforge::ToHost: a device plan's past goes to the device and its present comes back).
+  auto through_transfers = [&](std::string name) {
+    for (auto it = producer.find(name);
+         it != producer.end() && backends::is_transfer(*it->second) && it->second->inputs.size() == 1;
+         it = producer.find(name))
+      name = it->second->inputs[0];
+    return name;
+  };
   std::vector<StatePair> pairs;
-  for (const auto& out : graph.outputs)
-    for (const ir::Node& n : graph.nodes) {
-      if (!n.domain.empty() || n.outputs.empty() || n.outputs[0] != out.name || n.inputs.empty()) continue;
-      const bool concat = n.op_type == "Concat" && n.opset >= 4;
-      if (!concat && n.op_type != "TensorScatter") continue;
-      for (const auto& in : graph.inputs)
-        if (in.name == n.inputs[0]) pairs.push_back({in.name, out.name});
-    }
+  for (const auto& out : graph.outputs) {
+    auto it = producer.find(through_transfers(out.name));
+    if (it == producer.end()) continue;
+    const ir::Node& n = *it->second;
+    if (!n.domain.empty() || n.outputs[0] != it->first || n.inputs.empty()) continue;
+    const bool concat = n.op_type == "Concat" && n.opset >= 4;
+    if (!concat && n.op_type != "TensorScatter") continue;
+    const std::string first = through_transfers(n.inputs[0]);
+    for (const auto& in : graph.inputs)
+      if (in.name == first) pairs.push_back({in.name, out.name});
+  }
   return pairs;
 }
 
@@ -77,10 +94,12 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
   m.max_length = options.max_length;
   m.pairs = options.pairs.empty() ? state_pairs(s.graph) : options.pairs;
   if (m.pairs.empty())
-    fail("state: the graph proves no state pair (an output made by Concat or TensorScatter from a graph input); "
-         "name the pairs (StateOptions::pairs)");
+    fail(
+        "state: the graph proves no state pair (an output made by Concat or TensorScatter from a graph input); "
+        "name the pairs (StateOptions::pairs)");
   m.step_target.resize(s.steps.size());
-  for (size_t i = 0; i < s.steps.size(); ++i) m.step_target[i].assign(s.steps[i].outputs.size(), StateImplTarget::kNone);
+  for (size_t i = 0; i < s.steps.size(); ++i)
+    m.step_target[i].assign(s.steps[i].outputs.size(), StateImplTarget::kNone);
   for (size_t k = 0; k < m.pairs.size(); ++k) {
     const StatePair& pair = m.pairs[k];
     const std::string what = "state pair '" + pair.input + "' -> '" + pair.output + "'";
@@ -134,7 +153,8 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
     ++m.allocations;
     p.shape = capacity;
     if (p.axis >= 0) p.shape[static_cast<size_t>(p.axis)] = 0;
-    if (p.producer >= 0 && !s.steps[static_cast<size_t>(p.producer)].device && !s.memoized[static_cast<size_t>(p.producer)])
+    if (p.producer >= 0 && !s.steps[static_cast<size_t>(p.producer)].device &&
+        !s.memoized[static_cast<size_t>(p.producer)])
       m.step_target[static_cast<size_t>(p.producer)][p.producer_output] = static_cast<int>(k);
     m.slots.push_back(std::move(p));
   }
@@ -250,9 +270,10 @@ void State::Impl::finish(const std::vector<Tensor>& values) {
       ok = static_cast<int>(d) == p.axis ? out.shape()[d] <= p.capacity[d] : out.shape()[d] == p.shape[d];
     if (!ok)
       fail("state output '", pair.output, "' is ", out.describe(), ", which does not continue '", pair.input, "' (",
-           dtype_name(p.dtype), shape_str(p.shape), p.axis >= 0 ? ", growing along dimension " + std::to_string(p.axis) +
-                                                                      " up to " + std::to_string(max_length)
-                                                                : "", ")");
+           dtype_name(p.dtype), shape_str(p.shape),
+           p.axis >= 0 ? ", growing along dimension " + std::to_string(p.axis) + " up to " + std::to_string(max_length)
+                       : "",
+           ")");
     const int other = 1 - p.current;
     if (out.raw() == p.buffers[p.current].raw()) {
       // Written in place.

@@ -60,7 +60,9 @@ struct StateOptions {
 };
 
 // The pairs the graph's structure proves: each graph output made by a Concat (opset >= 4) or a
-// TensorScatter whose first input is a graph input, with that input.
+// TensorScatter whose first input is a graph input, with that input (through the transfers a
+// device plan's placement inserts: the output a ToHost copy of the Concat, its input a ToDevice
+// copy of the graph input).
 std::vector<StatePair> state_pairs(const ir::Graph& graph);
 
 class State {
