@@ -215,14 +215,38 @@ TEST(GenerateCli, TokensEqualPyTorch) {
   fs::remove_all(dir);
 }
 
-// The same loop on a CUDA plan (skipped without a GPU): the tokens equal PyTorch's.
-TEST(GenerateCuda, GreedyTokensEqualPyTorch) {
-  if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+// Every real decode export (models/hf: Llama with grouped-query heads, dynamo layout; GPT-2 with
+// learned positions and Qwen2 with grouped-query heads, optimum's layout with an attention mask
+// and a symbolic batch), on the CPU and on CUDA (skipped without a GPU): the greedy tokens equal
+// PyTorch's model.generate (12 tokens for the Llama, 64 for the others).
+struct Export {
+  const char* dir;        // under models/hf
+  const char* model;      // the ONNX file under it
+  const char* reference;  // the folder of prompt_ids.npy and tokens.npy
+};
+
+class GenerateExports : public ::testing::TestWithParam<std::tuple<Export, const char*>> {};
+
+TEST_P(GenerateExports, GreedyTokensEqualPyTorch) {
+  const auto& [x, backend] = GetParam();
+  if (std::string(backend) == "cuda")
+    if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path d = fs::path(REFORGE_SOURCE_DIR) / "models/hf" / x.dir;
   build::BuildOptions bo;
-  bo.backend = "cuda";
-  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((kDir / "A/model.onnx").string()), bo));
-  const auto want = reference("A", "tokens.npy");
-  EXPECT_EQ(
-      session::generate(e, {reference("A", "prompt_ids.npy")}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0),
-      want);
+  bo.backend = backend;
+  runtime::EngineOptions eo;
+  eo.threads = 1;
+  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+  const auto want = ints_of(read_npy((d / x.reference / "tokens.npy").string()));
+  const auto prompt = ints_of(read_npy((d / x.reference / "prompt_ids.npy").string()));
+  EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0), want);
 }
+
+INSTANTIATE_TEST_SUITE_P(Hf, GenerateExports,
+                         ::testing::Combine(::testing::Values(Export{"llama_decode", "A/model.onnx", "reference/A"},
+                                                              Export{"gpt2_generate", "model.onnx", "reference"},
+                                                              Export{"qwen2_generate", "model.onnx", "reference"}),
+                                            ::testing::Values("cpu", "cuda")),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param).dir) + "_" + std::get<1>(info.param);
+                         });

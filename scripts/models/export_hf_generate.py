@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Real Hugging Face decoders exported for generation, with PyTorch's own generate as the reference:
+models/hf/gpt2_generate/ and models/hf/qwen2_generate/.
+
+Needs PyTorch 2.x, transformers, onnx, onnxscript, onnxruntime and safetensors (the GPU machine of
+the `run` device tool has them, or a virtual environment of them from PyPI); runs on the CPU in
+float32, seeded. Each model is tiny (2 layers, vocabulary 96) and made with seeded random weights,
+every parameter moved from its initial value by seeded noise, as fine-tuning does:
+
+  gpt2   GPT2LMHeadModel: learned positions, 4 heads of 16
+  qwen2  Qwen2ForCausalLM: rotary positions, 4 query and 2 key-value heads of 16 (grouped query)
+
+Each is exported with torch.onnx.export(dynamo=True), opset 18, as one decoding step in the layout
+of optimum's `text-generation-with-past` export:
+
+  inputs   input_ids [batch, seq], attention_mask [batch, total = past + seq], position_ids [batch, seq],
+           past_key_values.<i>.key / .value [batch, kv_heads, past, 16]
+  outputs  logits [batch, seq, 96], present.<i>.key / .value [batch, kv_heads, past + seq, 16]
+
+Files per model:
+
+  checkpoint.safetensors             the state dict
+  model.onnx                         the step, exported from a fresh model after load_state_dict()
+  reference/prompt_ids.npy [1, 9]    a prompt
+  reference/tokens.npy [64]          PyTorch's greedy tokens after it (model.generate, do_sample=False)
+  export.json                        versions, config, ONNX Runtime's greedy decode through the
+                                     export: equal tokens, and its max abs logits difference
+
+    python3 scripts/models/export_hf_generate.py [--out models/hf] [--models gpt2,qwen2]
+"""
+
+import argparse
+import json
+import os
+
+import numpy as np
+import torch
+
+OPSET = 18
+LAYERS = 2
+VOCAB = 96
+PROMPT = 9
+NEW_TOKENS = 64
+
+
+def make_model(kind):
+    import transformers as tf
+
+    if kind == "gpt2":
+        c = tf.GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=64, n_layer=LAYERS, n_head=4, use_cache=True,
+                          tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+        return tf.GPT2LMHeadModel(c), 4
+    c = tf.Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=LAYERS,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, use_cache=True,
+                       tie_word_embeddings=False)
+    return tf.Qwen2ForCausalLM(c), 2
+
+
+def cache_tensors(cache, i):
+    if hasattr(cache, "layers"):
+        return cache.layers[i].keys, cache.layers[i].values
+    return cache.key_cache[i], cache.value_cache[i]
+
+
+class Step(torch.nn.Module):
+    """One decoding step over flat past tensors (what an ONNX graph can take)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, position_ids, *past):
+        from transformers.cache_utils import DynamicCache
+
+        cache = DynamicCache()
+        for i in range(LAYERS):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True)
+        present = []
+        for i in range(LAYERS):
+            present.extend(cache_tensors(out.past_key_values, i))
+        return (out.logits, *present)
+
+
+def names():
+    ins = ["input_ids", "attention_mask", "position_ids"]
+    outs = ["logits"]
+    for i in range(LAYERS):
+        ins += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+        outs += [f"present.{i}.key", f"present.{i}.value"]
+    return ins, outs
+
+
+def export(model, kv_heads, path):
+    ins, outs = names()
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq, past = torch.export.Dim("seq", min=1, max=128), torch.export.Dim("past", min=1, max=127)
+    total = torch.export.Dim("total", min=2, max=255)
+    ids = torch.randint(0, VOCAB, (2, 3))
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    pos = torch.arange(5, 8).reshape(1, 3).repeat(2, 1)
+    kv = [torch.randn(2, kv_heads, 5, 16) for _ in range(2 * LAYERS)]
+    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: total},
+              "position_ids": {0: batch, 1: seq}, "past": tuple({0: batch, 2: past} for _ in range(2 * LAYERS))}
+    program = torch.onnx.export(Step(model).eval(), (ids, mask, pos, *kv), dynamic_shapes=shapes, dynamo=True,
+                                opset_version=OPSET, input_names=ins, output_names=outs)
+    program.save(path)
+
+
+def ort_greedy(path, prompt, kv_heads):
+    """The export's own greedy decode in ONNX Runtime: the prompt with an empty past, then one token
+    a step."""
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    ins, _ = names()
+    past = [np.zeros((1, kv_heads, 0, 16), np.float32) for _ in range(2 * LAYERS)]
+    ids = prompt.numpy()
+    done, tokens, logits = 0, [], []
+    for _ in range(NEW_TOKENS):
+        pos = np.arange(done, done + ids.shape[1], dtype=np.int64).reshape(1, -1)
+        mask = np.ones((1, done + ids.shape[1]), np.int64)
+        out = s.run(None, dict(zip(ins, [ids, mask, pos, *past])))
+        logits.append(out[0][0, -1])
+        tokens.append(int(np.argmax(out[0][0, -1])))
+        done += ids.shape[1]
+        past = out[1:]
+        ids = np.array([[tokens[-1]]], dtype=np.int64)
+    return np.array(tokens), np.stack(logits)
+
+
+def make(kind, out):
+    from safetensors.torch import load_file, save_file
+    import transformers
+
+    d = os.path.join(out, f"{kind}_generate")
+    os.makedirs(os.path.join(d, "reference"), exist_ok=True)
+    torch.manual_seed(0)
+    model, kv_heads = make_model(kind)
+    model.eval()
+    gen = torch.Generator().manual_seed(3)
+    for _, p in sorted(model.named_parameters()):
+        p.add_(torch.randn(p.shape, generator=gen) * 0.15)
+    ck = os.path.join(d, "checkpoint.safetensors")
+    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, ck)
+    torch.manual_seed(123)
+    fresh, _ = make_model(kind)
+    fresh.eval()
+    fresh.load_state_dict(load_file(ck), strict=True)
+    prompt = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out_ = fresh.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
+                              do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+                              eos_token_id=None)
+    tokens = out_.sequences[0, PROMPT:].numpy().copy()
+    ref_logits = torch.stack([l[0] for l in out_.logits]).numpy()
+    np.save(os.path.join(d, "reference", "prompt_ids.npy"), prompt.numpy())
+    np.save(os.path.join(d, "reference", "tokens.npy"), tokens)
+    path = os.path.join(d, "model.onnx")
+    export(fresh, kv_heads, path)
+    ort_tokens, ort_logits = ort_greedy(path, prompt, kv_heads)
+    ins, outs = names()
+    info = {"model": f"{kind}_generate", "class": type(fresh).__name__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "opset": OPSET,
+            "exporter": "torch.onnx.export(dynamo=True), one decoding step, batch, seq and past symbolic",
+            "inputs": ins, "outputs": outs, "prompt": PROMPT, "new_tokens": NEW_TOKENS,
+            "ort_tokens_equal": bool((ort_tokens == tokens).all()),
+            "ort_max_abs_logits": float(np.max(np.abs(ort_logits - ref_logits))),
+            "config": json.loads(fresh.config.to_json_string())}
+    with open(os.path.join(d, "export.json"), "w") as f:
+        json.dump(info, f, indent=1)
+        f.write("\n")
+    print(kind, "tokens", tokens.tolist(), "ORT equal", info["ort_tokens_equal"], "max abs",
+          info["ort_max_abs_logits"], flush=True)
+    return info["ort_tokens_equal"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.join(here, "..", "..", "models", "hf"))
+    ap.add_argument("--models", default="gpt2,qwen2")
+    a = ap.parse_args()
+    torch.set_grad_enabled(False)
+    ok = True
+    for kind in a.models.split(","):
+        ok = make(kind, a.out) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
