@@ -244,8 +244,8 @@ TEST_P(GenerateExports, GreedyTokensEqualPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Hf, GenerateExports,
                          ::testing::Combine(::testing::Values(Export{"llama_decode", "A/model.onnx", "reference/A"},
-                                                              Export{"gpt2_generate", "model.onnx", "reference"},
-                                                              Export{"qwen2_generate", "model.onnx", "reference"}),
+                                                              Export{"gpt2_generate", "A/model.onnx", "reference/A"},
+                                                              Export{"qwen2_generate", "B/model.onnx", "reference/B"}),
                                             ::testing::Values("cpu", "cuda")),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param).dir) + "_" + std::get<1>(info.param);

@@ -17,14 +17,19 @@ of optimum's `text-generation-with-past` export:
            past_key_values.<i>.key / .value [batch, kv_heads, past, 16]
   outputs  logits [batch, seq, 96], present.<i>.key / .value [batch, kv_heads, past + seq, 16]
 
-Files per model:
+Files per model, for weights A and B (B moves every parameter of A by more noise):
 
-  checkpoint.safetensors             the state dict
-  model.onnx                         the step, exported from a fresh model after load_state_dict()
-  reference/prompt_ids.npy [1, 9]    a prompt
-  reference/tokens.npy [64]          PyTorch's greedy tokens after it (model.generate, do_sample=False)
-  export.json                        versions, config, ONNX Runtime's greedy decode through the
-                                     export: equal tokens, and its max abs logits difference
+  checkpoint_A.safetensors, checkpoint_B.safetensors   the state dicts
+  A/model.onnx, B/model.onnx                           the step, exported from a fresh model after
+                                                       load_state_dict() of the checkpoint
+  reference/A|B/prompt_ids.npy [1, 9]                  a prompt
+  reference/A|B/tokens.npy [64]                        PyTorch's greedy tokens after it
+                                                       (model.generate, do_sample=False)
+  inputs/<input>.npy                                   one step's inputs (batch 2, 3 new positions
+                                                       after a past of 5): what the refit oracle runs
+  export.json                                          versions, config, ONNX Runtime's greedy decode
+                                                       through each export: equal tokens, and its
+                                                       max abs logits difference
 
     python3 scripts/models/export_hf_generate.py [--out models/hf] [--models gpt2,qwen2]
 """
@@ -135,45 +140,61 @@ def make(kind, out):
     import transformers
 
     d = os.path.join(out, f"{kind}_generate")
-    os.makedirs(os.path.join(d, "reference"), exist_ok=True)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
     torch.manual_seed(0)
     model, kv_heads = make_model(kind)
     model.eval()
-    gen = torch.Generator().manual_seed(3)
-    for _, p in sorted(model.named_parameters()):
-        p.add_(torch.randn(p.shape, generator=gen) * 0.15)
-    ck = os.path.join(d, "checkpoint.safetensors")
-    save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, ck)
-    torch.manual_seed(123)
-    fresh, _ = make_model(kind)
-    fresh.eval()
-    fresh.load_state_dict(load_file(ck), strict=True)
+    sets = {}
+    for w, seed in (("A", 3), ("B", 2)):
+        gen = torch.Generator().manual_seed(seed)
+        for _, p in sorted(model.named_parameters()):
+            p.add_(torch.randn(p.shape, generator=gen) * 0.15)
+        sets[w] = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
     prompt = torch.randint(0, VOCAB, (1, PROMPT), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        out_ = fresh.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
-                              do_sample=False, output_logits=True, return_dict_in_generate=True, pad_token_id=0,
-                              eos_token_id=None)
-    tokens = out_.sequences[0, PROMPT:].numpy().copy()
-    ref_logits = torch.stack([l[0] for l in out_.logits]).numpy()
-    np.save(os.path.join(d, "reference", "prompt_ids.npy"), prompt.numpy())
-    np.save(os.path.join(d, "reference", "tokens.npy"), tokens)
-    path = os.path.join(d, "model.onnx")
-    export(fresh, kv_heads, path)
-    ort_tokens, ort_logits = ort_greedy(path, prompt, kv_heads)
     ins, outs = names()
-    info = {"model": f"{kind}_generate", "class": type(fresh).__name__, "torch": torch.__version__,
-            "transformers": transformers.__version__, "opset": OPSET,
+    step_gen = torch.Generator().manual_seed(4)
+    step = [torch.randint(0, VOCAB, (2, 3), generator=step_gen), torch.ones(2, 8, dtype=torch.int64),
+            torch.arange(5, 8).reshape(1, 3).repeat(2, 1)]
+    step += [torch.randn(2, kv_heads, 5, 16, generator=step_gen) for _ in range(2 * LAYERS)]
+    for name, t in zip(ins, step):
+        np.save(os.path.join(d, "inputs", name + ".npy"), t.numpy())
+    info = {"model": f"{kind}_generate", "torch": torch.__version__, "transformers": transformers.__version__,
+            "opset": OPSET,
             "exporter": "torch.onnx.export(dynamo=True), one decoding step, batch, seq and past symbolic",
-            "inputs": ins, "outputs": outs, "prompt": PROMPT, "new_tokens": NEW_TOKENS,
-            "ort_tokens_equal": bool((ort_tokens == tokens).all()),
-            "ort_max_abs_logits": float(np.max(np.abs(ort_logits - ref_logits))),
-            "config": json.loads(fresh.config.to_json_string())}
+            "inputs": ins, "outputs": outs, "prompt": PROMPT, "new_tokens": NEW_TOKENS}
+    ok = True
+    for w, sd in sets.items():
+        ck = os.path.join(d, f"checkpoint_{w}.safetensors")
+        save_file(sd, ck)
+        torch.manual_seed(123)
+        fresh, _ = make_model(kind)
+        fresh.eval()
+        fresh.load_state_dict(load_file(ck), strict=True)
+        with torch.no_grad():
+            gen_out = fresh.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS,
+                                     do_sample=False, output_logits=True, return_dict_in_generate=True,
+                                     pad_token_id=0, eos_token_id=None)
+        tokens = gen_out.sequences[0, PROMPT:].numpy().copy()
+        ref_logits = torch.stack([l[0] for l in gen_out.logits]).numpy()
+        ref = os.path.join(d, "reference", w)
+        os.makedirs(ref, exist_ok=True)
+        np.save(os.path.join(ref, "prompt_ids.npy"), prompt.numpy())
+        np.save(os.path.join(ref, "tokens.npy"), tokens)
+        path = os.path.join(d, w, "model.onnx")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        export(fresh, kv_heads, path)
+        ort_tokens, ort_logits = ort_greedy(path, prompt, kv_heads)
+        info["class"] = type(fresh).__name__
+        info[f"ort_tokens_equal_{w}"] = bool((ort_tokens == tokens).all())
+        info[f"ort_max_abs_logits_{w}"] = float(np.max(np.abs(ort_logits - ref_logits)))
+        info["config"] = json.loads(fresh.config.to_json_string())
+        ok = ok and info[f"ort_tokens_equal_{w}"]
+        print(kind, w, "tokens", tokens.tolist(), "ORT equal", info[f"ort_tokens_equal_{w}"], "max abs",
+              info[f"ort_max_abs_logits_{w}"], flush=True)
     with open(os.path.join(d, "export.json"), "w") as f:
         json.dump(info, f, indent=1)
         f.write("\n")
-    print(kind, "tokens", tokens.tolist(), "ORT equal", info["ort_tokens_equal"], "max abs",
-          info["ort_max_abs_logits"], flush=True)
-    return info["ort_tokens_equal"]
+    return ok
 
 
 def main():
