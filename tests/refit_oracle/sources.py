@@ -235,8 +235,15 @@ def materialize(model: Model, spec: dict, cache: str, all_models: Dict[str, Mode
         path = model.ckpt_a if w == "A" else model.ckpt_b
         return Source("safetensors", path=path, described=model.a if w == "A" else model.b)
     if k == "ckpt-other":
-        others = sorted(m.ckpt_b for m in all_models.values() if m.family != model.family and m.ckpt_b)
-        p = _pick(sorted(set(others)), spec["i"])
+        # Another family's checkpoint describes no weights of this model only when it holds none of
+        # this model's checkpoint tensors by name, dtype and shape: one that does (two tiny Llamas
+        # both have an lm_head.weight [128, 64]) is, by its content, a checkpoint of that tensor,
+        # which a plan refitting only it takes as such (docs/refit.md: a checkpoint of only the
+        # refittable tensors is accepted, other tensors reported unused).
+        own = {(n, a.dtype.str, a.shape) for c in (model.ckpt_a, model.ckpt_b) if c for n, a in safet.read(c).items()}
+        others = sorted({m.ckpt_b for m in all_models.values() if m.family != model.family and m.ckpt_b})
+        others = [o for o in others if not own & {(n, a.dtype.str, a.shape) for n, a in safet.read(o).items()}]
+        p = _pick(others, spec["i"])
         return Source("safetensors", path=p, described=None, note=os.path.relpath(p))
     if k.startswith("ckpt-") or k.startswith("dict-ckpt"):
         t = safet.read(model.ckpt_b)  # type: ignore[arg-type]

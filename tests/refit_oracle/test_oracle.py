@@ -150,6 +150,22 @@ def test_sources_describe_what_they_hold(cache):
     assert sources.materialize(m, {"k": "ckpt-dupkey", "t": 0}, cache, ms).described is None
 
 
+def test_other_checkpoints_share_no_tensor(cache):
+    """Another family's checkpoint counts as describing no weights of a model only when it holds
+    none of the model's checkpoint tensors by name, dtype and shape (the tiny Llamas of models/llama
+    and models/hf share lm_head.weight [128, 64]: a refit of only that tensor takes it, as it should)."""
+    ms = catalog.load()
+    m = ms["hf/llama_decode"]
+    own = {(n, a.dtype.str, a.shape) for c in (m.ckpt_a, m.ckpt_b) for n, a in safet.read(c).items()}
+    picked = set()
+    for i in range(12):
+        s = sources.materialize(m, {"k": "ckpt-other", "i": i}, cache, ms)
+        assert s.described is None
+        assert not own & {(n, a.dtype.str, a.shape) for n, a in safet.read(s.path).items()}, s.path
+        picked.add(s.path)
+    assert ms["hf/gpt2"].ckpt_b not in picked and len(picked) > 3
+
+
 def test_a_time_limit_starts_no_case_after_it(cache):
     """Cases past the deadline have no result (the driver counts those run); none is half-run."""
     import time
