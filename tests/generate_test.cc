@@ -242,6 +242,39 @@ TEST_P(GenerateExports, GreedyTokensEqualPyTorch) {
   EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0), want);
 }
 
+// A batch of three prompts of different lengths (9, 5, 7 tokens) through the exports that take
+// batches under an attention mask: the tokens equal PyTorch's generate of the same left-padded
+// batch, and each row what its prompt gives alone.
+TEST_P(GenerateExports, BatchOfPromptsEqualsPyTorchsBatch) {
+  const auto& [x, backend] = GetParam();
+  const fs::path d = fs::path(REFORGE_SOURCE_DIR) / "models/hf" / x.dir;
+  if (!fs::exists(d / x.reference / "batch_tokens.npy")) GTEST_SKIP() << x.dir << " has no batch reference";
+  if (std::string(backend) == "cuda")
+    if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  build::BuildOptions bo;
+  bo.backend = backend;
+  runtime::EngineOptions eo;
+  eo.threads = 1;
+  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+  const Tensor padded = read_npy((d / x.reference / "batch_prompt_ids.npy").string());
+  const Tensor mask = read_npy((d / x.reference / "batch_attention_mask.npy").string());
+  const Tensor want = read_npy((d / x.reference / "batch_tokens.npy").string());
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(padded.dim(0)));
+  for (int64_t r = 0; r < padded.dim(0); ++r)
+    for (int64_t i = 0; i < padded.dim(1); ++i)
+      if (mask.as_int64(r * padded.dim(1) + i))
+        prompts[static_cast<size_t>(r)].push_back(padded.as_int64(r * padded.dim(1) + i));
+  ASSERT_NE(prompts[0].size(), prompts[1].size());
+  const auto got = session::generate(e, prompts, greedy(want.dim(1)));
+  EXPECT_EQ(got.step_ms.size(), static_cast<size_t>(want.dim(1) - 1)) << "the prompts did not run as one batch";
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    const std::vector<int64_t> row(want.data<int64_t>() + static_cast<int64_t>(r) * want.dim(1),
+                                   want.data<int64_t>() + static_cast<int64_t>(r + 1) * want.dim(1));
+    EXPECT_EQ(got.tokens[r], row) << "row " << r;
+    EXPECT_EQ(session::generate(e, {prompts[r]}, greedy(want.dim(1))).tokens[0], row) << "row " << r << " alone";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Hf, GenerateExports,
                          ::testing::Combine(::testing::Values(Export{"llama_decode", "A/model.onnx", "reference/A"},
                                                               Export{"gpt2_generate", "A/model.onnx", "reference/A"},

@@ -1,6 +1,7 @@
-"""Plan.generate on the real Hugging Face Llama decode export (models/hf/llama_decode): greedy
+"""Plan.generate on the real Hugging Face decode exports (models/hf/llama_decode, gpt2_generate): greedy
 tokens equal PyTorch's generate (the reference the export script saved), the callback streams
-them, sampling repeats with its seed, and a model without a cache is refused."""
+them, sampling repeats with its seed, a batch of prompts of different lengths equals PyTorch's
+left-padded batch, and a model without a cache is refused."""
 
 import numpy as np
 import pytest
@@ -45,3 +46,14 @@ def test_a_model_without_a_cache_is_refused():
         p.generate([1, 2, 3], max_new_tokens=2)
     with pytest.raises(reforge.InvalidInput, match="token ids are integers"):
         p.generate(np.zeros(3, dtype=np.float32))
+
+
+def test_a_batch_of_prompts_equals_pytorchs_batch():
+    d = ROOT / "models" / "hf" / "gpt2_generate"
+    p = reforge.build(str(d / "A" / "model.onnx"), threads=1)
+    padded = np.load(d / "reference" / "A" / "batch_prompt_ids.npy")
+    mask = np.load(d / "reference" / "A" / "batch_attention_mask.npy")
+    want = np.load(d / "reference" / "A" / "batch_tokens.npy")
+    prompts = [row[m == 1].tolist() for row, m in zip(padded, mask)]
+    assert len({len(q) for q in prompts}) == 3
+    assert (p.generate(prompts, max_new_tokens=want.shape[1]) == want).all()

@@ -25,6 +25,9 @@ Files per model, for weights A and B (B moves every parameter of A by more noise
   reference/A|B/prompt_ids.npy [1, 9]                  a prompt
   reference/A|B/tokens.npy [64]                        PyTorch's greedy tokens after it
                                                        (model.generate, do_sample=False)
+  reference/A|B/batch_prompt_ids.npy [3, 9]            three prompts (9, 5 and 7 tokens) left-padded
+  reference/A|B/batch_attention_mask.npy [3, 9]        with 0 under their attention mask, and
+  reference/A|B/batch_tokens.npy [3, 16]               PyTorch's greedy tokens for the batch
   inputs/<input>.npy                                   one step's inputs (batch 2, 3 new positions
                                                        after a past of 5): what the refit oracle runs
   export.json                                          versions, config, ONNX Runtime's greedy decode
@@ -46,6 +49,8 @@ LAYERS = 2
 VOCAB = 96
 PROMPT = 9
 NEW_TOKENS = 64
+BATCH_LENGTHS = (PROMPT, 5, 7)  # the batch: the prompt and two more, left-padded
+BATCH_NEW_TOKENS = 16
 
 
 def make_model(kind):
@@ -180,6 +185,26 @@ def make(kind, out):
         os.makedirs(ref, exist_ok=True)
         np.save(os.path.join(ref, "prompt_ids.npy"), prompt.numpy())
         np.save(os.path.join(ref, "tokens.npy"), tokens)
+        # A batch of prompts of different lengths, left-padded with 0 under an attention mask, as
+        # a batch is given to generate; and each prompt alone, for comparison.
+        rows = [prompt[0]] + [torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(10 + n))
+                              for n in BATCH_LENGTHS[1:]]
+        width = max(len(r) for r in rows)
+        padded = torch.zeros(len(rows), width, dtype=torch.int64)
+        mask = torch.zeros(len(rows), width, dtype=torch.int64)
+        for i, r in enumerate(rows):
+            padded[i, width - len(r):] = r
+            mask[i, width - len(r):] = 1
+        with torch.no_grad():
+            batch = fresh.generate(padded, attention_mask=mask, max_new_tokens=BATCH_NEW_TOKENS, do_sample=False,
+                                   pad_token_id=0, eos_token_id=None)[:, width:].numpy().copy()
+            alone = [fresh.generate(r.reshape(1, -1), attention_mask=torch.ones(1, len(r), dtype=torch.int64),
+                                    max_new_tokens=BATCH_NEW_TOKENS, do_sample=False, pad_token_id=0,
+                                    eos_token_id=None)[0, len(r):].numpy() for r in rows]
+        np.save(os.path.join(ref, "batch_prompt_ids.npy"), padded.numpy())
+        np.save(os.path.join(ref, "batch_attention_mask.npy"), mask.numpy())
+        np.save(os.path.join(ref, "batch_tokens.npy"), batch)
+        info[f"batch_equals_alone_{w}"] = bool(all((batch[i] == alone[i]).all() for i in range(len(rows))))
         path = os.path.join(d, w, "model.onnx")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         export(fresh, kv_heads, path)
@@ -190,7 +215,7 @@ def make(kind, out):
         info["config"] = json.loads(fresh.config.to_json_string())
         ok = ok and info[f"ort_tokens_equal_{w}"]
         print(kind, w, "tokens", tokens.tolist(), "ORT equal", info[f"ort_tokens_equal_{w}"], "max abs",
-              info[f"ort_max_abs_logits_{w}"], flush=True)
+              info[f"ort_max_abs_logits_{w}"], "batch equals alone", info[f"batch_equals_alone_{w}"], flush=True)
     with open(os.path.join(d, "export.json"), "w") as f:
         json.dump(info, f, indent=1)
         f.write("\n")

@@ -36,12 +36,6 @@ std::string int64_input(const runtime::Engine& e, const std::string& name, bool 
   return name;
 }
 
-Tensor row_tensor(const std::vector<int64_t>& v) {
-  Tensor t = Tensor::empty(DType::Int64, {1, static_cast<int64_t>(v.size())});
-  std::copy(v.begin(), v.end(), t.mutable_data<int64_t>());
-  return t;
-}
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -74,12 +68,98 @@ void check_options(const GenerateOptions& o) {
 
 // The symbolic dimensions of the cache inputs other than their length axis, at one sequence: a
 // symbol they share with input_ids' batch dimension is 1.
-std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const DecoderLayout& l) {
+std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const DecoderLayout& l, int64_t batch) {
   std::map<std::string, int64_t> dims;
   const ir::ValueInfo* ids = find(e.inputs(), l.input_ids);
   if (ids && ids->has_shape && !ids->shape.empty() && !ids->shape[0].fixed() && !ids->shape[0].symbol.empty())
-    dims[ids->shape[0].symbol] = 1;
+    dims[ids->shape[0].symbol] = batch;
   return dims;
+}
+
+// Whether the export takes several sequences in one run: input_ids' batch dimension is symbolic.
+bool takes_batches(const runtime::Engine& e, const DecoderLayout& l) {
+  const ir::ValueInfo* ids = find(e.inputs(), l.input_ids);
+  return ids && ids->has_shape && !ids->shape.empty() && !ids->shape[0].fixed();
+}
+
+Tensor matrix(const std::vector<std::vector<int64_t>>& rows) {
+  const int64_t width = rows.empty() ? 0 : static_cast<int64_t>(rows[0].size());
+  Tensor t = Tensor::empty(DType::Int64, {static_cast<int64_t>(rows.size()), width});
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy(rows[r].begin(), rows[r].end(), t.mutable_data<int64_t>() + r * width);
+  return t;
+}
+
+// Prompts `which` of `prompts` as one batch: left-padded with token 0 under the attention mask
+// (as transformers' generate pads a batch), positions counting each row's real tokens (a pad's
+// position is 1, as there); each row sampled with its own generator seeded alike, so a row gives
+// what its prompt gives alone. A finished row goes on with token 0 until every row is done.
+void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
+               const std::vector<std::vector<int64_t>>& prompts, const std::vector<size_t>& which,
+               const GenerateOptions& options, GenerateResult& result) {
+  const runtime::Engine& e = engine.engine();
+  const size_t B = which.size();
+  size_t width = 0;
+  for (size_t r : which) width = std::max(width, prompts[r].size());
+  runtime::StateOptions so;
+  so.pairs = l.cache;
+  so.max_length = static_cast<int64_t>(width) + options.max_new_tokens;
+  so.dims = cache_dims(e, l, static_cast<int64_t>(B));
+  runtime::State state(e, so);
+  runtime::RunOptions ro;
+  ro.state = &state;
+  std::vector<std::vector<int64_t>> ids(B, std::vector<int64_t>(width, 0)), mask(B, std::vector<int64_t>(width, 0)),
+      pos(B, std::vector<int64_t>(width, 1));
+  std::vector<int64_t> real(B, 0);
+  for (size_t b = 0; b < B; ++b) {
+    const auto& p = prompts[which[b]];
+    const size_t pad = width - p.size();
+    for (size_t i = 0; i < p.size(); ++i) {
+      ids[b][pad + i] = p[i];
+      mask[b][pad + i] = 1;
+      pos[b][pad + i] = real[b]++;
+    }
+  }
+  std::vector<std::mt19937_64> rng(B, std::mt19937_64(options.sampling.seed));
+  std::vector<bool> done(B, false);
+  size_t li = 0;
+  while (engine.outputs()[li].name != l.logits) ++li;
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::map<std::string, Tensor> feed{{l.input_ids, matrix(ids)}};
+    if (!l.position_ids.empty()) feed[l.position_ids] = matrix(pos);
+    if (!l.attention_mask.empty()) feed[l.attention_mask] = matrix(mask);
+    const std::vector<Tensor> outs = engine.run(feed, ro);
+    const Tensor& logits = outs[li];
+    const int64_t n = static_cast<int64_t>(ids[0].size());
+    if (logits.rank() != 3 || logits.dim(0) != static_cast<int64_t>(B) || logits.dim(1) != n)
+      fail("generate: the model's logits are ", logits.describe(), " for ", B, " sequence(s) of ", n, " token(s)");
+    const Tensor rows =
+        Tensor::wrap(logits.dtype(), {logits.dim(0) * n, logits.dim(2)}, logits.storage(), logits.raw());
+    const double ms = ms_since(t0);
+    bool all_done = true;
+    for (size_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      const int64_t token = sample_token(rows, static_cast<int64_t>(b) * n + n - 1, options.sampling, rng[b]);
+      result.tokens[which[b]].push_back(token);
+      const bool stop =
+          std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();
+      const bool go_on = !options.on_token || options.on_token(which[b], token);
+      done[b] = stop || !go_on;
+      all_done = all_done && done[b];
+      ids[b] = {token};
+    }
+    if (step == 0)
+      for (size_t b = 0; b < B; ++b) result.first_token_ms[which[b]] = ms;
+    else
+      result.step_ms.push_back(ms);
+    if (all_done) break;
+    for (size_t b = 0; b < B; ++b) {
+      if (done[b]) ids[b] = {0};
+      mask[b].push_back(1);
+      pos[b] = {real[b]++};
+    }
+  }
 }
 
 }  // namespace
@@ -177,46 +257,18 @@ GenerateResult generate(const runtime::PlanEngine& engine, const std::vector<std
         fail("generate: prompt ", i, " holds token id ", id, ", outside the vocabulary [0, ", l.vocab, ")");
   }
   GenerateResult result;
-  runtime::RunOptions ro;
-  for (size_t pi = 0; pi < prompts.size(); ++pi) {
-    const std::vector<int64_t>& prompt = prompts[pi];
-    runtime::StateOptions so;
-    so.pairs = l.cache;
-    so.max_length = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
-    so.dims = cache_dims(e, l);
-    runtime::State state(e, so);
-    ro.state = &state;
-    std::mt19937_64 rng(options.sampling.seed);
-    std::vector<int64_t>& out = result.tokens.emplace_back();
-    std::vector<int64_t> ids = prompt;
-    int64_t position = 0;
-    for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-      const auto t0 = std::chrono::steady_clock::now();
-      std::map<std::string, Tensor> feed{{l.input_ids, row_tensor(ids)}};
-      if (!l.position_ids.empty()) {
-        std::vector<int64_t> pos(ids.size());
-        std::iota(pos.begin(), pos.end(), position);
-        feed[l.position_ids] = row_tensor(pos);
-      }
-      if (!l.attention_mask.empty())
-        feed[l.attention_mask] = row_tensor(std::vector<int64_t>(static_cast<size_t>(position) + ids.size(), 1));
-      const std::vector<Tensor> outs = engine.run(feed, ro);
-      size_t li = 0;
-      while (engine.outputs()[li].name != l.logits) ++li;
-      const Tensor& logits = outs[li];
-      if (logits.rank() != 3 || logits.dim(0) != 1 || logits.dim(1) != static_cast<int64_t>(ids.size()))
-        fail("generate: the model's logits are ", logits.describe(), " for ", ids.size(), " token(s)");
-      const Tensor last = Tensor::wrap(logits.dtype(), {logits.dim(1), logits.dim(2)}, logits.storage(), logits.raw());
-      const int64_t token = sample_token(last, last.dim(0) - 1, options.sampling, rng);
-      (step == 0 ? result.first_token_ms : result.step_ms).push_back(ms_since(t0));
-      position += static_cast<int64_t>(ids.size());
-      out.push_back(token);
-      const bool stop =
-          std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();
-      if (options.on_token && !options.on_token(pi, token)) break;
-      if (stop) break;
-      ids = {token};
-    }
+  result.tokens.resize(prompts.size());
+  result.first_token_ms.resize(prompts.size());
+  // One batch when the export takes batches and the prompts fit one: of one length, or under an
+  // attention mask (left padding); else one prompt after another.
+  bool same_length = true;
+  for (const auto& p : prompts) same_length = same_length && p.size() == prompts[0].size();
+  if (prompts.size() > 1 && takes_batches(e, l) && (same_length || !l.attention_mask.empty())) {
+    std::vector<size_t> all(prompts.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+    run_batch(engine, l, prompts, all, options, result);
+  } else {
+    for (size_t pi = 0; pi < prompts.size(); ++pi) run_batch(engine, l, prompts, {pi}, options, result);
   }
   return result;
 }

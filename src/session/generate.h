@@ -9,11 +9,16 @@
 // PyTorch's dynamo export of a `transformers` model with a cache (`past.N.key` -> `present.N.key`)
 // make them. Anything else is refused, naming what is missing.
 //
-// Each prompt is one sequence on one runtime::State (the KV cache allocated once at the prompt's
-// length plus max_new_tokens, written in place): a first run on the whole prompt, then one run per
-// new token with that token alone. Prompts run one after another, each finishing on its own.
+// The prompts are one batch on one runtime::State (the KV caches allocated once at the longest
+// prompt plus max_new_tokens, written in place): a first run on the whole prompts, then one run
+// per new token with each row's token. A batch needs an export whose batch dimension is symbolic,
+// and for prompts of different lengths an attention_mask: they are left-padded with token 0 under
+// it, with positions counting each row's real tokens, as transformers' generate pads a batch.
+// Otherwise the prompts run one after another. Each prompt finishes on its own (a finished row
+// goes on with token 0, its tokens no longer taken, until every row is done).
 //
-// Sampling: greedy (temperature 0: the most likely token, the lowest id on a tie), or the logits
+// Sampling, per row with its own generator seeded alike (a row gives what its prompt gives
+// alone): greedy (temperature 0: the most likely token, the lowest id on a tie), or the logits
 // divided by the temperature, kept to the top_k most likely (0: all), then to the smallest set of
 // most likely tokens whose probability reaches top_p, and drawn from with a 64-bit Mersenne
 // Twister seeded by `seed` (so a seed gives the same tokens on every machine).
@@ -57,8 +62,8 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  // per prompt: the new tokens only
-  std::vector<double> first_token_ms;        // per prompt: the prompt's run and its sampling
-  std::vector<double> step_ms;               // every later step of every prompt, in order
+  std::vector<double> first_token_ms;        // per prompt: the run of its prompt (its batch's) and sampling
+  std::vector<double> step_ms;               // every later step (of a batch, or of each prompt), in order
 };
 
 // Generates from each prompt (token ids). Throws an Error naming the problem: a layout the graph
