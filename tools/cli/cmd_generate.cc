@@ -1,8 +1,8 @@
 // `reforge generate MODEL_OR_PLAN --input-ids FILE.npy [--max-new-tokens N] [--temperature T]
 //                  [--top-k K] [--top-p P] [--seed S] [--stop ID ...] [--json] [--threads N] [--device D]`
 // Generates from the prompts in FILE.npy (int64 token ids: one prompt [n], or one prompt per row
-// [prompts, n]) with the library's decoding loop (session/generate.h), printing each prompt's new
-// tokens as they are made, one line per prompt. With --json, stdout is one JSON document:
+// [prompts, n]) with the library's decoding loop (session/generate.h), printing the new tokens: a
+// single prompt's as they are made, several prompts' a line each. With --json, stdout is one JSON document:
 // {"tokens": [[...], ...], "first_token_ms": [...], "step_ms_p50": ..., "step_ms_p90": ...,
 //  "decode_tokens_per_s": ...} (the steps after each prompt's first token).
 #include <algorithm>
@@ -82,19 +82,23 @@ Runner add_generate(CLI::App& app) {
     o.sampling.top_p = a->top_p;
     o.sampling.seed = a->seed;
     o.stop_tokens = a->stop;
-    size_t line = 0;
+    // One prompt: its tokens printed as they are made. Several (a batch makes them in turns): a
+    // line per prompt at the end.
     bool open = false;
-    if (!a->json)
-      o.on_token = [&](size_t p, int64_t token) {
-        if (open) std::cout << (p != line ? "\n" : " ");
-        line = p;
+    if (!a->json && prompts.size() == 1)
+      o.on_token = [&](size_t, int64_t token) {
+        std::cout << (open ? " " : "") << token << std::flush;
         open = true;
-        std::cout << token << std::flush;
         return true;
       };
     const session::GenerateResult r = session::generate(loaded.engine(), prompts, o);
     if (!a->json) {
       if (open) std::cout << "\n";
+      if (prompts.size() > 1)
+        for (const auto& row : r.tokens) {
+          for (size_t i = 0; i < row.size(); ++i) std::cout << (i ? " " : "") << row[i];
+          std::cout << "\n";
+        }
       return 0;
     }
     nlohmann::ordered_json j;
