@@ -27,6 +27,7 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _reforge  # noqa: E402
 from ._reforge import CorruptPlan, Error, InvalidInput, InvalidModel, RefitRefused  # noqa: E402
+from .export import export_causal_lm  # noqa: E402
 
 __version__: str = _reforge.__version__
 
@@ -41,6 +42,7 @@ __all__ = [
     "PlanSequence",
     "check",
     "build",
+    "export_causal_lm",
     "load",
     "load_timing_cache",
     "save_timing_cache",
