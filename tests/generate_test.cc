@@ -207,6 +207,29 @@ TEST(GenerateCli, TokensEqualPyTorch) {
   const auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["tokens"][0].get<std::vector<int64_t>>(), want);
   EXPECT_GT(j["step_ms_p50"].get<double>(), 0.0);
+  // Prompts of different lengths, a file each: one batch, equal to PyTorch's left-padded batch.
+  const fs::path g = fs::path(REFORGE_SOURCE_DIR) / "models/hf/gpt2_generate";
+  const Tensor padded = read_npy((g / "reference/A/batch_prompt_ids.npy").string());
+  const Tensor mask = read_npy((g / "reference/A/batch_attention_mask.npy").string());
+  const Tensor batch = read_npy((g / "reference/A/batch_tokens.npy").string());
+  std::string files, lines;
+  for (int64_t r = 0; r < padded.dim(0); ++r) {
+    std::vector<int64_t> p;
+    for (int64_t i = 0; i < padded.dim(1); ++i)
+      if (mask.as_int64(r * padded.dim(1) + i)) p.push_back(padded.as_int64(r * padded.dim(1) + i));
+    Tensor t = Tensor::empty(DType::Int64, {static_cast<int64_t>(p.size())});
+    std::copy(p.begin(), p.end(), t.mutable_data<int64_t>());
+    const std::string f = (dir / ("p" + std::to_string(r) + ".npy")).string();
+    write_npy(f, t);
+    files += " --input-ids " + f;
+    for (int64_t i = 0; i < batch.dim(1); ++i)
+      lines += (i ? " " : "") + std::to_string(batch.as_int64(r * batch.dim(1) + i));
+    lines += "\n";
+  }
+  r = test_support::run_cli("generate " + (g / "A/model.onnx").string() + files + " --max-new-tokens " +
+                            std::to_string(batch.dim(1)) + " -q");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, lines);
   const std::string floats = (dir / "floats.npy").string();
   write_npy(floats, test_support::random_floats({3}, 1));
   r = test_support::run_cli("generate " + model + " --input-ids " + floats + " -q");

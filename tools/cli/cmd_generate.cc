@@ -1,10 +1,11 @@
-// `reforge generate MODEL_OR_PLAN --input-ids FILE.npy [--max-new-tokens N] [--temperature T]
+// `reforge generate MODEL_OR_PLAN --input-ids FILE.npy ... [--max-new-tokens N] [--temperature T]
 //                  [--top-k K] [--top-p P] [--seed S] [--stop ID ...] [--json] [--threads N] [--device D]`
-// Generates from the prompts in FILE.npy (int64 token ids: one prompt [n], or one prompt per row
-// [prompts, n]) with the library's decoding loop (session/generate.h), printing the new tokens: a
-// single prompt's as they are made, several prompts' a line each. With --json, stdout is one JSON document:
-// {"tokens": [[...], ...], "first_token_ms": [...], "step_ms_p50": ..., "step_ms_p90": ...,
-//  "decode_tokens_per_s": ...} (the steps after each prompt's first token).
+// Generates from the prompts in the FILE.npy files, in order (int64 token ids: one prompt [n], or
+// one prompt per row [prompts, n]; several files for prompts of different lengths) with the
+// library's decoding loop (session/generate.h), printing the new tokens: a single prompt's as they
+// are made, several prompts' a line each. With --json, stdout is one JSON document: {"tokens":
+// [[...], ...], "first_token_ms": [...], "step_ms_p50": ..., "step_ms_p90": ...,
+// "decode_tokens_per_s": ...} (the steps after the prompts' first token).
 #include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -19,7 +20,8 @@ namespace reforge::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, input_ids;
+  std::string model;
+  std::vector<std::string> input_ids;
   int64_t max_new_tokens = 32;
   double temperature = 0, top_p = 1;
   int64_t top_k = 0;
@@ -54,7 +56,8 @@ double percentile(std::vector<double> v, double q) {
 Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   app.add_option("model", a->model, "ONNX model or plan file of a decoder with past/present key-values")->required();
-  app.add_option("--input-ids", a->input_ids, "the prompts' token ids: FILE.npy, int64 [n] or [prompts, n]")
+  app.add_option("--input-ids", a->input_ids,
+                 "the prompts' token ids: FILE.npy, int64 [n] or [prompts, n]; repeat for prompts of other lengths")
       ->required();
   app.add_option("--max-new-tokens", a->max_new_tokens, "tokens to generate per prompt (default 32)")
       ->check(integer_in(1, int64_t{1} << 30));
@@ -70,7 +73,9 @@ Runner add_generate(CLI::App& app) {
   app.add_option("--threads", a->threads, "threads (default: all cores)")->check(threads_check());
   add_device_options(app, a->device);
   return [a]() {
-    const auto prompts = prompts_of(a->input_ids);
+    std::vector<std::vector<int64_t>> prompts;
+    for (const auto& file : a->input_ids)
+      for (auto& p : prompts_of(file)) prompts.push_back(std::move(p));
     LoadOptions lo;
     lo.threads = a->threads;
     lo.device = a->device;
