@@ -10,8 +10,8 @@ every parameter moved from its initial value by seeded noise, as fine-tuning doe
   gpt2   GPT2LMHeadModel: learned positions, 4 heads of 16
   qwen2  Qwen2ForCausalLM: rotary positions, 4 query and 2 key-value heads of 16 (grouped query)
 
-Each is exported with torch.onnx.export(dynamo=True), opset 18, as one decoding step in the layout
-of optimum's `text-generation-with-past` export:
+Each is exported by reforge.export_causal_lm (python/reforge/export.py: torch.onnx.export(dynamo=True),
+opset 18) as one decoding step in the layout of optimum's `text-generation-with-past` export:
 
   inputs   input_ids [batch, seq], attention_mask [batch, total = past + seq], position_ids [batch, seq],
            past_key_values.<i>.key / .value [batch, kv_heads, past, 16]
@@ -66,31 +66,17 @@ def make_model(kind):
     return tf.Qwen2ForCausalLM(c), 2
 
 
-def cache_tensors(cache, i):
-    if hasattr(cache, "layers"):
-        return cache.layers[i].keys, cache.layers[i].values
-    return cache.key_cache[i], cache.value_cache[i]
+def export_causal_lm():
+    """python/reforge/export.py's export_causal_lm, loaded alone (it needs no built extension), so the
+    exports are made the way reforge.export_causal_lm makes them for users."""
+    import importlib.util
 
-
-class Step(torch.nn.Module):
-    """One decoding step over flat past tensors (what an ONNX graph can take)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, position_ids, *past):
-        from transformers.cache_utils import DynamicCache
-
-        cache = DynamicCache()
-        for i in range(LAYERS):
-            cache.update(past[2 * i], past[2 * i + 1], i)
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=cache, use_cache=True)
-        present = []
-        for i in range(LAYERS):
-            present.extend(cache_tensors(out.past_key_values, i))
-        return (out.logits, *present)
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        "reforge_export", os.path.join(here, "..", "..", "python", "reforge", "export.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.export_causal_lm
 
 
 def names():
@@ -102,20 +88,8 @@ def names():
     return ins, outs
 
 
-def export(model, kv_heads, path):
-    ins, outs = names()
-    batch = torch.export.Dim("batch", min=1, max=32)
-    seq, past = torch.export.Dim("seq", min=1, max=128), torch.export.Dim("past", min=1, max=127)
-    total = torch.export.Dim("total", min=2, max=255)
-    ids = torch.randint(0, VOCAB, (2, 3))
-    mask = torch.ones(2, 8, dtype=torch.int64)
-    pos = torch.arange(5, 8).reshape(1, 3).repeat(2, 1)
-    kv = [torch.randn(2, kv_heads, 5, 16) for _ in range(2 * LAYERS)]
-    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: total},
-              "position_ids": {0: batch, 1: seq}, "past": tuple({0: batch, 2: past} for _ in range(2 * LAYERS))}
-    program = torch.onnx.export(Step(model).eval(), (ids, mask, pos, *kv), dynamic_shapes=shapes, dynamo=True,
-                                opset_version=OPSET, input_names=ins, output_names=outs)
-    program.save(path)
+def export(model, path):
+    export_causal_lm()(model, path, opset=OPSET, max_length=128)
 
 
 def ort_greedy(path, prompt, kv_heads):
@@ -207,7 +181,7 @@ def make(kind, out):
         info[f"batch_equals_alone_{w}"] = bool(all((batch[i] == alone[i]).all() for i in range(len(rows))))
         path = os.path.join(d, w, "model.onnx")
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        export(fresh, kv_heads, path)
+        export(fresh, path)
         ort_tokens, ort_logits = ort_greedy(path, prompt, kv_heads)
         info["class"] = type(fresh).__name__
         info[f"ort_tokens_equal_{w}"] = bool((ort_tokens == tokens).all())
