@@ -66,9 +66,9 @@ def make_model(kind):
     return tf.Qwen2ForCausalLM(c), 2
 
 
-def export_causal_lm():
-    """python/reforge/export.py's export_causal_lm, loaded alone (it needs no built extension), so the
-    exports are made the way reforge.export_causal_lm makes them for users."""
+def reforge_export():
+    """python/reforge/export.py, loaded alone (it needs no built extension), so the exports are made
+    the way reforge.export_causal_lm makes them for users."""
     import importlib.util
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -76,20 +76,15 @@ def export_causal_lm():
         "reforge_export", os.path.join(here, "..", "..", "python", "reforge", "export.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.export_causal_lm
+    return mod
 
 
 def names():
-    ins = ["input_ids", "attention_mask", "position_ids"]
-    outs = ["logits"]
-    for i in range(LAYERS):
-        ins += [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
-        outs += [f"present.{i}.key", f"present.{i}.value"]
-    return ins, outs
+    return reforge_export()._names(LAYERS)
 
 
 def export(model, path):
-    export_causal_lm()(model, path, opset=OPSET, max_length=128)
+    reforge_export().export_causal_lm(model, path, opset=OPSET, max_length=128)
 
 
 def ort_greedy(path, prompt, kv_heads):
