@@ -6,6 +6,12 @@
 
 namespace reforge::ir {
 
+const ValueInfo* find_value_info(const std::vector<ValueInfo>& infos, const std::string& name) {
+  for (const auto& v : infos)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
 namespace {
 const char* attr_type_name(AttrType t) {
   switch (t) {

@@ -76,7 +76,9 @@ struct Dim {
 };
 
 // "7", the symbol, or "?" for an unnamed symbolic dimension (messages).
-inline std::string dim_str(const Dim& d) { return d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol); }
+inline std::string dim_str(const Dim& d) {
+  return d.fixed() ? std::to_string(d.value) : (d.symbol.empty() ? "?" : d.symbol);
+}
 
 struct ValueInfo {
   std::string name;
@@ -84,6 +86,9 @@ struct ValueInfo {
   bool has_shape = false;
   std::vector<Dim> shape;
 };
+
+// The value named `name` among `infos` (graph inputs or outputs), or null.
+const ValueInfo* find_value_info(const std::vector<ValueInfo>& infos, const std::string& name);
 
 struct Graph {
   std::string name;

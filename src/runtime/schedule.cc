@@ -88,13 +88,19 @@ void resolve_steps(Schedule& s, const std::vector<std::string>& placement, std::
   }
 }
 
-// Weights whose one reader is a ToDevice step that uploads them into weight memory.
-void find_upload_steps(Schedule& s, const EngineOptions& options) {
-  s.upload_step.assign(s.num_slots, -1);
+// Per slot: how many step inputs read it.
+std::vector<int> reader_counts(const Schedule& s) {
   std::vector<int> readers(s.num_slots, 0);
   for (const Step& st : s.steps)
     for (int v : st.inputs)
       if (v >= 0) ++readers[static_cast<size_t>(v)];
+  return readers;
+}
+
+// Weights whose one reader is a ToDevice step that uploads them into weight memory.
+void find_upload_steps(Schedule& s, const EngineOptions& options) {
+  s.upload_step.assign(s.num_slots, -1);
+  const std::vector<int> readers = reader_counts(s);
   for (size_t si : s.preparing_steps) {
     const Step& st = s.steps[si];
     const ir::Node& n = s.graph.nodes[st.node_index];
@@ -151,10 +157,7 @@ void find_shape_subgraphs(Schedule& s) {
 
 // Device-bound I/O: where graph inputs are read, and which ToHost steps only deliver outputs.
 void find_device_io(Schedule& s) {
-  std::vector<int> readers(s.num_slots, 0);
-  for (const Step& st : s.steps)
-    for (int v : st.inputs)
-      if (v >= 0) ++readers[static_cast<size_t>(v)];
+  const std::vector<int> readers = reader_counts(s);
   std::vector<int> input_index(s.num_slots, -1);
   for (size_t i = 0; i < s.input_slots.size(); ++i)
     input_index[static_cast<size_t>(s.input_slots[i])] = static_cast<int>(i);

@@ -46,13 +46,11 @@ bool same_dim(const ir::Dim& a, const ir::Dim& b) {
   return !a.symbol.empty() && a.symbol == b.symbol;
 }
 
+// ir::find_value_info, and its index among `infos` when found.
 const ir::ValueInfo* find_info(const std::vector<ir::ValueInfo>& infos, const std::string& name, size_t& index) {
-  for (size_t i = 0; i < infos.size(); ++i)
-    if (infos[i].name == name) {
-      index = i;
-      return &infos[i];
-    }
-  return nullptr;
+  const ir::ValueInfo* v = ir::find_value_info(infos, name);
+  if (v) index = static_cast<size_t>(v - infos.data());
+  return v;
 }
 
 // Whether step `st` reads the data of slot `v` (Shape and Size read only its dimensions).

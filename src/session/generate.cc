@@ -6,26 +6,23 @@
 #include <numeric>
 
 #include "core/half.h"
+#include "core/nearest_names.h"
 
 namespace reforge::session {
 
 namespace {
 
-const ir::ValueInfo* find(const std::vector<ir::ValueInfo>& values, const std::string& name) {
-  for (const auto& v : values)
-    if (v.name == name) return &v;
-  return nullptr;
-}
+using ir::find_value_info;
 
 std::string names(const std::vector<ir::ValueInfo>& values) {
-  std::string out;
-  for (const auto& v : values) out += (out.empty() ? "'" : ", '") + v.name + "'";
-  return out;
+  std::vector<std::string> n;
+  for (const auto& v : values) n.push_back(v.name);
+  return quoted_list(n);
 }
 
 // An optional int64 input of rank 2, or "" when absent.
 std::string int64_input(const runtime::Engine& e, const std::string& name, bool required) {
-  const ir::ValueInfo* v = find(e.inputs(), name);
+  const ir::ValueInfo* v = find_value_info(e.inputs(), name);
   if (!v) {
     if (required) fail("generate: the model has no input '", name, "' (its inputs: ", names(e.inputs()), ")");
     return "";
@@ -66,20 +63,19 @@ void check_options(const GenerateOptions& o) {
   if (!(s.top_p > 0 && s.top_p <= 1)) fail("generate: top_p is ", s.top_p, "; it must be in (0, 1]");
 }
 
-// The symbolic dimensions of the cache inputs other than their length axis, at one sequence: a
-// symbol they share with input_ids' batch dimension is 1.
-std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const DecoderLayout& l, int64_t batch) {
-  std::map<std::string, int64_t> dims;
-  const ir::ValueInfo* ids = find(e.inputs(), l.input_ids);
-  if (ids && ids->has_shape && !ids->shape.empty() && !ids->shape[0].fixed() && !ids->shape[0].symbol.empty())
-    dims[ids->shape[0].symbol] = batch;
-  return dims;
-}
-
 // Whether the export takes several sequences in one run: input_ids' batch dimension is symbolic.
 bool takes_batches(const runtime::Engine& e, const DecoderLayout& l) {
-  const ir::ValueInfo* ids = find(e.inputs(), l.input_ids);
+  const ir::ValueInfo* ids = find_value_info(e.inputs(), l.input_ids);
   return ids && ids->has_shape && !ids->shape.empty() && !ids->shape[0].fixed();
+}
+
+// The symbolic dimensions of the cache inputs other than their length axis: a symbol they share
+// with input_ids' batch dimension is the batch's size.
+std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const DecoderLayout& l, int64_t batch) {
+  if (!takes_batches(e, l)) return {};
+  const std::string& symbol = find_value_info(e.inputs(), l.input_ids)->shape[0].symbol;
+  if (symbol.empty()) return {};
+  return {{symbol, batch}};
 }
 
 Tensor matrix(const std::vector<std::vector<int64_t>>& rows) {
@@ -122,8 +118,7 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
   }
   std::vector<std::mt19937_64> rng(B, std::mt19937_64(options.sampling.seed));
   std::vector<bool> done(B, false);
-  size_t li = 0;
-  while (engine.outputs()[li].name != l.logits) ++li;
+  const auto li = static_cast<size_t>(find_value_info(engine.outputs(), l.logits) - engine.outputs().data());
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     std::map<std::string, Tensor> feed{{l.input_ids, matrix(ids)}};
@@ -169,7 +164,7 @@ DecoderLayout decoder_layout(const runtime::Engine& engine) {
   l.input_ids = int64_input(engine, "input_ids", true);
   l.position_ids = int64_input(engine, "position_ids", false);
   l.attention_mask = int64_input(engine, "attention_mask", false);
-  const ir::ValueInfo* logits = find(engine.outputs(), "logits");
+  const ir::ValueInfo* logits = find_value_info(engine.outputs(), "logits");
   if (!logits) fail("generate: the model has no output 'logits' (its outputs: ", names(engine.outputs()), ")");
   if (logits->dtype != DType::Float32 && logits->dtype != DType::BFloat16 && logits->dtype != DType::Float16)
     fail("generate: output 'logits' is ", dtype_name(logits->dtype), "; float32, bfloat16 or float16 expected");

@@ -1,7 +1,5 @@
 #include "transforms/device_recipe.h"
 
-#include <algorithm>
-
 #include "ops/registry.h"
 #include "transforms/recipe.h"
 
@@ -9,33 +7,21 @@ namespace reforge::transforms {
 
 namespace {
 
-// The steps whose device kernels give the host's bytes: copies of elements, and Cast's correctly
-// rounded conversions.
-bool device_exact(const plan::RecipeStep& st) {
-  return st.domain.empty() && (st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" ||
-                               st.op_type == "Gather" || st.op_type == "Expand" || st.op_type == "Cast");
-}
+// The steps whose device kernels give the host's bytes: the ONNX ops among those that move data
+// (copies of elements, and Cast's correctly rounded conversions; the CPU's panels stay on the host).
+bool device_exact(const plan::RecipeStep& st) { return st.domain.empty() && moves_data(st); }
 
-ir::Node step_node(const plan::RecipeStep& st, size_t num_inputs, size_t num_outputs) {
-  ir::Node node;
-  node.op_type = st.op_type;
-  node.domain = st.domain;
-  node.opset = st.opset;
-  node.name = "recipe:" + st.op_type;
-  node.attrs = st.attrs;
-  for (size_t i = 0; i < num_inputs; ++i) node.inputs.push_back("in" + std::to_string(i));
-  for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
-  return node;
+ir::Node step_node(const plan::RecipeStep& st) {
+  return recipe_node(st.domain, st.op_type, st.opset, st.attrs, std::vector<bool>(st.inputs.size(), true),
+                     step_outputs(st));
 }
-
-size_t outputs_of(const plan::RecipeStep& st) { return std::max<size_t>(st.num_outputs, st.output + 1); }
 
 }  // namespace
 
 bool runs_on_device(const backends::Backend& device, const plan::RecipeStep& st) {
   if (device.memory != Memory::Device || !device.streams || !device_exact(st)) return false;
   backends::Resolved r;
-  return backends::resolve(step_node(st, st.inputs.size(), outputs_of(st)), device.name, &r).empty() && !r.reference;
+  return backends::resolve(step_node(st), device.name, &r).empty() && !r.reference;
 }
 
 Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& recipe, const std::vector<Tensor>& sources,
@@ -76,10 +62,10 @@ Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& rec
       for (const auto& o : st.inputs) held.push_back(operand(o, Memory::Host));
       std::vector<const Tensor*> ins;
       for (const Tensor& t : held) ins.push_back(&t);
-      steps[s] = std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, outputs_of(st))[st.output]);
+      steps[s] = std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, step_outputs(st))[st.output]);
       continue;
     }
-    const ir::Node node = step_node(st, st.inputs.size(), outputs_of(st));
+    const ir::Node node = step_node(st);
     std::vector<Tensor> held;
     for (size_t i = 0; i < st.inputs.size(); ++i)
       held.push_back(

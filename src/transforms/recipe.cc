@@ -14,14 +14,9 @@ namespace reforge::transforms {
 std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op_type, int opset,
                                 const std::map<std::string, ir::Attribute>& attrs,
                                 const std::vector<const Tensor*>& inputs, size_t num_outputs, int threads) {
-  ir::Node node;
-  node.op_type = op_type;
-  node.domain = domain;
-  node.opset = opset;
-  node.name = "recipe:" + op_type;
-  node.attrs = attrs;
-  for (size_t i = 0; i < inputs.size(); ++i) node.inputs.push_back(inputs[i] ? "in" + std::to_string(i) : "");
-  for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
+  std::vector<bool> present;
+  for (const Tensor* t : inputs) present.push_back(t != nullptr);
+  const ir::Node node = recipe_node(domain, op_type, opset, attrs, present, num_outputs);
   // The host's kernel (the CPU backend's, else the op's reference), whatever backend the plan
   // targets: recipes transform weights on the host, and a replay at refit must give the bytes
   // the build recorded.
@@ -35,17 +30,28 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
   return std::move(ctx.outputs());
 }
 
-namespace {
+ir::Node recipe_node(const std::string& domain, const std::string& op_type, int opset,
+                     const std::map<std::string, ir::Attribute>& attrs, const std::vector<bool>& present,
+                     size_t num_outputs) {
+  ir::Node node;
+  node.op_type = op_type;
+  node.domain = domain;
+  node.opset = opset;
+  node.name = "recipe:" + op_type;
+  node.attrs = attrs;
+  for (size_t i = 0; i < present.size(); ++i) node.inputs.push_back(present[i] ? "in" + std::to_string(i) : "");
+  for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back("out" + std::to_string(i));
+  return node;
+}
 
-// Steps whose bytes do not depend on the thread count: pure data movement (every output element
-// a copy of one input element, or zero padding), the element-wise Cast, and the CPU's panel
-// packing. Arithmetic steps (BN folding, quantization, folded expressions) stay on one thread.
 bool moves_data(const plan::RecipeStep& st) {
   if (st.domain.empty())
     return st.op_type == "Transpose" || st.op_type == "Slice" || st.op_type == "Concat" || st.op_type == "Cast" ||
            st.op_type == "Gather" || st.op_type == "Expand";
   return st.domain == "reforge" && st.op_type == "PackPanels";
 }
+
+namespace {
 
 bool is_pack_panels(const plan::RecipeStep& st) { return st.domain == "reforge" && st.op_type == "PackPanels"; }
 
@@ -97,8 +103,7 @@ bool is_transpose_binding(const plan::Binding& b, const Shape& shape) {
 }
 
 Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                     const std::vector<Tensor>& literals, int threads,
-                     const std::vector<Tensor>* transposed_sources) {
+                     const std::vector<Tensor>& literals, int threads, const std::vector<Tensor>* transposed_sources) {
   if (threads <= 0) threads = omp_get_max_threads();
   const size_t n = recipe.steps.size();
   std::vector<Tensor> steps(n);
@@ -161,8 +166,8 @@ Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sour
     }
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(&operand(o));
-    auto outs = evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,
-                            std::max<size_t>(st.num_outputs, st.output + 1), moves_data(st) ? threads : 1);
+    auto outs =
+        evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, step_outputs(st), moves_data(st) ? threads : 1);
     steps[s] = std::move(outs[st.output]);
   }
   return operand(recipe.result);
@@ -195,8 +200,7 @@ Tensor apply_binding(const plan::Binding& b, const std::vector<Tensor>& inputs, 
   for (const auto& st : b.steps) {
     std::vector<const Tensor*> ins;
     for (const auto& o : st.inputs) ins.push_back(operand(o));
-    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins,
-                                          std::max<size_t>(st.num_outputs, st.output + 1),
+    steps.push_back(std::move(evaluate_op(st.domain, st.op_type, st.opset, st.attrs, ins, step_outputs(st),
                                           moves_data(st) ? threads : 1)[st.output]));
   }
   const Tensor& r = steps.empty() ? inputs[0] : steps.back();

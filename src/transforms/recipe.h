@@ -28,6 +28,23 @@ std::vector<Tensor> evaluate_op(const std::string& domain, const std::string& op
                                 const std::map<std::string, ir::Attribute>& attrs,
                                 const std::vector<const Tensor*>& inputs, size_t num_outputs, int threads = 1);
 
+// The node evaluate_op runs for an operator (inputs "in<i>", "" for an absent one; outputs
+// "out<i>"), for a kernel other than the host's to run the same step (transforms/device_recipe.h).
+ir::Node recipe_node(const std::string& domain, const std::string& op_type, int opset,
+                     const std::map<std::string, ir::Attribute>& attrs, const std::vector<bool>& present,
+                     size_t num_outputs);
+
+// The outputs a recipe step is evaluated with: the node's own count, at least up to the one taken.
+inline size_t step_outputs(const plan::RecipeStep& st) {
+  return st.num_outputs > st.output + 1 ? st.num_outputs : st.output + 1;
+}
+
+// Steps that copy or convert elements (Transpose, Slice, Concat, Cast, Gather, Expand) or pack the
+// CPU's panels (reforge::PackPanels): their bytes depend neither on the thread count nor on
+// whose kernel computes them, unlike arithmetic steps (BatchNorm folding, quantization, folded
+// expressions).
+bool moves_data(const plan::RecipeStep& st);
+
 // Replays `recipe`: `sources` is indexed by source id (only the ones the recipe reads need to
 // be defined), `literals` by literal index. Data-movement steps (Transpose, Slice, Concat,
 // Gather, Expand, Cast, PackPanels) run on `threads` threads (0 = all), as apply_binding's do:

@@ -60,12 +60,6 @@ struct BenchArgs {
 constexpr int64_t kMaxRuns = 10000000;
 constexpr double kMaxDurationS = 86400;
 
-// Nearest-rank percentile of sorted values: the smallest value with at least p% of them at or below it.
-double percentile(const std::vector<double>& sorted, double p) {
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
-}
-
 // A Chrome trace (the JSON Object Format of the Trace Event Format) of the engine's last runs as
 // they happened: every node of every traced run a complete ("X") event at its real start, on a
 // track per calling thread, so the gaps between nodes and between runs show.

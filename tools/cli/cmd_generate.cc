@@ -45,12 +45,6 @@ std::vector<std::vector<int64_t>> prompts_of(const std::string& path) {
   return out;
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-}
-
 }  // namespace
 
 Runner add_generate(CLI::App& app) {
@@ -109,8 +103,10 @@ Runner add_generate(CLI::App& app) {
     nlohmann::ordered_json j;
     j["tokens"] = r.tokens;
     j["first_token_ms"] = r.first_token_ms;
-    j["step_ms_p50"] = percentile(r.step_ms, 0.5);
-    j["step_ms_p90"] = percentile(r.step_ms, 0.9);
+    std::vector<double> steps_sorted = r.step_ms;
+    std::sort(steps_sorted.begin(), steps_sorted.end());
+    j["step_ms_p50"] = steps_sorted.empty() ? 0.0 : percentile(steps_sorted, 50);
+    j["step_ms_p90"] = steps_sorted.empty() ? 0.0 : percentile(steps_sorted, 90);
     double steps = 0;
     for (double ms : r.step_ms) steps += ms;
     j["decode_tokens_per_s"] = steps > 0 ? 1000.0 * static_cast<double>(r.step_ms.size()) / steps : 0.0;

@@ -30,6 +30,9 @@ void check_launch(const char* kernel);
 // The calling thread's stream.
 inline cudaStream_t stream() { return cudaStreamPerThread; }
 
+// The bytes a device buffer of `bytes` takes: at least 256 and a multiple of 256, as the
+// stream-ordered pool aligns them (cuBLASLt chooses kernels by pointer alignment).
+inline size_t aligned_device_bytes(size_t bytes) { return bytes < 256 ? 256 : (bytes + 255) / 256 * 256; }
 // Uninitialized device memory of `dtype` and `shape`, from the stream-ordered pool.
 Tensor device_tensor(DType dtype, Shape shape);
 // Uninitialized pinned host memory (cudaHostAlloc) of `dtype` and `shape` (Memory::Pinned).

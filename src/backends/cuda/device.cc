@@ -54,8 +54,7 @@ size_t storage_bytes(DType dtype, const Shape& shape, int64_t& numel) {
   numel = shape_numel(shape);
   REFORGE_CHECK(dtype != DType::String && dtype_size(dtype) > 0, "tensors of type ", dtype_name(dtype),
                 " cannot live in device memory");
-  size_t bytes = static_cast<size_t>(numel) * dtype_size(dtype);
-  return bytes < 256 ? 256 : (bytes + 255) / 256 * 256;
+  return aligned_device_bytes(static_cast<size_t>(numel) * dtype_size(dtype));
 }
 
 }  // namespace

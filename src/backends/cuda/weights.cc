@@ -23,11 +23,9 @@ namespace reforge::cuda {
 
 namespace {
 
-constexpr size_t kAlign = 256;
+constexpr size_t kAlign = 256;  // aligned_device_bytes' alignment
 constexpr size_t kChunkBytes = size_t{8} << 20;
 constexpr int kChunks = 4;
-
-size_t slot_bytes(size_t bytes) { return bytes < kAlign ? kAlign : (bytes + kAlign - 1) / kAlign * kAlign; }
 
 // A device allocation for weights, freed when the last tensor in it goes.
 std::shared_ptr<const void> weight_block(size_t bytes) {
@@ -81,7 +79,7 @@ class Upload final : public backends::WeightUpload {
     REFORGE_CHECK(t.defined() && t.dtype() != DType::String && dtype_size(t.dtype()) > 0, "weights of type ",
                   dtype_name(t.dtype()), " cannot live in device memory");
     begin();
-    const size_t bytes = t.nbytes(), slot = slot_bytes(bytes);
+    const size_t bytes = t.nbytes(), slot = aligned_device_bytes(bytes);
     std::shared_ptr<const void> owner;
     char* dst = nullptr;
     if (used_ + slot <= reserve_) {
@@ -194,7 +192,7 @@ class Upload final : public backends::WeightUpload {
 class CudaWeightMemory final : public backends::WeightMemory {
  public:
   std::unique_ptr<backends::WeightUpload> begin(size_t reserve) override { return std::make_unique<Upload>(reserve); }
-  size_t weight_bytes(size_t bytes) const override { return slot_bytes(bytes); }
+  size_t weight_bytes(size_t bytes) const override { return aligned_device_bytes(bytes); }
 };
 
 }  // namespace
