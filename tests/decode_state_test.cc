@@ -4,7 +4,8 @@
 // (model.generate after load_state_dict of the checkpoint) and each chosen-from logits row is
 // within 1e-4 of PyTorch's; the four caches are written in place (Concat declares it) and after
 // the first decode step no run allocates a tensor. Then the plan is refit to checkpoint B and the
-// same State, reset, decodes B's tokens.
+// same State, reset, decodes B's tokens. On CUDA (skipped without a GPU) the same, with the caches
+// in device memory for the whole sequence (no step copies them to or from the host).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 #include "runtime/state.h"
+#include "support/cuda_compare.h"
 
 using namespace reforge;
 namespace fs = std::filesystem;
@@ -32,8 +34,10 @@ Tensor ids_tensor(const std::vector<int64_t>& v) {
   return t;
 }
 
-// Greedy decoding of `weights`' reference prompt; checks tokens, logits and allocations.
-void decode_and_compare(const runtime::PlanEngine& e, runtime::State& state, const std::string& weights) {
+// Greedy decoding of `weights`' reference prompt; checks tokens, logits and (on the host) the
+// runs' allocations.
+void decode_and_compare(const runtime::PlanEngine& e, runtime::State& state, const std::string& weights,
+                        bool host = true) {
   const fs::path ref = kDir / "reference" / weights;
   const Tensor prompt = read_npy((ref / "prompt_ids.npy").string());
   const Tensor want_tokens = read_npy((ref / "tokens.npy").string());
@@ -62,20 +66,32 @@ void decode_and_compare(const runtime::PlanEngine& e, runtime::State& state, con
     EXPECT_LE(worst, 1e-4) << weights << " step " << step;
     EXPECT_EQ(best, want_tokens.as_int64(step)) << weights << " step " << step;
     // Warm-up: the prompt (its arena and output buffers) and the first decode step (its arena).
-    if (step >= 2) EXPECT_EQ(allocations, 0) << weights << " step " << step;
+    if (host && step >= 2) EXPECT_EQ(allocations, 0) << weights << " step " << step;
     ids = {best};
   }
 }
 
-TEST(DecodeState, GreedyTokensEqualPyTorchAndStepsAllocateNothing) {
+runtime::PlanEngine refittable_engine(const char* backend) {
   build::BuildOptions bo;
   bo.mode = plan::BuildMode::Refit;
+  bo.backend = backend;
   plan::Plan p = build::build_plan_with_checkpoint(onnx::import_model_file((kDir / "A/model.onnx").string()), bo,
                                                    refit::Checkpoint::open((kDir / "checkpoint_A.safetensors").string()),
                                                    {});
   runtime::EngineOptions eo;
   eo.threads = 1;
-  runtime::PlanEngine e(std::move(p), eo);
+  return runtime::PlanEngine(std::move(p), eo);
+}
+
+void refit_to_b(runtime::PlanEngine& e) {
+  refit::Refitter r(e);
+  refit::set_sources(r, refit::sources_from_checkpoint(
+                            e.plan(), refit::Checkpoint::open((kDir / "checkpoint_B.safetensors").string())));
+  r.commit();
+}
+
+TEST(DecodeState, GreedyTokensEqualPyTorchAndStepsAllocateNothing) {
+  runtime::PlanEngine e = refittable_engine("cpu");
   runtime::StateOptions so;
   so.max_length = 32;
   runtime::State state(e.engine(), so);
@@ -85,13 +101,33 @@ TEST(DecodeState, GreedyTokensEqualPyTorchAndStepsAllocateNothing) {
   EXPECT_EQ(state.allocations(), 5);
 
   // New weights into the same engine; a new sequence on the same State.
-  refit::Refitter r(e);
-  refit::set_sources(r, refit::sources_from_checkpoint(
-                            e.plan(), refit::Checkpoint::open((kDir / "checkpoint_B.safetensors").string())));
-  r.commit();
+  refit_to_b(e);
   state.reset();
   decode_and_compare(e, state, "B");
   EXPECT_EQ(state.allocations(), 5);
+}
+
+// On CUDA the caches live in device memory: the past goes to the kernels as it is and the present
+// is written into the State's second buffer (the two swap each step), so no step moves a cache
+// between host and device; a run returns the present as device views.
+TEST(DecodeState, CudaCachesStayOnTheDevice) {
+  if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  runtime::PlanEngine e = refittable_engine("cuda");
+  runtime::StateOptions so;
+  so.max_length = 32;
+  runtime::State state(e.engine(), so);
+  ASSERT_EQ(state.pairs().size(), 4u);
+  for (const auto& pair : state.pairs())
+    EXPECT_EQ(state.value(pair.input).memory(), Memory::Device) << pair.input;
+  decode_and_compare(e, state, "A", false);
+  // Two device buffers per cache, made by the first two runs; nothing after.
+  EXPECT_EQ(state.allocations(), 8);
+  const Tensor past = to_host(state.value("past.0.key"));
+  EXPECT_EQ(past.dim(2), state.length());
+  refit_to_b(e);
+  state.reset();
+  decode_and_compare(e, state, "B", false);
+  EXPECT_EQ(state.allocations(), 8);
 }
 
 }  // namespace

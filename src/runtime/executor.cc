@@ -89,6 +89,10 @@ std::vector<Tensor> collect_outputs(const Schedule& s, const EngineOptions& opti
       outs.push_back(std::move(out));
       continue;
     }
+    if (state && state->device_output[o]) {  // a view of a device state buffer (state.h's contract)
+      outs.push_back(values[static_cast<size_t>(s.output_device_slot[o])]);
+      continue;
+    }
     const Tensor& t = values[static_cast<size_t>(slot)];
     const bool copy = a.in_arena(t) || shared(slot);
     // With a State, the copy goes into its buffer of this output.
@@ -190,7 +194,8 @@ struct Run {
   bool served_without_kernel(size_t si) {
     const Step& st = s.steps[si];
     // Outputs that stay on the device skip their copy to the host (and keep the device value).
-    if (keep_device_values && s.output_copy_step[si]) return true;
+    // So does a device state pair's output: the State keeps it on the device.
+    if ((keep_device_values || (state && state->skip_step[si])) && s.output_copy_step[si]) return true;
     if (record && s.staged_input[si] >= 0) {  // a graph input: the recording's staging buffer
       for (int v : st.outputs)
         if (v >= 0) values[static_cast<size_t>(v)] = record->staging[static_cast<size_t>(s.staged_input[si])];

@@ -78,11 +78,41 @@ bool in_place_allowed(const Schedule& s, const StateSlot& p) {
   return std::find(s.output_slots.begin(), s.output_slots.end(), p.input_slot) == s.output_slots.end();
 }
 
+// True when pair `p` lives in device memory: its output is a device step's value that a ToHost
+// copy only delivers (Schedule::output_device_slot), and no host step reads its input's data (a
+// Shape of it is no read). Its ToDevice then passes the State's buffer through, and the ToHost
+// copy is skipped: the cache never leaves the device.
+bool on_device(const Schedule& s, const StateSlot& p) {
+  const int d = s.output_device_slot[p.output_index];
+  if (d < 0 || s.input_read_on_host[p.input_index]) return false;
+  const int ps = s.producer[static_cast<size_t>(d)];
+  return ps >= 0 && s.steps[static_cast<size_t>(ps)].device && !s.memoized[static_cast<size_t>(ps)];
+}
+
+// Zeroes `t` (host or device memory; a device buffer by a copy that has finished on return).
+void clear(Tensor& t) {
+  if (!t.nbytes()) return;
+  if (t.on_host()) {
+    std::memset(t.mutable_raw(), 0, t.nbytes());
+    return;
+  }
+  const Tensor zeros = Tensor::empty(DType::UInt8, {static_cast<int64_t>(t.nbytes())});
+  device_memory().copy(t.mutable_raw(), Memory::Device, zeros.raw(), Memory::Host, t.nbytes());
+}
+
+// A pair's buffer of shape `capacity`, in device or host memory, zero-filled when asked.
+Tensor new_buffer(bool device, DType dtype, const Shape& capacity, bool zero) {
+  if (!device) return zero ? Tensor::empty(dtype, capacity) : Tensor::uninitialized(dtype, capacity);
+  Tensor t = device_memory().allocate(dtype, capacity);
+  if (zero) clear(t);
+  return t;
+}
+
 }  // namespace
 
 Tensor StateSlot::current_value() const {
   const Tensor& b = buffers[current];
-  return Tensor::wrap(b.dtype(), shape, b.storage(), b.raw());
+  return Tensor::wrap(b.dtype(), shape, b.storage(), b.raw(), b.memory());
 }
 
 State::State(const Engine& engine, StateOptions options) : impl_(std::make_unique<Impl>()) {
@@ -96,6 +126,8 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
         "state: the graph proves no state pair (an output made by Concat or TensorScatter from a graph input); "
         "name the pairs (StateOptions::pairs)");
   m.step_target.resize(s.steps.size());
+  m.device_output.assign(s.output_slots.size(), false);
+  m.skip_step.assign(s.steps.size(), false);
   for (size_t i = 0; i < s.steps.size(); ++i)
     m.step_target[i].assign(s.steps[i].outputs.size(), StateImplTarget::kNone);
   for (size_t k = 0; k < m.pairs.size(); ++k) {
@@ -140,20 +172,26 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
       }
     }
     p.input_slot = s.input_slots[p.input_index];
-    p.output_slot = s.output_slots[p.output_index];
+    p.device = on_device(s, p);
+    p.output_slot = p.device ? s.output_device_slot[p.output_index] : s.output_slots[p.output_index];
     p.producer = s.producer[static_cast<size_t>(p.output_slot)];
     if (p.producer >= 0) p.producer_output = static_cast<size_t>(s.producer_output[static_cast<size_t>(p.output_slot)]);
-    p.in_place = in_place_allowed(s, p);
+    p.in_place = !p.device && in_place_allowed(s, p);
     if (p.axis >= 0) m.bounds[pair.input] = {static_cast<size_t>(p.axis), options.max_length};
     p.dtype = in->dtype;
     p.capacity = capacity;
-    p.buffers[0] = Tensor::empty(p.dtype, capacity);
+    // A growing pair's buffer is never read past its length: only a host one is zeroed (cheaply).
+    p.buffers[0] = new_buffer(p.device, p.dtype, capacity, !p.device || p.axis < 0);
     ++m.allocations;
     p.shape = capacity;
     if (p.axis >= 0) p.shape[static_cast<size_t>(p.axis)] = 0;
-    if (p.producer >= 0 && !s.steps[static_cast<size_t>(p.producer)].device &&
+    if (p.producer >= 0 && (p.device || !s.steps[static_cast<size_t>(p.producer)].device) &&
         !s.memoized[static_cast<size_t>(p.producer)])
       m.step_target[static_cast<size_t>(p.producer)][p.producer_output] = static_cast<int>(k);
+    if (p.device) {
+      m.device_output[p.output_index] = true;
+      m.skip_step[static_cast<size_t>(s.producer[static_cast<size_t>(s.output_slots[p.output_index])])] = true;
+    }
     m.slots.push_back(std::move(p));
   }
   // The other graph outputs that host steps make go into the State's output buffers (a shape
@@ -195,8 +233,8 @@ void State::reset() {
     p.shape = p.capacity;
     if (p.axis >= 0)
       p.shape[static_cast<size_t>(p.axis)] = 0;
-    else if (p.buffers[0].nbytes())
-      std::memset(p.buffers[0].mutable_raw(), 0, p.buffers[0].nbytes());
+    else
+      clear(p.buffers[0]);
   }
   m.broken = false;
 }
@@ -239,7 +277,7 @@ Tensor State::Impl::allocate(int target, DType dtype, const Shape& shape, bool z
            shape_str(p.capacity), ")");
     const int into = p.in_place ? p.current : 1 - p.current;
     if (!p.buffers[into].defined()) {
-      p.buffers[into] = Tensor::uninitialized(p.dtype, p.capacity);
+      p.buffers[into] = new_buffer(p.device, p.dtype, p.capacity, false);
       ++allocations;
     }
     if (into == p.current) written = true;
@@ -253,8 +291,13 @@ Tensor State::Impl::allocate(int target, DType dtype, const Shape& shape, bool z
     buffer = &b;
   }
   void* data = buffer->mutable_raw();
-  if (zero && bytes) std::memset(data, 0, bytes);
-  return Tensor::wrap(dtype, shape, buffer->storage(), data);
+  if (zero && bytes) {
+    if (buffer->on_host())
+      std::memset(data, 0, bytes);
+    else
+      device_memory().zero(data, bytes);  // in order with this run's device work
+  }
+  return Tensor::wrap(dtype, shape, buffer->storage(), data, buffer->memory());
 }
 
 void State::Impl::finish(const std::vector<Tensor>& values) {
@@ -280,14 +323,15 @@ void State::Impl::finish(const std::vector<Tensor>& values) {
     } else {
       // Made elsewhere (a device step, a view): copied into the second buffer.
       if (!p.buffers[other].defined()) {
-        p.buffers[other] = Tensor::uninitialized(p.dtype, p.capacity);
+        p.buffers[other] = new_buffer(p.device, p.dtype, p.capacity, false);
         ++allocations;
       }
       if (out.nbytes()) {
-        if (out.on_host())
+        if (out.on_host() && !p.device)
           std::memcpy(p.buffers[other].mutable_raw(), out.raw(), out.nbytes());
         else
-          device_memory().copy(p.buffers[other].mutable_raw(), Memory::Host, out.raw(), Memory::Device, out.nbytes());
+          device_memory().copy(p.buffers[other].mutable_raw(), p.buffers[other].memory(), out.raw(), out.memory(),
+                               out.nbytes());
       }
       p.current = other;
     }

@@ -20,6 +20,10 @@
 //     when the output's kernel declares Sharing::kInPlace on that input (ops/registry.h), runs on
 //     the host and is the input's last reader; otherwise into the pair's second buffer (or copied
 //     there, for an output a kernel made elsewhere, e.g. on a device), which then becomes current.
+//   - On a device plan a pair lives in device memory when its output is made on the device and no
+//     host step reads its input's data (a Shape of it is no read): the run hands the device buffer
+//     to the kernels and keeps the output there (no copy to the host; the run returns it as a
+//     device view). The output goes into the pair's second buffer, and the two swap each run.
 //   - The run's other graph outputs made on the host are written into buffers the State owns,
 //     grown only when a run needs more; the run returns views of them and of the state buffers,
 //     valid until the State's next run or reset (clone() to keep one).

@@ -21,6 +21,7 @@ struct StateSlot {
   int producer = -1;           // the step that makes the output, or -1
   size_t producer_output = 0;  // which of its outputs
   bool in_place = false;       // the producer writes the output over the input (state.cc: in_place_allowed)
+  bool device = false;         // the buffers are in device memory (state.cc: on_device)
   int axis = -1;               // the length axis, or -1 (same shape every run)
   DType dtype = DType::Undefined;
   Shape capacity;  // the buffers' shape
@@ -46,6 +47,8 @@ struct State::Impl {
   int64_t max_length = 0;
   std::vector<std::vector<int>> step_target;  // [step][output] -> StateImplTarget
   std::vector<Tensor> outputs;                // per graph output: its buffer (undefined until needed)
+  std::vector<bool> device_output;            // per graph output: a device pair's, returned from the device
+  std::vector<bool> skip_step;                // per step: the ToHost copy of a device pair's output
   KnownBounds bounds;                         // the growing inputs' length axes at max_length (shape buckets)
   std::atomic<bool> busy{false};
   bool broken = false;
