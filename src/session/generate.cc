@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 
@@ -78,6 +79,31 @@ std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const Decode
   return {{symbol, batch}};
 }
 
+// Whether graph output `name` is copied from a device (a reforge::ToHost that placement inserted).
+bool made_on_device(const ir::Graph& g, const std::string& name) {
+  for (const ir::Node& n : g.nodes)
+    if (!n.outputs.empty() && n.outputs[0] == name) return n.domain == "reforge" && n.op_type == "ToHost";
+  return false;
+}
+
+// The last position's row of each sequence of `logits` [B, n, vocab] as [B, vocab] in host memory:
+// the logits themselves when they are that already, else copied into `buffer` (made once).
+Tensor last_rows(const Tensor& logits, Tensor& buffer) {
+  const int64_t B = logits.dim(0), n = logits.dim(1), V = logits.dim(2);
+  if (n == 1 && logits.on_host()) return Tensor::wrap(logits.dtype(), {B, V}, logits.storage(), logits.raw());
+  if (!buffer.defined() || buffer.dtype() != logits.dtype()) buffer = Tensor::uninitialized(logits.dtype(), {B, V});
+  const size_t row = static_cast<size_t>(V) * dtype_size(logits.dtype());
+  for (int64_t b = 0; b < B; ++b) {
+    const auto* src = static_cast<const char*>(logits.raw()) + static_cast<size_t>(b * n + n - 1) * row;
+    void* dst = static_cast<char*>(buffer.mutable_raw()) + static_cast<size_t>(b) * row;
+    if (logits.on_host())
+      std::memcpy(dst, src, row);
+    else
+      device_memory().copy(dst, Memory::Host, src, logits.memory(), row);
+  }
+  return buffer;
+}
+
 Tensor matrix(const std::vector<std::vector<int64_t>>& rows) {
   const int64_t width = rows.empty() ? 0 : static_cast<int64_t>(rows[0].size());
   Tensor t = Tensor::empty(DType::Int64, {static_cast<int64_t>(rows.size()), width});
@@ -104,6 +130,9 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
   runtime::State state(e, so);
   runtime::RunOptions ro;
   ro.state = &state;
+  // Logits made on a device stay there; only each sequence's last row comes to the host.
+  if (made_on_device(e.graph(), l.logits)) ro.outputs = Memory::Device;
+  Tensor rows_buffer;
   std::vector<std::vector<int64_t>> ids(B, std::vector<int64_t>(width, 0)), mask(B, std::vector<int64_t>(width, 0)),
       pos(B, std::vector<int64_t>(width, 1));
   std::vector<int64_t> real(B, 0);
@@ -129,13 +158,12 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
     const int64_t n = static_cast<int64_t>(ids[0].size());
     if (logits.rank() != 3 || logits.dim(0) != static_cast<int64_t>(B) || logits.dim(1) != n)
       fail("generate: the model's logits are ", logits.describe(), " for ", B, " sequence(s) of ", n, " token(s)");
-    const Tensor rows =
-        Tensor::wrap(logits.dtype(), {logits.dim(0) * n, logits.dim(2)}, logits.storage(), logits.raw());
+    const Tensor rows = last_rows(logits, rows_buffer);
     const double ms = ms_since(t0);
     bool all_done = true;
     for (size_t b = 0; b < B; ++b) {
       if (done[b]) continue;
-      const int64_t token = sample_token(rows, static_cast<int64_t>(b) * n + n - 1, options.sampling, rng[b]);
+      const int64_t token = sample_token(rows, static_cast<int64_t>(b), options.sampling, rng[b]);
       result.tokens[which[b]].push_back(token);
       const bool stop =
           std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();

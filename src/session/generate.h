@@ -15,7 +15,9 @@
 // and for prompts of different lengths an attention_mask: they are left-padded with token 0 under
 // it, with positions counting each row's real tokens, as transformers' generate pads a batch.
 // Otherwise the prompts run one after another. Each prompt finishes on its own (a finished row
-// goes on with token 0, its tokens no longer taken, until every row is done).
+// goes on with token 0, its tokens no longer taken, until every row is done). On a device plan the
+// caches stay in device memory (runtime/state.h) and so do the logits: each step brings only each
+// sequence's last row of logits to the host.
 //
 // Sampling, per row with its own generator seeded alike (a row gives what its prompt gives
 // alone): greedy (temperature 0: the most likely token, the lowest id on a tie), or the logits
