@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "core/half.h"
+#include "core/timing.h"
 #include "core/nearest_names.h"
 
 namespace reforge::session {
@@ -32,10 +33,6 @@ std::string int64_input(const runtime::Engine& e, const std::string& name, bool 
     fail("generate: input '", name, "' is ", dtype_name(v->dtype), v->has_shape ? " of rank " : "",
          v->has_shape ? std::to_string(v->shape.size()) : "", "; a decoder's ", name, " is int64 [batch, length]");
   return name;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 float logit(const Tensor& t, int64_t i) {

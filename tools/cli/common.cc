@@ -587,9 +587,4 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   return worst;
 }
 
-double percentile(const std::vector<double>& sorted, double p) {
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
-  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
-}
-
 }  // namespace reforge::cli

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/timing.h"  // percentile: bench's p50/p90/p99, generate's step times
 #include "ir/graph.h"
 #include "plan/plan.h"
 
@@ -75,10 +76,6 @@ plan::Precision parse_precision(const std::string& value);
 // For a build with bf16 activations on a CPU without bfloat16 arithmetic (no oneDNN bf16 product),
 // prints a note to stderr: there the option changes the numbers but not the speed.
 void note_bf16_activations(plan::Precision activations);
-
-// Nearest-rank percentile of sorted (non-empty) values: the smallest value with at least p% of them
-// at or below it (`bench`'s p50/p90/p99, `generate --json`'s step times).
-double percentile(const std::vector<double>& sorted, double p);
 
 // Parses "NAME=FILE.npy" pairs into tensors; errors name the argument.
 std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs);
