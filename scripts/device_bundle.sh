@@ -43,13 +43,14 @@ grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >>"$exclude"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 strip -o "$tmp/reforge" "$B/reforge"
+strip -o "$tmp/libreforge_sentencepiece.so" "$B/libreforge_sentencepiece.so"  # --tokenizer's plugin
 if [ -n "$py" ]; then
   mkdir -p "$tmp/python/reforge"
   strip -o "$tmp/python/reforge/$ext" "$P/python/reforge/$ext"
-  files=(reforge python COMMIT)
+  files=(reforge libreforge_sentencepiece.so python COMMIT)
 else
   strip -o "$tmp/reforge_tests" "$B/reforge_tests"
-  files=(reforge reforge_tests COMMIT)
+  files=(reforge libreforge_sentencepiece.so reforge_tests COMMIT)
 fi
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')" >"$tmp/COMMIT"
 mkdir -p .device
@@ -58,7 +59,7 @@ mv .device/prebuilt.tar.xz.part .device/prebuilt.tar.xz
 # What the binaries need there besides the GPU machine's CUDA libraries: the runtime packages of
 # scripts/device_debs.sh, so that a run carries .device/runtime-debs, not the build's -dev packages.
 mkdir -p .device/runtime-debs
-for p in libdnnl2 libopenblas0-openmp libgfortran5 libquadmath0 libxxhash0 libprotobuf32; do
+for p in libdnnl2 libopenblas0-openmp libgfortran5 libquadmath0 libxxhash0 libprotobuf32 libsentencepiece0; do
   ln -f .device/debs/${p}_*.deb .device/runtime-debs/
 done
 du -sh .device/prebuilt.tar.xz .device/runtime-debs

@@ -19,6 +19,7 @@
 // place), or runs would see weights no refit committed.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -43,6 +44,7 @@
 #include "session/build.h"
 #include "session/generate.h"
 #include "session/session.h"
+#include "session/text_stream.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -509,6 +511,13 @@ NB_MODULE(_reforge, m) {
       .def_prop_ro("length", &Sequence::length)
       .def_prop_ro("max_length", &Sequence::max_length)
       .def_prop_ro("needs_reset", &Sequence::needs_reset);
+  // Text prompts' streaming (python/reforge/text.py): the library's incremental detokenizer over
+  // the Python tokenizer's decode, called with the GIL held.
+  nb::class_<session::TextStream>(m, "TextStream")
+      .def(nb::init<session::TextStream::Decode, std::vector<int64_t>>(), "decode"_a, "prompt"_a)
+      .def("push", &session::TextStream::push, "token"_a)
+      .def("finish", &session::TextStream::finish)
+      .def_prop_ro("text", &session::TextStream::text);
   m.def("check", &check, "model"_a);
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
