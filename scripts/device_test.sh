@@ -2,15 +2,17 @@
 # Builds reforge from a clean tree on the GPU machine and runs the CUDA tests there: the CUDA
 # unit tests (tests/cuda_*_test.cc), the ONNX node conformance required list on the GPU
 # (`reforge conformance --device cuda`), then with --bench the GPU benchmarks against PyTorch
-# (bench/gpu_bench.py), with --oracle the refit oracle on CUDA plans (scripts/device_oracle.sh).
+# (bench/gpu_bench.py), with --generate-bench text generation against PyTorch eager and
+# torch.compile (bench/generate_gpu.py), with --oracle the refit oracle on CUDA plans
+# (scripts/device_oracle.sh).
 # Ends with the test runner's summary lines.
 #
 # The GPU machine (Ubuntu, CUDA toolkit, no network) lacks some of reforge's Debian packages:
 # scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
-#   there: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
-#   (GPU_BENCH_ARGS: more flags of bench/gpu_bench.py; CUDA_TEST_FILTER: the unit tests to run,
+#   there: scripts/device_test.sh [--bench] [--generate-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
+#   (GPU_BENCH_ARGS, GENERATE_BENCH_ARGS: more flags of the benchmarks; CUDA_TEST_FILTER: the unit tests to run,
 #   '*Cuda*' by default, '-' for none; ORACLE_ARGS: the oracle's flags)
 # --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
 # .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
@@ -22,15 +24,16 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 deps=/opt/reforge-deps
 B=${REFORGE_DEVICE_BUILD:-/tmp/reforge-device-build}
-bench=0 keep=0 prebuilt=0 conformance=1 oracle=0
+bench=0 generate_bench=0 keep=0 prebuilt=0 conformance=1 oracle=0
 for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
+    --generate-bench) generate_bench=1 ;;
     --keep-build) keep=1 ;;
     --prebuilt) prebuilt=1 ;;
     --no-conformance) conformance=0 ;;
     --oracle) oracle=1 ;;
-    *) echo "usage: scripts/device_test.sh [--bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
+    *) echo "usage: scripts/device_test.sh [--bench] [--generate-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
   esac
 done
 debs=.device/debs
@@ -150,5 +153,10 @@ if [ $bench = 1 ]; then
   # PyTorch runs with the system's libraries; reforge, its subprocess, with the unpacked packages.
   REFORGE_LD_LIBRARY_PATH=$LD_LIBRARY_PATH LD_LIBRARY_PATH=$system_ld python3 bench/gpu_bench.py \
     --reforge "$B/reforge" --out "${OUT:-$B}" ${GPU_BENCH_ARGS:-} || status=1
+fi
+if [ $generate_bench = 1 ]; then
+  echo "== text generation against PyTorch"
+  REFORGE_LD_LIBRARY_PATH=$LD_LIBRARY_PATH LD_LIBRARY_PATH=$system_ld python3 bench/generate_gpu.py \
+    --reforge "$B/reforge" --out "${OUT:-$B}" ${GENERATE_BENCH_ARGS:-} || status=1
 fi
 exit $status
