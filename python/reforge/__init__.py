@@ -177,32 +177,62 @@ class Plan:
 
     def generate(
         self,
-        input_ids: Any,
+        prompts: Any,
         max_new_tokens: int = 32,
         *,
         temperature: float = 0.0,
         top_k: int = 0,
         top_p: float = 1.0,
         seed: int = 0,
-        stop_tokens: Sequence[int] = (),
-        callback: Optional[Callable[[int, int], Optional[bool]]] = None,
+        stop_tokens: Sequence[Union[int, str]] = (),
+        callback: Optional[Callable[[int, Any], Optional[bool]]] = None,
+        tokenizer: Any = None,
+        add_special_tokens: bool = True,
     ):
         """Generates tokens with a decoder that carries a KV cache (an export with past and present
         key-values), in the library's loop: the cache lives in the engine, allocated once per
         prompt and updated in place.
 
-        ``input_ids`` is one prompt (a list or 1-D array of token ids) or several (a list of lists,
-        or a 2-D array, one prompt per row). Returns the new tokens as a numpy int64 array, one row
-        per prompt; a prompt that stopped early (a ``stop_tokens`` id, kept in its row, or its
-        callback returning False) is padded at the end with -1.
+        ``prompts`` is token ids or text:
+
+        - token ids: one prompt (a list or 1-D array of ids) or several (a list of lists, or a 2-D
+          array, one prompt per row). Returns the new tokens as a numpy int64 array, one row per
+          prompt; a prompt that stopped early (a stop token, kept in its row, or its callback
+          returning False) is padded at the end with -1. ``callback(prompt, token)`` is called as
+          each token is made.
+        - text: a ``str`` or a list of ``str``, with ``tokenizer=`` to encode it (a path to a
+          ``tokenizer.json``, read with the ``tokenizers`` package, or to a sentencepiece
+          ``tokenizer.model``, read with ``sentencepiece``, or a folder holding one; or a
+          ``tokenizers.Tokenizer``, a ``sentencepiece.SentencePieceProcessor`` or a
+          ``transformers`` tokenizer). Returns the generated text, without the prompt (as
+          transformers' text-generation pipeline with ``return_full_text=False``): a ``str`` for a
+          ``str`` prompt, a list for a list. ``callback(prompt, text)`` is called with each new
+          piece of text, decoded incrementally: a character made of several tokens comes once
+          complete, and the pieces concatenate to the returned text. ``add_special_tokens``
+          encodes the prompts as the tokenizer is configured to (a tokenizer.json's
+          post-processor, a transformers tokenizer's own, a sentencepiece model's BOS first).
+
+        With a tokenizer, generation also stops at its end-of-sequence token where it names one (a
+        sentencepiece model's, a transformers tokenizer's; a bare tokenizer.json names none: give
+        it in ``stop_tokens``), and ``stop_tokens`` may spell tokens as text (``"</s>"``).
 
         ``temperature`` 0 is greedy; otherwise tokens are drawn from softmax(logits / temperature)
         over the ``top_k`` most likely (0: all) that reach probability ``top_p``, by a generator
-        seeded with ``seed`` (the same tokens on every machine). ``callback(prompt, token)`` is
-        called as each token is made. Raises :class:`Error` naming what the model lacks (no
-        ``input_ids``, no ``logits``, no cache) or what is wrong with the arguments.
+        seeded with ``seed`` (the same tokens on every machine). A callback returning False ends
+        its prompt. Raises :class:`Error` naming what the model lacks (no ``input_ids``, no
+        ``logits``, no cache) or what is wrong with the arguments (:class:`InvalidInput` for text
+        without a tokenizer); ``ImportError`` naming the package to install for a tokenizer file.
         """
         import numpy as np
+
+        from . import text as _text
+
+        is_text = isinstance(prompts, str) or (
+            isinstance(prompts, (list, tuple)) and bool(prompts) and all(isinstance(p, str) for p in prompts)
+        )
+        if isinstance(prompts, (list, tuple)) and not is_text and any(isinstance(p, str) for p in prompts):
+            raise InvalidInput("prompts: all text or all token ids, not a mix")
+        tok = _text.tokenizer_of(tokenizer) if tokenizer is not None else None
 
         def ints(row):
             a = np.asarray(row)
@@ -210,19 +240,67 @@ class Plan:
                 raise InvalidInput("input_ids: token ids are integers, got %s" % a.dtype)
             return a
 
-        if isinstance(input_ids, (list, tuple)) and input_ids and not np.isscalar(input_ids[0]):
-            rows = [ints(r) for r in input_ids]  # prompts of any lengths
+        if is_text:
+            if tok is None:
+                raise _text.needs_tokenizer()
+            texts = [prompts] if isinstance(prompts, str) else list(prompts)
+            rows = [tok.encode(t, add_special_tokens) for t in texts]
+            for t, r in zip(texts, rows):
+                if not r:
+                    raise InvalidInput("prompt %r encodes to no tokens" % (t,))
+            prompt_ids = [list(r) for r in rows]
         else:
-            ids = ints(input_ids)
-            rows = [ids] if ids.ndim == 1 else list(ids) if ids.ndim == 2 else None
-            if rows is None:
-                raise InvalidInput("input_ids: one prompt [n] or one per row [prompts, n], got shape %s" % (ids.shape,))
-        for r in rows:
-            if r.ndim != 1:
-                raise InvalidInput("input_ids: each prompt is a 1-D sequence of token ids, got shape %s" % (r.shape,))
-        prompts = [r.tolist() for r in rows]
-        made = self._impl.generate(prompts, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                   int(seed), [int(t) for t in stop_tokens], callback)
+            if isinstance(prompts, (list, tuple)) and prompts and not np.isscalar(prompts[0]):
+                arrays = [ints(r) for r in prompts]  # prompts of any lengths
+            else:
+                ids = ints(prompts)
+                arrays = [ids] if ids.ndim == 1 else list(ids) if ids.ndim == 2 else None
+                if arrays is None:
+                    raise InvalidInput(
+                        "input_ids: one prompt [n] or one per row [prompts, n], got shape %s" % (ids.shape,)
+                    )
+            for r in arrays:
+                if r.ndim != 1:
+                    raise InvalidInput("input_ids: each prompt is a 1-D sequence of token ids, got shape %s" % (r.shape,))
+            prompt_ids = [r.tolist() for r in arrays]
+
+        stops = []
+        for s in stop_tokens:
+            if isinstance(s, str):
+                if tok is None:
+                    raise InvalidInput("stop token %r is text: give tokenizer= to look it up, or its id" % (s,))
+                i = tok.token_id(s)
+                if i is None:
+                    raise InvalidInput("stop token %r is not in the tokenizer's vocabulary" % (s,))
+                stops.append(i)
+            else:
+                stops.append(int(s))
+        if tok is not None and tok.eos is not None and tok.eos not in stops:
+            stops.append(tok.eos)
+
+        streams = None
+        on_token = callback
+        if is_text:
+            streams = [_text.text_stream(tok, r) for r in prompt_ids]
+            if callback is not None:
+
+                def on_token(i, token):
+                    piece = streams[i].push(token)
+                    return callback(i, piece) if piece else True
+
+        made = self._impl.generate(prompt_ids, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
+                                   int(seed), stops, on_token)
+        if is_text:
+            out = []
+            for i, (stream, row) in enumerate(zip(streams, made)):
+                if callback is None:
+                    for t in row:
+                        stream.push(t)
+                rest = stream.finish()
+                if rest and callback is not None:
+                    callback(i, rest)
+                out.append(stream.text)
+            return out[0] if isinstance(prompts, str) else out
         out = np.full((len(made), max((len(r) for r in made), default=0)), -1, dtype=np.int64)
         for i, r in enumerate(made):
             out[i, :len(r)] = r
