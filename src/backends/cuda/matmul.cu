@@ -1,5 +1,6 @@
 // MatMul, Gemm and reforge::MatMulAdd (below) on the GPU. Float types go through cuBLASLt: float32 exact
-// (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; integer types
+// (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; 16-bit
+// products of a few rows (a decoding step's) through a memory-bound kernel of their own (gemv.h); integer types
 // through a plain kernel. The shape logic (1-D promotion, batch broadcasting) is MatMul's own
 // (ops/nn/matmul.h), which hands each product here with device pointers.
 //
@@ -7,13 +8,16 @@
 // (N, M, K) with our B as its A and our A as its B; transposes carry over operand by operand.
 #include <cublasLt.h>
 
+#include <array>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "backends/cuda/cublaslt_api.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/gemv.h"
 #include "ops/nn/matmul.h"
 #include "ops/reforge/matmul_add_setup.h"
 
@@ -82,33 +86,50 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
-// C = A B (with alpha, beta) by cuBLASLt; with `bias` (float32, one per column of C, float32
-// products only), C = A B + bias by the bias epilogue. Returns false only when a bias was asked
-// for and cuBLASLt has no algorithm with that epilogue (the caller then adds it).
-bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
-                const float* bias = nullptr) {
+// One product's cuBLASLt descriptors and the algorithm the heuristic chose for them, kept per
+// thread by everything that decides them (dtype, shape, transposes, broadcasts, alignments, bias):
+// a decoding step runs the same products every step, and asking the heuristic costs more host time
+// than launching the product.
+struct LtPlan {
+  LtCall call;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  bool found = false;
+  cudaDataType_t scale = CUDA_R_32F;
+};
+
+using LtKey = std::array<int64_t, 13>;
+
+constexpr size_t kLtPlansKept = 512;
+
+LtPlan& lt_plan(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, const void* c, bool bias) {
+  const uint32_t align_a = alignment_of(b), align_b = alignment_of(a), align_c = alignment_of(c);
+  const LtKey key{static_cast<int64_t>(dtype), d.M, d.N, d.K, d.batch, d.trans_a, d.trans_b, d.a_broadcast,
+                  d.b_broadcast, bias, align_a, align_b, align_c};
+  thread_local std::map<LtKey, std::unique_ptr<LtPlan>> plans;
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  if (plans.size() >= kLtPlansKept) plans.clear();  // prompts of ever new lengths: start over
+  auto plan = std::make_unique<LtPlan>();
   cudaDataType_t type;
   cublasComputeType_t compute;
-  cudaDataType_t scale;
   switch (dtype) {
     case DType::Float32:
-      type = CUDA_R_32F, compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
+      type = CUDA_R_32F, compute = CUBLAS_COMPUTE_32F, plan->scale = CUDA_R_32F;
       break;
     case DType::Float16:
-      type = CUDA_R_16F, compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
+      type = CUDA_R_16F, compute = CUBLAS_COMPUTE_32F, plan->scale = CUDA_R_32F;
       break;
     case DType::BFloat16:
-      type = CUDA_R_16BF, compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
+      type = CUDA_R_16BF, compute = CUBLAS_COMPUTE_32F, plan->scale = CUDA_R_32F;
       break;
     case DType::Float64:
-      type = CUDA_R_64F, compute = CUBLAS_COMPUTE_64F, scale = CUDA_R_64F;
+      type = CUDA_R_64F, compute = CUBLAS_COMPUTE_64F, plan->scale = CUDA_R_64F;
       break;
     default:
       fail("internal error: cuBLASLt product of ", dtype_name(dtype));
   }
   const int64_t M = d.M, N = d.N, K = d.K;
-  LtCall call;
-  REFORGE_LT_CHECK(cublaslt().MatmulDescCreate(&call.op, compute, scale));
+  LtCall& call = plan->call;
+  REFORGE_LT_CHECK(cublaslt().MatmulDescCreate(&call.op, compute, plan->scale));
   // cuBLASLt's A is our B, its B our A.
   cublasOperation_t op_a = d.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t op_b = d.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -121,7 +142,6 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     REFORGE_LT_CHECK(
         cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    REFORGE_LT_CHECK(cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   if (d.trans_b)
     layout(&call.a, type, K, N, K, d.batch, d.b_broadcast ? 0 : K * N);
@@ -137,7 +157,6 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   uint64_t ws = kWorkspaceBytes;
   REFORGE_LT_CHECK(
       cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  uint32_t align_a = alignment_of(b), align_b = alignment_of(a), align_c = alignment_of(c);
   REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                         sizeof(align_a)));
   REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
@@ -146,26 +165,39 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
                                                         sizeof(align_c)));
   REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                         sizeof(align_c)));
-  Lt& h = lt();
-  cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(h.handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
-                                                  &heuristic, &found));
-  if (found == 0 && bias) return false;
-  if (found == 0)
-    fail("cuBLASLt has no algorithm for a ", dtype_name(dtype), " product of ", M, "x", K, " by ", K, "x", N,
+  REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(lt().handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
+                                                  &plan->heuristic, &found));
+  plan->found = found > 0;
+  return *plans.emplace(key, std::move(plan)).first->second;
+}
+
+// C = A B (with alpha, beta) by cuBLASLt; with `bias` (float32, one per column of C, float32
+// products only), C = A B + bias by the bias epilogue. Returns false only when a bias was asked
+// for and cuBLASLt has no algorithm with that epilogue (the caller then adds it).
+bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
+                const float* bias = nullptr) {
+  LtPlan& plan = lt_plan(dtype, d, a, b, c, bias != nullptr);
+  if (!plan.found && bias) return false;
+  if (!plan.found)
+    fail("cuBLASLt has no algorithm for a ", dtype_name(dtype), " product of ", d.M, "x", d.K, " by ", d.K, "x", d.N,
          " (batch ", d.batch, ")");
+  if (bias)
+    REFORGE_LT_CHECK(
+        cublaslt().MatmulDescSetAttribute(plan.call.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const double alpha64 = d.alpha, beta64 = d.beta;
   const float alpha32 = d.alpha, beta32 = d.beta;
-  const void* alpha = scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
-  const void* beta = scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
+  const void* alpha = plan.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = plan.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
   // A recorded product gets a workspace of the recording's own (backends/cuda/replay.cc): the
   // thread's workspace would tie every replay to this thread's concurrent eager products.
   Tensor recorded_workspace;
   if (recording()) recorded_workspace = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
+  Lt& h = lt();
   void* workspace = recorded_workspace.defined() ? recorded_workspace.mutable_raw() : h.workspace;
+  const LtCall& call = plan.call;
   REFORGE_LT_CHECK(cublaslt().Matmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
-                                  &heuristic.algo, workspace, kWorkspaceBytes, stream()));
+                                  &plan.heuristic.algo, workspace, kWorkspaceBytes, stream()));
   return true;
 }
 
@@ -224,6 +256,7 @@ void product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const voi
       }
       return;
     }
+    if (gemv_product(dtype, d, a, b, c)) return;  // a few rows of 16-bit operands: memory-bound
     lt_product(dtype, d, a, b, c);
     return;
   }

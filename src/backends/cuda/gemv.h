@@ -1,0 +1,25 @@
+// Products with few rows on 16-bit operands: a decoding step multiplies one row per sequence by
+// every weight matrix, so its time is the time to read the weights, and a kernel that streams
+// them at the memory's rate beats cuBLASLt's general kernels there (matmul.cu asks this first).
+//
+// C[M, N] = A[M, K] B[K, N], all bfloat16 or all float16, row-major, M <= kGemvMaxRows (a batch of
+// products with A's batch folded into M when B is shared). Each block owns 256 columns and a
+// slice of the rows of B: its 8 warps read B's rows in turn, each lane 8 adjacent columns with
+// one 16-byte load per row (four rows in flight), accumulating in float32; the warps' sums are
+// added in warp order in shared memory. The slices of one column range are added by the block
+// that finishes last (a counter per column range, reset by that block), in slice order, so the
+// result does not depend on which block ran when; rounded once to the output type.
+#pragma once
+
+#include "core/dtype.h"
+#include "ops/nn/matmul.h"
+
+namespace reforge::cuda {
+
+constexpr int64_t kGemvMaxRows = 8;
+
+// Runs the product as above when it is such a product (type, M, no transposes, alpha 1 and beta
+// 0, N a multiple of 8, 16-byte aligned operands) and returns true; false otherwise (nothing ran).
+bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c);
+
+}  // namespace reforge::cuda
