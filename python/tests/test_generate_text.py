@@ -211,6 +211,7 @@ def test_cli_prompt_encodes_as_sentencepiece_does(sp, tmp_path):
     np.save(tmp_path / "ids.npy", np.array(ids, dtype=np.int64))
     by_ids = cli_json("--input-ids", tmp_path / "ids.npy", "--max-new-tokens", N, "--stop", sp.eos_id())
     by_text = cli_json("--prompt", PROMPT, "--tokenizer", SPM, "--max-new-tokens", N)
+    assert by_text["prompt_tokens"] == [ids] and "prompt_tokens" not in by_ids
     assert by_text["tokens"] == by_ids["tokens"] and "text" not in by_ids
     assert by_text["text"] == [continuation(sp.decode, ids, by_ids["tokens"][0])]
     # Streamed on stdout as made, the same text.
@@ -222,6 +223,7 @@ def test_cli_prompt_encodes_as_sentencepiece_does(sp, tmp_path):
     np.save(tmp_path / "bare.npy", np.array(bare, dtype=np.int64))
     no_bos = cli_json("--prompt", PROMPT, "--tokenizer", SPM, "--no-bos", "--max-new-tokens", N)
     ids_text = cli_json("--input-ids", tmp_path / "bare.npy", "--tokenizer", SPM, "--max-new-tokens", N)
+    assert no_bos["prompt_tokens"] == [bare]
     assert no_bos["tokens"] == ids_text["tokens"] and no_bos["text"] == ids_text["text"]
 
 
@@ -229,6 +231,8 @@ def test_cli_text_equals_python_text(plan):
     prompts = ["The robot", "café 日本"]
     got = cli_json(*[a for p in prompts for a in ("--prompt", p)], "--tokenizer", SPM, "--max-new-tokens", N)
     assert got["text"] == plan.generate(prompts, max_new_tokens=N, tokenizer=SPM)
+    sp = spm.SentencePieceProcessor(model_file=str(SPM))
+    assert got["prompt_tokens"] == [sp_ids(sp, p) for p in prompts]
     out = cli_output("generate", MODEL, "--prompt", prompts[0], "--prompt", prompts[1], "--tokenizer", SPM,
                      "--max-new-tokens", N, "--threads", "1", "-q")
     assert out == "".join(t + "\n" for t in got["text"])

@@ -12,7 +12,8 @@
 // at the tokenizer's end-of-sequence token, and text prompts are encoded after its
 // beginning-of-sequence token unless --no-bos, as transformers' and ONNX Runtime GenAI's
 // tokenizers do for Llama-family models. With --json, stdout is one JSON document: {"tokens":
-// [[...], ...], "text": [...] (with --tokenizer), "first_token_ms": [...], "step_ms_p50": ...,
+// [[...], ...], "text": [...] (with --tokenizer), "prompt_tokens": [[...], ...] (what --prompt
+// texts encode to), "first_token_ms": [...], "step_ms_p50": ...,
 // "step_ms_p90": ..., "decode_tokens_per_s": ...} (the steps after the prompts' first token).
 #include <algorithm>
 #include <cstdio>
@@ -165,11 +166,13 @@ Runner add_generate(CLI::App& app) {
     std::optional<session::TextStream> stream;
     if (!a->json && prompts.size() == 1) {
       if (tokenizer) {
-        stream.emplace(decode, prompts[0]);
-        o.on_token = [&](size_t, int64_t token) {
-          std::cout << stream->push(token) << std::flush;
-          return true;
-        };
+        if (a->bench == 0) {  // --bench generates several times over: nothing to stream
+          stream.emplace(decode, prompts[0]);
+          o.on_token = [&](size_t, int64_t token) {
+            std::cout << stream->push(token) << std::flush;
+            return true;
+          };
+        }
       } else {
         o.on_token = [&](size_t, int64_t token) {
           std::cout << (open ? " " : "") << token << std::flush;
@@ -214,6 +217,7 @@ Runner add_generate(CLI::App& app) {
     nlohmann::ordered_json j;
     j["tokens"] = r.tokens;
     if (tokenizer) j["text"] = texts;
+    if (!a->prompts.empty()) j["prompt_tokens"] = prompts;
     j["first_token_ms"] = r.first_token_ms;
     std::vector<double> steps_sorted = r.step_ms;
     std::sort(steps_sorted.begin(), steps_sorted.end());
