@@ -6,6 +6,7 @@
 // ranks; fully masked rows; empty query sequences. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "support/cuda_compare.h"
+#include "support/engine_for.h"
 #include "support/make_tensor.h"
 
 using namespace reforge;
@@ -413,6 +415,97 @@ TEST(CudaFusedAttention, QAndKScaledSeparatelyWithTheNanGuard) {
          cast_tensor(c2, t)},
         "reforge::Attention mul_qk + softmax_nan zero " + tname(t), {"c1", "c2"});
   }
+}
+
+// precision 'float32' (fuse-attention's node of a 16-bit model): against a float64 computation of
+// the same 16-bit inputs (scores, masked, softmax, weighted values), every output element within
+// one unit in the last place of the 16-bit type plus 1e-5 of the largest |V|. Grouped-query heads
+// through repeat_kv, a 16-bit additive mask holding the type's lowest value (Hugging Face's
+// padding), one query row against many keys (a decoding step) and a prompt's rows.
+TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t B, Hq, Hkv, Sq, Sk, D;
+  };
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (const Case& c : {Case{1, 8, 2, 1, 600, 64}, Case{2, 4, 4, 13, 45, 32}, Case{1, 32, 8, 1, 97, 128},
+                          Case{1, 4, 1, 40, 40, 80}}) {
+      const std::string what = tname(t) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
+                               std::to_string(c.Hkv) + " Sq" + std::to_string(c.Sq) + " Sk" + std::to_string(c.Sk) +
+                               " D" + std::to_string(c.D);
+      const int64_t group = c.Hq / c.Hkv;
+      Tensor q = random_of(t, {c.B, c.Hq, c.Sq, c.D}, 91);
+      Tensor k = random_of(t, {c.B, c.Hkv, c.Sk, c.D}, 92);
+      Tensor v = random_of(t, {c.B, c.Hkv, c.Sk, c.D}, 93);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+      // Padding: the first keys of batch 1 closed with the type's lowest value; a causal edge.
+      Tensor mf = Tensor::empty(DType::Float32, {c.B, 1, c.Sq, c.Sk});
+      const float lowest = t == DType::BFloat16 ? -3.3895313892515355e+38f : -65504.0f;
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t i = 0; i < c.Sq; ++i)
+          for (int64_t j = 0; j < c.Sk; ++j)
+            mf.mutable_data<float>()[(b * c.Sq + i) * c.Sk + j] =
+                (b == 1 && j < 3) || j > i + (c.Sk - c.Sq) ? lowest : 0.0f;
+      Tensor mask = cast_tensor(mf, t);
+      auto attrs = layouts("bhsd", "bhsd", "bhsd", "bhsd");
+      attrs["scale_op"] = ir::string_attr("scale_op", "mul");
+      attrs["mask_mode"] = ir::string_attr("mask_mode", "add");
+      attrs["precision"] = ir::string_attr("precision", "float32");
+      std::vector<std::string> ins = {"Q", "K", "V", "scale", "M"};
+      ir::Graph g;
+      g.name = "attention16";
+      g.ir_version = 10;
+      g.opsets[""] = 17;
+      g.opsets["reforge"] = 1;
+      for (auto [name, x] : {std::pair<std::string, Tensor>{"Q", q}, {"K", k}, {"V", v}, {"M", mask}})
+        g.inputs.push_back(test_support::value_info(name, x.dtype(), x.shape()));
+      g.initializers["scale"] = cast_tensor(Tensor::scalar(DType::Float32, static_cast<float>(scale)), t);
+      if (group > 1) {
+        ins.insert(ins.end(), {"", "ke", "kr", "ke", "kr"});
+        g.initializers["ke"] = i64s({5}, {c.B, c.Hkv, group, c.Sk, c.D});
+        g.initializers["kr"] = i64s({4}, {c.B, c.Hq, c.Sk, c.D});
+      }
+      g.nodes.push_back(op_node("Attention", ins, {"Y"}, attrs, 1, "reforge"));
+      ir::ValueInfo y;
+      y.name = "Y";
+      g.outputs.push_back(y);
+      const Tensor got =
+          test_support::engine_for(g, {}, "cuda").run({{"Q", q}, {"K", k}, {"V", v}, {"M", mask}})[0];
+      ASSERT_EQ(got.shape(), (Shape{c.B, c.Hq, c.Sq, c.D})) << what;
+      const double sc = cast_tensor(g.initializers["scale"], DType::Float64).data<double>()[0];
+      double vmax = 0;
+      for (int64_t x = 0; x < v.numel(); ++x) vmax = std::max(vmax, std::fabs(v.as_double(x)));
+      int64_t bad = 0;
+      std::vector<double> w(static_cast<size_t>(c.Sk));
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.Hq; ++h)
+          for (int64_t i = 0; i < c.Sq; ++i) {
+            const int64_t kh = h / group;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < c.Sk; ++j) {
+              double dot = 0;
+              for (int64_t e = 0; e < c.D; ++e)
+                dot += q.as_double(((b * c.Hq + h) * c.Sq + i) * c.D + e) *
+                       k.as_double(((b * c.Hkv + kh) * c.Sk + j) * c.D + e);
+              w[static_cast<size_t>(j)] = dot * sc + mask.as_double((b * c.Sq + i) * c.Sk + j);
+              mx = std::max(mx, w[static_cast<size_t>(j)]);
+            }
+            double sum = 0;
+            for (double& x : w) sum += x = std::exp(x - mx);
+            for (int64_t e = 0; e < c.D; ++e) {
+              double want = 0;
+              for (int64_t j = 0; j < c.Sk; ++j)
+                want += w[static_cast<size_t>(j)] / sum * v.as_double(((b * c.Hkv + kh) * c.Sk + j) * c.D + e);
+              const double a = std::max(std::fabs(want), 1e-30);
+              const double ulp = std::ldexp(1.0, std::ilogb(a) - (t == DType::BFloat16 ? 7 : 10));
+              const double g_v = got.as_double(((b * c.Hq + h) * c.Sq + i) * c.D + e);
+              if (!(std::fabs(g_v - want) <= ulp + 1e-5 * vmax) && bad++ < 5)
+                ADD_FAILURE() << what << ": [" << b << "," << h << "," << i << "," << e << "] = " << g_v << ", want "
+                              << want;
+            }
+          }
+      EXPECT_EQ(bad, 0) << what;
+    }
 }
 
 // --- RotaryEmbedding and reforge::Rotary ------------------------------------------------------

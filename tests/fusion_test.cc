@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "builder/builder.h"
 #include "core/npy.h"
 #include "core/simd.h"
@@ -523,6 +524,48 @@ TEST(FusionAttention, SixteenBitScaledDotProductDecompositionStaysUnfused) {
     EXPECT_EQ(counts["reforge::Attention"], 0);
     EXPECT_EQ(counts["Softmax"], 1);
   }
+}
+
+// For the CUDA backend the same 16-bit decomposition fuses, into a node that computes in float32
+// (precision 'float32': the CUDA kernel's, tests/cuda_attention_test.cc); the build needs no GPU.
+TEST(FusionAttention, SixteenBitDecompositionFusesForCudaInFloat32) {
+  if (!backends::find_backend("cuda")) GTEST_SKIP() << "reforge is built without CUDA";
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    build::BuildOptions bo;
+    bo.backend = "cuda";
+    const plan::Plan p = build::build_plan(sdpa_graph(1, 2, 7, 8, false, dt), bo);
+    int fused = 0, softmax = 0;
+    for (const ir::Node& n : p.graph.nodes) {
+      if (n.domain == "reforge" && n.op_type == "Attention") {
+        ++fused;
+        EXPECT_EQ(n.attr_string("precision", ""), "float32");
+      }
+      softmax += n.op_type == "Softmax";
+    }
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(softmax, 0);
+  }
+}
+
+// The dynamo export of a grouped-query Llama with a cache (models/hf/llama_decode): K reaches the
+// product through the decomposition's 3-D view (Reshape, Transpose [0,2,1], Reshape) of the
+// repeated heads, whose reshapes read K's shape; fuse-attention absorbs the view and the repeat,
+// so no Expand of K or V is left (GenerateExports checks the tokens against PyTorch's).
+TEST(FusionAttention, DynamoGroupedQueryExportAbsorbsTheKeyViewAndTheRepeat) {
+  const plan::Plan p = build::build_plan(
+      onnx::import_model_file(std::string(REFORGE_SOURCE_DIR) + "/models/hf/llama_decode/A/model.onnx"), {});
+  int attention = 0, expand = 0;
+  for (const ir::Node& n : p.graph.nodes) {
+    if (n.domain == "reforge" && n.op_type == "Attention") {
+      ++attention;
+      EXPECT_EQ(n.attr_string("k_layout", ""), "bhsd") << n.label();
+      ASSERT_GE(n.inputs.size(), 10u) << n.label() << " kept its repeat_kv";
+    }
+    expand += n.op_type == "Expand";
+  }
+  EXPECT_EQ(attention, 2);
+  EXPECT_LE(expand, 1) << "only the mask's Expand may stay";
 }
 
 // rotate_half rotary embedding as both exporters write it (slice axes [3], concat axis -1), on a

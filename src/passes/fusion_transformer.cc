@@ -27,6 +27,7 @@
 // it (passes/backend_verdict.h: its checker and its shape check on the inferred input types);
 // elsewhere the unfused ops stay.
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 #include "passes/backend_verdict.h"
@@ -333,6 +334,82 @@ std::optional<RepeatKv> match_repeat_kv(GraphIndex& g, const std::string& v, std
   return RepeatKv{us->inputs[0], ex->inputs[1], rs->inputs[1], rs->attr_int("allowzero", 0)};
 }
 
+bool is_graph_output(const BuildState& s, const std::string& v) {
+  for (const auto& o : s.graph.outputs)
+    if (o.name == v) return true;
+  return false;
+}
+
+// How many of `nodes` read `v`.
+int readers_of(const BuildState& s, const std::string& v, const std::vector<ir::Node*>& nodes) {
+  int n = 0;
+  for (const ir::Node* x : nodes) n += std::count(x->inputs.begin(), x->inputs.end(), v) > 0;
+  (void)s;
+  return n;
+}
+
+// The Shape nodes that read `v` and the nodes computed from them, when every value they make is
+// read only by `matched` nodes or by each other (and is no graph output): a shape computation
+// that dies when `matched` is replaced. Empty when there is none or it reaches anything else.
+std::vector<ir::Node*> shape_readers_dying_with(GraphIndex& g, BuildState& s, const std::string& v,
+                                                const std::vector<ir::Node*>& matched) {
+  constexpr size_t kMax = 32;
+  std::set<const ir::Node*> in_set(matched.begin(), matched.end());
+  std::vector<ir::Node*> found;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    ir::Node* n = &s.graph.nodes[i];
+    if (!g.dead(i) && is(n, "Shape") && n->inputs.size() == 1 && n->inputs[0] == v) found.push_back(n);
+  }
+  if (found.empty()) return {};
+  std::set<const ir::Node*> chain(found.begin(), found.end());
+  // Grow the chain by every consumer of its values; fail on a graph output or past kMax nodes.
+  for (size_t next = 0; next < found.size(); ++next) {
+    for (const auto& o : found[next]->outputs) {
+      if (o.empty()) continue;
+      if (is_graph_output(s, o)) return {};
+      for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+        ir::Node* c = &s.graph.nodes[i];
+        if (g.dead(i) || in_set.count(c) || chain.count(c)) continue;
+        if (std::find(c->inputs.begin(), c->inputs.end(), o) == c->inputs.end()) continue;
+        // Only shape arithmetic joins the chain.
+        static const std::set<std::string> kShapeOps = {"Shape", "Slice", "Concat", "Gather", "Squeeze", "Unsqueeze",
+                                                        "Cast"};
+        if (!c->domain.empty() || !kShapeOps.count(c->op_type) || found.size() >= kMax) return {};
+        chain.insert(c);
+        found.push_back(c);
+      }
+    }
+  }
+  return found;
+}
+
+bool same_dim(const ops::SymDim& a, const ops::SymDim& b) {
+  if (a.known() || b.known()) return a.known() && b.known() && a.value() == b.value();
+  return a.symbol() != "?" && a.symbol() == b.symbol();
+}
+
+// K (with the three view nodes) when `kt` is Reshape(Transpose(Reshape(K, [B*H,S,D]), [0,2,1]),
+// [B,H,D,S]) of a K [B,H,S,D] (fuse_attention), each intermediate read once.
+std::optional<std::pair<std::string, std::vector<ir::Node*>>> k_transpose_view(GraphIndex& g, BackendVerdict& verdict,
+                                                                               const std::string& kt) {
+  ir::Node* r2 = g.producer(kt, "Reshape");
+  if (!r2 || !g.single_use(kt)) return std::nullopt;
+  ir::Node* t = g.producer(r2->inputs[0], "Transpose");
+  if (!t || !g.single_use(r2->inputs[0]) || !perm_is(*t, {0, 2, 1})) return std::nullopt;
+  ir::Node* r1 = g.producer(t->inputs[0], "Reshape");
+  if (!r1 || !g.single_use(t->inputs[0])) return std::nullopt;
+  const ops::ValueType* x = verdict.type_of(r1->inputs[0]);
+  const ops::ValueType* mid = verdict.type_of(t->inputs[0]);
+  const ops::ValueType* out = verdict.type_of(kt);
+  if (!x || !mid || !out || !x->rank_known || !mid->rank_known || !out->rank_known) return std::nullopt;
+  if (x->shape.size() != 4 || mid->shape.size() != 3 || out->shape.size() != 4) return std::nullopt;
+  const auto& a = x->shape;
+  if (!(same_dim(mid->shape[1], a[2]) && same_dim(mid->shape[2], a[3]) && same_dim(out->shape[0], a[0]) &&
+        same_dim(out->shape[1], a[1]) && same_dim(out->shape[2], a[3]) && same_dim(out->shape[3], a[2])))
+    return std::nullopt;
+  return std::make_pair(r1->inputs[0], std::vector<ir::Node*>{r2, t, r1});
+}
+
 }  // namespace
 
 void fuse_attention(BuildState& s) {
@@ -344,6 +421,12 @@ void fuse_attention(BuildState& s) {
     if (g.dead(i) || !is(sm, "Softmax")) continue;
     if (sm->attr_int("axis", sm->opset >= 13 ? -1 : 1) != -1) continue;
     std::vector<ir::Node*> matched = {sm};
+    // A constant zero of one element, of any float type (a 16-bit model's guard is 16-bit).
+    auto is_zero = [&](const std::string& v) {
+      if (!g.is_const(v) || s.consts.at(v).value.numel() != 1) return false;
+      const Tensor& t = s.consts.at(v).value;
+      return is_float(t.dtype()) && cast_tensor(t, DType::Float64).data<double>()[0] == 0.0;
+    };
     // Softmax -> [Where(IsNaN(P), 0, P)] -> MatMul(P, V)
     std::string probs = sm->outputs[0];
     bool nan_zero = false;
@@ -357,8 +440,7 @@ void fuse_attention(BuildState& s) {
         if (is(c, "Where")) guard = c;
       }
       if (isnan && guard && guard->inputs.size() == 3 && guard->inputs[0] == isnan->outputs[0] &&
-          guard->inputs[2] == probs && g.single_use(isnan->outputs[0]) && g.is_const(guard->inputs[1]) &&
-          g.scalar(guard->inputs[1]) == 0.0) {
+          guard->inputs[2] == probs && g.single_use(isnan->outputs[0]) && is_zero(guard->inputs[1])) {
         matched.push_back(isnan);
         matched.push_back(guard);
         probs = guard->outputs[0];
@@ -469,17 +551,30 @@ void fuse_attention(BuildState& s) {
         }
       }
     }
-    // Float32 only, shown by a constant of the pattern. A 16-bit model's attention stays unfused:
-    // the CPU's kernel would run it as the unfused ops anyway, and the CUDA kernel's 16-bit path
-    // (three passes over the keys, to round as the unfused Softmax does) is several times slower
-    // than the unfused products on a long prompt (docs/cuda.md, "Attention").
+    // Float32, shown by a constant of the pattern, or 16-bit: then the fused node computes in
+    // float32 (precision 'float32', as flash attention does), which only a backend whose kernel
+    // takes it fuses (the CUDA backend; the CPU declines it and keeps the unfused ops, as rounding
+    // like the unfused Softmax in a fused kernel is several times slower than those ops).
     bool f32 = (!scale.empty() && g.const_dtype(scale) == DType::Float32) ||
                (!fill.empty() && g.const_dtype(fill) == DType::Float32) ||
                (mask_mode == "add" && g.const_dtype(mask) == DType::Float32);
-    if (!f32) continue;
-    // K^T: Transpose(K, [0,1,3,2]) of [B,H,S,D] or Transpose(K, [0,2,3,1]) of [B,S,H,D].
+    const auto half = [&](const std::string& v) {
+      if (v.empty()) return false;
+      const ops::ValueType* t = verdict.type_of(v);
+      return t && (t->dtype == DType::BFloat16 || t->dtype == DType::Float16);
+    };
+    const bool sixteen = !f32 && half(qk_q) && half(pv->inputs[1]);
+    if (!f32 && !sixteen) continue;
+    // K^T: Transpose(K, [0,1,3,2]) of [B,H,S,D] or Transpose(K, [0,2,3,1]) of [B,S,H,D], or the
+    // decomposition's 3-D view of the first: Reshape(Transpose(Reshape(K, [B*H,S,D]), [0,2,1]),
+    // [B,H,D,S]) (shapes proven by inference: K [B,H,S,D], the 3-D view [., S, D], the result
+    // [B,H,D,S]; the first reshape then merges B and H, which the last splits again).
     std::string k = qk_k, k_layout = "bhds";
-    if (ir::Node* t = g.producer(k, "Transpose"); t && g.single_use(k)) {
+    if (auto view = k_transpose_view(g, verdict, k)) {
+      k = view->first;
+      k_layout = "bhsd";
+      matched.insert(matched.end(), view->second.begin(), view->second.end());
+    } else if (ir::Node* t = g.producer(k, "Transpose"); t && g.single_use(k)) {
       if (perm_is(*t, {0, 1, 3, 2}))
         k_layout = "bhsd";
       else if (perm_is(*t, {0, 2, 3, 1}))
@@ -503,12 +598,16 @@ void fuse_attention(BuildState& s) {
     }
     // Grouped-query attention: K and V repeated per group (only from [B,Hkv,S,D]).
     std::optional<RepeatKv> krep, vrep;
-    if (k_layout == "bhsd" && g.single_use(k)) krep = match_repeat_kv(g, k, matched);
+    const size_t before_repeat = matched.size();
+    // K's shape may also be read for the view's reshapes (Shape(K) -> Slice -> Concat): those
+    // readers die with the view, so they do not keep the repeat alive.
+    std::vector<ir::Node*> k_shape_readers = shape_readers_dying_with(g, s, k, matched);
+    if (k_layout == "bhsd" && (g.single_use(k) || (!k_shape_readers.empty() && g.uses(k) == 1 + readers_of(s, k, k_shape_readers) && !is_graph_output(s, k))))
+      if ((krep = match_repeat_kv(g, k, matched))) matched.insert(matched.end(), k_shape_readers.begin(), k_shape_readers.end());
     if (v_layout == "bhsd" && g.single_use(v)) vrep = match_repeat_kv(g, v, matched);
     if (krep.has_value() != vrep.has_value() || (krep && krep->allowzero != vrep->allowzero)) {
-      if (krep && vrep) matched.resize(matched.size() - 3);
       // Both or neither: undo the partial match by rematching without repeat_kv.
-      matched.resize(matched.size() - 3);
+      matched.resize(before_repeat);
       krep.reset();
       vrep.reset();
     }
@@ -540,6 +639,11 @@ void fuse_attention(BuildState& s) {
       f.inputs.push_back(k_scale);
     }
     while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
+    // A value the fused node reads must not be made by a shape computation that dies with it.
+    bool reads_dying = false;
+    for (const ir::Node* n : k_shape_readers)
+      for (const auto& o : n->outputs) reads_dying |= std::find(f.inputs.begin(), f.inputs.end(), o) != f.inputs.end();
+    if (krep && reads_dying) continue;
     f.outputs = {last->outputs[0]};
     f.attrs["q_layout"] = ir::string_attr("q_layout", q_layout);
     f.attrs["k_layout"] = ir::string_attr("k_layout", k_layout);
@@ -548,6 +652,7 @@ void fuse_attention(BuildState& s) {
     f.attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
     f.attrs["mask_mode"] = ir::string_attr("mask_mode", mask_mode);
     if (nan_zero) f.attrs["softmax_nan"] = ir::string_attr("softmax_nan", "zero");
+    if (sixteen) f.attrs["precision"] = ir::string_attr("precision", "float32");
     if (krep) f.attrs["kv_allowzero"] = ir::int_attr("kv_allowzero", krep->allowzero);
     if (verdict.declines(f)) continue;  // the unfused ops stay
     for (ir::Node* n : matched)

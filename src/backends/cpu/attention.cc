@@ -513,7 +513,13 @@ void attention_kernel(KernelContext& ctx) {
 namespace reforge::cpu {
 
 void register_attention_kernels(KernelRegistry& r) {
-  r.add({"cpu", "reforge", "Attention", 1, INT_MAX, ops::attention_kernel, ops::fused_attention_check});
+  // 16-bit attention in float32 is the CUDA kernel's: here it stays the unfused ops.
+  auto check = [](const ir::Node& n) -> std::string {
+    if (n.attr_string("precision", "rounded") == "float32")
+      return "precision 'float32' (16-bit attention computed in float32) runs on the CUDA backend only";
+    return ops::fused_attention_check(n);
+  };
+  r.add({"cpu", "reforge", "Attention", 1, INT_MAX, ops::attention_kernel, check});
 }
 
 }  // namespace reforge::cpu

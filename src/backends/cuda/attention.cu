@@ -10,13 +10,15 @@
 //
 // ONNX Attention rounds where the ONNX reference rounds (Q and K scaled by sqrt(scale), the QK
 // product, softcap, the biased score). When the softmax precision is a 16-bit type (the default
-// for 16-bit inputs; reforge::Attention on 16-bit inputs, whose CPU reference is the unfused
-// Softmax) the kernel makes three passes over the keys instead of one: the row max, then the sum,
+// for 16-bit inputs; reforge::Attention on 16-bit inputs with precision 'rounded', whose CPU
+// reference is the unfused Softmax) the kernel makes three passes over the keys instead of one: the row max, then the sum,
 // then the weighted values, so that x - max, the exponentials, the sum (accumulated in float and
 // rounded once; with the reference's rounding, ops/numerics.h, bfloat16 sums in key order,
 // rounded after each addition) and every weight e / sum round exactly as on the CPU. A row whose
 // every key is closed (attn_mask false or -inf, causal, window, padding) yields zeros; a NaN score
 // makes the row NaN. reforge::Attention follows the CPU: a row whose scores are all -inf is NaN.
+// reforge::Attention with precision 'float32' (fuse-attention's node of 16-bit inputs) makes one
+// pass in float32, rounding nothing to the inputs' type before the output.
 //
 // present_key/present_value (past ++ new, 4-D) are written by a copy kernel; the attention kernel
 // then reads keys and values from them. The optional qk_matmul_output comes from a second, simple
@@ -163,6 +165,7 @@ struct AttnParams {
   const void* k_scale_p = nullptr;  // mul_qk: K's factor
   int k_scale_type = kF32;
   bool nan_rows_zero = false;    // softmax_nan 'zero': a NaN softmax row gives zeros
+  bool f32 = false;              // precision 'float32': nothing rounded to T before the output
   const bool* mask_b = nullptr;  // where modes: the score becomes `fill` where mask == fill_when
   bool fill_when = true;
   const void* fill_p = nullptr;
@@ -232,10 +235,10 @@ template <typename T>
 __device__ __forceinline__ compute_t<T> fused_score(const AttnParams<T>& p, compute_t<T> dot, compute_t<T> scale,
                                                     compute_t<T> fill, int64_t b, int64_t h, int64_t i, int64_t j) {
   using C = compute_t<T>;
-  C s = round_t<T>(dot);
-  if (p.scale_op == 1 || p.scale_op == 2)
-    s = round_t<T>(p.scale_op == 2 && !std::is_same_v<T, C> ? s / scale : s * scale);
-  if (p.mask) s = round_t<T>(s + p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
+  const auto r = [&](C v) { return p.f32 ? v : round_t<T>(v); };
+  C s = r(dot);
+  if (p.scale_op == 1 || p.scale_op == 2) s = r(p.scale_op == 2 && !std::is_same_v<T, C> ? s / scale : s * scale);
+  if (p.mask) s = r(s + p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
   if (p.mask_b && p.mask_b[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk] == p.fill_when) s = fill;
   return s;
 }
@@ -303,7 +306,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
       const T* q = p.q + b * p.q_sb + h * p.q_sh + i * p.q_ss;
       for (int64_t e = lane; e < D; e += 32)
         qrow[e] = Onnx ? round_t<T>(load_c(q, e) * scale_t)
-                       : (p.scale_op == 3 ? round_t<T>(load_c(q, e) * q_mul) : load_c(q, e));
+                       : (p.scale_op == 3 ? (p.f32 ? load_c(q, e) * q_mul : round_t<T>(load_c(q, e) * q_mul))
+                                          : load_c(q, e));
       for (int64_t e = lane; e < Dv; e += 32) acc[e] = 0;
     }
     C m = ninf, l = 0;
@@ -321,7 +325,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         for (int64_t x = threadIdx.x; x < int64_t{nk} * D; x += kThreads) {
           const int64_t jj = x / D, e = x - jj * D;
           const C kv = load_c(kbase, (j0 + jj) * p.k_ss + e * p.k_sd);
-          ks[jj * kstride + e] = Onnx ? round_t<T>(kv * scale_t) : (p.scale_op == 3 ? round_t<T>(kv * k_mul) : kv);
+          ks[jj * kstride + e] = Onnx ? round_t<T>(kv * scale_t)
+                                      : (p.scale_op == 3 ? (p.f32 ? kv * k_mul : round_t<T>(kv * k_mul)) : kv);
         }
         if (pass == 2)
           for (int64_t x = threadIdx.x; x < int64_t{nk} * Dv; x += kThreads) {
@@ -916,7 +921,8 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
       p.fill_p = device_data(ctx.input(5), fill_hold);
     }
   }
-  p.prec = prec_of(q.dtype());
+  p.f32 = ctx.attr_string("precision", "rounded") == "float32";
+  p.prec = p.f32 ? kNone : prec_of(q.dtype());
   p.reference = ops::reference_rounding(ctx.node());
   Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
   y_shape.erase(y_shape.begin(), y_shape.begin() + (4 - out_rank));  // ranks 2, 3: the leading 1s go

@@ -12,7 +12,10 @@
 
 namespace reforge::ops {
 
-// The checker of both kernels: layouts, scale_op, mask_mode.
+// The checker of both kernels: layouts, scale_op, precision, mask_mode. precision 'rounded' (the
+// default) rounds as the unfused ops do, in the inputs' type; 'float32' (fuse-attention's node of
+// 16-bit inputs) computes scores, softmax and the weighted sum in float32 and rounds the output
+// once (the CPU's kernel declines it: there 16-bit attention stays unfused).
 inline std::string fused_attention_check(const ir::Node& n) {
   for (const char* a : {"q_layout", "v_layout", "out_layout", "k_layout"}) {
     std::string v = n.attr_string(a, "bhsd");
@@ -26,6 +29,8 @@ inline std::string fused_attention_check(const ir::Node& n) {
     return "scale_op 'mul_qk' needs the scale (input 3) and the K scale (input 10)";
   std::string z = n.attr_string("softmax_nan", "keep");
   if (z != "keep" && z != "zero") return "softmax_nan '" + z + "' is not one of keep, zero";
+  std::string pr = n.attr_string("precision", "rounded");
+  if (pr != "rounded" && pr != "float32") return "precision '" + pr + "' is not one of rounded, float32";
   std::string m = n.attr_string("mask_mode", "none");
   if (m != "none" && m != "add" && m != "where_fill_true" && m != "where_fill_false")
     return "mask_mode '" + m + "' is not one of none, add, where_fill_true, where_fill_false";
