@@ -144,6 +144,10 @@ struct AttnParams {
   int64_t y_sb = 0, y_sh = 0, y_ss = 0;
   int64_t B = 0, Hq = 0, Sq = 0, L = 0, D = 0, Dv = 0;
   int64_t k_group = 1, v_group = 1;  // q head h reads kv head h / group (group = Hq: head 0)
+  // Query heads a block serves (a divisor of kRows and of both groups): its warps take hpb heads
+  // that read the same K/V head, kRows / hpb rows each, so a short query (a decoding step) keeps
+  // every warp busy on one K/V tile.
+  int hpb = 1;
   // ONNX Attention.
   double sqrt_scale = 1;  // Q and K are each scaled by it (rounded to T)
   double softcap = 0;
@@ -292,12 +296,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
   // to that precision (and the weight to T) as the CPU does.
   const bool exact_weights = p.prec != kNone;
   const int first_pass = p.prec == kNone ? 2 : 0;
-  const int64_t qblocks = (p.Sq + kRows - 1) / kRows;
-  const int64_t nblocks = p.B * p.Hq * qblocks;
+  const int rpb = kRows / p.hpb;  // query rows per head in a block
+  const int64_t qblocks = (p.Sq + rpb - 1) / rpb, hblocks = p.Hq / p.hpb;
+  const int64_t nblocks = p.B * hblocks * qblocks;
   for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
     const int64_t qb = blk % qblocks, bh = blk / qblocks;
-    const int64_t b = bh / p.Hq, h = bh % p.Hq;
-    const int64_t i = qb * kRows + warp;
+    const int64_t b = bh / hblocks, h = (bh % hblocks) * p.hpb + warp / rpb;
+    const int64_t i = qb * rpb + warp % rpb;
     const bool live = i < p.Sq;
     const T* kbase = p.k + b * p.k_sb + (h / p.k_group) * p.k_sh;
     const T* vbase = p.v + b * p.v_sb + (h / p.v_group) * p.v_sh;
@@ -544,7 +549,8 @@ void launch_attention(const AttnParams<T>& p, const std::string& where) {
   if (p.B * p.Hq * p.Sq == 0 || p.Dv == 0) return;
   size_t bytes = 0;
   const int tile = pick_tile<compute_t<T>>(p.D, p.Dv, where, bytes);
-  const int64_t nblocks = p.B * p.Hq * ((p.Sq + kRows - 1) / kRows);
+  const int64_t rpb = kRows / p.hpb;
+  const int64_t nblocks = p.B * (p.Hq / p.hpb) * ((p.Sq + rpb - 1) / rpb);
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(nblocks, 2147483647));
   attention_kernel<T, Onnx><<<grid, kThreads, bytes, stream()>>>(p, tile);
   check_launch("Attention");
@@ -922,6 +928,11 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     }
   }
   p.f32 = ctx.attr_string("precision", "rounded") == "float32";
+  // A short query under grouped heads: a block's warps take several heads of one K/V head.
+  int rows = 1;
+  while (rows < p.Sq && rows < kRows) rows *= 2;
+  p.hpb = kRows / rows;
+  while (p.hpb > 1 && (p.k_group % p.hpb || p.v_group % p.hpb || p.Hq % p.hpb)) p.hpb /= 2;
   p.prec = p.f32 ? kNone : prec_of(q.dtype());
   p.reference = ops::reference_rounding(ctx.node());
   Shape y_shape = out_layout == Layout::BHSD ? Shape{p.B, p.Hq, p.Sq, p.Dv} : Shape{p.B, p.Sq, p.Hq, p.Dv};
