@@ -421,7 +421,8 @@ TEST(CudaFusedAttention, QAndKScaledSeparatelyWithTheNanGuard) {
 // the same 16-bit inputs (scores, masked, softmax, weighted values), every output element within
 // one unit in the last place of the 16-bit type plus 1e-5 of the largest |V|. Grouped-query heads
 // through repeat_kv, a 16-bit additive mask holding the type's lowest value (Hugging Face's
-// padding), one query row against many keys (a decoding step) and a prompt's rows.
+// padding), one query row against many keys (a decoding step, its keys split across blocks) and
+// a prompt's rows (16 or more: through cuBLASLt's products in float32).
 TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
   REQUIRE_GPU();
   struct Case {
@@ -429,7 +430,7 @@ TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
   };
   for (DType t : {DType::BFloat16, DType::Float16})
     for (const Case& c : {Case{1, 8, 2, 1, 600, 64}, Case{2, 4, 4, 13, 45, 32}, Case{1, 32, 8, 1, 97, 128},
-                          Case{1, 4, 1, 40, 40, 80}}) {
+                          Case{1, 4, 1, 40, 40, 80}, Case{2, 8, 2, 24, 50, 64}, Case{1, 32, 8, 130, 130, 64}}) {
       const std::string what = tname(t) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
                                std::to_string(c.Hkv) + " Sq" + std::to_string(c.Sq) + " Sk" + std::to_string(c.Sk) +
                                " D" + std::to_string(c.D);

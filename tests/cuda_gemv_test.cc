@@ -5,13 +5,20 @@
 // that fill a block's 256 columns, leave part of one, or are a single group of 8; depths below a
 // block's eight warps, uneven, and long enough to be split across blocks (the last block adds the
 // slices); every product runs twice (the split's counters are reset by the product that used
-// them).
+// them). DISABLED_CudaGemv.TimesAgainstCublasLt (run by name on the GPU machine) prints the
+// kernel's bandwidth against cuBLASLt's on a decoding step's shapes.
 #include <gtest/gtest.h>
+#ifdef REFORGE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "backends/cuda/gemv.h"
 #include "core/half.h"
 #include "support/cuda_compare.h"
 #include "support/engine_for.h"
@@ -90,5 +97,58 @@ TEST(CudaGemv, BatchOfRowsSharingTheWeight) {
   // Past the kernel's rows: cuBLASLt, to the same bound.
   check_product(DType::BFloat16, {3, 4, 512}, 512, 264, 11);
 }
+
+#ifdef REFORGE_HAVE_CUDA
+// Not a test: bandwidth of the kernel (at 1, 2 and 4 blocks per multiprocessor) and of cuBLASLt
+// on the products of a Llama decoding step (1.1B and 7B shapes), each timed with CUDA events over
+// weights cycled through 512 MB of copies (as a step streams them from memory, not from L2).
+TEST(CudaGemv, DISABLED_TimesAgainstCublasLt) {
+  REQUIRE_GPU();
+  struct Shape2 {
+    int64_t M, K, N;
+  };
+  const std::vector<Shape2> shapes = {{1, 2048, 2048}, {1, 2048, 512},  {1, 2048, 8192}, {1, 8192, 2048},
+                                      {1, 2048, 32000}, {1, 4096, 4096}, {1, 4096, 11008}, {1, 11008, 4096},
+                                      {8, 2048, 8192}};
+  printf("%-22s %10s %10s %10s %10s   (GB/s of the weights)\n", "M x K x N", "gemv/1", "gemv/2", "gemv/4", "cuBLASLt");
+  for (const Shape2& sh : shapes) {
+    const size_t wbytes = static_cast<size_t>(sh.K * sh.N) * 2;
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / wbytes));
+    std::vector<Tensor> w;
+    for (int i = 0; i < copies; ++i) w.push_back(device_memory().allocate(DType::BFloat16, {sh.K, sh.N}));
+    for (Tensor& t : w) cudaMemset(t.mutable_raw(), 0, wbytes);
+    Tensor a = device_memory().allocate(DType::BFloat16, {sh.M, sh.K});
+    Tensor c = device_memory().allocate(DType::BFloat16, {sh.M, sh.N});
+    cudaMemset(a.mutable_raw(), 0, static_cast<size_t>(sh.M * sh.K) * 2);
+    ops::nn::MatmulDims d;
+    d.M = sh.M;
+    d.K = sh.K;
+    d.N = sh.N;
+    auto time = [&](const std::function<void(const void*)>& product) {
+      for (int i = 0; i < copies; ++i) product(w[static_cast<size_t>(i)].raw());
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      const int iters = std::max(copies, 200);
+      cudaEventRecord(e0, cudaStreamPerThread);
+      for (int i = 0; i < iters; ++i) product(w[static_cast<size_t>(i % copies)].raw());
+      cudaEventRecord(e1, cudaStreamPerThread);
+      cudaEventSynchronize(e1);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      return static_cast<double>(wbytes) * iters / (ms * 1e-3) / 1e9;
+    };
+    double g[3];
+    const int per_sm[3] = {1, 2, 4};
+    for (int v = 0; v < 3; ++v)
+      g[v] = time([&](const void* b) { ASSERT_TRUE(cuda::gemv_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw(), per_sm[v])); });
+    const double lt = time([&](const void* b) { cuda::cublaslt_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw()); });
+    const std::string name = std::to_string(sh.M) + " x " + std::to_string(sh.K) + " x " + std::to_string(sh.N);
+    printf("%-22s %10.0f %10.0f %10.0f %10.0f\n", name.c_str(), g[0], g[1], g[2], lt);
+  }
+}
+#endif
 
 }  // namespace

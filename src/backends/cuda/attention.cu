@@ -35,6 +35,7 @@
 #include "backends/cuda/device_ops.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/launch.h"
+#include "backends/cuda/lt_gemm.h"
 #include "backends/cuda/shape_facts.h"
 #include "core/error.h"
 #include "ops/numerics.h"
@@ -148,6 +149,13 @@ struct AttnParams {
   // that read the same K/V head, kRows / hpb rows each, so a short query (a decoding step) keeps
   // every warp busy on one K/V tile.
   int hpb = 1;
+  // Splits of the keys (flash decoding; single-pass softmax only): block s of a row's splits
+  // walks keys [s * split_len, (s + 1) * split_len) and leaves its unnormalized sum, max and
+  // exponential sum in `part` [row][split][Dv + 2] (row = (b * Hq + h) * Sq + i); combine_kernel
+  // joins them.
+  int splits = 1;
+  int64_t split_len = 0;
+  float* part = nullptr;
   // ONNX Attention.
   double sqrt_scale = 1;  // Q and K are each scaled by it (rounded to T)
   double softcap = 0;
@@ -298,8 +306,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
   const int first_pass = p.prec == kNone ? 2 : 0;
   const int rpb = kRows / p.hpb;  // query rows per head in a block
   const int64_t qblocks = (p.Sq + rpb - 1) / rpb, hblocks = p.Hq / p.hpb;
-  const int64_t nblocks = p.B * hblocks * qblocks;
-  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+  const int64_t nblocks = p.B * hblocks * qblocks * p.splits;
+  for (int64_t blk_s = blockIdx.x; blk_s < nblocks; blk_s += gridDim.x) {
+    const int64_t split = blk_s % p.splits, blk = blk_s / p.splits;
+    const int64_t j_lo = p.splits > 1 ? split * p.split_len : 0;
+    const int64_t j_hi = p.splits > 1 ? min(L, j_lo + p.split_len) : L;
     const int64_t qb = blk % qblocks, bh = blk / qblocks;
     const int64_t b = bh / hblocks, h = (bh % hblocks) * p.hpb + warp / rpb;
     const int64_t i = qb * rpb + warp % rpb;
@@ -324,8 +335,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         l = round_s(l, p.prec);
         if (l == C(0)) l = 1;
       }
-      for (int64_t j0 = 0; j0 < L; j0 += tile) {
-        const int nk = L - j0 < tile ? static_cast<int>(L - j0) : tile;
+      for (int64_t j0 = j_lo; j0 < j_hi; j0 += tile) {
+        const int nk = j_hi - j0 < tile ? static_cast<int>(j_hi - j0) : tile;
         __syncthreads();  // the previous tile is consumed
         for (int64_t x = threadIdx.x; x < int64_t{nk} * D; x += kThreads) {
           const int64_t jj = x / D, e = x - jj * D;
@@ -397,7 +408,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         __syncwarp();
       }
     }
-    if (live) {
+    if (live && p.splits > 1) {  // this split's share, joined by combine_kernel
+      float* out = p.part + (((b * p.Hq + h) * p.Sq + i) * p.splits + split) * (Dv + 2);
+      for (int64_t e = lane; e < Dv; e += 32) out[e] = static_cast<float>(acc[e]);
+      if (lane == 0) {
+        out[Dv] = static_cast<float>(m);
+        out[Dv + 1] = static_cast<float>(l);
+      }
+    } else if (live) {
       if (Onnx) open = __any_sync(0xffffffffu, open);
       T* y = p.y + b * p.y_sb + h * p.y_sh + i * p.y_ss;
       for (int64_t e = lane; e < Dv; e += 32) {
@@ -407,6 +425,40 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
         if (!Onnx && p.nan_rows_zero && (isnan(r) || isnan(l))) r = 0;
         y[e] = store_c<T>(r);
       }
+    }
+  }
+}
+
+// Joins the key splits of reforge::Attention's single-pass kernel: one warp per query row; the
+// splits' maxima give the row's, each split's sums are rescaled to it (exp(m_s - m)) and added in
+// split order; then the row ends as the kernel ends it (a row of only -inf scores is NaN).
+template <typename T>
+__global__ void combine_kernel(const AttnParams<T> p) {
+  const int64_t rows = p.B * p.Hq * p.Sq;
+  const int lane = threadIdx.x % 32;
+  const int64_t Dv = p.Dv;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x / 32) {
+    const int64_t i = r % p.Sq, bh = r / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
+    const float* part = p.part + r * p.splits * (Dv + 2);
+    float m = -INFINITY;
+    for (int s = 0; s < p.splits; ++s) m = fmaxf(m, part[s * (Dv + 2) + Dv]);  // NaN never adopted
+    float l = 0;
+    for (int s = 0; s < p.splits; ++s) {
+      const float ms = part[s * (Dv + 2) + Dv];
+      l += ms == -INFINITY ? 0.f : part[s * (Dv + 2) + Dv + 1] * expf(ms - m);
+    }
+    T* y = p.y + b * p.y_sb + h * p.y_sh + i * p.y_ss;
+    for (int64_t e = lane; e < Dv; e += 32) {
+      float a = 0;
+      for (int s = 0; s < p.splits; ++s) {
+        const float ms = part[s * (Dv + 2) + Dv];
+        if (ms != -INFINITY) a += part[s * (Dv + 2) + e] * expf(ms - m);
+      }
+      float v = l == 0.f ? 0.f : a / l;
+      if (p.L > 0 && m == -INFINITY) v = NAN;  // exp(-inf - -inf), as one pass makes it
+      if (p.nan_rows_zero && (isnan(v) || isnan(l))) v = 0;
+      y[e] = store_c<T>(static_cast<compute_t<T>>(v));
     }
   }
 }
@@ -550,10 +602,32 @@ void launch_attention(const AttnParams<T>& p, const std::string& where) {
   size_t bytes = 0;
   const int tile = pick_tile<compute_t<T>>(p.D, p.Dv, where, bytes);
   const int64_t rpb = kRows / p.hpb;
-  const int64_t nblocks = p.B * (p.Hq / p.hpb) * ((p.Sq + rpb - 1) / rpb);
+  const int64_t blocks = p.B * (p.Hq / p.hpb) * ((p.Sq + rpb - 1) / rpb);
+  AttnParams<T> q = p;
+  Tensor part;
+  // Few blocks (a decoding step) over many keys: split the keys so that every multiprocessor
+  // works, each split at least two tiles (single-pass softmax of reforge::Attention only).
+  if (!Onnx && p.prec == kNone && p.L > 2 * tile) {
+    const int64_t want = (2 * multiprocessors() + blocks - 1) / blocks;
+    const int64_t most = (p.L + 2 * tile - 1) / (2 * tile);
+    const int64_t splits = std::min<int64_t>({want, most, 64});
+    if (splits > 1) {
+      q.split_len = (p.L + splits - 1) / splits;
+      q.split_len = (q.split_len + tile - 1) / tile * tile;
+      q.splits = static_cast<int>((p.L + q.split_len - 1) / q.split_len);
+      part = device_tensor(DType::Float32, {p.B * p.Hq * p.Sq * q.splits * (p.Dv + 2)});
+      q.part = part.mutable_data<float>();
+    }
+  }
+  const int64_t nblocks = blocks * q.splits;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(nblocks, 2147483647));
-  attention_kernel<T, Onnx><<<grid, kThreads, bytes, stream()>>>(p, tile);
+  attention_kernel<T, Onnx><<<grid, kThreads, bytes, stream()>>>(q, tile);
   check_launch("Attention");
+  if (q.splits > 1) {
+    const int64_t rows = p.B * p.Hq * p.Sq;
+    combine_kernel<T><<<blocks_for(rows * 32), 256, 0, stream()>>>(q);
+    check_launch("Attention (combine)");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -798,6 +872,147 @@ int64_t repeat_group(const View4& kv, const std::vector<int64_t>& es, const std:
 // K's head size Q's and V's sequence K's; a mask that broadcasts to the scores (a single query
 // row broadcasts up to the mask's rows); one-element scale and fill of a type the kernel reads;
 // head sizes whose tiles fit in shared memory.
+// ---- reforge::Attention's prompt form in float32 through cuBLASLt ----------------------------
+// A 16-bit attention of precision 'float32' over a long query (a prompt) has the products of a
+// dense layer: S = Q K^T (16-bit operands, float32 result) per head, a float32 softmax of S (the
+// scale, the mask, the NaN rules of the fused kernel), and P V in float32 (V widened; no TF32),
+// rounded once to the output. The tensor cores take the first product; the fused kernel (a warp
+// per row on CUDA cores) would take several times longer.
+
+constexpr int64_t kPromptRows = 16;                  // queries from which the prompt form runs
+constexpr int64_t kPromptScores = int64_t{64} << 20;  // float32 scores it may hold (256 MB)
+
+// Rows of S [B * Hq * Sq, L] in place: scaled, masked, softmax (float32).
+template <typename T>
+__global__ void prompt_softmax_kernel(const AttnParams<T> p, float* S) {
+  const int64_t rows = p.B * p.Hq * p.Sq, L = p.L;
+  const int lane = threadIdx.x % 32;
+  float scale = 1;
+  if (p.scale_op == 1) scale = static_cast<float>(load_scalar(p.scale_p, p.scale_type));
+  if (p.scale_op == 3)
+    scale = static_cast<float>(load_scalar(p.scale_p, p.scale_type) * load_scalar(p.k_scale_p, p.k_scale_type));
+  const float divisor = p.scale_op == 2 ? static_cast<float>(load_scalar(p.scale_p, p.scale_type)) : 1.f;
+  const float fill = p.mask_b ? static_cast<float>(load_scalar(p.fill_p, p.fill_type)) : 0.f;
+  for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; r < rows;
+       r += int64_t{gridDim.x} * blockDim.x / 32) {
+    const int64_t i = r % p.Sq, bh = r / p.Sq, h = bh % p.Hq, b = bh / p.Hq;
+    float* row = S + r * L;
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < L; j += 32) {
+      float x = row[j];
+      x = p.scale_op == 2 ? x / divisor : x * scale;
+      const int64_t mi = b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk;
+      if (p.mask) x += static_cast<float>(p.mask[mi]);
+      if (p.mask_b && p.mask_b[mi] == p.fill_when) x = fill;
+      row[j] = x;
+      mx = fmaxf(mx, x);  // NaN never adopted
+    }
+    mx = warp_max(mx);
+    const float ref = mx == -INFINITY ? 0.f : mx;
+    float sum = 0;
+    for (int64_t j = lane; j < L; j += 32) sum += row[j] = expf(row[j] - ref);
+    sum = warp_sum(sum);
+    const bool closed = L > 0 && mx == -INFINITY;  // exp(-inf - -inf): the row is NaN
+    for (int64_t j = lane; j < L; j += 32) row[j] = closed ? NAN : row[j] / sum;
+  }
+}
+
+// V (any strides, 16-bit) as float32 [B * Hkv, L, Dv].
+template <typename T>
+__global__ void widen_v_kernel(const AttnParams<T> p, int64_t Hkv, float* out) {
+  const int64_t n = p.B * Hkv * p.L * p.Dv;
+  for (int64_t x = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; x < n; x += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = x % p.Dv, j = (x / p.Dv) % p.L, t = x / (p.Dv * p.L), kvh = t % Hkv, b = t / Hkv;
+    out[x] = static_cast<float>(load_c(p.v + b * p.v_sb + kvh * p.v_sh + j * p.v_ss, e));
+  }
+}
+
+// Y32 [B, Hq, Sq, Dv] rounded once into y (its strides); NaN rows zero under softmax_nan 'zero'.
+template <typename T>
+__global__ void store_y_kernel(const AttnParams<T> p, const float* y32) {
+  const int64_t n = p.B * p.Hq * p.Sq * p.Dv;
+  for (int64_t x = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; x < n; x += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = x % p.Dv, i = (x / p.Dv) % p.Sq, h = (x / (p.Dv * p.Sq)) % p.Hq, b = x / (p.Dv * p.Sq * p.Hq);
+    float v = y32[x];
+    if (p.nan_rows_zero && isnan(v)) v = 0;
+    p.y[b * p.y_sb + h * p.y_sh + i * p.y_ss + e] = store_c<T>(static_cast<compute_t<T>>(v));
+  }
+}
+
+// Runs the prompt form when `p` has it (see above; batch strides that one stride walks) and
+// returns true.
+template <typename T>
+bool prompt_attention(const AttnParams<T>& p) {
+  if constexpr (std::is_same_v<T, compute_t<T>>) {
+    return false;
+  } else {
+    if (!p.f32 || p.Sq < kPromptRows || p.L == 0 || p.q_ss == 0 || p.k_group != p.v_group || p.Hq % p.k_group)
+      return false;
+    if (p.B * p.Hq * p.Sq * p.L > kPromptScores) return false;
+    const int64_t group = p.k_group, Hkv = p.Hq / group;
+    // One batch index t = b * Hkv + kvh per product of head g of each group: its strides.
+    const bool one = p.B == 1;
+    if (!one && !(p.q_sb == p.Hq * p.q_sh)) return false;
+    if (!one && Hkv > 1 && !(p.k_sb == Hkv * p.k_sh && p.v_sb == Hkv * p.v_sh)) return false;
+    if (!(p.k_sd == 1 || p.k_ss == 1)) return false;
+    const DType in = std::is_same_v<T, __half> ? DType::Float16 : DType::BFloat16;
+    const int64_t q_st = Hkv == 1 ? p.q_sb : group * p.q_sh;
+    const int64_t k_st = Hkv == 1 ? p.k_sb : p.k_sh;
+    const int64_t batch = p.B * Hkv;
+    Tensor S = device_tensor(DType::Float32, {p.B * p.Hq * p.Sq * p.L});
+    Tensor v32 = device_tensor(DType::Float32, {batch * p.L * p.Dv});
+    Tensor y32 = device_tensor(DType::Float32, {p.B * p.Hq * p.Sq * p.Dv});
+    float* s = S.mutable_data<float>();
+    for (int64_t g = 0; g < group; ++g) {
+      LtGemm qk;
+      qk.in = in;
+      qk.out = DType::Float32;
+      qk.M = p.Sq;
+      qk.N = p.L;
+      qk.K = p.D;
+      qk.batch = batch;
+      qk.a = p.q + g * p.q_sh;
+      qk.lda = p.q_ss;
+      qk.stride_a = q_st;
+      qk.b = p.k;
+      qk.trans_b = p.k_sd == 1;  // K rows [L, D]; else K^T stored [D, L]
+      qk.ldb = p.k_sd == 1 ? p.k_ss : p.k_sd;
+      qk.stride_b = k_st;
+      qk.c = s + g * p.Sq * p.L;
+      qk.ldc = p.L;
+      qk.stride_c = group * p.Sq * p.L;
+      lt_gemm(qk);
+    }
+    const int64_t rows = p.B * p.Hq * p.Sq;
+    prompt_softmax_kernel<T><<<blocks_for(rows * 32), 256, 0, stream()>>>(p, s);
+    check_launch("Attention (prompt softmax)");
+    widen_v_kernel<T><<<blocks_for(batch * p.L * p.Dv), 256, 0, stream()>>>(p, Hkv, v32.mutable_data<float>());
+    check_launch("Attention (widen V)");
+    for (int64_t g = 0; g < group; ++g) {
+      LtGemm pv;
+      pv.in = DType::Float32;
+      pv.out = DType::Float32;
+      pv.M = p.Sq;
+      pv.N = p.Dv;
+      pv.K = p.L;
+      pv.batch = batch;
+      pv.a = s + g * p.Sq * p.L;
+      pv.lda = p.L;
+      pv.stride_a = group * p.Sq * p.L;
+      pv.b = v32.data<float>();
+      pv.ldb = p.Dv;
+      pv.stride_b = p.L * p.Dv;
+      pv.c = y32.mutable_data<float>() + g * p.Sq * p.Dv;
+      pv.ldc = p.Dv;
+      pv.stride_c = group * p.Sq * p.Dv;
+      lt_gemm(pv);
+    }
+    store_y_kernel<T><<<blocks_for(rows * p.Dv), 256, 0, stream()>>>(p, y32.data<float>());
+    check_launch("Attention (store)");
+    return true;
+  }
+}
+
 template <typename T>
 bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   using C = compute_t<T>;
@@ -948,7 +1163,7 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     p.y_sh = p.Dv;
     p.y_ss = p.Hq * p.Dv;
   }
-  launch_attention<T, false>(p, where);
+  if (!prompt_attention(p)) launch_attention<T, false>(p, where);
   return true;
 }
 

@@ -68,6 +68,8 @@ void note_workspace(int64_t bytes);
 // "" when a CUDA device can be used, else why not (no driver, no device).
 std::string unavailable_reason();
 
+// The device's multiprocessors (asked once).
+int multiprocessors();
 // Launch shape for `n` independent elements, 256 threads a block.
 inline unsigned blocks_for(int64_t n, int threads = 256) {
   int64_t b = (n + threads - 1) / threads;

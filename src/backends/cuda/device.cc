@@ -144,4 +144,14 @@ void add_kernel(backends::KernelRegistry& r, const std::string& domain, const st
   REFORGE_CHECK(any, "internal error: CUDA kernel for unregistered op ", domain.empty() ? "" : domain + "::", op_type);
 }
 
+int multiprocessors() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    REFORGE_CUDA_CHECK(cudaGetDevice(&device));
+    REFORGE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count > 0 ? count : 1;
+  }();
+  return n;
+}
+
 }  // namespace reforge::cuda

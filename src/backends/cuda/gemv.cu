@@ -143,16 +143,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
-int sm_count() {
-  static const int n = [] {
-    int device = 0, count = 0;
-    REFORGE_CUDA_CHECK(cudaGetDevice(&device));
-    REFORGE_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count > 0 ? count : 1;
-  }();
-  return n;
-}
-
 // The calling thread's partial sums and counters (grown as needed; counters zero between
 // products, as every product leaves them); a recording gets its own.
 struct Scratch {
@@ -177,12 +167,14 @@ void scratch_for(int64_t partial_floats, int64_t ranges, Tensor& partial, Tensor
   counters = s.counters;
 }
 
+constexpr int kBlocksPerSm = 2;  // the split's default aim
+
 template <typename T, int M>
-void launch(const void* a, const void* b, void* c, int64_t N, int64_t K) {
+void launch(const void* a, const void* b, void* c, int64_t N, int64_t K, int per_sm) {
   const int64_t ranges = (N + kCols - 1) / kCols;
-  // Slices: enough blocks to keep every multiprocessor streaming (about four blocks each), each
+  // Slices: enough blocks to keep every multiprocessor streaming (`per_sm` blocks each), each
   // slice a multiple of kRowStep rows and at most kMaxSliceRows.
-  const int64_t want = std::max<int64_t>(1, (4 * sm_count() + ranges - 1) / ranges);
+  const int64_t want = std::max<int64_t>(1, (per_sm * multiprocessors() + ranges - 1) / ranges);
   int64_t slice = (K + want - 1) / want;
   slice = std::min<int64_t>(kMaxSliceRows, std::max<int64_t>(kRowStep, (slice + kRowStep - 1) / kRowStep * kRowStep));
   const int64_t slices = (K + slice - 1) / slice;
@@ -197,16 +189,16 @@ void launch(const void* a, const void* b, void* c, int64_t N, int64_t K) {
 }
 
 template <typename T>
-void launch_rows(int64_t M, const void* a, const void* b, void* c, int64_t N, int64_t K) {
+void launch_rows(int64_t M, const void* a, const void* b, void* c, int64_t N, int64_t K, int per_sm) {
   switch (M) {
-    case 1: return launch<T, 1>(a, b, c, N, K);
-    case 2: return launch<T, 2>(a, b, c, N, K);
-    case 3: return launch<T, 3>(a, b, c, N, K);
-    case 4: return launch<T, 4>(a, b, c, N, K);
-    case 5: return launch<T, 5>(a, b, c, N, K);
-    case 6: return launch<T, 6>(a, b, c, N, K);
-    case 7: return launch<T, 7>(a, b, c, N, K);
-    default: return launch<T, 8>(a, b, c, N, K);
+    case 1: return launch<T, 1>(a, b, c, N, K, per_sm);
+    case 2: return launch<T, 2>(a, b, c, N, K, per_sm);
+    case 3: return launch<T, 3>(a, b, c, N, K, per_sm);
+    case 4: return launch<T, 4>(a, b, c, N, K, per_sm);
+    case 5: return launch<T, 5>(a, b, c, N, K, per_sm);
+    case 6: return launch<T, 6>(a, b, c, N, K, per_sm);
+    case 7: return launch<T, 7>(a, b, c, N, K, per_sm);
+    default: return launch<T, 8>(a, b, c, N, K, per_sm);
   }
 }
 
@@ -214,17 +206,19 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c) {
+bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
+                  int blocks_per_sm) {
   if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
   if (d.trans_a || d.trans_b || d.alpha != 1.0f || d.beta != 0.0f || d.K <= 0 || d.N % 8 != 0) return false;
   // A batch of products sharing B is one product of batch * M rows.
   if (d.batch > 1 && (!d.b_broadcast || d.a_broadcast)) return false;
   const int64_t M = d.batch * d.M;
   if (M < 1 || M > kGemvMaxRows || !aligned16(b) || !aligned16(c)) return false;
+  const int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kBlocksPerSm;
   if (dtype == DType::BFloat16)
-    launch_rows<__nv_bfloat16>(M, a, b, c, d.N, d.K);
+    launch_rows<__nv_bfloat16>(M, a, b, c, d.N, d.K, per_sm);
   else
-    launch_rows<__half>(M, a, b, c, d.N, d.K);
+    launch_rows<__half>(M, a, b, c, d.N, d.K, per_sm);
   return true;
 }
 

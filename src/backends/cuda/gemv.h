@@ -20,6 +20,12 @@ constexpr int64_t kGemvMaxRows = 8;
 
 // Runs the product as above when it is such a product (type, M, no transposes, alpha 1 and beta
 // 0, N a multiple of 8, 16-byte aligned operands) and returns true; false otherwise (nothing ran).
-bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c);
+// `blocks_per_sm`: how many blocks per multiprocessor the split aims at (0: the default).
+bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
+                  int blocks_per_sm = 0);
+
+// The same product by cuBLASLt (matmul.cu), as the products this kernel declines take it: for
+// comparing the two (tests/cuda_gemv_test.cc times them).
+void cublaslt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c);
 
 }  // namespace reforge::cuda

@@ -18,6 +18,7 @@
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/gemv.h"
+#include "backends/cuda/lt_gemm.h"
 #include "ops/nn/matmul.h"
 #include "ops/reforge/matmul_add_setup.h"
 
@@ -199,6 +200,59 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   REFORGE_LT_CHECK(cublaslt().Matmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
                                   &plan.heuristic.algo, workspace, kWorkspaceBytes, stream()));
   return true;
+}
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return CUDA_R_32F;
+    case DType::Float16:
+      return CUDA_R_16F;
+    case DType::BFloat16:
+      return CUDA_R_16BF;
+    default:
+      fail("internal error: cuBLASLt product of ", dtype_name(t));
+  }
+}
+
+// lt_gemm's descriptors and algorithm, by everything that decides them.
+struct GemmPlan {
+  LtCall call;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+};
+
+GemmPlan& gemm_plan(const LtGemm& g) {
+  const std::array<int64_t, 17> key{static_cast<int64_t>(g.in), static_cast<int64_t>(g.out), g.M, g.N, g.K, g.batch,
+                                    g.trans_b, g.lda, g.stride_a, g.ldb, g.stride_b, g.ldc, g.stride_c,
+                                    alignment_of(g.a), alignment_of(g.b), alignment_of(g.c), 0};
+  thread_local std::map<std::array<int64_t, 17>, std::unique_ptr<GemmPlan>> plans;
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  if (plans.size() >= kLtPlansKept) plans.clear();
+  auto plan = std::make_unique<GemmPlan>();
+  LtCall& call = plan->call;
+  REFORGE_LT_CHECK(cublaslt().MatmulDescCreate(&call.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Column-major: C^T [N, M] = op(B^T) A^T, so cuBLASLt's A is our B, its B our A.
+  cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  REFORGE_LT_CHECK(cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  REFORGE_LT_CHECK(cublaslt().MatmulDescSetAttribute(call.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  const cudaDataType_t in = lt_type(g.in), out = lt_type(g.out);
+  if (g.trans_b)
+    layout(&call.a, in, g.K, g.N, g.ldb, g.batch, g.stride_b);  // B stored [N, K]: column-major [K, N]
+  else
+    layout(&call.a, in, g.N, g.K, g.ldb, g.batch, g.stride_b);
+  layout(&call.b, in, g.K, g.M, g.lda, g.batch, g.stride_a);
+  layout(&call.c, out, g.N, g.M, g.ldc, g.batch, g.stride_c);
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceCreate(&call.pref));
+  uint64_t ws = kWorkspaceBytes;
+  REFORGE_LT_CHECK(
+      cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  int found = 0;
+  REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(lt().handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
+                                                  &plan->heuristic, &found));
+  if (found == 0)
+    fail("cuBLASLt has no algorithm for a ", dtype_name(g.in), " product of ", g.M, "x", g.K, " by ", g.K, "x", g.N,
+         " (batch ", g.batch, ") into ", dtype_name(g.out));
+  return *plans.emplace(key, std::move(plan)).first->second;
 }
 
 // Integer products (and any type cuBLASLt does not take): one thread per output element,
@@ -387,6 +441,23 @@ void matmul_add_kernel(ops::KernelContext& ctx) {
 }
 
 }  // namespace
+
+void lt_gemm(const LtGemm& g) {
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return;
+  const GemmPlan& plan = gemm_plan(g);
+  const float beta = 0;
+  Tensor recorded_workspace;
+  if (recording()) recorded_workspace = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
+  Lt& h = lt();
+  void* workspace = recorded_workspace.defined() ? recorded_workspace.mutable_raw() : h.workspace;
+  const LtCall& call = plan.call;
+  REFORGE_LT_CHECK(cublaslt().Matmul(h.handle, call.op, &g.alpha, g.b, call.a, g.a, call.b, &beta, g.c, call.c, g.c,
+                                  call.c, &plan.heuristic.algo, workspace, kWorkspaceBytes, stream()));
+}
+
+void cublaslt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c) {
+  lt_product(dtype, d, a, b, c);
+}
 
 void register_matmul_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "MatMul", matmul_kernel);
