@@ -89,6 +89,19 @@ def stats(first_ms, step_ms):
             "decode_tokens_per_s": 1000.0 / pct(50) if steps else 0.0}
 
 
+def timed_rounds(one, warmups, rounds):
+    """`warmups` untimed generations of `one` (tokens, first ms, step ms list), then `rounds` timed:
+    the last tokens and the statistics of them all."""
+    for _ in range(warmups):
+        one()
+    firsts, all_steps = [], []
+    for _ in range(rounds):
+        tokens, first, steps = one()
+        firsts.append(first)
+        all_steps += steps
+    return tokens, stats(firsts, all_steps)
+
+
 def eager(model, prompt, new_tokens, rounds, device):
     import torch
     from transformers.cache_utils import DynamicCache
@@ -121,13 +134,7 @@ def eager(model, prompt, new_tokens, rounds, device):
                 ids = nxt.unsqueeze(0)
         return tokens, first, steps
 
-    one()
-    firsts, all_steps = [], []
-    for _ in range(rounds):
-        tokens, first, steps = one()
-        firsts.append(first)
-        all_steps += steps
-    return tokens, stats(firsts, all_steps)
+    return timed_rounds(one, 1, rounds)
 
 
 def static_cache(model, batch, max_len, device):
@@ -188,13 +195,7 @@ def compiled(model, prompt, new_tokens, rounds, device):
         return tokens, first, steps
 
     for _ in range(3):  # compiles, records the CUDA graphs, then replays
-        one()
-    firsts, all_steps = [], []
-    for _ in range(rounds):
-        tokens, first, steps = one()
-        firsts.append(first)
-        all_steps += steps
-    return tokens, stats(firsts, all_steps)
+        return timed_rounds(one, 1, rounds)
 
 
 def run_reforge(binary, model_path, prompt_path, new_tokens, rounds, device):

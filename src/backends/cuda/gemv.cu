@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_types.cuh"
 
 namespace reforge::cuda {
 
@@ -37,22 +38,6 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ float to_f(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __bfloat162float(v);
-  else
-    return __half2float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    return __float2bfloat16_rn(v);
-  else
-    return __float2half_rn(v);
-}
-
 // grid (column ranges, slices); see gemv.h. `partial` [slices][M][N] float32 and `counters`
 // [column ranges] (zero between products) are used only with more than one slice.
 template <typename T, int M>
@@ -68,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   const int64_t rows = min(slice_rows, K - k0);
   for (int64_t i = threadIdx.x; i < int64_t{M} * rows; i += kThreads) {
     const int64_t m = i / rows, k = i - m * rows;
-    xs[m][k] = to_f(a[m * K + k0 + k]);
+    xs[m][k] = load_c(a, m * K + k0 + k);
   }
   __syncthreads();
   const int64_t col = int64_t{blockIdx.x} * kCols + lane * 8;
@@ -119,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   if (gridDim.y == 1) {
     for (int i = threadIdx.x; i < M * kCols; i += kThreads) {
       const int m = i / kCols, j = i % kCols;
-      if (base + j < N) c[m * N + base + j] = from_f<T>(sum[m][j]);
+      if (base + j < N) c[m * N + base + j] = store_c<T>(sum[m][j]);
     }
     return;
   }
@@ -138,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
     if (base + j >= N) continue;
     float s = 0.f;
     for (unsigned y = 0; y < gridDim.y; ++y) s += __ldcg(&partial[(int64_t{y} * M + m) * N + base + j]);
-    c[m * N + base + j] = from_f<T>(s);
+    c[m * N + base + j] = store_c<T>(s);
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
