@@ -196,6 +196,13 @@ struct Run {
     // Outputs that stay on the device skip their copy to the host (and keep the device value).
     // So does a device state pair's output: the State keeps it on the device.
     if ((keep_device_values || (state && state->skip_step[si])) && s.output_copy_step[si]) return true;
+    // A weight's upload: the device copy the weight version made when it was set (what the
+    // ToDevice kernel would hand out), without a kernel call.
+    if (s.is_upload_step[si] && weights.prepared[si] && st.outputs.size() == 1 && st.outputs[0] >= 0) {
+      values[static_cast<size_t>(st.outputs[0])] = *std::static_pointer_cast<const Tensor>(weights.prepared[si]);
+      free_dead(st);
+      return true;
+    }
     if (record && s.staged_input[si] >= 0) {  // a graph input: the recording's staging buffer
       for (int v : st.outputs)
         if (v >= 0) values[static_cast<size_t>(v)] = record->staging[static_cast<size_t>(s.staged_input[si])];

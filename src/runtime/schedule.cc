@@ -100,6 +100,7 @@ std::vector<int> reader_counts(const Schedule& s) {
 // Weights whose one reader is a ToDevice step that uploads them into weight memory.
 void find_upload_steps(Schedule& s, const EngineOptions& options) {
   s.upload_step.assign(s.num_slots, -1);
+  s.is_upload_step.assign(s.steps.size(), false);
   const std::vector<int> readers = reader_counts(s);
   for (size_t si : s.preparing_steps) {
     const Step& st = s.steps[si];
@@ -108,6 +109,7 @@ void find_upload_steps(Schedule& s, const EngineOptions& options) {
         st.inputs.size() != 1 || st.inputs[0] < 0 || !s.is_const[static_cast<size_t>(st.inputs[0])])
       continue;
     s.upload_steps.push_back(si);
+    s.is_upload_step[si] = true;
     const auto v = static_cast<size_t>(st.inputs[0]);
     if (!options.keep_host_weights && readers[v] == 1) s.upload_step[v] = static_cast<int>(si);
   }

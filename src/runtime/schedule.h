@@ -65,6 +65,7 @@ struct Schedule {
   // device copy in the slot) unless EngineOptions::keep_host_weights.
   std::vector<size_t> upload_steps;
   std::vector<int> upload_step;
+  std::vector<bool> is_upload_step;  // per step: one of upload_steps (a run takes its prepared copy)
   std::vector<NodeProfile> step_nodes;  // per step: its node's name and op type (no timings)
 
   // Per step and output: the last step that reads the value (arena::kEscapes for graph outputs).
