@@ -5,8 +5,9 @@
 // that fill a block's 256 columns, leave part of one, or are a single group of 8; depths below a
 // block's eight warps, uneven, and long enough to be split across blocks (the last block adds the
 // slices); every product runs twice (the split's counters are reset by the product that used
-// them). DISABLED_CudaGemv.TimesAgainstCublasLt (run by name on the GPU machine) prints the
-// kernel's bandwidth against cuBLASLt's on a decoding step's shapes.
+// them). The MatMul nodes of plans choose between the kernel and cuBLASLt by size and agree with
+// the same reference. DISABLED_CudaGemv.TimesAgainstCublasLt (run by name on the GPU machine)
+// prints the kernel's bandwidth against cuBLASLt's on a decoding step's shapes.
 #include <gtest/gtest.h>
 #ifdef REFORGE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -34,23 +35,15 @@ double ulp(DType dtype, double v) {
   return std::ldexp(1.0, std::ilogb(a) - (bits - 1));
 }
 
-void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint32_t seed) {
+// Checks C = A B for `a_shape` [..., K] x [K, N]: through the kernel itself at 1 and 4 blocks per
+// multiprocessor (a split of few and of many slices), or (engine) as a MatMul node of a plan,
+// where the backend chooses the kernel (for at least 2^24 weights) or cuBLASLt.
+void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint32_t seed, bool engine = false) {
   const Tensor a = test_support::random_of(dtype, a_shape, seed, -1.0f, 1.0f);
   const Tensor b = test_support::random_of(dtype, {K, N}, seed + 1, -1.0f, 1.0f);
-  ir::Graph g;
-  g.name = "gemv";
-  g.ir_version = 10;
-  g.opsets[""] = 17;
-  g.inputs.push_back(test_support::value_info("A", dtype, a_shape));
-  g.initializers["B"] = b;
-  g.nodes.push_back(test_support::node("Y", "MatMul", {"A", "B"}));
-  ir::ValueInfo y;
-  y.name = "Y";
-  g.outputs.push_back(y);
-  const runtime::Engine e = test_support::engine_for(g, {}, "cuda");
   const int64_t rows = a.numel() / K;
   const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(a_shape) + " x [" + std::to_string(K) +
-                           ", " + std::to_string(N) + "]";
+                           ", " + std::to_string(N) + "]" + (engine ? " (MatMul node)" : "");
   std::vector<double> av(static_cast<size_t>(a.numel())), bv(static_cast<size_t>(b.numel()));
   for (size_t i = 0; i < av.size(); ++i) av[i] = a.as_double(static_cast<int64_t>(i));
   for (size_t i = 0; i < bv.size(); ++i) bv[i] = b.as_double(static_cast<int64_t>(i));
@@ -64,8 +57,7 @@ void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint
         mass[static_cast<size_t>(m * N + n)] += std::fabs(t);
       }
     }
-  for (int round = 0; round < 2; ++round) {
-    const Tensor got = e.run({{"A", a}})[0];
+  auto compare = [&](const Tensor& got, const std::string& how) {
     ASSERT_EQ(got.numel(), rows * N) << what;
     int64_t bad = 0;
     for (int64_t i = 0; i < rows * N; ++i) {
@@ -73,11 +65,37 @@ void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint
       const double tol = ulp(dtype, w) + static_cast<double>(K) * 0x1.0p-24 * mass[static_cast<size_t>(i)];
       const double g_v = got.as_double(i);
       if (!(std::fabs(g_v - w) <= tol) && bad++ < 5)
-        ADD_FAILURE() << what << " round " << round << ": element " << i << " = " << g_v << ", want " << w
-                      << " (tolerance " << tol << ")";
+        ADD_FAILURE() << what << " " << how << ": element " << i << " = " << g_v << ", want " << w << " (tolerance "
+                      << tol << ")";
     }
-    EXPECT_EQ(bad, 0) << what << " round " << round;
+    EXPECT_EQ(bad, 0) << what << " " << how;
+  };
+  if (engine) {
+    ir::Graph g;
+    g.name = "gemv";
+    g.ir_version = 10;
+    g.opsets[""] = 17;
+    g.inputs.push_back(test_support::value_info("A", dtype, a_shape));
+    g.initializers["B"] = b;
+    g.nodes.push_back(test_support::node("Y", "MatMul", {"A", "B"}));
+    ir::ValueInfo y;
+    y.name = "Y";
+    g.outputs.push_back(y);
+    const runtime::Engine e = test_support::engine_for(g, {}, "cuda");
+    for (int round = 0; round < 2; ++round) compare(e.run({{"A", a}})[0], "round " + std::to_string(round));
+    return;
   }
+  const Tensor da = to_memory(a, Memory::Device), db = to_memory(b, Memory::Device);
+  Tensor dc = device_memory().allocate(dtype, {rows, N});
+  ops::nn::MatmulDims d;
+  d.M = rows;
+  d.K = K;
+  d.N = N;
+  for (int per_sm : {1, 4})
+    for (int round = 0; round < 2; ++round) {  // the split's counters are reset by the product that used them
+      ASSERT_TRUE(cuda::gemv_product(dtype, d, da.raw(), db.raw(), dc.mutable_raw(), per_sm)) << what;
+      compare(to_host(dc), std::to_string(per_sm) + " blocks per multiprocessor, round " + std::to_string(round));
+    }
 }
 
 TEST(CudaGemv, FewRowsOfSixteenBitProductsEqualTheFloat64Product) {
@@ -90,12 +108,14 @@ TEST(CudaGemv, FewRowsOfSixteenBitProductsEqualTheFloat64Product) {
         check_product(t, {rows, K}, K, N, seed += 2);
 }
 
-TEST(CudaGemv, BatchOfRowsSharingTheWeight) {
+// As MatMul nodes of plans: a batch of rows sharing the weight, weights past the kernel's
+// threshold (the kernel) and below it or past its rows (cuBLASLt), to the same bound.
+TEST(CudaGemv, MatMulNodesChooseAndAgree) {
   REQUIRE_GPU();
-  check_product(DType::BFloat16, {2, 3, 640}, 640, 1032, 7);
-  check_product(DType::Float16, {4, 1, 2048}, 2048, 256, 9);
-  // Past the kernel's rows: cuBLASLt, to the same bound.
-  check_product(DType::BFloat16, {3, 4, 512}, 512, 264, 11);
+  check_product(DType::BFloat16, {2, 1, 2048}, 2048, 8192, 7, true);
+  check_product(DType::Float16, {1, 4096}, 4096, 4104, 9, true);
+  check_product(DType::BFloat16, {2, 3, 640}, 640, 1032, 11, true);
+  check_product(DType::BFloat16, {3, 4, 512}, 512, 264, 13, true);
 }
 
 #ifdef REFORGE_HAVE_CUDA

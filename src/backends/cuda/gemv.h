@@ -19,8 +19,9 @@ namespace reforge::cuda {
 constexpr int64_t kGemvMaxRows = 8;
 
 // Runs the product as above when it is such a product (type, M, no transposes, alpha 1 and beta
-// 0, N a multiple of 8, 16-byte aligned operands) and returns true; false otherwise (nothing ran).
-// `blocks_per_sm`: how many blocks per multiprocessor the split aims at (0: the default).
+// 0, N a multiple of 8, 16-byte aligned operands, at least 2^24 weights: cuBLASLt was faster on
+// smaller ones) and returns true; false otherwise (nothing ran). `blocks_per_sm`: how many blocks
+// per multiprocessor the split aims at (0: the default; given, any size runs, for timing).
 bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
                   int blocks_per_sm = 0);
 
