@@ -246,6 +246,14 @@ GemmPlan& gemm_plan(const LtGemm& g) {
   uint64_t ws = kWorkspaceBytes;
   REFORGE_LT_CHECK(
       cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // The operands' alignments (cuBLASLt assumes 256 bytes unless told): a head's slice of Q starts
+  // wherever the head does.
+  const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
+  for (auto [attr, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
+    REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, attr, &value, sizeof(value)));
   int found = 0;
   REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(lt().handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
                                                   &plan->heuristic, &found));
