@@ -606,8 +606,9 @@ void launch_attention(const AttnParams<T>& p, const std::string& where) {
   AttnParams<T> q = p;
   Tensor part;
   // Few blocks (a decoding step) over many keys: split the keys so that every multiprocessor
-  // works, each split at least two tiles (single-pass softmax of reforge::Attention only).
-  if (!Onnx && p.prec == kNone && p.L > 2 * tile) {
+  // works, each split at least two tiles (single-pass softmax of reforge::Attention computed in
+  // float32: the splits' sums are float32).
+  if (!Onnx && std::is_same_v<compute_t<T>, float> && p.prec == kNone && p.L > 2 * tile) {
     const int64_t want = (2 * multiprocessors() + blocks - 1) / blocks;
     const int64_t most = (p.L + 2 * tile - 1) / (2 * tile);
     const int64_t splits = std::min<int64_t>({want, most, 64});
