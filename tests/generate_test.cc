@@ -298,6 +298,35 @@ TEST_P(GenerateExports, BatchOfPromptsEqualsPyTorchsBatch) {
   }
 }
 
+// A refittable plan of each export, built with its own checkpoint and refit from the other one,
+// generates PyTorch's tokens of the other weights (as a baked build of them does).
+TEST_P(GenerateExports, RefitToTheOtherCheckpointGeneratesItsTokens) {
+  const auto& [x, backend] = GetParam();
+  if (std::string(backend) == "cuda")
+    if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path d = fs::path(REFORGE_SOURCE_DIR) / "models/hf" / x.dir;
+  const std::string own = std::string(x.model).substr(0, 1), other = own == "A" ? "B" : "A";
+  if (!fs::exists(d / ("checkpoint_" + other + ".safetensors")) || !fs::exists(d / "reference" / other / "tokens.npy"))
+    GTEST_SKIP() << x.dir << " has no second checkpoint with a reference";
+  build::BuildOptions bo;
+  bo.backend = backend;
+  bo.mode = plan::BuildMode::Refit;
+  runtime::EngineOptions eo;
+  eo.threads = 1;
+  runtime::PlanEngine e(
+      build::build_plan_with_checkpoint(onnx::import_model_file((d / x.model).string()), bo,
+                                        refit::Checkpoint::open((d / ("checkpoint_" + own + ".safetensors")).string()),
+                                        {}),
+      eo);
+  refit::Refitter r(e);
+  refit::set_sources(r, refit::sources_from_checkpoint(
+                            e.plan(), refit::Checkpoint::open((d / ("checkpoint_" + other + ".safetensors")).string())));
+  r.commit();
+  const auto want = ints_of(read_npy((d / "reference" / other / "tokens.npy").string()));
+  const auto prompt = ints_of(read_npy((d / "reference" / other / "prompt_ids.npy").string()));
+  EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0), want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hf, GenerateExports,
                          ::testing::Combine(::testing::Values(Export{"llama_decode", "A/model.onnx", "reference/A"},
                                                               Export{"gpt2_generate", "A/model.onnx", "reference/A"},
