@@ -7,11 +7,13 @@ downloads), in bfloat16 on both sides:
 
   llama1b  hidden 2048, 16 layers, 32 query / 8 key-value heads, intermediate 8192, vocabulary
            32000 (2.2 GB: the reference model of the CUDA benchmarks)
+  llama7b  Llama-2-7B's shape: hidden 4096, 32 layers, 32 heads, intermediate 11008, vocabulary
+           32000 (13.5 GB: the seed model's size)
   tiny     hidden 256, 2 layers, 8 / 2 heads, intermediate 512, vocabulary 1000 (a check of this
            script, on any machine)
 
 It is exported once with `reforge.export_causal_lm` (one decoding step with its KV cache, optimum's
-with-past layout). Then, greedy, one prompt of --prompt random tokens, --new-tokens new ones:
+with-past layout). Then, greedy, --batch prompts (1 by default) of --prompt random tokens, --new-tokens new ones:
 
   reforge        `reforge generate MODEL --device cuda --bench=ROUNDS --json`: one warm-up
                  generation, then ROUNDS timed; time to first token (median), per-token p50/p90 of
@@ -30,7 +32,7 @@ libraries: the first position where they part is reported, not asserted).
 
     python3 bench/generate_gpu.py --reforge BUILD/reforge [--models llama1b] [--prompt 512]
                                   [--new-tokens 128] [--rounds 3] [--out DIR] [--peers eager,compile]
-                                  [--step-bench]
+                                  [--batch N] [--step-bench]
 
 Prints one table and writes DIR/generate_gpu.json.
 """
@@ -51,6 +53,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIGS = {
     "llama1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
                     intermediate_size=8192, vocab_size=32000),
+    "llama7b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                    intermediate_size=11008, vocab_size=32000),
     "tiny": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
                  intermediate_size=512, vocab_size=1000),
 }
@@ -102,7 +106,7 @@ def timed_rounds(one, warmups, rounds):
     return tokens, stats(firsts, all_steps)
 
 
-def eager(model, prompt, new_tokens, rounds, device):
+def eager(model, prompts, new_tokens, rounds, device):
     import torch
     from transformers.cache_utils import DynamicCache
 
@@ -111,7 +115,7 @@ def eager(model, prompt, new_tokens, rounds, device):
             torch.cuda.synchronize()
 
     def one():
-        ids = torch.tensor([prompt], device=device)
+        ids = torch.tensor(prompts, device=device)
         cache = DynamicCache()
         tokens, first, steps = [], 0.0, []
         pos = 0
@@ -120,10 +124,10 @@ def eager(model, prompt, new_tokens, rounds, device):
                 sync()
                 t0 = time.perf_counter()
                 n = ids.shape[1]
-                position_ids = torch.arange(pos, pos + n, device=device).unsqueeze(0)
+                position_ids = torch.arange(pos, pos + n, device=device).unsqueeze(0).expand(ids.shape[0], n)
                 logits = model(input_ids=ids, position_ids=position_ids, past_key_values=cache, use_cache=True).logits
                 nxt = torch.argmax(logits[:, -1], dim=-1)
-                tok = int(nxt.item())  # synchronizes
+                tok = int(nxt[0].item())  # synchronizes; the first sequence's tokens are compared
                 ms = (time.perf_counter() - t0) * 1e3
                 pos += n
                 tokens.append(tok)
@@ -131,7 +135,7 @@ def eager(model, prompt, new_tokens, rounds, device):
                     first = ms
                 else:
                     steps.append(ms)
-                ids = nxt.unsqueeze(0)
+                ids = nxt.unsqueeze(1)
         return tokens, first, steps
 
     return timed_rounds(one, 1, rounds)
@@ -153,11 +157,12 @@ def static_cache(model, batch, max_len, device):
     raise last
 
 
-def compiled(model, prompt, new_tokens, rounds, device):
+def compiled(model, prompts, new_tokens, rounds, device):
     import torch
 
-    max_len = len(prompt) + new_tokens + 1
-    cache = static_cache(model, 1, max_len, device)
+    max_len = len(prompts[0]) + new_tokens + 1
+    batch = len(prompts)
+    cache = static_cache(model, batch, max_len, device)
 
     def decode_one(cur, position_ids, cache_position):
         logits = model(input_ids=cur, position_ids=position_ids, cache_position=cache_position,
@@ -172,30 +177,29 @@ def compiled(model, prompt, new_tokens, rounds, device):
 
     def one():
         cache.reset()
-        n = len(prompt)
-        ids = torch.tensor([prompt], device=device)
+        n = len(prompts[0])
+        ids = torch.tensor(prompts, device=device)
         tokens, steps = [], []
         with torch.no_grad():
             sync()
             t0 = time.perf_counter()
             cp = torch.arange(n, device=device)
-            logits = model(input_ids=ids, position_ids=cp.unsqueeze(0), cache_position=cp, past_key_values=cache,
-                           use_cache=True, return_dict=False)[0]
+            logits = model(input_ids=ids, position_ids=cp.unsqueeze(0).expand(batch, n), cache_position=cp,
+                           past_key_values=cache, use_cache=True, return_dict=False)[0]
             cur = torch.argmax(logits[:, -1], dim=-1)[:, None]
-            tokens.append(int(cur.item()))
+            tokens.append(int(cur[0].item()))
             first = (time.perf_counter() - t0) * 1e3
             pos = n
             for _ in range(new_tokens - 1):
                 t0 = time.perf_counter()
                 cp = torch.tensor([pos], device=device)
-                cur = decode(cur.clone(), cp.unsqueeze(0), cp)
-                tokens.append(int(cur.item()))  # synchronizes
+                cur = decode(cur.clone(), cp.unsqueeze(0).expand(batch, 1), cp)
+                tokens.append(int(cur[0].item()))  # synchronizes
                 steps.append((time.perf_counter() - t0) * 1e3)
                 pos += 1
         return tokens, first, steps
 
-    for _ in range(3):  # compiles, records the CUDA graphs, then replays
-        return timed_rounds(one, 1, rounds)
+    return timed_rounds(one, 3, rounds)  # the warm-ups compile, record the CUDA graphs, then replay
 
 
 def run_reforge(binary, model_path, prompt_path, new_tokens, rounds, device):
@@ -213,7 +217,7 @@ def run_reforge(binary, model_path, prompt_path, new_tokens, rounds, device):
     return j["tokens"][0], j["bench"]
 
 
-def step_bench(binary, onnx_path, work, config, past, device):
+def step_bench(binary, onnx_path, work, config, past, device, batch=1):
     """One decode step alone (one new token after `past` cached ones) through `reforge bench` on a
     plan built once: launched from the host, replayed as a CUDA graph (fixed shapes replay), and
     traced (kernel launches, time outside the products), plus the per-op profile."""
@@ -222,10 +226,10 @@ def step_bench(binary, onnx_path, work, config, past, device):
         env["LD_LIBRARY_PATH"] = os.environ["REFORGE_LD_LIBRARY_PATH"]
     kv = config.num_key_value_heads
     head = config.hidden_size // config.num_attention_heads
-    shapes = ["input_ids=1x1", "position_ids=1x1", f"attention_mask=1x{past + 1}"]
+    shapes = [f"input_ids={batch}x1", f"position_ids={batch}x1", f"attention_mask={batch}x{past + 1}"]
     for i in range(config.num_hidden_layers):
         for t in ("key", "value"):
-            shapes.append(f"past_key_values.{i}.{t}=1x{kv}x{past}x{head}")
+            shapes.append(f"past_key_values.{i}.{t}={batch}x{kv}x{past}x{head}")
     plan = os.path.join(work, "step.plan")
     dev = ["--device", "cuda"] if device == "cuda" else []
     out = {}
@@ -263,6 +267,7 @@ def main():
     ap.add_argument("--reforge", required=True)
     ap.add_argument("--models", default="llama1b")
     ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=1, help="prompts of --prompt tokens decoded as one batch")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peers", default="eager,compile")
@@ -275,7 +280,8 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     card = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    results = {"card": card, "torch": torch.__version__, "prompt": args.prompt, "new_tokens": args.new_tokens,
+    results = {"card": card, "torch": torch.__version__, "prompt": args.prompt, "batch": args.batch,
+               "new_tokens": args.new_tokens,
                "rounds": args.rounds, "models": {}}
     export_causal_lm = export_module().export_causal_lm
     for name in args.models.split(","):
@@ -283,7 +289,7 @@ def main():
         os.makedirs(work, exist_ok=True)
         model = make_model(name, args.device)
         rng = np.random.default_rng(1)
-        prompt = rng.integers(0, model.config.vocab_size, args.prompt).astype(np.int64)
+        prompt = rng.integers(0, model.config.vocab_size, (args.batch, args.prompt)).astype(np.int64)
         prompt_path = os.path.join(work, "prompt.npy")
         np.save(prompt_path, prompt)
         onnx_path = os.path.join(work, "model.onnx")
@@ -295,7 +301,8 @@ def main():
                                                  args.device)
         print(f"{name}: reforge {row['reforge']}", flush=True)
         if args.step_bench:
-            row["step"] = step_bench(args.reforge, onnx_path, work, model.config, args.prompt, args.device)
+            row["step"] = step_bench(args.reforge, onnx_path, work, model.config, args.prompt, args.device,
+                                     args.batch)
             for k, v in row["step"].items():
                 if isinstance(v, dict):
                     j = v.get("json", {})
@@ -308,6 +315,7 @@ def main():
             try:
                 fn = {"eager": eager, "compile": compiled}[peer]
                 tokens, st = fn(model, prompt.tolist(), args.new_tokens, args.rounds, args.device)
+                st["decode_tokens_per_s"] *= args.batch
                 st["tokens_part_at"] = parted(ref_tokens, tokens)
                 row[peer] = st
             except Exception as e:  # a peer that fails is reported, not hidden
@@ -319,7 +327,7 @@ def main():
             torch.cuda.empty_cache()
     with open(os.path.join(args.out, "generate_gpu.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print(f"\n{card}; prompt {args.prompt} tokens, {args.new_tokens} new, batch 1, greedy, bfloat16")
+    print(f"\n{card}; prompt {args.prompt} tokens, {args.new_tokens} new, batch {args.batch}, greedy, bfloat16")
     print(f"{'model':10} {'side':10} {'TTFT ms':>9} {'p50 ms/tok':>11} {'p90':>8} {'tok/s':>8} {'reforge/this':>12}")
     for name, row in results["models"].items():
         base = row["reforge"]["step_ms_p50"]
