@@ -18,6 +18,7 @@
 #include "onnx/importer.h"
 #include "refit/checkpoint_refit.h"
 #include "refit/refitter.h"
+#include "session/generate_bench.h"
 #include "support/cli.h"
 #include "support/cuda_compare.h"
 #include "support/make_tensor.h"
@@ -86,6 +87,35 @@ TEST(Generate, GreedyTokensEqualPyTorchBeforeAndAfterARefit) {
   r.commit();
   EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want_b.size()))).tokens.at(0), want_b);
   EXPECT_NE(want_a, want_b);
+}
+
+// --bench's account (session/generate_bench.h) on the Llama export (2 layers, 2 key-value heads
+// of 16 values, float32): the cache's bytes per token from its config, the weights' from the
+// plan, the tokens those of a plain generation, timings and the bandwidth share positive.
+TEST(Generate, BenchCountsTheCacheAndWeightBytesOfTheExport) {
+  runtime::PlanEngine e = engine();
+  const auto prompt = reference("A", "prompt_ids.npy"), want = reference("A", "tokens.npy");
+  const session::GenerateBenchResult b = session::bench_generate(e, {prompt}, greedy(6), 2);
+  EXPECT_EQ(b.rounds, 2);
+  EXPECT_EQ(b.batch, 1);
+  EXPECT_EQ(b.prompt_tokens, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(b.new_tokens, 6);
+  ASSERT_EQ(b.tokens.size(), 1u);
+  EXPECT_EQ(b.tokens[0], std::vector<int64_t>(want.begin(), want.begin() + 6));
+  EXPECT_EQ(b.cache_bytes_per_token, 2.0 * 2 * 2 * 16 * 4);  // layers x (key, value) x heads x head size x float32
+  double weights = 0;
+  for (const plan::WeightEntry& w : e.plan().weights)
+    weights += static_cast<double>(shape_numel(w.shape)) * static_cast<double>(dtype_size(w.dtype));
+  EXPECT_EQ(b.weight_bytes, weights);
+  EXPECT_DOUBLE_EQ(b.step_bytes, weights + b.cache_bytes_per_token * (static_cast<double>(prompt.size()) + 3.0));
+  EXPECT_EQ(b.memory, "host");
+  EXPECT_GT(b.first_token_ms, 0);
+  EXPECT_GT(b.step_ms_p50, 0);
+  EXPECT_GE(b.step_ms_p90, b.step_ms_p50);
+  EXPECT_GT(b.copy_gb_s, 0);
+  EXPECT_GT(b.bandwidth_fraction, 0);
+  EXPECT_NE(error_of([&] { session::bench_generate(e, {prompt}, greedy(6), 0); }).find("rounds is 0"),
+            std::string::npos);
 }
 
 TEST(Generate, PromptsRunAsTheyWouldAloneAndStopTokensEndThem) {
