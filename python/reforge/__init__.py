@@ -150,8 +150,12 @@ class Plan:
         """ONNX Runtime's spelling of :attr:`outputs`."""
         return self.outputs
 
-    def run(self, inputs: Mapping[str, Any], output_names: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    def run(self, inputs: Any, output_names: Any = None) -> Any:
         """Runs the plan and returns ``{output name: numpy array}``.
+
+        ONNX Runtime's order is taken too: ``run(None, feeds)`` or ``run(["logits"], feeds)``
+        (output names, or None for all, then the feeds) returns a list of arrays in the order
+        asked, as ``InferenceSession.run`` does.
 
         ``inputs`` maps every input name to a C-contiguous CPU array of the input's dtype: a
         numpy array or any tensor with ``__dlpack__`` (torch), used in place, not copied (other
@@ -164,6 +168,14 @@ class Plan:
         names it with the dtype and shape the model expects), :class:`Error` when the plan
         cannot run (a stripped plan before its refit, naming the missing sources).
         """
+        if isinstance(output_names, Mapping) and (inputs is None or _names_list(inputs)):
+            # ONNX Runtime's run(output_names, input_feed): a list in the order asked.
+            chosen = self.run(output_names, None if inputs is None else list(inputs))
+            return list(chosen.values())
+        if not isinstance(inputs, Mapping):
+            raise TypeError(
+                "run() takes a dict of inputs {name: array} (or ONNX Runtime's run(output_names, feeds)), not %s"
+                % type(inputs).__name__)
         arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
         values = self._impl.run(arrays)
         names = [v.name for v in self.outputs]
@@ -370,6 +382,12 @@ class Plan:
         source, a different model, non-finite values); the plan is then unchanged. Runs on
         other threads continue meanwhile, each on the old or the new weights.
         """
+        if hasattr(weights, "state_dict") and callable(weights.state_dict) and not isinstance(weights, Mapping):
+            raise TypeError("refit() takes the module's weights, not the module: plan.refit(module.state_dict())")
+        if not isinstance(weights, (Mapping, str, os.PathLike, list, tuple)):
+            raise TypeError(
+                "refit() takes an ONNX model or safetensors path, a list of paths, or a dict of arrays (a state "
+                "dict), not %s" % type(weights).__name__)
         if isinstance(weights, Mapping):
             if names is None:
                 names = "checkpoint" if self._impl.bound else "onnx"
@@ -517,6 +535,11 @@ def check(model: PathLike) -> List[str]:
     return _reforge.check(os.fspath(model))
 
 
+def _names_list(v: Any) -> bool:
+    """True for a list or tuple of output names (ONNX Runtime's first argument of run)."""
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+
+
 def build(
     model: PathLike,
     *,
@@ -569,6 +592,8 @@ def build(
     ``block_size``).
     """
     _check_int(threads, "threads", 0, _MAX_THREADS, " (0: all cores)")
+    if not os.path.exists(os.fspath(model)):
+        raise FileNotFoundError(os.fspath(model))  # as load() raises it
     if block_size is not None:
         _check_block_size(block_size)
         if precision != "int4":

@@ -1,0 +1,56 @@
+"""The Python API in ONNX Runtime's and PyTorch's habits: run(output_names, feeds) as
+InferenceSession.run takes it, a missing model file as FileNotFoundError from build() as from
+load(), and refit() given something that is no set of weights refused naming what it takes."""
+
+import numpy as np
+import pytest
+
+import reforge
+from conftest import hf_inputs, hf_onnx, hf_reference, max_diff
+
+
+def test_run_takes_onnx_runtimes_argument_order():
+    plan = reforge.build(hf_onnx("gpt2", "A"))
+    feeds = hf_inputs("gpt2")
+    by_name = plan.run(feeds)
+    names = [o.name for o in plan.get_outputs()]
+    # run(None, feeds): every output, as a list in declaration order.
+    every = plan.run(None, feeds)
+    assert isinstance(every, list) and len(every) == len(names)
+    for name, value in zip(names, every):
+        np.testing.assert_array_equal(value, by_name[name])
+    # run([names], feeds): the outputs asked, in the order asked.
+    asked = plan.run(list(reversed(names)), feeds)
+    for name, value in zip(reversed(names), asked):
+        np.testing.assert_array_equal(value, by_name[name])
+    assert max_diff(dict(zip(names, every)), hf_reference("gpt2", "A")) <= 1e-4
+    # The keyword form stays.
+    assert list(plan.run(feeds, output_names=[names[0]])) == [names[0]]
+    with pytest.raises(reforge.InvalidInput, match="'nope' is not an output"):
+        plan.run(["nope"], feeds)
+    with pytest.raises(TypeError, match="takes a dict of inputs"):
+        plan.run([1, 2, 3])
+
+
+def test_a_missing_model_file_is_file_not_found_from_build_as_from_load(tmp_path):
+    missing = tmp_path / "absent.onnx"
+    with pytest.raises(FileNotFoundError) as built:
+        reforge.build(missing)
+    with pytest.raises(FileNotFoundError) as loaded:
+        reforge.load(tmp_path / "absent.plan")
+    assert str(missing) in str(built.value) and "absent.plan" in str(loaded.value)
+
+
+def test_refit_of_something_that_is_no_weights_names_what_it_takes():
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True)
+    with pytest.raises(TypeError, match="not int"):
+        plan.refit(42)
+
+    class Module:  # what a torch.nn.Module looks like to refit(): a state_dict() method
+        def state_dict(self):
+            return {}
+
+    with pytest.raises(TypeError, match=r"plan.refit\(module.state_dict\(\)\)"):
+        plan.refit(Module())
+    # The plan still runs its weights.
+    assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "A")) <= 1e-4
