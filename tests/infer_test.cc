@@ -563,7 +563,7 @@ TEST(InferErrors, TheBuildFailsNamingTheNode) {
   }
 }
 
-TEST(InferErrors, CheckReportsShapeErrorsAndPrintsOutputTypes) {
+TEST(InferErrors, CheckReportsShapeErrorsAndPrintsInputAndOutputTypes) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("reforge_infer_check_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -582,8 +582,11 @@ TEST(InferErrors, CheckReportsShapeErrorsAndPrintsOutputTypes) {
   onnx::write_model_file(good.graph(), (dir / "good.onnx").string());
   r = test_support::run_cli("check --shapes " + (dir / "good.onnx").string());
   EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "input 'x': float32[batch,seq,768]")) << r.output;
   EXPECT_TRUE(contains(r.output, "output 'r': float32[batch,seq,12,64]")) << r.output;
   EXPECT_TRUE(contains(r.output, "1 nodes, 0 unsupported, 0 shape errors")) << r.output;
+  r = test_support::run_cli("check --json " + (dir / "good.onnx").string());
+  EXPECT_TRUE(contains(r.output, "\"name\": \"x\",\n      \"type\": \"float32[batch,seq,768]\"")) << r.output;
   fs::remove_all(dir);
 }
 
