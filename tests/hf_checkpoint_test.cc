@@ -291,6 +291,30 @@ TEST(HfCheckpointCli, RefusalsEndInAClearErrorAndNoOutputFile) {
   fs::remove_all(dir);
 }
 
+// A checkpoint build names the constants binding proved structural in one line by kind (GPT-2's
+// 18: the 0.5, 0, 1, 3 and GELU scalars and two causal masks); --verbose lists each.
+TEST(HfCheckpointCli, BuildSummarizesStructuralConstantsUnlessVerbose) {
+  if (!fs::exists(kHf / "gpt2")) GTEST_SKIP() << "models/hf not present";
+  using test_support::run_cli;
+  const fs::path plan = fs::temp_directory_path() / ("reforge_hf_constants_" + std::to_string(::getpid()) + ".plan");
+  const std::string args =
+      "build " + onnx_path("gpt2", "A") + " --refit --checkpoint " + ckpt_path("gpt2", "A") + " -o " + plan.string();
+  auto r = run_cli(args);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("18 constants are functions of the model's configuration, not of the checkpoint "
+                          "(all-equal 16, causal mask 2); --verbose lists them"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("  constant "), std::string::npos) << r.output;
+  r = run_cli("--verbose " + args);
+  ASSERT_EQ(r.status, 0) << r.output;
+  size_t listed = 0;
+  for (size_t at = r.output.find("  constant "); at != std::string::npos; at = r.output.find("  constant ", at + 1))
+    ++listed;
+  EXPECT_EQ(listed, 18u) << r.output;
+  fs::remove(plan);
+}
+
 // inspect --json gives each literal's reason: structural or proven (with the recipe) for the
 // constants binding decided, user for --literal.
 TEST(HfCheckpointCli, InspectListsLiteralReasons) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
@@ -29,6 +30,20 @@ struct BuildArgs {
   bool allow_nonfinite = false;
   DeviceOptions device;
 };
+}  // namespace
+
+namespace {
+
+// The kind of a constant binding rule ("structural: all-equal (0.5) float32[]" -> "all-equal").
+std::string constant_kind(const std::string& rule) {
+  std::string k = rule;
+  if (k.rfind("structural: ", 0) == 0) k = k.substr(12);
+  const size_t end = k.find_first_of("(0123456789[");
+  k = k.substr(0, end);
+  while (!k.empty() && k.back() == ' ') k.pop_back();
+  return k.empty() ? rule : k;
+}
+
 }  // namespace
 
 Runner add_build(CLI::App& app) {
@@ -118,10 +133,26 @@ Runner add_build(CLI::App& app) {
       out << "binding: " << b.bound << "/" << b.sources << " sources bound to " << b.checkpoint << ", " << b.constant
           << " constant, " << b.unbound << " unbound (" << b.checkpoint_bytes << " bytes; index " << b.index_ms
           << " ms, match " << b.match_ms << " ms)\n";
-      for (const auto& s : p.sources)
-        if (s.binding.status == plan::Binding::Status::Constant)
-          out << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.rule
-              << "\n";
+      // The constants binding proved functions of the configuration: one line by kind (all-equal,
+      // causal mask, ...) unless --verbose lists each.
+      if (verbosity() == Verbosity::Verbose) {
+        for (const auto& s : p.sources)
+          if (s.binding.status == plan::Binding::Status::Constant)
+            out << "  constant " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": "
+                << s.binding.rule << "\n";
+      } else if (b.constant > 0) {
+        std::map<std::string, int> kinds;
+        for (const auto& s : p.sources)
+          if (s.binding.status == plan::Binding::Status::Constant) ++kinds[constant_kind(s.binding.rule)];
+        out << "  " << b.constant << " constant" << (b.constant == 1 ? " is a function" : "s are functions")
+            << " of the model's configuration, not of the checkpoint (";
+        bool first = true;
+        for (const auto& [kind, n] : kinds) {
+          out << (first ? "" : ", ") << kind << " " << n;
+          first = false;
+        }
+        out << "); --verbose lists them\n";
+      }
       for (const auto& s : p.sources)
         if (s.binding.status == plan::Binding::Status::Unbound)
           out << "  unbound " << s.key << " " << dtype_name(s.dtype) << shape_str(s.shape) << ": " << s.binding.note
