@@ -181,12 +181,21 @@ TEST(PlanVerify, RefitRefusesACorruptedPlanAndWritesNothing) {
   EXPECT_EQ(slurp(path), before);
 }
 
-TEST(PlanVerify, RefitRefusesACorruptedLiteralOfAStrippedPlan) {
+TEST(PlanVerify, RefitOfAStrippedPlanStaysStrippedAndRefusesACorruptedLiteral) {
   TempDir dir;
   std::string path = dir.file("stripped.plan");
   write_plan(runtime::PlanEngine(refit_plan()).current_plan(/*strip=*/true), path);
-  Cli ok = cli(dir, "refit " + path + " --weights " + kModelB + " -o " + dir.file("ok.plan"));
+  // The refit plan of a stripped plan is stripped too, unless --full asks for every weight.
+  Cli small = cli(dir, "refit " + path + " --weights " + kModelB + " -o " + dir.file("small.plan"));
+  ASSERT_EQ(small.rc, 0) << small.out;
+  EXPECT_NE(small.out.find("(stripped)"), std::string::npos) << small.out;
+  EXPECT_EQ(fs::file_size(dir.file("small.plan")), fs::file_size(path));
+  Cli run_small = cli(dir, "run " + dir.file("small.plan") + " --input " + kInput);
+  EXPECT_EQ(run_small.rc, 1) << run_small.out;
+  EXPECT_NE(run_small.out.find("stripped"), std::string::npos) << run_small.out;
+  Cli ok = cli(dir, "refit " + path + " --weights " + kModelB + " -o " + dir.file("ok.plan") + " --full");
   ASSERT_EQ(ok.rc, 0) << ok.out;
+  EXPECT_GT(fs::file_size(dir.file("ok.plan")), fs::file_size(path));
   Cli run_ok = cli(dir, "run " + dir.file("ok.plan") + " --input " + kInput);
   ASSERT_EQ(run_ok.rc, 0) << run_ok.out;
 

@@ -1,6 +1,7 @@
-// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights] [--slow | --verify] [--keep-baked]`
+// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights | --full] [--slow | --verify] [--keep-baked]`
 // Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
-// -o is given; atomically either way). The engine runs on the device the plan was built for (no
+// -o is given; atomically either way): stripped when PLAN was (a weight-stripped plan stays the
+// small file it was shipped as) or --strip-weights asks, with every weight when --full asks. The engine runs on the device the plan was built for (no
 // --device): a plan whose device cannot run here is refused before any work, naming the plan. The plan's stored weights
 // are always verified against their hashes first (there is no --no-verify here): the written plan re-hashes every
 // weight it carries over, so a corrupted literal or baked weight would otherwise leave with a valid hash.
@@ -17,7 +18,8 @@ namespace {
 struct RefitArgs {
   std::string plan, out;
   std::vector<std::string> weights;
-  bool strip = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false, json = false;
+  bool strip = false, full = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false,
+       json = false;
 };
 }  // namespace
 
@@ -30,7 +32,9 @@ Runner add_refit(CLI::App& app) {
                  "name")
       ->required();
   app.add_option("-o,--output", a->out, "plan file to write (default: overwrite PLAN)");
-  app.add_flag("--strip-weights", a->strip, "write the refit plan without refittable weight data");
+  auto* strip = app.add_flag("--strip-weights", a->strip,
+                             "write the refit plan without refittable weight data (the default for a stripped PLAN)");
+  app.add_flag("--full", a->full, "write the refit plan with every weight, also when PLAN was stripped")->excludes(strip);
   auto* s = app.add_flag("--slow", a->slow, "re-import and rebuild instead of replaying recipes");
   auto* v = app.add_flag("--verify", a->verify, "run fast and slow refit, compare every engine weight bit for bit");
   s->excludes(v);
@@ -51,16 +55,17 @@ Runner add_refit(CLI::App& app) {
     LoadOptions lo;
     lo.verify_weights = true;
     session::Session loaded = load_session(a->plan, lo);
+    const bool strip = a->strip || (loaded.engine().plan().stripped && !a->full);
     refit::RefitReport rep = refit_session(loaded, o);
     PhaseObserver observer;
-    loaded.save(out, a->strip, &observer);
+    loaded.save(out, strip, &observer);
     // The device follows the plan (there is no --device here): its weights were replayed on the
     // host and uploaded to that device by the commit.
-    (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (a->strip ? " (stripped)" : "")
+    (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (strip ? " (stripped)" : "")
                                       << (rep.device != "cpu" ? " for device " + rep.device : std::string()) << "\n";
     if (a->json) {
       // The written file, then the refit report's one schema (RefitReport::json, docs/refit.md).
-      nlohmann::ordered_json j = {{"plan", out}, {"stripped", a->strip}};
+      nlohmann::ordered_json j = {{"plan", out}, {"stripped", strip}};
       j.update(rep.json());
       std::cout << j.dump(2) << "\n";
     }
