@@ -1,6 +1,7 @@
 """The Python API in ONNX Runtime's and PyTorch's habits: run(output_names, feeds) as
 InferenceSession.run takes it, a missing model file as FileNotFoundError from build() as from
-load(), and refit() given something that is no set of weights refused naming what it takes."""
+load(), refit() given something that is no set of weights refused naming what it takes, and a
+checkpoint whose keys sit under another prefix refused with that prefix named."""
 
 import numpy as np
 import pytest
@@ -54,3 +55,27 @@ def test_refit_of_something_that_is_no_weights_names_what_it_takes():
         plan.refit(Module())
     # The plan still runs its weights.
     assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "A")) <= 1e-4
+
+
+def test_checkpoint_keys_under_another_prefix_get_a_hint():
+    import safetensors.numpy
+
+    from conftest import hf_checkpoint
+
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True, checkpoint=hf_checkpoint("gpt2", "A"))
+    b = safetensors.numpy.load_file(str(hf_checkpoint("gpt2", "B")))
+    renamed = {("m." + k[len("transformer."):] if k.startswith("transformer.") else k): v for k, v in b.items()}
+    with pytest.raises(reforge.RefitRefused) as e:
+        plan.refit(renamed)
+    assert "'transformer.' in the plan is 'm.' in the checkpoint" in str(e.value)
+    assert "'transformer.wte.weight' would be 'm.wte.weight'" in str(e.value)
+    # One tensor left out, no prefix anywhere: no hint.
+    partial = dict(b)
+    del partial["transformer.h.0.ln_1.weight"]
+    with pytest.raises(reforge.RefitRefused) as e:
+        plan.refit(partial)
+    assert "'transformer.h.0.ln_1.weight'" in str(e.value) and "prefix" not in str(e.value)
+    # Nothing changed: the plan runs A's weights, and B's with their own keys.
+    assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "A")) <= 1e-4
+    plan.refit(b)
+    assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "B")) <= 1e-4

@@ -58,6 +58,50 @@ void check_ties(const plan::Binding::Input& in, const Tensor& t, const Checkpoin
   }
 }
 
+// When the names the plan was bound to and the checkpoint's keys differ by a prefix (a module
+// saved under another attribute name: "transformer.h.0..." against "m.h.0..."), the two prefixes
+// and how many of the names missing from the checkpoint they explain (each by a key the plan does
+// not read otherwise); {"", "", 0} otherwise. Only a hint for the message of a refusal: the refit
+// reads names as they are.
+struct PrefixHint {
+  std::string plan_prefix, ckpt_prefix;
+  size_t explained = 0, missing = 0;
+};
+
+PrefixHint prefix_hint(const std::set<std::string>& names, const Checkpoint& ckpt) {
+  std::vector<std::string> missing;
+  for (const auto& n : names)
+    if (!ckpt.find(n)) missing.push_back(n);
+  PrefixHint best;
+  best.missing = missing.size();
+  if (missing.empty()) return best;
+  // Candidates from the first missing name: each of its prefixes ending in '.' (or none), against
+  // each checkpoint key that ends with the rest.
+  const std::string& first = missing.front();
+  std::set<std::pair<std::string, std::string>> tried;
+  for (size_t cut = 0; cut <= first.size(); cut = first.find('.', cut) == std::string::npos ? first.size() + 1
+                                                                                             : first.find('.', cut) + 1) {
+    const std::string rest = first.substr(cut);
+    if (rest.empty()) break;
+    for (const auto& [key, _] : ckpt.tensors()) {
+      if (key.size() < rest.size() || key.compare(key.size() - rest.size(), rest.size(), rest) != 0) continue;
+      const std::string to = key.substr(0, key.size() - rest.size());
+      if (!to.empty() && to.back() != '.') continue;
+      const std::string from = first.substr(0, cut);
+      if (from == to || !tried.insert({from, to}).second) continue;
+      // A key the plan reads under its own name explains nothing (the layer beside a missing one).
+      size_t explained = 0;
+      for (const auto& n : missing) {
+        if (n.rfind(from, 0) != 0) continue;
+        const std::string renamed = to + n.substr(from.size());
+        explained += ckpt.find(renamed) != nullptr && !names.count(renamed);
+      }
+      if (explained > best.explained) best = {from, to, explained, missing.size()};
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint& ckpt) {
@@ -99,9 +143,19 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
     std::vector<Tensor> ins;
     for (const auto& in : s.binding.checkpoint) {
       const Tensor* t = ckpt.find(in.name);
-      if (!t)
+      if (!t) {
+        const PrefixHint h = prefix_hint(read, ckpt);
+        std::string hint;
+        if (h.explained * 2 > h.missing)
+          hint = str_cat("\n  the checkpoint's keys differ from the names the plan was bound to by a prefix: '",
+                         h.plan_prefix, "' in the plan is '", h.ckpt_prefix, "' in the checkpoint (", h.explained,
+                         " of the ", h.missing, " missing names, e.g. '", in.name, "' would be '",
+                         in.name.rfind(h.plan_prefix, 0) == 0 ? h.ckpt_prefix + in.name.substr(h.plan_prefix.size())
+                                                               : in.name,
+                         "'): save the checkpoint under the module the model was exported from, or rename its keys");
         fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' (bound to source '", s.key,
-             "') is missing from the checkpoint");
+             "') is missing from the checkpoint", hint);
+      }
       if (t->dtype() != in.dtype || t->shape() != in.shape)
         fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' is ", t->describe(),
              ", the plan expects ", dtype_name(in.dtype), shape_str(in.shape), " (bound to source '", s.key, "')");
