@@ -79,3 +79,14 @@ def test_checkpoint_keys_under_another_prefix_get_a_hint():
     assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "A")) <= 1e-4
     plan.refit(b)
     assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "B")) <= 1e-4
+
+
+def test_inspect_says_which_node_reads_each_weight():
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True)
+    info = plan.inspect()
+    literals = [w for w in info["weights"] if w["kind"] == "literal"]
+    assert literals
+    for w in info["weights"]:
+        assert set(w["read_by"]) == {"node", "op_type"}, w
+    # A literal of this export is a shape, read by a Reshape.
+    assert any(w["read_by"]["op_type"] == "Reshape" for w in literals)

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <functional>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 namespace reforge::plan {
@@ -121,9 +122,17 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
       if (w.data.defined()) ++n, bytes += w.data.nbytes();
     j["verified"] = {{"weights", n}, {"bytes", bytes}};
   }
+  // The first node that reads each weight (what a literal is, for a reader of the table).
+  std::map<std::string, const ir::Node*> reader;
+  for (const ir::Node& n : p.graph.nodes)
+    for (const auto& in : n.inputs)
+      if (!in.empty()) reader.emplace(in, &n);
   for (const auto& w : p.weights) {
     nlohmann::json e;
     e["name"] = w.name;
+    if (auto it = reader.find(w.name); it != reader.end())
+      e["read_by"] = {{"node", it->second->name},
+                      {"op_type", (it->second->domain.empty() ? "" : it->second->domain + "::") + it->second->op_type}};
     e["shape"] = w.shape;
     e["dtype"] = dtype_name(w.dtype);
     e["kind"] = weight_kind_name(w.kind);

@@ -124,7 +124,12 @@ Runner add_inspect(CLI::App& app) {
       std::cout << "  " << std::left << std::setw(8) << e["name"].get<std::string>() << " " << std::setw(10)
                 << e["dtype"].get<std::string>() << std::setw(18) << e["shape"].dump() << std::setw(8)
                 << e["kind"].get<std::string>() << (e["present"].get<bool>() ? "present  " : "stripped ")
-                << e["recipe"].get<std::string>() << "\n";
+                << e["recipe"].get<std::string>()
+                << (e.contains("read_by") && e["kind"] != "derived"
+                        ? "read by " + e["read_by"]["op_type"].get<std::string>() + " '" +
+                              e["read_by"]["node"].get<std::string>() + "'"
+                        : std::string())
+                << "\n";
     std::cout << "\nsources:\n";
     for (const auto& e : j["sources"])
       std::cout << "  " << e["key"].get<std::string>() << "  " << e["dtype"].get<std::string>() << e["shape"].dump()
