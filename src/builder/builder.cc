@@ -364,8 +364,8 @@ void check_finite_sources(const ir::Graph& g, const std::set<std::string>& liter
   }
   if (found.empty()) return;
   const char* rule =
-      "a build refuses non-finite weight values, as refit does (--allow-nonfinite, BuildOptions::check_finite, "
-      "accepts them)";
+      "a build refuses non-finite weight values, as refit does (--allow-nonfinite accepts them; in Python "
+      "allow_nonfinite=True)";
   if (found.size() == 1) fail(model, ": ", found[0], "; ", rule);
   std::string msg = str_cat(found.size(), " initializers of ", model, " hold non-finite values; ", rule, ":");
   for (size_t i = 0; i < found.size() && i < 10; ++i) msg += "\n  " + found[i];

@@ -74,7 +74,7 @@ std::string nonfinite_at(const Tensor& t, int64_t i) {
 
 void fail_refit_nonfinite(const std::string& what, const Tensor& t, int64_t i) {
   fail("refit: ", what, " ", nonfinite_at(t, i),
-       "; refit refuses non-finite values (CommitOptions::check_finite, --allow-nonfinite to accept them)");
+       "; refit refuses non-finite values (--allow-nonfinite accepts them; in Python allow_nonfinite=True)");
 }
 
 }  // namespace reforge

@@ -313,7 +313,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
       for (const auto& s : p.sources) refittable += s.refittable;
       fail("refit: ", un.size(), " of ", refittable,
            " refittable source(s) were not given a value; a refit sets every one "
-           "(an incremental refit, CommitOptions::incremental, keeps the engine's values of the others):",
+           "(an incremental refit keeps the engine's values of the others: in Python refit(..., incremental=True)):",
            list_keys(un));
     }
   }
