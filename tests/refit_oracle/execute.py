@@ -396,6 +396,10 @@ class Runner:
             cmd.append("--" + path["mode"])
         if path.get("keep_baked"):
             cmd.append("--keep-baked")
+        if planfile.stripped(local):
+            # A stripped plan's refit plan is stripped too unless --full (docs/refit.md): the
+            # oracle compares the weights the file holds, so it asks for them.
+            cmd.append("--full")
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT)
         except subprocess.TimeoutExpired:

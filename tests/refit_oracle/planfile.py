@@ -18,6 +18,19 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def _meta(data: bytes, path: str) -> dict:
+    if data[:8] != MAGIC:
+        raise ValueError("%s: not a plan file" % path)
+    meta_off, meta_size = struct.unpack("<QQ", data[16:32])
+    return json.loads(data[meta_off : meta_off + meta_size])
+
+
+def stripped(path: str) -> bool:
+    """Whether the plan file was written without its refittable weight data."""
+    with open(path, "rb") as f:
+        return bool(_meta(f.read(), path).get("stripped", False))
+
+
 def weights(path: str) -> Digest:
     """{engine weight name: (dtype, shape, digest of its bytes or "absent")}, literals as
     "literal#i"; raises ValueError on a file that is not a plan."""
