@@ -87,6 +87,44 @@ uint32_t alignment_of(const void* p) {
   return a;
 }
 
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::Float32:
+      return CUDA_R_32F;
+    case DType::Float16:
+      return CUDA_R_16F;
+    case DType::BFloat16:
+      return CUDA_R_16BF;
+    case DType::Float64:
+      return CUDA_R_64F;
+    default:
+      fail("internal error: cuBLASLt product of ", dtype_name(t));
+  }
+}
+
+// The call's preference: the workspace, and the alignments in bytes of cuBLASLt's A, B and C/D
+// (which it assumes to be 256 unless told).
+void preference(LtCall& call, uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceCreate(&call.pref));
+  uint64_t ws = kWorkspaceBytes;
+  REFORGE_LT_CHECK(
+      cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  for (auto [attr, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
+                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
+    REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, attr, &value, sizeof(value)));
+}
+
+// The workspace of a call: the thread's, or while recording one the recording owns (held by
+// `hold`; backends/cuda/replay.cc: the thread's would tie every replay to this thread's
+// concurrent eager products).
+void* call_workspace(Tensor& hold) {
+  if (!recording()) return lt().workspace;
+  hold = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
+  return hold.mutable_raw();
+}
+
 // One product's cuBLASLt descriptors and the algorithm the heuristic chose for them, kept per
 // thread by everything that decides them (dtype, shape, transposes, broadcasts, alignments, bias):
 // a decoding step runs the same products every step, and asking the heuristic costs more host time
@@ -110,24 +148,10 @@ LtPlan& lt_plan(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
   if (plans.size() >= kLtPlansKept) plans.clear();  // prompts of ever new lengths: start over
   auto plan = std::make_unique<LtPlan>();
-  cudaDataType_t type;
-  cublasComputeType_t compute;
-  switch (dtype) {
-    case DType::Float32:
-      type = CUDA_R_32F, compute = CUBLAS_COMPUTE_32F, plan->scale = CUDA_R_32F;
-      break;
-    case DType::Float16:
-      type = CUDA_R_16F, compute = CUBLAS_COMPUTE_32F, plan->scale = CUDA_R_32F;
-      break;
-    case DType::BFloat16:
-      type = CUDA_R_16BF, compute = CUBLAS_COMPUTE_32F, plan->scale = CUDA_R_32F;
-      break;
-    case DType::Float64:
-      type = CUDA_R_64F, compute = CUBLAS_COMPUTE_64F, plan->scale = CUDA_R_64F;
-      break;
-    default:
-      fail("internal error: cuBLASLt product of ", dtype_name(dtype));
-  }
+  // float64 in float64; every other type accumulates in float32.
+  const cudaDataType_t type = lt_type(dtype);
+  const cublasComputeType_t compute = dtype == DType::Float64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  plan->scale = dtype == DType::Float64 ? CUDA_R_64F : CUDA_R_32F;
   const int64_t M = d.M, N = d.N, K = d.K;
   LtCall& call = plan->call;
   REFORGE_LT_CHECK(cublaslt().MatmulDescCreate(&call.op, compute, plan->scale));
@@ -154,18 +178,7 @@ LtPlan& lt_plan(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
     layout(&call.b, type, K, M, K, d.batch, d.a_broadcast ? 0 : M * K);
   layout(&call.c, type, N, M, N, d.batch, M * N);
 
-  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceCreate(&call.pref));
-  uint64_t ws = kWorkspaceBytes;
-  REFORGE_LT_CHECK(
-      cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                        sizeof(align_a)));
-  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                        sizeof(align_b)));
-  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                        sizeof(align_c)));
-  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                        sizeof(align_c)));
+  preference(call, align_a, align_b, align_c);
   int found = 0;
   REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(lt().handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
                                                   &plan->heuristic, &found));
@@ -190,29 +203,12 @@ bool lt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const 
   const float alpha32 = d.alpha, beta32 = d.beta;
   const void* alpha = plan.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
   const void* beta = plan.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
-  // A recorded product gets a workspace of the recording's own (backends/cuda/replay.cc): the
-  // thread's workspace would tie every replay to this thread's concurrent eager products.
-  Tensor recorded_workspace;
-  if (recording()) recorded_workspace = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
-  Lt& h = lt();
-  void* workspace = recorded_workspace.defined() ? recorded_workspace.mutable_raw() : h.workspace;
+  Tensor hold;
+  void* workspace = call_workspace(hold);
   const LtCall& call = plan.call;
-  REFORGE_LT_CHECK(cublaslt().Matmul(h.handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
+  REFORGE_LT_CHECK(cublaslt().Matmul(lt().handle, call.op, alpha, b, call.a, a, call.b, beta, c, call.c, c, call.c,
                                   &plan.heuristic.algo, workspace, kWorkspaceBytes, stream()));
   return true;
-}
-
-cudaDataType_t lt_type(DType t) {
-  switch (t) {
-    case DType::Float32:
-      return CUDA_R_32F;
-    case DType::Float16:
-      return CUDA_R_16F;
-    case DType::BFloat16:
-      return CUDA_R_16BF;
-    default:
-      fail("internal error: cuBLASLt product of ", dtype_name(t));
-  }
 }
 
 // lt_gemm's descriptors and algorithm, by everything that decides them.
@@ -242,18 +238,8 @@ GemmPlan& gemm_plan(const LtGemm& g) {
     layout(&call.a, in, g.N, g.K, g.ldb, g.batch, g.stride_b);
   layout(&call.b, in, g.K, g.M, g.lda, g.batch, g.stride_a);
   layout(&call.c, out, g.N, g.M, g.ldc, g.batch, g.stride_c);
-  REFORGE_LT_CHECK(cublaslt().MatmulPreferenceCreate(&call.pref));
-  uint64_t ws = kWorkspaceBytes;
-  REFORGE_LT_CHECK(
-      cublaslt().MatmulPreferenceSetAttribute(call.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  // The operands' alignments (cuBLASLt assumes 256 bytes unless told): a head's slice of Q starts
-  // wherever the head does.
-  const uint32_t align_a = alignment_of(g.b), align_b = alignment_of(g.a), align_c = alignment_of(g.c);
-  for (auto [attr, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
-                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
-                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
-                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_c}})
-    REFORGE_LT_CHECK(cublaslt().MatmulPreferenceSetAttribute(call.pref, attr, &value, sizeof(value)));
+  // A head's slice of Q starts wherever the head does: its alignment is whatever it is.
+  preference(call, alignment_of(g.b), alignment_of(g.a), alignment_of(g.c));
   int found = 0;
   REFORGE_LT_CHECK(cublaslt().MatmulAlgoGetHeuristic(lt().handle, call.op, call.a, call.b, call.c, call.c, call.pref, 1,
                                                   &plan->heuristic, &found));
@@ -454,12 +440,10 @@ void lt_gemm(const LtGemm& g) {
   if (g.M == 0 || g.N == 0 || g.batch == 0) return;
   const GemmPlan& plan = gemm_plan(g);
   const float beta = 0;
-  Tensor recorded_workspace;
-  if (recording()) recorded_workspace = device_tensor(DType::UInt8, {static_cast<int64_t>(kWorkspaceBytes)});
-  Lt& h = lt();
-  void* workspace = recorded_workspace.defined() ? recorded_workspace.mutable_raw() : h.workspace;
+  Tensor hold;
+  void* workspace = call_workspace(hold);
   const LtCall& call = plan.call;
-  REFORGE_LT_CHECK(cublaslt().Matmul(h.handle, call.op, &g.alpha, g.b, call.a, g.a, call.b, &beta, g.c, call.c, g.c,
+  REFORGE_LT_CHECK(cublaslt().Matmul(lt().handle, call.op, &g.alpha, g.b, call.a, g.a, call.b, &beta, g.c, call.c, g.c,
                                   call.c, &plan.heuristic.algo, workspace, kWorkspaceBytes, stream()));
 }
 
