@@ -270,6 +270,16 @@ __device__ __forceinline__ C warp_sum(C v) {
   return v;
 }
 
+// reforge::Attention's end of a row: output value r of a row whose softmax sum is l and max m. A
+// row whose every score is -inf is NaN (exp(-inf - -inf), as the CPU computes it); under
+// softmax_nan 'zero' a NaN row is zero.
+template <typename T, typename C>
+__device__ __forceinline__ C fused_row_end(const AttnParams<T>& p, C r, C l, C m) {
+  if (p.L > 0 && m == -std::numeric_limits<C>::infinity()) r = std::numeric_limits<C>::quiet_NaN();
+  if (p.nan_rows_zero && (isnan(r) || isnan(l))) r = 0;
+  return r;
+}
+
 // The fused kernel (see the file comment). Shared memory: K tile [tile][D + 1], V tile
 // [tile][Dv], per warp the scaled query row [D], the accumulator [Dv] and the tile's weights.
 template <typename T, bool Onnx>
@@ -421,8 +431,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(const AttnParams<T>
       for (int64_t e = lane; e < Dv; e += 32) {
         C r = exact_weights ? acc[e] : l == C(0) ? C(0) : acc[e] / l;  // ONNX: a zero sum counts as 1
         if (Onnx && !open) r = 0;
-        if (!Onnx && L > 0 && m == ninf) r = std::numeric_limits<C>::quiet_NaN();  // exp(-inf - -inf)
-        if (!Onnx && p.nan_rows_zero && (isnan(r) || isnan(l))) r = 0;
+        if (!Onnx) r = fused_row_end(p, r, l, m);
         y[e] = store_c<T>(r);
       }
     }
@@ -455,9 +464,7 @@ __global__ void combine_kernel(const AttnParams<T> p) {
         const float ms = part[s * (Dv + 2) + Dv];
         if (ms != -INFINITY) a += part[s * (Dv + 2) + e] * expf(ms - m);
       }
-      float v = l == 0.f ? 0.f : a / l;
-      if (p.L > 0 && m == -INFINITY) v = NAN;  // exp(-inf - -inf), as one pass makes it
-      if (p.nan_rows_zero && (isnan(v) || isnan(l))) v = 0;
+      const float v = fused_row_end(p, l == 0.f ? 0.f : a / l, l, m);
       y[e] = store_c<T>(static_cast<compute_t<T>>(v));
     }
   }
