@@ -334,17 +334,10 @@ std::optional<RepeatKv> match_repeat_kv(GraphIndex& g, const std::string& v, std
   return RepeatKv{us->inputs[0], ex->inputs[1], rs->inputs[1], rs->attr_int("allowzero", 0)};
 }
 
-bool is_graph_output(const BuildState& s, const std::string& v) {
-  for (const auto& o : s.graph.outputs)
-    if (o.name == v) return true;
-  return false;
-}
-
 // How many of `nodes` read `v`.
-int readers_of(const BuildState& s, const std::string& v, const std::vector<ir::Node*>& nodes) {
+int readers_of(const std::string& v, const std::vector<ir::Node*>& nodes) {
   int n = 0;
   for (const ir::Node* x : nodes) n += std::count(x->inputs.begin(), x->inputs.end(), v) > 0;
-  (void)s;
   return n;
 }
 
@@ -366,7 +359,7 @@ std::vector<ir::Node*> shape_readers_dying_with(GraphIndex& g, BuildState& s, co
   for (size_t next = 0; next < found.size(); ++next) {
     for (const auto& o : found[next]->outputs) {
       if (o.empty()) continue;
-      if (is_graph_output(s, o)) return {};
+      if (g.is_output(o)) return {};
       for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
         ir::Node* c = &s.graph.nodes[i];
         if (g.dead(i) || in_set.count(c) || chain.count(c)) continue;
@@ -601,9 +594,14 @@ void fuse_attention(BuildState& s) {
     const size_t before_repeat = matched.size();
     // K's shape may also be read for the view's reshapes (Shape(K) -> Slice -> Concat): those
     // readers die with the view, so they do not keep the repeat alive.
-    std::vector<ir::Node*> k_shape_readers = shape_readers_dying_with(g, s, k, matched);
-    if (k_layout == "bhsd" && (g.single_use(k) || (!k_shape_readers.empty() && g.uses(k) == 1 + readers_of(s, k, k_shape_readers) && !is_graph_output(s, k))))
-      if ((krep = match_repeat_kv(g, k, matched))) matched.insert(matched.end(), k_shape_readers.begin(), k_shape_readers.end());
+    std::vector<ir::Node*> k_shape_readers;
+    auto k_read_once = [&] {
+      if (g.single_use(k)) return true;
+      k_shape_readers = shape_readers_dying_with(g, s, k, matched);
+      return !k_shape_readers.empty() && !g.is_output(k) && g.uses(k) == 1 + readers_of(k, k_shape_readers);
+    };
+    if (k_layout == "bhsd" && k_read_once() && (krep = match_repeat_kv(g, k, matched)))
+      matched.insert(matched.end(), k_shape_readers.begin(), k_shape_readers.end());
     if (v_layout == "bhsd" && g.single_use(v)) vrep = match_repeat_kv(g, v, matched);
     if (krep.has_value() != vrep.has_value() || (krep && krep->allowzero != vrep->allowzero)) {
       // Both or neither: undo the partial match by rematching without repeat_kv.
@@ -641,9 +639,10 @@ void fuse_attention(BuildState& s) {
     while (!f.inputs.empty() && f.inputs.back().empty()) f.inputs.pop_back();
     // A value the fused node reads must not be made by a shape computation that dies with it.
     bool reads_dying = false;
-    for (const ir::Node* n : k_shape_readers)
-      for (const auto& o : n->outputs) reads_dying |= std::find(f.inputs.begin(), f.inputs.end(), o) != f.inputs.end();
-    if (krep && reads_dying) continue;
+    if (krep)
+      for (const ir::Node* n : k_shape_readers)
+        for (const auto& o : n->outputs) reads_dying |= std::find(f.inputs.begin(), f.inputs.end(), o) != f.inputs.end();
+    if (reads_dying) continue;
     f.outputs = {last->outputs[0]};
     f.attrs["q_layout"] = ir::string_attr("q_layout", q_layout);
     f.attrs["k_layout"] = ir::string_attr("k_layout", k_layout);

@@ -44,13 +44,13 @@ class GraphIndex {
     auto it = uses_.find(v);
     return it == uses_.end() ? 0 : it->second;
   }
-  // True when `v` is read by exactly one node and is no graph output.
-  bool single_use(const std::string& v) const {
-    if (uses(v) != 1) return false;
+  bool is_output(const std::string& v) const {
     for (const auto& o : s_.graph.outputs)
-      if (o.name == v) return false;
-    return true;
+      if (o.name == v) return true;
+    return false;
   }
+  // True when `v` is read by exactly one node and is no graph output.
+  bool single_use(const std::string& v) const { return uses(v) == 1 && !is_output(v); }
   // The single consumer of `v` (or nullptr when it has several or none).
   ir::Node* sole_consumer(const std::string& v) {
     if (!single_use(v)) return nullptr;
