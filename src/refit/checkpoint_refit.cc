@@ -78,9 +78,10 @@ PrefixHint prefix_hint(const std::set<std::string>& names, const Checkpoint& ckp
   // Candidates from the first missing name: each of its prefixes ending in '.' (or none), against
   // each checkpoint key that ends with the rest.
   const std::string& first = missing.front();
+  std::vector<size_t> cuts = {0};
+  for (size_t dot = first.find('.'); dot != std::string::npos; dot = first.find('.', dot + 1)) cuts.push_back(dot + 1);
   std::set<std::pair<std::string, std::string>> tried;
-  for (size_t cut = 0; cut <= first.size(); cut = first.find('.', cut) == std::string::npos ? first.size() + 1
-                                                                                             : first.find('.', cut) + 1) {
+  for (size_t cut : cuts) {
     const std::string rest = first.substr(cut);
     if (rest.empty()) break;
     for (const auto& [key, _] : ckpt.tensors()) {
