@@ -255,7 +255,10 @@ def _state_dict_of(weights: Any, what: str) -> Dict[str, Any]:
 
 
 def _device_name(device: Any) -> str:
-    d = torch.device(device) if not isinstance(device, torch.device) else device
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError("device must be 'cpu' or 'cuda', got %r" % (device,)) from None
     if d.type not in ("cpu", "cuda") or (d.index not in (None, 0)):
         raise ValueError("device must be 'cpu' or 'cuda', got %r" % (device,))
     return d.type
@@ -403,11 +406,11 @@ def compile(  # noqa: A001 - torch.compile's and torch_tensorrt.compile's name
         program.save(path, external_data=size > _EXTERNAL_DATA_BYTES)
         del program
         try:
-            plan = _build(path, refit=refit, strip_weights=strip_weights, checkpoint=state, device=plan_device,
-                          **build_options)
+            plan = _build(path, refit=refit, strip_weights=strip_weights, checkpoint=state or None,
+                          device=plan_device, **build_options)
         except Error as e:
             raise type(e)("reforge.torch.compile(%s): %s" % (name, e)) from e
-    if strip_weights:
+    if strip_weights and plan.missing:
         try:
             plan.refit(state, names="checkpoint")
         except Error as e:

@@ -1,5 +1,5 @@
 """torch tensors (when torch is installed): state dicts bound by value through __dlpack__, run
-inputs, tensors that need gradients."""
+inputs (torch tensors out for torch tensors in), tensors that need gradients."""
 
 import pytest
 import safetensors.numpy
@@ -17,7 +17,9 @@ def test_refit_from_a_torch_state_dict_and_run_torch_inputs():
     state = {k: torch.from_numpy(v.copy()) for k, v in arrays.items()}
     plan.refit(state)
     inputs = {k: torch.from_numpy(v) for k, v in hf_inputs(model).items()}
-    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+    outputs = plan.run(inputs)  # torch in, torch out
+    assert all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in outputs.values())
+    assert max_diff({k: v.numpy() for k, v in outputs.items()}, hf_reference(model, "B")) <= TOLERANCE
     # Parameters that need gradients (named_parameters()) are read without a copy, detached.
     params = {k: torch.nn.Parameter(v) for k, v in state.items() if v.is_floating_point()}
     params.update({k: v for k, v in state.items() if not v.is_floating_point()})
