@@ -249,6 +249,27 @@ def test_baked_plans_and_option_errors():
         rt.compile(a, (x,), checkpoint={})
 
 
+def test_identical_refit_and_build_options():
+    a, b = seeded(MLP, 0), seeded(MLP, 1)
+    x = torch.randn(4, 16)
+    # refit="identical": the stripped plan takes the build's weights back, and refuses others.
+    identical = rt.compile(a, (x,), refit="identical")
+    assert identical.plan.mode == "refit-identical"
+    before = identical(x).clone()
+    identical.refit(a)
+    with pytest.raises(reforge.RefitRefused, match="up.weight"):
+        identical.refit(b)
+    assert torch.equal(identical(x), before)
+    # Options of reforge.build pass through: bf16 weight storage (activations stay float32).
+    bf16 = rt.compile(a, (x,), precision="bf16", threads=1)
+    assert bf16.plan.inspect()["precision"] == "bf16"
+    got, want = bf16(x), reference(a, x)
+    assert got.dtype == torch.float32
+    assert 0 < (got - want).abs().max() <= 1e-2 * want.abs().max()
+    bf16.refit(b)
+    assert (bf16(x) - reference(b, x)).abs().max() <= 1e-2 * reference(b, x).abs().max()
+
+
 class Branchy(torch.nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # data-dependent control flow: torch.export refuses it
