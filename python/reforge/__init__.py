@@ -5,7 +5,8 @@
     plan = reforge.build("model.onnx", refit=True, strip_weights=True, checkpoint="A.safetensors")
     plan.save("model.plan"); plan = reforge.load("model.plan")
     plan.refit("B.safetensors")                        # or B.onnx, or {name: array}, or model.state_dict()
-    out = plan.run({"input_ids": ids})                 # {output name: numpy array}
+    out = plan.run({"input_ids": ids})                 # {output name: array}: numpy, or torch for torch
+    compiled = reforge.torch.compile(model, (x,))      # a torch.nn.Module as a callable plan (reforge.torch)
 
 The same library as the ``reforge`` CLI, with the same checks and the same error messages:
 every failure raises a :class:`reforge.Error` subclass. Arrays go in and out without copies where

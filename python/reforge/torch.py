@@ -23,8 +23,11 @@ import os
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-import torch
-import torch.utils._pytree as pytree
+try:
+    import torch
+    import torch.utils._pytree as pytree
+except ImportError as e:
+    raise ImportError("reforge.torch needs PyTorch 2.x (pip install torch onnxscript): %s" % e) from e
 
 from . import Error, InvalidInput, InvalidModel, Plan
 from . import build as _build
@@ -270,8 +273,11 @@ def _export(module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], dynamic_
     folder: split sequences become Split nodes) without the exporter's other rewrites, which
     would fold BatchNorm into convolutions with arithmetic no checkpoint can replay bit for bit
     (reforge folds it itself, with a recipe)."""
-    import onnx_ir.passes.common as common_passes
-    import onnxscript.optimizer
+    try:
+        import onnx_ir.passes.common as common_passes
+        import onnxscript.optimizer
+    except ImportError as e:
+        raise ImportError("reforge.torch.compile needs PyTorch's ONNX exporter (pip install onnxscript): %s" % e) from e
 
     options = dict(export_options)
     options.setdefault("verbose", False)
