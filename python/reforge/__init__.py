@@ -549,11 +549,17 @@ class PlanSequence:
         self._impl = impl
 
     def run(self, inputs: Mapping[str, Any], copy: bool = True) -> Dict[str, Any]:
-        """One step: returns ``{output name: numpy array}``. With ``copy=False`` the arrays are
-        read-only views of the sequence's buffers, valid until its next run or reset."""
+        """One step: returns ``{output name: numpy array}``, or torch tensors on the first input's
+        device when the inputs are torch tensors (as :meth:`Plan.run`). With ``copy=False`` the
+        numpy arrays are read-only views of the sequence's buffers, valid until its next run or
+        reset (torch tensors, which cannot be read-only, are copies)."""
         arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
+        device = _torch_device(inputs.values())
         values = self._impl.run(arrays, copy)
-        return dict(zip([v.name for v in self._plan.outputs], values))
+        infos = self._plan.outputs
+        if device is not None:
+            values = [_to_torch(v, info.dtype, device) for v, info in zip(values, infos)]
+        return dict(zip([v.name for v in infos], values))
 
     def reset(self) -> None:
         """Starts a new sequence: lengths to 0 (fixed-size state zero-filled); nothing is freed."""
