@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import pkgutil
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -29,7 +28,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _reforge  # noqa: E402
 from ._reforge import CorruptPlan, Error, InvalidInput, InvalidModel, RefitRefused  # noqa: E402
-from ._tensors import host_input as _array, to_torch as _to_torch, torch_device as _torch_device  # noqa: E402
+from ._tensors import copy_into as _copy_into, host_input as _array, to_torch as _to_torch  # noqa: E402
+from ._tensors import torch_device as _torch_device  # noqa: E402
 from .export import export_causal_lm  # noqa: E402
 
 __version__: str = _reforge.__version__
@@ -105,41 +105,6 @@ def _check_block_size(value: Any) -> int:
     if not 16 <= value <= 1 << 20 or value & (value - 1):
         raise ValueError("block_size must be a power of two from 16 to 1048576, got %d" % value)
     return value
-
-
-def _numpy_of(tensor: Any) -> Any:
-    """A torch run output as numpy, as a numpy run returns it (bfloat16 as float32)."""
-    import torch
-
-    t = tensor.detach().cpu()
-    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
-
-
-def _copy_into(dest: Any, value: Any, info: ValueInfo, name: str) -> Any:
-    """Copies a run's output ``value`` into the caller's ``dest`` (``Plan.run(outputs=...)``)."""
-    import numpy as np
-
-    shape = tuple(value.shape)
-    if tuple(getattr(dest, "shape", ())) != shape or not hasattr(dest, "dtype"):
-        raise InvalidInput("outputs['%s']: the output is %s%s; got %s of shape %s" % (
-            name, info.dtype, list(shape), type(dest).__name__, list(getattr(dest, "shape", []))))
-    if isinstance(dest, np.ndarray):
-        src = value if isinstance(value, np.ndarray) else _numpy_of(value)
-        if dest.dtype != src.dtype:
-            raise InvalidInput("outputs['%s']: the output is %s%s; got a %s array" % (name, info.dtype, list(shape), dest.dtype))
-        if not dest.flags.writeable:
-            raise InvalidInput("outputs['%s']: the array is read-only" % name)
-        np.copyto(dest, src)
-        return dest
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(dest, torch.Tensor):
-        raise InvalidInput("outputs['%s']: a numpy array or a torch tensor, not %s" % (name, type(dest).__name__))
-    src = value if isinstance(value, torch.Tensor) else _to_torch(value, info.dtype, None)
-    if dest.dtype != src.dtype:
-        raise InvalidInput("outputs['%s']: the output is %s%s; got a %s tensor" % (name, info.dtype, list(shape), dest.dtype))
-    with torch.no_grad():
-        dest.copy_(src)
-    return dest
 
 
 class Plan:
@@ -239,7 +204,7 @@ class Plan:
             index = {info.name: i for i, info in enumerate(self._outputs)}
             for name, dest in into.items():
                 i = index[name]
-                values[i] = _copy_into(dest, values[i], self._outputs[i], name)
+                values[i] = _copy_into(dest, values[i], self._outputs[i].dtype, name)
         return values
 
     def generate(

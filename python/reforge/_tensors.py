@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Optional
 
+from ._reforge import InvalidInput
+
 
 def torch_device(values: Iterable[Any]) -> Optional[Any]:
     """The device of the first torch tensor among ``values`` (``None`` when there is none)."""
@@ -56,3 +58,34 @@ def to_torch(array: Any, dtype: str, device: Any) -> Any:
     if device is not None and device.type != "cpu":
         t = t.to(device)
     return t
+
+
+def copy_into(dest: Any, value: Any, dtype: str, name: str) -> Any:
+    """Copies run output ``name`` (``value``: a numpy array or a torch tensor; ``dtype``: the
+    plan's name for its element type) into the caller's ``dest``, a numpy array or a torch
+    tensor of the same shape and dtype (``Plan.run(outputs=...)``); returns ``dest``."""
+    import numpy as np
+
+    shape = list(value.shape)
+    torch = sys.modules.get("torch")
+    if not isinstance(dest, np.ndarray) and (torch is None or not isinstance(dest, torch.Tensor)):
+        raise InvalidInput("outputs['%s']: a numpy array or a torch tensor, not %s" % (name, type(dest).__name__))
+    if list(dest.shape) != shape:
+        raise InvalidInput("outputs['%s']: the output is %s%s; got shape %s" % (name, dtype, shape, list(dest.shape)))
+    if isinstance(dest, np.ndarray):
+        if not isinstance(value, np.ndarray):  # a torch run output: as numpy (bfloat16 as float32)
+            value = value.detach().cpu()
+            value = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+        if dest.dtype != value.dtype:
+            raise InvalidInput("outputs['%s']: the output is %s%s; got a %s array" % (name, dtype, shape, dest.dtype))
+        if not dest.flags.writeable:
+            raise InvalidInput("outputs['%s']: the array is read-only" % name)
+        np.copyto(dest, value)
+        return dest
+    if not isinstance(value, torch.Tensor):
+        value = to_torch(value, dtype, None)
+    if dest.dtype != value.dtype:
+        raise InvalidInput("outputs['%s']: the output is %s%s; got a %s tensor" % (name, dtype, shape, dest.dtype))
+    with torch.no_grad():
+        dest.copy_(value)
+    return dest

@@ -410,7 +410,6 @@ def compile(  # noqa: A001 - torch.compile's and torch_tensorrt.compile's name
     with tempfile.TemporaryDirectory(prefix="reforge-compile-") as folder:
         path = os.path.join(folder, "model.onnx")
         program.save(path, external_data=size > _EXTERNAL_DATA_BYTES)
-        del program
         try:
             plan = _build(path, refit=refit, strip_weights=strip_weights, checkpoint=state or None,
                           device=plan_device, **build_options)
