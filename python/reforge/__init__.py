@@ -363,6 +363,8 @@ class Plan:
         allow_nonfinite: bool = False,
         incremental: bool = False,
         keep_baked: bool = False,
+        strip_prefix: str = "",
+        add_prefix: str = "",
         progress: Optional[Callable[[str, int, int, str], None]] = None,
     ) -> Dict[str, Any]:
         """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
@@ -385,6 +387,10 @@ class Plan:
           the plan. Do not change them during the call. ``incremental=True`` (``"onnx"`` names
           only) changes only the sources given.
 
+        ``strip_prefix``/``add_prefix`` rename a checkpoint's tensors first (``--strip-prefix``,
+        ``--add-prefix``): ``strip_prefix`` removed from the names that begin with it (an error
+        when none does), then ``add_prefix`` put in front of every name, for a checkpoint saved
+        under another module name than the one the model was exported from.
         New weights holding NaN or Inf are refused unless ``allow_nonfinite``. In a plan built
         with ``individual=...``, new weights that hold other values for a baked source than the
         plan was built with are refused (the plan would run a mix of old and new weights) unless
@@ -417,12 +423,13 @@ class Plan:
                 raise ValueError("mode %r needs a re-exported ONNX model; arrays refit the fast way" % (mode,))
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
             return self._impl.refit_tensors(
-                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, progress
+                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, strip_prefix, add_prefix,
+                progress
             )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
-        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, progress)
+        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, strip_prefix, add_prefix, progress)
 
     @property
     def missing(self) -> List[str]:
@@ -594,6 +601,8 @@ def build(
     allow_cpu_fallback: bool = False,
     block_size: Optional[int] = None,
     allow_nonfinite: bool = False,
+    strip_prefix: str = "",
+    add_prefix: str = "",
     progress: Optional[Callable[[str, int, int, str], None]] = None,
 ) -> Plan:
     """Builds a plan from an ONNX model (``reforge build``).
@@ -609,7 +618,8 @@ def build(
     ``checkpoint``: a safetensors file, files or sharded folder, or a dict of arrays (a state
     dict), to bind every source to by exact value, so that the plan refits
     from that framework's checkpoints; ``bind``/``bind_file``/``strict_binding``/
-    ``allow_partial_binding`` as the CLI's options. ``literals``: initializers to treat as
+    ``allow_partial_binding`` as the CLI's options; ``strip_prefix``/``add_prefix`` rename the
+    checkpoint's tensors first, as :meth:`Plan.refit` does. ``literals``: initializers to treat as
     structure. ``threads``: for the build and the plan's runs (0: all cores; at most 1024). ``device``:
     where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
     arrays in host memory, copied to and from the GPU); a node the device has no kernel for
@@ -671,6 +681,8 @@ def build(
         allow_cpu_fallback,
         0 if block_size is None else block_size,
         allow_nonfinite,
+        strip_prefix,
+        add_prefix,
         progress,
     )
     return Plan(impl)

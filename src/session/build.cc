@@ -40,6 +40,8 @@ void BuildRequest::validate() const {
   const CheckpointBinding& c = checkpoint;
   if (!c.given() && (!c.binds.empty() || !c.bind_file.empty() || c.strict || c.allow_partial))
     fail("binds, a bind file, strict binding and partial binding need a checkpoint to bind to");
+  if (!c.given() && (!c.strip_prefix.empty() || !c.add_prefix.empty()))
+    fail("--strip-prefix and --add-prefix rename a checkpoint's tensors: they need a checkpoint (--checkpoint)");
   if (!c.files.empty() && !c.tensors.empty()) fail("give the checkpoint as files or as tensors, not both");
 }
 
@@ -66,8 +68,9 @@ Built build_plan(const BuildRequest& req, Observer* observer) {
   for (const Bind& b : c.binds) bo.add_bind(b.key, b.tensor, b.origin);
   bo.strict = c.strict;
   bo.allow_partial = c.allow_partial;
-  const refit::Checkpoint ckpt = c.files.empty() ? refit::Checkpoint::from_tensors(c.tensors, "state dict")
-                                                 : refit::open_checkpoint(c.files, "checkpoint");
+  const refit::Checkpoint ckpt = (c.files.empty() ? refit::Checkpoint::from_tensors(c.tensors, "state dict")
+                                                  : refit::open_checkpoint(c.files, "checkpoint"))
+                                     .with_key_prefix(c.strip_prefix, c.add_prefix);
   ir::Graph g = import_model(req, observer);
   build::BindResult r;
   {

@@ -39,6 +39,7 @@ struct CheckpointBinding {
   std::string bind_file;                  // JSON {ONNX_NAME: CKPT_NAME, ..., "literals": [ONNX_NAME, ...]}
   bool strict = false;                    // declared literals must be structural or provably configuration-only
   bool allow_partial = false;             // build although the checkpoint binds under half of the sources
+  std::string strip_prefix, add_prefix;   // the checkpoint's names renamed (refit::Checkpoint::with_key_prefix)
   bool given() const { return !files.empty() || !tensors.empty(); }
 };
 

@@ -31,6 +31,7 @@ struct RunArgs {
   double tolerance = 1e-4;
   int threads = 0;
   std::vector<std::string> weights;
+  KeyPrefixes prefixes;
   std::string precision, activations;
   int64_t block_size = 0;
   DeviceOptions device;
@@ -85,6 +86,7 @@ Runner add_run(CLI::App& app) {
       "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
+  add_key_prefix_options(app, a->prefixes);
   app.add_flag("--keep-baked", a->keep_baked,
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
@@ -148,6 +150,7 @@ Runner add_run(CLI::App& app) {
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.prefixes = a->prefixes;
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;

@@ -36,6 +36,8 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
   eo.device_trace = o.device_trace;
   if (o.device_replay) eo.device_replay = *o.device_replay;
   if (o.keep_baked && o.weights.empty()) fail("--keep-baked applies when refitting with --weights; none were given");
+  if ((!o.prefixes.strip.empty() || !o.prefixes.add.empty()) && o.weights.empty())
+    fail("--strip-prefix and --add-prefix rename the tensors of a checkpoint given with --weights; none was given");
   PhaseObserver observer;
   std::optional<session::Session> s;
   if (session::is_plan_file(path)) {
@@ -73,6 +75,8 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
 refit::RefitReport refit_session(session::Session& s, const LoadOptions& o) {
   refit::RefitRequest req;
   req.files = o.weights;
+  req.strip_prefix = o.prefixes.strip;
+  req.add_prefix = o.prefixes.add;
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
   req.commit.keep_baked = o.keep_baked;
