@@ -389,6 +389,13 @@ TEST(HfCheckpointCli, InspectListsLiteralReasons) {
   EXPECT_GE(proven, 2u);      // the rotary cos and sin tables
   EXPECT_GE(structural, 1u);  // the causal mask, eps, exponents
   EXPECT_TRUE(j.at("unbound").empty());
+  // The text lists the engine weights in the order the graph reads them: w9 before w10.
+  ASSERT_GE(j.at("weights").size(), 11u);
+  r = run_cli("inspect " + plan.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t w9 = r.output.find("\n  w9 "), w10 = r.output.find("\n  w10 ");
+  ASSERT_NE(w9, std::string::npos) << r.output;
+  EXPECT_LT(w9, w10) << r.output;
   fs::remove(plan);
 }
 
