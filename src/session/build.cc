@@ -1,6 +1,9 @@
 #include "session/build.h"
 
+#include <set>
+
 #include "builder/binding.h"
+#include "core/nearest_names.h"
 #include "core/omp_threads.h"
 #include "onnx/importer.h"
 #include "refit/source_readers.h"
@@ -9,12 +12,39 @@ namespace reforge::session {
 
 namespace {
 
+// Adds the values `marks` names (BuildRequest::mark_outputs) to the graph's outputs, in the
+// order the nodes make them; throws naming a value no node makes.
+void mark_outputs(ir::Graph& g, const std::vector<std::string>& marks, const std::string& model) {
+  if (marks.empty()) return;
+  const bool all = marks.size() == 1 && marks[0] == "all";
+  std::set<std::string> made, outputs, wanted(marks.begin(), marks.end());
+  for (const auto& o : g.outputs) outputs.insert(o.name);
+  for (const ir::Node& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) made.insert(o);
+  if (!all)
+    for (const auto& m : marks)
+      if (!made.count(m)) {
+        if (m == "all") fail("--mark-outputs: 'all' stands alone (every value), not among names");
+        const auto near = nearest_names(m, std::vector<std::string>(made.begin(), made.end()));
+        fail("--mark-outputs: no node of '", model, "' makes a value named '", m, "'",
+             near.empty() ? std::string() : " (nearest: " + quoted_list(near) + ")");
+      }
+  for (const ir::Node& n : g.nodes) {
+    if (all && n.domain.empty() && n.op_type == "Constant") continue;
+    for (const auto& o : n.outputs)
+      if (!o.empty() && (all || wanted.count(o)) && outputs.insert(o).second)
+        g.outputs.push_back({o, DType::Undefined, false, {}});
+  }
+}
+
 ir::Graph import_model(const BuildRequest& req, Observer* observer) {
   ir::Graph g;
   {
     PhaseScope phase(observer, "importing '" + req.model + "'");
     g = onnx::import_model_file(req.model);
   }
+  mark_outputs(g, req.mark_outputs, req.model);
   if (req.imported) req.imported(g);
   return g;
 }

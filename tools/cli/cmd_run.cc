@@ -44,6 +44,7 @@ struct RunArgs {
   bool compare_onnxrt = false;
   bool synthesize_missing = false;
   std::string onnxrt_model, python;
+  std::vector<std::string> mark_outputs;
   std::vector<std::string> atol, rtol;
 };
 
@@ -106,6 +107,10 @@ Runner add_run(CLI::App& app) {
   auto* ort = app.add_flag("--compare-onnxrt", a->compare_onnxrt,
                            "run the ONNX model in ONNX Runtime on the same inputs too and compare every output "
                            "(max abs, max rel, mean abs error; exit 1 if any is outside --atol/--rtol)");
+  app.add_option("--mark-outputs", a->mark_outputs,
+                 "make these values of the ONNX model outputs too (all: every value a node makes), to compare "
+                 "intermediate values with --compare-onnxrt or --output-dir, as Polygraphy marks them; fusions "
+                 "that would hide a marked value are not made");
   app.add_option("--onnxrt-model", a->onnxrt_model,
                  "with --compare-onnxrt: the ONNX model for ONNX Runtime (needed when MODEL is a plan or --weights "
                  "is given)")
@@ -151,6 +156,7 @@ Runner add_run(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.prefixes = a->prefixes;
+    lo.mark_outputs = a->mark_outputs;
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;
@@ -266,7 +272,7 @@ Runner add_run(CLI::App& app) {
       std::map<std::string, Tensor> ref;
       {
         Phase phase("running '" + ort_model + "' in ONNX Runtime");
-        ref = run_onnxrt(ort_model, inputs, a->python);
+        ref = run_onnxrt(ort_model, inputs, a->python, a->mark_outputs);
       }
       if (!a->json)
         std::cout << "compare with ONNX Runtime (" << ort_model << "):\n"

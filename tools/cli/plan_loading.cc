@@ -46,6 +46,9 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
     if (o.allow_nonfinite && o.weights.empty())
       fail("--allow-nonfinite applies when building an ONNX model or refitting with --weights; '", path,
            "' is a plan, built already");
+    if (!o.mark_outputs.empty())
+      fail("--mark-outputs applies when building an ONNX model; '", path,
+           "' is a plan, built already (run the ONNX model it was built from)");
     session::PlanFile f = session::read_plan_file(path, o.verify_weights, &observer);
     if (o.index_bounds) *o.index_bounds = index_bounds(f.plan);
     check_plan_flags(f.plan, path, o);
@@ -53,6 +56,7 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
   } else {
     session::BuildRequest req;
     req.model = path;
+    req.mark_outputs = o.mark_outputs;
     build::BuildOptions& bo = req.options;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
     bo.skip_passes = o.skip_passes;
