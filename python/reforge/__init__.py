@@ -220,6 +220,7 @@ class Plan:
         callback: Optional[Callable[[int, Any], Optional[bool]]] = None,
         tokenizer: Any = None,
         add_special_tokens: bool = True,
+        window: Optional[int] = None,
     ):
         """Generates tokens with a decoder that carries a KV cache (an export with past and present
         key-values), in the library's loop: the cache lives in the engine, allocated once per
@@ -243,6 +244,10 @@ class Plan:
           complete, and the pieces concatenate to the returned text. ``add_special_tokens``
           encodes the prompts as the tokenizer is configured to (a tokenizer.json's
           post-processor, a transformers tokenizer's own, a sentencepiece model's BOS first).
+
+        ``window`` (``--window``): decode steps on caches of a multiple of ``window`` positions,
+        masked padding before the sequence, so that a plan whose engine replays its device work
+        records one step per window (None: the library's choice; 0: the caches grow step by step).
 
         With a tokenizer, generation also stops at its end-of-sequence token where it names one (a
         sentencepiece model's, a transformers tokenizer's; a bare tokenizer.json names none: give
@@ -321,7 +326,7 @@ class Plan:
                     return callback(i, piece) if piece else True
 
         made = self._impl.generate(prompt_ids, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                   int(seed), stops, on_token)
+                                   int(seed), stops, -1 if window is None else int(window), on_token)
         if is_text:
             out = []
             for i, (stream, row) in enumerate(zip(streams, made)):
@@ -601,6 +606,7 @@ def build(
     allow_cpu_fallback: bool = False,
     block_size: Optional[int] = None,
     allow_nonfinite: bool = False,
+    reference_rounding: bool = False,
     strip_prefix: str = "",
     add_prefix: str = "",
     progress: Optional[Callable[[str, int, int, str], None]] = None,
@@ -618,7 +624,8 @@ def build(
     ``checkpoint``: a safetensors file, files or sharded folder, or a dict of arrays (a state
     dict), to bind every source to by exact value, so that the plan refits
     from that framework's checkpoints; ``bind``/``bind_file``/``strict_binding``/
-    ``allow_partial_binding`` as the CLI's options; ``strip_prefix``/``add_prefix`` rename the
+    ``allow_partial_binding`` as the CLI's options; ``reference_rounding`` rounds 16-bit softmax
+    results as the ONNX reference does (``--reference-rounding``); ``strip_prefix``/``add_prefix`` rename the
     checkpoint's tensors first, as :meth:`Plan.refit` does. ``literals``: initializers to treat as
     structure. ``threads``: for the build and the plan's runs (0: all cores; at most 1024). ``device``:
     where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
@@ -681,6 +688,7 @@ def build(
         allow_cpu_fallback,
         0 if block_size is None else block_size,
         allow_nonfinite,
+        reference_rounding,
         strip_prefix,
         add_prefix,
         progress,

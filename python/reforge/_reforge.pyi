@@ -89,6 +89,7 @@ def build(
     allow_cpu_fallback: bool,
     block_size: int,
     allow_nonfinite: bool,
+    reference_rounding: bool,
     strip_prefix: str,
     add_prefix: str,
     progress: Optional[Callable[[str, int, int, str], None]],

@@ -311,8 +311,10 @@ class Plan {
   // return ends that prompt, an exception ends the call.
   std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
                                              double temperature, int64_t top_k, double top_p, uint64_t seed,
-                                             const std::vector<int64_t>& stop, std::optional<nb::callable> callback) {
+                                             const std::vector<int64_t>& stop, int64_t window,
+                                             std::optional<nb::callable> callback) {
     session::GenerateOptions o;
+    o.window = window;
     o.max_new_tokens = max_new_tokens;
     o.sampling.temperature = temperature;
     o.sampling.top_k = top_k;
@@ -396,7 +398,7 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
                   const std::vector<std::string>& checkpoint_files, std::optional<nb::dict> checkpoint_tensors,
                   const std::map<std::string, std::string>& binds, const std::string& bind_file, bool strict_binding,
                   bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback,
-                  int64_t block_size, bool allow_nonfinite, const std::string& strip_prefix,
+                  int64_t block_size, bool allow_nonfinite, bool reference_rounding, const std::string& strip_prefix,
                   const std::string& add_prefix, std::optional<nb::callable> progress) {
   std::vector<std::pair<std::string, refit::DlpackTensor>> ckpt_arrays;
   if (checkpoint_tensors) ckpt_arrays = arrays_of(*checkpoint_tensors, "checkpoint tensor");
@@ -420,6 +422,7 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
     o.host_fallback = allow_cpu_fallback;
     o.block_size = block_size;
     o.check_finite = !allow_nonfinite;
+    o.reference_rounding = reference_rounding;
     session::CheckpointBinding& c = req.checkpoint;
     c.files = checkpoint_files;
     for (const auto& [k, v] : binds) c.binds.push_back({k, v, "bind={'" + k + "': '" + v + "'}"});
@@ -499,7 +502,7 @@ NB_MODULE(_reforge, m) {
       .def("inspect", &Plan::inspect)
       .def("stats", &Plan::stats)
       .def("generate", &Plan::generate, "prompts"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a,
-           "seed"_a, "stop"_a, "callback"_a.none())
+           "seed"_a, "stop"_a, "window"_a, "callback"_a.none())
       .def("value_infos", &Plan::value_infos, "outputs"_a)
       .def_prop_ro("missing", &Plan::missing)
       .def_prop_ro("mode", &Plan::mode)
@@ -529,7 +532,8 @@ NB_MODULE(_reforge, m) {
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
         "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a, "block_size"_a,
-        "allow_nonfinite"_a, "strip_prefix"_a, "add_prefix"_a, "progress"_a.none(), nb::rv_policy::take_ownership);
+        "allow_nonfinite"_a, "reference_rounding"_a, "strip_prefix"_a, "add_prefix"_a, "progress"_a.none(),
+        nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
   m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
   m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);
