@@ -58,6 +58,31 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// A reference folder's batch (batch_prompt_ids.npy left-padded under batch_attention_mask.npy):
+// each prompt's own tokens, and PyTorch's generated tokens of the batch, one row per prompt.
+struct BatchReference {
+  std::vector<std::vector<int64_t>> prompts;
+  Tensor tokens;
+  std::vector<int64_t> row(size_t r) const {
+    const int64_t n = tokens.dim(1);
+    return std::vector<int64_t>(tokens.data<int64_t>() + static_cast<int64_t>(r) * n,
+                                tokens.data<int64_t>() + static_cast<int64_t>(r + 1) * n);
+  }
+};
+
+BatchReference batch_reference(const fs::path& dir) {
+  const Tensor padded = read_npy((dir / "batch_prompt_ids.npy").string());
+  const Tensor mask = read_npy((dir / "batch_attention_mask.npy").string());
+  BatchReference b;
+  b.tokens = read_npy((dir / "batch_tokens.npy").string());
+  b.prompts.resize(static_cast<size_t>(padded.dim(0)));
+  for (int64_t r = 0; r < padded.dim(0); ++r)
+    for (int64_t i = 0; i < padded.dim(1); ++i)
+      if (mask.as_int64(r * padded.dim(1) + i))
+        b.prompts[static_cast<size_t>(r)].push_back(padded.as_int64(r * padded.dim(1) + i));
+  return b;
+}
+
 session::GenerateOptions greedy(int64_t n) {
   session::GenerateOptions o;
   o.max_new_tokens = n;
@@ -309,22 +334,14 @@ TEST_P(GenerateExports, BatchOfPromptsEqualsPyTorchsBatch) {
   runtime::EngineOptions eo;
   eo.threads = 1;
   runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
-  const Tensor padded = read_npy((d / x.reference / "batch_prompt_ids.npy").string());
-  const Tensor mask = read_npy((d / x.reference / "batch_attention_mask.npy").string());
-  const Tensor want = read_npy((d / x.reference / "batch_tokens.npy").string());
-  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(padded.dim(0)));
-  for (int64_t r = 0; r < padded.dim(0); ++r)
-    for (int64_t i = 0; i < padded.dim(1); ++i)
-      if (mask.as_int64(r * padded.dim(1) + i))
-        prompts[static_cast<size_t>(r)].push_back(padded.as_int64(r * padded.dim(1) + i));
-  ASSERT_NE(prompts[0].size(), prompts[1].size());
-  const auto got = session::generate(e, prompts, greedy(want.dim(1)));
-  EXPECT_EQ(got.step_ms.size(), static_cast<size_t>(want.dim(1) - 1)) << "the prompts did not run as one batch";
-  for (size_t r = 0; r < prompts.size(); ++r) {
-    const std::vector<int64_t> row(want.data<int64_t>() + static_cast<int64_t>(r) * want.dim(1),
-                                   want.data<int64_t>() + static_cast<int64_t>(r + 1) * want.dim(1));
-    EXPECT_EQ(got.tokens[r], row) << "row " << r;
-    EXPECT_EQ(session::generate(e, {prompts[r]}, greedy(want.dim(1))).tokens[0], row) << "row " << r << " alone";
+  const BatchReference b = batch_reference(d / x.reference);
+  const int64_t n = b.tokens.dim(1);
+  ASSERT_NE(b.prompts[0].size(), b.prompts[1].size());
+  const auto got = session::generate(e, b.prompts, greedy(n));
+  EXPECT_EQ(got.step_ms.size(), static_cast<size_t>(n - 1)) << "the prompts did not run as one batch";
+  for (size_t r = 0; r < b.prompts.size(); ++r) {
+    EXPECT_EQ(got.tokens[r], b.row(r)) << "row " << r;
+    EXPECT_EQ(session::generate(e, {b.prompts[r]}, greedy(n)).tokens[0], b.row(r)) << "row " << r << " alone";
   }
 }
 
@@ -393,20 +410,10 @@ TEST_P(GenerateExports, WindowedDecodeGivesPyTorchsTokens) {
     EXPECT_GE(st.replays, static_cast<int64_t>(want.size()) / 2) << "eager runs " << st.eager_runs;
   }
   if (!fs::exists(d / x.reference / "batch_tokens.npy")) return;
-  const Tensor padded = read_npy((d / x.reference / "batch_prompt_ids.npy").string());
-  const Tensor mask = read_npy((d / x.reference / "batch_attention_mask.npy").string());
-  const Tensor batch = read_npy((d / x.reference / "batch_tokens.npy").string());
-  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(padded.dim(0)));
-  for (int64_t r = 0; r < padded.dim(0); ++r)
-    for (int64_t i = 0; i < padded.dim(1); ++i)
-      if (mask.as_int64(r * padded.dim(1) + i))
-        prompts[static_cast<size_t>(r)].push_back(padded.as_int64(r * padded.dim(1) + i));
-  o.max_new_tokens = batch.dim(1);
-  const auto got = session::generate(e, prompts, o);
-  for (size_t r = 0; r < prompts.size(); ++r)
-    EXPECT_EQ(got.tokens[r], std::vector<int64_t>(batch.data<int64_t>() + static_cast<int64_t>(r) * batch.dim(1),
-                                                  batch.data<int64_t>() + static_cast<int64_t>(r + 1) * batch.dim(1)))
-        << "row " << r;
+  const BatchReference b = batch_reference(d / x.reference);
+  o.max_new_tokens = b.tokens.dim(1);
+  const auto got = session::generate(e, b.prompts, o);
+  for (size_t r = 0; r < b.prompts.size(); ++r) EXPECT_EQ(got.tokens[r], b.row(r)) << "row " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, GenerateExports,
