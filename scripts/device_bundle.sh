@@ -58,9 +58,9 @@ tar -C "$tmp" -cf - "${files[@]}" | xz -T0 -9 >.device/prebuilt.tar.xz.part
 mv .device/prebuilt.tar.xz.part .device/prebuilt.tar.xz
 # What the binaries need there besides the GPU machine's CUDA libraries: the runtime packages of
 # scripts/device_debs.sh, so that a run carries .device/runtime-debs, not the build's -dev packages.
-# (libprotobuf-lite32: libsentencepiece0 needs it, for --tokenizer's plugin)
+# (libprotobuf-lite32: libsentencepiece0 needs it, for --tokenizer's plugin; libzip4: --input FILE.npz)
 mkdir -p .device/runtime-debs
-for p in libdnnl2 libopenblas0-openmp libgfortran5 libquadmath0 libxxhash0 libprotobuf32 libsentencepiece0 libprotobuf-lite32; do
+for p in libdnnl2 libopenblas0-openmp libgfortran5 libquadmath0 libxxhash0 libprotobuf32 libsentencepiece0 libprotobuf-lite32 libzip4; do
   ln -f .device/debs/${p}_*.deb .device/runtime-debs/
 done
 du -sh .device/prebuilt.tar.xz .device/runtime-debs

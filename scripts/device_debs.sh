@@ -9,7 +9,7 @@ mkdir -p .device/debs
 cd .device/debs
 apt-get download libdnnl-dev libdnnl2 libopenblas-openmp-dev libopenblas0-openmp libopenblas-dev libgfortran5 \
   libquadmath0 nlohmann-json3-dev libxxhash-dev libxxhash0 libcli11-dev libgtest-dev libgmock-dev protobuf-compiler \
-  libprotoc32 libprotobuf-dev libprotobuf32 libprotobuf-lite32 libsentencepiece-dev libsentencepiece0
+  libprotoc32 libprotobuf-dev libprotobuf32 libprotobuf-lite32 libsentencepiece-dev libsentencepiece0 libzip-dev libzip4
 cd ../..
 # The ONNX node suite travels too (../shared is not part of the working tree).
 mkdir -p .device/onnx-node-suite

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake ninja-build pkg-config xz-utils
       libprotobuf-dev protobuf-compiler
       libdnnl-dev ocl-icd-opencl-dev libopenblas-openmp-dev
-      nlohmann-json3-dev libxxhash-dev libcli11-dev libsentencepiece-dev
+      nlohmann-json3-dev libxxhash-dev libcli11-dev libsentencepiece-dev libzip-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       python3 python3-venv python3-dev)
 . scripts/apt_install.sh

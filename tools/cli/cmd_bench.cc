@@ -292,7 +292,7 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--keep-baked", a->keep_baked,
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
-  app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input");
+  app.add_option("--input,-i", a->inputs, "NAME=FILE.npy for each graph input, or FILE.npz (numpy.savez): one per array name");
   app.add_option("--threads", a->threads, "threads (default: all cores)")->check(threads_check());
   add_precision_options(app, a->precision, a->activations, a->block_size);
   add_synthetic_options(app, a->synth);

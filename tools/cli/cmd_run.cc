@@ -92,7 +92,8 @@ Runner add_run(CLI::App& app) {
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
   app.add_option("--input,-i", a->inputs,
-                 "NAME=FILE.npy for a graph input; an input not given is an error unless --synthesize-missing");
+                 "NAME=FILE.npy for a graph input, or FILE.npz (numpy.savez) for one per array name; an input not given is an "
+                 "error unless --synthesize-missing");
   app.add_flag("--synthesize-missing", a->synthesize_missing,
                "run on random values for the inputs not given by --input (see --seed, --shape, --int-range); "
                "without it a missing input is an error naming it");

@@ -1,4 +1,5 @@
 #include "common.h"
+#include "npz.h"
 
 #include <unistd.h>
 
@@ -197,7 +198,15 @@ std::map<std::string, Tensor> load_inputs(const std::vector<std::string>& specs)
   std::map<std::string, Tensor> inputs;
   for (const auto& spec : specs) {
     auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0) fail("--input '", spec, "' is not NAME=FILE.npy");
+    const bool npz = eq == std::string::npos && spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".npz") == 0;
+    if (npz) {  // every array of the archive, by its name
+      for (auto& [name, t] : read_npz(spec)) {
+        if (inputs.count(name)) fail("input '", name, "' is given twice (again in '", spec, "')");
+        inputs[name] = std::move(t);
+      }
+      continue;
+    }
+    if (eq == std::string::npos || eq == 0) fail("--input '", spec, "' is not NAME=FILE.npy or FILE.npz");
     std::string name = spec.substr(0, eq);
     if (inputs.count(name)) fail("input '", name, "' is given twice");
     inputs[name] = read_npy(spec.substr(eq + 1));
