@@ -139,7 +139,8 @@ class Plan:
         """ONNX Runtime's spelling of :attr:`outputs`."""
         return self.outputs
 
-    def run(self, inputs: Any, output_names: Any = None, *, outputs: Optional[Mapping[str, Any]] = None) -> Any:
+    def run(self, inputs: Any, output_names: Any = None, *, outputs: Optional[Mapping[str, Any]] = None,
+            version: Optional[str] = None) -> Any:
         """Runs the plan and returns ``{output name: array}``.
 
         ONNX Runtime's order is taken too: ``run(None, feeds)`` or ``run(["logits"], feeds)``
@@ -164,6 +165,9 @@ class Plan:
         result holds that array. The copy is made after the run; the engine does not write into
         caller memory directly.
 
+        ``version`` runs on a named weight version (made by ``refit(..., version=NAME)``) instead
+        of the plan's current weights.
+
         Raises :class:`InvalidInput` for an unknown, missing, or mistyped input (the message
         names it with the dtype and shape the model expects) or an ``outputs`` entry that does
         not fit, :class:`Error` when the plan cannot run (a stripped plan before its refit,
@@ -171,7 +175,7 @@ class Plan:
         """
         if isinstance(output_names, Mapping) and (inputs is None or _names_list(inputs)):
             # ONNX Runtime's run(output_names, input_feed): a list in the order asked.
-            chosen = self.run(output_names, None if inputs is None else list(inputs), outputs=outputs)
+            chosen = self.run(output_names, None if inputs is None else list(inputs), outputs=outputs, version=version)
             return list(chosen.values())
         if not isinstance(inputs, Mapping):
             raise TypeError(
@@ -181,7 +185,7 @@ class Plan:
         for name in list(output_names or []) + list(outputs or {}):
             if name not in names:
                 raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
-        out = dict(zip(names, self._run_values(inputs, outputs)))
+        out = dict(zip(names, self._run_values(inputs, outputs, version)))
         if output_names is None:
             return out
         return {name: out[name] for name in output_names}
@@ -191,12 +195,13 @@ class Plan:
             self._outputs = self.outputs
         return [v.name for v in self._outputs]
 
-    def _run_values(self, inputs: Mapping[str, Any], into: Optional[Mapping[str, Any]] = None) -> List[Any]:
+    def _run_values(self, inputs: Mapping[str, Any], into: Optional[Mapping[str, Any]] = None,
+                    version: Optional[str] = None) -> List[Any]:
         """The outputs of one run in declaration order: numpy arrays, or torch tensors on the
         device of the first torch input; those named in ``into`` copied into its arrays."""
         arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
         device = _torch_device(inputs.values())
-        values = self._impl.run(arrays)
+        values = self._impl.run(arrays, version or "")
         self._output_names()
         if device is not None:
             values = [_to_torch(v, info.dtype, device) for v, info in zip(values, self._outputs)]
@@ -370,6 +375,7 @@ class Plan:
         keep_baked: bool = False,
         strip_prefix: str = "",
         add_prefix: str = "",
+        version: Optional[str] = None,
         progress: Optional[Callable[[str, int, int, str], None]] = None,
     ) -> Dict[str, Any]:
         """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
@@ -396,6 +402,10 @@ class Plan:
         ``--add-prefix``): ``strip_prefix`` removed from the names that begin with it (an error
         when none does), then ``add_prefix`` put in front of every name, for a checkpoint saved
         under another module name than the one the model was exported from.
+        ``version="B"`` puts the new weights into the plan's weight version named B (made, or
+        replaced) instead of its current weights, which stay: ``run(..., version="B")`` runs on
+        them, :meth:`versions` lists the names, :meth:`drop_version` frees one. Versions share
+        every engine weight they do not change. (Not with ``mode="slow"``.)
         New weights holding NaN or Inf are refused unless ``allow_nonfinite``. In a plan built
         with ``individual=...``, new weights that hold other values for a baked source than the
         plan was built with are refused (the plan would run a mix of old and new weights) unless
@@ -429,12 +439,22 @@ class Plan:
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
             return self._impl.refit_tensors(
                 arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, strip_prefix, add_prefix,
-                progress
+                version or "", progress
             )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
-        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, strip_prefix, add_prefix, progress)
+        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, strip_prefix, add_prefix,
+                                      version or "", progress)
+
+    def versions(self) -> List[str]:
+        """The names of the plan's weight versions (``refit(..., version=NAME)``), sorted."""
+        return list(self._impl.versions())
+
+    def drop_version(self, name: str) -> None:
+        """Frees the weight version ``name`` (runs on it finish first); :class:`Error` naming the
+        versions there are for an unknown name."""
+        self._impl.drop_version(name)
 
     @property
     def missing(self) -> List[str]:

@@ -21,7 +21,9 @@ class RefitRefused(Error):
     """A refit was refused; the plan is unchanged (all or nothing)."""
 
 class Plan:
-    def run(self, inputs: Dict[str, Any]) -> List[Any]: ...
+    def run(self, inputs: Dict[str, Any], version: str = ...) -> List[Any]: ...
+    def versions(self) -> List[str]: ...
+    def drop_version(self, name: str) -> None: ...
     def refit_files(
         self,
         files: Sequence[str],
@@ -30,6 +32,7 @@ class Plan:
         keep_baked: bool,
         strip_prefix: str,
         add_prefix: str,
+        version: str,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def refit_tensors(
@@ -41,6 +44,7 @@ class Plan:
         keep_baked: bool,
         strip_prefix: str,
         add_prefix: str,
+        version: str,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def save(

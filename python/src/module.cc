@@ -224,7 +224,7 @@ class Plan {
  public:
   explicit Plan(session::Session s) : session_(std::move(s)) {}
 
-  std::vector<nb::object> run(const nb::dict& feed) const {
+  std::vector<nb::object> run(const nb::dict& feed, const std::string& version) const {
     auto arrays = arrays_of(feed, "input");
     std::map<std::string, Tensor> inputs;
     std::vector<Tensor> outs;
@@ -235,7 +235,7 @@ class Plan {
     });
     guarded(Kind::Plain, [&] {
       RunGate::instance().pass();  // a test hook (run_gate.h); unarmed, one atomic load
-      outs = session_.run(inputs);
+      outs = session_.run(inputs, {}, version);
       read_only = session_.shares_memory(outs, inputs);
     });
     std::vector<nb::object> result;
@@ -245,7 +245,7 @@ class Plan {
 
   nb::object refit_files(const std::vector<std::string>& files, const std::string& mode, bool allow_nonfinite,
                          bool keep_baked, const std::string& strip_prefix, const std::string& add_prefix,
-                         std::optional<nb::callable> progress) {
+                         const std::string& version, std::optional<nb::callable> progress) {
     ProgressObserver observer(progress);
     return to_python(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
@@ -255,13 +255,13 @@ class Plan {
       req.mode = refit_mode_of(mode);
       req.commit.check_finite = !allow_nonfinite;
       req.commit.keep_baked = keep_baked;
-      return session_.refit(req, &observer).json();
+      return session_.refit(req, &observer, version).json();
     }));
   }
 
   nb::object refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental,
                            bool keep_baked, const std::string& strip_prefix, const std::string& add_prefix,
-                           std::optional<nb::callable> progress) {
+                           const std::string& version, std::optional<nb::callable> progress) {
     const char* role = checkpoint_names ? "checkpoint tensor" : "source";
     auto arrays = arrays_of(values, role);
     ProgressObserver observer(progress);
@@ -275,8 +275,13 @@ class Plan {
       req.commit.incremental = incremental;
       req.commit.keep_baked = keep_baked;
       req.commit.own_values = true;  // the caller's arrays may change once refit() returns
-      return session_.refit(req, &observer).json();
+      return session_.refit(req, &observer, version).json();
     }));
+  }
+
+  std::vector<std::string> versions() const { return session_.versions(); }
+  void drop_version(const std::string& name) {
+    guarded(Kind::Plain, [&] { session_.drop_version(name); });
   }
 
   void save(const std::string& path, bool strip, const std::optional<nb::callable>& progress) {
@@ -493,11 +498,13 @@ NB_MODULE(_reforge, m) {
   });
 
   nb::class_<Plan>(m, "Plan")
-      .def("run", &Plan::run, "inputs"_a)
+      .def("run", &Plan::run, "inputs"_a, "version"_a = "")
       .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "keep_baked"_a,
-           "strip_prefix"_a, "add_prefix"_a, "progress"_a.none())
+           "strip_prefix"_a, "add_prefix"_a, "version"_a, "progress"_a.none())
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
-           "incremental"_a, "keep_baked"_a, "strip_prefix"_a, "add_prefix"_a, "progress"_a.none())
+           "incremental"_a, "keep_baked"_a, "strip_prefix"_a, "add_prefix"_a, "version"_a, "progress"_a.none())
+      .def("versions", &Plan::versions)
+      .def("drop_version", &Plan::drop_version, "name"_a)
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())
       .def("inspect", &Plan::inspect)
       .def("stats", &Plan::stats)

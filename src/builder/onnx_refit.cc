@@ -193,6 +193,9 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     }
   }
   if (req.mode == refit::RefitMode::Slow) {
+    if (req.into_version)
+      fail("refit from '", src, "': a slow refit replaces the engine's weights; a named version comes from a fast ",
+           "or verifying refit");
     plan::Plan fresh = rebuild();
     rep.read_ms = ms_since(t0);
     rep.commit = r.commit_rebuilt(fresh, req.commit);
@@ -214,7 +217,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     // holds about the new weights, not the file's weights as well.
     model = ir::Graph();
     options.consume = !options.own_values;
-    rep.commit = r.commit(r.stage(options));
+    rep.commit = refit::apply_staged(engine, r, r.stage(options), req);
     return rep;
   }
   // Verify: rebuild first, then replay the fast refit weight by weight against the rebuild. Each
@@ -251,7 +254,7 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     ++rep.verified;
   }
   rep.verify_ms += compare_ms + ms_since(t2);
-  rep.commit = r.commit(std::move(staged));
+  rep.commit = refit::apply_staged(engine, r, std::move(staged), req);
   return rep;
 }
 

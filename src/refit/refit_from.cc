@@ -215,8 +215,17 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     for (const auto& [name, t] : req.tensors) r.set(name, t);
     rep.read_ms = ms_since(t0);
   }
-  rep.commit = r.commit(commit);
+  rep.commit = apply_staged(engine, r, r.stage(commit), req);
   return rep;
+}
+
+CommitReport apply_staged(runtime::PlanEngine& engine, Refitter& r, StagedRefit staged, const RefitRequest& req) {
+  if (!req.into_version) return r.commit(std::move(staged));
+  auto t = std::chrono::steady_clock::now();
+  *req.into_version = engine.derive_version(engine.current_version(), staged.update);
+  r.clear();
+  staged.report.commit_ms = ms_since(t);
+  return staged.report;
 }
 
 }  // namespace reforge::refit

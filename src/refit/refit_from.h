@@ -59,7 +59,13 @@ struct RefitRequest {
   // check_finite (NaN/Inf refused), incremental (only the sources given change; caller tensors
   // only: a checkpoint or a model gives every source).
   CommitOptions commit;
+  // Where the new weights go: null, the engine (its current weights, as a commit); else a new
+  // version derived from the engine's current one (runtime::PlanEngine::derive_version), stored
+  // here, the engine left as it is (session::Session's named versions). Not for a slow refit.
+  runtime::PlanEngine::Version* into_version = nullptr;
 };
+
+struct StagedRefit;
 
 struct RefitReport {
   std::string from;    // how sources were found: "checkpoint" (bindings), "tensors" (names), "onnx" (positions)
@@ -88,5 +94,10 @@ struct RefitReport {
 // dtype or shape, or a value is refused (NaN/Inf, refit-identical hash); and, naming
 // build::refit_from, when the request names an ONNX model.
 RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& request);
+
+// Applies a refit that `r` staged: commits it to the engine, or with req.into_version derives the
+// version from the engine's current one into it (the engine unchanged). The one place both refit
+// layers finish a refit.
+CommitReport apply_staged(runtime::PlanEngine& engine, Refitter& r, StagedRefit staged, const RefitRequest& req);
 
 }  // namespace reforge::refit

@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "builder/onnx_refit.h"
+#include "core/nearest_names.h"
 #include "core/regular_file.h"
 #include "plan/plan_format.h"
 #include "plan/plan_inspect.h"
@@ -79,23 +80,57 @@ bool Session::bound() const {
   return false;
 }
 
-refit::RefitReport Session::refit(refit::RefitRequest req, Observer* observer) {
+refit::RefitReport Session::refit(refit::RefitRequest req, Observer* observer, const std::string& version) {
   const std::string from = req.files.size() == 1             ? "'" + req.files[0] + "'"
                            : !req.files.empty()              ? std::string("the weight files")
                            : !req.checkpoint_tensors.empty() ? std::string("a state dict")
                                                              : std::string("tensors");
-  PhaseScope phase(observer, "refitting from " + from);
+  PhaseScope phase(observer, "refitting from " + from + (version.empty() ? "" : " into version '" + version + "'"));
   if (!req.commit.progress) req.commit.progress = phase.steps();
-  return build::refit_from(*engine_, req);
+  if (version.empty()) return build::refit_from(*engine_, req);
+  runtime::PlanEngine::Version made;
+  req.into_version = &made;
+  refit::RefitReport rep = build::refit_from(*engine_, req);
+  std::lock_guard<std::mutex> lock(versions_->mutex);
+  versions_->named[version] = std::move(made);
+  return rep;
+}
+
+runtime::PlanEngine::Version Session::version(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(versions_->mutex);
+  auto it = versions_->named.find(name);
+  if (it != versions_->named.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& [n, _] : versions_->named) names.push_back(n);
+  fail("no weight version named '", name, "'", names.empty() ? std::string(" (there are none: refit with a version name makes one)")
+                                                             : " (the versions: " + quoted_list(names) + ")");
+}
+
+std::vector<std::string> Session::versions() const {
+  std::lock_guard<std::mutex> lock(versions_->mutex);
+  std::vector<std::string> names;
+  for (const auto& [n, _] : versions_->named) names.push_back(n);
+  return names;
+}
+
+void Session::drop_version(const std::string& name) {
+  version(name);  // an unknown name is an error
+  runtime::PlanEngine::Version dropped;  // released after the lock: the last holder frees it
+  std::lock_guard<std::mutex> lock(versions_->mutex);
+  auto it = versions_->named.find(name);
+  if (it == versions_->named.end()) return;
+  dropped = std::move(it->second);
+  versions_->named.erase(it);
 }
 
 void Session::check_inputs(const std::map<std::string, Tensor>& inputs) const {
   runtime::check_inputs(engine_->inputs(), inputs);
 }
 
-std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs,
-                                 const runtime::RunOptions& options) const {
-  return engine_->run(inputs, options);
+std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, const runtime::RunOptions& options,
+                                 const std::string& version) const {
+  if (version.empty()) return engine_->run(inputs, options);
+  return engine_->run(inputs, this->version(version), options);
 }
 
 std::vector<bool> Session::shares_memory(const std::vector<Tensor>& outputs,

@@ -16,6 +16,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -68,11 +69,20 @@ class Session {
   // Gives the engine new weights from any source (build::refit_from: files recognized by content,
   // tensors, a state dict), phase "refitting from ...", as one transaction. The report's device is
   // the plan's.
-  refit::RefitReport refit(refit::RefitRequest request, Observer* observer = nullptr);
+  // With `version` (not ""), the new weights become the session's version of that name (made,
+  // or replaced when the refit succeeds) and the engine's current weights stay; a failed refit
+  // leaves every version as it was.
+  refit::RefitReport refit(refit::RefitRequest request, Observer* observer = nullptr, const std::string& version = "");
 
   // Throws naming the first input that is unknown, missing, or of another dtype or shape.
   void check_inputs(const std::map<std::string, Tensor>& inputs) const;
-  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const runtime::RunOptions& options = {}) const;
+  // On the engine's current weights, or (`version` not "") on the named version.
+  std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs, const runtime::RunOptions& options = {},
+                          const std::string& version = "") const;
+  // The named versions, sorted; drop_version frees one (runs on it finish first). An unknown name
+  // is an error naming the versions there are.
+  std::vector<std::string> versions() const;
+  void drop_version(const std::string& name);
   // For each of `outputs` (of a run on `inputs`): whether its bytes lie in an input's or an engine
   // weight's (an Identity or a Reshape of one), so that a caller handing it out can keep it from
   // being written.
@@ -89,7 +99,15 @@ class Session {
   nlohmann::json stats() const;
 
  private:
+  struct Versions {
+    mutable std::mutex mutex;
+    std::map<std::string, runtime::PlanEngine::Version> named;
+  };
+  // The named version `name`; throws naming the versions there are.
+  runtime::PlanEngine::Version version(const std::string& name) const;
+
   std::unique_ptr<runtime::PlanEngine> engine_;
+  std::shared_ptr<Versions> versions_ = std::make_shared<Versions>();
   std::optional<std::string> path_;
   std::optional<std::pair<size_t, size_t>> verified_;  // weights and bytes hashed at reading
 };
