@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Python package's wheel as a user's `pip install .` does (scikit-build-core, in an
-# isolated build environment, into build-wheel/dist/), installs it with its test and torch extras
-# in a fresh virtual environment (build-wheel/venv/, packages from PyPI) and runs the Python tests
+# isolated build environment; CMake's build folder build-wheel/, the wheel in build-wheel/dist/),
+# installs it with its test and torch extras in a fresh virtual environment (build-wheel/venv/,
+# packages from PyPI) and runs the Python tests
 # there against the installed package, not the source tree. Run by .ci/run after scripts/test.sh
 # (the tests that run the CLI use build/reforge; its compile is reused through ccache).
 set -euo pipefail
@@ -11,10 +12,10 @@ W=build-wheel
 rm -rf "$W"
 mkdir -p "$W"
 t0=$SECONDS
-# The build folder is inside the source root, so that ccache (scripts/configure.sh) finds build/'s
-# objects for the library's sources.
+# The build folder sits beside build/ (same depth in the source root), so that ccache
+# (scripts/configure.sh) finds build/'s objects for the library's sources.
 .venv/bin/python -m pip wheel . --no-deps --quiet --disable-pip-version-check -w "$W/dist" \
-  -Cbuild-dir="$W/cmake" -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$reforge_launcher" \
+  -Cbuild-dir="$W" -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$reforge_launcher" \
   -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="$reforge_launcher"
 wheel=$(ls "$W"/dist/reforge-*.whl)
 t1=$SECONDS
