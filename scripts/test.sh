@@ -18,7 +18,7 @@ if [ -z "${REFORGE_CUDA:-}" ] && command -v nvcc >/dev/null; then export REFORGE
 configure build
 cmake --build build -j"$(nproc)"
 wait $venv || { cat build/test-venv.log >&2; echo "test: adding torch to .venv failed (above)" >&2; exit 1; }
-echo "test: built build/ ($(cuda_state build)), .venv has torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
+echo "test: built build/ ($(cuda_state build)) in $SECONDS s, .venv has torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 
 # The ONNX 1.23.1 node suite ships as four .tar.xz parts, in the folder $REFORGE_ONNX_SUITE names
 # (when unset: shared/onnx-node-suite beside the checkout); unpacked once into build/onnx-node-suite.
