@@ -12,10 +12,13 @@ W=build-wheel
 rm -rf "$W"
 mkdir -p "$W"
 t0=$SECONDS
-# The build folder sits beside build/ (same depth in the source root), so that ccache
+# The build folder sits beside build/ (same depth in the source root) and the compiler is build/'s
+# (scikit-build-core would take Python's, g++ where CMake finds c++), so that ccache
 # (scripts/configure.sh) finds build/'s objects for the library's sources.
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:FILEPATH=//p' build/CMakeCache.txt 2>/dev/null)
 .venv/bin/python -m pip wheel . --no-deps --quiet --disable-pip-version-check -w "$W/dist" \
-  -Cbuild-dir="$W" -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$reforge_launcher" \
+  -Cbuild-dir="$W" ${cxx:+-Ccmake.define.CMAKE_CXX_COMPILER="$cxx"} \
+  -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$reforge_launcher" \
   -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER="$reforge_launcher"
 wheel=$(ls "$W"/dist/reforge-*.whl)
 t1=$SECONDS
