@@ -119,6 +119,38 @@ TEST(BuildRefusal, MatchingOptionsStillBuild) {
   EXPECT_EQ(build_error(small_model(), lit), "");
 }
 
+// A graph output that folds to a constant and that nodes also read (an Identity of a weight, as
+// tied weights export; a value --mark-outputs marks) keeps its name, in baked and refit builds,
+// and comes out with its value; another constant named "w0" does not collide with the canonical
+// names.
+TEST(BuildRefusal, ConstantOutputReadByNodesKeepsItsName) {
+  ir::Graph g;
+  g.name = "constant_output";
+  g.ir_version = 10;
+  g.opsets = {{"", 18}};
+  g.inputs.push_back({"x", DType::Float32, false, {}});
+  g.initializers["w"] = random_floats({4}, 1);
+  g.initializers["v"] = random_floats({4}, 2);
+  g.nodes.push_back(make_node("tie", "Identity", {"w"}, "w0"));
+  g.nodes.push_back(make_node("add", "Add", {"x", "w0"}, "h"));
+  g.nodes.push_back(make_node("mul", "Mul", {"h", "v"}, "y"));
+  g.outputs.push_back({"y", DType::Float32, false, {}});
+  g.outputs.push_back({"w0", DType::Float32, false, {}});
+  const Tensor x = random_floats({4}, 3);
+  for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+    build::BuildOptions o;
+    o.mode = mode;
+    runtime::PlanEngine e(build::build_plan(g, o));
+    const auto outs = e.run({{"x", x}});
+    ASSERT_EQ(outs.size(), 2u);
+    for (int64_t i = 0; i < 4; ++i) {
+      const float w = g.initializers["w"].data<float>()[i], v = g.initializers["v"].data<float>()[i];
+      EXPECT_EQ(outs[1].data<float>()[i], w);
+      EXPECT_EQ(outs[0].data<float>()[i], (x.data<float>()[i] + w) * v);
+    }
+  }
+}
+
 TEST(BuildRefusal, UnsupportedNodesListedWithDomainOpsetAndName) {
   ir::Graph g = small_model();
   g.opsets["com.example"] = 3;

@@ -12,6 +12,7 @@
 
 #include "core/npy.h"
 #include "onnx/exporter.h"
+#include "onnx/importer.h"
 #include "support/cli.h"
 #include "support/make_tensor.h"
 
@@ -418,6 +419,43 @@ TEST(CliOnnxrt, ComparePassesAndZeroToleranceFails) {
                       kGpt2B + " --shape batch=1 --shape seq=2");
   EXPECT_NE(plan.output.find("give the ONNX model holding those weights with --onnxrt-model"), std::string::npos)
       << plan.output;
+}
+
+// --mark-outputs (Polygraphy's marking): every value a node makes (all), or the named ones, is an
+// output of both engines and compared; a name that matches no value is refused naming the nearest;
+// a plan, built already, is refused.
+TEST(CliOnnxrt, MarkedOutputsCompareIntermediateValues) {
+  if (!venv_has_onnxruntime()) GTEST_SKIP() << kRoot << "/.venv has no onnxruntime (scripts/setup.sh installs it)";
+  const ir::Graph g = onnx::import_model_file(kGpt2);
+  std::vector<std::string> made;
+  for (const ir::Node& n : g.nodes)
+    if (n.op_type != "Constant")
+      for (const auto& o : n.outputs)
+        if (!o.empty() && o != "logits") made.push_back(o);
+  ASSERT_GT(made.size(), 20u);
+  const std::string args = "run " + kGpt2 + " --synthesize-missing --shape batch=1 --shape seq=6 --compare-onnxrt --json";
+  auto j = nlohmann::json::parse(run_stdout(args + " --mark-outputs all").output);
+  ASSERT_EQ(j["onnxrt"].size(), made.size() + 1);
+  std::set<std::string> compared;
+  for (const auto& c : j["onnxrt"]) {
+    compared.insert(c["name"].get<std::string>());
+    EXPECT_EQ(c["pass"], true) << c.dump();
+  }
+  for (const auto& m : made) EXPECT_TRUE(compared.count(m)) << m;
+  j = nlohmann::json::parse(run_stdout(args + " --mark-outputs " + made[made.size() / 2]).output);
+  ASSERT_EQ(j["onnxrt"].size(), 2u);
+  EXPECT_EQ(j["onnxrt"][1]["name"], made[made.size() / 2]);
+  auto typo = run_cli(args + " --mark-outputs " + made[3] + "x");
+  EXPECT_NE(typo.status, 0);
+  EXPECT_NE(typo.output.find("makes a value named '" + made[3] + "x' (nearest: '" + made[3] + "'"), std::string::npos)
+      << typo.output;
+  const fs::path plan = scratch_root() / "marked.plan";
+  fs::create_directories(plan.parent_path());
+  ASSERT_EQ(run_cli("build " + kGpt2 + " -o " + plan.string()).status, 0);
+  auto built = run_cli("run " + plan.string() + " --synthesize-missing --shape batch=1 --shape seq=2 --mark-outputs all");
+  EXPECT_NE(built.status, 0);
+  EXPECT_NE(built.output.find("--mark-outputs applies when building an ONNX model"), std::string::npos)
+      << built.output;
 }
 
 // --timing-cache is for a GPU plan: a CPU plan's run or bench is refused, naming the file and

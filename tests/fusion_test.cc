@@ -248,6 +248,56 @@ TEST(FusionRmsNorm, NearMissesStayUnfused) {
   EXPECT_EQ(check_fused_vs_unfused(rms_graph(2.0f, false, false, 1), feeds, 1e-5)["reforge::RmsNorm"], 0);  // axis 1
 }
 
+// A 16-bit model's RMSNorm as Hugging Face writes it: Cast(bf16 -> float32), the float32
+// normalization, Cast(-> bf16), times the bf16 weight: one RMSNormalization-23 node, whose outputs
+// equal the four nodes' (fused RmsNorm and its casts, the pass skipped) within one bf16 ulp (the
+// two kernels sum the squares in other orders), refittable weight included; with eps refittable,
+// or a float32 weight, it stays as it was.
+TEST(FusionRmsNorm, SixteenBitCastsAndWeightBecomeRmsNormalization) {
+  auto graph = [](bool eps_refittable, DType weight) {
+    GraphBuilder b;
+    b.g.inputs.push_back({"x", DType::BFloat16, true, {ir::Dim{3}, ir::Dim{5}, ir::Dim{48}}});
+    const auto to = [](DType t) { return std::map<std::string, ir::Attribute>{{"to", ir::int_attr("to", static_cast<int64_t>(t))}}; };
+    const std::string x = b.op("Cast", {"x"}, to(DType::Float32));
+    const std::string p = b.op("Pow", {x, b.constant(scalar_f(2.0f))});
+    const std::string eps = eps_refittable ? b.init(scalar_f(1e-6f)) : b.constant(scalar_f(1e-6f));
+    const std::string m = b.op("Add", {b.op("ReduceMean", {p, b.constant(ints({-1}))}), eps});
+    const std::string y = b.op("Mul", {x, b.op("Reciprocal", {b.op("Sqrt", {m})})});
+    const std::string h = b.op("Cast", {y}, to(weight));
+    const std::string out = b.op("Mul", {b.init(cast_tensor(random_f({48}, 7, 0.5f, 1.5f), weight)), h});
+    b.g.outputs.push_back({out, weight, false, {}});
+    return b.g;
+  };
+  const std::map<std::string, Tensor> feeds = {
+      {"x", cast_tensor(random_f({3, 5, 48}, 1, -3, 3), DType::BFloat16)}};
+  for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+    build::BuildOptions o;
+    o.mode = mode;
+    plan::Plan fused = build::build_plan(graph(false, DType::BFloat16), o);
+    auto counts = op_counts(fused.graph);
+    EXPECT_EQ(counts["RMSNormalization"], 1);
+    EXPECT_EQ(counts.size(), 1u) << "mode " << plan::build_mode_name(mode);
+    o.skip_passes = {"fuse-rms-norm-cast"};
+    plan::Plan four = build::build_plan(graph(false, DType::BFloat16), o);
+    EXPECT_EQ(op_counts(four.graph)["reforge::RmsNorm"], 1);
+    const Tensor a = runtime::PlanEngine(std::move(fused)).run(feeds)[0];
+    const Tensor b = runtime::PlanEngine(std::move(four)).run(feeds)[0];
+    ASSERT_EQ(a.dtype(), DType::BFloat16);
+    ASSERT_EQ(a.shape(), b.shape());
+    int differ = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const int32_t d = std::abs(int32_t{a.data<uint16_t>()[i]} - int32_t{b.data<uint16_t>()[i]});
+      EXPECT_LE(d, 1) << "element " << i;
+      differ += d != 0;
+    }
+    EXPECT_LE(differ, a.numel() / 20) << "more than 5% of the elements differ by an ulp";
+  }
+  build::BuildOptions refit;
+  refit.mode = plan::BuildMode::Refit;
+  EXPECT_EQ(op_counts(build::build_plan(graph(true, DType::BFloat16), refit).graph)["RMSNormalization"], 0);
+  EXPECT_EQ(op_counts(build::build_plan(graph(false, DType::Float32), refit).graph)["RMSNormalization"], 0);
+}
+
 // Refittable exponent / eps: still fused, kept as inputs; the kernel honours any value.
 TEST(FusionRmsNorm, RefittableScalarsStayInputs) {
   GraphBuilder b;

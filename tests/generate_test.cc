@@ -357,6 +357,58 @@ TEST_P(GenerateExports, RefitToTheOtherCheckpointGeneratesItsTokens) {
   EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0), want);
 }
 
+// Decoding in windows of 8 positions (GenerateOptions::window: the caches at one length, the
+// sequence at their end, the positions before it masked out) gives PyTorch's tokens, alone and,
+// where the export takes batches, for the left-padded batch; on CUDA the engine replays, and each
+// window's steps after its first two are replays of one recording.
+TEST_P(GenerateExports, WindowedDecodeGivesPyTorchsTokens) {
+  const auto& [x, backend] = GetParam();
+  const bool cuda = std::string(backend) == "cuda";
+  if (cuda)
+    if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
+  const fs::path d = fs::path(REFORGE_SOURCE_DIR) / "models/hf" / x.dir;
+  build::BuildOptions bo;
+  bo.backend = backend;
+  runtime::EngineOptions eo;
+  eo.threads = 1;
+  eo.device_replay = cuda;
+  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+  const auto want = ints_of(read_npy((d / x.reference / "tokens.npy").string()));
+  const auto prompt = ints_of(read_npy((d / x.reference / "prompt_ids.npy").string()));
+  session::GenerateOptions o = greedy(static_cast<int64_t>(want.size()));
+  o.window = 8;
+  const session::DecoderLayout l = session::decoder_layout(e.engine());
+  if (l.position_ids.empty() || l.attention_mask.empty()) {
+    const std::string error = error_of([&] { session::generate(e, {prompt}, o); });
+    EXPECT_NE(error.find("a decode window needs the model's position_ids and attention_mask"), std::string::npos)
+        << error;
+    GTEST_SKIP() << x.dir << " takes no position_ids or attention_mask";
+  }
+  EXPECT_EQ(session::generate(e, {prompt}, o).tokens.at(0), want);
+  if (cuda) {
+    const runtime::ReplayStats st = e.engine().replay_stats();
+    EXPECT_TRUE(st.declined.empty()) << st.declined;
+    EXPECT_EQ(st.failed, 0) << st.last_failure;
+    // A window of 8 holds 7 or 8 steps: the first eager, the second recorded, the rest replayed.
+    EXPECT_GE(st.replays, static_cast<int64_t>(want.size()) / 2) << "eager runs " << st.eager_runs;
+  }
+  if (!fs::exists(d / x.reference / "batch_tokens.npy")) return;
+  const Tensor padded = read_npy((d / x.reference / "batch_prompt_ids.npy").string());
+  const Tensor mask = read_npy((d / x.reference / "batch_attention_mask.npy").string());
+  const Tensor batch = read_npy((d / x.reference / "batch_tokens.npy").string());
+  std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(padded.dim(0)));
+  for (int64_t r = 0; r < padded.dim(0); ++r)
+    for (int64_t i = 0; i < padded.dim(1); ++i)
+      if (mask.as_int64(r * padded.dim(1) + i))
+        prompts[static_cast<size_t>(r)].push_back(padded.as_int64(r * padded.dim(1) + i));
+  o.max_new_tokens = batch.dim(1);
+  const auto got = session::generate(e, prompts, o);
+  for (size_t r = 0; r < prompts.size(); ++r)
+    EXPECT_EQ(got.tokens[r], std::vector<int64_t>(batch.data<int64_t>() + static_cast<int64_t>(r) * batch.dim(1),
+                                                  batch.data<int64_t>() + static_cast<int64_t>(r + 1) * batch.dim(1)))
+        << "row " << r;
+}
+
 INSTANTIATE_TEST_SUITE_P(Hf, GenerateExports,
                          ::testing::Combine(::testing::Values(Export{"llama_decode", "A/model.onnx", "reference/A"},
                                                               Export{"gpt2_generate", "A/model.onnx", "reference/A"},

@@ -315,6 +315,55 @@ TEST(HfCheckpointCli, BuildSummarizesStructuralConstantsUnlessVerbose) {
   fs::remove(plan);
 }
 
+// A checkpoint saved under another module name ('m.' in front of every key, as a wrapper's state
+// dict has it): build and refit bind it with --strip-prefix; without the option the refit is
+// refused naming it; the options need a checkpoint. Checkpoint::with_key_prefix's renaming: strip
+// then add, a prefix no name has and two names made one refused.
+TEST(HfCheckpointCli, KeyPrefixOptionsRenameTheCheckpoint) {
+  if (!fs::exists(kHf / "gpt2")) GTEST_SKIP() << "models/hf not present";
+  using test_support::run_cli;
+  const fs::path dir = fs::temp_directory_path() / ("reforge_hf_prefix_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto wrapped = [&](const char* weights) {
+    std::map<std::string, Tensor> t;
+    const refit::Checkpoint own = refit::Checkpoint::open(ckpt_path("gpt2", weights));
+    for (const auto& [k, v] : own.tensors()) t["m." + k] = v.clone();
+    const std::string path = (dir / (std::string(weights) + ".safetensors")).string();
+    refit::write_safetensors(path, t);
+    return path;
+  };
+  const std::string a = wrapped("A"), b = wrapped("B"), plan = (dir / "p.plan").string();
+  auto r = run_cli("build " + onnx_path("gpt2", "A") + " --refit --checkpoint " + a + " --strip-prefix m. -o " + plan);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_cli("refit " + plan + " --weights " + b + " -o " + (dir / "q.plan").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("rename its keys with --strip-prefix 'm.' "), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "q.plan"));
+  r = run_cli("refit " + plan + " --weights " + b + " --strip-prefix m. -o " + (dir / "q.plan").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string expect = " --expect logits=" + (kHf / "gpt2/reference/B/logits.npy").string();
+  r = run_cli("run " + (dir / "q.plan").string() + " --input input_ids=" +
+              (kHf / "gpt2/inputs/input_ids.npy").string() + expect);
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = run_cli("build " + onnx_path("gpt2", "A") + " --refit --strip-prefix m. -o " + (dir / "r.plan").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("they need a checkpoint (--checkpoint)"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "r.plan"));
+
+  const Tensor one = Tensor::empty(DType::Float32, {1});
+  const auto c = refit::Checkpoint::from_tensors({{"m.x", one}, {"m.y", one}, {"z", one}}, "state dict");
+  std::vector<std::string> names;
+  const refit::Checkpoint renamed = c.with_key_prefix("m.", "model.");
+  for (const auto& [k, _] : renamed.tensors()) names.push_back(k);
+  EXPECT_EQ(names, (std::vector<std::string>{"model.x", "model.y", "model.z"}));
+  EXPECT_NE(test_support::error_of([&] { c.with_key_prefix("q.", ""); }).find("no tensor name begins with 'q.'"),
+            std::string::npos);
+  const auto clash = refit::Checkpoint::from_tensors({{"m.z", one}, {"z", one}}, "state dict");
+  EXPECT_NE(test_support::error_of([&] { clash.with_key_prefix("m.", ""); }).find("'m.z' and 'z' both become 'z'"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 // inspect --json gives each literal's reason: structural or proven (with the recipe) for the
 // constants binding decided, user for --literal.
 TEST(HfCheckpointCli, InspectListsLiteralReasons) {
@@ -340,6 +389,13 @@ TEST(HfCheckpointCli, InspectListsLiteralReasons) {
   EXPECT_GE(proven, 2u);      // the rotary cos and sin tables
   EXPECT_GE(structural, 1u);  // the causal mask, eps, exponents
   EXPECT_TRUE(j.at("unbound").empty());
+  // The text lists the engine weights in the order the graph reads them: w9 before w10.
+  ASSERT_GE(j.at("weights").size(), 11u);
+  r = run_cli("inspect " + plan.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t w9 = r.output.find("\n  w9 "), w10 = r.output.find("\n  w10 ");
+  ASSERT_NE(w9, std::string::npos) << r.output;
+  EXPECT_LT(w9, w10) << r.output;
   fs::remove(plan);
 }
 

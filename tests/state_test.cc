@@ -285,6 +285,67 @@ TEST(State, FailedRunAfterAnInPlaceWriteNeedsReset) {
   EXPECT_EQ(state.length(), 2);
 }
 
+// Decoding in a window (State::set_window): the input keeps the window's length, the sequence at
+// its end equal bit for bit to a growing state's, zeros before it; y (a sum over the length, which
+// the zeros do not change) equals the growing run's; a full window moves to a longer one.
+TEST(State, WindowKeepsTheInputLengthAndTheSequence) {
+  const runtime::Engine e = test_support::engine_for(concat_cache_graph());
+  runtime::StateOptions so;
+  so.max_length = 13;
+  runtime::State growing(e, so), windowed(e, so);
+  runtime::RunOptions rg, rw;
+  rg.state = &growing;
+  rw.state = &windowed;
+  const Tensor x3 = test_support::random_floats({1, 3, 4}, 1);
+  e.run({{"x", x3}}, rg);
+  e.run({{"x", x3}}, rw);
+  // The sequence of `growing` at the end of `windowed`'s window, zeros before it.
+  auto check_window = [&](int step) {
+    const int64_t w = windowed.window(), f = windowed.filled();
+    ASSERT_EQ(f, growing.length()) << "step " << step;
+    const Tensor v = windowed.value("past"), g = growing.value("past");
+    ASSERT_EQ(v.shape(), (Shape{1, 2, w, 4})) << "step " << step;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < w; ++i)
+        for (int64_t d = 0; d < 4; ++d) {
+          const float got = v.data<float>()[(h * w + i) * 4 + d];
+          const float want = i < w - f ? 0.f : g.data<float>()[(h * f + i - (w - f)) * 4 + d];
+          ASSERT_EQ(got, want) << "step " << step << ", head " << h << ", position " << i;
+        }
+  };
+  EXPECT_NE(test_support::error_of([&] { windowed.set_window(3); }).find("must be longer"), std::string::npos);
+  EXPECT_NE(test_support::error_of([&] { windowed.set_window(13); }).find("past max_length 13"), std::string::npos);
+  windowed.set_window(5);
+  EXPECT_EQ(windowed.window(), 5);
+  EXPECT_EQ(windowed.length(), 5);
+  check_window(0);
+  int moves = 0;
+  for (int step = 1; step <= 8; ++step) {
+    if (windowed.filled() == windowed.window()) {
+      windowed.set_window(windowed.window() + 6);
+      ++moves;
+    }
+    const Tensor x1 = test_support::random_floats({1, 1, 4}, 10 + step);
+    const auto want = e.run({{"x", x1}}, rg);
+    const auto got = e.run({{"x", x1}}, rw);
+    ASSERT_EQ(got[0].shape(), want[0].shape());
+    for (int64_t i = 0; i < want[0].numel(); ++i)
+      EXPECT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 1e-5f) << "y[" << i << "], step " << step;
+    EXPECT_EQ(got[2].data<int64_t>()[0], windowed.window()) << "plen: the past's length is the window's";
+    EXPECT_EQ(got[1].dim(2), windowed.window() + 1) << "present: the window and the new position";
+    check_window(step);
+  }
+  EXPECT_EQ(moves, 1);  // 5 holds 3 + 2, then 11
+  // A run in a window adds exactly one position; refused before the state changes.
+  const std::string two = test_support::error_of([&] { e.run({{"x", test_support::random_floats({1, 2, 4}, 5)}}, rw); });
+  EXPECT_NE(two.find("adds exactly one"), std::string::npos) << two;
+  windowed.reset();
+  EXPECT_EQ(windowed.window(), 0);
+  EXPECT_EQ(windowed.length(), 0);
+  e.run({{"x", x3}}, rw);
+  EXPECT_EQ(windowed.length(), 3);
+}
+
 TEST(State, SequencesOnTwoThreads) {
   const runtime::Engine e = test_support::engine_for(concat_cache_graph());
   runtime::StateOptions so;

@@ -5,7 +5,8 @@
     plan = reforge.build("model.onnx", refit=True, strip_weights=True, checkpoint="A.safetensors")
     plan.save("model.plan"); plan = reforge.load("model.plan")
     plan.refit("B.safetensors")                        # or B.onnx, or {name: array}, or model.state_dict()
-    out = plan.run({"input_ids": ids})                 # {output name: numpy array}
+    out = plan.run({"input_ids": ids})                 # {output name: array}: numpy, or torch for torch
+    compiled = reforge.torch.compile(model, (x,))      # a torch.nn.Module as a callable plan (reforge.torch)
 
 The same library as the ``reforge`` CLI, with the same checks and the same error messages:
 every failure raises a :class:`reforge.Error` subclass. Arrays go in and out without copies where
@@ -27,6 +28,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import _reforge  # noqa: E402
 from ._reforge import CorruptPlan, Error, InvalidInput, InvalidModel, RefitRefused  # noqa: E402
+from ._tensors import copy_into as _copy_into, host_input as _array, to_torch as _to_torch  # noqa: E402
+from ._tensors import torch_device as _torch_device  # noqa: E402
 from .export import export_causal_lm  # noqa: E402
 
 __version__: str = _reforge.__version__
@@ -104,21 +107,6 @@ def _check_block_size(value: Any) -> int:
     return value
 
 
-def _array(value: Any, what: str) -> Any:
-    """A value as something the extension takes: numpy arrays and ``__dlpack__`` CPU tensors as
-    they are; a torch tensor that needs a gradient is detached (no copy), a non-contiguous one
-    made contiguous."""
-    if getattr(value, "requires_grad", False):
-        value = value.detach()
-    device = getattr(value, "device", None)
-    if device is not None and getattr(device, "type", "cpu") != "cpu":
-        raise TypeError("%s: a tensor on %s; reforge takes CPU memory (move it with .cpu())" % (what, device))
-    is_contiguous = getattr(value, "is_contiguous", None)
-    if callable(is_contiguous) and not is_contiguous():
-        value = value.contiguous()
-    return value
-
-
 class Plan:
     """A built plan, ready to run: ONNX Runtime's ``InferenceSession`` for a reforge plan.
 
@@ -129,6 +117,7 @@ class Plan:
 
     def __init__(self, impl: "_reforge.Plan") -> None:
         self._impl = impl
+        self._outputs: Optional[List[ValueInfo]] = None  # fixed at build: a refit keeps them
 
     # ---- running ----
 
@@ -150,42 +139,73 @@ class Plan:
         """ONNX Runtime's spelling of :attr:`outputs`."""
         return self.outputs
 
-    def run(self, inputs: Any, output_names: Any = None) -> Any:
-        """Runs the plan and returns ``{output name: numpy array}``.
+    def run(self, inputs: Any, output_names: Any = None, *, outputs: Optional[Mapping[str, Any]] = None) -> Any:
+        """Runs the plan and returns ``{output name: array}``.
 
         ONNX Runtime's order is taken too: ``run(None, feeds)`` or ``run(["logits"], feeds)``
         (output names, or None for all, then the feeds) returns a list of arrays in the order
         asked, as ``InferenceSession.run`` does.
 
-        ``inputs`` maps every input name to a C-contiguous CPU array of the input's dtype: a
-        numpy array or any tensor with ``__dlpack__`` (torch), used in place, not copied (other
-        layouts are made contiguous first). The outputs are numpy arrays over the engine's
-        output buffers (no copy); an output that shares bytes with an input or an engine weight
-        (an Identity or Reshape of one) is read-only. ``output_names`` selects outputs (all by
-        default). The GIL is released while the plan runs.
+        ``inputs`` maps every input name to an array of the input's dtype: a numpy array or any
+        CPU tensor with ``__dlpack__``, used in place, not copied (other layouts are made
+        contiguous first). The outputs are numpy arrays over the engine's output buffers (no
+        copy); an output that shares bytes with an input or an engine weight (an Identity or
+        Reshape of one) is read-only. When the inputs are torch tensors the outputs are torch
+        tensors on the first input's device: on the CPU over the same buffers (no copy; a
+        read-only output is copied), on another device copied there; torch inputs on another
+        device are copied to the host first (the plan's device takes host memory). ``bfloat16``
+        outputs come back as ``torch.bfloat16`` tensors, or as float32 numpy arrays (numpy has
+        no bfloat16; the values are exact). ``output_names`` selects outputs (all by default).
+        The GIL is released while the plan runs.
+
+        ``outputs`` maps output names to arrays or tensors to write those outputs into, as ONNX
+        Runtime's I/O binding's bound outputs: each must have the output's shape and dtype and be
+        writable; the output is copied into it (on its device, for a torch tensor), and the
+        result holds that array. The copy is made after the run; the engine does not write into
+        caller memory directly.
 
         Raises :class:`InvalidInput` for an unknown, missing, or mistyped input (the message
-        names it with the dtype and shape the model expects), :class:`Error` when the plan
-        cannot run (a stripped plan before its refit, naming the missing sources).
+        names it with the dtype and shape the model expects) or an ``outputs`` entry that does
+        not fit, :class:`Error` when the plan cannot run (a stripped plan before its refit,
+        naming the missing sources).
         """
         if isinstance(output_names, Mapping) and (inputs is None or _names_list(inputs)):
             # ONNX Runtime's run(output_names, input_feed): a list in the order asked.
-            chosen = self.run(output_names, None if inputs is None else list(inputs))
+            chosen = self.run(output_names, None if inputs is None else list(inputs), outputs=outputs)
             return list(chosen.values())
         if not isinstance(inputs, Mapping):
             raise TypeError(
                 "run() takes a dict of inputs {name: array} (or ONNX Runtime's run(output_names, feeds)), not %s"
                 % type(inputs).__name__)
-        arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
-        values = self._impl.run(arrays)
-        names = [v.name for v in self.outputs]
-        out = dict(zip(names, values))
+        names = self._output_names()
+        for name in list(output_names or []) + list(outputs or {}):
+            if name not in names:
+                raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
+        out = dict(zip(names, self._run_values(inputs, outputs)))
         if output_names is None:
             return out
-        for name in output_names:
-            if name not in out:
-                raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
         return {name: out[name] for name in output_names}
+
+    def _output_names(self) -> List[str]:
+        if self._outputs is None:
+            self._outputs = self.outputs
+        return [v.name for v in self._outputs]
+
+    def _run_values(self, inputs: Mapping[str, Any], into: Optional[Mapping[str, Any]] = None) -> List[Any]:
+        """The outputs of one run in declaration order: numpy arrays, or torch tensors on the
+        device of the first torch input; those named in ``into`` copied into its arrays."""
+        arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
+        device = _torch_device(inputs.values())
+        values = self._impl.run(arrays)
+        self._output_names()
+        if device is not None:
+            values = [_to_torch(v, info.dtype, device) for v, info in zip(values, self._outputs)]
+        if into:
+            index = {info.name: i for i, info in enumerate(self._outputs)}
+            for name, dest in into.items():
+                i = index[name]
+                values[i] = _copy_into(dest, values[i], self._outputs[i].dtype, name)
+        return values
 
     def generate(
         self,
@@ -343,6 +363,8 @@ class Plan:
         allow_nonfinite: bool = False,
         incremental: bool = False,
         keep_baked: bool = False,
+        strip_prefix: str = "",
+        add_prefix: str = "",
         progress: Optional[Callable[[str, int, int, str], None]] = None,
     ) -> Dict[str, Any]:
         """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
@@ -365,6 +387,10 @@ class Plan:
           the plan. Do not change them during the call. ``incremental=True`` (``"onnx"`` names
           only) changes only the sources given.
 
+        ``strip_prefix``/``add_prefix`` rename a checkpoint's tensors first (``--strip-prefix``,
+        ``--add-prefix``): ``strip_prefix`` removed from the names that begin with it (an error
+        when none does), then ``add_prefix`` put in front of every name, for a checkpoint saved
+        under another module name than the one the model was exported from.
         New weights holding NaN or Inf are refused unless ``allow_nonfinite``. In a plan built
         with ``individual=...``, new weights that hold other values for a baked source than the
         plan was built with are refused (the plan would run a mix of old and new weights) unless
@@ -397,12 +423,13 @@ class Plan:
                 raise ValueError("mode %r needs a re-exported ONNX model; arrays refit the fast way" % (mode,))
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
             return self._impl.refit_tensors(
-                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, progress
+                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, strip_prefix, add_prefix,
+                progress
             )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
-        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, progress)
+        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, strip_prefix, add_prefix, progress)
 
     @property
     def missing(self) -> List[str]:
@@ -494,11 +521,17 @@ class PlanSequence:
         self._impl = impl
 
     def run(self, inputs: Mapping[str, Any], copy: bool = True) -> Dict[str, Any]:
-        """One step: returns ``{output name: numpy array}``. With ``copy=False`` the arrays are
-        read-only views of the sequence's buffers, valid until its next run or reset."""
+        """One step: returns ``{output name: numpy array}``, or torch tensors on the first input's
+        device when the inputs are torch tensors (as :meth:`Plan.run`). With ``copy=False`` the
+        numpy arrays are read-only views of the sequence's buffers, valid until its next run or
+        reset (torch tensors, which cannot be read-only, are copies)."""
         arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
+        device = _torch_device(inputs.values())
         values = self._impl.run(arrays, copy)
-        return dict(zip([v.name for v in self._plan.outputs], values))
+        infos = self._plan.outputs
+        if device is not None:
+            values = [_to_torch(v, info.dtype, device) for v, info in zip(values, infos)]
+        return dict(zip([v.name for v in infos], values))
 
     def reset(self) -> None:
         """Starts a new sequence: lengths to 0 (fixed-size state zero-filled); nothing is freed."""
@@ -525,6 +558,15 @@ class PlanSequence:
     @property
     def needs_reset(self) -> bool:
         return self._impl.needs_reset
+
+
+def __getattr__(name: str) -> Any:
+    # reforge.torch (Torch-TensorRT's workflow) imports torch: loaded on first use only.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError("module 'reforge' has no attribute %r" % (name,))
 
 
 def check(model: PathLike) -> List[str]:
@@ -559,6 +601,8 @@ def build(
     allow_cpu_fallback: bool = False,
     block_size: Optional[int] = None,
     allow_nonfinite: bool = False,
+    strip_prefix: str = "",
+    add_prefix: str = "",
     progress: Optional[Callable[[str, int, int, str], None]] = None,
 ) -> Plan:
     """Builds a plan from an ONNX model (``reforge build``).
@@ -574,7 +618,8 @@ def build(
     ``checkpoint``: a safetensors file, files or sharded folder, or a dict of arrays (a state
     dict), to bind every source to by exact value, so that the plan refits
     from that framework's checkpoints; ``bind``/``bind_file``/``strict_binding``/
-    ``allow_partial_binding`` as the CLI's options. ``literals``: initializers to treat as
+    ``allow_partial_binding`` as the CLI's options; ``strip_prefix``/``add_prefix`` rename the
+    checkpoint's tensors first, as :meth:`Plan.refit` does. ``literals``: initializers to treat as
     structure. ``threads``: for the build and the plan's runs (0: all cores; at most 1024). ``device``:
     where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
     arrays in host memory, copied to and from the GPU); a node the device has no kernel for
@@ -636,6 +681,8 @@ def build(
         allow_cpu_fallback,
         0 if block_size is None else block_size,
         allow_nonfinite,
+        strip_prefix,
+        add_prefix,
         progress,
     )
     return Plan(impl)

@@ -28,6 +28,8 @@ class Plan:
         mode: str,
         allow_nonfinite: bool,
         keep_baked: bool,
+        strip_prefix: str,
+        add_prefix: str,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def refit_tensors(
@@ -37,6 +39,8 @@ class Plan:
         allow_nonfinite: bool,
         incremental: bool,
         keep_baked: bool,
+        strip_prefix: str,
+        add_prefix: str,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def save(
@@ -85,6 +89,8 @@ def build(
     allow_cpu_fallback: bool,
     block_size: int,
     allow_nonfinite: bool,
+    strip_prefix: str,
+    add_prefix: str,
     progress: Optional[Callable[[str, int, int, str], None]],
 ) -> Plan: ...
 def load(path: str, verify: bool, threads: int) -> Plan: ...

@@ -244,11 +244,14 @@ class Plan {
   }
 
   nb::object refit_files(const std::vector<std::string>& files, const std::string& mode, bool allow_nonfinite,
-                         bool keep_baked, std::optional<nb::callable> progress) {
+                         bool keep_baked, const std::string& strip_prefix, const std::string& add_prefix,
+                         std::optional<nb::callable> progress) {
     ProgressObserver observer(progress);
     return to_python(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
       req.files = files;
+      req.strip_prefix = strip_prefix;
+      req.add_prefix = add_prefix;
       req.mode = refit_mode_of(mode);
       req.commit.check_finite = !allow_nonfinite;
       req.commit.keep_baked = keep_baked;
@@ -257,12 +260,15 @@ class Plan {
   }
 
   nb::object refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental,
-                           bool keep_baked, std::optional<nb::callable> progress) {
+                           bool keep_baked, const std::string& strip_prefix, const std::string& add_prefix,
+                           std::optional<nb::callable> progress) {
     const char* role = checkpoint_names ? "checkpoint tensor" : "source";
     auto arrays = arrays_of(values, role);
     ProgressObserver observer(progress);
     return to_python(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
+      req.strip_prefix = strip_prefix;
+      req.add_prefix = add_prefix;
       (checkpoint_names ? req.checkpoint_tensors : req.tensors) = tensors_of(arrays, role);
       req.memory_reader = "dlpack";
       req.commit.check_finite = !allow_nonfinite;
@@ -390,7 +396,8 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
                   const std::vector<std::string>& checkpoint_files, std::optional<nb::dict> checkpoint_tensors,
                   const std::map<std::string, std::string>& binds, const std::string& bind_file, bool strict_binding,
                   bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback,
-                  int64_t block_size, bool allow_nonfinite, std::optional<nb::callable> progress) {
+                  int64_t block_size, bool allow_nonfinite, const std::string& strip_prefix,
+                  const std::string& add_prefix, std::optional<nb::callable> progress) {
   std::vector<std::pair<std::string, refit::DlpackTensor>> ckpt_arrays;
   if (checkpoint_tensors) ckpt_arrays = arrays_of(*checkpoint_tensors, "checkpoint tensor");
   session::BuildRequest req;
@@ -419,14 +426,14 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
     c.bind_file = bind_file;
     c.strict = strict_binding;
     c.allow_partial = allow_partial_binding;
+    c.strip_prefix = strip_prefix;
+    c.add_prefix = add_prefix;
     if (!ckpt_arrays.empty() && !checkpoint_files.empty()) fail("give the checkpoint as files or as tensors, not both");
+    c.tensors = tensors_of(ckpt_arrays, "checkpoint tensor");
     req.validate();
   });
   ProgressObserver observer(progress);
-  plan::Plan p = guarded(Kind::InvalidModel, [&] {
-    req.checkpoint.tensors = tensors_of(ckpt_arrays, "checkpoint tensor");
-    return session::build_plan(req, &observer).plan;
-  });
+  plan::Plan p = guarded(Kind::InvalidModel, [&] { return session::build_plan(req, &observer).plan; });
   return guarded(Kind::Plain, [&] { return new Plan(session::Session(std::move(p), engine_options(threads))); });
 }
 
@@ -485,9 +492,9 @@ NB_MODULE(_reforge, m) {
   nb::class_<Plan>(m, "Plan")
       .def("run", &Plan::run, "inputs"_a)
       .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "keep_baked"_a,
-           "progress"_a.none())
+           "strip_prefix"_a, "add_prefix"_a, "progress"_a.none())
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
-           "incremental"_a, "keep_baked"_a, "progress"_a.none())
+           "incremental"_a, "keep_baked"_a, "strip_prefix"_a, "add_prefix"_a, "progress"_a.none())
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())
       .def("inspect", &Plan::inspect)
       .def("stats", &Plan::stats)
@@ -522,7 +529,7 @@ NB_MODULE(_reforge, m) {
   m.def("build", &build_model, "model"_a, "mode"_a, "individual"_a, "strip"_a, "literals"_a, "precision"_a,
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
         "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a, "block_size"_a,
-        "allow_nonfinite"_a, "progress"_a.none(), nb::rv_policy::take_ownership);
+        "allow_nonfinite"_a, "strip_prefix"_a, "add_prefix"_a, "progress"_a.none(), nb::rv_policy::take_ownership);
   m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
   m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
   m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);

@@ -69,6 +69,7 @@ def test_checkpoint_keys_under_another_prefix_get_a_hint():
         plan.refit(renamed)
     assert "'transformer.' in the plan is 'm.' in the checkpoint" in str(e.value)
     assert "'transformer.wte.weight' would be 'm.wte.weight'" in str(e.value)
+    assert "rename its keys with --strip-prefix 'm.' --add-prefix 'transformer.'" in str(e.value)
     # One tensor left out, no prefix anywhere: no hint.
     partial = dict(b)
     del partial["transformer.h.0.ln_1.weight"]
@@ -81,12 +82,35 @@ def test_checkpoint_keys_under_another_prefix_get_a_hint():
     assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "B")) <= 1e-4
 
 
-def test_inspect_says_which_node_reads_each_weight():
-    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True)
-    info = plan.inspect()
-    literals = [w for w in info["weights"] if w["kind"] == "literal"]
-    assert literals
-    for w in info["weights"]:
-        assert set(w["read_by"]) == {"node", "op_type"}, w
-    # A literal of this export is a shape, read by a Reshape.
-    assert any(w["read_by"]["op_type"] == "Reshape" for w in literals)
+def test_checkpoint_keys_renamed_by_prefix():
+    import safetensors.numpy
+
+    from conftest import hf_checkpoint
+
+    a = safetensors.numpy.load_file(str(hf_checkpoint("gpt2", "A")))
+    b = safetensors.numpy.load_file(str(hf_checkpoint("gpt2", "B")))
+
+    def wrapped(d):  # the state dict of a module that holds the model as its attribute `m`
+        return {"m." + k: v for k, v in d.items()}
+
+    # Built from the wrapper's state dict, its keys renamed to the export's module names.
+    plan = reforge.build(hf_onnx("gpt2", "A"), refit=True, checkpoint=wrapped(a), strip_prefix="m.")
+    assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "A")) <= 1e-4
+    # Without the option the refusal names it; with it, B's weights.
+    with pytest.raises(reforge.RefitRefused, match="rename its keys with --strip-prefix 'm.' "):
+        plan.refit(wrapped(b))
+    plan.refit(wrapped(b), strip_prefix="m.")
+    assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "B")) <= 1e-4
+    # The hint reads the names as renamed: 'w.' under the added 'm.'.
+    with pytest.raises(reforge.RefitRefused, match="rename its keys with --strip-prefix 'm.w.' "):
+        plan.refit({"w." + k: v for k, v in a.items()}, add_prefix="m.")
+    # A prefix no name has, and two names made one: refused, naming them; nothing changed.
+    with pytest.raises(reforge.RefitRefused, match="no tensor name begins with 'x.'"):
+        plan.refit(a, strip_prefix="x.")
+    with pytest.raises(reforge.RefitRefused, match="both become 'wte.weight'"):
+        plan.refit({"transformer.wte.weight": a["transformer.wte.weight"], "wte.weight": a["transformer.wte.weight"]},
+                   strip_prefix="transformer.")
+    assert max_diff(plan.run(hf_inputs("gpt2")), hf_reference("gpt2", "B")) <= 1e-4
+    # The options rename a checkpoint: not an ONNX model's sources.
+    with pytest.raises(reforge.RefitRefused, match="read by graph position"):
+        plan.refit(hf_onnx("gpt2", "B"), strip_prefix="m.")

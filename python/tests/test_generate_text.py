@@ -12,8 +12,9 @@ import sys
 
 import numpy as np
 import pytest
-import sentencepiece as spm
-from tokenizers import Tokenizer
+
+spm = pytest.importorskip("sentencepiece")
+Tokenizer = pytest.importorskip("tokenizers").Tokenizer
 
 import reforge
 from reforge import text as rtext

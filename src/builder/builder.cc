@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "backends/backend.h"
 #include "backends/placement.h"
@@ -273,20 +274,22 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const plan::We
 // initializer names were (slow refit matches weights by these names).
 void canonical_constant_names(passes::BuildState& s) {
   std::map<std::string, std::string> rename;
+  std::set<std::string> kept;  // constant graph outputs: they keep their names, also where nodes read them
+  for (auto& o : s.graph.outputs)
+    if (s.consts.count(o.name)) rename.emplace(o.name, o.name), kept.insert(o.name);
+  size_t next = 0;
   auto visit = [&](std::string& v) {
     if (v.empty() || !s.consts.count(v)) return;
     auto [it, inserted] = rename.emplace(v, "");
-    // (Not "w" + std::to_string(...): GCC 12 warns falsely (-Wrestrict) on that inlined concat.)
-    if (inserted) it->second = std::string(1, 'w').append(std::to_string(rename.size() - 1));
+    if (inserted) {
+      // (Not "w" + std::to_string(...): GCC 12 warns falsely (-Wrestrict) on that inlined concat.)
+      do it->second = std::string(1, 'w').append(std::to_string(next++));
+      while (kept.count(it->second));
+    }
     v = it->second;
   };
   for (auto& n : s.graph.nodes)
     for (auto& in : n.inputs) visit(in);
-  for (auto& o : s.graph.outputs) {
-    if (!s.consts.count(o.name)) continue;
-    // A constant graph output keeps its name; the graph reads it as is.
-    rename.emplace(o.name, o.name);
-  }
   std::map<std::string, passes::ConstValue> renamed;
   for (auto& [old, cv] : s.consts) {
     auto it = rename.find(old);

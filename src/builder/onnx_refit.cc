@@ -151,6 +151,10 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
   if (req.files.size() != 1) fail("refit from ONNX takes exactly one model file (got ", req.files.size(), ")");
   if (!req.tensors.empty() || !req.checkpoint_tensors.empty())
     fail("refit: give new weights either as files or as tensors, not both");
+  if (!req.strip_prefix.empty() || !req.add_prefix.empty())
+    fail("refit from '", req.files[0],
+         "': --strip-prefix and --add-prefix rename a checkpoint's tensors; an ONNX model's sources are read by "
+         "graph position");
   const std::string& src = req.files[0];
   refit::RefitReport rep;
   rep.from = "onnx";

@@ -127,13 +127,18 @@ size_t storage_cache_held();
 // copy of `bytes` between any two memories that has finished when it returns, and a zero fill of
 // `bytes` at device address `dst`, on the device in order with the calling thread's device work
 // and not waited for (whoever hands out device memory that was not just allocated zero-filled,
-// such as the engine's device activation arena, clears it with this, never from the host). Set
-// once by the backend that owns device memory (backends/cuda); null until then.
+// such as the engine's device activation arena, clears it with this, never from the host), and a
+// copy of `rows` rows of `row_bytes` within device memory, the rows `src_pitch` and `dst_pitch`
+// bytes apart, in order with the calling thread's device work and not waited for (recorded when
+// the thread records: backends/device_replay.h). Set once by the backend that owns device memory
+// (backends/cuda); null until then.
 struct DeviceMemory {
   Tensor (*allocate)(DType dtype, Shape shape) = nullptr;
   Tensor (*allocate_pinned)(DType dtype, Shape shape) = nullptr;
   void (*copy)(void* dst, Memory dst_memory, const void* src, Memory src_memory, size_t bytes) = nullptr;
   void (*zero)(void* dst, size_t bytes) = nullptr;
+  void (*copy_rows)(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                    size_t rows) = nullptr;
 };
 void set_device_memory(const DeviceMemory* ops);
 // The device backend's functions; throws when no device backend is present.

@@ -128,6 +128,7 @@ const std::vector<Pass>& default_passes() {
       {"fold-batchnorm-into-conv", false, fold_batchnorm_into_conv},
       {"fuse-layer-norm", false, fuse_layer_norm, {{"", "LayerNormalization", 17}}},
       {"fuse-rms-norm", false, fuse_rms_norm, {{"reforge", "RmsNorm", 1}}},
+      {"fuse-rms-norm-cast", false, fuse_rms_norm_cast, {{"", "RMSNormalization", 23}}},
       {"fuse-gelu", false, fuse_gelu, {{"reforge", "Gelu", 1}}},
       {"fuse-silu", false, fuse_silu, {{"reforge", "Silu", 1}, {"reforge", "SiluMul", 1}}},
       {"fuse-rotary", false, fuse_rotary, {{"reforge", "Rotary", 1}}},

@@ -108,6 +108,7 @@ void conv_residual_inplace(BuildState& s);  // conv_fusion.cc
 void fuse_matmul_add(BuildState& s);
 // Transformer fusions (fusion_transformer.cc).
 void fuse_rms_norm(BuildState& s);
+void fuse_rms_norm_cast(BuildState& s);
 void fuse_layer_norm(BuildState& s);
 void fuse_gelu(BuildState& s);
 void fuse_silu(BuildState& s);

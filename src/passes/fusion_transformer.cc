@@ -8,6 +8,8 @@
 // reaches them.
 //
 // fuse-rms-norm:  x * (1 / sqrt(mean(x^2, -1) + eps)) [* w]  ->  reforge::RmsNorm(x, w, eps, p, n)
+// fuse-rms-norm-cast: a 16-bit model's Cast(float32) -> reforge::RmsNorm -> Cast(back) -> Mul(w)
+//                                                         ->  RMSNormalization-23(x, w)
 // fuse-gelu:      x * 0.5 * (1 + erf(x / sqrt 2))           ->  reforge::Gelu(x)
 //                 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  ->  reforge::Gelu(x, approximate=tanh)
 //                 (Gelu-20's semantics, with the decomposition's accuracy: see gelu_fast.cc)
@@ -175,6 +177,53 @@ void fuse_rms_norm(BuildState& s) {
     f.outputs = {last->outputs[0]};
     for (ir::Node* m : matched) g.kill(m);
     replace.emplace_back(g.index_of(last), std::move(f));
+  }
+  for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
+  g.sweep();
+}
+
+// A 16-bit model's RMSNorm as Hugging Face writes it (LlamaRMSNorm and its kin): the input cast
+// to float32, normalized there, cast back and multiplied by the weight in the 16-bit type,
+//   Cast(x: T -> float32) -> reforge::RmsNorm(., eps) -> Cast(. -> T) -> Mul(., w: T)
+// is ONNX's RMSNormalization-23(x, w, epsilon, stash_type float32) exactly: the normalization in
+// float32 rounded to x's type, then times the scale rounded to the scale's type. One kernel
+// instead of four. Only where eps cannot change at refit (it becomes an attribute); the weight
+// stays an input.
+void fuse_rms_norm_cast(BuildState& s) {
+  GraphIndex g(s);
+  BackendVerdict verdict(s);
+  std::vector<std::pair<size_t, ir::Node>> replace;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    ir::Node* norm = &s.graph.nodes[i];
+    if (g.dead(i) || norm->domain != "reforge" || norm->op_type != "RmsNorm") continue;
+    // No weight, exponent or numerator of its own: x * (1 / sqrt(mean(x^2) + eps)).
+    if (norm->inputs.size() != 3 || !norm->inputs[1].empty() || !g.specializable(norm->inputs[2])) continue;
+    const std::optional<double> eps = g.scalar(norm->inputs[2]);
+    if (!eps) continue;
+    ir::Node* up = g.producer(norm->inputs[0], "Cast");
+    if (!up || !g.single_use(norm->inputs[0]) || up->attr_int("to", 0) != static_cast<int64_t>(DType::Float32))
+      continue;
+    const ops::ValueType* xt = verdict.type_of(up->inputs[0]);
+    if (!xt || (xt->dtype != DType::BFloat16 && xt->dtype != DType::Float16)) continue;
+    ir::Node* down = g.sole_consumer(norm->outputs[0]);
+    if (!is(down, "Cast") || down->attr_int("to", 0) != static_cast<int64_t>(xt->dtype)) continue;
+    ir::Node* mul = g.sole_consumer(down->outputs[0]);
+    if (!is(mul, "Mul")) continue;
+    const std::string w = other_input(*mul, down->outputs[0]);
+    if (!g.is_const(w) || g.const_dtype(w) != xt->dtype) continue;
+    const Tensor& wt = s.consts.at(w).value;
+    if (wt.rank() != 1 || !xt->rank_known || xt->shape.empty() || !xt->shape.back().known() ||
+        xt->shape.back().value() != wt.dim(0))
+      continue;
+    ir::Node f = make_node(*mul, "", "RMSNormalization", 23);
+    f.inputs = {up->inputs[0], w};
+    f.outputs = {mul->outputs[0]};
+    f.attrs["axis"] = ir::int_attr("axis", -1);
+    f.attrs["epsilon"] = ir::float_attr("epsilon", static_cast<float>(*eps));
+    f.attrs["stash_type"] = ir::int_attr("stash_type", static_cast<int64_t>(DType::Float32));
+    if (verdict.declines(f)) continue;
+    for (ir::Node* m : {up, norm, down}) g.kill(m);
+    replace.emplace_back(g.index_of(mul), std::move(f));
   }
   for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
   g.sweep();

@@ -153,7 +153,11 @@ CheckpointSources sources_from_checkpoint(const plan::Plan& p, const Checkpoint&
                          " of the ", h.missing, " missing names, e.g. '", in.name, "' would be '",
                          in.name.rfind(h.plan_prefix, 0) == 0 ? h.ckpt_prefix + in.name.substr(h.plan_prefix.size())
                                                                : in.name,
-                         "'): save the checkpoint under the module the model was exported from, or rename its keys");
+                         "'): rename its keys with ",
+                         h.ckpt_prefix.empty() ? "" : "--strip-prefix '" + h.ckpt_prefix + "' ",
+                         h.plan_prefix.empty() ? "" : "--add-prefix '" + h.plan_prefix + "' ",
+                         "(Python: strip_prefix=, add_prefix=), or save the checkpoint under the module the model "
+                         "was exported from");
         fail("refit from ", ckpt.description(), ": checkpoint tensor '", in.name, "' (bound to source '", s.key,
              "') is missing from the checkpoint", hint);
       }

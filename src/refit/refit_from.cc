@@ -163,6 +163,9 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
            "': an ONNX model, which is read on the build side (build::refit_from in builder/onnx_refit.h)");
   }
   const bool checkpoint = in_memory_checkpoint || !req.files.empty();
+  if (!checkpoint && (!req.strip_prefix.empty() || !req.add_prefix.empty()))
+    fail("refit: --strip-prefix and --add-prefix rename a checkpoint's tensors; these weights are tensors by "
+         "initializer name or source key");
   if (req.mode != RefitMode::Fast)
     fail("refit: a ", refit_mode_name(req.mode), " refit (--slow, --verify) needs a re-exported ONNX model, not ",
          checkpoint ? "a checkpoint" : "tensors");
@@ -176,8 +179,9 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   Checkpoint ckpt;
   if (checkpoint) {
     if (commit.progress) commit.progress(Progress{"reading the checkpoint"});
-    ckpt = in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
-                                : open_checkpoint(files);
+    ckpt = (in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
+                                 : open_checkpoint(files))
+               .with_key_prefix(req.strip_prefix, req.add_prefix);
     auto cs = sources_from_checkpoint(p, ckpt);
     if (commit.check_finite) check_finite_read(p, ckpt);
     const LiteralCheck lits = check_literals(p, ckpt);

@@ -53,6 +53,8 @@ struct RefitRequest {
   // The reader that made the in-memory tensors, as the report names it: "tensors" (given as
   // Tensors), "dlpack" (refit/dlpack.h).
   std::string memory_reader = "tensors";
+  // A checkpoint's names (files or checkpoint_tensors) as Checkpoint::with_key_prefix renames them.
+  std::string strip_prefix, add_prefix;
   RefitMode mode = RefitMode::Fast;  // ONNX models only; otherwise it must be Fast
   // check_finite (NaN/Inf refused), incremental (only the sources given change; caller tensors
   // only: a checkpoint or a model gives every source).

@@ -12,6 +12,7 @@
 
 #include "core/atomic_file.h"
 #include "core/mapped_file.h"
+#include "core/nearest_names.h"
 #include "core/regular_file.h"
 #include "core/strict_json.h"
 
@@ -350,6 +351,43 @@ Checkpoint Checkpoint::from_tensors(std::map<std::string, Tensor> tensors, const
   for (const auto& [name, t] : tensors) REFORGE_CHECK(t.defined(), description, ": tensor '", name, "' has no value");
   c.tensors_ = std::move(tensors);
   c.description_ = description;
+  return c;
+}
+
+Checkpoint Checkpoint::with_key_prefix(const std::string& strip, const std::string& add) const {
+  if (strip.empty() && add.empty()) return *this;
+  Checkpoint c;
+  c.metadata_ = metadata_;
+  c.mappings_ = mappings_;
+  std::map<std::string, std::string> origin;  // new name -> old name
+  size_t stripped = 0;
+  for (const auto& [name, t] : tensors_) {
+    std::string renamed = name;
+    if (!strip.empty() && renamed.rfind(strip, 0) == 0) {
+      renamed = renamed.substr(strip.size());
+      ++stripped;
+    }
+    renamed = add + renamed;
+    if (renamed.empty()) fail(description_, ": stripping '", strip, "' from tensor '", name, "' leaves no name");
+    auto [it, fresh] = origin.emplace(renamed, name);
+    if (!fresh)
+      fail(description_, ": tensors '", it->second, "' and '", name, "' both become '", renamed, "' with ",
+           strip.empty() ? "" : "--strip-prefix '" + strip + "'", !strip.empty() && !add.empty() ? " and " : "",
+           add.empty() ? "" : "--add-prefix '" + add + "'");
+    c.tensors_[renamed] = t;
+    if (auto f = files_.find(name); f != files_.end()) c.files_[renamed] = f->second;
+  }
+  if (!strip.empty() && stripped == 0) {
+    std::vector<std::string> some;
+    for (const auto& [name, _] : tensors_) {
+      if (some.size() == 3) break;
+      some.push_back(name);
+    }
+    fail(description_, ": no tensor name begins with '", strip, "' (--strip-prefix); its names begin like ",
+         quoted_list(some));
+  }
+  c.description_ = description_ + " (names with " + (strip.empty() ? "" : "'" + strip + "' stripped") +
+                   (!strip.empty() && !add.empty() ? ", " : "") + (add.empty() ? "" : "'" + add + "' added") + ")";
   return c;
 }
 

@@ -61,6 +61,12 @@ class Checkpoint {
   // `description` names them in errors ("state dict").
   static Checkpoint from_tensors(std::map<std::string, Tensor> tensors, const std::string& description);
 
+  // The same tensors (no copy) under other names: `strip` removed from the front of every name
+  // that begins with it, then `add` put in front of every name (both may be ""), as a checkpoint
+  // saved under another module name needs ("m." -> "model."). Throws, naming them, when no name
+  // begins with `strip` or when two names become one.
+  Checkpoint with_key_prefix(const std::string& strip, const std::string& add) const;
+
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor* find(const std::string& name) const;
   // The file a tensor came from ("" if unknown).

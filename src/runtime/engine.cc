@@ -118,7 +118,10 @@ std::vector<Tensor> Engine::run_with_state(const std::map<std::string, Tensor>& 
     check_inputs(m.schedule.graph.inputs, inputs);
     ++m.runs;
     const std::string signature = m.options.arena ? input_signature(m.schedule.graph.inputs, inputs) : std::string();
-    std::vector<Tensor> outs = m.execute(inputs, signature, weights, options, nullptr, &state);
+    // In a window every decode step has one signature: recorded once and replayed.
+    std::vector<Tensor> outs = m.schedule.recorder && state.replayable()
+                                   ? m.run_replaying(inputs, signature, weights, options, &state)
+                                   : m.execute(inputs, signature, weights, options, nullptr, &state);
     state.end(false);
     return outs;
   } catch (...) {

@@ -76,17 +76,22 @@ struct Engine::Impl {
   // go through its staging buffers, the outputs into its result buffers), and nothing is
   // returned: the caller replays the recording. Throws when the recording fails.
   // With `state`, the run reads and updates it (runtime/state.h); its inputs are among `inputs`.
+  // A recording with a state (in a window: State::Impl::replayable) reads and writes the pairs'
+  // device buffers where they are instead of staging them, and copies the window back itself.
   std::vector<Tensor> execute(const std::map<std::string, Tensor>& inputs, const std::string& signature,
                               const Weights& weights, const RunOptions& options, Recording* record,
                               State::Impl* state = nullptr) const;
   // Runs with recorded replay: replays the recording of (signature, version), records one, or
   // runs eagerly.
+  // With a `state` in a window, the recordings are this state's (State::Impl::replay_key).
   std::vector<Tensor> run_replaying(const std::map<std::string, Tensor>& inputs, const std::string& signature,
-                                    const Weights& weights, const RunOptions& options) const;
+                                    const Weights& weights, const RunOptions& options,
+                                    State::Impl* state = nullptr) const;
   // Copies the inputs into `r`'s staging buffers, replays it and returns the outputs (copies of
-  // its result buffers, in the memory the options ask for).
-  std::vector<Tensor> replay(const std::map<std::string, Tensor>& inputs, Recording& r,
-                             const RunOptions& options) const;
+  // its result buffers, in the memory the options ask for; a state pair's output as the State's
+  // view of it).
+  std::vector<Tensor> replay(const std::map<std::string, Tensor>& inputs, Recording& r, const RunOptions& options,
+                             State::Impl* state = nullptr) const;
   // Waits for every device backend's work; errors name the backend.
   void synchronize_devices() const;
 };

@@ -40,25 +40,33 @@ std::vector<Tensor> bind_values(const Schedule& s, const std::map<std::string, T
 
 // Fills the recording's staging buffers (the graph inputs' device copies, which its ToDevice
 // steps hand out) and allocates its result buffers, then starts recording.
-void begin_recording(const Schedule& s, const std::vector<Tensor>& values, Recording& record) {
+// A state pair's device buffer is read where it is, and the pair's output is left in the State.
+void begin_recording(const Schedule& s, const std::vector<Tensor>& values, Recording& record,
+                     const State::Impl* state) {
   record.staging.assign(s.graph.inputs.size(), Tensor());
   for (size_t si = 0; si < s.steps.size(); ++si) {
     const int i = s.staged_input[si];
     if (i < 0 || record.staging[static_cast<size_t>(i)].defined()) continue;
+    if (state && state->device_input(static_cast<size_t>(i))) continue;
     const Tensor& given = values[static_cast<size_t>(s.input_slots[static_cast<size_t>(i)])];
     Tensor staged = device_memory().allocate(given.dtype(), given.shape());
     s.recorder->copy(staged.mutable_raw(), given.raw(), given.nbytes());
     record.staging[static_cast<size_t>(i)] = std::move(staged);
   }
   record.results.clear();
-  for (const auto& [dtype, shape] : record.result_desc) record.results.push_back(device_memory().allocate(dtype, shape));
+  for (size_t o = 0; o < record.result_desc.size(); ++o) {
+    const auto& [dtype, shape] = record.result_desc[o];
+    record.results.push_back(state && state->device_output[o] ? Tensor() : device_memory().allocate(dtype, shape));
+  }
   s.recorder->begin();
 }
 
 // Copies the outputs into the recording's result buffers and ends it: every value the recording
 // allocated is released inside it, so that the recording owns all of its memory.
-void end_recording(const Schedule& s, std::vector<Tensor>& values, Recording& record) {
+void end_recording(const Schedule& s, std::vector<Tensor>& values, Recording& record, const State::Impl* state) {
+  if (state) state->record_window_copies(values);
   for (size_t o = 0; o < s.output_slots.size(); ++o) {
+    if (state && state->device_output[o]) continue;
     const Tensor& t = values[static_cast<size_t>(s.output_device_slot[o])];
     const auto& [dtype, shape] = record.result_desc[o];
     if (t.dtype() != dtype || t.shape() != shape)
@@ -203,7 +211,8 @@ struct Run {
       free_dead(st);
       return true;
     }
-    if (record && s.staged_input[si] >= 0) {  // a graph input: the recording's staging buffer
+    if (record && s.staged_input[si] >= 0 &&
+        record->staging[static_cast<size_t>(s.staged_input[si])].defined()) {  // a graph input: its staging buffer
       for (int v : st.outputs)
         if (v >= 0) values[static_cast<size_t>(v)] = record->staging[static_cast<size_t>(s.staged_input[si])];
       return true;
@@ -330,7 +339,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
   RunArenas a = take_arenas(inputs, signature, values, weights, record, state ? &state->bounds : nullptr);
   if (record) {
     record->keep = a.memo;
-    begin_recording(s, values, *record);
+    begin_recording(s, values, *record, state);
   }
   Run r{s, options, weights, record, a, state, std::move(values), std::move(device_given)};
   r.keep_device_values = device_outputs || record;
@@ -348,7 +357,7 @@ std::vector<Tensor> Engine::Impl::execute(const std::map<std::string, Tensor>& i
     }
   }
   if (record) {
-    end_recording(s, r.values, *record);
+    end_recording(s, r.values, *record, state);
     r.in_ptrs.clear();
     if (a.host) {
       a.host.reset();

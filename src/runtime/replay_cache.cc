@@ -37,10 +37,18 @@ bool ReplayCache::evict_one() {
 }
 
 void ReplayCache::drop_generation(uint64_t g) {
+  drop_if([g](const Key& k) { return k.second == g; });
+}
+
+void ReplayCache::drop_containing(const std::string& part) {
+  drop_if([&part](const Key& k) { return k.first.find(part) != std::string::npos; });
+}
+
+void ReplayCache::drop_if(const std::function<bool(const Key&)>& drop) {
   std::vector<std::shared_ptr<Recording>> dropped;  // released after the lock
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (it->first.second != g) {
+    if (!drop(it->first)) {
       ++it;
       continue;
     }

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -55,6 +56,9 @@ class ReplayCache {
 
   // Drops every entry of weight generation `g` (a version no run can use any more: it is gone).
   void drop_generation(uint64_t g);
+  // Drops every entry whose signature holds `part` (a State's recordings, runtime/state.h: their
+  // buffers are gone or re-laid; no run holds them).
+  void drop_containing(const std::string& part);
 
   // Counters, over the engine's life.
   // live: entries holding a recording now (the engine counts one up when it records; eviction
@@ -71,6 +75,8 @@ class ReplayCache {
     std::list<Key>::iterator order;  // position in lru_
   };
   bool evict_one();  // under mu_
+  // Drops the entries whose key `drop` picks (no run holds them).
+  void drop_if(const std::function<bool(const Key&)>& drop);
 
   const size_t capacity_;
   mutable std::mutex mu_;

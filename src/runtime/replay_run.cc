@@ -8,20 +8,21 @@ namespace reforge::runtime {
 
 std::vector<Tensor> Engine::Impl::run_replaying(const std::map<std::string, Tensor>& inputs,
                                                 const std::string& signature, const Weights& weights,
-                                                const RunOptions& options) const {
-  std::shared_ptr<Recording> r = replays->find_or_add(signature, weights.generation);
-  if (!r) return execute(inputs, signature, weights, options, nullptr);
+                                                const RunOptions& options, State::Impl* state) const {
+  std::shared_ptr<Recording> r =
+      replays->find_or_add(state ? signature + state->replay_key() : signature, weights.generation);
+  if (!r) return execute(inputs, signature, weights, options, nullptr, state);
   std::unique_lock<std::mutex> busy(r->busy, std::try_to_lock);
-  if (!busy.owns_lock()) return execute(inputs, signature, weights, options, nullptr);
+  if (!busy.owns_lock()) return execute(inputs, signature, weights, options, nullptr, state);
   if (r->work) {
     ++replays->replays;
-    return replay(inputs, *r, options);
+    return replay(inputs, *r, options, state);
   }
   const size_t n_outputs = schedule.output_slots.size();
   if (r->eager_runs > 0 && r->failures < 2 && r->result_desc.size() == n_outputs) {
     std::vector<Tensor> outs;
     try {
-      outs = execute(inputs, signature, weights, options, r.get());
+      outs = execute(inputs, signature, weights, options, r.get(), state);
     } catch (const Error& e) {
       schedule.recorder->abandon();
       r->discard();
@@ -32,14 +33,14 @@ std::vector<Tensor> Engine::Impl::run_replaying(const std::map<std::string, Tens
       ++replays->live;
       ++replays->recorded;
       ++replays->replays;
-      return replay(inputs, *r, options);
+      return replay(inputs, *r, options, state);
     }
     if (!outs.empty()) {  // not recorded: the shape memo of this weight set was not there yet
       ++r->eager_runs;
       return outs;
     }
   }
-  std::vector<Tensor> outs = execute(inputs, signature, weights, options, nullptr);
+  std::vector<Tensor> outs = execute(inputs, signature, weights, options, nullptr, state);
   ++r->eager_runs;
   r->result_desc.clear();
   for (const Tensor& t : outs) r->result_desc.emplace_back(t.dtype(), t.shape());
@@ -47,7 +48,7 @@ std::vector<Tensor> Engine::Impl::run_replaying(const std::map<std::string, Tens
 }
 
 std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& inputs, Recording& r,
-                                         const RunOptions& options) const {
+                                         const RunOptions& options, State::Impl* state) const {
   backends::DeviceRecorder* recorder = schedule.recorder;
   for (size_t i = 0; i < r.staging.size(); ++i) {
     if (!r.staging[i].defined()) continue;
@@ -57,7 +58,12 @@ std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& in
   recorder->replay(r.work.get());
   std::vector<Tensor> outs;
   outs.reserve(r.results.size());
-  for (const Tensor& d : r.results) {
+  for (size_t o = 0; o < r.results.size(); ++o) {
+    const Tensor& d = r.results[o];
+    if (state && state->device_output[o]) {  // the pair's output, where the State keeps it
+      outs.push_back(state->window_output(o));
+      continue;
+    }
     if (options.outputs == Memory::Host) {
       outs.push_back(to_memory(d, Memory::Host));  // waits for the device
       continue;
@@ -67,6 +73,7 @@ std::vector<Tensor> Engine::Impl::replay(const std::map<std::string, Tensor>& in
     outs.push_back(std::move(out));
   }
   synchronize_devices();
+  if (state) state->replayed();
   return outs;
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/state.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "backends/placement.h"
@@ -108,6 +109,43 @@ Tensor new_buffer(bool device, DType dtype, const Shape& capacity, bool zero) {
   return t;
 }
 
+// The bytes of one position along pair p's length axis in one row (the dimensions after the
+// axis), and the rows (the dimensions before it).
+size_t position_bytes(const StateSlot& p) {
+  size_t b = dtype_size(p.dtype);
+  for (size_t d = static_cast<size_t>(p.axis) + 1; d < p.capacity.size(); ++d) b *= static_cast<size_t>(p.capacity[d]);
+  return b;
+}
+size_t rows_of(const StateSlot& p) {
+  size_t r = 1;
+  for (size_t d = 0; d < static_cast<size_t>(p.axis); ++d) r *= static_cast<size_t>(p.capacity[d]);
+  return r;
+}
+
+// Copies `rows` rows of `row_bytes`, `src_pitch` and `dst_pitch` apart, in host or device memory
+// (device: in order with the calling thread's device work, not waited for).
+void copy_rows(bool device, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows) {
+  if (!row_bytes || !rows) return;
+  if (device) {
+    device_memory().copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+    return;
+  }
+  for (size_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+}
+
+// In a window of `window` positions: the last `window` positions of pair p's output `out`
+// (window + 1 long) into its current buffer.
+void copy_window_back(const StateSlot& p, const Tensor& out, int64_t window) {
+  const size_t pos = position_bytes(p), w = static_cast<size_t>(window);
+  Tensor into = p.buffers[p.current];  // shares the buffer
+  copy_rows(p.device, into.mutable_raw(), w * pos, static_cast<const char*>(out.raw()) + pos,
+            (w + 1) * pos, w * pos, rows_of(p));
+}
+
+std::atomic<uint64_t> next_state_id{1};
+
 }  // namespace
 
 Tensor StateSlot::current_value() const {
@@ -119,6 +157,7 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
   Impl& m = *impl_;
   const Schedule& s = engine.impl_->schedule;
   m.engine = &engine;
+  m.id = next_state_id++;
   m.max_length = options.max_length;
   m.pairs = options.pairs.empty() ? state_pairs(s.graph) : options.pairs;
   if (m.pairs.empty())
@@ -206,7 +245,9 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
   }
 }
 
-State::~State() = default;
+State::~State() {
+  if (impl_->window > 0) impl_->engine->impl_->replays->drop_containing(impl_->replay_key());
+}
 
 const std::vector<StatePair>& State::pairs() const { return impl_->pairs; }
 int64_t State::max_length() const { return impl_->max_length; }
@@ -217,6 +258,53 @@ int64_t State::length() const {
   for (const StateSlot& p : impl_->slots)
     if (p.axis >= 0) return p.shape[static_cast<size_t>(p.axis)];
   return 0;
+}
+
+int64_t State::filled() const { return impl_->window > 0 ? impl_->filled : length(); }
+int64_t State::window() const { return impl_->window; }
+
+void State::set_window(int64_t window) {
+  Impl& m = *impl_;
+  if (m.busy.load()) fail("state: set_window while a run uses the state");
+  if (m.broken) fail("state: set_window on a state that needs reset(): an earlier run failed after writing it");
+  const int64_t filled = this->filled();
+  bool grows = false;
+  for (const StateSlot& p : m.slots) grows |= p.axis >= 0;
+  if (!grows) fail("state: set_window: no state pair grows along a length axis");
+  if (window <= filled)
+    fail("state: set_window(", window, "): the sequence holds ", filled,
+         " positions; a window must be longer (each run drops a padding position)");
+  if (window + 1 > m.max_length)
+    fail("state: set_window(", window, "): a run's output is ", window + 1, " positions long, past max_length ",
+         m.max_length);
+  const int64_t length = this->length();
+  bool device = false;
+  for (StateSlot& p : m.slots) {
+    if (p.axis < 0) continue;
+    const int other = 1 - p.current;
+    if (!p.buffers[other].defined()) {
+      p.buffers[other] = new_buffer(p.device, p.dtype, p.capacity, false);
+      ++m.allocations;
+    }
+    // The last `filled` positions of the current value at the end of the window, zeros before.
+    const size_t pos = position_bytes(p), rows = rows_of(p), w = static_cast<size_t>(window);
+    const size_t f = static_cast<size_t>(filled), l = static_cast<size_t>(length);
+    void* dst = p.buffers[other].mutable_raw();
+    if (p.device)
+      device_memory().zero(dst, rows * w * pos);
+    else
+      std::memset(dst, 0, rows * w * pos);
+    copy_rows(p.device, static_cast<char*>(dst) + (w - f) * pos, w * pos,
+              static_cast<const char*>(p.buffers[p.current].raw()) + (l - f) * pos, l * pos, f * pos, rows);
+    device |= p.device;
+    p.current = other;
+    p.shape[static_cast<size_t>(p.axis)] = window;
+  }
+  if (device) m.engine->impl_->synchronize_devices();
+  if (m.window > 0) m.engine->impl_->replays->drop_containing(m.replay_key());  // the last window's
+  m.window = window;
+  m.filled = filled;
+  ++m.window_epoch;
 }
 
 Tensor State::value(const std::string& input) const {
@@ -237,6 +325,9 @@ void State::reset() {
       clear(p.buffers[0]);
   }
   m.broken = false;
+  if (m.window > 0) m.engine->impl_->replays->drop_containing(m.replay_key());
+  m.window = 0;
+  m.filled = 0;
 }
 
 // ---- What a run does with a State (runtime/state_impl.h) ----
@@ -275,7 +366,7 @@ Tensor State::Impl::allocate(int target, DType dtype, const Shape& shape, bool z
       fail("state output '", pair.output, "' is ", dtype_name(dtype), shape_str(shape), ", which does not fit its ",
            p.axis >= 0 ? "max_length " + std::to_string(max_length) : "state", " (", dtype_name(p.dtype),
            shape_str(p.capacity), ")");
-    const int into = p.in_place ? p.current : 1 - p.current;
+    const int into = p.in_place && window == 0 ? p.current : 1 - p.current;
     if (!p.buffers[into].defined()) {
       p.buffers[into] = new_buffer(p.device, p.dtype, p.capacity, false);
       ++allocations;
@@ -300,10 +391,39 @@ Tensor State::Impl::allocate(int target, DType dtype, const Shape& shape, bool z
   return Tensor::wrap(dtype, shape, buffer->storage(), data, buffer->memory());
 }
 
+namespace {
+
+// The output of pair k in `values`, checked to be one position longer than a window's input.
+const Tensor& window_value(const State::Impl& m, size_t k, const std::vector<Tensor>& values) {
+  const StateSlot& p = m.slots[k];
+  const Tensor& out = values[static_cast<size_t>(p.output_slot)];
+  REFORGE_CHECK(out.defined(), "run: state output '", m.pairs[k].output, "' was not made");
+  Shape want = p.shape;
+  want[static_cast<size_t>(p.axis)] = m.window + 1;
+  if (out.dtype() != p.dtype || out.shape() != want || out.raw() == p.buffers[p.current].raw())
+    fail("state output '", m.pairs[k].output, "' is ", out.describe(), "; in a window of ", m.window,
+         " positions a run adds exactly one: ", dtype_name(p.dtype), shape_str(want), " expected");
+  return out;
+}
+
+}  // namespace
+
 void State::Impl::finish(const std::vector<Tensor>& values) {
+  if (window > 0) {
+    bool device = false;
+    for (size_t k = 0; k < slots.size(); ++k) {
+      StateSlot& p = slots[k];
+      if (p.axis < 0) continue;  // a fixed-size pair: as below
+      copy_window_back(p, window_value(*this, k, values), window);
+      device |= p.device;
+    }
+    if (device) engine->impl_->synchronize_devices();
+    ++filled;
+  }
   for (size_t k = 0; k < slots.size(); ++k) {
     StateSlot& p = slots[k];
     const StatePair& pair = pairs[k];
+    if (window > 0 && p.axis >= 0) continue;
     const Tensor& out = values[static_cast<size_t>(p.output_slot)];
     REFORGE_CHECK(out.defined(), "run: state output '", pair.output, "' was not made");
     bool ok = out.dtype() == p.dtype && out.rank() == static_cast<int64_t>(p.capacity.size());
@@ -337,6 +457,36 @@ void State::Impl::finish(const std::vector<Tensor>& values) {
     }
     p.shape = out.shape();
   }
+}
+
+bool State::Impl::replayable() const {
+  if (window == 0) return false;
+  return std::all_of(slots.begin(), slots.end(), [](const StateSlot& p) { return p.device && p.axis >= 0; });
+}
+
+std::string State::Impl::replay_key() const {
+  return window > 0 ? "#state" + std::to_string(id) + "/" + std::to_string(window_epoch) + "#" : std::string();
+}
+
+bool State::Impl::device_input(size_t i) const {
+  return std::any_of(slots.begin(), slots.end(), [&](const StateSlot& p) { return p.device && p.input_index == i; });
+}
+
+void State::Impl::record_window_copies(const std::vector<Tensor>& values) const {
+  REFORGE_CHECK(replayable(), "internal error: a recorded run with a state that is not replayable");
+  for (size_t k = 0; k < slots.size(); ++k) copy_window_back(slots[k], window_value(*this, k, values), window);
+}
+
+void State::Impl::replayed() { ++filled; }
+
+Tensor State::Impl::window_output(size_t o) const {
+  auto it = std::find_if(slots.begin(), slots.end(), [&](const StateSlot& p) { return p.output_index == o; });
+  REFORGE_CHECK(it != slots.end(), "internal error: graph output ", o, " is no state pair's");
+  const StateSlot& p = *it;
+  Shape shape = p.shape;
+  shape[static_cast<size_t>(p.axis)] = window + 1;
+  const Tensor& b = p.buffers[1 - p.current];
+  return Tensor::wrap(p.dtype, shape, b.storage(), b.raw(), b.memory());
 }
 
 void State::Impl::end(bool failed) {

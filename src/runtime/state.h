@@ -30,6 +30,14 @@
 //   - Between runs the caller may read a pair's current value (value(): a view, valid as above)
 //     and reset() the State for a new sequence (lengths to 0, fixed-size state zero-filled; no
 //     memory is freed or allocated).
+//   - Decoding in a window (set_window): each growing pair's input keeps one length, `window`
+//     positions holding the sequence at its end and zeros before it (padding the caller masks
+//     out: attention_mask 0 there, the positions given by position_ids). A run then adds exactly
+//     one position and the State drops the window's first one, a padding position, so the next
+//     run has the same input shapes (what lets a device plan record a decode step once and
+//     replay it: runtime/engine.h, EngineOptions::device_replay). The pair's input buffer stays
+//     the same; the output goes into the second buffer and its last `window` positions are copied
+//     back into the first. reset() ends the window.
 //   - An output that would grow past max_length fails the run. A run that fails after a kernel
 //     wrote state in place leaves the State needing reset: runs refuse it until reset(), so a
 //     half-updated cache is never read as state. A run that fails before that leaves it as it was.
@@ -79,8 +87,19 @@ class State {
   State& operator=(const State&) = delete;
 
   const std::vector<StatePair>& pairs() const;
-  // Positions held along the length axis (0 after reset; 0 when no pair grows).
+  // Positions held along the length axis (0 after reset; 0 when no pair grows; in a window, the
+  // window).
   int64_t length() const;
+  // Positions holding the sequence: length() while the pairs grow; in a window, the positions at
+  // its end that are not padding.
+  int64_t filled() const;
+  // Moves to a window of `window` positions (see the contract): the current value is re-laid at
+  // the window's end with zeros before it. Needs filled() < window (each run drops a padding
+  // position) and window < max_length (the output is window + 1 long), a pair that grows, and no
+  // run using the State. A later call moves to another window (a longer one when it is full).
+  void set_window(int64_t window);
+  // The window, or 0 while the pairs grow.
+  int64_t window() const;
   int64_t max_length() const;
   // The current value of a pair's input `input` (a view: see the contract above).
   Tensor value(const std::string& input) const;

@@ -54,6 +54,11 @@ struct State::Impl {
   bool broken = false;
   bool written = false;  // this run wrote a pair's current buffer
   int64_t allocations = 0;
+  int64_t window = 0;  // State::window()
+  int64_t filled = 0;  // State::filled() in a window
+  // Set by set_window: the window's buffers (a recording reads and writes them at their
+  // addresses, so a recording of this State names it: replay_key).
+  uint64_t id = 0, window_epoch = 0;
 
   // Takes the State for a run of `engine`: adds the pairs' inputs to `inputs`.
   void begin(const Engine& engine, std::map<std::string, Tensor>& inputs);
@@ -61,8 +66,25 @@ struct State::Impl {
   Tensor allocate(int target, DType dtype, const Shape& shape, bool zero);
   // A copy of host tensor `t` (graph output o) in the State's buffer of that output.
   Tensor output_copy(size_t o, const Tensor& t);
-  // After the run's steps: each pair's output becomes its current value.
+  // After the run's steps: each pair's output becomes its current value (in a window: its last
+  // `window` positions are copied into the current buffer).
   void finish(const std::vector<Tensor>& values);
+  // In a window: true when every pair lives in device memory, so that a run can be recorded and
+  // replayed (runtime/replay_run.cc) with the pairs read and written at their buffers' addresses.
+  bool replayable() const;
+  // What names the buffers a recording of a run with this State reads and writes (its id and
+  // window); "" when it has none.
+  std::string replay_key() const;
+  // Whether graph input i is a device pair's input (read where it is, never staged for a recording).
+  bool device_input(size_t i) const;
+  // In a recording: copies each pair's output (in `values`) back into its current buffer, as
+  // finish() does in a window, with device work that the recording takes in.
+  void record_window_copies(const std::vector<Tensor>& values) const;
+  // After a replay of such a recording: what finish() counts.
+  void replayed();
+  // The output of the pair whose output is graph output o, after a run in a window: a view of
+  // its second buffer (window + 1 long).
+  Tensor window_output(size_t o) const;
   // Gives the State back; a run that failed after writing state in place leaves it needing reset.
   void end(bool failed);
 };

@@ -1,6 +1,9 @@
 #include "session/build.h"
 
+#include <set>
+
 #include "builder/binding.h"
+#include "core/nearest_names.h"
 #include "core/omp_threads.h"
 #include "onnx/importer.h"
 #include "refit/source_readers.h"
@@ -9,12 +12,39 @@ namespace reforge::session {
 
 namespace {
 
+// Adds the values `marks` names (BuildRequest::mark_outputs) to the graph's outputs, in the
+// order the nodes make them; throws naming a value no node makes.
+void mark_outputs(ir::Graph& g, const std::vector<std::string>& marks, const std::string& model) {
+  if (marks.empty()) return;
+  const bool all = marks.size() == 1 && marks[0] == "all";
+  std::set<std::string> made, outputs, wanted(marks.begin(), marks.end());
+  for (const auto& o : g.outputs) outputs.insert(o.name);
+  for (const ir::Node& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) made.insert(o);
+  if (!all)
+    for (const auto& m : marks)
+      if (!made.count(m)) {
+        if (m == "all") fail("--mark-outputs: 'all' stands alone (every value), not among names");
+        const auto near = nearest_names(m, std::vector<std::string>(made.begin(), made.end()));
+        fail("--mark-outputs: no node of '", model, "' makes a value named '", m, "'",
+             near.empty() ? std::string() : " (nearest: " + quoted_list(near) + ")");
+      }
+  for (const ir::Node& n : g.nodes) {
+    if (all && n.domain.empty() && n.op_type == "Constant") continue;
+    for (const auto& o : n.outputs)
+      if (!o.empty() && (all || wanted.count(o)) && outputs.insert(o).second)
+        g.outputs.push_back({o, DType::Undefined, false, {}});
+  }
+}
+
 ir::Graph import_model(const BuildRequest& req, Observer* observer) {
   ir::Graph g;
   {
     PhaseScope phase(observer, "importing '" + req.model + "'");
     g = onnx::import_model_file(req.model);
   }
+  mark_outputs(g, req.mark_outputs, req.model);
   if (req.imported) req.imported(g);
   return g;
 }
@@ -40,6 +70,8 @@ void BuildRequest::validate() const {
   const CheckpointBinding& c = checkpoint;
   if (!c.given() && (!c.binds.empty() || !c.bind_file.empty() || c.strict || c.allow_partial))
     fail("binds, a bind file, strict binding and partial binding need a checkpoint to bind to");
+  if (!c.given() && (!c.strip_prefix.empty() || !c.add_prefix.empty()))
+    fail("--strip-prefix and --add-prefix rename a checkpoint's tensors: they need a checkpoint (--checkpoint)");
   if (!c.files.empty() && !c.tensors.empty()) fail("give the checkpoint as files or as tensors, not both");
 }
 
@@ -66,8 +98,9 @@ Built build_plan(const BuildRequest& req, Observer* observer) {
   for (const Bind& b : c.binds) bo.add_bind(b.key, b.tensor, b.origin);
   bo.strict = c.strict;
   bo.allow_partial = c.allow_partial;
-  const refit::Checkpoint ckpt = c.files.empty() ? refit::Checkpoint::from_tensors(c.tensors, "state dict")
-                                                 : refit::open_checkpoint(c.files, "checkpoint");
+  const refit::Checkpoint ckpt = (c.files.empty() ? refit::Checkpoint::from_tensors(c.tensors, "state dict")
+                                                  : refit::open_checkpoint(c.files, "checkpoint"))
+                                     .with_key_prefix(c.strip_prefix, c.add_prefix);
   ir::Graph g = import_model(req, observer);
   build::BindResult r;
   {

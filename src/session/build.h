@@ -39,6 +39,7 @@ struct CheckpointBinding {
   std::string bind_file;                  // JSON {ONNX_NAME: CKPT_NAME, ..., "literals": [ONNX_NAME, ...]}
   bool strict = false;                    // declared literals must be structural or provably configuration-only
   bool allow_partial = false;             // build although the checkpoint binds under half of the sources
+  std::string strip_prefix, add_prefix;   // the checkpoint's names renamed (refit::Checkpoint::with_key_prefix)
   bool given() const { return !files.empty() || !tensors.empty(); }
 };
 
@@ -47,6 +48,10 @@ struct BuildRequest {
   build::BuildOptions options;  // `progress` is not used: the observer is told the build's steps
   CheckpointBinding checkpoint;
   int threads = 0;  // OpenMP threads of this process for the build's folding and verification; 0: as they are
+  // Values of the model to make graph outputs too, to compare intermediate values (as Polygraphy's
+  // --onnx-outputs): each must be a value a node makes; "all" alone: every value a node makes
+  // (Constant nodes' aside). A marked value keeps the fusions that would hide it from being made.
+  std::vector<std::string> mark_outputs;
   // Called with the imported model before it is built (the CLI reads synthetic inputs' bounds there).
   std::function<void(const ir::Graph&)> imported;
   // Throws for inconsistent options: BuildOptions::validate, binding options without a

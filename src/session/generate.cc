@@ -59,7 +59,10 @@ void check_options(const GenerateOptions& o) {
     fail("generate: temperature is ", s.temperature, "; it must be 0 (greedy) or a positive number");
   if (s.top_k < 0) fail("generate: top_k is ", s.top_k, "; it must be 0 (no limit) or positive");
   if (!(s.top_p > 0 && s.top_p <= 1)) fail("generate: top_p is ", s.top_p, "; it must be in (0, 1]");
+  if (o.window < -1) fail("generate: window is ", o.window, "; it must be -1 (automatic), 0 (off) or positive");
 }
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Whether the export takes several sequences in one run: input_ids' batch dimension is symbolic.
 bool takes_batches(const runtime::Engine& e, const DecoderLayout& l) {
@@ -113,6 +116,16 @@ Tensor matrix(const std::vector<std::vector<int64_t>>& rows) {
 // (as transformers' generate pads a batch), positions counting each row's real tokens (a pad's
 // position is 1, as there); each row sampled with its own generator seeded alike, so a row gives
 // what its prompt gives alone. A finished row goes on with token 0 until every row is done.
+// The decode window's granularity for `options` (0: none); refuses a window the export cannot take.
+int64_t decode_window(const runtime::Engine& e, const DecoderLayout& l, const GenerateOptions& options) {
+  const bool takes_window = !l.position_ids.empty() && !l.attention_mask.empty();
+  if (options.window > 0 && !takes_window)
+    fail("generate: a decode window needs the model's position_ids and attention_mask inputs; it has ",
+         l.position_ids.empty() ? "no position_ids" : "no attention_mask", " (window 0 decodes without one)");
+  if (options.window >= 0) return options.window;
+  return takes_window && made_on_device(e.graph(), l.logits) && e.replay_stats().declined.empty() ? kDecodeWindow : 0;
+}
+
 void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
                const std::vector<std::vector<int64_t>>& prompts, const std::vector<size_t>& which,
                const GenerateOptions& options, GenerateResult& result) {
@@ -120,9 +133,12 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
   const size_t B = which.size();
   size_t width = 0;
   for (size_t r : which) width = std::max(width, prompts[r].size());
+  const int64_t window_step = decode_window(e, l, options);
   runtime::StateOptions so;
   so.pairs = l.cache;
   so.max_length = static_cast<int64_t>(width) + options.max_new_tokens;
+  // A window holds at least one padding position before the sequence, and the run's output one more.
+  if (window_step > 0) so.max_length = round_up(so.max_length, window_step) + 1;
   so.dims = cache_dims(e, l, static_cast<int64_t>(B));
   runtime::State state(e, so);
   runtime::RunOptions ro;
@@ -150,6 +166,17 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
     std::map<std::string, Tensor> feed{{l.input_ids, matrix(ids)}};
     if (!l.position_ids.empty()) feed[l.position_ids] = matrix(pos);
     if (!l.attention_mask.empty()) feed[l.attention_mask] = matrix(mask);
+    if (window_step > 0 && step > 0) {
+      // The cache at the end of a window of one length, the positions before it masked out.
+      if (state.window() == 0 || state.filled() + 1 > state.window())
+        state.set_window(round_up(state.filled() + 1, window_step));
+      std::vector<std::vector<int64_t>> windowed(B);
+      for (size_t b = 0; b < B; ++b) {
+        windowed[b].assign(static_cast<size_t>(state.window()) + 1 - mask[b].size(), 0);
+        windowed[b].insert(windowed[b].end(), mask[b].begin(), mask[b].end());
+      }
+      feed[l.attention_mask] = matrix(windowed);
+    }
     const std::vector<Tensor> outs = engine.run(feed, ro);
     const Tensor& logits = outs[li];
     const int64_t n = static_cast<int64_t>(ids[0].size());

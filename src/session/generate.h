@@ -19,6 +19,10 @@
 // caches stay in device memory (runtime/state.h) and so do the logits: each step brings only each
 // sequence's last row of logits to the host.
 //
+// With a decode window (GenerateOptions::window) the steps after the prompt run on caches of a
+// fixed length, the positions before the sequence zero and masked out; a full window moves to the
+// next multiple.
+//
 // Sampling, per row with its own generator seeded alike (a row gives what its prompt gives
 // alone): greedy (temperature 0: the most likely token, the lowest id on a tie), or the logits
 // divided by the temperature, kept to the top_k most likely (0: all), then to the smallest set of
@@ -60,7 +64,17 @@ struct GenerateOptions {
   std::vector<int64_t> stop_tokens;
   // Called with each token as it is made (prompt index, token); returning false ends that prompt.
   std::function<bool(size_t prompt, int64_t token)> on_token;
+  // Decode steps in windows of a multiple of this many positions (runtime/state.h,
+  // State::set_window): the cache inputs keep one length, the sequence at their end under the
+  // attention mask, so that every step of a window has one input signature and a device plan
+  // records it once and replays it (EngineOptions::device_replay). The tokens are the same.
+  // -1: kDecodeWindow where the engine replays and the export takes position_ids and an
+  // attention_mask, else off; 0: off; N > 0: windows of multiples of N (needs those inputs).
+  int64_t window = -1;
 };
+
+// The decode window generate uses on an engine that replays its device work.
+inline constexpr int64_t kDecodeWindow = 128;
 
 struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  // per prompt: the new tokens only

@@ -37,6 +37,7 @@ struct BenchArgs {
   int iterations = 20;
   int warmup = 3;
   std::vector<std::string> weights;
+  KeyPrefixes prefixes;
   bool allow_nonfinite = false;
   bool keep_baked = false;
   std::string precision, activations;
@@ -287,6 +288,7 @@ Runner add_bench(CLI::App& app) {
   app.add_option("--weights,-w", a->weights, "refit from these weights first");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
+  add_key_prefix_options(app, a->prefixes);
   app.add_flag("--keep-baked", a->keep_baked,
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
@@ -328,6 +330,7 @@ Runner add_bench(CLI::App& app) {
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.prefixes = a->prefixes;
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;

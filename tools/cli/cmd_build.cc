@@ -24,6 +24,7 @@ struct BuildArgs {
   std::string bind_file, precision, activations;
   int64_t block_size = 0;
   bool strict_binding = false, allow_partial = false;
+  KeyPrefixes prefixes;
   int threads = 0;
   bool json = false;
   bool reference_rounding = false;
@@ -69,6 +70,7 @@ Runner add_build(CLI::App& app) {
   app.add_option("--bind-file", a->bind_file,
                  "JSON object {ONNX_NAME: CHECKPOINT_NAME, ..., \"literals\": [ONNX_NAME, ...]}");
   add_precision_options(app, a->precision, a->activations, a->block_size);
+  add_key_prefix_options(app, a->prefixes);
   app.add_flag("--strict-binding", a->strict_binding,
                "declared literals must also be structural or provably configuration-only");
   app.add_flag(
@@ -117,6 +119,8 @@ Runner add_build(CLI::App& app) {
     c.bind_file = a->bind_file;
     c.strict = a->strict_binding;
     c.allow_partial = a->allow_partial;
+    c.strip_prefix = a->prefixes.strip;
+    c.add_prefix = a->prefixes.add;
     req.validate();
     if (verbosity() != Verbosity::Quiet) note_bf16_activations(o.activations);
     auto t0 = std::chrono::steady_clock::now();

@@ -47,6 +47,7 @@ struct GenerateArgs {
   std::vector<int64_t> stop;
   bool json = false;
   int threads = 0;
+  int64_t window = -1;
   DeviceOptions device;
 };
 
@@ -127,6 +128,11 @@ Runner add_generate(CLI::App& app) {
   app.add_flag("--bench{3}", a->bench,
                "time it: one warm-up generation, then N (--bench=N; default 3) timed ones; prints time to first "
                "token, per-token p50/p90, tokens/s and the fraction of the memory bandwidth a decode step reaches");
+  app.add_option("--window", a->window,
+                 "decode in windows of a multiple of N cache positions (masked padding before the sequence), so "
+                 "that a GPU plan records a decode step once per window and replays it; default 128 on a GPU "
+                 "plan whose export takes position_ids and attention_mask; 0: caches grow step by step")
+      ->check(integer_in(0, int64_t{1} << 30));
   add_device_options(app, a->device);
   return [a]() {
     if (a->input_ids.empty() && a->prompts.empty())
@@ -150,8 +156,11 @@ Runner add_generate(CLI::App& app) {
     LoadOptions lo;
     lo.threads = a->threads;
     lo.device = a->device;
+    // A GPU plan records its decode steps and replays them (GenerateOptions::window).
+    if (a->window != 0) lo.device_replay = true;
     const session::Session loaded = load_session(a->model, lo);
     session::GenerateOptions o;
+    o.window = a->window;
     o.max_new_tokens = a->max_new_tokens;
     o.sampling.temperature = a->temperature;
     o.sampling.top_k = a->top_k;

@@ -4,6 +4,8 @@
 // and symbolic shape of every value of the optimized graph (Plan::values). Reads metadata only (no weight data is
 // loaded), unless --verify: then every stored weight is hashed against the plan's hashes, as `run` does, and a
 // corrupted one is an error naming it (exit 1).
+#include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -119,8 +121,19 @@ Runner add_inspect(CLI::App& app) {
     if (*verify)
       std::cout << "verified: " << j["verified"]["weights"].get<size_t>() << " stored engine weights ("
                 << j["verified"]["bytes"].get<size_t>() << " bytes) match their recorded hashes\n";
-    std::cout << "\nengine weights:\n";
-    for (const auto& e : j["weights"])
+    // In the order the graph first reads them (w0, w1, ..., w10: the canonical names' numbers),
+    // each with what it is made of.
+    std::vector<nlohmann::json> weights(j["weights"].begin(), j["weights"].end());
+    auto order = [](const std::string& name) {
+      const bool canonical = name.size() > 1 && name[0] == 'w' &&
+                             name.find_first_not_of("0123456789", 1) == std::string::npos;
+      return std::make_pair(canonical ? std::stoll(name.substr(1)) : INT64_MAX, name);
+    };
+    std::stable_sort(weights.begin(), weights.end(), [&](const nlohmann::json& a, const nlohmann::json& b) {
+      return order(a["name"].get<std::string>()) < order(b["name"].get<std::string>());
+    });
+    std::cout << "\nengine weights (in the order the graph reads them; what each is made of):\n";
+    for (const auto& e : weights)
       std::cout << "  " << std::left << std::setw(8) << e["name"].get<std::string>() << " " << std::setw(10)
                 << e["dtype"].get<std::string>() << std::setw(18) << e["shape"].dump() << std::setw(8)
                 << e["kind"].get<std::string>() << (e["present"].get<bool>() ? "present  " : "stripped ")

@@ -18,6 +18,7 @@ namespace {
 struct RefitArgs {
   std::string plan, out;
   std::vector<std::string> weights;
+  KeyPrefixes prefixes;
   bool strip = false, full = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false,
        json = false;
 };
@@ -31,6 +32,7 @@ Runner add_refit(CLI::App& app) {
                  "a sharded checkpoint's index or its folder); each file is read as what its content is, whatever its "
                  "name")
       ->required();
+  add_key_prefix_options(app, a->prefixes);
   app.add_option("-o,--output", a->out, "plan file to write (default: overwrite PLAN)");
   auto* strip = app.add_flag("--strip-weights", a->strip,
                              "write the refit plan without refittable weight data (the default for a stripped PLAN)");
@@ -48,6 +50,7 @@ Runner add_refit(CLI::App& app) {
     check_output_file(out, a->out.empty() ? "plan" : "-o");
     LoadOptions o;
     o.weights = a->weights;
+    o.prefixes = a->prefixes;
     o.slow = a->slow;
     o.verify = a->verify;
     o.allow_nonfinite = a->allow_nonfinite;

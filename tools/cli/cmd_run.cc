@@ -31,6 +31,7 @@ struct RunArgs {
   double tolerance = 1e-4;
   int threads = 0;
   std::vector<std::string> weights;
+  KeyPrefixes prefixes;
   std::string precision, activations;
   int64_t block_size = 0;
   DeviceOptions device;
@@ -43,6 +44,7 @@ struct RunArgs {
   bool compare_onnxrt = false;
   bool synthesize_missing = false;
   std::string onnxrt_model, python;
+  std::vector<std::string> mark_outputs;
   std::vector<std::string> atol, rtol;
 };
 
@@ -85,6 +87,7 @@ Runner add_run(CLI::App& app) {
       "refit in memory from these weights first (a re-exported ONNX model or a bound safetensors checkpoint)");
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
+  add_key_prefix_options(app, a->prefixes);
   app.add_flag("--keep-baked", a->keep_baked,
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
@@ -104,6 +107,10 @@ Runner add_run(CLI::App& app) {
   auto* ort = app.add_flag("--compare-onnxrt", a->compare_onnxrt,
                            "run the ONNX model in ONNX Runtime on the same inputs too and compare every output "
                            "(max abs, max rel, mean abs error; exit 1 if any is outside --atol/--rtol)");
+  app.add_option("--mark-outputs", a->mark_outputs,
+                 "make these values of the ONNX model outputs too (all: every value a node makes), to compare "
+                 "intermediate values with --compare-onnxrt or --output-dir, as Polygraphy marks them; fusions "
+                 "that would hide a marked value are not made");
   app.add_option("--onnxrt-model", a->onnxrt_model,
                  "with --compare-onnxrt: the ONNX model for ONNX Runtime (needed when MODEL is a plan or --weights "
                  "is given)")
@@ -148,6 +155,8 @@ Runner add_run(CLI::App& app) {
     LoadOptions lo;
     lo.threads = a->threads;
     lo.weights = a->weights;
+    lo.prefixes = a->prefixes;
+    lo.mark_outputs = a->mark_outputs;
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;
@@ -263,7 +272,7 @@ Runner add_run(CLI::App& app) {
       std::map<std::string, Tensor> ref;
       {
         Phase phase("running '" + ort_model + "' in ONNX Runtime");
-        ref = run_onnxrt(ort_model, inputs, a->python);
+        ref = run_onnxrt(ort_model, inputs, a->python, a->mark_outputs);
       }
       if (!a->json)
         std::cout << "compare with ONNX Runtime (" << ort_model << "):\n"

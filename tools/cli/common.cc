@@ -95,6 +95,13 @@ CLI::Validator number_in(double low, double high, const std::string& note) {
 
 CLI::Validator threads_check() { return integer_in(0, kMaxThreads, " (0: all cores)"); }
 
+void add_key_prefix_options(CLI::App& app, KeyPrefixes& o) {
+  app.add_option("--strip-prefix", o.strip,
+                 "remove P from the front of the checkpoint's tensor names that begin with it (a checkpoint saved "
+                 "under another module name: 'model.'); an error when none does");
+  app.add_option("--add-prefix", o.add, "put P in front of every checkpoint tensor name (after --strip-prefix)");
+}
+
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations, int64_t& block_size) {
   app.add_option("--precision", precision,
                  "storage type of MatMul/Gemm weights when building: fp32 (default), bf16 or fp16 (a cast), int8 "

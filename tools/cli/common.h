@@ -43,6 +43,13 @@ CLI::Validator threads_check();
 // `--activations fp32|bf16` (what bf16 Linear layers multiply them with) to `app`.
 // `--block-size N` (int4 quantization blocks) too.
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations, int64_t& block_size);
+// --strip-prefix P / --add-prefix P: a checkpoint's tensor names renamed before they are read
+// (refit::Checkpoint::with_key_prefix), for a checkpoint saved under another module name.
+struct KeyPrefixes {
+  std::string strip, add;
+};
+void add_key_prefix_options(CLI::App& app, KeyPrefixes& o);
+
 // Adds `--no-verify` (load a plan file without hashing its weights; `run` and `bench`).
 void add_no_verify_option(CLI::App& app, bool& no_verify);
 

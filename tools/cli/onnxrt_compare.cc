@@ -20,7 +20,7 @@ namespace reforge::cli {
 namespace fs = std::filesystem;
 
 std::map<std::string, Tensor> run_onnxrt(const std::string& onnx_model, const std::map<std::string, Tensor>& inputs,
-                                         const std::string& python_arg) {
+                                         const std::string& python_arg, const std::vector<std::string>& marked) {
   std::string python = python_arg;
   if (python.empty() && std::getenv("REFORGE_PYTHON")) python = std::getenv("REFORGE_PYTHON");
   if (python.empty()) python = std::string(REFORGE_SOURCE_DIR) + "/.venv/bin/python";
@@ -46,6 +46,7 @@ std::map<std::string, Tensor> run_onnxrt(const std::string& onnx_model, const st
     files[name] = file;
   }
   std::ofstream(fs::path(tmpl) / "inputs.json") << files.dump();
+  std::ofstream(fs::path(tmpl) / "marked.json") << nlohmann::json(marked).dump();
   pid_t pid = ::fork();
   if (pid < 0) fail("--compare-onnxrt: fork failed: ", std::strerror(errno));
   if (pid == 0) {

@@ -14,8 +14,9 @@ namespace reforge::cli {
 // is $REFORGE_PYTHON, else the source tree's .venv/bin/python), with `inputs` written as .npy to a
 // temporary folder (removed afterwards). Returns the outputs by name. Throws an Error saying why
 // when the interpreter, onnxruntime or the run fails.
+// `marked`: values of the model ONNX Runtime returns too (--mark-outputs: the names, or "all").
 std::map<std::string, Tensor> run_onnxrt(const std::string& onnx_model, const std::map<std::string, Tensor>& inputs,
-                                         const std::string& python);
+                                         const std::string& python, const std::vector<std::string>& marked = {});
 
 // Error of `actual` against `expected` (same shape): the largest |a - e|, the largest |a - e| / |e|
 // over the elements where e != 0, the mean |a - e|, and whether every element has

@@ -36,6 +36,8 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
   eo.device_trace = o.device_trace;
   if (o.device_replay) eo.device_replay = *o.device_replay;
   if (o.keep_baked && o.weights.empty()) fail("--keep-baked applies when refitting with --weights; none were given");
+  if ((!o.prefixes.strip.empty() || !o.prefixes.add.empty()) && o.weights.empty())
+    fail("--strip-prefix and --add-prefix rename the tensors of a checkpoint given with --weights; none was given");
   PhaseObserver observer;
   std::optional<session::Session> s;
   if (session::is_plan_file(path)) {
@@ -44,6 +46,9 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
     if (o.allow_nonfinite && o.weights.empty())
       fail("--allow-nonfinite applies when building an ONNX model or refitting with --weights; '", path,
            "' is a plan, built already");
+    if (!o.mark_outputs.empty())
+      fail("--mark-outputs applies when building an ONNX model; '", path,
+           "' is a plan, built already (run the ONNX model it was built from)");
     session::PlanFile f = session::read_plan_file(path, o.verify_weights, &observer);
     if (o.index_bounds) *o.index_bounds = index_bounds(f.plan);
     check_plan_flags(f.plan, path, o);
@@ -51,6 +56,7 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
   } else {
     session::BuildRequest req;
     req.model = path;
+    req.mark_outputs = o.mark_outputs;
     build::BuildOptions& bo = req.options;
     bo.mode = o.weights.empty() ? plan::BuildMode::Baked : plan::BuildMode::Refit;
     bo.skip_passes = o.skip_passes;
@@ -73,6 +79,8 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
 refit::RefitReport refit_session(session::Session& s, const LoadOptions& o) {
   refit::RefitRequest req;
   req.files = o.weights;
+  req.strip_prefix = o.prefixes.strip;
+  req.add_prefix = o.prefixes.add;
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
   req.commit.keep_baked = o.keep_baked;

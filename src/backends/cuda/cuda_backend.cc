@@ -23,6 +23,13 @@ void copy_memory(void* dst, Memory dst_memory, const void* src, Memory src_memor
 // Zeros on the device, in order with the calling thread's work.
 void zero_memory(void* dst, size_t bytes) { REFORGE_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream())); }
 
+// Rows within device memory, in order with the calling thread's work (recorded when it records).
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+  if (!row_bytes || !rows) return;
+  REFORGE_CUDA_CHECK(
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, stream()));
+}
+
 void synchronize() { REFORGE_CUDA_CHECK(cudaStreamSynchronize(stream())); }
 
 // Twice the device's L2 cache, written with a memset: whatever the cache held is evicted. The
@@ -55,7 +62,7 @@ class CudnnTimingCache final : public backends::TimingCache {
 }  // namespace
 
 backends::Backend backend() {
-  static const DeviceMemory memory{allocate_device, pinned_tensor, copy_memory, zero_memory};
+  static const DeviceMemory memory{allocate_device, pinned_tensor, copy_memory, zero_memory, copy_rows};
   set_device_memory(&memory);
   backends::Backend b;
   b.name = "cuda";
