@@ -28,9 +28,9 @@ echo "== 3. a stripped plan refuses to run until refit"
 if $R run "$OUT/stripped.plan" --input input_ids=$IN 2>&1 | head -3; then :; fi
 
 echo "== 4. fast refit from the re-export with weights B (verified bit for bit against a fresh build)"
-t2=$(now); $R refit "$OUT/stripped.plan" --weights $M/B/model.onnx -o "$OUT/B_fast.plan" --verify; t3=$(now)
+t2=$(now); $R refit "$OUT/stripped.plan" --weights $M/B/model.onnx -o "$OUT/B_fast.plan" --full --verify; t3=$(now)
 echo "== 5. slow refit (re-import and rebuild)"
-t4=$(now); $R refit "$OUT/stripped.plan" --weights $M/B/model.onnx -o "$OUT/B_slow.plan" --slow; t5=$(now)
+t4=$(now); $R refit "$OUT/stripped.plan" --weights $M/B/model.onnx -o "$OUT/B_slow.plan" --full --slow; t5=$(now)
 cmp "$OUT/B_fast.plan" "$OUT/B_slow.plan" && echo "fast and slow refit wrote identical plans"
 
 echo "== 6. run the refit plan and compare with PyTorch's outputs for weights B"
@@ -38,6 +38,6 @@ $R run "$OUT/B_fast.plan" --input input_ids=$IN --expect logits=$REF_B
 
 echo "== 7. refit straight from a framework checkpoint: bind to checkpoint A at build, refit from checkpoint B"
 $R build $M/A/model.onnx -o "$OUT/bound.plan" --refit --strip-weights --checkpoint models/llama/checkpoint_A.safetensors
-t6=$(now); $R refit "$OUT/bound.plan" --weights models/llama/checkpoint_B.safetensors -o "$OUT/B_ckpt.plan"; t7=$(now)
+t6=$(now); $R refit "$OUT/bound.plan" --weights models/llama/checkpoint_B.safetensors -o "$OUT/B_ckpt.plan" --full; t7=$(now)
 $R run "$OUT/B_ckpt.plan" --input input_ids=$IN --expect logits=$REF_B
 echo "times (whole commands, ms): build $(ms $t0 $t1), fast refit + verify $(ms $t2 $t3), slow refit $(ms $t4 $t5), checkpoint refit $(ms $t6 $t7)"

@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: unit and model tests (gtest), the ONNX backend node conformance
-# tests listed in tests/conformance/required-standard-types.txt and extra-passing.txt, the refit
-# oracle (scripts/oracle.sh) and the Python package's tests (pytest, python/tests, in .venv). Run scripts/setup.sh first.
+# Builds everything in build/ (the tests, the benchmarks, the Python extension, and the CUDA
+# backend wherever the CUDA toolkit is, GPU or not: REFORGE_CUDA=OFF leaves it out), then runs the
+# whole test suite: unit and model tests (gtest), the ONNX backend node conformance tests listed in
+# tests/conformance/required-standard-types.txt and extra-passing.txt, the refit oracle
+# (scripts/oracle.sh) and the Python package's tests (pytest, python/tests, in .venv, with torch
+# and transformers added to it so that their tests run too). Run scripts/setup.sh first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
+. scripts/configure.sh
+
+# torch (PyPI's build, with its CUDA libraries: about 2.8 GB to fetch) and transformers come into
+# .venv while the tests compile.
+(.venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-torch.txt) \
+  >build/test-venv.log 2>&1 &
+venv=$!
+if [ -z "${REFORGE_CUDA:-}" ] && command -v nvcc >/dev/null; then export REFORGE_CUDA=ON; fi
+configure build
+cmake --build build -j"$(nproc)"
+wait $venv || { cat build/test-venv.log >&2; echo "test: adding torch to .venv failed (above)" >&2; exit 1; }
+echo "test: built build/ ($(cuda_state build)) in $SECONDS s, .venv has torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 
 # The ONNX 1.23.1 node suite ships as four .tar.xz parts, in the folder $REFORGE_ONNX_SUITE names
 # (when unset: shared/onnx-node-suite beside the checkout); unpacked once into build/onnx-node-suite.
