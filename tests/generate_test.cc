@@ -305,16 +305,22 @@ struct Export {
 
 class GenerateExports : public ::testing::TestWithParam<std::tuple<Export, const char*>> {};
 
+// A baked plan of export `x` (in folder `d`) for `backend`, one thread; `replay` records device work.
+runtime::PlanEngine export_engine(const fs::path& d, const Export& x, const char* backend, bool replay = false) {
+  build::BuildOptions bo;
+  bo.backend = backend;
+  runtime::EngineOptions eo;
+  eo.threads = 1;
+  eo.device_replay = replay;
+  return runtime::PlanEngine(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+}
+
 TEST_P(GenerateExports, GreedyTokensEqualPyTorch) {
   const auto& [x, backend] = GetParam();
   if (std::string(backend) == "cuda")
     if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
   const fs::path d = fs::path(REFORGE_SOURCE_DIR) / "models/hf" / x.dir;
-  build::BuildOptions bo;
-  bo.backend = backend;
-  runtime::EngineOptions eo;
-  eo.threads = 1;
-  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+  runtime::PlanEngine e = export_engine(d, x, backend);
   const auto want = ints_of(read_npy((d / x.reference / "tokens.npy").string()));
   const auto prompt = ints_of(read_npy((d / x.reference / "prompt_ids.npy").string()));
   EXPECT_EQ(session::generate(e, {prompt}, greedy(static_cast<int64_t>(want.size()))).tokens.at(0), want);
@@ -329,11 +335,7 @@ TEST_P(GenerateExports, BatchOfPromptsEqualsPyTorchsBatch) {
   if (!fs::exists(d / x.reference / "batch_tokens.npy")) GTEST_SKIP() << x.dir << " has no batch reference";
   if (std::string(backend) == "cuda")
     if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
-  build::BuildOptions bo;
-  bo.backend = backend;
-  runtime::EngineOptions eo;
-  eo.threads = 1;
-  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+  runtime::PlanEngine e = export_engine(d, x, backend);
   const BatchReference b = batch_reference(d / x.reference);
   const int64_t n = b.tokens.dim(1);
   ASSERT_NE(b.prompts[0].size(), b.prompts[1].size());
@@ -384,12 +386,7 @@ TEST_P(GenerateExports, WindowedDecodeGivesPyTorchsTokens) {
   if (cuda)
     if (std::string why = test_support::no_gpu(); !why.empty()) GTEST_SKIP() << why;
   const fs::path d = fs::path(REFORGE_SOURCE_DIR) / "models/hf" / x.dir;
-  build::BuildOptions bo;
-  bo.backend = backend;
-  runtime::EngineOptions eo;
-  eo.threads = 1;
-  eo.device_replay = cuda;
-  runtime::PlanEngine e(build::build_plan(onnx::import_model_file((d / x.model).string()), bo), eo);
+  runtime::PlanEngine e = export_engine(d, x, backend, cuda);
   const auto want = ints_of(read_npy((d / x.reference / "tokens.npy").string()));
   const auto prompt = ints_of(read_npy((d / x.reference / "prompt_ids.npy").string()));
   session::GenerateOptions o = greedy(static_cast<int64_t>(want.size()));

@@ -112,10 +112,6 @@ Tensor matrix(const std::vector<std::vector<int64_t>>& rows) {
   return t;
 }
 
-// Prompts `which` of `prompts` as one batch: left-padded with token 0 under the attention mask
-// (as transformers' generate pads a batch), positions counting each row's real tokens (a pad's
-// position is 1, as there); each row sampled with its own generator seeded alike, so a row gives
-// what its prompt gives alone. A finished row goes on with token 0 until every row is done.
 // The decode window's granularity for `options` (0: none); refuses a window the export cannot take.
 int64_t decode_window(const runtime::Engine& e, const DecoderLayout& l, const GenerateOptions& options) {
   const bool takes_window = !l.position_ids.empty() && !l.attention_mask.empty();
@@ -126,6 +122,10 @@ int64_t decode_window(const runtime::Engine& e, const DecoderLayout& l, const Ge
   return takes_window && made_on_device(e.graph(), l.logits) && e.replay_stats().declined.empty() ? kDecodeWindow : 0;
 }
 
+// Prompts `which` of `prompts` as one batch: left-padded with token 0 under the attention mask
+// (as transformers' generate pads a batch), positions counting each row's real tokens (a pad's
+// position is 1, as there); each row sampled with its own generator seeded alike, so a row gives
+// what its prompt gives alone. A finished row goes on with token 0 until every row is done.
 void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
                const std::vector<std::vector<int64_t>>& prompts, const std::vector<size_t>& which,
                const GenerateOptions& options, GenerateResult& result) {

@@ -96,29 +96,40 @@ refit::RefitReport Session::refit(refit::RefitRequest req, Observer* observer, c
   return rep;
 }
 
+namespace {
+
+std::vector<std::string> names_of(const std::map<std::string, runtime::PlanEngine::Version>& named) {
+  std::vector<std::string> names;
+  for (const auto& [n, _] : named) names.push_back(n);
+  return names;
+}
+
+[[noreturn]] void unknown_version(const std::string& name,
+                                  const std::map<std::string, runtime::PlanEngine::Version>& named) {
+  fail("no weight version named '", name, "'",
+       named.empty() ? std::string(" (there are none: refit with a version name makes one)")
+                     : " (the versions: " + quoted_list(names_of(named)) + ")");
+}
+
+}  // namespace
+
 runtime::PlanEngine::Version Session::version(const std::string& name) const {
   std::lock_guard<std::mutex> lock(versions_->mutex);
   auto it = versions_->named.find(name);
-  if (it != versions_->named.end()) return it->second;
-  std::vector<std::string> names;
-  for (const auto& [n, _] : versions_->named) names.push_back(n);
-  fail("no weight version named '", name, "'", names.empty() ? std::string(" (there are none: refit with a version name makes one)")
-                                                             : " (the versions: " + quoted_list(names) + ")");
+  if (it == versions_->named.end()) unknown_version(name, versions_->named);
+  return it->second;
 }
 
 std::vector<std::string> Session::versions() const {
   std::lock_guard<std::mutex> lock(versions_->mutex);
-  std::vector<std::string> names;
-  for (const auto& [n, _] : versions_->named) names.push_back(n);
-  return names;
+  return names_of(versions_->named);
 }
 
 void Session::drop_version(const std::string& name) {
-  version(name);  // an unknown name is an error
   runtime::PlanEngine::Version dropped;  // released after the lock: the last holder frees it
   std::lock_guard<std::mutex> lock(versions_->mutex);
   auto it = versions_->named.find(name);
-  if (it == versions_->named.end()) return;
+  if (it == versions_->named.end()) unknown_version(name, versions_->named);
   dropped = std::move(it->second);
   versions_->named.erase(it);
 }
