@@ -245,9 +245,7 @@ State::State(const Engine& engine, StateOptions options) : impl_(std::make_uniqu
   }
 }
 
-State::~State() {
-  if (impl_->window > 0) impl_->engine->impl_->replays->drop_containing(impl_->replay_key());
-}
+State::~State() { impl_->drop_recordings(); }
 
 const std::vector<StatePair>& State::pairs() const { return impl_->pairs; }
 int64_t State::max_length() const { return impl_->max_length; }
@@ -301,7 +299,7 @@ void State::set_window(int64_t window) {
     p.shape[static_cast<size_t>(p.axis)] = window;
   }
   if (device) m.engine->impl_->synchronize_devices();
-  if (m.window > 0) m.engine->impl_->replays->drop_containing(m.replay_key());  // the last window's
+  m.drop_recordings();  // the last window's
   m.window = window;
   m.filled = filled;
   ++m.window_epoch;
@@ -325,7 +323,7 @@ void State::reset() {
       clear(p.buffers[0]);
   }
   m.broken = false;
-  if (m.window > 0) m.engine->impl_->replays->drop_containing(m.replay_key());
+  m.drop_recordings();
   m.window = 0;
   m.filled = 0;
 }
@@ -478,6 +476,10 @@ void State::Impl::record_window_copies(const std::vector<Tensor>& values) const 
 }
 
 void State::Impl::replayed() { ++filled; }
+
+void State::Impl::drop_recordings() const {
+  if (window > 0) engine->impl_->replays->drop_containing(replay_key());
+}
 
 Tensor State::Impl::window_output(size_t o) const {
   auto it = std::find_if(slots.begin(), slots.end(), [&](const StateSlot& p) { return p.output_index == o; });

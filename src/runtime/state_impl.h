@@ -82,6 +82,8 @@ struct State::Impl {
   void record_window_copies(const std::vector<Tensor>& values) const;
   // After a replay of such a recording: what finish() counts.
   void replayed();
+  // Drops the recordings of the current window (its buffers are about to be re-laid or freed).
+  void drop_recordings() const;
   // The output of the pair whose output is graph output o, after a run in a window: a view of
   // its second buffer (window + 1 long).
   Tensor window_output(size_t o) const;
