@@ -271,6 +271,26 @@ void device_trace(const runtime::PlanEngine& engine, const std::string& backend_
     doc["products_alone_caches_flushed"] = flush;
     doc["products_in_run_over_alone_warm"] = sum_run / sum_warm;
   }
+  // Device time by op type, the most first: where a run's kernels spend it.
+  std::map<std::string, Account> by_op;
+  for (const auto& [tag, a] : in_run) {
+    const bool known = tag >= 0 && static_cast<size_t>(tag) < steps.size();
+    Account& o = by_op[known ? steps[static_cast<size_t>(tag)].op_type : std::string("(untagged)")];
+    o.kernels += a.kernels + a.copies + a.memsets;
+    o.ms += a.ms;
+  }
+  std::vector<std::pair<std::string, Account>> ops(by_op.begin(), by_op.end());
+  std::sort(ops.begin(), ops.end(), [](const auto& x, const auto& y) { return x.second.ms > y.second.ms; });
+  os << "  device time by op type:          launches/run      ms/run   us/launch\n";
+  nlohmann::ordered_json op_doc = nlohmann::ordered_json::object();
+  for (const auto& [op, a] : ops) {
+    const double launches = static_cast<double>(a.kernels) / n, ms = a.ms / n;
+    std::snprintf(line, sizeof line, "    %-28s %12.1f %11.4f %11.2f\n", op.c_str(), launches, ms,
+                  launches > 0 ? 1e3 * ms / launches : 0.0);
+    os << line;
+    op_doc[op] = {{"launches", launches}, {"ms", ms}};
+  }
+  doc["device_ms_by_op_type"] = op_doc;
   doc["kernel_launches_per_run"] = static_cast<double>(total.kernels) / n;
   doc["device_copies_per_run"] = static_cast<double>(total.copies) / n;
   doc["device_memsets_per_run"] = static_cast<double>(total.memsets) / n;
