@@ -12,7 +12,8 @@
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
 #   there: scripts/device_test.sh [--bench] [--generate-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
-#   (GPU_BENCH_ARGS, GENERATE_BENCH_ARGS: more flags of the benchmarks; CUDA_TEST_FILTER: the unit tests to run,
+#   (GPU_BENCH_ARGS, GENERATE_BENCH_ARGS: more flags of the benchmarks; CUDA_TEST_ARGS: more flags of the unit tests
+#   binary, e.g. --gtest_also_run_disabled_tests; CUDA_TEST_FILTER: the unit tests to run,
 #   '*Cuda*' by default, '-' for none; ORACLE_ARGS: the oracle's flags)
 # --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
 # .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
@@ -113,7 +114,8 @@ fi
 status=0
 if [ "$filter" != - ]; then
   echo "== CUDA unit tests ($filter)"
-  "$B/reforge_tests" --gtest_filter="$filter" --gtest_print_time=0 >"$B.unit.log" 2>&1 || status=1
+  "$B/reforge_tests" --gtest_filter="$filter" --gtest_print_time=0 ${CUDA_TEST_ARGS:-} >"$B.unit.log" 2>&1 || status=1
+  [ -n "${OUT:-}" ] && cp "$B.unit.log" "$OUT/unit.log"
   grep -E "FAILED|Failure|^\[  (PASSED|SKIPPED) |tests ran" "$B.unit.log" | tail -40
   # A crash ends the binary without a summary: name the test it was in.
   [ $status = 0 ] || { echo "last test started: $(grep '^\[ RUN' "$B.unit.log" | tail -1)"; tail -3 "$B.unit.log"; }

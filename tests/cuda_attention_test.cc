@@ -430,7 +430,8 @@ TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
   };
   for (DType t : {DType::BFloat16, DType::Float16})
     for (const Case& c : {Case{1, 8, 2, 1, 600, 64}, Case{2, 4, 4, 13, 45, 32}, Case{1, 32, 8, 1, 97, 128},
-                          Case{1, 4, 1, 40, 40, 80}, Case{2, 8, 2, 24, 50, 64}, Case{1, 32, 8, 130, 130, 64}}) {
+                          Case{1, 4, 1, 40, 40, 80}, Case{2, 8, 2, 24, 50, 64}, Case{1, 32, 8, 130, 130, 64},
+                          Case{2, 16, 2, 1, 3000, 128}, Case{4, 32, 32, 1, 1000, 64}, Case{2, 12, 4, 1, 77, 80}}) {
       const std::string what = tname(t) + " B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" +
                                std::to_string(c.Hkv) + " Sq" + std::to_string(c.Sq) + " Sk" + std::to_string(c.Sk) +
                                " D" + std::to_string(c.D);
@@ -507,6 +508,52 @@ TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
           }
       EXPECT_EQ(bad, 0) << what;
     }
+}
+
+// A decoding step of a 16-bit model in float32 (one query row per head: the decoding kernel,
+// attention_decode.h) against the CPU: grouped heads, scale none/mul/div, an additive mask of the
+// inputs' type and of float32 with -inf keys and a batch row of only -inf (NaN, or zeros under
+// softmax_nan 'zero'), the boolean mask's fill, and keys split across blocks.
+TEST(CudaFusedAttention, DecodingStepMasksAndScalesMatchTheCpu) {
+  REQUIRE_GPU();
+  const int64_t B = 2, Hq = 8, Hkv = 2, group = Hq / Hkv, D = 64;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (int64_t L : {5, 300})
+      for (const std::string scale_op : {"none", "mul", "div"})
+        for (const std::string mask : {"add", "add_f32", "where_fill_true"})
+          for (const std::string nan : {"keep", "zero"}) {
+            const std::string what = "decoding " + tname(t) + " L" + std::to_string(L) + " " + scale_op + " " +
+                                     mask + " softmax_nan " + nan;
+            Tensor q = random_of(t, {B, Hq, 1, D}, 95);
+            Tensor k = random_of(t, {B, Hkv, L, D}, 96);
+            Tensor v = random_of(t, {B, Hkv, L, D}, 97);
+            Tensor m;
+            if (mask == "where_fill_true") {
+              m = bool_mask({B, 1, 1, L}, 98);
+            } else {
+              m = random_of(DType::Float32, {B, 1, 1, L}, 98, -2.0f, 0.0f);
+              for (int64_t j = 0; j < L; j += 3) m.mutable_data<float>()[j] = ninf;
+              for (int64_t j = 0; j < L; ++j) m.mutable_data<float>()[L + j] = ninf;  // batch 1: no open key
+              if (mask == "add") m = cast_tensor(m, t);
+            }
+            auto attrs = layouts("bhsd", "bhsd", "bhsd", "bhsd");
+            attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
+            attrs["mask_mode"] = ir::string_attr("mask_mode", mask == "where_fill_true" ? mask : "add");
+            attrs["precision"] = ir::string_attr("precision", "float32");
+            attrs["softmax_nan"] = ir::string_attr("softmax_nan", nan);
+            Tensor scale = cast_tensor(Tensor::scalar(DType::Float32, 0.125f), t);
+            Tensor fill = cast_tensor(Tensor::scalar(DType::Float32, -1e4f), t);
+            Tensor expand = i64s({5}, {B, Hkv, group, L, D});
+            Tensor reshape = i64s({4}, {B, Hq, L, D});
+            expect_same_on_cuda(op_node("Attention",
+                                        {"Q", "K", "V", scale_op == "none" ? "" : "scale", "M",
+                                         mask == "where_fill_true" ? "fill" : "", "ke", "kr", "ke", "kr"},
+                                        {"Y"}, attrs, 1, "reforge"),
+                                {q, k, v, scale, m, fill, expand, reshape, expand, reshape}, what,
+                                {"scale", "fill", "ke", "kr"});
+            if (::testing::Test::HasFatalFailure()) return;
+          }
 }
 
 // --- RotaryEmbedding and reforge::Rotary ------------------------------------------------------

@@ -17,10 +17,13 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda/gemv.h"
+#include "builder/builder.h"
 #include "core/half.h"
+#include "runtime/plan_engine.h"
 #include "support/cuda_compare.h"
 #include "support/engine_for.h"
 
@@ -35,15 +38,10 @@ double ulp(DType dtype, double v) {
   return std::ldexp(1.0, std::ilogb(a) - (bits - 1));
 }
 
-// Checks C = A B for `a_shape` [..., K] x [K, N]: through the kernel itself at 1 and 4 blocks per
-// multiprocessor (a split of few and of many slices), or (engine) as a MatMul node of a plan,
-// where the backend chooses the kernel (for at least 2^24 weights) or cuBLASLt.
-void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint32_t seed, bool engine = false) {
-  const Tensor a = test_support::random_of(dtype, a_shape, seed, -1.0f, 1.0f);
-  const Tensor b = test_support::random_of(dtype, {K, N}, seed + 1, -1.0f, 1.0f);
-  const int64_t rows = a.numel() / K;
-  const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(a_shape) + " x [" + std::to_string(K) +
-                           ", " + std::to_string(N) + "]" + (engine ? " (MatMul node)" : "");
+// Expects `got` to be A B ([..., K] x [K, N]) within the bound above, element by element.
+void expect_product(const Tensor& got, const Tensor& a, const Tensor& b, const std::string& what) {
+  const DType dtype = a.dtype();
+  const int64_t K = b.dim(0), N = b.dim(1), rows = a.numel() / K;
   std::vector<double> av(static_cast<size_t>(a.numel())), bv(static_cast<size_t>(b.numel()));
   for (size_t i = 0; i < av.size(); ++i) av[i] = a.as_double(static_cast<int64_t>(i));
   for (size_t i = 0; i < bv.size(); ++i) bv[i] = b.as_double(static_cast<int64_t>(i));
@@ -57,19 +55,28 @@ void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint
         mass[static_cast<size_t>(m * N + n)] += std::fabs(t);
       }
     }
-  auto compare = [&](const Tensor& got, const std::string& how) {
-    ASSERT_EQ(got.numel(), rows * N) << what;
-    int64_t bad = 0;
-    for (int64_t i = 0; i < rows * N; ++i) {
-      const double w = want[static_cast<size_t>(i)];
-      const double tol = ulp(dtype, w) + static_cast<double>(K) * 0x1.0p-24 * mass[static_cast<size_t>(i)];
-      const double g_v = got.as_double(i);
-      if (!(std::fabs(g_v - w) <= tol) && bad++ < 5)
-        ADD_FAILURE() << what << " " << how << ": element " << i << " = " << g_v << ", want " << w << " (tolerance "
-                      << tol << ")";
-    }
-    EXPECT_EQ(bad, 0) << what << " " << how;
-  };
+  ASSERT_EQ(got.numel(), rows * N) << what;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < rows * N; ++i) {
+    const double w = want[static_cast<size_t>(i)];
+    const double tol = ulp(dtype, w) + static_cast<double>(K) * 0x1.0p-24 * mass[static_cast<size_t>(i)];
+    const double g_v = got.as_double(i);
+    if (!(std::fabs(g_v - w) <= tol) && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " = " << g_v << ", want " << w << " (tolerance " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// Checks C = A B for `a_shape` [..., K] x [K, N]: through the kernel itself at 1 and 4 blocks per
+// multiprocessor (a split of few and of many slices) with 4 and 8 rows in flight, or (engine) as
+// a MatMul node of a plan, where the backend chooses the kernel (for at least 2^24 weights) or
+// cuBLASLt.
+void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint32_t seed, bool engine = false) {
+  const Tensor a = test_support::random_of(dtype, a_shape, seed, -1.0f, 1.0f);
+  const Tensor b = test_support::random_of(dtype, {K, N}, seed + 1, -1.0f, 1.0f);
+  const int64_t rows = a.numel() / K;
+  const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(a_shape) + " x [" + std::to_string(K) +
+                           ", " + std::to_string(N) + "]" + (engine ? " (MatMul node)" : "");
   if (engine) {
     ir::Graph g;
     g.name = "gemv";
@@ -82,7 +89,7 @@ void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint
     y.name = "Y";
     g.outputs.push_back(y);
     const runtime::Engine e = test_support::engine_for(g, {}, "cuda");
-    for (int round = 0; round < 2; ++round) compare(e.run({{"A", a}})[0], "round " + std::to_string(round));
+    for (int round = 0; round < 2; ++round) expect_product(e.run({{"A", a}})[0], a, b, what + " round " + std::to_string(round));
     return;
   }
   const Tensor da = to_memory(a, Memory::Device), db = to_memory(b, Memory::Device);
@@ -91,11 +98,14 @@ void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint
   d.M = rows;
   d.K = K;
   d.N = N;
-  for (int per_sm : {1, 4})
-    for (int round = 0; round < 2; ++round) {  // the split's counters are reset by the product that used them
-      ASSERT_TRUE(cuda::gemv_product(dtype, d, da.raw(), db.raw(), dc.mutable_raw(), per_sm)) << what;
-      compare(to_host(dc), std::to_string(per_sm) + " blocks per multiprocessor, round " + std::to_string(round));
-    }
+  for (int unroll : {4, 8})
+    for (int per_sm : {1, 4})
+      for (int round = 0; round < 2; ++round) {  // the split's counters are reset by the product that used them
+        ASSERT_TRUE(cuda::gemv_product(dtype, d, da.raw(), db.raw(), dc.mutable_raw(), per_sm, unroll)) << what;
+        expect_product(to_host(dc), a, b,
+                       what + " " + std::to_string(unroll) + " rows in flight, " + std::to_string(per_sm) +
+                           " blocks per multiprocessor, round " + std::to_string(round));
+      }
 }
 
 TEST(CudaGemv, FewRowsOfSixteenBitProductsEqualTheFloat64Product) {
@@ -118,8 +128,74 @@ TEST(CudaGemv, MatMulNodesChooseAndAgree) {
   check_product(DType::BFloat16, {3, 4, 512}, 512, 264, 13, true);
 }
 
+// group-matmuls (passes/matmul_group.cc) on a CUDA plan: the products of one input by constant
+// matrices of its type become reforge::MatMulGroup nodes of at most four, in graph order (six
+// products: a group of four and one of two); a product by a graph input, one by a weight of other
+// rows and one of another input stay MatMuls; a CPU plan keeps them all. With a GPU: every output
+// equals the float64 product within the bound above, for a decoding step's one row (one launch
+// of the kernel: the query, key and value shapes of the 1.1B Llama) and for a prompt's rows
+// (each product on its own), and the weights stay refittable sources.
+TEST(CudaGemv, ProductsOfOneInputRunAsAGroup) {
+  REQUIRE_CUDA_BUILD();
+  for (const Shape& x_shape : {Shape{1, 1, 2048}, Shape{2, 9, 2048}}) {
+    const DType t = DType::BFloat16;
+    ir::Graph g;
+    g.name = "group";
+    g.ir_version = 10;
+    g.opsets[""] = 17;
+    g.inputs.push_back(test_support::value_info("X", t, x_shape));
+    g.inputs.push_back(test_support::value_info("Z", t, {2048, 8}));
+    g.inputs.push_back(test_support::value_info("U", t, x_shape));
+    const std::vector<int64_t> widths = {2048, 512, 512, 64, 8, 256};
+    std::vector<Tensor> weights;
+    ir::ValueInfo out;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      const std::string w = "W" + std::to_string(i), y = "Y" + std::to_string(i);
+      weights.push_back(test_support::random_of(t, {2048, widths[i]}, 300 + static_cast<uint32_t>(i), -1.0f, 1.0f));
+      g.initializers[w] = weights.back();
+      g.nodes.push_back(test_support::node(y, "MatMul", {"X", w}));
+      out.name = y;
+      g.outputs.push_back(out);
+    }
+    g.initializers["V"] = test_support::random_of(t, {2048, 16}, 310, -1.0f, 1.0f);
+    g.initializers["R"] = test_support::random_of(t, {16, 8}, 311, -1.0f, 1.0f);
+    for (auto [y, a, b] : {std::tuple<const char*, const char*, const char*>{"YZ", "X", "Z"}, {"YU", "U", "V"}}) {
+      g.nodes.push_back(test_support::node(y, "MatMul", {a, b}));
+      out.name = y;
+      g.outputs.push_back(out);
+    }
+    g.nodes.push_back(test_support::node("YR", "MatMul", {"YU", "R"}));
+    out.name = "YR";
+    g.outputs.push_back(out);
+    build::BuildOptions o;
+    o.mode = plan::BuildMode::Refit;
+    o.backend = "cuda";
+    plan::Plan p = build::build_plan(g, o);
+    std::vector<std::vector<std::string>> groups;
+    int matmuls = 0;
+    for (const ir::Node& n : p.graph.nodes) {
+      if (n.domain == "reforge" && n.op_type == "MatMulGroup") groups.push_back(n.outputs);
+      matmuls += n.domain.empty() && n.op_type == "MatMul";
+    }
+    ASSERT_EQ(groups.size(), 2u);
+    // (graph outputs made on the device carry placement's suffix until copied to the host)
+    EXPECT_EQ(groups[0], (std::vector<std::string>{"Y0::device", "Y1::device", "Y2::device", "Y3::device"}));
+    EXPECT_EQ(groups[1], (std::vector<std::string>{"Y4::device", "Y5::device"}));
+    EXPECT_EQ(matmuls, 3);
+    EXPECT_EQ(p.sources.size(), 8u);
+    o.backend = "cpu";
+    for (const ir::Node& n : build::build_plan(g, o).graph.nodes) EXPECT_NE(n.op_type, "MatMulGroup");
+    if (!test_support::no_gpu().empty()) continue;
+    const Tensor x = test_support::random_of(t, x_shape, 320, -1.0f, 1.0f);
+    const Tensor z = test_support::random_of(t, {2048, 8}, 321, -1.0f, 1.0f);
+    const std::vector<Tensor> got = runtime::PlanEngine(std::move(p)).run({{"X", x}, {"Z", z}, {"U", x}});
+    for (size_t i = 0; i < widths.size(); ++i)
+      expect_product(got[i], x, weights[i], "Y" + std::to_string(i) + " of X" + shape_str(x_shape));
+  }
+}
+
 #ifdef REFORGE_HAVE_CUDA
-// Not a test: bandwidth of the kernel (at 1, 2 and 4 blocks per multiprocessor) and of cuBLASLt
+// Not a test: bandwidth of the kernel (4 and 8 rows in flight, at 1, 2 and 4 blocks per multiprocessor) and of cuBLASLt
 // on the products of a Llama decoding step (1.1B and 7B shapes), each timed with CUDA events over
 // weights cycled through 512 MB of copies (as a step streams them from memory, not from L2).
 TEST(CudaGemv, DISABLED_TimesAgainstCublasLt) {
@@ -130,7 +206,8 @@ TEST(CudaGemv, DISABLED_TimesAgainstCublasLt) {
   const std::vector<Shape2> shapes = {{1, 2048, 2048}, {1, 2048, 512},  {1, 2048, 8192}, {1, 8192, 2048},
                                       {1, 2048, 32000}, {1, 4096, 4096}, {1, 4096, 11008}, {1, 11008, 4096},
                                       {8, 2048, 8192}};
-  printf("%-22s %10s %10s %10s %10s   (GB/s of the weights)\n", "M x K x N", "gemv/1", "gemv/2", "gemv/4", "cuBLASLt");
+  printf("%-22s %9s %9s %9s %9s %9s %9s %9s   (GB/s of the weights; gemv rows in flight / blocks per SM)\n",
+         "M x K x N", "4/1", "4/2", "4/4", "8/1", "8/2", "8/4", "cuBLASLt");
   for (const Shape2& sh : shapes) {
     const size_t wbytes = static_cast<size_t>(sh.K * sh.N) * 2;
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / wbytes));
@@ -160,13 +237,15 @@ TEST(CudaGemv, DISABLED_TimesAgainstCublasLt) {
       cudaEventDestroy(e1);
       return static_cast<double>(wbytes) * iters / (ms * 1e-3) / 1e9;
     };
-    double g[3];
+    double g[6];
     const int per_sm[3] = {1, 2, 4};
-    for (int v = 0; v < 3; ++v)
-      g[v] = time([&](const void* b) { ASSERT_TRUE(cuda::gemv_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw(), per_sm[v])); });
+    for (int v = 0; v < 6; ++v)
+      g[v] = time([&](const void* b) {
+        ASSERT_TRUE(cuda::gemv_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw(), per_sm[v % 3], v < 3 ? 4 : 8));
+      });
     const double lt = time([&](const void* b) { cuda::cublaslt_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw()); });
     const std::string name = std::to_string(sh.M) + " x " + std::to_string(sh.K) + " x " + std::to_string(sh.N);
-    printf("%-22s %10.0f %10.0f %10.0f %10.0f\n", name.c_str(), g[0], g[1], g[2], lt);
+    printf("%-22s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", name.c_str(), g[0], g[1], g[2], g[3], g[4], g[5], lt);
   }
 }
 #endif

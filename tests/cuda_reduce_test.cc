@@ -315,4 +315,36 @@ TEST(CudaNorm, RMSNormalizationMatchesTheCpu) {
       }
 }
 
+// The kernel for the rows of 16-bit models (a row a block, pieces of 8 kept in registers):
+// decoding's one row of a model's width and a prompt's many, rows of 1, 2 and 4 pieces a thread,
+// scales given with leading 1s, and the forms it leaves to the general kernel (a row longer than
+// it holds, a length not a multiple of 8, a scale broadcast along the row).
+TEST(CudaNorm, RMSNormalizationOfSixteenBitRowsMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct RmsCase {
+    Shape x;
+    int64_t axis;
+    Shape scale;
+  };
+  const std::vector<RmsCase> cases = {
+      {{1, 2048}, -1, {2048}}, {{1, 1, 4096}, -1, {1, 4096}}, {{7, 2560}, -1, {2560}}, {{3, 8192}, -1, {8192}},
+      {{2, 24}, -1, {24}},     {{5, 1, 8200}, -1, {8200}},    {{4, 1000}, -1, {1000}}, {{2, 3, 64}, 1, {3, 64}},
+      {{2, 64}, -1, {1}},      {{513, 2048}, -1, {1, 1, 2048}}};
+  const std::vector<std::pair<DType, DType>> types = {{DType::BFloat16, DType::BFloat16},
+                                                      {DType::Float16, DType::Float16},
+                                                      {DType::BFloat16, DType::Float16}};
+  uint32_t seed = 71000;
+  for (const auto& [xt, st] : types)
+    for (const RmsCase& c : cases) {
+      ir::Node n = node("RMSNormalization", {"X", "S"},
+                        {{"axis", ir::int_attr("axis", c.axis)}, {"epsilon", ir::float_attr("epsilon", 1e-6f)}}, 23);
+      Tensor x = random_of(xt, c.x, ++seed, -3.0f, 3.0f), s = random_of(st, c.scale, ++seed);
+      expect_same_on_cuda(n, {x, s},
+                          "RMSNormalization " + std::string(dtype_name(xt)) + shape_str(c.x) + " scale " +
+                              dtype_name(st) + shape_str(c.scale),
+                          {"S"});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+}
+
 }  // namespace

@@ -251,8 +251,9 @@ class Plan:
           post-processor, a transformers tokenizer's own, a sentencepiece model's BOS first).
 
         ``window`` (``--window``): decode steps on caches of a multiple of ``window`` positions,
-        masked padding before the sequence, so that a plan whose engine replays its device work
-        records one step per window (None: the library's choice; 0: the caches grow step by step).
+        masked padding before the sequence, so that a GPU plan that replays its device work
+        (``device_replay=True`` at :func:`build` or :func:`load`) records one step per window
+        (None: the library's choice; 0: the caches grow step by step).
 
         With a tokenizer, generation also stops at its end-of-sequence token where it names one (a
         sentencepiece model's, a transformers tokenizer's; a bare tokenizer.json names none: give
@@ -630,6 +631,7 @@ def build(
     strip_prefix: str = "",
     add_prefix: str = "",
     progress: Optional[Callable[[str, int, int, str], None]] = None,
+    device_replay: bool = False,
 ) -> Plan:
     """Builds a plan from an ONNX model (``reforge build``).
 
@@ -656,7 +658,9 @@ def build(
     build starts (``"shape inference"``, ``"pass NAME"``, ``"verifying recipes"``, ``"hashing
     weights"``, ``"placing nodes"``) and as counted steps advance (``total`` > 0: bytes of
     weights packed or hashed, engine weights verified; ``unit`` says which); an exception it
-    raises stops the build and propagates.
+    raises stops the build and propagates. ``device_replay`` (a GPU plan): each input signature's
+    run is recorded after its first (a CUDA graph) and replayed, as ``--device-replay`` does;
+    :meth:`Plan.generate` then records each decoding step once per window and replays it.
 
     Raises :class:`InvalidModel` when the model cannot be imported or built (unsupported nodes
     listed as :func:`check` lists them, a checkpoint that does not bind), :class:`Error` for
@@ -712,15 +716,16 @@ def build(
         strip_prefix,
         add_prefix,
         progress,
+        device_replay,
     )
     return Plan(impl)
 
 
-def load(path: PathLike, *, verify: bool = True, threads: int = 0) -> Plan:
+def load(path: PathLike, *, verify: bool = True, threads: int = 0, device_replay: bool = False) -> Plan:
     """Reads a plan file (memory-mapped: weights are not copied).
 
     ``verify`` hashes every stored weight against the plan's hashes first (``--no-verify`` in
-    the CLI is ``verify=False``). Raises :class:`CorruptPlan` naming what is wrong (damaged
+    the CLI is ``verify=False``). ``device_replay``: as :func:`build`'s. Raises :class:`CorruptPlan` naming what is wrong (damaged
     bytes, a weight that fails its hash, a newer format), ``FileNotFoundError`` when there is
     no file, ``ValueError`` for ``threads`` out of its range (0: all cores; at most 1024).
     """
@@ -728,7 +733,7 @@ def load(path: PathLike, *, verify: bool = True, threads: int = 0) -> Plan:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(path)
-    return Plan(_reforge.load(path, verify, threads))
+    return Plan(_reforge.load(path, verify, threads, bool(device_replay)))
 
 
 def load_timing_cache(path: PathLike, *, device: str = "cuda") -> bool:

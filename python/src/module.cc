@@ -214,9 +214,10 @@ refit::RefitMode refit_mode_of(const std::string& v) {
   fail("refit mode must be 'fast', 'slow' or 'verify', got '", v, "'");
 }
 
-runtime::EngineOptions engine_options(int threads) {
+runtime::EngineOptions engine_options(int threads, bool device_replay) {
   runtime::EngineOptions eo;
   eo.threads = threads;
+  eo.device_replay = device_replay;
   return eo;
 }
 
@@ -404,7 +405,7 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
                   const std::map<std::string, std::string>& binds, const std::string& bind_file, bool strict_binding,
                   bool allow_partial_binding, int threads, const std::string& device, bool allow_cpu_fallback,
                   int64_t block_size, bool allow_nonfinite, bool reference_rounding, const std::string& strip_prefix,
-                  const std::string& add_prefix, std::optional<nb::callable> progress) {
+                  const std::string& add_prefix, std::optional<nb::callable> progress, bool device_replay) {
   std::vector<std::pair<std::string, refit::DlpackTensor>> ckpt_arrays;
   if (checkpoint_tensors) ckpt_arrays = arrays_of(*checkpoint_tensors, "checkpoint tensor");
   session::BuildRequest req;
@@ -442,12 +443,14 @@ Plan* build_model(const std::string& model, const std::string& mode, const std::
   });
   ProgressObserver observer(progress);
   plan::Plan p = guarded(Kind::InvalidModel, [&] { return session::build_plan(req, &observer).plan; });
-  return guarded(Kind::Plain, [&] { return new Plan(session::Session(std::move(p), engine_options(threads))); });
+  return guarded(Kind::Plain,
+                 [&] { return new Plan(session::Session(std::move(p), engine_options(threads, device_replay))); });
 }
 
-Plan* load(const std::string& path, bool verify, int threads) {
+Plan* load(const std::string& path, bool verify, int threads, bool device_replay) {
   session::PlanFile f = guarded(Kind::CorruptPlan, [&] { return session::read_plan_file(path, verify); });
-  return guarded(Kind::Plain, [&] { return new Plan(session::Session(std::move(f), engine_options(threads))); });
+  return guarded(Kind::Plain,
+                 [&] { return new Plan(session::Session(std::move(f), engine_options(threads, device_replay))); });
 }
 
 bool load_timing_cache(const std::string& path, const std::string& device) {
@@ -540,8 +543,8 @@ NB_MODULE(_reforge, m) {
         "activations"_a, "skip_passes"_a, "checkpoint_files"_a, "checkpoint_tensors"_a.none(), "binds"_a, "bind_file"_a,
         "strict_binding"_a, "allow_partial_binding"_a, "threads"_a, "device"_a, "allow_cpu_fallback"_a, "block_size"_a,
         "allow_nonfinite"_a, "reference_rounding"_a, "strip_prefix"_a, "add_prefix"_a, "progress"_a.none(),
-        nb::rv_policy::take_ownership);
-  m.def("load", &load, "path"_a, "verify"_a, "threads"_a, nb::rv_policy::take_ownership);
+        "device_replay"_a, nb::rv_policy::take_ownership);
+  m.def("load", &load, "path"_a, "verify"_a, "threads"_a, "device_replay"_a, nb::rv_policy::take_ownership);
   m.def("load_timing_cache", &load_timing_cache, "path"_a, "device"_a);
   m.def("save_timing_cache", &save_timing_cache, "path"_a, "device"_a);
   RunGate::register_functions(m);  // test hooks (run_gate.h), not API

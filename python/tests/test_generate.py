@@ -57,3 +57,25 @@ def test_a_batch_of_prompts_equals_pytorchs_batch():
     prompts = [row[m == 1].tolist() for row, m in zip(padded, mask)]
     assert len({len(q) for q in prompts}) == 3
     assert (p.generate(prompts, max_new_tokens=want.shape[1]) == want).all()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_windows_replayed_equal_pytorchs_batch(device, tmp_path):
+    # device_replay=True: a GPU plan records each decoding step once per window and replays it
+    # (on the CPU the option changes nothing); windows of 8 positions, a left-padded batch.
+    d = ROOT / "models" / "hf" / "gpt2_generate"
+    try:
+        p = reforge.build(str(d / "A" / "model.onnx"), threads=1, device=device, device_replay=True)
+        padded = np.load(d / "reference" / "A" / "batch_prompt_ids.npy")
+        mask = np.load(d / "reference" / "A" / "batch_attention_mask.npy")
+        want = np.load(d / "reference" / "A" / "batch_tokens.npy")
+        prompts = [row[m == 1].tolist() for row, m in zip(padded, mask)]
+        got = p.generate(prompts, max_new_tokens=want.shape[1], window=8)
+    except reforge.Error as e:
+        if device == "cuda" and ("cannot run here" in str(e) or "not registered" in str(e) or "no CUDA" in str(e)):
+            pytest.skip("no usable GPU: " + str(e))
+        raise
+    assert (got == want).all()
+    p.save(tmp_path / "p.plan")
+    loaded = reforge.load(tmp_path / "p.plan", threads=1, device_replay=True)
+    assert (loaded.generate(prompts, max_new_tokens=want.shape[1], window=8) == want).all()

@@ -113,6 +113,7 @@ void fuse_layer_norm(BuildState& s);
 void fuse_gelu(BuildState& s);
 void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
+void group_matmuls(BuildState& s);  // matmul_group.cc
 void fuse_rotary(BuildState& s);
 void linear_weights_precision(BuildState& s);
 void linear_weights_quantize(BuildState& s);  // quantize_weights.cc

@@ -31,8 +31,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "backends/cuda/attention_decode.h"
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_ops.h"
+#include "backends/cuda/device_scalar.cuh"
+#include "backends/cuda/group_reduce.cuh"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/launch.h"
 #include "backends/cuda/lt_gemm.h"
@@ -81,25 +84,6 @@ __device__ __forceinline__ compute_t<T> from_double(double d) {
     return __bfloat162float(__double2bfloat16(d));
   else
     return static_cast<T>(d);
-}
-
-// A scalar of any float or integer type read as double (reforge::Attention's scale and fill).
-enum ScalarType : int { kF32, kF64, kF16, kBF16, kI32, kI64 };
-__device__ __forceinline__ double load_scalar(const void* p, int type) {
-  switch (type) {
-    case kF32:
-      return *static_cast<const float*>(p);
-    case kF64:
-      return *static_cast<const double*>(p);
-    case kF16:
-      return __half2float(*static_cast<const __half*>(p));
-    case kBF16:
-      return __bfloat162float(*static_cast<const __nv_bfloat16*>(p));
-    case kI32:
-      return *static_cast<const int32_t*>(p);
-    default:
-      return static_cast<double>(*static_cast<const int64_t*>(p));
-  }
 }
 
 // The kernel's code of a scalar of type `t` (load_scalar), or -1 for a type it does not read.
@@ -253,21 +237,6 @@ __device__ __forceinline__ compute_t<T> fused_score(const AttnParams<T>& p, comp
   if (p.mask) s = r(s + p.mask[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk]);
   if (p.mask_b && p.mask_b[b * p.m_sb + h * p.m_sh + i * p.m_sq + j * p.m_sk] == p.fill_when) s = fill;
   return s;
-}
-
-template <typename C>
-__device__ __forceinline__ C warp_max(C v) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const C w = __shfl_xor_sync(0xffffffffu, v, o);
-    v = w > v ? w : v;  // NaN never adopted
-  }
-  return v;
-}
-
-template <typename C>
-__device__ __forceinline__ C warp_sum(C v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // reforge::Attention's end of a row: output value r of a row whose softmax sum is l and max m. A
@@ -1132,6 +1101,12 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     }
   }
   p.nan_rows_zero = ctx.attr_string("softmax_nan", "keep") == "zero";
+  p.f32 = ctx.attr_string("precision", "rounded") == "float32";
+  // One query row per head of 16-bit inputs in float32 (a decoding step): the decoding kernel
+  // (attention_decode.h), which reads an additive mask in its own type.
+  DecodeAttention da;
+  bool decode = p.f32 && p.Sq == 1 && !std::is_same_v<T, C> && p.k_group == p.v_group && p.k_sd == 1 &&
+                p.D == p.Dv && p.scale_op != 3;
   Tensor mask_buf;
   if (masked) {
     const Tensor& m = ctx.input(4);
@@ -1141,8 +1116,14 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     p.m_sb = mdims[0] == 1 ? 0 : mdims[1] * mdims[2] * mdims[3];
     p.m_len = p.L;
     if (mask_mode == "add") {
-      mask_buf = convert_mask<T>(m, false, where);
-      p.mask = mask_buf.data<C>();
+      decode = decode && (m.dtype() == q.dtype() || m.dtype() == DType::Float32);
+      if (decode) {
+        da.mask = m.raw();
+        da.mask_dtype = m.dtype();
+      } else {
+        mask_buf = convert_mask<T>(m, false, where);
+        p.mask = mask_buf.data<C>();
+      }
     } else {
       p.mask_b = m.data<bool>();
       p.fill_when = mask_mode == "where_fill_true";
@@ -1150,7 +1131,6 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
       p.fill_p = device_data(ctx.input(5), fill_hold);
     }
   }
-  p.f32 = ctx.attr_string("precision", "rounded") == "float32";
   // A short query under grouped heads: a block's warps take several heads of one K/V head.
   int rows = 1;
   while (rows < p.Sq && rows < kRows) rows *= 2;
@@ -1170,6 +1150,47 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     p.y_sb = p.Sq * p.Hq * p.Dv;
     p.y_sh = p.Dv;
     p.y_ss = p.Hq * p.Dv;
+  }
+  if (decode) {
+    da.dtype = q.dtype();
+    da.q = p.q;
+    da.q_sb = p.q_sb;
+    da.q_sh = p.q_sh;
+    da.k = p.k;
+    da.k_sb = p.k_sb;
+    da.k_sh = p.k_sh;
+    da.k_ss = p.k_ss;
+    da.v = p.v;
+    da.v_sb = p.v_sb;
+    da.v_sh = p.v_sh;
+    da.v_ss = p.v_ss;
+    da.y = p.y;
+    da.y_sb = p.y_sb;
+    da.y_sh = p.y_sh;
+    da.B = p.B;
+    da.Hq = p.Hq;
+    da.L = p.L;
+    da.D = p.D;
+    da.group = p.k_group;
+    da.scale_op = p.scale_op;
+    da.scale_p = p.scale_p;
+    da.scale_type = p.scale_type;
+    da.mask_b = p.mask_b;
+    da.fill_when = p.fill_when;
+    da.fill_p = p.fill_p;
+    da.fill_type = p.fill_type;
+    da.m_sb = p.m_sb;
+    da.m_sh = p.m_sh;
+    da.m_sk = p.m_sk;
+    da.nan_rows_zero = p.nan_rows_zero;
+    if (decode_attention_fits(da)) {
+      decode_attention(da);
+      return true;
+    }
+    if (da.mask) {  // the mask as the fused kernel reads it
+      mask_buf = convert_mask<T>(ctx.input(4), false, where);
+      p.mask = mask_buf.data<C>();
+    }
   }
   if (!prompt_attention(p)) launch_attention<T, false>(p, where);
   return true;

@@ -41,6 +41,11 @@ Tensor pinned_tensor(DType dtype, Shape shape);
 backends::WeightMemory* weight_memory();
 // Records `bytes` more (or, negative, fewer) of engine weights in device memory.
 void note_weights(int64_t bytes);
+// Scratch of kernels that split a sum over blocks, the block that finishes last adding the parts
+// (gemv, decoding attention): `partial` of at least `floats` float32 and `counters` of at least
+// `n` int32 zeros, which every such kernel leaves zero. The calling thread's buffers, grown as
+// needed (its stream orders their uses); a recording gets its own.
+void split_scratch(int64_t floats, int64_t n, Tensor& partial, Tensor& counters);
 // A copy of host tensor `t` in stream-ordered device memory (for values of a run).
 Tensor to_device(const Tensor& t);
 // A host copy of device tensor `t` (waits for the stream).

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -73,6 +74,33 @@ Tensor device_tensor(DType dtype, Shape shape) {
   }
   std::shared_ptr<const void> owner(p, [](const void* q) { (void)cudaFreeAsync(const_cast<void*>(q), stream()); });
   return Tensor::wrap(dtype, std::move(shape), std::move(owner), p, Memory::Device);
+}
+
+namespace {
+
+struct SplitScratch {
+  Tensor partial, counters;
+};
+
+void make_split_scratch(Tensor& partial, Tensor& counters, int64_t floats, int64_t n) {
+  partial = device_tensor(DType::Float32, {floats});
+  counters = device_tensor(DType::Int32, {n});
+  REFORGE_CUDA_CHECK(cudaMemsetAsync(counters.mutable_raw(), 0, static_cast<size_t>(n) * 4, stream()));
+}
+
+}  // namespace
+
+void split_scratch(int64_t floats, int64_t n, Tensor& partial, Tensor& counters) {
+  if (recording()) {
+    make_split_scratch(partial, counters, floats, n);
+    return;
+  }
+  thread_local SplitScratch s;
+  if (!s.partial.defined() || s.partial.numel() < floats || s.counters.numel() < n)
+    make_split_scratch(s.partial, s.counters, std::max<int64_t>(floats, s.partial.defined() ? s.partial.numel() : 0),
+                       std::max<int64_t>(n, s.counters.defined() ? s.counters.numel() : 0));
+  partial = s.partial;
+  counters = s.counters;
 }
 
 namespace {

@@ -16,8 +16,8 @@ namespace {
 constexpr int kWarps = 8;                 // per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kCols = 256;                // columns per block: 32 lanes x 8
-constexpr int kUnroll = 4;                // rows in flight per warp
-constexpr int kRowStep = kWarps * kUnroll;  // a block's slice is a multiple of it
+constexpr int kUnroll = 8;                // rows in flight per warp (the default; 4 and 8 are built)
+constexpr int kRowStep = kWarps * 8;       // a block's slice is a multiple of it (of kWarps * U for every U)
 constexpr int64_t kMaxSliceRows = 1024;   // A's slice is held in shared memory (float32)
 
 template <typename T>
@@ -38,16 +38,34 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// grid (column ranges, slices); see gemv.h. `partial` [slices][M][N] float32 and `counters`
-// [column ranges] (zero between products) are used only with more than one slice.
-template <typename T, int M>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a, const T* __restrict__ b,
-                                                       T* __restrict__ c, float* __restrict__ partial,
-                                                       unsigned* __restrict__ counters, int64_t N, int64_t K,
+// The products of one launch: B and C of each, its columns, its first column range (range[count]
+// is every product's), and where its partial sums start.
+struct Products {
+  const void* b[kGemvMaxProducts] = {};
+  void* c[kGemvMaxProducts] = {};
+  int64_t n[kGemvMaxProducts] = {};
+  int64_t range[kGemvMaxProducts + 1] = {};
+  int64_t partial[kGemvMaxProducts] = {};
+  int count = 0;
+};
+
+// grid (column ranges of every product, slices); see gemv.h. `partial` ([slices][M][N] float32
+// per product) and `counters` [column ranges] (zero between launches) are used only with more
+// than one slice.
+template <typename T, int M, int U>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a, const Products p,
+                                                       float* __restrict__ partial_all,
+                                                       unsigned* __restrict__ counters, int64_t K,
                                                        int64_t slice_rows) {
   __shared__ float xs[M][kMaxSliceRows];
   __shared__ float sum[M][kCols];
   __shared__ bool last;
+  int q = 0;
+  while (q + 1 < p.count && blockIdx.x >= p.range[q + 1]) ++q;
+  const T* __restrict__ b = static_cast<const T*>(p.b[q]);
+  T* __restrict__ c = static_cast<T*>(p.c[q]);
+  const int64_t N = p.n[q], range = blockIdx.x - p.range[q];
+  float* __restrict__ partial = partial_all ? partial_all + p.partial[q] : nullptr;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t k0 = blockIdx.y * slice_rows;
   const int64_t rows = min(slice_rows, K - k0);
@@ -56,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
     xs[m][k] = load_c(a, m * K + k0 + k);
   }
   __syncthreads();
-  const int64_t col = int64_t{blockIdx.x} * kCols + lane * 8;
+  const int64_t col = range * kCols + lane * 8;
   float acc[M][8];
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -65,12 +83,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   if (col < N) {
     const T* bp = b + k0 * N + col;
     int64_t k = warp;
-    for (; k + (kUnroll - 1) * kWarps < rows; k += kRowStep) {
-      uint4 v[kUnroll];
+    for (; k + (U - 1) * kWarps < rows; k += kWarps * U) {
+      uint4 v[U];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(reinterpret_cast<const uint4*>(bp + (k + u * kWarps) * N));
+      for (int u = 0; u < U; ++u) v[u] = __ldcs(reinterpret_cast<const uint4*>(bp + (k + u * kWarps) * N));
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < U; ++u) {
         float w[8];
         unpack8<T>(v[u], w);
 #pragma unroll
@@ -100,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
         for (int j = 0; j < 8; ++j) sum[m][lane * 8 + j] = w == 0 ? acc[m][j] : sum[m][lane * 8 + j] + acc[m][j];
     __syncthreads();
   }
-  const int64_t base = int64_t{blockIdx.x} * kCols;
+  const int64_t base = range * kCols;
   if (gridDim.y == 1) {
     for (int i = threadIdx.x; i < M * kCols; i += kThreads) {
       const int m = i / kCols, j = i % kCols;
@@ -121,79 +139,79 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   for (int i = threadIdx.x; i < M * kCols; i += kThreads) {
     const int m = i / kCols, j = i % kCols;
     if (base + j >= N) continue;
+    // Eight slices' sums loaded at once (their latencies overlap), added in slice order.
     float s = 0.f;
-    for (unsigned y = 0; y < gridDim.y; ++y) s += __ldcg(&partial[(int64_t{y} * M + m) * N + base + j]);
+    for (unsigned y0 = 0; y0 < gridDim.y; y0 += 8) {
+      float v[8];
+#pragma unroll
+      for (unsigned u = 0; u < 8; ++u)
+        if (y0 + u < gridDim.y) v[u] = __ldcg(&partial[(int64_t{y0 + u} * M + m) * N + base + j]);
+#pragma unroll
+      for (unsigned u = 0; u < 8; ++u)
+        if (y0 + u < gridDim.y) s += v[u];
+    }
     c[m * N + base + j] = store_c<T>(s);
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
 
-// The calling thread's partial sums and counters (grown as needed; counters zero between
-// products, as every product leaves them); a recording gets its own.
-struct Scratch {
-  Tensor partial, counters;
-};
-
-void scratch_for(int64_t partial_floats, int64_t ranges, Tensor& partial, Tensor& counters) {
-  auto make = [](Tensor& p, Tensor& cnt, int64_t floats, int64_t n) {
-    p = device_tensor(DType::Float32, {floats});
-    cnt = device_tensor(DType::Int32, {n});
-    REFORGE_CUDA_CHECK(cudaMemsetAsync(cnt.mutable_raw(), 0, static_cast<size_t>(n) * 4, stream()));
-  };
-  if (recording()) {
-    make(partial, counters, partial_floats, ranges);
-    return;
-  }
-  thread_local Scratch s;
-  if (!s.partial.defined() || s.partial.numel() < partial_floats || s.counters.numel() < ranges)
-    make(s.partial, s.counters, std::max<int64_t>(partial_floats, s.partial.defined() ? s.partial.numel() : 0),
-         std::max<int64_t>(ranges, s.counters.defined() ? s.counters.numel() : 0));
-  partial = s.partial;
-  counters = s.counters;
-}
-
 constexpr int kBlocksPerSm = 2;                     // the split's default aim
 constexpr int64_t kGemvMinWeights = int64_t{1} << 24;  // weights from which the kernel runs
+constexpr int64_t kGroupMinWeights = int64_t{1} << 22;  // the same for several products
 
-template <typename T, int M>
-void launch(const void* a, const void* b, void* c, int64_t N, int64_t K, int per_sm) {
-  const int64_t ranges = (N + kCols - 1) / kCols;
+template <typename T, int M, int U>
+void launch(const void* a, Products p, int64_t K, int per_sm) {
+  const int64_t ranges = p.range[p.count];
   // Slices: enough blocks to keep every multiprocessor streaming (`per_sm` blocks each), each
   // slice a multiple of kRowStep rows and at most kMaxSliceRows.
   const int64_t want = std::max<int64_t>(1, (per_sm * multiprocessors() + ranges - 1) / ranges);
   int64_t slice = (K + want - 1) / want;
   slice = std::min<int64_t>(kMaxSliceRows, std::max<int64_t>(kRowStep, (slice + kRowStep - 1) / kRowStep * kRowStep));
   const int64_t slices = (K + slice - 1) / slice;
+  int64_t floats = 0;
+  for (int q = 0; q < p.count; ++q) {
+    p.partial[q] = floats;
+    floats += slices * M * p.n[q];
+  }
   Tensor partial, counters;
-  if (slices > 1) scratch_for(slices * M * N, ranges, partial, counters);
+  if (slices > 1) split_scratch(floats, ranges, partial, counters);
   const dim3 grid(static_cast<unsigned>(ranges), static_cast<unsigned>(slices));
-  gemv_kernel<T, M><<<grid, kThreads, 0, stream()>>>(
-      static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c),
-      slices > 1 ? static_cast<float*>(partial.mutable_raw()) : nullptr,
-      slices > 1 ? static_cast<unsigned*>(counters.mutable_raw()) : nullptr, N, K, slice);
+  gemv_kernel<T, M, U><<<grid, kThreads, 0, stream()>>>(
+      static_cast<const T*>(a), p, slices > 1 ? static_cast<float*>(partial.mutable_raw()) : nullptr,
+      slices > 1 ? static_cast<unsigned*>(counters.mutable_raw()) : nullptr, K, slice);
   check_launch("gemv_kernel");
 }
 
-template <typename T>
-void launch_rows(int64_t M, const void* a, const void* b, void* c, int64_t N, int64_t K, int per_sm) {
+template <typename T, int U>
+void launch_rows(int64_t M, const void* a, const Products& p, int64_t K, int per_sm) {
   switch (M) {
-    case 1: return launch<T, 1>(a, b, c, N, K, per_sm);
-    case 2: return launch<T, 2>(a, b, c, N, K, per_sm);
-    case 3: return launch<T, 3>(a, b, c, N, K, per_sm);
-    case 4: return launch<T, 4>(a, b, c, N, K, per_sm);
-    case 5: return launch<T, 5>(a, b, c, N, K, per_sm);
-    case 6: return launch<T, 6>(a, b, c, N, K, per_sm);
-    case 7: return launch<T, 7>(a, b, c, N, K, per_sm);
-    default: return launch<T, 8>(a, b, c, N, K, per_sm);
+    case 1: return launch<T, 1, U>(a, p, K, per_sm);
+    case 2: return launch<T, 2, U>(a, p, K, per_sm);
+    case 3: return launch<T, 3, U>(a, p, K, per_sm);
+    case 4: return launch<T, 4, U>(a, p, K, per_sm);
+    case 5: return launch<T, 5, U>(a, p, K, per_sm);
+    case 6: return launch<T, 6, U>(a, p, K, per_sm);
+    case 7: return launch<T, 7, U>(a, p, K, per_sm);
+    default: return launch<T, 8, U>(a, p, K, per_sm);
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Runs the products of `p` (ranges filled here) in one launch.
+void run(DType dtype, int64_t M, const void* a, Products p, int64_t K, int per_sm, int unroll) {
+  for (int q = 0; q < p.count; ++q) p.range[q + 1] = p.range[q] + (p.n[q] + kCols - 1) / kCols;
+  const bool bf16 = dtype == DType::BFloat16;
+  if (unroll == 4)
+    bf16 ? launch_rows<__nv_bfloat16, 4>(M, a, p, K, per_sm) : launch_rows<__half, 4>(M, a, p, K, per_sm);
+  else
+    bf16 ? launch_rows<__nv_bfloat16, 8>(M, a, p, K, per_sm) : launch_rows<__half, 8>(M, a, p, K, per_sm);
+}
+
 }  // namespace
 
 bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
-                  int blocks_per_sm) {
+                  int blocks_per_sm, int rows_in_flight) {
   if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
   if (d.trans_a || d.trans_b || d.alpha != 1.0f || d.beta != 0.0f || d.K <= 0 || d.N % 8 != 0) return false;
   // A batch of products sharing B is one product of batch * M rows.
@@ -203,11 +221,31 @@ bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, cons
   // Smaller weights: cuBLASLt's kernels were faster (8 MB: 5.3 against 10.1 us on an H100; the
   // 131 MB vocabulary projection 69 against 49 us): the kernel takes the large ones only.
   if (blocks_per_sm == 0 && d.K * d.N < kGemvMinWeights) return false;
-  const int per_sm = blocks_per_sm > 0 ? blocks_per_sm : kBlocksPerSm;
-  if (dtype == DType::BFloat16)
-    launch_rows<__nv_bfloat16>(M, a, b, c, d.N, d.K, per_sm);
-  else
-    launch_rows<__half>(M, a, b, c, d.N, d.K, per_sm);
+  Products p;
+  p.b[0] = b;
+  p.c[0] = c;
+  p.n[0] = d.N;
+  p.count = 1;
+  run(dtype, M, a, p, d.K, blocks_per_sm > 0 ? blocks_per_sm : kBlocksPerSm,
+      rows_in_flight > 0 ? rows_in_flight : kUnroll);
+  return true;
+}
+
+bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs) {
+  if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
+  if (M < 1 || M > kGemvMaxRows || K <= 0 || outputs.empty() || outputs.size() > kGemvMaxProducts) return false;
+  Products p;
+  int64_t weights = 0;
+  for (const GemvOutput& o : outputs) {
+    if (o.n <= 0 || o.n % 8 != 0 || !aligned16(o.b) || !aligned16(o.c)) return false;
+    p.b[p.count] = o.b;
+    p.c[p.count] = o.c;
+    p.n[p.count] = o.n;
+    ++p.count;
+    weights += K * o.n;
+  }
+  if (weights < (outputs.size() == 1 ? kGemvMinWeights : kGroupMinWeights)) return false;
+  run(dtype, M, a, p, K, kBlocksPerSm, kUnroll);
   return true;
 }
 

@@ -5,11 +5,13 @@
 // C[M, N] = A[M, K] B[K, N], all bfloat16 or all float16, row-major, M <= kGemvMaxRows (a batch of
 // products with A's batch folded into M when B is shared). Each block owns 256 columns and a
 // slice of the rows of B: its 8 warps read B's rows in turn, each lane 8 adjacent columns with
-// one 16-byte load per row (four rows in flight), accumulating in float32; the warps' sums are
+// one 16-byte load per row (eight rows in flight), accumulating in float32; the warps' sums are
 // added in warp order in shared memory. The slices of one column range are added by the block
 // that finishes last (a counter per column range, reset by that block), in slice order, so the
 // result does not depend on which block ran when; rounded once to the output type.
 #pragma once
+
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/nn/matmul.h"
@@ -17,13 +19,26 @@
 namespace reforge::cuda {
 
 constexpr int64_t kGemvMaxRows = 8;
+constexpr int kGemvMaxProducts = 4;
 
 // Runs the product as above when it is such a product (type, M, no transposes, alpha 1 and beta
 // 0, N a multiple of 8, 16-byte aligned operands, at least 2^24 weights: cuBLASLt was faster on
 // smaller ones) and returns true; false otherwise (nothing ran). `blocks_per_sm`: how many blocks
-// per multiprocessor the split aims at (0: the default; given, any size runs, for timing).
+// per multiprocessor the split aims at (0: the default; given, any size runs, for timing);
+// `rows_in_flight`: rows of B each warp loads at once, 4 or 8 (0: the default).
 bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
-                  int blocks_per_sm = 0);
+                  int blocks_per_sm = 0, int rows_in_flight = 0);
+
+// Several products of one A (the query, key and value projections of a layer; its gate and up
+// projections), C_i[M, N_i] = A[M, K] B_i[K, N_i], in one launch of the kernel above: true when
+// it ran; false (nothing ran) when they are not such products (up to kGemvMaxProducts of them,
+// each as above) or hold too few weights together (fewer than 2^22; 2^24 for one).
+struct GemvOutput {
+  const void* b = nullptr;
+  void* c = nullptr;
+  int64_t n = 0;
+};
+bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs);
 
 // The same product by cuBLASLt (matmul.cu), as the products this kernel declines take it: for
 // comparing the two (tests/cuda_gemv_test.cc times them).

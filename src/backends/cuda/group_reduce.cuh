@@ -37,4 +37,21 @@ __device__ __forceinline__ Acc group_combine(Acc a, Combine combine) {
   return r;
 }
 
+// A warp's maximum (a NaN lane's value is never adopted by the others) and sum, by shuffles in
+// a fixed order.
+template <typename C>
+__device__ __forceinline__ C warp_max(C v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const C w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = w > v ? w : v;  // NaN never adopted
+  }
+  return v;
+}
+
+template <typename C>
+__device__ __forceinline__ C warp_sum(C v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
 }  // namespace reforge::cuda

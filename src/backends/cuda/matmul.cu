@@ -1,4 +1,4 @@
-// MatMul, Gemm and reforge::MatMulAdd (below) on the GPU. Float types go through cuBLASLt: float32 exact
+// MatMul, Gemm, reforge::MatMulGroup and reforge::MatMulAdd (below) on the GPU. Float types go through cuBLASLt: float32 exact
 // (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; 16-bit
 // products of a few rows (a decoding step's) through a memory-bound kernel of their own (gemv.h); integer types
 // through a plain kernel. The shape logic (1-D promotion, batch broadcasting) is MatMul's own
@@ -335,6 +335,42 @@ __global__ void broadcast_rows(T* y, const T* c, int64_t M, int64_t N, int64_t c
 
 void matmul_kernel(ops::KernelContext& ctx) { ops::nn::matmul_run(ctx, product); }
 
+// reforge::MatMulGroup(X, W1, ..., Wn): Yi = X Wi, X [..., K], Wi [K, Ni] of X's float type. A few
+// rows of 16-bit operands: every product in one launch of the gemv kernel; otherwise one product
+// after another, each as MatMul runs it.
+void matmul_group_kernel(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const Tensor& x = ctx.input(0);
+  REFORGE_CHECK(x.rank() >= 1 && is_float(x.dtype()), where, ": X must be a float tensor of rank 1 or more, got ",
+                x.describe());
+  const int64_t K = x.dim(x.rank() - 1);
+  const int64_t rows = K > 0 ? x.numel() / K : [&] {
+    int64_t r = 1;
+    for (int64_t i = 0; i + 1 < x.rank(); ++i) r *= x.dim(i);
+    return r;
+  }();
+  REFORGE_CHECK(ctx.num_inputs() == ctx.num_outputs() + 1, where, ": takes X and one weight per output");
+  std::vector<GemvOutput> outs;
+  std::vector<ops::nn::MatmulDims> dims;
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    const Tensor& w = ctx.input(i);
+    REFORGE_CHECK(w.rank() == 2 && w.dtype() == x.dtype() && w.dim(0) == K, where, ": weight ", i, " ", w.describe(),
+                  " does not multiply X ", x.describe());
+    Shape ys = x.shape();
+    ys.back() = w.dim(1);
+    Tensor& y = ctx.allocate_output_uninit(i - 1, x.dtype(), ys);
+    ops::nn::MatmulDims d;
+    d.M = rows;
+    d.K = K;
+    d.N = w.dim(1);
+    dims.push_back(d);
+    outs.push_back({w.raw(), y.mutable_raw(), w.dim(1)});
+  }
+  if (gemv_products(x.dtype(), rows, K, x.raw(), outs)) return;
+  for (size_t i = 0; i < outs.size(); ++i)
+    product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
+}
+
 void gemm_kernel(ops::KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(1);
@@ -453,6 +489,7 @@ void cublaslt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, 
 
 void register_matmul_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "MatMul", matmul_kernel);
+  add_kernel(r, "reforge", "MatMulGroup", matmul_group_kernel);
   add_kernel(r, "", "Gemm", gemm_kernel);
   add_kernel(r, "reforge", "MatMulAdd", matmul_add_kernel);
 }

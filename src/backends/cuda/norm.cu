@@ -5,6 +5,8 @@
 // dimensions), and the optional Mean and InvStdDev outputs in stash_type. One group of threads
 // per row (a warp, or a block for long rows) computes the mean and then the variance (two passes,
 // deterministic trees) in float32 (float64 for float64 X) and writes the row.
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.h"
@@ -187,6 +189,128 @@ __global__ void rms_norm_rows(const X* x, const S* scale, S* y, Strides<1> st, i
   }
 }
 
+// The same for the rows of 16-bit models (X and scale bfloat16 or float16, float32 stash, scale
+// one value per element of a row, rows a multiple of 8 elements up to kRows16): one block per row,
+// every thread's 16-byte pieces of the row loaded at once and kept in registers, the sum of
+// squares reduced by shuffles and then across warps in warp order. The product n * scale of two
+// 16-bit values is exact in float32, so computing it there gives rms_norm_rows's result.
+constexpr int kVec16 = 8;                              // elements per 16-byte piece
+constexpr int64_t kRows16 = int64_t{kVec16} * 256 * 4;  // the longest row: 256 threads, 4 pieces each
+
+template <typename T>
+__device__ __forceinline__ void unpack_vec(const uint4& v, float (&f)[kVec16]) {
+  const T* h = reinterpret_cast<const T*>(&v);
+#pragma unroll
+  for (int j = 0; j < kVec16; ++j) f[j] = load_c(h, j);
+}
+
+template <typename X, typename S, int V>
+__global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const S* scale, S* y, int64_t outer, int64_t inner,
+                                                      float eps) {
+  __shared__ float warp_sums[8];
+  const int pieces = static_cast<int>(inner / kVec16);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
+    const uint4* xp = reinterpret_cast<const uint4*>(x + row * inner);
+    uint4 v[V];
+    float s = 0.f;
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      if (i < pieces) v[u] = xp[i];
+    }
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      if (threadIdx.x + u * blockDim.x >= pieces) continue;
+      float f[kVec16];
+      unpack_vec<X>(v[u], f);
+#pragma unroll
+      for (int j = 0; j < kVec16; ++j) s += f[j] * f[j];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) warp_sums[warp] = s;
+    __syncthreads();
+    float total = 0.f;
+    for (int w = 0; w < warps; ++w) total += warp_sums[w];
+    __syncthreads();  // warp_sums is reused by the next row
+    const float inv = 1.f / sqrtf(total / static_cast<float>(inner) + eps);
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+      const int i = threadIdx.x + u * blockDim.x;
+      if (i >= pieces) continue;
+      float f[kVec16], w[kVec16];
+      unpack_vec<X>(v[u], f);
+      unpack_vec<S>(reinterpret_cast<const uint4*>(scale)[i], w);
+      uint4 out;
+      S* o = reinterpret_cast<S*>(&out);
+#pragma unroll
+      for (int j = 0; j < kVec16; ++j) {
+        const X r = store_c<X>(f[j] * inv);
+        o[j] = store_c<S>(load_c(&r, 0) * w[j]);
+      }
+      reinterpret_cast<uint4*>(y + row * inner)[i] = out;
+    }
+  }
+}
+
+// Whether scale (shape `scale`) gives one value per element of X's rows of `inner` elements:
+// after its leading 1s, its dimensions are X's last ones and hold `inner` elements.
+bool scale_per_row_element(const Shape& scale, const Shape& x, int64_t inner) {
+  size_t lead = 0;
+  while (lead < scale.size() && scale[lead] == 1) ++lead;
+  const size_t k = scale.size() - lead;
+  if (k > x.size()) return false;
+  int64_t n = 1;
+  for (size_t d = 0; d < k; ++d) {
+    if (scale[lead + d] != x[x.size() - k + d]) return false;
+    n *= scale[lead + d];
+  }
+  return n == inner;
+}
+
+bool is_16bit(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
+
+// rms_norm_rows16 when it applies (see there); false otherwise.
+bool rms_norm_16bit(const Tensor& x, const Tensor& scale, Tensor& out, const ops::RmsNormSetup& rs) {
+  const int64_t inner = rs.inner;
+  if (rs.stash_double || !is_16bit(x.dtype()) || !is_16bit(scale.dtype()) || inner % kVec16 != 0 ||
+      inner > kRows16 || !scale_per_row_element(scale.shape(), x.shape(), inner))
+    return false;
+  for (const void* p : {x.raw(), scale.raw(), static_cast<const void*>(out.raw())})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  const int64_t pieces = inner / kVec16;
+  const int threads = static_cast<int>(std::min<int64_t>(256, (pieces + 31) / 32 * 32));
+  const int64_t per_thread = (pieces + threads - 1) / threads;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(rs.outer, kMaxWideGrid));
+  auto go = [&](auto xt, auto st) {
+    using X = decltype(xt);
+    using S = decltype(st);
+    const X* xp = x.data<X>();
+    const S* sp = scale.data<S>();
+    S* yp = out.mutable_data<S>();
+    const float eps = static_cast<float>(rs.eps);
+    if (per_thread == 1)
+      rms_norm_rows16<X, S, 1><<<grid, threads, 0, stream()>>>(xp, sp, yp, rs.outer, inner, eps);
+    else if (per_thread == 2)
+      rms_norm_rows16<X, S, 2><<<grid, threads, 0, stream()>>>(xp, sp, yp, rs.outer, inner, eps);
+    else
+      rms_norm_rows16<X, S, 4><<<grid, threads, 0, stream()>>>(xp, sp, yp, rs.outer, inner, eps);
+  };
+  auto with_scale = [&](auto xt) {
+    if (scale.dtype() == DType::BFloat16)
+      go(xt, __nv_bfloat16{});
+    else
+      go(xt, __half{});
+  };
+  if (x.dtype() == DType::BFloat16)
+    with_scale(__nv_bfloat16{});
+  else
+    with_scale(__half{});
+  check_launch("RMSNormalization");
+  return true;
+}
+
 void rms_norm_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const Tensor& x = ctx.input(0);
@@ -195,6 +319,7 @@ void rms_norm_kernel(ops::KernelContext& ctx) {
   const int64_t outer = rs.outer, inner = rs.inner;
   Tensor& out = ctx.allocate_output_uninit(0, scale.dtype(), x.shape());
   if (out.numel() == 0) return;
+  if (rms_norm_16bit(x, scale, out, rs)) return;
   const Shape* shapes[1] = {&scale.shape()};
   const Strides<1> st = make_strides<1>(x.shape(), shapes, where);
   const double eps = rs.eps;

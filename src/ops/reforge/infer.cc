@@ -1,6 +1,6 @@
 // Shape and type inference of the "reforge" domain (ops/infer.h): the recipe transforms
 // (BnFoldWeight, BnFoldBias, PackPanels) and the fused kernels the passes emit (MatMulAdd,
-// MatMulAddPacked, QuantizeWeight, QdqWeight, Int4Unpack, MatMulQuant, RmsNorm, Silu, SiluMul, Gelu, Attention,
+// MatMulGroup, MatMulAddPacked, QuantizeWeight, QdqWeight, Int4Unpack, MatMulQuant, RmsNorm, Silu, SiluMul, Gelu, Attention,
 // Rotary).
 //
 // A fused op computes exactly the subgraph it replaces, and its kernel falls back to that
@@ -443,9 +443,33 @@ void infer_fused_rotary(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(x.dtype, broadcast_shapes(ctx, mc, ms)));
 }
 
+// MatMulGroup(X, W1, ..., Wn) -> (Y1, ..., Yn): Yi = MatMul(X, Wi), each Wi a matrix of X's type.
+void infer_matmul_group(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (ctx.num_inputs() < 2 || ctx.num_inputs() != ctx.num_outputs() + 1)
+    ctx.fail("takes X and one weight per output, got " + std::to_string(ctx.num_inputs()) + " inputs for " +
+             std::to_string(ctx.num_outputs()) + " outputs");
+  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+    const ValueType& w = ctx.input_type(i);
+    if (x.dtype != DType::Undefined && w.dtype != DType::Undefined && w.dtype != x.dtype)
+      ctx.fail("weight " + std::to_string(i) + " " + w.str() + " is not of the input's type " + x.str());
+    if (w.rank_known && w.shape.size() != 2) ctx.fail("weight " + std::to_string(i) + " " + w.str() + " is not a matrix");
+    if (!x.rank_known || !w.rank_known) {
+      ctx.set_output(i - 1, ValueType::unranked(x.dtype));
+      continue;
+    }
+    if (x.shape.empty()) ctx.fail("input " + x.str() + " does not match the weight " + w.str());
+    merge_dims(ctx, x.shape.back(), w.shape[0], "input " + x.str() + " and weight " + w.str() + " inner dimensions");
+    SymShape out = x.shape;
+    out.back() = w.shape[1];
+    ctx.set_output(i - 1, ValueType::of(x.dtype, out));
+  }
+}
+
 }  // namespace
 
 void register_reforge_inference(OpRegistry& r) {
+  r.set_infer("reforge", "MatMulGroup", 1, infer_matmul_group);
   r.set_infer("reforge", "BnFoldWeight", 1, infer_bn_fold_weight);
   r.set_infer("reforge", "BnFoldBias", 1, infer_bn_fold_bias);
   r.set_infer("reforge", "MatMulAdd", 1, infer_matmul_add);

@@ -86,7 +86,9 @@ void register_reforge_ops(OpRegistry& r) {
   r.add({"reforge", "BnFoldBias", 1, INT_MAX, bn_fold_bias, nullptr});
   // Ops without a reference kernel: the fusion and layout passes emit them only for a backend
   // that has a kernel for them (passes::Pass::emits), and PackPanels is the CPU's weight layout.
-  for (const char* op : {"MatMulAdd", "PackPanels", "MatMulAddPacked", "Gelu", "RmsNorm", "Silu", "SiluMul"})
+  // MatMulGroup(X, W1, ..., Wn) -> (X W1, ..., X Wn): the products of one input (group-matmuls).
+  for (const char* op :
+       {"MatMulAdd", "MatMulGroup", "PackPanels", "MatMulAddPacked", "Gelu", "RmsNorm", "Silu", "SiluMul"})
     r.add({"reforge", op, 1, INT_MAX, nullptr, nullptr});
   // Attention(Q, K, V, scale?, mask?, fill?, k_expand?, k_reshape?, v_expand?, v_reshape?,
   // k_scale?): the four shapes of the grouped-query repeat (Expand's and Reshape's shape inputs in
