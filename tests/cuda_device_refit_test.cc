@@ -24,6 +24,7 @@
 #endif
 
 #include "backends/backend.h"
+#include "builder/binding.h"
 #include "builder/builder.h"
 #include "core/npy.h"
 #include "onnx/importer.h"
@@ -48,7 +49,7 @@ struct Model {
   plan::Precision precision;
 };
 
-std::string precision_name(plan::Precision p) { return p == plan::Precision::Bf16 ? "bf16" : "fp32"; }
+std::string precision_label(plan::Precision p) { return p == plan::Precision::Bf16 ? "bf16" : "fp32"; }
 
 // The stripped CUDA plan of `m`'s export A, bound to checkpoint A.
 plan::Plan stripped_plan(const Model& m) {
@@ -226,7 +227,9 @@ TEST_P(CudaDeviceRefit, FailureHalfWayKeepsTheOldVersionAndFreesTheNewOne) {
       return value;
     };
     const std::string err = error_of([&] { refit::refit_from(e, req); });
-    if (on_device) EXPECT_NE(err.find("refit test: stop at device-made weight"), std::string::npos) << err;
+    if (on_device) {
+      EXPECT_NE(err.find("refit test: stop at device-made weight"), std::string::npos) << err;
+    }
     expect_still_a("a failure half-way through the device work");
   }
   {  // the device out of memory while the sources stream
@@ -248,7 +251,9 @@ TEST_P(CudaDeviceRefit, FailureHalfWayKeepsTheOldVersionAndFreesTheNewOne) {
       }
     }
     std::string err;
-    if (on_device) err = error_of([&] { refit_file(e, checkpoint(m, "B"), true); });
+    if (on_device) {
+      err = error_of([&] { refit_file(e, checkpoint(m, "B"), true); });
+    }
     for (void* q : ballast) (void)cudaFree(q);
     if (on_device) {
       EXPECT_NE(err.find("out of device memory"), std::string::npos) << err;
@@ -288,5 +293,5 @@ INSTANTIATE_TEST_SUITE_P(Exports, CudaDeviceRefit,
                                            Model{"llama_decode", plan::Precision::Bf16},
                                            Model{"qwen2_generate", plan::Precision::Bf16}),
                          [](const ::testing::TestParamInfo<Model>& i) {
-                           return std::string(i.param.dir) + "_" + precision_name(i.param.precision);
+                           return std::string(i.param.dir) + "_" + precision_label(i.param.precision);
                          });
