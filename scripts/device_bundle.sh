@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs this tree's Release build (build/, configured with CUDA) for the GPU machine:
-# .device/prebuilt.tar.xz holds the stripped `reforge` and `reforge_tests` and the commit they were
-# built from; `scripts/device_test.sh --prebuilt` runs them there instead of building.
+# .device/prebuilt.tar.xz holds the stripped `reforge`, `reforge_tests` and
+# `reforge_refit_gpu_bench` (device_test.sh --refit-bench) and the commit they were built from; `scripts/device_test.sh --prebuilt` runs them there instead of building.
 #   scripts/device_bundle.sh [BUILD] [--python PY]
 # --python PY packs, instead of reforge_tests, the Python extension for PY (the GPU machine's
 # Python 3.12, for `scripts/device_oracle.sh --prebuilt`; PY needs nanobind): nanobind and
@@ -35,7 +35,7 @@ if [ -n "$py" ]; then
   link=${link/" libnanobind-static.a "/" $(pwd)/$P/libnanobind-static.a "}
   (cd "$B" && eval "$link")
 else
-  cmake --build "$B" --target reforge reforge_tests
+  cmake --build "$B" --target reforge reforge_tests reforge_refit_gpu_bench
 fi
 exclude="$(git rev-parse --git-common-dir)/info/exclude"  # a worktree's .git is a file
 mkdir -p "$(dirname "$exclude")"
@@ -50,7 +50,8 @@ if [ -n "$py" ]; then
   files=(reforge libreforge_sentencepiece.so python COMMIT)
 else
   strip -o "$tmp/reforge_tests" "$B/reforge_tests"
-  files=(reforge libreforge_sentencepiece.so reforge_tests COMMIT)
+  strip -o "$tmp/reforge_refit_gpu_bench" "$B/reforge_refit_gpu_bench"
+  files=(reforge libreforge_sentencepiece.so reforge_tests reforge_refit_gpu_bench COMMIT)
 fi
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')" >"$tmp/COMMIT"
 mkdir -p .device

@@ -3,7 +3,8 @@
 # unit tests (tests/cuda_*_test.cc), the ONNX node conformance required list on the GPU
 # (`reforge conformance --device cuda`), then with --bench the GPU benchmarks against PyTorch
 # (bench/gpu_bench.py), with --generate-bench text generation against PyTorch eager and
-# torch.compile (bench/generate_gpu.py), with --oracle the refit oracle on CUDA plans
+# torch.compile (bench/generate_gpu.py), with --refit-bench refit against the copy floors and
+# PyTorch's weight loading (bench/refit_gpu.py), with --oracle the refit oracle on CUDA plans
 # (scripts/device_oracle.sh).
 # Ends with the test runner's summary lines.
 #
@@ -11,9 +12,9 @@
 # scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
-#   there: scripts/device_test.sh [--bench] [--generate-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
-#   (GPU_BENCH_ARGS, GENERATE_BENCH_ARGS: more flags of the benchmarks; CUDA_TEST_ARGS: more flags of the unit tests
-#   binary, e.g. --gtest_also_run_disabled_tests; CUDA_TEST_FILTER: the unit tests to run,
+#   there: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
+#   (GPU_BENCH_ARGS, GENERATE_BENCH_ARGS, REFIT_BENCH_ARGS: more flags of the benchmarks; CUDA_TEST_ARGS: more
+#   flags of the unit tests binary, e.g. --gtest_also_run_disabled_tests; CUDA_TEST_FILTER: the unit tests to run,
 #   '*Cuda*' by default, '-' for none; ORACLE_ARGS: the oracle's flags)
 # --prebuilt skips the build: it runs the binaries that scripts/device_bundle.sh packed here into
 # .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
@@ -25,16 +26,17 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 deps=/opt/reforge-deps
 B=${REFORGE_DEVICE_BUILD:-/tmp/reforge-device-build}
-bench=0 generate_bench=0 keep=0 prebuilt=0 conformance=1 oracle=0
+bench=0 generate_bench=0 refit_bench=0 keep=0 prebuilt=0 conformance=1 oracle=0
 for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
     --generate-bench) generate_bench=1 ;;
+    --refit-bench) refit_bench=1 ;;
     --keep-build) keep=1 ;;
     --prebuilt) prebuilt=1 ;;
     --no-conformance) conformance=0 ;;
     --oracle) oracle=1 ;;
-    *) echo "usage: scripts/device_test.sh [--bench] [--generate-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
+    *) echo "usage: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
   esac
 done
 debs=.device/debs
@@ -58,6 +60,7 @@ fi
 echo "device_test: cuDNN from ${cudnn_root:-the system}"
 filter=${CUDA_TEST_FILTER:-*Cuda*}
 targets=(reforge reforge_tests)
+[ $refit_bench = 1 ] && targets+=(reforge_refit_gpu_bench)
 python_args=(-DREFORGE_PYTHON=OFF)
 if [ $oracle = 1 ]; then
   # The oracle drives the library through Python: the extension is built here for this machine's
@@ -160,5 +163,15 @@ if [ $generate_bench = 1 ]; then
   echo "== text generation against PyTorch"
   REFORGE_LD_LIBRARY_PATH=$LD_LIBRARY_PATH LD_LIBRARY_PATH=$system_ld python3 bench/generate_gpu.py \
     --reforge "$B/reforge" --out "${OUT:-$B}" ${GENERATE_BENCH_ARGS:-} || status=1
+fi
+if [ $refit_bench = 1 ]; then
+  echo "== refit against the copy floors and PyTorch"
+  if [ -x "$B/reforge_refit_gpu_bench" ]; then
+    REFORGE_LD_LIBRARY_PATH=$LD_LIBRARY_PATH LD_LIBRARY_PATH=$system_ld python3 bench/refit_gpu.py \
+      --reforge "$B/reforge" --bench "$B/reforge_refit_gpu_bench" --out "${OUT:-$B}" ${REFIT_BENCH_ARGS:-} || status=1
+  else
+    echo "device_test: $B/reforge_refit_gpu_bench missing (a --prebuilt bundle without it)" >&2
+    status=1
+  fi
 fi
 exit $status

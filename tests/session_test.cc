@@ -55,6 +55,7 @@ session::BuildRequest refit_build(const char* weights) {
 const std::vector<std::string> kReportKeys = {
     "from",       "reader",      "mode",        "device",    "sources_set",
     "weights_replayed", "bytes_in",   "bytes_out",   "bytes_copied", "packed_from_transposed",
+    "weights_on_device", "bytes_streamed", "transposed_on_device",
     "read_ms",    "validate_ms", "replay_ms",   "commit_ms", "verify_ms",
     "verified_weights", "unused_checkpoint_tensors", "baked_given", "baked_differing_kept", "literals_given",
     "literals_differing_kept", "quantized", "note", "summary"};

@@ -12,8 +12,9 @@
 //   WeightLayoutPolicy the weight layouts the backend wants for a build on this machine (the CPU
 //                      backend decides its Linear panels from its instruction sets)
 //   WeightMemory       where a weight version's device weights live: one allocation per version,
-//                      filled by asynchronous copies through a pinned staging buffer, waited for
-//                      once (the context the backend's prepare steps get)
+//                      filled by asynchronous copies through a pinned staging ring, waited for
+//                      once (the context the backend's prepare steps get); the same ring streams a
+//                      refit's sources to the device
 #pragma once
 
 #include <memory>
@@ -96,6 +97,19 @@ class WeightMemory {
   virtual std::unique_ptr<WeightUpload> begin(size_t reserve) = 0;
   // The bytes that a weight of `bytes` takes in the version's allocation (its alignment).
   virtual size_t weight_bytes(size_t bytes) const = 0;
+  // A device copy of host tensor `t` for the calling thread's device work (a refit's source, in
+  // its checkpoint form, for recipe steps replayed on the device): the bytes go on the copy stream
+  // through the staging ring (from pageable memory: copied into its pinned chunks, while the device
+  // copies the chunks filled before; from pinned memory: directly), and the calling thread's later
+  // device work waits for them on the device, not on the host. Returns once the host is done
+  // reading pageable bytes; a pinned `t` must stay unchanged until the calling thread's device work
+  // is waited for. A device `t` is returned as it is.
+  virtual Tensor stream_to_device(const Tensor& t) = 0;
+  // The staging ring's size in bytes (over its chunks), shared by every upload of the process;
+  // set_staging_bytes resizes it, after waiting for an upload that uses it. Throws for a size below
+  // the minimum, naming it.
+  virtual size_t staging_bytes() const = 0;
+  virtual void set_staging_bytes(size_t bytes) = 0;
 };
 
 class WeightLayoutPolicy {

@@ -11,6 +11,7 @@
 #include "core/dispatch.h"
 #include "core/nonfinite.h"
 #include "core/timing.h"
+#include "transforms/device_recipe.h"
 #include "transforms/recipe.h"
 
 namespace reforge::refit {
@@ -331,18 +332,42 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
     return touched;
   };
   if (options.progress) options.progress(Progress{"validating sources"});
+  // options.device_replay: the weights replayed on the device (by index), the device, and for each
+  // source they read, the last of them to read it (its device copy is dropped after that one).
+  std::vector<bool> on_device(p.weights.size(), false);
+  const backends::Backend* device = nullptr;
+  std::map<uint32_t, size_t> last_device_reader;
+  if (options.device_replay)
+    for (size_t i = 0; i < p.weights.size(); ++i) {
+      const auto& w = p.weights[i];
+      if (!replayed(w) || quantized_weight(w)) continue;
+      const backends::Backend* d = engine_.weight_device(w.name);
+      if (!d || !d->weight_memory || (device && d != device) || !transforms::runs_any_on_device(*d, w.recipe)) continue;
+      device = d;
+      on_device[i] = true;
+      for (uint32_t s : w.sources) last_device_reader[s] = i;
+    }
   // Values set as a transpose (set_source_transposed): packed straight from the matrix given
   // (`packed_from`, by source id) when every replayed recipe reads the source only as a
   // PackPanels weight and neither the value nor its hash is kept; otherwise transposed here.
   // Either way the value is the same set of numbers, so the finiteness scan reads the matrix.
   std::vector<Tensor> packed_from(p.sources.size());
   std::map<uint32_t, Tensor> made;
+  // A source given transposed that only weights replayed on the device read, and whose value the
+  // engine does not keep, goes to the device as given and is transposed there (`packed_from` holds
+  // it too: the host never makes its transpose).
+  std::set<uint32_t> device_transposed;
   for (uint32_t id : transposed_) {
-    bool direct = !identical && !keep.count(id);
-    for (const auto& w : p.weights)
-      if (direct && replayed(w) && std::find(w.sources.begin(), w.sources.end(), id) != w.sources.end())
-        direct = transforms::packs_source(w.recipe, id);
-    if (direct)
+    bool direct = !identical && !keep.count(id), on_dev = direct && device;
+    for (size_t i = 0; i < p.weights.size(); ++i) {
+      const auto& w = p.weights[i];
+      if (!replayed(w) || std::find(w.sources.begin(), w.sources.end(), id) == w.sources.end()) continue;
+      direct = direct && transforms::packs_source(w.recipe, id);
+      on_dev = on_dev && on_device[i];
+    }
+    if (on_dev)
+      packed_from[id] = pending_.at(id), device_transposed.insert(id);
+    else if (direct)
       packed_from[id] = pending_.at(id), ++rep.packed_from_transposed;
     else
       made[id] = transforms::transpose_2d(pending_.at(id)), ++rep.transposed_first;
@@ -420,13 +445,73 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
   uint64_t replay_bytes = 0;
   for (const auto& w : p.weights)
     if (replayed(w)) replay_bytes += static_cast<uint64_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+  if (options.staging_bytes) {
+    // The ring of the device that holds the engine's weights (before anything moves).
+    for (const auto& w : p.weights) {
+      const backends::Backend* d = w.kind == plan::WeightKind::Derived ? engine_.weight_device(w.name) : nullptr;
+      if (d && d->weight_memory) {
+        d->weight_memory->set_staging_bytes(options.staging_bytes);
+        break;
+      }
+    }
+  }
+  // Sources on the device, each streamed there once as given, and the pinned host values streamed
+  // from, held until the device's work is waited for.
+  std::vector<Tensor> device_values(p.sources.size());
+  std::vector<Tensor> streamed_from;
+  auto device_source = [&](uint32_t id) -> Tensor {
+    Tensor& d = device_values.at(id);
+    if (d.defined()) return d;
+    const bool transposed = device_transposed.count(id) != 0;
+    const Tensor& host = transposed ? packed_from[id] : values.at(id);
+    REFORGE_CHECK(host.defined(), "refit: source '", p.sources[id].key, "' has no value to stream to the device");
+    d = device->weight_memory->stream_to_device(host);
+    if (host.memory() == Memory::Pinned) streamed_from.push_back(host);
+    if (host.on_host()) rep.bytes_streamed += host.nbytes();
+    if (transposed) {  // as given (a checkpoint's matrix), transposed on the device
+      plan::Recipe transpose;
+      plan::RecipeStep st;
+      st.op_type = "Transpose";
+      st.opset = 13;
+      st.inputs = {{plan::Operand::Kind::Source, 0}};
+      st.attrs["perm"] = ir::ints_attr("perm", {1, 0});
+      transpose.steps = {st};
+      transpose.result = {plan::Operand::Kind::Step, 0};
+      transforms::DeviceReplayOptions o;
+      o.wait = false;
+      d = transforms::replay_recipe_on(*device, transpose, {d}, {}, o);
+      ++rep.transposed_on_device;
+    }
+    return d;
+  };
+  transforms::DeviceReplayOptions device_options;
+  device_options.device_source = device_source;
+  device_options.wait = false;
+  // A failure while device work is in flight waits for it before the values it reads go.
+  struct DeviceWait {
+    const backends::Backend* device;
+    ~DeviceWait() {
+      if (!device) return;
+      try {
+        device->streams->synchronize();
+      } catch (...) {  // the failure being thrown is the one to report
+      }
+    }
+  } wait_on_failure{device};
   ProgressStep replaying(options.progress, "replaying recipes", replay_bytes, "bytes");
   for (size_t wi = 0; wi < p.weights.size(); ++wi) {
     const auto& w = p.weights[wi];
     if (!replayed(w)) continue;
     Tensor t;
     try {
-      t = transforms::replay_recipe(w.recipe, values, p.literals, 0, &packed_from);
+      if (on_device[wi]) {
+        t = transforms::replay_recipe_on(*device, w.recipe, values, p.literals, device_options);
+        ++rep.weights_on_device;
+        for (uint32_t s : w.sources)
+          if (last_device_reader.at(s) == wi) device_values[s] = Tensor();  // freed in stream order
+      } else {
+        t = transforms::replay_recipe(w.recipe, values, p.literals, 0, &packed_from);
+      }
     } catch (Error& e) {
       std::string from;
       for (uint32_t id : w.sources) from += (from.empty() ? "" : ", ") + ("'" + p.sources[id].key + "'");
@@ -458,6 +543,13 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
         packed_from[s] = Tensor();
       }
     }
+  }
+  if (device) {
+    // The device's work is complete before anything reads the new weights or the values it
+    // streamed from go (an asynchronous failure of a step is thrown here).
+    wait_on_failure.device = nullptr;
+    device->streams->synchronize();
+    streamed_from.clear();
   }
   std::vector<Tensor> kept_values(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)

@@ -87,6 +87,21 @@ struct CommitOptions {
   // build::refit_from's verify compares each weight with the rebuilt plan's and returns that
   // one, so that the replayed copy is freed at once and two derived weight sets are never held.
   std::function<Tensor(const std::string& name, Tensor replayed)> replayed;
+  // On (default): a replayed engine weight that a device holds alone (PlanEngine::weight_device:
+  // its one reader is its upload, as in a CUDA plan) and whose recipe has steps that run there
+  // (transforms/device_recipe.h: Transpose, Cast, Slice, Concat, Gather, Expand) is replayed on the
+  // device. Each source such recipes read goes there once, as given, streamed through the device's
+  // staging ring on its copy stream while the device runs the steps of the sources before; the
+  // weight is made there, its bytes those of the host replay, and uploaded into the new version
+  // on the device. Other weights, and every weight with this off, replay on the host. Quantized
+  // weights always replay on the host (their report compares the values). CommitOptions::replayed
+  // then gets such a weight in device memory.
+  bool device_replay = true;
+  // Non-zero: the size in bytes of the device's staging ring (backends::WeightMemory::
+  // set_staging_bytes: one ring per process, kept for later uploads), set before this refit moves
+  // any bytes; 0: the ring as it is (64 MiB unless set). Never a copy of the model: the ring is
+  // reused chunk by chunk.
+  size_t staging_bytes = 0;
   // Set: told the steps of the refit as they start and advance, on the calling thread:
   // "validating sources", then "replaying recipes" (counts the bytes of the engine weights
   // replayed) (core/progress.h). refit_from reports its reading before those ("reading the
@@ -103,6 +118,12 @@ struct CommitReport {
   // Values set transposed (Refitter::set_source_transposed): how many the recipes packed straight
   // from the matrix given, and how many were transposed first.
   size_t packed_from_transposed = 0, transposed_first = 0;
+  // CommitOptions::device_replay: engine weights replayed on the device, and the bytes of the
+  // sources streamed there for them.
+  size_t weights_on_device = 0, bytes_streamed = 0;
+  // Sources given transposed (a checkpoint's matrix) that went to the device as given and were
+  // transposed there: their host transpose was never made.
+  size_t transposed_on_device = 0;
   double validate_ms = 0, replay_ms = 0, commit_ms = 0;
   // Quantized plans: each replayed weight made by reforge::QuantizeWeight, and how many of its
   // values changed (refit/quant_changes.h), in plan weight order.

@@ -223,6 +223,14 @@ Memory Engine::constant_location(const Weights& weights, const std::string& name
   return t.defined() ? t.memory() : Memory::Host;
 }
 
+const backends::Backend* Engine::held_on_device(const std::string& name) const {
+  const Schedule& s = impl_->schedule;
+  auto it = s.const_slot.find(name);
+  if (it == s.const_slot.end()) return nullptr;
+  const int si = s.upload_step[static_cast<size_t>(it->second)];
+  return si < 0 ? nullptr : s.steps[static_cast<size_t>(si)].device;
+}
+
 Tensor Engine::device_constant(const std::string& name) const { return device_constant(*weights(), name); }
 
 Tensor Engine::device_constant(const Weights& weights, const std::string& name) const {

@@ -17,6 +17,10 @@
 #include "ir/graph.h"
 #include "runtime/lowered_graph.h"
 
+namespace reforge::backends {
+struct Backend;
+}
+
 namespace reforge::runtime {
 
 struct EngineOptions {
@@ -194,6 +198,11 @@ class Engine {
   // `weights` holds it (Device: on the device only; Host when it has no value).
   bool has_weight_value(const Weights& weights, const std::string& name) const;
   Memory constant_location(const Weights& weights, const std::string& name) const;
+  // The device backend that holds constant `name` alone: its one reader is its upload into that
+  // backend's weight memory (a version keeps the device copy only, EngineOptions::keep_host_weights
+  // off), so a new value of it may as well be given in that device's memory (a refit replaying its
+  // recipe there). Null otherwise.
+  const backends::Backend* held_on_device(const std::string& name) const;
   // The copy of constant `name` that nodes on a device backend read: the output of the
   // reforge::ToDevice step that reads it, as that step's prepare step made it when the weight
   // set was made (uploaded once per weight set into the set's device allocation, replaced by a

@@ -137,6 +137,9 @@ class PlanEngine {
   // (Memory::Device: on the device only, EngineOptions::keep_host_weights).
   bool has_weight(const std::string& name) const;
   Memory weight_location(const std::string& name) const;
+  // The device backend that holds engine weight `name` alone (Engine::held_on_device): a refit may
+  // give its new value in that device's memory. Null when a host copy is kept or read.
+  const backends::Backend* weight_device(const std::string& name) const { return engine_.held_on_device(name); }
   // The copy of engine weight `name` that the plan's device nodes read (Engine::device_constant),
   // from the current weight set: after a commit, the new weight's upload. Undefined when no device
   // node reads it or it has no value yet.

@@ -24,8 +24,14 @@ bool runs_on_device(const backends::Backend& device, const plan::RecipeStep& st)
   return backends::resolve(step_node(st), device.name, &r).empty() && !r.reference;
 }
 
+bool runs_any_on_device(const backends::Backend& device, const plan::Recipe& recipe) {
+  for (const auto& st : recipe.steps)
+    if (runs_on_device(device, st)) return true;
+  return false;
+}
+
 Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                        const std::vector<Tensor>& literals) {
+                        const std::vector<Tensor>& literals, const DeviceReplayOptions& options) {
   REFORGE_CHECK(device.memory == Memory::Device && device.streams, "replay_recipe_on: '", device.name,
                 "' is not a device backend");
   const size_t n = recipe.steps.size();
@@ -35,6 +41,12 @@ Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& rec
     const Tensor* t = nullptr;
     switch (o.kind) {
       case plan::Operand::Kind::Source:
+        if (options.device_source && (want == Memory::Device || o.index >= sources.size() ||
+                                      !sources[o.index].defined())) {
+          Tensor d = options.device_source(o.index);
+          REFORGE_CHECK(d.defined(), "recipe: source ", o.index, " has no value");
+          return want == Memory::Device ? d : to_host(d);
+        }
         REFORGE_CHECK(o.index < sources.size() && sources[o.index].defined(), "recipe: source ", o.index,
                       " has no value");
         if (want == Memory::Device) {
@@ -85,7 +97,7 @@ Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& rec
     steps[s] = std::move(ctx.outputs()[st.output]);
   }
   Tensor result = operand(recipe.result, Memory::Device);
-  device.streams->synchronize();
+  if (options.wait) device.streams->synchronize();
   return result;
 }
 

@@ -14,6 +14,7 @@
 // device step first reads it.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "backends/backend.h"
@@ -26,10 +27,26 @@ namespace reforge::transforms {
 // a kernel there that accepts it.
 bool runs_on_device(const backends::Backend& device, const plan::RecipeStep& st);
 
+// How replay_recipe_on finds a source in device memory, and whether it waits.
+struct DeviceReplayOptions {
+  // Set: source `id`'s value in `device`'s memory, for every device step that reads it (the
+  // refitter streams each source there once and shares it between recipes). A host step reads
+  // sources[id] when it is defined, else this value copied back. Unset: a source is copied to the
+  // device where a device step first reads it (to_memory).
+  std::function<Tensor(uint32_t id)> device_source;
+  // On: waits for the device's work before returning (the result is complete). Off: the result
+  // is complete for the calling thread's later device work only (stream order); the caller waits.
+  bool wait = true;
+};
+
 // replay_recipe with the steps that run_on_device on `device`: the result in `device`'s memory
 // (an identity recipe's source copied there), its bytes those of replay_recipe. Waits for the
-// device's work before it returns; throws an Error naming the step that failed.
+// device's work before it returns, unless options.wait is off; throws an Error naming the step
+// that failed.
 Tensor replay_recipe_on(const backends::Backend& device, const plan::Recipe& recipe, const std::vector<Tensor>& sources,
-                        const std::vector<Tensor>& literals);
+                        const std::vector<Tensor>& literals, const DeviceReplayOptions& options = {});
+
+// Whether replaying `recipe` on `device` runs any step there (runs_on_device).
+bool runs_any_on_device(const backends::Backend& device, const plan::Recipe& recipe);
 
 }  // namespace reforge::transforms

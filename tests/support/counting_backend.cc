@@ -114,6 +114,10 @@ class CountingWeightMemory final : public backends::WeightMemory {
     return std::make_unique<CountingUpload>(reserve);
   }
   size_t weight_bytes(size_t bytes) const override { return CountingUpload::slot_bytes(bytes); }
+  // Host memory: a source's "device" copy is a copy, and there is no ring to size.
+  Tensor stream_to_device(const Tensor& t) override { return t.clone(); }
+  size_t staging_bytes() const override { return 0; }
+  void set_staging_bytes(size_t) override {}
 };
 
 // MatMul with a prepared B reads that copy, not its input.

@@ -4,14 +4,20 @@
 // version's prepare steps run; each upload takes the next 256-byte aligned slot of it. Bytes reach
 // it on one copy stream of the process (non-blocking: runs on other streams go on meanwhile):
 //   - from pageable host memory through a ring of pinned staging chunks: the host copies into a
-//     chunk while the device copies the previous ones, and a chunk is reused once the event
-//     recorded after its copy has passed. Consecutive uploads are consecutive slots, so a chunk
-//     carries many small weights in one copy;
+//     chunk (on its threads, for a large piece) while the device copies the previous ones, and a
+//     chunk is reused once the event recorded after its copy has passed. Consecutive uploads are
+//     consecutive slots, so a chunk carries many small weights in one copy;
 //   - from pinned host memory directly (the tensor is held until the copies are waited for);
 //   - from device memory on the device, after the calling thread's stream (which may still be
 //     making the tensor).
-// finish() waits for the copy stream once. The ring is the process's: one upload uses it at a
-// time (a second waits for the first to finish).
+// finish() waits for the copy stream once. The ring is the process's (kDefaultStagingBytes over
+// kChunks chunks, resizable): one upload or source stream uses it at a time (another waits).
+//
+// stream_to_device moves a refit's source to the device through the same ring and copy stream,
+// into a tensor of the device allocator; the calling thread's stream waits for it by an event, so
+// the recipe steps that read it run on the device while the host fills the next chunks.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -24,8 +30,9 @@ namespace reforge::cuda {
 namespace {
 
 constexpr size_t kAlign = 256;  // aligned_device_bytes' alignment
-constexpr size_t kChunkBytes = size_t{8} << 20;
 constexpr int kChunks = 4;
+constexpr size_t kDefaultStagingBytes = size_t{64} << 20;
+constexpr size_t kMinStagingBytes = size_t{4} << 20;
 
 // A device allocation for weights, freed when the last tensor in it goes.
 std::shared_ptr<const void> weight_block(size_t bytes) {
@@ -42,24 +49,67 @@ std::shared_ptr<const void> weight_block(size_t bytes) {
   });
 }
 
+// memcpy of `n` bytes, over the host's threads in 1 MiB blocks when `n` is large enough to pay for
+// waking them (one thread copies a few GB/s; filling the ring must keep up with the device's copy).
+void host_copy(char* dst, const char* src, size_t n) {
+  constexpr size_t kBlock = size_t{1} << 20;
+  if (n < 4 * kBlock || omp_in_parallel()) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const auto blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t off = static_cast<size_t>(b) * kBlock;
+    std::memcpy(dst + off, src + off, std::min(kBlock, n - off));
+  }
+}
+
 // The process's copy stream and pinned staging ring, made at first use.
 struct Staging {
-  std::mutex in_use;  // held by one upload from its first copy to its end
+  std::mutex in_use;  // held by one upload from its first copy to its end, or by one source stream
   cudaStream_t copies = nullptr;
+  size_t chunk_bytes = 0;
   void* chunk[kChunks] = {};
   cudaEvent_t copied[kChunks] = {};
+  cudaEvent_t ordered = nullptr, done = nullptr;  // stream_to_device's order with the caller's stream
+  int next = 0;                                   // stream_to_device's next chunk
 
   static Staging& get() {
     static Staging* s = [] {
       auto* st = new Staging;  // kept for the process: its memory is pinned once
       REFORGE_CUDA_CHECK(cudaStreamCreateWithFlags(&st->copies, cudaStreamNonBlocking));
-      for (int i = 0; i < kChunks; ++i) {
-        REFORGE_CUDA_CHECK(cudaHostAlloc(&st->chunk[i], kChunkBytes, cudaHostAllocDefault));
+      for (int i = 0; i < kChunks; ++i)
         REFORGE_CUDA_CHECK(cudaEventCreateWithFlags(&st->copied[i], cudaEventDisableTiming));
-      }
+      REFORGE_CUDA_CHECK(cudaEventCreateWithFlags(&st->ordered, cudaEventDisableTiming));
+      REFORGE_CUDA_CHECK(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+      st->resize(kDefaultStagingBytes);
       return st;
     }();
     return *s;
+  }
+
+  // New chunks of `total` / kChunks bytes each (the caller holds in_use); when pinning them fails
+  // the old ring stays.
+  void resize(size_t total) {
+    void* fresh[kChunks] = {};
+    const size_t each = total / kChunks;
+    for (void*& c : fresh) {
+      cudaError_t status = cudaHostAlloc(&c, each, cudaHostAllocDefault);
+      if (status != cudaSuccess) {
+        (void)cudaGetLastError();
+        for (void* f : fresh)
+          if (f) (void)cudaFreeHost(f);
+        fail("out of pinned host memory allocating a ", total, "-byte weight staging ring (",
+             cudaGetErrorString(status), ")");
+      }
+    }
+    if (copies) REFORGE_CUDA_CHECK(cudaStreamSynchronize(copies));  // no copy reads the old chunks
+    for (int i = 0; i < kChunks; ++i) {
+      if (chunk[i]) (void)cudaFreeHost(chunk[i]);
+      chunk[i] = fresh[i];
+    }
+    chunk_bytes = each;
   }
 };
 
@@ -147,7 +197,7 @@ class Upload final : public backends::WeightUpload {
     // padding between consecutive slots rides along (its bytes are never read).
     if (fill_ && dst != chunk_dst_ + fill_) {
       const size_t gap = static_cast<size_t>(dst - (chunk_dst_ + fill_));
-      if (dst > chunk_dst_ + fill_ && gap < kAlign && fill_ + gap < kChunkBytes)
+      if (dst > chunk_dst_ + fill_ && gap < kAlign && fill_ + gap < staging_->chunk_bytes)
         fill_ += gap;
       else
         flush();
@@ -158,11 +208,11 @@ class Upload final : public backends::WeightUpload {
         REFORGE_CUDA_CHECK(cudaEventSynchronize(staging_->copied[chunk_]));
         chunk_dst_ = dst + off;
       }
-      const size_t take = std::min(kChunkBytes - fill_, bytes - off);
-      std::memcpy(static_cast<char*>(staging_->chunk[chunk_]) + fill_, src + off, take);
+      const size_t take = std::min(staging_->chunk_bytes - fill_, bytes - off);
+      host_copy(static_cast<char*>(staging_->chunk[chunk_]) + fill_, src + off, take);
       fill_ += take;
       off += take;
-      if (fill_ == kChunkBytes) flush();
+      if (fill_ == staging_->chunk_bytes) flush();
     }
   }
 
@@ -193,6 +243,53 @@ class CudaWeightMemory final : public backends::WeightMemory {
  public:
   std::unique_ptr<backends::WeightUpload> begin(size_t reserve) override { return std::make_unique<Upload>(reserve); }
   size_t weight_bytes(size_t bytes) const override { return aligned_device_bytes(bytes); }
+
+  Tensor stream_to_device(const Tensor& t) override {
+    if (!t.on_host()) return t;
+    Tensor d = device_tensor(t.dtype(), t.shape());  // stream-ordered on the caller's stream
+    const size_t bytes = t.nbytes();
+    if (!bytes) return d;
+    Staging& s = Staging::get();
+    std::lock_guard<std::mutex> lock(s.in_use);
+    // The copy stream writes `d` after its allocation on the caller's stream.
+    REFORGE_CUDA_CHECK(cudaEventRecord(s.ordered, stream()));
+    REFORGE_CUDA_CHECK(cudaStreamWaitEvent(s.copies, s.ordered, 0));
+    char* dst = static_cast<char*>(d.mutable_raw());
+    const char* src = static_cast<const char*>(t.raw());
+    if (t.memory() == Memory::Pinned) {
+      REFORGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s.copies));
+    } else {
+      for (size_t off = 0; off < bytes;) {
+        const int c = s.next;
+        s.next = (s.next + 1) % kChunks;
+        REFORGE_CUDA_CHECK(cudaEventSynchronize(s.copied[c]));
+        const size_t take = std::min(s.chunk_bytes, bytes - off);
+        host_copy(static_cast<char*>(s.chunk[c]), src + off, take);
+        REFORGE_CUDA_CHECK(cudaMemcpyAsync(dst + off, s.chunk[c], take, cudaMemcpyHostToDevice, s.copies));
+        REFORGE_CUDA_CHECK(cudaEventRecord(s.copied[c], s.copies));
+        off += take;
+      }
+    }
+    // The caller's later work (the recipe steps reading `d`, and `d`'s release) waits for the copies.
+    REFORGE_CUDA_CHECK(cudaEventRecord(s.done, s.copies));
+    REFORGE_CUDA_CHECK(cudaStreamWaitEvent(stream(), s.done, 0));
+    return d;
+  }
+
+  size_t staging_bytes() const override {
+    Staging& s = Staging::get();
+    std::lock_guard<std::mutex> lock(s.in_use);
+    return s.chunk_bytes * kChunks;
+  }
+
+  void set_staging_bytes(size_t bytes) override {
+    if (bytes < kMinStagingBytes)
+      fail("the weight staging ring's size must be at least ", kMinStagingBytes, " bytes (", kChunks, " chunks), not ",
+           bytes);
+    Staging& s = Staging::get();
+    std::lock_guard<std::mutex> lock(s.in_use);
+    if (bytes / kChunks != s.chunk_bytes) s.resize(bytes);
+  }
 };
 
 }  // namespace
