@@ -249,7 +249,8 @@ TEST(Lora, TensorsInMemoryEqualTheFolder) {
   session::Session from_memory = bound_session();
   refit::RefitRequest req;
   req.checkpoint_tensors = refit::Checkpoint::open(kBase).tensors();
-  for (const auto& [k, t] : refit::Checkpoint::open((kLora / "B" / "adapter_model.safetensors").string()).tensors())
+  const auto adapter = refit::Checkpoint::open((kLora / "B" / "adapter_model.safetensors").string()).tensors();
+  for (const auto& [k, t] : adapter)
     req.lora.tensors[k.substr(std::string("base_model.model.").size())] = t;
   req.lora.config_json = config_of("B");
   from_memory.refit(req);

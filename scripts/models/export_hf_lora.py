@@ -56,6 +56,13 @@ def make(root, name, config, seed, input_ids):
     out = os.path.join(root, "lora")
     model.save_pretrained(os.path.join(out, name))
     os.remove(os.path.join(out, name, "README.md"))  # PEFT's model card template
+    # PEFT writes target_modules from a set, in hash order: sorted, so that a rerun writes the same bytes.
+    path = os.path.join(out, name, "adapter_config.json")
+    with open(path) as f:
+        written = json.load(f)
+    written["target_modules"] = sorted(written["target_modules"])
+    with open(path, "w") as f:
+        f.write(json.dumps(written, indent=2, sort_keys=True))
     with torch.no_grad():
         logits = model(input_ids=input_ids).logits.numpy()
     ref = os.path.join(out, "reference", name)
