@@ -18,7 +18,7 @@ REPORT_KEYS = [
     "from", "reader", "mode", "device", "sources_set", "weights_replayed", "bytes_in", "bytes_out",
     "bytes_copied", "packed_from_transposed", "read_ms", "validate_ms", "replay_ms", "commit_ms", "verify_ms",
     "verified_weights", "unused_checkpoint_tensors", "baked_given", "baked_differing_kept", "literals_given",
-    "literals_differing_kept", "quantized", "note", "summary",
+    "literals_differing_kept", "quantized", "lora", "note", "summary",
 ]  # fmt: skip
 
 
