@@ -233,7 +233,6 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
       rep.lora = merge_adapter(ckpt, req.lora, commit.check_finite);
     }
     auto cs = sources_from_checkpoint(p, ckpt);
-    if (rep.lora) check_lora_used(*rep.lora, cs.unused, ckpt);
     if (commit.check_finite) check_finite_read(p, ckpt);
     const LiteralCheck lits = check_literals(p, ckpt);
     if (!lits.differing.empty() && !req.commit.keep_baked) {
@@ -252,6 +251,7 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     for (const auto& b : p.literal_bindings)  // compared above, not unused
       for (const auto& in : b.binding.checkpoint)
         cs.unused.erase(std::remove(cs.unused.begin(), cs.unused.end(), in.name), cs.unused.end());
+    if (rep.lora) check_lora_used(*rep.lora, cs.unused, ckpt);
     rep.read_ms = ms_since(t0);
     set_sources(r, cs);
     rep.unused = std::move(cs.unused);
