@@ -6,8 +6,9 @@
 // the stated arithmetic computed here in float64 and rounded step by step; a refit from base +
 // adapter equals, bit for bit (engine weights and outputs), a refit from the checkpoint that
 // reference merges, and PEFT's own merge (merge_and_unload) within rounding, with outputs equal to
-// PEFT's model within 1e-4. Adapters A -> B -> A return to A's weights exactly. Refusals name the
-// adapter tensor or config key and leave the engine unchanged.
+// PEFT's model within 1e-4, also through bfloat16 casts and int8 quantization. Adapters A -> B -> A
+// return to A's weights exactly. Refusals name the adapter tensor or config key and leave the
+// engine unchanged.
 #include "refit/lora.h"
 
 #include <gtest/gtest.h>
@@ -65,7 +66,8 @@ Tensor reference_merge(const Tensor& w, const Tensor& a, const Tensor& b, double
   for (int64_t o = 0; o < rows; ++o)
     for (int64_t i = 0; i < in; ++i) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < r; ++k) acc = f32(double(acc) + double(f32(element(b, o * r + k) * element(a, k * in + i))));
+      for (int64_t k = 0; k < r; ++k)
+        acc = f32(double(acc) + double(f32(element(b, o * r + k) * element(a, k * in + i))));
       const float d = f32(double(acc) * scale);
       out[o * in + i] = f32(element(w, o * in + i) + double(d));
     }
@@ -81,17 +83,20 @@ Tensor random_tensor(DType dt, Shape shape, std::mt19937& rng, float std) {
 
 // ---- the model ----
 
-session::Session bound_session() {
+session::Session bound_session(plan::Precision precision = plan::Precision::Fp32) {
   session::BuildRequest req;
   req.model = (kHf / "A" / "model.onnx").string();
   req.options.mode = plan::BuildMode::Refit;
+  req.options.precision = precision;
   req.checkpoint.files = {kBase};
   runtime::EngineOptions eo;
   eo.threads = 1;
   return session::Session(session::build_plan(req).plan, eo);
 }
 
-std::map<std::string, Tensor> inputs() { return {{"input_ids", read_npy((kHf / "inputs" / "input_ids.npy").string())}}; }
+std::map<std::string, Tensor> inputs() {
+  return {{"input_ids", read_npy((kHf / "inputs" / "input_ids.npy").string())}};
+}
 
 refit::RefitRequest with_lora(const std::string& adapter, const std::string& base = kBase) {
   refit::RefitRequest req;
@@ -204,6 +209,34 @@ TEST(Lora, RefitEqualsTheMergedCheckpoint) {
   }
 }
 
+// Plans whose recipes cast the Linear weights to bfloat16 or quantize them to int8: the merged
+// matrices go through those recipes, as the reference's merged checkpoint does.
+TEST(Lora, CastAndQuantizedWeightsFollowTheirRecipes) {
+  const auto base = refit::Checkpoint::open(kBase).tensors();
+  const auto ad = refit::Checkpoint::open((kLora / "A" / "adapter_model.safetensors").string()).tensors();
+  std::map<std::string, Tensor> merged = base;
+  for (const auto& [key, a] : ad) {
+    const std::string tail = ".lora_A.weight";
+    if (key.size() < tail.size() || key.compare(key.size() - tail.size(), tail.size(), tail) != 0) continue;
+    const std::string module = key.substr(0, key.size() - tail.size());
+    const std::string target = module.substr(std::string("base_model.model.").size()) + ".weight";
+    merged[target] = reference_merge(base.at(target), a, ad.at(module + ".lora_B.weight"), 8.0, 4, false);
+  }
+  for (plan::Precision precision : {plan::Precision::Bf16, plan::Precision::Int8}) {
+    SCOPED_TRACE(plan::precision_name(precision));
+    session::Session s = bound_session(precision);
+    const auto before = derived_weight_hashes(s.engine());
+    s.refit(with_lora("A"));
+    EXPECT_NE(derived_weight_hashes(s.engine()), before);
+    session::Session ref = bound_session(precision);
+    refit::RefitRequest req;
+    req.checkpoint_tensors = merged;
+    ref.refit(req);
+    EXPECT_EQ(derived_weight_hashes(s.engine()), derived_weight_hashes(ref.engine()));
+    EXPECT_TRUE(transforms::bit_equal(s.run(inputs())[0], ref.run(inputs())[0]));
+  }
+}
+
 // A -> B -> A, into the current weights and into named versions: A's weights and outputs again,
 // bit for bit; a version switch is a lookup, the other versions untouched.
 TEST(Lora, AdaptersABAReturnToAsWeightsBitForBit) {
@@ -250,8 +283,7 @@ TEST(Lora, TensorsInMemoryEqualTheFolder) {
   refit::RefitRequest req;
   req.checkpoint_tensors = refit::Checkpoint::open(kBase).tensors();
   const auto adapter = refit::Checkpoint::open((kLora / "B" / "adapter_model.safetensors").string()).tensors();
-  for (const auto& [k, t] : adapter)
-    req.lora.tensors[k.substr(std::string("base_model.model.").size())] = t;
+  for (const auto& [k, t] : adapter) req.lora.tensors[k.substr(std::string("base_model.model.").size())] = t;
   req.lora.config_json = config_of("B");
   from_memory.refit(req);
   EXPECT_EQ(derived_weight_hashes(from_memory.engine()), derived_weight_hashes(from_dir.engine()));
@@ -303,11 +335,12 @@ TEST(Lora, RefusalsNameTheTensorOrFeature) {
   fs::remove_all(dir.path / "adapter");
 
   // Config features a merge cannot express.
-  for (auto [key, value, says] : {std::tuple<const char*, nlohmann::json, const char*>{"fan_in_fan_out", true, "fan_in_fan_out"},
-                                  {"modules_to_save", nlohmann::json::array({"lm_head"}), "modules_to_save"},
-                                  {"bias", "lora_only", "trains biases"},
-                                  {"rank_pattern", {{"q_proj", 2}}, "ranks per module"},
-                                  {"peft_type", "LOHA", "only LoRA adapters merge here"}}) {
+  for (auto [key, value, says] :
+       {std::tuple<const char*, nlohmann::json, const char*>{"fan_in_fan_out", true, "fan_in_fan_out"},
+        {"modules_to_save", nlohmann::json::array({"lm_head"}), "modules_to_save"},
+        {"bias", "lora_only", "trains biases"},
+        {"rank_pattern", {{"q_proj", 2}}, "ranks per module"},
+        {"peft_type", "LOHA", "only LoRA adapters merge here"}}) {
     err = refused(with_lora(adapter_copy(dir, "A", [&](auto& j) { j[key] = value; })));
     EXPECT_NE(err.find(says), std::string::npos) << key << ": " << err;
     fs::remove_all(dir.path / "adapter");
@@ -338,10 +371,11 @@ TEST(Lora, RefusalsNameTheTensorOrFeature) {
   auto with_extra = refit::Checkpoint::open(kBase).tensors();
   with_extra["extra.proj.weight"] = Tensor::empty(DType::Float32, {64, 64});
   refit::write_safetensors(dir.file("base_extra.safetensors"), with_extra);
-  err = refused(with_lora(adapter_copy(dir, "A", {}, [&](auto& t) {
-                              t["base_model.model.extra.proj.lora_A.weight"] = t.at(q0 + ".lora_A.weight");
-                              t["base_model.model.extra.proj.lora_B.weight"] = t.at(q0 + ".lora_B.weight");
-                            }),
+  err = refused(with_lora(adapter_copy(dir, "A", {},
+                                       [&](auto& t) {
+                                         t["base_model.model.extra.proj.lora_A.weight"] = t.at(q0 + ".lora_A.weight");
+                                         t["base_model.model.extra.proj.lora_B.weight"] = t.at(q0 + ".lora_B.weight");
+                                       }),
                           dir.file("base_extra.safetensors")));
   EXPECT_NE(err.find("adapts 'extra.proj.weight' of checkpoint"), std::string::npos) << err;
   EXPECT_NE(err.find("which no source of this plan reads"), std::string::npos) << err;
@@ -374,8 +408,9 @@ TEST(Lora, CliRefitWithAnAdapter) {
   ScratchDir dir("lora_cli");
   session::Session s = bound_session();
   s.save(dir.file("base.plan"), true);
-  const auto r = test_support::run_cli("--quiet refit " + dir.file("base.plan") + " --weights " + kBase + " --lora " +
-                                       (kLora / "B").string() + " --lora-scale 0.5 --full -o " + dir.file("b.plan") + " --json");
+  const auto r =
+      test_support::run_cli("--quiet refit " + dir.file("base.plan") + " --weights " + kBase + " --lora " +
+                            (kLora / "B").string() + " --lora-scale 0.5 --full -o " + dir.file("b.plan") + " --json");
   ASSERT_EQ(r.status, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
   EXPECT_EQ(j["lora"]["merged"].size(), 6u);

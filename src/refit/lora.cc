@@ -82,8 +82,7 @@ struct Convert<BF16Storage> {
 // out[o, i] = W's type of fl32(w[o, i] + fl32(scale * sum_k fl32(b[o, k] * a[k, i]))), the sum
 // in k order from +0 (lora.h).
 template <typename W>
-void merge_rows(const W* w, W* out, const float* a, const float* b, int64_t rows, int64_t in, int64_t r,
-                float scale) {
+void merge_rows(const W* w, W* out, const float* a, const float* b, int64_t rows, int64_t in, int64_t r, float scale) {
   const bool parallel = rows > 1 && rows * in * r >= (int64_t(1) << 20);
 #pragma omp parallel if (parallel)
   {
@@ -120,7 +119,8 @@ std::map<std::string, Tensor> adapter_tensors(const LoraSource& source, std::str
       config = p / "adapter_config.json";
       if (!fs::exists(weights, ec)) {
         if (fs::exists(p / "adapter_model.bin", ec))
-          fail(description, " holds adapter_model.bin, PyTorch's pickle format, which reforge does not read: save the "
+          fail(description,
+               " holds adapter_model.bin, PyTorch's pickle format, which reforge does not read: save the "
                "adapter with save_pretrained(..., safe_serialization=True) (PEFT's default) to get "
                "adapter_model.safetensors");
         fail(description, " is a folder without adapter_model.safetensors (PEFT's save_pretrained writes it)");
@@ -221,17 +221,19 @@ LoraAdapter read_lora_adapter(const LoraSource& source) {
   for (auto& [module, p] : pairs) {
     if (!p.a.defined() || !p.b.defined())
       fail(ad.description, ": tensor '", p.a.defined() ? p.a_key : p.b_key, "' has no ",
-           p.a.defined() ? "lora_B" : "lora_A", " partner ('", module, p.a.defined() ? ".lora_B.weight'" : ".lora_A.weight'",
-           ")");
+           p.a.defined() ? "lora_B" : "lora_A", " partner ('", module,
+           p.a.defined() ? ".lora_B.weight'" : ".lora_A.weight'", ")");
     for (const auto* t : {&p.a, &p.b}) {
       const std::string& key = t == &p.a ? p.a_key : p.b_key;
       if (!t->on_host()) fail(ad.description, ": tensor '", key, "' is in device memory; give host tensors");
       if (!float_type(t->dtype()))
-        fail(ad.description, ": tensor '", key, "' is ", t->describe(), "; LoRA matrices are float32, float16 or bfloat16");
+        fail(ad.description, ": tensor '", key, "' is ", t->describe(),
+             "; LoRA matrices are float32, float16 or bfloat16");
       if (t->rank() == 4)
         fail(ad.description, ": tensor '", key, "' is ", t->describe(),
              ", the adapter of a convolution, which is not supported (only Linear layers: A [r, in], B [out, r])");
-      if (t->rank() != 2) fail(ad.description, ": tensor '", key, "' is ", t->describe(), "; LoRA matrices have rank 2");
+      if (t->rank() != 2)
+        fail(ad.description, ": tensor '", key, "' is ", t->describe(), "; LoRA matrices have rank 2");
     }
     if (p.a.dim(0) != r || p.b.dim(1) != r)
       fail(ad.description, ": '", p.a_key, "' is ", p.a.describe(), " and '", p.b_key, "' is ", p.b.describe(),
@@ -260,8 +262,8 @@ Tensor merge_lora_weight(const Tensor& w, const Tensor& a, const Tensor& b, floa
       merge_rows(w.data<float>(), out.mutable_data<float>(), pa, pb, rows, in, r, scale);
       break;
     case DType::Float16:
-      merge_rows(static_cast<const F16Storage*>(w.raw()), static_cast<F16Storage*>(out.mutable_raw()), pa, pb, rows,
-                 in, r, scale);
+      merge_rows(static_cast<const F16Storage*>(w.raw()), static_cast<F16Storage*>(out.mutable_raw()), pa, pb, rows, in,
+                 r, scale);
       break;
     default:
       merge_rows(static_cast<const BF16Storage*>(w.raw()), static_cast<BF16Storage*>(out.mutable_raw()), pa, pb, rows,
