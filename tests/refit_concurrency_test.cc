@@ -3,11 +3,16 @@
 // of weights A or of weights B, never a mix. Concurrent commits are serialized, leaving the
 // engine exactly on one of the sets with its source records and missing list consistent. A
 // stripped engine refuses runs until the first complete refit, and never again after a thread
-// has seen it run. Built for ThreadSanitizer too (REFORGE_TSAN).
+// has seen it run. Named weight versions of a session keep serving their own weights, bit for
+// bit, while refits (LoRA adapters on a base checkpoint) replace them thousands of times and some
+// fail mid-way. Built for ThreadSanitizer too (REFORGE_TSAN).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -16,7 +21,11 @@
 #include "core/npy.h"
 #include "onnx/importer.h"
 #include "refit/refitter.h"
+#include "refit/safetensors.h"
 #include "runtime/plan_engine.h"
+#include "session/build.h"
+#include "session/session.h"
+#include "support/engine_checks.h"
 #include "support/llama_fixture.h"
 #include "transforms/recipe.h"
 
@@ -271,6 +280,121 @@ TEST(RefitConcurrency, StrippedEngineRunsOnlyAfterTheFirstCompleteRefit) {
   EXPECT_GE(refused.load(), kReaders);
   EXPECT_TRUE(e.missing_sources().empty());
   EXPECT_TRUE(same(snapshot_of(e), f.snap_a));
+}
+
+// Named versions under a storm of refits (session/session.h): one thread runs versions "A" and
+// "B" of the real Llama export alternately, logging the version each run used and whether its
+// output was that version's, while this thread replaces them in turn with the base checkpoint plus
+// LoRA adapter A or B (refit/lora.h), as many times as fit in about two seconds and at least
+// kMinRefits. After each refit it waits (no time limit, no sleep) for a run of that version that
+// started after it, so that every version made is run. Every fifth refit is made to fail mid-way:
+// the other adapter's weights, refused by the commit's `replayed` hook once half of the engine
+// weights are replayed; the version must go on serving its own weights. Every logged run must
+// equal, bit for bit, the output of the version it ran on: never the other's, never a mix.
+TEST(RefitConcurrency, NamedVersionsServeTheirOwnWeightsWhileRefitsReplaceThem) {
+  const fs::path hf = kModels / "hf" / "llama";
+  session::BuildRequest build;
+  build.model = (hf / "A" / "model.onnx").string();
+  build.options.mode = plan::BuildMode::Refit;
+  build.checkpoint.files = {(hf / "checkpoint_A.safetensors").string()};
+  session::Session s(session::build_plan(build).plan, one_thread());
+  const auto base = refit::Checkpoint::open((hf / "checkpoint_A.safetensors").string()).tensors();
+  const std::string names[2] = {"A", "B"};
+  refit::LoraSource adapters[2];
+  for (int v = 0; v < 2; ++v) {
+    const fs::path dir = hf / "lora" / names[v];
+    adapters[v].tensors = refit::Checkpoint::open((dir / "adapter_model.safetensors").string()).tensors();
+    std::ifstream f(dir / "adapter_config.json");
+    adapters[v].config_json.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  auto request = [&](int adapter) {
+    refit::RefitRequest req;
+    req.checkpoint_tensors = base;
+    req.lora = adapters[adapter];
+    return req;
+  };
+  const std::map<std::string, Tensor> in = {{"input_ids", read_npy((hf / "inputs" / "input_ids.npy").string())}};
+  Tensor want[2];
+  size_t replays = 0;  // engine weights a refit replays
+  for (int v = 0; v < 2; ++v) {
+    replays = s.refit(request(v), nullptr, names[v]).commit.weights_replayed;
+    want[v] = s.run(in, {}, names[v])[0];
+  }
+  ASSERT_FALSE(transforms::bit_equal(want[0], want[1]));
+  ASSERT_GT(replays, 2u);
+
+  // epoch[v]: the number of the last refit of version v, successful or not, once it has returned;
+  // fresh[v]: the largest epoch[v] that a finished run of v read before it started.
+  std::atomic<int> epoch[2] = {0, 0}, fresh[2] = {0, 0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> errors{0};
+  struct Logged {
+    int version;
+    Seen seen;  // A: the version's own output, B: the other version's, Mix: neither
+  };
+  std::vector<Logged> log;
+  std::thread runner([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      const int v = i % 2;
+      const int e = epoch[v].load();
+      try {
+        const Tensor out = s.run(in, {}, names[v])[0];
+        log.push_back({v, transforms::bit_equal(out, want[v])         ? Seen::A
+                          : transforms::bit_equal(out, want[1 - v]) ? Seen::B
+                                                                    : Seen::Mix});
+      } catch (const std::exception&) {
+        ++errors;
+      }
+      fresh[v].store(e);
+    }
+  });
+
+  constexpr int kMinRefits = 40, kMaxRefits = 20000;
+  const auto start = std::chrono::steady_clock::now();
+  int refits = 0, injected = 0;
+  for (int k = 1; k <= kMinRefits || (k <= kMaxRefits && std::chrono::steady_clock::now() - start <
+                                                              std::chrono::seconds(2));
+       ++k) {
+    const int v = k % 2;
+    const bool fail_midway = k % 5 == 0;
+    refit::RefitRequest req = request(fail_midway ? 1 - v : v);
+    if (fail_midway) {
+      auto replayed = std::make_shared<std::atomic<size_t>>(0);  // replays may run on several threads
+      req.commit.replayed = [replayed, replays](const std::string& name, Tensor t) {
+        if (++*replayed > replays / 2) fail("injected failure at engine weight '", name, "'");
+        return t;
+      };
+      const std::string err = test_support::error_of([&] { s.refit(req, nullptr, names[v]); });
+      EXPECT_NE(err.find("injected failure"), std::string::npos) << err;
+      ++injected;
+    } else {
+      s.refit(req, nullptr, names[v]);
+    }
+    ++refits;
+    epoch[v].store(k);
+    // A runner that throws goes on running, so this wait ends (and the error is counted).
+    while (fresh[v].load() < k && errors.load() == 0) std::this_thread::yield();
+    if (errors.load()) break;
+  }
+  stop = true;
+  runner.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_GE(refits, kMinRefits);
+  EXPECT_GE(injected, refits / 5);
+  size_t own[2] = {0, 0}, other = 0, mixed = 0;
+  for (const Logged& l : log) {
+    own[l.version] += l.seen == Seen::A;
+    other += l.seen == Seen::B;
+    mixed += l.seen == Seen::Mix;
+  }
+  EXPECT_EQ(other, 0u) << "runs that saw the other version's weights";
+  EXPECT_EQ(mixed, 0u) << "runs that saw a mix of weights";
+  // A run of each version after every refit of it (about half the refits each).
+  EXPECT_GE(own[0], static_cast<size_t>(refits / 2));
+  EXPECT_GE(own[1], static_cast<size_t>(refits / 2));
+  EXPECT_EQ(s.versions(), (std::vector<std::string>{"A", "B"}));
+  for (int v = 0; v < 2; ++v) EXPECT_TRUE(transforms::bit_equal(s.run(in, {}, names[v])[0], want[v]));
+  std::printf("[          ] %d refits (%d made to fail mid-way), %zu runs logged\n", refits, injected, log.size());
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ const std::vector<std::string> kReportKeys = {
     "weights_on_device", "bytes_streamed", "transposed_on_device",
     "read_ms",    "validate_ms", "replay_ms",   "commit_ms", "verify_ms",
     "verified_weights", "unused_checkpoint_tensors", "baked_given", "baked_differing_kept", "literals_given",
-    "literals_differing_kept", "quantized", "note", "summary"};
+    "literals_differing_kept", "quantized", "lora", "note", "summary"};
 
 std::vector<std::string> keys_of(const nlohmann::ordered_json& j) {
   std::vector<std::string> keys;

@@ -17,6 +17,7 @@ refits it, each run on the old or the new weights, never a mix.
 
 from __future__ import annotations
 
+import json
 import os
 import pkgutil
 from dataclasses import dataclass
@@ -105,6 +106,27 @@ def _check_block_size(value: Any) -> int:
     if not 16 <= value <= 1 << 20 or value & (value - 1):
         raise ValueError("block_size must be a power of two from 16 to 1048576, got %d" % value)
     return value
+
+
+def _lora_args(lora: Any) -> Tuple[str, Dict[str, Any], str]:
+    """``Plan.refit``'s ``lora`` as the extension takes it: (path, tensors, config JSON)."""
+    if lora is None:
+        return "", {}, ""
+    if isinstance(lora, (str, os.PathLike)):
+        return os.fspath(lora), {}, ""
+    if isinstance(lora, tuple) and len(lora) == 2 and isinstance(lora[0], Mapping):
+        tensors, config = lora
+        if hasattr(config, "to_dict") and callable(config.to_dict):  # peft.LoraConfig
+            config = config.to_dict()
+        if not isinstance(config, Mapping):
+            raise TypeError("lora=(tensors, config): config is a dict as in adapter_config.json or a peft LoraConfig, "
+                            "not %s" % type(config).__name__)
+        # As PEFT writes adapter_config.json: sets as lists, enums by value.
+        config = {k: (sorted(v) if isinstance(v, (set, frozenset)) else v) for k, v in config.items()}
+        text = json.dumps(config, default=lambda v: v.value if hasattr(v, "value") else str(v))
+        return "", {str(k): _array(v, "LoRA tensor '%s'" % k) for k, v in tensors.items()}, text
+    raise TypeError("lora is a PEFT adapter's folder or adapter_model.safetensors, or (tensors, config), not %s"
+                    % type(lora).__name__)
 
 
 class Plan:
@@ -377,6 +399,8 @@ class Plan:
         strip_prefix: str = "",
         add_prefix: str = "",
         version: Optional[str] = None,
+        lora: Union[PathLike, Tuple[Mapping[str, Any], Any], None] = None,
+        lora_scale: float = 1.0,
         progress: Optional[Callable[[str, int, int, str], None]] = None,
     ) -> Dict[str, Any]:
         """Gives the plan new weights, as one transaction: all of them, or (on any error) none.
@@ -407,6 +431,16 @@ class Plan:
         replaced) instead of its current weights, which stay: ``run(..., version="B")`` runs on
         them, :meth:`versions` lists the names, :meth:`drop_version` frees one. Versions share
         every engine weight they do not change. (Not with ``mode="slow"``.)
+        ``lora`` merges a LoRA adapter into the checkpoint ``weights`` (its base, bound at build)
+        before the plan's recipes read it: ``W + lora_alpha/r * B @ A`` (``/sqrt(r)`` with
+        ``use_rslora``; times ``lora_scale``), by the arithmetic docs/refit.md states, so that the
+        same base and adapter always give the same bytes. It is the folder PEFT's
+        ``save_pretrained`` writes (or its ``adapter_model.safetensors``), or a pair
+        ``(tensors, config)``: arrays by PEFT's names (``get_peft_model_state_dict(model)``) and the
+        adapter's config (a dict as in ``adapter_config.json``, or PEFT's ``LoraConfig``). Adapter
+        tensors that adapt nothing of the plan, and features the merge cannot express (DoRA,
+        ``fan_in_fan_out``, ``modules_to_save``, ...), are refused by name; the report's ``lora``
+        lists what was merged.
         New weights holding NaN or Inf are refused unless ``allow_nonfinite``. In a plan built
         with ``individual=...``, new weights that hold other values for a baked source than the
         plan was built with are refused (the plan would run a mix of old and new weights) unless
@@ -430,6 +464,7 @@ class Plan:
             raise TypeError(
                 "refit() takes an ONNX model or safetensors path, a list of paths, or a dict of arrays (a state "
                 "dict), not %s" % type(weights).__name__)
+        lora_path, lora_tensors, lora_config = _lora_args(lora)
         if isinstance(weights, Mapping):
             if names is None:
                 names = "checkpoint" if self._impl.bound else "onnx"
@@ -440,13 +475,13 @@ class Plan:
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
             return self._impl.refit_tensors(
                 arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, strip_prefix, add_prefix,
-                version or "", progress
+                version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress
             )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
         return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, strip_prefix, add_prefix,
-                                      version or "", progress)
+                                      version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress)
 
     def versions(self) -> List[str]:
         """The names of the plan's weight versions (``refit(..., version=NAME)``), sorted."""

@@ -33,6 +33,10 @@ class Plan:
         strip_prefix: str,
         add_prefix: str,
         version: str,
+        lora_path: str,
+        lora_tensors: Dict[str, Any],
+        lora_config: str,
+        lora_scale: float,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def refit_tensors(
@@ -45,6 +49,10 @@ class Plan:
         strip_prefix: str,
         add_prefix: str,
         version: str,
+        lora_path: str,
+        lora_tensors: Dict[str, Any],
+        lora_config: str,
+        lora_scale: float,
         progress: Optional[Callable[[str, int, int, str], None]],
     ) -> Dict[str, Any]: ...
     def save(

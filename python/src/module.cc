@@ -221,6 +221,27 @@ runtime::EngineOptions engine_options(int threads, bool device_replay) {
   return eo;
 }
 
+// A LoRA adapter as Plan.refit gives it (python/reforge: lora=, lora_scale=): a path, or arrays by
+// PEFT's names with the config's JSON text; read in the refit (refit/lora.h).
+struct LoraArgs {
+  std::string path;
+  std::vector<std::pair<std::string, refit::DlpackTensor>> arrays;
+  std::string config;
+  double scale = 1;
+
+  LoraArgs(std::string path, const nb::dict& tensors, std::string config, double scale)
+      : path(std::move(path)), arrays(arrays_of(tensors, "LoRA tensor")), config(std::move(config)), scale(scale) {}
+  // Where the GIL is released: the arrays read by the library's DLPack reader.
+  refit::LoraSource source() const {
+    refit::LoraSource s;
+    s.path = path;
+    s.tensors = tensors_of(arrays, "LoRA tensor");
+    s.config_json = config;
+    s.multiplier = scale;
+    return s;
+  }
+};
+
 class Plan {
  public:
   explicit Plan(session::Session s) : session_(std::move(s)) {}
@@ -246,11 +267,14 @@ class Plan {
 
   nb::object refit_files(const std::vector<std::string>& files, const std::string& mode, bool allow_nonfinite,
                          bool keep_baked, const std::string& strip_prefix, const std::string& add_prefix,
-                         const std::string& version, std::optional<nb::callable> progress) {
+                         const std::string& version, const std::string& lora_path, const nb::dict& lora_tensors,
+                         const std::string& lora_config, double lora_scale, std::optional<nb::callable> progress) {
+    const LoraArgs lora(lora_path, lora_tensors, lora_config, lora_scale);
     ProgressObserver observer(progress);
     return to_python(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
       req.files = files;
+      req.lora = lora.source();
       req.strip_prefix = strip_prefix;
       req.add_prefix = add_prefix;
       req.mode = refit_mode_of(mode);
@@ -262,12 +286,15 @@ class Plan {
 
   nb::object refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental,
                            bool keep_baked, const std::string& strip_prefix, const std::string& add_prefix,
-                           const std::string& version, std::optional<nb::callable> progress) {
+                           const std::string& version, const std::string& lora_path, const nb::dict& lora_tensors,
+                           const std::string& lora_config, double lora_scale, std::optional<nb::callable> progress) {
     const char* role = checkpoint_names ? "checkpoint tensor" : "source";
     auto arrays = arrays_of(values, role);
+    const LoraArgs lora(lora_path, lora_tensors, lora_config, lora_scale);
     ProgressObserver observer(progress);
     return to_python(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
+      req.lora = lora.source();
       req.strip_prefix = strip_prefix;
       req.add_prefix = add_prefix;
       (checkpoint_names ? req.checkpoint_tensors : req.tensors) = tensors_of(arrays, role);
@@ -503,9 +530,11 @@ NB_MODULE(_reforge, m) {
   nb::class_<Plan>(m, "Plan")
       .def("run", &Plan::run, "inputs"_a, "version"_a = "")
       .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "keep_baked"_a,
-           "strip_prefix"_a, "add_prefix"_a, "version"_a, "progress"_a.none())
+           "strip_prefix"_a, "add_prefix"_a, "version"_a, "lora_path"_a, "lora_tensors"_a, "lora_config"_a,
+           "lora_scale"_a, "progress"_a.none())
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
-           "incremental"_a, "keep_baked"_a, "strip_prefix"_a, "add_prefix"_a, "version"_a, "progress"_a.none())
+           "incremental"_a, "keep_baked"_a, "strip_prefix"_a, "add_prefix"_a, "version"_a, "lora_path"_a,
+           "lora_tensors"_a, "lora_config"_a, "lora_scale"_a, "progress"_a.none())
       .def("versions", &Plan::versions)
       .def("drop_version", &Plan::drop_version, "name"_a)
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())

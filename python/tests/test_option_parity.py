@@ -58,6 +58,8 @@ ELSEWHERE = {
         "strip-prefix": (reforge.Plan.refit, "strip_prefix"),
         "add-prefix": (reforge.Plan.refit, "add_prefix"),
         "keep-baked": (reforge.Plan.refit, "keep_baked"),
+        "lora": (reforge.Plan.refit, "lora"),
+        "lora-scale": (reforge.Plan.refit, "lora_scale"),
         "input": (reforge.Plan.run, "inputs"),
         "threads": (reforge.build, "threads"),
         "precision": (reforge.build, "precision"),

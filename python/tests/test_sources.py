@@ -19,7 +19,7 @@ REPORT_KEYS = [
     "bytes_copied", "packed_from_transposed", "weights_on_device", "bytes_streamed", "transposed_on_device",
     "read_ms", "validate_ms", "replay_ms", "commit_ms", "verify_ms",
     "verified_weights", "unused_checkpoint_tensors", "baked_given", "baked_differing_kept", "literals_given",
-    "literals_differing_kept", "quantized", "note", "summary",
+    "literals_differing_kept", "quantized", "lora", "note", "summary",
 ]  # fmt: skip
 
 

@@ -155,6 +155,10 @@ refit::RefitReport refit_from(runtime::PlanEngine& engine, const refit::RefitReq
     fail("refit from '", req.files[0],
          "': --strip-prefix and --add-prefix rename a checkpoint's tensors; an ONNX model's sources are read by "
          "graph position");
+  if (req.lora.given())
+    fail("refit from '", req.files[0],
+         "': a LoRA adapter merges into a checkpoint's tensors by module name, and an ONNX model's sources are read "
+         "by graph position; give the base weights as the checkpoint the plan was bound to");
   const std::string& src = req.files[0];
   refit::RefitReport rep;
   rep.from = "onnx";

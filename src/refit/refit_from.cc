@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/nearest_names.h"
 #include "core/nonfinite.h"
 #include "core/timing.h"
 #include "refit/checkpoint_refit.h"
@@ -56,6 +57,10 @@ std::string RefitReport::summary() const {
       os << "refit --verify: fast == slow for all " << verified << " derived engine weights, bit for bit (" << verify_ms
          << " ms)\n";
   }
+  if (lora)
+    os << "lora: merged " << lora->merged.size() << " matrices of " << lora->adapter << " (r " << lora->r << ", scale "
+       << std::setprecision(6) << std::defaultfloat << lora->scale << std::fixed << std::setprecision(2) << ") in "
+       << lora->merge_ms << " ms\n";
   if (c.baked_given)
     os << "baked sources: " << c.baked_given << " given, "
        << (c.baked_differing
@@ -122,6 +127,12 @@ nlohmann::ordered_json RefitReport::json() const {
           {"literals_given", literals_given},
           {"literals_differing_kept", literals_differing},
           {"quantized", std::move(quantized_changes)},
+          {"lora", lora ? nlohmann::ordered_json{{"adapter", lora->adapter},
+                                                  {"merged", lora->merged},
+                                                  {"r", lora->r},
+                                                  {"scale", lora->scale},
+                                                  {"merge_ms", lora->merge_ms}}
+                        : nlohmann::ordered_json(nullptr)},
           {"note", note},
           {"summary", summary()}};
 }
@@ -147,6 +158,37 @@ void check_finite_read(const plan::Plan& p, const Checkpoint& ckpt) {
   }
 }
 
+// Merges the adapter `source` into `ckpt` (refit/lora.h), refusing NaN or Inf in its matrices
+// when `check_finite`.
+RefitReport::Lora merge_adapter(Checkpoint& ckpt, const LoraSource& source, bool check_finite) {
+  const auto t = std::chrono::steady_clock::now();
+  const LoraAdapter adapter = read_lora_adapter(source);
+  if (check_finite)
+    for (const LoraPair& pair : adapter.pairs)
+      for (const auto& [key, m] : {std::pair{&pair.a_key, &pair.a}, std::pair{&pair.b_key, &pair.b}})
+        if (const int64_t i = first_nonfinite(*m); i >= 0)
+          fail_refit_nonfinite("tensor '" + *key + "' of " + adapter.description, *m, i);
+  ckpt = merge_lora(ckpt, adapter);
+  RefitReport::Lora rep;
+  rep.adapter = adapter.description;
+  for (const LoraPair& pair : adapter.pairs) rep.merged.push_back(pair.target);
+  rep.r = adapter.config.r;
+  rep.scale = adapter.scale();
+  rep.merge_ms = ms_since(t);
+  return rep;
+}
+
+// An adapter that changes a checkpoint tensor no binding of the plan reads would be dropped
+// unseen: refused, naming it.
+void check_lora_used(const RefitReport::Lora& lora, const std::vector<std::string>& unused, const Checkpoint& ckpt) {
+  std::vector<std::string> dropped;
+  for (const auto& name : lora.merged)
+    if (std::find(unused.begin(), unused.end(), name) != unused.end()) dropped.push_back(name);
+  if (!dropped.empty())
+    fail("refit: ", lora.adapter, " adapts ", quoted_list(dropped), " of ", ckpt.description(),
+         ", which no source of this plan reads: the adapter would be ignored there. Nothing was changed");
+}
+
 }  // namespace
 
 RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
@@ -169,6 +211,10 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
   if (!checkpoint && (!req.strip_prefix.empty() || !req.add_prefix.empty()))
     fail("refit: --strip-prefix and --add-prefix rename a checkpoint's tensors; these weights are tensors by "
          "initializer name or source key");
+  if (req.lora.given() && !checkpoint)
+    fail("refit: a LoRA adapter merges into a checkpoint's tensors by module name; give the base weights as the "
+         "checkpoint the plan was bound to (safetensors, or a state dict by checkpoint names), not tensors by "
+         "initializer name");
   if (req.mode != RefitMode::Fast)
     fail("refit: a ", refit_mode_name(req.mode), " refit (--slow, --verify) needs a re-exported ONNX model, not ",
          checkpoint ? "a checkpoint" : "tensors");
@@ -185,6 +231,10 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     ckpt = (in_memory_checkpoint ? Checkpoint::from_tensors(req.checkpoint_tensors, "state dict")
                                  : open_checkpoint(files))
                .with_key_prefix(req.strip_prefix, req.add_prefix);
+    if (req.lora.given()) {
+      if (commit.progress) commit.progress(Progress{"merging the LoRA adapter"});
+      rep.lora = merge_adapter(ckpt, req.lora, commit.check_finite);
+    }
     auto cs = sources_from_checkpoint(p, ckpt);
     if (commit.check_finite) check_finite_read(p, ckpt);
     const LiteralCheck lits = check_literals(p, ckpt);
@@ -204,6 +254,7 @@ RefitReport refit_from(runtime::PlanEngine& engine, const RefitRequest& req) {
     for (const auto& b : p.literal_bindings)  // compared above, not unused
       for (const auto& in : b.binding.checkpoint)
         cs.unused.erase(std::remove(cs.unused.begin(), cs.unused.end(), in.name), cs.unused.end());
+    if (rep.lora) check_lora_used(*rep.lora, cs.unused, ckpt);
     rep.read_ms = ms_since(t0);
     set_sources(r, cs);
     rep.unused = std::move(cs.unused);

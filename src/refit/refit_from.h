@@ -21,11 +21,13 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "refit/lora.h"
 #include "refit/refitter.h"
 #include "runtime/plan_engine.h"
 
@@ -56,6 +58,10 @@ struct RefitRequest {
   // A checkpoint's names (files or checkpoint_tensors) as Checkpoint::with_key_prefix renames them.
   std::string strip_prefix, add_prefix;
   RefitMode mode = RefitMode::Fast;  // ONNX models only; otherwise it must be Fast
+  // A LoRA adapter merged into the checkpoint (files or checkpoint_tensors, after the renaming
+  // above) before its bindings read it (refit/lora.h): the new weights are those of the merged
+  // checkpoint, as a refit from it or a fresh build bound to it makes them.
+  LoraSource lora;
   // check_finite (NaN/Inf refused), incremental (only the sources given change; caller tensors
   // only: a checkpoint or a model gives every source).
   CommitOptions commit;
@@ -82,6 +88,16 @@ struct RefitReport {
   size_t literals_given = 0;
   std::vector<std::string> literals_differing;
   std::string note;  // slow/verify: how the rebuild's options were found, when not from the plan's record
+  // With a LoRA adapter: what was merged (the checkpoint tensors it changed, sorted), its rank and
+  // the scale applied, and the time the merge took (within read_ms).
+  struct Lora {
+    std::string adapter;
+    std::vector<std::string> merged;
+    int64_t r = 0;
+    float scale = 0;
+    double merge_ms = 0;
+  };
+  std::optional<Lora> lora;
 
   // What the CLI prints: a line of phases and counts, and one on verification or unused tensors.
   std::string summary() const;

@@ -391,6 +391,18 @@ Checkpoint Checkpoint::with_key_prefix(const std::string& strip, const std::stri
   return c;
 }
 
+Checkpoint Checkpoint::with_replaced(const std::map<std::string, Tensor>& replaced, const std::string& what) const {
+  Checkpoint c = *this;
+  for (const auto& [name, t] : replaced) {
+    auto it = c.tensors_.find(name);
+    REFORGE_ASSERT(it != c.tensors_.end() && t.defined());
+    it->second = t;
+    c.files_.erase(name);  // in memory now, not in the file
+  }
+  c.description_ = description_ + " with " + what + " merged";
+  return c;
+}
+
 const Tensor* Checkpoint::find(const std::string& name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second;

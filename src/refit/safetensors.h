@@ -66,6 +66,10 @@ class Checkpoint {
   // saved under another module name needs ("m." -> "model."). Throws, naming them, when no name
   // begins with `strip` or when two names become one.
   Checkpoint with_key_prefix(const std::string& strip, const std::string& add) const;
+  // The same tensors with each of `replaced` taking the place of the tensor of its name, which
+  // must exist (a LoRA merge, refit/lora.h); `what` is added to the description ("checkpoint
+  // 'a.safetensors' with LoRA adapter 'x' merged").
+  Checkpoint with_replaced(const std::map<std::string, Tensor>& replaced, const std::string& what) const;
 
   const std::map<std::string, Tensor>& tensors() const { return tensors_; }
   const Tensor* find(const std::string& name) const;

@@ -85,7 +85,11 @@ refit::RefitReport Session::refit(refit::RefitRequest req, Observer* observer, c
                            : !req.files.empty()              ? std::string("the weight files")
                            : !req.checkpoint_tensors.empty() ? std::string("a state dict")
                                                              : std::string("tensors");
-  PhaseScope phase(observer, "refitting from " + from + (version.empty() ? "" : " into version '" + version + "'"));
+  const std::string lora = !req.lora.given()         ? ""
+                           : req.lora.path.empty() ? std::string(" with a LoRA adapter")
+                                                   : " with LoRA adapter '" + req.lora.path + "'";
+  PhaseScope phase(observer,
+                   "refitting from " + from + lora + (version.empty() ? "" : " into version '" + version + "'"));
   if (!req.commit.progress) req.commit.progress = phase.steps();
   if (version.empty()) return build::refit_from(*engine_, req);
   runtime::PlanEngine::Version made;

@@ -38,6 +38,7 @@ struct BenchArgs {
   int warmup = 3;
   std::vector<std::string> weights;
   KeyPrefixes prefixes;
+  LoraOptions lora;
   bool allow_nonfinite = false;
   bool keep_baked = false;
   std::string precision, activations;
@@ -309,6 +310,7 @@ Runner add_bench(CLI::App& app) {
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
   add_key_prefix_options(app, a->prefixes);
+  add_lora_options(app, a->lora);
   app.add_flag("--keep-baked", a->keep_baked,
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
@@ -351,6 +353,7 @@ Runner add_bench(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.prefixes = a->prefixes;
+    lo.lora = a->lora;
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.keep_baked = a->keep_baked;
     lo.precision = a->precision;

@@ -1,4 +1,5 @@
-// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights | --full] [--slow | --verify] [--keep-baked]`
+// `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights | --full] [--slow | --verify] [--keep-baked]
+//                   [--lora ADAPTER [--lora-scale S]]`
 // Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
 // -o is given; atomically either way): stripped when PLAN was (a weight-stripped plan stays the
 // small file it was shipped as) or --strip-weights asks, with every weight when --full asks. The engine runs on the device the plan was built for (no
@@ -19,6 +20,7 @@ struct RefitArgs {
   std::string plan, out;
   std::vector<std::string> weights;
   KeyPrefixes prefixes;
+  LoraOptions lora;
   bool strip = false, full = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false,
        json = false;
 };
@@ -33,6 +35,7 @@ Runner add_refit(CLI::App& app) {
                  "name")
       ->required();
   add_key_prefix_options(app, a->prefixes);
+  add_lora_options(app, a->lora);
   app.add_option("-o,--output", a->out, "plan file to write (default: overwrite PLAN)");
   auto* strip = app.add_flag("--strip-weights", a->strip,
                              "write the refit plan without refittable weight data (the default for a stripped PLAN)");
@@ -51,6 +54,7 @@ Runner add_refit(CLI::App& app) {
     LoadOptions o;
     o.weights = a->weights;
     o.prefixes = a->prefixes;
+    o.lora = a->lora;
     o.slow = a->slow;
     o.verify = a->verify;
     o.allow_nonfinite = a->allow_nonfinite;

@@ -32,6 +32,7 @@ struct RunArgs {
   int threads = 0;
   std::vector<std::string> weights;
   KeyPrefixes prefixes;
+  LoraOptions lora;
   std::string precision, activations;
   int64_t block_size = 0;
   DeviceOptions device;
@@ -88,6 +89,7 @@ Runner add_run(CLI::App& app) {
   app.add_flag("--allow-nonfinite", a->allow_nonfinite,
                "accept NaN/Inf in the weights of an ONNX model built here and in --weights (refused by default)");
   add_key_prefix_options(app, a->prefixes);
+  add_lora_options(app, a->lora);
   app.add_flag("--keep-baked", a->keep_baked,
                "with --weights: keep a --refit-individual plan's baked sources where the weights hold other values "
                "(refused by default)");
@@ -157,6 +159,7 @@ Runner add_run(CLI::App& app) {
     lo.threads = a->threads;
     lo.weights = a->weights;
     lo.prefixes = a->prefixes;
+    lo.lora = a->lora;
     lo.mark_outputs = a->mark_outputs;
     lo.allow_nonfinite = a->allow_nonfinite;
     lo.keep_baked = a->keep_baked;

@@ -103,6 +103,14 @@ void add_key_prefix_options(CLI::App& app, KeyPrefixes& o) {
   app.add_option("--add-prefix", o.add, "put P in front of every checkpoint tensor name (after --strip-prefix)");
 }
 
+void add_lora_options(CLI::App& app, LoraOptions& o) {
+  auto* lora = app.add_option("--lora", o.path,
+                              "a LoRA adapter as PEFT saves it (its folder, or adapter_model.safetensors with "
+                              "adapter_config.json beside it), merged into the --weights checkpoint first: "
+                              "W + alpha/r * B @ A");
+  app.add_option("--lora-scale", o.scale, "multiply the adapter's alpha/r by S (default 1)")->needs(lora);
+}
+
 void add_precision_options(CLI::App& app, std::string& precision, std::string& activations, int64_t& block_size) {
   app.add_option("--precision", precision,
                  "storage type of MatMul/Gemm weights when building: fp32 (default), bf16 or fp16 (a cast), int8 "

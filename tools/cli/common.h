@@ -49,6 +49,13 @@ struct KeyPrefixes {
   std::string strip, add;
 };
 void add_key_prefix_options(CLI::App& app, KeyPrefixes& o);
+// --lora PATH / --lora-scale S: a PEFT LoRA adapter merged into the checkpoint given with --weights
+// (refit::LoraSource, refit/lora.h), its alpha / r multiplied by S.
+struct LoraOptions {
+  std::string path;
+  double scale = 1;
+};
+void add_lora_options(CLI::App& app, LoraOptions& o);
 
 // Adds `--no-verify` (load a plan file without hashing its weights; `run` and `bench`).
 void add_no_verify_option(CLI::App& app, bool& no_verify);

@@ -38,6 +38,8 @@ session::Session load_session(const std::string& path, const LoadOptions& o) {
   if (o.keep_baked && o.weights.empty()) fail("--keep-baked applies when refitting with --weights; none were given");
   if ((!o.prefixes.strip.empty() || !o.prefixes.add.empty()) && o.weights.empty())
     fail("--strip-prefix and --add-prefix rename the tensors of a checkpoint given with --weights; none was given");
+  if (!o.lora.path.empty() && o.weights.empty())
+    fail("--lora merges an adapter into the checkpoint given with --weights (its base weights); none was given");
   PhaseObserver observer;
   std::optional<session::Session> s;
   if (session::is_plan_file(path)) {
@@ -81,6 +83,8 @@ refit::RefitReport refit_session(session::Session& s, const LoadOptions& o) {
   req.files = o.weights;
   req.strip_prefix = o.prefixes.strip;
   req.add_prefix = o.prefixes.add;
+  req.lora.path = o.lora.path;
+  req.lora.multiplier = o.lora.scale;
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
   req.commit.keep_baked = o.keep_baked;

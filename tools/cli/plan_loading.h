@@ -18,6 +18,7 @@ struct LoadOptions {
   int threads = 0;
   std::vector<std::string> weights;      // new weights, each file recognized by its content
   KeyPrefixes prefixes;                  // a checkpoint's names renamed (--strip-prefix, --add-prefix)
+  LoraOptions lora;                      // a LoRA adapter merged into the checkpoint (--lora, --lora-scale)
   std::vector<std::string> mark_outputs;  // --mark-outputs (session::BuildRequest::mark_outputs)
   bool slow = false;                     // slow refit: rebuild from the new model
   bool verify = false;                   // run fast and slow, compare every engine weight
