@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Packs this tree's Release build (build/, configured with CUDA) for the GPU machine:
 # .device/prebuilt.tar.xz holds the stripped `reforge`, `reforge_tests` and
-# `reforge_refit_gpu_bench` (device_test.sh --refit-bench) and the commit they were built from; `scripts/device_test.sh --prebuilt` runs them there instead of building.
-#   scripts/device_bundle.sh [BUILD] [--python PY]
+# `reforge_refit_gpu_bench` (device_test.sh --refit-bench) and the commit they were built from;
+# `scripts/device_test.sh --prebuilt` runs them there instead of building.
+#   scripts/device_bundle.sh [BUILD] [--python PY] [--min-libs]
 # --python PY packs, instead of reforge_tests, the Python extension for PY (the GPU machine's
 # Python 3.12, for `scripts/device_oracle.sh --prebuilt`; PY needs nanobind): nanobind and
 # python/src/module.cc compile for PY in BUILD-python, and link with BUILD's libraries by BUILD's
-# own link line for its extension, so the library is compiled once.
+# own link line for its extension, so the library is compiled once. --min-libs also packs the
+# runtime packages' shared libraries alone into .device/runtime-min (smaller than the packages:
+# for a run near the carry limit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build py=""
+B=build py="" min=0
 while [ $# -gt 0 ]; do
   case $1 in
     --python) py=${2:?--python needs an interpreter}; shift 2 ;;
+    --min-libs) min=1; shift ;;
     *) B=$1; shift ;;
   esac
 done
@@ -64,4 +68,17 @@ mkdir -p .device/runtime-debs
 for p in libdnnl2 libopenblas0-openmp libgfortran5 libquadmath0 libxxhash0 libprotobuf32 libsentencepiece0 libprotobuf-lite32 libzip4; do
   ln -f .device/debs/${p}_*.deb .device/runtime-debs/
 done
+if [ $min = 1 ]; then
+  # The same packages' shared libraries alone (no documentation, no LAPACK, no sentencepiece
+  # trainer), one archive: .device/runtime-min, which device_test.sh --prebuilt takes where
+  # .device/runtime-debs is not carried (a run whose tree must be smaller).
+  libs=$(mktemp -d)
+  for f in .device/runtime-debs/*.deb; do dpkg -x "$f" "$libs"; done
+  rm -rf "$libs/usr/share" "$libs"/usr/lib/x86_64-linux-gnu/libsentencepiece_train* \
+    "$libs"/usr/lib/x86_64-linux-gnu/openblas-openmp/liblapack*
+  mkdir -p .device/runtime-min
+  tar -C "$libs" -cf - . | xz -T0 -9e >.device/runtime-min/runtime-libs.tar.xz
+  rm -rf "$libs"
+  du -sh .device/runtime-min
+fi
 du -sh .device/prebuilt.tar.xz .device/runtime-debs

@@ -39,11 +39,16 @@ for a in "$@"; do
     *) echo "usage: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
   esac
 done
+# The packages: .device/debs (to build here), else for --prebuilt .device/runtime-debs, or
+# .device/runtime-min (device_bundle.sh --min-libs: their shared libraries alone, one archive,
+# where the carried tree must be smaller).
 debs=.device/debs
 [ $prebuilt = 1 ] && [ ! -d $debs ] && debs=.device/runtime-debs
+[ $prebuilt = 1 ] && [ ! -d $debs ] && debs=.device/runtime-min
 [ -d $debs ] || { echo "device_test: $debs missing (run scripts/device_debs.sh, for --prebuilt device_bundle.sh, here first)" >&2; exit 1; }
 mkdir -p $deps
-for f in $debs/*.deb; do dpkg -x "$f" $deps; done
+for f in $debs/*.deb; do [ -e "$f" ] && dpkg -x "$f" $deps; done
+for f in $debs/*.tar.xz; do [ -e "$f" ] && tar -xJf "$f" -C $deps; done
 arch=x86_64-linux-gnu
 system_ld=${LD_LIBRARY_PATH:-}
 export PATH=$deps/usr/bin:$PATH

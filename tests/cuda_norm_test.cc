@@ -1,5 +1,5 @@
 // The CUDA normalization and selection kernels (BatchNormalization, InstanceNormalization,
-// GroupNormalization, CumSum, CumProd, TopK, Dropout, reforge::RmsNorm, reforge::MatMulAdd)
+// GroupNormalization, CumSum, CumProd, TopK, Dropout, reforge::RmsNorm, reforge::AddRmsNorm, reforge::MatMulAdd)
 // against the CPU's on the same inputs: a one-node graph run on "cuda" and on "cpu", held to an
 // NMSE of 1e-7 (float32/float64), 1e-4 (16-bit floats) and equality for integer, index and mask
 // results. Cases cover the node suite's shapes, odd shapes, rows long enough for whole-block
@@ -357,6 +357,39 @@ TEST(CudaNormSelect, NodesTheKernelsCannotMatchAreDeclinedWithTheReason) {
 }
 
 // ---- reforge::RmsNorm -------------------------------------------------------------------------
+
+// reforge::AddRmsNorm (fuse-add-rms-norm: a residual sum and its RMSNormalization): both outputs
+// against the CPU, rows of 16-bit models in the one kernel (a decoding step's row, a prompt's
+// rows, a scale with leading 1s) and the forms of the sum-then-normalize path (float32, a row not
+// a multiple of 8, a scale broadcast along the row, stash_type double).
+TEST(CudaNormSelect, AddRmsNormMatchesTheCpu) {
+  REQUIRE_GPU();
+  struct Case {
+    DType t, st;
+    Shape x, scale;
+    int64_t stash;
+  };
+  const std::vector<Case> cases = {{DType::BFloat16, DType::BFloat16, {1, 1, 2048}, {2048}, 1},
+                                   {DType::BFloat16, DType::BFloat16, {2, 9, 2048}, {1, 2048}, 1},
+                                   {DType::Float16, DType::Float16, {3, 4096}, {4096}, 1},
+                                   {DType::Float32, DType::Float32, {5, 300}, {300}, 1},
+                                   {DType::BFloat16, DType::BFloat16, {4, 100}, {100}, 1},
+                                   {DType::Float16, DType::Float16, {2, 64}, {1}, 1},
+                                   {DType::BFloat16, DType::BFloat16, {2, 512}, {512}, 11}};
+  uint32_t seed = 4100;
+  for (const Case& c : cases) {
+    ir::Node n = node("AddRmsNorm", {"X", "S", "R"},
+                      {{"axis", ir::int_attr("axis", -1)},
+                       {"epsilon", ir::float_attr("epsilon", 1e-6f)},
+                       {"stash_type", ir::int_attr("stash_type", c.stash)}},
+                      1, {"Y", "Sum"}, "reforge");
+    expect_same_on_cuda(n,
+                        {random_of(c.t, c.x, ++seed, -3.0f, 3.0f), random_of(c.st, c.scale, ++seed),
+                         random_of(c.t, c.x, ++seed, -3.0f, 3.0f)},
+                        describe("AddRmsNorm", c.t, c.x) + " stash " + std::to_string(c.stash), {"S"});
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
 
 TEST(CudaNormSelect, FusedRmsNormMatchesTheCpu) {
   REQUIRE_GPU();

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -296,6 +297,53 @@ TEST(FusionRmsNorm, SixteenBitCastsAndWeightBecomeRmsNormalization) {
   refit.mode = plan::BuildMode::Refit;
   EXPECT_EQ(op_counts(build::build_plan(graph(true, DType::BFloat16), refit).graph)["RMSNormalization"], 0);
   EXPECT_EQ(op_counts(build::build_plan(graph(false, DType::Float32), refit).graph)["RMSNormalization"], 0);
+}
+
+// A residual Add read by RMSNormalization-23 and again by a later Add: one reforge::AddRmsNorm with
+// both results, bit-equal to the unfused graph (float32 and bfloat16, baked and refittable scale);
+// an Add of a broadcast operand or a scale that is a graph input stays unfused.
+TEST(FusionAddRmsNorm, ResidualSumAndItsNormalizationBecomeOneNode) {
+  auto graph = [](DType t, bool broadcast, bool computed_scale) {
+    GraphBuilder b(23);
+    b.g.inputs.push_back({"x", t, true, {ir::Dim{3}, ir::Dim{5}, ir::Dim{48}}});
+    b.g.inputs.push_back({"r", t, true, {ir::Dim{broadcast ? 1 : 3}, ir::Dim{5}, ir::Dim{48}}});
+    const std::string sum = b.op("Add", {"x", "r"});
+    std::string w = "s";  // a scale the graph is given: not there where the Add is
+    if (computed_scale)
+      b.g.inputs.push_back({"s", t, true, {ir::Dim{48}}});
+    else
+      w = b.init(cast_tensor(random_f({48}, 7, 0.5f, 1.5f), t));
+    const std::string y = b.op("RMSNormalization", {sum, w}, {{"epsilon", ir::float_attr("epsilon", 1e-5f)}});
+    const std::string next = b.op("Add", {sum, y});
+    b.g.outputs.push_back({y, t, false, {}});
+    b.g.outputs.push_back({next, t, false, {}});
+    return b.g;
+  };
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (auto mode : {plan::BuildMode::Baked, plan::BuildMode::Refit}) {
+      const std::map<std::string, Tensor> feeds = {{"x", cast_tensor(random_f({3, 5, 48}, 1, -3, 3), t)},
+                                                   {"r", cast_tensor(random_f({3, 5, 48}, 2, -3, 3), t)}};
+      build::BuildOptions o;
+      o.mode = mode;
+      plan::Plan fused = build::build_plan(graph(t, false, false), o);
+      auto counts = op_counts(fused.graph);
+      EXPECT_EQ(counts["reforge::AddRmsNorm"], 1);
+      EXPECT_EQ(counts["RMSNormalization"], 0);
+      EXPECT_EQ(counts["Add"], 1);
+      o.skip_passes = {"fuse-add-rms-norm"};
+      plan::Plan plain = build::build_plan(graph(t, false, false), o);
+      EXPECT_EQ(op_counts(plain.graph)["reforge::AddRmsNorm"], 0);
+      const std::vector<Tensor> a = runtime::PlanEngine(std::move(fused)).run(feeds);
+      const std::vector<Tensor> b = runtime::PlanEngine(std::move(plain)).run(feeds);
+      ASSERT_EQ(a.size(), 2u);
+      for (size_t k = 0; k < 2; ++k) {
+        ASSERT_EQ(a[k].shape(), b[k].shape());
+        EXPECT_EQ(0, std::memcmp(a[k].raw(), b[k].raw(), a[k].nbytes())) << "output " << k << " " << dtype_name(t);
+      }
+    }
+  build::BuildOptions o;
+  EXPECT_EQ(op_counts(build::build_plan(graph(DType::BFloat16, true, false), o).graph)["reforge::AddRmsNorm"], 0);
+  EXPECT_EQ(op_counts(build::build_plan(graph(DType::BFloat16, false, true), o).graph)["reforge::AddRmsNorm"], 0);
 }
 
 // Refittable exponent / eps: still fused, kept as inputs; the kernel honours any value.

@@ -129,6 +129,7 @@ const std::vector<Pass>& default_passes() {
       {"fuse-layer-norm", false, fuse_layer_norm, {{"", "LayerNormalization", 17}}},
       {"fuse-rms-norm", false, fuse_rms_norm, {{"reforge", "RmsNorm", 1}}},
       {"fuse-rms-norm-cast", false, fuse_rms_norm_cast, {{"", "RMSNormalization", 23}}},
+      {"fuse-add-rms-norm", false, fuse_add_rms_norm, {{"reforge", "AddRmsNorm", 1}}},
       {"fuse-gelu", false, fuse_gelu, {{"reforge", "Gelu", 1}}},
       {"fuse-silu", false, fuse_silu, {{"reforge", "Silu", 1}, {"reforge", "SiluMul", 1}}},
       {"fuse-rotary", false, fuse_rotary, {{"reforge", "Rotary", 1}}},

@@ -111,6 +111,7 @@ void fuse_rms_norm(BuildState& s);
 void fuse_rms_norm_cast(BuildState& s);
 void fuse_layer_norm(BuildState& s);
 void fuse_gelu(BuildState& s);
+void fuse_add_rms_norm(BuildState& s);
 void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
 void group_matmuls(BuildState& s);  // matmul_group.cc

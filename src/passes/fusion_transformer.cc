@@ -10,6 +10,8 @@
 // fuse-rms-norm:  x * (1 / sqrt(mean(x^2, -1) + eps)) [* w]  ->  reforge::RmsNorm(x, w, eps, p, n)
 // fuse-rms-norm-cast: a 16-bit model's Cast(float32) -> reforge::RmsNorm -> Cast(back) -> Mul(w)
 //                                                         ->  RMSNormalization-23(x, w)
+// fuse-add-rms-norm: RMSNormalization-23(a + b, scale), a and b of one type and shape (a residual
+//                 sum, which the graph reads again)     ->  reforge::AddRmsNorm(a, scale, b) -> (y, a + b)
 // fuse-gelu:      x * 0.5 * (1 + erf(x / sqrt 2))           ->  reforge::Gelu(x)
 //                 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))  ->  reforge::Gelu(x, approximate=tanh)
 //                 (Gelu-20's semantics, with the decomposition's accuracy: see gelu_fast.cc)
@@ -320,6 +322,36 @@ void fuse_gelu(BuildState& s) {
     f.outputs = {last->outputs[0]};
     for (ir::Node* m : matched) g.kill(m);
     replace.emplace_back(g.index_of(last), std::move(f));
+  }
+  for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
+  g.sweep();
+}
+
+void fuse_add_rms_norm(BuildState& s) {
+  BackendVerdict verdict(s);
+  GraphIndex g(s);
+  std::vector<std::pair<size_t, ir::Node>> replace;
+  std::set<const ir::Node*> taken;
+  for (size_t i = 0; i < s.graph.nodes.size(); ++i) {
+    ir::Node* n = &s.graph.nodes[i];
+    if (g.dead(i) || !is(n, "RMSNormalization") || n->opset < 23 || n->inputs.size() != 2 || n->outputs.size() != 1)
+      continue;
+    ir::Node* add = g.producer(n->inputs[0], "Add");
+    // The scale exists where the Add is: a constant.
+    if (!add || taken.count(add) || add->inputs.size() != 2 || !g.is_const(n->inputs[1])) continue;
+    const ops::ValueType* a = verdict.type_of(add->inputs[0]);
+    const ops::ValueType* b = verdict.type_of(add->inputs[1]);
+    if (!a || !b || !a->rank_known || !b->rank_known || a->dtype != b->dtype || !is_float(a->dtype) ||
+        a->shape != b->shape)
+      continue;
+    ir::Node f = make_node(*n, "reforge", "AddRmsNorm", 1);
+    f.inputs = {add->inputs[0], n->inputs[1], add->inputs[1]};
+    f.outputs = {n->outputs[0], add->outputs[0]};
+    f.attrs = n->attrs;
+    if (verdict.declines(f)) continue;
+    taken.insert(add);
+    g.kill(n);
+    replace.emplace_back(g.index_of(add), std::move(f));
   }
   for (auto& [idx, f] : replace) s.graph.nodes[idx] = std::move(f);
   g.sweep();

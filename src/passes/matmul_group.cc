@@ -1,8 +1,9 @@
-// group-matmuls: the products of one value by several constant matrices of its type — a
+// group-matmuls: the products of one 16-bit value by several constant matrices of its type — a
 // transformer layer's query, key and value projections, its gate and up projections — become one
 // reforge::MatMulGroup(X, W1, ..., Wn) -> (X W1, ..., X Wn), at most kGroupMax products each, in
 // the order the graph has them. A backend with a kernel for it (the CUDA backend) runs a decoding
-// step's products in one launch that streams every weight (backends/cuda/gemv.h). No weight
+// step's products in one launch that streams every weight (backends/cuda/gemv.h); the CPU runs
+// them one after another, as the MatMuls ran (float32 Linear layers are MatMulAdd there). No weight
 // changes: each stays an input of the group, so a refit reaches it as before; the group node takes
 // the place of the first product, whose input and weights exist there already.
 #include <map>
@@ -31,7 +32,7 @@ void group_matmuls(BuildState& s) {
     const ir::Node& n = s.graph.nodes[i];
     if (g.dead(i) || !is_matmul(n) || n.inputs[0].empty() || !g.is_const(n.inputs[1])) continue;
     const Tensor& w = s.consts.at(n.inputs[1]).value;
-    if (w.rank() != 2 || !is_float(w.dtype())) continue;
+    if (w.rank() != 2 || (w.dtype() != DType::BFloat16 && w.dtype() != DType::Float16)) continue;
     auto& list = by_input[n.inputs[0]];
     if (list.empty()) inputs.push_back(n.inputs[0]);
     list.push_back(i);

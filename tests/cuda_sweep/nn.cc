@@ -1,5 +1,5 @@
 // Sweep cases of the products, convolutions and pools (cuda_sweep/sweep.h): MatMul (1-D promotion,
-// batch broadcasting, integers), Gemm (transposes, alpha/beta, every C broadcast), reforge::MatMulAdd
+// batch broadcasting, integers), Gemm (transposes, alpha/beta, every C broadcast), reforge::MatMulGroup, reforge::MatMulAdd
 // (16-bit weights, bf16 activations), Conv and reforge::FusedConv (1-3 spatial dims, groups,
 // strides, dilations, symmetric and asymmetric pads, auto_pad, residual and ReLU), ConvTranspose
 // (output_padding, output_shape) and the pools (ceil_mode, dilations, count_include_pad, Indices).
@@ -61,6 +61,25 @@ void matmul_add_cases(Gen& g) {
       if (g.coin()) a.push_back(ir::int_attr("bf16_activations", 1));
       g.add({g.random(DType::Float32, xs), g.random(wt, {k, n}), bias}, a);
     }
+}
+
+// reforge::MatMulGroup: two to four products of one X; and a decoding step's shapes (a few rows,
+// 2^22 weights or more: one launch of the gemv kernel).
+void matmul_group_cases(Gen& g) {
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16})
+    for (int i = 0; i < 4; ++i) {
+      const int64_t k = g.between(1, 90);
+      const Shape xs = g.pick(std::vector<Shape>{{g.between(1, 9), k}, {2, g.between(1, 5), k}, {k}});
+      std::vector<Tensor> in = {g.random(t, xs)};
+      const int64_t n = g.between(2, 4);
+      for (int64_t j = 0; j < n; ++j) in.push_back(g.random(t, {k, g.between(1, 40)}));
+      g.add(in, {}, static_cast<size_t>(n));
+    }
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (int64_t rows : {1, 3})
+      g.add({g.random(t, {rows, 1024}, -1.0f, 1.0f), g.random(t, {1024, 2048}, -1.0f, 1.0f),
+             g.random(t, {1024, 2048}, -1.0f, 1.0f), g.random(t, {1024, 512}, -1.0f, 1.0f)},
+            {}, 3);
 }
 
 // The geometry of one convolution: shapes and attributes valid for every pool and conv op.
@@ -209,6 +228,7 @@ void add_nn_cases(std::vector<OpCases>& out) {
   out.push_back({"nn", "", "MatMul", matmul_cases, {9}});
   out.push_back({"nn", "", "Gemm", gemm_cases, {9, 11}});
   out.push_back({"nn", "reforge", "MatMulAdd", matmul_add_cases});
+  out.push_back({"nn", "reforge", "MatMulGroup", matmul_group_cases});
   out.push_back({"nn", "", "Conv", conv_cases});
   out.push_back({"nn", "reforge", "FusedConv", conv_cases});
   out.push_back({"nn", "", "ConvTranspose", conv_transpose_cases});

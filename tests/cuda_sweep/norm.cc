@@ -1,5 +1,5 @@
 // Sweep cases of the normalizations (cuda_sweep/sweep.h): LayerNormalization (axis, optional B,
-// Mean and InvStdDev outputs, stash_type), RMSNormalization, reforge::RmsNorm (weight of N or 1
+// Mean and InvStdDev outputs, stash_type), RMSNormalization, reforge::AddRmsNorm, reforge::RmsNorm (weight of N or 1
 // elements, exponent and numerator inputs), BatchNormalization (inference and training with
 // running statistics), InstanceNormalization, GroupNormalization (per-group and per-channel
 // parameters) and Dropout (identity, and seeded training masks). Rows past one block included.
@@ -35,6 +35,27 @@ void layer_norm_cases(Gen& g) {
       Case& c = g.add({x, g.random(t, ps), b}, at, 3);
       if (g.coin()) Gen::drop_output(c, 1), Gen::drop_output(c, 2);
     }
+}
+
+// reforge::AddRmsNorm(X, scale, R) -> (Y, X + R): RMSNormalization's forms with a residual of X's
+// type and shape, and rows of 16-bit models (a multiple of 8 elements: the one-kernel path).
+void add_rms_cases(Gen& g) {
+  const auto shapes = norm_shapes(g);
+  for (DType t : kFloats)
+    for (const Shape& s : t == DType::Float32 ? shapes : g.some(shapes, 3)) {
+      const int64_t r = static_cast<int64_t>(s.size());
+      const int64_t axis = g.between(-r, r - 1);
+      const size_t a = static_cast<size_t>(axis < 0 ? axis + r : axis);
+      Shape ps(s.begin() + static_cast<int64_t>(a), s.end());
+      if (g.coin() && ps.size() > 1) ps.erase(ps.begin());
+      Attrs at = {ir::int_attr("axis", axis), ir::float_attr("epsilon", g.coin() ? 1e-5f : 0.25f)};
+      if (g.coin()) at.push_back(ir::int_attr("stash_type", g.coin() ? 1 : 11));
+      g.add({g.random(t, s, -3.0f, 5.0f), g.random(t, ps), g.random(t, s, -3.0f, 3.0f)}, at, 2);
+    }
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (const Shape& s : {Shape{1, 1, 2048}, Shape{3, 7, 256}, Shape{2, 8192}})
+      g.add({g.random(t, s, -3.0f, 3.0f), g.random(t, {s.back()}), g.random(t, s, -3.0f, 3.0f)},
+            {ir::int_attr("axis", -1), ir::float_attr("epsilon", 1e-6f)}, 2);
 }
 
 // reforge::RmsNorm(X, W?, eps, p?, n?) in float32.
@@ -110,6 +131,7 @@ void add_norm_cases(std::vector<OpCases>& out) {
   out.push_back({"norm", "", "LayerNormalization", layer_norm_cases});
   out.push_back({"norm", "", "RMSNormalization", layer_norm_cases});
   out.push_back({"norm", "reforge", "RmsNorm", rms_fused_cases});
+  out.push_back({"norm", "reforge", "AddRmsNorm", add_rms_cases});
   out.push_back({"norm", "", "BatchNormalization", batch_norm_cases, {14, 15}});
   out.push_back({"norm", "", "InstanceNormalization", instance_norm_cases});
   out.push_back({"norm", "", "GroupNormalization", group_norm_cases, {21}});

@@ -21,6 +21,7 @@
 #include "backends/cuda/lt_gemm.h"
 #include "ops/nn/matmul.h"
 #include "ops/reforge/matmul_add_setup.h"
+#include "ops/reforge/matmul_group_setup.h"
 
 namespace reforge::cuda {
 
@@ -339,36 +340,12 @@ void matmul_kernel(ops::KernelContext& ctx) { ops::nn::matmul_run(ctx, product);
 // rows of 16-bit operands: every product in one launch of the gemv kernel; otherwise one product
 // after another, each as MatMul runs it.
 void matmul_group_kernel(ops::KernelContext& ctx) {
-  const std::string where = ctx.node().label();
+  const std::vector<ops::nn::MatmulDims> dims = ops::matmul_group_setup(ctx);
   const Tensor& x = ctx.input(0);
-  REFORGE_CHECK(x.rank() >= 1 && is_float(x.dtype()), where, ": X must be a float tensor of rank 1 or more, got ",
-                x.describe());
-  const int64_t K = x.dim(x.rank() - 1);
-  const int64_t rows = K > 0 ? x.numel() / K : [&] {
-    int64_t r = 1;
-    for (int64_t i = 0; i + 1 < x.rank(); ++i) r *= x.dim(i);
-    return r;
-  }();
-  REFORGE_CHECK(ctx.num_inputs() == ctx.num_outputs() + 1, where, ": takes X and one weight per output");
   std::vector<GemvOutput> outs;
-  std::vector<ops::nn::MatmulDims> dims;
-  for (size_t i = 1; i < ctx.num_inputs(); ++i) {
-    const Tensor& w = ctx.input(i);
-    REFORGE_CHECK(w.rank() == 2 && w.dtype() == x.dtype() && w.dim(0) == K, where, ": weight ", i, " ", w.describe(),
-                  " does not multiply X ", x.describe());
-    Shape ys = x.shape();
-    ys.back() = w.dim(1);
-    Tensor& y = ctx.allocate_output_uninit(i - 1, x.dtype(), ys);
-    ops::nn::MatmulDims d;
-    d.M = rows;
-    d.K = K;
-    d.N = w.dim(1);
-    dims.push_back(d);
-    outs.push_back({w.raw(), y.mutable_raw(), w.dim(1)});
-  }
-  if (gemv_products(x.dtype(), rows, K, x.raw(), outs)) return;
-  for (size_t i = 0; i < outs.size(); ++i)
-    product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
+  for (size_t i = 0; i < dims.size(); ++i) outs.push_back({ctx.input(i + 1).raw(), ctx.outputs()[i].mutable_raw(), dims[i].N});
+  if (gemv_products(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs)) return;
+  for (size_t i = 0; i < dims.size(); ++i) product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
 }
 
 void gemm_kernel(ops::KernelContext& ctx) {

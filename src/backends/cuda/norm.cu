@@ -1,5 +1,6 @@
-// Normalizations on the GPU: LayerNormalization (opset 17), RMSNormalization (opset 23, below) and
-// the fused reforge::RmsNorm (last).
+// Normalizations on the GPU: LayerNormalization (opset 17), RMSNormalization (opset 23, below) with
+// reforge::AddRmsNorm (a residual sum and the RMSNormalization of it), and the fused reforge::RmsNorm
+// (last).
 // LayerNormalization has the CPU's semantics (ops/nn/layer_normalization.cc): normalization over the dimensions from
 // `axis` on, Scale and optional B broadcast unidirectionally to those dimensions (or to all of X when they have more
 // dimensions), and the optional Mean and InvStdDev outputs in stash_type. One group of threads
@@ -204,9 +205,11 @@ __device__ __forceinline__ void unpack_vec(const uint4& v, float (&f)[kVec16]) {
   for (int j = 0; j < kVec16; ++j) f[j] = load_c(h, j);
 }
 
+// With `res` (reforge::AddRmsNorm): the row is x + res, each sum rounded to X as Add rounds it,
+// and written to `sum`.
 template <typename X, typename S, int V>
-__global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const S* scale, S* y, int64_t outer, int64_t inner,
-                                                      float eps) {
+__global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const X* res, X* sum, const S* scale, S* y,
+                                                      int64_t outer, int64_t inner, float eps) {
   __shared__ float warp_sums[8];
   const int pieces = static_cast<int>(inner / kVec16);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -218,6 +221,21 @@ __global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const S* scal
     for (int u = 0; u < V; ++u) {
       const int i = threadIdx.x + u * blockDim.x;
       if (i < pieces) v[u] = xp[i];
+    }
+    if (res) {
+      const uint4* rp = reinterpret_cast<const uint4*>(res + row * inner);
+#pragma unroll
+      for (int u = 0; u < V; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i >= pieces) continue;
+        float a[kVec16], b[kVec16];
+        unpack_vec<X>(v[u], a);
+        unpack_vec<X>(rp[i], b);
+        X* h = reinterpret_cast<X*>(&v[u]);
+#pragma unroll
+        for (int j = 0; j < kVec16; ++j) h[j] = store_c<X>(a[j] + b[j]);
+        reinterpret_cast<uint4*>(sum + row * inner)[i] = v[u];
+      }
     }
 #pragma unroll
     for (int u = 0; u < V; ++u) {
@@ -271,13 +289,15 @@ bool scale_per_row_element(const Shape& scale, const Shape& x, int64_t inner) {
 
 bool is_16bit(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
 
-// rms_norm_rows16 when it applies (see there); false otherwise.
-bool rms_norm_16bit(const Tensor& x, const Tensor& scale, Tensor& out, const ops::RmsNormSetup& rs) {
+// rms_norm_rows16 when it applies (see there); false otherwise. With `res` and `sum`: of x + res.
+bool rms_norm_16bit(const Tensor& x, const Tensor& scale, Tensor& out, const ops::RmsNormSetup& rs,
+                    const Tensor* res = nullptr, Tensor* sum = nullptr) {
   const int64_t inner = rs.inner;
   if (rs.stash_double || !is_16bit(x.dtype()) || !is_16bit(scale.dtype()) || inner % kVec16 != 0 ||
       inner > kRows16 || !scale_per_row_element(scale.shape(), x.shape(), inner))
     return false;
-  for (const void* p : {x.raw(), scale.raw(), static_cast<const void*>(out.raw())})
+  for (const void* p : {x.raw(), scale.raw(), static_cast<const void*>(out.raw()), res ? res->raw() : nullptr,
+                        sum ? static_cast<const void*>(sum->raw()) : nullptr})
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
   const int64_t pieces = inner / kVec16;
   const int threads = static_cast<int>(std::min<int64_t>(256, (pieces + 31) / 32 * 32));
@@ -287,15 +307,17 @@ bool rms_norm_16bit(const Tensor& x, const Tensor& scale, Tensor& out, const ops
     using X = decltype(xt);
     using S = decltype(st);
     const X* xp = x.data<X>();
+    const X* rp = res ? res->data<X>() : nullptr;
+    X* sm = sum ? sum->mutable_data<X>() : nullptr;
     const S* sp = scale.data<S>();
     S* yp = out.mutable_data<S>();
     const float eps = static_cast<float>(rs.eps);
     if (per_thread == 1)
-      rms_norm_rows16<X, S, 1><<<grid, threads, 0, stream()>>>(xp, sp, yp, rs.outer, inner, eps);
+      rms_norm_rows16<X, S, 1><<<grid, threads, 0, stream()>>>(xp, rp, sm, sp, yp, rs.outer, inner, eps);
     else if (per_thread == 2)
-      rms_norm_rows16<X, S, 2><<<grid, threads, 0, stream()>>>(xp, sp, yp, rs.outer, inner, eps);
+      rms_norm_rows16<X, S, 2><<<grid, threads, 0, stream()>>>(xp, rp, sm, sp, yp, rs.outer, inner, eps);
     else
-      rms_norm_rows16<X, S, 4><<<grid, threads, 0, stream()>>>(xp, sp, yp, rs.outer, inner, eps);
+      rms_norm_rows16<X, S, 4><<<grid, threads, 0, stream()>>>(xp, rp, sm, sp, yp, rs.outer, inner, eps);
   };
   auto with_scale = [&](auto xt) {
     if (scale.dtype() == DType::BFloat16)
@@ -311,13 +333,10 @@ bool rms_norm_16bit(const Tensor& x, const Tensor& scale, Tensor& out, const ops
   return true;
 }
 
-void rms_norm_kernel(ops::KernelContext& ctx) {
-  const std::string where = ctx.node().label();
-  const Tensor& x = ctx.input(0);
-  const Tensor& scale = ctx.input(1);
-  const ops::RmsNormSetup rs = ops::rms_norm_setup(ctx);
+// RMSNormalization of x by scale into `out` (allocated, x's shape, scale's type).
+void rms_norm_run(const Tensor& x, const Tensor& scale, Tensor& out, const ops::RmsNormSetup& rs,
+                  const std::string& where) {
   const int64_t outer = rs.outer, inner = rs.inner;
-  Tensor& out = ctx.allocate_output_uninit(0, scale.dtype(), x.shape());
   if (out.numel() == 0) return;
   if (rms_norm_16bit(x, scale, out, rs)) return;
   const Shape* shapes[1] = {&scale.shape()};
@@ -352,6 +371,46 @@ void rms_norm_kernel(ops::KernelContext& ctx) {
       },
       true);
   check_launch("RMSNormalization");
+}
+
+void rms_norm_kernel(ops::KernelContext& ctx) {
+  const ops::RmsNormSetup rs = ops::rms_norm_setup(ctx);
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  rms_norm_run(x, scale, ctx.allocate_output_uninit(0, scale.dtype(), x.shape()), rs, ctx.node().label());
+}
+
+template <typename T>
+__global__ void residual_add(const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = store_c<T>(load_c(a, i) + load_c(b, i));
+}
+
+// reforge::AddRmsNorm(X, scale, R) -> (Y, S), as the CPU's (ops/transformer/rms_norm.cc): S = X + R
+// rounded as Add rounds it, Y = RMSNormalization(S, scale). Rows of 16-bit models in one kernel
+// (rms_norm_rows16); otherwise the sum, then RMSNormalization of it.
+void add_rms_norm_kernel(ops::KernelContext& ctx) {
+  const std::string where = ctx.node().label();
+  const ops::RmsNormSetup rs = ops::rms_norm_setup(ctx);
+  const Tensor& x = ctx.input(0);
+  const Tensor& scale = ctx.input(1);
+  const Tensor& r = ctx.input(2);
+  REFORGE_CHECK(r.dtype() == x.dtype() && r.shape() == x.shape(), where, ": the residual ", r.describe(),
+                " is not of X's type and shape ", x.describe());
+  Tensor& y = ctx.allocate_output_uninit(0, scale.dtype(), x.shape());
+  Tensor& sum = ctx.allocate_output_uninit(1, x.dtype(), x.shape());
+  const int64_t n = x.numel();
+  if (n == 0 || rms_norm_16bit(x, scale, y, rs, &r, &sum)) return;
+  dispatch_device(
+      x.dtype(), where.c_str(),
+      [&](auto xt) {
+        using X = typename decltype(xt)::type;
+        if constexpr (std::is_floating_point_v<compute_t<X>>)
+          residual_add<X><<<grid_for(n), 256, 0, stream()>>>(x.data<X>(), r.data<X>(), sum.mutable_data<X>(), n);
+      },
+      true);
+  check_launch("AddRmsNorm (sum)");
+  rms_norm_run(sum, scale, y, rs, where);
 }
 
 // reforge::RmsNorm's scalar inputs (epsilon, exponent, numerator), read on the device: absent,
@@ -462,6 +521,7 @@ void rms_fused_kernel(ops::KernelContext& ctx) {
 void register_norm_kernels(backends::KernelRegistry& r) {
   add_kernel(r, "", "LayerNormalization", layer_norm_kernel);
   add_kernel(r, "", "RMSNormalization", rms_norm_kernel, ops::rms_norm_check);
+  add_kernel(r, "reforge", "AddRmsNorm", add_rms_norm_kernel, ops::rms_norm_check);
   add_kernel(r, "reforge", "RmsNorm", rms_fused_kernel);
 }
 

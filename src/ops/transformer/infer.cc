@@ -147,6 +147,21 @@ void infer_rms_normalization(InferContext& ctx) {
   ctx.set_output(0, x.rank_known ? ValueType::of(scale.dtype, x.shape) : ValueType::unranked(scale.dtype));
 }
 
+// reforge::AddRmsNorm(X, scale, R) -> (Y, S): Y as RMSNormalization of X; S = X + R, R of X's
+// type and shape.
+void infer_add_rms_norm(InferContext& ctx) {
+  infer_rms_normalization(ctx);
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& r = ctx.input_type(2);
+  if (x.dtype != DType::Undefined && r.dtype != DType::Undefined && r.dtype != x.dtype)
+    ctx.fail("the residual " + r.str() + " is not of X's type " + x.str());
+  if (x.rank_known && r.rank_known) {
+    if (r.shape.size() != x.shape.size()) ctx.fail("the residual " + r.str() + " is not of X's shape " + x.str());
+    for (size_t i = 0; i < x.shape.size(); ++i) merge_dims(ctx, x.shape[i], r.shape[i], "X and the residual");
+  }
+  ctx.set_output(1, x.rank_known ? ValueType::of(x.dtype, x.shape) : ValueType::unranked(x.dtype));
+}
+
 // True when optional input i is given with at least one element (an empty tensor means absent).
 bool given_nonempty(InferContext& ctx, size_t i) {
   if (!ctx.has_input(i)) return false;
@@ -297,6 +312,7 @@ void register_transformer_inference(OpRegistry& r) {
   r.set_infer("", "Attention", 23, infer_attention);
   r.set_infer("", "RotaryEmbedding", 23, infer_rotary_embedding);
   r.set_infer("", "RMSNormalization", 23, infer_rms_normalization);
+  r.set_infer("reforge", "AddRmsNorm", 1, infer_add_rms_norm);
   r.set_infer("", "Resize", 10, infer_resize);
   r.set_infer("", "GridSample", 16, infer_grid_sample);
   r.set_infer("", "AffineGrid", 20, infer_affine_grid);

@@ -4,6 +4,9 @@
 // stash_type 11) and rounds to X's type, as the ONNX function body casts back before the scale
 // multiplication; stage two multiplies by `scale`, which broadcasts unidirectionally to X, and
 // writes the result in scale's type (Y's type constraint is scale's).
+//
+// reforge::AddRmsNorm(X, scale, R) -> (Y, S), which fuse-add-rms-norm makes of a residual Add and
+// the RMSNormalization that reads it: S = X + R as Add computes it, Y = RMSNormalization(S, scale).
 #include <omp.h>
 
 #include <cmath>
@@ -48,11 +51,8 @@ void rms_typed(const Tensor& x, const Tensor& scale, Tensor& out, int64_t outer,
   });
 }
 
-void rms_kernel(KernelContext& ctx) {
-  const std::string where = ctx.node().label();
-  const Tensor& x = ctx.input(0);
-  const Tensor& scale = ctx.input(1);
-  const RmsNormSetup rs = rms_norm_setup(ctx);
+// RMSNormalization of `x` by `scale` into output 0 of ctx (checked by rms_norm_setup).
+void rms_normalize(KernelContext& ctx, const Tensor& x, const Tensor& scale, const RmsNormSetup& rs) {
   const int64_t rank = x.rank(), axis = rs.axis, outer = rs.outer, inner = rs.inner;
   // Scale usually has exactly the normalized shape (possibly with leading 1s): then element i of
   // each row maps to scale[i]. Otherwise precompute a full broadcast index.
@@ -104,6 +104,30 @@ void rms_kernel(KernelContext& ctx) {
       "RMSNormalization");
 }
 
+void rms_kernel(KernelContext& ctx) { rms_normalize(ctx, ctx.input(0), ctx.input(1), rms_norm_setup(ctx)); }
+
+// reforge::AddRmsNorm(X, scale, R) -> (Y, S): S = X + R (Add: each sum rounded to X's type), Y =
+// RMSNormalization(S, scale) with the node's axis, epsilon and stash_type.
+void add_rms_kernel(KernelContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  const Tensor& r = ctx.input(2);
+  const RmsNormSetup rs = rms_norm_setup(ctx);
+  REFORGE_CHECK(r.dtype() == x.dtype() && r.shape() == x.shape(), ctx.node().label(), ": the residual ", r.describe(),
+                " is not of X's type and shape ", x.describe());
+  Tensor& sum = ctx.allocate_output_uninit(1, x.dtype(), x.shape());
+  dispatch_float(
+      x.dtype(),
+      [&](auto xt) {
+        using X = typename decltype(xt)::type;
+        const X* a = x.data<X>();
+        const X* b = r.data<X>();
+        X* o = sum.mutable_data<X>();
+        for (int64_t i = 0; i < x.numel(); ++i) o[i] = from_compute<X>(to_compute(a[i]) + to_compute(b[i]));
+      },
+      "AddRmsNorm");
+  rms_normalize(ctx, sum, ctx.input(1), rs);
+}
+
 }  // namespace
 
 void register_rms_normalization(OpRegistry& r) {
@@ -115,6 +139,7 @@ void register_rms_normalization(OpRegistry& r) {
          rms_norm_check,
          nullptr,
          {InputRole::kData, InputRole::kWeight}});
+  r.add({"reforge", "AddRmsNorm", 1, INT_MAX, add_rms_kernel, rms_norm_check});
 }
 
 }  // namespace reforge::ops
