@@ -511,13 +511,14 @@ TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
 }
 
 // A decoding step of a 16-bit model in float32 (one query row per head: the decoding kernel,
-// attention_decode.h) against the CPU: grouped heads, scale none/mul/div, an additive mask of the
-// inputs' type and of float32 with -inf keys and a batch row of only -inf (NaN, or zeros under
-// softmax_nan 'zero'), the boolean mask's fill, and keys split across blocks.
-TEST(CudaFusedAttention, DecodingStepMasksAndScalesMatchTheCpu) {
+// attention_decode.h) against a float64 computation of the same inputs, as the float32 test
+// above: grouped heads, scale none/mul/div, an additive mask of the inputs' type and of float32
+// with -inf keys and a batch whose keys are all closed (a NaN row, or zeros under softmax_nan
+// 'zero'), the boolean mask's fill, and keys split across blocks.
+TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
   REQUIRE_GPU();
   const int64_t B = 2, Hq = 8, Hkv = 2, group = Hq / Hkv, D = 64;
-  const float ninf = -std::numeric_limits<float>::infinity();
+  const double ninf = -std::numeric_limits<double>::infinity();
   for (DType t : {DType::BFloat16, DType::Float16})
     for (int64_t L : {5, 300})
       for (const std::string scale_op : {"none", "mul", "div"})
@@ -528,30 +529,88 @@ TEST(CudaFusedAttention, DecodingStepMasksAndScalesMatchTheCpu) {
             Tensor q = random_of(t, {B, Hq, 1, D}, 95);
             Tensor k = random_of(t, {B, Hkv, L, D}, 96);
             Tensor v = random_of(t, {B, Hkv, L, D}, 97);
+            const bool where = mask == "where_fill_true";
             Tensor m;
-            if (mask == "where_fill_true") {
+            if (where) {
               m = bool_mask({B, 1, 1, L}, 98);
             } else {
               m = random_of(DType::Float32, {B, 1, 1, L}, 98, -2.0f, 0.0f);
-              for (int64_t j = 0; j < L; j += 3) m.mutable_data<float>()[j] = ninf;
-              for (int64_t j = 0; j < L; ++j) m.mutable_data<float>()[L + j] = ninf;  // batch 1: no open key
+              for (int64_t j = 0; j < L; j += 3) m.mutable_data<float>()[j] = -INFINITY;
+              for (int64_t j = 0; j < L; ++j) m.mutable_data<float>()[L + j] = -INFINITY;  // batch 1: no open key
               if (mask == "add") m = cast_tensor(m, t);
             }
-            auto attrs = layouts("bhsd", "bhsd", "bhsd", "bhsd");
-            attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
-            attrs["mask_mode"] = ir::string_attr("mask_mode", mask == "where_fill_true" ? mask : "add");
-            attrs["precision"] = ir::string_attr("precision", "float32");
-            attrs["softmax_nan"] = ir::string_attr("softmax_nan", nan);
             Tensor scale = cast_tensor(Tensor::scalar(DType::Float32, 0.125f), t);
             Tensor fill = cast_tensor(Tensor::scalar(DType::Float32, -1e4f), t);
-            Tensor expand = i64s({5}, {B, Hkv, group, L, D});
-            Tensor reshape = i64s({4}, {B, Hq, L, D});
-            expect_same_on_cuda(op_node("Attention",
-                                        {"Q", "K", "V", scale_op == "none" ? "" : "scale", "M",
-                                         mask == "where_fill_true" ? "fill" : "", "ke", "kr", "ke", "kr"},
-                                        {"Y"}, attrs, 1, "reforge"),
-                                {q, k, v, scale, m, fill, expand, reshape, expand, reshape}, what,
-                                {"scale", "fill", "ke", "kr"});
+            ir::Graph g;
+            g.name = "decoding";
+            g.ir_version = 10;
+            g.opsets[""] = 17;
+            g.opsets["reforge"] = 1;
+            for (auto [name, x] : {std::pair<std::string, Tensor>{"Q", q}, {"K", k}, {"V", v}, {"M", m}})
+              g.inputs.push_back(test_support::value_info(name, x.dtype(), x.shape()));
+            g.initializers["scale"] = scale;
+            g.initializers["fill"] = fill;
+            g.initializers["ke"] = i64s({5}, {B, Hkv, group, L, D});
+            g.initializers["kr"] = i64s({4}, {B, Hq, L, D});
+            auto attrs = layouts("bhsd", "bhsd", "bhsd", "bhsd");
+            attrs["scale_op"] = ir::string_attr("scale_op", scale_op);
+            attrs["mask_mode"] = ir::string_attr("mask_mode", where ? mask : "add");
+            attrs["precision"] = ir::string_attr("precision", "float32");
+            attrs["softmax_nan"] = ir::string_attr("softmax_nan", nan);
+            g.nodes.push_back(op_node("Attention",
+                                      {"Q", "K", "V", scale_op == "none" ? "" : "scale", "M", where ? "fill" : "",
+                                       "ke", "kr", "ke", "kr"},
+                                      {"Y"}, attrs, 1, "reforge"));
+            ir::ValueInfo y;
+            y.name = "Y";
+            g.outputs.push_back(y);
+            const Tensor got =
+                test_support::engine_for(g, {}, "cuda").run({{"Q", q}, {"K", k}, {"V", v}, {"M", m}})[0];
+            ASSERT_EQ(got.shape(), (Shape{B, Hq, 1, D})) << what;
+            const double sc = scale.as_double(0), fv = fill.as_double(0);
+            double vmax = 0;
+            for (int64_t x = 0; x < v.numel(); ++x) vmax = std::max(vmax, std::fabs(v.as_double(x)));
+            int64_t bad = 0;
+            std::vector<double> w(static_cast<size_t>(L));
+            for (int64_t b = 0; b < B; ++b)
+              for (int64_t h = 0; h < Hq; ++h) {
+                const int64_t kh = h / group;
+                double mx = ninf;
+                for (int64_t j = 0; j < L; ++j) {
+                  double s = 0;
+                  for (int64_t e = 0; e < D; ++e)
+                    s += q.as_double((b * Hq + h) * D + e) * k.as_double(((b * Hkv + kh) * L + j) * D + e);
+                  if (scale_op == "mul") s *= sc;
+                  if (scale_op == "div") s /= sc;
+                  if (where) {
+                    if (m.data<uint8_t>()[b * L + j]) s = fv;
+                  } else {
+                    s += m.as_double(b * L + j);
+                  }
+                  w[static_cast<size_t>(j)] = s;
+                  mx = std::max(mx, s);
+                }
+                const bool closed = mx == ninf;  // every key closed: NaN, or zeros under 'zero'
+                double sum = 0;
+                if (!closed)
+                  for (double& x : w) sum += x = std::exp(x - mx);
+                for (int64_t e = 0; e < D; ++e) {
+                  const double g_v = got.as_double((b * Hq + h) * D + e);
+                  if (closed) {
+                    const bool ok = nan == "zero" ? g_v == 0.0 : std::isnan(g_v);
+                    if (!ok && bad++ < 5) ADD_FAILURE() << what << ": closed row [" << b << "," << h << "," << e << "] = " << g_v;
+                    continue;
+                  }
+                  double want = 0;
+                  for (int64_t j = 0; j < L; ++j)
+                    want += w[static_cast<size_t>(j)] / sum * v.as_double(((b * Hkv + kh) * L + j) * D + e);
+                  const double a = std::max(std::fabs(want), 1e-30);
+                  const double ulp = std::ldexp(1.0, std::ilogb(a) - (t == DType::BFloat16 ? 7 : 10));
+                  if (!(std::fabs(g_v - want) <= ulp + 1e-5 * vmax) && bad++ < 5)
+                    ADD_FAILURE() << what << ": [" << b << "," << h << "," << e << "] = " << g_v << ", want " << want;
+                }
+              }
+            EXPECT_EQ(bad, 0) << what;
             if (::testing::Test::HasFatalFailure()) return;
           }
 }

@@ -244,7 +244,10 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
     ++p.count;
     weights += K * o.n;
   }
-  if (weights < (outputs.size() == 1 ? kGemvMinWeights : kGroupMinWeights)) return false;
+  // A group as large as one product the kernel takes alone runs as those products (each of them
+  // then takes the kernel or cuBLASLt by its own size).
+  if (outputs.size() == 1 ? weights < kGemvMinWeights : (weights < kGroupMinWeights || weights >= kGemvMinWeights))
+    return false;
   run(dtype, M, a, p, K, kBlocksPerSm, kUnroll);
   return true;
 }

@@ -32,7 +32,8 @@ bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, cons
 // Several products of one A (the query, key and value projections of a layer; its gate and up
 // projections), C_i[M, N_i] = A[M, K] B_i[K, N_i], in one launch of the kernel above: true when
 // it ran; false (nothing ran) when they are not such products (up to kGemvMaxProducts of them,
-// each as above) or hold too few weights together (fewer than 2^22; 2^24 for one).
+// each as above) or hold too few or too many weights together (a group: from 2^22 to below 2^24,
+// where the products alone would run on cuBLASLt; one product: 2^24 or more).
 struct GemvOutput {
   const void* b = nullptr;
   void* c = nullptr;
