@@ -13,19 +13,34 @@ std::vector<Shape> norm_shapes(Gen& g) {
   return {g.shape(1, 1, 40), g.shape(2, 1, 12), g.shape(3, 1, 8), g.shape(4, 1, 5), {3, 2500}, {0, 5}};
 }
 
+// A normalization of X of shape `s`: an axis, the parameters' shape (over [axis, rank), or
+// broadcast to it) and the attributes.
+struct NormForm {
+  Shape params;
+  Attrs attrs;
+};
+
+NormForm norm_form(Gen& g, const Shape& s) {
+  const int64_t r = static_cast<int64_t>(s.size());
+  const int64_t axis = g.between(-r, r - 1);
+  const size_t a = static_cast<size_t>(axis < 0 ? axis + r : axis);
+  NormForm f;
+  f.params.assign(s.begin() + static_cast<int64_t>(a), s.end());
+  if (g.coin() && f.params.size() > 1) f.params.erase(f.params.begin());  // broadcasts over the leading normalized dims
+  f.attrs = {ir::int_attr("axis", axis), ir::float_attr("epsilon", g.coin() ? 1e-5f : 0.25f)};
+  if (g.coin()) f.attrs.push_back(ir::int_attr("stash_type", g.coin() ? 1 : 11));
+  return f;
+}
+
 // LayerNormalization and RMSNormalization: X, Scale over [axis, rank) (or broadcast to it), B.
 void layer_norm_cases(Gen& g) {
   const bool rms = g.op() == "RMSNormalization";
   const auto shapes = norm_shapes(g);
   for (DType t : kFloats)
     for (const Shape& s : t == DType::Float32 ? shapes : g.some(shapes, 3)) {
-      const int64_t r = static_cast<int64_t>(s.size());
-      const int64_t axis = g.between(-r, r - 1);
-      const size_t a = static_cast<size_t>(axis < 0 ? axis + r : axis);
-      Shape ps(s.begin() + static_cast<int64_t>(a), s.end());
-      if (g.coin() && ps.size() > 1) ps.erase(ps.begin());  // broadcasts over the leading normalized dims
-      Attrs at = {ir::int_attr("axis", axis), ir::float_attr("epsilon", g.coin() ? 1e-5f : 0.25f)};
-      if (g.coin()) at.push_back(ir::int_attr("stash_type", g.coin() ? 1 : 11));
+      const NormForm f = norm_form(g, s);
+      const Shape& ps = f.params;
+      const Attrs& at = f.attrs;
       const Tensor x = g.random(t, s, -3.0f, 5.0f);
       if (rms) {
         g.add({x, g.random(t, ps)}, at);
@@ -43,14 +58,8 @@ void add_rms_cases(Gen& g) {
   const auto shapes = norm_shapes(g);
   for (DType t : kFloats)
     for (const Shape& s : t == DType::Float32 ? shapes : g.some(shapes, 3)) {
-      const int64_t r = static_cast<int64_t>(s.size());
-      const int64_t axis = g.between(-r, r - 1);
-      const size_t a = static_cast<size_t>(axis < 0 ? axis + r : axis);
-      Shape ps(s.begin() + static_cast<int64_t>(a), s.end());
-      if (g.coin() && ps.size() > 1) ps.erase(ps.begin());
-      Attrs at = {ir::int_attr("axis", axis), ir::float_attr("epsilon", g.coin() ? 1e-5f : 0.25f)};
-      if (g.coin()) at.push_back(ir::int_attr("stash_type", g.coin() ? 1 : 11));
-      g.add({g.random(t, s, -3.0f, 5.0f), g.random(t, ps), g.random(t, s, -3.0f, 3.0f)}, at, 2);
+      const NormForm f = norm_form(g, s);
+      g.add({g.random(t, s, -3.0f, 5.0f), g.random(t, f.params), g.random(t, s, -3.0f, 3.0f)}, f.attrs, 2);
     }
   for (DType t : {DType::BFloat16, DType::Float16})
     for (const Shape& s : {Shape{1, 1, 2048}, Shape{3, 7, 256}, Shape{2, 8192}})
