@@ -5,8 +5,7 @@
 // that fill a block's 256 columns, leave part of one, or are a single group of 8; depths below a
 // block's eight warps, uneven, and long enough to be split across blocks (the last block adds the
 // slices); every product runs twice (the split's counters are reset by the product that used
-// them). The MatMul nodes of plans choose between the kernel and cuBLASLt by size and agree with
-// the same reference. DISABLED_CudaGemv.TimesAgainstCublasLt (run by name on the GPU machine)
+// them). The MatMul nodes of plans (cuBLASLt) agree with the same reference. DISABLED_CudaGemv.TimesAgainstCublasLt (run by name on the GPU machine)
 // prints the kernel's bandwidth against cuBLASLt's on a decoding step's shapes.
 #include <gtest/gtest.h>
 #ifdef REFORGE_HAVE_CUDA
@@ -70,8 +69,7 @@ void expect_product(const Tensor& got, const Tensor& a, const Tensor& b, const s
 
 // Checks C = A B for `a_shape` [..., K] x [K, N]: through the kernel itself at 1 and 4 blocks per
 // multiprocessor (a split of few and of many slices) with 4 and 8 rows in flight, or (engine) as
-// a MatMul node of a plan, where the backend chooses the kernel (for at least 2^24 weights) or
-// cuBLASLt.
+// a MatMul node of a plan (cuBLASLt).
 void check_product(DType dtype, const Shape& a_shape, int64_t K, int64_t N, uint32_t seed, bool engine = false) {
   const Tensor a = test_support::random_of(dtype, a_shape, seed, -1.0f, 1.0f);
   const Tensor b = test_support::random_of(dtype, {K, N}, seed + 1, -1.0f, 1.0f);
@@ -119,9 +117,9 @@ TEST(CudaGemv, FewRowsOfSixteenBitProductsEqualTheFloat64Product) {
         check_product(t, {rows, K}, K, N, seed += 2);
 }
 
-// As MatMul nodes of plans: a batch of rows sharing the weight, weights past the kernel's
-// threshold (the kernel) and below it or past its rows (cuBLASLt), to the same bound.
-TEST(CudaGemv, MatMulNodesChooseAndAgree) {
+// As MatMul nodes of plans (cuBLASLt): a batch of rows sharing the weight, large and small
+// weights, to the same bound.
+TEST(CudaGemv, MatMulNodesAgree) {
   REQUIRE_GPU();
   check_product(DType::BFloat16, {2, 1, 2048}, 2048, 8192, 7, true);
   check_product(DType::Float16, {1, 4096}, 4096, 4104, 9, true);

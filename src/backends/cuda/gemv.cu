@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
 }
 
 constexpr int kBlocksPerSm = 2;                     // the split's default aim
-constexpr int64_t kGemvMinWeights = int64_t{1} << 24;  // weights from which the kernel runs
-constexpr int64_t kGroupMinWeights = int64_t{1} << 22;  // the same for several products
+constexpr int64_t kGroupMinWeights = int64_t{1} << 22;  // the weights of a group the kernel takes
+constexpr int64_t kGroupMaxWeights = int64_t{1} << 24;
 
 template <typename T, int M, int U>
 void launch(const void* a, Products p, int64_t K, int per_sm) {
@@ -218,9 +218,10 @@ bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, cons
   if (d.batch > 1 && (!d.b_broadcast || d.a_broadcast)) return false;
   const int64_t M = d.batch * d.M;
   if (M < 1 || M > kGemvMaxRows || !aligned16(b) || !aligned16(c)) return false;
-  // Smaller weights: cuBLASLt's kernels were faster (8 MB: 5.3 against 10.1 us on an H100; the
-  // 131 MB vocabulary projection 69 against 49 us): the kernel takes the large ones only.
-  if (blocks_per_sm == 0 && d.K * d.N < kGemvMinWeights) return false;
+  // One product alone runs on cuBLASLt: timed side by side on an H100 and an H200, cuBLASLt
+  // streamed every decoding shape of one row and of eight faster than this kernel
+  // (docs/benchmarks.md). The kernel runs one product only when asked (blocks_per_sm given).
+  if (blocks_per_sm == 0) return false;
   Products p;
   p.b[0] = b;
   p.c[0] = c;
@@ -233,7 +234,9 @@ bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, cons
 
 bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs) {
   if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
-  if (M < 1 || M > kGemvMaxRows || K <= 0 || outputs.empty() || outputs.size() > kGemvMaxProducts) return false;
+  // One row (a decoding step of one sequence): the kernel's launch replaces one per product. With
+  // more rows cuBLASLt's products were faster (docs/benchmarks.md).
+  if (M != 1 || K <= 0 || outputs.size() < 2 || outputs.size() > kGemvMaxProducts) return false;
   Products p;
   int64_t weights = 0;
   for (const GemvOutput& o : outputs) {
@@ -244,10 +247,9 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
     ++p.count;
     weights += K * o.n;
   }
-  // A group as large as one product the kernel takes alone runs as those products (each of them
-  // then takes the kernel or cuBLASLt by its own size).
-  if (outputs.size() == 1 ? weights < kGemvMinWeights : (weights < kGroupMinWeights || weights >= kGemvMinWeights))
-    return false;
+  // Groups of 2^22 to 2^24 weights (a layer's query, key and value projections): larger ones run as
+  // their products, each on cuBLASLt, which streams large weights faster.
+  if (weights < kGroupMinWeights || weights >= kGroupMaxWeights) return false;
   run(dtype, M, a, p, K, kBlocksPerSm, kUnroll);
   return true;
 }

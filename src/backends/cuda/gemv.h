@@ -1,6 +1,9 @@
 // Products with few rows on 16-bit operands: a decoding step multiplies one row per sequence by
-// every weight matrix, so its time is the time to read the weights, and a kernel that streams
-// them at the memory's rate beats cuBLASLt's general kernels there (matmul.cu asks this first).
+// every weight matrix, so its time is the time to read the weights. Timed against cuBLASLt on an
+// H100 and an H200 (docs/benchmarks.md), this kernel streams a large weight slower than cuBLASLt,
+// so a MatMul runs on cuBLASLt; the kernel runs a decoding step's small products of one input
+// (reforge::MatMulGroup: a layer's query, key and value projections) in one launch, instead of
+// one launch each.
 //
 // C[M, N] = A[M, K] B[K, N], all bfloat16 or all float16, row-major, M <= kGemvMaxRows (a batch of
 // products with A's batch folded into M when B is shared). Each block owns 256 columns and a
@@ -21,19 +24,17 @@ namespace reforge::cuda {
 constexpr int64_t kGemvMaxRows = 8;
 constexpr int kGemvMaxProducts = 4;
 
-// Runs the product as above when it is such a product (type, M, no transposes, alpha 1 and beta
-// 0, N a multiple of 8, 16-byte aligned operands, at least 2^24 weights: cuBLASLt was faster on
-// smaller ones) and returns true; false otherwise (nothing ran). `blocks_per_sm`: how many blocks
-// per multiprocessor the split aims at (0: the default; given, any size runs, for timing);
-// `rows_in_flight`: rows of B each warp loads at once, 4 or 8 (0: the default).
+// Runs the product as above when `blocks_per_sm` is given (how many blocks per multiprocessor the
+// split aims at) and it is such a product (type, M, no transposes, alpha 1 and beta 0, N a
+// multiple of 8, 16-byte aligned operands), and returns true; false otherwise (nothing ran): for
+// tests and timing. `rows_in_flight`: rows of B each warp loads at once, 4 or 8 (0: the default).
 bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
                   int blocks_per_sm = 0, int rows_in_flight = 0);
 
 // Several products of one A (the query, key and value projections of a layer; its gate and up
-// projections), C_i[M, N_i] = A[M, K] B_i[K, N_i], in one launch of the kernel above: true when
-// it ran; false (nothing ran) when they are not such products (up to kGemvMaxProducts of them,
-// each as above) or hold too few or too many weights together (a group: from 2^22 to below 2^24,
-// where the products alone would run on cuBLASLt; one product: 2^24 or more).
+// projections), C_i[1, N_i] = A[1, K] B_i[K, N_i], in one launch of the kernel above: true when
+// it ran; false (nothing ran) when they are not such products (one row, 2 to kGemvMaxProducts of
+// them, each as above) or hold too few or too many weights together (from 2^22 to below 2^24).
 struct GemvOutput {
   const void* b = nullptr;
   void* c = nullptr;

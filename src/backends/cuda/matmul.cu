@@ -1,6 +1,6 @@
 // MatMul, Gemm, reforge::MatMulGroup and reforge::MatMulAdd (below) on the GPU. Float types go through cuBLASLt: float32 exact
-// (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; 16-bit
-// products of a few rows (a decoding step's) through a memory-bound kernel of their own (gemv.h); integer types
+// (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; a
+// MatMulGroup of one row's small 16-bit products through a memory-bound kernel of its own (gemv.h); integer types
 // through a plain kernel. The shape logic (1-D promotion, batch broadcasting) is MatMul's own
 // (ops/nn/matmul.h), which hands each product here with device pointers.
 //
@@ -305,7 +305,6 @@ void product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const voi
       }
       return;
     }
-    if (gemv_product(dtype, d, a, b, c)) return;  // a few rows of 16-bit operands: memory-bound
     lt_product(dtype, d, a, b, c);
     return;
   }
