@@ -60,16 +60,6 @@ bool reduces_last_axis(const GraphIndex& g, const ir::Node& n) {
   return axes && axes->size() == 1 && (*axes)[0] == -1;
 }
 
-ir::Node make_node(const ir::Node& anchor, const char* domain, const char* op, int opset) {
-  ir::Node f;
-  f.name = anchor.name.empty() ? std::string(op) : anchor.name + "/fused_" + op;
-  f.op_type = op;
-  f.domain = domain;
-  f.opset = opset;
-  f.metadata = anchor.metadata;
-  return f;
-}
-
 // Given a value `a` that must be multiplied by x and 0.5 (in any order, in at most two Mul
 // nodes with single-use intermediates), returns the node producing the final product and the
 // name of the 0.5 constant, and records the intermediate nodes; nullptr when the shape does not

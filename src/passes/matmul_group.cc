@@ -51,12 +51,7 @@ void group_matmuls(BuildState& s) {
     for (size_t first = 0; first + 1 < fit.size(); first += kGroupMax) {
       const size_t end = std::min(fit.size(), first + kGroupMax);
       const ir::Node& anchor = s.graph.nodes[fit[first]];
-      ir::Node f;
-      f.name = anchor.name.empty() ? std::string("MatMulGroup") : anchor.name + "/fused_MatMulGroup";
-      f.op_type = "MatMulGroup";
-      f.domain = "reforge";
-      f.opset = 1;
-      f.metadata = anchor.metadata;
+      ir::Node f = make_node(anchor, "reforge", "MatMulGroup", 1);
       f.inputs = {x};
       for (size_t j = first; j < end; ++j) {
         f.inputs.push_back(s.graph.nodes[fit[j]].inputs[1]);

@@ -17,6 +17,18 @@
 
 namespace reforge::passes {
 
+// A fused node of `op` standing for the nodes it replaces, named after `anchor` (one of them) and
+// keeping its metadata.
+inline ir::Node make_node(const ir::Node& anchor, const char* domain, const char* op, int opset) {
+  ir::Node f;
+  f.name = anchor.name.empty() ? std::string(op) : anchor.name + "/fused_" + op;
+  f.op_type = op;
+  f.domain = domain;
+  f.opset = opset;
+  f.metadata = anchor.metadata;
+  return f;
+}
+
 class GraphIndex {
  public:
   explicit GraphIndex(BuildState& s) : s_(s) { rebuild(); }

@@ -26,13 +26,6 @@ constexpr int kMaxPieces = kMaxD / kVec;               // 16-byte pieces of a ke
 constexpr int kMaxOut = kMaxGroup * kMaxD / kThreads;  // output features a thread accumulates
 constexpr int kMinSplit = 32;                          // keys a split takes at least
 
-template <typename T>
-__device__ __forceinline__ void unpack(const uint4& v, float (&f)[kVec]) {
-  const T* h = reinterpret_cast<const T*>(&v);
-#pragma unroll
-  for (int j = 0; j < kVec; ++j) f[j] = load_c(h, j);
-}
-
 // The fused kernel's end of a row (attention.cu fused_row_end): sum r of a row whose exponential
 // sum is l and max m.
 __device__ __forceinline__ float row_end(const DecodeAttention& a, float r, float l, float m) {
@@ -103,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeAttention 
       for (int c = 0; c < kMaxPieces; ++c) {
         if (c < pieces) {
           float kf[kVec];
-          unpack<T>(kv[c], kf);
+          unpack8<T>(kv[c], kf);
 #pragma unroll
           for (int g = 0; g < kMaxGroup; ++g)
             if (g < G) {
@@ -244,8 +237,6 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeAttention 
   }
   if (t == 0) counters[bk] = 0;
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T, typename M>
 void launch(const DecodeAttention& a) {

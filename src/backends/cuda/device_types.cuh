@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -99,6 +100,28 @@ __device__ __forceinline__ T store_c(C v) {
   else
     return static_cast<T>(v);
 }
+
+// Eight 16-bit values of one 16-byte load (bfloat16 or float16) as floats.
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      __half2 h;
+      memcpy(&h, &w[i], sizeof(h));
+      const float2 g = __half22float2(h);
+      f[2 * i] = g.x;
+      f[2 * i + 1] = g.y;
+    }
+  }
+}
+
+// Whether a pointer allows 16-byte loads and stores.
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Output shape with up to kMaxRank dimensions and each operand's element strides along them (0
 // where the operand is broadcast), for kernels that index any broadcast by division.

@@ -20,24 +20,6 @@ constexpr int kUnroll = 8;                // rows in flight per warp (the defaul
 constexpr int kRowStep = kWarps * 8;       // a block's slice is a multiple of it (of kWarps * U for every U)
 constexpr int64_t kMaxSliceRows = 1024;   // A's slice is held in shared memory (float32)
 
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-      __half2 h;
-      memcpy(&h, &w[i], sizeof(h));
-      const float2 g = __half22float2(h);
-      f[2 * i] = g.x;
-      f[2 * i + 1] = g.y;
-    }
-  }
-}
-
 // The products of one launch: B and C of each, its columns, its first column range (range[count]
 // is every product's), and where its partial sums start.
 struct Products {
@@ -195,8 +177,6 @@ void launch_rows(int64_t M, const void* a, const Products& p, int64_t K, int per
     default: return launch<T, 8, U>(a, p, K, per_sm);
   }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Runs the products of `p` (ranges filled here) in one launch.
 void run(DType dtype, int64_t M, const void* a, Products p, int64_t K, int per_sm, int unroll) {

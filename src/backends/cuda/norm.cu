@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_common.h"
+#include "backends/cuda/device_ops.h"
 #include "backends/cuda/device_types.cuh"
 #include "backends/cuda/group_reduce.cuh"
 #include "backends/cuda/launch.h"
@@ -198,13 +199,6 @@ __global__ void rms_norm_rows(const X* x, const S* scale, S* y, Strides<1> st, i
 constexpr int kVec16 = 8;                              // elements per 16-byte piece
 constexpr int64_t kRows16 = int64_t{kVec16} * 256 * 4;  // the longest row: 256 threads, 4 pieces each
 
-template <typename T>
-__device__ __forceinline__ void unpack_vec(const uint4& v, float (&f)[kVec16]) {
-  const T* h = reinterpret_cast<const T*>(&v);
-#pragma unroll
-  for (int j = 0; j < kVec16; ++j) f[j] = load_c(h, j);
-}
-
 // With `res` (reforge::AddRmsNorm): the row is x + res, each sum rounded to X as Add rounds it,
 // and written to `sum`.
 template <typename X, typename S, int V>
@@ -229,8 +223,8 @@ __global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const X* res,
         const int i = threadIdx.x + u * blockDim.x;
         if (i >= pieces) continue;
         float a[kVec16], b[kVec16];
-        unpack_vec<X>(v[u], a);
-        unpack_vec<X>(rp[i], b);
+        unpack8<X>(v[u], a);
+        unpack8<X>(rp[i], b);
         X* h = reinterpret_cast<X*>(&v[u]);
 #pragma unroll
         for (int j = 0; j < kVec16; ++j) h[j] = store_c<X>(a[j] + b[j]);
@@ -241,7 +235,7 @@ __global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const X* res,
     for (int u = 0; u < V; ++u) {
       if (threadIdx.x + u * blockDim.x >= pieces) continue;
       float f[kVec16];
-      unpack_vec<X>(v[u], f);
+      unpack8<X>(v[u], f);
 #pragma unroll
       for (int j = 0; j < kVec16; ++j) s += f[j] * f[j];
     }
@@ -258,8 +252,8 @@ __global__ void __launch_bounds__(256) rms_norm_rows16(const X* x, const X* res,
       const int i = threadIdx.x + u * blockDim.x;
       if (i >= pieces) continue;
       float f[kVec16], w[kVec16];
-      unpack_vec<X>(v[u], f);
-      unpack_vec<S>(reinterpret_cast<const uint4*>(scale)[i], w);
+      unpack8<X>(v[u], f);
+      unpack8<S>(reinterpret_cast<const uint4*>(scale)[i], w);
       uint4 out;
       S* o = reinterpret_cast<S*>(&out);
 #pragma unroll
@@ -298,7 +292,7 @@ bool rms_norm_16bit(const Tensor& x, const Tensor& scale, Tensor& out, const ops
     return false;
   for (const void* p : {x.raw(), scale.raw(), static_cast<const void*>(out.raw()), res ? res->raw() : nullptr,
                         sum ? static_cast<const void*>(sum->raw()) : nullptr})
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    if (!aligned16(p)) return false;
   const int64_t pieces = inner / kVec16;
   const int threads = static_cast<int>(std::min<int64_t>(256, (pieces + 31) / 32 * 32));
   const int64_t per_thread = (pieces + threads - 1) / threads;
@@ -380,15 +374,9 @@ void rms_norm_kernel(ops::KernelContext& ctx) {
   rms_norm_run(x, scale, ctx.allocate_output_uninit(0, scale.dtype(), x.shape()), rs, ctx.node().label());
 }
 
-template <typename T>
-__global__ void residual_add(const T* a, const T* b, T* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = store_c<T>(load_c(a, i) + load_c(b, i));
-}
-
 // reforge::AddRmsNorm(X, scale, R) -> (Y, S), as the CPU's (ops/transformer/rms_norm.cc): S = X + R
 // rounded as Add rounds it, Y = RMSNormalization(S, scale). Rows of 16-bit models in one kernel
-// (rms_norm_rows16); otherwise the sum, then RMSNormalization of it.
+// (rms_norm_rows16); otherwise the device's Add kernel, then RMSNormalization of the sum.
 void add_rms_norm_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const ops::RmsNormSetup rs = ops::rms_norm_setup(ctx);
@@ -399,18 +387,9 @@ void add_rms_norm_kernel(ops::KernelContext& ctx) {
                 " is not of X's type and shape ", x.describe());
   Tensor& y = ctx.allocate_output_uninit(0, scale.dtype(), x.shape());
   Tensor& sum = ctx.allocate_output_uninit(1, x.dtype(), x.shape());
-  const int64_t n = x.numel();
-  if (n == 0 || rms_norm_16bit(x, scale, y, rs, &r, &sum)) return;
-  dispatch_device(
-      x.dtype(), where.c_str(),
-      [&](auto xt) {
-        using X = typename decltype(xt)::type;
-        if constexpr (std::is_floating_point_v<compute_t<X>>)
-          residual_add<X><<<grid_for(n), 256, 0, stream()>>>(x.data<X>(), r.data<X>(), sum.mutable_data<X>(), n);
-      },
-      true);
-  check_launch("AddRmsNorm (sum)");
-  rms_norm_run(sum, scale, y, rs, where);
+  if (x.numel() == 0 || rms_norm_16bit(x, scale, y, rs, &r, &sum)) return;
+  ctx.set_output(1, device_ops(ctx).op("Add", 14, {&x, &r}, {}));
+  rms_norm_run(ctx.outputs()[1], scale, y, rs, where);
 }
 
 // reforge::RmsNorm's scalar inputs (epsilon, exponent, numerator), read on the device: absent,
