@@ -117,6 +117,33 @@ TEST(CudaGemv, FewRowsOfSixteenBitProductsEqualTheFloat64Product) {
         check_product(t, {rows, K}, K, N, seed += 2);
 }
 
+// The kernel on B stored transposed (Bt [N, K]): every rows-per-warp and slice count, and the
+// slices chosen from the shape, against the float64 product.
+TEST(CudaGemv, TransposedWeightProductsEqualTheFloat64Product) {
+  REQUIRE_GPU();
+  uint32_t seed = 101;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (int64_t rows : {1, 2, 3, 4, 8})
+      for (auto [K, N] : {std::pair<int64_t, int64_t>{8, 1}, {40, 7}, {264, 13}, {2048, 512}, {8192, 130}, {1032, 2051}}) {
+        const Tensor a = test_support::random_of(t, {rows, K}, seed += 2, -1.0f, 1.0f);
+        const Tensor b = test_support::random_of(t, {K, N}, seed + 1, -1.0f, 1.0f);
+        Tensor bt = Tensor::empty(t, {N, K});
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n)
+            std::memcpy(static_cast<char*>(bt.mutable_raw()) + (n * K + k) * 2,
+                        static_cast<const char*>(b.raw()) + (k * N + n) * 2, 2);
+        const Tensor da = to_memory(a, Memory::Device), dbt = to_memory(bt, Memory::Device);
+        const std::string what = std::string(dtype_name(t)) + " [" + std::to_string(rows) + ", " + std::to_string(K) +
+                                 "] x [" + std::to_string(N) + ", " + std::to_string(K) + "]^T";
+        for (int r : {1, 2, 4})
+          for (int sl : {0, 1, 2, 4, 8}) {
+            Tensor dc = device_memory().allocate(t, {rows, N});
+            ASSERT_TRUE(cuda::gemv_product_nt(t, rows, K, N, da.raw(), dbt.raw(), dc.mutable_raw(), r, sl)) << what;
+            expect_product(to_host(dc), a, b, what + " " + std::to_string(r) + " rows per warp, " + std::to_string(sl) + " slices");
+          }
+      }
+}
+
 // As MatMul nodes of plans (cuBLASLt): a batch of rows sharing the weight, large and small
 // weights, to the same bound.
 TEST(CudaGemv, MatMulNodesAgree) {
@@ -170,17 +197,26 @@ TEST(CudaGemv, ProductsOfOneInputRunAsAGroup) {
     o.mode = plan::BuildMode::Refit;
     o.backend = "cuda";
     plan::Plan p = build::build_plan(g, o);
+    // transpose-linear-weights then stores every constant matrix transposed: the groups, and the
+    // lone products by a constant as groups of one.
     std::vector<std::vector<std::string>> groups;
-    int matmuls = 0;
+    int matmuls = 0, lone = 0;
     for (const ir::Node& n : p.graph.nodes) {
-      if (n.domain == "reforge" && n.op_type == "MatMulGroup") groups.push_back(n.outputs);
+      if (n.domain == "reforge" && n.op_type == "MatMulGroup") {
+        EXPECT_EQ(n.attrs.count("transposed") ? n.attrs.at("transposed").i : 0, 1) << n.label();
+        if (n.outputs.size() > 1)
+          groups.push_back(n.outputs);
+        else
+          ++lone;
+      }
       matmuls += n.domain.empty() && n.op_type == "MatMul";
     }
     ASSERT_EQ(groups.size(), 2u);
     // (graph outputs made on the device carry placement's suffix until copied to the host)
     EXPECT_EQ(groups[0], (std::vector<std::string>{"Y0::device", "Y1::device", "Y2::device", "Y3::device"}));
     EXPECT_EQ(groups[1], (std::vector<std::string>{"Y4::device", "Y5::device"}));
-    EXPECT_EQ(matmuls, 3);
+    EXPECT_EQ(lone, 2);
+    EXPECT_EQ(matmuls, 1);
     EXPECT_EQ(p.sources.size(), 8u);
     // The CPU runs the group's products one by one: bit-equal to the plan without the pass.
     const Tensor x = test_support::random_of(t, x_shape, 320, -1.0f, 1.0f);
@@ -211,9 +247,10 @@ TEST(CudaGemv, DISABLED_TimesAgainstCublasLt) {
   };
   const std::vector<Shape2> shapes = {{1, 2048, 2048}, {1, 2048, 512},  {1, 2048, 8192}, {1, 8192, 2048},
                                       {1, 2048, 32000}, {1, 4096, 4096}, {1, 4096, 11008}, {1, 11008, 4096},
-                                      {8, 2048, 8192}};
+                                      {4, 2048, 8192}, {8, 2048, 8192}};
   printf("%-22s %9s %9s %9s %9s %9s %9s %9s   (GB/s of the weights; gemv rows in flight / blocks per SM)\n",
          "M x K x N", "4/1", "4/2", "4/4", "8/1", "8/2", "8/4", "cuBLASLt");
+  printf("  | Bt (B stored [N, K]): cuBLASLt, then the transposed kernel at rows per warp / slices 2/auto 1/auto 4/auto 2/1 1/8\n");
   for (const Shape2& sh : shapes) {
     const size_t wbytes = static_cast<size_t>(sh.K * sh.N) * 2;
     const int copies = static_cast<int>(std::max<size_t>(2, (size_t{512} << 20) / wbytes));
@@ -250,8 +287,18 @@ TEST(CudaGemv, DISABLED_TimesAgainstCublasLt) {
         ASSERT_TRUE(cuda::gemv_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw(), per_sm[v % 3], v < 3 ? 4 : 8));
       });
     const double lt = time([&](const void* b) { cuda::cublaslt_product(DType::BFloat16, d, a.raw(), b, c.mutable_raw()); });
+    ops::nn::MatmulDims dt = d;
+    dt.trans_b = true;
+    const double lt_t = time([&](const void* b) { cuda::cublaslt_product(DType::BFloat16, dt, a.raw(), b, c.mutable_raw()); });
+    const int nt_cfg[5][2] = {{2, 0}, {1, 0}, {4, 0}, {2, 1}, {1, 8}};
+    double nt[5];
+    for (int v = 0; v < 5; ++v)
+      nt[v] = time([&](const void* b) {
+        ASSERT_TRUE(cuda::gemv_product_nt(DType::BFloat16, sh.M, sh.K, sh.N, a.raw(), b, c.mutable_raw(), nt_cfg[v][0], nt_cfg[v][1]));
+      });
     const std::string name = std::to_string(sh.M) + " x " + std::to_string(sh.K) + " x " + std::to_string(sh.N);
-    printf("%-22s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", name.c_str(), g[0], g[1], g[2], g[3], g[4], g[5], lt);
+    printf("%-22s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | Bt: %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f\n", name.c_str(), g[0], g[1], g[2],
+           g[3], g[4], g[5], lt, lt_t, nt[0], nt[1], nt[2], nt[3], nt[4]);
   }
 }
 #endif

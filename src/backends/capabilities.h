@@ -69,6 +69,7 @@ struct LayoutRequest {
 struct LayoutChoice {
   bool linear_panels = false;  // float32 Linear weights in panels (MatMulAddPacked)
   bool half_panels = false;    // 16-bit Linear weights in panels too
+  bool linear_transposed = false;  // 16-bit products' constant matrices stored [N, K]
   std::vector<std::string> features;
 };
 

@@ -209,6 +209,7 @@ plan::BuildRecord target_record(const BuildOptions& o) {
   r.isa = c.features;
   r.layouts.linear_panels = c.linear_panels;
   r.layouts.half_panels = c.half_panels;
+  r.layouts.linear_transposed = c.linear_transposed;
   return r;
 }
 
@@ -222,6 +223,7 @@ passes::BuildState make_state(ir::Graph g, const BuildOptions& o, const plan::We
   s.backend = o.backend;
   s.pack_linear_panels = layouts.linear_panels;
   s.pack_half_panels = layouts.half_panels;
+  s.transpose_linear_weights = layouts.linear_transposed;
   for (size_t p = 0; p < g.nodes.size(); ++p) {
     ir::Node& n = g.nodes[p];
     for (size_t slot = 0; slot < n.inputs.size(); ++slot) {

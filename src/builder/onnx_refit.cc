@@ -105,6 +105,9 @@ BuildOptions rebuild_options(const plan::Plan& plan, const ir::Graph& model, std
   std::map<std::string, DType> weight_dtypes;
   for (const auto& w : plan.weights) weight_dtypes[w.name] = w.dtype;
   for (const auto& n : plan.graph.nodes) {
+    if (n.domain == "reforge" && n.op_type == "MatMulGroup" && n.attrs.count("transposed") &&
+        n.attrs.at("transposed").i != 0)
+      layouts.linear_transposed = true;
     if (n.domain != "reforge" || n.op_type != "MatMulAddPacked") continue;
     layouts.linear_panels = true;
     for (const auto& in : n.inputs) {

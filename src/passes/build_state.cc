@@ -145,6 +145,7 @@ const std::vector<Pass>& default_passes() {
        linear_weights_packing,
        {{"reforge", "PackPanels", 1}, {"reforge", "MatMulAddPacked", 1}}},
       {"group-matmuls", false, group_matmuls, {{"reforge", "MatMulGroup", 1}}},
+      {"transpose-linear-weights", false, transpose_linear_weights, {{"reforge", "MatMulGroup", 1}}},
       {"eliminate-dead-code", false, eliminate_dead_code},
   };
   return passes;

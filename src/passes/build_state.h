@@ -35,6 +35,7 @@ struct BuildState {
   int64_t block_size = 0;           // --precision int4: k per quantization block
   bool pack_linear_panels = false;  // linear-weights-packing runs (BuildOptions::weight_packing)
   bool pack_half_panels = false;    // linear-weights-packing packs the 16-bit weights in panels
+  bool transpose_linear_weights = false;  // transpose-linear-weights runs (WeightLayouts::linear_transposed)
   bool bf16_activations = false;    // bf16 Linear layers round X to bfloat16 (BuildOptions::activations)
   std::string backend = "cpu";      // where the nodes will run (BuildOptions::backend)
   // 16-bit weight made by linear-weights-precision -> the float32 constant it was cast from, where
@@ -115,6 +116,7 @@ void fuse_add_rms_norm(BuildState& s);
 void fuse_silu(BuildState& s);
 void fuse_attention(BuildState& s);
 void group_matmuls(BuildState& s);  // matmul_group.cc
+void transpose_linear_weights(BuildState& s);  // transpose_weights.cc
 void fuse_rotary(BuildState& s);
 void linear_weights_precision(BuildState& s);
 void linear_weights_quantize(BuildState& s);  // quantize_weights.cc

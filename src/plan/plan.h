@@ -78,6 +78,9 @@ const char* weight_packing_name(WeightPacking w);  // "auto", "panels", "plain"
 struct WeightLayouts {
   bool linear_panels = false;  // float32 Linear weights in [ceil(N/16), K, 16] panels (MatMulAddPacked)
   bool half_panels = false;    // bf16 / fp16 Linear weights in panels too (only with linear_panels)
+  // 16-bit products by constant matrices store the matrix transposed, [N, K] (a device's decoding
+  // products read whole rows of it: reforge::MatMulGroup with transposed = 1).
+  bool linear_transposed = false;
   bool operator==(const WeightLayouts&) const = default;
 };
 

@@ -69,7 +69,9 @@ class Encoder {
     if (r.host_fallback) j["host_fallback"] = true;            // optional: absent means false
     if (r.reference_rounding) j["reference_rounding"] = true;  // optional: absent means false
     j["isa"] = strs(r.isa);
-    j["layouts"] = {{"linear_panels", r.layouts.linear_panels}, {"half_panels", r.layouts.half_panels}};
+    j["layouts"] = {{"linear_panels", r.layouts.linear_panels},
+                    {"half_panels", r.layouts.half_panels},
+                    {"linear_transposed", r.layouts.linear_transposed}};
     return j;
   }
 

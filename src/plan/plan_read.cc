@@ -185,6 +185,8 @@ class Decoder {
     const json& l = field(j, "layouts", where);
     r.layouts.linear_panels = as_bool(field(l, "linear_panels", lw), at(lw, "linear_panels"));
     r.layouts.half_panels = as_bool(field(l, "half_panels", lw), at(lw, "half_panels"));
+    if (l.contains("linear_transposed"))
+      r.layouts.linear_transposed = as_bool(l["linear_transposed"], at(lw, "linear_transposed"));
     if (r.layouts.half_panels && !r.layouts.linear_panels)
       fail(lw, ": half_panels without linear_panels is not a layout a build makes");
     return r;

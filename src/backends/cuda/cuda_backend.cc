@@ -59,6 +59,17 @@ class CudnnTimingCache final : public backends::TimingCache {
   void load(const std::string& text, const std::string& where) override { load_timing_cache(text, where); }
 };
 
+// The weight layouts a CUDA build wants: 16-bit products' matrices stored transposed, which the
+// decoding products read as whole rows (gemv.h); no panels (a CPU layout).
+class Layouts final : public backends::WeightLayoutPolicy {
+ public:
+  backends::LayoutChoice choose(const backends::LayoutRequest&) const override {
+    backends::LayoutChoice c;
+    c.linear_transposed = true;
+    return c;
+  }
+};
+
 }  // namespace
 
 backends::Backend backend() {
@@ -72,6 +83,8 @@ backends::Backend backend() {
   static CudnnTimingCache timing_cache;
   b.streams = &streams;
   b.timing_cache = &timing_cache;
+  static Layouts layouts;
+  b.layouts = &layouts;
   b.weight_memory = weight_memory();
   b.unavailable = unavailable_reason;
   b.tracer = tracer();

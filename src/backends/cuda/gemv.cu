@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_common.h"
 #include "backends/cuda/device_types.cuh"
+#include "backends/cuda/group_reduce.cuh"
 
 namespace reforge::cuda {
 
@@ -188,6 +189,119 @@ void run(DType dtype, int64_t M, const void* a, Products p, int64_t K, int per_s
     bf16 ? launch_rows<__nv_bfloat16, 8>(M, a, p, K, per_sm) : launch_rows<__half, 8>(M, a, p, K, per_sm);
 }
 
+// ---- B stored transposed: Bt [N, K], K contiguous ------------------------------------------
+// A warp owns R columns of C and one of S slices of K (the block's 8 warps: 8 / S column groups
+// of R columns, S slices each); each lane reads 16 bytes (8 values) of each of its R rows of Bt
+// per step, U steps at once (R * U loads in flight), A's matching 16 bytes from L1, and
+// accumulates in float32. The lanes' sums are added by a butterfly of shuffles; the slices' sums
+// in slice order through shared memory. Every order is fixed: the result does not depend on
+// scheduling.
+constexpr int kNtU = 4;
+
+template <typename T, int M, int R>
+__global__ void __launch_bounds__(kThreads) gemv_nt_kernel(const T* __restrict__ a, const T* __restrict__ bt,
+                                                          T* __restrict__ c, int64_t N, int64_t K, int S) {
+  __shared__ float part[kWarps][M][R];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = warp / S, slice = warp % S;
+  const int64_t n0 = (int64_t{blockIdx.x} * (kWarps / S) + group) * R;
+  const int64_t chunks = K / 8, per_slice = (chunks + S - 1) / S;
+  const int64_t c0 = slice * per_slice, c1 = min(chunks, c0 + per_slice);
+  float acc[M][R];
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
+  const uint4* __restrict__ b4 = reinterpret_cast<const uint4*>(bt);
+  const uint4* __restrict__ a4 = reinterpret_cast<const uint4*>(a);
+  int64_t rowoff[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) rowoff[r] = min(n0 + r, N - 1) * chunks;
+  int64_t ch = c0 + lane;
+  for (; ch + (kNtU - 1) * 32 < c1; ch += kNtU * 32) {
+    uint4 v[kNtU][R];
+#pragma unroll
+    for (int u = 0; u < kNtU; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[u][r] = __ldcs(b4 + rowoff[r] + ch + u * 32);
+#pragma unroll
+    for (int u = 0; u < kNtU; ++u)
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        float x[8];
+        unpack8<T>(__ldg(a4 + m * chunks + ch + u * 32), x);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float w[8];
+          unpack8<T>(v[u][r], w);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[m][r] = fmaf(x[j], w[j], acc[m][r]);
+        }
+      }
+  }
+  for (; ch < c1; ch += 32) {
+    uint4 v[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) v[r] = __ldcs(b4 + rowoff[r] + ch);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float x[8];
+      unpack8<T>(__ldg(a4 + m * chunks + ch), x);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float w[8];
+        unpack8<T>(v[r], w);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[m][r] = fmaf(x[j], w[j], acc[m][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
+  if (S == 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (n0 + r < N) c[m * N + n0 + r] = store_c<T>(acc[m][r]);
+    return;
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int r = 0; r < R; ++r) part[warp][m][r] = acc[m][r];
+  __syncthreads();
+  if (slice != 0 || lane >= M * R) return;
+  const int m = lane / R, r = lane % R;
+  float s = 0.f;
+  for (int i = 0; i < S; ++i) s += part[warp + i][m][r];
+  if (n0 + r < N) c[m * N + n0 + r] = store_c<T>(s);
+}
+
+template <typename T, int M, int R>
+void launch_nt(const void* a, const void* bt, void* c, int64_t N, int64_t K, int S) {
+  const int64_t cols_per_block = int64_t{kWarps / S} * R;
+  const unsigned blocks = static_cast<unsigned>((N + cols_per_block - 1) / cols_per_block);
+  gemv_nt_kernel<T, M, R><<<blocks, kThreads, 0, stream()>>>(static_cast<const T*>(a), static_cast<const T*>(bt),
+                                                             static_cast<T*>(c), N, K, S);
+  check_launch("gemv_nt_kernel");
+}
+
+template <typename T, int R>
+void launch_nt_rows(int64_t M, const void* a, const void* bt, void* c, int64_t N, int64_t K, int S) {
+  switch (M) {
+    case 1: return launch_nt<T, 1, R>(a, bt, c, N, K, S);
+    case 2: return launch_nt<T, 2, R>(a, bt, c, N, K, S);
+    case 3: return launch_nt<T, 3, R>(a, bt, c, N, K, S);
+    case 4: return launch_nt<T, 4, R>(a, bt, c, N, K, S);
+    default: return launch_nt<T, 8, R>(a, bt, c, N, K, S);
+  }
+}
+
 }  // namespace
 
 bool gemv_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c,
@@ -232,6 +346,39 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
   if (weights < kGroupMinWeights || weights >= kGroupMaxWeights) return false;
   run(dtype, M, a, p, K, kBlocksPerSm, kUnroll);
   return true;
+}
+
+
+bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a, const void* bt, void* c,
+                     int rows_per_warp, int slices) {
+  if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
+  if (M < 1 || M > kGemvMaxRows || (M > 4 && M != 8) || K <= 0 || K % 8 != 0 || N <= 0) return false;
+  if (!aligned16(a) || !aligned16(bt)) return false;
+  const int R = rows_per_warp > 0 ? rows_per_warp : 2;
+  int S = slices;
+  if (S <= 0) {
+    // Enough blocks for two per multiprocessor where the columns allow, each warp's slice at
+    // least 8 steps of its lanes.
+    S = 1;
+    while (S < kWarps && (N + int64_t{kWarps / S} * R - 1) / (int64_t{kWarps / S} * R) < 2 * multiprocessors() &&
+           K / 8 / (2 * S) >= 32 * kNtU)
+      S *= 2;
+  }
+  if (S != 1 && S != 2 && S != 4 && S != 8) return false;
+  const bool bf16 = dtype == DType::BFloat16;
+  switch (R) {
+    case 1:
+      bf16 ? launch_nt_rows<__nv_bfloat16, 1>(M, a, bt, c, N, K, S) : launch_nt_rows<__half, 1>(M, a, bt, c, N, K, S);
+      return true;
+    case 2:
+      bf16 ? launch_nt_rows<__nv_bfloat16, 2>(M, a, bt, c, N, K, S) : launch_nt_rows<__half, 2>(M, a, bt, c, N, K, S);
+      return true;
+    case 4:
+      bf16 ? launch_nt_rows<__nv_bfloat16, 4>(M, a, bt, c, N, K, S) : launch_nt_rows<__half, 4>(M, a, bt, c, N, K, S);
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace reforge::cuda

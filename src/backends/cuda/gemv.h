@@ -42,6 +42,13 @@ struct GemvOutput {
 };
 bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs);
 
+// C[M, N] = A[M, K] Bt[N, K]^T with B stored transposed (K contiguous), 16-bit, M <= 4 or 8, K a
+// multiple of 8, A and Bt 16-byte aligned: true when it ran. A warp reads whole rows of Bt (or a
+// slice of them) and reduces across its lanes, so no block waits for another. `rows_per_warp`
+// (1, 2, 4; 0: 2) and `slices` of K per row (1, 2, 4, 8; 0: chosen from the shape).
+bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a, const void* bt, void* c,
+                     int rows_per_warp = 0, int slices = 0);
+
 // The same product by cuBLASLt (matmul.cu), as the products this kernel declines take it: for
 // comparing the two (tests/cuda_gemv_test.cc times them).
 void cublaslt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c);

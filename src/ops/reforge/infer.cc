@@ -443,9 +443,11 @@ void infer_fused_rotary(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(x.dtype, broadcast_shapes(ctx, mc, ms)));
 }
 
-// MatMulGroup(X, W1, ..., Wn) -> (Y1, ..., Yn): Yi = MatMul(X, Wi), each Wi a matrix of X's type.
+// MatMulGroup(X, W1, ..., Wn) -> (Y1, ..., Yn): Yi = MatMul(X, Wi), each Wi a matrix of X's type
+// (stored [Ni, K] with transposed = 1).
 void infer_matmul_group(InferContext& ctx) {
   const ValueType& x = ctx.input_type(0);
+  const bool t = ctx.attr_int("transposed", 0) != 0;
   if (ctx.num_inputs() < 2 || ctx.num_inputs() != ctx.num_outputs() + 1)
     ctx.fail("takes X and one weight per output, got " + std::to_string(ctx.num_inputs()) + " inputs for " +
              std::to_string(ctx.num_outputs()) + " outputs");
@@ -459,9 +461,9 @@ void infer_matmul_group(InferContext& ctx) {
       continue;
     }
     if (x.shape.empty()) ctx.fail("input " + x.str() + " does not match the weight " + w.str());
-    merge_dims(ctx, x.shape.back(), w.shape[0], "input " + x.str() + " and weight " + w.str() + " inner dimensions");
+    merge_dims(ctx, x.shape.back(), w.shape[t ? 1 : 0], "input " + x.str() + " and weight " + w.str() + " inner dimensions");
     SymShape out = x.shape;
-    out.back() = w.shape[1];
+    out.back() = w.shape[t ? 0 : 1];
     ctx.set_output(i - 1, ValueType::of(x.dtype, out));
   }
 }

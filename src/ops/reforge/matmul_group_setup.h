@@ -12,8 +12,9 @@
 
 namespace reforge::ops {
 
-// Checks X [..., K] of a float type and each Wi [K, Ni] of X's type, allocates every output Yi
-// [..., Ni] (uninitialized) and returns the products: rows of X by K by Ni, one per output.
+// Checks X [..., K] of a float type and each Wi [K, Ni] of X's type ([Ni, K] with the attribute
+// transposed = 1, and the products' trans_b set), allocates every output Yi [..., Ni]
+// (uninitialized) and returns the products: rows of X by K by Ni, one per output.
 inline std::vector<nn::MatmulDims> matmul_group_setup(KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const std::string& label = ctx.node().label();
@@ -25,18 +26,20 @@ inline std::vector<nn::MatmulDims> matmul_group_setup(KernelContext& ctx) {
   const int64_t K = x.dim(x.rank() - 1);
   int64_t rows = 1;
   for (int64_t i = 0; i + 1 < x.rank(); ++i) rows *= x.dim(i);
+  const bool transposed = ctx.attr_int("transposed", 0) != 0;
   std::vector<nn::MatmulDims> dims;
   for (size_t i = 1; i < ctx.num_inputs(); ++i) {
     const Tensor& w = ctx.input(i);
-    REFORGE_CHECK(w.rank() == 2 && w.dtype() == x.dtype() && w.dim(0) == K, label, ": weight ", i, " ", w.describe(),
-                  " does not multiply X ", x.describe());
+    REFORGE_CHECK(w.rank() == 2 && w.dtype() == x.dtype() && w.dim(transposed ? 1 : 0) == K, label, ": weight ", i,
+                  " ", w.describe(), transposed ? " (stored transposed)" : "", " does not multiply X ", x.describe());
     Shape ys = x.shape();
-    ys.back() = w.dim(1);
+    ys.back() = w.dim(transposed ? 0 : 1);
     ctx.allocate_output_uninit(i - 1, x.dtype(), ys);
     nn::MatmulDims d;
     d.M = rows;
     d.K = K;
-    d.N = w.dim(1);
+    d.N = ys.back();
+    d.trans_b = transposed;
     dims.push_back(d);
   }
   return dims;
