@@ -142,6 +142,30 @@ TEST(CudaGemv, TransposedWeightProductsEqualTheFloat64Product) {
             expect_product(to_host(dc), a, b, what + " " + std::to_string(r) + " rows per warp, " + std::to_string(sl) + " slices");
           }
       }
+  // Several products of one A in one launch.
+  for (int64_t rows : {1, 3})
+    for (int64_t K : {264, 2048}) {
+      const DType t = DType::BFloat16;
+      const Tensor a = test_support::random_of(t, {rows, K}, seed += 2, -1.0f, 1.0f);
+      const Tensor da = to_memory(a, Memory::Device);
+      std::vector<Tensor> bs, dbts, dcs;
+      std::vector<cuda::GemvOutput> outs;
+      for (int64_t N : {13, 512, 7, 2056}) {
+        bs.push_back(test_support::random_of(t, {K, N}, seed += 2, -1.0f, 1.0f));
+        Tensor bt = Tensor::empty(t, {N, K});
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n)
+            std::memcpy(static_cast<char*>(bt.mutable_raw()) + (n * K + k) * 2,
+                        static_cast<const char*>(bs.back().raw()) + (k * N + n) * 2, 2);
+        dbts.push_back(to_memory(bt, Memory::Device));
+        dcs.push_back(device_memory().allocate(t, {rows, N}));
+        outs.push_back({dbts.back().raw(), dcs.back().mutable_raw(), N});
+      }
+      ASSERT_TRUE(cuda::gemv_products_nt(t, rows, K, da.raw(), outs));
+      for (size_t i = 0; i < bs.size(); ++i)
+        expect_product(to_host(dcs[i]), a, bs[i],
+                       "group of four, rows " + std::to_string(rows) + " K " + std::to_string(K) + " product " + std::to_string(i));
+    }
 }
 
 // As MatMul nodes of plans (cuBLASLt): a batch of rows sharing the weight, large and small

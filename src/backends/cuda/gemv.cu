@@ -199,12 +199,17 @@ void run(DType dtype, int64_t M, const void* a, Products p, int64_t K, int per_s
 constexpr int kNtU = 4;
 
 template <typename T, int M, int R>
-__global__ void __launch_bounds__(kThreads) gemv_nt_kernel(const T* __restrict__ a, const T* __restrict__ bt,
-                                                          T* __restrict__ c, int64_t N, int64_t K, int S) {
+__global__ void __launch_bounds__(kThreads) gemv_nt_kernel(const T* __restrict__ a, const Products p, int64_t K,
+                                                          int S) {
   __shared__ float part[kWarps][M][R];
+  int q = 0;
+  while (q + 1 < p.count && blockIdx.x >= p.range[q + 1]) ++q;
+  const T* __restrict__ bt = static_cast<const T*>(p.b[q]);
+  T* __restrict__ c = static_cast<T*>(p.c[q]);
+  const int64_t N = p.n[q];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / S, slice = warp % S;
-  const int64_t n0 = (int64_t{blockIdx.x} * (kWarps / S) + group) * R;
+  const int64_t n0 = ((int64_t{blockIdx.x} - p.range[q]) * (kWarps / S) + group) * R;
   const int64_t chunks = K / 8, per_slice = (chunks + S - 1) / S;
   const int64_t c0 = slice * per_slice, c1 = min(chunks, c0 + per_slice);
   float acc[M][R];
@@ -283,23 +288,59 @@ __global__ void __launch_bounds__(kThreads) gemv_nt_kernel(const T* __restrict__
 }
 
 template <typename T, int M, int R>
-void launch_nt(const void* a, const void* bt, void* c, int64_t N, int64_t K, int S) {
-  const int64_t cols_per_block = int64_t{kWarps / S} * R;
-  const unsigned blocks = static_cast<unsigned>((N + cols_per_block - 1) / cols_per_block);
-  gemv_nt_kernel<T, M, R><<<blocks, kThreads, 0, stream()>>>(static_cast<const T*>(a), static_cast<const T*>(bt),
-                                                             static_cast<T*>(c), N, K, S);
+void launch_nt(const void* a, const Products& p, int64_t K, int S) {
+  gemv_nt_kernel<T, M, R><<<static_cast<unsigned>(p.range[p.count]), kThreads, 0, stream()>>>(static_cast<const T*>(a),
+                                                                                              p, K, S);
   check_launch("gemv_nt_kernel");
 }
 
 template <typename T, int R>
-void launch_nt_rows(int64_t M, const void* a, const void* bt, void* c, int64_t N, int64_t K, int S) {
+void launch_nt_rows(int64_t M, const void* a, const Products& p, int64_t K, int S) {
   switch (M) {
-    case 1: return launch_nt<T, 1, R>(a, bt, c, N, K, S);
-    case 2: return launch_nt<T, 2, R>(a, bt, c, N, K, S);
-    case 3: return launch_nt<T, 3, R>(a, bt, c, N, K, S);
-    case 4: return launch_nt<T, 4, R>(a, bt, c, N, K, S);
-    default: return launch_nt<T, 8, R>(a, bt, c, N, K, S);
+    case 1: return launch_nt<T, 1, R>(a, p, K, S);
+    case 2: return launch_nt<T, 2, R>(a, p, K, S);
+    case 3: return launch_nt<T, 3, R>(a, p, K, S);
+    case 4: return launch_nt<T, 4, R>(a, p, K, S);
+    default: return launch_nt<T, 8, R>(a, p, K, S);
   }
+}
+
+// Runs the products of `p` (B stored transposed; ranges filled here) in one launch: `rows_per_warp`
+// and `slices` as gemv_product_nt takes them. False (nothing ran) for a shape it does not take.
+bool run_nt(DType dtype, int64_t M, int64_t K, const void* a, Products p, int rows_per_warp, int slices) {
+  if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
+  if (M < 1 || M > kGemvMaxRows || (M > 4 && M != 8) || K <= 0 || K % 8 != 0 || !aligned16(a)) return false;
+  int64_t total_n = 0;
+  for (int q = 0; q < p.count; ++q) {
+    if (p.n[q] <= 0 || !aligned16(p.b[q])) return false;
+    total_n += p.n[q];
+  }
+  const int R = rows_per_warp > 0 ? rows_per_warp : 2;
+  if (R != 1 && R != 2 && R != 4) return false;
+  int S = slices;
+  if (S <= 0) {
+    // Enough blocks for two per multiprocessor where the columns allow, each warp's slice at
+    // least kNtU steps of its lanes.
+    S = 1;
+    while (S < kWarps && total_n / (int64_t{kWarps / S} * R) < 2 * multiprocessors() && K / 8 / (2 * S) >= 32 * kNtU)
+      S *= 2;
+  }
+  if (S != 1 && S != 2 && S != 4 && S != 8) return false;
+  const int64_t cols_per_block = int64_t{kWarps / S} * R;
+  for (int q = 0; q < p.count; ++q) p.range[q + 1] = p.range[q] + (p.n[q] + cols_per_block - 1) / cols_per_block;
+  const bool bf16 = dtype == DType::BFloat16;
+  switch (R) {
+    case 1:
+      bf16 ? launch_nt_rows<__nv_bfloat16, 1>(M, a, p, K, S) : launch_nt_rows<__half, 1>(M, a, p, K, S);
+      break;
+    case 2:
+      bf16 ? launch_nt_rows<__nv_bfloat16, 2>(M, a, p, K, S) : launch_nt_rows<__half, 2>(M, a, p, K, S);
+      break;
+    default:
+      bf16 ? launch_nt_rows<__nv_bfloat16, 4>(M, a, p, K, S) : launch_nt_rows<__half, 4>(M, a, p, K, S);
+      break;
+  }
+  return true;
 }
 
 }  // namespace
@@ -351,34 +392,24 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
 
 bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a, const void* bt, void* c,
                      int rows_per_warp, int slices) {
-  if (dtype != DType::BFloat16 && dtype != DType::Float16) return false;
-  if (M < 1 || M > kGemvMaxRows || (M > 4 && M != 8) || K <= 0 || K % 8 != 0 || N <= 0) return false;
-  if (!aligned16(a) || !aligned16(bt)) return false;
-  const int R = rows_per_warp > 0 ? rows_per_warp : 2;
-  int S = slices;
-  if (S <= 0) {
-    // Enough blocks for two per multiprocessor where the columns allow, each warp's slice at
-    // least 8 steps of its lanes.
-    S = 1;
-    while (S < kWarps && (N + int64_t{kWarps / S} * R - 1) / (int64_t{kWarps / S} * R) < 2 * multiprocessors() &&
-           K / 8 / (2 * S) >= 32 * kNtU)
-      S *= 2;
+  Products p;
+  p.b[0] = bt;
+  p.c[0] = c;
+  p.n[0] = N;
+  p.count = 1;
+  return run_nt(dtype, M, K, a, p, rows_per_warp, slices);
+}
+
+bool gemv_products_nt(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs) {
+  if (outputs.empty() || outputs.size() > kGemvMaxProducts) return false;
+  Products p;
+  for (const GemvOutput& o : outputs) {
+    p.b[p.count] = o.b;
+    p.c[p.count] = o.c;
+    p.n[p.count] = o.n;
+    ++p.count;
   }
-  if (S != 1 && S != 2 && S != 4 && S != 8) return false;
-  const bool bf16 = dtype == DType::BFloat16;
-  switch (R) {
-    case 1:
-      bf16 ? launch_nt_rows<__nv_bfloat16, 1>(M, a, bt, c, N, K, S) : launch_nt_rows<__half, 1>(M, a, bt, c, N, K, S);
-      return true;
-    case 2:
-      bf16 ? launch_nt_rows<__nv_bfloat16, 2>(M, a, bt, c, N, K, S) : launch_nt_rows<__half, 2>(M, a, bt, c, N, K, S);
-      return true;
-    case 4:
-      bf16 ? launch_nt_rows<__nv_bfloat16, 4>(M, a, bt, c, N, K, S) : launch_nt_rows<__half, 4>(M, a, bt, c, N, K, S);
-      return true;
-    default:
-      return false;
-  }
+  return run_nt(dtype, M, K, a, p, 0, 0);
 }
 
 }  // namespace reforge::cuda

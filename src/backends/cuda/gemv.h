@@ -48,6 +48,10 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
 // (1, 2, 4; 0: 2) and `slices` of K per row (1, 2, 4, 8; 0: chosen from the shape).
 bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a, const void* bt, void* c,
                      int rows_per_warp = 0, int slices = 0);
+// Up to kGemvMaxProducts such products of one A, C_i[M, N_i] = A Bt_i^T, in one launch (a layer's
+// query, key and value projections): true when it ran; false (nothing ran) when one of them is
+// not such a product.
+bool gemv_products_nt(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs);
 
 // The same product by cuBLASLt (matmul.cu), as the products this kernel declines take it: for
 // comparing the two (tests/cuda_gemv_test.cc times them).

@@ -337,7 +337,7 @@ void matmul_kernel(ops::KernelContext& ctx) { ops::nn::matmul_run(ctx, product);
 
 // reforge::MatMulGroup(X, W1, ..., Wn): Yi = X Wi, X [..., K], Wi [K, Ni] of X's float type ([Ni, K]
 // with transposed = 1). Weights stored transposed: a few rows of 16-bit operands through the gemv
-// kernel of transposed weights, product by product; otherwise cuBLASLt. Weights as given: a few
+// kernel of transposed weights, every product in one launch; otherwise cuBLASLt. Weights as given: a few
 // rows of 16-bit operands, every product in one launch of the gemv kernel; otherwise one product
 // after another, each as MatMul runs it.
 void matmul_group_kernel(ops::KernelContext& ctx) {
@@ -346,9 +346,8 @@ void matmul_group_kernel(ops::KernelContext& ctx) {
   std::vector<GemvOutput> outs;
   for (size_t i = 0; i < dims.size(); ++i) outs.push_back({ctx.input(i + 1).raw(), ctx.outputs()[i].mutable_raw(), dims[i].N});
   if (dims[0].trans_b) {
-    for (size_t i = 0; i < dims.size(); ++i)
-      if (!gemv_product_nt(x.dtype(), dims[i].M, dims[i].K, dims[i].N, x.raw(), outs[i].b, outs[i].c))
-        product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
+    if (gemv_products_nt(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs)) return;
+    for (size_t i = 0; i < dims.size(); ++i) product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
     return;
   }
   if (gemv_products(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs)) return;
