@@ -607,7 +607,8 @@ class PlanSequence:
 
     def run(self, inputs: Mapping[str, Any], copy: bool = True) -> Dict[str, Any]:
         """One step: returns ``{output name: numpy array}``, or torch tensors on the first input's
-        device when the inputs are torch tensors (as :meth:`Plan.run`). With ``copy=False`` the
+        device when the inputs are torch tensors (tensors on a device, CUDA included, are copied to
+        the host for the step and its outputs copied back there). With ``copy=False`` the
         numpy arrays are read-only views of the sequence's buffers, valid until its next run or
         reset (torch tensors, which cannot be read-only, are copies)."""
         arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
@@ -709,8 +710,9 @@ def build(
     results as the ONNX reference does (``--reference-rounding``); ``strip_prefix``/``add_prefix`` rename the
     checkpoint's tensors first, as :meth:`Plan.refit` does. ``literals``: initializers to treat as
     structure. ``threads``: for the build and the plan's runs (0: all cores; at most 1024). ``device``:
-    where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
-    arrays in host memory, copied to and from the GPU); a node the device has no kernel for
+    where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; numpy inputs and outputs stay
+    in host memory, copied to and from the GPU, while torch CUDA tensors stay on the GPU:
+    :meth:`Plan.run`); a node the device has no kernel for
     fails the build, unless ``allow_cpu_fallback`` places it on the CPU with explicit copies
     (``inspect()["placement"]`` shows where each node runs). A CUDA plan builds anywhere and
     runs where a GPU is. ``progress(step, done, total, unit)`` is called as each step of the
