@@ -143,12 +143,13 @@ def test_inputs_written_on_a_side_stream_are_read_after_their_writes():
 
 @needs_gpu
 def test_16_bit_outputs_on_the_device():
+    rt = pytest.importorskip("reforge.torch")
+    pytest.importorskip("onnxscript")
     device = torch.device("cuda", torch.cuda.current_device())
     for dtype in (torch.float16, torch.bfloat16):
         torch.manual_seed(0)
         module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).to(dtype)
         x = torch.randn(4, 16, dtype=dtype)
-        rt = pytest.importorskip("reforge.torch")
         try:
             compiled = rt.compile(module, (x,), device="cuda")
         except reforge.Error as e:
