@@ -173,8 +173,8 @@ class Plan:
         asked, as ``InferenceSession.run`` does.
 
         ``inputs`` maps every input name to an array of the input's dtype: a numpy array or any
-        CPU tensor with ``__dlpack__``, used in place, not copied (other layouts are made
-        contiguous first). The outputs are numpy arrays over the engine's output buffers (no
+        CPU tensor with ``__dlpack__`` (a CUDA plan also takes CUDA memory), used in place, not
+        copied (other layouts are made contiguous first). The outputs are numpy arrays over the engine's output buffers (no
         copy); an output that shares bytes with an input or an engine weight (an Identity or
         Reshape of one) is read-only. When the inputs are torch tensors the outputs are torch
         tensors on the inputs' device (torch tensors must all be on one device):
