@@ -140,3 +140,40 @@ TEST(Dlpack, DeviceMemoryIsCopiedToTheHost) {
   EXPECT_NE(host.raw(), on_device.raw());
   for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(host.as_double(i), values[static_cast<size_t>(i)]);
 }
+
+// Run inputs: a device plan's are wrapped in device memory as they are (no copy, no device needed
+// to wrap them), a host plan's are refused naming the tensor before anything is read; host memory
+// is wrapped in place either way.
+TEST(Dlpack, RunInputsInDeviceMemoryAreWrappedOrRefused) {
+  std::vector<float> values = {1.5f, -2.0f, 3.25f, 4.0f};
+  auto keep = std::make_shared<int>(0);
+  refit::DlpackTensor v = view_of(values, type(DlCode::Float, 32), {2, 2});
+  v.owner = keep;
+  v.device_type = static_cast<int32_t>(DlDevice::Cuda);
+  const long owners = keep.use_count();
+  const Tensor on_device = refit::tensor_from_dlpack(v, "input 'x'", refit::DeviceUse::InPlace);
+  EXPECT_EQ(on_device.memory(), Memory::Device);
+  EXPECT_EQ(on_device.raw(), values.data()) << "wrapped, not copied";
+  EXPECT_EQ(on_device.dtype(), DType::Float32);
+  EXPECT_EQ(on_device.shape(), (Shape{2, 2}));
+  EXPECT_EQ(keep.use_count(), owners + 1) << "the tensor keeps the owner alive";
+  v.device_type = static_cast<int32_t>(DlDevice::CudaManaged);
+  EXPECT_EQ(refit::tensor_from_dlpack(v, "input 'x'", refit::DeviceUse::InPlace).memory(), Memory::Device);
+
+  v.device_type = static_cast<int32_t>(DlDevice::Cuda);
+  v.device_id = 1;
+  const std::string err = error_of([&] { refit::tensor_from_dlpack(v, "input 'x'", refit::DeviceUse::Refuse); });
+  EXPECT_NE(err.find("input 'x' lives on cuda:1, but the plan runs on the CPU"), std::string::npos) << err;
+  // The checks of layout and dtype come first, for every use.
+  v.strides = {1, 2};
+  const std::string strided = error_of([&] { refit::tensor_from_dlpack(v, "input 'x'", refit::DeviceUse::InPlace); });
+  EXPECT_NE(strided.find("input 'x' is not laid out compact and row-major"), std::string::npos) << strided;
+
+  refit::DlpackTensor host = view_of(values, type(DlCode::Float, 32), {4});
+  for (refit::DeviceUse use : {refit::DeviceUse::InPlace, refit::DeviceUse::Refuse}) {
+    const Tensor t = refit::tensor_from_dlpack(host, "input 'x'", use);
+    EXPECT_EQ(t.memory(), Memory::Host);
+    EXPECT_EQ(t.raw(), values.data());
+    EXPECT_EQ(t.as_double(3), 4.0);
+  }
+}

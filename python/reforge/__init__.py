@@ -11,8 +11,9 @@
 The same library as the ``reforge`` CLI, with the same checks and the same error messages:
 every failure raises a :class:`reforge.Error` subclass. Arrays go in and out without copies where
 the layout allows (numpy arrays, and CPU tensors of any framework with ``__dlpack__``, torch
-included); ``run`` and ``refit`` release the GIL, so threads can run one plan while another
-refits it, each run on the old or the new weights, never a mix.
+included); a CUDA plan fed torch CUDA tensors answers with torch CUDA tensors, never passing
+through host memory; ``run`` and ``refit`` release the GIL, so threads can run one plan while
+another refits it, each run on the old or the new weights, never a mix.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from . import _reforge  # noqa: E402
 from ._reforge import CorruptPlan, Error, InvalidInput, InvalidModel, RefitRefused  # noqa: E402
 from ._tensors import copy_into as _copy_into, host_input as _array, to_torch as _to_torch  # noqa: E402
+from ._tensors import before_device_run as _before_device_run, from_device as _from_device  # noqa: E402
+from ._tensors import output_place as _output_place, run_inputs as _run_inputs  # noqa: E402
 from ._tensors import torch_device as _torch_device  # noqa: E402
 from .export import export_causal_lm  # noqa: E402
 
@@ -162,7 +165,7 @@ class Plan:
         return self.outputs
 
     def run(self, inputs: Any, output_names: Any = None, *, outputs: Optional[Mapping[str, Any]] = None,
-            version: Optional[str] = None) -> Any:
+            version: Optional[str] = None, outputs_on: Optional[str] = None) -> Any:
         """Runs the plan and returns ``{output name: array}``.
 
         ONNX Runtime's order is taken too: ``run(None, feeds)`` or ``run(["logits"], feeds)``
@@ -170,34 +173,50 @@ class Plan:
         asked, as ``InferenceSession.run`` does.
 
         ``inputs`` maps every input name to an array of the input's dtype: a numpy array or any
-        CPU tensor with ``__dlpack__``, used in place, not copied (other layouts are made
-        contiguous first). The outputs are numpy arrays over the engine's output buffers (no
+        CPU tensor with ``__dlpack__`` (a CUDA plan also takes CUDA memory), used in place, not
+        copied (other layouts are made contiguous first). The outputs are numpy arrays over the engine's output buffers (no
         copy); an output that shares bytes with an input or an engine weight (an Identity or
         Reshape of one) is read-only. When the inputs are torch tensors the outputs are torch
-        tensors on the first input's device: on the CPU over the same buffers (no copy; a
-        read-only output is copied), on another device copied there; torch inputs on another
-        device are copied to the host first (the plan's device takes host memory). ``bfloat16``
-        outputs come back as ``torch.bfloat16`` tensors, or as float32 numpy arrays (numpy has
-        no bfloat16; the values are exact). ``output_names`` selects outputs (all by default).
-        The GIL is released while the plan runs.
+        tensors on the inputs' device (torch tensors must all be on one device):
+
+        - CPU: over the engine's buffers (no copy; a read-only output is copied);
+        - CUDA, for a plan built with ``device="cuda"``: the inputs are read where they are and
+          the outputs are made there, with no trip through host memory. Each output is a new
+          tensor from torch's allocator, filled by a device-to-device copy of the engine's
+          output on torch's current stream; it is owned by the caller, stays valid after later
+          runs, and is ready to read on any stream (torch's current stream is synchronized
+          before the run, so that the inputs' pending writes are done, and after the copies).
+          The input must be on the current CUDA device (where reforge runs). A CPU plan refuses
+          CUDA inputs;
+        - another device: copied to the host, the outputs copied back there.
+
+        ``outputs_on``: ``"device"`` or ``"host"`` overrides where the outputs go; ``"device"``
+        (a CUDA plan; needs torch) returns torch tensors on the inputs' CUDA device, or the current
+        one for host inputs; ``"host"`` returns them in host memory (torch CPU tensors for torch
+        inputs, numpy arrays otherwise). ``bfloat16`` outputs come back as ``torch.bfloat16``
+        tensors, or as float32 numpy arrays (numpy has no bfloat16; the values are exact).
+        ``output_names`` selects outputs (all by default). The GIL is released while the plan
+        runs.
 
         ``outputs`` maps output names to arrays or tensors to write those outputs into, as ONNX
         Runtime's I/O binding's bound outputs: each must have the output's shape and dtype and be
-        writable; the output is copied into it (on its device, for a torch tensor), and the
-        result holds that array. The copy is made after the run; the engine does not write into
-        caller memory directly.
+        writable; the output is copied into it (on its device, for a torch tensor: device to
+        device from a run with outputs on the GPU), and the result holds that array. The copy is
+        made after the run; the engine does not write into caller memory directly.
 
         ``version`` runs on a named weight version (made by ``refit(..., version=NAME)``) instead
         of the plan's current weights.
 
         Raises :class:`InvalidInput` for an unknown, missing, or mistyped input (the message
-        names it with the dtype and shape the model expects) or an ``outputs`` entry that does
-        not fit, :class:`Error` when the plan cannot run (a stripped plan before its refit,
-        naming the missing sources).
+        names it with the dtype and shape the model expects), a CUDA input to a CPU plan, torch
+        inputs on two devices (each named), or an ``outputs`` entry that does not fit,
+        :class:`Error` when the plan cannot run (a stripped plan before its refit, naming the
+        missing sources).
         """
         if isinstance(output_names, Mapping) and (inputs is None or _names_list(inputs)):
             # ONNX Runtime's run(output_names, input_feed): a list in the order asked.
-            chosen = self.run(output_names, None if inputs is None else list(inputs), outputs=outputs, version=version)
+            chosen = self.run(output_names, None if inputs is None else list(inputs), outputs=outputs, version=version,
+                              outputs_on=outputs_on)
             return list(chosen.values())
         if not isinstance(inputs, Mapping):
             raise TypeError(
@@ -207,7 +226,7 @@ class Plan:
         for name in list(output_names or []) + list(outputs or {}):
             if name not in names:
                 raise InvalidInput("'%s' is not an output of the plan; its outputs are: %s" % (name, ", ".join(names)))
-        out = dict(zip(names, self._run_values(inputs, outputs, version)))
+        out = dict(zip(names, self._run_values(inputs, outputs, version, outputs_on)))
         if output_names is None:
             return out
         return {name: out[name] for name in output_names}
@@ -218,13 +237,18 @@ class Plan:
         return [v.name for v in self._outputs]
 
     def _run_values(self, inputs: Mapping[str, Any], into: Optional[Mapping[str, Any]] = None,
-                    version: Optional[str] = None) -> List[Any]:
+                    version: Optional[str] = None, outputs_on: Optional[str] = None) -> List[Any]:
         """The outputs of one run in declaration order: numpy arrays, or torch tensors on the
-        device of the first torch input; those named in ``into`` copied into its arrays."""
-        arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
-        device = _torch_device(inputs.values())
-        values = self._impl.run(arrays, version or "")
+        torch inputs' device (``outputs_on`` as :meth:`run` takes it); those named in ``into``
+        copied into its arrays."""
+        plan_device = self.device
+        arrays, inputs_device = _run_inputs(inputs, plan_device)
+        on_device, device = _output_place(outputs_on, inputs_device, plan_device)
+        _before_device_run(inputs_device)
+        values = self._impl.run(arrays, version or "", on_device, device.index if on_device else 0)
         self._output_names()
+        if on_device:
+            return _from_device(values, self._outputs, into or {}, device)
         if device is not None:
             values = [_to_torch(v, info.dtype, device) for v, info in zip(values, self._outputs)]
         if into:
@@ -583,7 +607,8 @@ class PlanSequence:
 
     def run(self, inputs: Mapping[str, Any], copy: bool = True) -> Dict[str, Any]:
         """One step: returns ``{output name: numpy array}``, or torch tensors on the first input's
-        device when the inputs are torch tensors (as :meth:`Plan.run`). With ``copy=False`` the
+        device when the inputs are torch tensors (tensors on a device, CUDA included, are copied to
+        the host for the step and its outputs copied back there). With ``copy=False`` the
         numpy arrays are read-only views of the sequence's buffers, valid until its next run or
         reset (torch tensors, which cannot be read-only, are copies)."""
         arrays = {name: _array(value, "input '%s'" % name) for name, value in inputs.items()}
@@ -685,8 +710,9 @@ def build(
     results as the ONNX reference does (``--reference-rounding``); ``strip_prefix``/``add_prefix`` rename the
     checkpoint's tensors first, as :meth:`Plan.refit` does. ``literals``: initializers to treat as
     structure. ``threads``: for the build and the plan's runs (0: all cores; at most 1024). ``device``:
-    where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; inputs and outputs stay numpy
-    arrays in host memory, copied to and from the GPU); a node the device has no kernel for
+    where the nodes run, ``"cpu"`` or ``"cuda"`` (an NVIDIA GPU; numpy inputs and outputs stay
+    in host memory, copied to and from the GPU, while torch CUDA tensors stay on the GPU:
+    :meth:`Plan.run`); a node the device has no kernel for
     fails the build, unless ``allow_cpu_fallback`` places it on the CPU with explicit copies
     (``inspect()["placement"]`` shows where each node runs). A CUDA plan builds anywhere and
     runs where a GPU is. ``progress(step, done, total, unit)`` is called as each step of the

@@ -112,7 +112,10 @@ class CompiledModule:
     exported as constants). It returns torch tensors on the first tensor argument's device, in
     the structure the module returns (a tensor, a tuple, a list, a dict, a ``transformers``
     ``ModelOutput``: any structure ``torch.utils._pytree`` flattens). On the CPU the outputs
-    share the engine's output buffers (no copy).
+    share the engine's output buffers (no copy). A module compiled with ``device="cuda"`` and
+    called with CUDA tensors reads them on the GPU and returns CUDA tensors there, never
+    passing through host memory (new tensors of torch's allocator, ready on any stream: as
+    :meth:`reforge.Plan.run` makes them); called with CPU tensors it returns CPU tensors.
 
     ``refit`` gives it new weights (all of them, or none on an error), ``save`` writes the plan
     and the calling convention, ``plan`` is the :class:`reforge.Plan` underneath.

@@ -10,9 +10,13 @@
 // Arrays. A numpy array or anything with __dlpack__ arrives as a DLPack tensor, which the
 // library's reader turns into a Tensor (refit/dlpack.h: dtype, layout and memory checked there).
 // Run inputs are wrapped, not copied: the Tensor keeps the Python object alive (its release takes
-// the GIL). Run outputs are handed out without a copy: the numpy array's base owns the engine's
-// output Tensor. An output whose bytes belong to an input or to an engine weight (an Identity or
-// a Reshape of one) is returned read-only, so that writing to it cannot change the weights.
+// the GIL); a run input in device memory (a CUDA tensor) is read there by a plan whose nodes run on
+// the device and refused by a plan that runs on the CPU. Run outputs are handed out without a
+// copy: the numpy array's base owns the engine's output Tensor. An output whose bytes belong to an
+// input or to an engine weight (an Identity or a Reshape of one) is returned read-only, so that
+// writing to it cannot change the weights. A run asked for device outputs (RunOptions::outputs =
+// Device) hands each out as an array in device memory that owns the engine's output Tensor, which
+// the Python layer copies into a tensor of its framework (python/reforge/_tensors.py says why).
 // Refit values are read in place, and whatever of them the engine would keep (identity weights,
 // kept sources) is copied into storage it owns (refit::CommitOptions::own_values): the engine
 // must never share memory the caller goes on changing (an optimizer step updates a state dict in
@@ -142,11 +146,11 @@ std::vector<std::pair<std::string, refit::DlpackTensor>> arrays_of(const nb::dic
 }
 
 // Tensors of the arrays read by the library's DLPack reader (the GIL released: a device array is
-// copied to the host there).
+// copied to the host there, unless `device` says otherwise).
 std::map<std::string, Tensor> tensors_of(const std::vector<std::pair<std::string, refit::DlpackTensor>>& arrays,
-                                         const char* role) {
+                                         const char* role, refit::DeviceUse device = refit::DeviceUse::CopyToHost) {
   std::map<std::string, Tensor> out;
-  for (const auto& [name, t] : arrays) out[name] = refit::tensor_from_dlpack(t, str_cat(role, " '", name, "'"));
+  for (const auto& [name, t] : arrays) out[name] = refit::tensor_from_dlpack(t, str_cat(role, " '", name, "'"), device);
   return out;
 }
 
@@ -162,6 +166,19 @@ nb::object to_numpy(Tensor t, bool read_only) {
   void* data = keep->mutable_raw();
   if (read_only) return nb::ndarray<nb::numpy, nb::ro>(data, shape.size(), shape.data(), owner, nullptr, dt).cast();
   return nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr, dt).cast();
+}
+
+// `t` (device memory) as an array over it that owns it (no copy), on CUDA device `device_id`:
+// nanobind's ndarray, which any framework imports through __dlpack__.
+nb::object to_device_array(Tensor t, int device_id) {
+  const refit::DlType type = refit::dlpack_type_of(t.dtype());
+  const nb::dlpack::dtype dt{type.code, type.bits, type.lanes};
+  std::vector<size_t> shape(t.shape().begin(), t.shape().end());
+  auto* keep = new Tensor(std::move(t));
+  nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  return nb::ndarray<>(keep->mutable_raw(), shape.size(), shape.data(), owner, nullptr, dt, nb::device::cuda::value,
+                       device_id)
+      .cast();
 }
 
 // A JSON document as Python objects (dicts keep the document's key order).
@@ -246,22 +263,33 @@ class Plan {
  public:
   explicit Plan(session::Session s) : session_(std::move(s)) {}
 
-  std::vector<nb::object> run(const nb::dict& feed, const std::string& version) const {
+  // Inputs in device memory are read there by a plan for a device and refused by a CPU plan.
+  // `device_outputs`: the outputs stay in device memory (RunOptions::outputs = Device), each handed
+  // out as an array on CUDA device `device_id` (the one the caller's inputs live on; reforge runs
+  // on the calling thread's current device) that owns the output; the run has waited for the
+  // device, so the arrays' bytes are final.
+  std::vector<nb::object> run(const nb::dict& feed, const std::string& version, bool device_outputs,
+                              int device_id) const {
     auto arrays = arrays_of(feed, "input");
     std::map<std::string, Tensor> inputs;
     std::vector<Tensor> outs;
     std::vector<bool> read_only;
     guarded(Kind::InvalidInput, [&] {
-      inputs = tensors_of(arrays, "input");
+      const bool host_plan = session_.device() == "cpu";
+      inputs = tensors_of(arrays, "input", host_plan ? refit::DeviceUse::Refuse : refit::DeviceUse::InPlace);
       session_.check_inputs(inputs);
     });
     guarded(Kind::Plain, [&] {
       RunGate::instance().pass();  // a test hook (run_gate.h); unarmed, one atomic load
-      outs = session_.run(inputs, {}, version);
+      runtime::RunOptions options;
+      options.outputs = device_outputs ? Memory::Device : Memory::Host;
+      outs = session_.run(inputs, options, version);
       read_only = session_.shares_memory(outs, inputs);
     });
     std::vector<nb::object> result;
-    for (size_t i = 0; i < outs.size(); ++i) result.push_back(to_numpy(std::move(outs[i]), read_only[i]));
+    for (size_t i = 0; i < outs.size(); ++i)
+      result.push_back(device_outputs ? to_device_array(std::move(outs[i]), device_id)
+                                      : to_numpy(std::move(outs[i]), read_only[i]));
     return result;
   }
 
@@ -528,7 +556,7 @@ NB_MODULE(_reforge, m) {
   });
 
   nb::class_<Plan>(m, "Plan")
-      .def("run", &Plan::run, "inputs"_a, "version"_a = "")
+      .def("run", &Plan::run, "inputs"_a, "version"_a = "", "device_outputs"_a = false, "device_id"_a = 0)
       .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "keep_baked"_a,
            "strip_prefix"_a, "add_prefix"_a, "version"_a, "lora_path"_a, "lora_tensors"_a, "lora_config"_a,
            "lora_scale"_a, "progress"_a.none())

@@ -110,3 +110,76 @@ def test_inspect_is_the_clis_json(tmp_path):
     loaded = reforge.load(path)
     assert loaded.inspect()["verified"]["weights"] > 0
     assert loaded.inspect() == json.loads(cli_output("inspect", "--json", "--verify", path))
+
+
+class CudaCapsule:
+    """A tensor that says, through DLPack, that it lives in CUDA device memory (device type 2),
+    made without a GPU: a DLManagedTensor built with ctypes over host bytes that must never be
+    read, handed out as an unversioned "dltensor" capsule."""
+
+    def __init__(self, array, device_id=0):
+        import ctypes
+
+        class Device(ctypes.Structure):
+            _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+        class DataType(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+        class DLTensor(ctypes.Structure):
+            _fields_ = [("data", ctypes.c_void_p), ("device", Device), ("ndim", ctypes.c_int32),
+                        ("dtype", DataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+        Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+        class Managed(ctypes.Structure):
+            _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", Deleter)]
+
+        codes = {"i": 0, "u": 1, "f": 2}
+        self._array = np.ascontiguousarray(array)
+        self._shape = (ctypes.c_int64 * array.ndim)(*array.shape)
+        self._deleter = Deleter(lambda _: None)  # the bytes belong to self._array
+        self._managed = Managed(
+            DLTensor(self._array.ctypes.data, Device(2, device_id), array.ndim,
+                     DataType(codes[array.dtype.kind], array.dtype.itemsize * 8, 1), self._shape, None, 0),
+            None, self._deleter)
+        self._device_id = device_id
+
+    def __dlpack__(self, *args, **kwargs):
+        import ctypes
+
+        if kwargs.get("max_version") is not None:
+            raise BufferError("only the unversioned capsule")  # the consumer falls back to it
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self._managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (2, self._device_id)
+
+
+def test_device_memory_input_to_a_cpu_plan_is_refused_naming_it():
+    # A CPU plan reads host memory only: an input that lives in CUDA memory is refused, named, before
+    # any byte of it is read (the capsule's bytes are host bytes, but a read would take them as a
+    # device's). The same plan then runs as before on host inputs.
+    plan = reforge.build(hf_onnx("llama", "A"))
+    assert plan.device == "cpu"
+    ids = hf_inputs("llama")["input_ids"]
+    with pytest.raises(reforge.InvalidInput) as e:
+        plan.run({"input_ids": CudaCapsule(ids, device_id=1)})
+    assert "input 'input_ids' lives on cuda:1, but the plan runs on the CPU" in str(e.value)
+    assert max_diff(plan.run({"input_ids": ids}), hf_reference("llama", "A")) <= TOLERANCE
+
+
+def test_outputs_on_is_checked_and_host_is_the_cpu_plans_default():
+    plan = reforge.build(hf_onnx("llama", "A"))
+    inputs = hf_inputs("llama")
+    want = plan.run(inputs)
+    got = plan.run(inputs, outputs_on="host")
+    assert all(isinstance(v, np.ndarray) and np.array_equal(v, want[k]) for k, v in got.items())
+    assert max_diff(got, hf_reference("llama", "A")) <= TOLERANCE
+    with pytest.raises(reforge.InvalidInput, match="outputs_on='device': the plan runs on the CPU"):
+        plan.run(inputs, outputs_on="device")
+    with pytest.raises(ValueError, match="outputs_on must be 'device', 'host' or None"):
+        plan.run(inputs, outputs_on="gpu")

@@ -131,7 +131,7 @@ std::string dlpack_device_name(int32_t device_type, int32_t device_id) {
   return str_cat(name, ":", device_id);
 }
 
-Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what) {
+Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what, DeviceUse device) {
   const DType dtype = dtype_of(t.dtype);
   if (dtype == DType::Undefined)
     fail(what, " has dtype ", dlpack_type_name(t.dtype), ", which reforge does not compute with");
@@ -155,9 +155,12 @@ Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what) {
       fail(what, " lives on ", dlpack_device_name(t.device_type, t.device_id),
            ", which reforge cannot read (it reads CPU, CUDA and CUDA host memory)");
   }
+  if (memory == Memory::Device && device == DeviceUse::Refuse)
+    fail(what, " lives on ", dlpack_device_name(t.device_type, t.device_id),
+         ", but the plan runs on the CPU: give it in host memory, or build the plan for the device");
   const void* data = static_cast<const char*>(t.data) + t.byte_offset;
   Tensor wrapped = Tensor::wrap(dtype, Shape(t.shape.begin(), t.shape.end()), t.owner, data, memory);
-  if (memory != Memory::Device) return wrapped;
+  if (memory != Memory::Device || device == DeviceUse::InPlace) return wrapped;
   try {
     device_memory();
   } catch (const Error&) {

@@ -4,10 +4,12 @@
 // it is, whether its layout can be read in place, which memory it lives in) is decided here.
 //
 // Invariants: host memory (CPU, CUDA pinned host memory) is wrapped, never copied, and the Tensor
-// keeps `owner` alive; device memory (CUDA, CUDA managed) is copied into host memory through the
-// device backend (core/tensor.h, device_memory), since refits replay their recipes on the host;
-// any other memory, a layout other than compact row-major, or a dtype reforge does not compute
-// with is refused naming the tensor. Nothing is read before those checks pass.
+// keeps `owner` alive; device memory (CUDA, CUDA managed) is, as the caller asks (DeviceUse),
+// copied into host memory through the device backend (core/tensor.h, device_memory), since refits
+// replay their recipes on the host, or wrapped in place as Memory::Device (the run inputs of a
+// plan whose nodes run on the device), or refused (the run inputs of a host plan); any other
+// memory, a layout other than compact row-major, or a dtype reforge does not compute with is
+// refused naming the tensor. Nothing is read before those checks pass.
 #pragma once
 
 #include <cstdint>
@@ -68,8 +70,16 @@ std::string dlpack_type_name(DlType t);
 // "cpu", "cuda:0", "rocm:1", "device type 42": where a DLPack tensor lives, for errors.
 std::string dlpack_device_name(int32_t device_type, int32_t device_id);
 
-// The tensor in host memory (see the invariants above). `what` names it in errors ("checkpoint
-// tensor 'fc.weight'").
-Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what);
+// What becomes of a tensor in device memory (CUDA, CUDA managed).
+enum class DeviceUse {
+  CopyToHost,  // copied into host memory (refit values, checkpoint tensors)
+  InPlace,     // wrapped as Memory::Device, no copy: run inputs of a device plan, which must live on
+               // the device the plan runs on (the language binding checks the device number)
+  Refuse,      // refused naming the tensor: run inputs of a plan whose nodes all run on the host
+};
+
+// The tensor (see the invariants above), in host memory unless `device` is InPlace. `what` names
+// it in errors ("checkpoint tensor 'fc.weight'").
+Tensor tensor_from_dlpack(const DlpackTensor& t, const std::string& what, DeviceUse device = DeviceUse::CopyToHost);
 
 }  // namespace reforge::refit
