@@ -202,13 +202,23 @@ def compiled(model, prompts, new_tokens, rounds, device):
     return timed_rounds(one, 3, rounds)  # the warm-ups compile, record the CUDA graphs, then replay
 
 
-def run_reforge(binary, model_path, prompt_path, new_tokens, rounds, device):
+def run_reforge(binary, model_path, prompt_path, new_tokens, rounds, device, skip_pass=None):
+    """reforge generate on the export, or, with `skip_pass`, on a plan built without that pass."""
     env = dict(os.environ)
     if os.environ.get("REFORGE_LD_LIBRARY_PATH"):  # reforge's own libraries stay out of PyTorch's process
         env["LD_LIBRARY_PATH"] = os.environ["REFORGE_LD_LIBRARY_PATH"]
+    if skip_pass:
+        plan = os.path.join(os.path.dirname(model_path), f"skip-{skip_pass}.plan")
+        build = [binary, "build", model_path, "-o", plan, "--skip-pass", skip_pass]
+        if device == "cuda":
+            build += ["--device", "cuda"]
+        p = subprocess.run(build, capture_output=True, text=True, env=env)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(build)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
+        model_path = plan
     cmd = [binary, "generate", model_path, "--input-ids", prompt_path, "--max-new-tokens", str(new_tokens),
            f"--bench={rounds}", "--json"]
-    if device == "cuda":
+    if device == "cuda" and not skip_pass:
         cmd += ["--device", "cuda"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
@@ -273,6 +283,9 @@ def main():
     ap.add_argument("--peers", default="eager,compile")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--skip-pass", default="",
+                    help="comma-separated build passes: for each, reforge also generates from a plan built without "
+                         "it (a row 'no PASS', timed in the same run)")
     ap.add_argument("--step-bench", action="store_true",
                     help="also time one decode step alone with `reforge bench` (eager, replayed, traced, profiled)")
     args = ap.parse_args()
@@ -300,6 +313,14 @@ def main():
         ref_tokens, row["reforge"] = run_reforge(args.reforge, onnx_path, prompt_path, args.new_tokens, args.rounds,
                                                  args.device)
         print(f"{name}: reforge {row['reforge']}", flush=True)
+        for sp in [x for x in args.skip_pass.split(",") if x]:
+            try:
+                tokens, row[f"no {sp}"] = run_reforge(args.reforge, onnx_path, prompt_path, args.new_tokens,
+                                                      args.rounds, args.device, sp)
+                row[f"no {sp}"]["tokens_part_at"] = parted(ref_tokens, tokens)
+            except Exception as e:
+                row[f"no {sp}"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            print(f"{name}: reforge without {sp}: {row[f'no {sp}']}", flush=True)
         if args.step_bench:
             row["step"] = step_bench(args.reforge, onnx_path, work, model.config, args.prompt, args.device,
                                      args.batch)
@@ -331,7 +352,8 @@ def main():
     print(f"{'model':10} {'side':10} {'TTFT ms':>9} {'p50 ms/tok':>11} {'p90':>8} {'tok/s':>8} {'reforge/this':>12}")
     for name, row in results["models"].items():
         base = row["reforge"]["step_ms_p50"]
-        for side in ["reforge"] + [p for p in args.peers.split(",") if p]:
+        sides = ["reforge"] + [f"no {x}" for x in args.skip_pass.split(",") if x] + [p for p in args.peers.split(",") if p]
+        for side in sides:
             st = row.get(side, {})
             if "error" in st:
                 print(f"{name:10} {side:10} failed: {st['error'][:80]}")
