@@ -420,6 +420,7 @@ class Plan:
         allow_nonfinite: bool = False,
         incremental: bool = False,
         keep_baked: bool = False,
+        skip_unchanged: bool = False,
         strip_prefix: str = "",
         add_prefix: str = "",
         version: Optional[str] = None,
@@ -469,6 +470,10 @@ class Plan:
         with ``individual=...``, new weights that hold other values for a baked source than the
         plan was built with are refused (the plan would run a mix of old and new weights) unless
         ``keep_baked=True``, which keeps the plan's values (``baked_differing_kept`` lists them).
+        ``skip_unchanged=True`` hashes every new weight and leaves alone the engine weights made
+        only from weights whose bytes the plan already had (those it was built or last refit
+        with): for updates that change a part of the model. The weights are the same as without
+        it; the report's ``sources_unchanged`` counts what was left alone.
         Returns the refit report, the schema ``reforge refit --json`` prints (docs/refit.md, "The
         refit report"): ``from``, ``reader`` (what read the weights, chosen by their content, not
         a file's name), ``mode``, ``device``, ``sources_set``, ``weights_replayed``,
@@ -498,13 +503,14 @@ class Plan:
                 raise ValueError("mode %r needs a re-exported ONNX model; arrays refit the fast way" % (mode,))
             arrays = {str(k): _array(v, "weight '%s'" % k) for k, v in weights.items()}
             return self._impl.refit_tensors(
-                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, strip_prefix, add_prefix,
+                arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, skip_unchanged, strip_prefix,
+                add_prefix,
                 version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress
             )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
-        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, strip_prefix, add_prefix,
+        return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, skip_unchanged, strip_prefix, add_prefix,
                                       version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress)
 
     def versions(self) -> List[str]:

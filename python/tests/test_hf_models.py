@@ -230,3 +230,29 @@ def test_a_bind_key_given_twice_with_two_tensors_is_refused(tmp_path):
         bind_file=bind_file,
         bind={key: "embeddings.LayerNorm.bias"},
     )
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_refit_of_a_partly_changed_state_dict_replays_only_what_changed(model):
+    """skip_unchanged=True: one matrix of B changed by a training step is all a refit replays; the
+    outputs are a full refit's (those of PyTorch's B for B itself)."""
+    inputs = hf_inputs(model)
+    plan = reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"))
+    state = safetensors.numpy.load_file(str(hf_checkpoint(model, "B")))
+    first = plan.refit(state, skip_unchanged=True)
+    assert first["weights_replayed"] > 0
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+    same = plan.refit(state, skip_unchanged=True)
+    assert same["sources_unchanged"] == same["sources_set"] and same["weights_replayed"] == 0
+    assert max_diff(plan.run(inputs), hf_reference(model, "B")) <= TOLERANCE
+    name = max((k for k in state if state[k].ndim == 2), key=lambda k: state[k].size)
+    stepped = dict(state)
+    stepped[name] = (state[name] * np.float32(0.5)).astype(state[name].dtype)
+    partial = plan.refit(stepped, skip_unchanged=True)
+    assert partial["sources_unchanged"] == partial["sources_set"] - 1
+    assert 0 < partial["weights_replayed"] < first["weights_replayed"]
+    full = reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"))
+    full.refit(stepped)
+    want, got = full.run(inputs), plan.run(inputs)
+    for k in want:
+        assert np.array_equal(np.asarray(got[k]), np.asarray(want[k])), k

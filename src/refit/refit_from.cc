@@ -61,6 +61,9 @@ std::string RefitReport::summary() const {
     os << "lora: merged " << lora->merged.size() << " matrices of " << lora->adapter << " (r " << lora->r << ", scale "
        << std::setprecision(6) << std::defaultfloat << lora->scale << std::fixed << std::setprecision(2) << ") in "
        << lora->merge_ms << " ms\n";
+  if (c.sources_unchanged)
+    os << "unchanged: " << c.sources_unchanged << " of " << c.sources_set
+       << " sources hold the bytes the engine's weights were made from; the weights that read only those stay\n";
   if (c.baked_given)
     os << "baked sources: " << c.baked_given << " given, "
        << (c.baked_differing
@@ -107,6 +110,7 @@ nlohmann::ordered_json RefitReport::json() const {
           {"mode", refit_mode_name(mode)},
           {"device", device},
           {"sources_set", c.sources_set},
+          {"sources_unchanged", c.sources_unchanged},
           {"weights_replayed", c.weights_replayed},
           {"bytes_in", c.bytes_in},
           {"bytes_out", c.bytes_out},

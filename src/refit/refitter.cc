@@ -50,6 +50,30 @@ Scan scan(const Tensor& t, bool hash, bool check_finite) {
   return out;
 }
 
+// The XXH3-64 of the 2-D transpose of `matrix` [R, C] (the bytes transpose_2d would make), made
+// a block of the transpose's rows at a time: never the whole transpose in memory.
+uint64_t transposed_hash(const Tensor& matrix) {
+  REFORGE_CHECK(matrix.rank() == 2 && matrix.on_host(), "refit: transposed_hash of ", matrix.describe());
+  const int64_t R = matrix.dim(0), C = matrix.dim(1);
+  const size_t e = dtype_size(matrix.dtype());
+  const auto* src = static_cast<const unsigned char*>(matrix.raw());
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>((size_t{1} << 18) / std::max<size_t>(1, R * e)));
+  std::vector<unsigned char> buffer(static_cast<size_t>(rows * R) * e);
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (int64_t c0 = 0; c0 < C; c0 += rows) {
+    const int64_t n = std::min(rows, C - c0);
+    // Rows c0 .. c0 + n of the transpose: for each row r of the matrix, its columns c0 .. c0 + n.
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = 0; j < n; ++j)
+        std::memcpy(&buffer[static_cast<size_t>(j * R + r) * e], src + static_cast<size_t>(r * C + c0 + j) * e, e);
+    XXH3_64bits_update(st, buffer.data(), static_cast<size_t>(n * R) * e);
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
 // Runs scan() on every tensor, in parallel when there are enough bytes to pay for the threads
 // (sources are many and independent).
 // `hash[i]`: whether to hash ts[i].
@@ -325,10 +349,36 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
   // the ones the engine will keep become its record of them (the others are not hashed: nothing
   // could re-check them later).
   const std::set<uint32_t> keep = kept_sources(p);
+  // options.skip_unchanged: the values set that hash to what the engine recorded for their source
+  // (hashed here once; the scan below reuses the hashes).
+  std::map<uint32_t, uint64_t> early_hash;
+  std::set<uint32_t> unchanged;
+  if (options.skip_unchanged) {
+    std::vector<uint32_t> hashed, hashed_t;
+    std::vector<const Tensor*> hashed_values;
+    for (const auto& [id, t] : pending_) {
+      if (!t.on_host()) continue;  // (never unchanged)
+      (transposed_.count(id) ? hashed_t : hashed).push_back(id);
+      if (!transposed_.count(id)) hashed_values.push_back(&t);
+    }
+    const std::vector<Scan> hs = scan_all(hashed_values, std::vector<bool>(hashed.size(), true), false);
+    for (size_t i = 0; i < hashed.size(); ++i) early_hash[hashed[i]] = hs[i].hash;
+    // A value given as its transpose's matrix (a checkpoint's) is hashed as the value it stands for.
+    std::vector<uint64_t> ht(hashed_t.size());
+#pragma omp parallel for schedule(dynamic, 1) if (hashed_t.size() > 1)
+    for (int64_t i = 0; i < static_cast<int64_t>(hashed_t.size()); ++i)
+      ht[static_cast<size_t>(i)] = transposed_hash(pending_.at(hashed_t[static_cast<size_t>(i)]));
+    for (size_t i = 0; i < hashed_t.size(); ++i) early_hash[hashed_t[i]] = ht[i];
+    for (const auto& [id, h] : early_hash) {
+      const uint64_t recorded = engine_.source_hash(id);
+      if (recorded != 0 && recorded == h) unchanged.insert(id);
+    }
+    rep.sources_unchanged = unchanged.size();
+  }
   auto replayed = [&](const plan::WeightEntry& w) {
     if (w.kind != plan::WeightKind::Derived) return false;
     bool touched = !engine_.has_weight(w.name);
-    for (uint32_t s : w.sources) touched |= pending_.count(s) != 0;
+    for (uint32_t s : w.sources) touched |= pending_.count(s) != 0 && !unchanged.count(s);
     return touched;
   };
   if (options.progress) options.progress(Progress{"validating sources"});
@@ -379,10 +429,14 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
     ids.push_back(id);
     auto m = made.find(id);
     values_set.push_back(m == made.end() ? &t : &m->second);
-    hash.push_back(identical || keep.count(id));
+    // (a value packed straight from the matrix given is not hashed: the matrix is not its bytes)
+    hash.push_back((identical || keep.count(id) || (options.skip_unchanged && !packed_from[id].defined())) &&
+                   !early_hash.count(id));
     rep.bytes_in += t.nbytes();
   }
-  const std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite, options.release);
+  std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite, options.release);
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (auto h = early_hash.find(ids[i]); h != early_hash.end()) scans[i].hash = h->second;
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
     if (scans[i].nonfinite >= 0) {

@@ -62,6 +62,16 @@ struct CommitOptions {
   // differs: the new weights would otherwise be applied only in part. On: such values are
   // ignored and the engine keeps the plan's (counted in CommitReport::baked_differing).
   bool keep_baked = false;
+  // On: a source set to the bytes the engine's weights were made from (its value hashes to the
+  // XXH3-64 the engine recorded for it, which it knows after a build or after a refit that hashed
+  // it) changes nothing, and the recipes that read only such sources are not replayed: their
+  // engine weights stay as they are, shared with the current version. The weights are those a
+  // refit of every source makes (bit for bit, but for a collision of the 64-bit hash). Every
+  // value set is hashed (one more pass over it) and the hashes are recorded, so that the next
+  // such refit can compare. For weight updates that change a part of the model (some layers
+  // trained, an adapter merged into a few matrices). Off: every recipe reading a source set is
+  // replayed.
+  bool skip_unchanged = false;
   // On: no engine weight and no value the engine keeps shares memory with a value given to this
   // refit. An engine weight that would (an identity recipe, a reshape's view) and a kept source
   // value are copied into storage the engine owns, in one parallel pass, so that the caller may
@@ -133,6 +143,9 @@ struct CommitReport {
   // build-time values (non-zero only with keep_baked, which keeps the plan's values), with their
   // source keys.
   size_t baked_given = 0, baked_differing = 0;
+  // CommitOptions::skip_unchanged: sources set to the bytes the engine already had (their recipes
+  // not replayed unless another of their sources changed).
+  size_t sources_unchanged = 0;
   std::vector<std::string> baked_differing_keys;
 };
 

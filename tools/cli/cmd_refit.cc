@@ -1,5 +1,5 @@
 // `reforge refit PLAN --weights NEW.onnx [-o OUT.plan] [--strip-weights | --full] [--slow | --verify] [--keep-baked]
-//                   [--lora ADAPTER [--lora-scale S]]`
+//                   [--skip-unchanged] [--lora ADAPTER [--lora-scale S]]`
 // Refits the plan's engine from new weights and writes the refit plan (to PLAN itself when no
 // -o is given; atomically either way): stripped when PLAN was (a weight-stripped plan stays the
 // small file it was shipped as) or --strip-weights asks, with every weight when --full asks. The engine runs on the device the plan was built for (no
@@ -22,7 +22,7 @@ struct RefitArgs {
   KeyPrefixes prefixes;
   LoraOptions lora;
   bool strip = false, full = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false,
-       json = false;
+       skip_unchanged = false, json = false;
 };
 }  // namespace
 
@@ -47,6 +47,10 @@ Runner add_refit(CLI::App& app) {
   app.add_flag("--keep-baked", a->keep_baked,
                "where the new weights hold other values for sources this plan holds baked (a --refit-individual "
                "plan's), keep the plan's (refused by default: the engine would run a mix of old and new weights)");
+  app.add_flag("--skip-unchanged", a->skip_unchanged,
+               "hash every new weight and leave alone the engine weights made only from weights whose bytes the "
+               "engine already had (one more pass over the new weights; the result is the same)")
+      ->excludes(s);
   app.add_flag("--json", a->json, "print one JSON document on stdout (phases and counts); other text goes to stderr");
   return [a]() {
     std::string out = a->out.empty() ? a->plan : a->out;
@@ -59,6 +63,7 @@ Runner add_refit(CLI::App& app) {
     o.verify = a->verify;
     o.allow_nonfinite = a->allow_nonfinite;
     o.keep_baked = a->keep_baked;
+    o.skip_unchanged = a->skip_unchanged;
     LoadOptions lo;
     lo.verify_weights = true;
     session::Session loaded = load_session(a->plan, lo);

@@ -88,6 +88,7 @@ refit::RefitReport refit_session(session::Session& s, const LoadOptions& o) {
   req.mode = o.verify ? refit::RefitMode::Verify : o.slow ? refit::RefitMode::Slow : refit::RefitMode::Fast;
   req.commit.check_finite = !o.allow_nonfinite;
   req.commit.keep_baked = o.keep_baked;
+  req.commit.skip_unchanged = o.skip_unchanged;
   PhaseObserver observer;
   refit::RefitReport rep = s.refit(req, &observer);
   if (!o.quiet && verbosity() != Verbosity::Quiet) std::cerr << rep.summary();
