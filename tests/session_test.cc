@@ -53,7 +53,7 @@ session::BuildRequest refit_build(const char* weights) {
 
 // The schema's keys, in order (docs/refit.md).
 const std::vector<std::string> kReportKeys = {
-    "from",       "reader",      "mode",        "device",    "sources_set",
+    "from",       "reader",      "mode",        "device",    "sources_set", "sources_unchanged",
     "weights_replayed", "bytes_in",   "bytes_out",   "bytes_copied", "packed_from_transposed",
     "weights_on_device", "bytes_streamed", "transposed_on_device",
     "read_ms",    "validate_ms", "replay_ms",   "commit_ms", "verify_ms",

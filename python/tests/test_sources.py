@@ -15,7 +15,7 @@ from conftest import TOLERANCE, cli_error, cli_output, hf_checkpoint, hf_inputs,
 
 # The report's keys, in order (docs/refit.md).
 REPORT_KEYS = [
-    "from", "reader", "mode", "device", "sources_set", "weights_replayed", "bytes_in", "bytes_out",
+    "from", "reader", "mode", "device", "sources_set", "sources_unchanged", "weights_replayed", "bytes_in", "bytes_out",
     "bytes_copied", "packed_from_transposed", "weights_on_device", "bytes_streamed", "transposed_on_device",
     "read_ms", "validate_ms", "replay_ms", "commit_ms", "verify_ms",
     "verified_weights", "unused_checkpoint_tensors", "baked_given", "baked_differing_kept", "literals_given",
