@@ -43,6 +43,16 @@ def assert_on(values, device):
         assert v.device == device, (name, v.device)
 
 
+
+def compile_on_cuda(rt, module, x):
+    """reforge.torch.compile of `module` for CUDA, or a skip where reforge is built without CUDA."""
+    try:
+        return rt.compile(module, (x,), device="cuda")
+    except reforge.Error as e:
+        if "backend 'cuda' is not registered" in str(e):
+            pytest.skip("reforge is built without CUDA")
+        raise
+
 @needs_gpu
 @pytest.mark.parametrize("model", ["llama", "gpt2", "bert"])
 def test_cuda_inputs_give_cuda_outputs_equal_to_the_cpu_plans(model):
@@ -150,12 +160,7 @@ def test_16_bit_outputs_on_the_device():
         torch.manual_seed(0)
         module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).to(dtype)
         x = torch.randn(4, 16, dtype=dtype)
-        try:
-            compiled = rt.compile(module, (x,), device="cuda")
-        except reforge.Error as e:
-            if "backend 'cuda' is not registered" in str(e):
-                pytest.skip("reforge is built without CUDA")
-            raise
+        compiled = compile_on_cuda(rt, module, x)
         got = compiled(x.to(device))
         assert got.dtype == dtype and got.device == device
         with torch.no_grad():
@@ -183,12 +188,7 @@ def test_torch_compile_on_cuda_returns_cuda_tensors_equal_to_the_modules():
     torch.manual_seed(0)
     module = Net().eval()
     x = torch.randn(2, 3, 12, 12)
-    try:
-        compiled = rt.compile(module, (x,), device="cuda")
-    except reforge.Error as e:
-        if "backend 'cuda' is not registered" in str(e):
-            pytest.skip("reforge is built without CUDA")
-        raise
+    compiled = compile_on_cuda(rt, module, x)
     with torch.no_grad():
         want = module(x)
         conv_tf32 = torch.backends.cudnn.allow_tf32
