@@ -93,8 +93,8 @@ TEST(RecipeThreads, TransposeAndCastStepsMatchOneThread) {
 }
 
 // A source given as the transpose of a matrix (a checkpoint tensor an exporter stored
-// transposed, Refitter::set_source_transposed): PackPanels reads the matrix directly, and any
-// other step reads the transpose, made first. Both against the hand-derived bytes above.
+// transposed, Refitter::set_source_transposed): PackPanels reads the matrix directly, a Transpose
+// of the source is the matrix itself, and any other step reads the transpose, made first. Both against the hand-derived bytes above.
 TEST(RecipeThreads, SourceGivenTransposedIsPackedOrTransposedAsIfMade) {
   const int64_t N = 530, K = 611;
   const Tensor w = random_f({N, K}, 7);  // the source is w^T, [K, N]
@@ -106,7 +106,7 @@ TEST(RecipeThreads, SourceGivenTransposedIsPackedOrTransposedAsIfMade) {
   pack.steps.push_back(
       step("reforge", "PackPanels", {{"transposed", ir::int_attr("transposed", 0)}}, {plan::Operand::Kind::Source, 0}));
   pack.result = {plan::Operand::Kind::Step, 0};
-  EXPECT_TRUE(transforms::packs_source(pack, 0));
+  EXPECT_TRUE(transforms::reads_source_transposable(pack, 0));
   const std::vector<Tensor> given_w = {w};
   const Tensor direct = transforms::replay_recipe(pack, {Tensor()}, {}, 0, &given_w);
   EXPECT_TRUE(transforms::bit_equal(direct, transforms::replay_recipe(pack, {wt}, {}, 1)));
@@ -115,13 +115,21 @@ TEST(RecipeThreads, SourceGivenTransposedIsPackedOrTransposedAsIfMade) {
   plan::Recipe cast = pack;
   cast.steps.push_back(step("", "Cast", {{"to", ir::int_attr("to", 16)}}, {plan::Operand::Kind::Source, 0}));
   cast.result = {plan::Operand::Kind::Step, 1};
-  EXPECT_FALSE(transforms::packs_source(cast, 0));
+  EXPECT_FALSE(transforms::reads_source_transposable(cast, 0));
   EXPECT_TRUE(transforms::bit_equal(transforms::replay_recipe(cast, {Tensor()}, {}, 0, &given_w),
                                     transforms::replay_recipe(cast, {wt}, {}, 1)));
   // The identity recipe keeps the source itself: nothing to pack.
   plan::Recipe identity;
   identity.result = {plan::Operand::Kind::Source, 0};
-  EXPECT_FALSE(transforms::packs_source(identity, 0));
+  EXPECT_FALSE(transforms::reads_source_transposable(identity, 0));
+  // A Transpose of the source is the matrix given, bytes and storage.
+  plan::Recipe back;
+  back.steps.push_back(step("", "Transpose", {{"perm", ir::ints_attr("perm", {1, 0})}}, {plan::Operand::Kind::Source, 0}));
+  back.result = {plan::Operand::Kind::Step, 0};
+  EXPECT_TRUE(transforms::reads_source_transposable(back, 0));
+  const Tensor same = transforms::replay_recipe(back, {Tensor()}, {}, 0, &given_w);
+  EXPECT_TRUE(transforms::bit_equal(same, transforms::replay_recipe(back, {wt}, {}, 1)));
+  EXPECT_EQ(same.raw(), w.raw());
 }
 
 // A Transpose read twice (by PackPanels and as the result) is made once and used by both.

@@ -6,6 +6,7 @@
 // outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -135,6 +136,48 @@ TEST(TransposeLinearWeights, RefitEqualsAFreshBuild) {
   EXPECT_TRUE(rebuilt.build->layouts.linear_transposed);
   const std::vector<Tensor> out = runtime::PlanEngine(rebuilt).run(feeds(t));
   for (size_t i = 0; i < out.size(); ++i) EXPECT_TRUE(transforms::bit_equal(out[i], out_b[i])) << "rebuilt output " << i;
+}
+
+}  // namespace
+
+namespace {
+
+// A checkpoint's matrices given transposed (Refitter::set_source_transposed, as a checkpoint
+// refit gives a Linear weight stored [out, in]): a recipe that transposes the value back reads
+// the matrix itself, no transpose is made, and the weights equal a refit given the values.
+TEST(TransposeLinearWeights, SourcesGivenTransposedAreReadAsTheyAre) {
+  const DType t = DType::BFloat16;
+  const ir::Graph ga = model(t, 10), gb = model(t, 20);
+  runtime::PlanEngine by_matrix(build::build_plan(ga, transposed_options())),
+      by_value(build::build_plan(ga, transposed_options()));
+  const auto values = build::read_sources_from_onnx(by_value.plan(), gb);
+  refit::Refitter rm(by_matrix), rv(by_value);
+  size_t matrices = 0, read_straight = 0;
+  for (const auto& [id, v] : values) {
+    rv.set_source(id, v);
+    const plan::Plan& p = by_matrix.plan();
+    bool only_transposed = true;
+    for (const auto& w : p.weights)
+      if (std::find(w.sources.begin(), w.sources.end(), id) != w.sources.end())
+        only_transposed = only_transposed && transforms::reads_source_transposable(w.recipe, id);
+    if (v.rank() == 2) {
+      rm.set_source_transposed(id, transforms::transpose_2d(v));
+      ++matrices;
+      read_straight += only_transposed;
+    } else {
+      rm.set_source(id, v);
+    }
+  }
+  ASSERT_EQ(matrices, 5u);       // W1, W2, W3, and E once per use
+  ASSERT_EQ(read_straight, 4u);  // E's use as the Gather's table is the matrix itself, transposed first
+  const refit::CommitReport rep = rm.commit();
+  rv.commit();
+  EXPECT_EQ(rep.packed_from_transposed, read_straight);
+  EXPECT_EQ(rep.transposed_first, matrices - read_straight);
+  for (const auto& w : by_value.plan().weights)
+    EXPECT_TRUE(transforms::bit_equal(by_matrix.weight(w.name), by_value.weight(w.name))) << w.name;
+  const auto a = by_matrix.run(feeds(t)), b = by_value.run(feeds(t));
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(transforms::bit_equal(a[i], b[i])) << "output " << i;
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ std::string RefitReport::summary() const {
     os << "refit (checkpoint): read+bind " << read_ms << " ms, validate " << c.validate_ms << " ms, replay "
        << c.replay_ms << " ms, commit " << c.commit_ms << " ms; " << c.sources_set << " sources -> "
        << c.weights_replayed << " engine weights";
-    if (c.packed_from_transposed) os << " (" << c.packed_from_transposed << " packed straight from transposed tensors)";
+    if (c.packed_from_transposed) os << " (" << c.packed_from_transposed << " read straight from transposed tensors)";
     os << "\n";
     if (!unused.empty()) os << unused_summary(unused) << "\n";
     if (literals_given)

@@ -397,9 +397,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
       on_device[i] = true;
       for (uint32_t s : w.sources) last_device_reader[s] = i;
     }
-  // Values set as a transpose (set_source_transposed): packed straight from the matrix given
-  // (`packed_from`, by source id) when every replayed recipe reads the source only as a
-  // PackPanels weight and neither the value nor its hash is kept; otherwise transposed here.
+  // Values set as a transpose (set_source_transposed): read straight from the matrix given
+  // (`packed_from`, by source id: packed from it, or taken as a Transpose of the value) when every
+  // replayed recipe reads the source only as a PackPanels weight or through a 2-D Transpose and
+  // neither the value nor its hash is kept; otherwise transposed here.
   // Either way the value is the same set of numbers, so the finiteness scan reads the matrix.
   std::vector<Tensor> packed_from(p.sources.size());
   std::map<uint32_t, Tensor> made;
@@ -412,7 +413,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
     for (size_t i = 0; i < p.weights.size(); ++i) {
       const auto& w = p.weights[i];
       if (!replayed(w) || std::find(w.sources.begin(), w.sources.end(), id) == w.sources.end()) continue;
-      direct = direct && transforms::packs_source(w.recipe, id);
+      direct = direct && transforms::reads_source_transposable(w.recipe, id);
       on_dev = on_dev && on_device[i];
     }
     if (on_dev)
@@ -429,7 +430,7 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
     ids.push_back(id);
     auto m = made.find(id);
     values_set.push_back(m == made.end() ? &t : &m->second);
-    // (a value packed straight from the matrix given is not hashed: the matrix is not its bytes)
+    // (a value read straight from the matrix given is not hashed: the matrix is not its bytes)
     hash.push_back((identical || keep.count(id) || (options.skip_unchanged && !packed_from[id].defined())) &&
                    !early_hash.count(id));
     rep.bytes_in += t.nbytes();

@@ -126,8 +126,9 @@ struct CommitReport {
   size_t bytes_in = 0;      // bytes of sources read
   size_t bytes_out = 0;     // bytes of engine weights written
   size_t bytes_copied = 0;  // own_values: bytes copied out of the given values
-  // Values set transposed (Refitter::set_source_transposed): how many the recipes packed straight
-  // from the matrix given, and how many were transposed first.
+  // Values set transposed (Refitter::set_source_transposed): how many the recipes read straight
+  // from the matrix given (packed from it, or the matrix itself as a Transpose of the value), and
+  // how many were transposed first.
   size_t packed_from_transposed = 0, transposed_first = 0;
   // CommitOptions::device_replay: engine weights replayed on the device, and the bytes of the
   // sources streamed there for them.
@@ -173,9 +174,10 @@ class Refitter {
   void set_source(uint32_t id, const Tensor& value);
   // Sets source `id` to the 2-D transpose of `matrix` (a checkpoint tensor stored transposed)
   // without making that transpose here. Where every recipe the refit replays reads the source
-  // only as a PackPanels weight, and the engine keeps neither the value nor its hash, the
-  // recipes pack `matrix` directly: one pass over the weight instead of two. Otherwise the
-  // commit makes the transpose first. Validation and results are the same either way.
+  // only as a PackPanels weight or through a 2-D Transpose, and the engine keeps neither the
+  // value nor its hash, the recipes read `matrix` directly: PackPanels packs it (one pass over
+  // the weight instead of two), a Transpose of the source is `matrix` itself (none). Otherwise
+  // the commit makes the transpose first. Validation and results are the same either way.
   void set_source_transposed(uint32_t id, const Tensor& matrix);
   size_t pending() const { return pending_.size(); }
   void clear() {

@@ -81,14 +81,14 @@ Tensor transpose_2d(const Tensor& t, int threads) {
   return std::move(evaluate_op("", "Transpose", 13, {{"perm", ir::ints_attr("perm", {1, 0})}}, {&t}, 1, threads)[0]);
 }
 
-bool packs_source(const plan::Recipe& recipe, uint32_t source) {
+bool reads_source_transposable(const plan::Recipe& recipe, uint32_t source) {
   auto reads = [&](const plan::Operand& o) { return o.kind == plan::Operand::Kind::Source && o.index == source; };
   if (reads(recipe.result)) return false;
   bool any = false;
   for (const auto& st : recipe.steps)
     for (size_t i = 0; i < st.inputs.size(); ++i) {
       if (!reads(st.inputs[i])) continue;
-      if (!is_pack_panels(st) || i != 0 || st.inputs.size() != 1) return false;
+      if (!((is_pack_panels(st) || is_transpose_step(st)) && i == 0 && st.inputs.size() == 1)) return false;
       any = true;
     }
   return any;
@@ -153,6 +153,12 @@ Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sour
       const Tensor* in = given_transposed(st.inputs[0]) ? nullptr : &operand(st.inputs[0]);
       if (in && in->rank() == 2) {
         folded[s] = in;
+        continue;
+      }
+    }
+    if (is_transpose_step(st)) {
+      if (const Tensor* given = given_transposed(st.inputs[0]); given && given->rank() == 2) {
+        steps[s] = *given;  // the transpose of the source given as its transpose
         continue;
       }
     }

@@ -57,15 +57,18 @@ bool moves_data(const plan::RecipeStep& st);
 // `transposed_sources`, when given, is indexed by source id like `sources`: a defined entry
 // gives that source as the 2-D transpose of the entry (a checkpoint tensor an exporter stored
 // transposed, refit/checkpoint_refit.h), and the source's entry in `sources` may be undefined.
-// A PackPanels step that reads such a source packs the entry directly, as above; any other
-// read makes the transpose first.
+// A PackPanels step that reads such a source packs the entry directly, as above; a 2-D Transpose
+// of such a source is the entry itself (no step runs: the result shares the entry's bytes); any
+// other read makes the transpose first.
 Tensor replay_recipe(const plan::Recipe& recipe, const std::vector<Tensor>& sources,
                      const std::vector<Tensor>& literals, int threads = 0,
                      const std::vector<Tensor>* transposed_sources = nullptr);
 
-// True when `recipe` reads source `source`, and only as the packed weight of PackPanels steps:
-// replay_recipe then packs it from a transposed entry without making the transpose.
-bool packs_source(const plan::Recipe& recipe, uint32_t source);
+// True when `recipe` reads source `source`, and only as the packed weight of PackPanels steps or
+// the input of 2-D Transpose steps: replay_recipe then reads a transposed entry of it without
+// making the transpose (a checkpoint's [out, in] matrix that a plan stores [out, in] again, as a
+// CUDA plan's transpose-linear-weights does, costs no pass over the weight).
+bool reads_source_transposable(const plan::Recipe& recipe, uint32_t source);
 
 // True when binding `b` is exactly one 2-D Transpose of one checkpoint tensor, whose result has
 // `shape`: the source is that tensor transposed, and nothing else.
