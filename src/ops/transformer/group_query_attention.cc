@@ -15,9 +15,11 @@
 // rows, the first Q_b = min(S, T_b) are the row's tokens:
 //   - do_rotary rotates Q and K at positions P_b + s (the first R features; interleaved pairs
 //     (2i, 2i + 1) or halves (i, i + R/2)), with the caches' rows at those positions;
-//   - present holds the first P_b rows of past, then the Q_b new rows of K and V, zeros after;
-//   - query row s (position p = P_b + s) attends keys j <= p (all j < T_b when causal = 0),
-//     j >= p - local_window_size when a window is set; scores are (q . k) * scale (scale 0:
+//   - present holds the first P_b rows of past, then the S new rows of K and V (padding too),
+//     zeros after;
+//   - query row s < Q_b (position p = P_b + s) attends keys j <= p (all j < T_b when causal = 0),
+//     the last local_window_size of them (p - j < local_window_size) when a window is set (> 0);
+//     scores are (q . k) * scale (scale 0:
 //     1 / sqrt(D)), then softcap * tanh(x / softcap) when softcap > 0, then a softmax in float32;
 //     each query head h reads kv head h / (Hq / Hkv).
 //   - Output rows s >= Q_b (padding) are zero (ONNX Runtime leaves them unspecified).
@@ -80,7 +82,7 @@ std::string gqa_check(const ir::Node& node) {
   const int64_t causal = node.attr_int("causal", 1);
   if (causal != 0 && causal != 1) return str_cat("attribute causal must be 0 or 1, got ", causal);
   const int64_t window = node.attr_int("local_window_size", -1);
-  if (window < -1) return str_cat("attribute local_window_size must be -1 or nonnegative, got ", window);
+  if (window < -1 || window == 0) return str_cat("attribute local_window_size must be -1 or positive, got ", window);
   if (causal == 0 && window != -1) return "attribute local_window_size must be -1 when causal is 0";
   if (node.attr_int("do_rotary", 0) != 0 && (node.inputs.size() < 9 || node.inputs[7].empty() || node.inputs[8].empty()))
     return "do_rotary = 1 needs the inputs cos_cache and sin_cache";
@@ -182,8 +184,8 @@ Gqa gqa_setup(const KernelContext& ctx) {
     REFORGE_CHECK(g.rot > 0 && g.rot <= g.head, where, ": cos_cache's ", c.dim(1), " columns rotate ", g.rot,
                   " features, more than the head size ", g.head);
     for (int64_t b = 0; b < g.batch; ++b)
-      REFORGE_CHECK(g.past_rows[b] + g.valid[b] <= g.max_position, where, ": row ", b, " reaches position ",
-                    g.past_rows[b] + g.valid[b] - 1, ", past cos_cache's ", g.max_position, " rows");
+      REFORGE_CHECK(g.past_rows[b] + g.seq <= g.max_position, where, ": row ", b, " reaches position ",
+                    g.past_rows[b] + g.seq - 1, ", past cos_cache's ", g.max_position, " rows");
   }
   return g;
 }
@@ -235,9 +237,8 @@ void run_gqa(KernelContext& ctx, const Gqa& g) {
       float* qd = q.data() + (b * S + s) * Hq * D;
       float* kd = k.data() + (b * S + s) * Hkv * D;
       std::copy_n(vsrc, Hkv * D, v.data() + (b * S + s) * Hkv * D);
-      // Padding rows past the row's tokens have no position: they stay unrotated (never read).
       const int64_t pos = g.past_rows[b] + s;
-      if (g.rotary && s < g.valid[b]) {
+      if (g.rotary) {
         const float* c = cos.data() + pos * half;
         const float* sn = sin.data() + pos * half;
         for (int64_t h = 0; h < Hq; ++h) rotate(tok + h * D, qd + h * D, D, g.rot, g.interleaved, c, sn);
@@ -265,10 +266,10 @@ void run_gqa(KernelContext& ctx, const Gqa& g) {
         const T* src = past + blk * P * D;
         if (src != row) std::memmove(row, src, static_cast<size_t>(pb * D) * sizeof(T));
       }
-      for (int64_t s = 0; s < g.valid[b]; ++s)
+      for (int64_t s = 0; s < S; ++s)
         for (int64_t e = 0; e < D; ++e)
           row[(pb + s) * D + e] = from_compute<T>(fresh[static_cast<size_t>(((b * S + s) * Hkv + h) * D + e)]);
-      const int64_t used = pb + g.valid[b];
+      const int64_t used = pb + S;
       std::fill(row + used * D, row + L * D, from_compute<T>(0.0f));
     }
   };
@@ -290,7 +291,7 @@ void run_gqa(KernelContext& ctx, const Gqa& g) {
       const float* qr = q.data() + ((b * S + s) * Hq + h) * D;
       const int64_t p = pb + s;
       const int64_t hi = g.causal ? p + 1 : tb;  // keys [lo, hi)
-      const int64_t lo = g.window >= 0 ? std::max<int64_t>(0, p - g.window) : 0;
+      const int64_t lo = g.window > 0 ? std::max<int64_t>(0, p - g.window + 1) : 0;
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = lo; j < hi; ++j) {
         const float* kr = kb + j * D;
