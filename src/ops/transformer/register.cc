@@ -1,9 +1,9 @@
 // The transformer op family: Attention, RotaryEmbedding, RMSNormalization, Resize, SwiGLU,
 // TensorScatter, CausalConvWithState, LinearAttention, ONNX Runtime's GroupQueryAttention and RMS
-// norms (SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization) and the image ops (GridSample, AffineGrid,
-// NonMaxSuppression, RoiAlign). Each lives in its own file (attention.cc, rotary.cc, rms_norm.cc,
-// resize.cc, grid_sample.cc, nms.cc, cache_ops.cc, linear_attention.cc, roi_align.cc) and exposes
-// one registration function; this file only collects them.
+// norms, and the image ops (GridSample, AffineGrid, NonMaxSuppression, RoiAlign). Each lives in
+// its own file (attention.cc, rotary.cc, rms_norm.cc, resize.cc, grid_sample.cc, nms.cc,
+// cache_ops.cc, linear_attention.cc, roi_align.cc, group_query_attention.cc, simplified_norm.cc)
+// and exposes one registration function; this file only collects them.
 #include "ops/registry.h"
 
 namespace reforge::ops {
