@@ -19,11 +19,11 @@
 //     zeros after;
 //   - query row s < Q_b (position p = P_b + s) attends keys j <= p (all j < T_b when causal = 0),
 //     the last local_window_size of them (p - j < local_window_size) when a window is set (> 0);
-//     scores are (q . k) * scale (scale 0:
-//     1 / sqrt(D)), then softcap * tanh(x / softcap) when softcap > 0, then a softmax in float32;
-//     each query head h reads kv head h / (Hq / Hkv).
-//   - Output rows s >= Q_b (padding) are zero (ONNX Runtime leaves them unspecified).
-// Arithmetic runs in float32 for float32 and float16 data (float16 rounds once at the output).
+//     scores are (q . k) * scale (scale 0: 1 / sqrt(D)), then softcap * tanh(x / softcap) when
+//     softcap > 0, then a softmax in float32; query head h reads kv head h / (Hq / Hkv);
+//   - output rows s >= Q_b (padding) are zero (ONNX Runtime leaves them unspecified).
+// Arithmetic runs in float32 for float32 and float16 data (float16 data keeps the rotated query
+// and the caches in float16, as ONNX Runtime does, and rounds the output once).
 //
 // Cache sharing (Sharing::kInPlace, past_key -> present_key, past_value -> present_value): when the
 // memory handed for present already holds past at its start (a state buffer, runtime/state.h),
