@@ -83,6 +83,7 @@ const std::vector<OldRow> kLaterWeightSlots = {
     {"QLinearMatMul", 10, 8, {3}},
     {"ConvInteger", 10, 4, {1}},
     {"QLinearConv", 10, 9, {3, 8}},
+    {"SimplifiedLayerNormalization", 1, 2, {1}},
 };
 const std::vector<OldRow> kLaterShapeSlots = {
     {"CumProd", 26, 2, {1}},
@@ -108,6 +109,11 @@ const std::vector<OldRow> kLaterShapeSlots = {
 const std::vector<OldRow> kMicrosoftWeightSlots = {
     {"MatMulNBits", 1, 6, {1, 2, 3, 4, 5}},
     {"QGemm", 1, 9, {3, 6}},  // B and the int32 bias C, as QLinearConv's W and B
+    {"SkipSimplifiedLayerNormalization", 1, 4, {2, 3}},  // gamma and bias
+};
+// GroupQueryAttention's total_sequence_length sizes its present outputs.
+const std::vector<OldRow> kMicrosoftShapeSlots = {
+    {"GroupQueryAttention", 1, 9, {6}},
 };
 const std::vector<OldRow> kReforgeShapeSlots = {
     {"Attention", 1, 10, {6, 7, 8, 9}},
@@ -162,7 +168,7 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
       if (op == r.op) return r.slots.count(slot) != 0;
     return false;
   };
-  size_t weight = 0, shape = 0, reforge_shape = 0, microsoft_weight = 0;
+  size_t weight = 0, shape = 0, reforge_shape = 0, microsoft_weight = 0, microsoft_shape = 0;
   for (const ops::OpDef* d : ops::OpRegistry::global().entries())
     for (size_t s = 0; s < d->input_roles.size(); ++s) {
       if (d->input_roles[s] == InputRole::kData) continue;
@@ -173,9 +179,10 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
         continue;
       }
       if (d->domain == "com.microsoft") {
-        EXPECT_EQ(d->input_roles[s], InputRole::kWeight) << "com.microsoft::" << d->op_type << " input " << s;
-        EXPECT_TRUE(listed(kMicrosoftWeightSlots, d->op_type, s)) << "com.microsoft::" << d->op_type << " input " << s;
-        ++microsoft_weight;
+        const bool weight_slot = d->input_roles[s] == InputRole::kWeight;
+        EXPECT_TRUE(listed(weight_slot ? kMicrosoftWeightSlots : kMicrosoftShapeSlots, d->op_type, s))
+            << "com.microsoft::" << d->op_type << " input " << s;
+        ++(weight_slot ? microsoft_weight : microsoft_shape);
         continue;
       }
       EXPECT_TRUE(d->domain.empty()) << d->domain << "::" << d->op_type;
@@ -189,16 +196,22 @@ TEST(OpRoles, EveryRoleInTheRegistryWasInTheOldTables) {
             << d->op_type << " input " << s;
       }
     }
-  EXPECT_EQ(weight, 17u + 16u + 5u);  // old tables + the later weight slots
+  EXPECT_EQ(weight, 17u + 17u + 5u);  // old tables + the later weight slots
   EXPECT_EQ(shape, 34u + 23u);        // old tables + the later shape slots
   expect_rows(kLaterWeightSlots, InputRole::kWeight);
   expect_rows(kLaterShapeSlots, InputRole::kShape);
   EXPECT_EQ(reforge_shape, 8u);
-  EXPECT_EQ(microsoft_weight, 7u);
+  EXPECT_EQ(microsoft_weight, 9u);
+  EXPECT_EQ(microsoft_shape, 1u);
   for (const auto& row : kMicrosoftWeightSlots)
     for (size_t s = 0; s < row.num_inputs; ++s)
       EXPECT_EQ(ops::input_role("com.microsoft", row.op, row.opset, s),
                 row.slots.count(s) ? InputRole::kWeight : InputRole::kData)
+          << "com.microsoft::" << row.op << " input " << s;
+  for (const auto& row : kMicrosoftShapeSlots)
+    for (size_t s = 0; s < row.num_inputs; ++s)
+      EXPECT_EQ(ops::input_role("com.microsoft", row.op, row.opset, s),
+                row.slots.count(s) ? InputRole::kShape : InputRole::kData)
           << "com.microsoft::" << row.op << " input " << s;
   for (const auto& row : kReforgeShapeSlots)
     for (size_t s = 0; s < row.num_inputs; ++s)

@@ -79,3 +79,16 @@ def test_windows_replayed_equal_pytorchs_batch(device, tmp_path):
     p.save(tmp_path / "p.plan")
     loaded = reforge.load(tmp_path / "p.plan", threads=1, device_replay=True)
     assert (loaded.generate(prompts, max_new_tokens=want.shape[1], window=8) == want).all()
+
+
+def test_onnxruntime_genai_builder_export_gives_its_tokens():
+    """models/genai/llama_gqa (ONNX Runtime GenAI's model builder: GroupQueryAttention, right-padded
+    batches): the greedy tokens equal onnxruntime-genai's, alone and as one batch."""
+    d = ROOT / "models" / "genai" / "llama_gqa"
+    p = reforge.build(str(d / "model.onnx"), threads=1)
+    prompts = [np.load(d / "reference" / f"prompt_{i}.npy") for i in range(2)]
+    want = [np.load(d / "reference" / f"tokens_{i}.npy") for i in range(2)]
+    assert p.generate(prompts[0], max_new_tokens=16)[0].tolist() == want[0].tolist()
+    both = p.generate([q.tolist() for q in prompts], max_new_tokens=16)
+    assert both.tolist() == np.load(d / "reference" / "batch_tokens.npy").tolist()
+    assert both.tolist() == [w.tolist() for w in want]

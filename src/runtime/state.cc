@@ -30,10 +30,17 @@ std::vector<StatePair> state_pairs(const ir::Graph& graph) {
     auto it = producer.find(through_transfers(out.name));
     if (it == producer.end()) continue;
     const ir::Node& n = *it->second;
-    if (!n.domain.empty() || n.outputs[0] != it->first || n.inputs.empty()) continue;
-    const bool concat = n.op_type == "Concat" && n.opset >= 4;
-    if (!concat && n.op_type != "TensorScatter") continue;
-    const std::string first = through_transfers(n.inputs[0]);
+    // The input the output continues: a Concat's or TensorScatter's first input, or the past of
+    // a GroupQueryAttention's present (present_key 1 <- past_key 3, present_value 2 <- past_value 4).
+    std::string from;
+    if (n.domain.empty() && n.outputs[0] == it->first && !n.inputs.empty() &&
+        ((n.op_type == "Concat" && n.opset >= 4) || n.op_type == "TensorScatter"))
+      from = n.inputs[0];
+    if (n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
+      for (size_t o : {size_t{1}, size_t{2}})
+        if (o < n.outputs.size() && n.outputs[o] == it->first && o + 2 < n.inputs.size()) from = n.inputs[o + 2];
+    if (from.empty()) continue;
+    const std::string first = through_transfers(from);
     for (const auto& in : graph.inputs)
       if (in.name == first) pairs.push_back({in.name, out.name});
   }

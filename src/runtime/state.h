@@ -7,7 +7,9 @@
 // key-values, as Hugging Face exports make `present` from `past`). A pair with no such axis
 // replaces its input at the same shape (TensorScatter into a fixed-size cache, a convolution's
 // carried state). Pairs are the user's word (StateOptions::pairs, checked) or proven by structure
-// (state_pairs: an output made by a Concat or TensorScatter whose first input is a graph input).
+// (state_pairs: an output made by a Concat or TensorScatter whose first input is a graph input, or
+// the present_key/present_value of a com.microsoft GroupQueryAttention whose past_key/past_value
+// is a graph input).
 //
 // The contract: who may touch state, and when.
 //   - A State belongs to one engine and one sequence. Its buffers are allocated when it is made:
@@ -72,7 +74,9 @@ struct StateOptions {
 };
 
 // The pairs the graph's structure proves: each graph output made by a Concat (opset >= 4) or a
-// TensorScatter whose first input is a graph input, with that input (through the transfers a
+// TensorScatter whose first input is a graph input, or that is the present_key (present_value) of
+// a com.microsoft GroupQueryAttention whose past_key (past_value) is a graph input, with that
+// input (through the transfers a
 // device plan's placement inserts: the output a ToHost copy of the Concat, its input a ToDevice
 // copy of the graph input).
 std::vector<StatePair> state_pairs(const ir::Graph& graph);

@@ -71,12 +71,29 @@ bool takes_batches(const runtime::Engine& e, const DecoderLayout& l) {
 }
 
 // The symbolic dimensions of the cache inputs other than their length axis: a symbol they share
-// with input_ids' batch dimension is the batch's size.
-std::map<std::string, int64_t> cache_dims(const runtime::Engine& e, const DecoderLayout& l, int64_t batch) {
-  if (!takes_batches(e, l)) return {};
-  const std::string& symbol = find_value_info(e.inputs(), l.input_ids)->shape[0].symbol;
-  if (symbol.empty()) return {};
-  return {{symbol, batch}};
+// with input_ids' batch dimension is the batch's size; another (a head size the export left
+// symbolic) takes the size that the plan's shape inference recorded for the pair's output there.
+std::map<std::string, int64_t> cache_dims(const runtime::PlanEngine& engine, const DecoderLayout& l, int64_t batch) {
+  const runtime::Engine& e = engine.engine();
+  std::map<std::string, int64_t> dims;
+  if (takes_batches(e, l)) {
+    const std::string& symbol = find_value_info(e.inputs(), l.input_ids)->shape[0].symbol;
+    if (!symbol.empty()) dims[symbol] = batch;
+  }
+  for (const runtime::StatePair& p : l.cache) {
+    const ir::ValueInfo* in = find_value_info(e.inputs(), p.input);
+    const ir::ValueInfo* out = find_value_info(e.outputs(), p.output);
+    const ir::ValueInfo* inferred = find_value_info(engine.plan().values, p.output);
+    if (!in || !out || !inferred || !in->has_shape || !out->has_shape || !inferred->has_shape ||
+        in->shape.size() != out->shape.size() || inferred->shape.size() != in->shape.size())
+      continue;
+    for (size_t d = 0; d < in->shape.size(); ++d) {
+      const ir::Dim& dim = in->shape[d];
+      if (dim.fixed() || dim.symbol.empty() || dims.count(dim.symbol) || out->shape[d].symbol != dim.symbol) continue;
+      if (inferred->shape[d].fixed()) dims[dim.symbol] = inferred->shape[d].value;
+    }
+  }
+  return dims;
 }
 
 // Whether graph output `name` is copied from a device (a reforge::ToHost that placement inserted).
@@ -86,15 +103,17 @@ bool made_on_device(const ir::Graph& g, const std::string& name) {
   return false;
 }
 
-// The last position's row of each sequence of `logits` [B, n, vocab] as [B, vocab] in host memory:
-// the logits themselves when they are that already, else copied into `buffer` (made once).
-Tensor last_rows(const Tensor& logits, Tensor& buffer) {
+// Row `last[b]` of each sequence b of `logits` [B, n, vocab] (its last token: n - 1, or earlier in
+// a right-padded batch) as [B, vocab] in host memory: the logits themselves when they are that
+// already, else copied into `buffer` (made once).
+Tensor last_rows(const Tensor& logits, const std::vector<int64_t>& last, Tensor& buffer) {
   const int64_t B = logits.dim(0), n = logits.dim(1), V = logits.dim(2);
   if (n == 1 && logits.on_host()) return Tensor::wrap(logits.dtype(), {B, V}, logits.storage(), logits.raw());
   if (!buffer.defined() || buffer.dtype() != logits.dtype()) buffer = Tensor::uninitialized(logits.dtype(), {B, V});
   const size_t row = static_cast<size_t>(V) * dtype_size(logits.dtype());
   for (int64_t b = 0; b < B; ++b) {
-    const auto* src = static_cast<const char*>(logits.raw()) + static_cast<size_t>(b * n + n - 1) * row;
+    const int64_t at = std::min(last[static_cast<size_t>(b)], n - 1);
+    const auto* src = static_cast<const char*>(logits.raw()) + static_cast<size_t>(b * n + at) * row;
     void* dst = static_cast<char*>(buffer.mutable_raw()) + static_cast<size_t>(b) * row;
     if (logits.on_host())
       std::memcpy(dst, src, row);
@@ -114,7 +133,10 @@ Tensor matrix(const std::vector<std::vector<int64_t>>& rows) {
 
 // The decode window's granularity for `options` (0: none); refuses a window the export cannot take.
 int64_t decode_window(const runtime::Engine& e, const DecoderLayout& l, const GenerateOptions& options) {
-  const bool takes_window = !l.position_ids.empty() && !l.attention_mask.empty();
+  const bool takes_window = !l.position_ids.empty() && !l.attention_mask.empty() && !l.right_padded;
+  if (options.window > 0 && l.right_padded)
+    fail("generate: a decode window does not apply to a GroupQueryAttention cache (its rows are addressed by "
+         "length from position 0; window 0 decodes without one)");
   if (options.window > 0 && !takes_window)
     fail("generate: a decode window needs the model's position_ids and attention_mask inputs; it has ",
          l.position_ids.empty() ? "no position_ids" : "no attention_mask", " (window 0 decodes without one)");
@@ -124,8 +146,9 @@ int64_t decode_window(const runtime::Engine& e, const DecoderLayout& l, const Ge
 
 // Prompts `which` of `prompts` as one batch: left-padded with token 0 under the attention mask
 // (as transformers' generate pads a batch), positions counting each row's real tokens (a pad's
-// position is 1, as there); each row sampled with its own generator seeded alike, so a row gives
-// what its prompt gives alone. A finished row goes on with token 0 until every row is done.
+// position is 1, as there), or right-padded for a layout that addresses rows by length; each row
+// sampled with its own generator seeded alike, so a row gives what its prompt gives alone. A
+// finished row goes on with token 0 until every row is done.
 void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
                const std::vector<std::vector<int64_t>>& prompts, const std::vector<size_t>& which,
                const GenerateOptions& options, GenerateResult& result) {
@@ -139,7 +162,7 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
   so.max_length = static_cast<int64_t>(width) + options.max_new_tokens;
   // A window holds at least one padding position before the sequence, and the run's output one more.
   if (window_step > 0) so.max_length = round_up(so.max_length, window_step) + 1;
-  so.dims = cache_dims(e, l, static_cast<int64_t>(B));
+  so.dims = cache_dims(engine, l, static_cast<int64_t>(B));
   runtime::State state(e, so);
   runtime::RunOptions ro;
   ro.state = &state;
@@ -148,14 +171,18 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
   Tensor rows_buffer;
   std::vector<std::vector<int64_t>> ids(B, std::vector<int64_t>(width, 0)), mask(B, std::vector<int64_t>(width, 0)),
       pos(B, std::vector<int64_t>(width, 1));
-  std::vector<int64_t> real(B, 0);
+  std::vector<int64_t> real(B, 0), last(B, static_cast<int64_t>(width) - 1);
   for (size_t b = 0; b < B; ++b) {
     const auto& p = prompts[which[b]];
-    const size_t pad = width - p.size();
+    const size_t pad = l.right_padded ? 0 : width - p.size();
     for (size_t i = 0; i < p.size(); ++i) {
       ids[b][pad + i] = p[i];
       mask[b][pad + i] = 1;
       pos[b][pad + i] = real[b]++;
+    }
+    if (l.right_padded) {
+      last[b] = static_cast<int64_t>(p.size()) - 1;
+      for (size_t i = p.size(); i < width; ++i) pos[b][i] = static_cast<int64_t>(i);
     }
   }
   std::vector<std::mt19937_64> rng(B, std::mt19937_64(options.sampling.seed));
@@ -182,7 +209,7 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
     const int64_t n = static_cast<int64_t>(ids[0].size());
     if (logits.rank() != 3 || logits.dim(0) != static_cast<int64_t>(B) || logits.dim(1) != n)
       fail("generate: the model's logits are ", logits.describe(), " for ", B, " sequence(s) of ", n, " token(s)");
-    const Tensor rows = last_rows(logits, rows_buffer);
+    const Tensor rows = last_rows(logits, last, rows_buffer);
     const double ms = ms_since(t0);
     bool all_done = true;
     for (size_t b = 0; b < B; ++b) {
@@ -205,6 +232,7 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
       if (done[b]) ids[b] = {0};
       mask[b].push_back(1);
       pos[b] = {real[b]++};
+      last[b] = 0;
     }
   }
 }
@@ -228,8 +256,18 @@ DecoderLayout decoder_layout(const runtime::Engine& engine) {
   l.cache = runtime::state_pairs(engine.graph());
   if (l.cache.empty())
     fail(
-        "generate: the model carries no cache: no output is a Concat of a past input (a decoder exported with "
-        "past and present key-values, e.g. optimum's text-generation-with-past or a dynamo export with a cache)");
+        "generate: the model carries no cache: no output is a Concat of a past input or a GroupQueryAttention's "
+        "present (a decoder exported with past and present key-values, e.g. optimum's text-generation-with-past, "
+        "a dynamo export with a cache or ONNX Runtime GenAI's model builder)");
+  // A GroupQueryAttention cache: rows addressed by length, which the builder's graph computes from
+  // the attention mask.
+  for (const ir::Node& n : engine.graph().nodes)
+    if (n.domain == "com.microsoft" && n.op_type == "GroupQueryAttention")
+      for (const auto& p : l.cache)
+        l.right_padded |= n.inputs.size() > 4 && (n.inputs[3] == p.input || n.inputs[4] == p.input);
+  if (l.right_padded && l.attention_mask.empty())
+    fail("generate: the model's cache is a GroupQueryAttention's, which reads each row's length from an "
+         "attention_mask; the model has no input 'attention_mask'");
   // Every other input must be one the loop gives.
   for (const auto& in : engine.inputs()) {
     if (in.name == l.input_ids || in.name == l.position_ids || in.name == l.attention_mask) continue;

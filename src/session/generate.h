@@ -7,13 +7,18 @@
 // every pair the graph proves (runtime/state.h, state_pairs: a present output made by a Concat of
 // its past input), as Hugging Face `optimum` (`past_key_values.N.key` -> `present.N.key`) and
 // PyTorch's dynamo export of a `transformers` model with a cache (`past.N.key` -> `present.N.key`)
-// make them. Anything else is refused, naming what is missing.
+// make them, or a com.microsoft GroupQueryAttention's past and present, as ONNX Runtime GenAI's
+// model builder exports them (`past_key_values.N.key` -> `present.N.key`, with an attention_mask
+// and no position_ids: the attention takes each row's length from the mask and its positions from
+// that length). Anything else is refused, naming what is missing.
 //
 // The prompts are one batch on one runtime::State (the KV caches allocated once at the longest
 // prompt plus max_new_tokens, written in place): a first run on the whole prompts, then one run
 // per new token with each row's token. A batch needs an export whose batch dimension is symbolic,
 // and for prompts of different lengths an attention_mask: they are left-padded with token 0 under
-// it, with positions counting each row's real tokens, as transformers' generate pads a batch.
+// it, with positions counting each row's real tokens, as transformers' generate pads a batch; for
+// a GroupQueryAttention cache they are right-padded (token 0, mask 0), as its rows are addressed
+// by length, and each step's mask is the last one with a 1 added (ONNX Runtime GenAI feeds it so).
 // Otherwise the prompts run one after another. Each prompt finishes on its own (a finished row
 // goes on with token 0, its tokens no longer taken, until every row is done). On a device plan the
 // caches stay in device memory (runtime/state.h) and so do the logits: each step brings only each
@@ -21,7 +26,7 @@
 //
 // With a decode window (GenerateOptions::window) the steps after the prompt run on caches of a
 // fixed length, the positions before the sequence zero and masked out; a full window moves to the
-// next multiple.
+// next multiple. A GroupQueryAttention cache takes no window (its rows start at position 0).
 //
 // Sampling, per row with its own generator seeded alike (a row gives what its prompt gives
 // alone): greedy (temperature 0: the most likely token, the lowest id on a tie), or the logits
@@ -45,6 +50,9 @@ struct DecoderLayout {
   std::string input_ids, position_ids, attention_mask, logits;  // "" for an absent optional input
   std::vector<runtime::StatePair> cache;
   int64_t vocab = 0;  // 0 when the export leaves it symbolic
+  // The cache is a com.microsoft GroupQueryAttention's, which finds each row's tokens from its
+  // length (the attention mask's sum): a batch is right-padded.
+  bool right_padded = false;
 };
 
 // The layout of `engine`'s graph; throws an Error naming what it lacks.

@@ -1,7 +1,8 @@
 // Shape and type inference of the transformer op family (ops/infer.h): Attention (23+),
 // RotaryEmbedding (23+), RMSNormalization (23+), Resize (10+), GridSample (16+), AffineGrid (20+),
 // NonMaxSuppression and RoiAlign (10+), TensorScatter (24+), CausalConvWithState and
-// LinearAttention (27+) and SwiGLU (28+), following the ONNX operator definitions and the checks
+// LinearAttention (27+), SwiGLU (28+) and ONNX Runtime's GroupQueryAttention,
+// SimplifiedLayerNormalization and SkipSimplifiedLayerNormalization, following the ONNX operator definitions and the checks
 // their kernels make.
 #include "ops/infer.h"
 
@@ -306,9 +307,82 @@ void infer_non_max_suppression(InferContext& ctx) {
   ctx.set_output(0, ValueType::of(DType::Int64, {ctx.fresh_dim(), 3}));
 }
 
+// com.microsoft GroupQueryAttention: output [B, S, num_heads * D]; present_key and present_value
+// [B, kv_num_heads, max(total_sequence_length, P), D] (D from query's width: num_heads, or
+// num_heads + 2 * kv_num_heads when Q, K and V are packed). The present length is a number when
+// both are known, total_sequence_length without a past, else a size of its own.
+void infer_group_query_attention(InferContext& ctx) {
+  const ValueType& q = ctx.input_type(0);
+  const int64_t hq = ctx.attr_int("num_heads", 0), hkv = ctx.attr_int("kv_num_heads", 0);
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
+    ctx.fail("num_heads (" + std::to_string(hq) + ") must be a positive multiple of kv_num_heads (" +
+             std::to_string(hkv) + ")");
+  const bool packed = !ctx.has_input(1);
+  if (!q.rank_known) {
+    for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, ValueType::unranked(q.dtype));
+    return;
+  }
+  if (q.shape.size() != 3) ctx.fail("query must be [batch, sequence, hidden], got " + q.str());
+  const SymDim head = per_head(ctx, q.shape[2], packed ? hq + 2 * hkv : hq, "query's hidden size");
+  ctx.set_output(0, ValueType::of(q.dtype, {q.shape[0], q.shape[1], sym_mul(head, hq)}));
+  SymDim length = ctx.fresh_dim();
+  const SymShape* total = ctx.has_input(6) ? ctx.input_dims_value(6) : nullptr;
+  const bool total_known = total && total->size() == 1;
+  if (!ctx.has_input(3)) {
+    if (total_known) length = (*total)[0];
+  } else if (const ValueType& past = ctx.input_type(3); past.rank_known && past.shape.size() == 4) {
+    if (total_known && (*total)[0].known() && past.shape[2].known())
+      length = std::max((*total)[0].value(), past.shape[2].value());
+  }
+  for (size_t i : {size_t{1}, size_t{2}})
+    if (i < ctx.num_outputs() && !ctx.node().outputs[i].empty())
+      ctx.set_output(i, ValueType::of(q.dtype, {q.shape[0], hkv, length, head}));
+}
+
+// SimplifiedLayerNormalization: Y of scale's type and X's shape; inv_std_var float32, X's shape
+// with the dimensions from axis on 1.
+void infer_simplified_layer_norm(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  const ValueType& scale = ctx.input_type(1);
+  if (!x.rank_known) {
+    ctx.set_output(0, ValueType::unranked(scale.dtype));
+    if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) ctx.set_output(1, ValueType::unranked(DType::Float32));
+    return;
+  }
+  const int64_t rank = rank_of(x);
+  int64_t axis = ctx.attr_int("axis", -1);
+  if (axis < -rank || axis >= rank)
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  ctx.set_output(0, ValueType::of(scale.dtype, x.shape));
+  if (ctx.num_outputs() > 1 && !ctx.node().outputs[1].empty()) {
+    SymShape stat = x.shape;
+    for (int64_t d = axis; d < rank; ++d) stat[static_cast<size_t>(d)] = 1;
+    ctx.set_output(1, ValueType::of(DType::Float32, stat));
+  }
+}
+
+// com.microsoft SkipSimplifiedLayerNormalization: output and input_skip_bias_sum of input's type
+// and shape; mean and inv_std_var float32, input's shape with the last dimension 1.
+void infer_skip_simplified_layer_norm(InferContext& ctx) {
+  const ValueType& x = ctx.input_type(0);
+  if (x.rank_known && x.shape.size() != 2 && x.shape.size() != 3)
+    ctx.fail("input must be [batch, sequence, hidden] or [sequence, hidden], got " + x.str());
+  SymShape stat = x.shape;
+  if (!stat.empty()) stat.back() = 1;
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) {
+    if (ctx.node().outputs[i].empty()) continue;
+    const DType dt = i == 1 || i == 2 ? DType::Float32 : x.dtype;
+    ctx.set_output(i, !x.rank_known ? ValueType::unranked(dt) : ValueType::of(dt, i == 1 || i == 2 ? stat : x.shape));
+  }
+}
+
 }  // namespace
 
 void register_transformer_inference(OpRegistry& r) {
+  r.set_infer("com.microsoft", "GroupQueryAttention", 1, infer_group_query_attention);
+  r.set_infer("", "SimplifiedLayerNormalization", 1, infer_simplified_layer_norm);
+  r.set_infer("com.microsoft", "SkipSimplifiedLayerNormalization", 1, infer_skip_simplified_layer_norm);
   r.set_infer("", "Attention", 23, infer_attention);
   r.set_infer("", "RotaryEmbedding", 23, infer_rotary_embedding);
   r.set_infer("", "RMSNormalization", 23, infer_rms_normalization);

@@ -1,8 +1,9 @@
 // The transformer op family: Attention, RotaryEmbedding, RMSNormalization, Resize, SwiGLU,
-// TensorScatter, CausalConvWithState, LinearAttention and the image ops (GridSample, AffineGrid,
-// NonMaxSuppression, RoiAlign). Each lives in its own file (attention.cc, rotary.cc, rms_norm.cc,
-// resize.cc, grid_sample.cc, nms.cc, cache_ops.cc, linear_attention.cc, roi_align.cc) and exposes
-// one registration function; this file only collects them.
+// TensorScatter, CausalConvWithState, LinearAttention, ONNX Runtime's GroupQueryAttention and RMS
+// norms, and the image ops (GridSample, AffineGrid, NonMaxSuppression, RoiAlign). Each lives in
+// its own file (attention.cc, rotary.cc, rms_norm.cc, resize.cc, grid_sample.cc, nms.cc,
+// cache_ops.cc, linear_attention.cc, roi_align.cc, group_query_attention.cc, simplified_norm.cc)
+// and exposes one registration function; this file only collects them.
 #include "ops/registry.h"
 
 namespace reforge::ops {
@@ -16,6 +17,9 @@ void register_non_max_suppression(OpRegistry& r);  // nms.cc: NonMaxSuppression 
 void register_linear_attention(OpRegistry& r);     // linear_attention.cc: LinearAttention 27+
 void register_roi_align(OpRegistry& r);            // roi_align.cc: RoiAlign 10+
 void register_cache_ops(OpRegistry& r);            // cache_ops.cc: SwiGLU, TensorScatter, CausalConvWithState
+void register_group_query_attention(OpRegistry& r);  // group_query_attention.cc: com.microsoft GroupQueryAttention
+void register_simplified_norms(OpRegistry& r);       // simplified_norm.cc: SimplifiedLayerNormalization,
+                                                     // com.microsoft SkipSimplifiedLayerNormalization
 
 void register_transformer_ops(OpRegistry& r) {
   register_attention(r);
@@ -27,6 +31,8 @@ void register_transformer_ops(OpRegistry& r) {
   register_cache_ops(r);
   register_roi_align(r);
   register_linear_attention(r);
+  register_group_query_attention(r);
+  register_simplified_norms(r);
 }
 
 }  // namespace reforge::ops
