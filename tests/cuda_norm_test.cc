@@ -428,8 +428,10 @@ TEST(CudaNormSelect, MatMulAddMatchesTheCpu) {
     Shape x;
     int64_t N;
   };
+  // (up to 8 rows by a 16-bit weight of a multiple of 8 columns: the gemv kernel, gemv.h)
   const std::vector<Case> cases = {{{3, 5, 17}, 9}, {{1, 1}, 1}, {{64, 256}, 96}, {{7, 33}, 130},
-                                   {{2, 0}, 4},     {{0, 6}, 5}, {{4, 6}, 0},     {{129}, 31}};
+                                   {{2, 0}, 4},     {{0, 6}, 5}, {{4, 6}, 0},     {{129}, 31},
+                                   {{1, 2048}, 512}, {{2, 3, 72}, 16}, {{8, 1032}, 264}};
   for (const Case& c : cases)
     for (DType wt : {DType::Float32, DType::Float16, DType::BFloat16})
       for (int bias : {1, 0})

@@ -29,14 +29,16 @@ struct Products {
   int64_t n[kGemvMaxProducts] = {};
   int64_t range[kGemvMaxProducts + 1] = {};
   int64_t partial[kGemvMaxProducts] = {};
+  const float* bias[kGemvMaxProducts] = {};  // added to the finished sums where given
   int count = 0;
 };
 
 // grid (column ranges of every product, slices); see gemv.h. `partial` ([slices][M][N] float32
 // per product) and `counters` [column ranges] (zero between launches) are used only with more
 // than one slice.
-template <typename T, int M, int U>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a, const Products p,
+// TA: A's and C's type; TB: B's (a 16-bit type).
+template <typename TA, typename TB, int M, int U>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const TA* __restrict__ a, const Products p,
                                                        float* __restrict__ partial_all,
                                                        unsigned* __restrict__ counters, int64_t K,
                                                        int64_t slice_rows) {
@@ -45,8 +47,9 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   __shared__ bool last;
   int q = 0;
   while (q + 1 < p.count && blockIdx.x >= p.range[q + 1]) ++q;
-  const T* __restrict__ b = static_cast<const T*>(p.b[q]);
-  T* __restrict__ c = static_cast<T*>(p.c[q]);
+  const TB* __restrict__ b = static_cast<const TB*>(p.b[q]);
+  TA* __restrict__ c = static_cast<TA*>(p.c[q]);
+  const float* __restrict__ bias = p.bias[q];
   const int64_t N = p.n[q], range = blockIdx.x - p.range[q];
   float* __restrict__ partial = partial_all ? partial_all + p.partial[q] : nullptr;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -64,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[m][j] = 0.f;
   if (col < N) {
-    const T* bp = b + k0 * N + col;
+    const TB* bp = b + k0 * N + col;
     int64_t k = warp;
     for (; k + (U - 1) * kWarps < rows; k += kWarps * U) {
       uint4 v[U];
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         float w[8];
-        unpack8<T>(v[u], w);
+        unpack8<TB>(v[u], w);
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           const float x = xs[m][k + u * kWarps];
@@ -85,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
     for (; k < rows; k += kWarps) {
       const uint4 v = __ldcs(reinterpret_cast<const uint4*>(bp + k * N));
       float w[8];
-      unpack8<T>(v, w);
+      unpack8<TB>(v, w);
 #pragma unroll
       for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
   if (gridDim.y == 1) {
     for (int i = threadIdx.x; i < M * kCols; i += kThreads) {
       const int m = i / kCols, j = i % kCols;
-      if (base + j < N) c[m * N + base + j] = store_c<T>(sum[m][j]);
+      if (base + j < N) c[m * N + base + j] = store_c<TA>(bias ? sum[m][j] + bias[base + j] : sum[m][j]);
     }
     return;
   }
@@ -133,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* __restrict__ a,
       for (unsigned u = 0; u < 8; ++u)
         if (y0 + u < gridDim.y) s += v[u];
     }
-    c[m * N + base + j] = store_c<T>(s);
+    c[m * N + base + j] = store_c<TA>(bias ? s + bias[base + j] : s);
   }
   if (threadIdx.x == 0) counters[blockIdx.x] = 0;
 }
@@ -142,7 +145,7 @@ constexpr int kBlocksPerSm = 2;                     // the split's default aim
 constexpr int64_t kGroupMinWeights = int64_t{1} << 22;  // the weights of a group the kernel takes
 constexpr int64_t kGroupMaxWeights = int64_t{1} << 24;
 
-template <typename T, int M, int U>
+template <typename TA, typename TB, int M, int U>
 void launch(const void* a, Products p, int64_t K, int per_sm) {
   const int64_t ranges = p.range[p.count];
   // Slices: enough blocks to keep every multiprocessor streaming (`per_sm` blocks each), each
@@ -159,23 +162,23 @@ void launch(const void* a, Products p, int64_t K, int per_sm) {
   Tensor partial, counters;
   if (slices > 1) split_scratch(floats, ranges, partial, counters);
   const dim3 grid(static_cast<unsigned>(ranges), static_cast<unsigned>(slices));
-  gemv_kernel<T, M, U><<<grid, kThreads, 0, stream()>>>(
-      static_cast<const T*>(a), p, slices > 1 ? static_cast<float*>(partial.mutable_raw()) : nullptr,
+  gemv_kernel<TA, TB, M, U><<<grid, kThreads, 0, stream()>>>(
+      static_cast<const TA*>(a), p, slices > 1 ? static_cast<float*>(partial.mutable_raw()) : nullptr,
       slices > 1 ? static_cast<unsigned*>(counters.mutable_raw()) : nullptr, K, slice);
   check_launch("gemv_kernel");
 }
 
-template <typename T, int U>
+template <typename TA, typename TB, int U>
 void launch_rows(int64_t M, const void* a, const Products& p, int64_t K, int per_sm) {
   switch (M) {
-    case 1: return launch<T, 1, U>(a, p, K, per_sm);
-    case 2: return launch<T, 2, U>(a, p, K, per_sm);
-    case 3: return launch<T, 3, U>(a, p, K, per_sm);
-    case 4: return launch<T, 4, U>(a, p, K, per_sm);
-    case 5: return launch<T, 5, U>(a, p, K, per_sm);
-    case 6: return launch<T, 6, U>(a, p, K, per_sm);
-    case 7: return launch<T, 7, U>(a, p, K, per_sm);
-    default: return launch<T, 8, U>(a, p, K, per_sm);
+    case 1: return launch<TA, TB, 1, U>(a, p, K, per_sm);
+    case 2: return launch<TA, TB, 2, U>(a, p, K, per_sm);
+    case 3: return launch<TA, TB, 3, U>(a, p, K, per_sm);
+    case 4: return launch<TA, TB, 4, U>(a, p, K, per_sm);
+    case 5: return launch<TA, TB, 5, U>(a, p, K, per_sm);
+    case 6: return launch<TA, TB, 6, U>(a, p, K, per_sm);
+    case 7: return launch<TA, TB, 7, U>(a, p, K, per_sm);
+    default: return launch<TA, TB, 8, U>(a, p, K, per_sm);
   }
 }
 
@@ -183,10 +186,11 @@ void launch_rows(int64_t M, const void* a, const Products& p, int64_t K, int per
 void run(DType dtype, int64_t M, const void* a, Products p, int64_t K, int per_sm, int unroll) {
   for (int q = 0; q < p.count; ++q) p.range[q + 1] = p.range[q] + (p.n[q] + kCols - 1) / kCols;
   const bool bf16 = dtype == DType::BFloat16;
+  using B16 = __nv_bfloat16;
   if (unroll == 4)
-    bf16 ? launch_rows<__nv_bfloat16, 4>(M, a, p, K, per_sm) : launch_rows<__half, 4>(M, a, p, K, per_sm);
+    bf16 ? launch_rows<B16, B16, 4>(M, a, p, K, per_sm) : launch_rows<__half, __half, 4>(M, a, p, K, per_sm);
   else
-    bf16 ? launch_rows<__nv_bfloat16, 8>(M, a, p, K, per_sm) : launch_rows<__half, 8>(M, a, p, K, per_sm);
+    bf16 ? launch_rows<B16, B16, 8>(M, a, p, K, per_sm) : launch_rows<__half, __half, 8>(M, a, p, K, per_sm);
 }
 
 // ---- B stored transposed: Bt [N, K], K contiguous ------------------------------------------
@@ -389,6 +393,24 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
   return true;
 }
 
+
+bool gemv_matmul_add(int64_t M, int64_t K, int64_t N, const float* x, DType w_dtype, const void* w,
+                     const float* bias, float* y) {
+  if (w_dtype != DType::BFloat16 && w_dtype != DType::Float16) return false;
+  if (M < 1 || M > kGemvMaxRows || K <= 0 || N % 8 != 0 || !aligned16(w)) return false;
+  Products p;
+  p.b[0] = w;
+  p.c[0] = y;
+  p.n[0] = N;
+  p.bias[0] = bias;
+  p.count = 1;
+  p.range[1] = (N + kCols - 1) / kCols;
+  if (w_dtype == DType::BFloat16)
+    launch_rows<float, __nv_bfloat16, kUnroll>(M, x, p, K, kBlocksPerSm);
+  else
+    launch_rows<float, __half, kUnroll>(M, x, p, K, kBlocksPerSm);
+  return true;
+}
 
 bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a, const void* bt, void* c,
                      int rows_per_warp, int slices) {

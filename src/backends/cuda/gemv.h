@@ -53,6 +53,14 @@ bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a
 // not such a product.
 bool gemv_products_nt(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs);
 
+// reforge::MatMulAdd's product of a few rows with a 16-bit weight: Y[M, N] = X[M, K] W[K, N] + b,
+// X, Y and b float32, W bfloat16 or float16 read as it is (widened exactly in registers: the
+// float32 product of the widened weight, summed in another order), b optional (added to the
+// finished sums), M <= kGemvMaxRows, N a multiple of 8, W 16-byte aligned: true when it ran. The
+// split-K kernel above, streaming the 16-bit weight instead of a float32 copy of it.
+bool gemv_matmul_add(int64_t M, int64_t K, int64_t N, const float* x, DType w_dtype, const void* w,
+                     const float* bias, float* y);
+
 // The same product by cuBLASLt (matmul.cu), as the products this kernel declines take it: for
 // comparing the two (tests/cuda_gemv_test.cc times them).
 void cublaslt_product(DType dtype, const ops::nn::MatmulDims& d, const void* a, const void* b, void* c);

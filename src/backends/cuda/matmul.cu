@@ -402,7 +402,9 @@ __global__ void add_bias_kernel(float* y, const float* bias, int64_t total, int6
 // Y = MatMul(X, W) + b, as the CPU's reforge::MatMulAdd (backends/cpu/matmul_add.cc): X float32
 // [..., K], W [K, N] float32 or (16-bit Linear layers) bfloat16 / float16, widened exactly to
 // float32 before an exact float32 product; b (optional) float32 [N], added to the finished sum by
-// cuBLASLt's bias epilogue. With bf16_activations = 1, X is first rounded to bfloat16 values.
+// cuBLASLt's bias epilogue. With bf16_activations = 1, X is first rounded to bfloat16 values. A
+// 16-bit weight times a few rows (gemv.h, gemv_matmul_add) is streamed as it is and widened in
+// registers, instead of widened into a float32 copy for cuBLASLt.
 void matmul_add_kernel(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   const Tensor& w = ctx.input(1);
@@ -423,6 +425,18 @@ void matmul_add_kernel(ops::KernelContext& ctx) {
     return;
   }
   Tensor w32, x_rounded;
+  const void* xp = x.raw();
+  if (ctx.node().attr_int("bf16_activations", 0) != 0) {
+    x_rounded = device_tensor(DType::Float32, x.shape());
+    round_bf16_kernel<<<blocks_for(x.numel()), 256, 0, stream()>>>(x.data<float>(), x_rounded.mutable_data<float>(),
+                                                                   x.numel());
+    check_launch("MatMulAdd activation rounding");
+    xp = x_rounded.raw();
+  }
+  // A few rows (a decoding step): the 16-bit weight streamed as it is, not widened first.
+  if (w.dtype() != DType::Float32 &&
+      gemv_matmul_add(rows, K, N, static_cast<const float*>(xp), w.dtype(), w.raw(), bias, y.mutable_data<float>()))
+    return;
   const void* wp = w.raw();
   if (w.dtype() != DType::Float32) {
     w32 = device_tensor(DType::Float32, w.shape());
@@ -432,14 +446,6 @@ void matmul_add_kernel(ops::KernelContext& ctx) {
       widen_kernel<<<blocks_for(K * N), 256, 0, stream()>>>(w.data<__nv_bfloat16>(), w32.mutable_data<float>(), K * N);
     check_launch("MatMulAdd weight widening");
     wp = w32.raw();
-  }
-  const void* xp = x.raw();
-  if (ctx.node().attr_int("bf16_activations", 0) != 0) {
-    x_rounded = device_tensor(DType::Float32, x.shape());
-    round_bf16_kernel<<<blocks_for(x.numel()), 256, 0, stream()>>>(x.data<float>(), x_rounded.mutable_data<float>(),
-                                                                   x.numel());
-    check_launch("MatMulAdd activation rounding");
-    xp = x_rounded.raw();
   }
   ops::nn::MatmulDims d;
   d.M = rows, d.N = N, d.K = K;
