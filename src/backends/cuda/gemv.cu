@@ -319,7 +319,9 @@ bool run_nt(DType dtype, int64_t M, int64_t K, const void* a, Products p, int ro
     if (p.n[q] <= 0 || !aligned16(p.b[q])) return false;
     total_n += p.n[q];
   }
-  const int R = rows_per_warp > 0 ? rows_per_warp : 2;
+  // One row per warp: on an H100 the fastest or within 3% of it on every one-row shape of the
+  // Llama decoding steps timed (docs/benchmarks.md).
+  const int R = rows_per_warp > 0 ? rows_per_warp : 1;
   if (R != 1 && R != 2 && R != 4) return false;
   int S = slices;
   if (S <= 0) {
@@ -423,7 +425,8 @@ bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a
 }
 
 bool gemv_products_nt(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs) {
-  if (outputs.empty() || outputs.size() > kGemvMaxProducts) return false;
+  // One row (a decoding step of one sequence): with 4 and 8 rows cuBLASLt was faster on an H100.
+  if (M != 1 || outputs.empty() || outputs.size() > kGemvMaxProducts) return false;
   Products p;
   for (const GemvOutput& o : outputs) {
     p.b[p.count] = o.b;

@@ -45,12 +45,14 @@ bool gemv_products(DType dtype, int64_t M, int64_t K, const void* a, const std::
 // C[M, N] = A[M, K] Bt[N, K]^T with B stored transposed (K contiguous), 16-bit, M <= 4 or 8, K a
 // multiple of 8, A and Bt 16-byte aligned: true when it ran. A warp reads whole rows of Bt (or a
 // slice of them) and reduces across its lanes, so no block waits for another. `rows_per_warp`
-// (1, 2, 4; 0: 2) and `slices` of K per row (1, 2, 4, 8; 0: chosen from the shape).
+// (1, 2, 4; 0: 1) and `slices` of K per row (1, 2, 4, 8; 0: chosen from the shape). On an H100 it
+// streamed every one-row product of the Llama decoding shapes faster than cuBLASLt (up to 1.7x on
+// the small ones), and products of 4 and 8 rows slower (docs/benchmarks.md).
 bool gemv_product_nt(DType dtype, int64_t M, int64_t K, int64_t N, const void* a, const void* bt, void* c,
                      int rows_per_warp = 0, int slices = 0);
-// Up to kGemvMaxProducts such products of one A, C_i[M, N_i] = A Bt_i^T, in one launch (a layer's
-// query, key and value projections): true when it ran; false (nothing ran) when one of them is
-// not such a product.
+// Up to kGemvMaxProducts such products of one row A, C_i[1, N_i] = A Bt_i^T, in one launch (a
+// layer's query, key and value projections): true when it ran; false (nothing ran) for more rows
+// (cuBLASLt is faster there) or when one of them is not such a product.
 bool gemv_products_nt(DType dtype, int64_t M, int64_t K, const void* a, const std::vector<GemvOutput>& outputs);
 
 // reforge::MatMulAdd's product of a few rows with a 16-bit weight: Y[M, N] = X[M, K] W[K, N] + b,

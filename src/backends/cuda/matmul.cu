@@ -336,7 +336,7 @@ __global__ void broadcast_rows(T* y, const T* c, int64_t M, int64_t N, int64_t c
 void matmul_kernel(ops::KernelContext& ctx) { ops::nn::matmul_run(ctx, product); }
 
 // reforge::MatMulGroup(X, W1, ..., Wn): Yi = X Wi, X [..., K], Wi [K, Ni] of X's float type ([Ni, K]
-// with transposed = 1). Weights stored transposed: a few rows of 16-bit operands through the gemv
+// with transposed = 1). Weights stored transposed: one row of 16-bit operands through the gemv
 // kernel of transposed weights, every product in one launch; otherwise cuBLASLt. Weights as given: a few
 // rows of 16-bit operands, every product in one launch of the gemv kernel; otherwise one product
 // after another, each as MatMul runs it.
