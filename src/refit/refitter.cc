@@ -11,6 +11,7 @@
 #include "core/dispatch.h"
 #include "core/nonfinite.h"
 #include "core/timing.h"
+#include "ops/tensor/transpose2d.h"
 #include "transforms/device_recipe.h"
 #include "transforms/recipe.h"
 
@@ -63,10 +64,9 @@ uint64_t transposed_hash(const Tensor& matrix) {
   XXH3_64bits_reset(st);
   for (int64_t c0 = 0; c0 < C; c0 += rows) {
     const int64_t n = std::min(rows, C - c0);
-    // Rows c0 .. c0 + n of the transpose: for each row r of the matrix, its columns c0 .. c0 + n.
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        std::memcpy(&buffer[static_cast<size_t>(j * R + r) * e], src + static_cast<size_t>(r * C + c0 + j) * e, e);
+    // Rows c0 .. c0 + n of the transpose: columns c0 .. c0 + n of the matrix, by the tiles
+    // transpose_2d moves.
+    ops::transpose_block(buffer.data(), R, src + static_cast<size_t>(c0) * e, C, R, n, e);
     XXH3_64bits_update(st, buffer.data(), static_cast<size_t>(n * R) * e);
   }
   const uint64_t h = XXH3_64bits_digest(st);
