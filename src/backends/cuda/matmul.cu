@@ -1,6 +1,7 @@
 // MatMul, Gemm, reforge::MatMulGroup and reforge::MatMulAdd (below) on the GPU. Float types go through cuBLASLt: float32 exact
 // (CUBLAS_COMPUTE_32F, no TF32), float16 and bfloat16 with float32 accumulation, float64 in float64; a
-// MatMulGroup of one row's small 16-bit products through a memory-bound kernel of its own (gemv.h); integer types
+// MatMulGroup's one-row 16-bit products and a MatMulAdd's few rows by a 16-bit weight through the
+// memory-bound kernels of gemv.h; integer types
 // through a plain kernel. The shape logic (1-D promotion, batch broadcasting) is MatMul's own
 // (ops/nn/matmul.h), which hands each product here with device pointers.
 //
@@ -345,12 +346,9 @@ void matmul_group_kernel(ops::KernelContext& ctx) {
   const Tensor& x = ctx.input(0);
   std::vector<GemvOutput> outs;
   for (size_t i = 0; i < dims.size(); ++i) outs.push_back({ctx.input(i + 1).raw(), ctx.outputs()[i].mutable_raw(), dims[i].N});
-  if (dims[0].trans_b) {
-    if (gemv_products_nt(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs)) return;
-    for (size_t i = 0; i < dims.size(); ++i) product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
-    return;
-  }
-  if (gemv_products(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs)) return;
+  const bool one_launch = dims[0].trans_b ? gemv_products_nt(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs)
+                                           : gemv_products(x.dtype(), dims[0].M, dims[0].K, x.raw(), outs);
+  if (one_launch) return;
   for (size_t i = 0; i < dims.size(); ++i) product(x.dtype(), dims[i], x.raw(), outs[i].b, outs[i].c);
 }
 
