@@ -3,20 +3,22 @@
 # .device/prebuilt.tar.xz holds the stripped `reforge`, `reforge_tests` and
 # `reforge_refit_gpu_bench` (device_test.sh --refit-bench) and the commit they were built from;
 # `scripts/device_test.sh --prebuilt` runs them there instead of building.
-#   scripts/device_bundle.sh [BUILD] [--python PY] [--min-libs]
+#   scripts/device_bundle.sh [BUILD] [--python PY] [--min-libs] [--out FILE]
 # --python PY packs, instead of reforge_tests, the Python extension for PY (the GPU machine's
 # Python 3.12, for `scripts/device_oracle.sh --prebuilt`; PY needs nanobind): nanobind and
 # python/src/module.cc compile for PY in BUILD-python, and link with BUILD's libraries by BUILD's
 # own link line for its extension, so the library is compiled once. --min-libs also packs the
 # runtime packages' shared libraries alone into .device/runtime-min (smaller than the packages:
-# for a run near the carry limit).
+# for a run near the carry limit). --out FILE writes the bundle there instead of
+# .device/prebuilt.tar.xz (device_test.sh takes it as REFORGE_PREBUILT=FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=build py="" min=0
+B=build py="" min=0 out=.device/prebuilt.tar.xz
 while [ $# -gt 0 ]; do
   case $1 in
     --python) py=${2:?--python needs an interpreter}; shift 2 ;;
     --min-libs) min=1; shift ;;
+    --out) out=${2:?--out needs a file}; shift 2 ;;
     *) B=$1; shift ;;
   esac
 done
@@ -58,9 +60,10 @@ else
   files=(reforge libreforge_sentencepiece.so reforge_tests reforge_refit_gpu_bench COMMIT)
 fi
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')" >"$tmp/COMMIT"
-mkdir -p .device
-tar -C "$tmp" -cf - "${files[@]}" | xz -T0 -9 >.device/prebuilt.tar.xz.part
-mv .device/prebuilt.tar.xz.part .device/prebuilt.tar.xz
+mkdir -p "$(dirname "$out")"
+tar -C "$tmp" -cf - "${files[@]}" | xz -T0 -9 >"$out.part"
+mv "$out.part" "$out"
+
 # What the binaries need there besides the GPU machine's CUDA libraries: the runtime packages of
 # scripts/device_debs.sh, so that a run carries .device/runtime-debs, not the build's -dev packages.
 # (libprotobuf-lite32: libsentencepiece0 needs it, for --tokenizer's plugin; libzip4: --input FILE.npz)

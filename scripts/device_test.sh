@@ -5,14 +5,16 @@
 # (bench/gpu_bench.py), with --generate-bench text generation against PyTorch eager and
 # torch.compile (bench/generate_gpu.py), with --refit-bench refit against the copy floors and
 # PyTorch's weight loading (bench/refit_gpu.py), with --oracle the refit oracle on CUDA plans
-# (scripts/device_oracle.sh).
+# (scripts/device_oracle.sh), with --pytest the Python tests (python/tests: torch CUDA tensors in and
+# out, reforge.torch.compile on the GPU) against the extension built or bundled for this machine's
+# python3 (PYTEST_ARGS: more pytest flags).
 # Ends with the test runner's summary lines.
 #
 # The GPU machine (Ubuntu, CUDA toolkit, no network) lacks some of reforge's Debian packages:
 # scripts/device_debs.sh fetches them on a Debian machine into .device/, which the device tool
 # carries; they are unpacked into a private prefix here, never into /.
 #   here:  scripts/device_debs.sh
-#   there: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]
+#   there: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle] [--pytest]
 #   (GPU_BENCH_ARGS, GENERATE_BENCH_ARGS, REFIT_BENCH_ARGS: more flags of the benchmarks; CUDA_TEST_ARGS: more
 #   flags of the unit tests binary, e.g. --gtest_also_run_disabled_tests; CUDA_TEST_FILTER: the unit tests to run,
 #   '*Cuda*' by default, '-' for none; ORACLE_ARGS: the oracle's flags)
@@ -20,13 +22,15 @@
 # .device/prebuilt.tar.xz (a Release build of this tree with CUDA; the GPU machine's CUDA
 # libraries and the carried packages serve them), which saves the build's minutes of device time;
 # it needs only the runtime packages, so the device tool carries
-# [".device/prebuilt.tar.xz", ".device/runtime-debs", ".device/onnx-node-suite"].
+# [".device/prebuilt.tar.xz", ".device/runtime-debs", ".device/onnx-node-suite"]. REFORGE_PREBUILT
+# names another bundle (device_bundle.sh --out FILE: one with the Python extension beside one
+# with the tests).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 deps=/opt/reforge-deps
 B=${REFORGE_DEVICE_BUILD:-/tmp/reforge-device-build}
-bench=0 generate_bench=0 refit_bench=0 keep=0 prebuilt=0 conformance=1 oracle=0
+bench=0 generate_bench=0 refit_bench=0 keep=0 prebuilt=0 conformance=1 oracle=0 pytest=0
 for a in "$@"; do
   case $a in
     --bench) bench=1 ;;
@@ -36,7 +40,8 @@ for a in "$@"; do
     --prebuilt) prebuilt=1 ;;
     --no-conformance) conformance=0 ;;
     --oracle) oracle=1 ;;
-    *) echo "usage: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle]" >&2; exit 2 ;;
+    --pytest) pytest=1 ;;
+    *) echo "usage: scripts/device_test.sh [--bench] [--generate-bench] [--refit-bench] [--keep-build] [--prebuilt] [--no-conformance] [--oracle] [--pytest]" >&2; exit 2 ;;
   esac
 done
 # The packages: .device/debs (to build here), else for --prebuilt .device/runtime-debs, or
@@ -67,7 +72,7 @@ filter=${CUDA_TEST_FILTER:-*Cuda*}
 targets=(reforge reforge_tests)
 [ $refit_bench = 1 ] && targets+=(reforge_refit_gpu_bench)
 python_args=(-DREFORGE_PYTHON=OFF)
-if [ $oracle = 1 ]; then
+if [ $oracle = 1 ] || [ $pytest = 1 ]; then
   # The oracle drives the library through Python: the extension is built here for this machine's
   # python3 (one built elsewhere is for another Python). nanobind comes from .device/wheels where
   # carried (the version the tree is built with elsewhere), else from python3's own packages.
@@ -84,11 +89,12 @@ nvcc --version | tail -1
 if [ $prebuilt = 1 ]; then
   # Where the tests were built to find the CLI (REFORGE_CLI_PATH): this tree's build/.
   B=$root/build
-  [ -f .device/prebuilt.tar.xz ] || { echo "device_test: .device/prebuilt.tar.xz missing (scripts/device_bundle.sh)" >&2; exit 1; }
-  rm -rf "$B" && mkdir -p "$B" && tar -xJf .device/prebuilt.tar.xz -C "$B"
+  bundle=${REFORGE_PREBUILT:-.device/prebuilt.tar.xz}
+  [ -f "$bundle" ] || { echo "device_test: $bundle missing (scripts/device_bundle.sh)" >&2; exit 1; }
+  rm -rf "$B" && mkdir -p "$B" && tar -xJf "$bundle" -C "$B"
   echo "device_test: prebuilt binaries of $(cat "$B/COMMIT")"
-  if [ $oracle = 1 ] && ! ls "$B"/python/reforge/_reforge*.so >/dev/null 2>&1; then
-    echo "device_test: --oracle needs the Python extension in the bundle (the oracle-prebuilt.tar.xz of an --oracle build)" >&2
+  if { [ $oracle = 1 ] || [ $pytest = 1 ]; } && ! ls "$B"/python/reforge/_reforge*.so >/dev/null 2>&1; then
+    echo "device_test: --oracle and --pytest need the Python extension in the bundle (the oracle-prebuilt.tar.xz of an --oracle build)" >&2
     exit 1
   fi
 else
@@ -156,6 +162,12 @@ if [ $oracle = 1 ]; then
     (cd $regs && tar -czf "$OUT/oracle-regressions.tar.gz" $new)
     echo "device_test: new regression cases (in oracle-regressions.tar.gz):" $new
   fi
+fi
+if [ $pytest = 1 ]; then
+  echo "== Python tests on the GPU (${PYTEST_ARGS:-all})"
+  REFORGE_CLI=$B/reforge PYTHONPATH=$root/python:$B/python${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 \
+    python3 -m pytest -q -rs python/tests ${PYTEST_ARGS:-} >"$B.pytest.log" 2>&1 || status=1
+  grep -E "passed|failed|^FAILED|^ERROR|^SKIPPED" "$B.pytest.log" | tail -40
 fi
 [ -n "${OUT:-}" ] && cp "$B".*.log "$OUT/" 2>/dev/null
 if [ $bench = 1 ]; then

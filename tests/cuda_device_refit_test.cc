@@ -210,11 +210,24 @@ TEST_P(CudaDeviceRefit, DISABLED_FailureHalfWayKeepsTheOldVersionAndFreesTheNewO
   const size_t in_use = pool_bytes_in_use();
   const backends::Backend& cuda = *backends::find_backend("cuda");
   const size_t weights_bytes = cuda.streams->memory_stats().weights_bytes;
+  // Where each device weight lives now, and B's weights (the host path), to say what a changed
+  // weight became: B's bytes (the failed refit's reached the serving version), or neither.
+  std::map<std::string, const void*> where_a;
+  for (const auto& [name, t] : device_a) where_a[name] = e.device_weight(name).raw();
+  runtime::PlanEngine b(p);
+  refit_file(b, checkpoint(m, "B"), false);
+  const auto device_b = device_weights(b);
   auto expect_still_a = [&](const std::string& what) {
     SCOPED_TRACE(what);
     const auto now = device_weights(e);
     ASSERT_EQ(now.size(), device_a.size());
-    for (const auto& [name, t] : device_a) EXPECT_TRUE(transforms::bit_equal(now.at(name), t)) << name;
+    for (const auto& [name, t] : device_a) {
+      const void* at = e.device_weight(name).raw();
+      EXPECT_TRUE(transforms::bit_equal(now.at(name), t))
+          << name << ": at " << (at == where_a.at(name) ? "the same address" : "another address")
+          << (device_b.count(name) && transforms::bit_equal(now.at(name), device_b.at(name)) ? ", holds B's bytes"
+                                                                                              : ", holds neither A's nor B's bytes");
+    }
     expect_same_outputs(e.run(in), outputs_a, what);
     EXPECT_EQ(pool_bytes_in_use(), in_use) << "device memory of the failed refit is still held";
     EXPECT_EQ(cuda.streams->memory_stats().weights_bytes, weights_bytes);

@@ -3,10 +3,12 @@
 // new model bit for bit, and so do the outputs; the weights left alone keep their storage; the
 // hashes the refit records let the next one compare (the same weights again: nothing replayed;
 // back to the first: only the changed ones); a plan whose engine holds no weights (stripped) is
-// given all of them.
+// given all of them; a NaN in a value given is refused as without skipping (the values are read
+// once, for their hash and their finiteness).
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "refit/refitter.h"
 #include "refit/safetensors.h"
 #include "runtime/plan_engine.h"
+#include "support/engine_checks.h"
 #include "support/plan_round_trip.h"
 #include "support/synthetic_llama.h"
 #include "transforms/recipe.h"
@@ -133,6 +136,33 @@ TEST(RefitSkipUnchanged, AStrippedPlanIsGivenEveryWeight) {
   const refit::CommitReport rep = refit_to(engine, ga, true);
   EXPECT_EQ(rep.weights_replayed, derived);
   expect_fresh(engine, fresh, "stripped, attached");
+}
+
+// The values are read once for their hash and their finiteness: a NaN in a changed matrix is
+// refused, naming the source and the element, and the engine keeps A.
+TEST(RefitSkipUnchanged, ANonFiniteValueIsRefused) {
+  synth::LlamaSpec spec;
+  spec.seq = 5;
+  spec.share_norms = false;
+  const ir::Graph ga = synth::synthetic_llama(spec);
+  std::vector<std::string> changed;
+  ir::Graph gb = with_changed_matrices(ga, 1, &changed);
+  ASSERT_EQ(changed.size(), 1u);
+  Tensor& m = gb.initializers.at(changed[0]);
+  const int64_t cols = m.shape()[1];
+  m.mutable_data<float>()[cols + 2] = std::numeric_limits<float>::quiet_NaN();  // element [1, 2]
+  build::BuildOptions o;
+  o.mode = plan::BuildMode::Refit;
+  const plan::Plan fresh_a = build::build_plan(ga, o);
+  runtime::PlanEngine engine(test_support::round_trip(fresh_a));
+  for (bool skip : {true, false}) {
+    SCOPED_TRACE(skip ? "skip_unchanged" : "every value");
+    const std::string err = test_support::error_of([&] { refit_to(engine, gb, skip); });
+    EXPECT_NE(err.find("'" + changed[0] + "'"), std::string::npos) << err;
+    EXPECT_NE(err.find("[1, 2]"), std::string::npos) << err;
+    EXPECT_NE(err.find("non-finite"), std::string::npos) << err;
+    expect_fresh(engine, fresh_a, "after the refused refit");
+  }
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ std::optional<QuantizedChange> quantized_change(const plan::Plan& p, const plan:
                                                 const Tensor& after) {
   if (!quantized_weight(w)) return std::nullopt;
   const plan::RecipeStep& st = w.recipe.steps[w.recipe.result.index];
-  const bool quantize = st.op_type == "QuantizeWeight", qdq = st.op_type == "QdqWeight";
+  const bool quantize = st.op_type == "QuantizeWeight";  // else QdqWeight (quantized_weight)
   const auto attr = [&](const char* name) {
     auto it = st.attrs.find(name);
     return it == st.attrs.end() ? int64_t{0} : it->second.i;

@@ -350,8 +350,10 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
   // could re-check them later).
   const std::set<uint32_t> keep = kept_sources(p);
   // options.skip_unchanged: the values set that hash to what the engine recorded for their source
-  // (hashed here once; the scan below reuses the hashes).
+  // (hashed here once; the scan below reuses the hashes, and the finiteness of the values read
+  // here as they are given).
   std::map<uint32_t, uint64_t> early_hash;
+  std::map<uint32_t, Scan> early_scan;
   std::set<uint32_t> unchanged;
   if (options.skip_unchanged) {
     std::vector<uint32_t> hashed, hashed_t;
@@ -361,8 +363,8 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
       (transposed_.count(id) ? hashed_t : hashed).push_back(id);
       if (!transposed_.count(id)) hashed_values.push_back(&t);
     }
-    const std::vector<Scan> hs = scan_all(hashed_values, std::vector<bool>(hashed.size(), true), false);
-    for (size_t i = 0; i < hashed.size(); ++i) early_hash[hashed[i]] = hs[i].hash;
+    const std::vector<Scan> hs = scan_all(hashed_values, std::vector<bool>(hashed.size(), true), options.check_finite);
+    for (size_t i = 0; i < hashed.size(); ++i) early_hash[hashed[i]] = hs[i].hash, early_scan[hashed[i]] = hs[i];
     // A value given as its transpose's matrix (a checkpoint's) is hashed as the value it stands for.
     std::vector<uint64_t> ht(hashed_t.size());
 #pragma omp parallel for schedule(dynamic, 1) if (hashed_t.size() > 1)
@@ -435,9 +437,22 @@ StagedRefit Refitter::stage(const CommitOptions& options) {
                    !early_hash.count(id));
     rep.bytes_in += t.nbytes();
   }
-  std::vector<Scan> scans = scan_all(values_set, hash, options.check_finite, options.release);
+  // (the values scanned above as they are given are not read again)
+  std::vector<const Tensor*> to_scan;
+  std::vector<bool> to_hash;
   for (size_t i = 0; i < ids.size(); ++i)
+    if (!early_scan.count(ids[i])) to_scan.push_back(values_set[i]), to_hash.push_back(hash[i]);
+  const std::vector<Scan> scanned = scan_all(to_scan, to_hash, options.check_finite, options.release);
+  std::vector<Scan> scans(ids.size());
+  for (size_t i = 0, k = 0; i < ids.size(); ++i) {
+    if (auto e = early_scan.find(ids[i]); e != early_scan.end()) {
+      scans[i] = e->second;
+      if (options.release) options.release(*values_set[i]);
+    } else {
+      scans[i] = scanned[k++];
+    }
     if (auto h = early_hash.find(ids[i]); h != early_hash.end()) scans[i].hash = h->second;
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     const plan::Source& s = p.sources[ids[i]];
     if (scans[i].nonfinite >= 0) {
