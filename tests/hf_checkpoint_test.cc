@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "builder/binding.h"
@@ -389,13 +391,37 @@ TEST(HfCheckpointCli, InspectListsLiteralReasons) {
   EXPECT_GE(proven, 2u);      // the rotary cos and sin tables
   EXPECT_GE(structural, 1u);  // the causal mask, eps, exponents
   EXPECT_TRUE(j.at("unbound").empty());
-  // The text lists the engine weights in the order the graph reads them: w9 before w10.
+  // Each engine weight has a name for a reader: a derived one the checkpoint tensor its source is
+  // bound to, another the node input that reads it (through the device copy on a device plan).
   ASSERT_GE(j.at("weights").size(), 11u);
+  std::set<std::string> checkpoint_names;
+  const refit::Checkpoint ck = refit::Checkpoint::open(ckpt_path("llama", "A"));
+  for (const auto& [name, t] : ck.tensors()) checkpoint_names.insert(name);
+  std::map<std::string, std::string> label, unbound;  // unbound: initializer name -> binding status
+  for (const auto& src : j.at("sources"))
+    if (!src.contains("binding") || src.at("binding").at("status") != "bound")
+      for (const auto& n : src.at("names")) unbound[n.get<std::string>()] = src.dump();
+  size_t from_checkpoint = 0;
+  for (const auto& w : j.at("weights")) {
+    const std::string l = w.at("label").get<std::string>(), name = w.at("name").get<std::string>();
+    label[name] = l;
+    if (w.at("kind") == "derived") {
+      const std::string first = l.substr(0, l.find(" (+"));
+      from_checkpoint += checkpoint_names.count(first);
+      EXPECT_TRUE(checkpoint_names.count(first) || unbound.count(first)) << l;
+    } else {
+      EXPECT_NE(l.find(':'), std::string::npos) << l;  // node:input
+    }
+  }
+  EXPECT_GE(from_checkpoint, 10u);
+  // The text lists them by those names in the order the graph reads them: w9 before w10.
   r = run_cli("inspect " + plan.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  const size_t w9 = r.output.find("\n  w9 "), w10 = r.output.find("\n  w10 ");
+  const size_t w9 = r.output.find("\n  " + label.at("w9") + " "), w10 = r.output.find("\n  " + label.at("w10") + " ");
   ASSERT_NE(w9, std::string::npos) << r.output;
+  ASSERT_NE(w10, std::string::npos) << r.output;
   EXPECT_LT(w9, w10) << r.output;
+  EXPECT_NE(r.output.find(" w9 "), std::string::npos) << "the plan's own name follows";
   fs::remove(plan);
 }
 

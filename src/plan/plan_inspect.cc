@@ -44,6 +44,17 @@ std::string recipe_summary(const Plan& p, const WeightEntry& w) {
   return render(w.recipe.result);
 }
 
+std::string weight_label(const Plan& p, const WeightEntry& w) {
+  if (w.sources.empty()) return "";
+  const Source& s = p.sources.at(w.sources[0]);
+  std::string name = s.key;
+  if (s.binding.status == Binding::Status::Bound && !s.binding.checkpoint.empty())
+    name = s.binding.checkpoint[0].name;
+  else if (!s.names.empty())
+    name = s.names[0];
+  return w.sources.size() > 1 ? name + " (+" + std::to_string(w.sources.size() - 1) + ")" : name;
+}
+
 nlohmann::json value_info_json(const ir::ValueInfo& v) {
   nlohmann::json e;
   e["name"] = v.name;
@@ -125,17 +136,35 @@ nlohmann::json inspect_json(const Plan& p, std::optional<size_t> file_bytes, boo
       if (w.data.defined()) ++n, bytes += w.data.nbytes();
     j["verified"] = {{"weights", n}, {"bytes", bytes}};
   }
-  // The first node that reads each weight (what a literal is, for a reader of the table).
-  std::map<std::string, const ir::Node*> reader;
+  // The first node that reads each weight, through the copy a device plan makes of it (what a
+  // literal or a baked weight is, for a reader of the table), and at which input.
+  std::map<std::string, std::pair<const ir::Node*, size_t>> reader;
   for (const ir::Node& n : p.graph.nodes)
-    for (const auto& in : n.inputs)
-      if (!in.empty()) reader.emplace(in, &n);
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!n.inputs[i].empty()) reader.emplace(n.inputs[i], std::make_pair(&n, i));
+  auto first_reader = [&](const std::string& value) {
+    auto it = reader.find(value);
+    for (int hops = 0; it != reader.end() && hops < 4; ++hops) {
+      const ir::Node& n = *it->second.first;
+      if (n.domain != "reforge" || n.op_type != "ToDevice" || n.outputs.empty()) break;
+      auto next = reader.find(n.outputs[0]);
+      if (next == reader.end()) break;
+      it = next;
+    }
+    return it;
+  };
   for (const auto& w : p.weights) {
     nlohmann::json e;
     e["name"] = w.name;
-    if (auto it = reader.find(w.name); it != reader.end())
-      e["read_by"] = {{"node", it->second->name},
-                      {"op_type", (it->second->domain.empty() ? "" : it->second->domain + "::") + it->second->op_type}};
+    e["label"] = weight_label(p, w);
+    if (auto it = first_reader(w.name); it != reader.end()) {
+      const ir::Node& n = *it->second.first;
+      e["read_by"] = {{"node", n.name},
+                      {"op_type", (n.domain.empty() ? "" : n.domain + "::") + n.op_type},
+                      {"input", it->second.second}};
+      if (e["label"].get<std::string>().empty())
+        e["label"] = n.name + ":" + std::to_string(it->second.second);
+    }
     e["shape"] = w.shape;
     e["dtype"] = dtype_name(w.dtype);
     e["kind"] = weight_kind_name(w.kind);

@@ -26,5 +26,9 @@ nlohmann::json value_info_json(const ir::ValueInfo& v);
 // "transpose(val_85)", "bnfoldweight(conv.weight, bn.weight, bn.running_var)"; "" for a weight
 // that is not derived.
 std::string recipe_summary(const Plan& p, const WeightEntry& w);
+// A reader's name for an engine weight made of sources: the checkpoint tensor its first source
+// is bound to, else that source's initializer name, with "(+N)" for N more sources; empty for a
+// weight of no source (inspect then names it by the node input that reads it).
+std::string weight_label(const Plan& p, const WeightEntry& w);
 
 }  // namespace reforge::plan

@@ -132,15 +132,20 @@ Runner add_inspect(CLI::App& app) {
     std::stable_sort(weights.begin(), weights.end(), [&](const nlohmann::json& a, const nlohmann::json& b) {
       return order(a["name"].get<std::string>()) < order(b["name"].get<std::string>());
     });
+    // Each by its name for a reader (the checkpoint tensor or initializer it is made of, else the
+    // node input that reads it), then the plan's own name for it (what errors and --json use).
+    size_t label_width = 0;
+    for (const auto& e : weights) label_width = std::max(label_width, e["label"].get<std::string>().size());
+    label_width = std::min<size_t>(label_width, 56);
     std::cout << "\nengine weights (in the order the graph reads them; what each is made of):\n";
     for (const auto& e : weights)
-      std::cout << "  " << std::left << std::setw(8) << e["name"].get<std::string>() << " " << std::setw(10)
+      std::cout << "  " << std::left << std::setw(static_cast<int>(label_width)) << e["label"].get<std::string>()
+                << "  " << std::setw(6) << e["name"].get<std::string>() << " " << std::setw(10)
                 << e["dtype"].get<std::string>() << std::setw(18) << e["shape"].dump() << std::setw(8)
                 << e["kind"].get<std::string>() << (e["present"].get<bool>() ? "present  " : "stripped ")
                 << e["recipe"].get<std::string>()
                 << (e.contains("read_by") && e["kind"] != "derived"
-                        ? "read by " + e["read_by"]["op_type"].get<std::string>() + " '" +
-                              e["read_by"]["node"].get<std::string>() + "'"
+                        ? "read by " + e["read_by"]["op_type"].get<std::string>()
                         : std::string())
                 << "\n";
     std::cout << "\nsources:\n";
