@@ -512,7 +512,8 @@ TEST(CudaFusedAttention, SixteenBitComputedInFloat32AgainstFloat64) {
 
 // A decoding step of a 16-bit model in float32 (one query row per head: the decoding kernel,
 // attention_decode.h) against a float64 computation of the same inputs, as the float32 test
-// above: grouped heads, scale none/mul/div, an additive mask of the inputs' type and of float32
+// above: grouped heads, scale none/mul/div/mul_qk (PyTorch's decomposition: Q and K each scaled
+// before the product), an additive mask of the inputs' type and of float32
 // with -inf keys and a batch whose keys are all closed (a NaN row, or zeros under softmax_nan
 // 'zero'), the boolean mask's fill, and keys split across blocks.
 TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
@@ -521,7 +522,7 @@ TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
   const double ninf = -std::numeric_limits<double>::infinity();
   for (DType t : {DType::BFloat16, DType::Float16})
     for (int64_t L : {5, 300})
-      for (const std::string scale_op : {"none", "mul", "div"})
+      for (const std::string scale_op : {"none", "mul", "div", "mul_qk"})
         for (const std::string mask : {"add", "add_f32", "where_fill_true"})
           for (const std::string nan : {"keep", "zero"}) {
             const std::string what = "decoding " + tname(t) + " L" + std::to_string(L) + " " + scale_op + " " +
@@ -541,6 +542,7 @@ TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
             }
             Tensor scale = cast_tensor(Tensor::scalar(DType::Float32, 0.125f), t);
             Tensor fill = cast_tensor(Tensor::scalar(DType::Float32, -1e4f), t);
+            Tensor k_scale = cast_tensor(Tensor::scalar(DType::Float32, 0.5f), t);  // mul_qk: K's factor
             ir::Graph g;
             g.name = "decoding";
             g.ir_version = 10;
@@ -550,6 +552,7 @@ TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
               g.inputs.push_back(test_support::value_info(name, x.dtype(), x.shape()));
             g.initializers["scale"] = scale;
             g.initializers["fill"] = fill;
+            g.initializers["kscale"] = k_scale;
             g.initializers["ke"] = i64s({5}, {B, Hkv, group, L, D});
             g.initializers["kr"] = i64s({4}, {B, Hq, L, D});
             auto attrs = layouts("bhsd", "bhsd", "bhsd", "bhsd");
@@ -557,10 +560,10 @@ TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
             attrs["mask_mode"] = ir::string_attr("mask_mode", where ? mask : "add");
             attrs["precision"] = ir::string_attr("precision", "float32");
             attrs["softmax_nan"] = ir::string_attr("softmax_nan", nan);
-            g.nodes.push_back(op_node("Attention",
-                                      {"Q", "K", "V", scale_op == "none" ? "" : "scale", "M", where ? "fill" : "",
-                                       "ke", "kr", "ke", "kr"},
-                                      {"Y"}, attrs, 1, "reforge"));
+            std::vector<std::string> ins = {"Q", "K", "V", scale_op == "none" ? "" : "scale", "M", where ? "fill" : "",
+                                            "ke", "kr", "ke", "kr"};
+            if (scale_op == "mul_qk") ins.push_back("kscale");
+            g.nodes.push_back(op_node("Attention", ins, {"Y"}, attrs, 1, "reforge"));
             ir::ValueInfo y;
             y.name = "Y";
             g.outputs.push_back(y);
@@ -582,6 +585,7 @@ TEST(CudaFusedAttention, DecodingStepMasksAndScalesAgainstFloat64) {
                     s += q.as_double((b * Hq + h) * D + e) * k.as_double(((b * Hkv + kh) * L + j) * D + e);
                   if (scale_op == "mul") s *= sc;
                   if (scale_op == "div") s /= sc;
+                  if (scale_op == "mul_qk") s *= sc * k_scale.as_double(0);
                   if (where) {
                     if (m.data<uint8_t>()[b * L + j]) s = fv;
                   } else {

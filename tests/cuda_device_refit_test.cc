@@ -235,6 +235,7 @@ TEST_P(CudaDeviceRefit, DISABLED_FailureHalfWayKeepsTheOldVersionAndFreesTheNewO
   {  // a failure after half of the device-made weights
     refit::RefitRequest req;
     req.files = {checkpoint(m, "B")};
+    req.commit.device_replay = true;
     size_t made = 0;
     const size_t stop_after = std::max<size_t>(on_device / 2, 1);
     req.commit.replayed = [&](const std::string& name, Tensor value) {

@@ -1106,7 +1106,7 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
   // (attention_decode.h), which reads an additive mask in its own type.
   DecodeAttention da;
   bool decode = p.f32 && p.Sq == 1 && !std::is_same_v<T, C> && p.k_group == p.v_group && p.k_sd == 1 &&
-                p.D == p.Dv && p.scale_op != 3;
+                p.D == p.Dv;
   Tensor mask_buf;
   if (masked) {
     const Tensor& m = ctx.input(4);
@@ -1175,6 +1175,8 @@ bool try_fused_attention(ops::KernelContext& ctx, const std::string& where) {
     da.scale_op = p.scale_op;
     da.scale_p = p.scale_p;
     da.scale_type = p.scale_type;
+    da.k_scale_p = p.k_scale_p;
+    da.k_scale_type = p.k_scale_type;
     da.mask_b = p.mask_b;
     da.fill_when = p.fill_when;
     da.fill_p = p.fill_p;

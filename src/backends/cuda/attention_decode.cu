@@ -62,10 +62,12 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeAttention 
   const T* kbase = static_cast<const T*>(a.k) + b * a.k_sb + kvh * a.k_sh;
   const T* vbase = static_cast<const T*>(a.v) + b * a.v_sb + kvh * a.v_sh;
   const float scale = a.scale_op ? static_cast<float>(load_scalar(a.scale_p, a.scale_type)) : 1.f;
+  const float k_mul = a.scale_op == 3 ? static_cast<float>(load_scalar(a.k_scale_p, a.k_scale_type)) : 1.f;
   const float fill = a.mask_b ? static_cast<float>(load_scalar(a.fill_p, a.fill_type)) : 0.f;
   for (int x = t; x < G * D; x += kThreads) {
     const int g = x / D, e = x - g * D;
-    qs[x] = load_c(static_cast<const T*>(a.q) + b * a.q_sb + (h0 + g) * a.q_sh, e);
+    const float qv = load_c(static_cast<const T*>(a.q) + b * a.q_sb + (h0 + g) * a.q_sh, e);
+    qs[x] = a.scale_op == 3 ? qv * scale : qv;
   }
   if (t < G) {
     stat[t * 4] = -INFINITY;
@@ -97,6 +99,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeAttention 
         if (c < pieces) {
           float kf[kVec];
           unpack8<T>(kv[c], kf);
+          if (a.scale_op == 3)
+#pragma unroll
+            for (int e = 0; e < kVec; ++e) kf[e] *= k_mul;
 #pragma unroll
           for (int g = 0; g < kMaxGroup; ++g)
             if (g < G) {
@@ -272,7 +277,7 @@ bool decode_attention_fits(const DecodeAttention& a) {
   if (a.dtype != DType::BFloat16 && a.dtype != DType::Float16) return false;
   if (a.D < kVec || a.D > kMaxD || a.D % kVec != 0) return false;
   if (a.group < 1 || a.group > kMaxGroup || a.Hq < 1 || a.Hq % a.group != 0 || a.B < 1 || a.L < 1) return false;
-  if (a.scale_op < 0 || a.scale_op > 2) return false;
+  if (a.scale_op < 0 || a.scale_op > 3 || (a.scale_op == 3 && !a.k_scale_p)) return false;
   if (a.mask && a.mask_dtype != a.dtype && a.mask_dtype != DType::Float32) return false;
   if (!aligned16(a.k) || !aligned16(a.v)) return false;
   for (int64_t s : {a.k_sb, a.k_sh, a.k_ss, a.v_sb, a.v_sh, a.v_ss})

@@ -32,9 +32,14 @@ struct DecodeAttention {
   int64_t y_sb = 0, y_sh = 0;
   int64_t B = 0, Hq = 0, L = 0, D = 0;
   int64_t group = 1;  // query heads per key-value head: q head h reads kv head h / group
-  int scale_op = 0;   // 0 none, 1 multiply by the scalar, 2 divide by it
+  // 0 none, 1 multiply the scores by the scalar, 2 divide them by it, 3 'mul_qk': Q multiplied by
+  // the scalar and K by k_scale before their product (PyTorch's scaled_dot_product_attention
+  // decomposition), in float32
+  int scale_op = 0;
   const void* scale_p = nullptr;
   int scale_type = 0;  // device_scalar.cuh's ScalarType
+  const void* k_scale_p = nullptr;
+  int k_scale_type = 0;
   // Additive mask, indexed b * m_sb + h * m_sh + j * m_sk for key j (null: none).
   const void* mask = nullptr;
   DType mask_dtype = DType::Float32;
