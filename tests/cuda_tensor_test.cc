@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/cuda_compare.h"
@@ -72,6 +73,24 @@ TEST(CudaTensorKernels, ConcatMatchesTheCpu) {
                           "Concat " + std::string(dtype_name(t)) + " axis " + std::to_string(axis));
     }
   }
+  // The one-launch concat's unit sizes: a decoding step's key-value cache ([1, 8, L, 64] ++
+  // [1, 8, 1, 64] in bfloat16: 16-byte units), 4-byte rows, odd bytes; and nine inputs (more than
+  // one launch takes: the strided copies).
+  for (const auto& [t, a, b] : std::vector<std::tuple<DType, Shape, Shape>>{
+           {DType::BFloat16, {1, 8, 37, 64}, {1, 8, 1, 64}},
+           {DType::Float32, {2, 3, 5, 1}, {2, 3, 2, 1}},
+           {DType::Int8, {2, 3, 5, 3}, {2, 3, 1, 3}}}) {
+    expect_same_on_cuda(node("Concat", {"A", "B"}, {{"axis", ir::int_attr("axis", 2)}}),
+                        {random_of(t, a, seed++), random_of(t, b, seed++)},
+                        "Concat rows " + std::string(dtype_name(t)) + " " + shape_str(a) + " ++ " + shape_str(b));
+  }
+  std::vector<std::string> names;
+  std::vector<Tensor> nine;
+  for (int k = 0; k < 9; ++k) {
+    names.push_back("X" + std::to_string(k));
+    nine.push_back(random_of(DType::Float16, {2, 1 + k % 3, 8}, seed++));
+  }
+  expect_same_on_cuda(node("Concat", names, {{"axis", ir::int_attr("axis", 1)}}), nine, "Concat of nine inputs");
 }
 
 TEST(CudaTensorKernels, SplitMatchesTheCpu) {

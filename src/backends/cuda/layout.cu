@@ -3,6 +3,8 @@
 // over one data-movement kernel: walk a view in C order and copy element i from
 // src[src_offset + sum c_d * src_stride_d] to dst[dst_offset + sum c_d * dst_stride_d]. Elements
 // move by size (1, 2, 4 or 8 bytes), never by value, so every dtype is copied bit for bit.
+// Concat of up to eight inputs is one launch over the output's rows instead, moving 16-byte units
+// where the rows allow (the key-value cache's Concat of a decoding step).
 // Structure inputs (Split's split, Slice's starts/ends/axes/steps, Tile's repeats, Trilu's k)
 // arrive on the host.
 #include <algorithm>
@@ -161,6 +163,67 @@ void transpose_kernel(ops::KernelContext& ctx) {
   gather_view(y, x, s.view.shape, s.view.strides, 0, where);
 }
 
+// Concat in one launch: the output as `rows` rows (the dimensions before the axis) of the inputs'
+// rows side by side (each input's dimensions from the axis on), copied in units of U (16 bytes
+// where every row and pointer allows, else 4, else 1). Unit i of the output finds its input by
+// the column offsets.
+constexpr int kConcatInputs = 8;
+struct ConcatRows {
+  int inputs = 0;
+  const void* src[kConcatInputs] = {};
+  int64_t cols[kConcatInputs] = {};  // an input row's units
+  int64_t at[kConcatInputs] = {};    // its first column in the output row
+  int64_t out_cols = 0, rows = 0;
+};
+
+template <typename U>
+__global__ void concat_rows_kernel(U* __restrict__ dst, const ConcatRows c) {
+  const int64_t n = c.rows * c.out_cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / c.out_cols, col = i - r * c.out_cols;
+    int k = 0;
+    while (k + 1 < c.inputs && col >= c.at[k + 1]) ++k;
+    dst[i] = static_cast<const U*>(c.src[k])[r * c.cols[k] + (col - c.at[k])];
+  }
+}
+
+// The one-launch concat of `inputs` along `axis` into `y` when there are at most kConcatInputs
+// inputs; false otherwise (nothing done).
+bool concat_rows(Tensor& y, const std::vector<const Tensor*>& inputs, int64_t axis) {
+  if (inputs.size() > static_cast<size_t>(kConcatInputs) || y.numel() == 0) return false;
+  const size_t elem = dtype_size(y.dtype());
+  int64_t rows = 1;
+  for (int64_t d = 0; d < axis; ++d) rows *= y.dim(d);
+  std::vector<const Tensor*> ins;
+  std::vector<int64_t> bytes;  // an input row's bytes
+  uintptr_t bits = reinterpret_cast<uintptr_t>(y.raw());
+  for (const Tensor* t : inputs) {
+    if (t->numel() == 0) continue;
+    ins.push_back(t);
+    bytes.push_back(t->numel() / rows * static_cast<int64_t>(elem));
+    bits |= reinterpret_cast<uintptr_t>(t->raw()) | static_cast<uintptr_t>(bytes.back());
+  }
+  const int64_t unit = bits % 16 == 0 ? 16 : bits % 4 == 0 ? 4 : 1;
+  ConcatRows c;
+  c.inputs = static_cast<int>(ins.size());
+  c.rows = rows;
+  for (size_t k = 0; k < ins.size(); ++k) {
+    c.src[k] = ins[k]->raw();
+    c.cols[k] = bytes[k] / unit;
+    c.at[k] = c.out_cols;
+    c.out_cols += c.cols[k];
+  }
+  const unsigned grid = grid_for(rows * c.out_cols);
+  if (unit == 16)
+    concat_rows_kernel<uint4><<<grid, 256, 0, stream()>>>(static_cast<uint4*>(y.mutable_raw()), c);
+  else if (unit == 4)
+    concat_rows_kernel<uint32_t><<<grid, 256, 0, stream()>>>(static_cast<uint32_t*>(y.mutable_raw()), c);
+  else
+    concat_rows_kernel<uint8_t><<<grid, 256, 0, stream()>>>(static_cast<uint8_t*>(y.mutable_raw()), c);
+  check_launch("Concat");
+  return true;
+}
+
 void concat_kernel(ops::KernelContext& ctx) {
   const std::string where = ctx.node().label();
   const ops::ConcatSetup s = ops::concat_setup(ctx);
@@ -168,6 +231,7 @@ void concat_kernel(ops::KernelContext& ctx) {
   const Shape& out = s.out;
   const int64_t axis = s.axis;
   Tensor& y = ctx.allocate_output_uninit(0, first.dtype(), out);
+  if (concat_rows(y, s.inputs, axis)) return;
   const std::vector<int64_t> ys = ops::contiguous_strides(out);
   int64_t at = 0;  // offset along axis
   for (const Tensor* t : s.inputs) {
