@@ -97,8 +97,7 @@ struct CommitOptions {
   // build::refit_from's verify compares each weight with the rebuilt plan's and returns that
   // one, so that the replayed copy is freed at once and two derived weight sets are never held.
   std::function<Tensor(const std::string& name, Tensor replayed)> replayed;
-  // Off by default: a refit that fails half-way through the device work does not yet leave the
-  // serving version untouched (tests/cuda_device_refit_test.cc). On: a replayed engine weight that a device holds alone (PlanEngine::weight_device:
+  // On (the default): a replayed engine weight that a device holds alone (PlanEngine::weight_device:
   // its one reader is its upload, as in a CUDA plan) and whose recipe has steps that run there
   // (transforms/device_recipe.h: Transpose, Cast, Slice, Concat, Gather, Expand) is replayed on the
   // device. Each source such recipes read goes there once, as given, streamed through the device's
@@ -106,8 +105,10 @@ struct CommitOptions {
   // weight is made there, its bytes those of the host replay, and uploaded into the new version
   // on the device. Other weights, and every weight with this off, replay on the host. Quantized
   // weights always replay on the host (their report compares the values). CommitOptions::replayed
-  // then gets such a weight in device memory.
-  bool device_replay = false;
+  // then gets such a weight in device memory. A failure half-way through the device work leaves
+  // the serving version as it was and gives back the device memory the refit took
+  // (tests/cuda_device_refit_test.cc).
+  bool device_replay = true;
   // Non-zero: the size in bytes of the device's staging ring (backends::WeightMemory::
   // set_staging_bytes: one ring per process, kept for later uploads), set before this refit moves
   // any bytes; 0: the ring as it is (64 MiB unless set). Never a copy of the model: the ring is
