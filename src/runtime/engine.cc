@@ -98,6 +98,7 @@ std::vector<Tensor> Engine::run(const std::map<std::string, Tensor>& inputs, con
   const Impl& m = *impl_;
   REFORGE_CHECK(options.outputs != Memory::Pinned,
                 "run: outputs are returned in host or device memory; RunOptions::outputs = Pinned is not offered");
+  if (options.weights_generation) *options.weights_generation = weights.generation;
   if (options.state) return run_with_state(inputs, weights, options);
   check_inputs(m.schedule.graph.inputs, inputs);
   ++m.runs;

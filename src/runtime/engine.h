@@ -104,6 +104,10 @@ struct RunOptions {
   // caller then gives only the inputs that are not state, and the outputs are views into the
   // State's buffers, valid until its next run or reset. Runs with a state run eagerly (no replay).
   State* state = nullptr;
+  // Set: the run stores there the generation of the weight set it ran on (every weight version
+  // has its own; PlanEngine::Version::generation), before it starts; a generated token can so be
+  // told which version made it.
+  uint64_t* weights_generation = nullptr;
 };
 
 // Time spent in one node over all runs since the engine was made (EngineOptions::profile).

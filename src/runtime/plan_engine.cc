@@ -1,5 +1,6 @@
 #include "runtime/plan_engine.h"
 
+#include "runtime/weight_store.h"
 #include "transforms/recipe.h"
 
 namespace reforge::runtime {
@@ -59,6 +60,8 @@ bool PlanEngine::knows_source(const State& st, uint32_t id) const {
 }
 
 std::vector<std::string> PlanEngine::missing_sources() const { return state()->missing; }
+
+uint64_t PlanEngine::Version::generation() const { return state_ ? state_->weights->generation : 0; }
 
 std::vector<Tensor> PlanEngine::run(const std::map<std::string, Tensor>& inputs, const RunOptions& options) const {
   const std::shared_ptr<const State> st = state();  // the one weight set this run uses

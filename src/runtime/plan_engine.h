@@ -94,6 +94,9 @@ class PlanEngine {
    public:
     Version() = default;
     bool valid() const { return state_ != nullptr; }
+    // What tells this version from every other of the process (RunOptions::weights_generation
+    // gives a run's); 0 for an empty Version.
+    uint64_t generation() const;
 
    private:
     friend class PlanEngine;

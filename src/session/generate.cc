@@ -166,6 +166,8 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
   runtime::State state(e, so);
   runtime::RunOptions ro;
   ro.state = &state;
+  uint64_t generation = 0;  // of the weight version each run uses
+  ro.weights_generation = &generation;
   // Logits made on a device stay there; only each sequence's last row comes to the host.
   if (made_on_device(e.graph(), l.logits)) ro.outputs = Memory::Device;
   Tensor rows_buffer;
@@ -204,7 +206,8 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
       }
       feed[l.attention_mask] = matrix(windowed);
     }
-    const std::vector<Tensor> outs = engine.run(feed, ro);
+    const std::vector<Tensor> outs = options.version_at ? engine.run(feed, options.version_at(step), ro)
+                                                        : engine.run(feed, ro);
     const Tensor& logits = outs[li];
     const int64_t n = static_cast<int64_t>(ids[0].size());
     if (logits.rank() != 3 || logits.dim(0) != static_cast<int64_t>(B) || logits.dim(1) != n)
@@ -216,6 +219,7 @@ void run_batch(const runtime::PlanEngine& engine, const DecoderLayout& l,
       if (done[b]) continue;
       const int64_t token = sample_token(rows, static_cast<int64_t>(b), options.sampling, rng[b]);
       result.tokens[which[b]].push_back(token);
+      result.weights[which[b]].push_back(generation);
       const bool stop =
           std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end();
       const bool go_on = !options.on_token || options.on_token(which[b], token);
@@ -343,6 +347,7 @@ GenerateResult generate(const runtime::PlanEngine& engine, const std::vector<std
   }
   GenerateResult result;
   result.tokens.resize(prompts.size());
+  result.weights.resize(prompts.size());
   result.first_token_ms.resize(prompts.size());
   // One batch when the export takes batches and the prompts fit one: of one length, or under an
   // attention mask (left padding); else one prompt after another.

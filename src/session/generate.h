@@ -79,6 +79,9 @@ struct GenerateOptions {
   // -1: kDecodeWindow where the engine replays and the export takes position_ids and an
   // attention_mask, else off; 0: off; N > 0: windows of multiples of N (needs those inputs).
   int64_t window = -1;
+  // Set: step k (0: the run of the prompts, then one per new token) runs on the weight version it
+  // returns (a version of this engine: PlanEngine::derive_version) instead of the current one.
+  std::function<runtime::PlanEngine::Version(int64_t step)> version_at;
 };
 
 // The decode window generate uses on an engine that replays its device work.
@@ -88,6 +91,10 @@ struct GenerateResult {
   std::vector<std::vector<int64_t>> tokens;  // per prompt: the new tokens only
   std::vector<double> first_token_ms;        // per prompt: the run of its prompt (its batch's) and sampling
   std::vector<double> step_ms;               // every later step (of a batch, or of each prompt), in order
+  // Per prompt, per new token: the weight version its step ran on (PlanEngine::Version::
+  // generation). Each step runs on the version current when it starts, so refits committed
+  // during a generation show here as the token where the version changed.
+  std::vector<std::vector<uint64_t>> weights;
 };
 
 // Generates from each prompt (token ids). Throws an Error naming the problem: a layout the graph
