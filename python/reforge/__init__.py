@@ -272,6 +272,8 @@ class Plan:
         tokenizer: Any = None,
         add_special_tokens: bool = True,
         window: Optional[int] = None,
+        version: Optional[str] = None,
+        return_versions: bool = False,
     ):
         """Generates tokens with a decoder that carries a KV cache (an export with past and present
         key-values), in the library's loop: the cache lives in the engine, allocated once per
@@ -301,6 +303,13 @@ class Plan:
         (``device_replay=True`` at :func:`build` or :func:`load`) records one step per window
         (None: the library's choice; 0: the caches grow step by step).
 
+        ``version="B"`` generates on the plan's weight version B (``refit(..., version="B")``) at
+        every step. Otherwise each step runs on the weights current when it starts, so a refit
+        committed during a generation changes the weights from the next token on, never within a
+        step. ``return_versions=True`` (token ids only) returns ``(tokens, versions)``: ``versions``
+        an int64 array of the tokens' shape holding, for each token, the id of the weight version
+        its step ran on (:meth:`version_id`; -1 where the tokens are padded).
+
         With a tokenizer, generation also stops at its end-of-sequence token where it names one (a
         sentencepiece model's, a transformers tokenizer's; a bare tokenizer.json names none: give
         it in ``stop_tokens``), and ``stop_tokens`` may spell tokens as text (``"</s>"``).
@@ -322,6 +331,8 @@ class Plan:
         if isinstance(prompts, (list, tuple)) and not is_text and any(isinstance(p, str) for p in prompts):
             raise InvalidInput("prompts: all text or all token ids, not a mix")
         tok = _text.tokenizer_of(tokenizer) if tokenizer is not None else None
+        if return_versions and is_text:
+            raise InvalidInput("return_versions=True: the versions are per token; give token ids, not text")
 
         def ints(row):
             a = np.asarray(row)
@@ -377,8 +388,9 @@ class Plan:
                     piece = streams[i].push(token)
                     return callback(i, piece) if piece else True
 
-        made = self._impl.generate(prompt_ids, int(max_new_tokens), float(temperature), int(top_k), float(top_p),
-                                   int(seed), stops, -1 if window is None else int(window), on_token)
+        made, made_on = self._impl.generate(prompt_ids, int(max_new_tokens), float(temperature), int(top_k),
+                                            float(top_p), int(seed), stops, -1 if window is None else int(window),
+                                            on_token, version or "")
         if is_text:
             out = []
             for i, (stream, row) in enumerate(zip(streams, made)):
@@ -393,7 +405,19 @@ class Plan:
         out = np.full((len(made), max((len(r) for r in made), default=0)), -1, dtype=np.int64)
         for i, r in enumerate(made):
             out[i, :len(r)] = r
-        return out
+        if not return_versions:
+            return out
+        on = np.full(out.shape, -1, dtype=np.int64)
+        for i, r in enumerate(made_on):
+            on[i, :len(r)] = r
+        return out, on
+
+    def version_id(self, name: Optional[str] = None) -> int:
+        """The id of the weight version ``name`` (``refit(..., version=name)``), or of the current
+        weights: what ``generate(..., return_versions=True)`` reports for each token. Every
+        version the process makes has an id of its own, so a refit of the current weights gives
+        them a new one. :class:`Error` naming the versions there are for an unknown name."""
+        return int(self._impl.version_id(name or ""))
 
     def sequence(self, max_length: int = 0, pairs: Optional[Mapping[str, str]] = None,
                  dims: Optional[Mapping[str, int]] = None) -> "PlanSequence":

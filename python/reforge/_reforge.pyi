@@ -1,7 +1,7 @@
 """Type stubs of reforge's extension module (python/src/module.cc). The documented API is the
 reforge package; these are the calls it makes."""
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 __version__: str
 
@@ -26,6 +26,20 @@ class Plan:
     ) -> List[Any]: ...
     def versions(self) -> List[str]: ...
     def drop_version(self, name: str) -> None: ...
+    def version_id(self, name: str = ...) -> int: ...
+    def generate(
+        self,
+        prompts: List[List[int]],
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        seed: int,
+        stop: List[int],
+        window: int,
+        callback: Optional[Any],
+        version: str = ...,
+    ) -> Tuple[List[List[int]], List[List[int]]]: ...
     def refit_files(
         self,
         files: Sequence[str],

@@ -372,12 +372,17 @@ class Plan {
   const session::Session& session() const { return session_; }
 
   // session::generate; `callback(prompt, token)` (with the GIL) as each token is made: a false
-  // return ends that prompt, an exception ends the call.
-  std::vector<std::vector<int64_t>> generate(const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
-                                             double temperature, int64_t top_k, double top_p, uint64_t seed,
-                                             const std::vector<int64_t>& stop, int64_t window,
-                                             std::optional<nb::callable> callback) {
+  // return ends that prompt, an exception ends the call. `version` (not ""): every step on that
+  // named version. Returns the tokens and, per token, the version its step ran on.
+  std::pair<std::vector<std::vector<int64_t>>, std::vector<std::vector<uint64_t>>> generate(
+      const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens, double temperature, int64_t top_k,
+      double top_p, uint64_t seed, const std::vector<int64_t>& stop, int64_t window,
+      std::optional<nb::callable> callback, const std::string& version) {
     session::GenerateOptions o;
+    if (!version.empty()) {
+      const runtime::PlanEngine::Version v = guarded(Kind::Plain, [&] { return session_.version(version); });
+      o.version_at = [v](int64_t) { return v; };
+    }
     o.window = window;
     o.max_new_tokens = max_new_tokens;
     o.sampling.temperature = temperature;
@@ -393,7 +398,14 @@ class Plan {
         return r.is_none() || nb::cast<bool>(r);
       };
     }
-    return guarded(Kind::Plain, [&] { return session::generate(session_.engine(), prompts, o).tokens; });
+    return guarded(Kind::Plain, [&] {
+      session::GenerateResult r = session::generate(session_.engine(), prompts, o);
+      return std::make_pair(std::move(r.tokens), std::move(r.weights));
+    });
+  }
+  // The id of the named version (or, for "", of the current weights): what generate reports per token.
+  uint64_t version_id(const std::string& name) const {
+    return guarded(Kind::Plain, [&] { return session_.version(name).generation(); });
   }
 
  private:
@@ -572,7 +584,8 @@ NB_MODULE(_reforge, m) {
       .def("inspect", &Plan::inspect)
       .def("stats", &Plan::stats)
       .def("generate", &Plan::generate, "prompts"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a, "top_p"_a,
-           "seed"_a, "stop"_a, "window"_a, "callback"_a.none())
+           "seed"_a, "stop"_a, "window"_a, "callback"_a.none(), "version"_a = "")
+      .def("version_id", &Plan::version_id, "name"_a = "")
       .def("value_infos", &Plan::value_infos, "outputs"_a)
       .def_prop_ro("missing", &Plan::missing)
       .def_prop_ro("mode", &Plan::mode)

@@ -92,3 +92,36 @@ def test_onnxruntime_genai_builder_export_gives_its_tokens():
     both = p.generate([q.tolist() for q in prompts], max_new_tokens=16)
     assert both.tolist() == np.load(d / "reference" / "batch_tokens.npy").tolist()
     assert both.tolist() == [w.tolist() for w in want]
+
+
+def test_generate_on_a_named_version_and_the_version_of_each_token():
+    """A plan bound to checkpoint A with B refit into version "B": generate(version="B") gives
+    PyTorch's tokens for B while the current weights stay A's; return_versions gives each token's
+    version id, which a refit of the current weights changes."""
+    p = reforge.build(str(DIR / "A" / "model.onnx"), refit=True, checkpoint=str(DIR / "checkpoint_A.safetensors"),
+                      threads=1)
+    want = {w: np.load(DIR / "reference" / w / "tokens.npy") for w in ("A", "B")}
+    prompt = {w: np.load(DIR / "reference" / w / "prompt_ids.npy")[0] for w in ("A", "B")}
+    p.refit(str(DIR / "checkpoint_B.safetensors"), version="B")
+    got_b, on_b = p.generate(prompt["B"], max_new_tokens=len(want["B"]), version="B", return_versions=True)
+    assert got_b[0].tolist() == want["B"].tolist()
+    assert (on_b == p.version_id("B")).all()
+    got_a, on_a = p.generate(prompt["A"], max_new_tokens=len(want["A"]), return_versions=True)
+    assert got_a[0].tolist() == want["A"].tolist()
+    first = p.version_id()
+    assert (on_a == first).all() and first != p.version_id("B")
+    # A refit of the current weights makes a new version: later tokens carry its id.
+    p.refit(str(DIR / "checkpoint_B.safetensors"))
+    got, on = p.generate(prompt["B"], max_new_tokens=len(want["B"]), return_versions=True)
+    assert got[0].tolist() == want["B"].tolist()
+    assert p.version_id() not in (first, p.version_id("B")) and (on == p.version_id()).all()
+    # Padding is -1 in both arrays.
+    both, both_on = p.generate([prompt["A"].tolist(), prompt["A"][:3].tolist()], max_new_tokens=6,
+                               stop_tokens=[int(want["B"][0])], return_versions=True)
+    assert ((both == -1) == (both_on == -1)).all()
+    with pytest.raises(reforge.Error, match="'C'"):
+        p.generate(prompt["A"], max_new_tokens=2, version="C")
+    with pytest.raises(reforge.Error, match="'C'"):
+        p.version_id("C")
+    with pytest.raises(reforge.InvalidInput, match="return_versions"):
+        p.generate("text", max_new_tokens=2, return_versions=True, tokenizer=None)

@@ -118,6 +118,7 @@ std::vector<std::string> names_of(const std::map<std::string, runtime::PlanEngin
 }  // namespace
 
 runtime::PlanEngine::Version Session::version(const std::string& name) const {
+  if (name.empty()) return engine_->current_version();
   std::lock_guard<std::mutex> lock(versions_->mutex);
   auto it = versions_->named.find(name);
   if (it == versions_->named.end()) unknown_version(name, versions_->named);

@@ -83,6 +83,9 @@ class Session {
   // is an error naming the versions there are.
   std::vector<std::string> versions() const;
   void drop_version(const std::string& name);
+  // The named version `name`, or ("") the engine's current weights; an unknown name is an error
+  // naming the versions there are.
+  runtime::PlanEngine::Version version(const std::string& name) const;
   // For each of `outputs` (of a run on `inputs`): whether its bytes lie in an input's or an engine
   // weight's (an Identity or a Reshape of one), so that a caller handing it out can keep it from
   // being written.
@@ -103,9 +106,6 @@ class Session {
     mutable std::mutex mutex;
     std::map<std::string, runtime::PlanEngine::Version> named;
   };
-  // The named version `name`; throws naming the versions there are.
-  runtime::PlanEngine::Version version(const std::string& name) const;
-
   std::unique_ptr<runtime::PlanEngine> engine_;
   std::shared_ptr<Versions> versions_ = std::make_shared<Versions>();
   std::optional<std::string> path_;
