@@ -251,6 +251,7 @@ void launch(const DecodeAttention& a) {
   const int64_t want = std::max<int64_t>(1, (2 * multiprocessors() + heads - 1) / heads);
   int64_t split_len = (a.L + want - 1) / want;
   split_len = std::max<int64_t>(kMinSplit, (split_len + kMinSplit - 1) / kMinSplit * kMinSplit);
+  if (a.split_keys > 0) split_len = a.split_keys;
   const int64_t splits = (a.L + split_len - 1) / split_len;
   Tensor partial, counters;
   if (splits > 1) split_scratch(a.B * a.Hq * splits * (a.D + 2), heads, partial, counters);
@@ -277,7 +278,7 @@ bool decode_attention_fits(const DecodeAttention& a) {
   if (a.dtype != DType::BFloat16 && a.dtype != DType::Float16) return false;
   if (a.D < kVec || a.D > kMaxD || a.D % kVec != 0) return false;
   if (a.group < 1 || a.group > kMaxGroup || a.Hq < 1 || a.Hq % a.group != 0 || a.B < 1 || a.L < 1) return false;
-  if (a.scale_op < 0 || a.scale_op > 3 || (a.scale_op == 3 && !a.k_scale_p)) return false;
+  if (a.scale_op < 0 || a.scale_op > 3 || (a.scale_op == 3 && !a.k_scale_p) || a.split_keys < 0) return false;
   if (a.mask && a.mask_dtype != a.dtype && a.mask_dtype != DType::Float32) return false;
   if (!aligned16(a.k) || !aligned16(a.v)) return false;
   for (int64_t s : {a.k_sb, a.k_sh, a.k_ss, a.v_sb, a.v_sh, a.v_ss})

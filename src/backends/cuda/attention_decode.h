@@ -50,6 +50,9 @@ struct DecodeAttention {
   int fill_type = 0;
   int64_t m_sb = 0, m_sh = 0, m_sk = 0;
   bool nan_rows_zero = false;
+  // Keys a block takes (a split of the keys); 0: the launch's choice (every multiprocessor two
+  // blocks, at least 32 keys each). The result is the same to rounding either way.
+  int64_t split_keys = 0;
 };
 
 // Whether decode_attention takes `a`: 16-bit Q/K/V, head size a multiple of 8 up to 128, at most
