@@ -445,6 +445,7 @@ class Plan:
         incremental: bool = False,
         keep_baked: bool = False,
         skip_unchanged: bool = False,
+        host_replay: bool = False,
         strip_prefix: str = "",
         add_prefix: str = "",
         version: Optional[str] = None,
@@ -498,6 +499,9 @@ class Plan:
         only from weights whose bytes the plan already had (those it was built or last refit
         with): for updates that change a part of the model. The weights are the same as without
         it; the report's ``sources_unchanged`` counts what was left alone.
+        A GPU plan's refit makes the weights the GPU holds alone there, from the new weights
+        streamed to it (the report's ``weights_on_device``); ``host_replay=True``
+        (``--host-replay``) replays every recipe on the host instead. The bytes are the same.
         Returns the refit report, the schema ``reforge refit --json`` prints (docs/refit.md, "The
         refit report"): ``from``, ``reader`` (what read the weights, chosen by their content, not
         a file's name), ``mode``, ``device``, ``sources_set``, ``weights_replayed``,
@@ -529,13 +533,14 @@ class Plan:
             return self._impl.refit_tensors(
                 arrays, names == "checkpoint", allow_nonfinite, incremental, keep_baked, skip_unchanged, strip_prefix,
                 add_prefix,
-                version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress
+                version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress, bool(host_replay)
             )
         if names is not None or incremental:
             raise ValueError("names and incremental apply to a dict of arrays, not to files")
         files = [os.fspath(weights)] if isinstance(weights, (str, os.PathLike)) else [os.fspath(w) for w in weights]
         return self._impl.refit_files(files, mode, allow_nonfinite, keep_baked, skip_unchanged, strip_prefix, add_prefix,
-                                      version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress)
+                                      version or "", lora_path, lora_tensors, lora_config, float(lora_scale), progress,
+                                      bool(host_replay))
 
     def versions(self) -> List[str]:
         """The names of the plan's weight versions (``refit(..., version=NAME)``), sorted."""

@@ -55,6 +55,7 @@ class Plan:
         lora_config: str,
         lora_scale: float,
         progress: Optional[Callable[[str, int, int, str], None]],
+        host_replay: bool = ...,
     ) -> Dict[str, Any]: ...
     def refit_tensors(
         self,
@@ -72,6 +73,7 @@ class Plan:
         lora_config: str,
         lora_scale: float,
         progress: Optional[Callable[[str, int, int, str], None]],
+        host_replay: bool = ...,
     ) -> Dict[str, Any]: ...
     def save(
         self, path: str, strip: bool, progress: Optional[Callable[[str, int, int, str], None]] = None

@@ -297,13 +297,14 @@ class Plan {
                          bool keep_baked, bool skip_unchanged, const std::string& strip_prefix,
                          const std::string& add_prefix, const std::string& version, const std::string& lora_path,
                          const nb::dict& lora_tensors, const std::string& lora_config, double lora_scale,
-                         std::optional<nb::callable> progress) {
+                         std::optional<nb::callable> progress, bool host_replay) {
     const LoraArgs lora(lora_path, lora_tensors, lora_config, lora_scale);
     ProgressObserver observer(progress);
     return to_python(guarded(Kind::RefitRefused, [&] {
       refit::RefitRequest req;
       req.files = files;
       req.commit.skip_unchanged = skip_unchanged;
+      req.commit.device_replay = !host_replay;
       req.lora = lora.source();
       req.strip_prefix = strip_prefix;
       req.add_prefix = add_prefix;
@@ -317,7 +318,8 @@ class Plan {
   nb::object refit_tensors(const nb::dict& values, bool checkpoint_names, bool allow_nonfinite, bool incremental,
                            bool keep_baked, bool skip_unchanged, const std::string& strip_prefix, const std::string& add_prefix,
                            const std::string& version, const std::string& lora_path, const nb::dict& lora_tensors,
-                           const std::string& lora_config, double lora_scale, std::optional<nb::callable> progress) {
+                           const std::string& lora_config, double lora_scale, std::optional<nb::callable> progress,
+                           bool host_replay) {
     const char* role = checkpoint_names ? "checkpoint tensor" : "source";
     auto arrays = arrays_of(values, role);
     const LoraArgs lora(lora_path, lora_tensors, lora_config, lora_scale);
@@ -333,6 +335,7 @@ class Plan {
       req.commit.incremental = incremental;
       req.commit.keep_baked = keep_baked;
       req.commit.skip_unchanged = skip_unchanged;
+      req.commit.device_replay = !host_replay;
       req.commit.own_values = true;  // the caller's arrays may change once refit() returns
       return session_.refit(req, &observer, version).json();
     }));
@@ -574,10 +577,10 @@ NB_MODULE(_reforge, m) {
       .def("run", &Plan::run, "inputs"_a, "version"_a = "", "device_outputs"_a = false, "device_id"_a = 0)
       .def("refit_files", &Plan::refit_files, "files"_a, "mode"_a, "allow_nonfinite"_a, "keep_baked"_a,
            "skip_unchanged"_a, "strip_prefix"_a, "add_prefix"_a, "version"_a, "lora_path"_a, "lora_tensors"_a, "lora_config"_a,
-           "lora_scale"_a, "progress"_a.none())
+           "lora_scale"_a, "progress"_a.none(), "host_replay"_a = false)
       .def("refit_tensors", &Plan::refit_tensors, "values"_a, "checkpoint_names"_a, "allow_nonfinite"_a,
            "incremental"_a, "keep_baked"_a, "skip_unchanged"_a, "strip_prefix"_a, "add_prefix"_a, "version"_a, "lora_path"_a,
-           "lora_tensors"_a, "lora_config"_a, "lora_scale"_a, "progress"_a.none())
+           "lora_tensors"_a, "lora_config"_a, "lora_scale"_a, "progress"_a.none(), "host_replay"_a = false)
       .def("versions", &Plan::versions)
       .def("drop_version", &Plan::drop_version, "name"_a)
       .def("save", &Plan::save, "path"_a, "strip"_a, "progress"_a = nb::none())

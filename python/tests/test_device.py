@@ -50,3 +50,31 @@ def test_timing_cache_refusals_name_the_file_and_line(tmp_path):
     with pytest.raises(reforge.Error) as e:
         reforge.load_timing_cache(bad, device="cpu")
     assert "backend 'cpu' keeps no timing cache" in str(e.value)
+
+
+def test_a_gpu_refit_makes_the_weights_on_the_gpu_unless_host_replay():
+    """A bf16 CUDA plan of a real export, bound to checkpoint A, refit to B: by default the weights
+    the GPU holds alone are made there (the report counts them), with host_replay=True every
+    recipe replays on the host; the outputs are the same bit for bit."""
+    from conftest import hf_checkpoint
+
+    model = "llama_decode"
+    plans = []
+    for host in (False, True):
+        try:
+            p = reforge.build(hf_onnx(model, "A"), refit=True, checkpoint=hf_checkpoint(model, "A"),
+                              precision="bf16", device="cuda")
+        except reforge.Error as e:
+            if "backend 'cuda' is not registered" in str(e):
+                pytest.skip("reforge is built without CUDA")
+            pytest.skip("no usable GPU: " + str(e))
+        report = p.refit(hf_checkpoint(model, "B"), host_replay=host)
+        if host:
+            assert report["weights_on_device"] == 0, report
+        else:
+            assert report["weights_on_device"] > 0, report
+        plans.append(p)
+    inputs = hf_inputs(model)
+    device, host = plans[0].run(inputs), plans[1].run(inputs)
+    for name in host:
+        assert np.array_equal(device[name], host[name]), name

@@ -22,7 +22,7 @@ struct RefitArgs {
   KeyPrefixes prefixes;
   LoraOptions lora;
   bool strip = false, full = false, slow = false, verify = false, allow_nonfinite = false, keep_baked = false,
-       skip_unchanged = false, json = false;
+       skip_unchanged = false, host_replay = false, json = false;
 };
 }  // namespace
 
@@ -51,6 +51,9 @@ Runner add_refit(CLI::App& app) {
                "hash every new weight and leave alone the engine weights made only from weights whose bytes the "
                "engine already had (one more pass over the new weights; the result is the same)")
       ->excludes(s);
+  app.add_flag("--host-replay", a->host_replay,
+               "replay every recipe on the host (a GPU plan's refit otherwise makes the weights the GPU holds alone "
+               "there, from the new weights streamed to it; the bytes are the same)");
   app.add_flag("--json", a->json, "print one JSON document on stdout (phases and counts); other text goes to stderr");
   return [a]() {
     std::string out = a->out.empty() ? a->plan : a->out;
@@ -64,6 +67,7 @@ Runner add_refit(CLI::App& app) {
     o.allow_nonfinite = a->allow_nonfinite;
     o.keep_baked = a->keep_baked;
     o.skip_unchanged = a->skip_unchanged;
+    o.host_replay = a->host_replay;
     LoadOptions lo;
     lo.verify_weights = true;
     session::Session loaded = load_session(a->plan, lo);
@@ -71,8 +75,8 @@ Runner add_refit(CLI::App& app) {
     refit::RefitReport rep = refit_session(loaded, o);
     PhaseObserver observer;
     loaded.save(out, strip, &observer);
-    // The device follows the plan (there is no --device here): its weights were replayed on the
-    // host and uploaded to that device by the commit.
+    // The device follows the plan (there is no --device here): its weights were replayed there or
+    // on the host (--host-replay) and uploaded to that device by the commit.
     (a->json ? std::cerr : std::cout) << "refit plan written to " << out << (strip ? " (stripped)" : "")
                                       << (rep.device != "cpu" ? " for device " + rep.device : std::string()) << "\n";
     if (a->json) {

@@ -89,6 +89,7 @@ refit::RefitReport refit_session(session::Session& s, const LoadOptions& o) {
   req.commit.check_finite = !o.allow_nonfinite;
   req.commit.keep_baked = o.keep_baked;
   req.commit.skip_unchanged = o.skip_unchanged;
+  req.commit.device_replay = !o.host_replay;
   PhaseObserver observer;
   refit::RefitReport rep = s.refit(req, &observer);
   if (!o.quiet && verbosity() != Verbosity::Quiet) std::cerr << rep.summary();

@@ -35,6 +35,7 @@ struct LoadOptions {
   bool allow_nonfinite = false;          // accept NaN/Inf in an ONNX model built here and in new weights
   bool keep_baked = false;               // keep the plan's baked sources where the new weights differ
   bool skip_unchanged = false;           // refit::CommitOptions::skip_unchanged
+  bool host_replay = false;              // refit::CommitOptions::device_replay off
   // Hash every stored weight of a plan file against the hashes it records before using it
   // (plan::ReadOptions::verify_weight_hashes); false is `--no-verify`.
   bool verify_weights = true;
