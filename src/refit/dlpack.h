@@ -5,8 +5,9 @@
 //
 // Invariants: host memory (CPU, CUDA pinned host memory) is wrapped, never copied, and the Tensor
 // keeps `owner` alive; device memory (CUDA, CUDA managed) is, as the caller asks (DeviceUse),
-// copied into host memory through the device backend (core/tensor.h, device_memory), since refits
-// replay their recipes on the host, or wrapped in place as Memory::Device (the run inputs of a
+// copied into host memory through the device backend (core/tensor.h, device_memory), since a
+// refit checks and hashes its sources on the host (and replays there what the device does not),
+// or wrapped in place as Memory::Device (the run inputs of a
 // plan whose nodes run on the device), or refused (the run inputs of a host plan); any other
 // memory, a layout other than compact row-major, or a dtype reforge does not compute with is
 // refused naming the tensor. Nothing is read before those checks pass.
