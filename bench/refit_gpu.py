@@ -15,6 +15,10 @@ pageable CPU tensors, and `safetensors.torch.load_file(B, device="cuda")` from t
 
     python3 bench/refit_gpu.py --reforge BUILD/reforge --bench BUILD/reforge_refit_gpu_bench
                                [--models llama1b] [--repeat 5] [--out DIR] [--staging-bytes N]
+                               [--decode-steps 64]
+
+With --decode-steps N (64 by default; 0: off) the bench also times a decoding step of the model
+idle and while refits from the pinned state dict run back to back on another thread.
 
 Prints one table (GB/s and ratio to the pinned copy floor) and writes DIR/refit_gpu.json.
 """
@@ -94,6 +98,7 @@ def main():
     ap.add_argument("--models", default="llama1b")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--staging-bytes", type=int, default=0)
+    ap.add_argument("--decode-steps", type=int, default=64)
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
     import safetensors.torch
@@ -128,6 +133,8 @@ def main():
         cmd = [args.bench, "--plan", plan, "--checkpoint", path_b, "--repeat", str(args.repeat)]
         if args.staging_bytes:
             cmd += ["--staging-bytes", str(args.staging_bytes)]
+        if args.decode_steps:
+            cmd += ["--decode-steps", str(args.decode_steps)]
         out = run(cmd)
         print(out.rsplit("\n", 2)[0], flush=True)
         row["reforge"] = json.loads(out.strip().splitlines()[-1])
@@ -147,6 +154,11 @@ def main():
         for label, r in lines:
             print(f"{name:9} {label:40} {r['best_ms']:9.2f} {r['median_ms']:9.2f} "
                   f"{row['bytes'] / 1e6 / r['best_ms']:7.1f} {r['best_ms'] / floor:8.2f}")
+        d = row["reforge"].get("decode")
+        if d:
+            print(f"{name:9} decode step: idle p50 {d['idle_p50_ms']:.3f} ms (p90 {d['idle_p90_ms']:.3f}), while "
+                  f"refitting p50 {d['during_refit_p50_ms']:.3f} ms (p90 {d['during_refit_p90_ms']:.3f}, "
+                  f"{d['refits']} refits): {d['ratio_p50']:.2f}x idle")
 
 
 if __name__ == "__main__":

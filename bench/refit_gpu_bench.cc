@@ -17,18 +17,26 @@
 // the engine's weights is the stream-ordered pool's peak during it (sources streamed, weights made
 // there) and the weight allocations' peak (the new version beside the old).
 //
+// With --decode-steps N (a plan of a decoder with a key-value cache: session/generate.h), the
+// latency of a decoding step (greedy, N new tokens after a 16-token prompt, each window's step
+// recorded and replayed) with the engine idle, then while another thread refits it from the pinned
+// state dict back to back: p50 and p90 of each and their ratio (the goal: at most 1.5x idle).
+//
 //   build/reforge_refit_gpu_bench --plan PLAN --checkpoint FILE [--repeat 5] [--staging-bytes N]
+//                                 [--decode-steps N]
 //
 // Prints a table and a final JSON line (bench/refit_gpu.py reads it). Not a test.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <iomanip>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +47,7 @@
 #include "refit/refit_from.h"
 #include "refit/safetensors.h"
 #include "runtime/plan_engine.h"
+#include "session/generate.h"
 
 using namespace reforge;
 
@@ -84,6 +93,13 @@ size_t pool_used_high() {
   return static_cast<size_t>(v);
 }
 
+// The p-th percentile (0-100) of `ms` (sorted in place).
+double percentile(std::vector<double> ms, double p) {
+  if (ms.empty()) return 0;
+  std::sort(ms.begin(), ms.end());
+  return ms[std::min(ms.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(ms.size())))];
+}
+
 void reset_pool_high() {
   uint64_t zero = 0;
   CHECK_CUDA(cudaMemPoolSetAttribute(pool(), cudaMemPoolAttrUsedMemHigh, &zero));
@@ -93,7 +109,7 @@ void reset_pool_high() {
 
 int main(int argc, char** argv) {
   std::string plan_path, file;
-  int n = 5;
+  int n = 5, decode_steps = 0;
   size_t staging = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -109,8 +125,11 @@ int main(int argc, char** argv) {
       n = std::max(1, std::stoi(value()));
     else if (a == "--staging-bytes")
       staging = std::stoull(value());
+    else if (a == "--decode-steps")
+      decode_steps = std::max(0, std::stoi(value()));
     else {
-      std::cerr << "usage: reforge_refit_gpu_bench --plan PLAN --checkpoint FILE [--repeat 5] [--staging-bytes N]\n";
+      std::cerr << "usage: reforge_refit_gpu_bench --plan PLAN --checkpoint FILE [--repeat 5] [--staging-bytes N] "
+                   "[--decode-steps N]\n";
       return 2;
     }
   }
@@ -124,7 +143,9 @@ int main(int argc, char** argv) {
       throw std::runtime_error("no CUDA device: " + (cuda && cuda->unavailable ? cuda->unavailable() : "no backend"));
     cudaDeviceProp prop{};
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-    runtime::PlanEngine engine(plan::read_plan(plan_path));
+    runtime::EngineOptions eo;
+    eo.device_replay = true;  // decoding steps recorded once per window and replayed (refits are not runs)
+    runtime::PlanEngine engine(plan::read_plan(plan_path), eo);
     refit::Checkpoint ckpt = refit::Checkpoint::open(file);
     size_t total = 0;
     for (const auto& [name, t] : ckpt.tensors()) total += t.nbytes();
@@ -218,6 +239,49 @@ int main(int argc, char** argv) {
                              {"pool_peak_bytes", t.pool_peak},
                              {"new_version_bytes", t.weights_peak},
                              {"report", t.last}});
+    }
+    if (decode_steps > 0) {
+      session::GenerateOptions go;
+      go.max_new_tokens = decode_steps;
+      std::vector<int64_t> prompt;
+      for (int64_t t = 1; t <= 16; ++t) prompt.push_back(t);
+      auto steps = [&] { return session::generate(engine, {prompt}, go).step_ms; };
+      steps();  // warm-up: the window's recording
+      const std::vector<double> idle = steps();
+      refit::RefitRequest req;
+      req.checkpoint_tensors = pinned_dict;
+      if (staging) req.commit.staging_bytes = staging;
+      std::atomic<bool> stop{false}, failed{false};
+      std::atomic<int> refits{0};
+      std::string error;
+      std::thread refitting([&] {
+        try {
+          while (!stop.load()) {
+            refit::refit_from(engine, req);
+            ++refits;
+          }
+        } catch (const std::exception& e) {
+          error = e.what();
+          failed = true;
+        }
+      });
+      std::vector<double> during;
+      // Generations until the refits have run through at least two (the steps of one generation
+      // may all fall between two refits' commits).
+      while (!failed.load() && (during.empty() || refits.load() < 2)) {
+        const std::vector<double> ms = steps();
+        during.insert(during.end(), ms.begin(), ms.end());
+      }
+      stop = true;
+      refitting.join();
+      if (failed.load()) throw std::runtime_error("refit during decoding: " + error);
+      const double i50 = percentile(idle, 50), i90 = percentile(idle, 90), d50 = percentile(during, 50),
+                   d90 = percentile(during, 90);
+      std::cout << "decode step idle p50 " << i50 << " ms, p90 " << i90 << " ms; while refitting (" << refits.load()
+                << " refits) p50 " << d50 << " ms, p90 " << d90 << " ms: " << d50 / i50 << "x idle\n";
+      out["decode"] = {{"steps", decode_steps},      {"idle_p50_ms", i50},      {"idle_p90_ms", i90},
+                       {"during_refit_p50_ms", d50}, {"during_refit_p90_ms", d90}, {"refits", refits.load()},
+                       {"ratio_p50", d50 / i50}};
     }
     std::cout << out.dump() << "\n";
   } catch (const std::exception& e) {
