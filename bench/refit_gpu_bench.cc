@@ -43,6 +43,7 @@
 
 #include "backends/backend.h"
 #include "core/mapped_file.h"
+#include "core/timing.h"
 #include "plan/plan_io.h"
 #include "refit/refit_from.h"
 #include "refit/safetensors.h"
@@ -91,13 +92,6 @@ size_t pool_used_high() {
   uint64_t v = 0;
   CHECK_CUDA(cudaMemPoolGetAttribute(pool(), cudaMemPoolAttrUsedMemHigh, &v));
   return static_cast<size_t>(v);
-}
-
-// The p-th percentile (0-100) of `ms` (sorted in place).
-double percentile(std::vector<double> ms, double p) {
-  if (ms.empty()) return 0;
-  std::sort(ms.begin(), ms.end());
-  return ms[std::min(ms.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(ms.size())))];
 }
 
 void reset_pool_high() {
@@ -247,7 +241,7 @@ int main(int argc, char** argv) {
       for (int64_t t = 1; t <= 16; ++t) prompt.push_back(t);
       auto steps = [&] { return session::generate(engine, {prompt}, go).step_ms; };
       steps();  // warm-up: the window's recording
-      const std::vector<double> idle = steps();
+      std::vector<double> idle = steps();
       refit::RefitRequest req;
       req.checkpoint_tensors = pinned_dict;
       if (staging) req.commit.staging_bytes = staging;
@@ -275,6 +269,8 @@ int main(int argc, char** argv) {
       stop = true;
       refitting.join();
       if (failed.load()) throw std::runtime_error("refit during decoding: " + error);
+      std::sort(idle.begin(), idle.end());
+      std::sort(during.begin(), during.end());
       const double i50 = percentile(idle, 50), i90 = percentile(idle, 90), d50 = percentile(during, 50),
                    d90 = percentile(during, 90);
       std::cout << "decode step idle p50 " << i50 << " ms, p90 " << i90 << " ms; while refitting (" << refits.load()

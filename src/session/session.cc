@@ -145,7 +145,6 @@ void Session::check_inputs(const std::map<std::string, Tensor>& inputs) const {
 
 std::vector<Tensor> Session::run(const std::map<std::string, Tensor>& inputs, const runtime::RunOptions& options,
                                  const std::string& version) const {
-  if (version.empty()) return engine_->run(inputs, options);
   return engine_->run(inputs, this->version(version), options);
 }
 
